@@ -1,0 +1,34 @@
+# outboxd: the two commands users need, plus their building blocks.
+#   make run    install what is missing, build, start outboxd on the embedded SQLite store
+#   make test   install what is missing, build with ASan+UBSan, run every test through ctest
+
+BUILD      ?= build
+TESTBUILD  ?= build-test
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: run test build deps clean receiver
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target outboxd
+
+run: build
+	@mkdir -p var
+	./$(BUILD)/outboxd serve
+
+test: deps
+	@cmake -S . -B $(TESTBUILD) -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON >/dev/null
+	@cmake --build $(TESTBUILD) -j $(JOBS)
+	@cd $(TESTBUILD) && ctest --output-on-failure -j $(JOBS)
+
+# A local HTTP receiver on port 9000 that prints what it gets (for the quickstart).
+receiver: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target test_receiver
+	./$(BUILD)/test_receiver --port 9000 --print
+
+clean:
+	rm -rf $(BUILD) $(TESTBUILD)

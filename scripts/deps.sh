@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# deps.sh: install the Debian packages outboxd needs to build, run and test.
+# Idempotent and quiet when everything is already there; uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libsqlite3-dev sqlite3
+  libpq-dev postgresql
+  libcurl4-openssl-dev
+  libmicrohttpd-dev
+  libjansson-dev
+  libssl-dev openssl
+  librdkafka-dev
+  libprotobuf-c-dev protobuf-c-compiler
+  libcmocka-dev
+  curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "deps: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

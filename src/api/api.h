@@ -1,0 +1,82 @@
+/* api.h: the HTTP API of outboxd (DESIGN §4, contract), independent of the HTTP server.
+ *
+ * http.c (libmicrohttpd glue) turns each request into a struct api_request and sends
+ * back the struct api_response; everything between is plain C, so handlers can be tested
+ * without sockets. */
+#ifndef OUTBOXD_API_API_H
+#define OUTBOXD_API_API_H
+
+#include <stddef.h>
+
+#include "core/input_error.h"
+#include "core/model.h"
+#include "core/subscriptions.h"
+#include "intake/committer.h"
+#include "store/store.h"
+
+struct api_request {
+	const char *method;
+	const char *path;                  /* without the query string */
+	/* Looks up a query parameter; NULL when absent. */
+	const char *(*query)(void *ctx, const char *name);
+	void *query_ctx;
+	const char *authorization;         /* header value or NULL */
+	const char *content_type;          /* header value or NULL */
+	const char *body;
+	size_t body_len;
+	int body_too_large;                /* the server stopped reading at the limit */
+};
+
+struct api_response {
+	int status;
+	char *body;                        /* JSON text, malloc'd, or NULL for no body */
+};
+
+typedef void (*api_wake_cb)(void *ctx);
+
+/* What the handlers work with; all borrowed and alive while the API serves. */
+struct api {
+	store *st;
+	struct sub_registry *reg;
+	struct committer *committer;
+	api_wake_cb wake;                  /* new due work (replay): wake the dispatcher */
+	void *wake_ctx;
+	const char *admin_token;
+	const char *ingest_token;          /* may be NULL */
+	int64_t max_payload;
+	int64_t max_request;
+	struct retry_policy retry_defaults;
+};
+
+/* Answers one request. res->body is returned to the caller (free it). */
+void api_handle(struct api *api, const struct api_request *req, struct api_response *res);
+
+/* ---- shared by the route files ------------------------------------------------------------ */
+
+struct json_t;
+/* Sets res to status with the JSON value (consumed) as body. */
+void api_reply_json(struct api_response *res, int status, struct json_t *body);
+/* Sets res to the error body {"error":{"code","message","field"}}. */
+void api_reply_error(struct api_response *res, const struct input_error *err);
+/* Same, from pieces. */
+void api_reply_errorf(struct api_response *res, int status, const char *code, const char *field,
+		      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Maps a store error to 404/409/503/500 with a message. */
+void api_reply_store_error(struct api_response *res, int rc, const char *what);
+
+/* Route handlers (routes_*.c). `id` is the path parameter or NULL. */
+void api_events_post(struct api *api, const struct api_request *req, struct api_response *res);
+void api_events_get(struct api *api, const char *id, struct api_response *res);
+void api_subs_create(struct api *api, const struct api_request *req, struct api_response *res);
+void api_subs_list(struct api *api, struct api_response *res);
+void api_subs_get(struct api *api, const char *id, struct api_response *res);
+void api_subs_patch(struct api *api, const char *id, const struct api_request *req,
+		    struct api_response *res);
+void api_subs_delete(struct api *api, const char *id, struct api_response *res);
+void api_deliveries_list(struct api *api, const struct api_request *req, int dead_only,
+			 struct api_response *res);
+void api_deliveries_get(struct api *api, const char *id, struct api_response *res);
+void api_dlq_replay(struct api *api, const struct api_request *req, struct api_response *res);
+void api_dlq_purge(struct api *api, const char *id, struct api_response *res);
+
+#endif

@@ -1,0 +1,172 @@
+/* http.c: libmicrohttpd glue. Reads the body (bounded), builds a struct api_request,
+ * calls api_handle, sends the JSON answer. The only file that includes microhttpd.h. */
+#include "api/http.h"
+
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+
+#include <microhttpd.h>
+
+#include "util/buf.h"
+#include "util/log.h"
+
+struct http_server {
+	struct MHD_Daemon *mhd;
+	struct api *api;
+	int port;
+};
+
+struct conn_ctx {
+	struct buf body;
+	int too_large;
+};
+
+static const char *query_cb(void *ctx, const char *name)
+{
+	return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
+}
+
+static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+				 const char *method, const char *version,
+				 const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	struct http_server *s = cls;
+	struct conn_ctx *c = *con_cls;
+
+	if (!c) {
+		c = calloc(1, sizeof(*c));
+		if (!c)
+			return MHD_NO;
+		buf_init(&c->body, (size_t)s->api->max_request);
+		*con_cls = c;
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		/* Past the limit the rest is read and dropped so the 413 can be sent. */
+		if (!c->too_large && buf_append(&c->body, upload_data, *upload_data_size))
+			c->too_large = 1;
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+
+	struct api_request req = {
+		.method = method,
+		.path = url,
+		.query = query_cb,
+		.query_ctx = conn,
+		.authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+		.content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"),
+		.body = c->body.data,
+		.body_len = c->body.len,
+		.body_too_large = c->too_large,
+	};
+	struct api_response res = {0};
+	api_handle(s->api, &req, &res);
+
+	struct MHD_Response *r;
+	if (res.body)
+		r = MHD_create_response_from_buffer(strlen(res.body), res.body, MHD_RESPMEM_MUST_FREE);
+	else
+		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r) {
+		free(res.body);
+		return MHD_NO;
+	}
+	if (res.body)
+		MHD_add_response_header(r, "Content-Type", "application/json");
+	if (res.status == 401)
+		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	enum MHD_Result ok = MHD_queue_response(conn, (unsigned)res.status, r);
+	MHD_destroy_response(r);
+	return ok;
+}
+
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct conn_ctx *c = *con_cls;
+	if (!c)
+		return;
+	buf_free(&c->body);
+	free(c);
+	*con_cls = NULL;
+}
+
+static void mhd_log_cb(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	log_warn("http: %s", line);
+}
+
+struct http_server *http_server_start(struct api *api, const char *listen, int threads,
+				      char *err, size_t errlen)
+{
+	char host[256];
+	const char *colon = strrchr(listen, ':');
+	struct addrinfo hints = {0}, *ai = NULL;
+
+	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host)) {
+		snprintf(err, errlen, "listen: expected host:port, got \"%s\"", listen);
+		return NULL;
+	}
+	memcpy(host, listen, (size_t)(colon - listen));
+	host[colon - listen] = '\0';
+	if (host[0] == '[') { /* [::1]:8080 */
+		memmove(host, host + 1, strlen(host));
+		host[strcspn(host, "]")] = '\0';
+	}
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	int gai = getaddrinfo(host, colon + 1, &hints, &ai);
+	if (gai) {
+		snprintf(err, errlen, "listen: cannot resolve \"%s\": %s", listen, gai_strerror(gai));
+		return NULL;
+	}
+	struct http_server *s = calloc(1, sizeof(*s));
+	if (!s) {
+		freeaddrinfo(ai);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s->api = api;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, s,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, s,
+				  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
+				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
+				  MHD_OPTION_CONNECTION_TIMEOUT, 60u,
+				  MHD_OPTION_CONNECTION_LIMIT, 4096u,
+				  MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!s->mhd) {
+		snprintf(err, errlen, "cannot listen on %s (address in use or not allowed)", listen);
+		free(s);
+		return NULL;
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = info ? info->port : 0;
+	return s;
+}
+
+int http_server_port(const struct http_server *s)
+{
+	return s->port;
+}
+
+void http_server_stop(struct http_server *s)
+{
+	if (!s)
+		return;
+	MHD_stop_daemon(s->mhd);
+	free(s);
+}

@@ -1,0 +1,161 @@
+/* routes_subs.c: subscriptions — create, list, get, patch, delete. Credentials and
+ * signing secrets are stored as given and never returned in clear (sub_codec_public). */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "api/sub_codec.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+static json_t *parse_body(const struct api_request *req, struct api_response *res)
+{
+	json_error_t jerr;
+	json_t *doc = json_loadb(req->body ? req->body : "", req->body_len,
+				 JSON_REJECT_DUPLICATES, &jerr);
+	if (!doc)
+		api_reply_errorf(res, 400, "invalid_json", NULL,
+				 "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
+				 jerr.line, jerr.column);
+	return doc;
+}
+
+/* After any change the in-memory set is rebuilt, so fan-out and the dispatcher see it. */
+static void reload(struct api *api)
+{
+	int rc = sub_codec_reload(api->reg, api->st, &api->retry_defaults);
+	if (rc)
+		log_error("subscriptions: reload failed: %s", store_strerror(rc));
+}
+
+static void reply_row(struct api *api, const char *id, int status, struct api_response *res)
+{
+	struct store_sub row;
+	int rc = store_sub_get(api->st, id, &row);
+	if (rc) {
+		api_reply_store_error(res, rc, "subscription");
+		return;
+	}
+	api_reply_json(res, status, sub_codec_public(&row));
+	store_sub_free(&row);
+}
+
+static int store_doc(struct api *api, json_t *doc, struct store_sub *row, int create,
+		     struct api_response *res)
+{
+	struct input_error err;
+	struct subscription parsed;
+	if (sub_codec_parse(doc, &api->retry_defaults, &parsed, &err)) {
+		api_reply_error(res, &err);
+		return -1;
+	}
+	row->name = parsed.name;
+	row->enabled = parsed.enabled;
+	row->config = json_dumps(doc, JSON_COMPACT);
+	row->updated_at = clock_now_ms();
+	int rc = row->config ? (create ? store_sub_create(api->st, row) : store_sub_update(api->st, row))
+			     : STORE_ERROR;
+	if (rc == STORE_CONFLICT)
+		api_reply_errorf(res, 409, "conflict", "name",
+				 "a subscription named \"%s\" already exists", parsed.name);
+	else if (rc)
+		api_reply_store_error(res, rc, "subscription");
+	free(row->config);
+	row->config = NULL;
+	row->name = NULL;
+	struct subscription *heap = malloc(sizeof(*heap));
+	if (heap) {
+		*heap = parsed;
+		subscription_free(heap);
+	}
+	return rc ? -1 : 0;
+}
+
+void api_subs_create(struct api *api, const struct api_request *req, struct api_response *res)
+{
+	json_t *doc = parse_body(req, res);
+	if (!doc)
+		return;
+	struct store_sub row = {0};
+	uuid_v7(row.id);
+	row.created_at = clock_now_ms();
+	if (store_doc(api, doc, &row, 1, res) == 0) {
+		reload(api);
+		reply_row(api, row.id, 201, res);
+	}
+	json_decref(doc);
+}
+
+void api_subs_list(struct api *api, struct api_response *res)
+{
+	struct store_sub *rows = NULL;
+	size_t n = 0;
+	int rc = store_sub_list(api->st, &rows, &n);
+	if (rc) {
+		api_reply_store_error(res, rc, "subscriptions");
+		return;
+	}
+	json_t *items = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(items, sub_codec_public(&rows[i]));
+	store_subs_free(rows, n);
+	api_reply_json(res, 200, json_pack("{s:o}", "items", items));
+}
+
+void api_subs_get(struct api *api, const char *id, struct api_response *res)
+{
+	reply_row(api, id, 200, res);
+}
+
+void api_subs_patch(struct api *api, const char *id, const struct api_request *req,
+		    struct api_response *res)
+{
+	struct store_sub row;
+	struct input_error err;
+	json_error_t jerr;
+
+	json_t *patch = parse_body(req, res);
+	if (!patch)
+		return;
+	int rc = store_sub_get(api->st, id, &row);
+	if (rc) {
+		api_reply_store_error(res, rc, "subscription");
+		json_decref(patch);
+		return;
+	}
+	json_t *stored = json_loads(row.config, 0, &jerr);
+	json_t *merged = stored ? sub_codec_merge(stored, patch, &err) : NULL;
+	if (!merged) {
+		if (stored)
+			api_reply_error(res, &err);
+		else
+			api_reply_errorf(res, 500, "internal", NULL, "stored subscription is corrupt");
+	} else {
+		char *keep_name = row.name;
+		char *keep_config = row.config;
+		if (store_doc(api, merged, &row, 0, res) == 0) {
+			reload(api);
+			reply_row(api, id, 200, res);
+		}
+		row.name = keep_name;
+		row.config = keep_config;
+	}
+	json_decref(merged);
+	json_decref(stored);
+	json_decref(patch);
+	store_sub_free(&row);
+}
+
+void api_subs_delete(struct api *api, const char *id, struct api_response *res)
+{
+	int rc = store_sub_delete(api->st, id);
+	if (rc) {
+		api_reply_store_error(res, rc, "subscription");
+		return;
+	}
+	reload(api);
+	res->status = 204;
+	res->body = NULL;
+}

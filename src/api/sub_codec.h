@@ -1,0 +1,39 @@
+/* sub_codec.h: subscriptions between JSON and struct subscription.
+ *
+ * The stored configuration is the JSON document the API accepted; this file validates it
+ * (every field named in the error), turns it into the struct the dispatcher uses, and
+ * renders the public view with credentials masked. */
+#ifndef OUTBOXD_API_SUB_CODEC_H
+#define OUTBOXD_API_SUB_CODEC_H
+
+#include <jansson.h>
+
+#include "core/input_error.h"
+#include "core/model.h"
+#include "store/store.h"
+
+/* Validates doc (borrowed) and, when out is not NULL, fills *out (members returned to
+ * the caller; free with subscription_free semantics). defaults supplies the retry
+ * fields the document leaves out. Returns 0, or -1 with err filled. */
+int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
+		    struct subscription *out, struct input_error *err);
+
+/* Builds the subscription struct of a stored row (returned, NULL on a corrupt row,
+ * which is logged). */
+struct subscription *sub_codec_from_row(const struct store_sub *row,
+					const struct retry_policy *defaults);
+
+/* The API view of a stored row: the document with id, timestamps, enabled, and every
+ * credential and secret masked (returned). */
+json_t *sub_codec_public(const struct store_sub *row);
+
+/* Applies a PATCH document to a stored one (RFC 7396 merge for objects, null deletes a
+ * key). Returns the merged document (returned), or NULL with err filled. */
+json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_error *err);
+
+/* Rebuilds the registry's set from the store. Rows whose configuration cannot be parsed
+ * are logged and left out. Returns a store error code. */
+struct sub_registry;
+int sub_codec_reload(struct sub_registry *reg, store *st, const struct retry_policy *defaults);
+
+#endif

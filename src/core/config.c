@@ -1,0 +1,339 @@
+/* config.c: the settings table and its parsing (flags > environment > file > defaults).
+ * Unknown keys and bad values stop the start with a message naming the key. */
+#include "core/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/duration.h"
+
+#define S(field) offsetof(struct config, field)
+
+const struct config_setting config_settings[] = {
+	{"db", "--db", "OUTBOXD_DB", CONFIG_STRING, "sqlite:./var/outboxd.db", S(db),
+	 "store: sqlite:PATH (embedded) or postgres://..."},
+	{"listen", "--listen", "OUTBOXD_LISTEN", CONFIG_STRING, "127.0.0.1:8080", S(listen),
+	 "address of the HTTP API, host:port"},
+	{"data_dir", "--data-dir", "OUTBOXD_DATA_DIR", CONFIG_STRING, NULL, S(data_dir),
+	 "where the generated admin token is kept (default: the SQLite file's folder, or ./var)"},
+	{"admin_token", "--admin-token", "OUTBOXD_ADMIN_TOKEN", CONFIG_STRING, NULL,
+	 S(admin_token), "bearer token for the whole API (generated on first start when unset)"},
+	{"ingest_token", "--ingest-token", "OUTBOXD_INGEST_TOKEN", CONFIG_STRING, NULL,
+	 S(ingest_token), "bearer token that may only POST /v1/events"},
+	{"log_level", "--log-level", "OUTBOXD_LOG_LEVEL", CONFIG_STRING, "info", S(log_level),
+	 "debug, info, warn or error"},
+	{"max_payload", "--max-payload", "OUTBOXD_MAX_PAYLOAD", CONFIG_SIZE, "1MiB",
+	 S(max_payload), "largest event payload accepted (bigger: 413)"},
+	{"max_request", "--max-request", "OUTBOXD_MAX_REQUEST", CONFIG_SIZE, "16MiB",
+	 S(max_request), "largest request body accepted (bigger: 413)"},
+	{"api_threads", "--api-threads", "OUTBOXD_API_THREADS", CONFIG_INT, "8", S(api_threads),
+	 "threads serving the HTTP API"},
+	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "3",
+	 S(immediate_tries), "default tries in the first (immediate) round (seed 001: 3)"},
+	{"immediate_delay", "--immediate-delay", "OUTBOXD_IMMEDIATE_DELAY", CONFIG_DURATION,
+	 "100ms", S(immediate_delay_ms),
+	 "default stagger between immediate tries (grows linearly; round capped at 1 minute)"},
+	{"delivery_timeout", "--delivery-timeout", "OUTBOXD_DELIVERY_TIMEOUT", CONFIG_DURATION,
+	 "1s", S(delivery_timeout_ms), "default timeout of an immediate try (seed 001: 1s)"},
+	{"retry_interval", "--retry-interval", "OUTBOXD_RETRY_INTERVAL", CONFIG_DURATION, "3s",
+	 S(retry_interval_ms), "default interval between scheduled retries (seed 000: 3s)"},
+	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, "3", S(max_retries),
+	 "default scheduled retries before the DLQ; 0 = retry forever (seed 000: 3)"},
+	{"retry_timeout", "--retry-timeout", "OUTBOXD_RETRY_TIMEOUT", CONFIG_DURATION, "5s",
+	 S(retry_timeout_ms), "default timeout of a scheduled or manual try (seed 000: 5s)"},
+	{"retry_batch", "--retry-batch", "OUTBOXD_RETRY_BATCH", CONFIG_INT, "100", S(retry_batch),
+	 "deliveries claimed per batch (seed 000: 100)"},
+	{"max_in_flight", "--max-in-flight", "OUTBOXD_MAX_IN_FLIGHT", CONFIG_INT, "512",
+	 S(max_in_flight), "deliveries being sent at once by this instance"},
+	{"lease", "--lease", "OUTBOXD_LEASE", CONFIG_DURATION, "2m", S(lease_ms),
+	 "how long a claimed delivery stays reserved before a crash returns it to the pool"},
+	{"relay_interval", "--relay-interval", "OUTBOXD_RELAY_INTERVAL", CONFIG_DURATION,
+	 "100ms", S(relay_interval_ms), "how often the producer outbox table is polled"},
+	{"reap_interval", "--reap-interval", "OUTBOXD_REAP_INTERVAL", CONFIG_DURATION, "10s",
+	 S(reap_interval_ms), "how often expired leases are returned to the pool"},
+	{"cleanup_enabled", "--cleanup-enabled", "OUTBOXD_CLEANUP_ENABLED", CONFIG_BOOL, "false",
+	 S(cleanup_enabled), "delete PROCESSED deliveries periodically (seeds 000/002: off)"},
+	{"cleanup_interval", "--cleanup-interval", "OUTBOXD_CLEANUP_INTERVAL", CONFIG_DURATION,
+	 "60m", S(cleanup_interval_ms), "how often the cleanup job runs (seed 000: 60m)"},
+	{"shutdown_grace", "--shutdown-grace", "OUTBOXD_SHUTDOWN_GRACE", CONFIG_DURATION, "10s",
+	 S(shutdown_grace_ms), "how long SIGTERM waits for in-flight requests"},
+	{NULL, NULL, NULL, 0, NULL, 0, NULL},
+};
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int parse_int(const char *text, int64_t *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(text, &end, 10);
+	if (errno || end == text || *end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_size(const char *text, int64_t *out)
+{
+	static const struct { const char *suffix; int64_t mul; } units[] = {
+		{"", 1}, {"B", 1}, {"KB", 1000}, {"KiB", 1024}, {"MB", 1000000},
+		{"MiB", 1048576}, {"GB", 1000000000}, {"GiB", 1073741824},
+	};
+	char *end;
+	errno = 0;
+	long long v = strtoll(text, &end, 10);
+	if (errno || end == text || v < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].suffix) == 0) {
+			if (v > INT64_MAX / units[i].mul)
+				return -1;
+			*out = v * units[i].mul;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int parse_bool(const char *text, int *out)
+{
+	if (!strcmp(text, "true") || !strcmp(text, "1") || !strcmp(text, "yes") ||
+	    !strcmp(text, "on")) {
+		*out = 1;
+		return 0;
+	}
+	if (!strcmp(text, "false") || !strcmp(text, "0") || !strcmp(text, "no") ||
+	    !strcmp(text, "off")) {
+		*out = 0;
+		return 0;
+	}
+	return -1;
+}
+
+/* Sets one setting from text; where says which form it came from, for the message. */
+static int set_value(struct config *cfg, const struct config_setting *s, const char *text,
+		     const char *where, char *err, size_t errlen)
+{
+	char *base = (char *)cfg + s->offset;
+	int64_t v;
+
+	switch (s->type) {
+	case CONFIG_STRING: {
+		char **field = (char **)base;
+		char *copy = strdup(text);
+		if (!copy)
+			return fail(err, errlen, "out of memory");
+		free(*field);
+		*field = copy;
+		return 0;
+	}
+	case CONFIG_INT:
+		if (parse_int(text, &v) || v < 0 || v > 1000000000)
+			return fail(err, errlen, "%s: %s must be a non-negative integer, got \"%s\"",
+				    where, s->key, text);
+		*(int *)base = (int)v;
+		return 0;
+	case CONFIG_DURATION:
+		if (duration_parse(text, &v))
+			return fail(err, errlen,
+				    "%s: %s must be a duration with a unit (500ms, 3s, 60m, 1h), got \"%s\"",
+				    where, s->key, text);
+		*(int64_t *)base = v;
+		return 0;
+	case CONFIG_SIZE:
+		if (parse_size(text, &v))
+			return fail(err, errlen,
+				    "%s: %s must be a size (1048576, 512KiB, 1MiB), got \"%s\"",
+				    where, s->key, text);
+		*(int64_t *)base = v;
+		return 0;
+	case CONFIG_BOOL:
+		if (parse_bool(text, (int *)base))
+			return fail(err, errlen, "%s: %s must be true or false, got \"%s\"", where,
+				    s->key, text);
+		return 0;
+	}
+	return fail(err, errlen, "%s: %s has an unknown type", where, s->key);
+}
+
+static const struct config_setting *find_key(const char *key, size_t len)
+{
+	for (const struct config_setting *s = config_settings; s->key; s++)
+		if (strlen(s->key) == len && strncmp(s->key, key, len) == 0)
+			return s;
+	return NULL;
+}
+
+static const struct config_setting *find_flag(const char *flag, size_t len)
+{
+	for (const struct config_setting *s = config_settings; s->key; s++)
+		if (strlen(s->flag) == len && strncmp(s->flag, flag, len) == 0)
+			return s;
+	return NULL;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* "key = value" lines; '#' starts a comment; values may be "quoted". */
+static int load_file(struct config *cfg, const char *text, char *err, size_t errlen)
+{
+	char *copy = strdup(text);
+	if (!copy)
+		return fail(err, errlen, "out of memory");
+	int rc = 0, lineno = 0;
+	char *save = NULL;
+	for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		lineno++;
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = '\0';
+		char *l = trim(line);
+		if (!*l)
+			continue;
+		char *eq = strchr(l, '=');
+		char where[64];
+		snprintf(where, sizeof(where), "config file line %d", lineno);
+		if (!eq) {
+			rc = fail(err, errlen, "%s: expected key = value", where);
+			break;
+		}
+		*eq = '\0';
+		char *key = trim(l), *val = trim(eq + 1);
+		size_t vl = strlen(val);
+		if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+			val[vl - 1] = '\0';
+			val++;
+		}
+		const struct config_setting *s = find_key(key, strlen(key));
+		if (!s) {
+			rc = fail(err, errlen, "%s: unknown key \"%s\"", where, key);
+			break;
+		}
+		if ((rc = set_value(cfg, s, val, where, err, errlen)))
+			break;
+	}
+	free(copy);
+	return rc;
+}
+
+const char *config_file_path(char *const *envp, int argc, char *const *argv)
+{
+	const char *path = NULL;
+	for (char *const *e = envp; e && *e; e++)
+		if (strncmp(*e, "OUTBOXD_CONFIG=", 15) == 0)
+			path = *e + 15;
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+			path = argv[i + 1];
+		else if (strncmp(argv[i], "--config=", 9) == 0)
+			path = argv[i] + 9;
+	}
+	return path;
+}
+
+int config_load(struct config *cfg, const char *file_text, char *const *envp, int argc,
+		char *const *argv, char *err, size_t errlen)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	for (const struct config_setting *s = config_settings; s->key; s++)
+		if (s->def && set_value(cfg, s, s->def, "default", err, errlen))
+			return -1;
+
+	if (file_text && load_file(cfg, file_text, err, errlen))
+		return -1;
+
+	for (char *const *e = envp; e && *e; e++) {
+		if (strncmp(*e, "OUTBOXD_", 8) != 0)
+			continue;
+		const char *eq = strchr(*e, '=');
+		if (!eq)
+			continue;
+		size_t nl = (size_t)(eq - *e);
+		for (const struct config_setting *s = config_settings; s->key; s++) {
+			if (strlen(s->env) == nl && strncmp(s->env, *e, nl) == 0 &&
+			    set_value(cfg, s, eq + 1, s->env, err, errlen))
+				return -1;
+		}
+	}
+
+	for (int i = 0; i < argc; i++) {
+		const char *arg = argv[i];
+		if (strncmp(arg, "--", 2) != 0)
+			return fail(err, errlen, "unexpected argument \"%s\"", arg);
+		const char *eq = strchr(arg, '=');
+		size_t fl = eq ? (size_t)(eq - arg) : strlen(arg);
+		const char *value = eq ? eq + 1 : NULL;
+		if (fl == 8 && strncmp(arg, "--config", 8) == 0) {
+			if (!eq)
+				i++;
+			continue;
+		}
+		const struct config_setting *s = find_flag(arg, fl);
+		if (!s)
+			return fail(err, errlen, "unknown flag \"%.*s\" (see outboxd serve --help)",
+				    (int)fl, arg);
+		if (!value) {
+			if (s->type == CONFIG_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+				value = "true";
+			} else if (i + 1 < argc) {
+				value = argv[++i];
+			} else {
+				return fail(err, errlen, "%s needs a value", s->flag);
+			}
+		}
+		if (set_value(cfg, s, value, s->flag, err, errlen))
+			return -1;
+	}
+
+	if (cfg->immediate_tries < 1)
+		return fail(err, errlen, "immediate_tries must be at least 1");
+	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1)
+		return fail(err, errlen, "retry_batch, max_in_flight and api_threads must be at least 1");
+	return 0;
+}
+
+void config_free(struct config *cfg)
+{
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		if (s->type == CONFIG_STRING) {
+			char **field = (char **)((char *)cfg + s->offset);
+			free(*field);
+			*field = NULL;
+		}
+	}
+	free(cfg->config_file);
+	cfg->config_file = NULL;
+}
+
+void config_print_help(FILE *out)
+{
+	fprintf(out, "Settings (flag, environment variable, config file key = default):\n"
+		     "  precedence: flags > environment > config file (--config FILE or "
+		     "OUTBOXD_CONFIG) > defaults\n\n");
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		fprintf(out, "  %-20s %-26s %s = %s\n      %s\n", s->flag, s->env, s->key,
+			s->def ? s->def : "(unset)", s->help);
+	}
+}

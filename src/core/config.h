@@ -1,0 +1,72 @@
+/* config.h: every setting of `outboxd serve`, with its three forms (DESIGN §5, contract).
+ *
+ * Precedence: command-line flag (--db) > environment (OUTBOXD_DB) > config file (db =)
+ * > default. Parsing is pure: the caller hands over argv, the environment and the file
+ * text; nothing here touches the file system. */
+#ifndef OUTBOXD_CORE_CONFIG_H
+#define OUTBOXD_CORE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct config {
+	char *db;                 /* sqlite:PATH or postgres://... */
+	char *listen;             /* host:port of the API */
+	char *data_dir;           /* where the generated admin token is kept */
+	char *admin_token;
+	char *ingest_token;
+	char *log_level;
+	int64_t max_payload;      /* bytes per event payload */
+	int64_t max_request;      /* bytes per request body */
+	int api_threads;
+	/* delivery and retries (seed defaults) */
+	int immediate_tries;
+	int64_t immediate_delay_ms;
+	int64_t delivery_timeout_ms;
+	int64_t retry_interval_ms;
+	int max_retries;
+	int64_t retry_timeout_ms;
+	int retry_batch;
+	int max_in_flight;
+	int64_t lease_ms;
+	/* jobs */
+	int64_t relay_interval_ms;
+	int64_t reap_interval_ms;
+	int cleanup_enabled;
+	int64_t cleanup_interval_ms;
+	int64_t shutdown_grace_ms;
+	char *config_file;        /* the file that was read, if any */
+};
+
+enum config_type { CONFIG_STRING, CONFIG_INT, CONFIG_DURATION, CONFIG_BOOL, CONFIG_SIZE };
+
+struct config_setting {
+	const char *key;          /* file key, e.g. "retry_interval" */
+	const char *flag;         /* "--retry-interval" */
+	const char *env;          /* "OUTBOXD_RETRY_INTERVAL" */
+	enum config_type type;
+	const char *def;          /* default, as text; NULL = unset */
+	size_t offset;            /* into struct config */
+	const char *help;
+};
+
+/* The table of settings, terminated by an entry with key == NULL. */
+extern const struct config_setting config_settings[];
+
+/* Fills cfg with defaults, then the file text (may be NULL), then envp, then argv
+ * (argv[0..argc) holds only the flags after the subcommand). On error returns -1 and
+ * writes a message naming the key to err. The config file path itself is found by the
+ * caller with config_file_path(). */
+int config_load(struct config *cfg, const char *file_text, char *const *envp, int argc,
+		char *const *argv, char *err, size_t errlen);
+
+/* The --config flag or OUTBOXD_CONFIG, or NULL. Borrowed from argv/envp. */
+const char *config_file_path(char *const *envp, int argc, char *const *argv);
+
+void config_free(struct config *cfg);
+
+/* Prints every setting with its flag, variable, default and help. */
+void config_print_help(FILE *out);
+
+#endif

@@ -1,0 +1,66 @@
+/* model.c: names of statuses and kinds, seed defaults, and freeing model structs. */
+#include "core/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const status_names[] = {"NEW", "PROCESSED", "FAILED"};
+static const char *const kind_names[] = {"immediate", "scheduled", "manual"};
+
+const char *delivery_status_name(enum delivery_status s)
+{
+	return (unsigned)s < 3 ? status_names[s] : "UNKNOWN";
+}
+
+int delivery_status_parse(const char *name, enum delivery_status *out)
+{
+	for (int i = 0; i < 3; i++) {
+		if (strcmp(name, status_names[i]) == 0) {
+			*out = (enum delivery_status)i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+const char *attempt_kind_name(enum attempt_kind k)
+{
+	return (unsigned)k < 3 ? kind_names[k] : "unknown";
+}
+
+void retry_policy_defaults(struct retry_policy *p)
+{
+	/* Seed 001: 3 immediate tries, 1 s timeout. Seed 000: scheduled retry every 3 s,
+	 * at most 3, 5 s timeout. Seed 004: backoff window 10–60 s. */
+	p->immediate = 3;
+	p->immediate_delay_ms = 100;
+	p->immediate_timeout_ms = 1000;
+	p->policy = RETRY_FIXED;
+	p->interval_ms = 3000;
+	p->min_delay_ms = 10000;
+	p->max_delay_ms = 60000;
+	p->factor = 2.0;
+	p->max_retries = 3;
+	p->timeout_ms = 5000;
+}
+
+void subscription_free(struct subscription *s)
+{
+	if (!s)
+		return;
+	free(s->name);
+	for (size_t i = 0; i < s->n_event_types; i++)
+		free(s->event_types[i]);
+	free(s->event_types);
+	free(s->endpoint);
+	free(s->auth_user);
+	free(s->auth_secret);
+	free(s->auth_name);
+	for (size_t i = 0; i < s->n_headers; i++) {
+		free(s->headers[i].name);
+		free(s->headers[i].value);
+	}
+	free(s->headers);
+	free(s->secret);
+	free(s);
+}

@@ -1,0 +1,114 @@
+/* subscriptions.c: reference-counted, immutable subscription sets (see the header). */
+#include "core/subscriptions.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/pattern.h"
+
+void sub_registry_init(struct sub_registry *reg)
+{
+	pthread_mutex_init(&reg->mu, NULL);
+	reg->current = sub_set_new();
+	reg->generation = 0;
+}
+
+static void set_free(struct sub_set *set)
+{
+	for (size_t i = 0; i < set->n; i++)
+		subscription_free(set->items[i]);
+	free(set->items);
+	free(set);
+}
+
+void sub_registry_destroy(struct sub_registry *reg)
+{
+	if (reg->current)
+		sub_registry_release(reg, reg->current);
+	reg->current = NULL;
+	pthread_mutex_destroy(&reg->mu);
+}
+
+struct sub_set *sub_registry_acquire(struct sub_registry *reg)
+{
+	pthread_mutex_lock(&reg->mu);
+	struct sub_set *set = reg->current;
+	set->refs++;
+	pthread_mutex_unlock(&reg->mu);
+	return set;
+}
+
+void sub_registry_release(struct sub_registry *reg, struct sub_set *set)
+{
+	pthread_mutex_lock(&reg->mu);
+	int last = --set->refs == 0;
+	pthread_mutex_unlock(&reg->mu);
+	if (last)
+		set_free(set);
+}
+
+void sub_registry_publish(struct sub_registry *reg, struct sub_set *set)
+{
+	pthread_mutex_lock(&reg->mu);
+	struct sub_set *old = reg->current;
+	reg->current = set;
+	reg->generation++;
+	pthread_mutex_unlock(&reg->mu);
+	if (old)
+		sub_registry_release(reg, old);
+}
+
+struct sub_set *sub_set_new(void)
+{
+	struct sub_set *set = calloc(1, sizeof(*set));
+	if (!set)
+		abort(); /* nothing sensible to do without a few bytes at start-up */
+	set->refs = 1;
+	return set;
+}
+
+int sub_set_add(struct sub_set *set, struct subscription *s)
+{
+	struct subscription **items = realloc(set->items, (set->n + 1) * sizeof(*items));
+	if (!items) {
+		subscription_free(s);
+		return -1;
+	}
+	items[set->n++] = s;
+	set->items = items;
+	return 0;
+}
+
+const struct subscription *sub_set_find(const struct sub_set *set, const char *id)
+{
+	for (size_t i = 0; i < set->n; i++)
+		if (strcmp(set->items[i]->id, id) == 0)
+			return set->items[i];
+	return NULL;
+}
+
+long sub_set_match(const struct sub_set *set, const char *event_type,
+		   char (**ids)[UUID_STR_LEN], size_t *cap)
+{
+	long n = 0;
+	for (size_t i = 0; i < set->n; i++) {
+		const struct subscription *s = set->items[i];
+		if (!s->enabled)
+			continue;
+		int hit = 0;
+		for (size_t p = 0; p < s->n_event_types && !hit; p++)
+			hit = pattern_match(s->event_types[p], event_type);
+		if (!hit)
+			continue;
+		if ((size_t)n == *cap) {
+			size_t ncap = *cap ? *cap * 2 : 8;
+			char (*grown)[UUID_STR_LEN] = realloc(*ids, ncap * sizeof(**ids));
+			if (!grown)
+				return -1;
+			*ids = grown;
+			*cap = ncap;
+		}
+		memcpy((*ids)[n++], s->id, UUID_STR_LEN);
+	}
+	return n;
+}

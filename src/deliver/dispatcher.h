@@ -1,0 +1,36 @@
+/* dispatcher.h: the delivery engine.
+ *
+ * One thread claims due deliveries in batches, sends them with the libcurl multi
+ * interface (many in flight, connections reused), runs the immediate-retry round,
+ * decides the next state with core/retry, and writes results in groups. */
+#ifndef OUTBOXD_DELIVER_DISPATCHER_H
+#define OUTBOXD_DELIVER_DISPATCHER_H
+
+#include <stdint.h>
+
+#include "core/subscriptions.h"
+#include "store/store.h"
+
+struct dispatcher_config {
+	int max_in_flight;        /* concurrent deliveries of this instance */
+	int batch;                /* deliveries per claim */
+	int64_t lease_ms;
+	int64_t shutdown_grace_ms;
+	int64_t disabled_delay_ms; /* how long a disabled subscription's deliveries wait */
+};
+
+struct dispatcher;
+
+/* Starts the dispatcher thread. st and reg are borrowed and must outlive it. */
+struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
+				    const struct dispatcher_config *cfg);
+
+/* Asks the dispatcher to look for due work now (new events, a replay). Thread-safe,
+ * cheap, callable from any thread. */
+void dispatcher_wake(struct dispatcher *d);
+
+/* Stops claiming, lets in-flight requests finish within the grace period, releases what
+ * is left back to the store, writes every result, and frees d. */
+void dispatcher_stop(struct dispatcher *d);
+
+#endif

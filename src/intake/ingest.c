@@ -1,0 +1,317 @@
+/* ingest.c: validation of ingested events and their fan-out (see ingest.h). */
+#include "intake/ingest.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "util/clock.h"
+#include "util/jsonspan.h"
+#include "util/uuid.h"
+
+static const char *const event_keys[] = {
+	"event_type", "source", "source_event_id", "partition_key", "payload",
+	"payload_base64", "content_type", NULL,
+};
+
+/* Byte span of one event's "payload" value, relative to the whole body. */
+struct span {
+	size_t start, end;
+	int found;
+};
+
+struct payload_walk {
+	size_t base;           /* offset of the object being walked within the body */
+	struct span *span;
+};
+
+static int payload_member_cb(void *ctx, const char *key, size_t start, size_t end)
+{
+	struct payload_walk *w = ctx;
+	if (strcmp(key, "payload") == 0) {
+		w->span->start = w->base + start;
+		w->span->end = w->base + end;
+		w->span->found = 1;
+	}
+	return 0;
+}
+
+struct events_walk {
+	const char *body;
+	size_t base;
+	struct span *spans;
+	size_t n;
+};
+
+static int event_element_cb(void *ctx, size_t index, size_t start, size_t end)
+{
+	struct events_walk *w = ctx;
+	if (index >= w->n)
+		return -1;
+	struct payload_walk pw = {w->base + start, &w->spans[index]};
+	return jsonspan_object(w->body + w->base + start, end - start, payload_member_cb, &pw);
+}
+
+static int events_member_cb(void *ctx, const char *key, size_t start, size_t end)
+{
+	struct events_walk *w = ctx;
+	if (strcmp(key, "events") != 0)
+		return 0;
+	w->base = start;
+	return jsonspan_array(w->body + start, end - start, event_element_cb, w);
+}
+
+static int valid_event_type(const char *s, size_t len)
+{
+	if (len == 0 || len > 255)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c <= ' ' || c >= 0x7f || c == '*' || c == '?')
+			return 0;
+	}
+	return 1;
+}
+
+/* An optional string member of at most max bytes; *out borrowed from the document. */
+static int opt_string(json_t *obj, const char *key, const char *prefix, size_t max,
+		      const char **out, struct input_error *err)
+{
+	json_t *v = json_object_get(obj, key);
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v) || json_string_length(v) > max ||
+	    strlen(json_string_value(v)) != json_string_length(v)) {
+		char field[160];
+		snprintf(field, sizeof(field), "%s%s", prefix, key);
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s must be a string of at most %zu characters", field, max);
+	}
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int parse_event(json_t *obj, const char *body, const struct span *span, const char *prefix,
+		       int64_t max_payload, struct store_event_in *ev, void **decoded,
+		       struct input_error *err)
+{
+	char field[160];
+	const char *key, *type, *b64;
+	json_t *v;
+
+	if (!json_is_object(obj)) {
+		snprintf(field, sizeof(field), "%.*s", (int)(strlen(prefix) ? strlen(prefix) - 1 : 0),
+			 prefix);
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "an event must be a JSON object");
+	}
+	json_object_foreach(obj, key, v) {
+		int known = 0;
+		for (const char *const *k = event_keys; *k; k++)
+			known |= strcmp(*k, key) == 0;
+		if (!known) {
+			snprintf(field, sizeof(field), "%s%s", prefix, key);
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "unknown field \"%s\"", field);
+		}
+	}
+
+	snprintf(field, sizeof(field), "%sevent_type", prefix);
+	v = json_object_get(obj, "event_type");
+	if (!v)
+		return input_error_set(err, 400, "invalid_argument", field, "%s is required", field);
+	if (!json_is_string(v) || !valid_event_type(json_string_value(v), json_string_length(v)))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s must be a string of 1 to 255 printable characters without spaces, '*' or '?'",
+				       field);
+	type = json_string_value(v);
+
+	if (opt_string(obj, "source", prefix, 255, &ev->source, err) ||
+	    opt_string(obj, "source_event_id", prefix, 255, &ev->source_event_id, err) ||
+	    opt_string(obj, "partition_key", prefix, 255, &ev->partition_key, err) ||
+	    opt_string(obj, "content_type", prefix, 128, &ev->content_type, err) ||
+	    opt_string(obj, "payload_base64", prefix, (size_t)max_payload * 4 / 3 + 4, &b64, err))
+		return -1;
+	if (!ev->source)
+		ev->source = "";
+	if (ev->source_event_id && !*ev->source_event_id)
+		ev->source_event_id = NULL;
+	ev->event_type = type;
+
+	int has_payload = json_object_get(obj, "payload") != NULL;
+	snprintf(field, sizeof(field), "%spayload", prefix);
+	if (has_payload == (b64 != NULL))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "exactly one of %spayload and %spayload_base64 is required",
+				       prefix, prefix);
+	if (has_payload) {
+		if (!span->found)
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s could not be located in the body", field);
+		ev->payload = body + span->start;
+		ev->payload_len = span->end - span->start;
+		if (!ev->content_type)
+			ev->content_type = "application/json";
+	} else {
+		size_t len = strlen(b64);
+		snprintf(field, sizeof(field), "%spayload_base64", prefix);
+		unsigned char *out = malloc(len / 4 * 3 + 4);
+		int n = out && len % 4 == 0 ? EVP_DecodeBlock(out, (const unsigned char *)b64, (int)len)
+					   : -1;
+		if (n < 0) {
+			free(out);
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s must be standard base64", field);
+		}
+		if (len >= 1 && b64[len - 1] == '=')
+			n--;
+		if (len >= 2 && b64[len - 2] == '=')
+			n--;
+		*decoded = out;
+		ev->payload = out;
+		ev->payload_len = (size_t)n;
+		if (!ev->content_type)
+			ev->content_type = "application/octet-stream";
+	}
+	if ((int64_t)ev->payload_len > max_payload)
+		return input_error_set(err, 413, "payload_too_large", field,
+				       "%s is %zu bytes, more than the limit of %lld", field,
+				       ev->payload_len, (long long)max_payload);
+	uuid_v7(ev->id);
+	ev->created_at = clock_now_ms();
+	return 0;
+}
+
+int ingest_parse(const char *body, size_t len, int64_t max_payload, struct ingest_batch *b,
+		 struct input_error *err)
+{
+	json_error_t jerr;
+	struct span *spans = NULL;
+	json_t *root, *list;
+	int rc = -1;
+
+	memset(b, 0, sizeof(*b));
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return input_error_set(err, 400, "invalid_json", "",
+				       "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
+				       jerr.line, jerr.column);
+	b->root = root;
+	if (!json_is_object(root)) {
+		input_error_set(err, 400, "invalid_argument", "",
+				"the body must be an event object or {\"events\":[...]}");
+		goto out;
+	}
+	list = json_object_get(root, "events");
+	b->is_batch = list != NULL;
+	if (b->is_batch) {
+		if (json_object_size(root) != 1) {
+			const char *key;
+			json_t *v;
+			json_object_foreach(root, key, v) {
+				if (strcmp(key, "events") != 0) {
+					input_error_set(err, 400, "invalid_argument", key,
+							"unknown field \"%s\" next to \"events\"", key);
+					goto out;
+				}
+			}
+		}
+		if (!json_is_array(list) || json_array_size(list) == 0 ||
+		    json_array_size(list) > INGEST_MAX_BATCH) {
+			input_error_set(err, 400, "invalid_argument", "events",
+					"events must be an array of 1 to %d events", INGEST_MAX_BATCH);
+			goto out;
+		}
+		b->n = json_array_size(list);
+	} else {
+		b->n = 1;
+	}
+	b->events = calloc(b->n, sizeof(*b->events));
+	b->decoded = calloc(b->n, sizeof(*b->decoded));
+	spans = calloc(b->n, sizeof(*spans));
+	if (!b->events || !b->decoded || !spans) {
+		input_error_set(err, 500, "internal", "", "out of memory");
+		goto out;
+	}
+	if (b->is_batch) {
+		struct events_walk w = {body, 0, spans, b->n};
+		jsonspan_object(body, len, events_member_cb, &w);
+	} else {
+		struct payload_walk pw = {0, &spans[0]};
+		jsonspan_object(body, len, payload_member_cb, &pw);
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		char prefix[32] = "";
+		if (b->is_batch)
+			snprintf(prefix, sizeof(prefix), "events[%zu].", i);
+		json_t *obj = b->is_batch ? json_array_get(list, i) : root;
+		if (parse_event(obj, body, &spans[i], prefix, max_payload, &b->events[i],
+				&b->decoded[i], err))
+			goto out;
+	}
+	rc = 0;
+out:
+	free(spans);
+	if (rc)
+		ingest_batch_free(b);
+	return rc;
+}
+
+int ingest_fanout(struct ingest_batch *b, const struct sub_set *set)
+{
+	size_t total = 0;
+	size_t *counts = calloc(b->n ? b->n : 1, sizeof(*counts));
+	char (*tmp)[UUID_STR_LEN] = NULL;
+	size_t tmp_cap = 0;
+
+	if (!counts)
+		return -1;
+	/* First pass: collect every event's targets into one array, so the pointers given
+	 * to the store stay valid (no realloc after they are set). */
+	for (size_t i = 0; i < b->n; i++) {
+		long m = sub_set_match(set, b->events[i].event_type, &tmp, &tmp_cap);
+		if (m < 0)
+			goto fail;
+		size_t need = total + (size_t)m;
+		if (need > b->sub_cap) {
+			size_t cap = need * 2;
+			char (*grown)[UUID_STR_LEN] = realloc(b->sub_ids, cap * sizeof(*grown));
+			if (!grown)
+				goto fail;
+			b->sub_ids = grown;
+			b->sub_cap = cap;
+		}
+		memcpy(b->sub_ids + total, tmp, (size_t)m * sizeof(*tmp));
+		counts[i] = (size_t)m;
+		total = need;
+	}
+	size_t off = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		b->events[i].subscription_ids = counts[i] ? (const char(*)[UUID_STR_LEN])(b->sub_ids + off)
+							 : NULL;
+		b->events[i].n_subscriptions = counts[i];
+		off += counts[i];
+	}
+	free(tmp);
+	free(counts);
+	return 0;
+fail:
+	free(tmp);
+	free(counts);
+	return -1;
+}
+
+void ingest_batch_free(struct ingest_batch *b)
+{
+	if (b->decoded)
+		for (size_t i = 0; i < b->n; i++)
+			free(b->decoded[i]);
+	free(b->decoded);
+	free(b->events);
+	free(b->sub_ids);
+	json_decref(b->root);
+	memset(b, 0, sizeof(*b));
+}

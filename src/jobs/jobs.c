@@ -1,0 +1,161 @@
+/* jobs.c: relay, lease reaper and cleanup on one thread (see jobs.h). */
+#include "jobs/jobs.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#define RELAY_BATCH 1000
+
+struct jobs {
+	store *st;
+	struct sub_registry *reg;
+	struct jobs_config cfg;
+	jobs_work_cb work;
+	void *ctx;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	int stopping;
+	int relay_failing;   /* logged once per outage */
+};
+
+/* Fan-out for the relay: the subscriptions that want an event type. */
+struct relay_fanout {
+	const struct sub_set *set;
+	char (*ids)[UUID_STR_LEN];
+	size_t cap;
+};
+
+static void relay_fanout_cb(void *ctx, const char *event_type, const char (**ids)[UUID_STR_LEN],
+			    size_t *n)
+{
+	struct relay_fanout *f = ctx;
+	long m = sub_set_match(f->set, event_type, &f->ids, &f->cap);
+	if (m < 0) {
+		/* Without targets the event would be stored with no delivery: stop instead. */
+		log_error("relay: out of memory during fan-out");
+		abort();
+	}
+	*ids = (const char(*)[UUID_STR_LEN])f->ids;
+	*n = (size_t)m;
+}
+
+static void run_relay(struct jobs *j)
+{
+	struct relay_fanout f = {sub_registry_acquire(j->reg), NULL, 0};
+	size_t moved;
+	do {
+		moved = 0;
+		int rc = store_relay_outbox(j->st, RELAY_BATCH, relay_fanout_cb, &f, &moved);
+		if (rc != STORE_OK) {
+			if (!j->relay_failing)
+				log_error("relay: cannot move outbox rows: %s", store_strerror(rc));
+			j->relay_failing = 1;
+			break;
+		}
+		if (j->relay_failing)
+			log_info("relay: outbox table readable again");
+		j->relay_failing = 0;
+		if (moved && j->work)
+			j->work(j->ctx);
+	} while (moved == RELAY_BATCH);
+	free(f.ids);
+	sub_registry_release(j->reg, (struct sub_set *)f.set);
+}
+
+static void *jobs_main(void *arg)
+{
+	struct jobs *j = arg;
+	int64_t now = clock_mono_ms();
+	int64_t next_relay = now, next_reap = now + j->cfg.reap_interval_ms;
+	int64_t next_cleanup = now + j->cfg.cleanup_interval_ms;
+
+	pthread_mutex_lock(&j->mu);
+	while (!j->stopping) {
+		pthread_mutex_unlock(&j->mu);
+		now = clock_mono_ms();
+		if (now >= next_relay) {
+			run_relay(j);
+			next_relay = clock_mono_ms() + j->cfg.relay_interval_ms;
+		}
+		if (now >= next_reap) {
+			size_t n = 0;
+			if (store_reap_leases(j->st, clock_now_ms(), &n) == STORE_OK && n) {
+				log_warn("lease reaper: %zu expired leases returned to the pool", n);
+				if (j->work)
+					j->work(j->ctx);
+			}
+			next_reap = clock_mono_ms() + j->cfg.reap_interval_ms;
+		}
+		if (j->cfg.cleanup_enabled && now >= next_cleanup) {
+			size_t n = 0;
+			int rc = store_cleanup(j->st, &n);
+			if (rc == STORE_OK)
+				log_info("cleanup: deleted %zu processed deliveries", n);
+			else
+				log_error("cleanup: %s", store_strerror(rc));
+			next_cleanup = clock_mono_ms() + j->cfg.cleanup_interval_ms;
+		}
+
+		int64_t wake = next_relay;
+		if (next_reap < wake)
+			wake = next_reap;
+		if (j->cfg.cleanup_enabled && next_cleanup < wake)
+			wake = next_cleanup;
+		int64_t wait_ms = wake - clock_mono_ms();
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		if (wait_ms > 0) {
+			ts.tv_sec += wait_ms / 1000;
+			ts.tv_nsec += (wait_ms % 1000) * 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+		}
+		pthread_mutex_lock(&j->mu);
+		if (wait_ms > 0 && !j->stopping)
+			pthread_cond_timedwait(&j->cond, &j->mu, &ts);
+	}
+	pthread_mutex_unlock(&j->mu);
+	return NULL;
+}
+
+struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_config *cfg,
+			jobs_work_cb work, void *ctx)
+{
+	struct jobs *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	j->st = st;
+	j->reg = reg;
+	j->cfg = *cfg;
+	j->work = work;
+	j->ctx = ctx;
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	if (pthread_create(&j->thread, NULL, jobs_main, j)) {
+		log_error("jobs: cannot start thread");
+		free(j);
+		return NULL;
+	}
+	return j;
+}
+
+void jobs_stop(struct jobs *j)
+{
+	if (!j)
+		return;
+	pthread_mutex_lock(&j->mu);
+	j->stopping = 1;
+	pthread_cond_signal(&j->cond);
+	pthread_mutex_unlock(&j->mu);
+	pthread_join(j->thread, NULL);
+	pthread_cond_destroy(&j->cond);
+	pthread_mutex_destroy(&j->mu);
+	free(j);
+}

@@ -1,0 +1,32 @@
+/* jobs.h: the periodic work of outboxd, on one thread:
+ *  - relay: moves rows producers inserted into the `outbox` table into events and
+ *    deliveries (seed 003's transactional outbox), every relay_interval;
+ *  - lease reaper: returns deliveries whose lease expired to the pool (crash recovery);
+ *  - cleanup: deletes PROCESSED deliveries when enabled (seeds 000/002; off by default).
+ * Scheduled retries need no job of their own: a FAILED delivery with next_attempt_at is
+ * simply due work for the dispatcher. */
+#ifndef OUTBOXD_JOBS_JOBS_H
+#define OUTBOXD_JOBS_JOBS_H
+
+#include <stdint.h>
+
+#include "core/subscriptions.h"
+#include "store/store.h"
+
+struct jobs_config {
+	int64_t relay_interval_ms;
+	int64_t reap_interval_ms;
+	int cleanup_enabled;
+	int64_t cleanup_interval_ms;
+};
+
+/* Called when a job created or returned due work (to wake the dispatcher). */
+typedef void (*jobs_work_cb)(void *ctx);
+
+struct jobs;
+
+struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_config *cfg,
+			jobs_work_cb work, void *ctx);
+void jobs_stop(struct jobs *j);
+
+#endif

@@ -1,0 +1,284 @@
+/* main.c: argv, signals and wiring of outboxd. No logic of its own lives here.
+ *
+ *   outboxd serve [settings]   run the daemon (outboxd serve --help lists settings)
+ *   outboxd version            print the version */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <openssl/rand.h>
+
+#include "api/api.h"
+#include "api/http.h"
+#include "api/sub_codec.h"
+#include "core/config.h"
+#include "core/subscriptions.h"
+#include "deliver/dispatcher.h"
+#include "intake/committer.h"
+#include "jobs/jobs.h"
+#include "store/store.h"
+#include "util/log.h"
+
+#define OUTBOXD_VERSION "0.1.0"
+
+extern char **environ;
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: outboxd <command> [options]\n\n"
+		     "commands:\n"
+		     "  serve      run the delivery daemon (outboxd serve --help for settings)\n"
+		     "  version    print the version\n");
+}
+
+static char *read_file(const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	char chunk[4096];
+	size_t n;
+	while (mem && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		fwrite(chunk, 1, n, mem);
+	if (mem)
+		fclose(mem);
+	fclose(f);
+	return text;
+}
+
+/* The folder for generated state: data_dir, or the SQLite file's folder, or ./var. */
+static char *data_dir_of(const struct config *cfg)
+{
+	if (cfg->data_dir)
+		return strdup(cfg->data_dir);
+	if (strncmp(cfg->db, "sqlite:", 7) == 0) {
+		char *copy = strdup(cfg->db + 7);
+		char *dir = strdup(dirname(copy));
+		free(copy);
+		return dir;
+	}
+	return strdup("./var");
+}
+
+/* The admin token: configured, or kept in DATA_DIR/admin.token, or generated there once
+ * (DESIGN §5) and printed that one time. Returns it (caller frees) or NULL. */
+static char *admin_token(const struct config *cfg)
+{
+	if (cfg->admin_token)
+		return strdup(cfg->admin_token);
+	char *dir = data_dir_of(cfg);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/admin.token", dir);
+	mkdir(dir, 0700);
+	free(dir);
+
+	char token[80] = "";
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (!fgets(token, sizeof(token), f))
+			token[0] = '\0';
+		fclose(f);
+		token[strcspn(token, "\r\n")] = '\0';
+		if (token[0])
+			return strdup(token);
+	}
+	unsigned char raw[24];
+	if (RAND_bytes(raw, sizeof(raw)) != 1) {
+		log_error("cannot generate an admin token: no randomness");
+		return NULL;
+	}
+	strcpy(token, "obx_");
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(token + 4 + 2 * i, 3, "%02x", raw[i]);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	if (fd < 0 || write(fd, token, strlen(token)) != (ssize_t)strlen(token) || fsync(fd)) {
+		log_error("cannot write the admin token to %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	close(fd);
+	fprintf(stderr, "\nGenerated an admin token (shown once, kept in %s with mode 0600):\n"
+			"  %s\n\n", path, token);
+	return strdup(token);
+}
+
+static void wake_dispatcher(void *ctx)
+{
+	dispatcher_wake(ctx);
+}
+
+static int serve(int argc, char **argv)
+{
+	struct config cfg;
+	char err[512];
+	char *file_text = NULL, *token = NULL;
+	store *st = NULL;
+	struct sub_registry reg;
+	struct dispatcher *disp = NULL;
+	struct committer *committer = NULL;
+	struct jobs *jobs = NULL;
+	struct http_server *http = NULL;
+	int rc = 1;
+
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			printf("usage: outboxd serve [--setting value ...]\n\n");
+			config_print_help(stdout);
+			return 0;
+		}
+	}
+	const char *path = config_file_path(environ, argc, argv);
+	if (path && !(file_text = read_file(path, err, sizeof(err)))) {
+		fprintf(stderr, "outboxd: %s\n", err);
+		return 2;
+	}
+	if (config_load(&cfg, file_text, environ, argc, argv, err, sizeof(err))) {
+		fprintf(stderr, "outboxd: %s\n", err);
+		free(file_text);
+		config_free(&cfg);
+		return 2;
+	}
+	free(file_text);
+	enum log_level level;
+	if (log_level_parse(cfg.log_level, &level)) {
+		fprintf(stderr, "outboxd: log_level must be debug, info, warn or error\n");
+		config_free(&cfg);
+		return 2;
+	}
+	log_set_level(level);
+
+	/* Signals are taken by sigwait below; every thread started after this inherits
+	 * the mask, so none of them is interrupted. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	sub_registry_init(&reg);
+
+	char host[128] = "localhost", owner[192];
+	gethostname(host, sizeof(host) - 1);
+	snprintf(owner, sizeof(owner), "%s:%d", host, (int)getpid());
+	if (store_open(cfg.db, owner, &st, err, sizeof(err))) {
+		log_error("cannot open the store: %s", err);
+		goto out;
+	}
+	if (strcmp(store_backend_name(st), "sqlite") == 0) {
+		/* One outboxd owns an SQLite store (the lock says so): leases left by an
+		 * earlier run of it are stale now. */
+		size_t n = 0;
+		if (store_release_all(st, &n) == STORE_OK && n)
+			log_warn("returned %zu deliveries left in flight by the previous run", n);
+	}
+	if (!(token = admin_token(&cfg)))
+		goto out;
+
+	struct retry_policy defaults;
+	retry_policy_defaults(&defaults);
+	defaults.immediate = cfg.immediate_tries;
+	defaults.immediate_delay_ms = cfg.immediate_delay_ms;
+	defaults.immediate_timeout_ms = cfg.delivery_timeout_ms;
+	defaults.interval_ms = cfg.retry_interval_ms;
+	defaults.max_retries = cfg.max_retries;
+	defaults.timeout_ms = cfg.retry_timeout_ms;
+	if (sub_codec_reload(&reg, st, &defaults)) {
+		log_error("cannot load subscriptions");
+		goto out;
+	}
+
+	struct dispatcher_config dcfg = {
+		.max_in_flight = cfg.max_in_flight,
+		.batch = cfg.retry_batch,
+		.lease_ms = cfg.lease_ms,
+		.shutdown_grace_ms = cfg.shutdown_grace_ms,
+		.disabled_delay_ms = 5000,
+	};
+	if (!(disp = dispatcher_start(st, &reg, &dcfg)))
+		goto out;
+	if (!(committer = committer_start(st, wake_dispatcher, disp)))
+		goto out;
+	struct jobs_config jcfg = {
+		.relay_interval_ms = cfg.relay_interval_ms,
+		.reap_interval_ms = cfg.reap_interval_ms,
+		.cleanup_enabled = cfg.cleanup_enabled,
+		.cleanup_interval_ms = cfg.cleanup_interval_ms,
+	};
+	if (!(jobs = jobs_start(st, &reg, &jcfg, wake_dispatcher, disp)))
+		goto out;
+
+	struct api api = {
+		.st = st,
+		.reg = &reg,
+		.committer = committer,
+		.wake = wake_dispatcher,
+		.wake_ctx = disp,
+		.admin_token = token,
+		.ingest_token = cfg.ingest_token,
+		.max_payload = cfg.max_payload,
+		.max_request = cfg.max_request,
+		.retry_defaults = defaults,
+	};
+	if (!(http = http_server_start(&api, cfg.listen, cfg.api_threads, err, sizeof(err)))) {
+		log_error("%s", err);
+		goto out;
+	}
+	log_info("outboxd %s listening on http://%s (store: %s)", OUTBOXD_VERSION, cfg.listen,
+		 store_backend_name(st));
+
+	int sig = 0;
+	sigwait(&sigs, &sig);
+	log_info("received %s: stopping intake, finishing in-flight deliveries",
+		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	rc = 0;
+out:
+	/* Order: no new requests, no new relayed rows, commit what was accepted, then let
+	 * the dispatcher finish or hand back its work. */
+	http_server_stop(http);
+	jobs_stop(jobs);
+	committer_stop(committer);
+	dispatcher_stop(disp);
+	store_close(st);
+	sub_registry_destroy(&reg);
+	curl_global_cleanup();
+	free(token);
+	config_free(&cfg);
+	if (rc == 0)
+		log_info("stopped cleanly");
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "serve") == 0)
+		return serve(argc - 2, argv + 2);
+	if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+		printf("outboxd %s\n", OUTBOXD_VERSION);
+		return 0;
+	}
+	if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "outboxd: unknown command \"%s\"\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,56 @@
+/* backend.h: what a storage backend implements (SQLite, PostgreSQL).
+ *
+ * Only store.c and the backends include this file; everybody else uses the store_*
+ * wrappers of store.h with an opaque handle. */
+#ifndef OUTBOXD_STORE_BACKEND_H
+#define OUTBOXD_STORE_BACKEND_H
+
+#include "store/store.h"
+
+/* ---- backends ------------------------------------------------------------------------ */
+
+/* What a backend implements. The wrappers above check arguments and call these. */
+struct store_ops {
+	const char *name;
+	const char *dsn_prefix;     /* "sqlite:", "postgres://" */
+	int (*open)(store *st, const char *dsn, char *err, size_t errlen);
+	void (*close)(store *st);
+	int (*ping)(store *st);
+	int (*ingest)(store *st, struct store_event_in *events, size_t n);
+	int (*relay_outbox)(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
+			    size_t *relayed);
+	int (*claim_due)(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
+			 struct store_claim **items, size_t *n);
+	int (*next_due)(store *st, int64_t *at_ms);
+	int (*record_results)(store *st, const struct store_result *results, size_t n);
+	int (*reap_leases)(store *st, int64_t now_ms, size_t *n);
+	int (*release_all)(store *st, size_t *n);
+	int (*event_get)(store *st, const char *id, struct store_event *ev);
+	int (*event_deliveries)(store *st, const char *event_id, struct store_delivery **items,
+				size_t *n);
+	int (*delivery_get)(store *st, const char *id, struct store_delivery *d);
+	int (*delivery_attempts)(store *st, const char *id, struct store_attempt_row **items,
+				 size_t *n);
+	int (*deliveries_list)(store *st, const struct store_delivery_filter *f,
+			       struct store_delivery **items, size_t *n, char **next_cursor);
+	int (*replay)(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
+		      enum store_replay_outcome *outcomes, size_t *replayed);
+	int (*dlq_purge)(store *st, const char *delivery_id);
+	int (*cleanup)(store *st, size_t *deleted);
+	int (*sub_create)(store *st, const struct store_sub *sub);
+	int (*sub_update)(store *st, const struct store_sub *sub);
+	int (*sub_delete)(store *st, const char *id);
+	int (*sub_get)(store *st, const char *id, struct store_sub *out);
+	int (*sub_list)(store *st, struct store_sub **items, size_t *n);
+};
+
+/* The handle every backend receives; backends keep their state behind priv. */
+struct store {
+	const struct store_ops *ops;
+	void *priv;
+	char owner[128];
+};
+
+extern const struct store_ops store_sqlite_ops;
+
+#endif

@@ -1,0 +1,441 @@
+/* store.c: the backend-independent half of the storage interface.
+ *
+ * Picks a backend by DSN prefix, checks arguments once for every backend (so each
+ * backend may assume sane input), initialises out-parameters so callers can always free
+ * them, and frees what the readers return. No SQL and no library types here. */
+#include "store/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/uuid.h"
+
+/* Hard caps on batch sizes: one transaction must stay short enough not to hold the
+ * writer for long (ingest of other requests waits behind it). */
+#define STORE_MAX_BATCH 10000
+#define STORE_MAX_PAGE 1000
+
+static const char *const err_names[] = {
+	[STORE_OK] = "ok",
+	[STORE_NOT_FOUND] = "not found",
+	[STORE_CONFLICT] = "conflict",
+	[STORE_UNAVAILABLE] = "store unavailable",
+	[STORE_LOCKED] = "store locked by another process",
+	[STORE_INVALID] = "invalid argument",
+	[STORE_ERROR] = "store error",
+};
+
+const char *store_strerror(int err)
+{
+	if (err < 0 || (size_t)err >= sizeof(err_names) / sizeof(err_names[0]))
+		return "unknown store error";
+	return err_names[err];
+}
+
+static void set_err(char *err, size_t errlen, const char *msg)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s", msg);
+}
+
+static int has_prefix(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+int store_open(const char *dsn, const char *owner, store **out, char *err, size_t errlen)
+{
+	const struct store_ops *ops = NULL;
+	struct store *st = NULL;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if (!dsn || !owner || !out || !*owner) {
+		set_err(err, errlen, "store_open: dsn, owner and out are required");
+		return STORE_INVALID;
+	}
+	if (strlen(owner) >= sizeof(st->owner)) {
+		set_err(err, errlen, "store_open: owner name too long");
+		return STORE_INVALID;
+	}
+	if (has_prefix(dsn, store_sqlite_ops.dsn_prefix)) {
+		ops = &store_sqlite_ops;
+	} else if (has_prefix(dsn, "postgres://") || has_prefix(dsn, "postgresql://")) {
+		set_err(err, errlen, "postgres backend not built yet");
+		return STORE_ERROR;
+	} else {
+		set_err(err, errlen,
+			"unknown database URL (expected sqlite:PATH or postgres://...)");
+		return STORE_INVALID;
+	}
+
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		set_err(err, errlen, "out of memory");
+		return STORE_ERROR;
+	}
+	st->ops = ops;
+	strcpy(st->owner, owner);
+	set_err(err, errlen, "");
+	rc = ops->open(st, dsn, err, errlen);
+	if (rc != STORE_OK) {
+		free(st);
+		return rc;
+	}
+	*out = st;
+	return STORE_OK;
+}
+
+void store_close(store *st)
+{
+	if (!st)
+		return;
+	st->ops->close(st);
+	free(st);
+}
+
+const char *store_backend_name(const store *st)
+{
+	return st ? st->ops->name : "none";
+}
+
+const char *store_owner(const store *st)
+{
+	return st ? st->owner : "";
+}
+
+int store_ping(store *st)
+{
+	if (!st)
+		return STORE_INVALID;
+	return st->ops->ping(st);
+}
+
+/* ---- ingest and fan-out ------------------------------------------------------------ */
+
+static int event_in_valid(const struct store_event_in *ev)
+{
+	if (!ev->event_type || !*ev->event_type || !ev->content_type)
+		return 0;
+	if (!ev->payload && ev->payload_len)
+		return 0;
+	if (!ev->subscription_ids && ev->n_subscriptions)
+		return 0;
+	if (strnlen(ev->id, UUID_STR_LEN) == UUID_STR_LEN)
+		return 0;
+	return 1;
+}
+
+int store_ingest(store *st, struct store_event_in *events, size_t n)
+{
+	if (!st || (!events && n) || n > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	for (size_t i = 0; i < n; i++) {
+		if (!event_in_valid(&events[i]))
+			return STORE_INVALID;
+		/* An empty id means "make one": the caller then reads it back. */
+		if (!events[i].id[0])
+			uuid_v7(events[i].id);
+		events[i].duplicate = 0;
+	}
+	if (!n)
+		return STORE_OK;
+	return st->ops->ingest(st, events, n);
+}
+
+int store_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
+		       size_t *relayed)
+{
+	if (relayed)
+		*relayed = 0;
+	if (!st || !fanout || !relayed || limit < 1 || limit > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	return st->ops->relay_outbox(st, limit, fanout, ctx, relayed);
+}
+
+/* ---- the dispatcher's side --------------------------------------------------------- */
+
+int store_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
+		    struct store_claim **items, size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n || lease_ms <= 0 || limit < 1 || limit > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	return st->ops->claim_due(st, now_ms, lease_ms, limit, items, n);
+}
+
+void store_claims_free(struct store_claim *items, size_t n)
+{
+	if (!items)
+		return;
+	/* event_type is the start of each claim's single allocation. */
+	for (size_t i = 0; i < n; i++)
+		free(items[i].event_type);
+	free(items);
+}
+
+int store_next_due(store *st, int64_t *at_ms)
+{
+	if (at_ms)
+		*at_ms = 0;
+	if (!st || !at_ms)
+		return STORE_INVALID;
+	return st->ops->next_due(st, at_ms);
+}
+
+static int result_valid(const struct store_result *r)
+{
+	if (!r->delivery_id || !*r->delivery_id)
+		return 0;
+	if ((unsigned)r->status > DELIVERY_FAILED)
+		return 0;
+	if (!r->attempts && r->n_attempts)
+		return 0;
+	for (size_t i = 0; i < r->n_attempts; i++)
+		if ((unsigned)r->attempts[i].kind > ATTEMPT_MANUAL || r->attempts[i].n < 1)
+			return 0;
+	return 1;
+}
+
+int store_record_results(store *st, const struct store_result *results, size_t n)
+{
+	if (!st || (!results && n) || n > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	for (size_t i = 0; i < n; i++)
+		if (!result_valid(&results[i]))
+			return STORE_INVALID;
+	if (!n)
+		return STORE_OK;
+	return st->ops->record_results(st, results, n);
+}
+
+int store_reap_leases(store *st, int64_t now_ms, size_t *n)
+{
+	if (n)
+		*n = 0;
+	if (!st || !n)
+		return STORE_INVALID;
+	return st->ops->reap_leases(st, now_ms, n);
+}
+
+int store_release_all(store *st, size_t *n)
+{
+	if (n)
+		*n = 0;
+	if (!st || !n)
+		return STORE_INVALID;
+	return st->ops->release_all(st, n);
+}
+
+/* ---- reading ------------------------------------------------------------------------ */
+
+int store_event_get(store *st, const char *id, struct store_event *ev)
+{
+	if (ev)
+		memset(ev, 0, sizeof(*ev));
+	if (!st || !id || !ev)
+		return STORE_INVALID;
+	return st->ops->event_get(st, id, ev);
+}
+
+void store_event_free(struct store_event *ev)
+{
+	if (!ev)
+		return;
+	free(ev->event_type);
+	free(ev->source);
+	free(ev->source_event_id);
+	free(ev->partition_key);
+	free(ev->content_type);
+	free(ev->payload);
+	memset(ev, 0, sizeof(*ev));
+}
+
+int store_event_deliveries(store *st, const char *event_id, struct store_delivery **items,
+			   size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !event_id || !items || !n)
+		return STORE_INVALID;
+	return st->ops->event_deliveries(st, event_id, items, n);
+}
+
+int store_delivery_get(store *st, const char *id, struct store_delivery *d)
+{
+	if (d)
+		memset(d, 0, sizeof(*d));
+	if (!st || !id || !d)
+		return STORE_INVALID;
+	return st->ops->delivery_get(st, id, d);
+}
+
+int store_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
+			    size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !id || !items || !n)
+		return STORE_INVALID;
+	return st->ops->delivery_attempts(st, id, items, n);
+}
+
+void store_delivery_free(struct store_delivery *d)
+{
+	if (!d)
+		return;
+	free(d->event_type);
+	free(d->last_message);
+	free(d->last_cause);
+	free(d->lease_owner);
+	memset(d, 0, sizeof(*d));
+}
+
+void store_deliveries_free(struct store_delivery *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		store_delivery_free(&items[i]);
+	free(items);
+}
+
+void store_attempts_free(struct store_attempt_row *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		free(items[i].message);
+		free(items[i].cause);
+	}
+	free(items);
+}
+
+int store_deliveries_list(store *st, const struct store_delivery_filter *f,
+			  struct store_delivery **items, size_t *n, char **next_cursor)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (next_cursor)
+		*next_cursor = NULL;
+	if (!st || !f || !items || !n || !next_cursor)
+		return STORE_INVALID;
+	if (f->limit < 1 || f->limit > STORE_MAX_PAGE)
+		return STORE_INVALID;
+	if ((unsigned)f->sort > STORE_SORT_ATTEMPTS)
+		return STORE_INVALID;
+	if (f->has_status && (unsigned)f->status > DELIVERY_FAILED)
+		return STORE_INVALID;
+	if (f->from_ms < 0 || f->to_ms < 0)
+		return STORE_INVALID;
+	return st->ops->deliveries_list(st, f, items, n, next_cursor);
+}
+
+/* ---- operator actions --------------------------------------------------------------- */
+
+int store_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
+		 enum store_replay_outcome *outcomes, size_t *replayed)
+{
+	if (replayed)
+		*replayed = 0;
+	if (!st || (!ids && n) || !replayed || n > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	if (!n)
+		return STORE_OK;
+	return st->ops->replay(st, ids, n, force, outcomes, replayed);
+}
+
+int store_dlq_purge(store *st, const char *delivery_id)
+{
+	if (!st || !delivery_id)
+		return STORE_INVALID;
+	return st->ops->dlq_purge(st, delivery_id);
+}
+
+int store_cleanup(store *st, size_t *deleted)
+{
+	if (deleted)
+		*deleted = 0;
+	if (!st || !deleted)
+		return STORE_INVALID;
+	return st->ops->cleanup(st, deleted);
+}
+
+/* ---- subscriptions ------------------------------------------------------------------ */
+
+static int sub_valid(const struct store_sub *sub)
+{
+	return sub && sub->id[0] && strnlen(sub->id, UUID_STR_LEN) < UUID_STR_LEN &&
+	       sub->name && *sub->name && sub->config;
+}
+
+int store_sub_create(store *st, const struct store_sub *sub)
+{
+	if (!st || !sub_valid(sub))
+		return STORE_INVALID;
+	return st->ops->sub_create(st, sub);
+}
+
+int store_sub_update(store *st, const struct store_sub *sub)
+{
+	if (!st || !sub_valid(sub))
+		return STORE_INVALID;
+	return st->ops->sub_update(st, sub);
+}
+
+int store_sub_delete(store *st, const char *id)
+{
+	if (!st || !id)
+		return STORE_INVALID;
+	return st->ops->sub_delete(st, id);
+}
+
+int store_sub_get(store *st, const char *id, struct store_sub *out)
+{
+	if (out)
+		memset(out, 0, sizeof(*out));
+	if (!st || !id || !out)
+		return STORE_INVALID;
+	return st->ops->sub_get(st, id, out);
+}
+
+int store_sub_list(store *st, struct store_sub **items, size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n)
+		return STORE_INVALID;
+	return st->ops->sub_list(st, items, n);
+}
+
+void store_sub_free(struct store_sub *sub)
+{
+	if (!sub)
+		return;
+	free(sub->name);
+	free(sub->config);
+	sub->name = NULL;
+	sub->config = NULL;
+}
+
+void store_subs_free(struct store_sub *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		store_sub_free(&items[i]);
+	free(items);
+}

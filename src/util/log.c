@@ -1,0 +1,75 @@
+/* log.c: one-line logs to stderr, "2026-11-21T23:04:15.123Z info message".
+ *
+ * Each line is assembled in a bounded stack buffer and written with a single fprintf, so
+ * lines from different threads do not interleave. Control characters in the message are
+ * replaced, so a line is always one line (a peer's error text cannot forge log lines).
+ * Messages longer than the buffer are cut and end in "...". */
+#include "util/log.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util/clock.h"
+
+#define LOG_LINE_MAX 4096
+
+static _Atomic int log_threshold = LOG_INFO;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void log_set_level(enum log_level l)
+{
+	if ((unsigned)l <= LOG_ERROR)
+		atomic_store_explicit(&log_threshold, (int)l, memory_order_relaxed);
+}
+
+int log_level_parse(const char *name, enum log_level *out)
+{
+	if (!name)
+		return -1;
+	for (int i = 0; i <= LOG_ERROR; i++) {
+		if (strcasecmp(name, level_names[i]) == 0) {
+			*out = (enum log_level)i;
+			return 0;
+		}
+	}
+	if (strcasecmp(name, "warning") == 0) {
+		*out = LOG_WARN;
+		return 0;
+	}
+	return -1;
+}
+
+void log_msg(enum log_level l, const char *fmt, ...)
+{
+	char msg[LOG_LINE_MAX];
+	char ts[RFC3339_LEN];
+	va_list ap;
+	int n;
+
+	if ((unsigned)l > LOG_ERROR)
+		l = LOG_ERROR;
+	if ((int)l < atomic_load_explicit(&log_threshold, memory_order_relaxed))
+		return;
+
+	va_start(ap, fmt);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		snprintf(msg, sizeof(msg), "(unformattable log message)");
+	else if ((size_t)n >= sizeof(msg))
+		memcpy(msg + sizeof(msg) - 4, "...", 4);
+
+	for (char *p = msg; *p; p++) {
+		if (*p == '\n' || *p == '\r' || *p == '\t')
+			*p = ' ';
+		else if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	}
+
+	fprintf(stderr, "%s %s %s\n", clock_format_rfc3339(clock_now_ms(), ts),
+		level_names[l], msg);
+}

@@ -1,0 +1,16 @@
+/* log.h: one-line logs to stderr: "2026-11-21T23:04:15.123Z level message". */
+#ifndef OUTBOXD_UTIL_LOG_H
+#define OUTBOXD_UTIL_LOG_H
+
+enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+void log_set_level(enum log_level l);
+int log_level_parse(const char *name, enum log_level *out);
+void log_msg(enum log_level l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+#endif

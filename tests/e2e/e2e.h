@@ -1,0 +1,109 @@
+/* e2e.h: small helpers shared by the end-to-end tests (on top of tests/support/harness.h). */
+#ifndef OUTBOXD_TESTS_E2E_H
+#define OUTBOXD_TESTS_E2E_H
+
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+/* The SQLite file of a daemon (d->db is the DSN "sqlite:PATH"). */
+static inline const char *e2e_db_path(const struct daemon *d)
+{
+	return strncmp(d->db, "sqlite:", 7) == 0 ? d->db + 7 : d->db;
+}
+
+/* Creates a subscription from a JSON text made with printf formatting; returns its id
+ * (static buffer per call site is not needed: copied into out). */
+static inline void e2e_create_sub(struct daemon *d, char out[64], const char *fmt, ...)
+{
+	char body[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(body, sizeof(body), fmt, ap);
+	va_end(ap);
+	json_t *s = api_call(d, "POST", "/v1/subscriptions", body, 201);
+	assert_non_null(s);
+	snprintf(out, 64, "%s", json_string_value(json_object_get(s, "id")));
+	json_decref(s);
+}
+
+/* Sends one event; returns its id in out. */
+static inline void e2e_send(struct daemon *d, char out[64], const char *body)
+{
+	json_t *r = api_call(d, "POST", "/v1/events", body, 202);
+	assert_non_null(r);
+	snprintf(out, 64, "%s", json_string_value(json_array_get(json_object_get(r, "ids"), 0)));
+	json_decref(r);
+}
+
+/* GET path and return the JSON (asserting 200). */
+static inline json_t *e2e_get(struct daemon *d, const char *fmt, ...)
+{
+	char path[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(path, sizeof(path), fmt, ap);
+	va_end(ap);
+	return api_call(d, "GET", path, NULL, 200);
+}
+
+/* Polls GET path until the string at json key `field` of the first item (or of the
+ * object) equals want, up to timeout_ms. Returns the last JSON seen (caller frees). */
+struct e2e_wait_ctx {
+	struct daemon *d;
+	const char *path;
+	const char *field;
+	const char *want;
+	json_t *last;
+};
+
+static inline int e2e_field_is(void *arg)
+{
+	struct e2e_wait_ctx *c = arg;
+	json_decref(c->last);
+	c->last = api_call(c->d, "GET", c->path, NULL, 200);
+	json_t *v = json_object_get(c->last, c->field);
+	return json_is_string(v) && strcmp(json_string_value(v), c->want) == 0;
+}
+
+/* Waits until delivery `id` has status want; returns the delivery JSON (caller frees). */
+static inline json_t *e2e_wait_status(struct daemon *d, const char *delivery_id,
+				      const char *want, int timeout_ms)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "/v1/deliveries/%s", delivery_id);
+	struct e2e_wait_ctx c = {d, path, "status", want, NULL};
+	int rc = harness_wait(e2e_field_is, &c, timeout_ms);
+	if (rc != 0) {
+		char *dump = json_dumps(c.last, JSON_INDENT(2));
+		fprintf(stderr, "delivery %s never reached %s; last seen:\n%s\n", delivery_id, want,
+			dump ? dump : "(null)");
+		free(dump);
+	}
+	assert_int_equal(rc, 0);
+	return c.last;
+}
+
+/* The ids of the deliveries of an event, in order, into ids[max]; returns the count. */
+static inline size_t e2e_deliveries_of(struct daemon *d, const char *event_id, char ids[][64],
+				       size_t max)
+{
+	json_t *ev = e2e_get(d, "/v1/events/%s", event_id);
+	json_t *list = json_object_get(ev, "deliveries");
+	size_t n = json_array_size(list);
+	for (size_t i = 0; i < n && i < max; i++)
+		snprintf(ids[i], 64, "%s",
+			 json_string_value(json_object_get(json_array_get(list, i), "id")));
+	json_decref(ev);
+	return n;
+}
+
+#endif

@@ -1,0 +1,268 @@
+/* test_delivery.c: what a subscriber sees — fan-out with exact bodies and headers,
+ * signatures, immediate retries, and the error mapping of seed 001 (timeout 504,
+ * connection refused 503). Real daemon, real receiver. */
+#include "e2e.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+static struct receiver rcv;
+static struct daemon dmn;
+
+static int setup(void **state)
+{
+	assert_int_equal(receiver_start(&rcv), 0);
+	const char *env[] = {"OUTBOXD_RETRY_INTERVAL=200ms", NULL};
+	memset(&dmn, 0, sizeof(dmn));
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	assert_int_equal(daemon_stop(&dmn), 0); /* SIGTERM: a clean exit 0 */
+	daemon_cleanup(&dmn);
+	receiver_stop(&rcv);
+	return 0;
+}
+
+static const char *header(json_t *req, const char *name)
+{
+	return json_string_value(json_object_get(json_object_get(req, "headers"), name));
+}
+
+/* Recomputes the Standard Webhooks signature independently of outboxd. */
+static void expected_signature(const char *secret_b64, const char *id, const char *ts,
+			       const char *body, char out[128])
+{
+	unsigned char key[128], mac[32];
+	unsigned int mac_len = 0;
+	int klen = EVP_DecodeBlock(key, (const unsigned char *)secret_b64, (int)strlen(secret_b64));
+	if (secret_b64[strlen(secret_b64) - 1] == '=')
+		klen--;
+	char msg[4096];
+	snprintf(msg, sizeof(msg), "%s.%s.%s", id, ts, body);
+	HMAC(EVP_sha256(), key, klen, (unsigned char *)msg, strlen(msg), mac, &mac_len);
+	strcpy(out, "v1,");
+	EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len);
+}
+
+static void test_fanout_three_subscribers(void **state)
+{
+	char a[64], b[64], c[64], other[64], ev[64];
+	e2e_create_sub(&dmn, a, "{\"name\":\"a\",\"event_types\":[\"user.*\"],\"endpoint\":\"%s/a\"}",
+		       rcv.url);
+	e2e_create_sub(&dmn, b,
+		       "{\"name\":\"b\",\"event_types\":[\"user.created\"],\"endpoint\":\"%s/b?x=1\","
+		       "\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\","
+		       "\"headers\":{\"X-Team\":\"growth\"},\"auth\":{\"type\":\"bearer\",\"token\":\"t0k\"}}",
+		       rcv.url);
+	e2e_create_sub(&dmn, c, "{\"name\":\"c\",\"event_types\":[\"*.created\"],\"endpoint\":\"%s/c\"}",
+		       rcv.url);
+	e2e_create_sub(&dmn, other,
+		       "{\"name\":\"other\",\"event_types\":[\"order.*\"],\"endpoint\":\"%s/other\"}",
+		       rcv.url);
+
+	/* The payload must arrive byte for byte: 0.1 and the big number would change if
+	 * re-encoded, and so would the spacing. */
+	const char *payload = "{ \"user\": \"ann\", \"score\": 0.1, \"n\": 12345678901234567 }";
+	char body[512];
+	snprintf(body, sizeof(body), "{\"event_type\":\"user.created\",\"source\":\"crm\",\"payload\":%s}",
+		 payload);
+	e2e_send(&dmn, ev, body);
+
+	assert_int_equal(receiver_wait_count(&rcv, "/a", 1, 5000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/b", 1, 5000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/c", 1, 5000), 0);
+
+	const char *paths[] = {"/a", "/b", "/c"};
+	for (int i = 0; i < 3; i++) {
+		json_t *reqs = receiver_requests(&rcv, paths[i]);
+		assert_int_equal(json_array_size(reqs), 1);
+		json_t *r = json_array_get(reqs, 0);
+		assert_string_equal(json_string_value(json_object_get(r, "method")), "POST");
+		assert_string_equal(json_string_value(json_object_get(r, "body")), payload);
+		assert_string_equal(header(r, "content-type"), "application/json");
+		assert_string_equal(header(r, "webhook-id"), ev);
+		assert_non_null(header(r, "webhook-timestamp"));
+		assert_string_equal(header(r, "outboxd-event-type"), "user.created");
+		assert_string_equal(header(r, "outboxd-attempt"), "1");
+		assert_non_null(header(r, "outboxd-delivery-id"));
+		const char *tp = header(r, "traceparent");
+		assert_non_null(tp);
+		assert_int_equal(strlen(tp), 55);
+		assert_memory_equal(tp, "00-", 3);
+		if (i == 1) {
+			char want[128];
+			assert_string_equal(json_string_value(json_object_get(r, "path")), "/b?x=1");
+			assert_string_equal(header(r, "x-team"), "growth");
+			assert_string_equal(header(r, "authorization"), "Bearer t0k");
+			expected_signature("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", ev,
+					   header(r, "webhook-timestamp"), payload, want);
+			assert_string_equal(header(r, "webhook-signature"), want);
+		} else {
+			assert_null(header(r, "webhook-signature"));
+		}
+		json_decref(reqs);
+	}
+	assert_int_equal(receiver_count(&rcv, "/other"), 0);
+
+	/* What an operator sees: three PROCESSED deliveries, one attempt each. */
+	char ids[8][64];
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 8), 3);
+	for (int i = 0; i < 3; i++) {
+		json_t *d = e2e_wait_status(&dmn, ids[i], "PROCESSED", 5000);
+		json_t *attempts = json_object_get(d, "attempts");
+		assert_int_equal(json_array_size(attempts), 1);
+		assert_int_equal(json_integer_value(json_object_get(json_array_get(attempts, 0), "code")), 200);
+		assert_true(json_is_string(json_object_get(d, "processed_at")));
+		json_decref(d);
+	}
+}
+
+static void test_503_twice_then_200(void **state)
+{
+	char sub[64], ev[64], ids[2][64];
+	assert_int_equal(receiver_script(&rcv, "/flaky",
+					 "{\"path\":\"/flaky\",\"responses\":[{\"status\":503,\"body\":\"busy\"},"
+					 "{\"status\":503},{\"status\":200}]}"), 0);
+	e2e_create_sub(&dmn, sub, "{\"name\":\"flaky\",\"event_types\":[\"flaky.event\"],"
+				  "\"endpoint\":\"%s/flaky\"}", rcv.url);
+	e2e_send(&dmn, ev, "{\"event_type\":\"flaky.event\",\"payload\":{\"k\":1}}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 2), 1);
+	json_t *d = e2e_wait_status(&dmn, ids[0], "PROCESSED", 5000);
+	json_t *attempts = json_object_get(d, "attempts");
+	assert_int_equal(json_array_size(attempts), 3);
+	int codes[] = {503, 503, 200};
+	for (int i = 0; i < 3; i++) {
+		json_t *a = json_array_get(attempts, i);
+		assert_int_equal(json_integer_value(json_object_get(a, "code")), codes[i]);
+		assert_int_equal(json_integer_value(json_object_get(a, "n")), i + 1);
+		assert_string_equal(json_string_value(json_object_get(a, "kind")), "immediate");
+	}
+	/* The subscriber's answer is kept as the cause. */
+	assert_string_equal(json_string_value(json_object_get(json_array_get(attempts, 0), "cause")),
+			    "busy");
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 3);
+	json_decref(d);
+
+	json_t *reqs = receiver_requests(&rcv, "/flaky");
+	assert_int_equal(json_array_size(reqs), 3);
+	for (int i = 0; i < 3; i++) {
+		char want[4];
+		snprintf(want, sizeof(want), "%d", i + 1);
+		json_t *h = json_object_get(json_array_get(reqs, (size_t)i), "headers");
+		assert_string_equal(json_string_value(json_object_get(h, "outboxd-attempt")), want);
+		assert_string_equal(json_string_value(json_object_get(h, "webhook-id")), ev);
+	}
+	json_decref(reqs);
+}
+
+static void test_timeout_is_504(void **state)
+{
+	char sub[64], ev[64], ids[2][64];
+	assert_int_equal(receiver_script(&rcv, "/slow",
+					 "{\"path\":\"/slow\",\"default\":{\"status\":200,\"delay_ms\":1500}}"),
+			 0);
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"slow\",\"event_types\":[\"slow.event\"],\"endpoint\":\"%s/slow\","
+		       "\"timeout\":\"200ms\",\"retry\":{\"immediate\":1,\"max_retries\":1,"
+		       "\"interval\":\"100ms\",\"timeout\":\"200ms\"}}", rcv.url);
+	e2e_send(&dmn, ev, "{\"event_type\":\"slow.event\",\"payload\":{}}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 2), 1);
+
+	/* One immediate try and one scheduled retry, both timing out: dead-lettered. */
+	char path[128];
+	snprintf(path, sizeof(path), "/v1/deliveries/%s", ids[0]);
+	json_t *d = NULL;
+	for (int i = 0; i < 100; i++) {
+		json_decref(d);
+		d = e2e_get(&dmn, "%s", path);
+		if (json_is_true(json_object_get(d, "dead")))
+			break;
+		usleep(100 * 1000);
+	}
+	assert_true(json_is_true(json_object_get(d, "dead")));
+	assert_string_equal(json_string_value(json_object_get(d, "status")), "FAILED");
+	json_t *attempts = json_object_get(d, "attempts");
+	assert_int_equal(json_array_size(attempts), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(attempts, 1), "kind")),
+			    "scheduled");
+	for (int i = 0; i < 2; i++) {
+		json_t *a = json_array_get(attempts, (size_t)i);
+		assert_int_equal(json_integer_value(json_object_get(a, "code")), 504);
+		assert_true(json_integer_value(json_object_get(a, "duration_ms")) >= 150);
+		assert_true(json_integer_value(json_object_get(a, "duration_ms")) < 1400);
+	}
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(d, "last_error"), "code")),
+			 504);
+	json_decref(d);
+}
+
+static void test_connection_refused_is_503(void **state)
+{
+	char sub[64], ev[64], ids[2][64];
+	int port = harness_free_port(); /* nothing listens there */
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"refused\",\"event_types\":[\"refused.event\"],"
+		       "\"endpoint\":\"http://127.0.0.1:%d/x\",\"retry\":{\"immediate\":2,"
+		       "\"max_retries\":1,\"interval\":\"100ms\"}}", port);
+	e2e_send(&dmn, ev, "{\"event_type\":\"refused.event\",\"payload\":[1,2]}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 2), 1);
+	json_t *d = NULL;
+	for (int i = 0; i < 100; i++) {
+		json_decref(d);
+		d = e2e_get(&dmn, "/v1/deliveries/%s", ids[0]);
+		if (json_is_true(json_object_get(d, "dead")))
+			break;
+		usleep(100 * 1000);
+	}
+	assert_true(json_is_true(json_object_get(d, "dead")));
+	json_t *attempts = json_object_get(d, "attempts");
+	assert_int_equal(json_array_size(attempts), 3);
+	for (int i = 0; i < 3; i++) {
+		json_t *a = json_array_get(attempts, (size_t)i);
+		assert_int_equal(json_integer_value(json_object_get(a, "code")), 503);
+		assert_string_equal(json_string_value(json_object_get(a, "message")),
+				    "connection refused");
+		assert_non_null(json_string_value(json_object_get(a, "cause")));
+	}
+	json_decref(d);
+}
+
+static void test_binary_payload_and_basic_auth(void **state)
+{
+	char sub[64], ev[64];
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"bin\",\"event_types\":[\"bin.*\"],\"endpoint\":\"%s/bin\","
+		       "\"payload_format\":\"binary\",\"auth\":{\"type\":\"basic\","
+		       "\"username\":\"u\",\"password\":\"p@ss\"}}", rcv.url);
+	/* bytes 00 01 02 ff fe */
+	e2e_send(&dmn, ev, "{\"event_type\":\"bin.blob\",\"payload_base64\":\"AAEC//4=\"}");
+	assert_int_equal(receiver_wait_count(&rcv, "/bin", 1, 5000), 0);
+	json_t *reqs = receiver_requests(&rcv, "/bin");
+	json_t *r = json_array_get(reqs, 0);
+	assert_string_equal(json_string_value(json_object_get(r, "body_base64")), "AAEC//4=");
+	assert_string_equal(header(r, "content-type"), "application/octet-stream");
+	assert_string_equal(header(r, "authorization"), "Basic dTpwQHNz");
+	json_decref(reqs);
+
+	/* Credentials are never returned in clear. */
+	json_t *s = e2e_get(&dmn, "/v1/subscriptions/%s", sub);
+	json_t *auth = json_object_get(s, "auth");
+	assert_string_equal(json_string_value(json_object_get(auth, "username")), "u");
+	assert_string_not_equal(json_string_value(json_object_get(auth, "password")), "p@ss");
+	json_decref(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fanout_three_subscribers),
+		cmocka_unit_test(test_503_twice_then_200),
+		cmocka_unit_test(test_timeout_is_504),
+		cmocka_unit_test(test_connection_refused_is_503),
+		cmocka_unit_test(test_binary_payload_and_basic_auth),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

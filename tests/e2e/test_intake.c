@@ -1,0 +1,316 @@
+/* test_intake.c: how events get in — idempotent ingest, batches, the producer outbox
+ * table written by another process, and every bad-input case answered with the right
+ * 4xx and a JSON error naming the field, with nothing stored. */
+#include "e2e.h"
+
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct receiver rcv;
+static struct daemon dmn;
+static char sub_id[64];
+
+static int setup(void **state)
+{
+	assert_int_equal(receiver_start(&rcv), 0);
+	const char *env[] = {"OUTBOXD_MAX_PAYLOAD=1KiB", "OUTBOXD_MAX_REQUEST=64KiB", NULL};
+	memset(&dmn, 0, sizeof(dmn));
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	e2e_create_sub(&dmn, sub_id, "{\"name\":\"all\",\"event_types\":[\"*\"],\"endpoint\":\"%s/in\"}",
+		       rcv.url);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	assert_int_equal(daemon_stop(&dmn), 0);
+	daemon_cleanup(&dmn);
+	receiver_stop(&rcv);
+	return 0;
+}
+
+static size_t delivery_total(void)
+{
+	size_t total = 0;
+	char path[256] = "/v1/deliveries?limit=1000";
+	for (;;) {
+		json_t *page = e2e_get(&dmn, "%s", path);
+		total += json_array_size(json_object_get(page, "items"));
+		json_t *next = json_object_get(page, "next_cursor");
+		if (!json_is_string(next)) {
+			json_decref(page);
+			return total;
+		}
+		snprintf(path, sizeof(path), "/v1/deliveries?limit=1000&cursor=%s", json_string_value(next));
+		json_decref(page);
+	}
+}
+
+static void test_idempotent_ingest(void **state)
+{
+	const char *body = "{\"event_type\":\"order.paid\",\"source\":\"shop\","
+			   "\"source_event_id\":\"order-17\",\"payload\":{\"total\":5}}";
+	json_t *first = api_call(&dmn, "POST", "/v1/events", body, 202);
+	json_t *second = api_call(&dmn, "POST", "/v1/events", body, 202);
+	const char *id1 = json_string_value(json_array_get(json_object_get(first, "ids"), 0));
+	const char *id2 = json_string_value(json_array_get(json_object_get(second, "ids"), 0));
+	assert_string_equal(id1, id2);
+	assert_null(json_object_get(first, "duplicate"));
+	assert_true(json_is_true(json_object_get(second, "duplicate")));
+	char ids[4][64];
+	assert_int_equal(e2e_deliveries_of(&dmn, id1, ids, 4), 1);
+	assert_int_equal(receiver_wait_count(&rcv, "/in", 1, 5000), 0);
+	usleep(300 * 1000);
+	/* Delivered once, not twice. */
+	json_t *reqs = receiver_requests(&rcv, "/in");
+	size_t seen = 0;
+	for (size_t i = 0; i < json_array_size(reqs); i++) {
+		json_t *h = json_object_get(json_array_get(reqs, i), "headers");
+		seen += strcmp(json_string_value(json_object_get(h, "webhook-id")), id1) == 0;
+	}
+	assert_int_equal(seen, 1);
+	json_decref(reqs);
+	json_decref(first);
+	json_decref(second);
+}
+
+static void test_batch(void **state)
+{
+	json_t *r = api_call(&dmn, "POST", "/v1/events",
+			     "{\"events\":[{\"event_type\":\"b.one\",\"payload\":1},"
+			     "{\"event_type\":\"b.two\",\"payload\":\"two\"},"
+			     "{\"event_type\":\"b.three\",\"payload_base64\":\"AQID\"}]}", 202);
+	assert_int_equal(json_array_size(json_object_get(r, "ids")), 3);
+	json_t *ev = e2e_get(&dmn, "/v1/events/%s",
+			     json_string_value(json_array_get(json_object_get(r, "ids"), 2)));
+	assert_string_equal(json_string_value(json_object_get(ev, "payload_base64")), "AQID");
+	assert_string_equal(json_string_value(json_object_get(ev, "content_type")),
+			    "application/octet-stream");
+	json_decref(ev);
+	json_decref(r);
+}
+
+/* A producer writes its outbox row from its own process, as an application sharing the
+ * SQLite file would, inserting only event_type and payload. */
+static void test_outbox_table_from_another_process(void **state)
+{
+	long before = receiver_count(&rcv, "/in");
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		sqlite3 *db;
+		if (sqlite3_open(e2e_db_path(&dmn), &db) != SQLITE_OK)
+			_exit(1);
+		sqlite3_busy_timeout(db, 5000);
+		int rc = sqlite3_exec(db,
+				      "BEGIN; CREATE TABLE IF NOT EXISTS app_users(name TEXT);"
+				      "INSERT INTO app_users VALUES('zoe');"
+				      "INSERT INTO outbox(event_type, payload) VALUES('user.created', "
+				      "'{\"name\":\"zoe\"}'); COMMIT;",
+				      NULL, NULL, NULL);
+		sqlite3_close(db);
+		_exit(rc == SQLITE_OK ? 0 : 2);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+
+	/* Find it among what the receiver got (earlier tests' deliveries may still arrive). */
+	json_t *found = NULL;
+	for (int i = 0; i < 100 && !found; i++) {
+		json_t *reqs = receiver_requests(&rcv, "/in");
+		for (size_t k = 0; k < json_array_size(reqs); k++) {
+			json_t *r = json_array_get(reqs, k);
+			const char *type = json_string_value(
+				json_object_get(json_object_get(r, "headers"), "outboxd-event-type"));
+			if (type && strcmp(type, "user.created") == 0)
+				found = json_incref(r);
+		}
+		json_decref(reqs);
+		if (!found)
+			usleep(50 * 1000);
+	}
+	assert_non_null(found);
+	assert_string_equal(json_string_value(json_object_get(found, "body")), "{\"name\":\"zoe\"}");
+	json_decref(found);
+	assert_true(receiver_count(&rcv, "/in") > before);
+
+	/* The row left the outbox table. */
+	sqlite3 *db;
+	sqlite3_stmt *st;
+	assert_int_equal(sqlite3_open(e2e_db_path(&dmn), &db), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*) FROM outbox", -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	assert_int_equal(sqlite3_column_int(st, 0), 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+}
+
+struct bad_case {
+	const char *name;
+	const char *method;
+	const char *path;
+	const char *token;        /* "admin", "ingest", "wrong" or NULL */
+	const char *content_type;
+	const char *body;
+	long status;
+	const char *code;
+	const char *field;        /* NULL: not checked */
+};
+
+static void test_bad_input(void **state)
+{
+	static const struct bad_case cases[] = {
+		{"malformed JSON", "POST", "/v1/events", "admin", NULL, "{\"event_type\":", 400,
+		 "invalid_json", NULL},
+		{"not an object", "POST", "/v1/events", "admin", NULL, "[1,2]", 400, "invalid_argument", NULL},
+		{"missing event_type", "POST", "/v1/events", "admin", NULL, "{\"payload\":{}}", 400,
+		 "invalid_argument", "event_type"},
+		{"event_type wrong type", "POST", "/v1/events", "admin", NULL,
+		 "{\"event_type\":5,\"payload\":{}}", 400, "invalid_argument", "event_type"},
+		{"missing payload", "POST", "/v1/events", "admin", NULL, "{\"event_type\":\"a.b\"}", 400,
+		 "invalid_argument", "payload"},
+		{"both payloads", "POST", "/v1/events", "admin", NULL,
+		 "{\"event_type\":\"a.b\",\"payload\":1,\"payload_base64\":\"AQ==\"}", 400,
+		 "invalid_argument", "payload"},
+		{"bad base64", "POST", "/v1/events", "admin", NULL,
+		 "{\"event_type\":\"a.b\",\"payload_base64\":\"***\"}", 400, "invalid_argument",
+		 "payload_base64"},
+		{"unknown event field", "POST", "/v1/events", "admin", NULL,
+		 "{\"event_type\":\"a.b\",\"payload\":1,\"colour\":\"red\"}", 400, "invalid_argument",
+		 "colour"},
+		{"bad event in a batch", "POST", "/v1/events", "admin", NULL,
+		 "{\"events\":[{\"event_type\":\"ok.one\",\"payload\":1},{\"event_type\":\"\",\"payload\":2}]}",
+		 400, "invalid_argument", "events[1].event_type"},
+		{"payload over the limit", "POST", "/v1/events", "admin", NULL, NULL, 413,
+		 "payload_too_large", "payload"},
+		{"body over the request limit", "POST", "/v1/events", "admin", NULL, NULL, 413,
+		 "payload_too_large", NULL},
+		{"not JSON content type", "POST", "/v1/events", "admin", "text/plain", "hello", 415,
+		 "unsupported_media_type", NULL},
+		{"unknown subscription field", "POST", "/v1/subscriptions", "admin", NULL,
+		 "{\"name\":\"x\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:9/\",\"colour\":1}",
+		 400, "invalid_argument", "colour"},
+		{"invalid URL", "POST", "/v1/subscriptions", "admin", NULL,
+		 "{\"name\":\"x\",\"event_types\":[\"*\"],\"endpoint\":\"ftp://example.com\"}", 400,
+		 "invalid_argument", "endpoint"},
+		{"URL without host", "POST", "/v1/subscriptions", "admin", NULL,
+		 "{\"name\":\"x\",\"event_types\":[\"*\"],\"endpoint\":\"http:///path\"}", 400,
+		 "invalid_argument", "endpoint"},
+		{"missing event_types", "POST", "/v1/subscriptions", "admin", NULL,
+		 "{\"name\":\"x\",\"endpoint\":\"http://127.0.0.1:9/\"}", 400, "invalid_argument",
+		 "event_types"},
+		{"bad retry policy", "POST", "/v1/subscriptions", "admin", NULL,
+		 "{\"name\":\"x\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:9/\","
+		 "\"retry\":{\"policy\":\"sometimes\"}}", 400, "invalid_argument", "retry.policy"},
+		{"bad duration", "POST", "/v1/subscriptions", "admin", NULL,
+		 "{\"name\":\"x\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:9/\","
+		 "\"timeout\":\"soon\"}", 400, "invalid_argument", "timeout"},
+		{"duplicate name", "POST", "/v1/subscriptions", "admin", NULL,
+		 "{\"name\":\"all\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:9/\"}", 409,
+		 "conflict", "name"},
+		{"invalid UUID in path", "GET", "/v1/deliveries/not-a-uuid", "admin", NULL, NULL, 400,
+		 "invalid_argument", "id"},
+		{"unknown delivery", "GET", "/v1/deliveries/01890a5d-ac96-774b-bcce-b302099a8057",
+		 "admin", NULL, NULL, 404, "not_found", NULL},
+		{"unknown route", "GET", "/v1/nothing-here", "admin", NULL, NULL, 404, "not_found", NULL},
+		{"wrong method", "DELETE", "/v1/events", "admin", NULL, NULL, 405, "method_not_allowed",
+		 NULL},
+		{"missing token", "GET", "/v1/deliveries", NULL, NULL, NULL, 401, "unauthenticated", NULL},
+		{"wrong token", "GET", "/v1/deliveries", "wrong", NULL, NULL, 401, "unauthenticated", NULL},
+		{"ingest token elsewhere", "GET", "/v1/subscriptions", "ingest", NULL, NULL, 403,
+		 "forbidden", NULL},
+		{"bad list filter", "GET", "/v1/deliveries?status=LOST", "admin", NULL, NULL, 400,
+		 "invalid_argument", "status"},
+		{"bad limit", "GET", "/v1/deliveries?limit=5000", "admin", NULL, NULL, 400,
+		 "invalid_argument", "limit"},
+		{"bad cursor", "GET", "/v1/deliveries?cursor=garbage", "admin", NULL, NULL, 400,
+		 "invalid_argument", "cursor"},
+		{"replay with bad id", "POST", "/v1/dlq/replay", "admin", NULL, "{\"ids\":[\"nope\"]}",
+		 400, "invalid_argument", "ids[0]"},
+	};
+	size_t before = delivery_total();
+
+	/* Bodies over the limits are built here. */
+	char big_payload[2048], big_body[70 * 1024];
+	snprintf(big_payload, sizeof(big_payload), "{\"event_type\":\"a.b\",\"payload\":\"%01500d\"}", 0);
+	memset(big_body, ' ', sizeof(big_body) - 1);
+	big_body[sizeof(big_body) - 1] = '\0';
+	memcpy(big_body, "{\"events\":[]}", 13);
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct bad_case *c = &cases[i];
+		const char *body = c->body;
+		if (!body && strcmp(c->name, "payload over the limit") == 0)
+			body = big_payload;
+		if (!body && strcmp(c->name, "body over the request limit") == 0)
+			body = big_body;
+		const char *token = !c->token ? NULL
+				    : strcmp(c->token, "admin") == 0 ? dmn.token
+				    : strcmp(c->token, "ingest") == 0 ? "test-ingest-token"
+								       : "not-the-token";
+		char url[512];
+		snprintf(url, sizeof(url), "%s%s", dmn.url, c->path);
+		struct http_resp r;
+		assert_int_equal(http_do(c->method, url, token, c->content_type, body,
+					 body ? strlen(body) : 0, &r), 0);
+		if (r.status != c->status || !r.json) {
+			fprintf(stderr, "case \"%s\": got %ld %s\n", c->name, r.status,
+				r.body ? r.body : "");
+		}
+		assert_int_equal(r.status, c->status);
+		assert_non_null(r.json);
+		json_t *e = json_object_get(r.json, "error");
+		assert_non_null(e);
+		assert_string_equal(json_string_value(json_object_get(e, "code")), c->code);
+		assert_true(json_string_length(json_object_get(e, "message")) > 0);
+		if (c->field) {
+			const char *f = json_string_value(json_object_get(e, "field"));
+			if (!f || strcmp(f, c->field) != 0)
+				fprintf(stderr, "case \"%s\": field %s, want %s\n", c->name,
+					f ? f : "(none)", c->field);
+			assert_non_null(f);
+			assert_string_equal(f, c->field);
+		}
+		http_resp_free(&r);
+	}
+	/* Nothing was stored half-way. */
+	assert_int_equal(delivery_total(), before);
+
+	/* The daemon is still healthy after all of it. */
+	struct http_resp h;
+	char url[128];
+	snprintf(url, sizeof(url), "%s/healthz", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &h), 0);
+	assert_int_equal(h.status, 200);
+	http_resp_free(&h);
+	snprintf(url, sizeof(url), "%s/readyz", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &h), 0);
+	assert_int_equal(h.status, 200);
+	http_resp_free(&h);
+}
+
+static void test_ingest_token_may_send(void **state)
+{
+	char url[128];
+	struct http_resp r;
+	snprintf(url, sizeof(url), "%s/v1/events", dmn.url);
+	const char *body = "{\"event_type\":\"t.ok\",\"payload\":true}";
+	assert_int_equal(http_do("POST", url, "test-ingest-token", NULL, body, strlen(body), &r), 0);
+	assert_int_equal(r.status, 202);
+	http_resp_free(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_idempotent_ingest),
+		cmocka_unit_test(test_batch),
+		cmocka_unit_test(test_outbox_table_from_another_process),
+		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_ingest_token_may_send),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,1473 @@
+/* test_store.c: the storage conformance suite, one set of tests for every backend.
+ *
+ * Each test gets a fresh, empty database from its backend's fixture and talks to it
+ * only through store.h, so a backend passes exactly when it keeps the promises written
+ * there. The fixtures (below) are the only backend-specific code: they make a database
+ * and play the external producer that inserts into the outbox table with its own
+ * connection. SQLite always runs; PostgreSQL runs when OUTBOXD_TEST_PG_DSN is set (each
+ * test then gets its own schema, passed to the store through the DSN's search_path).
+ * To add a backend: write its fixture and add one line to `backends`. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+#define MINUTE_MS 60000
+#define HOUR_MS 3600000
+
+/* ---- backend fixtures --------------------------------------------------------------- */
+
+struct fixture_db {
+	char dsn[1024];
+	char dir[256];     /* sqlite: the temporary directory */
+	char path[512];    /* sqlite: the database file */
+	char schema[64];   /* postgres: the per-test schema */
+};
+
+struct backend_fixture {
+	const char *name;
+	/* Makes a fresh database for one test and fills db->dsn. 0 on success. */
+	int (*create)(struct fixture_db *db);
+	void (*destroy)(struct fixture_db *db);
+	/* Inserts one outbox row as an independent producer would: event_type and payload,
+	 * plus source and source_event_id when not NULL. as_text stores the payload as a
+	 * text value where the database distinguishes it. 0 on success. */
+	int (*producer_insert)(struct fixture_db *db, const char *event_type,
+			       const char *source, const char *source_event_id,
+			       const void *payload, size_t len, int as_text);
+	int has_owner_lock;  /* one process per database (SQLite's flock) */
+	int (*available)(void);
+};
+
+static int always(void)
+{
+	return 1;
+}
+
+static int sqlite_create(struct fixture_db *db)
+{
+	snprintf(db->dir, sizeof(db->dir), "/tmp/outboxd-store-test-XXXXXX");
+	if (!mkdtemp(db->dir))
+		return -1;
+	/* A missing parent directory is created by the store. */
+	snprintf(db->path, sizeof(db->path), "%s/data/outboxd.db", db->dir);
+	snprintf(db->dsn, sizeof(db->dsn), "sqlite:%s", db->path);
+	return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static void sqlite_destroy(struct fixture_db *db)
+{
+	nftw(db->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int sqlite_producer_insert(struct fixture_db *db, const char *event_type,
+				  const char *source, const char *source_event_id,
+				  const void *payload, size_t len, int as_text)
+{
+	sqlite3 *conn = NULL;
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	rc = sqlite3_open_v2(db->path, &conn, SQLITE_OPEN_READWRITE, NULL);
+	if (rc == SQLITE_OK)
+		sqlite3_busy_timeout(conn, 5000);
+	if (rc == SQLITE_OK && source)
+		rc = sqlite3_prepare_v2(conn, "INSERT INTO outbox(event_type, payload, source,"
+					" source_event_id) VALUES (?1, ?2, ?3, ?4)", -1, &s,
+					NULL);
+	else if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(conn, "INSERT INTO outbox(event_type, payload)"
+					" VALUES (?1, ?2)", -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(s, 1, event_type, -1, SQLITE_STATIC);
+		if (as_text)
+			sqlite3_bind_text(s, 2, payload, (int)len, SQLITE_STATIC);
+		else
+			sqlite3_bind_blob(s, 2, payload, (int)len, SQLITE_STATIC);
+		if (source) {
+			sqlite3_bind_text(s, 3, source, -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, 4, source_event_id, -1, SQLITE_STATIC);
+		}
+		rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+	}
+	if (rc != SQLITE_OK)
+		fprintf(stderr, "producer insert: %s\n", sqlite3_errmsg(conn));
+	sqlite3_finalize(s);
+	sqlite3_close(conn);
+	return rc == SQLITE_OK ? 0 : -1;
+}
+
+/* OUTBOXD_TEST_PG_DSN is a postgres:// URI to a database the tests may create schemas
+ * in, e.g. postgres://outboxd@127.0.0.1:5432/outboxd_test. */
+static int pg_available(void)
+{
+	const char *dsn = getenv("OUTBOXD_TEST_PG_DSN");
+
+	return dsn && *dsn;
+}
+
+static int pg_exec(const char *sql)
+{
+	PGconn *conn = PQconnectdb(getenv("OUTBOXD_TEST_PG_DSN"));
+	PGresult *res = NULL;
+	int rc = -1;
+
+	if (PQstatus(conn) == CONNECTION_OK) {
+		res = PQexec(conn, sql);
+		if (PQresultStatus(res) == PGRES_COMMAND_OK)
+			rc = 0;
+	}
+	if (rc)
+		fprintf(stderr, "postgres fixture: %s", PQerrorMessage(conn));
+	PQclear(res);
+	PQfinish(conn);
+	return rc;
+}
+
+static int pg_create(struct fixture_db *db)
+{
+	static int seq;
+	const char *base = getenv("OUTBOXD_TEST_PG_DSN");
+	char sql[128];
+
+	snprintf(db->schema, sizeof(db->schema), "outboxd_test_%d_%d", (int)getpid(), ++seq);
+	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", db->schema);
+	if (pg_exec(sql))
+		return -1;
+	snprintf(db->dsn, sizeof(db->dsn), "%s%coptions=-csearch_path%%3D%s", base,
+		 strchr(base, '?') ? '&' : '?', db->schema);
+	return 0;
+}
+
+static void pg_destroy(struct fixture_db *db)
+{
+	char sql[128];
+
+	snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS %s CASCADE", db->schema);
+	pg_exec(sql);
+}
+
+static int pg_producer_insert(struct fixture_db *db, const char *event_type,
+			      const char *source, const char *source_event_id,
+			      const void *payload, size_t len, int as_text)
+{
+	const char *values[4] = {event_type, payload, source, source_event_id};
+	int lengths[4] = {0, (int)len, 0, 0};
+	int formats[4] = {0, 1, 0, 0};
+	PGconn *conn = PQconnectdb(db->dsn);
+	PGresult *res = NULL;
+	int rc = -1;
+
+	if (PQstatus(conn) == CONNECTION_OK) {
+		res = PQexecParams(conn, source ?
+				   "INSERT INTO outbox(event_type, payload, source, source_event_id)"
+				   " VALUES ($1, $2, $3, $4)" :
+				   "INSERT INTO outbox(event_type, payload) VALUES ($1, $2)",
+				   source ? 4 : 2, NULL, values, lengths, formats, 0);
+		if (PQresultStatus(res) == PGRES_COMMAND_OK)
+			rc = 0;
+	}
+	if (rc)
+		fprintf(stderr, "producer insert: %s", PQerrorMessage(conn));
+	PQclear(res);
+	PQfinish(conn);
+	return rc;
+}
+
+static const struct backend_fixture backends[] = {
+	{
+		.name = "sqlite",
+		.create = sqlite_create,
+		.destroy = sqlite_destroy,
+		.producer_insert = sqlite_producer_insert,
+		.has_owner_lock = 1,
+		.available = always,
+	},
+	{
+		.name = "postgres",
+		.create = pg_create,
+		.destroy = pg_destroy,
+		.producer_insert = pg_producer_insert,
+		.available = pg_available,
+	},
+};
+
+/* The backend the running group tests (cmocka setups take no parameter). */
+static const struct backend_fixture *backend;
+
+/* ---- per-test state and helpers ----------------------------------------------------- */
+
+struct t {
+	struct fixture_db db;
+	store *st;
+	char subs[3][UUID_STR_LEN];
+	int64_t t0;        /* a base time one hour ago: events created from it are due */
+};
+
+static int setup(void **state)
+{
+	struct t *t = calloc(1, sizeof(*t));
+	char err[512];
+	int rc;
+
+	if (!t || backend->create(&t->db) != 0) {
+		free(t);
+		return -1;
+	}
+	rc = store_open(t->db.dsn, "test-owner", &t->st, err, sizeof(err));
+	if (rc != STORE_OK) {
+		fprintf(stderr, "store_open(%s): %s: %s\n", t->db.dsn, store_strerror(rc), err);
+		backend->destroy(&t->db);
+		free(t);
+		return -1;
+	}
+	for (int i = 0; i < 3; i++)
+		uuid_v7(t->subs[i]);
+	t->t0 = clock_now_ms() - HOUR_MS;
+	*state = t;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct t *t = *state;
+
+	store_close(t->st);
+	backend->destroy(&t->db);
+	free(t);
+	return 0;
+}
+
+/* Ingests one event fanned out to the first n_subs test subscriptions. */
+static void ingest_one(struct t *t, const char *type, int64_t created_at, size_t n_subs,
+		       char id[UUID_STR_LEN])
+{
+	struct store_event_in ev = {
+		.event_type = type,
+		.source = "",
+		.content_type = "application/json",
+		.payload = "{\"n\":1}",
+		.payload_len = 7,
+		.created_at = created_at,
+		.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+		.n_subscriptions = n_subs,
+	};
+
+	uuid_v7(ev.id);
+	assert_int_equal(store_ingest(t->st, &ev, 1), STORE_OK);
+	assert_int_equal(ev.duplicate, 0);
+	if (id)
+		memcpy(id, ev.id, UUID_STR_LEN);
+}
+
+/* The deliveries of one event, asserted to number n. */
+static struct store_delivery *deliveries_of(struct t *t, const char *event_id, size_t n)
+{
+	struct store_delivery *items = NULL;
+	size_t got = 0;
+
+	assert_int_equal(store_event_deliveries(t->st, event_id, &items, &got), STORE_OK);
+	assert_int_equal(got, n);
+	return items;
+}
+
+static size_t claim_n(struct t *t, int64_t now, int64_t lease_ms, size_t limit,
+		      struct store_claim **items)
+{
+	size_t n = 0;
+
+	assert_int_equal(store_claim_due(t->st, now, lease_ms, limit, items, &n), STORE_OK);
+	return n;
+}
+
+/* Records one result for a claimed delivery with a single attempt numbered n. */
+static void record(struct t *t, const char *delivery_id, enum delivery_status status,
+		   int attempt_count, int64_t next_attempt_at, int code, const char *message,
+		   const char *cause)
+{
+	struct store_attempt a = {
+		.n = attempt_count,
+		.kind = attempt_count == 1 ? ATTEMPT_IMMEDIATE : ATTEMPT_SCHEDULED,
+		.started_at = clock_now_ms() - 20,
+		.duration_ms = 20,
+		.code = code ? code : 200,
+		.message = code ? message : "OK",
+		.cause = cause,
+	};
+	struct store_result r = {
+		.delivery_id = delivery_id,
+		.status = status,
+		.attempt_count = attempt_count,
+		.next_attempt_at = next_attempt_at,
+		.processed_at = status == DELIVERY_PROCESSED ? clock_now_ms() : 0,
+		.last_code = code,
+		.last_message = message,
+		.last_cause = cause,
+		.attempts = &a,
+		.n_attempts = 1,
+	};
+
+	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+}
+
+static struct store_delivery get_delivery(struct t *t, const char *id)
+{
+	struct store_delivery d;
+
+	assert_int_equal(store_delivery_get(t->st, id, &d), STORE_OK);
+	return d;
+}
+
+/* ---- ingest --------------------------------------------------------------------------- */
+
+static void test_ingest_fans_out(void **state)
+{
+	struct t *t = *state;
+	static const unsigned char bin[] = {0x00, 0xff, 0x10, 0x00, 0x7f};
+	struct store_event_in ev[2] = {
+		{
+			.event_type = "user.created",
+			.source = "crm",
+			.source_event_id = "u-1",
+			.partition_key = "user-42",
+			.content_type = "application/octet-stream",
+			.payload = bin,
+			.payload_len = sizeof(bin),
+			.created_at = t->t0,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 3,
+		},
+		{
+			.event_type = "nobody.cares",
+			.content_type = "application/json",
+			.payload = "{}",
+			.payload_len = 2,
+			.created_at = t->t0 + 1,
+		},
+	};
+	struct store_event got;
+	struct store_delivery *d;
+	int64_t due = 0;
+
+	uuid_v7(ev[0].id);
+	uuid_v7(ev[1].id);
+	assert_int_equal(store_ingest(t->st, ev, 2), STORE_OK);
+	assert_int_equal(ev[0].duplicate, 0);
+
+	assert_int_equal(store_event_get(t->st, ev[0].id, &got), STORE_OK);
+	assert_string_equal(got.id, ev[0].id);
+	assert_string_equal(got.event_type, "user.created");
+	assert_string_equal(got.source, "crm");
+	assert_string_equal(got.source_event_id, "u-1");
+	assert_string_equal(got.partition_key, "user-42");
+	assert_string_equal(got.content_type, "application/octet-stream");
+	assert_int_equal(got.payload_len, sizeof(bin));
+	assert_memory_equal(got.payload, bin, sizeof(bin));
+	assert_int_equal(got.created_at, t->t0);
+	store_event_free(&got);
+
+	d = deliveries_of(t, ev[0].id, 3);
+	for (size_t i = 0; i < 3; i++) {
+		int matched = 0;
+
+		assert_int_equal(d[i].status, DELIVERY_NEW);
+		assert_string_equal(d[i].event_id, ev[0].id);
+		assert_string_equal(d[i].event_type, "user.created");
+		assert_int_equal(d[i].next_attempt_at, t->t0);
+		assert_int_equal(d[i].attempt_count, 0);
+		assert_int_equal(d[i].replay, 0);
+		assert_null(d[i].lease_owner);
+		assert_null(d[i].last_message);
+		for (size_t j = 0; j < 3; j++)
+			matched += strcmp(d[i].subscription_id, t->subs[j]) == 0;
+		assert_int_equal(matched, 1);
+	}
+	store_deliveries_free(d, 3);
+
+	/* An event nobody subscribes to is stored, with no deliveries; absent optional
+	 * fields read back as "" (source) and NULL. */
+	assert_int_equal(store_event_get(t->st, ev[1].id, &got), STORE_OK);
+	assert_string_equal(got.source, "");
+	assert_null(got.source_event_id);
+	assert_null(got.partition_key);
+	store_event_free(&got);
+	d = deliveries_of(t, ev[1].id, 0);
+	assert_null(d);
+
+	assert_int_equal(store_next_due(t->st, &due), STORE_OK);
+	assert_int_equal(due, t->t0);
+	assert_int_equal(store_event_get(t->st, "no-such-event", &got), STORE_NOT_FOUND);
+	assert_int_equal(store_ping(t->st), STORE_OK);
+}
+
+static void test_ingest_is_idempotent(void **state)
+{
+	struct t *t = *state;
+	struct store_event_in a = {
+		.event_type = "order.paid", .source = "shop", .source_event_id = "o-1",
+		.content_type = "application/json", .payload = "{}", .payload_len = 2,
+		.created_at = t->t0,
+		.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs, .n_subscriptions = 2,
+	};
+	struct store_event_in b = a;
+	struct store_event_in batch[4];
+	struct store_delivery *d;
+	char first[UUID_STR_LEN];
+
+	uuid_v7(a.id);
+	assert_int_equal(store_ingest(t->st, &a, 1), STORE_OK);
+	assert_int_equal(a.duplicate, 0);
+	memcpy(first, a.id, UUID_STR_LEN);
+
+	/* The same key again: the first id comes back, nothing new is stored. */
+	uuid_v7(b.id);
+	assert_int_equal(store_ingest(t->st, &b, 1), STORE_OK);
+	assert_int_equal(b.duplicate, 1);
+	assert_string_equal(b.id, first);
+	d = deliveries_of(t, first, 2);
+	store_deliveries_free(d, 2);
+
+	/* Within one batch: the second o-2 is a duplicate of the first. The same
+	 * source_event_id under another source is a different event. */
+	for (int i = 0; i < 4; i++) {
+		batch[i] = a;
+		uuid_v7(batch[i].id);
+	}
+	batch[0].source_event_id = "o-2";
+	batch[1].source_event_id = "o-2";
+	batch[2].source = "warehouse";
+	batch[3].source_event_id = NULL;
+	assert_int_equal(store_ingest(t->st, batch, 4), STORE_OK);
+	assert_int_equal(batch[0].duplicate, 0);
+	assert_int_equal(batch[1].duplicate, 1);
+	assert_string_equal(batch[1].id, batch[0].id);
+	assert_int_equal(batch[2].duplicate, 0);
+	assert_string_not_equal(batch[2].id, first);
+	assert_int_equal(batch[3].duplicate, 0);
+	d = deliveries_of(t, batch[0].id, 2);
+	store_deliveries_free(d, 2);
+
+	/* Without a source_event_id there is no key: both are stored. */
+	batch[3].duplicate = 0;
+	uuid_v7(batch[3].id);
+	assert_int_equal(store_ingest(t->st, &batch[3], 1), STORE_OK);
+	assert_int_equal(batch[3].duplicate, 0);
+}
+
+static void test_ingest_is_atomic(void **state)
+{
+	struct t *t = *state;
+	struct store_event_in ev[2] = {
+		{
+			.event_type = "a", .content_type = "application/json",
+			.payload = "1", .payload_len = 1, .created_at = t->t0,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+	};
+	struct store_event got;
+	int64_t due = -1;
+
+	/* The second event reuses the first one's id: the batch must fail as a whole. */
+	uuid_v7(ev[0].id);
+	ev[1] = ev[0];
+	assert_int_not_equal(store_ingest(t->st, ev, 2), STORE_OK);
+	assert_int_equal(store_event_get(t->st, ev[0].id, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_next_due(t->st, &due), STORE_OK);
+	assert_int_equal(due, 0);
+
+	/* And the store keeps working afterwards. */
+	assert_int_equal(store_ingest(t->st, ev, 1), STORE_OK);
+	assert_int_equal(store_event_get(t->st, ev[0].id, &got), STORE_OK);
+	store_event_free(&got);
+
+	/* Bad arguments never reach the backend. */
+	ev[1].event_type = NULL;
+	assert_int_equal(store_ingest(t->st, &ev[1], 1), STORE_INVALID);
+}
+
+/* ---- claim, lease, results -------------------------------------------------------- */
+
+static void test_claim_leases(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c1 = NULL, *c2 = NULL, *c3 = NULL;
+	char ids[5][UUID_STR_LEN];
+	int64_t now = clock_now_ms();
+	struct store_delivery d;
+	size_t n1, n2, n3;
+
+	/* Created newest first so that claim order (by due time) differs from insert
+	 * order; the sixth is due in the future. */
+	for (int i = 4; i >= 0; i--)
+		ingest_one(t, "user.updated", t->t0 + i * 1000, 1, ids[i]);
+	ingest_one(t, "user.updated", now + HOUR_MS, 1, NULL);
+
+	n1 = claim_n(t, now, MINUTE_MS, 3, &c1);
+	assert_int_equal(n1, 3);
+	for (size_t i = 0; i < n1; i++) {
+		assert_string_equal(c1[i].event_id, ids[i]);
+		assert_string_equal(c1[i].subscription_id, t->subs[0]);
+		assert_int_equal(c1[i].status, DELIVERY_NEW);
+		assert_int_equal(c1[i].event_created_at, t->t0 + (int64_t)i * 1000);
+		assert_string_equal(c1[i].event_type, "user.updated");
+		assert_string_equal(c1[i].content_type, "application/json");
+		assert_int_equal(c1[i].payload_len, 7);
+		assert_memory_equal(c1[i].payload, "{\"n\":1}", 7);
+	}
+	d = get_delivery(t, c1[0].delivery_id);
+	assert_string_equal(d.lease_owner, "test-owner");
+	assert_int_equal(d.lease_until, now + MINUTE_MS);
+	store_delivery_free(&d);
+
+	/* A second claim gets only the others, never a leased one nor a future one. */
+	n2 = claim_n(t, now, MINUTE_MS, 10, &c2);
+	assert_int_equal(n2, 2);
+	assert_string_equal(c2[0].event_id, ids[3]);
+	assert_string_equal(c2[1].event_id, ids[4]);
+	for (size_t i = 0; i < n1; i++)
+		for (size_t j = 0; j < n2; j++)
+			assert_string_not_equal(c1[i].delivery_id, c2[j].delivery_id);
+	n3 = claim_n(t, now, MINUTE_MS, 10, &c3);
+	assert_int_equal(n3, 0);
+	assert_null(c3);
+
+	store_claims_free(c1, n1);
+	store_claims_free(c2, n2);
+	assert_int_equal(store_claim_due(t->st, now, MINUTE_MS, 0, &c3, &n3), STORE_INVALID);
+}
+
+static void test_expired_lease_is_reclaimable(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL, *again = NULL;
+	int64_t now = clock_now_ms();
+	size_t n, m, reaped;
+	int64_t due;
+
+	ingest_one(t, "a", t->t0, 2, NULL);
+	n = claim_n(t, now, 1000, 10, &c);
+	assert_int_equal(n, 2);
+	/* Leased deliveries are not pending for the scheduler either. */
+	assert_int_equal(store_next_due(t->st, &due), STORE_OK);
+	assert_int_equal(due, 0);
+
+	assert_int_equal(store_reap_leases(t->st, now + 500, &reaped), STORE_OK);
+	assert_int_equal(reaped, 0);
+	assert_int_equal(claim_n(t, now + 500, 1000, 10, &again), 0);
+
+	assert_int_equal(store_reap_leases(t->st, now + 1001, &reaped), STORE_OK);
+	assert_int_equal(reaped, 2);
+	m = claim_n(t, now + 1001, 1000, 10, &again);
+	assert_int_equal(m, 2);
+	for (size_t i = 0; i < m; i++)
+		assert_true(strcmp(again[i].delivery_id, c[0].delivery_id) == 0 ||
+			    strcmp(again[i].delivery_id, c[1].delivery_id) == 0);
+	store_claims_free(again, m);
+
+	/* At start the single owner drops every lease it held before a crash. */
+	assert_int_equal(store_release_all(t->st, &reaped), STORE_OK);
+	assert_int_equal(reaped, 2);
+	m = claim_n(t, now, 1000, 10, &again);
+	assert_int_equal(m, 2);
+	store_claims_free(again, m);
+	store_claims_free(c, n);
+}
+
+static void test_record_success(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_attempt_row *a = NULL;
+	struct store_delivery d;
+	struct store_attempt tries[2] = {
+		{1, ATTEMPT_IMMEDIATE, 0, 1000, 504, "Gateway Timeout", "Operation timed out"},
+		{2, ATTEMPT_IMMEDIATE, 0, 35, 200, "OK", NULL},
+	};
+	struct store_result r = {
+		.status = DELIVERY_PROCESSED,
+		.attempt_count = 2,
+		.attempts = tries,
+		.n_attempts = 2,
+	};
+	size_t n, na;
+	int64_t due;
+
+	ingest_one(t, "a", t->t0, 1, NULL);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 1);
+	r.delivery_id = c[0].delivery_id;
+	r.processed_at = clock_now_ms();
+	tries[0].started_at = r.processed_at - 1100;
+	tries[1].started_at = r.processed_at - 50;
+	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	assert_int_equal(d.processed_at, r.processed_at);
+	assert_int_equal(d.attempt_count, 2);
+	assert_int_equal(d.next_attempt_at, 0);
+	assert_int_equal(d.last_code, 0);
+	assert_null(d.last_message);
+	assert_null(d.lease_owner);
+	assert_int_equal(d.lease_until, 0);
+	store_delivery_free(&d);
+
+	assert_int_equal(store_delivery_attempts(t->st, c[0].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 2);
+	assert_int_equal(a[0].n, 1);
+	assert_int_equal(a[0].kind, ATTEMPT_IMMEDIATE);
+	assert_int_equal(a[0].code, 504);
+	assert_int_equal(a[0].duration_ms, 1000);
+	assert_int_equal(a[0].started_at, tries[0].started_at);
+	assert_string_equal(a[0].message, "Gateway Timeout");
+	assert_string_equal(a[0].cause, "Operation timed out");
+	assert_int_equal(a[1].code, 200);
+	assert_null(a[1].cause);
+	store_attempts_free(a, na);
+
+	assert_int_equal(store_next_due(t->st, &due), STORE_OK);
+	assert_int_equal(due, 0);
+	store_claims_free(c, n);
+}
+
+static void test_record_failure_then_dead(void **state)
+{
+	struct t *t = *state;
+	struct store_delivery_filter f = {.dead_only = 1, .limit = 100};
+	struct store_claim *c = NULL, *c2 = NULL;
+	struct store_delivery *items = NULL;
+	struct store_attempt_row *a = NULL;
+	struct store_delivery d;
+	char cause[3000], *cursor = NULL;
+	int64_t now = clock_now_ms(), due;
+	size_t n, n2, na, ni;
+
+	/* A cause longer than the cap, ending in multi-byte characters. */
+	memset(cause, 'x', sizeof(cause));
+	for (size_t i = 1020; i + 2 < sizeof(cause); i += 2)
+		memcpy(&cause[i], "\xc3\xa9", 2);
+	cause[sizeof(cause) - 1] = '\0';
+
+	ingest_one(t, "a", t->t0, 1, NULL);
+	n = claim_n(t, now, MINUTE_MS, 10, &c);
+	record(t, c[0].delivery_id, DELIVERY_FAILED, 3, now + 3000, 503, "Service Unavailable",
+	       cause);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_FAILED);
+	assert_int_equal(d.next_attempt_at, now + 3000);
+	assert_int_equal(d.attempt_count, 3);
+	assert_int_equal(d.last_code, 503);
+	assert_string_equal(d.last_message, "Service Unavailable");
+	assert_true(strlen(d.last_cause) <= 1024 && strlen(d.last_cause) >= 1020);
+	assert_memory_equal(d.last_cause, cause, strlen(d.last_cause));
+	assert_int_equal(d.processed_at, 0);
+	store_delivery_free(&d);
+	assert_int_equal(store_delivery_attempts(t->st, c[0].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 1);
+	assert_true(strlen(a[0].cause) <= 1024);
+	store_attempts_free(a, na);
+
+	/* Scheduled, not dead: pending at its time, not in the DLQ. */
+	assert_int_equal(store_next_due(t->st, &due), STORE_OK);
+	assert_int_equal(due, now + 3000);
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &ni, &cursor), STORE_OK);
+	assert_int_equal(ni, 0);
+	assert_int_equal(claim_n(t, now + 2999, MINUTE_MS, 10, &c2), 0);
+	n2 = claim_n(t, now + 3000, MINUTE_MS, 10, &c2);
+	assert_int_equal(n2, 1);
+	assert_int_equal(c2[0].status, DELIVERY_FAILED);
+	assert_int_equal(c2[0].attempt_count, 3);
+
+	/* Exhausted: FAILED with no next attempt is the dead-letter queue. */
+	record(t, c2[0].delivery_id, DELIVERY_FAILED, 4, 0, 503, "Service Unavailable", "refused");
+	assert_int_equal(store_next_due(t->st, &due), STORE_OK);
+	assert_int_equal(due, 0);
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &ni, &cursor), STORE_OK);
+	assert_int_equal(ni, 1);
+	assert_string_equal(items[0].id, c[0].delivery_id);
+	assert_int_equal(items[0].next_attempt_at, 0);
+	assert_string_equal(items[0].last_cause, "refused");
+	assert_null(cursor);
+	store_deliveries_free(items, ni);
+	store_claims_free(c, n);
+	store_claims_free(c2, n2);
+}
+
+static void test_result_after_lost_lease_is_ignored(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_attempt_row *a = NULL;
+	struct store_delivery d;
+	int64_t now = clock_now_ms();
+	size_t n, na, reaped;
+
+	ingest_one(t, "a", t->t0, 2, NULL);
+	n = claim_n(t, now, 1000, 10, &c);
+	assert_int_equal(n, 2);
+	/* The lease of both expires and is reaped before the results come in. */
+	assert_int_equal(store_reap_leases(t->st, now + 5000, &reaped), STORE_OK);
+	assert_int_equal(reaped, 2);
+
+	record(t, c[0].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_NEW);
+	assert_int_equal(d.attempt_count, 0);
+	assert_int_equal(d.next_attempt_at, t->t0);
+	store_delivery_free(&d);
+	assert_int_equal(store_delivery_attempts(t->st, c[0].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 0);
+
+	/* A batch mixing a lost lease and a held one applies only the held one. */
+	store_claims_free(c, n);
+	n = claim_n(t, now + 5000, 1000, 1, &c);
+	assert_int_equal(n, 1);
+	{
+		struct store_result r[2] = {
+			{.delivery_id = c[0].delivery_id, .status = DELIVERY_PROCESSED,
+			 .attempt_count = 1, .processed_at = now},
+			{.delivery_id = "0190f000-0000-7000-8000-000000000000",
+			 .status = DELIVERY_PROCESSED, .attempt_count = 1, .processed_at = now},
+		};
+
+		assert_int_equal(store_record_results(t->st, r, 2), STORE_OK);
+	}
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	store_delivery_free(&d);
+	store_claims_free(c, n);
+}
+
+/* Many threads claiming at once never share a delivery. */
+struct claimer {
+	struct t *t;
+	char (*got)[UUID_STR_LEN];
+	size_t n;
+};
+
+static void *claimer_main(void *arg)
+{
+	struct claimer *cl = arg;
+	struct store_claim *c;
+	size_t n;
+
+	for (;;) {
+		c = NULL;
+		n = 0;
+		if (store_claim_due(cl->t->st, clock_now_ms(), MINUTE_MS, 7, &c, &n) != STORE_OK ||
+		    n == 0)
+			break;
+		for (size_t i = 0; i < n; i++)
+			memcpy(cl->got[cl->n++], c[i].delivery_id, UUID_STR_LEN);
+		store_claims_free(c, n);
+	}
+	return NULL;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+static void test_concurrent_claims_are_disjoint(void **state)
+{
+	struct t *t = *state;
+	enum { THREADS = 4, EVENTS = 100 };
+	struct claimer cl[THREADS];
+	pthread_t th[THREADS];
+	char (*all)[UUID_STR_LEN] = calloc(EVENTS * 2, UUID_STR_LEN);
+	size_t total = 0;
+
+	for (int i = 0; i < EVENTS; i++)
+		ingest_one(t, "a", t->t0 + i, 2, NULL);
+	for (int i = 0; i < THREADS; i++) {
+		cl[i] = (struct claimer){t, calloc(EVENTS * 2, UUID_STR_LEN), 0};
+		assert_int_equal(pthread_create(&th[i], NULL, claimer_main, &cl[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		memcpy(all[total], cl[i].got, cl[i].n * UUID_STR_LEN);
+		total += cl[i].n;
+		free(cl[i].got);
+	}
+	assert_int_equal(total, EVENTS * 2);
+	qsort(all, total, UUID_STR_LEN, id_cmp);
+	for (size_t i = 1; i < total; i++)
+		assert_string_not_equal(all[i - 1], all[i]);
+	free(all);
+}
+
+/* ---- operator actions ----------------------------------------------------------------- */
+
+static void test_replay(void **state)
+{
+	struct t *t = *state;
+	char ev_dead[UUID_STR_LEN], ev_ok[UUID_STR_LEN], ev_new[UUID_STR_LEN];
+	char ev_leased[UUID_STR_LEN], ev_sched[UUID_STR_LEN];
+	struct store_delivery *dd, *dok, *dnew, *dlease, *dsched, d;
+	enum store_replay_outcome out[6];
+	char ids[6][UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	size_t n, replayed = 99;
+	int64_t before = clock_now_ms();
+
+	ingest_one(t, "dead", t->t0, 1, ev_dead);
+	ingest_one(t, "ok", t->t0 + 1, 1, ev_ok);
+	ingest_one(t, "sched", t->t0 + 2, 1, ev_sched);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 3);
+	record(t, c[0].delivery_id, DELIVERY_FAILED, 6, 0, 503, "Service Unavailable", "x");
+	record(t, c[1].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	record(t, c[2].delivery_id, DELIVERY_FAILED, 3, clock_now_ms() + HOUR_MS, 502, "Bad", "y");
+	store_claims_free(c, n);
+	ingest_one(t, "leased", t->t0 + 3, 1, ev_leased);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 1);
+	store_claims_free(c, n);
+	ingest_one(t, "new", t->t0 + 4, 1, ev_new);
+
+	dd = deliveries_of(t, ev_dead, 1);
+	dok = deliveries_of(t, ev_ok, 1);
+	dnew = deliveries_of(t, ev_new, 1);
+	dlease = deliveries_of(t, ev_leased, 1);
+	dsched = deliveries_of(t, ev_sched, 1);
+	memcpy(ids[0], dd->id, UUID_STR_LEN);
+	memcpy(ids[1], dok->id, UUID_STR_LEN);
+	memcpy(ids[2], dnew->id, UUID_STR_LEN);
+	memcpy(ids[3], dlease->id, UUID_STR_LEN);
+	memcpy(ids[4], dsched->id, UUID_STR_LEN);
+	snprintf(ids[5], UUID_STR_LEN, "0190f000-0000-7000-8000-000000000000");
+
+	assert_int_equal(store_replay(t->st, (const char (*)[UUID_STR_LEN])ids, 6, 0, out,
+				      &replayed), STORE_OK);
+	assert_int_equal(replayed, 2);
+	assert_int_equal(out[0], REPLAY_DONE);
+	assert_int_equal(out[1], REPLAY_NOT_FAILED);
+	assert_int_equal(out[2], REPLAY_NOT_FAILED);
+	assert_int_equal(out[3], REPLAY_IN_FLIGHT);
+	assert_int_equal(out[4], REPLAY_DONE);
+	assert_int_equal(out[5], REPLAY_NOT_FOUND);
+
+	d = get_delivery(t, ids[0]);
+	assert_int_equal(d.status, DELIVERY_NEW);
+	assert_int_equal(d.replay, 1);
+	assert_true(d.next_attempt_at >= before && d.next_attempt_at <= clock_now_ms());
+	assert_int_equal(d.attempt_count, 6);
+	store_delivery_free(&d);
+
+	/* The replayed ones are claimable now, marked as replays. */
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(c[i].delivery_id, ids[0]) == 0)
+			assert_int_equal(c[i].replay, 1);
+	store_claims_free(c, n);
+
+	/* PROCESSED needs force. */
+	assert_int_equal(store_replay(t->st, (const char (*)[UUID_STR_LEN])&ids[1], 1, 1, out,
+				      &replayed), STORE_OK);
+	assert_int_equal(out[0], REPLAY_DONE);
+	assert_int_equal(replayed, 1);
+	d = get_delivery(t, ids[1]);
+	assert_int_equal(d.status, DELIVERY_NEW);
+	assert_int_equal(d.processed_at, 0);
+	store_delivery_free(&d);
+
+	store_deliveries_free(dd, 1);
+	store_deliveries_free(dok, 1);
+	store_deliveries_free(dnew, 1);
+	store_deliveries_free(dlease, 1);
+	store_deliveries_free(dsched, 1);
+}
+
+static void test_purge_only_dead(void **state)
+{
+	struct t *t = *state;
+	char ev1[UUID_STR_LEN], ev2[UUID_STR_LEN];
+	struct store_attempt_row *a = NULL;
+	struct store_claim *c = NULL;
+	struct store_delivery d, *left;
+	struct store_event got;
+	size_t n, na;
+
+	/* ev1: one delivery dead; ev2: one dead, one scheduled, one processed. */
+	ingest_one(t, "a", t->t0, 1, ev1);
+	ingest_one(t, "b", t->t0 + 1, 3, ev2);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 4);
+	record(t, c[0].delivery_id, DELIVERY_FAILED, 1, 0, 404, "Not Found", NULL);
+	record(t, c[1].delivery_id, DELIVERY_FAILED, 1, 0, 404, "Not Found", NULL);
+	record(t, c[2].delivery_id, DELIVERY_FAILED, 1, clock_now_ms() + HOUR_MS, 503, "x", NULL);
+	record(t, c[3].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+
+	assert_int_equal(store_dlq_purge(t->st, c[2].delivery_id), STORE_CONFLICT);
+	assert_int_equal(store_dlq_purge(t->st, c[3].delivery_id), STORE_CONFLICT);
+	assert_int_equal(store_dlq_purge(t->st, "0190f000-0000-7000-8000-000000000000"),
+			 STORE_NOT_FOUND);
+
+	/* The last delivery of ev1: the delivery, its attempts and the event go. */
+	assert_string_equal(c[0].event_id, ev1);
+	assert_int_equal(store_dlq_purge(t->st, c[0].delivery_id), STORE_OK);
+	assert_int_equal(store_delivery_get(t->st, c[0].delivery_id, &d), STORE_NOT_FOUND);
+	assert_int_equal(store_delivery_attempts(t->st, c[0].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 0);
+	assert_int_equal(store_event_get(t->st, ev1, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_dlq_purge(t->st, c[0].delivery_id), STORE_NOT_FOUND);
+
+	/* ev2 keeps its other deliveries, so the event stays. */
+	assert_int_equal(store_dlq_purge(t->st, c[1].delivery_id), STORE_OK);
+	assert_int_equal(store_event_get(t->st, ev2, &got), STORE_OK);
+	store_event_free(&got);
+	left = deliveries_of(t, ev2, 2);
+	store_deliveries_free(left, 2);
+	store_claims_free(c, n);
+}
+
+static void test_cleanup_keeps_failed(void **state)
+{
+	struct t *t = *state;
+	char ev_done[UUID_STR_LEN], ev_mixed[UUID_STR_LEN], ev_new[UUID_STR_LEN];
+	char ev_none[UUID_STR_LEN];
+	struct store_attempt_row *a = NULL;
+	struct store_delivery *left;
+	struct store_claim *c = NULL;
+	struct store_event got;
+	size_t n, na, deleted = 0;
+
+	ingest_one(t, "done", t->t0, 2, ev_done);
+	ingest_one(t, "mixed", t->t0 + 1, 2, ev_mixed);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 4);
+	record(t, c[0].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	record(t, c[1].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	record(t, c[2].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	record(t, c[3].delivery_id, DELIVERY_FAILED, 1, 0, 500, "boom", NULL);
+	ingest_one(t, "new", t->t0 + 2, 1, ev_new);
+	ingest_one(t, "none", t->t0 + 3, 0, ev_none);
+
+	assert_int_equal(store_cleanup(t->st, &deleted), STORE_OK);
+	assert_int_equal(deleted, 3);
+
+	assert_int_equal(store_event_get(t->st, ev_done, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_event_get(t->st, ev_none, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_delivery_attempts(t->st, c[0].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 0);
+	left = deliveries_of(t, ev_mixed, 1);
+	assert_string_equal(left->id, c[3].delivery_id);
+	assert_int_equal(left->status, DELIVERY_FAILED);
+	store_deliveries_free(left, 1);
+	assert_int_equal(store_delivery_attempts(t->st, c[3].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 1);
+	store_attempts_free(a, na);
+	left = deliveries_of(t, ev_new, 1);
+	store_deliveries_free(left, 1);
+	assert_int_equal(store_event_get(t->st, ev_mixed, &got), STORE_OK);
+	store_event_free(&got);
+
+	/* Nothing left to clean. */
+	assert_int_equal(store_cleanup(t->st, &deleted), STORE_OK);
+	assert_int_equal(deleted, 0);
+	store_claims_free(c, n);
+}
+
+/* ---- outbox relay ------------------------------------------------------------------- */
+
+struct fanout {
+	const char (*subs)[UUID_STR_LEN];
+	int calls;
+};
+
+/* order.* goes to two subscriptions, everything else to none. */
+static void fanout_cb(void *ctx, const char *event_type, const char (**ids)[UUID_STR_LEN],
+		      size_t *n)
+{
+	struct fanout *fo = ctx;
+
+	fo->calls++;
+	if (strncmp(event_type, "order.", 6) == 0) {
+		*ids = fo->subs;
+		*n = 2;
+	} else {
+		*ids = NULL;
+		*n = 0;
+	}
+}
+
+/* The one delivery of the listing filtered by event type. */
+static void find_by_type(struct t *t, const char *type, size_t expect,
+			 struct store_delivery **items)
+{
+	struct store_delivery_filter f = {.event_type = type, .limit = 100};
+	char *cursor = NULL;
+	size_t n = 0;
+
+	assert_int_equal(store_deliveries_list(t->st, &f, items, &n, &cursor), STORE_OK);
+	assert_int_equal(n, expect);
+	assert_null(cursor);
+}
+
+static void test_relay_outbox(void **state)
+{
+	struct t *t = *state;
+	struct fanout fo = {(const char (*)[UUID_STR_LEN])t->subs, 0};
+	static const unsigned char bin[] = {0x01, 0x00, 0x02};
+	struct store_delivery *items = NULL;
+	struct store_event got;
+	size_t relayed = 0;
+
+	assert_int_equal(backend->producer_insert(&t->db, "order.created", NULL, NULL,
+						  "{\"order\":1}", 11, 1), 0);
+	assert_int_equal(backend->producer_insert(&t->db, "order.paid", NULL, NULL, bin,
+						  sizeof(bin), 0), 0);
+	assert_int_equal(backend->producer_insert(&t->db, "audit.logged", NULL, NULL, "{}", 2,
+						  1), 0);
+	assert_int_equal(backend->producer_insert(&t->db, "order.created", "shop", "o-9",
+						  "{\"order\":9}", 11, 1), 0);
+	assert_int_equal(backend->producer_insert(&t->db, "order.created", "shop", "o-9",
+						  "{\"order\":9}", 11, 1), 0);
+
+	/* The limit bounds one transaction; the rest waits for the next call. */
+	assert_int_equal(store_relay_outbox(t->st, 2, fanout_cb, &fo, &relayed), STORE_OK);
+	assert_int_equal(relayed, 2);
+	assert_int_equal(store_relay_outbox(t->st, 100, fanout_cb, &fo, &relayed), STORE_OK);
+	assert_int_equal(relayed, 3);
+	assert_int_equal(store_relay_outbox(t->st, 100, fanout_cb, &fo, &relayed), STORE_OK);
+	assert_int_equal(relayed, 0);
+	assert_int_equal(fo.calls, 5);
+
+	/* Two order.created events (the o-9 duplicate dropped), two deliveries each. */
+	find_by_type(t, "order.created", 4, &items);
+	for (size_t i = 0; i < 4; i++) {
+		assert_int_equal(items[i].status, DELIVERY_NEW);
+		assert_true(items[i].next_attempt_at > 0);
+	}
+	assert_int_equal(store_event_get(t->st, items[0].event_id, &got), STORE_OK);
+	assert_true(uuid_valid(got.id));
+	assert_string_equal(got.content_type, "application/json");
+	assert_string_equal(got.source, "");
+	assert_true(got.created_at > 0);
+	assert_int_equal(got.payload_len, 11);
+	assert_memory_equal(got.payload, "{\"order\":1}", 11);
+	store_event_free(&got);
+	store_deliveries_free(items, 4);
+
+	/* A binary payload comes through byte for byte. */
+	find_by_type(t, "order.paid", 2, &items);
+	assert_int_equal(store_event_get(t->st, items[0].event_id, &got), STORE_OK);
+	assert_int_equal(got.payload_len, sizeof(bin));
+	assert_memory_equal(got.payload, bin, sizeof(bin));
+	store_event_free(&got);
+	store_deliveries_free(items, 2);
+
+	find_by_type(t, "audit.logged", 0, &items);
+}
+
+/* ---- ownership ---------------------------------------------------------------------- */
+
+static void test_second_open_is_locked(void **state)
+{
+	struct t *t = *state;
+	store *other = NULL;
+	char err[512] = "";
+
+	if (!backend->has_owner_lock)
+		skip();
+	assert_int_equal(store_open(t->db.dsn, "intruder", &other, err, sizeof(err)),
+			 STORE_LOCKED);
+	assert_null(other);
+	assert_non_null(strstr(err, "another outboxd is already using"));
+	assert_non_null(strstr(err, ".lock is held"));
+
+	/* Once the owner closes, the next one gets in, with its data intact. */
+	ingest_one(t, "a", t->t0, 1, NULL);
+	store_close(t->st);
+	t->st = NULL;
+	assert_int_equal(store_open(t->db.dsn, "successor", &t->st, err, sizeof(err)), STORE_OK);
+	assert_string_equal(store_owner(t->st), "successor");
+	assert_string_equal(store_backend_name(t->st), backend->name);
+	{
+		struct store_claim *c = NULL;
+		size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+
+		assert_int_equal(n, 1);
+		store_claims_free(c, n);
+	}
+}
+
+static void test_open_rejects_bad_dsn(void **state)
+{
+	store *st = NULL;
+	char err[256];
+
+	assert_int_equal(store_open("mysql://x", "o", &st, err, sizeof(err)), STORE_INVALID);
+	assert_int_equal(store_open("sqlite:", "o", &st, err, sizeof(err)), STORE_INVALID);
+	assert_null(st);
+	assert_string_not_equal(store_strerror(STORE_LOCKED), store_strerror(STORE_ERROR));
+}
+
+/* ---- listing -------------------------------------------------------------------------- */
+
+/* 45 deliveries over 3 subscriptions and 15 events, with ties in every sort key. */
+static void make_history(struct t *t)
+{
+	struct store_claim *c = NULL;
+	size_t n;
+
+	for (int i = 0; i < 15; i++)
+		ingest_one(t, i % 2 ? "user.created" : "order.paid", t->t0 + (i / 3) * 1000, 3,
+			   NULL);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 1000, &c);
+	assert_int_equal(n, 45);
+	/* A third succeed, a third are dead, the rest stay scheduled; attempt counts
+	 * 1..4 repeat. */
+	for (size_t i = 0; i < n; i++) {
+		int attempts = (int)(i % 4) + 1;
+
+		if (i % 3 == 0)
+			record(t, c[i].delivery_id, DELIVERY_PROCESSED, attempts, 0, 0, NULL,
+			       NULL);
+		else if (i % 3 == 1)
+			record(t, c[i].delivery_id, DELIVERY_FAILED, attempts, 0,
+			       i % 2 ? 404 : 503, i % 2 ? "Not Found" : "Service Unavailable",
+			       i % 2 ? "no route 100%_match" : "connection refused");
+		else
+			record(t, c[i].delivery_id, DELIVERY_FAILED, attempts,
+			       clock_now_ms() + HOUR_MS, 504, "Gateway Timeout", "timed out");
+	}
+	store_claims_free(c, n);
+}
+
+static int64_t key_of(const struct store_delivery *d, enum store_sort sort)
+{
+	return sort == STORE_SORT_UPDATED ? d->updated_at :
+	       sort == STORE_SORT_ATTEMPTS ? d->attempt_count : d->created_at;
+}
+
+/* Walks every page of f and checks that each row comes exactly once, in order. */
+static size_t walk_pages(struct t *t, struct store_delivery_filter f)
+{
+	char (*seen)[UUID_STR_LEN] = calloc(1000, UUID_STR_LEN);
+	char *cursor = NULL;
+	size_t total = 0, pages = 0;
+	int64_t prev_key = 0;
+	char prev_id[UUID_STR_LEN] = "";
+
+	do {
+		struct store_delivery *items = NULL;
+		char *next = NULL;
+		size_t n = 0;
+
+		f.cursor = cursor;
+		assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &next), STORE_OK);
+		assert_true(n <= f.limit);
+		if (next)
+			assert_int_equal(n, f.limit);
+		for (size_t i = 0; i < n; i++) {
+			int64_t key = key_of(&items[i], f.sort);
+
+			if (total) {
+				int cmp = key != prev_key ? (key > prev_key ? 1 : -1) :
+							    strcmp(items[i].id, prev_id);
+
+				assert_true(f.descending ? cmp < 0 : cmp > 0);
+			}
+			prev_key = key;
+			memcpy(prev_id, items[i].id, UUID_STR_LEN);
+			assert_true(total < 1000);
+			memcpy(seen[total++], items[i].id, UUID_STR_LEN);
+		}
+		store_deliveries_free(items, n);
+		free(cursor);
+		cursor = next;
+		pages++;
+	} while (cursor);
+	qsort(seen, total, UUID_STR_LEN, id_cmp);
+	for (size_t i = 1; i < total; i++)
+		assert_string_not_equal(seen[i - 1], seen[i]);
+	free(seen);
+	return total;
+}
+
+static void test_pagination(void **state)
+{
+	struct t *t = *state;
+	enum store_sort sorts[] = {STORE_SORT_CREATED, STORE_SORT_UPDATED, STORE_SORT_ATTEMPTS};
+
+	make_history(t);
+	for (size_t s = 0; s < 3; s++) {
+		for (int desc = 0; desc < 2; desc++) {
+			struct store_delivery_filter f = {.sort = sorts[s], .descending = desc};
+
+			f.limit = 7;
+			assert_int_equal(walk_pages(t, f), 45);
+			f.limit = 45;
+			assert_int_equal(walk_pages(t, f), 45);
+			f.limit = 1000;
+			assert_int_equal(walk_pages(t, f), 45);
+			f.limit = 4;
+			f.has_status = 1;
+			f.status = DELIVERY_FAILED;
+			assert_int_equal(walk_pages(t, f), 30);
+		}
+	}
+}
+
+static size_t count_matching(struct t *t, const struct store_delivery_filter *f)
+{
+	struct store_delivery *items = NULL;
+	char *cursor = NULL;
+	size_t n = 0;
+
+	assert_int_equal(store_deliveries_list(t->st, f, &items, &n, &cursor), STORE_OK);
+	for (size_t i = 0; i < n; i++) {
+		if (f->has_status)
+			assert_int_equal(items[i].status, f->status);
+		if (f->dead_only)
+			assert_true(items[i].status == DELIVERY_FAILED &&
+				    items[i].next_attempt_at == 0);
+		if (f->subscription_id)
+			assert_string_equal(items[i].subscription_id, f->subscription_id);
+		if (f->event_type)
+			assert_string_equal(items[i].event_type, f->event_type);
+		if (f->from_ms)
+			assert_true(items[i].created_at >= f->from_ms);
+		if (f->to_ms)
+			assert_true(items[i].created_at < f->to_ms);
+	}
+	store_deliveries_free(items, n);
+	free(cursor);
+	return n;
+}
+
+static void test_filters(void **state)
+{
+	struct t *t = *state;
+	struct store_delivery_filter f = {.limit = 1000};
+	struct store_delivery *items = NULL;
+	char *cursor = NULL;
+	size_t n;
+
+	make_history(t);
+	assert_int_equal(count_matching(t, &f), 45);
+	f.has_status = 1;
+	f.status = DELIVERY_PROCESSED;
+	assert_int_equal(count_matching(t, &f), 15);
+	f.status = DELIVERY_FAILED;
+	assert_int_equal(count_matching(t, &f), 30);
+	f.has_status = 0;
+	f.dead_only = 1;
+	assert_int_equal(count_matching(t, &f), 15);
+	f.status = DELIVERY_PROCESSED;
+	f.has_status = 1;
+	assert_int_equal(count_matching(t, &f), 0);
+	f.has_status = 0;
+
+	/* Error text search: plain substring, '%' and '_' are not wildcards. */
+	f.q = "refused";
+	n = count_matching(t, &f);
+	assert_true(n > 0 && n < 15);
+	f.q = "100%_match";
+	assert_int_equal(count_matching(t, &f) + n, 15);
+	f.q = "100%%";
+	assert_int_equal(count_matching(t, &f), 0);
+	f.q = "Not Found";
+	assert_int_equal(count_matching(t, &f), 15 - n);
+	f.q = NULL;
+	f.dead_only = 0;
+
+	f.subscription_id = t->subs[1];
+	assert_int_equal(count_matching(t, &f), 15);
+	f.event_type = "user.created";
+	assert_int_equal(count_matching(t, &f), 7);
+	f.event_type = "user.*";
+	assert_int_equal(count_matching(t, &f), 0);
+	f.event_type = NULL;
+
+	/* created_at in [t0 + 1000, t0 + 3000): events 3..8, nine per second. */
+	f.from_ms = t->t0 + 1000;
+	f.to_ms = t->t0 + 3000;
+	assert_int_equal(count_matching(t, &f), 6);
+	f.subscription_id = NULL;
+	assert_int_equal(count_matching(t, &f), 18);
+	f.event_type = "order.paid";
+	f.has_status = 1;
+	f.status = DELIVERY_FAILED;
+	n = count_matching(t, &f);
+	assert_true(n > 0 && n < 9);
+	f = (struct store_delivery_filter){.limit = 1000, .to_ms = t->t0};
+	assert_int_equal(count_matching(t, &f), 0);
+
+	/* Malformed or mismatched cursors and bad limits are refused. */
+	f = (struct store_delivery_filter){.limit = 10};
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor), STORE_OK);
+	assert_non_null(cursor);
+	store_deliveries_free(items, n);
+	f.sort = STORE_SORT_UPDATED;
+	f.cursor = cursor;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
+			 STORE_INVALID);
+	f.sort = STORE_SORT_CREATED;
+	f.descending = 1;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
+			 STORE_INVALID);
+	free((char *)f.cursor);
+	f.descending = 0;
+	{
+		static const char *const bad[] = {"", "garbage", "ca:", "ca:12", "ca:x:abc",
+			"ca:12:", "ca:12:not a uuid'; DROP TABLE deliveries; --",
+			"ca:99999999999999999999999:0190f000-0000-7000-8000-000000000000"};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			f.cursor = bad[i];
+			assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
+					 STORE_INVALID);
+		}
+	}
+	f.cursor = NULL;
+	f.limit = 0;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor), STORE_INVALID);
+	f.limit = 1001;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor), STORE_INVALID);
+}
+
+/* ---- subscriptions ------------------------------------------------------------------ */
+
+static void test_subscriptions(void **state)
+{
+	struct t *t = *state;
+	struct store_sub a = {.name = "analytics", .config = "{\"endpoint\":\"https://a\"}",
+			      .enabled = 1, .created_at = 1000, .updated_at = 1000};
+	struct store_sub b = {.name = "billing", .config = "{}", .enabled = 0,
+			      .created_at = 2000, .updated_at = 2000};
+	struct store_sub got, *list = NULL;
+	size_t n = 0;
+
+	uuid_v7(a.id);
+	uuid_v7(b.id);
+	assert_int_equal(store_sub_create(t->st, &b), STORE_OK);
+	assert_int_equal(store_sub_create(t->st, &a), STORE_OK);
+
+	assert_int_equal(store_sub_get(t->st, a.id, &got), STORE_OK);
+	assert_string_equal(got.id, a.id);
+	assert_string_equal(got.name, "analytics");
+	assert_string_equal(got.config, a.config);
+	assert_int_equal(got.enabled, 1);
+	assert_int_equal(got.created_at, 1000);
+	store_sub_free(&got);
+
+	/* Ordered by created_at. */
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].name, "analytics");
+	assert_string_equal(list[1].name, "billing");
+	assert_int_equal(list[1].enabled, 0);
+	store_subs_free(list, n);
+
+	/* Names are unique, on create and on rename. */
+	{
+		struct store_sub dup = a;
+
+		uuid_v7(dup.id);
+		assert_int_equal(store_sub_create(t->st, &dup), STORE_CONFLICT);
+		assert_int_equal(store_sub_create(t->st, &a), STORE_CONFLICT);
+	}
+	b.name = "analytics";
+	assert_int_equal(store_sub_update(t->st, &b), STORE_CONFLICT);
+	b.name = "billing-v2";
+	b.config = "{\"v\":2}";
+	b.enabled = 1;
+	b.updated_at = 3000;
+	assert_int_equal(store_sub_update(t->st, &b), STORE_OK);
+	assert_int_equal(store_sub_get(t->st, b.id, &got), STORE_OK);
+	assert_string_equal(got.name, "billing-v2");
+	assert_string_equal(got.config, "{\"v\":2}");
+	assert_int_equal(got.enabled, 1);
+	assert_int_equal(got.created_at, 2000);
+	assert_int_equal(got.updated_at, 3000);
+	store_sub_free(&got);
+
+	assert_int_equal(store_sub_delete(t->st, a.id), STORE_OK);
+	assert_int_equal(store_sub_delete(t->st, a.id), STORE_NOT_FOUND);
+	assert_int_equal(store_sub_get(t->st, a.id, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_sub_update(t->st, &a), STORE_NOT_FOUND);
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	store_subs_free(list, n);
+
+	/* A deleted subscription's deliveries stay for the record. */
+	memcpy(t->subs[0], b.id, UUID_STR_LEN);
+	{
+		char ev[UUID_STR_LEN];
+		struct store_delivery *d;
+
+		ingest_one(t, "a", t->t0, 1, ev);
+		assert_int_equal(store_sub_delete(t->st, b.id), STORE_OK);
+		d = deliveries_of(t, ev, 1);
+		assert_string_equal(d->subscription_id, b.id);
+		store_deliveries_free(d, 1);
+	}
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_ingest_fans_out),
+		T(test_ingest_is_idempotent),
+		T(test_ingest_is_atomic),
+		T(test_claim_leases),
+		T(test_expired_lease_is_reclaimable),
+		T(test_record_success),
+		T(test_record_failure_then_dead),
+		T(test_result_after_lost_lease_is_ignored),
+		T(test_concurrent_claims_are_disjoint),
+		T(test_replay),
+		T(test_purge_only_dead),
+		T(test_cleanup_keeps_failed),
+		T(test_relay_outbox),
+		T(test_second_open_is_locked),
+		T(test_pagination),
+		T(test_filters),
+		T(test_subscriptions),
+		cmocka_unit_test(test_open_rejects_bad_dsn),
+	};
+	int failed = 0;
+
+	/* The lost-lease warnings are expected here; keep the output readable. */
+	log_set_level(LOG_ERROR);
+	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+		backend = &backends[i];
+		if (!backend->available()) {
+			printf("[ SKIPPED  ] %s backend (not configured)\n", backend->name);
+			continue;
+		}
+		failed += _cmocka_run_group_tests(backend->name, tests,
+						  sizeof(tests) / sizeof(tests[0]), NULL, NULL);
+	}
+	return failed ? 1 : 0;
+}

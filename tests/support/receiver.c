@@ -1,0 +1,986 @@
+/* receiver.c: test_receiver, a real HTTP subscriber for end-to-end tests and benchmarks.
+ *
+ * It records every request it gets (method, raw path with query, lowercased headers, body)
+ * together with webhook-id deduplication counters, and answers from a per-path script of
+ * responses (status, delay, dropped connection, body, headers). Tests drive it through the
+ * JSON control API under /_control/; the benchmark runs it with --no-bodies --threads N as
+ * a sink that only counts.
+ *
+ * It plays the subscriber and nothing else: it must not know outboxd's internals, and it
+ * must not interpret payloads beyond "is this UTF-8".
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <openssl/evp.h>
+
+#define BODY_MAX          (16u << 20)  /* request bodies, data and control alike */
+#define DELAY_MAX_MS      600000       /* a scripted delay longer than 10 min is a typo */
+#define DELAY_SLICE_MS    10           /* delays sleep in slices so SIGTERM ends them */
+#define CONTROL_PREFIX    "/_control/"
+#define CONNECTION_LIMIT  4096
+#define ARENA_BLOCK       (1u << 20)
+
+/* ---- small containers ---------------------------------------------------------------- */
+
+/* Append-only string storage: one allocation per MiB instead of one per webhook-id, so a
+ * million ids cost tens of MiB, not a million malloc headers. */
+struct arena_block {
+	struct arena_block *next;
+	size_t used;
+	size_t size;
+	char data[];
+};
+
+struct arena {
+	struct arena_block *head;
+};
+
+/* Open-addressing hash table (linear probing, power-of-two capacity, load <= 1/2). It does
+ * not own its keys: the caller keeps them alive for as long as they are in the table. */
+struct table_entry {
+	uint64_t hash;
+	const char *key;        /* NULL = empty slot */
+	void *value;
+};
+
+struct table {
+	struct table_entry *slots;
+	size_t cap;
+	size_t len;
+};
+
+/* One scripted answer. An empty FIFO falls back to the path's default, then to 200 "ok". */
+struct scripted_response {
+	int status;
+	int delay_ms;
+	bool drop;
+	char *body;             /* owned; NULL means "ok" */
+	size_t body_len;
+	json_t *headers;        /* owned reference, or NULL */
+};
+
+struct path_state {
+	char *path;             /* owned; also the key in rx.paths */
+	long count;             /* recorded requests on this path */
+	struct scripted_response *fifo;
+	size_t fifo_len;
+	size_t fifo_head;       /* next response to hand out */
+	bool has_default;
+	struct scripted_response fallback;
+};
+
+/* Per-request state, created by the URI log callback (which sees the raw URI, query
+ * string included) and freed by the request-completed callback. */
+struct request_ctx {
+	char *uri;              /* raw request target, owned */
+	bool started;           /* access handler has seen the headers */
+	bool too_big;
+	char *body;
+	size_t len;
+	size_t cap;
+};
+
+/* Everything the control API reports; one mutex guards it all. */
+static struct {
+	pthread_mutex_t lock;
+	bool keep_bodies;
+	long total;
+	long duplicates;
+	int64_t first_us;
+	int64_t last_us;
+	json_t *requests;       /* array of records; stays empty with --no-bodies */
+	struct table ids;       /* distinct webhook-id values, keys in id_arena */
+	struct arena id_arena;
+	struct table paths;     /* path (no query) -> struct path_state */
+} rx = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.keep_bodies = true,
+};
+
+/* Set once SIGTERM/SIGINT arrives; scripted delays cut short so shutdown stays quick. */
+static atomic_int stopping;
+
+static const char *arena_strdup(struct arena *a, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	struct arena_block *b = a->head;
+
+	if (!b || b->size - b->used < n) {
+		size_t size = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+
+		b = malloc(sizeof(*b) + size);
+		if (!b)
+			return NULL;
+		b->next = a->head;
+		b->used = 0;
+		b->size = size;
+		a->head = b;
+	}
+	memcpy(b->data + b->used, s, n);
+	b->used += n;
+	return b->data + b->used - n;
+}
+
+static void arena_free(struct arena *a)
+{
+	while (a->head) {
+		struct arena_block *next = a->head->next;
+
+		free(a->head);
+		a->head = next;
+	}
+}
+
+static uint64_t hash_string(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;    /* FNV-1a */
+
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* The slot holding key, or the empty slot where it would go. cap must be non-zero. */
+static struct table_entry *table_slot(const struct table *t, const char *key, uint64_t hash)
+{
+	size_t mask = t->cap - 1;
+	size_t i = (size_t)hash & mask;
+
+	for (;;) {
+		struct table_entry *e = &t->slots[i];
+
+		if (!e->key || (e->hash == hash && strcmp(e->key, key) == 0))
+			return e;
+		i = (i + 1) & mask;
+	}
+}
+
+static void *table_get(const struct table *t, const char *key, bool *found)
+{
+	struct table_entry *e;
+
+	*found = false;
+	if (t->cap == 0)
+		return NULL;
+	e = table_slot(t, key, hash_string(key));
+	if (!e->key)
+		return NULL;
+	*found = true;
+	return e->value;
+}
+
+static int table_grow(struct table *t)
+{
+	size_t cap = t->cap ? t->cap * 2 : 64;
+	struct table old = *t;
+
+	t->slots = calloc(cap, sizeof(*t->slots));
+	if (!t->slots) {
+		*t = old;
+		return -1;
+	}
+	t->cap = cap;
+	for (size_t i = 0; i < old.cap; i++) {
+		if (old.slots[i].key)
+			*table_slot(t, old.slots[i].key, old.slots[i].hash) = old.slots[i];
+	}
+	free(old.slots);
+	return 0;
+}
+
+/* Inserts key (borrowed, must outlive the entry) if absent. Returns 1 if inserted, 0 if
+ * it was already there, -1 when out of memory. */
+static int table_put(struct table *t, const char *key, void *value)
+{
+	uint64_t hash = hash_string(key);
+	struct table_entry *e;
+
+	if ((t->len + 1) * 2 > t->cap && table_grow(t) != 0)
+		return -1;
+	e = table_slot(t, key, hash);
+	if (e->key)
+		return 0;
+	e->hash = hash;
+	e->key = key;
+	e->value = value;
+	t->len++;
+	return 1;
+}
+
+static void table_free(struct table *t)
+{
+	free(t->slots);
+	t->slots = NULL;
+	t->cap = 0;
+	t->len = 0;
+}
+
+/* ---- scripts ------------------------------------------------------------------------- */
+
+static void response_clear(struct scripted_response *r)
+{
+	free(r->body);
+	json_decref(r->headers);
+	memset(r, 0, sizeof(*r));
+}
+
+static void script_clear(struct path_state *ps)
+{
+	for (size_t i = 0; i < ps->fifo_len; i++)
+		response_clear(&ps->fifo[i]);
+	free(ps->fifo);
+	ps->fifo = NULL;
+	ps->fifo_len = 0;
+	ps->fifo_head = 0;
+	if (ps->has_default)
+		response_clear(&ps->fallback);
+	ps->has_default = false;
+}
+
+static void path_state_free(struct path_state *ps)
+{
+	script_clear(ps);
+	free(ps->path);
+	free(ps);
+}
+
+/* Parses one response object into out (zeroed first). Returns 0, or -1 with a message in
+ * err. The headers object is deep-copied, so j stays the caller's. */
+static int response_parse(json_t *j, struct scripted_response *out, char *err, size_t errlen)
+{
+	json_t *v;
+
+	memset(out, 0, sizeof(*out));
+	out->status = 200;
+	if (!json_is_object(j)) {
+		snprintf(err, errlen, "a response must be an object");
+		return -1;
+	}
+	v = json_object_get(j, "status");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 100 ||
+		    json_integer_value(v) > 999) {
+			snprintf(err, errlen, "status must be an integer in 100..999");
+			return -1;
+		}
+		out->status = (int)json_integer_value(v);
+	}
+	v = json_object_get(j, "delay_ms");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) > DELAY_MAX_MS) {
+			snprintf(err, errlen, "delay_ms must be an integer in 0..%d", DELAY_MAX_MS);
+			return -1;
+		}
+		out->delay_ms = (int)json_integer_value(v);
+	}
+	v = json_object_get(j, "drop");
+	if (v) {
+		if (!json_is_boolean(v)) {
+			snprintf(err, errlen, "drop must be a boolean");
+			return -1;
+		}
+		out->drop = json_is_true(v);
+	}
+	v = json_object_get(j, "body");
+	if (v) {
+		if (!json_is_string(v)) {
+			snprintf(err, errlen, "body must be a string");
+			return -1;
+		}
+		out->body_len = json_string_length(v);
+		out->body = malloc(out->body_len + 1);
+		if (!out->body)
+			goto oom;
+		memcpy(out->body, json_string_value(v), out->body_len + 1);
+	}
+	v = json_object_get(j, "headers");
+	if (v) {
+		const char *name;
+		json_t *value;
+
+		if (!json_is_object(v)) {
+			snprintf(err, errlen, "headers must be an object");
+			goto fail;
+		}
+		json_object_foreach(v, name, value) {
+			if (!json_is_string(value)) {
+				snprintf(err, errlen, "header %s must be a string", name);
+				goto fail;
+			}
+		}
+		out->headers = json_deep_copy(v);
+		if (!out->headers)
+			goto oom;
+	}
+	return 0;
+oom:
+	snprintf(err, errlen, "out of memory");
+fail:
+	response_clear(out);
+	return -1;
+}
+
+/* Caller holds rx.lock. Returns the path's state, creating it; NULL when out of memory. */
+static struct path_state *path_state_get(const char *path, size_t path_len)
+{
+	struct path_state *ps;
+	char *key = strndup(path, path_len);
+	bool found;
+
+	if (!key)
+		return NULL;
+	ps = table_get(&rx.paths, key, &found);
+	if (found) {
+		free(key);
+		return ps;
+	}
+	ps = calloc(1, sizeof(*ps));
+	if (!ps) {
+		free(key);
+		return NULL;
+	}
+	ps->path = key;
+	if (table_put(&rx.paths, ps->path, ps) != 1) {
+		path_state_free(ps);
+		return NULL;
+	}
+	return ps;
+}
+
+/* The response a scripted answer turns into. Returns NULL when out of memory. */
+static struct MHD_Response *response_build(const struct scripted_response *r)
+{
+	static const char ok[] = "ok";
+	struct MHD_Response *resp;
+	const char *name;
+	json_t *value;
+	bool has_type = false;
+
+	if (r && r->body)
+		resp = MHD_create_response_from_buffer(r->body_len, r->body,
+						       MHD_RESPMEM_MUST_COPY);
+	else
+		resp = MHD_create_response_from_buffer(sizeof(ok) - 1, (void *)ok,
+						       MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return NULL;
+	if (r && r->headers) {
+		json_object_foreach(r->headers, name, value) {
+			if (strcasecmp(name, "content-type") == 0)
+				has_type = true;
+			MHD_add_response_header(resp, name, json_string_value(value));
+		}
+	}
+	if (!has_type)
+		MHD_add_response_header(resp, "Content-Type", "text/plain");
+	return resp;
+}
+
+/* Caller holds rx.lock. Pops the next scripted answer for path and turns it into a
+ * response (returned to the caller), or sets *drop. */
+static struct MHD_Response *script_next(struct path_state *ps, int *status, int *delay_ms,
+					bool *drop)
+{
+	struct scripted_response *r = NULL;
+
+	if (ps && ps->fifo_head < ps->fifo_len)
+		r = &ps->fifo[ps->fifo_head++];
+	else if (ps && ps->has_default)
+		r = &ps->fallback;
+	*status = r ? r->status : 200;
+	*delay_ms = r ? r->delay_ms : 0;
+	*drop = r ? r->drop : false;
+	if (*drop)
+		return NULL;
+	return response_build(r);
+}
+
+/* ---- recording ----------------------------------------------------------------------- */
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static enum MHD_Result header_collect_cb(void *cls, enum MHD_ValueKind kind,
+					 const char *key, const char *value)
+{
+	json_t *headers = cls;
+	json_t *prev;
+	char *name = strdup(key);
+
+	if (!name)
+		return MHD_YES;
+	for (char *p = name; *p; p++) {
+		if (*p >= 'A' && *p <= 'Z')
+			*p = (char)(*p - 'A' + 'a');
+	}
+	if (!value)
+		value = "";
+	prev = json_object_get(headers, name);
+	if (json_is_string(prev)) {
+		/* A repeated header reads as one comma-joined value (RFC 9110 5.3). */
+		size_t n = json_string_length(prev) + 2 + strlen(value) + 1;
+		char *joined = malloc(n);
+
+		if (joined) {
+			snprintf(joined, n, "%s, %s", json_string_value(prev), value);
+			json_object_set_new(headers, name, json_string(joined));
+			free(joined);
+		}
+	} else {
+		json_object_set_new(headers, name, json_string(value));
+	}
+	free(name);
+	return MHD_YES;
+}
+
+static json_t *base64_string(const char *data, size_t len)
+{
+	size_t n = 4 * ((len + 2) / 3) + 1;
+	char *out = malloc(n);
+	json_t *s;
+
+	if (!out)
+		return NULL;
+	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)data, (int)len);
+	s = json_string(out);
+	free(out);
+	return s;
+}
+
+/* The record of one request, without its seq and time (set under the lock). Returned to
+ * the caller; NULL when out of memory. */
+static json_t *record_build(struct MHD_Connection *conn, const char *method,
+			    const struct request_ctx *ctx)
+{
+	json_t *rec = json_object();
+	json_t *headers = json_object();
+	json_t *body;
+
+	if (!rec || !headers)
+		goto fail;
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, header_collect_cb, headers);
+	json_object_set_new(rec, "method", json_string(method));
+	json_object_set_new(rec, "path", json_string(ctx->uri));
+	json_object_set(rec, "headers", headers);
+	body = json_stringn(ctx->body ? ctx->body : "", ctx->len);   /* NULL unless UTF-8 */
+	json_object_set_new(rec, "body", body ? body : json_null());
+	json_object_set_new(rec, "body_base64", base64_string(ctx->body ? ctx->body : "",
+							      ctx->len));
+	json_decref(headers);
+	return rec;
+fail:
+	json_decref(headers);
+	json_decref(rec);
+	return NULL;
+}
+
+static void stats_reset_locked(void)
+{
+	for (size_t i = 0; i < rx.paths.cap; i++) {
+		if (rx.paths.slots[i].key)
+			path_state_free(rx.paths.slots[i].value);
+	}
+	table_free(&rx.paths);
+	table_free(&rx.ids);
+	arena_free(&rx.id_arena);
+	json_array_clear(rx.requests);
+	rx.total = 0;
+	rx.duplicates = 0;
+	rx.first_us = 0;
+	rx.last_us = 0;
+}
+
+/* ---- control API --------------------------------------------------------------------- */
+
+static enum MHD_Result reply_json(struct MHD_Connection *conn, unsigned int status,
+				  json_t *body)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+
+	json_decref(body);
+	if (!text)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/json");
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned int status,
+				   const char *message)
+{
+	return reply_json(conn, status, json_pack("{s:b,s:s}", "ok", 0, "error", message));
+}
+
+static enum MHD_Result control_script(struct MHD_Connection *conn,
+				      const struct request_ctx *ctx)
+{
+	json_error_t jerr;
+	json_t *doc = json_loadb(ctx->body ? ctx->body : "", ctx->len, 0, &jerr);
+	json_t *path, *list, *fallback, *item;
+	struct scripted_response *fifo = NULL;
+	struct scripted_response def;
+	struct path_state *ps;
+	size_t n = 0, i;
+	char err[256];
+
+	memset(&def, 0, sizeof(def));
+	if (!doc) {
+		snprintf(err, sizeof(err), "invalid JSON: %s", jerr.text);
+		return reply_error(conn, MHD_HTTP_BAD_REQUEST, err);
+	}
+	path = json_object_get(doc, "path");
+	list = json_object_get(doc, "responses");
+	fallback = json_object_get(doc, "default");
+	if (!json_is_string(path) || json_string_value(path)[0] != '/') {
+		snprintf(err, sizeof(err), "path must be a string starting with /");
+		goto bad;
+	}
+	if (list && !json_is_array(list)) {
+		snprintf(err, sizeof(err), "responses must be an array");
+		goto bad;
+	}
+	n = json_array_size(list);
+	if (n) {
+		fifo = calloc(n, sizeof(*fifo));
+		if (!fifo) {
+			snprintf(err, sizeof(err), "out of memory");
+			goto bad;
+		}
+	}
+	json_array_foreach(list, i, item) {
+		if (response_parse(item, &fifo[i], err, sizeof(err)) != 0) {
+			n = i;
+			goto bad;
+		}
+	}
+	if (fallback && !json_is_null(fallback) &&
+	    response_parse(fallback, &def, err, sizeof(err)) != 0)
+		goto bad;
+
+	pthread_mutex_lock(&rx.lock);
+	ps = path_state_get(json_string_value(path), json_string_length(path));
+	if (ps) {
+		script_clear(ps);
+		ps->fifo = fifo;
+		ps->fifo_len = n;
+		ps->has_default = fallback && !json_is_null(fallback);
+		ps->fallback = def;
+	}
+	pthread_mutex_unlock(&rx.lock);
+	if (!ps) {
+		snprintf(err, sizeof(err), "out of memory");
+		goto bad;
+	}
+	json_decref(doc);
+	return reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
+bad:
+	for (i = 0; i < n; i++)
+		response_clear(&fifo[i]);
+	free(fifo);
+	response_clear(&def);
+	json_decref(doc);
+	return reply_error(conn, MHD_HTTP_BAD_REQUEST, err);
+}
+
+/* Does the recorded path (query string included) have exactly this path part? */
+static bool path_matches(const char *recorded, const char *want)
+{
+	size_t n = strcspn(recorded, "?");
+
+	return strlen(want) == n && memcmp(recorded, want, n) == 0;
+}
+
+static enum MHD_Result control_requests(struct MHD_Connection *conn)
+{
+	const char *filter = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path");
+	json_t *list = json_array();
+	json_t *rec;
+	size_t i;
+
+	if (!list)
+		return MHD_NO;
+	pthread_mutex_lock(&rx.lock);
+	json_array_foreach(rx.requests, i, rec) {
+		const char *p = json_string_value(json_object_get(rec, "path"));
+
+		if (!filter || (p && path_matches(p, filter))) {
+			/* Deep copy: the record may be freed by a reset once we unlock. */
+			json_array_append_new(list, json_deep_copy(rec));
+		}
+	}
+	pthread_mutex_unlock(&rx.lock);
+	return reply_json(conn, MHD_HTTP_OK, json_pack("{s:o}", "requests", list));
+}
+
+static enum MHD_Result control_stats(struct MHD_Connection *conn)
+{
+	const char *filter = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path");
+	json_int_t count, unique, dups, first, last;
+
+	pthread_mutex_lock(&rx.lock);
+	count = rx.total;
+	if (filter) {
+		bool found;
+		struct path_state *ps = table_get(&rx.paths, filter, &found);
+
+		count = found ? ps->count : 0;
+	}
+	unique = (json_int_t)rx.ids.len;
+	dups = rx.duplicates;
+	first = rx.first_us;
+	last = rx.last_us;
+	pthread_mutex_unlock(&rx.lock);
+	return reply_json(conn, MHD_HTTP_OK,
+			  json_pack("{s:I,s:I,s:I,s:I,s:I}", "count", count, "unique_ids", unique,
+				    "duplicates", dups, "first_us", first, "last_us", last));
+}
+
+static enum MHD_Result control_dispatch(struct MHD_Connection *conn, const char *method,
+					const struct request_ctx *ctx)
+{
+	const char *what = ctx->uri + strlen(CONTROL_PREFIX);
+	size_t n = strcspn(what, "?");
+	bool get = strcmp(method, "GET") == 0;
+	bool post = strcmp(method, "POST") == 0;
+
+	if (n == 6 && memcmp(what, "script", 6) == 0 && post)
+		return control_script(conn, ctx);
+	if (n == 8 && memcmp(what, "requests", 8) == 0 && get)
+		return control_requests(conn);
+	if (n == 5 && memcmp(what, "stats", 5) == 0 && get)
+		return control_stats(conn);
+	if (n == 5 && memcmp(what, "reset", 5) == 0 && post) {
+		pthread_mutex_lock(&rx.lock);
+		stats_reset_locked();
+		pthread_mutex_unlock(&rx.lock);
+		return reply_json(conn, MHD_HTTP_OK, json_pack("{s:b}", "ok", 1));
+	}
+	return reply_error(conn, MHD_HTTP_NOT_FOUND, "unknown control endpoint or method");
+}
+
+/* ---- data requests ------------------------------------------------------------------- */
+
+static void sleep_ms_interruptible(int ms)
+{
+	while (ms > 0 && !atomic_load(&stopping)) {
+		int slice = ms < DELAY_SLICE_MS ? ms : DELAY_SLICE_MS;
+		struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)slice * 1000000};
+
+		nanosleep(&ts, NULL);
+		ms -= slice;
+	}
+}
+
+static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *method,
+				   const struct request_ctx *ctx)
+{
+	const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "webhook-id");
+	size_t path_len = strcspn(ctx->uri, "?");
+	json_t *rec = NULL;
+	struct path_state *ps;
+	struct MHD_Response *resp;
+	int status, delay_ms;
+	bool drop;
+	int64_t t;
+	enum MHD_Result ret;
+
+	if (rx.keep_bodies) {
+		rec = record_build(conn, method, ctx);
+		if (!rec)
+			return MHD_NO;
+	}
+
+	pthread_mutex_lock(&rx.lock);
+	t = now_us();
+	rx.total++;
+	if (rx.first_us == 0)
+		rx.first_us = t;
+	rx.last_us = t;
+	if (id) {
+		bool found;
+
+		table_get(&rx.ids, id, &found);
+		if (found) {
+			rx.duplicates++;
+		} else {
+			const char *key = arena_strdup(&rx.id_arena, id);
+
+			if (key)
+				table_put(&rx.ids, key, NULL);
+		}
+	}
+	if (rec) {
+		json_object_set_new(rec, "seq", json_integer(rx.total));
+		json_object_set_new(rec, "received_at_us", json_integer(t));
+		json_array_append_new(rx.requests, rec);
+	}
+	ps = path_state_get(ctx->uri, path_len);
+	if (ps)
+		ps->count++;
+	resp = script_next(ps, &status, &delay_ms, &drop);
+	pthread_mutex_unlock(&rx.lock);
+
+	sleep_ms_interruptible(delay_ms);
+	if (drop || !resp)
+		return MHD_NO;   /* MHD closes the connection without a response */
+	ret = MHD_queue_response(conn, (unsigned int)status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* ---- MHD callbacks ------------------------------------------------------------------- */
+
+static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	struct request_ctx *ctx = calloc(1, sizeof(*ctx));
+
+	if (!ctx)
+		return NULL;
+	ctx->uri = strdup(uri ? uri : "/");
+	if (!ctx->uri) {
+		free(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct request_ctx *ctx = *con_cls;
+
+	if (!ctx)
+		return;
+	free(ctx->uri);
+	free(ctx->body);
+	free(ctx);
+	*con_cls = NULL;
+}
+
+static int body_append(struct request_ctx *ctx, const char *data, size_t len)
+{
+	if (len > BODY_MAX - ctx->len)
+		return -1;
+	if (ctx->len + len + 1 > ctx->cap) {
+		size_t cap = ctx->cap ? ctx->cap : 4096;
+		char *p;
+
+		while (cap < ctx->len + len + 1)
+			cap *= 2;
+		if (cap > BODY_MAX + 1)
+			cap = BODY_MAX + 1;
+		p = realloc(ctx->body, cap);
+		if (!p)
+			return -1;
+		ctx->body = p;
+		ctx->cap = cap;
+	}
+	memcpy(ctx->body + ctx->len, data, len);
+	ctx->len += len;
+	ctx->body[ctx->len] = '\0';
+	return 0;
+}
+
+static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+				 const char *method, const char *version,
+				 const char *upload_data, size_t *upload_data_size,
+				 void **con_cls)
+{
+	struct request_ctx *ctx = *con_cls;
+	bool control;
+
+	if (!ctx)
+		return MHD_NO;   /* the URI log callback ran out of memory */
+	control = strncmp(ctx->uri, CONTROL_PREFIX, strlen(CONTROL_PREFIX)) == 0;
+	if (!ctx->started) {
+		ctx->started = true;
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		/* The --no-bodies sink never keeps data bodies: it only counts requests. */
+		if ((control || rx.keep_bodies) && !ctx->too_big &&
+		    body_append(ctx, upload_data, *upload_data_size) != 0)
+			ctx->too_big = true;
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (ctx->too_big)
+		return reply_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, "body over 16 MiB");
+	if (control)
+		return control_dispatch(conn, method, ctx);
+	return handle_data(conn, method, ctx);
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: test_receiver --port N [--no-bodies] [--threads N]\n");
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* MHD's own diagnostics (a failed bind says why), minus the line it prints for every
+ * scripted drop: a drop is the test asking for exactly that. */
+static void mhd_log_cb(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	if (strstr(line, "Application reported internal error"))
+		return;
+	fprintf(stderr, "test_receiver: %s%s", line,
+		line[0] && line[strlen(line) - 1] == '\n' ? "" : "\n");
+}
+
+/* A benchmark sink holds thousands of sockets; lift the soft fd limit to the hard one. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	long port = 0, threads = 0;
+	struct sockaddr_in addr;
+	struct MHD_Daemon *daemon;
+	struct MHD_OptionItem pool[] = {
+		{MHD_OPTION_END, 0, NULL},
+		{MHD_OPTION_END, 0, NULL},
+	};
+	unsigned int flags;
+	sigset_t set;
+	int sig;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) {
+			if (parse_int(argv[++i], 1, 65535, &port) != 0) {
+				fprintf(stderr, "test_receiver: bad --port %s\n", argv[i]);
+				return 2;
+			}
+		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+			if (parse_int(argv[++i], 0, 1024, &threads) != 0) {
+				fprintf(stderr, "test_receiver: bad --threads %s\n", argv[i]);
+				return 2;
+			}
+		} else if (strcmp(argv[i], "--no-bodies") == 0) {
+			rx.keep_bodies = false;
+		} else {
+			usage();
+			return 2;
+		}
+	}
+	if (!port) {
+		usage();
+		return 2;
+	}
+
+	/* Block the stop signals before MHD starts its threads, so they inherit the mask and
+	 * only the sigwait() below ever takes them. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit();
+
+	rx.requests = json_array();
+	if (!rx.requests) {
+		fprintf(stderr, "test_receiver: out of memory\n");
+		return 1;
+	}
+
+	memset(&addr, 0, sizeof(addr));
+	addr.sin_family = AF_INET;
+	addr.sin_port = htons((uint16_t)port);
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+
+	if (threads > 0) {
+		/* Benchmark mode: a fixed pool on epoll; a scripted delay holds a pool thread. */
+		flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+		pool[0].option = MHD_OPTION_THREAD_POOL_SIZE;
+		pool[0].value = threads;
+	} else {
+		/* One thread per connection, so one request's delay never holds up another.
+		 * poll() rather than select() lifts the FD_SETSIZE ceiling. */
+		flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
+			MHD_USE_ERROR_LOG;
+	}
+	/* MHD sets SO_REUSEADDR (a restart binds through TIME_WAIT) but not SO_REUSEPORT,
+	 * so a second receiver on a taken port fails instead of sharing it. */
+	daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, access_cb, NULL,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, NULL,
+				  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+				  MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, NULL,
+				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, NULL,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,
+				  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
+				  MHD_OPTION_ARRAY, pool,
+				  MHD_OPTION_END);
+	if (!daemon) {
+		fprintf(stderr, "test_receiver: cannot listen on 127.0.0.1:%ld\n", port);
+		json_decref(rx.requests);
+		return 1;
+	}
+	printf("listening on 127.0.0.1:%ld\n", port);
+	fflush(stdout);
+
+	while (sigwait(&set, &sig) != 0)
+		;
+	atomic_store(&stopping, 1);
+	MHD_stop_daemon(daemon);
+
+	pthread_mutex_lock(&rx.lock);
+	stats_reset_locked();
+	pthread_mutex_unlock(&rx.lock);
+	json_decref(rx.requests);
+	return 0;
+}

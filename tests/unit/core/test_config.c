@@ -1,0 +1,90 @@
+/* test_config.c: settings precedence (flags > environment > file > defaults), value
+ * parsing, and errors that name the key. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/config.h"
+
+static void test_defaults(void **state)
+{
+	struct config c;
+	char err[256];
+	char *envp[] = {NULL};
+	assert_int_equal(config_load(&c, NULL, envp, 0, NULL, err, sizeof(err)), 0);
+	assert_string_equal(c.db, "sqlite:./var/outboxd.db");
+	assert_string_equal(c.listen, "127.0.0.1:8080");
+	assert_int_equal(c.retry_interval_ms, 3000);
+	assert_int_equal(c.max_retries, 3);
+	assert_int_equal(c.retry_batch, 100);
+	assert_int_equal(c.retry_timeout_ms, 5000);
+	assert_int_equal(c.delivery_timeout_ms, 1000);
+	assert_int_equal(c.immediate_tries, 3);
+	assert_int_equal(c.cleanup_enabled, 0);
+	assert_int_equal(c.cleanup_interval_ms, 3600000);
+	assert_int_equal(c.max_payload, 1048576);
+	assert_null(c.admin_token);
+	config_free(&c);
+}
+
+static void test_precedence(void **state)
+{
+	struct config c;
+	char err[256];
+	const char *file = "# comment\nretry_interval = 10s\nmax_retries = 7\nlisten = \"0.0.0.0:1\"\n"
+			   "cleanup_enabled = true\n";
+	char *envp[] = {"OUTBOXD_MAX_RETRIES=8", "OUTBOXD_LISTEN=1.2.3.4:5", "HOME=/x", NULL};
+	char *argv[] = {"--listen", "9.9.9.9:9", "--max-payload=2KiB", "--cleanup-enabled", "false"};
+	assert_int_equal(config_load(&c, file, envp, 5, argv, err, sizeof(err)), 0);
+	assert_int_equal(c.retry_interval_ms, 10000); /* file */
+	assert_int_equal(c.max_retries, 8);           /* env beats file */
+	assert_string_equal(c.listen, "9.9.9.9:9");   /* flag beats env */
+	assert_int_equal(c.max_payload, 2048);
+	assert_int_equal(c.cleanup_enabled, 0);
+	config_free(&c);
+}
+
+static void expect_error(const char *file, char **envp, int argc, char **argv, const char *needle)
+{
+	struct config c;
+	char err[256] = "";
+	assert_int_equal(config_load(&c, file, envp, argc, argv, err, sizeof(err)), -1);
+	if (!strstr(err, needle))
+		fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err, needle);
+	assert_non_null(strstr(err, needle));
+	config_free(&c);
+}
+
+static void test_errors(void **state)
+{
+	char *none[] = {NULL};
+	char *bad_env[] = {"OUTBOXD_RETRY_INTERVAL=3", NULL};
+	char *bad_flag[] = {"--nope=1"};
+	char *bad_int[] = {"--max-retries", "many"};
+	expect_error("colour = red\n", none, 0, NULL, "colour");
+	expect_error("retry_interval\n", none, 0, NULL, "line 1");
+	expect_error(NULL, bad_env, 0, NULL, "OUTBOXD_RETRY_INTERVAL");
+	expect_error(NULL, none, 1, bad_flag, "--nope");
+	expect_error(NULL, none, 2, bad_int, "max_retries");
+}
+
+static void test_config_path(void **state)
+{
+	char *envp[] = {"OUTBOXD_CONFIG=/etc/a.conf", NULL};
+	char *argv[] = {"--config", "/etc/b.conf"};
+	assert_string_equal(config_file_path(envp, 0, NULL), "/etc/a.conf");
+	assert_string_equal(config_file_path(envp, 2, argv), "/etc/b.conf");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_precedence),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_config_path),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
