@@ -239,6 +239,14 @@ static int serve(int argc, char **argv)
 	}
 	log_info("outboxd %s listening on http://%s (store: %s)", OUTBOXD_VERSION, cfg.listen,
 		 store_backend_name(st));
+	if (isatty(STDERR_FILENO))
+		fprintf(stderr,
+			"\nSend a first event (the token is the admin token%s):\n"
+			"  curl -X POST http://%s/v1/events -H \"Authorization: Bearer $TOKEN\" \\\n"
+			"    -H 'Content-Type: application/json' \\\n"
+			"    -d '{\"event_type\":\"user.created\",\"payload\":{\"id\":1}}'\n"
+			"Create a subscription first to have it delivered: see README.md, Quickstart.\n\n",
+			cfg.admin_token ? "" : ", kept in the data folder as admin.token", cfg.listen);
 
 	int sig = 0;
 	sigwait(&sigs, &sig);

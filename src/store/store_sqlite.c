@@ -438,6 +438,16 @@ static int tx_begin(struct sq *sq)
 	return step_done(sq->w[W_BEGIN]);
 }
 
+/* Claims and results are written with synchronous=NORMAL: losing the last few to a
+ * power cut only means those deliveries are sent again (at-least-once), and the next
+ * FULL commit (every ingest) syncs them anyway. Events are never acknowledged from a
+ * relaxed commit. */
+static void sync_relaxed(struct sq *sq, int relaxed)
+{
+	sqlite3_exec(sq->wdb, relaxed ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL",
+		     NULL, NULL, NULL);
+}
+
 static int tx_commit(struct sq *sq)
 {
 	return step_done(sq->w[W_COMMIT]);
@@ -1039,6 +1049,7 @@ static int sq_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limi
 	int rc;
 
 	pthread_mutex_lock(&sq->wmu);
+	sync_relaxed(sq, 1);
 	rc = tx_begin(sq);
 	if (rc != SQLITE_OK)
 		goto out;
@@ -1096,6 +1107,7 @@ out:
 	stmt_end(s);
 	free(rows);
 	rc = tx_end(sq, rc);
+	sync_relaxed(sq, 0);
 	pthread_mutex_unlock(&sq->wmu);
 	if (rc != STORE_OK) {
 		store_claims_free(out, count);
@@ -1189,10 +1201,12 @@ static int sq_record_results(store *st, const struct store_result *results, size
 	int rc;
 
 	pthread_mutex_lock(&sq->wmu);
+	sync_relaxed(sq, 1);
 	rc = tx_begin(sq);
 	for (size_t i = 0; rc == SQLITE_OK && i < n; i++)
 		rc = record_one(sq, st->owner, &results[i], now);
 	rc = tx_end(sq, rc);
+	sync_relaxed(sq, 0);
 	pthread_mutex_unlock(&sq->wmu);
 	return rc;
 }

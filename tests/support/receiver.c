@@ -100,6 +100,7 @@ struct request_ctx {
 static struct {
 	pthread_mutex_t lock;
 	bool keep_bodies;
+	bool print;             /* --print: one line per request on stdout */
 	long total;
 	long duplicates;
 	int64_t first_us;
@@ -725,6 +726,14 @@ static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *meth
 	pthread_mutex_lock(&rx.lock);
 	t = now_us();
 	rx.total++;
+	if (rx.print) {
+		const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+							       "outboxd-event-type");
+		printf("%s %s webhook-id=%s event-type=%s body=%.*s\n", method, ctx->uri,
+		       id ? id : "-", type ? type : "-",
+		       ctx->len > 200 ? 200 : (int)ctx->len, ctx->body ? ctx->body : "");
+		fflush(stdout);
+	}
 	if (rx.first_us == 0)
 		rx.first_us = t;
 	rx.last_us = t;
@@ -847,7 +856,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: test_receiver --port N [--no-bodies] [--threads N]\n");
+	fprintf(stderr, "usage: test_receiver --port N [--no-bodies] [--threads N] [--print]\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -911,6 +920,8 @@ int main(int argc, char **argv)
 				fprintf(stderr, "test_receiver: bad --threads %s\n", argv[i]);
 				return 2;
 			}
+		} else if (strcmp(argv[i], "--print") == 0) {
+			rx.print = true;
 		} else if (strcmp(argv[i], "--no-bodies") == 0) {
 			rx.keep_bodies = false;
 		} else {
