@@ -18,6 +18,7 @@
 #include "api/api.h"
 #include "api/http.h"
 #include "api/sub_codec.h"
+#include "cli/cli.h"
 #include "core/config.h"
 #include "core/subscriptions.h"
 #include "deliver/dispatcher.h"
@@ -34,8 +35,12 @@ static void usage(FILE *out)
 {
 	fprintf(out, "usage: outboxd <command> [options]\n\n"
 		     "commands:\n"
-		     "  serve      run the delivery daemon (outboxd serve --help for settings)\n"
-		     "  version    print the version\n");
+		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
+		     "  events       send and show events            (outboxd events --help)\n"
+		     "  subs         manage subscriptions\n"
+		     "  deliveries   list and inspect deliveries\n"
+		     "  dlq          the dead-letter queue: list, replay, purge\n"
+		     "  version      print the version\n");
 }
 
 static char *read_file(const char *path, char *err, size_t errlen)
@@ -278,6 +283,21 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "serve") == 0)
 		return serve(argc - 2, argv + 2);
+	/* CLI: the group may follow global options (outboxd --url U dlq list). */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {
+			i++;
+			continue;
+		}
+		if (strncmp(argv[i], "--", 2) == 0)
+			continue;
+		if (!cli_is_group(argv[i]))
+			break;
+		char *group = argv[i];
+		memmove(argv + 2, argv + 1, (size_t)(i - 1) * sizeof(*argv));
+		argv[1] = group;
+		return cli_main(argc - 1, argv + 1);
+	}
 	if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
 		printf("outboxd %s\n", OUTBOXD_VERSION);
 		return 0;

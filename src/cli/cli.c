@@ -1,0 +1,715 @@
+/* cli.c: `outboxd <group> <command>` — the operator CLI over the HTTP API.
+ *
+ * Each command builds one API call (list commands follow next_cursor for every page),
+ * prints a table or, with --json, the API's JSON, and exits with enum cli_exit. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#define MAX_OPTS 32
+#define MAX_ARGS 1024
+
+/* Flags that take no value. */
+static const char *const bool_flags[] = {"--json", "--force", "--all", "--help", "-h", NULL};
+
+struct opts {
+	const char *keys[MAX_OPTS];
+	const char *values[MAX_OPTS];
+	int n;
+	const char *args[MAX_ARGS];      /* positional arguments */
+	int nargs;
+};
+
+struct cli {
+	char url[512];
+	char *token;
+	int json;
+};
+
+static int is_bool_flag(const char *a)
+{
+	for (const char *const *f = bool_flags; *f; f++)
+		if (strcmp(*f, a) == 0)
+			return 1;
+	return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		if (strncmp(a, "--", 2) != 0 && strcmp(a, "-h") != 0) {
+			if (o->nargs == MAX_ARGS)
+				return -1;
+			o->args[o->nargs++] = a;
+			continue;
+		}
+		if (o->n == MAX_OPTS)
+			return -1;
+		const char *eq = strchr(a, '=');
+		if (eq) {
+			char *key = strndup(a, (size_t)(eq - a));
+			o->keys[o->n] = key; /* leaked deliberately: lives until exit */
+			o->values[o->n++] = eq + 1;
+		} else if (is_bool_flag(a)) {
+			o->keys[o->n] = a;
+			o->values[o->n++] = "true";
+		} else if (i + 1 < argc) {
+			o->keys[o->n] = a;
+			o->values[o->n++] = argv[++i];
+		} else {
+			fprintf(stderr, "outboxd: %s needs a value\n", a);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static const char *opt(const struct opts *o, const char *key)
+{
+	for (int i = o->n - 1; i >= 0; i--)
+		if (strcmp(o->keys[i], key) == 0)
+			return o->values[i];
+	return NULL;
+}
+
+/* Fails on options the command does not know, so typos are not silently ignored. */
+static int check_opts(const struct opts *o, const char *const *allowed)
+{
+	static const char *const global[] = {"--url", "--token", "--json", "--help", "-h", NULL};
+	for (int i = 0; i < o->n; i++) {
+		int ok = 0;
+		for (const char *const *a = global; *a && !ok; a++)
+			ok = strcmp(*a, o->keys[i]) == 0;
+		for (const char *const *a = allowed; a && *a && !ok; a++)
+			ok = strcmp(*a, o->keys[i]) == 0;
+		if (!ok) {
+			fprintf(stderr, "outboxd: unknown option %s (see --help)\n", o->keys[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- HTTP ------------------------------------------------------------------------------ */
+
+struct body {
+	char *data;
+	size_t len;
+};
+
+static size_t write_cb(char *p, size_t size, size_t n, void *ctx)
+{
+	struct body *b = ctx;
+	size_t len = size * n;
+	char *grown = realloc(b->data, b->len + len + 1);
+	if (!grown)
+		return 0;
+	memcpy(grown + b->len, p, len);
+	b->data = grown;
+	b->len += len;
+	b->data[b->len] = '\0';
+	return len;
+}
+
+/* One API call. *out receives the parsed JSON answer (NULL for none). Returns CLI_OK,
+ * CLI_API_ERROR (after printing the API's error) or CLI_UNREACHABLE. */
+static int call(struct cli *c, const char *method, const char *path, const char *body,
+		json_t **out)
+{
+	char url[2048], auth[1024];
+	struct body resp = {0};
+	struct curl_slist *h = NULL;
+	long status = 0;
+	int rc = CLI_OK;
+
+	*out = NULL;
+	snprintf(url, sizeof(url), "%s%s", c->url, path);
+	CURL *e = curl_easy_init();
+	if (!e)
+		return CLI_UNREACHABLE;
+	if (c->token) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->token);
+		h = curl_slist_append(h, auth);
+	}
+	if (body)
+		h = curl_slist_append(h, "Content-Type: application/json");
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &resp);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT, 120L);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	if (body) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	}
+	CURLcode cc = curl_easy_perform(e);
+	if (cc != CURLE_OK) {
+		fprintf(stderr, "outboxd: cannot reach %s: %s\n", c->url, curl_easy_strerror(cc));
+		rc = CLI_UNREACHABLE;
+		goto done;
+	}
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	json_t *j = resp.len ? json_loadb(resp.data, resp.len, 0, NULL) : NULL;
+	if (status >= 400) {
+		json_t *err = json_object_get(j, "error");
+		const char *msg = json_string_value(json_object_get(err, "message"));
+		const char *field = json_string_value(json_object_get(err, "field"));
+		if (c->json && resp.data)
+			printf("%s\n", resp.data);
+		fprintf(stderr, "outboxd: %ld %s%s%s%s\n", status,
+			msg ? msg : (resp.data ? resp.data : ""), field ? " (field " : "",
+			field ? field : "", field ? ")" : "");
+		json_decref(j);
+		rc = CLI_API_ERROR;
+		goto done;
+	}
+	*out = j;
+done:
+	free(resp.data);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(e);
+	return rc;
+}
+
+static void print_json(json_t *j)
+{
+	char *s = json_dumps(j, JSON_INDENT(2) | JSON_ENCODE_ANY);
+	if (s)
+		printf("%s\n", s);
+	free(s);
+}
+
+/* ---- tables ---------------------------------------------------------------------------- */
+
+static const char *str(json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+	return json_is_string(v) ? json_string_value(v) : "-";
+}
+
+static void print_delivery_row(json_t *d)
+{
+	json_t *err = json_object_get(d, "last_error");
+	char last[64] = "-";
+	if (json_is_object(err))
+		snprintf(last, sizeof(last), "%lld %.50s",
+			 (long long)json_integer_value(json_object_get(err, "code")),
+			 str(err, "message"));
+	const char *status = str(d, "status");
+	char shown[16];
+	snprintf(shown, sizeof(shown), "%s%s", status, json_is_true(json_object_get(d, "dead")) ? "*" : "");
+	printf("%-36s  %-10s  %4lld  %-24.24s  %-24.24s  %s\n", str(d, "id"), shown,
+	       (long long)json_integer_value(json_object_get(d, "attempt_count")), str(d, "event_type"),
+	       str(d, "updated_at"), last);
+}
+
+static void print_delivery_header(void)
+{
+	printf("%-36s  %-10s  %4s  %-24s  %-24s  %s\n", "ID", "STATUS", "TRY", "EVENT TYPE",
+	       "UPDATED", "LAST ERROR");
+}
+
+/* ---- commands ------------------------------------------------------------------------------ */
+
+static void append_query(char *q, size_t len, const char *key, const char *value)
+{
+	if (!value)
+		return;
+	char *esc = curl_easy_escape(NULL, value, 0);
+	size_t used = strlen(q);
+	snprintf(q + used, len - used, "%s%s=%s", strchr(q, '?') ? "&" : "?", key, esc ? esc : "");
+	curl_free(esc);
+}
+
+static const char *const list_opts[] = {"--status", "--subscription", "--type", "--q",
+					"--from", "--to", "--sort", "--order", "--limit", "--all",
+					NULL};
+
+/* deliveries list / dlq list: one page, or every page with --all or --json. */
+static int list_deliveries(struct cli *c, const struct opts *o, const char *base)
+{
+	char path[2048];
+	if (check_opts(o, list_opts))
+		return CLI_USAGE;
+	snprintf(path, sizeof(path), "%s", base);
+	append_query(path, sizeof(path), "status", opt(o, "--status"));
+	append_query(path, sizeof(path), "subscription_id", opt(o, "--subscription"));
+	append_query(path, sizeof(path), "event_type", opt(o, "--type"));
+	append_query(path, sizeof(path), "q", opt(o, "--q"));
+	append_query(path, sizeof(path), "from", opt(o, "--from"));
+	append_query(path, sizeof(path), "to", opt(o, "--to"));
+	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
+	append_query(path, sizeof(path), "order", opt(o, "--order"));
+	int all = c->json || opt(o, "--all");
+	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
+							: all ? "1000" : "50");
+	json_t *items = json_array();
+	char *cursor = NULL;
+	size_t shown = 0;
+	int first = 1;
+	for (;;) {
+		char page[2600];
+		json_t *r;
+		snprintf(page, sizeof(page), "%s", path);
+		append_query(page, sizeof(page), "cursor", cursor);
+		int rc = call(c, "GET", page, NULL, &r);
+		free(cursor);
+		cursor = NULL;
+		if (rc) {
+			json_decref(items);
+			return rc;
+		}
+		if (first && !c->json)
+			print_delivery_header();
+		first = 0;
+		json_t *list = json_object_get(r, "items"), *d;
+		size_t i;
+		json_array_foreach(list, i, d) {
+			if (c->json)
+				json_array_append(items, d);
+			else
+				print_delivery_row(d);
+			shown++;
+		}
+		json_t *next = json_object_get(r, "next_cursor");
+		if (json_is_string(next))
+			cursor = strdup(json_string_value(next));
+		json_decref(r);
+		if (!cursor)
+			break;
+		if (!all) {
+			fprintf(stderr, "(more: use --all, or --json for every page)\n");
+			free(cursor);
+			break;
+		}
+	}
+	if (c->json) {
+		json_t *all_items = json_pack("{s:o}", "items", items);
+		print_json(all_items);
+		json_decref(all_items);
+	} else {
+		json_decref(items);
+	}
+	if (!c->json)
+		printf("%zu deliveries%s\n", shown, strcmp(base, "/v1/dlq") == 0 ? " dead" : "");
+	return CLI_OK;
+}
+
+static int show_delivery(struct cli *c, const char *id)
+{
+	char path[256];
+	json_t *d;
+	snprintf(path, sizeof(path), "/v1/deliveries/%s", id);
+	int rc = call(c, "GET", path, NULL, &d);
+	if (rc)
+		return rc;
+	if (c->json) {
+		print_json(d);
+		json_decref(d);
+		return CLI_OK;
+	}
+	printf("delivery      %s\nevent         %s (%s)\nsubscription  %s\nstatus        %s%s\n"
+	       "attempts      %lld (scheduled retries %lld)\nnext attempt  %s\ncreated       %s\n"
+	       "updated       %s\nprocessed     %s\n",
+	       str(d, "id"), str(d, "event_id"), str(d, "event_type"), str(d, "subscription_id"),
+	       str(d, "status"), json_is_true(json_object_get(d, "dead")) ? " (dead-lettered)" : "",
+	       (long long)json_integer_value(json_object_get(d, "attempt_count")),
+	       (long long)json_integer_value(json_object_get(d, "retry_count")),
+	       str(d, "next_attempt_at"), str(d, "created_at"), str(d, "updated_at"),
+	       str(d, "processed_at"));
+	json_t *attempts = json_object_get(d, "attempts"), *a;
+	size_t i;
+	printf("\n%3s  %-9s  %-24s  %7s  %4s  %s\n", "N", "KIND", "STARTED", "MS", "CODE", "MESSAGE / CAUSE");
+	json_array_foreach(attempts, i, a) {
+		printf("%3lld  %-9s  %-24s  %7lld  %4lld  %s%s%.120s\n",
+		       (long long)json_integer_value(json_object_get(a, "n")), str(a, "kind"),
+		       str(a, "started_at"), (long long)json_integer_value(json_object_get(a, "duration_ms")),
+		       (long long)json_integer_value(json_object_get(a, "code")), str(a, "message"),
+		       json_is_string(json_object_get(a, "cause")) ? " / " : "",
+		       json_is_string(json_object_get(a, "cause")) ? str(a, "cause") : "");
+	}
+	json_decref(d);
+	return CLI_OK;
+}
+
+static int cmd_events(struct cli *c, const char *cmd, const struct opts *o)
+{
+	static const char *const send_opts[] = {"--type", "--source", "--source-event-id",
+						"--partition-key", "--data", "--data-file",
+						"--base64", NULL};
+	json_t *r;
+	int rc;
+
+	if (strcmp(cmd, "send") == 0) {
+		if (check_opts(o, send_opts))
+			return CLI_USAGE;
+		const char *type = opt(o, "--type"), *data = opt(o, "--data");
+		const char *file = opt(o, "--data-file"), *b64 = opt(o, "--base64");
+		if (!type || (!!data + !!file + !!b64) != 1) {
+			fprintf(stderr, "usage: outboxd events send --type TYPE (--data JSON | --data-file FILE | --base64 B64)\n"
+					"                           [--source S] [--source-event-id ID] [--partition-key K]\n");
+			return CLI_USAGE;
+		}
+		char *text = NULL;
+		if (file) {
+			FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "r");
+			if (!f) {
+				perror(file);
+				return CLI_USAGE;
+			}
+			size_t len = 0;
+			FILE *m = open_memstream(&text, &len);
+			char chunk[4096];
+			size_t n;
+			while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+				fwrite(chunk, 1, n, m);
+			fclose(m);
+			if (f != stdin)
+				fclose(f);
+			data = text;
+		}
+		json_t *payload = NULL;
+		if (data && !(payload = json_loads(data, JSON_DECODE_ANY, NULL))) {
+			fprintf(stderr, "outboxd: --data is not valid JSON\n");
+			free(text);
+			return CLI_USAGE;
+		}
+		json_t *ev = json_pack("{s:s}", "event_type", type);
+		if (payload)
+			json_object_set_new(ev, "payload", payload);
+		else
+			json_object_set_new(ev, "payload_base64", json_string(b64));
+		if (opt(o, "--source"))
+			json_object_set_new(ev, "source", json_string(opt(o, "--source")));
+		if (opt(o, "--source-event-id"))
+			json_object_set_new(ev, "source_event_id", json_string(opt(o, "--source-event-id")));
+		if (opt(o, "--partition-key"))
+			json_object_set_new(ev, "partition_key", json_string(opt(o, "--partition-key")));
+		char *body = json_dumps(ev, JSON_COMPACT);
+		json_decref(ev);
+		free(text);
+		rc = call(c, "POST", "/v1/events", body, &r);
+		free(body);
+		if (rc)
+			return rc;
+		if (c->json)
+			print_json(r);
+		else
+			printf("%s%s\n", json_string_value(json_array_get(json_object_get(r, "ids"), 0)),
+			       json_is_true(json_object_get(r, "duplicate")) ? " (duplicate: already stored)" : "");
+		json_decref(r);
+		return CLI_OK;
+	}
+	if (strcmp(cmd, "show") == 0 && o->nargs == 1) {
+		char path[256];
+		snprintf(path, sizeof(path), "/v1/events/%s", o->args[0]);
+		if ((rc = call(c, "GET", path, NULL, &r)))
+			return rc;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("event    %s\ntype     %s\nsource   %s\ncreated  %s\n\n", str(r, "id"),
+			       str(r, "event_type"), str(r, "source"), str(r, "created_at"));
+			print_delivery_header();
+			json_t *d;
+			size_t i;
+			json_array_foreach(json_object_get(r, "deliveries"), i, d)
+				print_delivery_row(d);
+		}
+		json_decref(r);
+		return CLI_OK;
+	}
+	fprintf(stderr, "usage: outboxd events send|show ...\n");
+	return CLI_USAGE;
+}
+
+static void print_sub_row(json_t *s)
+{
+	char types[128] = "";
+	json_t *t;
+	size_t i;
+	json_array_foreach(json_object_get(s, "event_types"), i, t) {
+		size_t used = strlen(types);
+		snprintf(types + used, sizeof(types) - used, "%s%s", i ? "," : "", json_string_value(t));
+	}
+	printf("%-36s  %-20.20s  %-7s  %-24.24s  %s\n", str(s, "id"), str(s, "name"),
+	       json_is_true(json_object_get(s, "enabled")) ? "yes" : "no", types, str(s, "endpoint"));
+}
+
+/* Reads a JSON document from --body (inline, @FILE, or - for stdin). */
+static json_t *read_body(const struct opts *o)
+{
+	const char *b = opt(o, "--body");
+	if (!b)
+		return NULL;
+	json_error_t err;
+	json_t *doc;
+	if (strcmp(b, "-") == 0)
+		doc = json_loadf(stdin, 0, &err);
+	else if (b[0] == '@')
+		doc = json_load_file(b + 1, 0, &err);
+	else
+		doc = json_loads(b, 0, &err);
+	if (!doc)
+		fprintf(stderr, "outboxd: --body is not valid JSON: %s\n", err.text);
+	return doc;
+}
+
+static int cmd_subs(struct cli *c, const char *cmd, const struct opts *o)
+{
+	static const char *const create_opts[] = {"--name", "--endpoint", "--types", "--secret",
+						  "--format", "--body", NULL};
+	static const char *const update_opts[] = {"--name", "--endpoint", "--types", "--secret",
+						  "--format", "--body", "--enabled", NULL};
+	char path[256];
+	json_t *r = NULL;
+	int rc;
+
+	if (strcmp(cmd, "list") == 0) {
+		if ((rc = call(c, "GET", "/v1/subscriptions", NULL, &r)))
+			return rc;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME", "ENABLED", "EVENT TYPES",
+			       "ENDPOINT");
+			json_t *s;
+			size_t i;
+			json_array_foreach(json_object_get(r, "items"), i, s)
+				print_sub_row(s);
+		}
+		json_decref(r);
+		return CLI_OK;
+	}
+	if ((strcmp(cmd, "show") == 0 || strcmp(cmd, "delete") == 0) && o->nargs == 1) {
+		snprintf(path, sizeof(path), "/v1/subscriptions/%s", o->args[0]);
+		int del = strcmp(cmd, "delete") == 0;
+		if ((rc = call(c, del ? "DELETE" : "GET", path, NULL, &r)))
+			return rc;
+		if (del)
+			printf("deleted %s\n", o->args[0]);
+		else
+			print_json(r);
+		json_decref(r);
+		return CLI_OK;
+	}
+	if (strcmp(cmd, "create") == 0 || (strcmp(cmd, "update") == 0 && o->nargs == 1)) {
+		int create = strcmp(cmd, "create") == 0;
+		if (check_opts(o, create ? create_opts : update_opts))
+			return CLI_USAGE;
+		json_t *doc = read_body(o);
+		if (opt(o, "--body") && !doc)
+			return CLI_USAGE;
+		if (!doc)
+			doc = json_object();
+		if (opt(o, "--name"))
+			json_object_set_new(doc, "name", json_string(opt(o, "--name")));
+		if (opt(o, "--endpoint"))
+			json_object_set_new(doc, "endpoint", json_string(opt(o, "--endpoint")));
+		if (opt(o, "--secret"))
+			json_object_set_new(doc, "secret", json_string(opt(o, "--secret")));
+		if (opt(o, "--format"))
+			json_object_set_new(doc, "payload_format", json_string(opt(o, "--format")));
+		if (opt(o, "--enabled"))
+			json_object_set_new(doc, "enabled", json_boolean(strcmp(opt(o, "--enabled"), "true") == 0));
+		if (opt(o, "--types")) {
+			json_t *types = json_array();
+			char *copy = strdup(opt(o, "--types")), *save = NULL;
+			for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+				json_array_append_new(types, json_string(t));
+			free(copy);
+			json_object_set_new(doc, "event_types", types);
+		}
+		char *body = json_dumps(doc, JSON_COMPACT);
+		json_decref(doc);
+		if (create)
+			snprintf(path, sizeof(path), "/v1/subscriptions");
+		else
+			snprintf(path, sizeof(path), "/v1/subscriptions/%s", o->args[0]);
+		rc = call(c, create ? "POST" : "PATCH", path, body, &r);
+		free(body);
+		if (rc)
+			return rc;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("%s\n", create ? "created" : "updated");
+			print_sub_row(r);
+		}
+		json_decref(r);
+		return CLI_OK;
+	}
+	fprintf(stderr, "usage: outboxd subs create|list|show|update|delete ...\n");
+	return CLI_USAGE;
+}
+
+static int cmd_deliveries(struct cli *c, const char *cmd, const struct opts *o)
+{
+	if (strcmp(cmd, "list") == 0)
+		return list_deliveries(c, o, "/v1/deliveries");
+	if (strcmp(cmd, "show") == 0 && o->nargs == 1)
+		return show_delivery(c, o->args[0]);
+	fprintf(stderr, "usage: outboxd deliveries list [filters] | show ID\n");
+	return CLI_USAGE;
+}
+
+static int cmd_dlq(struct cli *c, const char *cmd, const struct opts *o)
+{
+	static const char *const replay_opts[] = {"--subscription", "--type", "--q", "--from",
+						  "--to", "--force", NULL};
+	json_t *r;
+	int rc;
+
+	if (strcmp(cmd, "list") == 0)
+		return list_deliveries(c, o, "/v1/dlq");
+	if (strcmp(cmd, "purge") == 0 && o->nargs == 1) {
+		char path[256];
+		snprintf(path, sizeof(path), "/v1/dlq/%s", o->args[0]);
+		if ((rc = call(c, "DELETE", path, NULL, &r)))
+			return rc;
+		printf("purged %s\n", o->args[0]);
+		json_decref(r);
+		return CLI_OK;
+	}
+	if (strcmp(cmd, "replay") == 0) {
+		if (check_opts(o, replay_opts))
+			return CLI_USAGE;
+		json_t *req = json_object();
+		if (o->nargs) {
+			json_t *ids = json_array();
+			for (int i = 0; i < o->nargs; i++)
+				json_array_append_new(ids, json_string(o->args[i]));
+			json_object_set_new(req, "ids", ids);
+		} else {
+			json_t *f = json_object();
+			const char *map[][2] = {{"--subscription", "subscription_id"}, {"--type", "event_type"},
+						{"--q", "q"}, {"--from", "from"}, {"--to", "to"}};
+			for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+				if (opt(o, map[i][0]))
+					json_object_set_new(f, map[i][1], json_string(opt(o, map[i][0])));
+			json_object_set_new(req, "filter", f);
+		}
+		if (opt(o, "--force"))
+			json_object_set_new(req, "force", json_true());
+		char *body = json_dumps(req, JSON_COMPACT);
+		json_decref(req);
+		rc = call(c, "POST", "/v1/dlq/replay", body, &r);
+		free(body);
+		if (rc)
+			return rc;
+		if (c->json) {
+			print_json(r);
+		} else {
+			printf("replayed %lld\n", (long long)json_integer_value(json_object_get(r, "replayed")));
+			json_t *x;
+			size_t i;
+			json_array_foreach(json_object_get(r, "results"), i, x)
+				if (strcmp(str(x, "outcome"), "replayed") != 0)
+					printf("  %s: %s\n", str(x, "id"), str(x, "outcome"));
+		}
+		json_decref(r);
+		return CLI_OK;
+	}
+	fprintf(stderr, "usage: outboxd dlq list [filters] | replay (ID... | [filters]) [--force] | purge ID\n");
+	return CLI_USAGE;
+}
+
+static const char usage_text[] =
+	"usage: outboxd [--url URL] [--token TOKEN] [--json] <group> <command> [options]\n"
+	"\n"
+	"  events send --type TYPE (--data JSON | --data-file FILE | --base64 B64)\n"
+	"              [--source S] [--source-event-id ID] [--partition-key K]\n"
+	"  events show ID\n"
+	"  subs create --name N --endpoint URL --types a.*,b [--secret whsec_...|generate]\n"
+	"              [--format json|binary] [--body JSON|@FILE|-]\n"
+	"  subs list | show ID | delete ID\n"
+	"  subs update ID [--name N] [--endpoint URL] [--types ...] [--enabled true|false]\n"
+	"              [--body JSON|@FILE|-]\n"
+	"  deliveries list [--status NEW|PROCESSED|FAILED] [--subscription ID] [--type T]\n"
+	"              [--q TEXT] [--from RFC3339] [--to RFC3339] [--sort created_at|updated_at|\n"
+	"              attempt_count] [--order asc|desc] [--limit N] [--all]\n"
+	"  deliveries show ID          one delivery with every attempt\n"
+	"  dlq list [filters as above] dead-lettered deliveries\n"
+	"  dlq replay ID...            replay these deliveries\n"
+	"  dlq replay [--subscription ID] [--type T] [--q TEXT] [--from T] [--to T] [--force]\n"
+	"                              replay every dead delivery that matches\n"
+	"  dlq purge ID                delete one dead delivery and its history\n"
+	"\n"
+	"The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080; the token is --token,\n"
+	"OUTBOXD_TOKEN, or ./var/admin.token. --json prints the API's JSON (every page for\n"
+	"list commands). Exit codes: 0 ok, 1 the API answered with an error, 2 bad usage,\n"
+	"3 the API cannot be reached.\n";
+
+int cli_is_group(const char *name)
+{
+	return strcmp(name, "events") == 0 || strcmp(name, "subs") == 0 ||
+	       strcmp(name, "deliveries") == 0 || strcmp(name, "dlq") == 0;
+}
+
+static char *token_from_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char buf[256];
+	char *t = fgets(buf, sizeof(buf), f) ? strdup(buf) : NULL;
+	fclose(f);
+	if (t)
+		t[strcspn(t, "\r\n")] = '\0';
+	return t;
+}
+
+int cli_main(int argc, char **argv)
+{
+	struct opts o;
+	struct cli c = {0};
+	int rc;
+
+	if (argc < 1 || parse_opts(argc - 1, argv + 1, &o))
+		return CLI_USAGE;
+	const char *group = argv[0];
+	if (opt(&o, "--help") || opt(&o, "-h") || o.nargs == 0) {
+		fputs(usage_text, o.nargs == 0 && !opt(&o, "--help") && !opt(&o, "-h") ? stderr : stdout);
+		return opt(&o, "--help") || opt(&o, "-h") ? CLI_OK : CLI_USAGE;
+	}
+	const char *url = opt(&o, "--url");
+	if (!url)
+		url = getenv("OUTBOXD_URL");
+	snprintf(c.url, sizeof(c.url), "%s", url ? url : "http://127.0.0.1:8080");
+	size_t ul = strlen(c.url);
+	if (ul && c.url[ul - 1] == '/')
+		c.url[ul - 1] = '\0';
+	const char *tok = opt(&o, "--token");
+	if (!tok)
+		tok = getenv("OUTBOXD_TOKEN");
+	c.token = tok ? strdup(tok) : token_from_file("var/admin.token");
+	c.json = opt(&o, "--json") != NULL;
+
+	/* The command is the first positional argument; the rest are its arguments. */
+	const char *cmd = o.args[0];
+	memmove(o.args, o.args + 1, (size_t)(o.nargs - 1) * sizeof(o.args[0]));
+	o.nargs--;
+
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (strcmp(group, "events") == 0)
+		rc = cmd_events(&c, cmd, &o);
+	else if (strcmp(group, "subs") == 0)
+		rc = cmd_subs(&c, cmd, &o);
+	else if (strcmp(group, "deliveries") == 0)
+		rc = cmd_deliveries(&c, cmd, &o);
+	else
+		rc = cmd_dlq(&c, cmd, &o);
+	curl_global_cleanup();
+	free(c.token);
+	return rc;
+}
