@@ -64,6 +64,17 @@ void api_reply_errorf(struct api_response *res, int status, const char *code, co
 /* Maps a store error to 404/409/503/500 with a message. */
 void api_reply_store_error(struct api_response *res, int rc, const char *what);
 
+/* One route of the API; pattern may hold one "{id}" segment. */
+struct api_route {
+	const char *method;
+	const char *pattern;
+	void (*handler)(struct api *api, const struct api_request *req, const char *id,
+			struct api_response *res);
+};
+
+/* The route table (for docs and tests). */
+const struct api_route *api_routes(size_t *n);
+
 /* Route handlers (routes_*.c). `id` is the path parameter or NULL. */
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res);
 void api_events_get(struct api *api, const char *id, struct api_response *res);

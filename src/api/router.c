@@ -83,15 +83,6 @@ static enum caller authenticate(const struct api *api, const char *header)
 	return CALLER_NONE;
 }
 
-/* "/v1/subscriptions/ID" with prefix "/v1/subscriptions/" -> "ID", or NULL. */
-static const char *path_param(const char *path, const char *prefix)
-{
-	size_t n = strlen(prefix);
-	if (strncmp(path, prefix, n) != 0 || !path[n] || strchr(path + n, '/'))
-		return NULL;
-	return path + n;
-}
-
 static int body_is_json(const struct api *api, const struct api_request *req,
 			struct api_response *res)
 {
@@ -129,14 +120,141 @@ static int is(const struct api_request *req, const char *method)
 	return strcmp(req->method, method) == 0;
 }
 
-static void method_not_allowed(struct api_response *res, const char *allowed)
+/* ---- routes ------------------------------------------------------------------------------ */
+
+static void h_events_post(struct api *api, const struct api_request *req, const char *id,
+			  struct api_response *res)
 {
-	api_reply_errorf(res, 405, "method_not_allowed", NULL, "allowed methods: %s", allowed);
+	api_events_post(api, req, res);
+}
+
+static void h_events_get(struct api *api, const struct api_request *req, const char *id,
+			 struct api_response *res)
+{
+	if (check_id(id, "event", res))
+		api_events_get(api, id, res);
+}
+
+static void h_subs_create(struct api *api, const struct api_request *req, const char *id,
+			  struct api_response *res)
+{
+	api_subs_create(api, req, res);
+}
+
+static void h_subs_list(struct api *api, const struct api_request *req, const char *id,
+			struct api_response *res)
+{
+	api_subs_list(api, res);
+}
+
+static void h_subs_get(struct api *api, const struct api_request *req, const char *id,
+		       struct api_response *res)
+{
+	if (check_id(id, "subscription", res))
+		api_subs_get(api, id, res);
+}
+
+static void h_subs_patch(struct api *api, const struct api_request *req, const char *id,
+			 struct api_response *res)
+{
+	if (check_id(id, "subscription", res))
+		api_subs_patch(api, id, req, res);
+}
+
+static void h_subs_delete(struct api *api, const struct api_request *req, const char *id,
+			  struct api_response *res)
+{
+	if (check_id(id, "subscription", res))
+		api_subs_delete(api, id, res);
+}
+
+static void h_deliveries_list(struct api *api, const struct api_request *req, const char *id,
+			      struct api_response *res)
+{
+	api_deliveries_list(api, req, 0, res);
+}
+
+static void h_dlq_list(struct api *api, const struct api_request *req, const char *id,
+		       struct api_response *res)
+{
+	api_deliveries_list(api, req, 1, res);
+}
+
+static void h_deliveries_get(struct api *api, const struct api_request *req, const char *id,
+			     struct api_response *res)
+{
+	if (check_id(id, "delivery", res))
+		api_deliveries_get(api, id, res);
+}
+
+static void h_dlq_replay(struct api *api, const struct api_request *req, const char *id,
+			 struct api_response *res)
+{
+	api_dlq_replay(api, req, res);
+}
+
+static void h_dlq_purge(struct api *api, const struct api_request *req, const char *id,
+			struct api_response *res)
+{
+	if (check_id(id, "delivery", res))
+		api_dlq_purge(api, id, res);
+}
+
+extern const unsigned char openapi_json[];
+extern const unsigned long openapi_json_len;
+
+static void h_openapi(struct api *api, const struct api_request *req, const char *id,
+		      struct api_response *res)
+{
+	res->status = 200;
+	res->body = strndup((const char *)openapi_json, openapi_json_len);
+}
+
+/* Every route the API answers; docs/openapi.json must describe each (a unit test checks).
+ * "{id}" matches one path segment. Order matters only for readability. */
+static const struct api_route routes[] = {
+	{"POST", "/v1/events", h_events_post},
+	{"GET", "/v1/events/{id}", h_events_get},
+	{"POST", "/v1/subscriptions", h_subs_create},
+	{"GET", "/v1/subscriptions", h_subs_list},
+	{"GET", "/v1/subscriptions/{id}", h_subs_get},
+	{"PATCH", "/v1/subscriptions/{id}", h_subs_patch},
+	{"DELETE", "/v1/subscriptions/{id}", h_subs_delete},
+	{"GET", "/v1/deliveries", h_deliveries_list},
+	{"GET", "/v1/deliveries/{id}", h_deliveries_get},
+	{"GET", "/v1/dlq", h_dlq_list},
+	{"POST", "/v1/dlq/replay", h_dlq_replay},
+	{"DELETE", "/v1/dlq/{id}", h_dlq_purge},
+	{"GET", "/v1/openapi.json", h_openapi},
+};
+
+const struct api_route *api_routes(size_t *n)
+{
+	*n = sizeof(routes) / sizeof(routes[0]);
+	return routes;
+}
+
+/* Matches path against pattern; *id receives the {id} segment (pointing into path). */
+static int route_match(const char *pattern, const char *path, const char **id)
+{
+	const char *brace = strstr(pattern, "{id}");
+	if (!brace)
+		return strcmp(pattern, path) == 0;
+	size_t pre = (size_t)(brace - pattern);
+	const char *rest = brace + 4;
+	if (strncmp(pattern, path, pre) != 0)
+		return 0;
+	const char *seg = path + pre;
+	size_t seglen = strcspn(seg, "/");
+	if (seglen == 0 || strcmp(seg + seglen, rest) != 0)
+		return 0;
+	*id = seg;
+	return 1;
 }
 
 void api_handle(struct api *api, const struct api_request *req, struct api_response *res)
 {
-	const char *path = req->path, *id;
+	const char *path = req->path;
 	res->status = 500;
 	res->body = NULL;
 
@@ -154,7 +272,27 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 					 store_strerror(rc));
 		return;
 	}
-	if (strncmp(path, "/v1/", 4) != 0) {
+
+	/* Find the route first, so unknown paths are 404 and known ones with another
+	 * method 405, both before authentication says anything about the caller. */
+	const struct api_route *hit = NULL;
+	char allowed[64] = "";
+	const char *id = NULL;
+	int known = 0;
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const char *seg = NULL;
+		if (!route_match(routes[i].pattern, path, &seg))
+			continue;
+		known = 1;
+		size_t used = strlen(allowed);
+		snprintf(allowed + used, sizeof(allowed) - used, "%s%s", used ? ", " : "",
+			 routes[i].method);
+		if (strcmp(routes[i].method, req->method) == 0) {
+			hit = &routes[i];
+			id = seg;
+		}
+	}
+	if (!known) {
 		api_reply_errorf(res, 404, "not_found", NULL, "no route %s %s", req->method, path);
 		return;
 	}
@@ -166,64 +304,16 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 						    : "missing Authorization: Bearer <token>");
 		return;
 	}
-	int ingest_route = strcmp(path, "/v1/events") == 0 && is(req, "POST");
-	if (who == CALLER_INGEST && !ingest_route) {
+	if (!hit) {
+		api_reply_errorf(res, 405, "method_not_allowed", NULL, "allowed methods: %s", allowed);
+		return;
+	}
+	if (who == CALLER_INGEST && hit->handler != h_events_post) {
 		api_reply_errorf(res, 403, "forbidden", NULL,
 				 "the ingest token may only POST /v1/events");
 		return;
 	}
-	if ((is(req, "POST") || is(req, "PATCH") || is(req, "PUT")) && !body_is_json(api, req, res))
+	if ((is(req, "POST") || is(req, "PATCH")) && !body_is_json(api, req, res))
 		return;
-
-	if (strcmp(path, "/v1/events") == 0) {
-		if (is(req, "POST"))
-			api_events_post(api, req, res);
-		else
-			method_not_allowed(res, "POST");
-	} else if ((id = path_param(path, "/v1/events/"))) {
-		if (!is(req, "GET"))
-			method_not_allowed(res, "GET");
-		else if (check_id(id, "event", res))
-			api_events_get(api, id, res);
-	} else if (strcmp(path, "/v1/subscriptions") == 0) {
-		if (is(req, "POST"))
-			api_subs_create(api, req, res);
-		else if (is(req, "GET"))
-			api_subs_list(api, res);
-		else
-			method_not_allowed(res, "GET, POST");
-	} else if ((id = path_param(path, "/v1/subscriptions/"))) {
-		if (!is(req, "GET") && !is(req, "PATCH") && !is(req, "DELETE"))
-			method_not_allowed(res, "GET, PATCH, DELETE");
-		else if (!check_id(id, "subscription", res))
-			;
-		else if (is(req, "GET"))
-			api_subs_get(api, id, res);
-		else if (is(req, "PATCH"))
-			api_subs_patch(api, id, req, res);
-		else
-			api_subs_delete(api, id, res);
-	} else if (strcmp(path, "/v1/deliveries") == 0 || strcmp(path, "/v1/dlq") == 0) {
-		if (is(req, "GET"))
-			api_deliveries_list(api, req, strcmp(path, "/v1/dlq") == 0, res);
-		else
-			method_not_allowed(res, "GET");
-	} else if ((id = path_param(path, "/v1/deliveries/"))) {
-		if (!is(req, "GET"))
-			method_not_allowed(res, "GET");
-		else if (check_id(id, "delivery", res))
-			api_deliveries_get(api, id, res);
-	} else if (strcmp(path, "/v1/dlq/replay") == 0) {
-		if (is(req, "POST"))
-			api_dlq_replay(api, req, res);
-		else
-			method_not_allowed(res, "POST");
-	} else if ((id = path_param(path, "/v1/dlq/"))) {
-		if (!is(req, "DELETE"))
-			method_not_allowed(res, "DELETE");
-		else if (check_id(id, "delivery", res))
-			api_dlq_purge(api, id, res);
-	} else {
-		api_reply_errorf(res, 404, "not_found", NULL, "no route %s %s", req->method, path);
-	}
+	hit->handler(api, req, id, res);
 }

@@ -1,0 +1,122 @@
+/* test_routes.c: the route table against docs/openapi.json (every route the server
+ * answers is documented, and nothing documented is missing a route), and routing
+ * decisions that need no store: 404, 405, 401, 403, health. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "api/api.h"
+
+extern const unsigned char openapi_json[];
+extern const unsigned long openapi_json_len;
+
+static json_t *openapi(void)
+{
+	json_error_t err;
+	json_t *doc = json_loadb((const char *)openapi_json, openapi_json_len, 0, &err);
+	if (!doc)
+		fprintf(stderr, "docs/openapi.json: %s (line %d)\n", err.text, err.line);
+	assert_non_null(doc);
+	return doc;
+}
+
+static void test_every_route_documented(void **state)
+{
+	json_t *doc = openapi(), *paths = json_object_get(doc, "paths");
+	size_t n;
+	const struct api_route *r = api_routes(&n);
+	size_t documented = 0;
+	for (size_t i = 0; i < n; i++) {
+		char method[16];
+		size_t k;
+		for (k = 0; r[i].method[k] && k < sizeof(method) - 1; k++)
+			method[k] = (char)(r[i].method[k] | 0x20); /* lower case */
+		method[k] = '\0';
+		json_t *op = json_object_get(json_object_get(paths, r[i].pattern), method);
+		if (!op)
+			fprintf(stderr, "%s %s is not in docs/openapi.json\n", r[i].method, r[i].pattern);
+		assert_non_null(op);
+		assert_non_null(json_object_get(op, "responses"));
+	}
+	/* And the other way: every documented /v1 operation has a route. */
+	const char *path;
+	json_t *item;
+	json_object_foreach(paths, path, item) {
+		const char *method;
+		json_t *op;
+		json_object_foreach(item, method, op) {
+			if (strncmp(path, "/v1/", 4) != 0)
+				continue;
+			int found = 0;
+			for (size_t i = 0; i < n && !found; i++)
+				found = strcmp(r[i].pattern, path) == 0 && strcasecmp(r[i].method, method) == 0;
+			if (!found)
+				fprintf(stderr, "documented %s %s has no route\n", method, path);
+			assert_true(found);
+			documented++;
+		}
+	}
+	assert_int_equal(documented, n);
+	json_decref(doc);
+}
+
+static const char *no_query(void *ctx, const char *name)
+{
+	return NULL;
+}
+
+static struct api_response call(const char *method, const char *path, const char *auth)
+{
+	struct api api = {.admin_token = "adm", .ingest_token = "ing", .max_request = 1024};
+	struct api_request req = {.method = method, .path = path, .query = no_query,
+				  .authorization = auth};
+	struct api_response res = {0};
+	api_handle(&api, &req, &res);
+	return res;
+}
+
+static void expect(const char *method, const char *path, const char *auth, int status,
+		   const char *code)
+{
+	struct api_response res = call(method, path, auth);
+	if (res.status != status)
+		fprintf(stderr, "%s %s: %d %s\n", method, path, res.status, res.body ? res.body : "");
+	assert_int_equal(res.status, status);
+	if (code) {
+		json_t *j = json_loads(res.body, 0, NULL);
+		assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+				    code);
+		json_decref(j);
+	}
+	free(res.body);
+}
+
+static void test_routing(void **state)
+{
+	expect("GET", "/healthz", NULL, 200, NULL);
+	expect("GET", "/nope", "Bearer adm", 404, "not_found");
+	expect("GET", "/v1/subscriptions/a/b", "Bearer adm", 404, "not_found");
+	expect("GET", "/v1/deliveries", NULL, 401, "unauthenticated");
+	expect("GET", "/v1/deliveries", "Bearer wrong", 401, "unauthenticated");
+	expect("GET", "/v1/deliveries", "Basic adm", 401, "unauthenticated");
+	expect("PUT", "/v1/events", "Bearer adm", 405, "method_not_allowed");
+	expect("GET", "/v1/subscriptions", "Bearer ing", 403, "forbidden");
+	expect("GET", "/v1/deliveries/not-a-uuid", "Bearer adm", 400, "invalid_argument");
+	expect("DELETE", "/v1/dlq/123", "Bearer adm", 400, "invalid_argument");
+	expect("GET", "/v1/openapi.json", "Bearer adm", 200, NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_every_route_documented),
+		cmocka_unit_test(test_routing),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
