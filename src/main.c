@@ -125,6 +125,11 @@ static void wake_dispatcher(void *ctx)
 	dispatcher_wake(ctx);
 }
 
+static void wake_jobs(void *ctx)
+{
+	jobs_wake(ctx);
+}
+
 static int serve(int argc, char **argv)
 {
 	struct config cfg;
@@ -232,6 +237,10 @@ static int serve(int argc, char **argv)
 		.committer = committer,
 		.wake = wake_dispatcher,
 		.wake_ctx = disp,
+		.wake_jobs = wake_jobs,
+		.wake_jobs_ctx = jobs,
+		.replay_rate = cfg.replay_rate,
+		.stats_window_ms = cfg.stats_window_ms,
 		.admin_token = token,
 		.ingest_token = cfg.ingest_token,
 		.max_payload = cfg.max_payload,

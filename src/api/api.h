@@ -25,6 +25,7 @@ struct api_request {
 	const char *body;
 	size_t body_len;
 	int body_too_large;                /* the server stopped reading at the limit */
+	const char *actor;                 /* set by the router: the token's name */
 };
 
 struct api_response {
@@ -41,11 +42,15 @@ struct api {
 	struct committer *committer;
 	api_wake_cb wake;                  /* new due work (replay): wake the dispatcher */
 	void *wake_ctx;
+	api_wake_cb wake_jobs;             /* a new replay job: wake the jobs thread */
+	void *wake_jobs_ctx;
 	const char *admin_token;
 	const char *ingest_token;          /* may be NULL */
 	int64_t max_payload;
 	int64_t max_request;
 	struct retry_policy retry_defaults;
+	int replay_rate;                   /* default pace of filter replays */
+	int64_t stats_window_ms;
 };
 
 /* Answers one request. res->body is returned to the caller (free it). */
@@ -83,11 +88,24 @@ void api_subs_list(struct api *api, struct api_response *res);
 void api_subs_get(struct api *api, const char *id, struct api_response *res);
 void api_subs_patch(struct api *api, const char *id, const struct api_request *req,
 		    struct api_response *res);
-void api_subs_delete(struct api *api, const char *id, struct api_response *res);
+void api_subs_delete(struct api *api, const char *id, const struct api_request *req,
+		     struct api_response *res);
 void api_deliveries_list(struct api *api, const struct api_request *req, int dead_only,
 			 struct api_response *res);
 void api_deliveries_get(struct api *api, const char *id, struct api_response *res);
 void api_dlq_replay(struct api *api, const struct api_request *req, struct api_response *res);
-void api_dlq_purge(struct api *api, const char *id, struct api_response *res);
+void api_dlq_purge(struct api *api, const char *id, const struct api_request *req,
+		   struct api_response *res);
+void api_dlq_purge_filter(struct api *api, const struct api_request *req,
+			  struct api_response *res);
+void api_jobs_get(struct api *api, const char *id, struct api_response *res);
+void api_jobs_cancel(struct api *api, const char *id, const struct api_request *req,
+		     struct api_response *res);
+void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res);
+void api_stats(struct api *api, struct api_response *res);
+
+/* Records an operator action in the audit log (failures are logged, not fatal). */
+void api_audit(struct api *api, const struct api_request *req, const char *action,
+	       const char *target, long long count, const char *detail);
 
 #endif

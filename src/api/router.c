@@ -165,7 +165,7 @@ static void h_subs_delete(struct api *api, const struct api_request *req, const 
 			  struct api_response *res)
 {
 	if (check_id(id, "subscription", res))
-		api_subs_delete(api, id, res);
+		api_subs_delete(api, id, req, res);
 }
 
 static void h_deliveries_list(struct api *api, const struct api_request *req, const char *id,
@@ -197,7 +197,39 @@ static void h_dlq_purge(struct api *api, const struct api_request *req, const ch
 			struct api_response *res)
 {
 	if (check_id(id, "delivery", res))
-		api_dlq_purge(api, id, res);
+		api_dlq_purge(api, id, req, res);
+}
+
+static void h_dlq_purge_filter(struct api *api, const struct api_request *req, const char *id,
+			       struct api_response *res)
+{
+	api_dlq_purge_filter(api, req, res);
+}
+
+static void h_jobs_get(struct api *api, const struct api_request *req, const char *id,
+		       struct api_response *res)
+{
+	if (check_id(id, "job", res))
+		api_jobs_get(api, id, res);
+}
+
+static void h_jobs_cancel(struct api *api, const struct api_request *req, const char *id,
+			  struct api_response *res)
+{
+	if (check_id(id, "job", res))
+		api_jobs_cancel(api, id, req, res);
+}
+
+static void h_audit(struct api *api, const struct api_request *req, const char *id,
+		    struct api_response *res)
+{
+	api_audit_list(api, req, res);
+}
+
+static void h_stats(struct api *api, const struct api_request *req, const char *id,
+		    struct api_response *res)
+{
+	api_stats(api, res);
 }
 
 extern const unsigned char openapi_json[];
@@ -225,6 +257,11 @@ static const struct api_route routes[] = {
 	{"GET", "/v1/dlq", h_dlq_list},
 	{"POST", "/v1/dlq/replay", h_dlq_replay},
 	{"DELETE", "/v1/dlq/{id}", h_dlq_purge},
+	{"POST", "/v1/dlq/purge", h_dlq_purge_filter},
+	{"GET", "/v1/jobs/{id}", h_jobs_get},
+	{"POST", "/v1/jobs/{id}/cancel", h_jobs_cancel},
+	{"GET", "/v1/audit", h_audit},
+	{"GET", "/v1/stats", h_stats},
 	{"GET", "/v1/openapi.json", h_openapi},
 };
 
@@ -276,7 +313,7 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 	/* Find the route first, so unknown paths are 404 and known ones with another
 	 * method 405, both before authentication says anything about the caller. */
 	const struct api_route *hit = NULL;
-	char allowed[64] = "";
+	char allowed[64] = "", id_buf[64];
 	const char *id = NULL;
 	int known = 0;
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
@@ -289,7 +326,12 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 			 routes[i].method);
 		if (strcmp(routes[i].method, req->method) == 0) {
 			hit = &routes[i];
-			id = seg;
+			id = NULL;
+			if (seg) {
+				/* The {id} segment alone, without what follows it. */
+				snprintf(id_buf, sizeof(id_buf), "%.*s", (int)strcspn(seg, "/"), seg);
+				id = id_buf;
+			}
 		}
 	}
 	if (!known) {
@@ -315,5 +357,7 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 	}
 	if ((is(req, "POST") || is(req, "PATCH")) && !body_is_json(api, req, res))
 		return;
-	hit->handler(api, req, id, res);
+	struct api_request named = *req;
+	named.actor = who == CALLER_ADMIN ? "admin" : "ingest";
+	hit->handler(api, &named, id, res);
 }

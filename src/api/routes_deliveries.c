@@ -1,10 +1,12 @@
-/* routes_deliveries.c: deliveries and the dead-letter queue — list, detail with the full
- * attempt history, replay (by ids or by filter), purge. */
+/* routes_deliveries.c: deliveries and the dead-letter queue — list with filters, detail
+ * with the full attempt history, replay (by ids, by filter with a dry run, or as a paced
+ * job), purge (one, or by filter with a dry run). Every change is audited. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
+#include "api/filter.h"
 #include "api/render.h"
 #include "util/clock.h"
 #include "util/uuid.h"
@@ -12,77 +14,19 @@
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
 #define REPLAY_MAX_IDS 1000
-
-static const char *qp(const struct api_request *req, const char *name)
-{
-	return req->query ? req->query(req->query_ctx, name) : NULL;
-}
-
-/* Reads the list filters shared by GET /v1/deliveries, GET /v1/dlq and filter replay.
- * get(ctx, name) returns a parameter's text or NULL. */
-static int read_filter(const char *(*get)(const void *ctx, const char *name), const void *ctx,
-		       struct store_delivery_filter *f, struct input_error *err)
-{
-	const char *v;
-
-	if ((v = get(ctx, "status"))) {
-		if (delivery_status_parse(v, &f->status))
-			return input_error_set(err, 400, "invalid_argument", "status",
-					       "status must be NEW, PROCESSED or FAILED");
-		f->has_status = 1;
-	}
-	if ((v = get(ctx, "subscription_id"))) {
-		if (!uuid_valid(v))
-			return input_error_set(err, 400, "invalid_argument", "subscription_id",
-					       "subscription_id must be a UUID");
-		f->subscription_id = v;
-	}
-	if ((v = get(ctx, "event_type")))
-		f->event_type = v;
-	if ((v = get(ctx, "q"))) {
-		if (strlen(v) > 256)
-			return input_error_set(err, 400, "invalid_argument", "q",
-					       "q must be at most 256 characters");
-		f->q = v;
-	}
-	if ((v = get(ctx, "from")) && clock_parse_rfc3339(v, &f->from_ms))
-		return input_error_set(err, 400, "invalid_argument", "from",
-				       "from must be an RFC 3339 time such as 2026-11-21T10:00:00Z");
-	if ((v = get(ctx, "to")) && clock_parse_rfc3339(v, &f->to_ms))
-		return input_error_set(err, 400, "invalid_argument", "to",
-				       "to must be an RFC 3339 time such as 2026-11-21T11:00:00Z");
-	if ((v = get(ctx, "sort"))) {
-		if (strcmp(v, "created_at") == 0)
-			f->sort = STORE_SORT_CREATED;
-		else if (strcmp(v, "updated_at") == 0)
-			f->sort = STORE_SORT_UPDATED;
-		else if (strcmp(v, "attempt_count") == 0)
-			f->sort = STORE_SORT_ATTEMPTS;
-		else
-			return input_error_set(err, 400, "invalid_argument", "sort",
-					       "sort must be created_at, updated_at or attempt_count");
-	}
-	if ((v = get(ctx, "order"))) {
-		if (strcmp(v, "asc") == 0)
-			f->descending = 0;
-		else if (strcmp(v, "desc") == 0)
-			f->descending = 1;
-		else
-			return input_error_set(err, 400, "invalid_argument", "order",
-					       "order must be asc or desc");
-	}
-	return 0;
-}
+#define PURGE_CHUNK 1000
 
 static const char *query_get(const void *ctx, const char *name)
 {
-	return qp(ctx, name);
+	const struct api_request *req = ctx;
+	return req->query ? req->query(req->query_ctx, name) : NULL;
 }
 
 void api_deliveries_list(struct api *api, const struct api_request *req, int dead_only,
 			 struct api_response *res)
 {
 	struct store_delivery_filter f = {0};
+	struct filter_buf fb;
 	struct input_error err;
 	struct store_delivery *items = NULL;
 	char *next = NULL;
@@ -90,11 +34,11 @@ void api_deliveries_list(struct api *api, const struct api_request *req, int dea
 	const char *v;
 
 	f.limit = LIST_DEFAULT;
-	if (read_filter(query_get, req, &f, &err)) {
+	if (filter_parse(query_get, req, 1, api->reg, "", &f, &fb, &err)) {
 		api_reply_error(res, &err);
 		return;
 	}
-	if ((v = qp(req, "limit"))) {
+	if ((v = query_get(req, "limit"))) {
 		char *end;
 		long l = strtol(v, &end, 10);
 		if (*end || l < 1 || l > LIST_MAX) {
@@ -104,7 +48,7 @@ void api_deliveries_list(struct api *api, const struct api_request *req, int dea
 		}
 		f.limit = (size_t)l;
 	}
-	f.cursor = qp(req, "cursor");
+	f.cursor = query_get(req, "cursor");
 	f.dead_only = dead_only;
 	int rc = store_deliveries_list(api->st, &f, &items, &n, &next);
 	if (rc == STORE_INVALID) {
@@ -159,134 +103,127 @@ void api_deliveries_get(struct api *api, const char *id, struct api_response *re
 
 static const char *const outcome_names[] = {"replayed", "not_found", "not_failed", "in_flight"};
 
-static const char *filter_get(const void *ctx, const char *name)
-{
-	json_t *v = json_object_get(ctx, name);
-	return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
-/* Replays every dead delivery matching the filter, a page at a time. */
-static void replay_filter(struct api *api, json_t *filter, int force, struct api_response *res)
-{
-	static const char *const keys[] = {"status", "subscription_id", "event_type", "q",
-					   "from", "to", NULL};
-	struct store_delivery_filter f = {0};
-	struct input_error err;
-	const char *key;
-	json_t *v;
-	size_t total = 0;
-	char *cursor = NULL;
-
-	if (!json_is_object(filter)) {
-		api_reply_errorf(res, 400, "invalid_argument", "filter", "filter must be an object");
-		return;
-	}
-	json_object_foreach(filter, key, v) {
-		int ok = 0;
-		for (const char *const *k = keys; *k; k++)
-			ok |= strcmp(*k, key) == 0;
-		if (!ok || !json_is_string(v)) {
-			api_reply_errorf(res, 400, "invalid_argument", "filter", "filter.%s %s", key,
-					 ok ? "must be a string" : "is not a known filter");
-			return;
-		}
-	}
-	if (read_filter(filter_get, filter, &f, &err)) {
-		char field[sizeof(err.field)];
-		snprintf(field, sizeof(field), "%s", err.field);
-		snprintf(err.field, sizeof(err.field), "filter.%.100s", field);
-		api_reply_error(res, &err);
-		return;
-	}
-	/* Without an explicit status, a filter replay takes the dead-letter queue. */
-	f.dead_only = !f.has_status;
-	if (f.has_status && f.status == DELIVERY_PROCESSED && !force) {
-		api_reply_errorf(res, 422, "invalid_argument", "force",
-				 "replaying PROCESSED deliveries re-sends them; set \"force\": true");
-		return;
-	}
-	f.limit = LIST_MAX;
-	for (;;) {
-		struct store_delivery *items = NULL;
-		size_t n = 0;
-		char *next = NULL;
-		f.cursor = cursor;
-		int rc = store_deliveries_list(api->st, &f, &items, &n, &next);
-		free(cursor);
-		cursor = next;
-		if (rc) {
-			free(cursor);
-			api_reply_store_error(res, rc, "deliveries");
-			return;
-		}
-		char (*ids)[UUID_STR_LEN] = calloc(n ? n : 1, sizeof(*ids));
-		for (size_t i = 0; ids && i < n; i++)
-			memcpy(ids[i], items[i].id, UUID_STR_LEN);
-		size_t done = 0;
-		rc = ids ? store_replay(api->st, (const char(*)[UUID_STR_LEN])ids, n, force, NULL, &done)
-			 : STORE_ERROR;
-		free(ids);
-		store_deliveries_free(items, n);
-		if (rc) {
-			free(cursor);
-			api_reply_store_error(res, rc, "replay");
-			return;
-		}
-		total += done;
-		if (!cursor)
-			break;
-	}
-	if (total && api->wake)
-		api->wake(api->wake_ctx);
-	api_reply_json(res, 200, json_pack("{s:I}", "replayed", (json_int_t)total));
-}
-
-void api_dlq_replay(struct api *api, const struct api_request *req, struct api_response *res)
+/* Reads a JSON object body; replies 400 and returns NULL when it is not one. */
+static json_t *object_body(const struct api_request *req, struct api_response *res,
+			   const char *const *keys)
 {
 	json_error_t jerr;
 	json_t *doc = json_loadb(req->body ? req->body : "", req->body_len, 0, &jerr);
 	if (!doc || !json_is_object(doc)) {
-		api_reply_errorf(res, 400, "invalid_json", NULL,
-				 "the body must be a JSON object {\"ids\":[...]} or {\"filter\":{...}}");
+		api_reply_errorf(res, 400, "invalid_json", NULL, "the body must be a JSON object%s%s",
+				 doc ? "" : ": ", doc ? "" : jerr.text);
 		json_decref(doc);
-		return;
+		return NULL;
 	}
-	json_t *ids = json_object_get(doc, "ids"), *filter = json_object_get(doc, "filter");
-	json_t *force_v = json_object_get(doc, "force");
 	const char *key;
 	json_t *v;
 	json_object_foreach(doc, key, v) {
-		if (strcmp(key, "ids") && strcmp(key, "filter") && strcmp(key, "force")) {
+		int ok = 0;
+		for (const char *const *k = keys; *k; k++)
+			ok |= strcmp(*k, key) == 0;
+		if (!ok) {
 			api_reply_errorf(res, 400, "invalid_argument", key, "unknown field \"%s\"", key);
-			goto out;
+			json_decref(doc);
+			return NULL;
 		}
 	}
-	if (force_v && !json_is_boolean(force_v)) {
-		api_reply_errorf(res, 400, "invalid_argument", "force", "force must be true or false");
-		goto out;
+	return doc;
+}
+
+static int get_bool(json_t *doc, const char *key, int *out, struct api_response *res)
+{
+	json_t *v = json_object_get(doc, key);
+	if (v && !json_is_boolean(v)) {
+		api_reply_errorf(res, 400, "invalid_argument", key, "%s must be true or false", key);
+		return -1;
 	}
-	int force = json_is_true(force_v);
-	if (!ids == !filter) {
-		api_reply_errorf(res, 400, "invalid_argument", "ids",
-				 "give exactly one of ids and filter");
-		goto out;
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* The filter of a replay or purge: the dead-letter queue unless a status is given. */
+static int body_filter(struct api *api, json_t *filter, int force, struct store_delivery_filter *f,
+		       struct filter_buf *fb, struct api_response *res)
+{
+	struct input_error err;
+	if (filter_parse_json(filter, api->reg, "filter.", f, fb, &err)) {
+		api_reply_error(res, &err);
+		return -1;
 	}
-	if (filter) {
-		replay_filter(api, filter, force, res);
-		goto out;
+	f->dead_only = !f->has_status;
+	if (f->has_status && f->status == DELIVERY_PROCESSED && !force) {
+		api_reply_errorf(res, 422, "invalid_argument", "force",
+				 "replaying PROCESSED deliveries re-sends them; set \"force\": true");
+		return -1;
 	}
+	if (f->has_status && f->status == DELIVERY_NEW) {
+		api_reply_errorf(res, 422, "invalid_argument", "filter.status",
+				 "NEW deliveries are already pending");
+		return -1;
+	}
+	return 0;
+}
+
+/* A filter replay becomes a job that replays at `rate` deliveries per second; only
+ * deliveries created before the job starts are taken, so the count it reports is the
+ * count a dry run gave. */
+static void replay_job(struct api *api, const struct api_request *req, json_t *filter,
+		       const struct store_delivery_filter *f, int force, int rate,
+		       struct api_response *res)
+{
+	struct store_job job = {0};
+	size_t matched = 0;
+	int64_t now = clock_now_ms();
+	struct store_delivery_filter counted = *f;
+
+	if (!counted.to_ms || counted.to_ms > now + 1)
+		counted.to_ms = now + 1;
+	int rc = store_deliveries_count(api->st, &counted, &matched);
+	if (rc) {
+		api_reply_store_error(res, rc, "replay");
+		return;
+	}
+	json_t *saved = json_deep_copy(filter);
+	if (!counted.has_status)
+		json_object_set_new(saved, "dead", json_true());
+	json_object_set_new(saved, "before_ms", json_integer(counted.to_ms));
+	uuid_v7(job.id);
+	snprintf(job.kind, sizeof(job.kind), "replay");
+	snprintf(job.state, sizeof(job.state), "running");
+	job.filter = json_dumps(saved, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(saved);
+	job.force = force;
+	job.rate = rate;
+	job.matched = (int64_t)matched;
+	job.actor = (char *)req->actor;
+	job.created_at = job.updated_at = now;
+	rc = job.filter ? store_job_create(api->st, &job) : STORE_ERROR;
+	if (rc) {
+		free(job.filter);
+		api_reply_store_error(res, rc, "replay job");
+		return;
+	}
+	api_audit(api, req, "dlq.replay_job", job.filter, (long long)matched, NULL);
+	free(job.filter);
+	if (api->wake_jobs)
+		api->wake_jobs(api->wake_jobs_ctx);
+	api_reply_json(res, 202, json_pack("{s:s, s:I, s:i}", "job_id", job.id, "matched",
+					   (json_int_t)matched, "rate", rate));
+}
+
+static void replay_ids(struct api *api, const struct api_request *req, json_t *ids, int force,
+		       struct api_response *res)
+{
 	if (!json_is_array(ids) || json_array_size(ids) == 0 ||
 	    json_array_size(ids) > REPLAY_MAX_IDS) {
 		api_reply_errorf(res, 400, "invalid_argument", "ids",
 				 "ids must be an array of 1 to %d delivery ids", REPLAY_MAX_IDS);
-		goto out;
+		return;
 	}
 	size_t n = json_array_size(ids);
 	char (*list)[UUID_STR_LEN] = calloc(n, sizeof(*list));
 	enum store_replay_outcome *outcomes = calloc(n, sizeof(*outcomes));
 	if (!list || !outcomes) {
-		free(list);
-		free(outcomes);
 		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
 		goto out;
 	}
@@ -296,8 +233,6 @@ void api_dlq_replay(struct api *api, const struct api_request *req, struct api_r
 			char field[32];
 			snprintf(field, sizeof(field), "ids[%zu]", i);
 			api_reply_errorf(res, 400, "invalid_argument", field, "%s must be a UUID", field);
-			free(list);
-			free(outcomes);
 			goto out;
 		}
 		memcpy(list[i], json_string_value(id), UUID_STR_LEN);
@@ -307,23 +242,82 @@ void api_dlq_replay(struct api *api, const struct api_request *req, struct api_r
 			      &replayed);
 	if (rc) {
 		api_reply_store_error(res, rc, "replay");
-	} else {
-		json_t *results = json_array();
-		for (size_t i = 0; i < n; i++)
-			json_array_append_new(results, json_pack("{s:s, s:s}", "id", list[i], "outcome",
-								 outcome_names[outcomes[i]]));
-		if (replayed && api->wake)
-			api->wake(api->wake_ctx);
-		api_reply_json(res, 200, json_pack("{s:I, s:o}", "replayed", (json_int_t)replayed,
-						   "results", results));
+		goto out;
 	}
+	json_t *results = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(results, json_pack("{s:s, s:s}", "id", list[i], "outcome",
+							 outcome_names[outcomes[i]]));
+	if (replayed && api->wake)
+		api->wake(api->wake_ctx);
+	char *target = json_dumps(ids, JSON_COMPACT);
+	api_audit(api, req, force ? "dlq.replay_forced" : "dlq.replay", target, (long long)replayed,
+		  NULL);
+	free(target);
+	api_reply_json(res, 200, json_pack("{s:I, s:o}", "replayed", (json_int_t)replayed,
+					   "results", results));
+out:
 	free(list);
 	free(outcomes);
+}
+
+void api_dlq_replay(struct api *api, const struct api_request *req, struct api_response *res)
+{
+	static const char *const keys[] = {"ids", "filter", "force", "dry_run", "rate", NULL};
+	struct store_delivery_filter f = {0};
+	struct filter_buf fb;
+	int force, dry_run;
+
+	json_t *doc = object_body(req, res, keys);
+	if (!doc)
+		return;
+	json_t *ids = json_object_get(doc, "ids"), *filter = json_object_get(doc, "filter");
+	json_t *rate_v = json_object_get(doc, "rate");
+	if (get_bool(doc, "force", &force, res) || get_bool(doc, "dry_run", &dry_run, res))
+		goto out;
+	if (!ids == !filter) {
+		api_reply_errorf(res, 400, "invalid_argument", "ids",
+				 "give exactly one of ids and filter");
+		goto out;
+	}
+	if (ids) {
+		if (dry_run || rate_v) {
+			api_reply_errorf(res, 400, "invalid_argument", dry_run ? "dry_run" : "rate",
+					 "dry_run and rate apply to filter replays");
+			goto out;
+		}
+		replay_ids(api, req, ids, force, res);
+		goto out;
+	}
+	int rate = api->replay_rate;
+	if (rate_v) {
+		if (!json_is_integer(rate_v) || json_integer_value(rate_v) < 1 ||
+		    json_integer_value(rate_v) > 100000) {
+			api_reply_errorf(res, 400, "invalid_argument", "rate",
+					 "rate must be an integer from 1 to 100000 deliveries per second");
+			goto out;
+		}
+		rate = (int)json_integer_value(rate_v);
+	}
+	if (body_filter(api, filter, force, &f, &fb, res))
+		goto out;
+	if (dry_run) {
+		size_t matched = 0;
+		int rc = store_deliveries_count(api->st, &f, &matched);
+		if (rc)
+			api_reply_store_error(res, rc, "replay");
+		else
+			api_reply_json(res, 200, json_pack("{s:I, s:b}", "matched", (json_int_t)matched,
+							   "dry_run", 1));
+		goto out;
+	}
+	replay_job(api, req, filter, &f, force, rate, res);
 out:
 	json_decref(doc);
 }
 
-void api_dlq_purge(struct api *api, const char *id, struct api_response *res)
+void api_dlq_purge(struct api *api, const char *id, const struct api_request *req,
+		   struct api_response *res)
 {
 	int rc = store_dlq_purge(api->st, id);
 	if (rc == STORE_CONFLICT) {
@@ -336,6 +330,70 @@ void api_dlq_purge(struct api *api, const char *id, struct api_response *res)
 		api_reply_store_error(res, rc, "delivery");
 		return;
 	}
+	api_audit(api, req, "dlq.purge", id, 1, NULL);
 	res->status = 204;
 	res->body = NULL;
+}
+
+/* POST /v1/dlq/purge {"filter":{...},"dry_run":true}: only dead deliveries, never NEW
+ * or in-flight work. */
+void api_dlq_purge_filter(struct api *api, const struct api_request *req,
+			  struct api_response *res)
+{
+	static const char *const keys[] = {"filter", "dry_run", NULL};
+	struct store_delivery_filter f = {0};
+	struct filter_buf fb;
+	struct input_error err;
+	int dry_run;
+
+	json_t *doc = object_body(req, res, keys);
+	if (!doc)
+		return;
+	json_t *filter = json_object_get(doc, "filter");
+	if (get_bool(doc, "dry_run", &dry_run, res))
+		goto out;
+	if (!filter) {
+		api_reply_errorf(res, 400, "invalid_argument", "filter",
+				 "filter is required ({} purges the whole dead-letter queue)");
+		goto out;
+	}
+	if (filter_parse_json(filter, api->reg, "filter.", &f, &fb, &err)) {
+		api_reply_error(res, &err);
+		goto out;
+	}
+	if (f.has_status && f.status != DELIVERY_FAILED) {
+		api_reply_errorf(res, 422, "invalid_argument", "filter.status",
+				 "only dead-lettered (FAILED) deliveries can be purged");
+		goto out;
+	}
+	f.has_status = 0;
+	f.dead_only = 1;
+	size_t total = 0;
+	int rc;
+	if (dry_run) {
+		rc = store_deliveries_count(api->st, &f, &total);
+		if (rc)
+			api_reply_store_error(res, rc, "purge");
+		else
+			api_reply_json(res, 200, json_pack("{s:I, s:b}", "matched", (json_int_t)total,
+							   "dry_run", 1));
+		goto out;
+	}
+	for (;;) {
+		size_t purged = 0;
+		rc = store_dlq_purge_matching(api->st, &f, PURGE_CHUNK, &purged);
+		if (rc || purged == 0)
+			break;
+		total += purged;
+	}
+	if (rc) {
+		api_reply_store_error(res, rc, "purge");
+		goto out;
+	}
+	char *target = json_dumps(filter, JSON_COMPACT | JSON_SORT_KEYS);
+	api_audit(api, req, "dlq.purge_filter", target, (long long)total, NULL);
+	free(target);
+	api_reply_json(res, 200, json_pack("{s:I}", "purged", (json_int_t)total));
+out:
+	json_decref(doc);
 }

@@ -83,6 +83,7 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 	row.created_at = clock_now_ms();
 	if (store_doc(api, doc, &row, 1, res) == 0) {
 		reload(api);
+		api_audit(api, req, "subscription.create", row.id, 1, NULL);
 		reply_row(api, row.id, 201, res);
 	}
 	json_decref(doc);
@@ -137,6 +138,7 @@ void api_subs_patch(struct api *api, const char *id, const struct api_request *r
 		char *keep_config = row.config;
 		if (store_doc(api, merged, &row, 0, res) == 0) {
 			reload(api);
+			api_audit(api, req, "subscription.update", id, 1, NULL);
 			reply_row(api, id, 200, res);
 		}
 		row.name = keep_name;
@@ -148,7 +150,8 @@ void api_subs_patch(struct api *api, const char *id, const struct api_request *r
 	store_sub_free(&row);
 }
 
-void api_subs_delete(struct api *api, const char *id, struct api_response *res)
+void api_subs_delete(struct api *api, const char *id, const struct api_request *req,
+		     struct api_response *res)
 {
 	int rc = store_sub_delete(api->st, id);
 	if (rc) {
@@ -156,6 +159,7 @@ void api_subs_delete(struct api *api, const char *id, struct api_response *res)
 		return;
 	}
 	reload(api);
+	api_audit(api, req, "subscription.delete", id, 1, NULL);
 	res->status = 204;
 	res->body = NULL;
 }

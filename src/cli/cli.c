@@ -16,7 +16,8 @@
 #define MAX_ARGS 1024
 
 /* Flags that take no value. */
-static const char *const bool_flags[] = {"--json", "--force", "--all", "--help", "-h", NULL};
+static const char *const bool_flags[] = {"--json", "--force", "--all", "--help", "-h",
+					 "--dry-run", "--no-wait", NULL};
 
 struct opts {
 	const char *keys[MAX_OPTS];
@@ -231,9 +232,16 @@ static void append_query(char *q, size_t len, const char *key, const char *value
 	curl_free(esc);
 }
 
-static const char *const list_opts[] = {"--status", "--subscription", "--type", "--q",
-					"--from", "--to", "--sort", "--order", "--limit", "--all",
-					NULL};
+static const char *const list_opts[] = {"--status", "--subscription", "--name", "--type", "--q",
+					"--code", "--source", "--event-id", "--from", "--to",
+					"--sort", "--order", "--limit", "--all", NULL};
+
+/* Command-line filter options and the API's filter names. */
+static const char *const filter_map[][2] = {
+	{"--status", "status"}, {"--subscription", "subscription_id"}, {"--name", "name"},
+	{"--type", "event_type"}, {"--q", "q"}, {"--code", "code"}, {"--source", "source"},
+	{"--event-id", "event_id"}, {"--from", "from"}, {"--to", "to"},
+};
 
 /* deliveries list / dlq list: one page, or every page with --all or --json. */
 static int list_deliveries(struct cli *c, const struct opts *o, const char *base)
@@ -242,12 +250,8 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 	if (check_opts(o, list_opts))
 		return CLI_USAGE;
 	snprintf(path, sizeof(path), "%s", base);
-	append_query(path, sizeof(path), "status", opt(o, "--status"));
-	append_query(path, sizeof(path), "subscription_id", opt(o, "--subscription"));
-	append_query(path, sizeof(path), "event_type", opt(o, "--type"));
-	append_query(path, sizeof(path), "q", opt(o, "--q"));
-	append_query(path, sizeof(path), "from", opt(o, "--from"));
-	append_query(path, sizeof(path), "to", opt(o, "--to"));
+	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
+		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
 	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
 	append_query(path, sizeof(path), "order", opt(o, "--order"));
 	int all = c->json || opt(o, "--all");
@@ -563,10 +567,208 @@ static int cmd_deliveries(struct cli *c, const char *cmd, const struct opts *o)
 	return CLI_USAGE;
 }
 
+/* The filter object of a replay or purge from the command-line filter options. */
+static json_t *filter_from_opts(const struct opts *o)
+{
+	json_t *f = json_object();
+	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
+		if (opt(o, filter_map[i][0]))
+			json_object_set_new(f, filter_map[i][1], json_string(opt(o, filter_map[i][0])));
+	return f;
+}
+
+static void print_job_line(json_t *j, int tty)
+{
+	long long matched = json_integer_value(json_object_get(j, "matched"));
+	long long done = json_integer_value(json_object_get(j, "replayed"));
+	int pct = matched ? (int)(done * 100 / matched) : 100;
+	printf("%sjob %s %-9s %lld/%lld replayed (%d%%), %lld/s%s", tty ? "\r" : "", str(j, "id"),
+	       str(j, "state"), done, matched, pct,
+	       (long long)json_integer_value(json_object_get(j, "rate")), tty ? "   " : "\n");
+	fflush(stdout);
+}
+
+/* Follows a job until it ends, redrawing one progress line on a terminal. */
+static int follow_job(struct cli *c, const char *id)
+{
+	char path[128];
+	int tty = isatty(STDOUT_FILENO);
+	snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+	for (;;) {
+		json_t *j;
+		int rc = call(c, "GET", path, NULL, &j);
+		if (rc)
+			return rc;
+		int running = strcmp(str(j, "state"), "running") == 0;
+		if (tty || !running)
+			print_job_line(j, tty);
+		int failed = strcmp(str(j, "state"), "failed") == 0;
+		json_decref(j);
+		if (!running) {
+			if (tty)
+				printf("\n");
+			return failed ? CLI_API_ERROR : CLI_OK;
+		}
+		usleep(tty ? 250000 : 1000000);
+	}
+}
+
+static int dlq_replay(struct cli *c, const struct opts *o)
+{
+	static const char *const replay_opts[] = {"--status", "--subscription", "--name", "--type",
+						  "--q", "--code", "--source", "--event-id",
+						  "--from", "--to", "--force", "--dry-run", "--rate",
+						  "--no-wait", NULL};
+	json_t *r;
+	if (check_opts(o, replay_opts))
+		return CLI_USAGE;
+	json_t *req = json_object();
+	if (o->nargs) {
+		json_t *ids = json_array();
+		for (int i = 0; i < o->nargs; i++)
+			json_array_append_new(ids, json_string(o->args[i]));
+		json_object_set_new(req, "ids", ids);
+	} else {
+		json_object_set_new(req, "filter", filter_from_opts(o));
+		if (opt(o, "--dry-run"))
+			json_object_set_new(req, "dry_run", json_true());
+		if (opt(o, "--rate"))
+			json_object_set_new(req, "rate", json_integer(atoi(opt(o, "--rate"))));
+	}
+	if (opt(o, "--force"))
+		json_object_set_new(req, "force", json_true());
+	char *body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	int rc = call(c, "POST", "/v1/dlq/replay", body, &r);
+	free(body);
+	if (rc)
+		return rc;
+	if (c->json) {
+		print_json(r);
+	} else if (json_object_get(r, "job_id")) {
+		printf("replay job %s started: %lld deliveries at %lld/s\n", str(r, "job_id"),
+		       (long long)json_integer_value(json_object_get(r, "matched")),
+		       (long long)json_integer_value(json_object_get(r, "rate")));
+	} else if (json_object_get(r, "matched")) {
+		printf("would replay %lld (dry run)\n",
+		       (long long)json_integer_value(json_object_get(r, "matched")));
+	} else {
+		printf("replayed %lld\n", (long long)json_integer_value(json_object_get(r, "replayed")));
+		json_t *x;
+		size_t i;
+		json_array_foreach(json_object_get(r, "results"), i, x)
+			if (strcmp(str(x, "outcome"), "replayed") != 0)
+				printf("  %s: %s\n", str(x, "id"), str(x, "outcome"));
+	}
+	char job[64] = "";
+	if (json_is_string(json_object_get(r, "job_id")))
+		snprintf(job, sizeof(job), "%s", str(r, "job_id"));
+	json_decref(r);
+	if (job[0] && !opt(o, "--no-wait") && !c->json)
+		return follow_job(c, job);
+	return CLI_OK;
+}
+
+static int dlq_purge_filter(struct cli *c, const struct opts *o)
+{
+	static const char *const purge_opts[] = {"--subscription", "--name", "--type", "--q",
+						 "--code", "--source", "--event-id", "--from", "--to",
+						 "--dry-run", "--all", NULL};
+	json_t *r;
+	if (check_opts(o, purge_opts))
+		return CLI_USAGE;
+	json_t *f = filter_from_opts(o);
+	if (json_object_size(f) == 0 && !opt(o, "--all") && !opt(o, "--dry-run")) {
+		fprintf(stderr, "outboxd: give filters, or --all to purge the whole dead-letter queue\n");
+		json_decref(f);
+		return CLI_USAGE;
+	}
+	json_t *req = json_pack("{s:o}", "filter", f);
+	if (opt(o, "--dry-run"))
+		json_object_set_new(req, "dry_run", json_true());
+	char *body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	int rc = call(c, "POST", "/v1/dlq/purge", body, &r);
+	free(body);
+	if (rc)
+		return rc;
+	if (c->json)
+		print_json(r);
+	else if (json_object_get(r, "matched"))
+		printf("would purge %lld (dry run)\n",
+		       (long long)json_integer_value(json_object_get(r, "matched")));
+	else
+		printf("purged %lld\n", (long long)json_integer_value(json_object_get(r, "purged")));
+	json_decref(r);
+	return CLI_OK;
+}
+
+static int cmd_jobs(struct cli *c, const char *cmd, const struct opts *o)
+{
+	char path[160];
+	json_t *r;
+	int rc;
+	if ((strcmp(cmd, "show") == 0 || strcmp(cmd, "cancel") == 0 || strcmp(cmd, "wait") == 0) &&
+	    o->nargs == 1) {
+		if (strcmp(cmd, "wait") == 0)
+			return follow_job(c, o->args[0]);
+		int cancel = strcmp(cmd, "cancel") == 0;
+		snprintf(path, sizeof(path), "/v1/jobs/%s%s", o->args[0], cancel ? "/cancel" : "");
+		if ((rc = call(c, cancel ? "POST" : "GET", path, cancel ? "{}" : NULL, &r)))
+			return rc;
+		if (c->json)
+			print_json(r);
+		else
+			print_job_line(r, 0);
+		json_decref(r);
+		return CLI_OK;
+	}
+	fprintf(stderr, "usage: outboxd jobs show|wait|cancel JOB_ID\n");
+	return CLI_USAGE;
+}
+
+static int cmd_stats(struct cli *c, const struct opts *o)
+{
+	json_t *r;
+	int rc = call(c, "GET", "/v1/stats", NULL, &r);
+	if (rc)
+		return rc;
+	if (c->json) {
+		print_json(r);
+		json_decref(r);
+		return CLI_OK;
+	}
+	json_t *by = json_object_get(r, "deliveries");
+	printf("deliveries   NEW %lld   PROCESSED %lld   FAILED retrying %lld   dead %lld\n",
+	       (long long)json_integer_value(json_object_get(by, "NEW")),
+	       (long long)json_integer_value(json_object_get(by, "PROCESSED")),
+	       (long long)json_integer_value(json_object_get(by, "FAILED_RETRYING")),
+	       (long long)json_integer_value(json_object_get(by, "FAILED_DEAD")));
+	printf("in flight    %lld   due backlog %lld   oldest dead %s\n\n",
+	       (long long)json_integer_value(json_object_get(r, "in_flight")),
+	       (long long)json_integer_value(json_object_get(r, "due_backlog")), str(r, "oldest_dead_at"));
+	printf("%-20s  %-7s  %8s  %8s  %s\n", "SUBSCRIPTION", "ENABLED", "ATTEMPTS", "SUCCESS",
+	       "LAST ERROR");
+	json_t *x;
+	size_t i;
+	json_array_foreach(json_object_get(r, "subscriptions"), i, x) {
+		char rate[16] = "-", last[80] = "-";
+		json_t *sr = json_object_get(x, "success_rate"), *le = json_object_get(x, "last_error");
+		if (json_is_number(sr))
+			snprintf(rate, sizeof(rate), "%.1f%%", json_number_value(sr) * 100);
+		if (json_is_object(le))
+			snprintf(last, sizeof(last), "%lld %.60s",
+				 (long long)json_integer_value(json_object_get(le, "code")), str(le, "message"));
+		printf("%-20.20s  %-7s  %8lld  %8s  %s\n", str(x, "name"),
+		       json_is_true(json_object_get(x, "enabled")) ? "yes" : "no",
+		       (long long)json_integer_value(json_object_get(x, "attempts")), rate, last);
+	}
+	json_decref(r);
+	return CLI_OK;
+}
+
 static int cmd_dlq(struct cli *c, const char *cmd, const struct opts *o)
 {
-	static const char *const replay_opts[] = {"--subscription", "--type", "--q", "--from",
-						  "--to", "--force", NULL};
 	json_t *r;
 	int rc;
 
@@ -581,46 +783,11 @@ static int cmd_dlq(struct cli *c, const char *cmd, const struct opts *o)
 		json_decref(r);
 		return CLI_OK;
 	}
-	if (strcmp(cmd, "replay") == 0) {
-		if (check_opts(o, replay_opts))
-			return CLI_USAGE;
-		json_t *req = json_object();
-		if (o->nargs) {
-			json_t *ids = json_array();
-			for (int i = 0; i < o->nargs; i++)
-				json_array_append_new(ids, json_string(o->args[i]));
-			json_object_set_new(req, "ids", ids);
-		} else {
-			json_t *f = json_object();
-			const char *map[][2] = {{"--subscription", "subscription_id"}, {"--type", "event_type"},
-						{"--q", "q"}, {"--from", "from"}, {"--to", "to"}};
-			for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-				if (opt(o, map[i][0]))
-					json_object_set_new(f, map[i][1], json_string(opt(o, map[i][0])));
-			json_object_set_new(req, "filter", f);
-		}
-		if (opt(o, "--force"))
-			json_object_set_new(req, "force", json_true());
-		char *body = json_dumps(req, JSON_COMPACT);
-		json_decref(req);
-		rc = call(c, "POST", "/v1/dlq/replay", body, &r);
-		free(body);
-		if (rc)
-			return rc;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("replayed %lld\n", (long long)json_integer_value(json_object_get(r, "replayed")));
-			json_t *x;
-			size_t i;
-			json_array_foreach(json_object_get(r, "results"), i, x)
-				if (strcmp(str(x, "outcome"), "replayed") != 0)
-					printf("  %s: %s\n", str(x, "id"), str(x, "outcome"));
-		}
-		json_decref(r);
-		return CLI_OK;
-	}
-	fprintf(stderr, "usage: outboxd dlq list [filters] | replay (ID... | [filters]) [--force] | purge ID\n");
+	if (strcmp(cmd, "replay") == 0)
+		return dlq_replay(c, o);
+	if (strcmp(cmd, "purge") == 0 && o->nargs == 0)
+		return dlq_purge_filter(c, o);
+	fprintf(stderr, "usage: outboxd dlq list [filters] | replay (ID... | filters) | purge (ID | filters)\n");
 	return CLI_USAGE;
 }
 
@@ -635,15 +802,22 @@ static const char usage_text[] =
 	"  subs list | show ID | delete ID\n"
 	"  subs update ID [--name N] [--endpoint URL] [--types ...] [--enabled true|false]\n"
 	"              [--body JSON|@FILE|-]\n"
-	"  deliveries list [--status NEW|PROCESSED|FAILED] [--subscription ID] [--type T]\n"
-	"              [--q TEXT] [--from RFC3339] [--to RFC3339] [--sort created_at|updated_at|\n"
-	"              attempt_count] [--order asc|desc] [--limit N] [--all]\n"
+	"  deliveries list [filters] [--sort created_at|updated_at|attempt_count]\n"
+	"              [--order asc|desc] [--limit N] [--all]\n"
 	"  deliveries show ID          one delivery with every attempt\n"
 	"  dlq list [filters as above] dead-lettered deliveries\n"
-	"  dlq replay ID...            replay these deliveries\n"
-	"  dlq replay [--subscription ID] [--type T] [--q TEXT] [--from T] [--to T] [--force]\n"
-	"                              replay every dead delivery that matches\n"
+	"  dlq replay ID...            replay these deliveries at once\n"
+	"  dlq replay [filters] [--rate N] [--dry-run] [--force] [--no-wait]\n"
+	"                              replay every dead delivery that matches, paced (a job;\n"
+	"                              progress is shown until it ends unless --no-wait)\n"
 	"  dlq purge ID                delete one dead delivery and its history\n"
+	"  dlq purge [filters] [--dry-run] | --all\n"
+	"                              delete every dead delivery that matches\n"
+	"  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n"
+	"  stats                       counts, DLQ depth, per-subscription success rate\n"
+	"\n"
+	"filters: --status S --subscription ID --name NAME --type T (glob ok) --q TEXT\n"
+	"         --code N --source S --event-id ID --from RFC3339 --to RFC3339\n"
 	"\n"
 	"The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080; the token is --token,\n"
 	"OUTBOXD_TOKEN, or ./var/admin.token. --json prints the API's JSON (every page for\n"
@@ -653,7 +827,8 @@ static const char usage_text[] =
 int cli_is_group(const char *name)
 {
 	return strcmp(name, "events") == 0 || strcmp(name, "subs") == 0 ||
-	       strcmp(name, "deliveries") == 0 || strcmp(name, "dlq") == 0;
+	       strcmp(name, "deliveries") == 0 || strcmp(name, "dlq") == 0 ||
+	       strcmp(name, "jobs") == 0 || strcmp(name, "stats") == 0;
 }
 
 static char *token_from_file(const char *path)
@@ -678,6 +853,8 @@ int cli_main(int argc, char **argv)
 	if (argc < 1 || parse_opts(argc - 1, argv + 1, &o))
 		return CLI_USAGE;
 	const char *group = argv[0];
+	if (strcmp(group, "stats") == 0 && !opt(&o, "--help") && !opt(&o, "-h"))
+		o.args[o.nargs++] = "show"; /* `outboxd stats` has no sub-command */
 	if (opt(&o, "--help") || opt(&o, "-h") || o.nargs == 0) {
 		fputs(usage_text, o.nargs == 0 && !opt(&o, "--help") && !opt(&o, "-h") ? stderr : stdout);
 		return opt(&o, "--help") || opt(&o, "-h") ? CLI_OK : CLI_USAGE;
@@ -707,6 +884,10 @@ int cli_main(int argc, char **argv)
 		rc = cmd_subs(&c, cmd, &o);
 	else if (strcmp(group, "deliveries") == 0)
 		rc = cmd_deliveries(&c, cmd, &o);
+	else if (strcmp(group, "jobs") == 0)
+		rc = cmd_jobs(&c, cmd, &o);
+	else if (strcmp(group, "stats") == 0)
+		rc = cmd_stats(&c, &o);
 	else
 		rc = cmd_dlq(&c, cmd, &o);
 	curl_global_cleanup();

@@ -61,6 +61,10 @@ const struct config_setting config_settings[] = {
 	 "60m", S(cleanup_interval_ms), "how often the cleanup job runs (seed 000: 60m)"},
 	{"shutdown_grace", "--shutdown-grace", "OUTBOXD_SHUTDOWN_GRACE", CONFIG_DURATION, "10s",
 	 S(shutdown_grace_ms), "how long SIGTERM waits for in-flight requests"},
+	{"replay_rate", "--replay-rate", "OUTBOXD_REPLAY_RATE", CONFIG_INT, "100", S(replay_rate),
+	 "default pace of a filter replay job, deliveries per second"},
+	{"stats_window", "--stats-window", "OUTBOXD_STATS_WINDOW", CONFIG_DURATION, "15m",
+	 S(stats_window_ms), "window of the per-subscription success rate in /v1/stats"},
 	{NULL, NULL, NULL, 0, NULL, 0, NULL},
 };
 
@@ -309,8 +313,9 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 
 	if (cfg->immediate_tries < 1)
 		return fail(err, errlen, "immediate_tries must be at least 1");
-	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1)
-		return fail(err, errlen, "retry_batch, max_in_flight and api_threads must be at least 1");
+	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
+	    cfg->replay_rate < 1)
+		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
 	return 0;
 }
 

@@ -36,6 +36,9 @@ struct config {
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;
 	int64_t shutdown_grace_ms;
+	/* operations */
+	int replay_rate;          /* default pace of filter replays, deliveries/s */
+	int64_t stats_window_ms;  /* window of per-subscription stats */
 	char *config_file;        /* the file that was read, if any */
 };
 

@@ -284,7 +284,8 @@ int ingest_fanout(struct ingest_batch *b, const struct sub_set *set)
 			b->sub_ids = grown;
 			b->sub_cap = cap;
 		}
-		memcpy(b->sub_ids + total, tmp, (size_t)m * sizeof(*tmp));
+		if (m > 0)
+			memcpy(b->sub_ids + total, tmp, (size_t)m * sizeof(*tmp));
 		counts[i] = (size_t)m;
 		total = need;
 	}

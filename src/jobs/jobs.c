@@ -1,5 +1,6 @@
 /* jobs.c: relay, lease reaper and cleanup on one thread (see jobs.h). */
 #include "jobs/jobs.h"
+#include "jobs/replay.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,8 +21,13 @@ struct jobs {
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	int stopping;
+	int woken;           /* jobs_wake: look at replay jobs now */
 	int relay_failing;   /* logged once per outage */
+	struct replay_runner replay;
 };
+
+#define REPLAY_TICK_MS 100    /* pacing granularity of running replay jobs */
+#define REPLAY_POLL_MS 1000   /* how often to look for jobs when none runs */
 
 /* Fan-out for the relay: the subscriptions that want an event type. */
 struct relay_fanout {
@@ -73,11 +79,22 @@ static void *jobs_main(void *arg)
 	int64_t now = clock_mono_ms();
 	int64_t next_relay = now, next_reap = now + j->cfg.reap_interval_ms;
 	int64_t next_cleanup = now + j->cfg.cleanup_interval_ms;
+	int64_t next_replay = now;
 
 	pthread_mutex_lock(&j->mu);
 	while (!j->stopping) {
+		if (j->woken)
+			next_replay = 0;
+		j->woken = 0;
 		pthread_mutex_unlock(&j->mu);
 		now = clock_mono_ms();
+		if (now >= next_replay) {
+			int active = 0;
+			long replayed = replay_tick(&j->replay, now, &active);
+			if (replayed > 0 && j->work)
+				j->work(j->ctx);
+			next_replay = clock_mono_ms() + (active ? REPLAY_TICK_MS : REPLAY_POLL_MS);
+		}
 		if (now >= next_relay) {
 			run_relay(j);
 			next_relay = clock_mono_ms() + j->cfg.relay_interval_ms;
@@ -102,6 +119,8 @@ static void *jobs_main(void *arg)
 		}
 
 		int64_t wake = next_relay;
+		if (next_replay < wake)
+			wake = next_replay;
 		if (next_reap < wake)
 			wake = next_reap;
 		if (j->cfg.cleanup_enabled && next_cleanup < wake)
@@ -118,7 +137,7 @@ static void *jobs_main(void *arg)
 			}
 		}
 		pthread_mutex_lock(&j->mu);
-		if (wait_ms > 0 && !j->stopping)
+		if (wait_ms > 0 && !j->stopping && !j->woken)
 			pthread_cond_timedwait(&j->cond, &j->mu, &ts);
 	}
 	pthread_mutex_unlock(&j->mu);
@@ -136,6 +155,8 @@ struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_c
 	j->cfg = *cfg;
 	j->work = work;
 	j->ctx = ctx;
+	j->replay.st = st;
+	j->replay.reg = reg;
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_cond_init(&j->cond, NULL);
 	if (pthread_create(&j->thread, NULL, jobs_main, j)) {
@@ -144,6 +165,14 @@ struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_c
 		return NULL;
 	}
 	return j;
+}
+
+void jobs_wake(struct jobs *j)
+{
+	pthread_mutex_lock(&j->mu);
+	j->woken = 1;
+	pthread_cond_signal(&j->cond);
+	pthread_mutex_unlock(&j->mu);
 }
 
 void jobs_stop(struct jobs *j)

@@ -2,7 +2,8 @@
  *  - relay: moves rows producers inserted into the `outbox` table into events and
  *    deliveries (seed 003's transactional outbox), every relay_interval;
  *  - lease reaper: returns deliveries whose lease expired to the pool (crash recovery);
- *  - cleanup: deletes PROCESSED deliveries when enabled (seeds 000/002; off by default).
+ *  - cleanup: deletes PROCESSED deliveries when enabled (seeds 000/002; off by default);
+ *  - replay jobs: paced filter replays started from the API (jobs/replay.c).
  * Scheduled retries need no job of their own: a FAILED delivery with next_attempt_at is
  * simply due work for the dispatcher. */
 #ifndef OUTBOXD_JOBS_JOBS_H
@@ -27,6 +28,8 @@ struct jobs;
 
 struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_config *cfg,
 			jobs_work_cb work, void *ctx);
+/* Look at replay jobs now (one was just created). Thread-safe. */
+void jobs_wake(struct jobs *j);
 void jobs_stop(struct jobs *j);
 
 #endif

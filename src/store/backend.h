@@ -37,11 +37,24 @@ struct store_ops {
 		      enum store_replay_outcome *outcomes, size_t *replayed);
 	int (*dlq_purge)(store *st, const char *delivery_id);
 	int (*cleanup)(store *st, size_t *deleted);
+	int (*deliveries_count)(store *st, const struct store_delivery_filter *f, size_t *n);
+	int (*dlq_purge_matching)(store *st, const struct store_delivery_filter *f, size_t limit,
+				  size_t *purged);
+	int (*job_create)(store *st, const struct store_job *job);
+	int (*job_update)(store *st, const struct store_job *job);
+	int (*job_get)(store *st, const char *id, struct store_job *out);
+	int (*jobs_running)(store *st, struct store_job **items, size_t *n);
+	int (*audit_append)(store *st, const struct store_audit *a);
+	int (*audit_list)(store *st, const char *before_id, size_t limit,
+			  struct store_audit **items, size_t *n);
+	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
 	int (*sub_create)(store *st, const struct store_sub *sub);
 	int (*sub_update)(store *st, const struct store_sub *sub);
 	int (*sub_delete)(store *st, const char *id);
 	int (*sub_get)(store *st, const char *id, struct store_sub *out);
 	int (*sub_list)(store *st, struct store_sub **items, size_t *n);
+	/* Optional (NULL: nothing to listen to). See store_on_work. */
+	void (*on_work)(store *st, void (*cb)(void *ctx), void *ctx);
 };
 
 /* The handle every backend receives; backends keep their state behind priv. */
@@ -52,5 +65,6 @@ struct store {
 };
 
 extern const struct store_ops store_sqlite_ops;
+extern const struct store_ops store_pg_ops;
 
 #endif

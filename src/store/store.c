@@ -62,9 +62,6 @@ int store_open(const char *dsn, const char *owner, store **out, char *err, size_
 	}
 	if (has_prefix(dsn, store_sqlite_ops.dsn_prefix)) {
 		ops = &store_sqlite_ops;
-	} else if (has_prefix(dsn, "postgres://") || has_prefix(dsn, "postgresql://")) {
-		set_err(err, errlen, "postgres backend not built yet");
-		return STORE_ERROR;
 	} else {
 		set_err(err, errlen,
 			"unknown database URL (expected sqlite:PATH or postgres://...)");
@@ -111,6 +108,12 @@ int store_ping(store *st)
 	if (!st)
 		return STORE_INVALID;
 	return st->ops->ping(st);
+}
+
+void store_on_work(store *st, void (*cb)(void *ctx), void *ctx)
+{
+	if (st && st->ops->on_work)
+		st->ops->on_work(st, cb, ctx);
 }
 
 /* ---- ingest and fan-out ------------------------------------------------------------ */
@@ -342,6 +345,23 @@ int store_deliveries_list(store *st, const struct store_delivery_filter *f,
 	return st->ops->deliveries_list(st, f, items, n, next_cursor);
 }
 
+/* A backend that lacks an optional op answers STORE_ERROR (logged once by the caller). */
+#define OPTIONAL_OP(st, op) \
+	do { \
+		if (!(st)->ops->op) \
+			return STORE_ERROR; \
+	} while (0)
+
+int store_deliveries_count(store *st, const struct store_delivery_filter *f, size_t *n)
+{
+	if (n)
+		*n = 0;
+	if (!st || !f || !n)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, deliveries_count);
+	return st->ops->deliveries_count(st, f, n);
+}
+
 /* ---- operator actions --------------------------------------------------------------- */
 
 int store_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
@@ -363,6 +383,17 @@ int store_dlq_purge(store *st, const char *delivery_id)
 	return st->ops->dlq_purge(st, delivery_id);
 }
 
+int store_dlq_purge_matching(store *st, const struct store_delivery_filter *f, size_t limit,
+			     size_t *purged)
+{
+	if (purged)
+		*purged = 0;
+	if (!st || !f || !purged || limit < 1 || limit > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, dlq_purge_matching);
+	return st->ops->dlq_purge_matching(st, f, limit, purged);
+}
+
 int store_cleanup(store *st, size_t *deleted)
 {
 	if (deleted)
@@ -370,6 +401,122 @@ int store_cleanup(store *st, size_t *deleted)
 	if (!st || !deleted)
 		return STORE_INVALID;
 	return st->ops->cleanup(st, deleted);
+}
+
+/* ---- operator jobs and audit -------------------------------------------------------------- */
+
+int store_job_create(store *st, const struct store_job *job)
+{
+	if (!st || !job || !job->id[0] || !job->filter)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, job_create);
+	return st->ops->job_create(st, job);
+}
+
+int store_job_update(store *st, const struct store_job *job)
+{
+	if (!st || !job || !job->id[0])
+		return STORE_INVALID;
+	OPTIONAL_OP(st, job_update);
+	return st->ops->job_update(st, job);
+}
+
+int store_job_get(store *st, const char *id, struct store_job *out)
+{
+	if (out)
+		memset(out, 0, sizeof(*out));
+	if (!st || !id || !out)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, job_get);
+	return st->ops->job_get(st, id, out);
+}
+
+int store_jobs_running(store *st, struct store_job **items, size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, jobs_running);
+	return st->ops->jobs_running(st, items, n);
+}
+
+void store_job_free(struct store_job *job)
+{
+	if (!job)
+		return;
+	free(job->filter);
+	free(job->cursor);
+	free(job->actor);
+	free(job->error);
+	memset(job, 0, sizeof(*job));
+}
+
+void store_jobs_free(struct store_job *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		store_job_free(&items[i]);
+	free(items);
+}
+
+int store_audit_append(store *st, const struct store_audit *a)
+{
+	if (!st || !a || !a->id[0] || !a->actor || !a->action)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, audit_append);
+	return st->ops->audit_append(st, a);
+}
+
+int store_audit_list(store *st, const char *before_id, size_t limit, struct store_audit **items,
+		     size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n || limit < 1 || limit > STORE_MAX_PAGE + 1)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, audit_list);
+	return st->ops->audit_list(st, before_id, limit, items, n);
+}
+
+void store_audits_free(struct store_audit *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		free(items[i].actor);
+		free(items[i].action);
+		free(items[i].target);
+		free(items[i].detail);
+	}
+	free(items);
+}
+
+/* ---- stats ------------------------------------------------------------------------------- */
+
+int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
+{
+	if (out)
+		memset(out, 0, sizeof(*out));
+	if (!st || !out || window_ms < 0)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, stats);
+	return st->ops->stats(st, now_ms, window_ms, out);
+}
+
+void store_stats_free(struct store_stats *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n_subs; i++)
+		free(s->subs[i].last_message);
+	free(s->subs);
+	memset(s, 0, sizeof(*s));
 }
 
 /* ---- subscriptions ------------------------------------------------------------------ */

@@ -1,12 +1,12 @@
 /* store.h: the storage interface of outboxd.
  *
- * One opaque handle, one `const struct store_ops` per backend (store_sqlite.c, later
+ * One opaque handle, one `const struct store_ops` per backend (store_sqlite.c,
  * store_pg.c), reached only through the store_* wrappers below. Callers never see SQL
  * or library types. Every function is safe to call from any thread.
  *
  * What a backend must guarantee (the conformance suite in tests/store/ checks it):
  *  - store_ingest is atomic: an event and all its deliveries, or nothing; durable when it
- *    returns STORE_OK (SQLite: WAL + synchronous=FULL).
+ *    returns STORE_OK (SQLite: WAL + synchronous=FULL; PostgreSQL: a synchronous commit).
  *  - A claimed delivery carries this store's owner and a lease; it is not claimed again
  *    until its lease expires or a result clears it.
  *  - FAILED deliveries are never deleted by cleanup; only PROCESSED ones are.
@@ -47,6 +47,15 @@ const char *store_backend_name(const store *st);
 const char *store_owner(const store *st);
 /* STORE_OK when the database answers a trivial query. */
 int store_ping(store *st);
+
+/* Asks to be told when work may have become due elsewhere: another instance or a
+ * producer stored events, or an operator replayed deliveries (PostgreSQL: LISTEN on
+ * channel outboxd_work; bursts are coalesced). cb(ctx) runs on a backend thread and must
+ * be cheap and thread-safe (e.g. dispatcher_wake). A no-op for backends without such a
+ * signal (SQLite: one process, which wakes itself). Passing cb = NULL stops the calls:
+ * when it returns, no call is running and none will be made. Not reentrant: call it from
+ * one thread (the one that wires the daemon). */
+void store_on_work(store *st, void (*cb)(void *ctx), void *ctx);
 
 /* ---- ingest and fan-out ---------------------------------------------------------- */
 
@@ -215,8 +224,13 @@ struct store_delivery_filter {
 	enum delivery_status status;
 	int dead_only;              /* FAILED with no next attempt (the DLQ) */
 	const char *subscription_id;
-	const char *event_type;     /* exact */
+	const char *event_type;     /* exact, or a glob ('*', '?') when event_type_glob */
+	int event_type_glob;
 	const char *q;              /* substring of last_message or last_cause */
+	int has_code;
+	int code;                   /* last error code */
+	const char *source;         /* the event's source */
+	const char *event_id;
 	int64_t from_ms, to_ms;     /* created_at range, 0 = unbounded; to is exclusive */
 	enum store_sort sort;
 	int descending;
@@ -227,6 +241,9 @@ struct store_delivery_filter {
 /* One page of deliveries. *next_cursor is returned (NULL on the last page). */
 int store_deliveries_list(store *st, const struct store_delivery_filter *f,
 			  struct store_delivery **items, size_t *n, char **next_cursor);
+
+/* How many deliveries match the filter (cursor and limit are ignored). */
+int store_deliveries_count(store *st, const struct store_delivery_filter *f, size_t *n);
 
 /* ---- operator actions --------------------------------------------------------------- */
 
@@ -247,9 +264,88 @@ int store_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force
  * no delivery is deleted too. */
 int store_dlq_purge(store *st, const char *delivery_id);
 
+/* Deletes up to limit dead deliveries matching f (dead_only is implied) after cursor
+ * order, like store_dlq_purge each. *purged = deleted. */
+int store_dlq_purge_matching(store *st, const struct store_delivery_filter *f, size_t limit,
+			     size_t *purged);
+
 /* Deletes PROCESSED deliveries (and their attempts), then events left with no
  * deliveries (seed 000/002 cleanup job). *deleted = deliveries removed. */
 int store_cleanup(store *st, size_t *deleted);
+
+/* ---- operator jobs and audit ------------------------------------------------------------ */
+
+/* A long-running operator action (a paced filter replay) that survives restarts. */
+struct store_job {
+	char id[UUID_STR_LEN];
+	char kind[16];              /* "replay" */
+	char state[16];             /* running, done, cancelled, failed */
+	char *filter;               /* JSON text of the request's filter */
+	int force;
+	int rate;                   /* deliveries per second */
+	int64_t matched;
+	int64_t done;               /* replayed so far */
+	char *cursor;               /* where the next page starts (NULL at the start) */
+	char *actor;                /* token name */
+	char *error;                /* why it failed, or NULL */
+	int64_t created_at;
+	int64_t updated_at;
+};
+
+int store_job_create(store *st, const struct store_job *job);
+/* Writes state, counts, cursor and error of a job that is still running; STORE_NOT_FOUND
+ * when it is not (a cancel is never overwritten by a late progress update). */
+int store_job_update(store *st, const struct store_job *job);
+int store_job_get(store *st, const char *id, struct store_job *out);
+/* Jobs in state "running", oldest first (returned array). */
+int store_jobs_running(store *st, struct store_job **items, size_t *n);
+void store_job_free(struct store_job *job);                    /* frees members only */
+void store_jobs_free(struct store_job *items, size_t n);
+
+/* One operator action, for GET /v1/audit. */
+struct store_audit {
+	char id[UUID_STR_LEN];
+	int64_t at;
+	char *actor;                /* token name: admin, ingest */
+	char *action;               /* e.g. dlq.replay, dlq.purge, subscription.create */
+	char *target;               /* an id, or a JSON filter */
+	int64_t count;              /* how many deliveries or rows it touched */
+	char *detail;               /* JSON text or NULL */
+};
+
+int store_audit_append(store *st, const struct store_audit *a);
+/* Newest first; before_id (or NULL) continues a previous page. */
+int store_audit_list(store *st, const char *before_id, size_t limit, struct store_audit **items,
+		     size_t *n);
+void store_audits_free(struct store_audit *items, size_t n);
+
+/* ---- stats ------------------------------------------------------------------------------- */
+
+struct store_sub_stats {
+	char subscription_id[UUID_STR_LEN];
+	int64_t attempts;           /* in the window */
+	int64_t successes;
+	int last_code;              /* newest failed attempt in the window, 0 if none */
+	char *last_message;
+	int64_t last_error_at;
+};
+
+struct store_stats {
+	int64_t new_count;
+	int64_t processed_count;
+	int64_t retrying_count;     /* FAILED with a next attempt */
+	int64_t dead_count;         /* FAILED with none: the DLQ */
+	int64_t in_flight;          /* leased */
+	int64_t due_count;          /* next_attempt_at <= now, not leased: the backlog */
+	int64_t oldest_due_at;      /* 0 when none */
+	int64_t oldest_dead_at;     /* created_at of the oldest dead delivery, 0 when none */
+	struct store_sub_stats *subs; /* returned array */
+	size_t n_subs;
+};
+
+/* Counts, and per-subscription outcomes of attempts started after now - window_ms. */
+int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
+void store_stats_free(struct store_stats *s);
 
 /* ---- subscriptions ------------------------------------------------------------------ */
 

@@ -116,6 +116,35 @@ static const char *const migrations[] = {
 	"  created_at INTEGER NOT NULL"
 	"    DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))"
 	");",
+
+	/* 2: operator jobs (paced replays that survive restarts), the audit log, and the
+	 * attempt index that per-subscription stats over a recent window read. */
+	"CREATE TABLE jobs ("
+	"  id TEXT PRIMARY KEY,"
+	"  kind TEXT NOT NULL,"
+	"  state TEXT NOT NULL CHECK (state IN ('running', 'done', 'cancelled', 'failed')),"
+	"  filter TEXT NOT NULL,"
+	"  force INTEGER NOT NULL,"
+	"  rate INTEGER NOT NULL,"
+	"  matched INTEGER NOT NULL,"
+	"  done INTEGER NOT NULL,"
+	"  cursor TEXT,"
+	"  actor TEXT,"
+	"  error TEXT,"
+	"  created_at INTEGER NOT NULL,"
+	"  updated_at INTEGER NOT NULL"
+	");"
+	"CREATE INDEX jobs_running ON jobs(created_at) WHERE state = 'running';"
+	"CREATE TABLE audit ("
+	"  id TEXT PRIMARY KEY,"
+	"  at INTEGER NOT NULL,"
+	"  actor TEXT NOT NULL,"
+	"  action TEXT NOT NULL,"
+	"  target TEXT,"
+	"  count INTEGER NOT NULL,"
+	"  detail TEXT"
+	");"
+	"CREATE INDEX attempts_started ON attempts(started_at);",
 };
 
 #define N_MIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))
@@ -1431,13 +1460,63 @@ static void sql_add(char *sql, size_t size, const char *fragment)
 	snprintf(sql + len, size - len, "%s", fragment);
 }
 
+/* The WHERE conditions of a delivery filter, appended to sql (constant fragments only);
+ * filter_bind binds their values in the same order. */
+static void filter_sql(const struct store_delivery_filter *f, char *sql, size_t size)
+{
+	if (f->has_status)
+		sql_add(sql, size, " AND status = ?");
+	if (f->dead_only)
+		sql_add(sql, size, " AND status = 'FAILED' AND next_attempt_at IS NULL");
+	if (f->subscription_id)
+		sql_add(sql, size, " AND subscription_id = ?");
+	if (f->event_type)
+		sql_add(sql, size, f->event_type_glob ? " AND event_type GLOB ?" : " AND event_type = ?");
+	/* instr(), not LIKE: '%' and '_' in the search text match themselves. */
+	if (f->q && *f->q)
+		sql_add(sql, size, " AND (instr(last_message, ?) > 0 OR instr(last_cause, ?) > 0)");
+	if (f->has_code)
+		sql_add(sql, size, " AND last_code = ?");
+	if (f->source)
+		sql_add(sql, size, " AND event_id IN (SELECT id FROM events WHERE source = ?)");
+	if (f->event_id)
+		sql_add(sql, size, " AND event_id = ?");
+	if (f->from_ms)
+		sql_add(sql, size, " AND created_at >= ?");
+	if (f->to_ms)
+		sql_add(sql, size, " AND created_at < ?");
+}
+
+static void filter_bind(sqlite3_stmt *s, const struct store_delivery_filter *f, int *b)
+{
+	if (f->has_status)
+		sqlite3_bind_text(s, (*b)++, delivery_status_name(f->status), -1, SQLITE_STATIC);
+	if (f->subscription_id)
+		sqlite3_bind_text(s, (*b)++, f->subscription_id, -1, SQLITE_STATIC);
+	if (f->event_type)
+		sqlite3_bind_text(s, (*b)++, f->event_type, -1, SQLITE_STATIC);
+	if (f->q && *f->q) {
+		sqlite3_bind_text(s, (*b)++, f->q, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, (*b)++, f->q, -1, SQLITE_STATIC);
+	}
+	if (f->has_code)
+		sqlite3_bind_int(s, (*b)++, f->code);
+	if (f->source)
+		sqlite3_bind_text(s, (*b)++, f->source, -1, SQLITE_STATIC);
+	if (f->event_id)
+		sqlite3_bind_text(s, (*b)++, f->event_id, -1, SQLITE_STATIC);
+	if (f->from_ms)
+		sqlite3_bind_int64(s, (*b)++, f->from_ms);
+	if (f->to_ms)
+		sqlite3_bind_int64(s, (*b)++, f->to_ms);
+}
+
 static int sq_deliveries_list(store *st, const struct store_delivery_filter *f,
 			      struct store_delivery **items, size_t *n, char **next_cursor)
 {
 	struct sq *sq = sq_of(st);
 	const char *col = sort_columns[f->sort];
 	const char *dir = f->descending ? "DESC" : "ASC";
-	int has_q = f->q && *f->q;
 	char cursor_id[UUID_STR_LEN];
 	int64_t cursor_value = 0;
 	sqlite3_stmt *s = NULL;
@@ -1451,22 +1530,7 @@ static int sq_deliveries_list(store *st, const struct store_delivery_filter *f,
 	/* Only constant fragments and column names from a fixed table go into the SQL;
 	 * every value is bound. */
 	snprintf(sql, sizeof(sql), "SELECT " DELIVERY_COLUMNS " FROM deliveries WHERE 1");
-	if (f->has_status)
-		sql_add(sql, sizeof(sql), " AND status = ?");
-	if (f->dead_only)
-		sql_add(sql, sizeof(sql), " AND status = 'FAILED' AND next_attempt_at IS NULL");
-	if (f->subscription_id)
-		sql_add(sql, sizeof(sql), " AND subscription_id = ?");
-	if (f->event_type)
-		sql_add(sql, sizeof(sql), " AND event_type = ?");
-	/* instr(), not LIKE: '%' and '_' in the search text match themselves. */
-	if (has_q)
-		sql_add(sql, sizeof(sql),
-			" AND (instr(last_message, ?) > 0 OR instr(last_cause, ?) > 0)");
-	if (f->from_ms)
-		sql_add(sql, sizeof(sql), " AND created_at >= ?");
-	if (f->to_ms)
-		sql_add(sql, sizeof(sql), " AND created_at < ?");
+	filter_sql(f, sql, sizeof(sql));
 	if (f->cursor) {
 		snprintf(frag, sizeof(frag), " AND (%s, id) %s (?, ?)", col,
 			 f->descending ? "<" : ">");
@@ -1481,20 +1545,7 @@ static int sq_deliveries_list(store *st, const struct store_delivery_filter *f,
 		log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(sq->rdb), sql);
 		goto out;
 	}
-	if (f->has_status)
-		sqlite3_bind_text(s, b++, delivery_status_name(f->status), -1, SQLITE_STATIC);
-	if (f->subscription_id)
-		sqlite3_bind_text(s, b++, f->subscription_id, -1, SQLITE_STATIC);
-	if (f->event_type)
-		sqlite3_bind_text(s, b++, f->event_type, -1, SQLITE_STATIC);
-	if (has_q) {
-		sqlite3_bind_text(s, b++, f->q, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, b++, f->q, -1, SQLITE_STATIC);
-	}
-	if (f->from_ms)
-		sqlite3_bind_int64(s, b++, f->from_ms);
-	if (f->to_ms)
-		sqlite3_bind_int64(s, b++, f->to_ms);
+	filter_bind(s, f, &b);
 	if (f->cursor) {
 		sqlite3_bind_int64(s, b++, cursor_value);
 		sqlite3_bind_text(s, b++, cursor_id, -1, SQLITE_STATIC);
@@ -1878,6 +1929,436 @@ out:
 	return STORE_OK;
 }
 
+/* ---- counts, purge by filter ---------------------------------------------------------- */
+
+static int sq_deliveries_count(store *st, const struct store_delivery_filter *f, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	char sql[1024] = "SELECT count(*) FROM deliveries WHERE 1";
+	int rc, b = 1;
+
+	filter_sql(f, sql, sizeof(sql));
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		filter_bind(s, f, &b);
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			*n = (size_t)sqlite3_column_int64(s, 0);
+			rc = SQLITE_OK;
+		} else {
+			log_stmt_error(s, rc);
+		}
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	return store_code(rc);
+}
+
+static int sq_dlq_purge_matching(store *st, const struct store_delivery_filter *f, size_t limit,
+				 size_t *purged)
+{
+	struct sq *sq = sq_of(st);
+	struct store_delivery_filter dead = *f;
+	struct store_delivery *items = NULL;
+	char *next = NULL;
+	size_t n = 0;
+	sqlite3_stmt *del = NULL;
+	int rc;
+
+	dead.dead_only = 1;
+	dead.cursor = NULL;
+	dead.limit = limit;
+	rc = sq_deliveries_list(st, &dead, &items, &n, &next);
+	free(next);
+	if (rc != STORE_OK)
+		return rc;
+	pthread_mutex_lock(&sq->wmu);
+	rc = tx_begin(sq);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(sq->wdb,
+					"DELETE FROM deliveries WHERE id = ?1 AND status = 'FAILED'"
+					" AND next_attempt_at IS NULL AND lease_until IS NULL",
+					-1, &del, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		sqlite3_bind_text(del, 1, items[i].id, -1, SQLITE_STATIC);
+		rc = step_done(del);
+		if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) == 1) {
+			(*purged)++;
+			rc = delete_if_orphan(sq, items[i].event_id);
+		}
+	}
+	sqlite3_finalize(del);
+	rc = tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	store_deliveries_free(items, n);
+	if (rc != STORE_OK)
+		*purged = 0;
+	return rc;
+}
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+#define JOB_COLUMNS "id, kind, state, filter, force, rate, matched, done, cursor, actor, error," \
+		    " created_at, updated_at"
+
+static void bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
+{
+	if (v)
+		sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(s, i);
+}
+
+/* Runs one write statement with the job's fields bound as ?1..?13 (JOB_COLUMNS order). */
+static int job_write(store *st, const char *sql, const struct store_job *j)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	pthread_mutex_lock(&sq->wmu);
+	rc = sqlite3_prepare_v2(sq->wdb, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(s, 1, j->id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, j->kind, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, j->state, -1, SQLITE_STATIC);
+		bind_text_or_null(s, 4, j->filter);
+		sqlite3_bind_int(s, 5, j->force);
+		sqlite3_bind_int(s, 6, j->rate);
+		sqlite3_bind_int64(s, 7, j->matched);
+		sqlite3_bind_int64(s, 8, j->done);
+		bind_text_or_null(s, 9, j->cursor);
+		bind_text_or_null(s, 10, j->actor);
+		bind_text_or_null(s, 11, j->error);
+		sqlite3_bind_int64(s, 12, j->created_at);
+		sqlite3_bind_int64(s, 13, j->updated_at ? j->updated_at : clock_now_ms());
+		rc = step_done(s);
+		if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) == 0)
+			rc = SQLITE_NOTFOUND;
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc == SQLITE_NOTFOUND ? STORE_NOT_FOUND : store_code(rc);
+}
+
+static int sq_job_create(store *st, const struct store_job *job)
+{
+	return job_write(st, "INSERT INTO jobs(" JOB_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
+			     " ?7, ?8, ?9, ?10, ?11, ?12, ?13)", job);
+}
+
+static int sq_job_update(store *st, const struct store_job *job)
+{
+	return job_write(st, "UPDATE jobs SET state = ?3, matched = ?7, done = ?8, cursor = ?9,"
+			     " error = ?11, updated_at = ?13 WHERE id = ?1 AND kind = ?2"
+			     " AND state = 'running'", job);
+}
+
+static int read_job(sqlite3_stmt *s, struct store_job *j)
+{
+	int rc;
+	memset(j, 0, sizeof(*j));
+	col_id(s, 0, j->id);
+	snprintf(j->kind, sizeof(j->kind), "%s", (const char *)sqlite3_column_text(s, 1));
+	snprintf(j->state, sizeof(j->state), "%s", (const char *)sqlite3_column_text(s, 2));
+	j->force = sqlite3_column_int(s, 4);
+	j->rate = sqlite3_column_int(s, 5);
+	j->matched = sqlite3_column_int64(s, 6);
+	j->done = sqlite3_column_int64(s, 7);
+	j->created_at = sqlite3_column_int64(s, 11);
+	j->updated_at = sqlite3_column_int64(s, 12);
+	if ((rc = col_dup(s, 3, &j->filter)) || (rc = col_dup(s, 8, &j->cursor)) ||
+	    (rc = col_dup(s, 9, &j->actor)) || (rc = col_dup(s, 10, &j->error)))
+		return rc;
+	return SQLITE_OK;
+}
+
+/* Reads jobs with a one-off query on the reader; one_id binds ?1 when not NULL. */
+static int jobs_query(store *st, const char *sql, const char *one_id, struct store_job **items,
+		      size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	struct store_job *rows = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	if (one_id)
+		sqlite3_bind_text(s, 1, one_id, -1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_job *more = grow(rows, &cap, count, sizeof(*rows));
+		if (!more) {
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		rows = more;
+		rc = read_job(s, &rows[count++]);
+		if (rc != SQLITE_OK)
+			goto out;
+	}
+	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_jobs_free(rows, count);
+		return store_code(rc);
+	}
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}
+
+static int sq_job_get(store *st, const char *id, struct store_job *out)
+{
+	struct store_job *rows = NULL;
+	size_t n = 0;
+	int rc = jobs_query(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1", id, &rows, &n);
+	if (rc != STORE_OK)
+		return rc;
+	if (n == 0) {
+		free(rows);
+		return STORE_NOT_FOUND;
+	}
+	*out = rows[0];
+	free(rows);
+	return STORE_OK;
+}
+
+static int sq_jobs_running(store *st, struct store_job **items, size_t *n)
+{
+	return jobs_query(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE state = 'running'"
+			      " ORDER BY created_at", NULL, items, n);
+}
+
+/* ---- audit -------------------------------------------------------------------------------- */
+
+static int sq_audit_append(store *st, const struct store_audit *a)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	pthread_mutex_lock(&sq->wmu);
+	rc = sqlite3_prepare_v2(sq->wdb, "INSERT INTO audit(id, at, actor, action, target, count,"
+				" detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(s, 1, a->id, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, a->at ? a->at : clock_now_ms());
+		sqlite3_bind_text(s, 3, a->actor, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 4, a->action, -1, SQLITE_STATIC);
+		bind_text_or_null(s, 5, a->target);
+		sqlite3_bind_int64(s, 6, a->count);
+		bind_text_or_null(s, 7, a->detail);
+		rc = step_done(s);
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->wmu);
+	return store_code(rc);
+}
+
+static int sq_audit_list(store *st, const char *before_id, size_t limit,
+			 struct store_audit **items, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	struct store_audit *rows = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, "SELECT id, at, actor, action, target, count, detail"
+				" FROM audit WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2",
+				-1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	bind_text_or_null(s, 1, before_id);
+	sqlite3_bind_int64(s, 2, (int64_t)limit);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_audit *a, *more = grow(rows, &cap, count, sizeof(*rows));
+		if (!more) {
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		rows = more;
+		a = &rows[count++];
+		memset(a, 0, sizeof(*a));
+		col_id(s, 0, a->id);
+		a->at = sqlite3_column_int64(s, 1);
+		a->count = sqlite3_column_int64(s, 5);
+		if ((rc = col_dup(s, 2, &a->actor)) || (rc = col_dup(s, 3, &a->action)) ||
+		    (rc = col_dup(s, 4, &a->target)) || (rc = col_dup(s, 6, &a->detail)))
+			goto out;
+	}
+	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_audits_free(rows, count);
+		return store_code(rc);
+	}
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}
+
+/* ---- stats -------------------------------------------------------------------------------- */
+
+/* Runs a query whose single row holds int64 columns into out[0..ncols). */
+static int int_row(struct sq *sq, const char *sql, int64_t bind1, int64_t *out, int ncols)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		return rc;
+	}
+	if (sqlite3_bind_parameter_count(s) > 0)
+		sqlite3_bind_int64(s, 1, bind1);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		for (int i = 0; i < ncols; i++)
+			out[i] = sqlite3_column_int64(s, i);
+		rc = SQLITE_OK;
+	} else if (rc == SQLITE_DONE) {
+		rc = SQLITE_OK;
+	} else {
+		log_stmt_error(s, rc);
+	}
+	sqlite3_finalize(s);
+	return rc;
+}
+
+static struct store_sub_stats *sub_stats_for(struct store_stats *out, const char *id, size_t *cap)
+{
+	for (size_t i = 0; i < out->n_subs; i++)
+		if (strcmp(out->subs[i].subscription_id, id) == 0)
+			return &out->subs[i];
+	struct store_sub_stats *more = grow(out->subs, cap, out->n_subs, sizeof(*more));
+	if (!more)
+		return NULL;
+	out->subs = more;
+	struct store_sub_stats *x = &out->subs[out->n_subs++];
+	memset(x, 0, sizeof(*x));
+	snprintf(x->subscription_id, sizeof(x->subscription_id), "%s", id);
+	return x;
+}
+
+static int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
+{
+	struct sq *sq = sq_of(st);
+	int64_t v[4] = {0};
+	sqlite3_stmt *s = NULL;
+	size_t cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = int_row(sq, "SELECT"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'NEW'),"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'PROCESSED'),"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'FAILED'"
+		     "   AND next_attempt_at IS NOT NULL),"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'FAILED'"
+		     "   AND next_attempt_at IS NULL)", 0, v, 4);
+	if (rc != SQLITE_OK)
+		goto out;
+	out->new_count = v[0];
+	out->processed_count = v[1];
+	out->retrying_count = v[2];
+	out->dead_count = v[3];
+	memset(v, 0, sizeof(v));
+	rc = int_row(sq, "SELECT"
+		     " (SELECT count(*) FROM deliveries WHERE lease_until IS NOT NULL),"
+		     " (SELECT count(*) FROM deliveries WHERE lease_until IS NULL"
+		     "   AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1),"
+		     " (SELECT COALESCE(MIN(next_attempt_at), 0) FROM deliveries"
+		     "   WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
+		     "   AND next_attempt_at <= ?1),"
+		     " (SELECT COALESCE(MIN(created_at), 0) FROM deliveries"
+		     "   WHERE status = 'FAILED' AND next_attempt_at IS NULL)", now_ms, v, 4);
+	if (rc != SQLITE_OK)
+		goto out;
+	out->in_flight = v[0];
+	out->due_count = v[1];
+	out->oldest_due_at = v[2];
+	out->oldest_dead_at = v[3];
+
+	/* Per subscription over the window: attempts, successes, and the newest failure
+	 * (SQLite returns the row of max() for the bare columns). */
+	rc = sqlite3_prepare_v2(sq->rdb,
+				"SELECT d.subscription_id, count(*),"
+				" sum(a.code BETWEEN 200 AND 299),"
+				" max(CASE WHEN a.code BETWEEN 200 AND 299 THEN 0 ELSE a.started_at END)"
+				" FROM attempts a JOIN deliveries d ON d.id = a.delivery_id"
+				" WHERE a.started_at >= ?1 GROUP BY d.subscription_id",
+				-1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	sqlite3_bind_int64(s, 1, now_ms - window_ms);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_sub_stats *x =
+			sub_stats_for(out, (const char *)sqlite3_column_text(s, 0), &cap);
+		if (!x) {
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		x->attempts = sqlite3_column_int64(s, 1);
+		x->successes = sqlite3_column_int64(s, 2);
+		x->last_error_at = sqlite3_column_int64(s, 3);
+	}
+	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+	sqlite3_finalize(s);
+	s = NULL;
+	if (rc != SQLITE_OK)
+		goto out;
+	rc = sqlite3_prepare_v2(sq->rdb,
+				"SELECT a.code, a.message FROM attempts a"
+				" JOIN deliveries d ON d.id = a.delivery_id"
+				" WHERE d.subscription_id = ?1 AND a.started_at = ?2"
+				" AND NOT (a.code BETWEEN 200 AND 299) LIMIT 1",
+				-1, &s, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < out->n_subs; i++) {
+		struct store_sub_stats *x = &out->subs[i];
+		if (!x->last_error_at)
+			continue;
+		sqlite3_bind_text(s, 1, x->subscription_id, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, x->last_error_at);
+		if (sqlite3_step(s) == SQLITE_ROW) {
+			x->last_code = sqlite3_column_int(s, 0);
+			rc = col_dup(s, 1, &x->last_message);
+		}
+		sqlite3_reset(s);
+	}
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_stats_free(out);
+		return store_code(rc);
+	}
+	return STORE_OK;
+}
+
+
 const struct store_ops store_sqlite_ops = {
 	.name = "sqlite",
 	.dsn_prefix = "sqlite:",
@@ -1899,6 +2380,15 @@ const struct store_ops store_sqlite_ops = {
 	.replay = sq_replay,
 	.dlq_purge = sq_dlq_purge,
 	.cleanup = sq_cleanup,
+	.deliveries_count = sq_deliveries_count,
+	.dlq_purge_matching = sq_dlq_purge_matching,
+	.job_create = sq_job_create,
+	.job_update = sq_job_update,
+	.job_get = sq_job_get,
+	.jobs_running = sq_jobs_running,
+	.audit_append = sq_audit_append,
+	.audit_list = sq_audit_list,
+	.stats = sq_stats,
 	.sub_create = sq_sub_create,
 	.sub_update = sq_sub_update,
 	.sub_delete = sq_sub_delete,

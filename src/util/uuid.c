@@ -9,7 +9,6 @@
 #include "util/uuid.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include <openssl/err.h>

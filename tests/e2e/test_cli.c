@@ -95,8 +95,13 @@ static void test_cli_flow(void **state)
 	/* Replay by id and by filter, then purge one. */
 	assert_int_equal(run(out, sizeof(out), "dlq replay %s", first), 0);
 	assert_non_null(strstr(out, "replayed 1"));
-	assert_int_equal(run(out, sizeof(out), "dlq replay --type cli.one"), 0);
-	assert_non_null(strstr(out, "replayed"));
+	assert_int_equal(run(out, sizeof(out), "dlq replay --type cli.one --dry-run"), 0);
+	assert_non_null(strstr(out, "would replay 1 (dry run)"));
+	/* A filter replay is a paced job; without a terminal the CLI prints its end state. */
+	assert_int_equal(run(out, sizeof(out), "dlq replay --type cli.one --rate 50"), 0);
+	assert_non_null(strstr(out, "replay job"));
+	assert_non_null(strstr(out, "done"));
+	assert_non_null(strstr(out, "1/1 replayed"));
 	for (int i = 0; i < 100; i++) {
 		json_t *d = e2e_get(&dmn, "/v1/deliveries/%s", first);
 		int dead = json_is_true(json_object_get(d, "dead")) &&
@@ -107,6 +112,12 @@ static void test_cli_flow(void **state)
 		usleep(100 * 1000);
 	}
 	assert_int_equal(run(out, sizeof(out), "dlq purge %s", first), 0);
+	assert_int_equal(run(out, sizeof(out), "dlq purge"), 2); /* no filter, no --all */
+	assert_int_equal(run(out, sizeof(out), "dlq purge --type cli.test --dry-run"), 0);
+	assert_non_null(strstr(out, "would purge"));
+	assert_int_equal(run(out, sizeof(out), "stats"), 0);
+	assert_non_null(strstr(out, "SUBSCRIPTION"));
+	assert_non_null(strstr(out, "cli"));
 	assert_int_equal(run(out, sizeof(out), "deliveries show %s", first), 1); /* 404 */
 
 	/* Exit codes: 1 the API said no, 2 usage, 3 unreachable. */

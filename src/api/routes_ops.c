@@ -1,0 +1,182 @@
+/* routes_ops.c: what operators watch — replay jobs, the audit log, stats. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "api/render.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+void api_audit(struct api *api, const struct api_request *req, const char *action,
+	       const char *target, long long count, const char *detail)
+{
+	struct store_audit a = {0};
+	uuid_v7(a.id);
+	a.at = clock_now_ms();
+	a.actor = (char *)(req->actor ? req->actor : "unknown");
+	a.action = (char *)action;
+	a.target = (char *)target;
+	a.count = count;
+	a.detail = (char *)detail;
+	int rc = store_audit_append(api->st, &a);
+	if (rc)
+		log_error("audit: cannot record %s by %s: %s", action, a.actor, store_strerror(rc));
+}
+
+static json_t *render_job(const struct store_job *j)
+{
+	int64_t remaining = j->matched - j->done;
+	json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:o, s:o}", "id", j->id,
+			      "kind", j->kind, "state", j->state, "matched", (json_int_t)j->matched,
+			      "replayed", (json_int_t)j->done, "remaining",
+			      (json_int_t)(remaining > 0 && strcmp(j->state, "running") == 0 ? remaining : 0),
+			      "rate", j->rate, "force", j->force, "created_at",
+			      render_time(j->created_at), "updated_at", render_time(j->updated_at));
+	json_t *filter = j->filter ? json_loads(j->filter, 0, NULL) : NULL;
+	if (filter) {
+		json_object_del(filter, "dead");
+		json_object_del(filter, "before_ms");
+		json_object_set_new(o, "filter", filter);
+	}
+	if (j->actor)
+		json_object_set_new(o, "actor", json_string(j->actor));
+	if (j->error)
+		json_object_set_new(o, "error", json_string(j->error));
+	return o;
+}
+
+void api_jobs_get(struct api *api, const char *id, struct api_response *res)
+{
+	struct store_job j;
+	int rc = store_job_get(api->st, id, &j);
+	if (rc) {
+		api_reply_store_error(res, rc, "job");
+		return;
+	}
+	api_reply_json(res, 200, render_job(&j));
+	store_job_free(&j);
+}
+
+void api_jobs_cancel(struct api *api, const char *id, const struct api_request *req,
+		     struct api_response *res)
+{
+	struct store_job j;
+	int rc = store_job_get(api->st, id, &j);
+	if (rc) {
+		api_reply_store_error(res, rc, "job");
+		return;
+	}
+	if (strcmp(j.state, "running") == 0) {
+		snprintf(j.state, sizeof(j.state), "cancelled");
+		j.updated_at = clock_now_ms();
+		rc = store_job_update(api->st, &j);
+		if (rc) {
+			store_job_free(&j);
+			api_reply_store_error(res, rc, "job");
+			return;
+		}
+		api_audit(api, req, "job.cancel", j.id, (long long)j.done, NULL);
+	} else if (strcmp(j.state, "cancelled") != 0) {
+		api_reply_errorf(res, 409, "conflict", "id", "job %s is %s, not running", j.id, j.state);
+		store_job_free(&j);
+		return;
+	}
+	api_reply_json(res, 200, render_job(&j));
+	store_job_free(&j);
+}
+
+void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res)
+{
+	const char *before = req->query ? req->query(req->query_ctx, "before") : NULL;
+	const char *lim = req->query ? req->query(req->query_ctx, "limit") : NULL;
+	long limit = 100;
+	if (lim) {
+		char *end;
+		limit = strtol(lim, &end, 10);
+		if (*end || limit < 1 || limit > 1000) {
+			api_reply_errorf(res, 400, "invalid_argument", "limit",
+					 "limit must be an integer from 1 to 1000");
+			return;
+		}
+	}
+	if (before && !uuid_valid(before)) {
+		api_reply_errorf(res, 400, "invalid_argument", "before",
+				 "before must be an audit entry id");
+		return;
+	}
+	struct store_audit *items = NULL;
+	size_t n = 0;
+	int rc = store_audit_list(api->st, before, (size_t)limit + 1, &items, &n);
+	if (rc) {
+		api_reply_store_error(res, rc, "audit");
+		return;
+	}
+	json_t *list = json_array();
+	size_t shown = n > (size_t)limit ? (size_t)limit : n;
+	for (size_t i = 0; i < shown; i++) {
+		const struct store_audit *a = &items[i];
+		json_t *o = json_pack("{s:s, s:o, s:s, s:s, s:I}", "id", a->id, "at", render_time(a->at),
+				      "actor", a->actor, "action", a->action, "count",
+				      (json_int_t)a->count);
+		if (a->target) {
+			json_t *t = json_loads(a->target, JSON_DECODE_ANY, NULL);
+			json_object_set_new(o, "target", t ? t : json_string(a->target));
+		}
+		json_array_append_new(list, o);
+	}
+	json_t *next = n > (size_t)limit ? json_string(items[shown - 1].id) : json_null();
+	store_audits_free(items, n);
+	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_before", next));
+}
+
+void api_stats(struct api *api, struct api_response *res)
+{
+	struct store_stats s;
+	int64_t now = clock_now_ms();
+	int rc = store_stats(api->st, now, api->stats_window_ms, &s);
+	if (rc) {
+		api_reply_store_error(res, rc, "stats");
+		return;
+	}
+	json_t *subs = json_array();
+	struct sub_set *set = sub_registry_acquire(api->reg);
+	for (size_t i = 0; i < set->n; i++) {
+		const struct subscription *sub = set->items[i];
+		const struct store_sub_stats *x = NULL;
+		for (size_t k = 0; k < s.n_subs && !x; k++)
+			if (strcmp(s.subs[k].subscription_id, sub->id) == 0)
+				x = &s.subs[k];
+		json_t *o = json_pack("{s:s, s:s, s:b, s:I, s:I}", "id", sub->id, "name", sub->name,
+				      "enabled", sub->enabled, "attempts",
+				      (json_int_t)(x ? x->attempts : 0), "successes",
+				      (json_int_t)(x ? x->successes : 0));
+		if (x && x->attempts)
+			json_object_set_new(o, "success_rate",
+					    json_real((double)x->successes / (double)x->attempts));
+		else
+			json_object_set_new(o, "success_rate", json_null());
+		if (x && x->last_code)
+			json_object_set_new(o, "last_error",
+					    json_pack("{s:i, s:s?, s:o}", "code", x->last_code, "message",
+						      x->last_message, "at", render_time(x->last_error_at)));
+		else
+			json_object_set_new(o, "last_error", json_null());
+		json_array_append_new(subs, o);
+	}
+	sub_registry_release(api->reg, set);
+	json_t *out = json_pack(
+		"{s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "deliveries",
+		"NEW", (json_int_t)s.new_count, "PROCESSED", (json_int_t)s.processed_count,
+		"FAILED_RETRYING", (json_int_t)s.retrying_count, "FAILED_DEAD",
+		(json_int_t)s.dead_count, "dlq_depth", (json_int_t)s.dead_count, "in_flight",
+		(json_int_t)s.in_flight, "due_backlog", (json_int_t)s.due_count,
+		"oldest_due_age_ms",
+		s.oldest_due_at ? json_integer(now - s.oldest_due_at) : json_null(),
+		"oldest_dead_at", render_time(s.oldest_dead_at), "oldest_dead_age_ms",
+		s.oldest_dead_at ? json_integer(now - s.oldest_dead_at) : json_null(), "window",
+		json_pack("{s:I}", "ms", (json_int_t)api->stats_window_ms), "subscriptions", subs);
+	store_stats_free(&s);
+	api_reply_json(res, 200, out);
+}
