@@ -145,6 +145,18 @@ static const char *const migrations[] = {
 	"  detail TEXT"
 	");"
 	"CREATE INDEX attempts_started ON attempts(started_at);",
+
+	/* 3: the dead-letter queue gets its own small indexes: operators filter it by
+	 * subscription and event type and sort it by attempts, and with a million rows the
+	 * general indexes would scan every live delivery of a subscription (measured by
+	 * bench/list_latency.sh: 185 ms -> see docs/operations.md). Rows enter them only
+	 * when they die, so ingest and delivery do not pay for them. */
+	"CREATE INDEX deliveries_dead_sub ON deliveries(subscription_id, created_at, id)"
+	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;"
+	"CREATE INDEX deliveries_dead_type ON deliveries(event_type, created_at, id)"
+	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;"
+	"CREATE INDEX deliveries_dead_attempts ON deliveries(attempt_count, id)"
+	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;",
 };
 
 #define N_MIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))
@@ -1478,7 +1490,8 @@ static void filter_sql(const struct store_delivery_filter *f, char *sql, size_t 
 	if (f->has_code)
 		sql_add(sql, size, " AND last_code = ?");
 	if (f->source)
-		sql_add(sql, size, " AND event_id IN (SELECT id FROM events WHERE source = ?)");
+		sql_add(sql, size, " AND EXISTS (SELECT 1 FROM events e WHERE e.id = deliveries.event_id"
+				   " AND e.source = ?)");
 	if (f->event_id)
 		sql_add(sql, size, " AND event_id = ?");
 	if (f->from_ms)
