@@ -169,6 +169,13 @@ static int serve(int argc, char **argv)
 		return 2;
 	}
 	log_set_level(level);
+	enum log_format format;
+	if (log_format_parse(cfg.log_format, &format)) {
+		fprintf(stderr, "outboxd: log_format must be json, text or auto\n");
+		config_free(&cfg);
+		return 2;
+	}
+	log_set_format(format);
 
 	/* Signals are taken by sigwait below; every thread started after this inherits
 	 * the mask, so none of them is interrupted. */
@@ -240,6 +247,7 @@ static int serve(int argc, char **argv)
 		.wake_jobs = wake_jobs,
 		.wake_jobs_ctx = jobs,
 		.replay_rate = cfg.replay_rate,
+		.metrics_private = !cfg.metrics_public,
 		.stats_window_ms = cfg.stats_window_ms,
 		.admin_token = token,
 		.ingest_token = cfg.ingest_token,

@@ -31,6 +31,7 @@ struct api_request {
 struct api_response {
 	int status;
 	char *body;                        /* JSON text, malloc'd, or NULL for no body */
+	const char *content_type;          /* NULL: application/json */
 };
 
 typedef void (*api_wake_cb)(void *ctx);
@@ -50,6 +51,7 @@ struct api {
 	int64_t max_request;
 	struct retry_policy retry_defaults;
 	int replay_rate;                   /* default pace of filter replays */
+	int metrics_private;               /* /metrics needs the admin token */
 	int64_t stats_window_ms;
 };
 
@@ -103,6 +105,8 @@ void api_jobs_cancel(struct api *api, const char *id, const struct api_request *
 		     struct api_response *res);
 void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res);
 void api_stats(struct api *api, struct api_response *res);
+/* GET /metrics: Prometheus text (res->content_type set). */
+void api_metrics(struct api *api, struct api_response *res);
 
 /* Records an operator action in the audit log (failures are logged, not fatal). */
 void api_audit(struct api *api, const struct api_request *req, const char *action,

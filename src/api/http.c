@@ -77,7 +77,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		return MHD_NO;
 	}
 	if (res.body)
-		MHD_add_response_header(r, "Content-Type", "application/json");
+		MHD_add_response_header(r, "Content-Type",
+					res.content_type ? res.content_type : "application/json");
 	if (res.status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
 	enum MHD_Result ok = MHD_queue_response(conn, (unsigned)res.status, r);

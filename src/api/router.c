@@ -9,6 +9,7 @@
 
 #include <openssl/crypto.h>
 
+#include "core/metrics.h"
 #include "util/uuid.h"
 
 void api_reply_json(struct api_response *res, int status, json_t *body)
@@ -42,6 +43,8 @@ void api_reply_errorf(struct api_response *res, int status, const char *code, co
 
 void api_reply_store_error(struct api_response *res, int rc, const char *what)
 {
+	if (rc == STORE_UNAVAILABLE || rc == STORE_ERROR)
+		metrics_store_error();
 	switch (rc) {
 	case STORE_NOT_FOUND:
 		api_reply_errorf(res, 404, "not_found", NULL, "%s not found", what);
@@ -307,6 +310,16 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 		else
 			api_reply_errorf(res, 503, "unavailable", NULL, "store not reachable: %s",
 					 store_strerror(rc));
+		return;
+	}
+
+	if (strcmp(path, "/metrics") == 0) {
+		if (api->metrics_private && authenticate(api, req->authorization) != CALLER_ADMIN) {
+			api_reply_errorf(res, 401, "unauthenticated", NULL,
+					 "metrics need the admin token (metrics_public = false)");
+			return;
+		}
+		api_metrics(api, res);
 		return;
 	}
 

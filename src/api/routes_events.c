@@ -4,6 +4,7 @@
 
 #include "api/api.h"
 #include "api/render.h"
+#include "core/metrics.h"
 #include "intake/ingest.h"
 
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res)
@@ -12,6 +13,7 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 	struct input_error err;
 
 	if (ingest_parse(req->body ? req->body : "", req->body_len, api->max_payload, &b, &err)) {
+		metrics_ingest_rejected(err.status);
 		api_reply_error(res, &err);
 		return;
 	}
@@ -24,10 +26,12 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 		/* Nothing acknowledged that is not durable (DESIGN §3). */
 		if (rc == STORE_ERROR)
 			rc = STORE_UNAVAILABLE;
+		metrics_ingest_rejected(503);
 		api_reply_store_error(res, rc, "event");
 		ingest_batch_free(&b);
 		return;
 	}
+	metrics_ingested((long)b.n);
 	json_t *ids = json_array(), *dups = NULL;
 	for (size_t i = 0; i < b.n; i++) {
 		json_array_append_new(ids, json_string(b.events[i].id));

@@ -5,6 +5,7 @@
 
 #include "api/api.h"
 #include "api/render.h"
+#include "core/metrics.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/uuid.h"
@@ -179,4 +180,54 @@ void api_stats(struct api *api, struct api_response *res)
 		json_pack("{s:I}", "ms", (json_int_t)api->stats_window_ms), "subscriptions", subs);
 	store_stats_free(&s);
 	api_reply_json(res, 200, out);
+}
+
+void api_metrics(struct api *api, struct api_response *res)
+{
+	char *text = NULL;
+	size_t len = 0;
+	struct store_stats s;
+	int64_t now = clock_now_ms();
+
+	if (metrics_render(&text, &len)) {
+		free(text);
+		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
+		return;
+	}
+	/* Gauges of the shared store: what every instance sees. */
+	int rc = store_stats(api->st, now, 0, &s);
+	FILE *f = open_memstream(&res->body, &len);
+	if (!f) {
+		free(text);
+		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
+		return;
+	}
+	fputs(text, f);
+	free(text);
+	if (rc == STORE_OK) {
+		fprintf(f, "# HELP outboxd_store_deliveries Deliveries in the store by status.\n"
+			   "# TYPE outboxd_store_deliveries gauge\n"
+			   "outboxd_store_deliveries{status=\"NEW\"} %lld\n"
+			   "outboxd_store_deliveries{status=\"PROCESSED\"} %lld\n"
+			   "outboxd_store_deliveries{status=\"FAILED\",dead=\"false\"} %lld\n"
+			   "outboxd_store_deliveries{status=\"FAILED\",dead=\"true\"} %lld\n",
+			(long long)s.new_count, (long long)s.processed_count,
+			(long long)s.retrying_count, (long long)s.dead_count);
+		fprintf(f, "# HELP outboxd_dlq_depth Dead-lettered deliveries.\n"
+			   "# TYPE outboxd_dlq_depth gauge\noutboxd_dlq_depth %lld\n",
+			(long long)s.dead_count);
+		fprintf(f, "# HELP outboxd_due_backlog Deliveries due now and not yet claimed.\n"
+			   "# TYPE outboxd_due_backlog gauge\noutboxd_due_backlog %lld\n"
+			   "# HELP outboxd_due_backlog_age_seconds Age of the oldest due delivery.\n"
+			   "# TYPE outboxd_due_backlog_age_seconds gauge\n"
+			   "outboxd_due_backlog_age_seconds %.3f\n",
+			(long long)s.due_count,
+			s.oldest_due_at ? (double)(now - s.oldest_due_at) / 1000.0 : 0.0);
+		store_stats_free(&s);
+	}
+	fprintf(f, "# HELP outboxd_store_up Whether the store answered this scrape.\n"
+		   "# TYPE outboxd_store_up gauge\noutboxd_store_up %d\n", rc == STORE_OK);
+	fclose(f);
+	res->status = 200;
+	res->content_type = "text/plain; version=0.0.4";
 }

@@ -17,6 +17,7 @@ struct config {
 	char *admin_token;
 	char *ingest_token;
 	char *log_level;
+	char *log_format;
 	int64_t max_payload;      /* bytes per event payload */
 	int64_t max_request;      /* bytes per request body */
 	int api_threads;
@@ -38,6 +39,7 @@ struct config {
 	int64_t shutdown_grace_ms;
 	/* operations */
 	int replay_rate;          /* default pace of filter replays, deliveries/s */
+	int metrics_public;       /* /metrics without a token */
 	int64_t stats_window_ms;  /* window of per-subscription stats */
 	char *config_file;        /* the file that was read, if any */
 };

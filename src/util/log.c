@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "util/clock.h"
 
 #define LOG_LINE_MAX 4096
 
 static _Atomic int log_threshold = LOG_INFO;
+static _Atomic int log_fmt = LOG_FORMAT_TEXT;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -24,6 +26,26 @@ void log_set_level(enum log_level l)
 {
 	if ((unsigned)l <= LOG_ERROR)
 		atomic_store_explicit(&log_threshold, (int)l, memory_order_relaxed);
+}
+
+void log_set_format(enum log_format f)
+{
+	atomic_store_explicit(&log_fmt, (int)f, memory_order_relaxed);
+}
+
+int log_format_parse(const char *name, enum log_format *out)
+{
+	if (!name)
+		return -1;
+	if (strcasecmp(name, "text") == 0)
+		*out = LOG_FORMAT_TEXT;
+	else if (strcasecmp(name, "json") == 0)
+		*out = LOG_FORMAT_JSON;
+	else if (strcasecmp(name, "auto") == 0)
+		*out = isatty(STDERR_FILENO) ? LOG_FORMAT_TEXT : LOG_FORMAT_JSON;
+	else
+		return -1;
+	return 0;
 }
 
 int log_level_parse(const char *name, enum log_level *out)
@@ -70,6 +92,21 @@ void log_msg(enum log_level l, const char *fmt, ...)
 			*p = '?';
 	}
 
-	fprintf(stderr, "%s %s %s\n", clock_format_rfc3339(clock_now_ms(), ts),
-		level_names[l], msg);
+	clock_format_rfc3339(clock_now_ms(), ts);
+	if (atomic_load_explicit(&log_fmt, memory_order_relaxed) == LOG_FORMAT_JSON) {
+		/* Control characters are gone already; only quotes and backslashes need
+		 * escaping. */
+		char esc[2 * LOG_LINE_MAX];
+		size_t k = 0;
+		for (const char *p = msg; *p && k < sizeof(esc) - 2; p++) {
+			if (*p == '"' || *p == '\\')
+				esc[k++] = '\\';
+			esc[k++] = *p;
+		}
+		esc[k] = '\0';
+		fprintf(stderr, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
+			level_names[l], esc);
+		return;
+	}
+	fprintf(stderr, "%s %s %s\n", ts, level_names[l], msg);
 }

@@ -1,10 +1,16 @@
-/* log.h: one-line logs to stderr: "2026-11-21T23:04:15.123Z level message". */
+/* log.h: one-line logs to stderr, as text ("2026-11-21T23:04:15.123Z info message") or
+ * as JSON lines ({"time":"...","level":"info","msg":"message"}) for log collectors. */
 #ifndef OUTBOXD_UTIL_LOG_H
 #define OUTBOXD_UTIL_LOG_H
 
 enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR };
 
+enum log_format { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON };
+
 void log_set_level(enum log_level l);
+void log_set_format(enum log_format f);
+/* "text", "json", or "auto" (text when stderr is a terminal, JSON otherwise). */
+int log_format_parse(const char *name, enum log_format *out);
 int log_level_parse(const char *name, enum log_level *out);
 void log_msg(enum log_level l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

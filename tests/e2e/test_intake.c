@@ -303,6 +303,33 @@ static void test_ingest_token_may_send(void **state)
 	http_resp_free(&r);
 }
 
+/* Prometheus text at /metrics, without a token by default. */
+static void test_metrics(void **state)
+{
+	char url[128];
+	struct http_resp r;
+	snprintf(url, sizeof(url), "%s/metrics", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "# TYPE outboxd_ingested_events_total counter"));
+	long ingested = -1, rejected = -1, up = -1;
+	const char *p = strstr(r.body, "\noutboxd_ingested_events_total ");
+	if (p)
+		ingested = atol(p + strlen("\noutboxd_ingested_events_total "));
+	p = strstr(r.body, "outboxd_ingest_rejected_total{class=\"4xx\"} ");
+	if (p)
+		rejected = atol(p + strlen("outboxd_ingest_rejected_total{class=\"4xx\"} "));
+	p = strstr(r.body, "\noutboxd_store_up ");
+	if (p)
+		up = atol(p + strlen("\noutboxd_store_up "));
+	assert_true(ingested >= 6); /* the events of the tests before */
+	assert_true(rejected >= 8); /* the bad-input cases refused by validation */
+	assert_int_equal(up, 1);
+	assert_non_null(strstr(r.body, "outboxd_dlq_depth "));
+	assert_non_null(strstr(r.body, "outboxd_attempt_duration_seconds_bucket{le=\"+Inf\"}"));
+	http_resp_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -311,6 +338,7 @@ int main(void)
 		cmocka_unit_test(test_outbox_table_from_another_process),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_ingest_token_may_send),
+		cmocka_unit_test(test_metrics),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -164,9 +164,30 @@ static void test_parse(void **state)
 	assert_int_equal(l, LOG_ERROR);
 }
 
+static void test_json_lines(void **state)
+{
+	struct capture c;
+	enum log_format f;
+
+	assert_int_equal(log_format_parse("json", &f), 0);
+	assert_int_equal(f, LOG_FORMAT_JSON);
+	assert_int_equal(log_format_parse("yaml", &f), -1);
+	log_set_format(LOG_FORMAT_JSON);
+	capture_start(&c);
+	log_warn("say \"hi\" to C:\\temp\nnext");
+	char *text = capture_end(&c);
+	log_set_format(LOG_FORMAT_TEXT);
+	/* One JSON object per line, quotes and backslashes escaped, newline replaced. */
+	assert_int_equal(strncmp(text, "{\"time\":\"", 9), 0);
+	assert_non_null(strstr(text, "\"level\":\"warn\",\"msg\":\"say \\\"hi\\\" to C:\\\\temp next\"}\n"));
+	assert_int_equal(strchr(text, '\n') - text + 1, (long)strlen(text));
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_json_lines),
 		cmocka_unit_test(test_line_shape),
 		cmocka_unit_test(test_levels),
 		cmocka_unit_test(test_one_line),

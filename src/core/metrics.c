@@ -1,0 +1,198 @@
+/* metrics.c: atomic counters and their Prometheus rendering (see metrics.h). */
+#include "core/metrics.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model.h"
+
+#define SUB_SLOTS 1024 /* subscriptions tracked by label; more are counted as "other" */
+
+static const double buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
+
+static const char *const outcome_names[OUTCOME_COUNT] = {"processed", "retrying", "dead",
+							 "released"};
+
+struct sub_slot {
+	_Atomic int used;                 /* 0 free, 1 claiming, 2 ready */
+	char id[UUID_STR_LEN];
+	_Atomic long outcomes[OUTCOME_COUNT];
+};
+
+static struct {
+	struct sub_slot subs[SUB_SLOTS];
+	_Atomic long other[OUTCOME_COUNT];
+	_Atomic long attempts_by_class[6]; /* 1xx..5xx by hundreds; [0] = other */
+	_Atomic long bucket_counts[N_BUCKETS];
+	_Atomic long attempt_count;
+	_Atomic long long attempt_us_sum;
+	_Atomic long in_flight;
+	_Atomic long ingested;
+	_Atomic long rejected_4xx, rejected_5xx;
+	_Atomic long store_errors;
+} m;
+
+static uint32_t hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h;
+}
+
+static struct sub_slot *slot_for(const char *id)
+{
+	uint32_t h = hash(id);
+	for (int probe = 0; probe < 16; probe++) {
+		struct sub_slot *s = &m.subs[(h + (uint32_t)probe) % SUB_SLOTS];
+		int state = atomic_load(&s->used);
+		if (state == 2 && strcmp(s->id, id) == 0)
+			return s;
+		if (state == 0) {
+			int expected = 0;
+			if (atomic_compare_exchange_strong(&s->used, &expected, 1)) {
+				snprintf(s->id, sizeof(s->id), "%s", id);
+				atomic_store(&s->used, 2);
+				return s;
+			}
+			state = atomic_load(&s->used);
+		}
+		while (state == 1) /* another thread is writing the id: a few instructions */
+			state = atomic_load(&s->used);
+		if (strcmp(s->id, id) == 0)
+			return s;
+	}
+	return NULL;
+}
+
+void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome)
+{
+	if ((unsigned)outcome >= OUTCOME_COUNT)
+		return;
+	struct sub_slot *s = subscription_id ? slot_for(subscription_id) : NULL;
+	atomic_fetch_add_explicit(s ? &s->outcomes[outcome] : &m.other[outcome], 1,
+				  memory_order_relaxed);
+}
+
+void metrics_attempt(int code, int64_t duration_us)
+{
+	int cls = code >= 100 && code < 600 ? code / 100 : 0;
+	atomic_fetch_add_explicit(&m.attempts_by_class[cls], 1, memory_order_relaxed);
+	double secs = (double)duration_us / 1e6;
+	for (size_t i = 0; i < N_BUCKETS; i++)
+		if (secs <= buckets[i])
+			atomic_fetch_add_explicit(&m.bucket_counts[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.attempt_count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.attempt_us_sum, duration_us, memory_order_relaxed);
+}
+
+void metrics_in_flight(long n)
+{
+	atomic_store_explicit(&m.in_flight, n, memory_order_relaxed);
+}
+
+void metrics_ingested(long events)
+{
+	atomic_fetch_add_explicit(&m.ingested, events, memory_order_relaxed);
+}
+
+void metrics_ingest_rejected(int status)
+{
+	atomic_fetch_add_explicit(status >= 500 ? &m.rejected_5xx : &m.rejected_4xx, 1,
+				  memory_order_relaxed);
+}
+
+void metrics_store_error(void)
+{
+	atomic_fetch_add_explicit(&m.store_errors, 1, memory_order_relaxed);
+}
+
+static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(*out + *len, *cap - *len, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return -1;
+		if ((size_t)n < *cap - *len) {
+			*len += (size_t)n;
+			return 0;
+		}
+		size_t ncap = *cap * 2 + (size_t)n;
+		char *grown = realloc(*out, ncap);
+		if (!grown)
+			return -1;
+		*out = grown;
+		*cap = ncap;
+	}
+}
+
+#define A(...)                                          \
+	do {                                            \
+		if (appendf(out, len, &cap, __VA_ARGS__)) \
+			return -1;                      \
+	} while (0)
+
+int metrics_render(char **out, size_t *len)
+{
+	size_t cap = 4096;
+	*len = 0;
+	*out = malloc(cap);
+	if (!*out)
+		return -1;
+	(*out)[0] = '\0';
+
+	A("# HELP outboxd_deliveries_total Delivery rounds by outcome and subscription.\n"
+	  "# TYPE outboxd_deliveries_total counter\n");
+	for (int i = 0; i < SUB_SLOTS; i++) {
+		struct sub_slot *s = &m.subs[i];
+		if (atomic_load(&s->used) != 2)
+			continue;
+		for (int o = 0; o < OUTCOME_COUNT; o++)
+			A("outboxd_deliveries_total{subscription_id=\"%s\",outcome=\"%s\"} %ld\n", s->id,
+			  outcome_names[o], atomic_load(&s->outcomes[o]));
+	}
+	for (int o = 0; o < OUTCOME_COUNT; o++)
+		if (atomic_load(&m.other[o]))
+			A("outboxd_deliveries_total{subscription_id=\"other\",outcome=\"%s\"} %ld\n",
+			  outcome_names[o], atomic_load(&m.other[o]));
+	A("# HELP outboxd_attempts_total HTTP attempts by status class (mapped transport errors "
+	  "count as 5xx).\n# TYPE outboxd_attempts_total counter\n");
+	static const char *const classes[] = {"other", "1xx", "2xx", "3xx", "4xx", "5xx"};
+	for (int c = 0; c < 6; c++)
+		A("outboxd_attempts_total{class=\"%s\"} %ld\n", classes[c],
+		  atomic_load(&m.attempts_by_class[c]));
+	A("# HELP outboxd_attempt_duration_seconds Duration of HTTP attempts.\n"
+	  "# TYPE outboxd_attempt_duration_seconds histogram\n");
+	for (size_t i = 0; i < N_BUCKETS; i++)
+		A("outboxd_attempt_duration_seconds_bucket{le=\"%g\"} %ld\n", buckets[i],
+		  atomic_load(&m.bucket_counts[i]));
+	A("outboxd_attempt_duration_seconds_bucket{le=\"+Inf\"} %ld\n"
+	  "outboxd_attempt_duration_seconds_sum %.6f\n"
+	  "outboxd_attempt_duration_seconds_count %ld\n",
+	  atomic_load(&m.attempt_count), (double)atomic_load(&m.attempt_us_sum) / 1e6,
+	  atomic_load(&m.attempt_count));
+	A("# HELP outboxd_in_flight Deliveries being worked on by this instance.\n"
+	  "# TYPE outboxd_in_flight gauge\noutboxd_in_flight %ld\n", atomic_load(&m.in_flight));
+	A("# HELP outboxd_ingested_events_total Events accepted (202).\n"
+	  "# TYPE outboxd_ingested_events_total counter\noutboxd_ingested_events_total %ld\n",
+	  atomic_load(&m.ingested));
+	A("# HELP outboxd_ingest_rejected_total Ingest requests refused.\n"
+	  "# TYPE outboxd_ingest_rejected_total counter\n"
+	  "outboxd_ingest_rejected_total{class=\"4xx\"} %ld\n"
+	  "outboxd_ingest_rejected_total{class=\"5xx\"} %ld\n",
+	  atomic_load(&m.rejected_4xx), atomic_load(&m.rejected_5xx));
+	A("# HELP outboxd_store_errors_total Store calls that failed.\n"
+	  "# TYPE outboxd_store_errors_total counter\noutboxd_store_errors_total %ld\n",
+	  atomic_load(&m.store_errors));
+	return 0;
+}

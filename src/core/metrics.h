@@ -1,0 +1,33 @@
+/* metrics.h: process-wide counters for GET /metrics (Prometheus text exposition).
+ *
+ * Updates are lock-free atomics, cheap enough for the delivery hot path; per-subscription
+ * counters live in a fixed open-addressing table keyed by subscription id. Rendering
+ * happens only at scrape time. */
+#ifndef OUTBOXD_CORE_METRICS_H
+#define OUTBOXD_CORE_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum metrics_outcome {
+	OUTCOME_PROCESSED = 0, /* a 2xx */
+	OUTCOME_RETRYING,      /* failed, a scheduled retry is pending */
+	OUTCOME_DEAD,          /* failed into the dead-letter queue */
+	OUTCOME_RELEASED,      /* handed back undecided (shutdown, disabled subscription) */
+	OUTCOME_COUNT
+};
+
+/* A delivery round ended. */
+void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome);
+/* One HTTP attempt with its code and duration. */
+void metrics_attempt(int code, int64_t duration_us);
+void metrics_in_flight(long n);
+void metrics_ingested(long events);
+void metrics_ingest_rejected(int status);
+void metrics_store_error(void);
+
+/* Appends the counters in Prometheus text format to out (malloc'd, grown as needed);
+ * *len is its length. Returns 0 or -1 when out of memory. */
+int metrics_render(char **out, size_t *len);
+
+#endif
