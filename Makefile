@@ -6,7 +6,7 @@ BUILD      ?= build
 TESTBUILD  ?= build-test
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test build deps clean receiver
+.PHONY: run test build deps clean receiver bench
 
 deps:
 	@bash scripts/deps.sh
@@ -29,6 +29,13 @@ receiver: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target test_receiver
 	./$(BUILD)/test_receiver --port 9000 --print
+
+# The benchmark of issue 4 (docs/performance.md): installs wrk, gnuplot, PostgreSQL and the
+# peer's npm packages, builds Release binaries in build-bench, and writes
+# bench/results/latest.{md,json,png}. About 4 minutes on 2 cores.
+bench:
+	@bash scripts/bench-deps.sh
+	@bash bench/run.sh
 
 clean:
 	rm -rf $(BUILD) $(TESTBUILD)

@@ -8,7 +8,7 @@ packages=(
   libsqlite3-dev sqlite3
   libpq-dev postgresql
   libcurl4-openssl-dev
-  libmicrohttpd-dev
+  libmicrohttpd-dev libgnutls28-dev
   libjansson-dev
   libssl-dev openssl
   librdkafka-dev

@@ -125,6 +125,23 @@ static void wake_dispatcher(void *ctx)
 	dispatcher_wake(ctx);
 }
 
+/* Another instance changed the subscriptions (PostgreSQL): rebuild the in-memory set. */
+struct subs_reload {
+	store *st;
+	struct sub_registry *reg;
+	struct retry_policy defaults;
+};
+
+static void reload_subscriptions(void *ctx)
+{
+	struct subs_reload *r = ctx;
+	int rc = sub_codec_reload(r->reg, r->st, &r->defaults);
+
+	if (rc != STORE_OK)
+		log_warn("cannot reload subscriptions changed elsewhere (%s); keeping the current set",
+			 store_strerror(rc));
+}
+
 static void wake_jobs(void *ctx)
 {
 	jobs_wake(ctx);
@@ -206,13 +223,7 @@ static int serve(int argc, char **argv)
 		goto out;
 
 	struct retry_policy defaults;
-	retry_policy_defaults(&defaults);
-	defaults.immediate = cfg.immediate_tries;
-	defaults.immediate_delay_ms = cfg.immediate_delay_ms;
-	defaults.immediate_timeout_ms = cfg.delivery_timeout_ms;
-	defaults.interval_ms = cfg.retry_interval_ms;
-	defaults.max_retries = cfg.max_retries;
-	defaults.timeout_ms = cfg.retry_timeout_ms;
+	config_retry_defaults(&cfg, &defaults);
 	if (sub_codec_reload(&reg, st, &defaults)) {
 		log_error("cannot load subscriptions");
 		goto out;
@@ -227,6 +238,12 @@ static int serve(int argc, char **argv)
 	};
 	if (!(disp = dispatcher_start(st, &reg, &dcfg)))
 		goto out;
+	/* Work made due by other instances or producers (PostgreSQL NOTIFY) wakes the
+	 * dispatcher at once; polling stays the fallback. Subscriptions changed by another
+	 * instance are reloaded. */
+	struct subs_reload reload = {st, &reg, defaults};
+	store_on_subscriptions_changed(st, reload_subscriptions, &reload);
+	store_on_work(st, wake_dispatcher, disp);
 	if (!(committer = committer_start(st, wake_dispatcher, disp)))
 		goto out;
 	struct jobs_config jcfg = {
@@ -281,6 +298,8 @@ out:
 	http_server_stop(http);
 	jobs_stop(jobs);
 	committer_stop(committer);
+	store_on_work(st, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
+	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
 	store_close(st);
 	sub_registry_destroy(&reg);

@@ -22,6 +22,7 @@ struct api_request {
 	void *query_ctx;
 	const char *authorization;         /* header value or NULL */
 	const char *content_type;          /* header value or NULL */
+	const char *traceparent;           /* W3C trace context header or NULL */
 	const char *body;
 	size_t body_len;
 	int body_too_large;                /* the server stopped reading at the limit */

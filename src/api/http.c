@@ -60,6 +60,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		.query_ctx = conn,
 		.authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
 		.content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"),
+		.traceparent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
 		.body = c->body.data,
 		.body_len = c->body.len,
 		.body_too_large = c->too_large,

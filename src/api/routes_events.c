@@ -5,6 +5,7 @@
 #include "api/api.h"
 #include "api/render.h"
 #include "core/metrics.h"
+#include "core/trace.h"
 #include "intake/ingest.h"
 
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res)
@@ -17,6 +18,11 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 		api_reply_error(res, &err);
 		return;
 	}
+	/* A valid trace context travels with the events to their subscribers; an invalid
+	 * one is ignored, as W3C asks of a receiver. */
+	if (trace_valid(req->traceparent))
+		for (size_t i = 0; i < b.n; i++)
+			b.events[i].traceparent = req->traceparent;
 	struct sub_set *set = sub_registry_acquire(api->reg);
 	int rc = ingest_fanout(&b, set) ? STORE_ERROR : STORE_OK;
 	if (rc == STORE_OK)

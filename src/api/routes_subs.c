@@ -1,5 +1,6 @@
 /* routes_subs.c: subscriptions — create, list, get, patch, delete. Credentials and
- * signing secrets are stored as given and never returned in clear (sub_codec_public). */
+ * signing secrets are stored as given and never returned in clear (sub_codec_public),
+ * except a secret outboxd generated, shown once in the response that created it. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,9 @@ static void reload(struct api *api)
 		log_error("subscriptions: reload failed: %s", store_strerror(rc));
 }
 
-static void reply_row(struct api *api, const char *id, int status, struct api_response *res)
+/* generated (borrowed, may be NULL): a secret outboxd just generated, shown this once. */
+static void reply_row(struct api *api, const char *id, int status, const char *generated,
+		      struct api_response *res)
 {
 	struct store_sub row;
 	int rc = store_sub_get(api->st, id, &row);
@@ -38,7 +41,10 @@ static void reply_row(struct api *api, const char *id, int status, struct api_re
 		api_reply_store_error(res, rc, "subscription");
 		return;
 	}
-	api_reply_json(res, status, sub_codec_public(&row));
+	json_t *view = sub_codec_public(&row);
+	if (generated)
+		json_object_set_new(view, "secret", json_string(generated));
+	api_reply_json(res, status, view);
 	store_sub_free(&row);
 }
 
@@ -79,13 +85,18 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 	if (!doc)
 		return;
 	struct store_sub row = {0};
+	struct input_error err;
+	char *generated = NULL;
 	uuid_v7(row.id);
 	row.created_at = clock_now_ms();
-	if (store_doc(api, doc, &row, 1, res) == 0) {
+	if (sub_codec_prepare(doc, doc, NULL, row.created_at, &generated, &err)) {
+		api_reply_error(res, &err);
+	} else if (store_doc(api, doc, &row, 1, res) == 0) {
 		reload(api);
 		api_audit(api, req, "subscription.create", row.id, 1, NULL);
-		reply_row(api, row.id, 201, res);
+		reply_row(api, row.id, 201, generated, res);
 	}
+	free(generated);
 	json_decref(doc);
 }
 
@@ -107,7 +118,7 @@ void api_subs_list(struct api *api, struct api_response *res)
 
 void api_subs_get(struct api *api, const char *id, struct api_response *res)
 {
-	reply_row(api, id, 200, res);
+	reply_row(api, id, 200, NULL, res);
 }
 
 void api_subs_patch(struct api *api, const char *id, const struct api_request *req,
@@ -126,6 +137,7 @@ void api_subs_patch(struct api *api, const char *id, const struct api_request *r
 		json_decref(patch);
 		return;
 	}
+	char *generated = NULL;
 	json_t *stored = json_loads(row.config, 0, &jerr);
 	json_t *merged = stored ? sub_codec_merge(stored, patch, &err) : NULL;
 	if (!merged) {
@@ -133,17 +145,20 @@ void api_subs_patch(struct api *api, const char *id, const struct api_request *r
 			api_reply_error(res, &err);
 		else
 			api_reply_errorf(res, 500, "internal", NULL, "stored subscription is corrupt");
+	} else if (sub_codec_prepare(merged, patch, stored, clock_now_ms(), &generated, &err)) {
+		api_reply_error(res, &err);
 	} else {
 		char *keep_name = row.name;
 		char *keep_config = row.config;
 		if (store_doc(api, merged, &row, 0, res) == 0) {
 			reload(api);
 			api_audit(api, req, "subscription.update", id, 1, NULL);
-			reply_row(api, id, 200, res);
+			reply_row(api, id, 200, generated, res);
 		}
 		row.name = keep_name;
 		row.config = keep_config;
 	}
+	free(generated);
 	json_decref(merged);
 	json_decref(stored);
 	json_decref(patch);

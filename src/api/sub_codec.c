@@ -2,29 +2,55 @@
 #include "api/sub_codec.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 
 #include "core/pattern.h"
+#include "core/retry.h"
 #include "core/subscriptions.h"
 #include "util/clock.h"
 #include "util/duration.h"
 #include "util/log.h"
 
 #define MASK "********"
+#define SECRET_MASK "whsec_" MASK
+#define SECRET_GRACE_DEFAULT_MS (24 * 3600 * 1000LL)
+#define SECRET_GRACE_MAX_MS (30 * 24 * 3600 * 1000LL)
+#define GENERATED_SECRET_BYTES 32
 
+/* previous_secret and previous_secret_expires_at are written by outboxd during a rotation
+ * (sub_codec_prepare), never by the user; they live in the stored document because the
+ * store keeps a subscription as one document. */
 static const char *const top_keys[] = {
 	"name", "event_types", "endpoint", "payload_format", "auth", "headers", "secret",
-	"timeout", "retry", "enabled", NULL,
+	"secret_grace", "previous_secret", "previous_secret_expires_at", "tls",
+	"timeout", "retry", "circuit_breaker", "max_in_flight", "rate_limit", "enabled", NULL,
 };
+
+static const char *const tls_keys[] = {"ca_file", "client_cert", "client_key", NULL};
+
+/* auth fields that hold credentials: masked on every read */
+static const char *const auth_secret_keys[] = {"password", "token", "value", "client_secret",
+					       NULL};
 
 static const char *const retry_keys[] = {
 	"immediate", "immediate_delay", "policy", "interval", "min_delay", "max_delay",
-	"factor", "max_retries", "timeout", NULL,
+	"factor", "max_retries", "timeout", "jitter", "permanent", "retry_after_max", NULL,
 };
+
+static const char *const breaker_keys[] = {
+	"enabled", "max_errors", "failure_window", "max_delay_actions", NULL,
+};
+
+/* A rate above this is no limit worth the name (and keeps the bucket arithmetic sane). */
+#define RATE_LIMIT_MAX 100000.0
 
 /* Headers a subscription may not set: hop-by-hop ones and the ones outboxd owns. */
 static const char *const denied_headers[] = {
@@ -185,6 +211,121 @@ static int secret_valid(const char *s)
 	return (size_t)n - pad >= 16;
 }
 
+/* An optional string that, when given, must not be empty. */
+static int get_optional(const json_t *obj, const char *key, const char *field, size_t max,
+			const char **out, struct input_error *err)
+{
+	if (get_string(obj, key, field, 0, max, out, err))
+		return -1;
+	if (*out && !**out)
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s must not be empty", field);
+	return 0;
+}
+
+static int parse_oauth2(const json_t *auth, struct subscription *out, struct input_error *err)
+{
+	static const char *const keys[] = {
+		"type", "grant_type", "token_url", "client_id", "client_secret", "scope",
+		"audience", "username", "password", "client_auth", NULL,
+	};
+	const char *grant, *url, *id, *secret, *scope, *audience, *user, *pass, *client_auth;
+	const char *why = "";
+	struct oauth2_params *p = &out->oauth2;
+
+	if (check_keys(auth, keys, "auth.", err) ||
+	    get_optional(auth, "grant_type", "auth.grant_type", 32, &grant, err) ||
+	    get_string(auth, "token_url", "auth.token_url", 1, 2048, &url, err) ||
+	    get_string(auth, "client_id", "auth.client_id", 1, 256, &id, err) ||
+	    get_optional(auth, "client_secret", "auth.client_secret", 1024, &secret, err) ||
+	    get_optional(auth, "scope", "auth.scope", 1024, &scope, err) ||
+	    get_optional(auth, "audience", "auth.audience", 1024, &audience, err) ||
+	    get_optional(auth, "username", "auth.username", 256, &user, err) ||
+	    get_optional(auth, "password", "auth.password", 1024, &pass, err) ||
+	    get_optional(auth, "client_auth", "auth.client_auth", 16, &client_auth, err))
+		return -1;
+	if (!endpoint_valid(url, &why) || strncasecmp(url, "kafka://", 8) == 0)
+		return input_error_set(err, 400, "invalid_argument", "auth.token_url",
+				       "auth.token_url must be an http:// or https:// URL");
+	if (!grant || strcmp(grant, "client_credentials") == 0) {
+		p->grant = OAUTH2_CLIENT_CREDENTIALS;
+		if (!secret)
+			return input_error_set(err, 400, "invalid_argument", "auth.client_secret",
+					       "auth.client_secret is required with grant_type "
+					       "client_credentials");
+		if (user || pass)
+			return input_error_set(err, 400, "invalid_argument",
+					       user ? "auth.username" : "auth.password",
+					       "auth.%s is only used with grant_type password",
+					       user ? "username" : "password");
+	} else if (strcmp(grant, "password") == 0) {
+		p->grant = OAUTH2_PASSWORD;
+		if (!user || !pass)
+			return input_error_set(err, 400, "invalid_argument",
+					       user ? "auth.password" : "auth.username",
+					       "auth.%s is required with grant_type password",
+					       user ? "password" : "username");
+	} else {
+		return input_error_set(err, 400, "invalid_argument", "auth.grant_type",
+				       "auth.grant_type must be client_credentials or password");
+	}
+	if (!client_auth || strcmp(client_auth, "basic") == 0)
+		p->client_auth = OAUTH2_AUTH_BASIC;
+	else if (strcmp(client_auth, "body") == 0)
+		p->client_auth = OAUTH2_AUTH_BODY;
+	else
+		return input_error_set(err, 400, "invalid_argument", "auth.client_auth",
+				       "auth.client_auth must be basic or body");
+	out->auth_type = AUTH_OAUTH2;
+	p->token_url = strdup(url);
+	p->client_id = strdup(id);
+	p->client_secret = dup_or_null(secret);
+	p->scope = dup_or_null(scope);
+	p->audience = dup_or_null(audience);
+	p->username = dup_or_null(user);
+	p->password = dup_or_null(pass);
+	if (!p->token_url || !p->client_id || (secret && !p->client_secret) ||
+	    (scope && !p->scope) || (audience && !p->audience) || (user && !p->username) ||
+	    (pass && !p->password))
+		return input_error_set(err, 500, "internal", "", "out of memory");
+	return 0;
+}
+
+static int parse_tls(const json_t *tls, const char *endpoint, struct subscription *s,
+		     struct input_error *err)
+{
+	const char *ca, *cert, *key;
+	char field[32];
+
+	if (!json_is_object(tls))
+		return input_error_set(err, 400, "invalid_argument", "tls",
+				       "tls must be an object with ca_file, client_cert, client_key");
+	if (check_keys(tls, tls_keys, "tls.", err) ||
+	    get_optional(tls, "ca_file", "tls.ca_file", 4096, &ca, err) ||
+	    get_optional(tls, "client_cert", "tls.client_cert", 4096, &cert, err) ||
+	    get_optional(tls, "client_key", "tls.client_key", 4096, &key, err))
+		return -1;
+	const char *paths[] = {ca, cert, key};
+	for (int i = 0; i < 3; i++) {
+		snprintf(field, sizeof(field), "tls.%s", tls_keys[i]);
+		if (paths[i] && paths[i][0] != '/')
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s must be an absolute file path", field);
+	}
+	if (key && !cert)
+		return input_error_set(err, 400, "invalid_argument", "tls.client_key",
+				       "tls.client_key needs tls.client_cert");
+	if (json_object_size(tls) && strncasecmp(endpoint, "https://", 8) != 0)
+		return input_error_set(err, 422, "invalid_argument", "tls",
+				       "tls applies to https:// endpoints only");
+	s->tls_ca_file = dup_or_null(ca);
+	s->tls_client_cert = dup_or_null(cert);
+	s->tls_client_key = dup_or_null(key);
+	if ((ca && !s->tls_ca_file) || (cert && !s->tls_client_cert) || (key && !s->tls_client_key))
+		return input_error_set(err, 500, "internal", "", "out of memory");
+	return 0;
+}
+
 static int parse_auth(const json_t *auth, struct subscription *out, struct input_error *err)
 {
 	static const char *const keys_none[] = {"type", NULL};
@@ -249,8 +390,7 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 		return 0;
 	}
 	if (strcmp(type, "oauth2") == 0)
-		return input_error_set(err, 422, "unsupported", "auth.type",
-				       "auth.type oauth2 is not available in this build of outboxd");
+		return parse_oauth2(auth, out, err);
 	return input_error_set(err, 400, "invalid_argument", "auth.type",
 			       "auth.type must be one of none, basic, bearer, api_key, query, oauth2");
 }
@@ -312,7 +452,7 @@ static int parse_headers(const json_t *headers, const struct subscription *parti
 static int parse_retry(const json_t *retry, struct retry_policy *p, struct input_error *err)
 {
 	const char *policy = NULL;
-	json_t *factor;
+	json_t *factor, *v;
 
 	if (!json_is_object(retry))
 		return input_error_set(err, 400, "invalid_argument", "retry",
@@ -349,9 +489,106 @@ static int parse_retry(const json_t *retry, struct retry_policy *p, struct input
 					       "retry.factor must be a number from 1 to 10");
 		p->factor = json_number_value(factor);
 	}
+	if ((v = json_object_get(retry, "jitter"))) {
+		if (!json_is_number(v) || json_number_value(v) < 0.0 || json_number_value(v) > 1.0)
+			return input_error_set(err, 400, "invalid_argument", "retry.jitter",
+					       "retry.jitter must be a number from 0 to 1");
+		p->jitter = json_number_value(v);
+	}
+	if (get_duration(retry, "retry_after_max", "retry.retry_after_max", 0, 7 * 86400000LL,
+			 &p->retry_after_max_ms, err))
+		return -1;
+	if ((v = json_object_get(retry, "permanent"))) {
+		size_t i;
+		json_t *code;
+		if (!json_is_array(v) || json_array_size(v) > 200)
+			return input_error_set(err, 400, "invalid_argument", "retry.permanent",
+					       "retry.permanent must be an array of HTTP status codes "
+					       "from 400 to 599");
+		memset(p->permanent, 0, sizeof(p->permanent)); /* replaces the defaults' list */
+		json_array_foreach(v, i, code) {
+			json_int_t c = json_is_integer(code) ? json_integer_value(code) : 0;
+			if (c < 400 || c > 599 || retry_permanent_add(p, (int)c)) {
+				char field[48];
+				snprintf(field, sizeof(field), "retry.permanent[%zu]", i);
+				return input_error_set(err, 422, "invalid_argument", field,
+						       "%s must be an HTTP status code from 400 to 599",
+						       field);
+			}
+		}
+	}
 	if (p->min_delay_ms > p->max_delay_ms)
 		return input_error_set(err, 422, "invalid_argument", "retry.min_delay",
 				       "retry.min_delay must not exceed retry.max_delay");
+	return 0;
+}
+
+static int parse_breaker(const json_t *cb, struct circuit_breaker_config *c,
+			 struct input_error *err)
+{
+	json_t *v;
+
+	if (!json_is_object(cb))
+		return input_error_set(err, 400, "invalid_argument", "circuit_breaker",
+				       "circuit_breaker must be an object");
+	if (check_keys(cb, breaker_keys, "circuit_breaker.", err) ||
+	    get_int(cb, "max_errors", "circuit_breaker.max_errors", 1, 100000000, &c->max_errors,
+		    err) ||
+	    get_duration(cb, "failure_window", "circuit_breaker.failure_window", 100,
+			 7 * 86400000LL, &c->failure_window_ms, err) ||
+	    get_int(cb, "max_delay_actions", "circuit_breaker.max_delay_actions", 0, 1000,
+		    &c->max_delay_actions, err))
+		return -1;
+	if ((v = json_object_get(cb, "enabled"))) {
+		if (!json_is_boolean(v))
+			return input_error_set(err, 400, "invalid_argument", "circuit_breaker.enabled",
+					       "circuit_breaker.enabled must be true or false");
+		c->enabled = json_is_true(v);
+	}
+	return 0;
+}
+
+/* max_in_flight and rate_limit: absent or null means no limit. */
+static int parse_limits(const json_t *doc, struct subscription *s, struct input_error *err)
+{
+	json_t *v;
+
+	if ((v = json_object_get(doc, "max_in_flight")) && !json_is_null(v) &&
+	    get_int(doc, "max_in_flight", "max_in_flight", 1, 100000, &s->max_in_flight, err))
+		return -1;
+	if ((v = json_object_get(doc, "rate_limit")) && !json_is_null(v)) {
+		if (!json_is_number(v) || !(json_number_value(v) > 0.0) ||
+		    json_number_value(v) > RATE_LIMIT_MAX)
+			return input_error_set(err, 400, "invalid_argument", "rate_limit",
+					       "rate_limit must be a number of requests per second, "
+					       "above 0 and at most %.0f", RATE_LIMIT_MAX);
+		s->rate_limit = json_number_value(v);
+	}
+	return 0;
+}
+
+/* secret_grace, and the previous secret a rotation keeps (written by sub_codec_prepare). */
+static int parse_rotation(const json_t *doc, struct subscription *s, struct input_error *err)
+{
+	const char *prev, *until;
+	int64_t grace = 0;
+
+	if (get_duration(doc, "secret_grace", "secret_grace", 0, SECRET_GRACE_MAX_MS, &grace, err) ||
+	    get_string(doc, "previous_secret", "previous_secret", 0, 300, &prev, err) ||
+	    get_string(doc, "previous_secret_expires_at", "previous_secret_expires_at", 0, 64,
+		       &until, err))
+		return -1;
+	if (!prev)
+		return 0;
+	if (!secret_valid(prev))
+		return input_error_set(err, 400, "invalid_argument", "previous_secret",
+				       "previous_secret must be a whsec_ secret");
+	if (!until || clock_parse_rfc3339(until, &s->previous_secret_until))
+		return input_error_set(err, 400, "invalid_argument", "previous_secret_expires_at",
+				       "previous_secret_expires_at must be an RFC 3339 time");
+	s->previous_secret = strdup(prev);
+	if (!s->previous_secret)
+		return input_error_set(err, 500, "internal", "", "out of memory");
 	return 0;
 }
 
@@ -365,6 +602,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 
 	memset(s, 0, sizeof(*s));
 	s->retry = *defaults;
+	circuit_breaker_defaults(&s->breaker);
 	s->enabled = 1;
 
 	if (!json_is_object(doc))
@@ -427,14 +665,24 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 		goto fail;
 	if (secret && !secret_valid(secret)) {
 		input_error_set(err, 400, "invalid_argument", "secret",
-				"secret must be \"whsec_\" followed by base64 of at least 16 bytes");
+				"secret must be \"whsec_\" followed by base64 of at least 16 bytes, "
+				"or \"generate\"");
 		goto fail;
 	}
+	if (parse_rotation(doc, s, err))
+		goto fail;
+	if ((v = json_object_get(doc, "tls")) && !json_is_null(v) && parse_tls(v, endpoint, s, err))
+		goto fail;
 	if (get_duration(doc, "timeout", "timeout", 1, 300000, &s->retry.immediate_timeout_ms,
 			 err))
 		goto fail;
 	if ((v = json_object_get(doc, "retry")) && !json_is_null(v) &&
 	    parse_retry(v, &s->retry, err))
+		goto fail;
+	if ((v = json_object_get(doc, "circuit_breaker")) && !json_is_null(v) &&
+	    parse_breaker(v, &s->breaker, err))
+		goto fail;
+	if (parse_limits(doc, s, err))
 		goto fail;
 	if ((v = json_object_get(doc, "enabled"))) {
 		if (!json_is_boolean(v)) {
@@ -445,9 +693,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 		s->enabled = json_is_true(v);
 	}
 	if (!out) {
-		free(s->auth_user);
-		free(s->auth_secret);
-		free(s->auth_name);
+		subscription_clear(s);
 		return 0;
 	}
 	s->name = strdup(name);
@@ -459,19 +705,8 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 oom:
 	input_error_set(err, 500, "internal", "", "out of memory");
 fail:
-	if (out) {
-		/* free members but keep the struct itself, which the caller owns */
-		struct subscription *heap = malloc(sizeof(*heap));
-		if (heap) {
-			*heap = *s;
-			subscription_free(heap);
-		}
-		memset(s, 0, sizeof(*s));
-	} else {
-		free(s->auth_user);
-		free(s->auth_secret);
-		free(s->auth_name);
-	}
+	/* free members but keep the struct itself, which the caller owns */
+	subscription_clear(s);
 	return -1;
 }
 
@@ -509,6 +744,15 @@ static void mask_key(json_t *obj, const char *key)
 		json_object_set_new(obj, key, json_string(MASK));
 }
 
+/* Is the rotation's previous secret in doc over (or unreadable)? */
+static int previous_expired(const json_t *doc, int64_t now_ms)
+{
+	int64_t until;
+	json_t *v = json_object_get(doc, "previous_secret_expires_at");
+	return !json_is_string(v) || clock_parse_rfc3339(json_string_value(v), &until) ||
+	       until <= now_ms;
+}
+
 json_t *sub_codec_public(const struct store_sub *row)
 {
 	json_error_t jerr;
@@ -517,17 +761,117 @@ json_t *sub_codec_public(const struct store_sub *row)
 	if (!doc)
 		doc = json_object();
 	json_t *auth = json_object_get(doc, "auth");
-	mask_key(auth, "password");
-	mask_key(auth, "token");
-	mask_key(auth, "value");
-	mask_key(auth, "client_secret");
+	for (const char *const *k = auth_secret_keys; *k; k++)
+		mask_key(auth, *k);
 	if (json_object_get(doc, "secret"))
-		json_object_set_new(doc, "secret", json_string("whsec_" MASK));
+		json_object_set_new(doc, "secret", json_string(SECRET_MASK));
+	if (json_object_get(doc, "previous_secret") && !previous_expired(doc, clock_now_ms())) {
+		json_object_set_new(doc, "previous_secret", json_string(SECRET_MASK));
+	} else {
+		json_object_del(doc, "previous_secret");
+		json_object_del(doc, "previous_secret_expires_at");
+	}
 	json_object_set_new(doc, "id", json_string(row->id));
 	json_object_set_new(doc, "enabled", json_boolean(row->enabled));
 	json_object_set_new(doc, "created_at", json_string(clock_format_rfc3339(row->created_at, ts)));
 	json_object_set_new(doc, "updated_at", json_string(clock_format_rfc3339(row->updated_at, ts)));
 	return doc;
+}
+
+/* "whsec_" + base64 of GENERATED_SECRET_BYTES random bytes (returned), NULL on failure. */
+static char *secret_generate(void)
+{
+	unsigned char key[GENERATED_SECRET_BYTES];
+	char *out = malloc(6 + 4 * ((sizeof(key) + 2) / 3) + 1);
+	if (!out)
+		return NULL;
+	if (RAND_bytes(key, sizeof(key)) != 1) {
+		log_error("subscriptions: RAND_bytes failed: no secret generated");
+		free(out);
+		return NULL;
+	}
+	memcpy(out, "whsec_", 6);
+	EVP_EncodeBlock((unsigned char *)out + 6, key, sizeof(key));
+	OPENSSL_cleanse(key, sizeof(key));
+	return out;
+}
+
+static int string_is(const json_t *v, const char *s)
+{
+	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
+		      char **generated, struct input_error *err)
+{
+	static const char *const managed[] = {"previous_secret", "previous_secret_expires_at", NULL};
+	const char *old = stored ? json_string_value(json_object_get(stored, "secret")) : NULL;
+	json_t *v;
+
+	*generated = NULL;
+	for (const char *const *k = managed; *k; k++) {
+		v = json_object_get(input, *k);
+		if (v && !(json_is_null(v) && stored))
+			return input_error_set(err, 400, "invalid_argument", *k,
+					       "%s is kept by outboxd while a secret is rotated; "
+					       "a PATCH may only remove it (null)", *k);
+		if (v) { /* null: end the grace period now */
+			json_object_del(doc, "previous_secret");
+			json_object_del(doc, "previous_secret_expires_at");
+		}
+	}
+	/* The masked value a read returned, sent back unchanged, keeps the secret. */
+	if (string_is(json_object_get(input, "secret"), SECRET_MASK) && old)
+		json_object_set_new(doc, "secret", json_string(old));
+
+	if (string_is(json_object_get(doc, "secret"), "generate")) {
+		if (!(*generated = secret_generate()))
+			return input_error_set(err, 500, "internal", "secret",
+					       "no random secret could be generated");
+		json_object_set_new(doc, "secret", json_string(*generated));
+	}
+
+	/* Rotation: the secret before a change keeps signing for secret_grace, so receivers
+	 * can switch to the new one without a window in which they refuse our requests. */
+	const char *now_secret = json_string_value(json_object_get(doc, "secret"));
+	if (old && (!now_secret || strcmp(now_secret, old) != 0)) {
+		int64_t grace = SECRET_GRACE_DEFAULT_MS;
+		v = json_object_get(doc, "secret_grace");
+		if (json_is_string(v) && duration_parse(json_string_value(v), &grace))
+			grace = SECRET_GRACE_DEFAULT_MS; /* invalid: sub_codec_parse reports it */
+		if (now_secret && grace > 0) {
+			char ts[RFC3339_LEN];
+			json_object_set_new(doc, "previous_secret", json_string(old));
+			json_object_set_new(doc, "previous_secret_expires_at",
+					    json_string(clock_format_rfc3339(now_ms + grace, ts)));
+		} else {
+			json_object_del(doc, "previous_secret");
+			json_object_del(doc, "previous_secret_expires_at");
+		}
+	}
+	if (json_object_get(doc, "previous_secret") && previous_expired(doc, now_ms)) {
+		json_object_del(doc, "previous_secret");
+		json_object_del(doc, "previous_secret_expires_at");
+	}
+
+	/* TLS files are read when a request is made; refusing an unreadable one now beats a
+	 * 525 on every delivery. */
+	json_t *tls = json_object_get(doc, "tls");
+	for (const char *const *k = tls_keys; json_is_object(tls) && *k; k++) {
+		v = json_object_get(tls, *k);
+		if (json_is_string(v) && json_string_value(v)[0] == '/' &&
+		    access(json_string_value(v), R_OK) != 0) {
+			char field[32];
+			snprintf(field, sizeof(field), "tls.%s", *k);
+			int e = errno;
+			free(*generated);
+			*generated = NULL;
+			return input_error_set(err, 422, "invalid_argument", field,
+					       "%s: outboxd cannot read %s: %s", field,
+					       json_string_value(v), strerror(e));
+		}
+	}
+	return 0;
 }
 
 static json_t *merge(const json_t *target, const json_t *patch)
@@ -557,8 +901,20 @@ json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_
 	/* auth is replaced whole: merging a new type into old credentials would mix them */
 	json_t *out = merge(stored, patch);
 	json_t *auth = json_object_get(patch, "auth");
-	if (auth && !json_is_null(auth))
-		json_object_set(out, "auth", auth);
+	if (auth && !json_is_null(auth)) {
+		json_t *copy = json_deep_copy(auth);
+		json_t *old = json_object_get(stored, "auth");
+		/* A credential sent back masked, as a read showed it, keeps the stored one
+		 * when the type is the same. */
+		if (json_is_object(copy) && json_is_object(old) &&
+		    json_equal(json_object_get(copy, "type"), json_object_get(old, "type"))) {
+			for (const char *const *k = auth_secret_keys; *k; k++)
+				if (string_is(json_object_get(copy, *k), MASK) &&
+				    json_object_get(old, *k))
+					json_object_set(copy, *k, json_object_get(old, *k));
+		}
+		json_object_set_new(out, "auth", copy);
+	}
 	return out;
 }
 

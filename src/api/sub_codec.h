@@ -27,8 +27,25 @@ struct subscription *sub_codec_from_row(const struct store_sub *row,
  * credential and secret masked (returned). */
 json_t *sub_codec_public(const struct store_sub *row);
 
+/* What outboxd itself does to a document from the API before it is validated and stored.
+ * Create: input == doc, stored NULL. Patch: input is the patch, doc the merged document,
+ * stored the one before (all borrowed; doc is modified in place):
+ *  - "secret": "generate" becomes a fresh random whsec_ secret (32 bytes), also put in
+ *    *generated (returned to the caller, else NULL) for the one response that shows it;
+ *  - a secret sent back masked ("whsec_********") keeps the stored one;
+ *  - a changed secret keeps the one before as previous_secret until now_ms +
+ *    secret_grace (default 24h; "0s" keeps none); removing the secret removes both;
+ *  - previous_secret and previous_secret_expires_at belong to outboxd: input may only
+ *    remove them (null in a patch); an expired one is dropped;
+ *  - tls files must be readable by outboxd (422 otherwise).
+ * Returns 0, or -1 with err filled (and *generated NULL). */
+int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
+		      char **generated, struct input_error *err);
+
 /* Applies a PATCH document to a stored one (RFC 7396 merge for objects, null deletes a
- * key). Returns the merged document (returned), or NULL with err filled. */
+ * key; auth is replaced whole, but a credential sent back masked ("********") with the
+ * same auth.type keeps the stored one). Returns the merged document (returned), or NULL
+ * with err filled. */
 json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_error *err);
 
 /* Rebuilds the registry's set from the store. Rows whose configuration cannot be parsed

@@ -4,11 +4,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/model.h"
 #include "util/duration.h"
 
 #define S(field) offsetof(struct config, field)
@@ -47,6 +49,25 @@ const struct config_setting config_settings[] = {
 	 "default scheduled retries before the DLQ; 0 = retry forever (seed 000: 3)"},
 	{"retry_timeout", "--retry-timeout", "OUTBOXD_RETRY_TIMEOUT", CONFIG_DURATION, "5s",
 	 S(retry_timeout_ms), "default timeout of a scheduled or manual try (seed 000: 5s)"},
+	{"retry_policy", "--retry-policy", "OUTBOXD_RETRY_POLICY", CONFIG_STRING, "fixed",
+	 S(retry_policy), "default scheduled-retry policy: fixed, linear or exponential (seed 004)"},
+	{"retry_min_delay", "--retry-min-delay", "OUTBOXD_RETRY_MIN_DELAY", CONFIG_DURATION, "10s",
+	 S(retry_min_delay_ms),
+	 "default lower end of the random re-queue window: exponential retries and delay "
+	 "actions (seed 004 ReQueueMinDelaySeconds: 10s)"},
+	{"retry_max_delay", "--retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY", CONFIG_DURATION, "60s",
+	 S(retry_max_delay_ms),
+	 "default upper end of that window, and the cap of linear retries (seed 004 "
+	 "ReQueueMaxDelaySeconds: 60s)"},
+	{"retry_factor", "--retry-factor", "OUTBOXD_RETRY_FACTOR", CONFIG_NUMBER, "2",
+	 S(retry_factor), "default growth factor of exponential retries, 1 to 10"},
+	{"retry_jitter", "--retry-jitter", "OUTBOXD_RETRY_JITTER", CONFIG_NUMBER, "0",
+	 S(retry_jitter),
+	 "default jitter of fixed and linear retries: up to this fraction of a delay is drawn "
+	 "off at random, 0 to 1"},
+	{"retry_after_max", "--retry-after-max", "OUTBOXD_RETRY_AFTER_MAX", CONFIG_DURATION, "1h",
+	 S(retry_after_max_ms),
+	 "default longest Retry-After (on 429 and 503) that postpones a scheduled retry"},
 	{"retry_batch", "--retry-batch", "OUTBOXD_RETRY_BATCH", CONFIG_INT, "100", S(retry_batch),
 	 "deliveries claimed per batch (seed 000: 100)"},
 	{"max_in_flight", "--max-in-flight", "OUTBOXD_MAX_IN_FLIGHT", CONFIG_INT, "512",
@@ -169,6 +190,16 @@ static int set_value(struct config *cfg, const struct config_setting *s, const c
 				    where, s->key, text);
 		*(int64_t *)base = v;
 		return 0;
+	case CONFIG_NUMBER: {
+		char *end;
+		errno = 0;
+		double d = strtod(text, &end);
+		if (errno || end == text || *end || !isfinite(d))
+			return fail(err, errlen, "%s: %s must be a number, got \"%s\"", where,
+				    s->key, text);
+		*(double *)base = d;
+		return 0;
+	}
 	case CONFIG_BOOL:
 		if (parse_bool(text, (int *)base))
 			return fail(err, errlen, "%s: %s must be true or false, got \"%s\"", where,
@@ -317,6 +348,16 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 
 	if (cfg->immediate_tries < 1)
 		return fail(err, errlen, "immediate_tries must be at least 1");
+	if (strcmp(cfg->retry_policy, "fixed") != 0 && strcmp(cfg->retry_policy, "linear") != 0 &&
+	    strcmp(cfg->retry_policy, "exponential") != 0)
+		return fail(err, errlen, "retry_policy must be fixed, linear or exponential, got \"%s\"",
+			    cfg->retry_policy);
+	if (cfg->retry_min_delay_ms > cfg->retry_max_delay_ms)
+		return fail(err, errlen, "retry_min_delay must not exceed retry_max_delay");
+	if (cfg->retry_factor < 1.0 || cfg->retry_factor > 10.0)
+		return fail(err, errlen, "retry_factor must be from 1 to 10");
+	if (cfg->retry_jitter < 0.0 || cfg->retry_jitter > 1.0)
+		return fail(err, errlen, "retry_jitter must be from 0 to 1");
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
@@ -334,6 +375,28 @@ void config_free(struct config *cfg)
 	}
 	free(cfg->config_file);
 	cfg->config_file = NULL;
+}
+
+void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
+{
+	retry_policy_defaults(p);
+	p->immediate = cfg->immediate_tries;
+	p->immediate_delay_ms = cfg->immediate_delay_ms;
+	p->immediate_timeout_ms = cfg->delivery_timeout_ms;
+	p->interval_ms = cfg->retry_interval_ms;
+	p->max_retries = cfg->max_retries;
+	p->timeout_ms = cfg->retry_timeout_ms;
+	if (cfg->retry_policy && strcmp(cfg->retry_policy, "linear") == 0)
+		p->policy = RETRY_LINEAR;
+	else if (cfg->retry_policy && strcmp(cfg->retry_policy, "exponential") == 0)
+		p->policy = RETRY_EXPONENTIAL;
+	else
+		p->policy = RETRY_FIXED;
+	p->min_delay_ms = cfg->retry_min_delay_ms;
+	p->max_delay_ms = cfg->retry_max_delay_ms;
+	p->factor = cfg->retry_factor;
+	p->jitter = cfg->retry_jitter;
+	p->retry_after_max_ms = cfg->retry_after_max_ms;
 }
 
 void config_print_help(FILE *out)

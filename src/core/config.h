@@ -28,6 +28,12 @@ struct config {
 	int64_t retry_interval_ms;
 	int max_retries;
 	int64_t retry_timeout_ms;
+	char *retry_policy;       /* fixed, linear or exponential */
+	int64_t retry_min_delay_ms;
+	int64_t retry_max_delay_ms;
+	double retry_factor;
+	double retry_jitter;
+	int64_t retry_after_max_ms;
 	int retry_batch;
 	int max_in_flight;
 	int64_t lease_ms;
@@ -44,7 +50,8 @@ struct config {
 	char *config_file;        /* the file that was read, if any */
 };
 
-enum config_type { CONFIG_STRING, CONFIG_INT, CONFIG_DURATION, CONFIG_BOOL, CONFIG_SIZE };
+enum config_type { CONFIG_STRING, CONFIG_INT, CONFIG_DURATION, CONFIG_BOOL, CONFIG_SIZE,
+		   CONFIG_NUMBER /* a double, e.g. 2 or 0.25 */ };
 
 struct config_setting {
 	const char *key;          /* file key, e.g. "retry_interval" */
@@ -70,6 +77,11 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 const char *config_file_path(char *const *envp, int argc, char *const *argv);
 
 void config_free(struct config *cfg);
+
+/* The default retry policy of subscriptions, from the retry settings of a loaded cfg
+ * (config_load has validated them). */
+struct retry_policy;
+void config_retry_defaults(const struct config *cfg, struct retry_policy *p);
 
 /* Prints every setting with its flag, variable, default and help. */
 void config_print_help(FILE *out);

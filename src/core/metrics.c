@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "util/clock.h"
 
 #define SUB_SLOTS 1024 /* subscriptions tracked by label; more are counted as "other" */
 
@@ -15,12 +16,15 @@ static const double buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 #define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
 
 static const char *const outcome_names[OUTCOME_COUNT] = {"processed", "retrying", "dead",
-							 "released"};
+							 "released", "delayed"};
 
 struct sub_slot {
 	_Atomic int used;                 /* 0 free, 1 claiming, 2 ready */
 	char id[UUID_STR_LEN];
 	_Atomic long outcomes[OUTCOME_COUNT];
+	_Atomic int circuit_known;        /* a breaker state was ever published */
+	_Atomic int circuit_state;        /* 0 closed, 1 open, 2 half-open */
+	_Atomic long long circuit_open_until; /* ms since the epoch, while open */
 };
 
 static struct {
@@ -93,6 +97,16 @@ void metrics_attempt(int code, int64_t duration_us)
 void metrics_in_flight(long n)
 {
 	atomic_store_explicit(&m.in_flight, n, memory_order_relaxed);
+}
+
+void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms)
+{
+	struct sub_slot *s = subscription_id ? slot_for(subscription_id) : NULL;
+	if (!s)
+		return;
+	atomic_store_explicit(&s->circuit_open_until, open_until_ms, memory_order_relaxed);
+	atomic_store_explicit(&s->circuit_state, state, memory_order_relaxed);
+	atomic_store_explicit(&s->circuit_known, 1, memory_order_relaxed);
 }
 
 void metrics_ingested(long events)
@@ -181,6 +195,18 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_attempt_duration_seconds_count %ld\n",
 	  atomic_load(&m.attempt_count), (double)atomic_load(&m.attempt_us_sum) / 1e6,
 	  atomic_load(&m.attempt_count));
+	A("# HELP outboxd_circuit_state Circuit breaker of a subscription in this instance: "
+	  "0 closed, 1 open, 2 half-open.\n# TYPE outboxd_circuit_state gauge\n");
+	int64_t now_ms = clock_now_ms();
+	for (int i = 0; i < SUB_SLOTS; i++) {
+		struct sub_slot *s = &m.subs[i];
+		if (atomic_load(&s->used) != 2 || !atomic_load(&s->circuit_known))
+			continue;
+		int state = atomic_load(&s->circuit_state);
+		if (state == 1 && now_ms >= atomic_load(&s->circuit_open_until))
+			state = 2; /* the window is over: the next delivery is the probe */
+		A("outboxd_circuit_state{subscription_id=\"%s\"} %d\n", s->id, state);
+	}
 	A("# HELP outboxd_in_flight Deliveries being worked on by this instance.\n"
 	  "# TYPE outboxd_in_flight gauge\noutboxd_in_flight %ld\n", atomic_load(&m.in_flight));
 	A("# HELP outboxd_ingested_events_total Events accepted (202).\n"

@@ -14,6 +14,7 @@ enum metrics_outcome {
 	OUTCOME_RETRYING,      /* failed, a scheduled retry is pending */
 	OUTCOME_DEAD,          /* failed into the dead-letter queue */
 	OUTCOME_RELEASED,      /* handed back undecided (shutdown, disabled subscription) */
+	OUTCOME_DELAYED,       /* a circuit-breaker delay action: re-queued, nothing sent */
 	OUTCOME_COUNT
 };
 
@@ -22,6 +23,9 @@ void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome)
 /* One HTTP attempt with its code and duration. */
 void metrics_attempt(int code, int64_t duration_us);
 void metrics_in_flight(long n);
+/* The circuit breaker of a subscription in this instance changed: state is 0 closed,
+ * 1 open (until open_until_ms, ms since the epoch; it reads as 2 after that), 2 half-open. */
+void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms);
 void metrics_ingested(long events);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);

@@ -42,12 +42,44 @@ void retry_policy_defaults(struct retry_policy *p)
 	p->factor = 2.0;
 	p->max_retries = 3;
 	p->timeout_ms = 5000;
+	p->jitter = 0.0;
+	p->retry_after_max_ms = 3600 * 1000LL;
+	for (int i = 0; i < 4; i++)
+		p->permanent[i] = 0; /* seeds: every non-2xx is retried */
+}
+
+void circuit_breaker_defaults(struct circuit_breaker_config *c)
+{
+	/* Seed 004: MaxErrorsPerInterval 1000, FailureCountIntervalMinutes 3,
+	 * MaxDelayActions 5. */
+	c->enabled = 1;
+	c->max_errors = 1000;
+	c->failure_window_ms = 3 * 60 * 1000LL;
+	c->max_delay_actions = 5;
+}
+
+void oauth2_params_free(struct oauth2_params *p)
+{
+	free(p->token_url);
+	free(p->client_id);
+	free(p->client_secret);
+	free(p->scope);
+	free(p->audience);
+	free(p->username);
+	free(p->password);
+	memset(p, 0, sizeof(*p));
 }
 
 void subscription_free(struct subscription *s)
 {
 	if (!s)
 		return;
+	subscription_clear(s);
+	free(s);
+}
+
+void subscription_clear(struct subscription *s)
+{
 	free(s->name);
 	for (size_t i = 0; i < s->n_event_types; i++)
 		free(s->event_types[i]);
@@ -56,11 +88,16 @@ void subscription_free(struct subscription *s)
 	free(s->auth_user);
 	free(s->auth_secret);
 	free(s->auth_name);
+	oauth2_params_free(&s->oauth2);
 	for (size_t i = 0; i < s->n_headers; i++) {
 		free(s->headers[i].name);
 		free(s->headers[i].value);
 	}
 	free(s->headers);
 	free(s->secret);
-	free(s);
+	free(s->previous_secret);
+	free(s->tls_ca_file);
+	free(s->tls_client_cert);
+	free(s->tls_client_key);
+	memset(s, 0, sizeof(*s));
 }

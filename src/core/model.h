@@ -54,10 +54,28 @@ struct retry_policy {
 	double factor;             /* exponential growth factor */
 	int max_retries;           /* scheduled retries; 0 = forever (seed 002) */
 	int64_t timeout_ms;        /* per-try timeout for scheduled and manual tries (seed 000: 5 s) */
+	double jitter;             /* fixed/linear: up to this fraction of a delay is drawn off
+	                              at random, 0..1 (default 0) */
+	int64_t retry_after_max_ms; /* longest Retry-After (429/503) honoured (default 1 h) */
+	/* Statuses 400..599 that dead-letter at once (bit code - 400); a bitmap, so a
+	 * policy stays a plain value that copies with '='. */
+	uint64_t permanent[4];
 };
 
 /* Seed defaults for a retry policy. */
 void retry_policy_defaults(struct retry_policy *p);
+
+/* Circuit breaker of a subscription (seed 004's MaxErrorsPerInterval and delay
+ * actions; core/breaker.h has the state machine). */
+struct circuit_breaker_config {
+	int enabled;               /* default 1 */
+	int max_errors;            /* failed rounds within failure_window that open it (1000) */
+	int64_t failure_window_ms; /* FailureCountIntervalMinutes (3 min) */
+	int max_delay_actions;     /* delay actions a delivery takes before the DLQ (5) */
+};
+
+/* Seed defaults for a circuit breaker. */
+void circuit_breaker_defaults(struct circuit_breaker_config *c);
 
 enum auth_type {
 	AUTH_NONE = 0,
@@ -66,6 +84,31 @@ enum auth_type {
 	AUTH_API_KEY,
 	AUTH_QUERY,
 	AUTH_OAUTH2,
+};
+
+/* OAuth2 (RFC 6749) grant used to obtain the bearer token of an oauth2 subscription. */
+enum oauth2_grant {
+	OAUTH2_CLIENT_CREDENTIALS = 0,
+	OAUTH2_PASSWORD = 1,
+};
+
+/* How the client authenticates to the token endpoint (RFC 6749 §2.3.1). */
+enum oauth2_client_auth {
+	OAUTH2_AUTH_BASIC = 0,   /* Authorization: Basic base64(id:secret) (the default) */
+	OAUTH2_AUTH_BODY = 1,    /* client_id and client_secret in the form body */
+};
+
+/* auth.type oauth2: where and how to get a token. Strings owned; NULL when not set. */
+struct oauth2_params {
+	enum oauth2_grant grant;
+	enum oauth2_client_auth client_auth;
+	char *token_url;
+	char *client_id;
+	char *client_secret;
+	char *scope;
+	char *audience;
+	char *username;          /* password grant */
+	char *password;          /* password grant */
 };
 
 struct header_kv {
@@ -86,15 +129,26 @@ struct subscription {
 	char *auth_user;    /* basic: username */
 	char *auth_secret;  /* basic: password; bearer: token; api_key/query: value */
 	char *auth_name;    /* api_key: header name; query: parameter name */
+	struct oauth2_params oauth2; /* oauth2 */
 	struct header_kv *headers;
 	size_t n_headers;
 	char *secret;       /* Standard Webhooks signing secret (whsec_...) or NULL */
+	char *previous_secret;         /* the secret before a rotation, or NULL ... */
+	int64_t previous_secret_until; /* ... also signed with until then (ms since the epoch) */
+	char *tls_ca_file;     /* CA bundle that verifies the endpoint instead of the system's */
+	char *tls_client_cert; /* client certificate (PEM) for mutual TLS */
+	char *tls_client_key;  /* its private key (PEM); NULL when in the certificate file */
 	struct retry_policy retry;
+	struct circuit_breaker_config breaker;
+	int max_in_flight;     /* requests to this subscription at once, 0 = no limit */
+	double rate_limit;     /* requests per second (token bucket), 0 = no limit */
 	int enabled;
 	int64_t created_at;
 	int64_t updated_at;
 };
 
-void subscription_free(struct subscription *s); /* frees members and s itself */
+void oauth2_params_free(struct oauth2_params *p); /* frees members, zeroes p */
+void subscription_free(struct subscription *s);  /* frees members and s itself */
+void subscription_clear(struct subscription *s); /* frees members, zeroes s */
 
 #endif

@@ -1,5 +1,6 @@
 /* retry.h: the retry decision after a failed attempt (DESIGN §3, seeds 000 and 004).
- * Pure: the random source is passed in so tests are deterministic. */
+ * Pure: no clock and no I/O; the random source and the current time are passed in, so
+ * tests are deterministic. docs/retries.md describes the rules for users. */
 #ifndef OUTBOXD_CORE_RETRY_H
 #define OUTBOXD_CORE_RETRY_H
 
@@ -11,15 +12,21 @@
 /* Random number source: returns a uniformly distributed value in [0, 1). */
 typedef double (*retry_rand_cb)(void *ctx);
 
+/* Seed 004: the immediate round, every stagger included, fits in one minute. */
+#define RETRY_IMMEDIATE_ROUND_CAP_MS 60000
+
 /* Delay before immediate try number `next_try` (2 = the second try of the round):
  * immediate_delay_ms * (next_try - 1), the whole round capped to 60 s (seed 004). */
 int64_t retry_immediate_delay(const struct retry_policy *p, int next_try);
 
 /* Delay before scheduled retry number `retry_no` (1 = first scheduled retry).
  *  fixed:       interval_ms
- *  linear:      interval_ms * retry_no
+ *  linear:      interval_ms * retry_no, capped at max(max_delay_ms, interval_ms)
  *  exponential: min(max_delay_ms, min_delay_ms * factor^(retry_no-1)) with a random
- *               value drawn in [min_delay_ms, that] (seed 004's random re-queue window) */
+ *               value drawn in [min_delay_ms, that] (seed 004's random re-queue window)
+ * fixed and linear then lose a random part of up to jitter * delay: the result is drawn
+ * in [delay * (1 - jitter), delay], so jitter spreads retries out but never makes one
+ * later than the policy says. */
 int64_t retry_scheduled_delay(const struct retry_policy *p, int retry_no,
 			      retry_rand_cb rnd, void *rnd_ctx);
 
@@ -29,5 +36,45 @@ bool retry_may_schedule(const struct retry_policy *p, int retries_done);
 
 /* True when an HTTP status counts as success (2xx). */
 bool retry_is_success(int code);
+
+/* True when code is one of the policy's `permanent` statuses: the delivery goes to the
+ * dead-letter queue at once, with no further immediate or scheduled try. */
+bool retry_is_permanent(const struct retry_policy *p, int code);
+
+/* Adds code to the permanent set. Returns 0, or -1 when code is outside 400..599. */
+int retry_permanent_add(struct retry_policy *p, int code);
+
+/* True when a response with this status has its Retry-After honoured (429 and 503). */
+bool retry_after_applies(int code);
+
+/* Parses a Retry-After header value (RFC 9110 §10.2.3): delta-seconds, or an HTTP-date
+ * in any of the three formats a recipient must accept (IMF-fixdate, RFC 850, asctime).
+ * Sets *delay_ms to the wait from now_ms (a date in the past waits 0; huge values
+ * saturate). value is borrowed. Returns 0, or -1 when the value is not one of those. */
+int retry_after_parse(const char *value, int64_t now_ms, int64_t *delay_ms);
+
+/* The wait before the next scheduled try after a failed round, or -1 when there is none
+ * and the delivery goes to the dead-letter queue.
+ *  kind:          the round that just failed (immediate, scheduled or manual);
+ *  retries_done:  scheduled retries made so far, this round included;
+ *  code:          the last attempt's status (or mapped code);
+ *  retry_after_ms: that attempt's Retry-After as a delay, -1 when it sent none.
+ * Rules: a permanent code, a manual round, or exhausted max_retries: -1. Otherwise the
+ * policy's delay; on 429/503 with a Retry-After the wait is
+ *     max(policy delay, min(Retry-After, retry_after_max))
+ * so the header can postpone a retry up to retry_after_max, never bring it forward. */
+int64_t retry_next_delay(const struct retry_policy *p, enum attempt_kind kind, int retries_done,
+			 int code, int64_t retry_after_ms, retry_rand_cb rnd, void *rnd_ctx);
+
+/* Whether the immediate round goes on after try number `tries_done` (of max_tries)
+ * failed with code: not after a success, a permanent code, the last try, or a 429/503
+ * whose Retry-After asks for more than the next stagger (the scheduled retry then
+ * honours it). */
+bool retry_immediate_continue(const struct retry_policy *p, int tries_done, int max_tries,
+			      int code, int64_t retry_after_ms);
+
+/* A random wait in [min_delay_ms, max_delay_ms]: the re-queue window of a circuit
+ * breaker's delay action (Connxio ReQueueMin/MaxDelaySeconds, 10-60 s). */
+int64_t retry_requeue_delay(const struct retry_policy *p, retry_rand_cb rnd, void *rnd_ctx);
 
 #endif

@@ -5,7 +5,21 @@
  *   claimed -> request in flight -> completed attempt
  *     -> success, or round over       -> done list -> written by the next flush
  *     -> failed with tries left       -> waiting on its stagger timer -> in flight again
- * Nothing here blocks on the network; the store calls (claim, flush) are the only waits. */
+ * An oauth2 subscription's attempt may first wait for its token (JOB_TOKEN_WAIT): the token
+ * request runs in the same curl multi, one per subscription however many deliveries need
+ * it (oauth2.h has the cache rules); a subscriber's 401 gets one new token and one resend.
+ * Nothing here blocks on the network; the store calls (claim, flush) are the only waits.
+ * Credentials never reach a log line or an attempt's cause: causes are redacted.
+ *
+ * Per subscription (struct sub_state) the dispatcher keeps its circuit breaker
+ * (core/breaker.h) and its limits. A claimed delivery whose breaker is open sends nothing:
+ * it takes a delay action (re-queued in the retry policy's [min_delay, max_delay] window)
+ * or, after max_delay_actions of them, goes to the dead-letter queue as circuit_open. An
+ * attempt that max_in_flight or rate_limit holds back waits here (JOB_PARKED, in its
+ * subscription's queue, in order) without a store write, so a slow subscriber never
+ * holds up the others; a queue longer than its share of the job pool, or older than half
+ * a lease, goes back to the store instead. Retry decisions come from core/retry.h, with
+ * the Retry-After of 429 and 503 responses. */
 #include "deliver/dispatcher.h"
 
 #include <pthread.h>
@@ -13,14 +27,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
+#include "core/breaker.h"
 #include "core/errmap.h"
+#include "core/metrics.h"
+#include "core/ratelimit.h"
 #include "core/retry.h"
+#include "core/trace.h"
+#include "deliver/oauth2.h"
 #include "deliver/sign.h"
+#include "util/buf.h"
 #include "util/clock.h"
+#include "util/duration.h"
 #include "util/log.h"
 
 #define MAX_TRIES 10          /* most tries in one round (retry.immediate <= 10) */
@@ -29,6 +51,17 @@
 #define FLUSH_MAX 512         /* results written per transaction at most */
 #define FLUSH_AGE_US 1000     /* a result waits at most this long for company */
 #define IDLE_POLL_MS 1000     /* look for due work at least this often */
+#define TOKEN_FORM_MAX 16384  /* token request bodies (credentials, scope, audience) */
+#define OAUTH_IDLE_MS (3600 * 1000LL) /* a token cache unused this long is dropped */
+#define OAUTH_PRUNE_US (60 * 1000000LL)
+#define REDACTED "********"
+#define SS_BUCKETS 256        /* hash buckets of per-subscription state */
+#define SS_IDLE_MS (3600 * 1000LL) /* per-subscription state unused this long is dropped */
+#define PARKED_MIN_CAP 32     /* jobs a subscription may park at least (pool allowing) */
+#define RELEASE_MIN_MS 500    /* a job handed back for a limit is due again after 0.5-1.5 s */
+#define CIRCUIT_OPEN_CODE 503 /* last_error.code of a delivery the breaker dead-lettered */
+#define CIRCUIT_OPEN_MESSAGE "circuit_open"
+#define DELAY_MAX_MS (3650LL * 86400 * 1000) /* no retry is scheduled beyond 10 years */
 
 /* A claimed batch; freed when its last job is written back. */
 struct batch {
@@ -38,9 +71,16 @@ struct batch {
 	struct sub_set *subs;        /* the subscriptions as they were at claim time */
 };
 
-enum job_state { JOB_FREE, JOB_IN_FLIGHT, JOB_WAITING, JOB_DONE };
+enum job_state { JOB_FREE, JOB_IN_FLIGHT, JOB_WAITING, JOB_TOKEN_WAIT, JOB_PARKED, JOB_DONE };
+
+/* What CURLOPT_PRIVATE of an easy handle points at: the first member of either struct. */
+enum transfer_kind { TRANSFER_DELIVERY, TRANSFER_TOKEN };
+
+struct oauth2_entry;
+struct sub_state;
 
 struct job {
+	enum transfer_kind transfer; /* TRANSFER_DELIVERY */
 	struct dispatcher *d;
 	enum job_state state;
 	struct batch *batch;
@@ -62,7 +102,62 @@ struct job {
 	char *url;                   /* owned when query auth rewrote it, else NULL */
 	char errbuf[CURL_ERROR_SIZE];
 	size_t body_len;             /* response bytes kept in causes[tries] */
-	struct job *next;            /* in the free, waiting or done list */
+	struct oauth2_entry *oauth;  /* oauth2: the subscription's token cache */
+	uint64_t token_gen;          /* oauth2: generation of the token sent */
+	int reauthed;                /* oauth2: this attempt got a new token after a 401 */
+	struct sub_state *ss;        /* the subscription's breaker and limits, or NULL */
+	int probe;                   /* this round is the half-open breaker's probe */
+	int holds_slot;              /* the attempt counts in ss->in_flight */
+	int64_t retry_after_ms;      /* Retry-After of the last response, -1 when none */
+	int64_t parked_us;           /* JOB_PARKED: since when */
+	struct job *next;            /* in the free, waiting, token-wait, parked or done list */
+};
+
+/* What this dispatcher keeps per subscription: the circuit breaker (written on the
+ * dispatcher thread under circuit_mu, read by snapshots from API threads) and the limits
+ * with the jobs they hold back (dispatcher thread only). */
+struct sub_state {
+	char sub_id[UUID_STR_LEN];
+	struct breaker breaker;
+	struct circuit_breaker_config breaker_cfg; /* as last seen, for snapshots */
+	struct token_bucket bucket;
+	double bucket_rate;          /* the rate the bucket is set up for, 0 = none yet */
+	int in_flight;               /* attempts running (a request, or waiting for a token) */
+	int refs;                    /* jobs pointing here */
+	struct job *parked_head, *parked_tail;
+	int parked;
+	int on_parked_list;
+	int64_t last_used_ms;        /* monotonic */
+	struct sub_state *next;      /* hash chain */
+	struct sub_state *next_parked; /* in dispatcher.parked_subs */
+};
+
+/* A token request in flight (one per oauth2_entry at most). */
+struct token_fetch {
+	enum transfer_kind transfer; /* TRANSFER_TOKEN */
+	struct oauth2_entry *entry;
+	CURL *easy;
+	struct curl_slist *headers;
+	struct buf form;             /* the request body; wiped when freed */
+	struct buf response;         /* capped at OAUTH2_RESPONSE_MAX */
+	int too_big;
+	char *secrets[2];            /* client_secret and password copies, to redact causes */
+	char url_shown[256];         /* token_url without its query, for causes */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+/* The token cache of one subscription's oauth2 configuration (a changed configuration
+ * gets a new entry, so no token outlives the credentials that obtained it). Dispatcher
+ * thread only. */
+struct oauth2_entry {
+	char sub_id[UUID_STR_LEN];
+	uint64_t fingerprint;        /* oauth2_params_fingerprint */
+	struct oauth2_cache cache;
+	struct token_fetch *fetch;   /* in flight, or NULL */
+	struct job *waiters;         /* JOB_TOKEN_WAIT jobs; non-empty only while fetch runs */
+	int64_t last_used_ms;        /* monotonic */
+	int failing;                 /* the last request failed (logged once) */
+	struct oauth2_entry *next;
 };
 
 struct dispatcher {
@@ -83,7 +178,16 @@ struct dispatcher {
 	struct store_result *results; /* flush scratch, FLUSH_MAX of them */
 	uint64_t rng;
 	int store_down;              /* logged once per outage */
+	struct oauth2_entry *oauth;  /* token caches, few: one per oauth2 subscription */
+	int token_fetches;           /* token requests in flight */
+	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet flushed, 0 = none */
+	struct sub_state *ss[SS_BUCKETS];
+	struct sub_state *parked_subs; /* those with parked jobs */
 };
+
+/* The snapshot of breaker states for GET /v1/stats: one dispatcher per process. */
+static pthread_mutex_t circuit_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dispatcher *circuit_owner;
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
@@ -96,9 +200,15 @@ static double rng_next(void *ctx)
 	return (double)(*s >> 11) / 9007199254740992.0;
 }
 
-static enum transport_error classify(CURLcode rc)
+/* errbuf: curl's message, which tells a TLS alert after the handshake (a TLS 1.3 server
+ * refusing our client certificate) from other receive errors. */
+static enum transport_error classify(CURLcode rc, const char *errbuf)
 {
 	switch (rc) {
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+		return strstr(errbuf, "SSL") || strstr(errbuf, "TLS") ? TRANSPORT_TLS
+								       : TRANSPORT_OTHER;
 	case CURLE_OK:
 		return TRANSPORT_OK;
 	case CURLE_COULDNT_RESOLVE_HOST:
@@ -122,6 +232,9 @@ static enum transport_error classify(CURLcode rc)
 	case CURLE_SSL_ENGINE_SETFAILED:
 	case CURLE_SSL_ENGINE_INITFAILED:
 	case CURLE_USE_SSL_FAILED:
+#if LIBCURL_VERSION_NUM >= 0x074d00
+	case CURLE_SSL_CLIENTCERT: /* the server wanted a client certificate (7.77) */
+#endif
 		return TRANSPORT_TLS;
 	default:
 		return TRANSPORT_OTHER;
@@ -159,21 +272,84 @@ static int append_header(struct curl_slist **list, const char *fmt, ...)
 	return 0;
 }
 
-/* The request headers of DESIGN §3 for the job's next attempt. */
-static int build_headers(struct job *j, int attempt_no, int64_t now_ms)
+/* Replaces every occurrence of each of the n secrets (NULL and "" skipped) in text (a
+ * NUL-terminated string in a buffer of size <= CAUSE_LEN bytes) with REDACTED, truncating
+ * if the text grows. Subscribers echo requests in error bodies, and curl's messages may
+ * quote a URL: whatever lands in a cause goes through here. */
+static void redact(char *text, size_t size, const char *const *secrets, size_t n)
+{
+	char tmp[CAUSE_LEN];
+	for (size_t i = 0; i < n; i++) {
+		const char *sec = secrets[i];
+		size_t slen = sec ? strlen(sec) : 0;
+		if (!slen || !strstr(text, sec))
+			continue;
+		size_t o = 0;
+		const char *p = text, *hit;
+		while ((hit = strstr(p, sec))) {
+			size_t pre = (size_t)(hit - p);
+			if (o + pre + sizeof(REDACTED) > sizeof(tmp))
+				break;
+			memcpy(tmp + o, p, pre);
+			memcpy(tmp + o + pre, REDACTED, sizeof(REDACTED) - 1);
+			o += pre + sizeof(REDACTED) - 1;
+			p = hit + slen;
+		}
+		if (hit) /* out of room: cut the text before the secret */
+			p = "";
+		size_t rest = strlen(p);
+		if (o + rest >= sizeof(tmp))
+			rest = sizeof(tmp) - 1 - o;
+		memcpy(tmp + o, p, rest);
+		o += rest;
+		if (o >= size)
+			o = size - 1;
+		memcpy(text, tmp, o);
+		text[o] = '\0';
+	}
+}
+
+/* redact() with every credential the job's request carried. */
+static void job_redact(const struct job *j, char *text, size_t size)
+{
+	const struct subscription *s = j->sub;
+	const char *list[8];
+	size_t n = 0;
+	char *escaped = NULL;
+
+	if (!text[0])
+		return;
+	list[n++] = s->auth_secret;
+	if (s->auth_type == AUTH_QUERY && s->auth_secret)
+		list[n++] = escaped = curl_easy_escape(NULL, s->auth_secret, 0);
+	list[n++] = s->oauth2.client_secret;
+	list[n++] = s->oauth2.password;
+	/* the credential part of Authorization (encoded Basic, a bearer token) */
+	for (const struct curl_slist *h = j->headers; h && n < 8; h = h->next) {
+		if (strncasecmp(h->data, "Authorization:", 14) == 0) {
+			const char *cred = strrchr(h->data, ' ');
+			if (cred && strlen(cred + 1) >= 4)
+				list[n++] = cred + 1;
+		}
+	}
+	redact(text, size, list, n);
+	curl_free(escaped);
+}
+
+/* The request headers of DESIGN §3 for the job's next attempt. bearer (borrowed) is the
+ * oauth2 access token, NULL for other auth types. */
+static int build_headers(struct job *j, int attempt_no, int64_t now_ms, const char *bearer)
 {
 	const struct subscription *s = j->sub;
 	const struct store_claim *c = j->claim;
 	struct curl_slist *h = NULL;
 	int64_t ts = now_ms / 1000;
-	char trace[33];
-	int k = 0;
+	char trace[TRACEPARENT_LEN];
 
-	for (const char *p = c->event_id; *p && k < 32; p++)
-		if (*p != '-')
-			trace[k++] = *p;
-	trace[k] = '\0';
-	uint64_t span = (uint64_t)(rng_next(&j->d->rng) * 18446744073709551615.0) | 1;
+	/* The producer's trace when it sent one, else one made from the event id; a new
+	 * span for each attempt. */
+	trace_child(c->traceparent, c->event_id,
+		    (uint64_t)(rng_next(&j->d->rng) * 18446744073709551615.0), trace);
 
 	const char *ctype = s->payload_format == PAYLOAD_BINARY ? "application/octet-stream"
 								  : c->content_type;
@@ -183,12 +359,16 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms)
 	    append_header(&h, "outboxd-event-type: %s", c->event_type) ||
 	    append_header(&h, "outboxd-delivery-id: %s", c->delivery_id) ||
 	    append_header(&h, "outboxd-attempt: %d", attempt_no) ||
-	    append_header(&h, "traceparent: 00-%s-%016llx-01", trace, (unsigned long long)span) ||
+	    append_header(&h, "traceparent: %s", trace) ||
 	    append_header(&h, "User-Agent: outboxd/0.1") || append_header(&h, "Expect:"))
 		goto fail;
 	if (s->secret) {
-		char sig[SIGN_V1_LEN];
-		if (sign_standard_v1(s->secret, c->event_id, ts, c->payload, c->payload_len, sig) ||
+		/* During a rotation's grace period the old secret signs too (DESIGN §3). */
+		const char *prev = s->previous_secret && now_ms < s->previous_secret_until
+					   ? s->previous_secret : NULL;
+		char sig[SIGN_HEADER_LEN];
+		if (sign_webhook_signature(s->secret, prev, c->event_id, ts, c->payload,
+					   c->payload_len, sig) ||
 		    append_header(&h, "webhook-signature: %s", sig))
 			goto fail;
 	}
@@ -210,6 +390,10 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms)
 		break;
 	case AUTH_API_KEY:
 		if (append_header(&h, "%s: %s", s->auth_name, s->auth_secret))
+			goto fail;
+		break;
+	case AUTH_OAUTH2:
+		if (!bearer || append_header(&h, "Authorization: Bearer %s", bearer))
 			goto fail;
 		break;
 	default:
@@ -247,6 +431,236 @@ static const char *build_url(struct job *j)
 	return j->url;
 }
 
+/* ---- per-subscription state: breaker and limits ----------------------------------------- */
+
+static unsigned ss_hash(const char *id)
+{
+	uint32_t h = 2166136261u;
+	for (; *id; id++)
+		h = (h ^ (unsigned char)*id) * 16777619u;
+	return h % SS_BUCKETS;
+}
+
+static struct sub_state *ss_find(struct dispatcher *d, const char *id)
+{
+	for (struct sub_state *x = d->ss[ss_hash(id)]; x; x = x->next)
+		if (strcmp(x->sub_id, id) == 0)
+			return x;
+	return NULL;
+}
+
+/* The state of s, made on first use; NULL when out of memory (the subscription then goes
+ * without breaker and limits rather than without deliveries). */
+static struct sub_state *ss_get(struct dispatcher *d, const struct subscription *s)
+{
+	struct sub_state *x = ss_find(d, s->id);
+	if (!x) {
+		unsigned h = ss_hash(s->id);
+		if (!(x = calloc(1, sizeof(*x)))) {
+			log_error("dispatcher: out of memory: subscription %s runs without its "
+				  "circuit breaker and limits", s->id);
+			return NULL;
+		}
+		memcpy(x->sub_id, s->id, UUID_STR_LEN);
+		breaker_init(&x->breaker);
+		x->breaker_cfg = s->breaker;
+		pthread_mutex_lock(&circuit_mu);
+		x->next = d->ss[h];
+		d->ss[h] = x;
+		pthread_mutex_unlock(&circuit_mu);
+	}
+	x->last_used_ms = clock_mono_ms();
+	return x;
+}
+
+/* Drops the state of subscriptions nobody used for a while (deleted ones, mostly); an
+ * open breaker is kept for at least its failure window. */
+static void ss_prune(struct dispatcher *d, int64_t now_ms)
+{
+	pthread_mutex_lock(&circuit_mu);
+	for (int i = 0; i < SS_BUCKETS; i++) {
+		struct sub_state **pp = &d->ss[i];
+		while (*pp) {
+			struct sub_state *x = *pp;
+			int64_t idle = x->breaker_cfg.failure_window_ms > SS_IDLE_MS
+					       ? x->breaker_cfg.failure_window_ms : SS_IDLE_MS;
+			if (!x->refs && !x->parked && now_ms - x->last_used_ms > idle) {
+				*pp = x->next;
+				free(x);
+			} else {
+				pp = &x->next;
+			}
+		}
+	}
+	pthread_mutex_unlock(&circuit_mu);
+}
+
+static void ss_free_all(struct dispatcher *d)
+{
+	pthread_mutex_lock(&circuit_mu);
+	if (circuit_owner == d)
+		circuit_owner = NULL;
+	for (int i = 0; i < SS_BUCKETS; i++) {
+		while (d->ss[i]) {
+			struct sub_state *x = d->ss[i];
+			d->ss[i] = x->next;
+			free(x);
+		}
+	}
+	pthread_mutex_unlock(&circuit_mu);
+}
+
+const char *dispatcher_circuit_state(const char *subscription_id)
+{
+	enum breaker_state state = BREAKER_CLOSED;
+
+	pthread_mutex_lock(&circuit_mu);
+	if (circuit_owner) {
+		struct sub_state *x = ss_find(circuit_owner, subscription_id);
+		if (x)
+			state = breaker_state_at(&x->breaker, &x->breaker_cfg, clock_now_ms());
+	}
+	pthread_mutex_unlock(&circuit_mu);
+	return breaker_state_name(state);
+}
+
+static void circuit_publish(const struct sub_state *x)
+{
+	metrics_circuit(x->sub_id, (int)x->breaker.state, x->breaker.open_until_ms);
+}
+
+/* May the job's round start? A BREAKER_PROBE answer makes it the half-open probe. */
+static enum breaker_admission circuit_admit(struct job *j)
+{
+	struct sub_state *x = j->ss;
+	enum breaker_admission a;
+
+	pthread_mutex_lock(&circuit_mu);
+	x->breaker_cfg = j->sub->breaker;
+	a = breaker_admit(&x->breaker, &x->breaker_cfg, clock_now_ms());
+	pthread_mutex_unlock(&circuit_mu);
+	if (a == BREAKER_PROBE) {
+		j->probe = 1;
+		log_info("subscription %s: circuit half-open: delivery %s is the probe", x->sub_id,
+			 j->claim->delivery_id);
+	}
+	circuit_publish(x);
+	return a;
+}
+
+/* A round with attempts ended: the breaker counts it. */
+static void circuit_record(struct job *j, int success)
+{
+	struct sub_state *x = j->ss;
+	const struct circuit_breaker_config *c = &j->sub->breaker;
+	enum breaker_state before, after;
+	int64_t until;
+	char window[32], left[32];
+
+	if (!x)
+		return;
+	pthread_mutex_lock(&circuit_mu);
+	before = x->breaker.state;
+	breaker_record(&x->breaker, c, clock_now_ms(), success, j->probe);
+	after = x->breaker.state;
+	until = x->breaker.open_until_ms;
+	pthread_mutex_unlock(&circuit_mu);
+	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || j->probe))
+		log_warn("subscription %s: circuit open%s: deliveries take delay actions for %s "
+			 "(more than %d failed deliveries within %s)", x->sub_id,
+			 j->probe ? " again: the probe failed" : "",
+			 duration_format(until - clock_now_ms(), left, sizeof(left)), c->max_errors,
+			 duration_format(c->failure_window_ms, window, sizeof(window)));
+	else if (after == BREAKER_CLOSED && before != BREAKER_CLOSED)
+		log_info("subscription %s: circuit closed: the probe succeeded", x->sub_id);
+	j->probe = 0;
+	circuit_publish(x);
+}
+
+/* The probe ended undecided (handed back): the next delivery asking is the probe. */
+static void circuit_probe_abandoned(struct job *j)
+{
+	if (!j->probe || !j->ss)
+		return;
+	pthread_mutex_lock(&circuit_mu);
+	breaker_probe_abandoned(&j->ss->breaker);
+	pthread_mutex_unlock(&circuit_mu);
+	j->probe = 0;
+}
+
+static void bucket_sync(struct sub_state *x, const struct subscription *s, int64_t now_us)
+{
+	if (x->bucket_rate == s->rate_limit)
+		return;
+	double burst = token_bucket_burst_for(s->rate_limit);
+	if (x->bucket_rate == 0)
+		token_bucket_init(&x->bucket, s->rate_limit, burst, now_us);
+	else
+		token_bucket_configure(&x->bucket, s->rate_limit, burst, now_us);
+	x->bucket_rate = s->rate_limit;
+}
+
+/* Takes what the job's next attempt needs from its subscription's limits: a place under
+ * max_in_flight, then a rate_limit token. Returns 1 when it may go now, 0 otherwise
+ * (nothing taken). */
+static int limits_take(struct job *j, int64_t now_us)
+{
+	struct sub_state *x = j->ss;
+	const struct subscription *s = j->sub;
+
+	if (!x)
+		return 1;
+	if (s->max_in_flight > 0 && x->in_flight >= s->max_in_flight)
+		return 0;
+	if (s->rate_limit > 0) {
+		bucket_sync(x, s, now_us);
+		if (token_bucket_take(&x->bucket, now_us) > 0)
+			return 0;
+	}
+	x->in_flight++;
+	j->holds_slot = 1;
+	return 1;
+}
+
+/* When a job of s held back by x's limits could go: a wait in µs for a token, or -1 when
+ * it waits for a running attempt to end (a completion wakes the loop). */
+static int64_t limits_wait(struct sub_state *x, const struct subscription *s, int64_t now_us)
+{
+	if (s->max_in_flight > 0 && x->in_flight >= s->max_in_flight)
+		return -1;
+	if (s->rate_limit > 0) {
+		struct token_bucket peek;
+		bucket_sync(x, s, now_us);
+		peek = x->bucket;
+		return token_bucket_take(&peek, now_us);
+	}
+	return 0;
+}
+
+/* The attempt is over: its place under max_in_flight goes back. */
+static void job_slot_put(struct job *j)
+{
+	if (j->holds_slot) {
+		j->ss->in_flight--;
+		j->holds_slot = 0;
+	}
+}
+
+/* How many jobs a subscription may keep parked: enough to keep its limits busy, never
+ * more than a quarter of the job pool, so the other subscriptions always find room. */
+static int parked_cap(const struct dispatcher *d, const struct subscription *s)
+{
+	int cap = PARKED_MIN_CAP, share = d->cfg.max_in_flight / 4;
+
+	if (s->max_in_flight > 0 && s->max_in_flight < INT32_MAX / 4 && s->max_in_flight * 4 > cap)
+		cap = s->max_in_flight * 4;
+	if (s->rate_limit * 2 > cap)
+		cap = s->rate_limit * 2 < INT32_MAX ? (int)(s->rate_limit * 2) : INT32_MAX;
+	if (share < 1)
+		share = 1;
+	return cap < share ? cap : share;
+}
+
 /* ---- the life of a job ----------------------------------------------------------------- */
 
 static void done_push(struct dispatcher *d, struct job *j)
@@ -260,6 +674,13 @@ static void done_push(struct dispatcher *d, struct job *j)
 		d->done_head = j;
 	d->done_tail = j;
 	d->done_count++;
+}
+
+/* A retry or delay action is due at at_ms: the loop claims then, not at the idle poll. */
+static void note_due(struct dispatcher *d, int64_t at_ms)
+{
+	if (at_ms && (!d->soonest_retry_ms || at_ms < d->soonest_retry_ms))
+		d->soonest_retry_ms = at_ms;
 }
 
 static void set_last_error(struct store_result *r, const struct job *j)
@@ -282,26 +703,82 @@ static void job_finish(struct job *j, int success)
 	struct store_result *r = &j->result;
 	int64_t now = clock_now_ms();
 
+	job_slot_put(j);
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = j->claim->delivery_id;
 	r->attempts = j->attempts;
 	r->n_attempts = (size_t)j->tries;
 	r->attempt_count = j->claim->attempt_count + j->tries;
 	r->retry_count = j->claim->retry_count + (j->kind == ATTEMPT_SCHEDULED);
+	r->delay_actions = j->claim->delay_actions;
 	if (success) {
 		r->status = DELIVERY_PROCESSED;
 		r->processed_at = now;
+		metrics_delivery(j->claim->subscription_id, OUTCOME_PROCESSED);
 	} else {
+		int code = j->tries ? j->attempts[j->tries - 1].code : 0;
+		/* Manual rounds, permanent codes and exhausted retries get -1: the dead-letter
+		 * queue. Retry-After (429/503) can only postpone the policy's delay. */
+		int64_t delay = retry_next_delay(p, j->kind, r->retry_count, code, j->retry_after_ms,
+						 rng_next, &j->d->rng);
 		r->status = DELIVERY_FAILED;
 		set_last_error(r, j);
-		if (j->kind == ATTEMPT_IMMEDIATE && retry_may_schedule(p, 0))
-			r->next_attempt_at = now + retry_scheduled_delay(p, 1, rng_next, &j->d->rng);
-		else if (j->kind == ATTEMPT_SCHEDULED && retry_may_schedule(p, r->retry_count))
-			r->next_attempt_at =
-				now + retry_scheduled_delay(p, r->retry_count + 1, rng_next, &j->d->rng);
-		/* else: manual rounds and exhausted retries go to the dead-letter queue */
+		if (delay >= 0)
+			r->next_attempt_at = now + (delay < DELAY_MAX_MS ? delay : DELAY_MAX_MS);
+		metrics_delivery(j->claim->subscription_id,
+				 r->next_attempt_at ? OUTCOME_RETRYING : OUTCOME_DEAD);
+		note_due(j->d, r->next_attempt_at);
 	}
+	if (j->tries > 0)
+		circuit_record(j, success);
 	done_push(j->d, j);
+}
+
+/* The subscription's breaker is open: nothing is sent. The delivery is re-queued at a
+ * random time in the retry policy's [min_delay, max_delay] window (a delay action,
+ * seed 004), or, once it has taken max_delay_actions of them, dead-lettered with
+ * last_error {503, "circuit_open"}. Attempts and retries are not counted: no request
+ * was made. */
+static void job_delay_action(struct job *j)
+{
+	struct dispatcher *d = j->d;
+	const struct subscription *s = j->sub;
+	const struct store_claim *c = j->claim;
+	struct store_result *r = &j->result;
+	char window[32], wait_text[32];
+
+	memset(r, 0, sizeof(*r));
+	r->delivery_id = c->delivery_id;
+	r->attempt_count = c->attempt_count;
+	r->retry_count = c->retry_count;
+	r->last_code = CIRCUIT_OPEN_CODE;
+	r->last_message = CIRCUIT_OPEN_MESSAGE;
+	r->last_cause = j->causes[0];
+	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
+	if (c->delay_actions >= s->breaker.max_delay_actions) {
+		r->status = DELIVERY_FAILED; /* no next attempt: the dead-letter queue */
+		r->delay_actions = c->delay_actions;
+		snprintf(j->causes[0], CAUSE_LEN,
+			 "the circuit breaker of subscription %s is open (more than %d failed "
+			 "deliveries within %s); after %d delay actions the delivery was stopped "
+			 "without a request", s->id, s->breaker.max_errors, window, c->delay_actions);
+		metrics_delivery(c->subscription_id, OUTCOME_DEAD);
+	} else {
+		int64_t wait = retry_requeue_delay(&s->retry, rng_next, &d->rng);
+		r->status = c->status;
+		r->replay = c->replay;
+		r->delay_actions = c->delay_actions + 1;
+		r->next_attempt_at = clock_now_ms() + wait;
+		snprintf(j->causes[0], CAUSE_LEN,
+			 "delay action %d of %d: the circuit breaker of subscription %s is open "
+			 "(more than %d failed deliveries within %s); no request sent, due again "
+			 "in %s", r->delay_actions, s->breaker.max_delay_actions, s->id,
+			 s->breaker.max_errors, window,
+			 duration_format(wait, wait_text, sizeof(wait_text)));
+		metrics_delivery(c->subscription_id, OUTCOME_DELAYED);
+		note_due(d, r->next_attempt_at);
+	}
+	done_push(d, j);
 }
 
 /* Hands the delivery back untouched but for the attempts made (shutdown, disabled
@@ -309,18 +786,22 @@ static void job_finish(struct job *j, int success)
 static void job_release(struct job *j, int64_t delay_ms)
 {
 	struct store_result *r = &j->result;
+	job_slot_put(j);
+	circuit_probe_abandoned(j);
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = j->claim->delivery_id;
 	r->status = j->claim->status;
 	r->replay = j->claim->replay;
 	r->attempt_count = j->claim->attempt_count + j->tries;
 	r->retry_count = j->claim->retry_count;
+	r->delay_actions = j->claim->delay_actions;
 	r->next_attempt_at = clock_now_ms() + delay_ms;
 	r->attempts = j->attempts;
 	r->n_attempts = (size_t)j->tries;
 	set_last_error(r, j);
 	if (j->tries == 0)
 		r->last_code = -1; /* keep the error the delivery already shows */
+	metrics_delivery(j->claim->subscription_id, OUTCOME_RELEASED);
 	done_push(j->d, j);
 }
 
@@ -328,6 +809,7 @@ static void job_release(struct job *j, int64_t delay_ms)
 static void job_fail_local(struct job *j, const char *why)
 {
 	struct store_attempt *a = &j->attempts[j->tries];
+	j->retry_after_ms = -1;
 	a->n = j->claim->attempt_count + j->tries + 1;
 	a->kind = j->kind;
 	a->started_at = clock_now_ms();
@@ -341,16 +823,85 @@ static void job_fail_local(struct job *j, const char *why)
 	job_finish(j, 0);
 }
 
-static void job_send(struct job *j)
+/* The attempt just recorded (j->tries - 1) is over: retry after the stagger, or end the
+ * round. */
+static void job_after_attempt(struct job *j)
+{
+	struct dispatcher *d = j->d;
+	int code = j->attempts[j->tries - 1].code;
+
+	job_slot_put(j);
+	if (retry_is_success(code)) {
+		job_finish(j, 1);
+		return;
+	}
+	/* A permanent code, or a Retry-After longer than the next stagger, ends the round. */
+	int more = retry_immediate_continue(&j->sub->retry, j->tries, j->max_tries, code,
+					    j->retry_after_ms);
+	if (more && !atomic_load(&d->stopping)) {
+		j->state = JOB_WAITING;
+		j->wake_us = clock_mono_us() + retry_immediate_delay(&j->sub->retry, j->tries + 1) * 1000;
+		j->next = d->waiting;
+		d->waiting = j;
+	} else if (more) {
+		job_release(j, 0); /* shutting down: hand the rest of the round back */
+	} else {
+		job_finish(j, 0);
+	}
+}
+
+/* The attempt failed before a request was answered (no token): record it like any
+ * failed attempt, so the usual retries follow. */
+static void job_attempt_failed(struct job *j, int code, const char *message, const char *cause)
+{
+	struct store_attempt *a = &j->attempts[j->tries];
+	j->retry_after_ms = -1;
+	a->n = j->claim->attempt_count + j->tries + 1;
+	a->kind = j->kind;
+	a->duration_ms = (clock_mono_us() - j->started_us) / 1000;
+	a->code = code;
+	metrics_attempt(code, clock_mono_us() - j->started_us);
+	snprintf(j->messages[j->tries], MSG_LEN, "%s", message);
+	snprintf(j->causes[j->tries], CAUSE_LEN, "%s", cause ? cause : "");
+	job_redact(j, j->causes[j->tries], CAUSE_LEN);
+	a->message = j->messages[j->tries];
+	a->cause = j->causes[j->tries][0] ? j->causes[j->tries] : NULL;
+	j->tries++;
+	job_after_attempt(j);
+}
+
+/* Response headers: only Retry-After matters (on 429 and 503 it can postpone the next
+ * scheduled try). A new status line (an interim response) forgets the one before. */
+static size_t header_cb(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	struct job *j = ctx;
+	size_t len = size * nmemb;
+	char value[64];
+	int64_t ms;
+
+	if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+		j->retry_after_ms = -1;
+	} else if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0 && len - 12 < sizeof(value)) {
+		memcpy(value, data + 12, len - 12);
+		value[len - 12] = '\0';
+		if (retry_after_parse(value, clock_now_ms(), &ms) == 0)
+			j->retry_after_ms = ms;
+	}
+	return len;
+}
+
+/* Sends the attempt's request. bearer (borrowed, copied into the headers): the oauth2
+ * access token, NULL for other auth types. */
+static void job_send(struct job *j, const char *bearer)
 {
 	struct dispatcher *d = j->d;
 	const struct store_claim *c = j->claim;
-	int64_t now_ms = clock_now_ms();
+	const struct subscription *s = j->sub;
 	const char *url;
 
 	curl_slist_free_all(j->headers);
 	j->headers = NULL;
-	if (build_headers(j, c->attempt_count + j->tries + 1, now_ms)) {
+	if (build_headers(j, c->attempt_count + j->tries + 1, clock_now_ms(), bearer)) {
 		job_fail_local(j, "a header is too long or memory ran out");
 		return;
 	}
@@ -366,6 +917,7 @@ static void job_send(struct job *j)
 	curl_easy_reset(e);
 	j->errbuf[0] = '\0';
 	j->body_len = 0;
+	j->retry_after_ms = -1;
 	j->causes[j->tries][0] = '\0';
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, j);
@@ -380,9 +932,19 @@ static void job_send(struct job *j)
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, body_cb);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, j);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-	j->started_us = clock_mono_us();
-	j->attempts[j->tries].started_at = now_ms;
+	/* Peer and host verification stay on (curl's default); a subscription can only name
+	 * the CA that verifies its endpoint, and the certificate that proves who we are. */
+	if (s->tls_ca_file)
+		curl_easy_setopt(e, CURLOPT_CAINFO, s->tls_ca_file);
+	if (s->tls_client_cert) {
+		curl_easy_setopt(e, CURLOPT_SSLCERT, s->tls_client_cert);
+		curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+		curl_easy_setopt(e, CURLOPT_SSLKEY, s->tls_client_key ? s->tls_client_key
+								       : s->tls_client_cert);
+	}
 	CURLMcode mrc = curl_multi_add_handle(d->multi, e);
 	if (mrc != CURLM_OK) {
 		job_fail_local(j, curl_multi_strerror(mrc));
@@ -390,6 +952,355 @@ static void job_send(struct job *j)
 	}
 	j->state = JOB_IN_FLIGHT;
 	d->in_flight++;
+}
+
+/* ---- oauth2 tokens ------------------------------------------------------------------------ */
+
+static struct oauth2_entry *oauth_entry_get(struct dispatcher *d, const struct subscription *s)
+{
+	uint64_t fp = oauth2_params_fingerprint(&s->oauth2);
+	for (struct oauth2_entry *e = d->oauth; e; e = e->next)
+		if (e->fingerprint == fp && strcmp(e->sub_id, s->id) == 0)
+			return e;
+	struct oauth2_entry *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	memcpy(e->sub_id, s->id, UUID_STR_LEN);
+	e->fingerprint = fp;
+	e->next = d->oauth;
+	d->oauth = e;
+	return e;
+}
+
+static void token_fetch_free(struct token_fetch *f)
+{
+	if (!f)
+		return;
+	if (f->easy)
+		curl_easy_cleanup(f->easy);
+	curl_slist_free_all(f->headers); /* the Basic line is wiped before this (start) */
+	if (f->form.data)
+		OPENSSL_cleanse(f->form.data, f->form.len);
+	buf_free(&f->form);
+	buf_free(&f->response);
+	for (int i = 0; i < 2; i++) {
+		if (f->secrets[i])
+			OPENSSL_cleanse(f->secrets[i], strlen(f->secrets[i]));
+		free(f->secrets[i]);
+	}
+	free(f);
+}
+
+/* Stops the entry's token request, if any (shutdown). */
+static void token_fetch_abort(struct dispatcher *d, struct oauth2_entry *e)
+{
+	if (!e->fetch)
+		return;
+	curl_multi_remove_handle(d->multi, e->fetch->easy);
+	token_fetch_free(e->fetch);
+	e->fetch = NULL;
+	e->cache.fetching = 0;
+	d->token_fetches--;
+}
+
+static size_t token_body_cb(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	struct token_fetch *f = ctx;
+	if (buf_append(&f->response, data, size * nmemb)) {
+		f->too_big = 1;
+		return 0; /* curl stops with CURLE_WRITE_ERROR */
+	}
+	return size * nmemb;
+}
+
+/* Starts the token request of e with the parameters of s (borrowed; everything needed
+ * later is copied). On failure the cache records it and e->fetch stays NULL. */
+static void token_fetch_start(struct dispatcher *d, struct oauth2_entry *e,
+			      const struct subscription *s, int64_t timeout_ms)
+{
+	const struct oauth2_params *p = &s->oauth2;
+	struct token_fetch *f = calloc(1, sizeof(*f));
+	const char *why = "out of memory";
+	char line[6200], cause[OAUTH2_FAILURE_LEN];
+	struct curl_slist *h;
+
+	if (!f)
+		goto fail;
+	f->transfer = TRANSFER_TOKEN;
+	f->entry = e;
+	buf_init(&f->form, TOKEN_FORM_MAX);
+	buf_init(&f->response, OAUTH2_RESPONSE_MAX);
+	snprintf(f->url_shown, sizeof(f->url_shown), "%.*s", (int)strcspn(p->token_url, "?#"),
+		 p->token_url);
+	if ((p->client_secret && !(f->secrets[0] = strdup(p->client_secret))) ||
+	    (p->password && !(f->secrets[1] = strdup(p->password))))
+		goto fail;
+	if (oauth2_request_body(p, &f->form)) {
+		why = "the token request body is too large";
+		goto fail;
+	}
+	static const char *const fixed[] = {
+		"Content-Type: application/x-www-form-urlencoded", "Accept: application/json",
+		"User-Agent: outboxd/0.1", "Expect:", NULL,
+	};
+	for (const char *const *l = fixed; *l; l++) {
+		if (!(h = curl_slist_append(f->headers, *l)))
+			goto fail;
+		f->headers = h;
+	}
+	if (oauth2_uses_basic(p)) {
+		memcpy(line, "Authorization: ", 15);
+		int bad = oauth2_basic_header_value(p, line + 15, sizeof(line) - 15);
+		h = bad ? NULL : curl_slist_append(f->headers, line);
+		OPENSSL_cleanse(line, sizeof(line));
+		if (!h) {
+			why = bad ? "client_id and client_secret are too long" : "out of memory";
+			goto fail;
+		}
+		f->headers = h;
+	}
+	if (!(f->easy = curl_easy_init())) {
+		why = "curl_easy_init failed";
+		goto fail;
+	}
+	CURL *c = f->easy;
+	curl_easy_setopt(c, CURLOPT_URL, p->token_url);
+	curl_easy_setopt(c, CURLOPT_PRIVATE, f);
+	curl_easy_setopt(c, CURLOPT_POST, 1L);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, f->form.data);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->form.len);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, f->headers);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, f->errbuf);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, token_body_cb);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
+	CURLMcode mrc = curl_multi_add_handle(d->multi, c);
+	if (mrc != CURLM_OK) {
+		why = curl_multi_strerror(mrc);
+		goto fail;
+	}
+	e->fetch = f;
+	d->token_fetches++;
+	return;
+fail:
+	snprintf(cause, sizeof(cause), "%s: %s", f ? f->url_shown : "token request", why);
+	token_fetch_free(f);
+	oauth2_cache_fail(&e->cache, cause, clock_mono_ms());
+}
+
+static void job_token_failed(struct job *j, const char *cause)
+{
+	job_attempt_failed(j, errmap_code(TRANSPORT_OTHER), OAUTH2_FAILED_MESSAGE, cause);
+}
+
+/* Gets the attempt its credentials: at once for every auth type but oauth2, whose
+ * deliveries use the cached token, start the one token request, or wait for it. */
+static void job_authorize(struct job *j)
+{
+	struct dispatcher *d = j->d;
+	if (j->sub->auth_type != AUTH_OAUTH2) {
+		job_send(j, NULL);
+		return;
+	}
+	struct oauth2_entry *e = j->oauth = oauth_entry_get(d, j->sub);
+	if (!e) {
+		job_token_failed(j, "out of memory");
+		return;
+	}
+	int64_t now = clock_mono_ms();
+	e->last_used_ms = now;
+	enum oauth2_step step = oauth2_cache_next(&e->cache, now);
+	if (step == OAUTH2_FETCH || step == OAUTH2_USE_AND_FETCH)
+		token_fetch_start(d, e, j->sub, j->timeout_ms);
+	switch (step) {
+	case OAUTH2_USE:
+	case OAUTH2_USE_AND_FETCH:
+		j->token_gen = e->cache.generation;
+		job_send(j, e->cache.token);
+		return;
+	case OAUTH2_FETCH:
+		if (!e->fetch) { /* it could not even start */
+			job_token_failed(j, e->cache.failure);
+			return;
+		}
+		/* fall through */
+	case OAUTH2_WAIT:
+		j->state = JOB_TOKEN_WAIT;
+		j->next = e->waiters;
+		e->waiters = j;
+		return;
+	case OAUTH2_FAILED:
+		job_token_failed(j, e->cache.failure);
+		return;
+	}
+}
+
+/* A token request finished: cache the token or the failure, then every delivery that
+ * waited for it goes on. */
+static void token_fetch_done(struct dispatcher *d, struct token_fetch *f, CURLcode rc)
+{
+	struct oauth2_entry *e = f->entry;
+	char why[OAUTH2_FAILURE_LEN], detail[512];
+	char *token = NULL;
+	int64_t expires_in = -1;
+	long status = 0;
+
+	curl_multi_remove_handle(d->multi, f->easy);
+	d->token_fetches--;
+	e->fetch = NULL;
+	if (rc != CURLE_OK && f->too_big) {
+		snprintf(why, sizeof(why), "%s: token response over %d bytes", f->url_shown,
+			 OAUTH2_RESPONSE_MAX);
+	} else if (rc != CURLE_OK) {
+		enum transport_error te = classify(rc, f->errbuf);
+		snprintf(why, sizeof(why), "%s: %s: %s", f->url_shown, errmap_message(te),
+			 f->errbuf[0] ? f->errbuf : curl_easy_strerror(rc));
+	} else {
+		curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (oauth2_parse_response(status, f->response.data ? f->response.data : "",
+					  f->response.len, &token, &expires_in, detail,
+					  sizeof(detail)))
+			snprintf(why, sizeof(why), "%s: %s", f->url_shown, detail);
+	}
+	int64_t now = clock_mono_ms();
+	if (token) {
+		oauth2_cache_store(&e->cache, token, expires_in, now);
+		if (e->failing)
+			log_info("subscription %s: oauth2 token request works again", e->sub_id);
+		e->failing = 0;
+	} else {
+		redact(why, sizeof(why), (const char *const *)f->secrets, 2);
+		oauth2_cache_fail(&e->cache, why, now);
+		if (!e->failing)
+			log_warn("subscription %s: oauth2 token request failed: %s", e->sub_id, why);
+		e->failing = 1;
+	}
+	token_fetch_free(f);
+
+	struct job *w = e->waiters;
+	e->waiters = NULL;
+	while (w) {
+		struct job *next = w->next;
+		if (token) {
+			/* straight from the cache, even when expires_in made it not reusable */
+			w->token_gen = e->cache.generation;
+			job_send(w, e->cache.token);
+		} else {
+			job_token_failed(w, e->cache.failure);
+		}
+		w = next;
+	}
+}
+
+/* Drops token caches nobody used for OAUTH_IDLE_MS (deleted or changed subscriptions). A
+ * job holds its entry for one request at most (timeouts <= 5 min), far less than that. */
+static void oauth_entries_prune(struct dispatcher *d, int64_t now_ms)
+{
+	struct oauth2_entry **pp = &d->oauth;
+	while (*pp) {
+		struct oauth2_entry *e = *pp;
+		if (!e->fetch && !e->waiters && now_ms - e->last_used_ms > OAUTH_IDLE_MS) {
+			*pp = e->next;
+			oauth2_cache_clear(&e->cache);
+			free(e);
+		} else {
+			pp = &e->next;
+		}
+	}
+}
+
+/* ---- attempts ------------------------------------------------------------------------------ */
+
+/* Starts the next attempt of the round now (its limits are taken). */
+static void job_go(struct job *j)
+{
+	j->attempts[j->tries].started_at = clock_now_ms();
+	j->started_us = clock_mono_us();
+	j->reauthed = 0;
+	j->retry_after_ms = -1;
+	job_authorize(j);
+}
+
+/* Holds the job back in its subscription's queue until its limits let it go, or hands
+ * it back to the store when the queue has its share of the job pool already. */
+static void job_park(struct job *j)
+{
+	struct dispatcher *d = j->d;
+	struct sub_state *x = j->ss;
+
+	if (x->parked >= parked_cap(d, j->sub)) {
+		job_release(j, RELEASE_MIN_MS + (int64_t)(rng_next(&d->rng) * 1000));
+		return;
+	}
+	j->state = JOB_PARKED;
+	j->parked_us = clock_mono_us();
+	j->next = NULL;
+	if (x->parked_tail)
+		x->parked_tail->next = j;
+	else
+		x->parked_head = j;
+	x->parked_tail = j;
+	x->parked++;
+	if (!x->on_parked_list) {
+		x->on_parked_list = 1;
+		x->next_parked = d->parked_subs;
+		d->parked_subs = x;
+	}
+}
+
+/* Starts the next attempt of the round, or parks it behind its subscription's limits
+ * (and behind the jobs parked there already: a queue keeps its order). */
+static void job_begin(struct job *j)
+{
+	if (j->ss && (j->ss->parked_head || !limits_take(j, clock_mono_us()))) {
+		job_park(j);
+		return;
+	}
+	job_go(j);
+}
+
+/* Starts the parked jobs their limits let go, oldest first; hands back the ones parked
+ * for half a lease (the lease must not run out under them) and, when stopping, all.
+ * Returns the wait in µs until a rate-limited queue can move, or -1 when only a
+ * completion can move one. */
+static int64_t run_parked(struct dispatcher *d, int64_t now_us)
+{
+	int stopping = atomic_load(&d->stopping);
+	int64_t too_old_us = d->cfg.lease_ms * 1000 / 2, wait = -1;
+	struct sub_state **pp = &d->parked_subs;
+
+	while (*pp) {
+		struct sub_state *x = *pp;
+		while (x->parked_head) {
+			struct job *j = x->parked_head;
+			int old = stopping || now_us - j->parked_us >= too_old_us;
+			if (!old && !limits_take(j, now_us)) {
+				int64_t w = limits_wait(x, j->sub, now_us);
+				if (w > 0 && (wait < 0 || w < wait))
+					wait = w;
+				break;
+			}
+			x->parked_head = j->next;
+			if (!x->parked_head)
+				x->parked_tail = NULL;
+			x->parked--;
+			j->next = NULL;
+			if (old)
+				job_release(j, stopping ? 0 : RELEASE_MIN_MS);
+			else
+				job_go(j);
+		}
+		if (!x->parked_head) {
+			x->on_parked_list = 0;
+			*pp = x->next_parked;
+		} else {
+			pp = &x->next_parked;
+		}
+	}
+	return wait;
 }
 
 /* A request finished: record the attempt, then retry, or end the round. */
@@ -402,14 +1313,25 @@ static void job_completed(struct job *j, CURLcode rc)
 
 	curl_multi_remove_handle(d->multi, j->easy);
 	d->in_flight--;
+	enum transport_error te = classify(rc, j->errbuf);
+	if (te == TRANSPORT_OK)
+		curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
+	/* A refused token (revoked, rotated early, clock skew): one new token and one resend
+	 * within the same attempt; a second 401 is the attempt's answer. */
+	if (status == 401 && j->sub->auth_type == AUTH_OAUTH2 && !j->reauthed &&
+	    !atomic_load(&d->stopping)) {
+		j->reauthed = 1;
+		oauth2_cache_invalidate(&j->oauth->cache, j->token_gen);
+		job_authorize(j);
+		return;
+	}
 	a->n = j->claim->attempt_count + j->tries + 1;
 	a->kind = j->kind;
 	a->duration_ms = (clock_mono_us() - j->started_us) / 1000;
-	enum transport_error te = classify(rc);
 	if (te == TRANSPORT_OK) {
-		curl_easy_getinfo(j->easy, CURLINFO_RESPONSE_CODE, &status);
 		a->code = (int)status;
-		snprintf(msg, MSG_LEN, "HTTP %ld", status);
+		snprintf(msg, MSG_LEN, "HTTP %ld%s", status,
+			 j->reauthed ? " (with a new oauth2 token after HTTP 401)" : "");
 		if (retry_is_success(a->code))
 			cause[0] = '\0'; /* keep no body for successes */
 	} else {
@@ -417,22 +1339,12 @@ static void job_completed(struct job *j, CURLcode rc)
 		snprintf(msg, MSG_LEN, "%s", errmap_message(te));
 		snprintf(cause, CAUSE_LEN, "%s", j->errbuf[0] ? j->errbuf : curl_easy_strerror(rc));
 	}
+	job_redact(j, cause, CAUSE_LEN);
 	a->message = msg;
 	a->cause = cause[0] ? cause : NULL;
+	metrics_attempt(a->code, clock_mono_us() - j->started_us);
 	j->tries++;
-
-	if (retry_is_success(a->code)) {
-		job_finish(j, 1);
-	} else if (j->tries < j->max_tries && !atomic_load(&d->stopping)) {
-		j->state = JOB_WAITING;
-		j->wake_us = clock_mono_us() + retry_immediate_delay(&j->sub->retry, j->tries + 1) * 1000;
-		j->next = d->waiting;
-		d->waiting = j;
-	} else if (j->tries < j->max_tries) {
-		job_release(j, 0); /* shutting down: hand the rest of the round back */
-	} else {
-		job_finish(j, 0);
-	}
+	job_after_attempt(j);
 }
 
 static void job_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
@@ -442,9 +1354,15 @@ static void job_start(struct dispatcher *d, struct batch *b, struct store_claim 
 	d->active++;
 	j->batch = b;
 	j->claim = c;
+	j->transfer = TRANSFER_DELIVERY;
 	j->tries = 0;
 	j->headers = NULL;
 	j->url = NULL;
+	j->oauth = NULL;
+	j->ss = NULL;
+	j->probe = 0;
+	j->holds_slot = 0;
+	j->retry_after_ms = -1;
 	j->sub = sub_set_find(b->subs, c->subscription_id);
 	if (c->replay)
 		j->kind = ATTEMPT_MANUAL;
@@ -478,6 +1396,12 @@ static void job_start(struct dispatcher *d, struct batch *b, struct store_claim 
 		job_release(j, d->cfg.disabled_delay_ms);
 		return;
 	}
+	if ((j->ss = ss_get(d, j->sub)))
+		j->ss->refs++;
+	if (j->ss && circuit_admit(j) == BREAKER_DELAY) {
+		job_delay_action(j);
+		return;
+	}
 	if (j->kind == ATTEMPT_SCHEDULED) {
 		j->max_tries = 1;
 		j->timeout_ms = j->sub->retry.timeout_ms;
@@ -486,7 +1410,9 @@ static void job_start(struct dispatcher *d, struct batch *b, struct store_claim 
 		j->timeout_ms = j->kind == ATTEMPT_MANUAL ? j->sub->retry.timeout_ms
 							  : j->sub->retry.immediate_timeout_ms;
 	}
-	job_send(j);
+	if (j->probe)
+		j->max_tries = 1; /* a half-open probe is one request */
+	job_begin(j);
 }
 
 static void batch_release(struct dispatcher *d, struct batch *b)
@@ -504,6 +1430,11 @@ static void job_recycle(struct dispatcher *d, struct job *j)
 	j->headers = NULL;
 	free(j->url);
 	j->url = NULL;
+	j->oauth = NULL;
+	if (j->ss)
+		j->ss->refs--;
+	j->ss = NULL;
+	j->probe = 0;
 	batch_release(d, j->batch);
 	j->batch = NULL;
 	j->claim = NULL;
@@ -593,7 +1524,7 @@ static void run_timers(struct dispatcher *d, int64_t now_us)
 			if (atomic_load(&d->stopping))
 				job_release(j, 0);
 			else
-				job_send(j);
+				job_begin(j);
 		} else {
 			pp = &j->next;
 		}
@@ -607,16 +1538,32 @@ static void read_completions(struct dispatcher *d)
 	while ((m = curl_multi_info_read(d->multi, &left))) {
 		if (m->msg != CURLMSG_DONE)
 			continue;
-		struct job *j = NULL;
-		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&j);
-		job_completed(j, m->data.result);
+		void *owner = NULL;
+		CURLcode rc = m->data.result;
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&owner);
+		/* m is invalid once its handle is removed: rc is read before */
+		if (*(enum transfer_kind *)owner == TRANSFER_TOKEN)
+			token_fetch_done(d, owner, rc);
+		else
+			job_completed(owner, rc);
 	}
 }
 
-/* Stops every running request (grace period over): they are handed back undecided. */
+/* Stops every running request (grace period over): they are handed back undecided, and
+ * so are the deliveries waiting for a token. */
 static void abort_in_flight(struct dispatcher *d)
 {
 	int n = d->cfg.max_in_flight;
+	for (struct oauth2_entry *e = d->oauth; e; e = e->next) {
+		token_fetch_abort(d, e);
+		struct job *w = e->waiters;
+		e->waiters = NULL;
+		while (w) {
+			struct job *next = w->next;
+			job_release(w, 0);
+			w = next;
+		}
+	}
 	for (int i = 0; i < n; i++) {
 		struct job *j = &d->jobs[i];
 		if (j->state != JOB_IN_FLIGHT)
@@ -630,7 +1577,7 @@ static void abort_in_flight(struct dispatcher *d)
 static void *dispatcher_main(void *arg)
 {
 	struct dispatcher *d = arg;
-	int64_t next_claim_us = 0, next_flush_us = 0, stop_deadline_us = 0;
+	int64_t next_claim_us = 0, next_flush_us = 0, stop_deadline_us = 0, next_prune_us = 0;
 
 	for (;;) {
 		int64_t now_us = clock_mono_us();
@@ -638,8 +1585,13 @@ static void *dispatcher_main(void *arg)
 
 		if (stopping && !stop_deadline_us)
 			stop_deadline_us = now_us + d->cfg.shutdown_grace_ms * 1000;
-		if (stopping && now_us >= stop_deadline_us && d->in_flight)
+		if (stopping && now_us >= stop_deadline_us && (d->in_flight || d->token_fetches))
 			abort_in_flight(d);
+		if (now_us >= next_prune_us) {
+			oauth_entries_prune(d, now_us / 1000);
+			ss_prune(d, now_us / 1000);
+			next_prune_us = now_us + OAUTH_PRUNE_US;
+		}
 
 		/* Claim when woken or when due work may be waiting, and when there is room
 		 * for a worthwhile batch (keeps batches large under load). */
@@ -668,25 +1620,37 @@ static void *dispatcher_main(void *arg)
 		}
 
 		run_timers(d, now_us);
+		metrics_in_flight(d->active);
 
 		int running = 0;
 		curl_multi_perform(d->multi, &running);
 		read_completions(d);
+		/* after the completions, which free places under max_in_flight */
+		int64_t parked_wait_us = run_parked(d, clock_mono_us());
 
 		now_us = clock_mono_us();
 		if (d->done_count && now_us >= next_flush_us &&
 		    (d->done_count >= FLUSH_MAX || d->in_flight == 0 || stopping ||
 		     now_us - d->done_head->done_us >= FLUSH_AGE_US)) {
-			if (flush_results(d))
+			if (flush_results(d)) {
 				next_flush_us = now_us + 500 * 1000; /* store down: retry soon */
-			else
+			} else {
 				next_flush_us = 0;
+				/* A retry due before the next claim (short intervals): claim then,
+				 * not at the idle poll. */
+				if (d->soonest_retry_ms) {
+					int64_t in_us = (d->soonest_retry_ms - clock_now_ms()) * 1000;
+					if (now_us + in_us < next_claim_us)
+						next_claim_us = now_us + (in_us > 0 ? in_us : 0);
+					d->soonest_retry_ms = 0;
+				}
+			}
 		}
 
 		if (stopping && d->active == 0)
 			break;
-		if (stopping && d->store_down && d->in_flight == 0 && !d->waiting &&
-		    now_us >= stop_deadline_us) {
+		if (stopping && d->store_down && d->in_flight == 0 && d->token_fetches == 0 &&
+		    !d->waiting && now_us >= stop_deadline_us) {
 			log_error("dispatcher: store unavailable at shutdown; %zu results not written "
 				  "(their deliveries will be sent again after the lease expires)",
 				  d->done_count);
@@ -700,6 +1664,8 @@ static void *dispatcher_main(void *arg)
 		for (struct job *j = d->waiting; j; j = j->next)
 			if (j->wake_us - now_us < wait_us)
 				wait_us = j->wake_us > now_us ? j->wake_us - now_us : 0;
+		if (parked_wait_us >= 0 && parked_wait_us < wait_us)
+			wait_us = parked_wait_us;
 		if (d->done_count) {
 			int64_t flush_at = d->done_head->done_us + FLUSH_AGE_US;
 			if (flush_at < next_flush_us)
@@ -745,6 +1711,9 @@ struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
 		log_error("dispatcher: cannot start thread");
 		goto fail;
 	}
+	pthread_mutex_lock(&circuit_mu);
+	circuit_owner = d;
+	pthread_mutex_unlock(&circuit_mu);
 	return d;
 fail:
 	if (d->multi)
@@ -768,9 +1737,17 @@ void dispatcher_stop(struct dispatcher *d)
 	atomic_store(&d->stopping, 1);
 	curl_multi_wakeup(d->multi);
 	pthread_join(d->thread, NULL);
+	while (d->oauth) {
+		struct oauth2_entry *e = d->oauth;
+		d->oauth = e->next;
+		token_fetch_abort(d, e); /* a refresh ahead may outlive the last delivery */
+		oauth2_cache_clear(&e->cache);
+		free(e);
+	}
 	for (int i = 0; i < d->cfg.max_in_flight; i++)
 		if (d->jobs[i].easy)
 			curl_easy_cleanup(d->jobs[i].easy);
+	ss_free_all(d);
 	curl_multi_cleanup(d->multi);
 	free(d->jobs);
 	free(d->results);

@@ -52,3 +52,16 @@ out:
 	OPENSSL_cleanse(key, sizeof(key));
 	return rc;
 }
+
+int sign_webhook_signature(const char *secret, const char *previous, const char *msg_id,
+			   int64_t timestamp, const void *body, size_t len,
+			   char out[SIGN_HEADER_LEN])
+{
+	if (sign_standard_v1(secret, msg_id, timestamp, body, len, out))
+		return -1;
+	if (!previous)
+		return 0;
+	size_t n = strlen(out);
+	out[n] = ' ';
+	return sign_standard_v1(previous, msg_id, timestamp, body, len, out + n + 1);
+}

@@ -8,7 +8,7 @@
 #include "util/log.h"
 
 /* Most events one transaction takes; more wait for the next round. */
-#define GROUP_MAX_EVENTS 20000
+#define GROUP_MAX_EVENTS 10000 /* = STORE_MAX_BATCH: one store_ingest call */
 
 struct pending {
 	struct store_event_in *events;

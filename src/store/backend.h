@@ -53,8 +53,10 @@ struct store_ops {
 	int (*sub_delete)(store *st, const char *id);
 	int (*sub_get)(store *st, const char *id, struct store_sub *out);
 	int (*sub_list)(store *st, struct store_sub **items, size_t *n);
-	/* Optional (NULL: nothing to listen to). See store_on_work. */
+	/* Optional (NULL: nothing to listen to). See store_on_work and
+	 * store_on_subscriptions_changed. */
 	void (*on_work)(store *st, void (*cb)(void *ctx), void *ctx);
+	void (*on_subscriptions_changed)(store *st, void (*cb)(void *ctx), void *ctx);
 };
 
 /* The handle every backend receives; backends keep their state behind priv. */

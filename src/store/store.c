@@ -62,6 +62,8 @@ int store_open(const char *dsn, const char *owner, store **out, char *err, size_
 	}
 	if (has_prefix(dsn, store_sqlite_ops.dsn_prefix)) {
 		ops = &store_sqlite_ops;
+	} else if (has_prefix(dsn, store_pg_ops.dsn_prefix) || has_prefix(dsn, "postgresql://")) {
+		ops = &store_pg_ops;
 	} else {
 		set_err(err, errlen,
 			"unknown database URL (expected sqlite:PATH or postgres://...)");
@@ -114,6 +116,12 @@ void store_on_work(store *st, void (*cb)(void *ctx), void *ctx)
 {
 	if (st && st->ops->on_work)
 		st->ops->on_work(st, cb, ctx);
+}
+
+void store_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx)
+{
+	if (st && st->ops->on_subscriptions_changed)
+		st->ops->on_subscriptions_changed(st, cb, ctx);
 }
 
 /* ---- ingest and fan-out ------------------------------------------------------------ */

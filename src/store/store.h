@@ -57,6 +57,13 @@ int store_ping(store *st);
  * one thread (the one that wires the daemon). */
 void store_on_work(store *st, void (*cb)(void *ctx), void *ctx);
 
+/* The same for subscriptions: cb(ctx) runs when any instance may have created, changed
+ * or deleted one (PostgreSQL: LISTEN on channel outboxd_subs), so each instance rebuilds
+ * its in-memory set; without it, an instance would fan out without another's new
+ * subscription. Called once after every (re)connection of the listener as well, since a
+ * change may have been missed meanwhile. Same rules as store_on_work. */
+void store_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx);
+
 /* ---- ingest and fan-out ---------------------------------------------------------- */
 
 /* One event to store, with the subscriptions it fans out to (computed by the caller). */
@@ -67,6 +74,8 @@ struct store_event_in {
 	const char *source;           /* borrowed, "" when absent */
 	const char *source_event_id;  /* borrowed, NULL when absent; unique per source */
 	const char *partition_key;    /* borrowed, NULL when absent */
+	const char *traceparent;      /* borrowed, W3C trace context of the ingest request
+	                                 (validated), NULL when absent */
 	const char *content_type;     /* borrowed, required */
 	const void *payload;          /* borrowed */
 	size_t payload_len;
@@ -103,7 +112,9 @@ struct store_claim {
 	int replay;                  /* 1 when put back by an operator replay */
 	int attempt_count;           /* HTTP attempts so far */
 	int retry_count;             /* scheduled retries so far */
+	int delay_actions;           /* circuit-breaker delay actions so far (seed 004) */
 	int64_t event_created_at;
+	char traceparent[56];        /* the event's W3C trace context, "" when none */
 	char *event_type;            /* these four point into one allocation per claim */
 	char *content_type;
 	void *payload;
@@ -139,6 +150,7 @@ struct store_result {
 	int replay;                 /* new value of the replay flag */
 	int attempt_count;          /* new totals */
 	int retry_count;
+	int delay_actions;          /* new total of circuit-breaker delay actions */
 	int64_t next_attempt_at;    /* 0 = none: with FAILED this is the dead-letter queue */
 	int64_t processed_at;       /* 0 = none */
 	int last_code;              /* 0 = no error; -1 = keep the current last error */
@@ -248,7 +260,8 @@ int store_deliveries_count(store *st, const struct store_delivery_filter *f, siz
 /* ---- operator actions --------------------------------------------------------------- */
 
 enum store_replay_outcome {
-	REPLAY_DONE = 0,        /* put back as NEW with the replay flag, due now */
+	REPLAY_DONE = 0,        /* put back as NEW with the replay flag, due now, with no
+	                           delay actions counted */
 	REPLAY_NOT_FOUND,
 	REPLAY_NOT_FAILED,      /* PROCESSED without force, or NEW already pending */
 	REPLAY_IN_FLIGHT,       /* leased right now */

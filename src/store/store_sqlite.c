@@ -157,6 +157,14 @@ static const char *const migrations[] = {
 	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;"
 	"CREATE INDEX deliveries_dead_attempts ON deliveries(attempt_count, id)"
 	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;",
+
+	/* 4: the W3C trace context a producer sent with the event, so the trace goes on
+	 * to the subscriber. */
+	"ALTER TABLE events ADD COLUMN traceparent TEXT;",
+
+	/* 5: circuit-breaker delay actions a delivery has taken (seed 004 MaxDelayActions:
+	 * after that many it goes to the dead-letter queue). */
+	"ALTER TABLE deliveries ADD COLUMN delay_actions INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define N_MIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))
@@ -202,7 +210,8 @@ static const char *const wsql[W_COUNT] = {
 	[W_EVENT_FIND] = "SELECT id FROM events WHERE source = ?1 AND source_event_id = ?2",
 	[W_EVENT_INSERT] =
 		"INSERT INTO events(id, event_type, source, source_event_id, partition_key,"
-		" content_type, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+		" content_type, payload, created_at, traceparent)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
 	[W_DELIVERY_INSERT] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
 		" next_attempt_at, created_at, updated_at)"
@@ -213,16 +222,17 @@ static const char *const wsql[W_COUNT] = {
 		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
 		"  AND next_attempt_at <= ?3 ORDER BY next_attempt_at LIMIT ?4)"
 		" RETURNING id, event_id, subscription_id, status, replay, attempt_count,"
-		" retry_count, next_attempt_at",
+		" retry_count, next_attempt_at, delay_actions",
 	[W_CLAIM_EVENT] =
-		"SELECT event_type, content_type, payload, created_at FROM events WHERE id = ?1",
+		"SELECT event_type, content_type, payload, created_at, traceparent FROM events"
+		" WHERE id = ?1",
 	[W_RESULT] =
 		"UPDATE deliveries SET status = ?2, replay = ?3, attempt_count = ?4,"
 		" retry_count = ?5, next_attempt_at = ?6, processed_at = ?7,"
 		" last_code = CASE WHEN ?13 THEN last_code ELSE ?8 END,"
 		" last_message = CASE WHEN ?13 THEN last_message ELSE ?9 END,"
 		" last_cause = CASE WHEN ?13 THEN last_cause ELSE ?10 END,"
-		" lease_owner = NULL, lease_until = NULL,"
+		" lease_owner = NULL, lease_until = NULL, delay_actions = ?14,"
 		" updated_at = ?11 WHERE id = ?1 AND lease_owner = ?12",
 	[W_ATTEMPT_INSERT] =
 		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
@@ -243,7 +253,8 @@ static const char *const wsql[W_COUNT] = {
 		" WHERE id = ?1",
 	[W_REPLAY_SET] =
 		"UPDATE deliveries SET status = 'NEW', replay = 1, next_attempt_at = ?2,"
-		" processed_at = NULL, lease_owner = NULL, lease_until = NULL, updated_at = ?2"
+		" processed_at = NULL, lease_owner = NULL, lease_until = NULL, delay_actions = 0,"
+		" updated_at = ?2"
 		" WHERE id = ?1",
 	[W_DELIVERY_DELETE] = "DELETE FROM deliveries WHERE id = ?1",
 	[W_EVENT_DELETE_ORPHAN] =
@@ -907,6 +918,7 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 	sqlite3_bind_text(s, 6, ev->content_type, -1, SQLITE_STATIC);
 	bind_payload(s, 7, ev->payload, ev->payload_len);
 	sqlite3_bind_int64(s, 8, ev->created_at);
+	bind_text(s, 9, ev->traceparent);
 	rc = step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;
@@ -1061,6 +1073,10 @@ static int load_claim_event(struct sq *sq, struct store_claim *c)
 	payload = sqlite3_column_blob(s, 2);
 	c->payload_len = (size_t)sqlite3_column_bytes(s, 2);
 	c->event_created_at = sqlite3_column_int64(s, 3);
+	c->traceparent[0] = '\0';
+	if (sqlite3_column_type(s, 4) == SQLITE_TEXT)
+		snprintf(c->traceparent, sizeof(c->traceparent), "%s",
+			 (const char *)sqlite3_column_text(s, 4));
 	block = malloc(type_len + 1 + ctype_len + 1 + c->payload_len + 1);
 	if (!type || !ctype || !block) {
 		free(block);
@@ -1121,6 +1137,7 @@ static int sq_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limi
 		c->attempt_count = sqlite3_column_int(s, 5);
 		c->retry_count = sqlite3_column_int(s, 6);
 		rows[count].due = sqlite3_column_int64(s, 7);
+		c->delay_actions = sqlite3_column_int(s, 8);
 		count++;
 	}
 	if (rc != SQLITE_DONE) {
@@ -1203,6 +1220,7 @@ static int record_one(struct sq *sq, const char *owner, const struct store_resul
 	}
 	sqlite3_bind_int64(s, 11, now);
 	sqlite3_bind_text(s, 12, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 14, r->delay_actions);
 	rc = step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;

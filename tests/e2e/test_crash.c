@@ -1,7 +1,8 @@
 /* test_crash.c: nothing acknowledged is lost — kill -9 in the middle of deliveries and a
  * restart delivers every event (none stuck in flight); a second outboxd on the same
- * SQLite file refuses to start; SIGTERM exits cleanly. */
+ * SQLite file refuses to start, while on PostgreSQL it joins in; SIGTERM exits cleanly. */
 #include "e2e.h"
+#include "harness_pg.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,7 +34,12 @@ static void test_kill9_mid_delivery(void **state)
 	assert_int_equal(receiver_script(&rcv, "/slow",
 					 "{\"path\":\"/slow\",\"default\":{\"status\":200,\"delay_ms\":200}}"),
 			 0);
-	const char *env[] = {"OUTBOXD_MAX_IN_FLIGHT=64", "OUTBOXD_DELIVERY_TIMEOUT=5s", NULL};
+	/* On PostgreSQL the restarted outboxd is a new instance: the dead one's leases are
+	 * not released at start (other instances may hold live ones) but reclaimed when they
+	 * expire, which a short lease makes quick here. */
+	const char *env[] = {"OUTBOXD_MAX_IN_FLIGHT=64", "OUTBOXD_DELIVERY_TIMEOUT=5s",
+			     harness_pg_wanted() ? "OUTBOXD_LEASE=3s" : NULL,
+			     "OUTBOXD_REAP_INTERVAL=500ms", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	e2e_create_sub(&dmn, sub, "{\"name\":\"slow\",\"event_types\":[\"*\"],\"endpoint\":\"%s/slow\"}",
 		       rcv.url);
@@ -92,6 +98,8 @@ static void test_kill9_mid_delivery(void **state)
 
 static void test_second_instance_refused(void **state)
 {
+	if (harness_pg_wanted())
+		skip(); /* PostgreSQL: test_pg_second_instance_joins */
 	const char *env[] = {NULL};
 	daemon_stop(&dmn);
 	assert_int_equal(daemon_start(&dmn, env), 0);
@@ -129,11 +137,41 @@ static void test_second_instance_refused(void **state)
 	assert_int_equal(daemon_stop(&dmn), 0);
 }
 
+/* On PostgreSQL a second outboxd on the same database starts and shares the work; either
+ * stops cleanly without disturbing the other. */
+static void test_pg_second_instance_joins(void **state)
+{
+	if (!harness_pg_wanted())
+		skip(); /* SQLite: test_second_instance_refused */
+	char sub[64], db[400];
+	struct daemon second = {0};
+	daemon_stop(&dmn);
+	assert_int_equal(daemon_start(&dmn, NULL), 0);
+	snprintf(db, sizeof(db), "OUTBOXD_DB=%s", dmn.db);
+	const char *env[] = {db, NULL};
+	assert_int_equal(daemon_start(&second, env), 0);
+	e2e_create_sub(&second, sub, "{\"name\":\"both\",\"event_types\":[\"join.*\"],"
+			     "\"endpoint\":\"%s/join\"}", rcv.url);
+	/* The first learns of the subscription on its next reload; events sent to the
+	 * second are fanned out by it and delivered by either. */
+	json_decref(api_call(&second, "POST", "/v1/events",
+			     "{\"events\":[{\"event_type\":\"join.a\",\"payload\":1},"
+			     "{\"event_type\":\"join.b\",\"payload\":2}]}", 202));
+	assert_int_equal(receiver_wait_count(&rcv, "/join", 2, 10000), 0);
+	json_decref(e2e_get(&dmn, "/v1/subscriptions/%s", sub));
+	assert_int_equal(daemon_stop(&second), 0);
+	json_decref(e2e_get(&dmn, "/v1/subscriptions"));
+	assert_int_equal(daemon_stop(&dmn), 0);
+	second.db[0] = '\0'; /* shared with dmn: not the second's to keep */
+	daemon_cleanup(&second);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kill9_mid_delivery),
 		cmocka_unit_test(test_second_instance_refused),
+		cmocka_unit_test(test_pg_second_instance_joins),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

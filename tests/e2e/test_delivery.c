@@ -255,6 +255,45 @@ static void test_binary_payload_and_basic_auth(void **state)
 	json_decref(s);
 }
 
+/* A producer's trace continues to the subscriber: same trace id and flags, a new span;
+ * and the delivery shows up in the Prometheus counters. */
+static void test_trace_context_and_metrics(void **state)
+{
+	char sub[64], url[256];
+	e2e_create_sub(&dmn, sub, "{\"name\":\"traced\",\"event_types\":[\"traced.*\"],"
+				  "\"endpoint\":\"%s/traced\"}", rcv.url);
+	const char *tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+	const char *headers[] = {"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+				 NULL};
+	const char *body = "{\"event_type\":\"traced.one\",\"payload\":{}}";
+	snprintf(url, sizeof(url), "%s/v1/events", dmn.url);
+	struct http_req req = {.method = "POST", .url = url, .token = dmn.token, .body = body,
+			       .len = strlen(body), .headers = headers};
+	struct http_resp r;
+	assert_int_equal(http_do_ex(&req, &r), 0);
+	assert_int_equal(r.status, 202);
+	http_resp_free(&r);
+	assert_int_equal(receiver_wait_count(&rcv, "/traced", 1, 5000), 0);
+	json_t *reqs = receiver_requests(&rcv, "/traced");
+	const char *got = header(json_array_get(reqs, 0), "traceparent");
+	assert_non_null(got);
+	assert_int_equal(strlen(got), 55);
+	assert_memory_equal(got, tp, 36);           /* version and trace id */
+	assert_memory_equal(got + 52, tp + 52, 3);  /* flags */
+	assert_memory_not_equal(got + 36, tp + 36, 16); /* our own span */
+	json_decref(reqs);
+
+	snprintf(url, sizeof(url), "%s/metrics", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &r), 0);
+	char want[160];
+	snprintf(want, sizeof(want), "outboxd_deliveries_total{subscription_id=\"%s\",outcome=\"processed\"} 1",
+		 sub);
+	assert_non_null(strstr(r.body, want));
+	assert_non_null(strstr(r.body, "outboxd_attempts_total{class=\"2xx\"}"));
+	assert_null(strstr(r.body, "outboxd_attempt_duration_seconds_count 0\n"));
+	http_resp_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -263,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_timeout_is_504),
 		cmocka_unit_test(test_connection_refused_is_503),
 		cmocka_unit_test(test_binary_payload_and_basic_auth),
+		cmocka_unit_test(test_trace_context_and_metrics),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

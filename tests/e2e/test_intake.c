@@ -1,8 +1,11 @@
 /* test_intake.c: how events get in — idempotent ingest, batches, the producer outbox
- * table written by another process, and every bad-input case answered with the right
- * 4xx and a JSON error naming the field, with nothing stored. */
+ * table written by another process (SQLite) or in a producer's own transaction and through
+ * outboxd.enqueue() (PostgreSQL), and every bad-input case answered with the right 4xx and
+ * a JSON error naming the field, with nothing stored. */
 #include "e2e.h"
+#include "harness_pg.h"
 
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,6 +98,8 @@ static void test_batch(void **state)
  * SQLite file would, inserting only event_type and payload. */
 static void test_outbox_table_from_another_process(void **state)
 {
+	if (harness_pg_wanted())
+		skip(); /* PostgreSQL: test_pg_producer_transaction */
 	long before = receiver_count(&rcv, "/in");
 	pid_t pid = fork();
 	assert_true(pid >= 0);
@@ -146,6 +151,139 @@ static void test_outbox_table_from_another_process(void **state)
 	assert_int_equal(sqlite3_column_int(st, 0), 0);
 	sqlite3_finalize(st);
 	sqlite3_close(db);
+}
+
+/* The first request the receiver got on /in with outboxd-event-type type, waiting up
+ * to 5 s; returned to the caller (json_decref it), or NULL. */
+static json_t *received_of_type(const char *type)
+{
+	for (int i = 0; i < 100; i++) {
+		json_t *reqs = receiver_requests(&rcv, "/in"), *found = NULL;
+		for (size_t k = 0; k < json_array_size(reqs) && !found; k++) {
+			json_t *r = json_array_get(reqs, k);
+			const char *t = json_string_value(
+				json_object_get(json_object_get(r, "headers"), "outboxd-event-type"));
+			if (t && strcmp(t, type) == 0)
+				found = json_incref(r);
+		}
+		json_decref(reqs);
+		if (found)
+			return found;
+		usleep(50 * 1000);
+	}
+	return NULL;
+}
+
+static long received_count_of_type(const char *type)
+{
+	json_t *reqs = receiver_requests(&rcv, "/in");
+	long n = 0;
+	for (size_t k = 0; k < json_array_size(reqs); k++) {
+		const char *t = json_string_value(json_object_get(
+			json_object_get(json_array_get(reqs, k), "headers"), "outboxd-event-type"));
+		n += t && strcmp(t, type) == 0;
+	}
+	json_decref(reqs);
+	return n;
+}
+
+/* Runs sql (several statements allowed) on conn; asserts success. */
+static void pg_must(PGconn *conn, const char *sql)
+{
+	PGresult *r = PQexec(conn, sql);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+		fprintf(stderr, "%s: %s", sql, PQerrorMessage(conn));
+	assert_true(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK);
+	PQclear(r);
+}
+
+/* A producer on PostgreSQL writes its business row and its outbox row in one transaction
+ * of its own: a commit is delivered, a rollback leaves no trace. */
+static void test_pg_producer_transaction(void **state)
+{
+	if (!harness_pg_wanted())
+		skip(); /* SQLite: test_outbox_table_from_another_process */
+	PGconn *conn = PQconnectdb(dmn.db);
+	assert_int_equal(PQstatus(conn), CONNECTION_OK);
+	pg_must(conn, "CREATE TABLE IF NOT EXISTS app_users(name text PRIMARY KEY)");
+	pg_must(conn, "BEGIN;"
+		      "INSERT INTO app_users(name) VALUES ('zoe');"
+		      "INSERT INTO outboxd.outbox(event_type, payload)"
+		      " VALUES ('user.created', convert_to('{\"name\":\"zoe\"}', 'UTF8'));"
+		      "COMMIT");
+	pg_must(conn, "BEGIN;"
+		      "INSERT INTO app_users(name) VALUES ('ghost');"
+		      "INSERT INTO outboxd.outbox(event_type, payload)"
+		      " VALUES ('user.ghost', convert_to('{\"name\":\"ghost\"}', 'UTF8'));"
+		      "ROLLBACK");
+	/* Committed after the rollback: once it has arrived, the relay has long passed the
+	 * rolled-back row's place. */
+	pg_must(conn, "BEGIN;"
+		      "INSERT INTO app_users(name) VALUES ('amy');"
+		      "INSERT INTO outboxd.outbox(event_type, source, source_event_id, payload)"
+		      " VALUES ('user.marker', 'crm', 'amy-1', convert_to('{\"name\":\"amy\"}', 'UTF8'));"
+		      "COMMIT");
+
+	json_t *zoe = received_of_type("user.created");
+	assert_non_null(zoe);
+	assert_string_equal(json_string_value(json_object_get(zoe, "body")), "{\"name\":\"zoe\"}");
+	json_decref(zoe);
+	json_t *amy = received_of_type("user.marker");
+	assert_non_null(amy);
+	json_t *ev = e2e_get(&dmn, "/v1/events/%s", json_string_value(json_object_get(
+				       json_object_get(amy, "headers"), "webhook-id")));
+	assert_string_equal(json_string_value(json_object_get(ev, "source")), "crm");
+	assert_string_equal(json_string_value(json_object_get(ev, "source_event_id")), "amy-1");
+	json_decref(ev);
+	json_decref(amy);
+	usleep(300 * 1000);
+	assert_int_equal(received_count_of_type("user.ghost"), 0);
+
+	/* The rows left the outbox table; the business table has exactly the commits. */
+	PGresult *r = PQexec(conn, "SELECT (SELECT count(*) FROM outboxd.outbox),"
+				   " (SELECT string_agg(name, ',' ORDER BY name) FROM app_users)");
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	assert_string_equal(PQgetvalue(r, 0, 0), "0");
+	assert_string_equal(PQgetvalue(r, 0, 1), "amy,zoe");
+	PQclear(r);
+	PQfinish(conn);
+}
+
+/* outboxd.enqueue(): a call instead of an INSERT, with text, jsonb and bytea payloads;
+ * a repeated (source, source_event_id) is delivered once. */
+static void test_pg_enqueue(void **state)
+{
+	if (!harness_pg_wanted())
+		skip(); /* a PostgreSQL function */
+	PGconn *conn = PQconnectdb(dmn.db);
+	assert_int_equal(PQstatus(conn), CONNECTION_OK);
+	pg_must(conn, "BEGIN;"
+		      "SELECT outboxd.enqueue('invoice.sent', '{\"n\":1}');"
+		      "SELECT outboxd.enqueue('invoice.paid', '{\"n\": 2}'::jsonb,"
+		      " source => 'billing', source_event_id => 'inv-2');"
+		      "SELECT outboxd.enqueue('invoice.paid', '{\"n\": 2}'::jsonb,"
+		      " source => 'billing', source_event_id => 'inv-2');"
+		      "SELECT outboxd.enqueue('invoice.raw', '\\x0001ff'::bytea,"
+		      " content_type => 'application/octet-stream');"
+		      "COMMIT");
+	json_t *sent = received_of_type("invoice.sent");
+	json_t *paid = received_of_type("invoice.paid");
+	json_t *raw = received_of_type("invoice.raw");
+	assert_non_null(sent);
+	assert_non_null(paid);
+	assert_non_null(raw);
+	assert_string_equal(json_string_value(json_object_get(sent, "body")), "{\"n\":1}");
+	assert_string_equal(json_string_value(json_object_get(paid, "body")), "{\"n\": 2}");
+	json_t *ev = e2e_get(&dmn, "/v1/events/%s", json_string_value(json_object_get(
+				       json_object_get(raw, "headers"), "webhook-id")));
+	assert_string_equal(json_string_value(json_object_get(ev, "payload_base64")), "AAH/");
+	json_decref(ev);
+	usleep(300 * 1000);
+	assert_int_equal(received_count_of_type("invoice.paid"), 1);
+	json_decref(sent);
+	json_decref(paid);
+	json_decref(raw);
+	PQfinish(conn);
 }
 
 struct bad_case {
@@ -336,6 +474,8 @@ int main(void)
 		cmocka_unit_test(test_idempotent_ingest),
 		cmocka_unit_test(test_batch),
 		cmocka_unit_test(test_outbox_table_from_another_process),
+		cmocka_unit_test(test_pg_producer_transaction),
+		cmocka_unit_test(test_pg_enqueue),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_ingest_token_may_send),
 		cmocka_unit_test(test_metrics),

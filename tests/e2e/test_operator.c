@@ -65,10 +65,13 @@ static int setup(void **state)
 					 "{\"path\":\"/hang\",\"default\":{\"status\":200,\"delay_ms\":60000}}"),
 			 0);
 	int port = harness_free_port();
+	/* 2,000 failed rounds in seconds would open its circuit breaker (more than 1,000
+	 * within 3 minutes) and delay the rest: this test wants them all dead at once. */
 	e2e_create_sub(&dmn, dead_sub,
 		       "{\"name\":\"dead-end\",\"event_types\":[\"order.*\"],"
 		       "\"endpoint\":\"http://127.0.0.1:%d/\",\"retry\":{\"immediate\":1,"
-		       "\"max_retries\":1,\"interval\":\"100ms\"}}", port);
+		       "\"max_retries\":1,\"interval\":\"100ms\"},"
+		       "\"circuit_breaker\":{\"enabled\":false}}", port);
 	e2e_create_sub(&dmn, ok_sub, "{\"name\":\"fine\",\"event_types\":[\"user.*\"],"
 				     "\"endpoint\":\"%s/ok\"}", rcv.url);
 	e2e_create_sub(&dmn, off_sub, "{\"name\":\"stuck\",\"event_types\":[\"audit.*\"],"

@@ -4,9 +4,9 @@
  * only through store.h, so a backend passes exactly when it keeps the promises written
  * there. The fixtures (below) are the only backend-specific code: they make a database
  * and play the external producer that inserts into the outbox table with its own
- * connection. SQLite always runs; PostgreSQL runs when OUTBOXD_TEST_PG_DSN is set (each
- * test then gets its own schema, passed to the store through the DSN's search_path).
- * To add a backend: write its fixture and add one line to `backends`. */
+ * connection. Both always run: PostgreSQL on the server named by OUTBOXD_TEST_PG_DSN, or
+ * on one the suite starts itself (see the fixture). To add a backend: write its fixture
+ * and add one line to `backends`. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "harness_pg.h"
 #include "store/store.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -53,6 +54,7 @@ struct backend_fixture {
 			       const void *payload, size_t len, int as_text);
 	int has_owner_lock;  /* one process per database (SQLite's flock) */
 	int (*available)(void);
+	void (*finished)(void); /* after the backend's last test, or NULL */
 };
 
 static int always(void)
@@ -118,18 +120,38 @@ static int sqlite_producer_insert(struct fixture_db *db, const char *event_type,
 	return rc == SQLITE_OK ? 0 : -1;
 }
 
-/* OUTBOXD_TEST_PG_DSN is a postgres:// URI to a database the tests may create schemas
- * in, e.g. postgres://outboxd@127.0.0.1:5432/outboxd_test. */
-static int pg_available(void)
-{
-	const char *dsn = getenv("OUTBOXD_TEST_PG_DSN");
+/* PostgreSQL: the suite gets one database of its own, on the server named by
+ * OUTBOXD_TEST_PG_DSN (a postgres:// URI of a role allowed to create databases, e.g.
+ * postgres://outboxd@127.0.0.1:5432/postgres), or else on a server it starts itself
+ * (tests/support/harness_pg.h). The store keeps everything in schema outboxd, so each
+ * test starts from a dropped schema. */
+static struct pg_server own_server;   /* running when the suite started its own */
+static char pg_admin_dsn[512];        /* where the suite database is created and dropped */
+static char pg_suite_dsn[512];
+static char pg_suite_db[64];
 
-	return dsn && *dsn;
+/* base with its database replaced by name, into out. */
+static void dsn_with_db(const char *base, const char *name, char *out, size_t size)
+{
+	const char *auth = strstr(base, "://");
+	const char *path, *query;
+
+	if (!auth) {
+		snprintf(out, size, "%s dbname=%s", base, name);
+		return;
+	}
+	path = strchr(auth + 3, '/');
+	query = strchr(auth + 3, '?');
+	if (!path || (query && path > query))
+		path = query ? query : base + strlen(base);
+	if (!query)
+		query = base + strlen(base);
+	snprintf(out, size, "%.*s/%s%s", (int)(path - base), base, name, query);
 }
 
-static int pg_exec(const char *sql)
+static int pg_exec_on(const char *dsn, const char *sql)
 {
-	PGconn *conn = PQconnectdb(getenv("OUTBOXD_TEST_PG_DSN"));
+	PGconn *conn = PQconnectdb(dsn);
 	PGresult *res = NULL;
 	int rc = -1;
 
@@ -139,35 +161,60 @@ static int pg_exec(const char *sql)
 			rc = 0;
 	}
 	if (rc)
-		fprintf(stderr, "postgres fixture: %s", PQerrorMessage(conn));
+		fprintf(stderr, "postgres fixture: %s: %s", sql, PQerrorMessage(conn));
 	PQclear(res);
 	PQfinish(conn);
 	return rc;
 }
 
-static int pg_create(struct fixture_db *db)
+static int pg_available(void)
 {
-	static int seq;
-	const char *base = getenv("OUTBOXD_TEST_PG_DSN");
+	const char *dsn = getenv("OUTBOXD_TEST_PG_DSN");
 	char sql[128];
 
-	snprintf(db->schema, sizeof(db->schema), "outboxd_test_%d_%d", (int)getpid(), ++seq);
-	snprintf(sql, sizeof(sql), "CREATE SCHEMA %s", db->schema);
-	if (pg_exec(sql))
+	if (dsn && *dsn) {
+		snprintf(pg_admin_dsn, sizeof(pg_admin_dsn), "%s", dsn);
+	} else {
+		if (pg_server_start(&own_server) != 0)
+			return 0;
+		snprintf(pg_admin_dsn, sizeof(pg_admin_dsn), "%s", own_server.admin_dsn);
+	}
+	snprintf(pg_suite_db, sizeof(pg_suite_db), "outboxd_store_test_%d", (int)getpid());
+	snprintf(sql, sizeof(sql), "CREATE DATABASE %s", pg_suite_db);
+	if (pg_exec_on(pg_admin_dsn, sql) != 0)
+		return 0;
+	dsn_with_db(pg_admin_dsn, pg_suite_db, pg_suite_dsn, sizeof(pg_suite_dsn));
+	return 1;
+}
+
+static void pg_finished(void)
+{
+	char sql[128];
+
+	if (own_server.pid > 0) {
+		pg_server_stop(&own_server);
+		return;
+	}
+	snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s", pg_suite_db);
+	pg_exec_on(pg_admin_dsn, sql);
+}
+
+static int pg_create(struct fixture_db *db)
+{
+	if (pg_exec_on(pg_suite_dsn, "SET client_min_messages = warning;"
+				     "DROP SCHEMA IF EXISTS outboxd CASCADE"))
 		return -1;
-	snprintf(db->dsn, sizeof(db->dsn), "%s%coptions=-csearch_path%%3D%s", base,
-		 strchr(base, '?') ? '&' : '?', db->schema);
+	snprintf(db->dsn, sizeof(db->dsn), "%s", pg_suite_dsn);
 	return 0;
 }
 
 static void pg_destroy(struct fixture_db *db)
 {
-	char sql[128];
-
-	snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS %s CASCADE", db->schema);
-	pg_exec(sql);
+	pg_exec_on(pg_suite_dsn, "SET client_min_messages = warning;"
+				 "DROP SCHEMA IF EXISTS outboxd CASCADE");
 }
 
+/* The payload always goes in as bytea (the column's type); as_text does not apply. */
 static int pg_producer_insert(struct fixture_db *db, const char *event_type,
 			      const char *source, const char *source_event_id,
 			      const void *payload, size_t len, int as_text)
@@ -181,9 +228,9 @@ static int pg_producer_insert(struct fixture_db *db, const char *event_type,
 
 	if (PQstatus(conn) == CONNECTION_OK) {
 		res = PQexecParams(conn, source ?
-				   "INSERT INTO outbox(event_type, payload, source, source_event_id)"
-				   " VALUES ($1, $2, $3, $4)" :
-				   "INSERT INTO outbox(event_type, payload) VALUES ($1, $2)",
+				   "INSERT INTO outboxd.outbox(event_type, payload, source,"
+				   " source_event_id) VALUES ($1, $2, $3, $4)" :
+				   "INSERT INTO outboxd.outbox(event_type, payload) VALUES ($1, $2)",
 				   source ? 4 : 2, NULL, values, lengths, formats, 0);
 		if (PQresultStatus(res) == PGRES_COMMAND_OK)
 			rc = 0;
@@ -210,6 +257,7 @@ static const struct backend_fixture backends[] = {
 		.destroy = pg_destroy,
 		.producer_insert = pg_producer_insert,
 		.available = pg_available,
+		.finished = pg_finished,
 	},
 };
 
@@ -1430,6 +1478,261 @@ static void test_subscriptions(void **state)
 	}
 }
 
+/* ---- several instances on one database ---------------------------------------------- */
+
+struct owner_claims {
+	store *st;
+	char (*got)[UUID_STR_LEN];
+	size_t n;
+};
+
+static void *owner_claimer(void *arg)
+{
+	struct owner_claims *oc = arg;
+
+	for (;;) {
+		struct store_claim *c = NULL;
+		size_t n = 0;
+
+		if (store_claim_due(oc->st, clock_now_ms(), MINUTE_MS, 7, &c, &n) != STORE_OK ||
+		    n == 0)
+			break;
+		for (size_t i = 0; i < n; i++)
+			memcpy(oc->got[oc->n++], c[i].delivery_id, UUID_STR_LEN);
+		store_claims_free(c, n);
+	}
+	return NULL;
+}
+
+/* Two stores with different owners claim from one database at once: every delivery
+ * goes to exactly one of them, a result from the one that does not hold the lease is
+ * ignored, and an owner releasing its leases leaves the other's alone. */
+static void test_two_owners_share_work(void **state)
+{
+	struct t *t = *state;
+	enum { EVENTS = 120 };
+	struct owner_claims a = {t->st, NULL, 0}, b = {NULL, NULL, 0};
+	char (*all)[UUID_STR_LEN];
+	pthread_t ta, tb;
+	struct store_delivery d;
+	char err[512];
+	size_t released = 0;
+
+	if (backend->has_owner_lock)
+		skip(); /* SQLite: one process per database */
+	a.got = calloc(EVENTS, UUID_STR_LEN);
+	b.got = calloc(EVENTS, UUID_STR_LEN);
+	all = calloc(EVENTS, UUID_STR_LEN);
+	assert_int_equal(store_open(t->db.dsn, "other-owner", &b.st, err, sizeof(err)), STORE_OK);
+	for (int i = 0; i < EVENTS; i++)
+		ingest_one(t, "a", t->t0 + i, 1, NULL);
+	assert_int_equal(pthread_create(&ta, NULL, owner_claimer, &a), 0);
+	assert_int_equal(pthread_create(&tb, NULL, owner_claimer, &b), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	assert_int_equal(a.n + b.n, EVENTS);
+	memcpy(all, a.got, a.n * UUID_STR_LEN);
+	memcpy(all[a.n], b.got, b.n * UUID_STR_LEN);
+	qsort(all, EVENTS, UUID_STR_LEN, id_cmp);
+	for (size_t i = 1; i < EVENTS; i++)
+		assert_string_not_equal(all[i - 1], all[i]);
+
+	if (b.n > 0) {
+		/* b's delivery, written by a: ignored. */
+		record(t, b.got[0], DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+		d = get_delivery(t, b.got[0]);
+		assert_int_equal(d.status, DELIVERY_NEW);
+		assert_string_equal(d.lease_owner, "other-owner");
+		store_delivery_free(&d);
+	}
+	assert_int_equal(store_release_all(t->st, &released), STORE_OK);
+	assert_int_equal(released, a.n);
+	if (b.n > 0) {
+		d = get_delivery(t, b.got[0]);
+		assert_string_equal(d.lease_owner, "other-owner");
+		store_delivery_free(&d);
+	}
+	store_close(b.st);
+	free(a.got);
+	free(b.got);
+	free(all);
+}
+
+/* ---- outages and wake-ups (PostgreSQL) ---------------------------------------------- */
+
+/* The database goes away: every call answers STORE_UNAVAILABLE at once, nothing hangs;
+ * when it is back the same store works again, with nothing lost, without reopening. */
+static void test_outage_then_recovery(void **state)
+{
+	struct t *t = *state;
+	struct store_event_in ev = {
+		.event_type = "a", .content_type = "application/json", .payload = "{}",
+		.payload_len = 2, .created_at = t->t0,
+		.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs, .n_subscriptions = 1,
+	};
+	char before[UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_event got;
+	int64_t start, due;
+	size_t n = 0;
+	int rc = STORE_ERROR;
+
+	if (backend->has_owner_lock || own_server.pid <= 0)
+		skip(); /* SQLite has no server; an external server is not ours to stop */
+	ingest_one(t, "a", t->t0, 1, before);
+	assert_int_equal(pg_server_halt(&own_server), 0);
+
+	start = clock_mono_ms();
+	uuid_v7(ev.id);
+	assert_int_equal(store_ingest(t->st, &ev, 1), STORE_UNAVAILABLE);
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(store_ping(t->st), STORE_UNAVAILABLE);
+		assert_int_equal(store_claim_due(t->st, clock_now_ms(), MINUTE_MS, 10, &c, &n),
+				 STORE_UNAVAILABLE);
+		assert_int_equal(store_next_due(t->st, &due), STORE_UNAVAILABLE);
+		assert_int_equal(store_event_get(t->st, before, &got), STORE_UNAVAILABLE);
+	}
+	assert_true(clock_mono_ms() - start < 2000);
+
+	assert_int_equal(pg_server_start(&own_server), 0);
+	/* Reconnects are spaced by a backoff of at most 2 s. */
+	for (int i = 0; i < 100 && rc != STORE_OK; i++) {
+		uuid_v7(ev.id);
+		rc = store_ingest(t->st, &ev, 1);
+		if (rc != STORE_OK)
+			usleep(50 * 1000);
+	}
+	assert_int_equal(rc, STORE_OK);
+	for (int i = 0; i < 100 && store_ping(t->st) != STORE_OK; i++)
+		usleep(50 * 1000);
+	assert_int_equal(store_ping(t->st), STORE_OK);
+	assert_int_equal(store_event_get(t->st, before, &got), STORE_OK);
+	store_event_free(&got);
+	for (int i = 0; i < 100; i++) {
+		rc = store_claim_due(t->st, clock_now_ms(), MINUTE_MS, 10, &c, &n);
+		if (rc == STORE_OK)
+			break;
+		usleep(50 * 1000);
+	}
+	assert_int_equal(rc, STORE_OK);
+	assert_int_equal(n, 2);
+	store_claims_free(c, n);
+}
+
+struct wake_count {
+	pthread_mutex_t mu;
+	int calls;
+};
+
+static void count_wake(void *ctx)
+{
+	struct wake_count *w = ctx;
+
+	pthread_mutex_lock(&w->mu);
+	w->calls++;
+	pthread_mutex_unlock(&w->mu);
+}
+
+static int wakes(struct wake_count *w)
+{
+	int n;
+
+	pthread_mutex_lock(&w->mu);
+	n = w->calls;
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
+static int wait_wakes(struct wake_count *w, int more_than)
+{
+	for (int i = 0; i < 200; i++) {
+		if (wakes(w) > more_than)
+			return 1;
+		usleep(10 * 1000);
+	}
+	return 0;
+}
+
+/* Another instance's ingest, a producer's outbox insert and a replay each wake this
+ * store's listener, a subscription change calls the subscriptions callback; after
+ * store_on_work(NULL) nothing calls back any more. */
+static void test_work_notifications(void **state)
+{
+	struct t *t = *state;
+	/* Static: a failed assertion leaves the test before store_on_work(NULL), and the
+	 * listener may still call back until teardown closes the store. */
+	static struct wake_count w = {PTHREAD_MUTEX_INITIALIZER, 0};
+	struct store_claim *c = NULL;
+	enum store_replay_outcome out;
+	store *other = NULL;
+	char err[512], id[UUID_STR_LEN];
+	size_t n, replayed;
+	int seen;
+
+	if (backend->has_owner_lock)
+		skip(); /* SQLite: one process, no listener; store_on_work is a no-op */
+	w.calls = 0;
+	store_on_work(t->st, count_wake, &w);
+	assert_true(wait_wakes(&w, 0)); /* the first connect always wakes once */
+	seen = wakes(&w);
+	assert_true(seen >= 1);
+
+	assert_int_equal(store_open(t->db.dsn, "other-owner", &other, err, sizeof(err)), STORE_OK);
+	{
+		struct store_event_in ev = {
+			.event_type = "a", .content_type = "application/json", .payload = "{}",
+			.payload_len = 2, .created_at = t->t0,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		};
+
+		uuid_v7(ev.id);
+		assert_int_equal(store_ingest(other, &ev, 1), STORE_OK);
+	}
+	assert_true(wait_wakes(&w, seen));
+	seen = wakes(&w);
+
+	assert_int_equal(backend->producer_insert(&t->db, "order.created", NULL, NULL, "{}", 2, 1),
+			 0);
+	assert_true(wait_wakes(&w, seen));
+	seen = wakes(&w);
+
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 1);
+	record(t, c[0].delivery_id, DELIVERY_FAILED, 1, 0, 404, "Not Found", NULL);
+	memcpy(id, c[0].delivery_id, UUID_STR_LEN);
+	store_claims_free(c, n);
+	usleep(100 * 1000);
+	seen = wakes(&w);
+	assert_int_equal(store_replay(other, (const char (*)[UUID_STR_LEN])id, 1, 0, &out,
+				      &replayed), STORE_OK);
+	assert_int_equal(out, REPLAY_DONE);
+	assert_true(wait_wakes(&w, seen));
+
+	/* A subscription created elsewhere reaches the other callback. */
+	{
+		static struct wake_count subs = {PTHREAD_MUTEX_INITIALIZER, 0};
+		struct store_sub sub = {.name = "elsewhere", .config = "{}", .enabled = 1};
+
+		subs.calls = 0;
+		store_on_subscriptions_changed(t->st, count_wake, &subs);
+		assert_true(wait_wakes(&subs, 0)); /* once at connect: changes may be missed */
+		seen = wakes(&subs);
+		uuid_v7(sub.id);
+		assert_int_equal(store_sub_create(other, &sub), STORE_OK);
+		assert_true(wait_wakes(&subs, seen));
+		store_on_subscriptions_changed(t->st, NULL, NULL);
+	}
+
+	store_on_work(t->st, NULL, NULL);
+	seen = wakes(&w);
+	assert_int_equal(backend->producer_insert(&t->db, "order.created", NULL, NULL, "{}", 2, 1),
+			 0);
+	usleep(300 * 1000);
+	assert_int_equal(wakes(&w), seen);
+	store_close(other);
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -1454,6 +1757,9 @@ int main(void)
 		T(test_pagination),
 		T(test_filters),
 		T(test_subscriptions),
+		T(test_two_owners_share_work),
+		T(test_work_notifications),
+		T(test_outage_then_recovery),
 		cmocka_unit_test(test_open_rejects_bad_dsn),
 	};
 	int failed = 0;
@@ -1463,11 +1769,14 @@ int main(void)
 	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
 		backend = &backends[i];
 		if (!backend->available()) {
-			printf("[ SKIPPED  ] %s backend (not configured)\n", backend->name);
+			printf("[  FAILED  ] %s backend: no database to test on\n", backend->name);
+			failed++;
 			continue;
 		}
 		failed += _cmocka_run_group_tests(backend->name, tests,
 						  sizeof(tests) / sizeof(tests[0]), NULL, NULL);
+		if (backend->finished)
+			backend->finished();
 	}
 	return failed ? 1 : 0;
 }

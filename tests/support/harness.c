@@ -5,6 +5,7 @@
  * daemon code, so a test cannot pass because of a shortcut the user does not have.
  */
 #include "harness.h"
+#include "harness_pg.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,6 +37,7 @@
 #define PROBE_TIMEOUT_MS    1000
 #define MAX_EXTRA_ARGS      16
 #define LOG_TAIL_BYTES      8192
+#define DEFAULTS            5       /* settings daemon_defaults gives every daemon */
 
 extern char **environ;
 
@@ -550,7 +552,8 @@ static json_t *receiver_control(struct receiver *r, const char *method, const ch
 		fprintf(stderr, "harness: receiver path too long\n");
 		return NULL;
 	}
-	snprintf(url, sizeof(url), "%s/_control/%s%s", r->url, what, query);
+	snprintf(url, sizeof(url), "%s/_control/%s%s", r->control_url[0] ? r->control_url : r->url,
+		 what, query);
 	req.url = url;
 	req.len = body ? strlen(body) : 0;
 	http_do_ex(&req, &resp);
@@ -640,6 +643,30 @@ int receiver_start_args(struct receiver *r, const char *const *extra_args)
 	return -1;
 }
 
+int receiver_start_tls(struct receiver *r, const char *cert, const char *key,
+		       const char *client_ca)
+{
+	char control_port[16];
+	const char *args[] = {"--tls-cert", cert, "--tls-key", key, "--control-port", control_port,
+			      client_ca ? "--client-ca" : NULL, client_ca, NULL};
+
+	memset(r, 0, sizeof(*r));
+	for (int attempt = 0; attempt < 3; attempt++) {
+		int port = harness_free_port(), cport = harness_free_port();
+
+		if (port <= 0 || cport <= 0 || port == cport)
+			continue;
+		snprintf(control_port, sizeof(control_port), "%d", cport);
+		snprintf(r->control_url, sizeof(r->control_url), "http://127.0.0.1:%d", cport);
+		if (receiver_spawn(r, port, args) == 0) {
+			snprintf(r->url, sizeof(r->url), "https://127.0.0.1:%d", port);
+			return 0;
+		}
+	}
+	r->control_url[0] = '\0';
+	return -1;
+}
+
 int receiver_start(struct receiver *r)
 {
 	return receiver_start_args(r, NULL);
@@ -659,6 +686,7 @@ void receiver_stop(struct receiver *r)
 int receiver_restart(struct receiver *r)
 {
 	receiver_stop(r);
+	r->control_url[0] = '\0';
 	return receiver_spawn(r, r->port, NULL);
 }
 
@@ -789,13 +817,21 @@ char *daemon_log_path(const struct daemon *d, char *buf, size_t size)
 	return buf;
 }
 
-/* The settings the harness gives every daemon, before the test's overrides. */
-static int daemon_defaults(struct daemon *d, const char *const *env, char kv[4][400])
+/* The settings the harness gives every daemon, before the test's overrides. With
+ * OUTBOXD_TEST_BACKEND=postgres the store is a fresh database on the test process's own
+ * PostgreSQL server (one per daemon, kept across its restarts), unless env names one. */
+static int daemon_defaults(struct daemon *d, const char *const *env, char kv[DEFAULTS][400])
 {
 	const char *v;
 
-	if (snprintf(d->db, sizeof(d->db), "sqlite:%s/outboxd.db", d->dir) >= (int)sizeof(d->db))
+	if (harness_pg_wanted()) {
+		if (strncmp(d->db, "postgres", 8) != 0 && !env_find(env, "OUTBOXD_DB") &&
+		    harness_pg_fresh_db(d->db, sizeof(d->db)) != 0)
+			return -1;
+	} else if (snprintf(d->db, sizeof(d->db), "sqlite:%s/outboxd.db", d->dir) >=
+		   (int)sizeof(d->db)) {
 		return -1;
+	}
 	snprintf(d->token, sizeof(d->token), "%s", HARNESS_ADMIN_TOKEN);
 	v = env_find(env, "OUTBOXD_DB");
 	if (v)
@@ -810,18 +846,23 @@ static int daemon_defaults(struct daemon *d, const char *const *env, char kv[4][
 		d->port = atoi(strrchr(v, ':') + 1);
 	snprintf(d->url, sizeof(d->url), "http://127.0.0.1:%d", d->port);
 
-	snprintf(kv[0], sizeof(kv[0]), "OUTBOXD_DB=sqlite:%s/outboxd.db", d->dir);
+	if (harness_pg_wanted())
+		snprintf(kv[0], sizeof(kv[0]), "OUTBOXD_DB=%s", d->db);
+	else
+		snprintf(kv[0], sizeof(kv[0]), "OUTBOXD_DB=sqlite:%s/outboxd.db", d->dir);
 	snprintf(kv[1], sizeof(kv[1]), "OUTBOXD_LISTEN=127.0.0.1:%d", d->port);
 	snprintf(kv[2], sizeof(kv[2]), "OUTBOXD_ADMIN_TOKEN=%s", HARNESS_ADMIN_TOKEN);
 	snprintf(kv[3], sizeof(kv[3]), "OUTBOXD_INGEST_TOKEN=%s", HARNESS_INGEST_TOKEN);
+	/* A generated admin token goes to the data directory on every backend. */
+	snprintf(kv[4], sizeof(kv[4]), "OUTBOXD_DATA_DIR=%s", d->dir);
 	return 0;
 }
 
 /* environ, minus what the harness or the test sets, + defaults, + env. The array is
  * returned to the caller (free it); its strings are borrowed from environ, kv and env. */
-static char **daemon_environment(const char *const *env, char kv[4][400])
+static char **daemon_environment(const char *const *env, char kv[DEFAULTS][400])
 {
-	const char *defaults[4] = {kv[0], kv[1], kv[2], kv[3]};
+	const char *defaults[DEFAULTS] = {kv[0], kv[1], kv[2], kv[3], kv[4]};
 	size_t n_environ = 0, n_env = 0, k = 0;
 	char **envp;
 
@@ -829,14 +870,14 @@ static char **daemon_environment(const char *const *env, char kv[4][400])
 		n_environ++;
 	while (env && env[n_env])
 		n_env++;
-	envp = calloc(n_environ + 4 + n_env + 1, sizeof(*envp));
+	envp = calloc(n_environ + DEFAULTS + n_env + 1, sizeof(*envp));
 	if (!envp)
 		return NULL;
 	for (size_t i = 0; i < n_environ; i++) {
-		if (!env_listed(defaults, 4, environ[i]) && !env_listed(env, n_env, environ[i]))
+		if (!env_listed(defaults, DEFAULTS, environ[i]) && !env_listed(env, n_env, environ[i]))
 			envp[k++] = environ[i];
 	}
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < DEFAULTS; i++) {
 		if (!env_listed(env, n_env, defaults[i]))
 			envp[k++] = (char *)defaults[i];
 	}
@@ -867,7 +908,7 @@ int daemon_start(struct daemon *d, const char *const *env)
 {
 	const char *bin = getenv("OUTBOXD_BIN");
 	char *argv[] = {(char *)bin, "serve", NULL};
-	char kv[4][400];
+	char kv[DEFAULTS][400];
 	char log[300];
 	char **envp;
 	int64_t deadline;
@@ -975,6 +1016,7 @@ void daemon_cleanup(struct daemon *d)
 		}
 		d->dir[0] = '\0';
 	}
+	d->db[0] = '\0'; /* the next start gets a fresh database */
 }
 
 json_t *api_call_at(struct daemon *d, bool admin, const char *token, const char *method,

@@ -92,6 +92,7 @@ struct receiver {
 	pid_t pid;              /* 0 when not running */
 	int port;
 	char url[64];           /* "http://127.0.0.1:<port>", no trailing slash */
+	char control_url[64];   /* TLS receivers: "http://127.0.0.1:<control port>"; else "" */
 };
 
 /* Spawns $RECEIVER_BIN --port <free port> [extra_args...] (extra_args NULL-terminated, or
@@ -100,11 +101,20 @@ struct receiver {
 int receiver_start(struct receiver *r);
 int receiver_start_args(struct receiver *r, const char *const *extra_args);
 
+/* Spawns an HTTPS receiver ($RECEIVER_BIN --tls-cert cert --tls-key key [--client-ca
+ * client_ca] --control-port <free port>): url is "https://127.0.0.1:<port>", and the
+ * control API (every receiver_* helper below) goes to control_url over plain HTTP, so the
+ * harness needs no certificate. With client_ca (all paths borrowed; NULL for none) the
+ * receiver refuses, in the TLS handshake, clients without a certificate signed by it.
+ * Returns 0, or -1 (nothing left running). */
+int receiver_start_tls(struct receiver *r, const char *cert, const char *key,
+		       const char *client_ca);
+
 /* SIGTERM and wait (SIGKILL after 5 s). Keeps port and url for receiver_restart. */
 void receiver_stop(struct receiver *r);
 
 /* Stops if running, then starts again on the same port with empty state (and without
- * extra arguments). Returns 0, or -1. */
+ * extra arguments: a TLS receiver comes back as plain HTTP). Returns 0, or -1. */
 int receiver_restart(struct receiver *r);
 
 /* Replaces the script of path. script_json (borrowed) is either a JSON array of responses,
@@ -144,9 +154,11 @@ struct daemon {
 /* Starts `$OUTBOXD_BIN serve`. Zero-initialise d before the first call: it then creates
  * the data directory (unless d->dir is set) and picks a free port (unless d->port is set);
  * later calls restart on the same directory and port. The environment is the test's own
- * (ASan settings included), then OUTBOXD_DB=sqlite:<dir>/outboxd.db,
- * OUTBOXD_LISTEN=127.0.0.1:<port>, OUTBOXD_ADMIN_TOKEN=test-admin-token,
- * OUTBOXD_INGEST_TOKEN=test-ingest-token, then env: a NULL-terminated list of "KEY=VALUE"
+ * (ASan settings included), then OUTBOXD_DB=sqlite:<dir>/outboxd.db (with
+ * OUTBOXD_TEST_BACKEND=postgres: a fresh database on the test process's PostgreSQL
+ * server, see harness_pg.h, kept across restarts of d), OUTBOXD_LISTEN=127.0.0.1:<port>,
+ * OUTBOXD_ADMIN_TOKEN=test-admin-token, OUTBOXD_INGEST_TOKEN=test-ingest-token,
+ * OUTBOXD_DATA_DIR=<dir>, then env: a NULL-terminated list of "KEY=VALUE"
  * (borrowed, may be NULL) that overrides all of those, where a bare "KEY" removes KEY from
  * the environment; d->db, d->port and d->token follow the overrides (token "" when
  * OUTBOXD_ADMIN_TOKEN is removed). stdout and stderr are appended to <dir>/daemon.log.

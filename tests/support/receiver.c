@@ -4,7 +4,14 @@
  * together with webhook-id deduplication counters, and answers from a per-path script of
  * responses (status, delay, dropped connection, body, headers). Tests drive it through the
  * JSON control API under /_control/; the benchmark runs it with --no-bodies --threads N as
- * a sink that only counts.
+ * a sink that only counts, plus --timestamps to keep (webhook-id, receipt time) pairs for
+ * the latency join, read back as text from GET /_control/timestamps.
+ *
+ * With --tls-cert/--tls-key it speaks HTTPS (--client-ca: and requires a client
+ * certificate signed by that CA, refusing others in the TLS handshake, as an mTLS
+ * subscriber does); --control-port then adds a plain-HTTP listener for the control API,
+ * so tests need no certificates to drive it. Records of TLS requests carry "tls": true
+ * and "client_cert" (the subject DN, or null).
  *
  * It plays the subscriber and nothing else: it must not know outboxd's internals, and it
  * must not interpret payloads beyond "is this UTF-8".
@@ -25,6 +32,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <openssl/evp.h>
@@ -35,6 +44,8 @@
 #define CONTROL_PREFIX    "/_control/"
 #define CONNECTION_LIMIT  4096
 #define ARENA_BLOCK       (1u << 20)
+#define PEM_MAX           (1u << 20)   /* certificate, key and CA files */
+#define RECEIPTS_MAX      (8u << 20)   /* --timestamps keeps at most 8 Mi receipts (128 MiB) */
 
 /* ---- small containers ---------------------------------------------------------------- */
 
@@ -63,6 +74,12 @@ struct table {
 	struct table_entry *slots;
 	size_t cap;
 	size_t len;
+};
+
+/* One receipt kept by --timestamps. id points into rx.id_arena, so a reset frees both. */
+struct receipt {
+	const char *id;
+	int64_t received_at_us;
 };
 
 /* One scripted answer. An empty FIFO falls back to the path's default, then to 200 "ok". */
@@ -101,6 +118,7 @@ static struct {
 	pthread_mutex_t lock;
 	bool keep_bodies;
 	bool print;             /* --print: one line per request on stdout */
+	bool timestamps;        /* --timestamps: keep a receipt per webhook-id request */
 	long total;
 	long duplicates;
 	int64_t first_us;
@@ -109,6 +127,10 @@ static struct {
 	struct table ids;       /* distinct webhook-id values, keys in id_arena */
 	struct arena id_arena;
 	struct table paths;     /* path (no query) -> struct path_state */
+	struct receipt *receipts;   /* --timestamps, in arrival order */
+	size_t receipts_len;
+	size_t receipts_cap;
+	long receipts_dropped;      /* past RECEIPTS_MAX or out of memory */
 } rx = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.keep_bodies = true,
@@ -472,6 +494,108 @@ static json_t *base64_string(const char *data, size_t len)
 	return s;
 }
 
+/* ---- TLS ----------------------------------------------------------------------------- */
+
+static bool tls_require_client_cert;    /* --client-ca given */
+
+static gnutls_session_t tls_session_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+
+	return ci ? (gnutls_session_t)ci->tls_session : NULL;
+}
+
+/* Runs inside the handshake: no client certificate, or one the --client-ca trust list
+ * does not verify, ends the handshake with a fatal alert, as a server with mandatory
+ * client certificates does (MHD would close without one, which clients report as a mere
+ * dropped connection). In TLS 1.3 the client sees its handshake done before we judge its
+ * certificate and sends its request at once: the pause lets it read the alert before our
+ * close (a reset, with that request unread) could discard it. */
+static int client_cert_verify_cb(gnutls_session_t session)
+{
+	const struct timespec pause = {.tv_sec = 0, .tv_nsec = 200 * 1000000L};
+	unsigned int status = 0, n = 0;
+	int alert;
+
+	if (!gnutls_certificate_get_peers(session, &n) || n == 0)
+		alert = GNUTLS_A_CERTIFICATE_REQUIRED;
+	else if (gnutls_certificate_verify_peers2(session, &status) < 0 || status != 0)
+		alert = GNUTLS_A_UNKNOWN_CA;
+	else
+		return 0;
+	gnutls_alert_send(session, GNUTLS_AL_FATAL, (gnutls_alert_description_t)alert);
+	nanosleep(&pause, NULL);
+	return GNUTLS_E_CERTIFICATE_ERROR;
+}
+
+/* On a new connection, before its handshake: ask for a client certificate and check it
+ * in the handshake (MHD alone would only ask). */
+static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+				 enum MHD_ConnectionNotificationCode code)
+{
+	gnutls_session_t session;
+
+	if (code != MHD_CONNECTION_NOTIFY_STARTED || !tls_require_client_cert)
+		return;
+	session = tls_session_of(conn);
+	if (!session)
+		return;
+	gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUEST);
+	gnutls_session_set_verify_function(session, client_cert_verify_cb);
+}
+
+/* Adds "tls": true and "client_cert" (subject DN or null) to a record of a TLS request. */
+static void record_tls(struct MHD_Connection *conn, json_t *rec)
+{
+	gnutls_session_t session = tls_session_of(conn);
+	const gnutls_datum_t *peers;
+	unsigned int n = 0;
+	gnutls_x509_crt_t crt;
+	gnutls_datum_t dn = {NULL, 0};
+
+	if (!session)
+		return;
+	json_object_set_new(rec, "tls", json_true());
+	peers = gnutls_certificate_get_peers(session, &n);
+	if (peers && n > 0 && gnutls_x509_crt_init(&crt) == 0) {
+		if (gnutls_x509_crt_import(crt, &peers[0], GNUTLS_X509_FMT_DER) == 0 &&
+		    gnutls_x509_crt_get_dn3(crt, &dn, 0) == 0) {
+			json_object_set_new(rec, "client_cert", json_stringn((char *)dn.data, dn.size));
+			gnutls_free(dn.data);
+		}
+		gnutls_x509_crt_deinit(crt);
+	}
+	if (!json_object_get(rec, "client_cert"))
+		json_object_set_new(rec, "client_cert", json_null());
+}
+
+/* The whole file at path (returned to the caller, NUL-terminated), or NULL (printed). */
+static char *read_pem(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *data = NULL;
+	size_t len = 0;
+
+	if (!f) {
+		fprintf(stderr, "test_receiver: %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	data = malloc(PEM_MAX + 1);
+	if (data) {
+		len = fread(data, 1, PEM_MAX + 1, f);
+		if (len > PEM_MAX || ferror(f)) {
+			fprintf(stderr, "test_receiver: %s: unreadable or over 1 MiB\n", path);
+			free(data);
+			data = NULL;
+		} else {
+			data[len] = '\0';
+		}
+	}
+	fclose(f);
+	return data;
+}
+
 /* The record of one request, without its seq and time (set under the lock). Returned to
  * the caller; NULL when out of memory. */
 static json_t *record_build(struct MHD_Connection *conn, const char *method,
@@ -491,6 +615,7 @@ static json_t *record_build(struct MHD_Connection *conn, const char *method,
 	json_object_set_new(rec, "body", body ? body : json_null());
 	json_object_set_new(rec, "body_base64", base64_string(ctx->body ? ctx->body : "",
 							      ctx->len));
+	record_tls(conn, rec);
 	json_decref(headers);
 	return rec;
 fail:
@@ -508,11 +633,40 @@ static void stats_reset_locked(void)
 	table_free(&rx.paths);
 	table_free(&rx.ids);
 	arena_free(&rx.id_arena);
+	free(rx.receipts);
+	rx.receipts = NULL;
+	rx.receipts_len = 0;
+	rx.receipts_cap = 0;
+	rx.receipts_dropped = 0;
 	json_array_clear(rx.requests);
 	rx.total = 0;
 	rx.duplicates = 0;
 	rx.first_us = 0;
 	rx.last_us = 0;
+}
+
+/* Caller holds rx.lock. Keeps (id, t); id is borrowed from the arena, NULL when the
+ * arena ran out of memory (then the receipt is counted as dropped). */
+static void receipt_add_locked(const char *id, int64_t t)
+{
+	if (!id || rx.receipts_len >= RECEIPTS_MAX) {
+		rx.receipts_dropped++;
+		return;
+	}
+	if (rx.receipts_len == rx.receipts_cap) {
+		size_t cap = rx.receipts_cap ? rx.receipts_cap * 2 : 65536;
+		struct receipt *p = realloc(rx.receipts, cap * sizeof(*p));
+
+		if (!p) {
+			rx.receipts_dropped++;
+			return;
+		}
+		rx.receipts = p;
+		rx.receipts_cap = cap;
+	}
+	rx.receipts[rx.receipts_len].id = id;
+	rx.receipts[rx.receipts_len].received_at_us = t;
+	rx.receipts_len++;
 }
 
 /* ---- control API --------------------------------------------------------------------- */
@@ -668,6 +822,42 @@ static enum MHD_Result control_stats(struct MHD_Connection *conn)
 				    "duplicates", dups, "first_us", first, "last_us", last));
 }
 
+/* GET /_control/timestamps: one "webhook-id received_at_us" line per receipt, in arrival
+ * order (text, so a shell script can join it with awk); X-Receipts-Dropped says how many
+ * were not kept. Empty unless the receiver runs with --timestamps. */
+static enum MHD_Result control_timestamps(struct MHD_Connection *conn)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	char dropped[32];
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+
+	if (!out)
+		return MHD_NO;
+	pthread_mutex_lock(&rx.lock);
+	for (size_t i = 0; i < rx.receipts_len; i++)
+		fprintf(out, "%s %lld\n", rx.receipts[i].id,
+			(long long)rx.receipts[i].received_at_us);
+	snprintf(dropped, sizeof(dropped), "%ld", rx.receipts_dropped);
+	pthread_mutex_unlock(&rx.lock);
+	if (fclose(out) != 0) {
+		free(text);
+		return MHD_NO;
+	}
+	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", "text/plain");
+	MHD_add_response_header(resp, "X-Receipts-Dropped", dropped);
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
 static enum MHD_Result control_dispatch(struct MHD_Connection *conn, const char *method,
 					const struct request_ctx *ctx)
 {
@@ -682,6 +872,8 @@ static enum MHD_Result control_dispatch(struct MHD_Connection *conn, const char 
 		return control_requests(conn);
 	if (n == 5 && memcmp(what, "stats", 5) == 0 && get)
 		return control_stats(conn);
+	if (n == 10 && memcmp(what, "timestamps", 10) == 0 && get)
+		return control_timestamps(conn);
 	if (n == 5 && memcmp(what, "reset", 5) == 0 && post) {
 		pthread_mutex_lock(&rx.lock);
 		stats_reset_locked();
@@ -739,16 +931,18 @@ static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *meth
 	rx.last_us = t;
 	if (id) {
 		bool found;
+		/* The table maps each id to its own arena copy, which a receipt then shares. */
+		const char *key = table_get(&rx.ids, id, &found);
 
-		table_get(&rx.ids, id, &found);
 		if (found) {
 			rx.duplicates++;
 		} else {
-			const char *key = arena_strdup(&rx.id_arena, id);
-
-			if (key)
-				table_put(&rx.ids, key, NULL);
+			key = arena_strdup(&rx.id_arena, id);
+			if (key && table_put(&rx.ids, key, (void *)key) != 1)
+				key = NULL;
 		}
+		if (rx.timestamps)
+			receipt_add_locked(key, t);
 	}
 	if (rec) {
 		json_object_set_new(rec, "seq", json_integer(rx.total));
@@ -856,7 +1050,10 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: test_receiver --port N [--no-bodies] [--threads N] [--print]\n");
+	fprintf(stderr, "usage: test_receiver --port N [--no-bodies] [--threads N] [--print]"
+			" [--timestamps]\n"
+			"         [--tls-cert FILE --tls-key FILE [--client-ca FILE]"
+			" [--control-port N]]\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -881,6 +1078,10 @@ static void mhd_log_cb(void *cls, const char *fmt, va_list ap)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	if (strstr(line, "Application reported internal error"))
 		return;
+	/* GnuTLS's words for every refused TLS handshake (an untrusted client certificate, a
+	 * client that does not trust ours): also what the tests ask for. */
+	if (strstr(line, "received handshake message out of context"))
+		return;
 	fprintf(stderr, "test_receiver: %s%s", line,
 		line[0] && line[strlen(line) - 1] == '\n' ? "" : "\n");
 }
@@ -898,13 +1099,19 @@ static void raise_fd_limit(void)
 
 int main(int argc, char **argv)
 {
-	long port = 0, threads = 0;
+	long port = 0, threads = 0, control_port = 0;
 	struct sockaddr_in addr;
-	struct MHD_Daemon *daemon;
+	struct MHD_Daemon *daemon, *control = NULL;
+	const char *tls_cert = NULL, *tls_key = NULL, *client_ca = NULL;
+	char *cert_pem = NULL, *key_pem = NULL, *ca_pem = NULL;
 	struct MHD_OptionItem pool[] = {
 		{MHD_OPTION_END, 0, NULL},
 		{MHD_OPTION_END, 0, NULL},
+		{MHD_OPTION_END, 0, NULL},
+		{MHD_OPTION_END, 0, NULL},
+		{MHD_OPTION_END, 0, NULL},
 	};
+	size_t n_opts;
 	unsigned int flags;
 	sigset_t set;
 	int sig;
@@ -924,15 +1131,31 @@ int main(int argc, char **argv)
 			rx.print = true;
 		} else if (strcmp(argv[i], "--no-bodies") == 0) {
 			rx.keep_bodies = false;
+		} else if (strcmp(argv[i], "--timestamps") == 0) {
+			rx.timestamps = true;
+		} else if (strcmp(argv[i], "--tls-cert") == 0 && i + 1 < argc) {
+			tls_cert = argv[++i];
+		} else if (strcmp(argv[i], "--tls-key") == 0 && i + 1 < argc) {
+			tls_key = argv[++i];
+		} else if (strcmp(argv[i], "--client-ca") == 0 && i + 1 < argc) {
+			client_ca = argv[++i];
+		} else if (strcmp(argv[i], "--control-port") == 0 && i + 1 < argc) {
+			if (parse_int(argv[++i], 1, 65535, &control_port) != 0) {
+				fprintf(stderr, "test_receiver: bad --control-port %s\n", argv[i]);
+				return 2;
+			}
 		} else {
 			usage();
 			return 2;
 		}
 	}
-	if (!port) {
+	if (!port || !tls_cert != !tls_key || (client_ca && !tls_cert)) {
 		usage();
 		return 2;
 	}
+	if (tls_cert && (!(cert_pem = read_pem(tls_cert)) || !(key_pem = read_pem(tls_key)) ||
+			 (client_ca && !(ca_pem = read_pem(client_ca)))))
+		return 1;
 
 	/* Block the stop signals before MHD starts its threads, so they inherit the mask and
 	 * only the sigwait() below ever takes them. */
@@ -965,6 +1188,17 @@ int main(int argc, char **argv)
 		flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
 			MHD_USE_ERROR_LOG;
 	}
+	n_opts = threads > 0 ? 1 : 0;
+	if (tls_cert) {
+		flags |= MHD_USE_TLS;
+		pool[n_opts++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, key_pem};
+		pool[n_opts++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cert_pem};
+		if (ca_pem) {
+			pool[n_opts++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0,
+								 ca_pem};
+			tls_require_client_cert = true;
+		}
+	}
 	/* MHD sets SO_REUSEADDR (a restart binds through TIME_WAIT) but not SO_REUSEPORT,
 	 * so a second receiver on a taken port fails instead of sharing it. */
 	daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, access_cb, NULL,
@@ -972,6 +1206,7 @@ int main(int argc, char **argv)
 				  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
 				  MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, NULL,
 				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, NULL,
+				  MHD_OPTION_NOTIFY_CONNECTION, notify_connection_cb, NULL,
 				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,
 				  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
 				  MHD_OPTION_ARRAY, pool,
@@ -981,13 +1216,36 @@ int main(int argc, char **argv)
 		json_decref(rx.requests);
 		return 1;
 	}
+	if (control_port) {
+		addr.sin_port = htons((uint16_t)control_port);
+		control = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION |
+					   MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG,
+					   (uint16_t)control_port, NULL, NULL, access_cb, NULL,
+					   MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, NULL,
+					   MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+					   MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, NULL,
+					   MHD_OPTION_NOTIFY_COMPLETED, completed_cb, NULL,
+					   MHD_OPTION_END);
+		if (!control) {
+			fprintf(stderr, "test_receiver: cannot listen on 127.0.0.1:%ld\n",
+				control_port);
+			MHD_stop_daemon(daemon);
+			json_decref(rx.requests);
+			return 1;
+		}
+	}
 	printf("listening on 127.0.0.1:%ld\n", port);
 	fflush(stdout);
 
 	while (sigwait(&set, &sig) != 0)
 		;
 	atomic_store(&stopping, 1);
+	if (control)
+		MHD_stop_daemon(control);
 	MHD_stop_daemon(daemon);
+	free(cert_pem);
+	free(key_pem);
+	free(ca_pem);
 
 	pthread_mutex_lock(&rx.lock);
 	stats_reset_locked();

@@ -1,5 +1,6 @@
 /* test_sub_codec.c: subscription validation (every field named in errors), defaults,
- * masking of credentials, and PATCH merging. */
+ * masking of credentials, PATCH merging, and what outboxd does itself before storing a
+ * document (generated secrets, secret rotation, TLS file checks). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,8 @@
 #include <jansson.h>
 
 #include "api/sub_codec.h"
+#include "core/retry.h"
+#include "util/clock.h"
 
 static struct retry_policy defaults;
 
@@ -74,7 +77,40 @@ static void test_errors(void **state)
 	expect_field("{" BASE ",\"auth\":{\"type\":\"magic\"}}", 400, "auth.type");
 	expect_field("{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\"}}", 400, "auth.password");
 	expect_field("{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"t\",\"x\":1}}", 400, "auth.x");
-	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\"}}", 422, "auth.type");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\"}}", 400, "auth.token_url");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"ftp://x\","
+		     "\"client_id\":\"c\",\"client_secret\":\"s\"}}", 400, "auth.token_url");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\"}}", 400,
+		     "auth.client_id");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		     "\"client_id\":\"c\"}}", 400, "auth.client_secret");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		     "\"client_id\":\"c\",\"client_secret\":\"s\",\"username\":\"u\"}}", 400,
+		     "auth.username");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+		     "\"token_url\":\"https://i/t\",\"client_id\":\"c\",\"username\":\"u\"}}", 400,
+		     "auth.password");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"implicit\","
+		     "\"token_url\":\"https://i/t\",\"client_id\":\"c\"}}", 400, "auth.grant_type");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		     "\"client_id\":\"c\",\"client_secret\":\"s\",\"client_auth\":\"jwt\"}}", 400,
+		     "auth.client_auth");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		     "\"client_id\":\"c\",\"client_secret\":\"s\",\"scope\":\"\"}}", 400, "auth.scope");
+	expect_field("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		     "\"client_id\":\"c\",\"client_secret\":\"s\",\"extra\":1}}", 400, "auth.extra");
+	expect_field("{" BASE ",\"tls\":{\"ca_file\":\"relative.pem\"}}", 400, "tls.ca_file");
+	expect_field("{" BASE ",\"tls\":{\"client_key\":\"/k.pem\"}}", 400, "tls.client_key");
+	expect_field("{" BASE ",\"tls\":{\"insecure_skip_verify\":true}}", 400,
+		     "tls.insecure_skip_verify");
+	expect_field("{" BASE ",\"tls\":\"on\"}", 400, "tls");
+	expect_field("{\"name\":\"n\",\"event_types\":[\"*\"],\"endpoint\":\"http://h/\","
+		     "\"tls\":{\"ca_file\":\"/ca.pem\"}}", 422, "tls");
+	expect_field("{" BASE ",\"secret_grace\":\"31d\"}", 422, "secret_grace");
+	expect_field("{" BASE ",\"secret_grace\":24}", 400, "secret_grace");
+	expect_field("{" BASE ",\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\","
+		     "\"previous_secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"}", 400,
+		     "previous_secret_expires_at");
 	expect_field("{" BASE ",\"headers\":{\"Content-Type\":\"x\"}}", 422, "headers.Content-Type");
 	expect_field("{" BASE ",\"headers\":{\"webhook-id\":\"x\"}}", 422, "headers.webhook-id");
 	expect_field("{" BASE ",\"headers\":{\"X-A\":1}}", 400, "headers.X-A");
@@ -135,6 +171,323 @@ static void test_merge(void **state)
 	json_decref(patch);
 }
 
+static void test_oauth2_and_tls_parsed(void **state)
+{
+	json_t *doc = json_loads("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+				 "\"token_url\":\"https://idp.example/token?x=1\",\"client_id\":\"cid\","
+				 "\"client_secret\":\"cs\",\"scope\":\"a b\",\"audience\":\"aud\","
+				 "\"username\":\"u\",\"password\":\"p\",\"client_auth\":\"body\"},"
+				 "\"tls\":{\"ca_file\":\"/etc/ca.pem\",\"client_cert\":\"/c.pem\","
+				 "\"client_key\":\"/k.pem\"}}", 0, NULL);
+	struct subscription s;
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_int_equal(s.auth_type, AUTH_OAUTH2);
+	assert_int_equal(s.oauth2.grant, OAUTH2_PASSWORD);
+	assert_int_equal(s.oauth2.client_auth, OAUTH2_AUTH_BODY);
+	assert_string_equal(s.oauth2.token_url, "https://idp.example/token?x=1");
+	assert_string_equal(s.oauth2.client_id, "cid");
+	assert_string_equal(s.oauth2.client_secret, "cs");
+	assert_string_equal(s.oauth2.scope, "a b");
+	assert_string_equal(s.oauth2.audience, "aud");
+	assert_string_equal(s.oauth2.username, "u");
+	assert_string_equal(s.oauth2.password, "p");
+	assert_string_equal(s.tls_ca_file, "/etc/ca.pem");
+	assert_string_equal(s.tls_client_cert, "/c.pem");
+	assert_string_equal(s.tls_client_key, "/k.pem");
+	subscription_clear(&s);
+	json_decref(doc);
+
+	/* the defaults: client_credentials, HTTP Basic client authentication */
+	doc = json_loads("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"http://127.0.0.1:1/t\","
+			 "\"client_id\":\"cid\",\"client_secret\":\"cs\"}}", 0, NULL);
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_int_equal(s.oauth2.grant, OAUTH2_CLIENT_CREDENTIALS);
+	assert_int_equal(s.oauth2.client_auth, OAUTH2_AUTH_BASIC);
+	assert_null(s.oauth2.scope);
+	subscription_clear(&s);
+	/* validation only (out NULL) frees what it allocated: ASan checks */
+	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), 0);
+	json_decref(doc);
+}
+
+static void test_public_masks_oauth2_and_previous(void **state)
+{
+	char until[RFC3339_LEN], config[1024];
+	clock_format_rfc3339(clock_now_ms() + 60000, until);
+	snprintf(config, sizeof(config),
+		 "{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"cid\",\"client_secret\":\"topsecret\"},"
+		 "\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\","
+		 "\"previous_secret\":\"whsec_AAAAAAAAAAAAAAAAAAAAAAAA\","
+		 "\"previous_secret_expires_at\":\"%s\"}", until);
+	struct store_sub row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "n",
+				.config = config, .enabled = 1};
+	json_t *v = sub_codec_public(&row);
+	char *text = json_dumps(v, 0);
+	assert_null(strstr(text, "topsecret"));
+	assert_null(strstr(text, "MfKQ9r8"));
+	assert_null(strstr(text, "AAAAAAAA"));
+	assert_string_equal(json_string_value(json_object_get(v, "previous_secret")),
+			    "whsec_********");
+	assert_string_equal(json_string_value(json_object_get(v, "previous_secret_expires_at")),
+			    until);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(v, "auth"),
+							      "client_id")), "cid");
+	free(text);
+	json_decref(v);
+
+	/* an expired previous secret is not shown at all */
+	snprintf(config, sizeof(config),
+		 "{" BASE ",\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\","
+		 "\"previous_secret\":\"whsec_AAAAAAAAAAAAAAAAAAAAAAAA\","
+		 "\"previous_secret_expires_at\":\"2001-01-01T00:00:00Z\"}");
+	v = sub_codec_public(&row);
+	assert_null(json_object_get(v, "previous_secret"));
+	assert_null(json_object_get(v, "previous_secret_expires_at"));
+	json_decref(v);
+}
+
+#define OLD_SECRET "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+#define NEW_SECRET "whsec_BBBBBBBBBBBBBBBBBBBBBBBB"
+
+/* Runs prepare as a PATCH would: merge, prepare, validate. Returns the merged document. */
+static json_t *patch_doc(const char *stored_text, const char *patch_text, int64_t now,
+			 char **generated, int expect_rc, const char *expect_field)
+{
+	json_t *stored = json_loads(stored_text, 0, NULL);
+	json_t *patch = json_loads(patch_text, 0, NULL);
+	struct input_error err;
+	assert_non_null(stored);
+	assert_non_null(patch);
+	json_t *merged = sub_codec_merge(stored, patch, &err);
+	assert_non_null(merged);
+	int rc = sub_codec_prepare(merged, patch, stored, now, generated, &err);
+	if (rc == 0)
+		rc = sub_codec_parse(merged, &defaults, NULL, &err);
+	if (rc != expect_rc)
+		fprintf(stderr, "%s: %s\n", patch_text, err.message);
+	assert_int_equal(rc, expect_rc);
+	if (expect_field)
+		assert_string_equal(err.field, expect_field);
+	json_decref(stored);
+	json_decref(patch);
+	return merged;
+}
+
+static const char *str(json_t *doc, const char *key)
+{
+	return json_string_value(json_object_get(doc, key));
+}
+
+static void test_generate_secret(void **state)
+{
+	json_t *doc = json_loads("{" BASE ",\"secret\":\"generate\"}", 0, NULL);
+	struct input_error err;
+	char *gen = NULL;
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, &gen, &err), 0);
+	assert_non_null(gen);
+	/* whsec_ + base64 of 32 bytes */
+	assert_int_equal(strlen(gen), 6 + 44);
+	assert_memory_equal(gen, "whsec_", 6);
+	assert_string_equal(str(doc, "secret"), gen);
+	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), 0);
+	char *gen2 = NULL;
+	json_t *doc2 = json_loads("{" BASE ",\"secret\":\"generate\"}", 0, NULL);
+	assert_int_equal(sub_codec_prepare(doc2, doc2, NULL, 1000, &gen2, &err), 0);
+	assert_string_not_equal(gen, gen2);
+	free(gen);
+	free(gen2);
+	json_decref(doc);
+	json_decref(doc2);
+
+	/* without "generate", nothing is generated; a create may not set rotation fields */
+	doc = json_loads("{" BASE ",\"secret\":\"" OLD_SECRET "\",\"previous_secret\":null}", 0, NULL);
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, &gen, &err), -1);
+	assert_null(gen);
+	assert_string_equal(err.field, "previous_secret");
+	json_decref(doc);
+}
+
+static void test_rotation(void **state)
+{
+	const int64_t now = 1700000000000LL;
+	char *gen = NULL;
+	char want[RFC3339_LEN];
+
+	/* A new secret keeps the old one for the default 24 hours. */
+	json_t *m = patch_doc("{" BASE ",\"secret\":\"" OLD_SECRET "\"}",
+			      "{\"secret\":\"" NEW_SECRET "\"}", now, &gen, 0, NULL);
+	assert_null(gen);
+	assert_string_equal(str(m, "secret"), NEW_SECRET);
+	assert_string_equal(str(m, "previous_secret"), OLD_SECRET);
+	assert_string_equal(str(m, "previous_secret_expires_at"),
+			    clock_format_rfc3339(now + 86400000LL, want));
+	struct subscription s;
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(m, &defaults, &s, &err), 0);
+	assert_string_equal(s.previous_secret, OLD_SECRET);
+	assert_int_equal(s.previous_secret_until, now + 86400000LL);
+	subscription_clear(&s);
+
+	/* Rotating again within the grace keeps the latest old one; secret_grace applies. */
+	char *stored = json_dumps(m, JSON_COMPACT);
+	json_decref(m);
+	m = patch_doc(stored, "{\"secret\":\"generate\",\"secret_grace\":\"10m\"}", now + 1000, &gen,
+		      0, NULL);
+	assert_non_null(gen);
+	assert_string_equal(str(m, "secret"), gen);
+	assert_string_equal(str(m, "previous_secret"), NEW_SECRET);
+	assert_string_equal(str(m, "previous_secret_expires_at"),
+			    clock_format_rfc3339(now + 1000 + 600000, want));
+	free(gen);
+	gen = NULL;
+	free(stored);
+	stored = json_dumps(m, JSON_COMPACT);
+	json_decref(m);
+
+	/* Other changes leave the rotation alone; the masked secret sent back keeps it. */
+	m = patch_doc(stored, "{\"name\":\"renamed\",\"secret\":\"whsec_********\"}", now + 2000, &gen,
+		      0, NULL);
+	assert_string_equal(str(m, "previous_secret"), NEW_SECRET);
+	assert_string_not_equal(str(m, "secret"), "whsec_********");
+	json_decref(m);
+
+	/* null ends the grace period now; other values are refused */
+	m = patch_doc(stored, "{\"previous_secret\":null}", now + 2000, &gen, 0, NULL);
+	assert_null(json_object_get(m, "previous_secret"));
+	assert_null(json_object_get(m, "previous_secret_expires_at"));
+	json_decref(m);
+	m = patch_doc(stored, "{\"previous_secret\":\"" OLD_SECRET "\"}", now, &gen, -1,
+		      "previous_secret");
+	json_decref(m);
+	m = patch_doc(stored, "{\"previous_secret_expires_at\":\"2099-01-01T00:00:00Z\"}", now, &gen,
+		      -1, "previous_secret_expires_at");
+	json_decref(m);
+
+	/* Past the grace period the previous secret is dropped at the next write. */
+	m = patch_doc(stored, "{\"enabled\":false}", now + 3600000, &gen, 0, NULL);
+	assert_null(json_object_get(m, "previous_secret"));
+	json_decref(m);
+
+	/* Removing the secret removes the rotation; "0s" keeps no old secret. */
+	m = patch_doc(stored, "{\"secret\":null}", now + 2000, &gen, 0, NULL);
+	assert_null(json_object_get(m, "secret"));
+	assert_null(json_object_get(m, "previous_secret"));
+	json_decref(m);
+	m = patch_doc("{" BASE ",\"secret\":\"" OLD_SECRET "\"}",
+		      "{\"secret\":\"" NEW_SECRET "\",\"secret_grace\":\"0s\"}", now, &gen, 0, NULL);
+	assert_null(json_object_get(m, "previous_secret"));
+	json_decref(m);
+	free(stored);
+}
+
+static void test_masked_auth_kept_on_patch(void **state)
+{
+	char *gen = NULL;
+	json_t *m = patch_doc("{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+			      "\"client_id\":\"cid\",\"client_secret\":\"real\"}}",
+			      "{\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t2\","
+			      "\"client_id\":\"cid\",\"client_secret\":\"********\"}}", 0, &gen, 0, NULL);
+	json_t *auth = json_object_get(m, "auth");
+	assert_string_equal(str(auth, "client_secret"), "real");
+	assert_string_equal(str(auth, "token_url"), "https://i/t2");
+	json_decref(m);
+	/* another type: the mask is not a stored credential, and stays what was sent */
+	m = patch_doc("{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\",\"password\":\"real\"}}",
+		      "{\"auth\":{\"type\":\"bearer\",\"token\":\"********\"}}", 0, &gen, 0, NULL);
+	assert_string_equal(str(json_object_get(m, "auth"), "token"), "********");
+	json_decref(m);
+}
+
+static void test_tls_files_must_be_readable(void **state)
+{
+	json_t *doc = json_loads("{" BASE ",\"tls\":{\"ca_file\":\"/nonexistent/ca.pem\"}}", 0, NULL);
+	struct input_error err;
+	char *gen = NULL;
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 0, &gen, &err), -1);
+	assert_string_equal(err.field, "tls.ca_file");
+	assert_int_equal(err.status, 422);
+	assert_non_null(strstr(err.message, "No such file"));
+	json_decref(doc);
+	doc = json_loads("{" BASE ",\"tls\":{\"ca_file\":\"/dev/null\"}}", 0, NULL);
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 0, &gen, &err), 0);
+	json_decref(doc);
+}
+
+/* The retry fields of issue 7, the circuit breaker and the limits, parsed with their
+ * defaults. */
+static void test_retry_breaker_limits_parsed(void **state)
+{
+	json_t *doc = json_loads("{" BASE ",\"retry\":{\"policy\":\"linear\",\"jitter\":0.25,"
+				 "\"permanent\":[400,410,422],\"retry_after_max\":\"10m\"},"
+				 "\"circuit_breaker\":{\"max_errors\":5,\"failure_window\":\"30s\","
+				 "\"max_delay_actions\":2},\"max_in_flight\":4,\"rate_limit\":2.5}",
+				 0, NULL);
+	struct subscription s;
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_int_equal(s.retry.policy, RETRY_LINEAR);
+	assert_true(s.retry.jitter == 0.25);
+	assert_int_equal(s.retry.retry_after_max_ms, 600000);
+	assert_true(retry_is_permanent(&s.retry, 400));
+	assert_true(retry_is_permanent(&s.retry, 410));
+	assert_true(retry_is_permanent(&s.retry, 422));
+	assert_false(retry_is_permanent(&s.retry, 404));
+	assert_int_equal(s.breaker.enabled, 1);
+	assert_int_equal(s.breaker.max_errors, 5);
+	assert_int_equal(s.breaker.failure_window_ms, 30000);
+	assert_int_equal(s.breaker.max_delay_actions, 2);
+	assert_int_equal(s.max_in_flight, 4);
+	assert_true(s.rate_limit == 2.5);
+	subscription_clear(&s);
+	json_decref(doc);
+
+	/* defaults: seed 004's breaker, no limits, nothing permanent, Retry-After up to 1 h */
+	doc = json_loads("{" BASE ",\"max_in_flight\":null,\"rate_limit\":null,"
+			 "\"circuit_breaker\":{\"enabled\":false}}", 0, NULL);
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_int_equal(s.breaker.enabled, 0);
+	assert_int_equal(s.breaker.max_errors, 1000);
+	assert_int_equal(s.breaker.failure_window_ms, 180000);
+	assert_int_equal(s.breaker.max_delay_actions, 5);
+	assert_int_equal(s.max_in_flight, 0);
+	assert_true(s.rate_limit == 0.0);
+	assert_true(s.retry.jitter == 0.0);
+	assert_int_equal(s.retry.retry_after_max_ms, 3600000);
+	for (int code = 400; code < 600; code++)
+		assert_false(retry_is_permanent(&s.retry, code));
+	subscription_clear(&s);
+	json_decref(doc);
+}
+
+static void test_retry_breaker_limits_errors(void **state)
+{
+	expect_field("{" BASE ",\"retry\":{\"jitter\":1.5}}", 400, "retry.jitter");
+	expect_field("{" BASE ",\"retry\":{\"jitter\":\"0.5\"}}", 400, "retry.jitter");
+	expect_field("{" BASE ",\"retry\":{\"permanent\":410}}", 400, "retry.permanent");
+	expect_field("{" BASE ",\"retry\":{\"permanent\":[410,200]}}", 422, "retry.permanent[1]");
+	expect_field("{" BASE ",\"retry\":{\"permanent\":[600]}}", 422, "retry.permanent[0]");
+	expect_field("{" BASE ",\"retry\":{\"permanent\":[\"410\"]}}", 422, "retry.permanent[0]");
+	expect_field("{" BASE ",\"retry\":{\"retry_after_max\":\"1\"}}", 400, "retry.retry_after_max");
+	expect_field("{" BASE ",\"circuit_breaker\":true}", 400, "circuit_breaker");
+	expect_field("{" BASE ",\"circuit_breaker\":{\"max_errors\":0}}", 422,
+		     "circuit_breaker.max_errors");
+	expect_field("{" BASE ",\"circuit_breaker\":{\"failure_window\":\"10ms\"}}", 422,
+		     "circuit_breaker.failure_window");
+	expect_field("{" BASE ",\"circuit_breaker\":{\"max_delay_actions\":-1}}", 422,
+		     "circuit_breaker.max_delay_actions");
+	expect_field("{" BASE ",\"circuit_breaker\":{\"enabled\":1}}", 400,
+		     "circuit_breaker.enabled");
+	expect_field("{" BASE ",\"circuit_breaker\":{\"open\":1}}", 400, "circuit_breaker.open");
+	expect_field("{" BASE ",\"max_in_flight\":0}", 422, "max_in_flight");
+	expect_field("{" BASE ",\"max_in_flight\":1.5}", 400, "max_in_flight");
+	expect_field("{" BASE ",\"rate_limit\":0}", 400, "rate_limit");
+	expect_field("{" BASE ",\"rate_limit\":-2}", 400, "rate_limit");
+	expect_field("{" BASE ",\"rate_limit\":\"5/s\"}", 400, "rate_limit");
+	expect_field("{" BASE ",\"rate_limit\":1e9}", 400, "rate_limit");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -142,6 +495,14 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_public_view_masks),
 		cmocka_unit_test(test_merge),
+		cmocka_unit_test(test_oauth2_and_tls_parsed),
+		cmocka_unit_test(test_public_masks_oauth2_and_previous),
+		cmocka_unit_test(test_generate_secret),
+		cmocka_unit_test(test_rotation),
+		cmocka_unit_test(test_masked_auth_kept_on_patch),
+		cmocka_unit_test(test_tls_files_must_be_readable),
+		cmocka_unit_test(test_retry_breaker_limits_parsed),
+		cmocka_unit_test(test_retry_breaker_limits_errors),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "core/config.h"
+#include "core/model.h"
 
 static void test_defaults(void **state)
 {
@@ -70,6 +71,56 @@ static void test_errors(void **state)
 	expect_error(NULL, none, 2, bad_int, "max_retries");
 }
 
+/* The default retry policy: every retry setting in its three forms, and the policy
+ * subscriptions start from. */
+static void test_retry_policy_settings(void **state)
+{
+	struct config c;
+	struct retry_policy p;
+	char err[256];
+	char *none[] = {NULL};
+
+	assert_int_equal(config_load(&c, NULL, none, 0, NULL, err, sizeof(err)), 0);
+	assert_string_equal(c.retry_policy, "fixed");
+	assert_int_equal(c.retry_min_delay_ms, 10000);
+	assert_int_equal(c.retry_max_delay_ms, 60000);
+	assert_true(c.retry_factor == 2.0);
+	assert_true(c.retry_jitter == 0.0);
+	assert_int_equal(c.retry_after_max_ms, 3600000);
+	config_retry_defaults(&c, &p);
+	assert_int_equal(p.policy, RETRY_FIXED);
+	assert_int_equal(p.immediate, 3);
+	assert_int_equal(p.interval_ms, 3000);
+	assert_int_equal(p.min_delay_ms, 10000);
+	assert_int_equal(p.max_delay_ms, 60000);
+	assert_int_equal(p.retry_after_max_ms, 3600000);
+	config_free(&c);
+
+	const char *file = "retry_policy = linear\nretry_jitter = 0.5\nretry_min_delay = 1s\n";
+	char *envp[] = {"OUTBOXD_RETRY_POLICY=exponential", "OUTBOXD_RETRY_FACTOR=3", NULL};
+	char *argv[] = {"--retry-max-delay", "2m", "--retry-after-max=10m", "--retry-jitter=0.25"};
+	assert_int_equal(config_load(&c, file, envp, 4, argv, err, sizeof(err)), 0);
+	config_retry_defaults(&c, &p);
+	assert_int_equal(p.policy, RETRY_EXPONENTIAL); /* env beats file */
+	assert_true(p.factor == 3.0);
+	assert_true(p.jitter == 0.25);                 /* flag beats file */
+	assert_int_equal(p.min_delay_ms, 1000);
+	assert_int_equal(p.max_delay_ms, 120000);
+	assert_int_equal(p.retry_after_max_ms, 600000);
+	config_free(&c);
+
+	char *bad_policy[] = {"--retry-policy", "random"};
+	char *bad_jitter[] = {"--retry-jitter", "1.5"};
+	char *bad_number[] = {"--retry-factor", "two"};
+	char *bad_factor[] = {"--retry-factor", "0.5"};
+	char *bad_window[] = {"--retry-min-delay", "2m"};
+	expect_error(NULL, none, 2, bad_policy, "retry_policy");
+	expect_error(NULL, none, 2, bad_jitter, "retry_jitter");
+	expect_error(NULL, none, 2, bad_number, "retry_factor");
+	expect_error(NULL, none, 2, bad_factor, "retry_factor");
+	expect_error(NULL, none, 2, bad_window, "retry_min_delay");
+}
+
 static void test_config_path(void **state)
 {
 	char *envp[] = {"OUTBOXD_CONFIG=/etc/a.conf", NULL};
@@ -84,6 +135,7 @@ int main(void)
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_precedence),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_retry_policy_settings),
 		cmocka_unit_test(test_config_path),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

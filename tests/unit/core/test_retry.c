@@ -1,6 +1,8 @@
 /* test_retry.c: retry delays and limits (core/retry.c): exact values for each policy,
- * the 60 s cap on the immediate round, saturation for huge retry numbers, and
- * property loops with a deterministic random source. */
+ * the 60 s cap on the immediate round, saturation for huge retry numbers, jitter,
+ * permanent codes, Retry-After parsing and clamping, and property loops with a
+ * deterministic random source (delays within bounds, attempts never above the maximum,
+ * nothing after a permanent code). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,10 +147,19 @@ static void test_linear(void **state)
 	assert_int_equal(retry_scheduled_delay(&p, 2, NULL, NULL), 6000);
 	assert_int_equal(retry_scheduled_delay(&p, 10, NULL, NULL), 30000);
 	assert_int_equal(retry_scheduled_delay(&p, 0, NULL, NULL), 3000); /* treated as 1 */
-	assert_int_equal(retry_scheduled_delay(&p, INT_MAX, NULL, NULL),
-			 (int64_t)3000 * INT_MAX);
+	/* grows up to max_delay (60 s by default), then stays there */
+	assert_int_equal(retry_scheduled_delay(&p, 20, NULL, NULL), 60000);
+	assert_int_equal(retry_scheduled_delay(&p, 21, NULL, NULL), 60000);
+	assert_int_equal(retry_scheduled_delay(&p, INT_MAX, NULL, NULL), 60000);
+	p.max_delay_ms = INT64_MAX; /* no practical cap: the product must not overflow */
+	assert_int_equal(retry_scheduled_delay(&p, INT_MAX, NULL, NULL), (int64_t)3000 * INT_MAX);
 	p.interval_ms = INT64_MAX / 2;
 	assert_true(retry_scheduled_delay(&p, 3, NULL, NULL) == INT64_MAX); /* saturates */
+	/* a max_delay below one interval caps nothing: the first step is one interval */
+	p.interval_ms = 120000;
+	p.max_delay_ms = 60000;
+	assert_int_equal(retry_scheduled_delay(&p, 1, NULL, NULL), 120000);
+	assert_int_equal(retry_scheduled_delay(&p, 5, NULL, NULL), 120000);
 }
 
 static void test_exponential_exact(void **state)
@@ -310,6 +321,342 @@ static void test_is_success(void **state)
 	assert_false(retry_is_success(520));
 }
 
+
+/* ---- jitter ---------------------------------------------------------------------------- */
+
+static void test_jitter_exact(void **state)
+{
+	struct retry_policy p;
+	double r;
+
+	retry_policy_defaults(&p);
+	p.jitter = 0.5; /* fixed 3 s: [1.5 s, 3 s] */
+	r = 0.0;
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 3000);
+	r = 0.5;
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 2250);
+	r = nextafter(1.0, 0.0);
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 1501);
+	assert_int_equal(retry_scheduled_delay(&p, 1, NULL, NULL), 3000); /* no source */
+
+	p.jitter = 1.0; /* anything in [0, 3 s] */
+	r = nextafter(1.0, 0.0);
+	assert_true(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r) <= 1);
+	p.jitter = 7.0; /* out of range: treated as 1 */
+	assert_true(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r) <= 1);
+	p.jitter = NAN; /* broken: no jitter */
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 3000);
+	p.jitter = -1.0;
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 3000);
+
+	p.policy = RETRY_LINEAR; /* linear 3 s step, retry 4: [6 s, 12 s] with jitter 0.5 */
+	p.jitter = 0.5;
+	r = 0.5;
+	assert_int_equal(retry_scheduled_delay(&p, 4, rand_fixed_cb, &r), 9000);
+}
+
+/* Property: for every policy, retry number and draw, a delay is inside the policy's
+ * bounds: fixed [i(1-j), i]; linear [L(1-j), L] with L = min(i*n, max(max_delay, i));
+ * exponential [min_delay, max(min_delay, max_delay)]. */
+static void test_delays_within_bounds_property(void **state)
+{
+	static const double jitters[] = {0.0, 0.1, 0.25, 0.5, 0.9, 1.0};
+	static const int64_t intervals[] = {1, 100, 300, 3000, 59999, 60000, 120000};
+	uint64_t seed = 0x9e3779b97f4a7c15ULL;
+
+	for (int policy = RETRY_FIXED; policy <= RETRY_EXPONENTIAL; policy++) {
+		for (size_t ji = 0; ji < sizeof(jitters) / sizeof(jitters[0]); ji++) {
+			for (size_t ii = 0; ii < sizeof(intervals) / sizeof(intervals[0]); ii++) {
+				struct retry_policy p;
+				retry_policy_defaults(&p);
+				p.policy = (enum retry_policy_kind)policy;
+				p.jitter = jitters[ji];
+				p.interval_ms = intervals[ii];
+				p.min_delay_ms = intervals[ii] / 2;
+				p.max_delay_ms = 60000;
+				for (int i = 0; i < 300; i++) {
+					int n = 1 + (int)(seed % 64);
+					int64_t d = retry_scheduled_delay(&p, n, rand_xorshift_cb, &seed);
+					int64_t hi, lo;
+					if (policy == RETRY_EXPONENTIAL) {
+						lo = p.min_delay_ms;
+						hi = p.max_delay_ms > lo ? p.max_delay_ms : lo;
+					} else {
+						int64_t cap = p.max_delay_ms > p.interval_ms
+								      ? p.max_delay_ms : p.interval_ms;
+						hi = policy == RETRY_FIXED ? p.interval_ms
+							: ((int64_t)n * p.interval_ms < cap
+								   ? (int64_t)n * p.interval_ms : cap);
+						lo = (int64_t)floor((double)hi * (1.0 - p.jitter));
+					}
+					assert_true(d >= lo);
+					assert_true(d <= hi);
+				}
+			}
+		}
+	}
+}
+
+/* ---- permanent codes --------------------------------------------------------------------- */
+
+static void test_permanent_set(void **state)
+{
+	struct retry_policy p;
+
+	retry_policy_defaults(&p);
+	for (int code = 0; code < 700; code++)
+		assert_false(retry_is_permanent(&p, code)); /* seeds: everything is retried */
+	assert_int_equal(retry_permanent_add(&p, 410), 0);
+	assert_int_equal(retry_permanent_add(&p, 400), 0);
+	assert_int_equal(retry_permanent_add(&p, 599), 0);
+	assert_int_equal(retry_permanent_add(&p, 463), 0); /* crosses a 64-bit word */
+	assert_int_equal(retry_permanent_add(&p, 399), -1);
+	assert_int_equal(retry_permanent_add(&p, 600), -1);
+	assert_int_equal(retry_permanent_add(&p, -410), -1);
+	for (int code = -5; code < 700; code++)
+		assert_int_equal(retry_is_permanent(&p, code),
+				 code == 400 || code == 410 || code == 463 || code == 599);
+}
+
+/* Property: after a permanent code nothing more happens, whatever the kind, the retries
+ * done, the Retry-After or the policy: no scheduled retry and no further immediate try. */
+static void test_no_retry_after_permanent_property(void **state)
+{
+	static const int codes[] = {400, 401, 403, 404, 410, 422, 429, 500, 503, 520, 599};
+	uint64_t seed = 42;
+
+	for (int policy = RETRY_FIXED; policy <= RETRY_EXPONENTIAL; policy++) {
+		for (size_t c = 0; c < sizeof(codes) / sizeof(codes[0]); c++) {
+			struct retry_policy p;
+			retry_policy_defaults(&p);
+			p.policy = (enum retry_policy_kind)policy;
+			p.max_retries = 0; /* forever: still nothing after a permanent code */
+			assert_int_equal(retry_permanent_add(&p, codes[c]), 0);
+			for (int kind = ATTEMPT_IMMEDIATE; kind <= ATTEMPT_MANUAL; kind++)
+				for (int done = 0; done < 50; done++)
+					assert_int_equal(retry_next_delay(&p, (enum attempt_kind)kind, done,
+									  codes[c], done * 1000 - 1,
+									  rand_xorshift_cb, &seed), -1);
+			for (int tries = 1; tries < 10; tries++)
+				assert_false(retry_immediate_continue(&p, tries, 10, codes[c], -1));
+			/* the code next to it is still retried */
+			int other = codes[c] == 599 ? 598 : codes[c] + 1;
+			if (!retry_is_permanent(&p, other)) {
+				assert_true(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, other, -1,
+							     rand_xorshift_cb, &seed) >= 0);
+				assert_true(retry_immediate_continue(&p, 1, 3, other, -1));
+			}
+		}
+	}
+}
+
+/* ---- the decision after a failed round ------------------------------------------------- */
+
+static void test_next_delay_kinds(void **state)
+{
+	struct retry_policy p;
+
+	retry_policy_defaults(&p); /* fixed 3 s, max 3 */
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 500, -1, NULL, NULL), 3000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 7, 500, -1, NULL, NULL), 3000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_SCHEDULED, 1, 500, -1, NULL, NULL), 3000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_SCHEDULED, 2, 500, -1, NULL, NULL), 3000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_SCHEDULED, 3, 500, -1, NULL, NULL), -1);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_MANUAL, 0, 500, -1, NULL, NULL), -1);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 200, -1, NULL, NULL), -1);
+	p.policy = RETRY_LINEAR; /* the retry number follows the retries done */
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 500, -1, NULL, NULL), 3000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_SCHEDULED, 1, 500, -1, NULL, NULL), 6000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_SCHEDULED, 2, 500, -1, NULL, NULL), 9000);
+	p.max_retries = 0;
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_SCHEDULED, INT_MAX, 500, -1, NULL, NULL),
+			 60000);
+}
+
+/* Property: driving rounds through retry_next_delay never makes more than max_retries
+ * scheduled retries, and with max_retries 0 never stops. */
+static void test_attempts_never_exceed_maximum_property(void **state)
+{
+	uint64_t seed = 7;
+
+	for (int policy = RETRY_FIXED; policy <= RETRY_EXPONENTIAL; policy++) {
+		for (int max = 0; max <= 40; max++) {
+			struct retry_policy p;
+			int retries = 0, rounds = 0;
+			enum attempt_kind kind = ATTEMPT_IMMEDIATE;
+
+			retry_policy_defaults(&p);
+			p.policy = (enum retry_policy_kind)policy;
+			p.max_retries = max;
+			for (;;) {
+				int code = 500 + (int)(seed % 100);
+				int64_t ra = (int64_t)(seed % 5000) - 1;
+				int64_t d = retry_next_delay(&p, kind, retries, code, ra,
+							     rand_xorshift_cb, &seed);
+				rounds++;
+				if (d < 0 || rounds > 1000)
+					break;
+				kind = ATTEMPT_SCHEDULED;
+				retries++;
+			}
+			if (max == 0)
+				assert_int_equal(rounds, 1001);
+			else
+				assert_int_equal(retries, max);
+		}
+	}
+}
+
+/* ---- Retry-After ----------------------------------------------------------------------- */
+
+static void test_retry_after_parse(void **state)
+{
+	/* Sun, 06 Nov 1994 08:49:37 GMT = 784111777 */
+	const int64_t at = 784111777000LL;
+	int64_t d;
+
+	assert_int_equal(retry_after_parse("120", 0, &d), 0);
+	assert_int_equal(d, 120000);
+	assert_int_equal(retry_after_parse(" 2 \r\n", 0, &d), 0);
+	assert_int_equal(d, 2000);
+	assert_int_equal(retry_after_parse("0", 0, &d), 0);
+	assert_int_equal(d, 0);
+	assert_int_equal(retry_after_parse("99999999999999999999999999", 0, &d), 0);
+	assert_true(d > 0); /* saturates, never wraps */
+
+	assert_int_equal(retry_after_parse("Sun, 06 Nov 1994 08:49:37 GMT", at - 5000, &d), 0);
+	assert_int_equal(d, 5000);
+	assert_int_equal(retry_after_parse("Sunday, 06-Nov-94 08:49:37 GMT", at - 1500, &d), 0);
+	assert_int_equal(d, 1500);
+	assert_int_equal(retry_after_parse("Sun Nov  6 08:49:37 1994", at - 60000, &d), 0);
+	assert_int_equal(d, 60000);
+	assert_int_equal(retry_after_parse("Sun, 06 Nov 1994 08:49:37 GMT", at + 1, &d), 0);
+	assert_int_equal(d, 0); /* in the past: no wait */
+	assert_int_equal(retry_after_parse("Thu, 01 Jan 2037 00:00:00 GMT", 0, &d), 0);
+	assert_int_equal(d, 2114380800000LL);
+	assert_int_equal(retry_after_parse("Tue, 29 Feb 2028 12:00:00 GMT", 0, &d), 0);
+	assert_int_equal(d, 1835438400000LL);
+
+	static const char *const bad[] = {
+		"", "   ", "-1", "1.5", "12s", "soon", "Sun, 06 Nov 1994 08:49:37 PST",
+		"Sun, 06 Foo 1994 08:49:37 GMT", "Sun, 06 Nov 1994 25:49:37 GMT",
+		"Sun, 06 Nov 1994 08:49:37 GMT trailing", NULL,
+	};
+	for (const char *const *b = bad; *b; b++)
+		assert_int_equal(retry_after_parse(*b, 0, &d), -1);
+	assert_int_equal(retry_after_parse(NULL, 0, &d), -1);
+}
+
+static void test_retry_after_rule(void **state)
+{
+	struct retry_policy p;
+
+	retry_policy_defaults(&p); /* fixed 3 s, Retry-After honoured up to 1 h */
+	/* 503 and 429: the later of the policy delay and the header */
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 503, 10000, NULL, NULL), 10000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 429, 10000, NULL, NULL), 10000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 503, 1000, NULL, NULL), 3000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 503, 0, NULL, NULL), 3000);
+	/* other codes ignore it */
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 500, 10000, NULL, NULL), 3000);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 502, 10000, NULL, NULL), 3000);
+	/* capped at retry_after_max */
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 503, 86400000, NULL, NULL),
+			 3600000);
+	p.retry_after_max_ms = 5000;
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 503, 86400000, NULL, NULL), 5000);
+	/* the cap never shortens the policy's own delay */
+	p.interval_ms = 20000;
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 503, 86400000, NULL, NULL),
+			 20000);
+	p.retry_after_max_ms = 0; /* 0: Retry-After is ignored */
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_IMMEDIATE, 0, 503, 86400000, NULL, NULL),
+			 20000);
+	/* it never revives a retry the policy ended */
+	p.retry_after_max_ms = 3600000;
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_SCHEDULED, 3, 503, 1000, NULL, NULL), -1);
+	assert_int_equal(retry_next_delay(&p, ATTEMPT_MANUAL, 0, 429, 1000, NULL, NULL), -1);
+}
+
+/* Property: with a Retry-After on 429/503 the wait is max(policy, min(header, cap)):
+ * never below the policy delay, never above max(policy delay, retry_after_max). */
+static void test_retry_after_clamp_property(void **state)
+{
+	uint64_t seed = 0xdeadbeefULL, seed2;
+
+	for (int i = 0; i < 20000; i++) {
+		struct retry_policy p;
+		retry_policy_defaults(&p);
+		p.policy = (enum retry_policy_kind)(seed % 3);
+		p.interval_ms = 1 + (int64_t)(seed % 100000);
+		p.retry_after_max_ms = (int64_t)((seed >> 8) % 7200000);
+		int code = (seed >> 20) % 2 ? 429 : 503;
+		int64_t ra = (int64_t)((seed >> 24) % 10000000);
+		int retries = (int)((seed >> 40) % 3);
+		seed2 = seed;
+		int64_t policy = retry_next_delay(&p, ATTEMPT_SCHEDULED, retries, code, -1,
+						  rand_xorshift_cb, &seed2);
+		seed2 = seed;
+		int64_t d = retry_next_delay(&p, ATTEMPT_SCHEDULED, retries, code, ra,
+					     rand_xorshift_cb, &seed2);
+		assert_true(policy >= 0);
+		int64_t hint = ra < p.retry_after_max_ms ? ra : p.retry_after_max_ms;
+		assert_int_equal(d, policy > hint ? policy : hint);
+		assert_true(d >= policy);
+		assert_true(d <= (policy > p.retry_after_max_ms ? policy : p.retry_after_max_ms));
+		rand_xorshift_cb(&seed);
+	}
+}
+
+static void test_immediate_continue(void **state)
+{
+	struct retry_policy p;
+
+	retry_policy_defaults(&p); /* 3 tries, 100 ms stagger */
+	assert_true(retry_immediate_continue(&p, 1, 3, 500, -1));
+	assert_true(retry_immediate_continue(&p, 2, 3, 500, -1));
+	assert_false(retry_immediate_continue(&p, 3, 3, 500, -1));
+	assert_false(retry_immediate_continue(&p, 1, 3, 200, -1));
+	/* Retry-After longer than the next stagger (100 ms after try 1) ends the round */
+	assert_false(retry_immediate_continue(&p, 1, 3, 503, 2000));
+	assert_false(retry_immediate_continue(&p, 1, 3, 429, 101));
+	assert_true(retry_immediate_continue(&p, 1, 3, 429, 100));
+	assert_true(retry_immediate_continue(&p, 1, 3, 503, 0));
+	assert_true(retry_immediate_continue(&p, 1, 3, 500, 2000)); /* not 429/503 */
+	assert_int_equal(retry_permanent_add(&p, 404), 0);
+	assert_false(retry_immediate_continue(&p, 1, 3, 404, -1));
+}
+
+static void test_requeue_window(void **state)
+{
+	struct retry_policy p;
+	uint64_t seed = 99;
+	int64_t lowest = INT64_MAX, highest = 0;
+	double r;
+
+	retry_policy_defaults(&p); /* 10-60 s */
+	r = 0.0;
+	assert_int_equal(retry_requeue_delay(&p, rand_fixed_cb, &r), 10000);
+	r = nextafter(1.0, 0.0);
+	assert_int_equal(retry_requeue_delay(&p, rand_fixed_cb, &r), 60000);
+	r = 0.5;
+	assert_int_equal(retry_requeue_delay(&p, rand_fixed_cb, &r), 35000);
+	for (int i = 0; i < 10000; i++) {
+		int64_t d = retry_requeue_delay(&p, rand_xorshift_cb, &seed);
+		assert_true(d >= 10000 && d <= 60000);
+		lowest = d < lowest ? d : lowest;
+		highest = d > highest ? d : highest;
+	}
+	assert_true(lowest < 10100);
+	assert_true(highest > 59900);
+	p.min_delay_ms = 5000; /* inverted: the lower bound */
+	p.max_delay_ms = 1000;
+	assert_int_equal(retry_requeue_delay(&p, rand_fixed_cb, &r), 5000);
+	p.min_delay_ms = -5;
+	p.max_delay_ms = 0;
+	assert_int_equal(retry_requeue_delay(&p, rand_fixed_cb, &r), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -326,6 +673,17 @@ int main(void)
 		cmocka_unit_test(test_max_retries_honoured),
 		cmocka_unit_test(test_zero_is_forever),
 		cmocka_unit_test(test_is_success),
+		cmocka_unit_test(test_jitter_exact),
+		cmocka_unit_test(test_delays_within_bounds_property),
+		cmocka_unit_test(test_permanent_set),
+		cmocka_unit_test(test_no_retry_after_permanent_property),
+		cmocka_unit_test(test_next_delay_kinds),
+		cmocka_unit_test(test_attempts_never_exceed_maximum_property),
+		cmocka_unit_test(test_retry_after_parse),
+		cmocka_unit_test(test_retry_after_rule),
+		cmocka_unit_test(test_retry_after_clamp_property),
+		cmocka_unit_test(test_immediate_continue),
+		cmocka_unit_test(test_requeue_window),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,394 @@
+#!/usr/bin/env bash
+# run.sh: the benchmark of `make bench` (issue 4). Builds a Release outboxd, the load
+# generator and the sink, then measures in one run, on this machine:
+#
+#   1. ceiling       wrk POSTing the same ~200-byte body to the sink (keep-alive)
+#   2. sqlite        outboxd on SQLite, 1 subscription: EVENTS events through the batch API,
+#                    deliveries/s first ingest to last receipt, ingest events/s, outboxd CPU
+#                    µs per delivery, peak RSS; then latency at LAT_RATE events/s
+#   3. sqlite-fanout outboxd on SQLite, FANOUT_SUBS subscriptions (FANOUT_EVENTS events)
+#   4. postgres      as 2, on a PostgreSQL this script starts (not available when outboxd
+#                    refuses a postgres:// store)
+#   5. peer          graphile-worker + undici on the same PostgreSQL, as 2
+#
+# and writes bench/results/latest.{md,json,png}, stamped with the machine and the commit
+# (and refreshes the table in docs/performance.md).
+# Every knob below can be set from the environment; `make bench` uses the defaults.
+# Needs what scripts/bench-deps.sh installs. Leaves nothing running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+EVENTS=${EVENTS:-100000}             # rows 2, 4, 5
+BATCH=${BATCH:-1000}                 # events per ingest request / per transaction
+CONNS=${CONNS:-4}                    # ingest connections
+FANOUT_SUBS=${FANOUT_SUBS:-10}
+FANOUT_EVENTS=${FANOUT_EVENTS:-10000}  # x FANOUT_SUBS = as many deliveries as row 2
+LAT_RATE=${LAT_RATE:-1000}           # events/s of the latency runs
+LAT_SECONDS=${LAT_SECONDS:-20}
+LAT_CONNS=${LAT_CONNS:-16}
+LAT_BATCH=${LAT_BATCH:-1}            # events per request in the latency runs (1 = single)
+CEILING_SECONDS=${CEILING_SECONDS:-10}
+CEILING_CONNS=${CEILING_CONNS:-64}
+SINK_THREADS=${SINK_THREADS:-2}
+ROW_TIMEOUT=${ROW_TIMEOUT:-180}      # seconds a row may take to drain before it is cut
+PEER_CONCURRENCY=${PEER_CONCURRENCY:-64}
+PEER_LOCAL_QUEUE=${PEER_LOCAL_QUEUE:-500}
+PEER_COMPLETE_DELAY=${PEER_COMPLETE_DELAY:-50}
+BUILD=${BUILD:-build-bench}
+BUILD_TYPE=${BUILD_TYPE:-Release}
+CMAKE_ARGS=${CMAKE_ARGS:-}           # e.g. -DCMAKE_C_FLAGS=-fno-omit-frame-pointer to profile
+PERF=${PERF:-}                       # a file: perf record -g the outboxd of row PERF_ROW
+PERF_ROW=${PERF_ROW:-sqlite}
+PERF_OPTS=${PERF_OPTS:--g -F 999}    # e.g. "--call-graph dwarf,16384 -F 499" to see into libraries
+RESULTS=${RESULTS:-bench/results}
+ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres peer}
+export PEER_CONCURRENCY PEER_LOCAL_QUEUE PEER_COMPLETE_DELAY
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+LOAD_BEFORE=$(loadavg)
+T_START=$(date +%s)
+
+# ---- build ---------------------------------------------------------------------------
+log "building $BUILD_TYPE binaries in $BUILD"
+# shellcheck disable=SC2086  # CMAKE_ARGS is a list of arguments
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" $CMAKE_ARGS >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver bench_loadgen >/dev/null
+[ -d bench/peers/node_modules/graphile-worker ] ||
+  die "bench/peers/node_modules is missing: run scripts/bench-deps.sh (make bench does)"
+
+# ---- work area and cleanup ---------------------------------------------------------------
+work=$(mktemp -d /tmp/outboxd-bench-XXXXXX)
+mkdir -p "$work/rows"
+pids=()
+pg_data=""
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi; }
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ -n "$pg_data" ] && [ -f "$pg_data/postmaster.pid" ]; then
+    as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $work"; else rm -rf "$work" "${pg_dir:-}"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A port nobody listens on (the sink and outboxd bind it right after), below the kernel's
+# ephemeral range so that no outgoing connection of the run can take it in between.
+read -r EPHEMERAL_LO _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LO=32768
+PORT_LO=10000; PORT_SPAN=$((EPHEMERAL_LO - PORT_LO))
+[ "$PORT_SPAN" -ge 1000 ] || { PORT_LO=20000; PORT_SPAN=10000; }
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((PORT_LO + RANDOM % PORT_SPAN))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+# utime+stime of a process in clock ticks (the whole process, every thread).
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+hwm_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+HZ=$(getconf CLK_TCK)
+
+stop_pid() {
+  local p=$1
+  kill "$p" 2>/dev/null || true
+  for _ in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+  kill -9 "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+}
+
+# ---- the sink ----------------------------------------------------------------------------
+RPORT=$(free_port) || die "no free port"
+"$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads "$SINK_THREADS" --timestamps \
+  >"$work/sink.log" 2>&1 &
+pids+=($!)
+SINK=http://127.0.0.1:$RPORT
+for _ in $(seq 100); do curl -sf "$SINK/_control/stats" >/dev/null && break; sleep 0.05; done
+curl -sf "$SINK/_control/stats" >/dev/null || die "the sink did not start"
+
+sink_reset() { curl -sf -X POST "$SINK/_control/reset" >/dev/null; }
+sink_field() { curl -sf "$SINK/_control/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+
+# Waits until the sink has counted $1 requests; prints the count reached. The poll is
+# slow on purpose: the times come from the sink's own stamps, and every curl started here
+# takes CPU from the run being measured.
+sink_wait() {
+  local want=$1 deadline=$(($(date +%s) + ROW_TIMEOUT)) n=0 last=-1 still=0
+  while :; do
+    n=$(sink_field count || echo 0)
+    [ "${n:-0}" -ge "$want" ] && break
+    [ "$(date +%s)" -ge "$deadline" ] && { log "timeout: $n of $want received"; break; }
+    # Nothing new for 30 s: the pipeline stalled, no point waiting for the deadline.
+    if [ "$n" = "$last" ]; then still=$((still + 1)); else still=0; last=$n; fi
+    [ "$still" -ge 300 ] && { log "stalled at $n of $want"; break; }
+    sleep 0.1
+  done
+  echo "$n"
+}
+
+# The same ~200-byte JSON object bench_loadgen puts in each event's payload.
+PAYLOAD=$(printf '{"seq":0,"pad":"%s"}' "$(printf 'x%.0s' $(seq 182))")   # 200 bytes
+
+# ---- PostgreSQL (rows 4 and 5): its defaults, fsync and synchronous_commit on ------------
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+PGPORT=""
+pg_start() {
+  [ -x "$PGBIN/initdb" ] || { log "no PostgreSQL server binaries"; return 1; }
+  pg_dir=$(mktemp -d /tmp/outboxd-bench-pg-XXXXXX)
+  [ "$(id -u)" -eq 0 ] && chown nobody "$pg_dir"
+  pg_data=$pg_dir/data
+  PGPORT=$(free_port)
+  as_pg "$PGBIN/initdb" -D "$pg_data" -U bench -A trust -E UTF8 >"$work/initdb.log" 2>&1 ||
+    { log "initdb failed: $(tail -1 "$work/initdb.log")"; return 1; }
+  as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w \
+    -o "-p $PGPORT -k $pg_dir -c listen_addresses=127.0.0.1" start >/dev/null ||
+    { log "PostgreSQL did not start: $(tail -3 "$pg_dir/server.log")"; return 1; }
+  log "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on port $PGPORT" \
+      "(fsync=$(pg_sql -Atc 'show fsync'), synchronous_commit=$(pg_sql -Atc 'show synchronous_commit'))"
+}
+pg_sql() { psql -h 127.0.0.1 -p "$PGPORT" -U bench -d postgres -v ON_ERROR_STOP=1 -q "$@"; }
+pg_createdb() {
+  pg_sql -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $1" \
+    -c "CREATE DATABASE $1" >/dev/null
+}
+pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
+
+# ---- outboxd -------------------------------------------------------------------------
+DPID=""; DPORT=""
+# outboxd_start NAME DSN: a fresh daemon; returns 1 (log in $work/NAME.log) if it refuses.
+outboxd_start() {
+  local name=$1 dsn=$2
+  DPORT=$(free_port)
+  mkdir -p "$work/$name"
+  OUTBOXD_DB=$dsn OUTBOXD_LISTEN=127.0.0.1:$DPORT OUTBOXD_ADMIN_TOKEN=bench \
+    OUTBOXD_LOG_LEVEL=warn OUTBOXD_DATA_DIR="$work/$name" \
+    "$BUILD/outboxd" serve >"$work/$name.log" 2>&1 &
+  DPID=$!
+  pids+=("$DPID")
+  for _ in $(seq 200); do
+    kill -0 "$DPID" 2>/dev/null || { wait "$DPID" 2>/dev/null || true; return 1; }
+    curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
+subscribe() { # N subscriptions, each to its own path on the sink
+  local i
+  for ((i = 1; i <= $1; i++)); do
+    api -X POST "127.0.0.1:$DPORT/v1/subscriptions" \
+      -d "{\"name\":\"sink-$i\",\"event_types\":[\"*\"],\"endpoint\":\"$SINK/sink/$i\"}" \
+      >/dev/null || return 1
+  done
+}
+
+# throughput NAME PID EVENTS SUBS CMD...: resets the sink, runs the ingest command (which
+# prints bench_loadgen's JSON), waits for EVENTS*SUBS receipts; writes $work/NAME.tp.json.
+throughput() {
+  local name=$1 pid=$2 events=$3 subs=$4; shift 4
+  local want=$((events * subs)) cpu0 cpu1 got first last
+  local perf_pid=""
+  sink_reset
+  if [ -n "$PERF" ] && [ "$name" = "$PERF_ROW" ]; then
+    # shellcheck disable=SC2086  # PERF_OPTS is a list of arguments
+    perf record $PERF_OPTS -p "$pid" -o "$PERF" >"$work/perf.log" 2>&1 &
+    perf_pid=$!
+    sleep 0.5
+  fi
+  cpu0=$(cpu_ticks "$pid")
+  timeout "$ROW_TIMEOUT" "$@" >"$work/$name.ingest.json" || true
+  [ -s "$work/$name.ingest.json" ] || { log "$name: the load generator failed"; return 1; }
+  got=$(sink_wait "$want")
+  cpu1=$(cpu_ticks "$pid")
+  if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid" 2>/dev/null || true
+    wait "$perf_pid" 2>/dev/null || true
+    log "$name: profile in $PERF ($(tail -1 "$work/perf.log"))"
+  fi
+  first=$(sink_field first_us); last=$(sink_field last_us)
+  printf '{"events":%d,"subscriptions":%d,"deliveries_expected":%d,"deliveries":%d,' \
+    "$events" "$subs" "$want" "$got" >"$work/$name.tp.json"
+  printf '"first_receipt_us":%s,"last_receipt_us":%s,"cpu_ticks":%d,"hz":%d,"vmhwm_kib":%d,' \
+    "$first" "$last" $((cpu1 - cpu0)) "$HZ" "$(hwm_kib "$pid")" >>"$work/$name.tp.json"
+  printf '"ingest":%s}\n' "$(cat "$work/$name.ingest.json")" >>"$work/$name.tp.json"
+}
+
+# latency NAME CMD...: runs the fixed-rate command (which writes $work/NAME.rate.txt and
+# prints its JSON), waits for every accepted event, joins with the sink's receipts.
+latency() {
+  local name=$1; shift
+  local accepted
+  sink_reset
+  timeout "$ROW_TIMEOUT" "$@" >"$work/$name.rate.json" || true
+  [ -s "$work/$name.rate.json" ] || { log "$name: the fixed-rate run failed"; return 1; }
+  accepted=$(grep -o '"accepted":[0-9]*' "$work/$name.rate.json" | cut -d: -f2)
+  sink_wait "$accepted" >/dev/null
+  curl -sf "$SINK/_control/timestamps" >"$work/$name.receipts.txt"
+  node bench/analyze.mjs latency "$work/$name.rate.txt" "$work/$name.receipts.txt" \
+    "$work/$name.rate.json" >"$work/$name.lat.json"
+}
+
+json_string() { node -e 'process.stdout.write(JSON.stringify(process.argv[1]))' "$1"; }
+row_unavailable() { # NAME REASON [DETAIL]: the row says "not available (REASON)"
+  printf '{"row":"%s","available":false,"reason":%s,"detail":%s}\n' "$1" \
+    "$(json_string "$2")" "$(json_string "${3:-}")" >"$work/rows/$1.json"
+  log "$1: not available ($2)${3:+: $3}"
+}
+
+row_assemble() { # NAME KIND: the row from its parts
+  node bench/analyze.mjs row "$1" "$2" "$work" >"$work/rows/$1.json"
+  node bench/analyze.mjs brief "$work/rows/$1.json" >&2
+}
+
+# ---- rows --------------------------------------------------------------------------------
+row_ceiling() {
+  cat >"$work/post.lua" <<EOF
+wrk.method = "POST"
+wrk.body = '$PAYLOAD'
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  io.write(string.format('{"requests":%d,"duration_us":%d,"errors":%d,"p50_us":%d,"p99_us":%d}\n',
+    summary.requests, summary.duration,
+    summary.errors.connect + summary.errors.read + summary.errors.write +
+    summary.errors.status + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+EOF
+  sink_reset
+  wrk -t 2 -c "$CEILING_CONNS" -d "${CEILING_SECONDS}s" -s "$work/post.lua" "$SINK/sink" \
+    >"$work/ceiling.wrk.txt" 2>&1 || { log "wrk failed: $(tail -2 "$work/ceiling.wrk.txt")"; return 1; }
+  tail -1 "$work/ceiling.wrk.txt" >"$work/ceiling.wrk.json"
+  printf '{"sink_count":%s,"conns":%d,"seconds":%d}\n' "$(sink_field count)" \
+    "$CEILING_CONNS" "$CEILING_SECONDS" >"$work/ceiling.sink.json"
+  row_assemble ceiling ceiling
+}
+
+# row_outboxd NAME DSN DSN_LAT EVENTS SUBS: throughput on a fresh store, then (1 subscription
+# only) latency on another fresh store.
+row_outboxd() {
+  local name=$1 dsn=$2 dsn_lat=$3 events=$4 subs=$5
+  log "$name: $events events x $subs subscriptions"
+  if ! outboxd_start "$name" "$dsn"; then
+    stop_pid "$DPID"
+    row_unavailable "$name" "backend missing" \
+      "outboxd refused ${dsn%%:*}: $(grep -v '^$' "$work/$name.log" | tail -1)"
+    return 0
+  fi
+  subscribe "$subs" || { log "$name: cannot create subscriptions"; stop_pid "$DPID"; return 1; }
+  throughput "$name" "$DPID" "$events" "$subs" \
+    "$BUILD/bench_loadgen" ingest --url "http://127.0.0.1:$DPORT/v1/events" --token bench \
+    --events "$events" --batch "$BATCH" --conns "$CONNS" || { stop_pid "$DPID"; return 1; }
+  stop_pid "$DPID"
+  if [ "$subs" -eq 1 ]; then
+    log "$name: latency at $LAT_RATE events/s for $LAT_SECONDS s"
+    outboxd_start "$name-lat" "$dsn_lat" || { log "$name: second start failed"; return 1; }
+    subscribe 1
+    latency "$name" "$BUILD/bench_loadgen" rate --url "http://127.0.0.1:$DPORT/v1/events" \
+      --token bench --rate "$LAT_RATE" --duration "$LAT_SECONDS" --conns "$LAT_CONNS" \
+      --batch "$LAT_BATCH" --out "$work/$name.rate.txt" || { stop_pid "$DPID"; return 1; }
+    stop_pid "$DPID"
+  fi
+  row_assemble "$name" outboxd
+}
+
+WPID=""
+peer_start() { # DB
+  DATABASE_URL=$(pg_url "$1") SINK_URL="$SINK/sink/1" \
+    node bench/peers/worker.mjs >"$work/peer-$1.out" 2>"$work/peer-$1.log" &
+  WPID=$!
+  pids+=("$WPID")
+  for _ in $(seq 600); do
+    grep -q '^ready' "$work/peer-$1.out" 2>/dev/null && return 0
+    kill -0 "$WPID" 2>/dev/null || break
+    sleep 0.05
+  done
+  log "peer worker did not start: $(tail -3 "$work/peer-$1.log")"
+  return 1
+}
+
+row_peer() {
+  local v
+  v=$(node -p 'require("./bench/peers/node_modules/graphile-worker/package.json").version')
+  log "peer: graphile-worker $v, $EVENTS jobs (concurrency $PEER_CONCURRENCY, localQueue $PEER_LOCAL_QUEUE)"
+  pg_createdb peer
+  peer_start peer || return 1
+  throughput peer "$WPID" "$EVENTS" 1 env DATABASE_URL="$(pg_url peer)" \
+    node bench/peers/producer.mjs ingest --events "$EVENTS" --batch "$BATCH" --conns "$CONNS" ||
+    { stop_pid "$WPID"; return 1; }
+  stop_pid "$WPID"
+  log "peer: latency at $LAT_RATE jobs/s for $LAT_SECONDS s"
+  pg_createdb peer_lat
+  peer_start peer_lat || return 1
+  latency peer env DATABASE_URL="$(pg_url peer_lat)" node bench/peers/producer.mjs rate \
+    --rate "$LAT_RATE" --duration "$LAT_SECONDS" --conns "$LAT_CONNS" --batch "$LAT_BATCH" \
+    --out "$work/peer.rate.txt" || { stop_pid "$WPID"; return 1; }
+  stop_pid "$WPID"
+  printf '{"graphile_worker":"%s","concurrency":%d,"local_queue":%d,"complete_batch_delay_ms":%d}\n' \
+    "$v" "$PEER_CONCURRENCY" "$PEER_LOCAL_QUEUE" "$PEER_COMPLETE_DELAY" >"$work/peer.config.json"
+  row_assemble peer peer
+}
+
+run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed bench
+  local name=$1 rc=0
+  case $name in
+    ceiling) log "ceiling: wrk -t2 -c$CEILING_CONNS for ${CEILING_SECONDS}s"; row_ceiling || rc=$? ;;
+    sqlite) row_outboxd sqlite "sqlite:$work/sqlite/o.db" "sqlite:$work/sqlite-lat/o.db" \
+              "$EVENTS" 1 || rc=$? ;;
+    sqlite-fanout) row_outboxd sqlite-fanout "sqlite:$work/sqlite-fanout/o.db" "" \
+              "$FANOUT_EVENTS" "$FANOUT_SUBS" || rc=$? ;;
+    postgres|peer)
+      if [ -z "$PGPORT" ] && ! pg_start; then
+        row_unavailable "$name" "PostgreSQL could not be started" \
+          "$(tail -2 "${pg_dir:-/nonexistent}/server.log" 2>/dev/null)"; return 0
+      fi
+      if [ "$name" = postgres ]; then
+        pg_createdb outboxd; pg_createdb outboxd_lat
+        row_outboxd postgres "$(pg_url outboxd)" "$(pg_url outboxd_lat)" "$EVENTS" 1 || rc=$?
+      else
+        row_peer || rc=$?
+      fi ;;
+    *) die "unknown row $name" ;;
+  esac
+  if [ "$rc" -ne 0 ]; then
+    row_unavailable "$name" "failed during the run" "exit $rc; see the output of make bench"
+  fi
+}
+
+for r in $ROWS; do run_row "$r"; done
+
+# ---- report --------------------------------------------------------------------------------
+commit=unknown
+if git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
+  commit=$(git -C "$ROOT" rev-parse --short=12 HEAD)
+  [ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] ||
+    commit="$commit+dirty"
+fi
+LOAD_AFTER=$(loadavg)
+cat >"$work/machine.json" <<EOF
+{"cpu_model":$(json_string "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"),
+ "cores":$(nproc), "kernel":"$(uname -r)", "load_before":"$LOAD_BEFORE",
+ "load_after":"$LOAD_AFTER", "commit":"$commit", "date":"$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+ "duration_s":$(($(date +%s) - T_START)),
+ "settings":{"events":$EVENTS,"batch":$BATCH,"conns":$CONNS,"fanout_subs":$FANOUT_SUBS,
+   "fanout_events":$FANOUT_EVENTS,"lat_rate":$LAT_RATE,"lat_seconds":$LAT_SECONDS,
+   "lat_conns":$LAT_CONNS,"lat_batch":$LAT_BATCH,"ceiling_conns":$CEILING_CONNS,"ceiling_seconds":$CEILING_SECONDS,
+   "sink_threads":$SINK_THREADS,"build":"$BUILD_TYPE"}}
+EOF
+mkdir -p "$RESULTS"
+# The default results also refresh the table in docs/performance.md; experiments do not.
+docs=""
+[ "$RESULTS" = bench/results ] && docs=docs/performance.md
+BENCH_DOCS=$docs node bench/analyze.mjs report "$work" "$RESULTS"
+gnuplot -e "datafile='$RESULTS/latest.dat'; latfile='$RESULTS/latest-lat.dat'; outfile='$RESULTS/latest.png'" \
+  -e "stamp='$(cat "$RESULTS/latest.stamp")'" bench/report.gp
+rm -f "$RESULTS/latest.dat" "$RESULTS/latest-lat.dat" "$RESULTS/latest.stamp"
+log "done in $(($(date +%s) - T_START)) s: $RESULTS/latest.md, latest.json, latest.png"
+cat "$RESULTS/latest.md"

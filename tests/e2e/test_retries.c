@@ -1,0 +1,484 @@
+/* test_retries.c: the retry layers as a subscriber sees them (issue 7, seed 004): each
+ * policy's real schedule measured at the receiver, Retry-After honoured, a permanent code
+ * dead-lettered at once, the circuit breaker opening under a failure storm (delay
+ * actions, then circuit_open in the DLQ) and closing after recovery, and head-of-line
+ * isolation with per-subscription max_in_flight and rate_limit. Real daemon, real
+ * receiver; durations are small and set per subscription. */
+#include "e2e.h"
+
+#include <time.h>
+
+static struct receiver rcv;
+static struct daemon dmn;
+
+static int setup(void **state)
+{
+	assert_int_equal(receiver_start(&rcv), 0);
+	memset(&dmn, 0, sizeof(dmn));
+	/* a short grace: the slow subscriber of the isolation test is still busy at the end */
+	const char *env[] = {"OUTBOXD_SHUTDOWN_GRACE=3s", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	assert_int_equal(daemon_stop(&dmn), 0);
+	daemon_cleanup(&dmn);
+	receiver_stop(&rcv);
+	return 0;
+}
+
+/* Receipt times (ms, receiver clock) of the requests on path, up to max; returns count. */
+static size_t arrivals(const char *path, int64_t *out, size_t max)
+{
+	json_t *reqs = receiver_requests(&rcv, path);
+	assert_non_null(reqs);
+	size_t n = json_array_size(reqs);
+	for (size_t i = 0; i < n && i < max; i++)
+		out[i] = json_integer_value(json_object_get(json_array_get(reqs, i),
+							    "received_at_us")) / 1000;
+	json_decref(reqs);
+	return n;
+}
+
+struct dead_ctx {
+	const char *id;
+	json_t *last;
+};
+
+static int is_dead(void *arg)
+{
+	struct dead_ctx *c = arg;
+	json_decref(c->last);
+	c->last = e2e_get(&dmn, "/v1/deliveries/%s", c->id);
+	return json_is_true(json_object_get(c->last, "dead"));
+}
+
+/* Waits until the delivery is in the dead-letter queue; returns it (caller frees). */
+static json_t *wait_dead(const char *id, int timeout_ms)
+{
+	struct dead_ctx c = {id, NULL};
+	int rc = harness_wait(is_dead, &c, timeout_ms);
+	if (rc) {
+		char *dump = json_dumps(c.last, JSON_INDENT(2));
+		fprintf(stderr, "delivery %s never dead-lettered; last seen:\n%s\n", id, dump);
+		free(dump);
+	}
+	assert_int_equal(rc, 0);
+	return c.last;
+}
+
+/* Sends one event of type and returns its only delivery's id in out. */
+static void send_one(const char *type, char out[64])
+{
+	char body[256], ev[64], ids[2][64];
+	snprintf(body, sizeof(body), "{\"event_type\":\"%s\",\"payload\":{}}", type);
+	e2e_send(&dmn, ev, body);
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 2), 1);
+	snprintf(out, 64, "%s", ids[0]);
+}
+
+/* Sends n events of type to d in one batch request (one transaction: claimed together). */
+static void send_many_to(struct daemon *d, const char *type, int n)
+{
+	json_t *batch = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(batch, json_pack("{s:s, s:{}}", "event_type", type, "payload"));
+	json_t *doc = json_pack("{s:o}", "events", batch);
+	char *body = json_dumps(doc, 0);
+	json_decref(doc);
+	json_decref(api_call(d, "POST", "/v1/events", body, 202));
+	free(body);
+}
+
+static void send_many(const char *type, int n)
+{
+	send_many_to(&dmn, type, n);
+}
+
+/* The gaps between consecutive arrivals on path must lie in [lo[i], hi[i]]. */
+static void expect_gaps(const char *path, size_t n_gaps, const int64_t *lo, const int64_t *hi)
+{
+	int64_t at[16];
+	size_t n = arrivals(path, at, 16);
+	assert_int_equal(n, n_gaps + 1);
+	for (size_t i = 0; i < n_gaps; i++) {
+		int64_t gap = at[i + 1] - at[i];
+		if (gap < lo[i] || gap > hi[i])
+			fprintf(stderr, "%s: gap %zu is %lld ms, want %lld..%lld\n", path, i + 1,
+				(long long)gap, (long long)lo[i], (long long)hi[i]);
+		assert_true(gap >= lo[i]);
+		assert_true(gap <= hi[i]);
+	}
+}
+
+/* Tolerance above a scheduled delay: claim, request and a busy sanitized build. */
+#define LATE_MS 600
+
+/* Each policy's schedule, the three side by side: fixed 300 ms after an immediate round
+ * with a 150 ms stagger; linear 200 ms steps; exponential inside [200 ms, 600 ms]. */
+static void test_policy_schedules(void **state)
+{
+	char fixed[64], linear[64], expo[64], dfixed[64], dlinear[64], dexpo[64];
+	const char *err500 = "{\"default\":{\"status\":500}}";
+	assert_int_equal(receiver_script(&rcv, "/fixed", err500), 0);
+	assert_int_equal(receiver_script(&rcv, "/linear", err500), 0);
+	assert_int_equal(receiver_script(&rcv, "/expo", err500), 0);
+	e2e_create_sub(&dmn, fixed,
+		       "{\"name\":\"fixed\",\"event_types\":[\"sched.fixed\"],\"endpoint\":\"%s/fixed\","
+		       "\"retry\":{\"immediate\":2,\"immediate_delay\":\"150ms\",\"policy\":\"fixed\","
+		       "\"interval\":\"300ms\",\"max_retries\":3}}", rcv.url);
+	e2e_create_sub(&dmn, linear,
+		       "{\"name\":\"linear\",\"event_types\":[\"sched.linear\"],\"endpoint\":\"%s/linear\","
+		       "\"retry\":{\"immediate\":1,\"policy\":\"linear\",\"interval\":\"200ms\","
+		       "\"max_retries\":3}}", rcv.url);
+	e2e_create_sub(&dmn, expo,
+		       "{\"name\":\"expo\",\"event_types\":[\"sched.expo\"],\"endpoint\":\"%s/expo\","
+		       "\"retry\":{\"immediate\":1,\"policy\":\"exponential\",\"min_delay\":\"200ms\","
+		       "\"max_delay\":\"600ms\",\"factor\":2,\"max_retries\":4}}", rcv.url);
+	send_one("sched.fixed", dfixed);
+	send_one("sched.linear", dlinear);
+	send_one("sched.expo", dexpo);
+
+	json_t *d = wait_dead(dfixed, 10000);
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 5);
+	assert_int_equal(json_integer_value(json_object_get(d, "retry_count")), 3);
+	json_decref(d);
+	json_decref(wait_dead(dlinear, 10000));
+	json_decref(wait_dead(dexpo, 10000));
+
+	/* Receipts are stamped as requests arrive; the next is scheduled from the end of the
+	 * one before, so a gap is never shorter than the delay. */
+	const int64_t fixed_lo[] = {150, 300, 300, 300};
+	const int64_t fixed_hi[] = {150 + LATE_MS, 300 + LATE_MS, 300 + LATE_MS, 300 + LATE_MS};
+	expect_gaps("/fixed", 4, fixed_lo, fixed_hi);
+	const int64_t linear_lo[] = {200, 400, 600};
+	const int64_t linear_hi[] = {200 + LATE_MS, 400 + LATE_MS, 600 + LATE_MS};
+	expect_gaps("/linear", 3, linear_lo, linear_hi);
+	/* retry k waits a random time in [200 ms, min(600 ms, 200 ms * 2^(k-1))] */
+	const int64_t expo_lo[] = {200, 200, 200, 200};
+	const int64_t expo_hi[] = {200 + LATE_MS, 400 + LATE_MS, 600 + LATE_MS, 600 + LATE_MS};
+	expect_gaps("/expo", 4, expo_lo, expo_hi);
+}
+
+/* 503 with Retry-After: 2 ends the immediate round, and the next try comes no sooner
+ * than 2 s later even though the policy says 200 ms; a 429 with an HTTP-date works
+ * the same way. */
+static void test_retry_after(void **state)
+{
+	char sub[64], sub2[64], id[64], id2[64];
+	char script[256], date[64];
+	assert_int_equal(receiver_script(&rcv, "/busy",
+					 "{\"responses\":[{\"status\":503,\"headers\":{\"Retry-After\":\"2\"}}],"
+					 "\"default\":{\"status\":200}}"), 0);
+	/* an HTTP-date 3 s ahead (whole seconds: 2 to 3 s from now) */
+	time_t t = time(NULL) + 3;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+	snprintf(script, sizeof(script),
+		 "{\"responses\":[{\"status\":429,\"headers\":{\"Retry-After\":\"%s\"}}],"
+		 "\"default\":{\"status\":200}}", date);
+	assert_int_equal(receiver_script(&rcv, "/limited", script), 0);
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"busy\",\"event_types\":[\"ra.seconds\"],\"endpoint\":\"%s/busy\","
+		       "\"retry\":{\"immediate\":3,\"interval\":\"200ms\"}}", rcv.url);
+	e2e_create_sub(&dmn, sub2,
+		       "{\"name\":\"limited\",\"event_types\":[\"ra.date\"],\"endpoint\":\"%s/limited\","
+		       "\"retry\":{\"immediate\":3,\"interval\":\"200ms\"}}", rcv.url);
+	send_one("ra.seconds", id);
+	send_one("ra.date", id2);
+
+	json_t *d = e2e_wait_status(&dmn, id, "PROCESSED", 8000);
+	json_t *attempts = json_object_get(d, "attempts");
+	assert_int_equal(json_array_size(attempts), 2); /* no immediate tries after the 503 */
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(attempts, 0), "code")), 503);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(attempts, 1), "kind")),
+			    "scheduled");
+	json_decref(d);
+	int64_t at[4];
+	assert_int_equal(arrivals("/busy", at, 4), 2);
+	if (at[1] - at[0] < 2000)
+		fprintf(stderr, "Retry-After: 2 honoured after %lld ms only\n",
+			(long long)(at[1] - at[0]));
+	assert_true(at[1] - at[0] >= 2000);
+	assert_true(at[1] - at[0] <= 2000 + LATE_MS + 400);
+
+	d = e2e_wait_status(&dmn, id2, "PROCESSED", 8000);
+	assert_int_equal(json_array_size(json_object_get(d, "attempts")), 2);
+	json_decref(d);
+	assert_int_equal(arrivals("/limited", at, 4), 2);
+	assert_true(at[1] - at[0] >= 1000); /* the date is 2-3 s ahead, to the second */
+}
+
+/* A status listed in retry.permanent dead-letters at once: one request, no immediate
+ * tries after it, no scheduled retry. */
+static void test_permanent_410(void **state)
+{
+	char sub[64], id[64];
+	assert_int_equal(receiver_script(&rcv, "/gone", "{\"default\":{\"status\":410,"
+							"\"body\":\"gone for good\"}}"), 0);
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"gone\",\"event_types\":[\"perm.event\"],\"endpoint\":\"%s/gone\","
+		       "\"retry\":{\"immediate\":3,\"interval\":\"100ms\",\"max_retries\":5,"
+		       "\"permanent\":[404,410]}}", rcv.url);
+	send_one("perm.event", id);
+	json_t *d = wait_dead(id, 5000);
+	assert_string_equal(json_string_value(json_object_get(d, "status")), "FAILED");
+	assert_true(json_is_null(json_object_get(d, "next_attempt_at")));
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 1);
+	assert_int_equal(json_integer_value(json_object_get(d, "retry_count")), 0);
+	json_t *err = json_object_get(d, "last_error");
+	assert_int_equal(json_integer_value(json_object_get(err, "code")), 410);
+	assert_string_equal(json_string_value(json_object_get(err, "cause")), "gone for good");
+	json_decref(d);
+	usleep(600 * 1000); /* an interval and more: nothing else comes */
+	assert_int_equal(receiver_count(&rcv, "/gone"), 1);
+	json_t *dlq = e2e_get(&dmn, "/v1/dlq?subscription_id=%s", sub);
+	assert_int_equal(json_array_size(json_object_get(dlq, "items")), 1);
+	json_decref(dlq);
+}
+
+/* GET /v1/stats: the circuit of subscription id. */
+static char *circuit_of(const char *id)
+{
+	static char state_buf[32];
+	json_t *st = e2e_get(&dmn, "/v1/stats");
+	json_t *subs = json_object_get(st, "subscriptions");
+	state_buf[0] = '\0';
+	for (size_t i = 0; i < json_array_size(subs); i++) {
+		json_t *s = json_array_get(subs, i);
+		if (strcmp(json_string_value(json_object_get(s, "id")), id) == 0)
+			snprintf(state_buf, sizeof(state_buf), "%s",
+				 json_string_value(json_object_get(s, "circuit")));
+	}
+	json_decref(st);
+	return state_buf;
+}
+
+struct circuit_ctx {
+	const char *id;
+	const char *want;
+};
+
+static int circuit_is(void *arg)
+{
+	struct circuit_ctx *c = arg;
+	return strcmp(circuit_of(c->id), c->want) == 0;
+}
+
+static void wait_circuit(const char *id, const char *want, int timeout_ms)
+{
+	struct circuit_ctx c = {id, want};
+	int rc = harness_wait(circuit_is, &c, timeout_ms);
+	if (rc)
+		fprintf(stderr, "circuit of %s is %s, want %s\n", id, circuit_of(id), want);
+	assert_int_equal(rc, 0);
+}
+
+/* The metrics line of the subscription's circuit, e.g. "... 1"; returns the value or -1. */
+static int circuit_metric(const char *id)
+{
+	struct http_resp r;
+	char url[128], needle[128];
+	snprintf(url, sizeof(url), "%s/metrics", dmn.url);
+	assert_int_equal(http_do("GET", url, dmn.token, NULL, NULL, 0, &r), 0);
+	snprintf(needle, sizeof(needle), "outboxd_circuit_state{subscription_id=\"%s\"} ", id);
+	const char *hit = strstr(r.body, needle);
+	int v = hit ? atoi(hit + strlen(needle)) : -1;
+	http_resp_free(&r);
+	return v;
+}
+
+/* A failure storm: more than max_errors failed rounds within the window open the
+ * breaker; deliveries then take delay actions without a request and, after
+ * max_delay_actions, go to the DLQ as circuit_open. When the window is over, the first
+ * delivery is the half-open probe; once the subscriber is back it closes the breaker. */
+static void test_breaker_storm_and_recovery(void **state)
+{
+	char sub[64];
+	assert_int_equal(receiver_script(&rcv, "/storm", "{\"default\":{\"status\":500}}"), 0);
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"storm\",\"event_types\":[\"storm.*\"],\"endpoint\":\"%s/storm\","
+		       "\"retry\":{\"immediate\":1,\"interval\":\"100ms\",\"max_retries\":1,"
+		       "\"min_delay\":\"200ms\",\"max_delay\":\"300ms\"},"
+		       "\"circuit_breaker\":{\"max_errors\":2,\"failure_window\":\"1500ms\","
+		       "\"max_delay_actions\":2}}", rcv.url);
+	assert_string_equal(circuit_of(sub), "closed");
+	send_many("storm.event", 10);
+
+	/* Ten fail their first round together: the third failure opens the breaker. */
+	wait_circuit(sub, "open", 5000);
+	assert_true(circuit_metric(sub) >= 1); /* 1 open (2 if its window just ended) */
+
+	/* Everything ends in the DLQ, most as circuit_open with no request made for it. */
+	json_t *dlq = NULL;
+	for (int i = 0; i < 150; i++) {
+		json_decref(dlq);
+		dlq = e2e_get(&dmn, "/v1/dlq?subscription_id=%s&limit=100", sub);
+		if (json_array_size(json_object_get(dlq, "items")) == 10)
+			break;
+		usleep(50 * 1000);
+	}
+	json_t *items = json_object_get(dlq, "items");
+	assert_int_equal(json_array_size(items), 10);
+	int circuit_open = 0;
+	for (size_t i = 0; i < 10; i++) {
+		json_t *err = json_object_get(json_array_get(items, i), "last_error");
+		const char *msg = json_string_value(json_object_get(err, "message"));
+		if (msg && strcmp(msg, "circuit_open") == 0) {
+			circuit_open++;
+			assert_int_equal(json_integer_value(json_object_get(err, "code")), 503);
+			const char *cause = json_string_value(json_object_get(err, "cause"));
+			assert_non_null(strstr(cause, "after 2 delay actions"));
+		}
+	}
+	json_decref(dlq);
+	assert_true(circuit_open >= 5);
+	/* without the breaker: 10 x (1 immediate + 1 scheduled) = 20 requests */
+	long sent = receiver_count(&rcv, "/storm");
+	if (sent > 14)
+		fprintf(stderr, "storm: %ld requests despite the breaker\n", sent);
+	assert_true(sent <= 14);
+	json_t *found = e2e_get(&dmn, "/v1/dlq?q=circuit_open&subscription_id=%s", sub);
+	assert_int_equal((int)json_array_size(json_object_get(found, "items")), circuit_open);
+	json_decref(found);
+
+	/* Recovery: the window passes (half-open); the next delivery is the probe, which
+	 * succeeds and closes the breaker; the ones after it go straight through. */
+	assert_int_equal(receiver_script(&rcv, "/storm", "{\"default\":{\"status\":200}}"), 0);
+	wait_circuit(sub, "half_open", 5000);
+	assert_int_equal(circuit_metric(sub), 2);
+	char probe[64];
+	long before = receiver_count(&rcv, "/storm");
+	send_one("storm.probe", probe);
+	json_decref(e2e_wait_status(&dmn, probe, "PROCESSED", 5000));
+	assert_string_equal(circuit_of(sub), "closed");
+	assert_int_equal(circuit_metric(sub), 0);
+	send_many("storm.after", 5);
+	assert_int_equal(receiver_wait_count(&rcv, "/storm", before + 6, 5000), 0);
+}
+
+/* Head-of-line isolation: a subscriber that takes 2 s per request, limited to 2 at a
+ * time with 20 deliveries queued, does not hold up a fast one's 50; a rate-limited one
+ * gets its requests at its pace. */
+static void test_head_of_line_isolation(void **state)
+{
+	char slow[64], fast[64], paced[64];
+	assert_int_equal(receiver_script(&rcv, "/slow2s",
+					 "{\"default\":{\"status\":200,\"delay_ms\":2000}}"), 0);
+	e2e_create_sub(&dmn, slow,
+		       "{\"name\":\"slow2s\",\"event_types\":[\"hol.slow\"],\"endpoint\":\"%s/slow2s\","
+		       "\"timeout\":\"5s\",\"max_in_flight\":2}", rcv.url);
+	e2e_create_sub(&dmn, fast,
+		       "{\"name\":\"fast\",\"event_types\":[\"hol.fast\"],\"endpoint\":\"%s/fast\"}",
+		       rcv.url);
+	e2e_create_sub(&dmn, paced,
+		       "{\"name\":\"paced\",\"event_types\":[\"hol.paced\"],\"endpoint\":\"%s/paced\","
+		       "\"rate_limit\":10}", rcv.url);
+	/* the slow ones first, so they are claimed ahead of the fast ones */
+	int64_t t0 = harness_now_ms();
+	send_many("hol.slow", 20);
+	send_many("hol.fast", 50);
+	send_many("hol.paced", 30);
+
+	assert_int_equal(receiver_wait_count(&rcv, "/fast", 50, 5000), 0);
+	int64_t fast_done = harness_now_ms() - t0;
+	if (fast_done >= 1500)
+		fprintf(stderr, "fast deliveries took %lld ms behind the slow ones\n",
+			(long long)fast_done);
+	assert_true(fast_done < 1500);
+
+	/* The slow subscriber never has more than 2 requests at a time: they come in pairs
+	 * 2 s apart. */
+	assert_int_equal(receiver_wait_count(&rcv, "/slow2s", 4, 6000), 0);
+	int64_t at[32];
+	size_t n = arrivals("/slow2s", at, 32);
+	assert_true(n >= 4 && n <= 6);
+	assert_true(at[2] - at[0] >= 1900);
+	assert_true(at[3] - at[1] >= 1900);
+
+	/* 30 at 10/s with a burst of 10: the last one 2 s after the first, at least. */
+	assert_int_equal(receiver_wait_count(&rcv, "/paced", 30, 8000), 0);
+	n = arrivals("/paced", at, 32);
+	assert_int_equal(n, 30);
+	assert_true(at[29] - at[0] >= 1800);
+	for (size_t i = 20; i < 30; i++) /* never more than burst + rate = 20 within 1 s */
+		assert_true(at[i] - at[i - 20] >= 900);
+}
+
+/* The same with a small job pool (16): the slow subscriber's queue is capped at a
+ * quarter of it and the rest of its deliveries go back to the store for a while, so the
+ * pool never fills with them and the fast subscriber still gets through at once. */
+static void test_isolation_small_pool(void **state)
+{
+	struct daemon small;
+	char slow[64], fast[64];
+	const char *env[] = {"OUTBOXD_MAX_IN_FLIGHT=16", "OUTBOXD_SHUTDOWN_GRACE=3s", NULL};
+
+	memset(&small, 0, sizeof(small));
+	assert_int_equal(daemon_start(&small, env), 0);
+	assert_int_equal(receiver_script(&rcv, "/slow-small",
+					 "{\"default\":{\"status\":200,\"delay_ms\":2000}}"), 0);
+	json_t *s;
+	char body[512];
+	snprintf(body, sizeof(body),
+		 "{\"name\":\"slow-small\",\"event_types\":[\"small.slow\"],"
+		 "\"endpoint\":\"%s/slow-small\",\"timeout\":\"5s\",\"max_in_flight\":2}", rcv.url);
+	s = api_call(&small, "POST", "/v1/subscriptions", body, 201);
+	snprintf(slow, sizeof(slow), "%s", json_string_value(json_object_get(s, "id")));
+	json_decref(s);
+	snprintf(body, sizeof(body),
+		 "{\"name\":\"fast-small\",\"event_types\":[\"small.fast\"],"
+		 "\"endpoint\":\"%s/fast-small\"}", rcv.url);
+	s = api_call(&small, "POST", "/v1/subscriptions", body, 201);
+	snprintf(fast, sizeof(fast), "%s", json_string_value(json_object_get(s, "id")));
+	json_decref(s);
+
+	int64_t t0 = harness_now_ms();
+	send_many_to(&small, "small.slow", 20);
+	send_many_to(&small, "small.fast", 50);
+	assert_int_equal(receiver_wait_count(&rcv, "/fast-small", 50, 6000), 0);
+	int64_t took = harness_now_ms() - t0;
+	if (took >= 2500)
+		fprintf(stderr, "small pool: fast deliveries took %lld ms\n", (long long)took);
+	assert_true(took < 2500);
+
+	/* Handed back, not failed: no slow delivery has an attempt it did not make. */
+	json_t *failed = api_call(&small, "GET", "/v1/deliveries?status=FAILED", NULL, 200);
+	assert_int_equal(json_array_size(json_object_get(failed, "items")), 0);
+	json_decref(failed);
+	assert_int_equal(receiver_wait_count(&rcv, "/slow-small", 4, 6000), 0);
+	int64_t at[32];
+	size_t n = arrivals("/slow-small", at, 32);
+	assert_true(n >= 4);
+	assert_true(at[2] - at[0] >= 1900); /* still two at a time */
+
+	/* and some of them really went back to the store (the queue's cap is 16 / 4 = 4) */
+	struct http_resp r;
+	char url[128], needle[160];
+	snprintf(url, sizeof(url), "%s/metrics", small.url);
+	assert_int_equal(http_do("GET", url, small.token, NULL, NULL, 0, &r), 0);
+	snprintf(needle, sizeof(needle),
+		 "outboxd_deliveries_total{subscription_id=\"%s\",outcome=\"released\"} ", slow);
+	const char *hit = strstr(r.body, needle);
+	assert_non_null(hit);
+	assert_true(atol(hit + strlen(needle)) > 0);
+	http_resp_free(&r);
+	assert_int_equal(daemon_stop(&small), 0);
+	daemon_cleanup(&small);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_policy_schedules),
+		cmocka_unit_test(test_retry_after),
+		cmocka_unit_test(test_permanent_410),
+		cmocka_unit_test(test_breaker_storm_and_recovery),
+		cmocka_unit_test(test_head_of_line_isolation),
+		cmocka_unit_test(test_isolation_small_pool),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
