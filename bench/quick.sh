@@ -1,35 +1,83 @@
 #!/usr/bin/env bash
-# quick.sh: a first throughput figure — N events (default 10,000, ~200-byte payloads)
-# ingested through the batch API into outboxd on SQLite, delivered to one local receiver.
-# Prints ingest events/s and end-to-end deliveries/s (first ingest to last receipt).
-# Usage: bench/quick.sh [events] [batch]      (builds a release binary first)
+# quick.sh: a one-minute throughput check — N events (default 20,000, ~200-byte payloads)
+# ingested through the batch API, spread over K outboxd instances (default 1) sharing one
+# store, delivered to one local receiver. Prints ingest events/s and end-to-end
+# deliveries/s (first ingest to last receipt). `make bench` is the full comparison.
+#
+# Usage: [DB=sqlite|postgres] bench/quick.sh [events] [instances] [batch]
+#   DB=sqlite (default) runs one instance (one process owns a file). DB=postgres starts a throwaway PostgreSQL server (initdb in a temp dir, a free
+#   port, default durability: fsync and synchronous_commit on), or uses BENCH_PG_DSN (a
+#   role allowed to CREATE DATABASE).
+#   Builds a release binary first (BUILD, default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N=${1:-10000}
-BATCH=${2:-100}
+N=${1:-20000}
+K=${2:-1}
+BATCH=${3:-100}
+DB=${DB:-sqlite}
 BUILD=${BUILD:-build}
+[ "$DB" = sqlite ] && [ "$K" -ne 1 ] && { echo "quick: SQLite takes one instance" >&2; exit 2; }
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver >/dev/null
 
 dir=$(mktemp -d /tmp/outboxd-bench-XXXXXX)
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)); }
-RPORT=$(free_port); DPORT=$(free_port)
-cleanup() { kill "$rpid" "$dpid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
+pids=()
+pgbin=""
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PGUSER_OS" -- "$@"; else "$@"; fi; }
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  [ -n "$pgbin" ] && as_pg "$pgbin/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
 trap cleanup EXIT
 
+if [ "$DB" = postgres ]; then
+  if [ -n "${BENCH_PG_DSN:-}" ]; then
+    name="outboxd_bench_$$"
+    psql -q "$BENCH_PG_DSN" -c "CREATE DATABASE $name"
+    DSN=$(sed -E "s#(://[^/?]*)(/[^?]*)?#\1/$name#" <<<"$BENCH_PG_DSN")
+  else
+    pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    PGUSER_OS=nobody
+    id outboxd-test >/dev/null 2>&1 && PGUSER_OS=outboxd-test
+    mkdir -p "$dir/pg"
+    chmod 711 "$dir" # the server user must reach its directory
+    [ "$(id -u)" -eq 0 ] && chown "$PGUSER_OS" "$dir/pg"
+    PGPORT=$(free_port)
+    (cd "$dir/pg" && as_pg "$pgbin/initdb" -D "$dir/pg/data" -U postgres -A trust -E UTF8 \
+      --locale=C --no-sync >/dev/null)
+    (cd "$dir/pg" && as_pg "$pgbin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w \
+      -o "-p $PGPORT -k $dir/pg -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null)
+    psql -q "postgres://postgres@127.0.0.1:$PGPORT/postgres" -c "CREATE DATABASE bench"
+    DSN="postgres://postgres@127.0.0.1:$PGPORT/bench"
+  fi
+else
+  DSN="sqlite:$dir/o.db"
+fi
+
+RPORT=$(free_port)
 "$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 >/dev/null &
-rpid=$!
-OUTBOXD_DB="sqlite:$dir/o.db" OUTBOXD_LISTEN="127.0.0.1:$DPORT" OUTBOXD_ADMIN_TOKEN=bench \
-  OUTBOXD_LOG_LEVEL=warn ${WRAP:-} "$BUILD/outboxd" serve 2>"$dir/daemon.log" &
-dpid=$!
-for _ in $(seq 100); do curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && curl -sf "127.0.0.1:$RPORT/_control/stats" >/dev/null && break; sleep 0.05; done
+pids+=($!)
+ports=()
+for ((i = 0; i < K; i++)); do
+  p=$(free_port)
+  ports+=("$p")
+  OUTBOXD_DB="$DSN" OUTBOXD_LISTEN="127.0.0.1:$p" OUTBOXD_ADMIN_TOKEN=bench OUTBOXD_DATA_DIR="$dir" \
+    OUTBOXD_LOG_LEVEL=warn ${WRAP:-} "$BUILD/outboxd" serve 2>>"$dir/daemon-$i.log" &
+  pids+=($!)
+  # One at a time: the first creates the schema.
+  for _ in $(seq 200); do curl -sf "127.0.0.1:$p/healthz" >/dev/null && break; sleep 0.05; done
+done
+for _ in $(seq 100); do curl -sf "127.0.0.1:$RPORT/_control/stats" >/dev/null && break; sleep 0.05; done
 
 api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
-api -X POST "127.0.0.1:$DPORT/v1/subscriptions" \
+api -X POST "127.0.0.1:${ports[0]}/v1/subscriptions" \
   -d "{\"name\":\"sink\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:$RPORT/sink\"}" >/dev/null
+sleep 0.5 # the other instances reload the subscriptions on NOTIFY outboxd_subs
 
-# Request bodies are made before the clock starts.
 pad=$(printf '%0150d' 0)
 for ((b = 0; b < N / BATCH; b++)); do
   {
@@ -41,32 +89,30 @@ for ((b = 0; b < N / BATCH; b++)); do
     printf ']}'
   } >"$dir/batch-$b.json"
 done
-
-# One curl process sends every batch over 4 keep-alive connections.
+# Batches go round-robin to the instances, over 4 keep-alive connections per instance.
 for ((b = 0; b < N / BATCH; b++)); do
   [ $b -gt 0 ] && echo next
-  printf 'url = "http://127.0.0.1:%s/v1/events"\nheader = "Authorization: Bearer bench"\n' "$DPORT"
+  printf 'url = "http://127.0.0.1:%s/v1/events"\nheader = "Authorization: Bearer bench"\n' "${ports[$((b % K))]}"
   printf 'header = "Content-Type: application/json"\ndata-binary = "@%s/batch-%s.json"\noutput = "/dev/null"\n' "$dir" "$b"
 done >"$dir/curl.cfg"
 
 t0=$(date +%s%N)
-curl -sf --parallel --parallel-max 4 -K "$dir/curl.cfg"
+curl -sf --no-progress-meter --parallel --parallel-max $((4 * K)) -K "$dir/curl.cfg"
 t1=$(date +%s%N)
 count=0
-for _ in $(seq 600); do
+for _ in $(seq 1200); do
   stats=$(curl -sf "127.0.0.1:$RPORT/_control/stats")
   count=$(grep -o '"count":[0-9]*' <<<"$stats" | cut -d: -f2)
   [ "$count" -ge "$N" ] && break
   sleep 0.05
 done
 last_us=$(grep -o '"last_us":[0-9]*' <<<"$stats" | cut -d: -f2)
-cpu=$(awk '{print $14 + $15}' "/proc/$dpid/stat")
-hz=$(getconf CLK_TCK)
+dups=$(grep -o '"duplicates":[0-9]*' <<<"$stats" | cut -d: -f2)
 
-awk -v n="$N" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v cpu="$cpu" -v hz="$hz" 'BEGIN {
+awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" 'BEGIN {
   ingest = (t1 - t0) / 1e9; e2e = (last * 1000 - t0) / 1e9;
-  printf "events:            %d (received %d)\n", n, got;
+  printf "store:             %s, %d instance(s)\n", db, k;
+  printf "events:            %d (received %d, %d duplicates)\n", n, got, dups;
   printf "ingest:            %.0f events/s (%.3f s)\n", n / ingest, ingest;
   printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", n / e2e, e2e;
-  printf "outboxd CPU:       %.1f us per delivery (utime+stime)\n", cpu / hz * 1e6 / n;
 }'
