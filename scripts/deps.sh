@@ -11,6 +11,7 @@ packages=(
   libmicrohttpd-dev libgnutls28-dev
   libjansson-dev
   libssl-dev openssl
+  zlib1g-dev
   librdkafka-dev
   libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev

@@ -156,6 +156,7 @@ static int serve(int argc, char **argv)
 	struct sub_registry reg;
 	struct dispatcher *disp = NULL;
 	struct committer *committer = NULL;
+	struct spool *spool = NULL;
 	struct jobs *jobs = NULL;
 	struct http_server *http = NULL;
 	int rc = 1;
@@ -229,12 +230,27 @@ static int serve(int argc, char **argv)
 		goto out;
 	}
 
+	if (cfg.spool && *cfg.spool) {
+		/* Seed 004's catastrophic-failure spool: opened (and checked) before any
+		 * request is accepted; what an earlier run left is replayed soon after. */
+		struct spool_report rep;
+		int src = spool_open(cfg.spool, &spool, &rep);
+		if (src != SPOOL_OK) {
+			log_error("cannot open the spool %s: %s", cfg.spool, spool_strerror(src));
+			goto out;
+		}
+		spool_log_report(spool, &rep);
+		if (rep.good)
+			log_warn("spool: %s holds %zu records from an earlier run; replaying them",
+				 cfg.spool, rep.good);
+	}
 	struct dispatcher_config dcfg = {
 		.max_in_flight = cfg.max_in_flight,
 		.batch = cfg.retry_batch,
 		.lease_ms = cfg.lease_ms,
 		.shutdown_grace_ms = cfg.shutdown_grace_ms,
 		.disabled_delay_ms = 5000,
+		.spool = spool,
 	};
 	if (!(disp = dispatcher_start(st, &reg, &dcfg)))
 		goto out;
@@ -244,7 +260,7 @@ static int serve(int argc, char **argv)
 	struct subs_reload reload = {st, &reg, defaults};
 	store_on_subscriptions_changed(st, reload_subscriptions, &reload);
 	store_on_work(st, wake_dispatcher, disp);
-	if (!(committer = committer_start(st, wake_dispatcher, disp)))
+	if (!(committer = committer_start(st, spool, wake_dispatcher, disp)))
 		goto out;
 	struct jobs_config jcfg = {
 		.relay_interval_ms = cfg.relay_interval_ms,
@@ -301,6 +317,7 @@ out:
 	store_on_work(st, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
 	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
+	spool_close(spool); /* after the dispatcher, which may spool its last results */
 	store_close(st);
 	sub_registry_destroy(&reg);
 	curl_global_cleanup();

@@ -90,6 +90,9 @@ const struct config_setting config_settings[] = {
 	 S(metrics_public), "serve /metrics without a token (false: the admin token is needed)"},
 	{"stats_window", "--stats-window", "OUTBOXD_STATS_WINDOW", CONFIG_DURATION, "15m",
 	 S(stats_window_ms), "window of the per-subscription success rate in /v1/stats"},
+	{"spool", "--spool", "OUTBOXD_SPOOL", CONFIG_STRING, NULL, S(spool),
+	 "local file that keeps accepted events and delivery results while the store is "
+	 "unavailable, replayed when it returns (seed 004); empty = off: ingest answers 503"},
 	{NULL, NULL, NULL, 0, NULL, 0, NULL},
 };
 

@@ -47,6 +47,7 @@ struct config {
 	int replay_rate;          /* default pace of filter replays, deliveries/s */
 	int metrics_public;       /* /metrics without a token */
 	int64_t stats_window_ms;  /* window of per-subscription stats */
+	char *spool;              /* catastrophic-failure spool file, NULL or "" = off */
 	char *config_file;        /* the file that was read, if any */
 };
 

@@ -40,6 +40,7 @@
 #include "core/trace.h"
 #include "deliver/oauth2.h"
 #include "deliver/sign.h"
+#include "store/spool.h"
 #include "util/buf.h"
 #include "util/clock.h"
 #include "util/duration.h"
@@ -178,6 +179,7 @@ struct dispatcher {
 	struct store_result *results; /* flush scratch, FLUSH_MAX of them */
 	uint64_t rng;
 	int store_down;              /* logged once per outage */
+	size_t results_spooled;      /* results written to the spool in this outage */
 	struct oauth2_entry *oauth;  /* token caches, few: one per oauth2 subscription */
 	int token_fetches;           /* token requests in flight */
 	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet flushed, 0 = none */
@@ -1446,6 +1448,30 @@ static void job_recycle(struct dispatcher *d, struct job *j)
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
+/* The store is unavailable: writes the results to the spool instead (fsynced). Returns 0
+ * when they are durable there. The leases stay in the store until the replay applies the
+ * results; a lease that expired first means one more delivery (at least once). */
+static int spool_results(struct dispatcher *d, size_t n)
+{
+	void *rec = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (spool_encode_results(d->results, n, &rec, &len)) {
+		log_error("dispatcher: cannot encode %zu results for the spool", n);
+		return -1;
+	}
+	rc = spool_append(d->cfg.spool, SPOOL_REC_RESULTS, rec, len);
+	free(rec);
+	if (rc != SPOOL_OK)
+		return -1;
+	if (!d->results_spooled)
+		log_warn("dispatcher: the store is unavailable; writing results to the spool %s",
+			 spool_path(d->cfg.spool));
+	d->results_spooled += n;
+	return 0;
+}
+
 /* Writes up to FLUSH_MAX finished results in one transaction. Returns 0 when written
  * (or nothing to write), -1 when the store refused (results stay queued). */
 static int flush_results(struct dispatcher *d)
@@ -1456,16 +1482,24 @@ static int flush_results(struct dispatcher *d)
 	if (n == 0)
 		return 0;
 	int rc = store_record_results(d->st, d->results, n);
-	if (rc != STORE_OK) {
+	if (rc == STORE_UNAVAILABLE && d->cfg.spool && spool_results(d, n) == 0) {
+		/* Durable in the spool: the jobs are done, the outage goes on. */
+		d->store_down = 1;
+	} else if (rc != STORE_OK) {
 		if (!d->store_down)
 			log_error("dispatcher: cannot write %zu results (%s); keeping them and retrying",
 				  n, store_strerror(rc));
 		d->store_down = 1;
 		return -1;
+	} else {
+		if (d->store_down)
+			log_info("dispatcher: store is writable again");
+		if (d->results_spooled)
+			log_info("dispatcher: %zu results went to the spool during the outage",
+				 d->results_spooled);
+		d->results_spooled = 0;
+		d->store_down = 0;
 	}
-	if (d->store_down)
-		log_info("dispatcher: store is writable again");
-	d->store_down = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct job *j = d->done_head;
 		d->done_head = j->next;

@@ -17,6 +17,8 @@ struct dispatcher_config {
 	int64_t lease_ms;
 	int64_t shutdown_grace_ms;
 	int64_t disabled_delay_ms; /* how long a disabled subscription's deliveries wait */
+	struct spool *spool;      /* borrowed, NULL = none: where results go while the store
+	                             is unavailable (seed 004); replayed by the committer */
 };
 
 struct dispatcher;

@@ -139,21 +139,34 @@ static int event_in_valid(const struct store_event_in *ev)
 	return 1;
 }
 
-int store_ingest(store *st, struct store_event_in *events, size_t n)
+static int ingest(store *st, struct store_event_in *events, size_t n, int by_id)
 {
 	if (!st || (!events && n) || n > STORE_MAX_BATCH)
 		return STORE_INVALID;
 	for (size_t i = 0; i < n; i++) {
 		if (!event_in_valid(&events[i]))
 			return STORE_INVALID;
+		if (by_id && !events[i].id[0])
+			return STORE_INVALID;
 		/* An empty id means "make one": the caller then reads it back. */
 		if (!events[i].id[0])
 			uuid_v7(events[i].id);
 		events[i].duplicate = 0;
+		events[i].dedupe_by_id = by_id;
 	}
 	if (!n)
 		return STORE_OK;
 	return st->ops->ingest(st, events, n);
+}
+
+int store_ingest(store *st, struct store_event_in *events, size_t n)
+{
+	return ingest(st, events, n, 0);
+}
+
+int store_ingest_replay(store *st, struct store_event_in *events, size_t n)
+{
+	return ingest(st, events, n, 1);
 }
 
 int store_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,

@@ -84,11 +84,18 @@ struct store_event_in {
 	size_t n_subscriptions;
 	int duplicate;                /* out: 1 when (source, source_event_id) existed; then
 	                                 nothing was inserted for this event */
+	int dedupe_by_id;             /* set by the wrappers, not the caller: 1 during
+	                                 store_ingest_replay */
 };
 
 /* Stores n events and their deliveries (status NEW, due at created_at) in one
  * transaction. All or nothing. */
 int store_ingest(store *st, struct store_event_in *events, size_t n);
+
+/* store_ingest for work replayed from the spool (spool.h): ids are given, and an event
+ * whose id is already stored counts as a duplicate too (the first attempt may have
+ * committed when only its answer was lost), so its deliveries are not inserted twice. */
+int store_ingest_replay(store *st, struct store_event_in *events, size_t n);
 
 /* Fan-out callback for the relay: sets *ids and *n to the subscriptions that want
  * event_type. The array stays valid until the next call with the same ctx. */

@@ -241,6 +241,7 @@ static const char *const migrations[] = {
 enum stmt {
 	S_PING,
 	S_INGEST,
+	S_INGEST_REPLAY,
 	S_DUP_LOOKUP,
 	S_OUTBOX_TAKE,
 	S_CLAIM,
@@ -269,35 +270,40 @@ enum stmt {
 	S_COUNT
 };
 
+/* The ingest statement; CONFLICT says which unique keys make an event a duplicate. */
+#define INGEST_SQL(CONFLICT) \
+		"WITH ev AS (" \
+		" INSERT INTO outboxd.events(id, event_type, source, source_event_id," \
+		"  partition_key, content_type, payload, created_at, traceparent)" \
+		" SELECT u.id, u.event_type, u.source, u.source_event_id, u.partition_key," \
+		"  u.content_type, u.payload, u.created_at, u.traceparent" \
+		" FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]," \
+		"  $6::text[], $7::bytea[], $8::int8[], $15::text[]) WITH ORDINALITY AS u(id," \
+		"  event_type, source, source_event_id, partition_key, content_type, payload," \
+		"  created_at, traceparent, ord)" \
+		" ORDER BY u.ord" \
+		CONFLICT " DO NOTHING RETURNING id)," \
+		" dl AS (" \
+		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status," \
+		"  next_attempt_at, created_at, updated_at)" \
+		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, 'NEW', v.due, v.due," \
+		"  v.due" \
+		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[])" \
+		"  AS v(id, event_id, subscription_id, event_type, due)" \
+		" WHERE v.event_id IN (SELECT id FROM ev))," \
+		" moved AS (DELETE FROM outboxd.outbox WHERE id = ANY($14::int8[]))" \
+		" SELECT id FROM ev"
+
 static const char *const sql_of[S_COUNT] = {
 	[S_PING] = "SELECT 1",
 	/* One statement, one implicit transaction: the events (a repeated idempotency key
 	 * is skipped, the first one in the batch wins), the deliveries of the events that
 	 * were inserted, and for the relay the outbox rows it moved. RETURNING says which
 	 * events were new. */
-	[S_INGEST] =
-		"WITH ev AS ("
-		" INSERT INTO outboxd.events(id, event_type, source, source_event_id,"
-		"  partition_key, content_type, payload, created_at, traceparent)"
-		" SELECT u.id, u.event_type, u.source, u.source_event_id, u.partition_key,"
-		"  u.content_type, u.payload, u.created_at, u.traceparent"
-		" FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],"
-		"  $6::text[], $7::bytea[], $8::int8[], $15::text[]) WITH ORDINALITY AS u(id,"
-		"  event_type, source, source_event_id, partition_key, content_type, payload,"
-		"  created_at, traceparent, ord)"
-		" ORDER BY u.ord"
-		" ON CONFLICT (source, source_event_id) WHERE source_event_id IS NOT NULL"
-		" DO NOTHING RETURNING id),"
-		" dl AS ("
-		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status,"
-		"  next_attempt_at, created_at, updated_at)"
-		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, 'NEW', v.due, v.due,"
-		"  v.due"
-		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[])"
-		"  AS v(id, event_id, subscription_id, event_type, due)"
-		" WHERE v.event_id IN (SELECT id FROM ev)),"
-		" moved AS (DELETE FROM outboxd.outbox WHERE id = ANY($14::int8[]))"
-		" SELECT id FROM ev",
+	[S_INGEST] = INGEST_SQL(" ON CONFLICT (source, source_event_id)"
+				" WHERE source_event_id IS NOT NULL"),
+	/* A spool replay: a stored id is a duplicate as well (any unique key). */
+	[S_INGEST_REPLAY] = INGEST_SQL(" ON CONFLICT"),
 	[S_DUP_LOOKUP] =
 		"SELECT k.ord, e.id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY"
 		" AS k(source, source_event_id, ord)"
@@ -1282,10 +1288,15 @@ static int mark_duplicates(struct pg *pg, struct pgconn *c, struct store_event_i
 		get_id(res, (int)i, 0, fresh[i]);
 	qsort(fresh, n_new, UUID_STR_LEN, id_cmp);
 	for (size_t i = 0; i < n; i++) {
-		/* Only an idempotency key can make an event a duplicate. */
-		if (!events[i].source_event_id ||
-		    bsearch(events[i].id, fresh, n_new, UUID_STR_LEN, id_cmp))
+		if (bsearch(events[i].id, fresh, n_new, UUID_STR_LEN, id_cmp))
 			continue;
+		/* Only an idempotency key can make an event a duplicate, or in a spool
+		 * replay its own id (then the stored event is this one: its id stays). */
+		if (!events[i].source_event_id) {
+			if (events[i].dedupe_by_id)
+				events[i].duplicate = 1;
+			continue;
+		}
 		dups[n_dups++] = i;
 		events[i].duplicate = 1;
 		arr_text(&keys[0], events[i].source ? events[i].source : "");
@@ -1329,7 +1340,7 @@ static int ingest_run(struct pg *pg, struct pgconn *c, struct store_event_in *ev
 	p_arr(&p, &a->traceparent);
 	if (ingest_arrays_failed(a))
 		return STORE_ERROR;
-	res = run(pg, c, S_INGEST, &p, &rc);
+	res = run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);
 	if (!res)
 		return rc;
 	rc = mark_duplicates(pg, c, events, n, res);

@@ -182,6 +182,7 @@ enum wstmt {
 	W_COMMIT,
 	W_ROLLBACK,
 	W_EVENT_FIND,
+	W_EVENT_FIND_ID,
 	W_EVENT_INSERT,
 	W_DELIVERY_INSERT,
 	W_CLAIM,
@@ -208,6 +209,7 @@ static const char *const wsql[W_COUNT] = {
 	[W_COMMIT] = "COMMIT",
 	[W_ROLLBACK] = "ROLLBACK",
 	[W_EVENT_FIND] = "SELECT id FROM events WHERE source = ?1 AND source_event_id = ?2",
+	[W_EVENT_FIND_ID] = "SELECT id FROM events WHERE id = ?1",
 	[W_EVENT_INSERT] =
 		"INSERT INTO events(id, event_type, source, source_event_id, partition_key,"
 		" content_type, payload, created_at, traceparent)"
@@ -894,6 +896,19 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 	int rc;
 
 	ev->duplicate = 0;
+	if (ev->dedupe_by_id) {
+		/* A spool replay: this very event may have been committed already. */
+		s = sq->w[W_EVENT_FIND_ID];
+		sqlite3_bind_text(s, 1, ev->id, -1, SQLITE_STATIC);
+		rc = step_row(s);
+		if (rc == SQLITE_ROW) {
+			ev->duplicate = 1;
+			stmt_end(s);
+			return SQLITE_OK;
+		}
+		if (rc != SQLITE_DONE)
+			return rc;
+	}
 	if (ev->source_event_id) {
 		s = sq->w[W_EVENT_FIND];
 		sqlite3_bind_text(s, 1, source, -1, SQLITE_STATIC);

@@ -1,0 +1,628 @@
+/* spool.c: the append-only, checksummed spool file (see spool.h for the format).
+ *
+ * Must not interpret records, and must not replay anything past the first bad byte: a
+ * record after a damaged one cannot be trusted to be where its predecessor's length says. */
+#include "store/spool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "util/buf.h"
+#include "util/log.h"
+
+static const unsigned char spool_magic[4] = {'O', 'B', 'S', 'P'};
+#define SPOOL_VERSION 1
+
+struct spool {
+	char *path;
+	int fd;
+	pthread_mutex_t mu;
+};
+
+const char *spool_strerror(int err)
+{
+	switch (err) {
+	case SPOOL_OK: return "ok";
+	case SPOOL_IO: return "spool i/o error";
+	case SPOOL_TOO_BIG: return "spool record too big";
+	case SPOOL_STOPPED: return "spool replay stopped";
+	case SPOOL_NOMEM: return "out of memory";
+	}
+	return "unknown spool error";
+}
+
+static void le_put32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+static uint32_t le_get32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t payload_crc(const void *data, size_t len)
+{
+	return (uint32_t)crc32(crc32(0L, Z_NULL, 0), data, (uInt)len);
+}
+
+static int read_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	unsigned char *p = buf;
+
+	while (len) {
+		ssize_t r = pread(fd, p, len, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		p += r;
+		len -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+
+	while (len) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static uint64_t file_size(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) ? 0 : (uint64_t)st.st_size;
+}
+
+/* Copies [off, end) of the spool to `<path>.corrupt-<UTC time>` (a new file, synced),
+ * then cuts the spool back to off. The copy is kept for an operator to look at. */
+static int move_tail_aside(struct spool *sp, uint64_t off, uint64_t end, struct spool_report *rep)
+{
+	char name[sizeof(rep->moved_to)];
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	unsigned char buf[65536];
+	int out = -1, rc = SPOOL_IO;
+
+	rep->moved_to[0] = '\0';
+	gmtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+	for (int i = 0; i < 100 && out < 0; i++) {
+		if (i == 0)
+			snprintf(name, sizeof(name), "%s.corrupt-%s", sp->path, stamp);
+		else
+			snprintf(name, sizeof(name), "%s.corrupt-%s.%d", sp->path, stamp, i);
+		out = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (out < 0 && errno != EEXIST)
+			break;
+	}
+	if (out < 0) {
+		log_error("spool: cannot create %s: %s", name, strerror(errno));
+		goto cut;
+	}
+	for (uint64_t at = off; at < end;) {
+		size_t chunk = end - at < sizeof(buf) ? (size_t)(end - at) : sizeof(buf);
+		if (read_full(sp->fd, buf, chunk, at) || write_full(out, buf, chunk)) {
+			log_error("spool: cannot copy the bad tail to %s: %s", name, strerror(errno));
+			goto cut;
+		}
+		at += chunk;
+	}
+	if (fsync(out)) {
+		log_error("spool: fsync %s: %s", name, strerror(errno));
+		goto cut;
+	}
+	snprintf(rep->moved_to, sizeof(rep->moved_to), "%s", name);
+cut:
+	if (out >= 0)
+		close(out);
+	/* Even when the copy failed the tail must go: appending after it would bury good
+	 * records behind garbage. */
+	if (ftruncate(sp->fd, (off_t)off) || fdatasync(sp->fd)) {
+		log_error("spool: cannot truncate %s: %s", sp->path, strerror(errno));
+		return SPOOL_IO;
+	}
+	rc = SPOOL_OK;
+	return rc;
+}
+
+/* Walks the records from the start, calling cb (may be NULL) for each good one. A bad
+ * record stops the walk and is moved aside. Called with the lock held. */
+static int walk(struct spool *sp, spool_record_cb cb, void *ctx, struct spool_report *rep)
+{
+	uint64_t size = file_size(sp->fd), off = 0;
+	unsigned char hdr[SPOOL_HEADER_LEN];
+	unsigned char *data = NULL;
+	size_t cap = 0;
+	int rc = SPOOL_OK;
+
+	memset(rep, 0, sizeof(*rep));
+	while (off < size) {
+		const char *bad = NULL;
+		uint32_t len = 0;
+
+		if (size - off < SPOOL_HEADER_LEN)
+			bad = "truncated header";
+		else if (read_full(sp->fd, hdr, sizeof(hdr), off))
+			bad = "unreadable header";
+		else if (memcmp(hdr, spool_magic, 4))
+			bad = "bad magic";
+		else if (hdr[4] != SPOOL_VERSION)
+			bad = "unknown version";
+		else if (hdr[6] || hdr[7])
+			bad = "bad header";
+		else if ((len = le_get32(hdr + 8)) > SPOOL_MAX_RECORD)
+			bad = "bad length";
+		else if (size - off - SPOOL_HEADER_LEN < len)
+			bad = "truncated record";
+		if (!bad) {
+			if (len > cap) {
+				unsigned char *d = realloc(data, len);
+				if (!d) {
+					rc = SPOOL_NOMEM;
+					goto out;
+				}
+				data = d;
+				cap = len;
+			}
+			if (read_full(sp->fd, data, len, off + SPOOL_HEADER_LEN))
+				bad = "unreadable record";
+			else if (payload_crc(data, len) != le_get32(hdr + 12))
+				bad = "crc mismatch";
+		}
+		if (bad) {
+			rep->corrupt = 1;
+			rep->bad_offset = off;
+			rep->reason = bad;
+			rc = move_tail_aside(sp, off, size, rep);
+			goto out;
+		}
+		if (cb && cb(ctx, hdr[5], data, len)) {
+			rc = SPOOL_STOPPED;
+			goto out;
+		}
+		rep->good++;
+		off += SPOOL_HEADER_LEN + (uint64_t)len;
+		rep->good_bytes = off;
+	}
+out:
+	free(data);
+	return rc;
+}
+
+int spool_open(const char *path, struct spool **out, struct spool_report *report)
+{
+	struct spool_report scratch;
+	struct spool *sp;
+	int rc;
+
+	*out = NULL;
+	if (!report)
+		report = &scratch;
+	memset(report, 0, sizeof(*report));
+	if (!(sp = calloc(1, sizeof(*sp))) || !(sp->path = strdup(path))) {
+		free(sp);
+		return SPOOL_NOMEM;
+	}
+	sp->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (sp->fd < 0) {
+		log_error("spool: cannot open %s: %s", path, strerror(errno));
+		free(sp->path);
+		free(sp);
+		return SPOOL_IO;
+	}
+	pthread_mutex_init(&sp->mu, NULL);
+	rc = walk(sp, NULL, NULL, report);
+	if (rc != SPOOL_OK) {
+		spool_close(sp);
+		return rc;
+	}
+	*out = sp;
+	return SPOOL_OK;
+}
+
+void spool_close(struct spool *sp)
+{
+	if (!sp)
+		return;
+	close(sp->fd);
+	pthread_mutex_destroy(&sp->mu);
+	free(sp->path);
+	free(sp);
+}
+
+const char *spool_path(const struct spool *sp)
+{
+	return sp->path;
+}
+
+int spool_append(struct spool *sp, uint8_t type, const void *data, size_t len)
+{
+	unsigned char hdr[SPOOL_HEADER_LEN] = {0};
+	uint64_t before;
+	int rc = SPOOL_OK;
+
+	if (len > SPOOL_MAX_RECORD)
+		return SPOOL_TOO_BIG;
+	memcpy(hdr, spool_magic, 4);
+	hdr[4] = SPOOL_VERSION;
+	hdr[5] = type;
+	le_put32(hdr + 8, (uint32_t)len);
+	le_put32(hdr + 12, payload_crc(data, len));
+
+	pthread_mutex_lock(&sp->mu);
+	before = file_size(sp->fd);
+	if (write_full(sp->fd, hdr, sizeof(hdr)) || write_full(sp->fd, data, len) ||
+	    fdatasync(sp->fd)) {
+		log_error("spool: cannot append to %s: %s", sp->path, strerror(errno));
+		if (ftruncate(sp->fd, (off_t)before))
+			log_error("spool: cannot cut %s back: %s", sp->path, strerror(errno));
+		rc = SPOOL_IO;
+	}
+	pthread_mutex_unlock(&sp->mu);
+	return rc;
+}
+
+int spool_replay(struct spool *sp, spool_record_cb cb, void *ctx, struct spool_report *report)
+{
+	struct spool_report scratch;
+	int rc;
+
+	if (!report)
+		report = &scratch;
+	pthread_mutex_lock(&sp->mu);
+	rc = walk(sp, cb, ctx, report);
+	if (rc == SPOOL_OK && (ftruncate(sp->fd, 0) || fdatasync(sp->fd))) {
+		log_error("spool: cannot truncate %s: %s", sp->path, strerror(errno));
+		rc = SPOOL_IO;
+	}
+	pthread_mutex_unlock(&sp->mu);
+	return rc;
+}
+
+void spool_log_report(const struct spool *sp, const struct spool_report *rep)
+{
+	if (!rep->corrupt)
+		return;
+	log_error("spool: %s is corrupt at byte %llu (%s) after %zu good records; the tail "
+		  "was moved to %s and will not be replayed",
+		  sp->path, (unsigned long long)rep->bad_offset, rep->reason, rep->good,
+		  rep->moved_to[0] ? rep->moved_to : "(nowhere: it could not be copied)");
+}
+
+uint64_t spool_size(struct spool *sp)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&sp->mu);
+	n = file_size(sp->fd);
+	pthread_mutex_unlock(&sp->mu);
+	return n;
+}
+
+/* ---- record codecs ------------------------------------------------------------------ */
+
+/* Events (little-endian): u32 count, then per event: id (UUID_STR_LEN bytes),
+ * six optional strings (u8 present, then the text and its NUL), u32 payload length and
+ * the payload, i64 created_at, u32 subscription count and UUID_STR_LEN bytes each. */
+
+static int put(struct buf *b, const void *p, size_t n)
+{
+	return buf_append(b, p, n);
+}
+
+static int put_u32(struct buf *b, uint32_t v)
+{
+	unsigned char x[4] = {(unsigned char)v, (unsigned char)(v >> 8),
+			      (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+	return put(b, x, 4);
+}
+
+static int put_u64(struct buf *b, uint64_t v)
+{
+	return put_u32(b, (uint32_t)v) || put_u32(b, (uint32_t)(v >> 32));
+}
+
+static int put_str(struct buf *b, const char *s)
+{
+	unsigned char present = s != NULL;
+
+	if (put(b, &present, 1))
+		return -1;
+	return s ? put(b, s, strlen(s) + 1) : 0;
+}
+
+int spool_encode_events(const struct store_event_in *events, size_t n, void **out,
+			    size_t *len)
+{
+	struct buf b;
+	int rc = -1;
+
+	buf_init(&b, SPOOL_MAX_RECORD);
+	if (n > UINT32_MAX || put_u32(&b, (uint32_t)n))
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		const struct store_event_in *ev = &events[i];
+		uint64_t at = (uint64_t)ev->created_at;
+		unsigned char at_le[8];
+
+		for (int k = 0; k < 8; k++)
+			at_le[k] = (unsigned char)(at >> (8 * k));
+		if (put(&b, ev->id, UUID_STR_LEN) || put_str(&b, ev->event_type) ||
+		    put_str(&b, ev->source) || put_str(&b, ev->source_event_id) ||
+		    put_str(&b, ev->partition_key) || put_str(&b, ev->traceparent) ||
+		    put_str(&b, ev->content_type) || ev->payload_len > UINT32_MAX ||
+		    put_u32(&b, (uint32_t)ev->payload_len) ||
+		    put(&b, ev->payload, ev->payload_len) || put(&b, at_le, 8) ||
+		    put_u32(&b, (uint32_t)ev->n_subscriptions) ||
+		    put(&b, ev->subscription_ids, ev->n_subscriptions * UUID_STR_LEN))
+			goto out;
+	}
+	*len = b.len;
+	*out = b.data;
+	b.data = NULL;
+	rc = 0;
+out:
+	buf_free(&b);
+	return rc;
+}
+
+struct reader {
+	const unsigned char *p;
+	size_t left;
+};
+
+static const void *take(struct reader *r, size_t n)
+{
+	const void *at = r->p;
+
+	if (r->left < n)
+		return NULL;
+	r->p += n;
+	r->left -= n;
+	return at;
+}
+
+static int take_u32(struct reader *r, uint32_t *v)
+{
+	const unsigned char *x = take(r, 4);
+
+	if (!x)
+		return -1;
+	*v = (uint32_t)x[0] | (uint32_t)x[1] << 8 | (uint32_t)x[2] << 16 | (uint32_t)x[3] << 24;
+	return 0;
+}
+
+static int take_u64(struct reader *r, uint64_t *v)
+{
+	uint32_t lo, hi;
+
+	if (take_u32(r, &lo) || take_u32(r, &hi))
+		return -1;
+	*v = (uint64_t)hi << 32 | lo;
+	return 0;
+}
+
+static int take_i32(struct reader *r, int *v)
+{
+	uint32_t u;
+
+	if (take_u32(r, &u))
+		return -1;
+	*v = (int)(int32_t)u;
+	return 0;
+}
+
+static int take_i64(struct reader *r, int64_t *v)
+{
+	uint64_t u;
+
+	if (take_u64(r, &u))
+		return -1;
+	*v = (int64_t)u;
+	return 0;
+}
+
+static int take_str(struct reader *r, const char **s)
+{
+	const unsigned char *present = take(r, 1);
+	const unsigned char *end;
+
+	if (!present || *present > 1)
+		return -1;
+	*s = NULL;
+	if (!*present)
+		return 0;
+	if (!(end = memchr(r->p, '\0', r->left)))
+		return -1;
+	*s = (const char *)r->p;
+	return take(r, (size_t)(end - r->p) + 1) ? 0 : -1;
+}
+
+int spool_decode_events(const void *data, size_t len, struct store_event_in **events,
+			    size_t *n)
+{
+	struct reader r = {data, len};
+	struct store_event_in *evs = NULL;
+	uint32_t count;
+
+	*events = NULL;
+	*n = 0;
+	if (take_u32(&r, &count) || count > len)
+		return -1;
+	if (count && !(evs = calloc(count, sizeof(*evs))))
+		return -1;
+	for (uint32_t i = 0; i < count; i++) {
+		struct store_event_in *ev = &evs[i];
+		const char *id = take(&r, UUID_STR_LEN);
+		const unsigned char *at;
+		uint32_t plen, nsubs;
+		uint64_t created = 0;
+
+		if (!id || id[UUID_STR_LEN - 1] || take_str(&r, &ev->event_type) ||
+		    take_str(&r, &ev->source) || take_str(&r, &ev->source_event_id) ||
+		    take_str(&r, &ev->partition_key) || take_str(&r, &ev->traceparent) ||
+		    take_str(&r, &ev->content_type) || take_u32(&r, &plen) ||
+		    (plen && !(ev->payload = take(&r, plen))) || !(at = take(&r, 8)) ||
+		    take_u32(&r, &nsubs) || nsubs > r.left / UUID_STR_LEN ||
+		    (nsubs && !(ev->subscription_ids = take(&r, (size_t)nsubs * UUID_STR_LEN))))
+			goto bad;
+		memcpy(ev->id, id, UUID_STR_LEN);
+		ev->payload_len = plen;
+		if (!ev->payload)
+			ev->payload = "";
+		for (int k = 0; k < 8; k++)
+			created |= (uint64_t)at[k] << (8 * k);
+		ev->created_at = (int64_t)created;
+		ev->n_subscriptions = nsubs;
+		for (uint32_t k = 0; k < nsubs; k++)
+			if (ev->subscription_ids[k][UUID_STR_LEN - 1])
+				goto bad;
+	}
+	if (r.left)
+		goto bad;
+	*events = evs;
+	*n = count;
+	return 0;
+bad:
+	free(evs);
+	return -1;
+}
+
+/* Results: u32 count, then per result: delivery id (UUID_STR_LEN bytes, NUL-padded), i32
+ * status, replay, attempt_count, retry_count, delay_actions, i64 next_attempt_at,
+ * processed_at, i32 last_code, two optional strings (last_message, last_cause), u32
+ * attempt count, and per attempt: i32 n, kind, i64 started_at, duration_ms, i32 code,
+ * two optional strings (message, cause). */
+
+int spool_encode_results(const struct store_result *results, size_t n, void **out, size_t *len)
+{
+	struct buf b;
+	int rc = -1;
+
+	buf_init(&b, SPOOL_MAX_RECORD);
+	if (n > UINT32_MAX || put_u32(&b, (uint32_t)n))
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		const struct store_result *r = &results[i];
+		char id[UUID_STR_LEN] = {0};
+
+		if (!r->delivery_id || strlen(r->delivery_id) >= UUID_STR_LEN)
+			goto out;
+		memcpy(id, r->delivery_id, strlen(r->delivery_id));
+		if (put(&b, id, UUID_STR_LEN) || put_u32(&b, (uint32_t)r->status) ||
+		    put_u32(&b, (uint32_t)r->replay) || put_u32(&b, (uint32_t)r->attempt_count) ||
+		    put_u32(&b, (uint32_t)r->retry_count) ||
+		    put_u32(&b, (uint32_t)r->delay_actions) ||
+		    put_u64(&b, (uint64_t)r->next_attempt_at) ||
+		    put_u64(&b, (uint64_t)r->processed_at) || put_u32(&b, (uint32_t)r->last_code) ||
+		    put_str(&b, r->last_message) || put_str(&b, r->last_cause) ||
+		    r->n_attempts > UINT32_MAX || put_u32(&b, (uint32_t)r->n_attempts))
+			goto out;
+		for (size_t k = 0; k < r->n_attempts; k++) {
+			const struct store_attempt *a = &r->attempts[k];
+
+			if (put_u32(&b, (uint32_t)a->n) || put_u32(&b, (uint32_t)a->kind) ||
+			    put_u64(&b, (uint64_t)a->started_at) ||
+			    put_u64(&b, (uint64_t)a->duration_ms) || put_u32(&b, (uint32_t)a->code) ||
+			    put_str(&b, a->message) || put_str(&b, a->cause))
+				goto out;
+		}
+	}
+	*len = b.len;
+	*out = b.data;
+	b.data = NULL;
+	rc = 0;
+out:
+	buf_free(&b);
+	return rc;
+}
+
+void spool_results_free(struct store_result *results, size_t n)
+{
+	for (size_t i = 0; results && i < n; i++)
+		free((void *)results[i].attempts);
+	free(results);
+}
+
+int spool_decode_results(const void *data, size_t len, struct store_result **results,
+			 size_t *n)
+{
+	struct reader r = {data, len};
+	struct store_result *rs = NULL;
+	uint32_t count;
+
+	*results = NULL;
+	*n = 0;
+	if (take_u32(&r, &count) || count > len)
+		return -1;
+	if (count && !(rs = calloc(count, sizeof(*rs))))
+		return -1;
+	for (uint32_t i = 0; i < count; i++) {
+		struct store_result *res = &rs[i];
+		const char *id = take(&r, UUID_STR_LEN);
+		int status;
+		uint32_t n_att;
+
+		if (!id || id[UUID_STR_LEN - 1] || take_i32(&r, &status) ||
+		    take_i32(&r, &res->replay) || take_i32(&r, &res->attempt_count) ||
+		    take_i32(&r, &res->retry_count) || take_i32(&r, &res->delay_actions) ||
+		    take_i64(&r, &res->next_attempt_at) || take_i64(&r, &res->processed_at) ||
+		    take_i32(&r, &res->last_code) || take_str(&r, &res->last_message) ||
+		    take_str(&r, &res->last_cause) || take_u32(&r, &n_att) || n_att > r.left)
+			goto bad;
+		res->delivery_id = id;
+		res->status = (enum delivery_status)status;
+		if (n_att) {
+			struct store_attempt *atts = calloc(n_att, sizeof(*atts));
+
+			if (!atts)
+				goto bad;
+			res->attempts = atts;
+			res->n_attempts = n_att;
+			for (uint32_t k = 0; k < n_att; k++) {
+				int kind;
+
+				if (take_i32(&r, &atts[k].n) || take_i32(&r, &kind) ||
+				    take_i64(&r, &atts[k].started_at) ||
+				    take_i64(&r, &atts[k].duration_ms) ||
+				    take_i32(&r, &atts[k].code) || take_str(&r, &atts[k].message) ||
+				    take_str(&r, &atts[k].cause))
+					goto bad;
+				atts[k].kind = (enum attempt_kind)kind;
+			}
+		}
+	}
+	if (r.left)
+		goto bad;
+	*results = rs;
+	*n = count;
+	return 0;
+bad:
+	spool_results_free(rs, count);
+	return -1;
+}

@@ -1,0 +1,396 @@
+/* test_spool.c: the catastrophic-failure spool (seed 004) against a real outage
+ * (PostgreSQL only; ctest runs it as e2e-pg/test_spool).
+ *
+ *  - with OUTBOXD_SPOOL set, PostgreSQL is halted for 2 s while events stream in: every
+ *    request is answered 202 (none 503), and once the database is back every acknowledged
+ *    event reaches each of two subscriptions exactly once;
+ *  - deliveries that finish while PostgreSQL is down: their results go to the spool and
+ *    are applied when it returns, so nothing is sent twice;
+ *  - a spool left by an earlier run, with a damaged record at its end: the good record
+ *    before it is replayed and delivered, the damaged one is reported in the log, moved
+ *    to <spool>.corrupt-<time> and never delivered.
+ *
+ * Each subscription has its own receiver, which counts webhook-ids (the event id). */
+#include "e2e.h"
+#include "harness_pg.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include "store/spool.h"
+
+#define ID_LEN 37 /* a UUID string and its NUL */
+
+static struct receiver rcv_a, rcv_b, rcv_slow;
+static struct daemon dmn;
+static char *spool_dir;
+static char spool_file[300];
+
+static int setup(void **state)
+{
+	const char *args[] = {"--no-bodies", "--threads", "4", NULL};
+
+	if (!harness_pg_wanted())
+		return 0;
+	memset(&dmn, 0, sizeof(dmn));
+	memset(&rcv_slow, 0, sizeof(rcv_slow));
+	assert_int_equal(receiver_start_args(&rcv_a, args), 0);
+	assert_int_equal(receiver_start_args(&rcv_b, args), 0);
+	assert_non_null(spool_dir = harness_tmpdir("outboxd-spool"));
+	snprintf(spool_file, sizeof(spool_file), "%s/ingest.spool", spool_dir);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	if (!harness_pg_wanted())
+		return 0;
+	daemon_cleanup(&dmn);
+	receiver_stop(&rcv_a);
+	receiver_stop(&rcv_b);
+	receiver_stop(&rcv_slow);
+	if (getenv("HARNESS_KEEP"))
+		fprintf(stderr, "kept %s\n", spool_dir);
+	else
+		harness_rmrf(spool_dir);
+	free(spool_dir);
+	return 0;
+}
+
+/* extra: one more "KEY=VALUE" or NULL. */
+static void start_daemon_with(const char *extra)
+{
+	char spool_env[400];
+	const char *env[] = {spool_env, "OUTBOXD_LOG_LEVEL=info", extra, NULL};
+
+	snprintf(spool_env, sizeof(spool_env), "OUTBOXD_SPOOL=%s", spool_file);
+	assert_int_equal(daemon_start(&dmn, env), 0);
+}
+
+static void start_daemon(void)
+{
+	start_daemon_with(NULL);
+}
+
+static long stat_of(struct receiver *r, const char *key)
+{
+	json_t *s = receiver_stats(r, NULL);
+	long v;
+
+	assert_non_null(s);
+	v = (long)json_integer_value(json_object_get(s, key));
+	json_decref(s);
+	return v;
+}
+
+static long wait_unique(struct receiver *r, long want, int timeout_ms)
+{
+	int64_t deadline = harness_now_ms() + timeout_ms;
+	long unique = 0;
+
+	while (harness_now_ms() < deadline) {
+		unique = stat_of(r, "unique_ids");
+		if (unique >= want)
+			break;
+		usleep(100 * 1000);
+	}
+	return unique;
+}
+
+/* Lines of the daemon's log containing text. */
+static int log_lines_with(const char *text)
+{
+	char path[300], line[4096];
+	int n = 0;
+	FILE *f = fopen(daemon_log_path(&dmn, path, sizeof(path)), "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, text) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* ---- an outage under load ------------------------------------------------------------ */
+
+struct ingest_loop {
+	pthread_mutex_t mu;
+	int stop;
+	long accepted, unavailable, other;
+};
+
+static char *batch_body(int first, int n)
+{
+	size_t cap = (size_t)n * 96 + 32, off;
+	char *body = malloc(cap);
+
+	assert_non_null(body);
+	off = (size_t)snprintf(body, cap, "{\"events\":[");
+	for (int i = 0; i < n; i++)
+		off += (size_t)snprintf(body + off, cap - off,
+					"%s{\"event_type\":\"load.event\",\"payload\":{\"n\":%d}}",
+					i ? "," : "", first + i);
+	snprintf(body + off, cap - off, "]}");
+	return body;
+}
+
+/* Sends batches of 10 events until told to stop, counting the answers. */
+static void *ingest_main(void *arg)
+{
+	struct ingest_loop *l = arg;
+	char url[128];
+
+	snprintf(url, sizeof(url), "%s/v1/events", dmn.url);
+	for (int k = 0;; k++) {
+		char *body = batch_body(k * 10, 10);
+		struct http_resp r;
+
+		pthread_mutex_lock(&l->mu);
+		int stop = l->stop;
+		pthread_mutex_unlock(&l->mu);
+		if (stop) {
+			free(body);
+			break;
+		}
+		http_do("POST", url, HARNESS_INGEST_TOKEN, NULL, body, strlen(body), &r);
+		pthread_mutex_lock(&l->mu);
+		if (r.status == 202) {
+			l->accepted += (long)json_array_size(json_object_get(r.json, "ids"));
+		} else if (r.status == 503) {
+			l->unavailable++;
+		} else {
+			l->other++;
+			fprintf(stderr, "ingest during the outage: %ld %s\n", r.status,
+				r.status ? r.body : r.error);
+		}
+		pthread_mutex_unlock(&l->mu);
+		http_resp_free(&r);
+		free(body);
+		usleep(10 * 1000);
+	}
+	return NULL;
+}
+
+static long accepted_so_far(struct ingest_loop *l)
+{
+	pthread_mutex_lock(&l->mu);
+	long n = l->accepted;
+	pthread_mutex_unlock(&l->mu);
+	return n;
+}
+
+static void test_outage_is_spooled_and_replayed(void **state)
+{
+	struct ingest_loop l = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	char sub_a[64], sub_b[64];
+	pthread_t th;
+
+	if (!harness_pg_wanted())
+		skip();
+	start_daemon();
+	e2e_create_sub(&dmn, sub_a, "{\"name\":\"a\",\"event_types\":[\"*\"],\"endpoint\":\"%s/a\"}",
+		       rcv_a.url);
+	e2e_create_sub(&dmn, sub_b, "{\"name\":\"b\",\"event_types\":[\"*\"],\"endpoint\":\"%s/b\"}",
+		       rcv_b.url);
+
+	assert_int_equal(pthread_create(&th, NULL, ingest_main, &l), 0);
+	while (accepted_so_far(&l) < 300)
+		usleep(20 * 1000);
+	/* Down for 2 s: fast shutdown, as an operator's restart or a failover does. */
+	long before = accepted_so_far(&l);
+	assert_int_equal(pg_server_restart(harness_pg(), 2000), 0);
+	long during = accepted_so_far(&l) - before;
+	long after_restart = accepted_so_far(&l);
+	while (accepted_so_far(&l) < after_restart + 300)
+		usleep(20 * 1000);
+	pthread_mutex_lock(&l.mu);
+	l.stop = 1;
+	pthread_mutex_unlock(&l.mu);
+	pthread_join(th, NULL);
+	fprintf(stderr, "spool outage: %ld events acknowledged (%ld during the outage), "
+			"%ld requests answered 503, %ld other answers\n",
+		l.accepted, during, l.unavailable, l.other);
+	assert_int_equal(l.unavailable, 0);
+	assert_int_equal(l.other, 0);
+	assert_true(during > 0);
+
+	/* Every acknowledged event reaches both subscriptions, and only once. */
+	assert_int_equal(wait_unique(&rcv_a, l.accepted, 60000), l.accepted);
+	assert_int_equal(wait_unique(&rcv_b, l.accepted, 60000), l.accepted);
+	usleep(1000 * 1000); /* a late duplicate would show up by now */
+	fprintf(stderr, "spool outage: receiver a %ld unique, %ld duplicates; b %ld unique, "
+			"%ld duplicates\n",
+		stat_of(&rcv_a, "unique_ids"), stat_of(&rcv_a, "duplicates"),
+		stat_of(&rcv_b, "unique_ids"), stat_of(&rcv_b, "duplicates"));
+	assert_int_equal(stat_of(&rcv_a, "unique_ids"), l.accepted);
+	assert_int_equal(stat_of(&rcv_b, "unique_ids"), l.accepted);
+	assert_int_equal(stat_of(&rcv_a, "duplicates"), 0);
+	assert_int_equal(stat_of(&rcv_b, "duplicates"), 0);
+
+	/* Logged once when spooling started and once when the spool was drained. */
+	assert_int_equal(log_lines_with("accepting ingest into the spool"), 1);
+	assert_true(log_lines_with("spool: drained") >= 1);
+	struct stat st;
+	assert_int_equal(stat(spool_file, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(daemon_stop(&dmn), 0);
+}
+
+/* ---- results written while the store is down --------------------------------------- */
+
+static void test_results_are_spooled_during_outage(void **state)
+{
+	/* A thread per connection: every slow request overlaps the others. */
+	const char *args[] = {"--no-bodies", NULL};
+	char sub[64], ev[64];
+	int64_t deadline;
+
+	if (!harness_pg_wanted())
+		skip();
+	assert_int_equal(receiver_start_args(&rcv_slow, args), 0);
+	assert_int_equal(receiver_script(&rcv_slow, "/slow",
+					 "{\"responses\":[],\"default\":{\"status\":200,"
+					 "\"delay_ms\":3000}}"), 0);
+	/* A try waits for the slow answer rather than timing out (1 s by default). */
+	start_daemon_with("OUTBOXD_DELIVERY_TIMEOUT=10s");
+	e2e_create_sub(&dmn, sub, "{\"name\":\"slow\",\"event_types\":[\"*\"],"
+				  "\"endpoint\":\"%s/slow\"}", rcv_slow.url);
+	for (int i = 0; i < 40; i++)
+		e2e_send(&dmn, ev, "{\"event_type\":\"slow.event\",\"payload\":{}}");
+	/* All 40 are in flight (claimed, waiting on the receiver) when the database stops;
+	 * they finish while it is down. */
+	usleep(500 * 1000);
+	assert_int_equal(pg_server_halt(harness_pg()), 0);
+	deadline = harness_now_ms() + 10000;
+	while (log_lines_with("writing results to the spool") < 1 && harness_now_ms() < deadline)
+		usleep(100 * 1000);
+	assert_int_equal(log_lines_with("writing results to the spool"), 1);
+	usleep(500 * 1000);
+	assert_int_equal(pg_server_start(harness_pg()), 0);
+
+	/* Once the results are replayed, nothing is left pending and nothing is sent again
+	 * (the leases, 2 minutes, were still held by this instance). */
+	deadline = harness_now_ms() + 30000;
+	for (;;) {
+		json_t *n = e2e_get(&dmn, "/v1/deliveries?status=PROCESSED&limit=100");
+		size_t done = json_array_size(json_object_get(n, "items"));
+
+		json_decref(n);
+		if (done == 40)
+			break;
+		assert_true(harness_now_ms() < deadline);
+		usleep(200 * 1000);
+	}
+	usleep(1000 * 1000);
+	fprintf(stderr, "results during the outage: %ld requests, %ld unique, %ld duplicates\n",
+		stat_of(&rcv_slow, "count"), stat_of(&rcv_slow, "unique_ids"),
+		stat_of(&rcv_slow, "duplicates"));
+	assert_int_equal(stat_of(&rcv_slow, "unique_ids"), 40);
+	assert_int_equal(stat_of(&rcv_slow, "duplicates"), 0);
+	assert_true(log_lines_with("delivery results") >= 1);
+	assert_int_equal(daemon_stop(&dmn), 0);
+}
+
+/* ---- a damaged spool from an earlier run --------------------------------------------- */
+
+/* Appends one spooled event for subscription sub, with the given id, as the committer
+ * would have during an outage. */
+static void spool_event(struct spool *sp, const char *id, const char *sub)
+{
+	char subs[1][UUID_STR_LEN];
+	struct store_event_in ev = {0};
+	void *rec;
+	size_t len;
+
+	snprintf(ev.id, sizeof(ev.id), "%s", id);
+	snprintf(subs[0], sizeof(subs[0]), "%s", sub);
+	ev.event_type = "spooled.event";
+	ev.source = "";
+	ev.content_type = "application/json";
+	ev.payload = "{\"from\":\"the spool\"}";
+	ev.payload_len = strlen(ev.payload);
+	ev.created_at = (int64_t)time(NULL) * 1000;
+	ev.subscription_ids = (const char(*)[UUID_STR_LEN])subs;
+	ev.n_subscriptions = 1;
+	assert_int_equal(spool_encode_events(&ev, 1, &rec, &len), 0);
+	assert_int_equal(spool_append(sp, SPOOL_REC_EVENTS, rec, len), SPOOL_OK);
+	free(rec);
+}
+
+static int corrupt_files(void)
+{
+	DIR *d = opendir(spool_dir);
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)))
+		n += strstr(e->d_name, "ingest.spool.corrupt-") != NULL;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static void test_corrupt_tail_is_reported_not_replayed(void **state)
+{
+	const char *good = "0190a000-0000-7000-8000-000000000001";
+	const char *bad = "0190a000-0000-7000-8000-000000000002"; /* see the GETs below */
+	char sub[64], line[128];
+	struct spool *sp;
+	struct stat st;
+
+	if (!harness_pg_wanted())
+		skip();
+	/* A first run creates the subscription the spooled events fan out to. */
+	start_daemon();
+	e2e_create_sub(&dmn, sub, "{\"name\":\"a\",\"event_types\":[\"*\"],\"endpoint\":\"%s/a\"}",
+		       rcv_a.url);
+	assert_int_equal(daemon_stop(&dmn), 0);
+
+	/* What it left in the spool: one good record, then one damaged in its payload. */
+	assert_int_equal(spool_open(spool_file, &sp, NULL), SPOOL_OK);
+	spool_event(sp, good, sub);
+	off_t bad_at = (off_t)spool_size(sp);
+	spool_event(sp, bad, sub);
+	spool_close(sp);
+	int fd = open(spool_file, O_RDWR);
+	unsigned char c;
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &c, 1, bad_at + SPOOL_HEADER_LEN + 60), 1);
+	c ^= 0x01;
+	assert_int_equal(pwrite(fd, &c, 1, bad_at + SPOOL_HEADER_LEN + 60), 1);
+	close(fd);
+
+	start_daemon();
+	/* The good record is replayed and delivered... */
+	assert_int_equal(receiver_wait_count(&rcv_a, "/a", 1, 20000), 0);
+	json_decref(api_call(&dmn, "GET", "/v1/events/0190a000-0000-7000-8000-000000000001",
+			     NULL, 200));
+	/* ...the damaged one is reported, moved aside and never sent. */
+	snprintf(line, sizeof(line), "is corrupt at byte %lld (crc mismatch) after 1 good",
+		 (long long)bad_at);
+	assert_int_equal(log_lines_with(line), 1);
+	assert_int_equal(corrupt_files(), 1);
+	usleep(1500 * 1000);
+	assert_int_equal(receiver_count(&rcv_a, "/a"), 1);
+	assert_int_equal(stat_of(&rcv_a, "unique_ids"), 1);
+	json_decref(api_call(&dmn, "GET", "/v1/events/0190a000-0000-7000-8000-000000000002",
+			     NULL, 404));
+	assert_int_equal(stat(spool_file, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(daemon_stop(&dmn), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_outage_is_spooled_and_replayed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_results_are_spooled_during_outage, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_tail_is_reported_not_replayed, setup,
+						teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
