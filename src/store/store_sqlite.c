@@ -324,6 +324,7 @@ struct sq {
 	sqlite3 *rdb;
 	pthread_mutex_t wmu;        /* guards wdb and w[] */
 	pthread_mutex_t rmu;        /* guards rdb and r[] */
+	int relaxed;                /* wdb runs with synchronous=NORMAL (guarded by wmu) */
 	sqlite3_stmt *w[W_COUNT];
 	sqlite3_stmt *r[R_COUNT];
 };
@@ -446,8 +447,13 @@ static void bind_time(sqlite3_stmt *s, int i, int64_t v)
 static void col_id(sqlite3_stmt *s, int i, char dst[UUID_STR_LEN])
 {
 	const unsigned char *t = sqlite3_column_text(s, i);
+	size_t len = t ? (size_t)sqlite3_column_bytes(s, i) : 0;
 
-	snprintf(dst, UUID_STR_LEN, "%s", t ? (const char *)t : "");
+	if (len >= UUID_STR_LEN)
+		len = UUID_STR_LEN - 1;
+	if (len)
+		memcpy(dst, t, len);
+	dst[len] = '\0';
 }
 
 /* Copies a text column into *out (NULL for SQL NULL). SQLITE_OK or SQLITE_NOMEM. */
@@ -495,11 +501,37 @@ static int tx_begin(struct sq *sq)
 /* Claims and results are written with synchronous=NORMAL: losing the last few to a
  * power cut only means those deliveries are sent again (at-least-once), and the next
  * FULL commit (every ingest) syncs them anyway. Events are never acknowledged from a
- * relaxed commit. */
-static void sync_relaxed(struct sq *sq, int relaxed)
+ * relaxed commit: every other writer takes the lock with wlock(), which puts the
+ * connection back to FULL first. The level is switched only when it changes (a PRAGMA
+ * takes effect when it is compiled, so it cannot be kept prepared), so a busy
+ * dispatcher claiming and recording back to back parses no PRAGMA at all. */
+static int sync_set(struct sq *sq, int relaxed)
 {
-	sqlite3_exec(sq->wdb, relaxed ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL",
-		     NULL, NULL, NULL);
+	int rc;
+
+	if (sq->relaxed == relaxed)
+		return SQLITE_OK;
+	rc = sqlite3_exec(sq->wdb, relaxed ? "PRAGMA synchronous = NORMAL" :
+					     "PRAGMA synchronous = FULL", NULL, NULL, NULL);
+	if (rc == SQLITE_OK)
+		sq->relaxed = relaxed;
+	return rc;
+}
+
+/* Takes the writer lock with the connection at synchronous=FULL. SQLITE_OK, or the
+ * error that left it relaxed (the lock is held either way). */
+static int wlock(struct sq *sq)
+{
+	pthread_mutex_lock(&sq->wmu);
+	return sync_set(sq, 0);
+}
+
+/* Takes the writer lock for claims and results, at synchronous=NORMAL when it can (a
+ * failure only means a stricter commit). */
+static void wlock_relaxed(struct sq *sq)
+{
+	pthread_mutex_lock(&sq->wmu);
+	sync_set(sq, 1);
 }
 
 static int tx_commit(struct sq *sq)
@@ -652,11 +684,23 @@ out:
 	return rc;
 }
 
+/* Nothing reads SQLite's memory statistics; keeping them costs a global mutex on every
+ * allocation. Only possible before the library initializes (otherwise SQLITE_MISUSE,
+ * harmless). */
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+static void config_library(void)
+{
+	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 static int open_conn(const char *path, sqlite3 **db, int cache_kib, char *err, size_t errlen)
 {
 	char pragmas[256];
 	char *msg = NULL;
 	int rc;
+
+	pthread_once(&config_once, config_library);
 
 	rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
 				       SQLITE_OPEN_NOMUTEX, NULL);
@@ -961,8 +1005,9 @@ static int sq_ingest(store *st, struct store_event_in *events, size_t n)
 	int64_t now = clock_now_ms();
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
-	rc = tx_begin(sq);
+	rc = wlock(sq);
+	if (rc == SQLITE_OK)
+		rc = tx_begin(sq);
 	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
 		struct store_event_in *ev = &events[i];
 
@@ -985,8 +1030,9 @@ static int sq_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void
 	size_t count = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
-	rc = tx_begin(sq);
+	rc = wlock(sq);
+	if (rc == SQLITE_OK)
+		rc = tx_begin(sq);
 	if (rc != SQLITE_OK)
 		goto out;
 	sqlite3_bind_int64(s, 1, (int64_t)limit);
@@ -1120,8 +1166,7 @@ static int sq_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limi
 	size_t count = 0, cap = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
-	sync_relaxed(sq, 1);
+	wlock_relaxed(sq);
 	rc = tx_begin(sq);
 	if (rc != SQLITE_OK)
 		goto out;
@@ -1180,7 +1225,6 @@ out:
 	stmt_end(s);
 	free(rows);
 	rc = tx_end(sq, rc);
-	sync_relaxed(sq, 0);
 	pthread_mutex_unlock(&sq->wmu);
 	if (rc != STORE_OK) {
 		store_claims_free(out, count);
@@ -1274,13 +1318,11 @@ static int sq_record_results(store *st, const struct store_result *results, size
 	int64_t now = clock_now_ms();
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
-	sync_relaxed(sq, 1);
+	wlock_relaxed(sq);
 	rc = tx_begin(sq);
 	for (size_t i = 0; rc == SQLITE_OK && i < n; i++)
 		rc = record_one(sq, st->owner, &results[i], now);
 	rc = tx_end(sq, rc);
-	sync_relaxed(sq, 0);
 	pthread_mutex_unlock(&sq->wmu);
 	return rc;
 }
@@ -1290,7 +1332,7 @@ static int clear_leases(struct sq *sq, sqlite3_stmt *s, int64_t now_ms, size_t *
 {
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	if (sqlite3_bind_parameter_count(s) > 0)
 		sqlite3_bind_int64(s, 1, now_ms);
 	rc = step_done(s);
@@ -1636,7 +1678,7 @@ static int sq_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int f
 	size_t done = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	rc = tx_begin(sq);
 	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
 		enum store_replay_outcome outcome = REPLAY_NOT_FAILED;
@@ -1691,7 +1733,7 @@ static int sq_dlq_purge(store *st, const char *delivery_id)
 	int result = STORE_OK;
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	rc = tx_begin(sq);
 	if (rc != SQLITE_OK)
 		goto out;
@@ -1734,7 +1776,7 @@ static int cleanup_chunk(struct sq *sq, size_t *deleted)
 	size_t count = 0, cap = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	rc = tx_begin(sq);
 	if (rc != SQLITE_OK)
 		goto out;
@@ -1809,7 +1851,7 @@ static int sweep_orphan_events(struct sq *sq)
 		if (!count)
 			continue;
 
-		pthread_mutex_lock(&sq->wmu);
+		wlock(sq);
 		rc = tx_begin(sq);
 		for (size_t i = 0; rc == SQLITE_OK && i < count; i++)
 			rc = delete_if_orphan(sq, events[i]);
@@ -1863,7 +1905,7 @@ static int sq_sub_create(store *st, const struct store_sub *sub)
 	int64_t now = clock_now_ms();
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	sqlite3_bind_text(s, 1, sub->id, -1, SQLITE_STATIC);
 	sqlite3_bind_text(s, 2, sub->name, -1, SQLITE_STATIC);
 	sqlite3_bind_text(s, 3, sub->config, -1, SQLITE_STATIC);
@@ -1881,7 +1923,7 @@ static int sq_sub_update(store *st, const struct store_sub *sub)
 	sqlite3_stmt *s = sq->w[W_SUB_UPDATE];
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	sqlite3_bind_text(s, 1, sub->id, -1, SQLITE_STATIC);
 	sqlite3_bind_text(s, 2, sub->name, -1, SQLITE_STATIC);
 	sqlite3_bind_text(s, 3, sub->config, -1, SQLITE_STATIC);
@@ -1898,7 +1940,7 @@ static int sq_sub_delete(store *st, const char *id)
 	sqlite3_stmt *s = sq->w[W_SUB_DELETE];
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
 	rc = sub_write(sq, s);
 	pthread_mutex_unlock(&sq->wmu);
@@ -2022,7 +2064,7 @@ static int sq_dlq_purge_matching(store *st, const struct store_delivery_filter *
 	free(next);
 	if (rc != STORE_OK)
 		return rc;
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	rc = tx_begin(sq);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(sq->wdb,
@@ -2066,7 +2108,7 @@ static int job_write(store *st, const char *sql, const struct store_job *j)
 	sqlite3_stmt *s = NULL;
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	rc = sqlite3_prepare_v2(sq->wdb, sql, -1, &s, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_text(s, 1, j->id, -1, SQLITE_STATIC);
@@ -2197,7 +2239,7 @@ static int sq_audit_append(store *st, const struct store_audit *a)
 	sqlite3_stmt *s = NULL;
 	int rc;
 
-	pthread_mutex_lock(&sq->wmu);
+	wlock(sq);
 	rc = sqlite3_prepare_v2(sq->wdb, "INSERT INTO audit(id, at, actor, action, target, count,"
 				" detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", -1, &s, NULL);
 	if (rc == SQLITE_OK) {
