@@ -22,12 +22,17 @@
  * the Retry-After of 429 and 503 responses. */
 #include "deliver/dispatcher.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
@@ -63,6 +68,7 @@
 #define CIRCUIT_OPEN_CODE 503 /* last_error.code of a delivery the breaker dead-lettered */
 #define CIRCUIT_OPEN_MESSAGE "circuit_open"
 #define DELAY_MAX_MS (3650LL * 86400 * 1000) /* no retry is scheduled beyond 10 years */
+#define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
 
 /* A claimed batch; freed when its last job is written back. */
 struct batch {
@@ -99,7 +105,11 @@ struct job {
 	int64_t wake_us;             /* JOB_WAITING: when to send again */
 	int64_t done_us;             /* JOB_DONE: when it joined the done list */
 	CURL *easy;
-	struct curl_slist *headers;
+	struct curl_slist *headers;  /* into hnodes/hbuf: owned by the job, not by curl_slist */
+	struct curl_slist *hnodes;   /* header list nodes, reused from attempt to attempt */
+	size_t hnodes_cap;
+	char *hbuf;                  /* the header lines, NUL-separated; may hold credentials */
+	size_t hbuf_cap, hbuf_len;
 	char *url;                   /* owned when query auth rewrote it, else NULL */
 	char errbuf[CURL_ERROR_SIZE];
 	size_t body_len;             /* response bytes kept in causes[tries] */
@@ -167,6 +177,12 @@ struct dispatcher {
 	struct dispatcher_config cfg;
 	pthread_t thread;
 	CURLM *multi;
+	int epfd;                    /* curl's sockets and the wake-up eventfd */
+	int evfd;                    /* dispatcher_wake() writes here */
+	int64_t curl_due_us;         /* curl's timer (monotonic), -1 = none */
+	int curl_timer_set;          /* the timer callback ran (see curl_run) */
+	struct epoll_event events[EPOLL_EVENTS];
+	int n_events;                /* ready, not yet handed to curl */
 	atomic_int stopping;
 	atomic_int woken;
 	struct job *jobs;            /* max_in_flight of them */
@@ -255,22 +271,74 @@ static size_t body_cb(char *data, size_t size, size_t nmemb, void *ctx)
 	return len; /* keep reading: the connection stays reusable */
 }
 
-static int append_header(struct curl_slist **list, const char *fmt, ...)
+/* Header lines are written into the job's own buffer and list nodes, reused from attempt
+ * to attempt (curl reads CURLOPT_HTTPHEADER as a plain list and copies nothing), so an
+ * attempt costs no allocation once a job has seen its largest headers. A line is at most
+ * HEADER_LINE_MAX - 1 bytes, as before. */
+#define HEADER_LINE_MAX 8448
+
+/* Wipes the header lines (they may carry credentials) and empties the list. */
+static void headers_clear(struct job *j)
+{
+	if (j->hbuf_len)
+		OPENSSL_cleanse(j->hbuf, j->hbuf_len);
+	j->hbuf_len = 0;
+	j->headers = NULL;
+}
+
+static int append_header(struct job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-static int append_header(struct curl_slist **list, const char *fmt, ...)
+static int append_header(struct job *j, const char *fmt, ...)
 {
-	char line[8448];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof(line))
-		return -1;
-	struct curl_slist *l = curl_slist_append(*list, line);
-	if (!l)
-		return -1;
-	*list = l;
+	for (;;) {
+		size_t room = j->hbuf_cap - j->hbuf_len;
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(room ? j->hbuf + j->hbuf_len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0 || n >= HEADER_LINE_MAX)
+			return -1;
+		if ((size_t)n < room) {
+			j->hbuf_len += (size_t)n + 1;
+			return 0;
+		}
+		size_t cap = j->hbuf_cap ? j->hbuf_cap * 2 : 2048;
+		while (cap < j->hbuf_len + (size_t)n + 1)
+			cap *= 2;
+		char *nb = malloc(cap);
+		if (!nb)
+			return -1;
+		if (j->hbuf_len) {
+			memcpy(nb, j->hbuf, j->hbuf_len);
+			OPENSSL_cleanse(j->hbuf, j->hbuf_len);
+		}
+		free(j->hbuf);
+		j->hbuf = nb;
+		j->hbuf_cap = cap;
+	}
+}
+
+/* Links the lines of hbuf into hnodes: j->headers. */
+static int headers_link(struct job *j)
+{
+	size_t lines = 0;
+	for (size_t o = 0; o < j->hbuf_len; o += strlen(j->hbuf + o) + 1)
+		lines++;
+	if (lines > j->hnodes_cap) {
+		size_t cap = lines < 16 ? 16 : lines * 2;
+		struct curl_slist *nn = realloc(j->hnodes, cap * sizeof(*nn));
+		if (!nn)
+			return -1;
+		j->hnodes = nn;
+		j->hnodes_cap = cap;
+	}
+	size_t i = 0;
+	for (size_t o = 0; o < j->hbuf_len; o += strlen(j->hbuf + o) + 1, i++) {
+		j->hnodes[i].data = j->hbuf + o;
+		j->hnodes[i].next = i + 1 < lines ? &j->hnodes[i + 1] : NULL;
+	}
+	j->headers = lines ? j->hnodes : NULL;
 	return 0;
 }
 
@@ -344,9 +412,10 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms, const ch
 {
 	const struct subscription *s = j->sub;
 	const struct store_claim *c = j->claim;
-	struct curl_slist *h = NULL;
 	int64_t ts = now_ms / 1000;
 	char trace[TRACEPARENT_LEN];
+
+	headers_clear(j);
 
 	/* The producer's trace when it sent one, else one made from the event id; a new
 	 * span for each attempt. */
@@ -355,14 +424,14 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms, const ch
 
 	const char *ctype = s->payload_format == PAYLOAD_BINARY ? "application/octet-stream"
 								  : c->content_type;
-	if (append_header(&h, "Content-Type: %s", ctype) ||
-	    append_header(&h, "webhook-id: %s", c->event_id) ||
-	    append_header(&h, "webhook-timestamp: %lld", (long long)ts) ||
-	    append_header(&h, "outboxd-event-type: %s", c->event_type) ||
-	    append_header(&h, "outboxd-delivery-id: %s", c->delivery_id) ||
-	    append_header(&h, "outboxd-attempt: %d", attempt_no) ||
-	    append_header(&h, "traceparent: %s", trace) ||
-	    append_header(&h, "User-Agent: outboxd/0.1") || append_header(&h, "Expect:"))
+	if (append_header(j, "Content-Type: %s", ctype) ||
+	    append_header(j, "webhook-id: %s", c->event_id) ||
+	    append_header(j, "webhook-timestamp: %lld", (long long)ts) ||
+	    append_header(j, "outboxd-event-type: %s", c->event_type) ||
+	    append_header(j, "outboxd-delivery-id: %s", c->delivery_id) ||
+	    append_header(j, "outboxd-attempt: %d", attempt_no) ||
+	    append_header(j, "traceparent: %s", trace) ||
+	    append_header(j, "User-Agent: outboxd/0.1") || append_header(j, "Expect:"))
 		goto fail;
 	if (s->secret) {
 		/* During a rotation's grace period the old secret signs too (DESIGN §3). */
@@ -371,7 +440,7 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms, const ch
 		char sig[SIGN_HEADER_LEN];
 		if (sign_webhook_signature(s->secret, prev, c->event_id, ts, c->payload,
 					   c->payload_len, sig) ||
-		    append_header(&h, "webhook-signature: %s", sig))
+		    append_header(j, "webhook-signature: %s", sig))
 			goto fail;
 	}
 	switch (s->auth_type) {
@@ -382,32 +451,33 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms, const ch
 			goto fail;
 		EVP_EncodeBlock((unsigned char *)enc, (unsigned char *)plain, n);
 		OPENSSL_cleanse(plain, sizeof(plain));
-		if (append_header(&h, "Authorization: Basic %s", enc))
+		if (append_header(j, "Authorization: Basic %s", enc))
 			goto fail;
 		break;
 	}
 	case AUTH_BEARER:
-		if (append_header(&h, "Authorization: Bearer %s", s->auth_secret))
+		if (append_header(j, "Authorization: Bearer %s", s->auth_secret))
 			goto fail;
 		break;
 	case AUTH_API_KEY:
-		if (append_header(&h, "%s: %s", s->auth_name, s->auth_secret))
+		if (append_header(j, "%s: %s", s->auth_name, s->auth_secret))
 			goto fail;
 		break;
 	case AUTH_OAUTH2:
-		if (!bearer || append_header(&h, "Authorization: Bearer %s", bearer))
+		if (!bearer || append_header(j, "Authorization: Bearer %s", bearer))
 			goto fail;
 		break;
 	default:
 		break;
 	}
 	for (size_t i = 0; i < s->n_headers; i++)
-		if (append_header(&h, "%s: %s", s->headers[i].name, s->headers[i].value))
+		if (append_header(j, "%s: %s", s->headers[i].name, s->headers[i].value))
 			goto fail;
-	j->headers = h;
+	if (headers_link(j))
+		goto fail;
 	return 0;
 fail:
-	curl_slist_free_all(h);
+	headers_clear(j);
 	return -1;
 }
 
@@ -901,8 +971,6 @@ static void job_send(struct job *j, const char *bearer)
 	const struct subscription *s = j->sub;
 	const char *url;
 
-	curl_slist_free_all(j->headers);
-	j->headers = NULL;
 	if (build_headers(j, c->attempt_count + j->tries + 1, clock_now_ms(), bearer)) {
 		job_fail_local(j, "a header is too long or memory ran out");
 		return;
@@ -1428,8 +1496,7 @@ static void batch_release(struct dispatcher *d, struct batch *b)
 
 static void job_recycle(struct dispatcher *d, struct job *j)
 {
-	curl_slist_free_all(j->headers);
-	j->headers = NULL;
+	headers_clear(j);
 	free(j->url);
 	j->url = NULL;
 	j->oauth = NULL;
@@ -1608,6 +1675,81 @@ static void abort_in_flight(struct dispatcher *d)
 	}
 }
 
+/* ---- curl's socket interface: curl's sockets in the dispatcher's epoll set ---------------- */
+
+/* CURLMOPT_SOCKETFUNCTION: watch s for what curl waits on, or stop watching it. */
+static int curl_socket_cb(CURL *easy, curl_socket_t s, int what, void *ctx, void *socketp)
+{
+	(void)easy;
+	(void)socketp;
+	struct dispatcher *d = ctx;
+	if (what == CURL_POLL_REMOVE) {
+		/* curl may have closed it already, which removed it: ENOENT/EBADF are fine */
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, s, NULL);
+		return 0;
+	}
+	struct epoll_event ev = {0};
+	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLIN;
+	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLOUT;
+	ev.data.fd = s;
+	if (epoll_ctl(d->epfd, EPOLL_CTL_MOD, s, &ev) == 0)
+		return 0;
+	if (errno == ENOENT && epoll_ctl(d->epfd, EPOLL_CTL_ADD, s, &ev) == 0)
+		return 0;
+	log_error("dispatcher: epoll_ctl on a connection failed (errno %d)", errno);
+	return -1; /* curl fails the transfers on this socket */
+}
+
+/* CURLMOPT_TIMERFUNCTION: curl wants curl_multi_socket_action(CURL_SOCKET_TIMEOUT) in
+ * timeout_ms (0: at once), or no timeout (-1). */
+static int curl_timer_cb(CURLM *multi, long timeout_ms, void *ctx)
+{
+	(void)multi;
+	struct dispatcher *d = ctx;
+	d->curl_due_us = timeout_ms < 0 ? -1 : clock_mono_us() + (int64_t)timeout_ms * 1000;
+	d->curl_timer_set = 1;
+	return 0;
+}
+
+/* Hands curl the sockets epoll found ready (d->events), then its timeout when due; the
+ * wake-up eventfd is drained on the way. Completions are read by the caller. */
+static void curl_run(struct dispatcher *d)
+{
+	int running = 0;
+	for (int i = 0; i < d->n_events; i++) {
+		const struct epoll_event *ev = &d->events[i];
+		if (ev->data.fd == d->evfd) {
+			uint64_t v;
+			while (read(d->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+				;
+			continue;
+		}
+		int mask = 0;
+		if (ev->events & EPOLLIN)
+			mask |= CURL_CSELECT_IN;
+		if (ev->events & EPOLLOUT)
+			mask |= CURL_CSELECT_OUT;
+		if (ev->events & (EPOLLERR | EPOLLHUP))
+			mask |= CURL_CSELECT_ERR;
+		curl_multi_socket_action(d->multi, ev->data.fd, mask, &running);
+	}
+	d->n_events = 0;
+	if (d->curl_due_us >= 0 && clock_mono_us() >= d->curl_due_us) {
+		d->curl_due_us = -1;
+		d->curl_timer_set = 0;
+		curl_multi_socket_action(d->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		/* curl calls the timer function only when its next timeout changed: if it did
+		 * not (we were early by its clock), ask it. */
+		if (!d->curl_timer_set) {
+			long ms = -1;
+			if (curl_multi_timeout(d->multi, &ms) == CURLM_OK && ms >= 0)
+				d->curl_due_us = clock_mono_us() + (int64_t)ms * 1000;
+		}
+	}
+}
+
 static void *dispatcher_main(void *arg)
 {
 	struct dispatcher *d = arg;
@@ -1656,8 +1798,7 @@ static void *dispatcher_main(void *arg)
 		run_timers(d, now_us);
 		metrics_in_flight(d->active);
 
-		int running = 0;
-		curl_multi_perform(d->multi, &running);
+		curl_run(d);
 		read_completions(d);
 		/* after the completions, which free places under max_in_flight */
 		int64_t parked_wait_us = run_parked(d, clock_mono_us());
@@ -1707,8 +1848,12 @@ static void *dispatcher_main(void *arg)
 			if (flush_at - now_us < wait_us)
 				wait_us = flush_at > now_us ? flush_at - now_us : 0;
 		}
-		if (wait_us > 0)
-			curl_multi_poll(d->multi, NULL, 0, (int)((wait_us + 999) / 1000), NULL);
+		if (d->curl_due_us >= 0 && d->curl_due_us - now_us < wait_us)
+			wait_us = d->curl_due_us > now_us ? d->curl_due_us - now_us : 0;
+		/* epoll_wait even when something is due now: the sockets ready meanwhile */
+		int n = epoll_wait(d->epfd, d->events, EPOLL_EVENTS,
+				   wait_us > 0 ? (int)((wait_us + 999) / 1000) : 0);
+		d->n_events = n > 0 ? n : 0;
 	}
 
 	/* Whatever is still done but unwritten could not be written; free it all. */
@@ -1733,9 +1878,19 @@ struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
 	d->jobs = calloc((size_t)cfg->max_in_flight, sizeof(*d->jobs));
 	d->results = calloc(FLUSH_MAX, sizeof(*d->results));
 	d->multi = curl_multi_init();
-	if (!d->jobs || !d->results || !d->multi)
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	d->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	d->curl_due_us = -1;
+	if (!d->jobs || !d->results || !d->multi || d->epfd < 0 || d->evfd < 0)
+		goto fail;
+	struct epoll_event wev = {.events = EPOLLIN, .data.fd = d->evfd};
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &wev))
 		goto fail;
 	curl_multi_setopt(d->multi, CURLMOPT_MAXCONNECTS, (long)cfg->max_in_flight);
+	curl_multi_setopt(d->multi, CURLMOPT_SOCKETFUNCTION, curl_socket_cb);
+	curl_multi_setopt(d->multi, CURLMOPT_SOCKETDATA, d);
+	curl_multi_setopt(d->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
+	curl_multi_setopt(d->multi, CURLMOPT_TIMERDATA, d);
 	for (int i = cfg->max_in_flight - 1; i >= 0; i--) {
 		d->jobs[i].d = d;
 		d->jobs[i].next = d->free_list;
@@ -1752,16 +1907,28 @@ struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
 fail:
 	if (d->multi)
 		curl_multi_cleanup(d->multi);
+	if (d->epfd >= 0)
+		close(d->epfd);
+	if (d->evfd >= 0)
+		close(d->evfd);
 	free(d->jobs);
 	free(d->results);
 	free(d);
 	return NULL;
 }
 
+/* Interrupts the dispatcher's epoll_wait (any thread; async-signal-safe). */
+static void wake_fd(struct dispatcher *d)
+{
+	uint64_t one = 1;
+	ssize_t r = write(d->evfd, &one, sizeof(one)); /* EAGAIN: already pending */
+	(void)r;
+}
+
 void dispatcher_wake(struct dispatcher *d)
 {
 	atomic_store(&d->woken, 1);
-	curl_multi_wakeup(d->multi);
+	wake_fd(d);
 }
 
 void dispatcher_stop(struct dispatcher *d)
@@ -1769,7 +1936,7 @@ void dispatcher_stop(struct dispatcher *d)
 	if (!d)
 		return;
 	atomic_store(&d->stopping, 1);
-	curl_multi_wakeup(d->multi);
+	wake_fd(d);
 	pthread_join(d->thread, NULL);
 	while (d->oauth) {
 		struct oauth2_entry *e = d->oauth;
@@ -1778,11 +1945,18 @@ void dispatcher_stop(struct dispatcher *d)
 		oauth2_cache_clear(&e->cache);
 		free(e);
 	}
-	for (int i = 0; i < d->cfg.max_in_flight; i++)
-		if (d->jobs[i].easy)
-			curl_easy_cleanup(d->jobs[i].easy);
+	for (int i = 0; i < d->cfg.max_in_flight; i++) {
+		struct job *j = &d->jobs[i];
+		if (j->easy)
+			curl_easy_cleanup(j->easy);
+		headers_clear(j);
+		free(j->hbuf);
+		free(j->hnodes);
+	}
 	ss_free_all(d);
-	curl_multi_cleanup(d->multi);
+	curl_multi_cleanup(d->multi); /* may still call curl_socket_cb: epfd closes after */
+	close(d->epfd);
+	close(d->evfd);
 	free(d->jobs);
 	free(d->results);
 	free(d);
