@@ -62,12 +62,14 @@ RPORT=$(free_port)
 "$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 >/dev/null &
 pids+=($!)
 ports=()
+opids=()
 for ((i = 0; i < K; i++)); do
   p=$(free_port)
   ports+=("$p")
   OUTBOXD_DB="$DSN" OUTBOXD_LISTEN="127.0.0.1:$p" OUTBOXD_ADMIN_TOKEN=bench OUTBOXD_DATA_DIR="$dir" \
     OUTBOXD_LOG_LEVEL=warn ${WRAP:-} "$BUILD/outboxd" serve 2>>"$dir/daemon-$i.log" &
   pids+=($!)
+  opids+=($!)
   # One at a time: the first creates the schema.
   for _ in $(seq 200); do curl -sf "127.0.0.1:$p/healthz" >/dev/null && break; sleep 0.05; done
 done
@@ -108,11 +110,18 @@ for _ in $(seq 1200); do
 done
 last_us=$(grep -o '"last_us":[0-9]*' <<<"$stats" | cut -d: -f2)
 dups=$(grep -o '"duplicates":[0-9]*' <<<"$stats" | cut -d: -f2)
+# CPU (utime + stime) of the outboxd processes only, before they stop.
+ticks=0
+for p in "${opids[@]}"; do
+  ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+done
+hz=$(getconf CLK_TCK)
 
-awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" 'BEGIN {
+awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" 'BEGIN {
   ingest = (t1 - t0) / 1e9; e2e = (last * 1000 - t0) / 1e9;
   printf "store:             %s, %d instance(s)\n", db, k;
   printf "events:            %d (received %d, %d duplicates)\n", n, got, dups;
   printf "ingest:            %.0f events/s (%.3f s)\n", n / ingest, ingest;
   printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", n / e2e, e2e;
+  printf "outboxd CPU:       %.1f us per delivery (utime+stime of the outboxd processes)\n", ticks / hz * 1e6 / n;
 }'
