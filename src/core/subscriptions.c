@@ -67,6 +67,21 @@ struct sub_set *sub_set_new(void)
 	return set;
 }
 
+/* Index of the first item whose id is not below id (binary search; items are kept
+ * sorted by id). */
+static size_t lower_bound(const struct sub_set *set, const char *id)
+{
+	size_t lo = 0, hi = set->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(set->items[mid]->id, id) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 int sub_set_add(struct sub_set *set, struct subscription *s)
 {
 	struct subscription **items = realloc(set->items, (set->n + 1) * sizeof(*items));
@@ -74,17 +89,20 @@ int sub_set_add(struct sub_set *set, struct subscription *s)
 		subscription_free(s);
 		return -1;
 	}
-	items[set->n++] = s;
 	set->items = items;
+	/* Kept sorted by id so the dispatcher finds a delivery's subscription in log n; ids
+	 * are UUIDv7 and come from the store in creation order, so this is an append. */
+	size_t at = lower_bound(set, s->id);
+	memmove(items + at + 1, items + at, (set->n - at) * sizeof(*items));
+	items[at] = s;
+	set->n++;
 	return 0;
 }
 
 const struct subscription *sub_set_find(const struct sub_set *set, const char *id)
 {
-	for (size_t i = 0; i < set->n; i++)
-		if (strcmp(set->items[i]->id, id) == 0)
-			return set->items[i];
-	return NULL;
+	size_t at = lower_bound(set, id);
+	return at < set->n && strcmp(set->items[at]->id, id) == 0 ? set->items[at] : NULL;
 }
 
 long sub_set_match(const struct sub_set *set, const char *event_type,

@@ -13,7 +13,7 @@
 
 struct sub_set {
 	int refs;                       /* guarded by the registry's mutex */
-	struct subscription **items;    /* owned */
+	struct subscription **items;    /* owned, sorted by id */
 	size_t n;
 };
 
@@ -36,7 +36,8 @@ void sub_registry_publish(struct sub_registry *reg, struct sub_set *set);
 
 /* An empty set with one reference (returned). */
 struct sub_set *sub_set_new(void);
-/* Appends s (consumed). Returns 0 or -1 when out of memory (s is freed then). */
+/* Adds s (consumed), keeping the set sorted by id. Returns 0, or -1 when out of memory
+ * (s is freed then). */
 int sub_set_add(struct sub_set *set, struct subscription *s);
 
 /* The subscription with that id, or NULL (borrowed from the set). */

@@ -1,0 +1,77 @@
+/* test_subscriptions.c: subscription sets — lookup by id whatever the order of adds,
+ * matching of enabled subscriptions, reference counting through the registry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/subscriptions.h"
+
+static struct subscription *sub(int k, const char *pattern, int enabled)
+{
+	struct subscription *s = calloc(1, sizeof(*s));
+	snprintf(s->id, sizeof(s->id), "01a20000-0000-7000-8000-%012d", k);
+	s->event_types = calloc(1, sizeof(char *));
+	s->event_types[0] = strdup(pattern);
+	s->n_event_types = 1;
+	s->enabled = enabled;
+	return s;
+}
+
+static void test_find_any_order(void **state)
+{
+	static const int order[] = {5, 1, 9, 3, 7, 0, 8, 2, 6, 4};
+	struct sub_set *set = sub_set_new();
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(sub_set_add(set, sub(order[i], "*", 1)), 0);
+	for (size_t i = 1; i < set->n; i++)
+		assert_true(strcmp(set->items[i - 1]->id, set->items[i]->id) < 0);
+	for (int k = 0; k < 10; k++) {
+		char id[UUID_STR_LEN];
+		snprintf(id, sizeof(id), "01a20000-0000-7000-8000-%012d", k);
+		const struct subscription *s = sub_set_find(set, id);
+		assert_non_null(s);
+		assert_string_equal(s->id, id);
+	}
+	assert_null(sub_set_find(set, "01a20000-0000-7000-8000-000000000010"));
+	assert_null(sub_set_find(set, ""));
+
+	struct sub_registry reg;
+	sub_registry_init(&reg);
+	sub_registry_publish(&reg, set);
+	struct sub_set *held = sub_registry_acquire(&reg);
+	sub_registry_publish(&reg, sub_set_new()); /* the held set stays valid */
+	assert_int_equal(held->n, 10);
+	sub_registry_release(&reg, held);
+	sub_registry_destroy(&reg);
+}
+
+static void test_match_enabled_only(void **state)
+{
+	struct sub_set *set = sub_set_new();
+	assert_int_equal(sub_set_add(set, sub(2, "user.*", 1)), 0);
+	assert_int_equal(sub_set_add(set, sub(1, "user.created", 0)), 0);
+	assert_int_equal(sub_set_add(set, sub(3, "order.*", 1)), 0);
+	char (*ids)[UUID_STR_LEN] = NULL;
+	size_t cap = 0;
+	assert_int_equal(sub_set_match(set, "user.created", &ids, &cap), 1);
+	assert_string_equal(ids[0], "01a20000-0000-7000-8000-000000000002");
+	assert_int_equal(sub_set_match(set, "billing.paid", &ids, &cap), 0);
+	free(ids);
+	struct sub_registry reg;
+	sub_registry_init(&reg);
+	sub_registry_publish(&reg, set);
+	sub_registry_destroy(&reg);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_find_any_order),
+		cmocka_unit_test(test_match_enabled_only),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
