@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "util/hash.h"
 #include "util/clock.h"
 
 #define SUB_SLOTS 1024 /* subscriptions tracked by label; more are counted as "other" */
@@ -40,17 +41,9 @@ static struct {
 	_Atomic long store_errors;
 } m;
 
-static uint32_t hash(const char *s)
-{
-	uint32_t h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
 static struct sub_slot *slot_for(const char *id)
 {
-	uint32_t h = hash(id);
+	uint32_t h = hash_fnv1a(id);
 	for (int probe = 0; probe < 16; probe++) {
 		struct sub_slot *s = &m.subs[(h + (uint32_t)probe) % SUB_SLOTS];
 		int state = atomic_load(&s->used);

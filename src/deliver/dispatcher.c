@@ -48,6 +48,7 @@
 #include "store/spool.h"
 #include "util/buf.h"
 #include "util/clock.h"
+#include "util/hash.h"
 #include "util/duration.h"
 #include "util/log.h"
 
@@ -507,10 +508,7 @@ static const char *build_url(struct job *j)
 
 static unsigned ss_hash(const char *id)
 {
-	uint32_t h = 2166136261u;
-	for (; *id; id++)
-		h = (h ^ (unsigned char)*id) * 16777619u;
-	return h % SS_BUCKETS;
+	return hash_fnv1a(id) % SS_BUCKETS;
 }
 
 static struct sub_state *ss_find(struct dispatcher *d, const char *id)
