@@ -1164,6 +1164,88 @@ static void test_second_open_is_locked(void **state)
 	}
 }
 
+/* SQLite's status and kind CHECKs are written with OR (migration 6): an IN list of three
+ * constants builds a temporary b-tree on every insert. A database made before migration 6
+ * is rewritten when opened, and the checks still refuse bad values. */
+static void sqlite_exec_ok(sqlite3 *conn, const char *sql)
+{
+	char *msg = NULL;
+
+	if (sqlite3_exec(conn, sql, NULL, NULL, &msg) != SQLITE_OK)
+		fail_msg("%s: %s", sql, msg);
+}
+
+static int sqlite_schema_has(const char *path, const char *table, const char *text)
+{
+	sqlite3 *conn = NULL;
+	sqlite3_stmt *s = NULL;
+	int found = 0;
+
+	assert_int_equal(sqlite3_open_v2(path, &conn, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(conn, "SELECT instr(sql, ?2) > 0 FROM sqlite_master"
+						  " WHERE type = 'table' AND name = ?1",
+					    -1, &s, NULL),
+			 SQLITE_OK);
+	sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, text, -1, SQLITE_STATIC);
+	assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+	found = sqlite3_column_int(s, 0);
+	sqlite3_finalize(s);
+	sqlite3_close(conn);
+	return found;
+}
+
+static void test_sqlite_checks_without_in_lists(void **state)
+{
+	struct t *t = *state;
+	sqlite3 *conn = NULL;
+	char err[512] = "";
+
+	if (strcmp(backend->name, "sqlite") != 0)
+		skip();
+	store_close(t->st);
+	t->st = NULL;
+	assert_true(sqlite_schema_has(t->db.path, "deliveries",
+				      "CHECK (status = 'NEW' OR status = 'PROCESSED' OR status = 'FAILED')"));
+	assert_false(sqlite_schema_has(t->db.path, "deliveries", "status IN ("));
+	assert_true(sqlite_schema_has(t->db.path, "attempts",
+				      "CHECK (kind = 'immediate' OR kind = 'scheduled' OR kind = 'manual')"));
+
+	/* Make it look like a database from before migration 6, then reopen. */
+	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+	sqlite_exec_ok(conn, "BEGIN; PRAGMA writable_schema = ON;"
+			     "UPDATE sqlite_master SET sql = replace(sql,"
+			     " 'CHECK (status = ''NEW'' OR status = ''PROCESSED'' OR status = ''FAILED'')',"
+			     " 'CHECK (status IN (''NEW'', ''PROCESSED'', ''FAILED''))')"
+			     " WHERE name = 'deliveries';"
+			     "UPDATE sqlite_master SET sql = replace(sql,"
+			     " 'CHECK (kind = ''immediate'' OR kind = ''scheduled'' OR kind = ''manual'')',"
+			     " 'CHECK (kind IN (''immediate'', ''scheduled'', ''manual''))')"
+			     " WHERE name = 'attempts';"
+			     "PRAGMA schema_version = 1000; PRAGMA writable_schema = OFF;"
+			     "DELETE FROM schema_migrations WHERE version = 6; COMMIT;");
+	sqlite3_close(conn);
+	assert_true(sqlite_schema_has(t->db.path, "deliveries", "status IN ("));
+
+	assert_int_equal(store_open(t->db.dsn, "test-owner", &t->st, err, sizeof(err)), STORE_OK);
+	assert_false(sqlite_schema_has(t->db.path, "deliveries", "status IN ("));
+	assert_false(sqlite_schema_has(t->db.path, "attempts", "kind IN ("));
+	ingest_one(t, "a", t->t0, 1, NULL);
+
+	/* The checks still hold. */
+	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+	sqlite3_busy_timeout(conn, 5000);
+	sqlite_exec_ok(conn, "PRAGMA integrity_check");
+	assert_int_equal(sqlite3_exec(conn, "UPDATE deliveries SET status = 'DONE'", NULL, NULL, NULL),
+			 SQLITE_CONSTRAINT);
+	assert_int_equal(sqlite3_exec(conn, "INSERT INTO attempts(delivery_id, n, kind, started_at,"
+					    " duration_ms, code) SELECT id, 1, 'later', 0, 0, 200"
+					    " FROM deliveries",
+				      NULL, NULL, NULL),
+			 SQLITE_CONSTRAINT);
+	sqlite3_close(conn);
+}
+
 static void test_open_rejects_bad_dsn(void **state)
 {
 	store *st = NULL;
@@ -1754,6 +1836,7 @@ int main(void)
 		T(test_cleanup_keeps_failed),
 		T(test_relay_outbox),
 		T(test_second_open_is_locked),
+		T(test_sqlite_checks_without_in_lists),
 		T(test_pagination),
 		T(test_filters),
 		T(test_subscriptions),
