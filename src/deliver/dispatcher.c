@@ -106,6 +106,8 @@ struct job {
 	int64_t wake_us;             /* JOB_WAITING: when to send again */
 	int64_t done_us;             /* JOB_DONE: when it joined the done list */
 	CURL *easy;
+	int easy_ready;              /* easy carries the options all requests share */
+	int easy_tls;                /* ... and a subscription's TLS files */
 	struct curl_slist *headers;  /* into hnodes/hbuf: owned by the job, not by curl_slist */
 	struct curl_slist *hnodes;   /* header list nodes, reused from attempt to attempt */
 	size_t hnodes_cap;
@@ -982,27 +984,35 @@ static void job_send(struct job *j, const char *bearer)
 		return;
 	}
 	CURL *e = j->easy;
-	curl_easy_reset(e);
+	int tls = s->tls_ca_file || s->tls_client_cert;
 	j->errbuf[0] = '\0';
 	j->body_len = 0;
 	j->retry_after_ms = -1;
 	j->causes[j->tries][0] = '\0';
+	/* The options every request shares are set once per handle: a reset and a full
+	 * set cost about as much as a small request's own work in curl. Only a handle
+	 * that has carried or will carry per-subscription TLS files starts over. */
+	if (!j->easy_ready || tls || j->easy_tls) {
+		curl_easy_reset(e);
+		curl_easy_setopt(e, CURLOPT_PRIVATE, j);
+		curl_easy_setopt(e, CURLOPT_POST, 1L);
+		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+		curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+		curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
+		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, body_cb);
+		curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
+		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+		curl_easy_setopt(e, CURLOPT_HEADERDATA, j);
+		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+		j->easy_ready = 1;
+		j->easy_tls = tls;
+	}
 	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_PRIVATE, j);
-	curl_easy_setopt(e, CURLOPT_POST, 1L);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->payload);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->payload_len);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, j->headers);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)j->timeout_ms);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, body_cb);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, j);
-	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	/* Peer and host verification stay on (curl's default); a subscription can only name
 	 * the CA that verifies its endpoint, and the certificate that proves who we are. */
 	if (s->tls_ca_file)
