@@ -186,6 +186,8 @@ struct dispatcher {
 	int curl_timer_set;          /* the timer callback ran (see curl_run) */
 	struct epoll_event events[EPOLL_EVENTS];
 	int n_events;                /* ready, not yet handed to curl */
+	uint8_t *fd_state;           /* FD_* by socket number (curl_socket_cb) */
+	size_t fd_state_cap;
 	atomic_int stopping;
 	atomic_int woken;
 	struct job *jobs;            /* max_in_flight of them */
@@ -322,6 +324,57 @@ static int append_header(struct job *j, const char *fmt, ...)
 	}
 }
 
+/* Appends "name: value" (value NULL: "name:", which tells curl to send no such header)
+ * with plain copies: vsnprintf costs about a microsecond per call, and every attempt
+ * sends ten lines. */
+static int append_line(struct job *j, const char *name, const char *value)
+{
+	size_t nlen = strlen(name), vlen = value ? strlen(value) : 0;
+	size_t need = nlen + 1 + (value ? 1 + vlen : 0) + 1;
+
+	if (need - 1 >= HEADER_LINE_MAX) /* as append_header: the line without its NUL */
+		return -1;
+	if (j->hbuf_cap - j->hbuf_len < need) {
+		size_t cap = j->hbuf_cap ? j->hbuf_cap * 2 : 2048;
+		while (cap < j->hbuf_len + need)
+			cap *= 2;
+		char *nb = malloc(cap);
+		if (!nb)
+			return -1;
+		if (j->hbuf_len) {
+			memcpy(nb, j->hbuf, j->hbuf_len);
+			OPENSSL_cleanse(j->hbuf, j->hbuf_len);
+		}
+		free(j->hbuf);
+		j->hbuf = nb;
+		j->hbuf_cap = cap;
+	}
+	char *p = j->hbuf + j->hbuf_len;
+	memcpy(p, name, nlen);
+	p += nlen;
+	*p++ = ':';
+	if (value) {
+		*p++ = ' ';
+		memcpy(p, value, vlen);
+		p += vlen;
+	}
+	*p = '\0';
+	j->hbuf_len += need;
+	return 0;
+}
+
+/* Decimal digits of v (v >= 0) into buf[21]. */
+static const char *decimal(int64_t v, char buf[21])
+{
+	char *p = buf + 20;
+	*p = '\0';
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0 && p > buf);
+	return p;
+}
+
 /* Links the lines of hbuf into hnodes: j->headers. */
 static int headers_link(struct job *j)
 {
@@ -427,14 +480,14 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms, const ch
 
 	const char *ctype = s->payload_format == PAYLOAD_BINARY ? "application/octet-stream"
 								  : c->content_type;
-	if (append_header(j, "Content-Type: %s", ctype) ||
-	    append_header(j, "webhook-id: %s", c->event_id) ||
-	    append_header(j, "webhook-timestamp: %lld", (long long)ts) ||
-	    append_header(j, "outboxd-event-type: %s", c->event_type) ||
-	    append_header(j, "outboxd-delivery-id: %s", c->delivery_id) ||
-	    append_header(j, "outboxd-attempt: %d", attempt_no) ||
-	    append_header(j, "traceparent: %s", trace) ||
-	    append_header(j, "User-Agent: outboxd/0.1") || append_header(j, "Expect:"))
+	char ts_text[21], attempt_text[21];
+	if (append_line(j, "Content-Type", ctype) || append_line(j, "webhook-id", c->event_id) ||
+	    append_line(j, "webhook-timestamp", decimal(ts, ts_text)) ||
+	    append_line(j, "outboxd-event-type", c->event_type) ||
+	    append_line(j, "outboxd-delivery-id", c->delivery_id) ||
+	    append_line(j, "outboxd-attempt", decimal(attempt_no, attempt_text)) ||
+	    append_line(j, "traceparent", trace) || append_line(j, "User-Agent", "outboxd/0.1") ||
+	    append_line(j, "Expect", NULL))
 		goto fail;
 	if (s->secret) {
 		/* During a rotation's grace period the old secret signs too (DESIGN §3). */
@@ -443,7 +496,7 @@ static int build_headers(struct job *j, int attempt_no, int64_t now_ms, const ch
 		char sig[SIGN_HEADER_LEN];
 		if (sign_webhook_signature(s->secret, prev, c->event_id, ts, c->payload,
 					   c->payload_len, sig) ||
-		    append_header(j, "webhook-signature: %s", sig))
+		    append_line(j, "webhook-signature", sig))
 			goto fail;
 	}
 	switch (s->auth_type) {
@@ -1685,15 +1738,43 @@ static void abort_in_flight(struct dispatcher *d)
 
 /* ---- curl's socket interface: curl's sockets in the dispatcher's epoll set ---------------- */
 
-/* CURLMOPT_SOCKETFUNCTION: watch s for what curl waits on, or stop watching it. */
+/* What the epoll set holds for a socket: curl_socket_cb keeps a kept-alive connection
+ * registered between requests (curl says REMOVE after each response and IN again for
+ * the next request on it), so a request costs one epoll_ctl instead of three. */
+enum { FD_UNKNOWN = 0, FD_WATCHED, FD_PARKED };
+
+static int fd_state_grow(struct dispatcher *d, curl_socket_t s)
+{
+	if ((size_t)s < d->fd_state_cap)
+		return 0;
+	size_t cap = d->fd_state_cap ? d->fd_state_cap : 256;
+	while (cap <= (size_t)s)
+		cap *= 2;
+	uint8_t *grown = realloc(d->fd_state, cap);
+	if (!grown)
+		return -1;
+	memset(grown + d->fd_state_cap, FD_UNKNOWN, cap - d->fd_state_cap);
+	d->fd_state = grown;
+	d->fd_state_cap = cap;
+	return 0;
+}
+
+/* CURLMOPT_SOCKETFUNCTION: watch s for what curl waits on, or stop watching it. A socket
+ * curl stops watching stays in the epoll set, parked: closing it removes it (the kernel
+ * does), and if it turns ready while parked (the server closed an idle connection)
+ * curl_run takes it out then. */
 static int curl_socket_cb(CURL *easy, curl_socket_t s, int what, void *ctx, void *socketp)
 {
 	(void)easy;
 	(void)socketp;
 	struct dispatcher *d = ctx;
+	if (s < 0 || fd_state_grow(d, s)) {
+		log_error("dispatcher: no room to track connection %d", (int)s);
+		return -1;
+	}
 	if (what == CURL_POLL_REMOVE) {
-		/* curl may have closed it already, which removed it: ENOENT/EBADF are fine */
-		epoll_ctl(d->epfd, EPOLL_CTL_DEL, s, NULL);
+		if (d->fd_state[s] == FD_WATCHED)
+			d->fd_state[s] = FD_PARKED;
 		return 0;
 	}
 	struct epoll_event ev = {0};
@@ -1702,10 +1783,16 @@ static int curl_socket_cb(CURL *easy, curl_socket_t s, int what, void *ctx, void
 	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
 		ev.events |= EPOLLOUT;
 	ev.data.fd = s;
-	if (epoll_ctl(d->epfd, EPOLL_CTL_MOD, s, &ev) == 0)
+	/* The number may belong to a new socket since curl closed the parked one: MOD
+	 * then fails with ENOENT, and ADD follows. */
+	int op = d->fd_state[s] == FD_UNKNOWN ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+	if (epoll_ctl(d->epfd, op, s, &ev) == 0 ||
+	    (op == EPOLL_CTL_MOD && errno == ENOENT && epoll_ctl(d->epfd, EPOLL_CTL_ADD, s, &ev) == 0) ||
+	    (op == EPOLL_CTL_ADD && errno == EEXIST && epoll_ctl(d->epfd, EPOLL_CTL_MOD, s, &ev) == 0)) {
+		d->fd_state[s] = FD_WATCHED;
 		return 0;
-	if (errno == ENOENT && epoll_ctl(d->epfd, EPOLL_CTL_ADD, s, &ev) == 0)
-		return 0;
+	}
+	d->fd_state[s] = FD_UNKNOWN;
 	log_error("dispatcher: epoll_ctl on a connection failed (errno %d)", errno);
 	return -1; /* curl fails the transfers on this socket */
 }
@@ -1732,6 +1819,12 @@ static void curl_run(struct dispatcher *d)
 			uint64_t v;
 			while (read(d->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v))
 				;
+			continue;
+		}
+		if ((size_t)ev->data.fd < d->fd_state_cap && d->fd_state[ev->data.fd] == FD_PARKED) {
+			/* curl does not wait on it: stop hearing about it */
+			epoll_ctl(d->epfd, EPOLL_CTL_DEL, ev->data.fd, NULL);
+			d->fd_state[ev->data.fd] = FD_UNKNOWN;
 			continue;
 		}
 		int mask = 0;
@@ -1965,6 +2058,7 @@ void dispatcher_stop(struct dispatcher *d)
 	curl_multi_cleanup(d->multi); /* may still call curl_socket_cb: epfd closes after */
 	close(d->epfd);
 	close(d->evfd);
+	free(d->fd_state);
 	free(d->jobs);
 	free(d->results);
 	free(d);
