@@ -11,9 +11,15 @@
 #include "util/jsonspan.h"
 #include "util/uuid.h"
 
-static const char *const event_keys[] = {
+/* The members an event may have, looked up once per event. */
+enum event_key {
+	KEY_EVENT_TYPE, KEY_SOURCE, KEY_SOURCE_EVENT_ID, KEY_PARTITION_KEY, KEY_PAYLOAD,
+	KEY_PAYLOAD_BASE64, KEY_CONTENT_TYPE, N_EVENT_KEYS
+};
+
+static const char *const event_keys[N_EVENT_KEYS] = {
 	"event_type", "source", "source_event_id", "partition_key", "payload",
-	"payload_base64", "content_type", NULL,
+	"payload_base64", "content_type",
 };
 
 /* Byte span of one event's "payload" value, relative to the whole body. */
@@ -22,15 +28,22 @@ struct span {
 	int found;
 };
 
+/* Keys reach the span callbacks decoded but not NUL-terminated. */
+static int key_is(const char *key, size_t key_len, const char *name)
+{
+	return key_len == strlen(name) && memcmp(key, name, key_len) == 0;
+}
+
 struct payload_walk {
 	size_t base;           /* offset of the object being walked within the body */
 	struct span *span;
 };
 
-static int payload_member_cb(void *ctx, const char *key, size_t start, size_t end)
+static int payload_member_cb(void *ctx, const char *key, size_t key_len, size_t start,
+			     size_t end)
 {
 	struct payload_walk *w = ctx;
-	if (strcmp(key, "payload") == 0) {
+	if (key_is(key, key_len, "payload")) {
 		w->span->start = w->base + start;
 		w->span->end = w->base + end;
 		w->span->found = 1;
@@ -51,16 +64,38 @@ static int event_element_cb(void *ctx, size_t index, size_t start, size_t end)
 	if (index >= w->n)
 		return -1;
 	struct payload_walk pw = {w->base + start, &w->spans[index]};
-	return jsonspan_object(w->body + w->base + start, end - start, payload_member_cb, &pw);
+	/* an element that is not an object keeps found = 0; parse_event reports it */
+	jsonspan_object(w->body + w->base + start, end - start, payload_member_cb, &pw);
+	return 0;
 }
 
-static int events_member_cb(void *ctx, const char *key, size_t start, size_t end)
+static int events_member_cb(void *ctx, const char *key, size_t key_len, size_t start,
+			    size_t end)
 {
 	struct events_walk *w = ctx;
-	if (strcmp(key, "events") != 0)
+	if (!key_is(key, key_len, "events"))
 		return 0;
 	w->base = start;
 	return jsonspan_array(w->body + start, end - start, event_element_cb, w);
+}
+
+/* Which event is being parsed, to name fields in errors. */
+struct event_at {
+	int is_batch;
+	size_t index;
+};
+
+/* Writes the error field of member name of an event into field: "events[3].name" in a
+ * batch, "name" for a lone event; name "" gives the prefix "events[3].". Formatted only
+ * when an error is reported, so a valid batch costs no formatting per event. */
+static const char *event_field(char *field, size_t size, const struct event_at *at,
+			       const char *name)
+{
+	char prefix[32] = "";
+	if (at->is_batch)
+		snprintf(prefix, sizeof(prefix), "events[%zu].", at->index);
+	snprintf(field, size, "%s%s", prefix, name);
+	return field;
 }
 
 static int valid_event_type(const char *s, size_t len)
@@ -75,18 +110,33 @@ static int valid_event_type(const char *s, size_t len)
 	return 1;
 }
 
-/* An optional string member of at most max bytes; *out borrowed from the document. */
-static int opt_string(json_t *obj, const char *key, const char *prefix, size_t max,
+/* The first member of obj (in document order) that is not an event field, or NULL. */
+static const char *unknown_member(json_t *obj)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach(obj, key, v) {
+		int known = 0;
+		for (int k = 0; k < N_EVENT_KEYS; k++)
+			known |= strcmp(event_keys[k], key) == 0;
+		if (!known)
+			return key;
+	}
+	return NULL;
+}
+
+/* An optional string member v (may be NULL) of at most max bytes; *out borrowed from the
+ * document. */
+static int opt_string(json_t *v, const struct event_at *at, enum event_key key, size_t max,
 		      const char **out, struct input_error *err)
 {
-	json_t *v = json_object_get(obj, key);
 	*out = NULL;
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_string(v) || json_string_length(v) > max ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
 		char field[160];
-		snprintf(field, sizeof(field), "%s%s", prefix, key);
+		event_field(field, sizeof(field), at, event_keys[key]);
 		return input_error_set(err, 400, "invalid_argument", field,
 				       "%s must be a string of at most %zu characters", field, max);
 	}
@@ -94,46 +144,54 @@ static int opt_string(json_t *obj, const char *key, const char *prefix, size_t m
 	return 0;
 }
 
-static int parse_event(json_t *obj, const char *body, const struct span *span, const char *prefix,
-		       int64_t max_payload, struct store_event_in *ev, void **decoded,
-		       struct input_error *err)
+static int parse_event(json_t *obj, const char *body, const struct span *span,
+		       const struct event_at *at, int64_t max_payload, int64_t now,
+		       struct store_event_in *ev, void **decoded, struct input_error *err)
 {
-	char field[160];
-	const char *key, *type, *b64;
-	json_t *v;
+	char field[160], prefix[32];
+	const char *unknown, *type, *b64;
+	json_t *member[N_EVENT_KEYS], *v;
+	size_t known = 0;
 
 	if (!json_is_object(obj)) {
+		event_field(prefix, sizeof(prefix), at, "");
 		snprintf(field, sizeof(field), "%.*s", (int)(strlen(prefix) ? strlen(prefix) - 1 : 0),
 			 prefix);
 		return input_error_set(err, 400, "invalid_argument", field,
 				       "an event must be a JSON object");
 	}
-	json_object_foreach(obj, key, v) {
-		int known = 0;
-		for (const char *const *k = event_keys; *k; k++)
-			known |= strcmp(*k, key) == 0;
-		if (!known) {
-			snprintf(field, sizeof(field), "%s%s", prefix, key);
-			return input_error_set(err, 400, "invalid_argument", field,
-					       "unknown field \"%s\"", field);
-		}
+	/* Keys are unique (JSON_REJECT_DUPLICATES), so a member count above the known
+	 * fields found means an unknown one; only then is it searched for by name. */
+	for (int k = 0; k < N_EVENT_KEYS; k++)
+		known += (member[k] = json_object_get(obj, event_keys[k])) != NULL;
+	if (known != json_object_size(obj) && (unknown = unknown_member(obj))) {
+		event_field(field, sizeof(field), at, unknown);
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "unknown field \"%s\"", field);
 	}
 
-	snprintf(field, sizeof(field), "%sevent_type", prefix);
-	v = json_object_get(obj, "event_type");
-	if (!v)
-		return input_error_set(err, 400, "invalid_argument", field, "%s is required", field);
-	if (!json_is_string(v) || !valid_event_type(json_string_value(v), json_string_length(v)))
+	v = member[KEY_EVENT_TYPE];
+	if (!v || !json_is_string(v) ||
+	    !valid_event_type(json_string_value(v), json_string_length(v))) {
+		event_field(field, sizeof(field), at, "event_type");
+		if (!v)
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s is required", field);
 		return input_error_set(err, 400, "invalid_argument", field,
 				       "%s must be a string of 1 to 255 printable characters without spaces, '*' or '?'",
 				       field);
+	}
 	type = json_string_value(v);
 
-	if (opt_string(obj, "source", prefix, 255, &ev->source, err) ||
-	    opt_string(obj, "source_event_id", prefix, 255, &ev->source_event_id, err) ||
-	    opt_string(obj, "partition_key", prefix, 255, &ev->partition_key, err) ||
-	    opt_string(obj, "content_type", prefix, 128, &ev->content_type, err) ||
-	    opt_string(obj, "payload_base64", prefix, (size_t)max_payload * 4 / 3 + 4, &b64, err))
+	if (opt_string(member[KEY_SOURCE], at, KEY_SOURCE, 255, &ev->source, err) ||
+	    opt_string(member[KEY_SOURCE_EVENT_ID], at, KEY_SOURCE_EVENT_ID, 255,
+		       &ev->source_event_id, err) ||
+	    opt_string(member[KEY_PARTITION_KEY], at, KEY_PARTITION_KEY, 255,
+		       &ev->partition_key, err) ||
+	    opt_string(member[KEY_CONTENT_TYPE], at, KEY_CONTENT_TYPE, 128, &ev->content_type,
+		       err) ||
+	    opt_string(member[KEY_PAYLOAD_BASE64], at, KEY_PAYLOAD_BASE64,
+		       (size_t)max_payload * 4 / 3 + 4, &b64, err))
 		return -1;
 	if (!ev->source)
 		ev->source = "";
@@ -141,28 +199,32 @@ static int parse_event(json_t *obj, const char *body, const struct span *span, c
 		ev->source_event_id = NULL;
 	ev->event_type = type;
 
-	int has_payload = json_object_get(obj, "payload") != NULL;
-	snprintf(field, sizeof(field), "%spayload", prefix);
-	if (has_payload == (b64 != NULL))
+	int has_payload = member[KEY_PAYLOAD] != NULL;
+	if (has_payload == (b64 != NULL)) {
+		event_field(prefix, sizeof(prefix), at, "");
+		event_field(field, sizeof(field), at, "payload");
 		return input_error_set(err, 400, "invalid_argument", field,
 				       "exactly one of %spayload and %spayload_base64 is required",
 				       prefix, prefix);
+	}
 	if (has_payload) {
-		if (!span->found)
+		if (!span->found) {
+			event_field(field, sizeof(field), at, "payload");
 			return input_error_set(err, 400, "invalid_argument", field,
 					       "%s could not be located in the body", field);
+		}
 		ev->payload = body + span->start;
 		ev->payload_len = span->end - span->start;
 		if (!ev->content_type)
 			ev->content_type = "application/json";
 	} else {
 		size_t len = strlen(b64);
-		snprintf(field, sizeof(field), "%spayload_base64", prefix);
 		unsigned char *out = malloc(len / 4 * 3 + 4);
 		int n = out && len % 4 == 0 ? EVP_DecodeBlock(out, (const unsigned char *)b64, (int)len)
 					   : -1;
 		if (n < 0) {
 			free(out);
+			event_field(field, sizeof(field), at, "payload_base64");
 			return input_error_set(err, 400, "invalid_argument", field,
 					       "%s must be standard base64", field);
 		}
@@ -176,12 +238,14 @@ static int parse_event(json_t *obj, const char *body, const struct span *span, c
 		if (!ev->content_type)
 			ev->content_type = "application/octet-stream";
 	}
-	if ((int64_t)ev->payload_len > max_payload)
+	if ((int64_t)ev->payload_len > max_payload) {
+		event_field(field, sizeof(field), at, has_payload ? "payload" : "payload_base64");
 		return input_error_set(err, 413, "payload_too_large", field,
 				       "%s is %zu bytes, more than the limit of %lld", field,
 				       ev->payload_len, (long long)max_payload);
+	}
 	uuid_v7(ev->id);
-	ev->created_at = clock_now_ms();
+	ev->created_at = now;
 	return 0;
 }
 
@@ -191,10 +255,16 @@ int ingest_parse(const char *body, size_t len, int64_t max_payload, struct inges
 	json_error_t jerr;
 	struct span *spans = NULL;
 	json_t *root, *list;
+	int64_t now;
 	int rc = -1;
 
 	memset(b, 0, sizeof(*b));
-	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	/* The one parse of the body: it validates everything and gives the fields. The
+	 * payload spans are then found by jsonspan, which relies on this validation.
+	 * JSON_DECODE_INT_AS_REAL: without it jansson refuses integers beyond int64, yet
+	 * 18446744073709551615 is valid JSON (a uint64 id); no event field is a number, and
+	 * payloads keep their text. */
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
 	if (!root)
 		return input_error_set(err, 400, "invalid_json", "",
 				       "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
@@ -243,12 +313,11 @@ int ingest_parse(const char *body, size_t len, int64_t max_payload, struct inges
 		struct payload_walk pw = {0, &spans[0]};
 		jsonspan_object(body, len, payload_member_cb, &pw);
 	}
+	now = clock_now_ms(); /* one "now" for the whole batch */
 	for (size_t i = 0; i < b->n; i++) {
-		char prefix[32] = "";
-		if (b->is_batch)
-			snprintf(prefix, sizeof(prefix), "events[%zu].", i);
+		struct event_at at = {b->is_batch, i};
 		json_t *obj = b->is_batch ? json_array_get(list, i) : root;
-		if (parse_event(obj, body, &spans[i], prefix, max_payload, &b->events[i],
+		if (parse_event(obj, body, &spans[i], &at, max_payload, now, &b->events[i],
 				&b->decoded[i], err))
 			goto out;
 	}

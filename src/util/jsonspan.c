@@ -1,33 +1,33 @@
 /* jsonspan.c: walk the members of a JSON object (or elements of an array) and report the
  * byte span of each value, so payloads can be stored exactly as the producer wrote them.
  *
- * Only the structure between values is scanned here: whitespace, '{' '}' '[' ']' ','
- * ':'. Every key and value is parsed by jansson, starting at its first byte, with
- * JSON_DISABLE_EOF_CHECK: jansson then stops after one value and leaves the number of
- * bytes it consumed in error.position (byte offsets, multi-byte UTF-8 included; checked
- * against jansson 2.14). Nothing is read outside text[0, len), and text need not be
- * NUL-terminated.
+ * The text has already been validated by a JSON parser (see jsonspan.h), so a structural
+ * scan is enough to find where a value ends: a string ends at the first '"' preceded by
+ * an even number of backslashes, a container at the bracket that brings the depth back
+ * to zero (brackets inside strings skipped), a scalar (number, true, false, null) at
+ * the first byte that cannot be part of one. This replaced a jansson parse of every
+ * value, which made ingest parse each payload three times (json_loadb was 16% of the
+ * daemon's CPU in the throughput bench).
  *
  * Choices worth knowing:
- *  - values are parsed with JSON_DECODE_INT_AS_REAL: without it jansson rejects integers
- *    beyond int64 ("too big integer"), yet 18446744073709551615 is valid JSON a producer
- *    may send, and we only need its span. Numbers beyond double range (1e400) are still
- *    rejected by jansson;
- *  - values may contain \u0000 (JSON_ALLOW_NUL); keys may not, because the callback gets
- *    a NUL-terminated key and "a\u0000b" must not pass for "a";
- *  - the walk is single-pass: members before a syntax error have already been reported
- *    when -1 comes back, so callers discard what they collected on failure;
- *  - jansson limits nesting to 2048 levels; deeper values are malformed here. */
+ *  - values are never checked or converted: numbers beyond int64 or double range keep
+ *    their text, and the caller's parser decides whether they are acceptable;
+ *  - keys are reported decoded. Most have no backslash and are their bytes between the
+ *    quotes (valid JSON strings hold no raw control characters); the rare escaped key
+ *    ("pay\u006coad") is decoded by jansson, without JSON_ALLOW_NUL so "a\u0000b" is
+ *    refused rather than passed as a key that contains a NUL byte;
+ *  - bracket kinds are counted, not matched ("[}" closes): valid input never mismatches,
+ *    and the scan needs no stack, so any depth is fine;
+ *  - nothing is read outside text[0, len), text need not be NUL-terminated, and running
+ *    out of text mid-value is reported as -1;
+ *  - the walk is single-pass: members before an error have already been reported when -1
+ *    comes back, so callers discard what they collected on failure. */
 #include "util/jsonspan.h"
 
-#include <limits.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include <jansson.h>
-
-#define KEY_FLAGS (JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK)
-#define VALUE_FLAGS \
-	(JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL)
 
 struct scan {
 	const char *text;
@@ -57,47 +57,99 @@ static bool scan_accept(struct scan *s, char c)
 	return false;
 }
 
-/* Parses one JSON value at the current position (after whitespace) with jansson.
- * Returns the parsed value (returned to caller) and its span, or NULL when malformed. */
-static json_t *scan_value(struct scan *s, size_t flags, size_t *start, size_t *end)
+/* Moves past the string whose opening quote is at s->pos. A quote closes the string
+ * when the run of backslashes before it (which cannot reach back past the opening quote)
+ * has even length. False when the text ends first. */
+static bool scan_string(struct scan *s)
 {
-	json_error_t err;
-	json_t *v;
+	size_t open = s->pos, from = s->pos + 1;
+
+	for (;;) {
+		const char *quote = memchr(s->text + from, '"', s->len - from);
+		size_t at, backslashes = 0;
+
+		if (!quote)
+			return false;
+		at = (size_t)(quote - s->text);
+		while (at - backslashes - 1 > open && s->text[at - backslashes - 1] == '\\')
+			backslashes++;
+		if (backslashes % 2 == 0) {
+			s->pos = at + 1;
+			return true;
+		}
+		from = at + 1;
+	}
+}
+
+/* Moves past the object or array whose opening bracket is at s->pos. */
+static bool scan_container(struct scan *s)
+{
+	size_t depth = 0;
+
+	while (s->pos < s->len) {
+		switch (s->text[s->pos]) {
+		case '"':
+			if (!scan_string(s))
+				return false;
+			continue;
+		case '{':
+		case '[':
+			depth++;
+			break;
+		case '}':
+		case ']':
+			if (--depth == 0) {
+				s->pos++;
+				return true;
+			}
+			break;
+		}
+		s->pos++;
+	}
+	return false;
+}
+
+/* Moves past a number, true, false or null: letters, digits, '+', '-' and '.'. Stopping
+ * at any other byte (rather than only at ',' '}' ']' and whitespace) costs nothing and
+ * lets a stray ':' or '"' show up as broken structure. */
+static bool scan_scalar(struct scan *s)
+{
+	size_t start = s->pos;
+
+	while (s->pos < s->len) {
+		char c = s->text[s->pos];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      c == '+' || c == '-' || c == '.'))
+			break;
+		s->pos++;
+	}
+	return s->pos > start;
+}
+
+/* Moves past one value (after whitespace) and gives its span. */
+static bool scan_value(struct scan *s, size_t *start, size_t *end)
+{
+	bool ok;
 
 	scan_skip_ws(s);
 	if (s->pos >= s->len)
-		return NULL;
-	v = json_loadb(s->text + s->pos, s->len - s->pos, flags, &err);
-	if (!v)
-		return NULL;
-	if (err.position <= 0 || (size_t)err.position > s->len - s->pos) {
-		json_decref(v); /* cannot happen with jansson 2.14; never trust a bad span */
-		return NULL;
-	}
+		return false;
 	*start = s->pos;
-	s->pos += (size_t)err.position;
-	*end = s->pos;
-	return v;
-}
-
-/* Parses a member key: a JSON string. KEY_FLAGS lacks JSON_ALLOW_NUL on purpose, so
- * jansson refuses "\u0000" and the key is a proper C string. Returned to caller. */
-static json_t *scan_key(struct scan *s)
-{
-	size_t start, end;
-	json_t *key;
-
-	scan_skip_ws(s);
-	if (s->pos >= s->len || s->text[s->pos] != '"')
-		return NULL;
-	key = scan_value(s, KEY_FLAGS, &start, &end);
-	if (!key)
-		return NULL;
-	if (!json_is_string(key)) {
-		json_decref(key);
-		return NULL;
+	switch (s->text[s->pos]) {
+	case '"':
+		ok = scan_string(s);
+		break;
+	case '{':
+	case '[':
+		ok = scan_container(s);
+		break;
+	default:
+		ok = scan_scalar(s);
+		break;
 	}
-	return key;
+	*end = s->pos;
+	return ok;
 }
 
 /* After the closing bracket only whitespace may follow. */
@@ -107,45 +159,51 @@ static int scan_finish(struct scan *s)
 	return s->pos == s->len ? 0 : -1;
 }
 
-static bool scan_init(struct scan *s, const char *text, size_t len)
+/* Hands one member to cb with its key decoded; the key string spans text[key_start,
+ * key_end), quotes included. */
+static int report_member(const char *text, size_t key_start, size_t key_end, size_t start,
+			 size_t end, jsonspan_member_cb cb, void *ctx)
 {
-	/* jansson reports positions as int. */
-	if (!text || len > INT_MAX)
-		return false;
-	s->text = text;
-	s->len = len;
-	s->pos = 0;
-	return true;
+	const char *key = text + key_start + 1;
+	size_t key_len = key_end - key_start - 2;
+	json_t *decoded;
+	int rc;
+
+	if (!memchr(key, '\\', key_len))
+		return cb ? cb(ctx, key, key_len, start, end) : 0;
+	decoded = json_loadb(text + key_start, key_end - key_start, JSON_DECODE_ANY, NULL);
+	if (!json_is_string(decoded)) {
+		json_decref(decoded);
+		return -1;
+	}
+	rc = cb ? cb(ctx, json_string_value(decoded), json_string_length(decoded), start, end)
+		: 0;
+	json_decref(decoded);
+	return rc;
 }
 
 int jsonspan_object(const char *text, size_t len, jsonspan_member_cb cb, void *ctx)
 {
-	struct scan s;
+	struct scan s = {text, len, 0};
 
-	if (!scan_init(&s, text, len) || !scan_accept(&s, '{'))
+	if (!text || !scan_accept(&s, '{'))
 		return -1;
 	if (scan_accept(&s, '}'))
 		return scan_finish(&s);
 	for (;;) {
-		size_t start, end;
-		json_t *key, *value;
+		size_t key_start, key_end, start, end;
 		int rc;
 
-		key = scan_key(&s);
-		if (!key)
+		scan_skip_ws(&s);
+		if (s.pos >= s.len || text[s.pos] != '"')
 			return -1;
-		if (!scan_accept(&s, ':')) {
-			json_decref(key);
+		key_start = s.pos;
+		if (!scan_string(&s))
 			return -1;
-		}
-		value = scan_value(&s, VALUE_FLAGS, &start, &end);
-		if (!value) {
-			json_decref(key);
+		key_end = s.pos;
+		if (!scan_accept(&s, ':') || !scan_value(&s, &start, &end))
 			return -1;
-		}
-		json_decref(value);
-		rc = cb ? cb(ctx, json_string_value(key), start, end) : 0;
-		json_decref(key);
+		rc = report_member(text, key_start, key_end, start, end, cb, ctx);
 		if (rc != 0)
 			return rc;
 		if (scan_accept(&s, ','))
@@ -158,21 +216,18 @@ int jsonspan_object(const char *text, size_t len, jsonspan_member_cb cb, void *c
 
 int jsonspan_array(const char *text, size_t len, jsonspan_element_cb cb, void *ctx)
 {
-	struct scan s;
+	struct scan s = {text, len, 0};
 
-	if (!scan_init(&s, text, len) || !scan_accept(&s, '['))
+	if (!text || !scan_accept(&s, '['))
 		return -1;
 	if (scan_accept(&s, ']'))
 		return scan_finish(&s);
 	for (size_t index = 0;; index++) {
 		size_t start, end;
-		json_t *value;
 		int rc;
 
-		value = scan_value(&s, VALUE_FLAGS, &start, &end);
-		if (!value)
+		if (!scan_value(&s, &start, &end))
 			return -1;
-		json_decref(value);
 		rc = cb ? cb(ctx, index, start, end) : 0;
 		if (rc != 0)
 			return rc;

@@ -77,6 +77,80 @@ static void test_errors_name_the_field(void **state)
 	expect_error("{\"event_type\":\"a\",\"payload\":1,\"payload\":2}", 400, "");
 }
 
+/* The payload member is found by its decoded key, and its span survives whitespace
+ * around every token and structure inside strings. */
+static void test_payload_span_edge_cases(void **state)
+{
+	const char *body = " \n{ \"events\" : [ { \"event_type\" : \"a\" , \"pay\\u006coad\" :\t"
+			   "[0.10, \"x\\\"]}\", {\"\\u00e9\":true}, \"caf\xc3\xa9\"] } ,\r\n"
+			   "{\"p\\u0061yload\":null,\"event_type\":\"b\"},"
+			   "{\"event_type\":\"c\",\"payload\":\"\\\\\"}] }\t";
+	const char *want[] = {"[0.10, \"x\\\"]}\", {\"\\u00e9\":true}, \"caf\xc3\xa9\"]", "null",
+			      "\"\\\\\""};
+	struct ingest_batch b;
+	struct input_error err;
+	assert_int_equal(ingest_parse(body, strlen(body), 1024, &b, &err), 0);
+	assert_int_equal(b.n, 3);
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(b.events[i].payload_len, strlen(want[i]));
+		assert_memory_equal(b.events[i].payload, want[i], strlen(want[i]));
+	}
+	ingest_batch_free(&b);
+}
+
+/* Integers beyond int64 (uint64 ids, say) are valid JSON and pass through as written;
+ * only numbers beyond double range are refused, by jansson. */
+static void test_big_integers_pass_through(void **state)
+{
+	const char *body = "{\"event_type\":\"a\",\"payload\":{\"id\":18446744073709551615,"
+			   "\"n\":-99999999999999999999999}}";
+	const char *want = "{\"id\":18446744073709551615,\"n\":-99999999999999999999999}";
+	struct ingest_batch b;
+	struct input_error err;
+	assert_int_equal(ingest_parse(body, strlen(body), 1024, &b, &err), 0);
+	assert_int_equal(b.events[0].payload_len, strlen(want));
+	assert_memory_equal(b.events[0].payload, want, strlen(want));
+	ingest_batch_free(&b);
+
+	const char *huge = "{\"event_type\":\"a\",\"payload\":1e400}";
+	assert_int_equal(ingest_parse(huge, strlen(huge), 1024, &b, &err), -1);
+	assert_string_equal(err.code, "invalid_json");
+}
+
+static void expect_message(const char *body, int status, const char *field, const char *message)
+{
+	struct ingest_batch b;
+	struct input_error err;
+	assert_int_equal(ingest_parse(body, strlen(body), 4, &b, &err), -1);
+	assert_int_equal(err.status, status);
+	assert_string_equal(err.field, field);
+	assert_string_equal(err.message, message);
+}
+
+/* Fields of a batch's events are named with their index, down to the message text. */
+static void test_batch_error_messages(void **state)
+{
+	expect_message("{\"events\":[{\"event_type\":\"a\",\"payload\":1},2]}", 400, "events[1]",
+		       "an event must be a JSON object");
+	expect_message("{\"events\":[{\"event_type\":\"a\",\"payload\":1,\"zz\":1}]}", 400,
+		       "events[0].zz", "unknown field \"events[0].zz\"");
+	expect_message("{\"events\":[{\"event_type\":\"a\",\"payload\":1},{\"payload\":1}]}", 400,
+		       "events[1].event_type", "events[1].event_type is required");
+	expect_message("{\"events\":[{\"event_type\":\"a\",\"source\":[],\"payload\":1}]}", 400,
+		       "events[0].source",
+		       "events[0].source must be a string of at most 255 characters");
+	expect_message("{\"events\":[{\"event_type\":\"a\",\"payload\":1},{\"event_type\":\"a\"}]}",
+		       400, "events[1].payload",
+		       "exactly one of events[1].payload and events[1].payload_base64 is required");
+	expect_message("{\"event_type\":\"a\"}", 400, "payload",
+		       "exactly one of payload and payload_base64 is required");
+	expect_message("{\"events\":[{\"event_type\":\"a\",\"payload_base64\":\"AAECAwQ=\"}]}", 413,
+		       "events[0].payload_base64",
+		       "events[0].payload_base64 is 5 bytes, more than the limit of 4");
+	expect_message("{\"events\":[{\"event_type\":\"a\",\"payload\":\"abcd\"}]}", 413,
+		       "events[0].payload", "events[0].payload is 6 bytes, more than the limit of 4");
+}
+
 static void test_fanout(void **state)
 {
 	struct sub_set *set = sub_set_new();
@@ -116,6 +190,9 @@ int main(void)
 		cmocka_unit_test(test_payload_bytes_kept),
 		cmocka_unit_test(test_batch_spans),
 		cmocka_unit_test(test_errors_name_the_field),
+		cmocka_unit_test(test_payload_span_edge_cases),
+		cmocka_unit_test(test_big_integers_pass_through),
+		cmocka_unit_test(test_batch_error_messages),
 		cmocka_unit_test(test_fanout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

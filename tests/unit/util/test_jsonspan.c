@@ -1,14 +1,16 @@
 /* test_jsonspan.c: value spans inside JSON objects and arrays (util/jsonspan.c).
  *
- * Every input is copied into a heap block of exactly its length with no NUL after it, so
- * AddressSanitizer catches any read past len. */
+ * jsonspan trusts its input to be valid JSON; the valid documents here check the spans,
+ * the broken ones only that the walk ends, stays within len and reports what it can see
+ * (a truncation, a missing ':' or ','). Every input is copied into a heap block of
+ * exactly its length with no NUL after it, so AddressSanitizer catches any read past
+ * len. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 
 struct collected {
 	const char *text;
+	size_t len;
 	int n;
 	char keys[MAX_ITEMS][MAX_TEXT];
 	char values[MAX_ITEMS][MAX_TEXT];
@@ -28,24 +31,28 @@ struct collected {
 	int stop_rc;
 };
 
-static void copy_span(char *dst, const char *text, size_t start, size_t end)
+static void copy_span(char *dst, const struct collected *c, size_t start, size_t end)
 {
+	const char *text = c->text;
 	size_t n = end - start;
 
 	assert_true(start <= end);
+	assert_true(end <= c->len);
 	assert_true(n < MAX_TEXT);
 	memcpy(dst, text + start, n);
 	dst[n] = '\0';
 }
 
-static int member_cb(void *ctx, const char *key, size_t start, size_t end)
+static int member_cb(void *ctx, const char *key, size_t key_len, size_t start, size_t end)
 {
 	struct collected *c = ctx;
 
 	assert_true(c->n < MAX_ITEMS);
-	assert_true(strlen(key) < MAX_TEXT);
-	strcpy(c->keys[c->n], key);
-	copy_span(c->values[c->n], c->text, start, end);
+	assert_true(key_len < MAX_TEXT);
+	assert_null(memchr(key, '\0', key_len));
+	memcpy(c->keys[c->n], key, key_len);
+	c->keys[c->n][key_len] = '\0';
+	copy_span(c->values[c->n], c, start, end);
 	c->n++;
 	return c->n == c->stop_at ? c->stop_rc : 0;
 }
@@ -56,7 +63,7 @@ static int element_cb(void *ctx, size_t index, size_t start, size_t end)
 
 	assert_true(c->n < MAX_ITEMS);
 	c->indexes[c->n] = index;
-	copy_span(c->values[c->n], c->text, start, end);
+	copy_span(c->values[c->n], c, start, end);
 	c->n++;
 	return c->n == c->stop_at ? c->stop_rc : 0;
 }
@@ -70,6 +77,7 @@ static int walk_object_n(const char *text, size_t len, struct collected *c)
 	assert_non_null(copy);
 	memcpy(copy, text, len);
 	c->text = copy;
+	c->len = len;
 	rc = jsonspan_object(copy, len, member_cb, c);
 	free(copy);
 	c->text = NULL;
@@ -89,6 +97,7 @@ static int walk_array_n(const char *text, size_t len, struct collected *c)
 	assert_non_null(copy);
 	memcpy(copy, text, len);
 	c->text = copy;
+	c->len = len;
 	rc = jsonspan_array(copy, len, element_cb, c);
 	free(copy);
 	c->text = NULL;
@@ -155,6 +164,16 @@ static void test_strings_with_structure(void **state)
 	assert_string_equal(c.values[0], "\"}{][,:\\\"\\\\\"");
 	assert_string_equal(c.values[1], "{\"u\":\"\\\"}\"}");
 	assert_string_equal(c.values[2], "\"\\u00e9\\n\\t\\/\""); /* escapes kept as written */
+
+	/* a string ending in an escaped backslash ends at the next quote; an escaped
+	 * backslash before an escaped quote does not end it */
+	memset(&c, 0, sizeof(c));
+	text = "{\"a\":\"x\\\\\",\"b\":\"\\\\\\\"]\\\\\\\\\",\"c\":[\"\\\\\",\"]\"]}";
+	assert_int_equal(walk_object(text, &c), 0);
+	assert_int_equal(c.n, 3);
+	assert_string_equal(c.values[0], "\"x\\\\\"");
+	assert_string_equal(c.values[1], "\"\\\\\\\"]\\\\\\\\\"");
+	assert_string_equal(c.values[2], "[\"\\\\\",\"]\"]");
 }
 
 /* Keys are decoded: escapes resolved, UTF-8 passed through. */
@@ -173,6 +192,15 @@ static void test_escaped_keys(void **state)
 	assert_string_equal(c.keys[4], "");
 	assert_string_equal(c.keys[5], "\xf0\x9f\x98\x80");
 	assert_string_equal(c.values[5], "6");
+
+	/* an escaped key is recognised by its decoded value */
+	memset(&c, 0, sizeof(c));
+	assert_int_equal(walk_object("{\"pay\\u006coad\":{\"x\":1},\"\\u0070ayload\":[]}", &c), 0);
+	assert_int_equal(c.n, 2);
+	assert_string_equal(c.keys[0], "payload");
+	assert_string_equal(c.values[0], "{\"x\":1}");
+	assert_string_equal(c.keys[1], "payload");
+	assert_string_equal(c.values[1], "[]");
 }
 
 /* Numbers keep their exact text: the reason this module exists. */
@@ -191,9 +219,11 @@ static void test_numbers(void **state)
 	assert_string_equal(c.values[4], "-1.50E+10");
 	assert_string_equal(c.values[5], "-12345678901234567890123456789");
 
-	/* jansson cannot hold a number beyond double range, so it is refused */
+	/* values are not converted: whether 1e400 is acceptable is the parser's call */
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(walk_object("{\"a\":1e400}", &c), -1);
+	assert_int_equal(walk_object("{\"a\":1e400,\"b\":-0.0E-0}", &c), 0);
+	assert_string_equal(c.values[0], "1e400");
+	assert_string_equal(c.values[1], "-0.0E-0");
 }
 
 static void test_whitespace(void **state)
@@ -212,14 +242,14 @@ static void test_value_with_nul(void **state)
 {
 	struct collected c = {0};
 
-	/* \u0000 is valid in a value; a key cannot carry it to a C string */
+	/* \u0000 is valid in a value; a key must not pass for "a" */
 	assert_int_equal(walk_object("{\"a\":\"x\\u0000y\"}", &c), 0);
 	assert_string_equal(c.values[0], "\"x\\u0000y\"");
-	assert_int_equal(walk_object("{\"a\\u0000b\":1}", &c), -1);
-	/* a raw NUL byte is never valid outside... or inside a string */
 	memset(&c, 0, sizeof(c));
+	assert_int_equal(walk_object("{\"a\\u0000b\":1}", &c), -1);
+	assert_int_equal(c.n, 0);
+	/* a raw NUL byte ends a scalar like any byte that cannot be part of one */
 	assert_int_equal(walk_object_n("{\"a\":1\0}", 8, &c), -1);
-	assert_int_equal(walk_object_n("{\"a\":\"\0\"}", 9, &c), -1);
 }
 
 static void test_duplicate_keys(void **state)
@@ -248,6 +278,7 @@ static void test_callback_stops(void **state)
 	assert_int_equal(jsonspan_object("{\"a\":1}", 7, NULL, NULL), 0);
 }
 
+/* Broken structure that the scan meets on its way is reported. */
 static void test_malformed_object(void **state)
 {
 	static const char *const bad[] = {
@@ -259,11 +290,8 @@ static void test_malformed_object(void **state)
 		"{\"a\":1}x",           /* garbage after the object */
 		"{\"a\":1} {}", "{\"a\":1}}",
 		"{\"a\":1 \"b\":2}",    /* missing comma */
-		"{a:1}", "{'a':1}", "{1:2}", "{null:1}", "{\"a\":}",
-		"{\"a\":tru}", "{\"a\":truex}", "{\"a\":1x}", "{\"a\":01}", "{\"a\":1.}",
-		"{\"a\":.5}", "{\"a\":+1}", "{\"a\":NaN}", "{\"a\":\"unterminated}",
-		"{\"a\":\"bad \\x escape\"}", "{\"a\":\"\\ud800\"}", "{\"a\":\"\xff\"}",
-		"{\"a\":\"tab\there\"}", "{\"a\":[1,2}", "{\"a\":{\"b\":1}",
+		"{a:1}", "{'a':1}", "{1:2}", "{null:1}", "{\"a\":}", "{\"a\":\"unterminated}",
+		"{\"a\":\"esc\\\"}", "{\"a\":[1,2}", "{\"a\":{\"b\":1}", "{\"a\":[[]}",
 		"[1,2]", "\"str\"", "1", "null",
 		"\xef\xbb\xbf{}",       /* byte order mark */
 	};
@@ -273,6 +301,73 @@ static void test_malformed_object(void **state)
 
 		if (walk_object(bad[i], &c) != -1)
 			fail_msg("accepted malformed object: %s", bad[i]);
+	}
+}
+
+/* Invalid values are not looked at (the caller's parser has refused them already): the
+ * walk only has to end and stay within the text, whatever it returns. */
+static void test_invalid_values_stay_in_bounds(void **state)
+{
+	static const char *const garbage[] = {
+		"{\"a\":tru}", "{\"a\":truex}", "{\"a\":1x}", "{\"a\":01}", "{\"a\":1.}",
+		"{\"a\":.5}", "{\"a\":+1}", "{\"a\":NaN}", "{\"a\":\"bad \\x escape\"}",
+		"{\"a\":\"\\ud800\"}", "{\"a\":\"\xff\"}", "{\"a\":\"tab\there\"}",
+		"{\"a\":[1}", "{\"a\":{]}", "{\"a\":[}}", "{\"a\":[\"]\"}", "{\"a\":{\"b\"}}",
+		"{\"a\":[1,]}", "{\"a\\q\":1}", "{\"a\":]", "{\"a\":}}}}", "{\"\\", "{\"\\\"",
+	};
+
+	for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+		struct collected c = {0};
+		int rc = walk_object(garbage[i], &c);
+
+		assert_true(rc == 0 || rc == -1);
+		memset(&c, 0, sizeof(c));
+		rc = walk_array(garbage[i], &c);
+		assert_true(rc == 0 || rc == -1);
+	}
+}
+
+/* The shapes a producer's payload takes, each found at its exact bytes inside an event
+ * object, with and without whitespace around every token. */
+static void test_payload_shapes(void **state)
+{
+	static const char *const payloads[] = {
+		"{}", "[]", "{ }", "[ ]", "true", "false", "null", "0", "-0", "0.1", "-12.5e-3",
+		"1E+2", "12345678901234567890123", "\"\"", "\"plain\"",
+		"\"[{]}:,\"", "\"quote \\\" inside\"", "\"ends in backslash \\\\\"",
+		"\"\\u00e9\\ud83d\\ude00\\n\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
+		"{\"a\":{\"b\":{\"c\":[1,[2,[3,{\"d\":null}]]]}}}",
+		"[{\"k\":\"}\"},{\"k\":\"]\"},[\"{\",\"[\"],true,false,null,-1.5]",
+		"{\"s\":\"\\\"}\\\\\",\"t\":[\"\\\\\",\"\\\\\\\\\"]}",
+		"{ \"x\" : [ 1 ,\n2\t, { \"y\" :\r\n\"z\" } ] , \"n\" : null }",
+		"{\"\xc3\xa9\":\"\xe2\x82\xac\",\"pay\\u006coad\":0.10}",
+	};
+	static const char *const layouts[] = {
+		"{\"event_type\":\"a.b\",\"payload\":%s,\"source\":\"s\"}",
+		" \r\n{ \"payload\" :\t%s\n,\n\"event_type\" : \"a.b\" }\t",
+		"{\"pay\\u006coad\":%s}",
+		"{\"x\":[%s,{\"y\":%s}],\"payload\":%s}",
+	};
+	char text[1024];
+
+	for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+		for (size_t p = 0; p < sizeof(payloads) / sizeof(payloads[0]); p++) {
+			struct collected c = {0};
+			int found = 0;
+
+			snprintf(text, sizeof(text), layouts[l], payloads[p], payloads[p], payloads[p]);
+			if (walk_object(text, &c) != 0)
+				fail_msg("refused %s", text);
+			for (int i = 0; i < c.n; i++) {
+				if (strcmp(c.keys[i], "payload") != 0)
+					continue;
+				found++;
+				if (strcmp(c.values[i], payloads[p]) != 0)
+					fail_msg("payload span \"%s\", want \"%s\" in %s", c.values[i],
+						 payloads[p], text);
+			}
+			assert_int_equal(found, 1);
+		}
 	}
 }
 
@@ -314,8 +409,22 @@ static void test_len_bounds_the_walk(void **state)
 	memset(&c, 0, sizeof(c));
 	/* cut inside the number: "1" is a complete value, then the '}' is missing */
 	assert_int_equal(walk_object_n(text, 6, &c), -1);
-	/* jansson reports positions as int, so larger inputs are refused up front */
-	assert_int_equal(jsonspan_object("{}", (size_t)INT_MAX + 1, NULL, NULL), -1);
+}
+
+/* The span of member "a", for values longer than struct collected holds. */
+struct span_of_a {
+	size_t start, end;
+};
+
+static int span_of_a_cb(void *ctx, const char *key, size_t key_len, size_t start, size_t end)
+{
+	struct span_of_a *a = ctx;
+
+	assert_int_equal(key_len, 1);
+	assert_memory_equal(key, "a", 1);
+	a->start = start;
+	a->end = end;
+	return 0;
 }
 
 static void test_deep_nesting(void **state)
@@ -336,7 +445,8 @@ static void test_deep_nesting(void **state)
 	assert_int_equal(walk_object_n(text, len, &c), 0);
 	assert_int_equal(c.n, 1);
 
-	/* deeper than jansson's parser allows (2048): refused, not a stack overflow */
+	/* the scan keeps a depth count, not a stack: deeper than jansson's parser allows
+	 * (2048) is no stack overflow either */
 	depth = 5000;
 	o = 5;
 	for (size_t i = 0; i < depth; i++)
@@ -344,8 +454,13 @@ static void test_deep_nesting(void **state)
 	for (size_t i = 0; i < depth; i++)
 		text[o++] = ']';
 	text[o++] = '}';
+	struct span_of_a a = {0};
+	assert_int_equal(jsonspan_object(text, o, span_of_a_cb, &a), 0);
+	assert_int_equal(a.start, 5);
+	assert_int_equal(a.end, o - 1);
+	/* and one bracket short of closing is still seen */
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(walk_object_n(text, o, &c), -1);
+	assert_int_equal(walk_object_n(text, o - 2, &c), -1);
 	free(text);
 }
 
@@ -379,8 +494,7 @@ static void test_malformed_array(void **state)
 {
 	static const char *const bad[] = {
 		"", "[", "]", "[1", "[1,", "[1,]", "[,1]", "[,]", "[1 2]", "[1,,2]", "[1]]",
-		"[1] x", "[1]x", "{}", "[\"a]", "[tru]", "[1x]", "[[1]", "[{]", "[{\"a\"}]",
-		"[{\"a\":1,}]",
+		"[1] x", "[1]x", "{}", "[\"a]", "[[1]", "[{]", "[:]", "[1:2]", "[\"a\" \"b\"]",
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -405,6 +519,8 @@ int main(void)
 		cmocka_unit_test(test_duplicate_keys),
 		cmocka_unit_test(test_callback_stops),
 		cmocka_unit_test(test_malformed_object),
+		cmocka_unit_test(test_invalid_values_stay_in_bounds),
+		cmocka_unit_test(test_payload_shapes),
 		cmocka_unit_test(test_truncated_prefixes),
 		cmocka_unit_test(test_len_bounds_the_walk),
 		cmocka_unit_test(test_deep_nesting),
