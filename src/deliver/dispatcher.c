@@ -3,12 +3,13 @@
  *
  * Life of a job (one delivery's round):
  *   claimed -> request in flight -> completed attempt
- *     -> success, or round over       -> done list -> written by the next flush
+ *     -> success, or round over       -> done list -> written by the store side
  *     -> failed with tries left       -> waiting on its stagger timer -> in flight again
  * An oauth2 subscription's attempt may first wait for its token (JOB_TOKEN_WAIT): the token
  * request runs in the same curl multi, one per subscription however many deliveries need
  * it (oauth2.h has the cache rules); a subscriber's 401 gets one new token and one resend.
- * Nothing here blocks on the network; the store calls (claim, flush) are the only waits.
+ * Nothing here blocks: the store calls (claims, result writes) run on the dispatcher's own
+ * store side thread (struct store_side), which groups the results that finish meanwhile.
  * Credentials never reach a log line or an attempt's cause: causes are redacted.
  *
  * Per subscription (struct sub_state) the dispatcher keeps its circuit breaker
@@ -56,7 +57,7 @@
 #define MSG_LEN 128
 #define CAUSE_LEN 1024        /* DESIGN §2: the first KiB of the response body */
 #define FLUSH_MAX 512         /* results written per transaction at most */
-#define FLUSH_AGE_US 1000     /* a result waits at most this long for company */
+#define GROUP_WAIT_US 1000    /* a result waits at most this long for company */
 #define IDLE_POLL_MS 1000     /* look for due work at least this often */
 #define TOKEN_FORM_MAX 16384  /* token request bodies (credentials, scope, audience) */
 #define OAUTH_IDLE_MS (3600 * 1000LL) /* a token cache unused this long is dropped */
@@ -104,7 +105,6 @@ struct job {
 	struct store_result result;
 	int64_t started_us;          /* monotonic start of the current attempt */
 	int64_t wake_us;             /* JOB_WAITING: when to send again */
-	int64_t done_us;             /* JOB_DONE: when it joined the done list */
 	CURL *easy;
 	int easy_ready;              /* easy carries the options all requests share */
 	int easy_tls;                /* ... and a subscription's TLS files */
@@ -174,6 +174,33 @@ struct oauth2_entry {
 	struct oauth2_entry *next;
 };
 
+/* The store side: a thread of the dispatcher's own that makes its store calls, so the
+ * loop never waits for the store (SQLite's lock and fsync, PostgreSQL's round trips) and
+ * keeps curl busy meanwhile. The loop hands it finished jobs to write and asks it for
+ * claims; it hands back written jobs (to recycle) and claims (to start). Everything here
+ * is under mu; the jobs on its lists belong to the side until handed back. */
+struct store_side {
+	pthread_t thread;
+	int started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int quit;                    /* loop -> side: stop, leave what is unwritten */
+	struct job *todo_head, *todo_tail; /* loop -> side: results to write, in order */
+	size_t todo_count;
+	int64_t todo_since_us;       /* when the first of them arrived */
+	size_t claim_want;           /* loop -> side: claim up to this many, 0 = none */
+	struct job *written_head, *written_tail; /* side -> loop: to recycle */
+	int claim_done;              /* side -> loop: the answer below is ready */
+	int claim_rc;
+	struct store_claim *claims;
+	size_t claim_n;
+	int64_t next_due_ms;         /* with a short claim: the next due time, 0 = none */
+	int down;                    /* the last store call failed */
+	int64_t retry_at_us;         /* side: when to try an unwritten group again */
+	struct store_result *results; /* side: write scratch, FLUSH_MAX of them */
+	size_t results_spooled;      /* side: results written to the spool in this outage */
+};
+
 struct dispatcher {
 	store *st;
 	struct sub_registry *reg;
@@ -197,13 +224,14 @@ struct dispatcher {
 	size_t done_count;
 	int active;                  /* jobs not free */
 	int in_flight;               /* jobs with a request running */
-	struct store_result *results; /* flush scratch, FLUSH_MAX of them */
 	uint64_t rng;
-	int store_down;              /* logged once per outage */
-	size_t results_spooled;      /* results written to the spool in this outage */
+	int store_down;              /* as the store side last found it */
+	struct store_side side;      /* the thread that claims and writes results */
+	size_t claim_asked;          /* deliveries asked of the side, not yet answered */
+	int64_t claim_at_ms;         /* a written retry is due then: claim, 0 = none */
 	struct oauth2_entry *oauth;  /* token caches, few: one per oauth2 subscription */
 	int token_fetches;           /* token requests in flight */
-	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet flushed, 0 = none */
+	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet written, 0 = none */
 	struct sub_state *ss[SS_BUCKETS];
 	struct sub_state *parked_subs; /* those with parked jobs */
 };
@@ -791,7 +819,6 @@ static int parked_cap(const struct dispatcher *d, const struct subscription *s)
 static void done_push(struct dispatcher *d, struct job *j)
 {
 	j->state = JOB_DONE;
-	j->done_us = clock_mono_us();
 	j->next = NULL;
 	if (d->done_tail)
 		d->done_tail->next = j;
@@ -1576,16 +1603,21 @@ static void job_recycle(struct dispatcher *d, struct job *j)
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
+/* ---- the store side -------------------------------------------------------------------- */
+
+static void wake_fd(struct dispatcher *d);
+
 /* The store is unavailable: writes the results to the spool instead (fsynced). Returns 0
  * when they are durable there. The leases stay in the store until the replay applies the
  * results; a lease that expired first means one more delivery (at least once). */
 static int spool_results(struct dispatcher *d, size_t n)
 {
+	struct store_side *sd = &d->side;
 	void *rec = NULL;
 	size_t len = 0;
 	int rc;
 
-	if (spool_encode_results(d->results, n, &rec, &len)) {
+	if (spool_encode_results(sd->results, n, &rec, &len)) {
 		log_error("dispatcher: cannot encode %zu results for the spool", n);
 		return -1;
 	}
@@ -1593,78 +1625,173 @@ static int spool_results(struct dispatcher *d, size_t n)
 	free(rec);
 	if (rc != SPOOL_OK)
 		return -1;
-	if (!d->results_spooled)
+	if (!sd->results_spooled)
 		log_warn("dispatcher: the store is unavailable; writing results to the spool %s",
 			 spool_path(d->cfg.spool));
-	d->results_spooled += n;
+	sd->results_spooled += n;
 	return 0;
 }
 
-/* Writes up to FLUSH_MAX finished results in one transaction. Returns 0 when written
- * (or nothing to write), -1 when the store refused (results stay queued). */
-static int flush_results(struct dispatcher *d)
+/* Writes the results of the n jobs from head in one transaction (group commit), or to
+ * the spool. Returns 0 when they are durable, -1 when the store refused (the caller
+ * keeps them and tries again). Side thread. */
+static int side_write(struct dispatcher *d, struct job *head, size_t n)
 {
-	size_t n = 0;
-	for (struct job *j = d->done_head; j && n < FLUSH_MAX; j = j->next)
-		d->results[n++] = j->result;
-	if (n == 0)
-		return 0;
-	int rc = store_record_results(d->st, d->results, n);
-	if (rc == STORE_UNAVAILABLE && d->cfg.spool && spool_results(d, n) == 0) {
-		/* Durable in the spool: the jobs are done, the outage goes on. */
-		d->store_down = 1;
-	} else if (rc != STORE_OK) {
-		if (!d->store_down)
+	struct store_side *sd = &d->side;
+	size_t i = 0;
+	for (struct job *j = head; i < n; j = j->next)
+		sd->results[i++] = j->result;
+	int rc = store_record_results(d->st, sd->results, n);
+	if (rc == STORE_UNAVAILABLE && d->cfg.spool && spool_results(d, n) == 0)
+		return 0; /* durable in the spool: the jobs are done, the outage goes on */
+	if (rc != STORE_OK) {
+		if (!sd->down)
 			log_error("dispatcher: cannot write %zu results (%s); keeping them and retrying",
 				  n, store_strerror(rc));
-		d->store_down = 1;
 		return -1;
-	} else {
-		if (d->store_down)
-			log_info("dispatcher: store is writable again");
-		if (d->results_spooled)
-			log_info("dispatcher: %zu results went to the spool during the outage",
-				 d->results_spooled);
-		d->results_spooled = 0;
-		d->store_down = 0;
 	}
-	for (size_t i = 0; i < n; i++) {
-		struct job *j = d->done_head;
-		d->done_head = j->next;
-		job_recycle(d, j);
-	}
-	if (!d->done_head)
-		d->done_tail = NULL;
-	d->done_count -= n;
+	if (sd->down)
+		log_info("dispatcher: store is writable again");
+	if (sd->results_spooled)
+		log_info("dispatcher: %zu results went to the spool during the outage",
+			 sd->results_spooled);
+	sd->results_spooled = 0;
 	return 0;
 }
 
-/* Claims a batch of due deliveries and starts them. Returns the number claimed, or -1
- * when the store failed. */
-static long claim_batch(struct dispatcher *d, size_t limit)
+/* Claims up to want due deliveries for the loop; with fewer, also finds when the next is
+ * due. Side thread; the answer is set under mu by the caller. */
+static void side_claim(struct dispatcher *d, size_t want, int *rc, struct store_claim **claims,
+		       size_t *n, int64_t *next_due_ms)
 {
-	struct store_claim *claims = NULL;
-	size_t n = 0;
-	int rc = store_claim_due(d->st, clock_now_ms(), d->cfg.lease_ms, limit, &claims, &n);
-	if (rc != STORE_OK) {
-		if (!d->store_down)
-			log_error("dispatcher: cannot claim deliveries: %s", store_strerror(rc));
-		d->store_down = 1;
-		return -1;
+	*claims = NULL;
+	*n = 0;
+	*next_due_ms = 0;
+	*rc = store_claim_due(d->st, clock_now_ms(), d->cfg.lease_ms, want, claims, n);
+	if (*rc != STORE_OK) {
+		if (!d->side.down)
+			log_error("dispatcher: cannot claim deliveries: %s", store_strerror(*rc));
+		*claims = NULL;
+		*n = 0;
+		return;
 	}
-	if (d->store_down)
+	if (d->side.down)
 		log_info("dispatcher: store is reachable again");
-	d->store_down = 0;
+	int64_t due = 0;
+	if (*n < want && store_next_due(d->st, &due) == STORE_OK)
+		*next_due_ms = due;
+}
+
+static void *side_main(void *arg)
+{
+	struct dispatcher *d = arg;
+	struct store_side *sd = &d->side;
+
+	pthread_setname_np(pthread_self(), "dispatch-store");
+	pthread_mutex_lock(&sd->mu);
+	for (;;) {
+		int64_t now_us = clock_mono_us();
+		int must_claim = sd->claim_want && !sd->claim_done;
+		/* A group is written when it is full, when a claim goes with it, or when its
+		 * first result has waited GROUP_WAIT_US for company; after a failure, not
+		 * before retry_at_us. */
+		int64_t write_at_us = sd->todo_since_us + GROUP_WAIT_US;
+		if (sd->todo_count >= FLUSH_MAX || must_claim)
+			write_at_us = now_us;
+		if (write_at_us < sd->retry_at_us)
+			write_at_us = sd->retry_at_us;
+		int can_write = sd->todo_head && now_us >= write_at_us;
+		if (sd->quit)
+			break;
+		if (!can_write && !must_claim) {
+			if (sd->todo_head) {
+				int64_t at_us = write_at_us;
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				int64_t ns = ts.tv_nsec + (at_us - now_us) * 1000;
+				ts.tv_sec += ns / 1000000000;
+				ts.tv_nsec = ns % 1000000000;
+				pthread_cond_timedwait(&sd->cv, &sd->mu, &ts);
+			} else {
+				pthread_cond_wait(&sd->cv, &sd->mu);
+			}
+			continue;
+		}
+		/* Take a group of results (everything queued, up to FLUSH_MAX) and the claim
+		 * request; the loop appends meanwhile. */
+		struct job *head = NULL, *last = NULL;
+		size_t n = 0;
+		if (can_write) {
+			head = sd->todo_head;
+			for (last = head, n = 1; n < FLUSH_MAX && last->next; n++)
+				last = last->next;
+			sd->todo_head = last->next;
+			if (!sd->todo_head)
+				sd->todo_tail = NULL;
+			sd->todo_count -= n;
+			sd->todo_since_us = now_us; /* the rest has waited long enough too */
+			last->next = NULL;
+		}
+		size_t want = must_claim ? sd->claim_want : 0;
+		pthread_mutex_unlock(&sd->mu);
+
+		/* Results first: they free places the claim may fill. */
+		int wrote = head ? side_write(d, head, n) : 0;
+		int claim_rc = STORE_OK;
+		struct store_claim *claims = NULL;
+		size_t got = 0;
+		int64_t next_due_ms = 0;
+		if (want && wrote == 0)
+			side_claim(d, want, &claim_rc, &claims, &got, &next_due_ms);
+		else if (want)
+			claim_rc = STORE_UNAVAILABLE; /* the store just failed: do not ask again */
+
+		pthread_mutex_lock(&sd->mu);
+		if (head && wrote == 0) {
+			if (sd->written_tail)
+				sd->written_tail->next = head;
+			else
+				sd->written_head = head;
+			sd->written_tail = last;
+		} else if (head) {
+			/* back in front, in order; try again in a while */
+			last->next = sd->todo_head;
+			sd->todo_head = head;
+			if (!sd->todo_tail)
+				sd->todo_tail = last;
+			sd->todo_count += n;
+			sd->retry_at_us = clock_mono_us() + 500 * 1000;
+		}
+		if (head)
+			sd->down = wrote != 0;
+		if (want) {
+			sd->claim_done = 1;
+			sd->claim_rc = claim_rc;
+			sd->claims = claims;
+			sd->claim_n = got;
+			sd->next_due_ms = next_due_ms;
+			if (!head || wrote == 0)
+				sd->down = claim_rc != STORE_OK;
+		}
+		wake_fd(d);
+	}
+	pthread_mutex_unlock(&sd->mu);
+	return NULL;
+}
+
+/* Starts the claimed deliveries: one batch, freed when its last job is written. */
+static void claims_start(struct dispatcher *d, struct store_claim *claims, size_t n)
+{
 	if (n == 0) {
 		store_claims_free(claims, 0);
-		return 0;
+		return;
 	}
 	struct batch *b = calloc(1, sizeof(*b));
 	if (!b) {
 		/* Leases expire and the work returns to the pool. */
 		log_error("dispatcher: out of memory; %zu claimed deliveries will be retried", n);
 		store_claims_free(claims, n);
-		return -1;
+		return;
 	}
 	b->claims = claims;
 	b->n = n;
@@ -1673,7 +1800,117 @@ static long claim_batch(struct dispatcher *d, size_t limit)
 	for (size_t i = 0; i < n; i++)
 		job_start(d, b, &claims[i]);
 	batch_release(d, b);
-	return (long)n;
+}
+
+/* Appends the done list to the side's, under sd->mu. Returns 1 when it moved any. */
+static int done_to_side(struct dispatcher *d)
+{
+	struct store_side *sd = &d->side;
+	if (!d->done_head)
+		return 0;
+	if (!sd->todo_head)
+		sd->todo_since_us = clock_mono_us();
+	if (sd->todo_tail)
+		sd->todo_tail->next = d->done_head;
+	else
+		sd->todo_head = d->done_head;
+	sd->todo_tail = d->done_tail;
+	sd->todo_count += d->done_count;
+	d->done_head = d->done_tail = NULL;
+	d->done_count = 0;
+	return 1;
+}
+
+/* Hands the finished jobs to the side to write. */
+static void side_give_done(struct dispatcher *d)
+{
+	pthread_mutex_lock(&d->side.mu);
+	if (done_to_side(d))
+		pthread_cond_signal(&d->side.cv);
+	pthread_mutex_unlock(&d->side.mu);
+}
+
+/* Loop side of the exchange: hands the done list to the side, asks for want claims (0:
+ * none), and takes back what the side finished: written jobs are recycled (returns how
+ * many), an answered claim is returned through the pointers (*answered = 1). */
+static size_t side_exchange(struct dispatcher *d, size_t want, int *answered, int *claim_rc,
+			    struct store_claim **claims, size_t *n, int64_t *next_due_ms)
+{
+	size_t recycled = 0;
+	struct store_side *sd = &d->side;
+	struct job *written;
+	int signal = 0;
+
+	*answered = 0;
+	pthread_mutex_lock(&sd->mu);
+	signal = done_to_side(d);
+	if (want && !sd->claim_want) {
+		sd->claim_want = want;
+		signal = 1;
+	}
+	if (sd->claim_done) {
+		*answered = 1;
+		*claim_rc = sd->claim_rc;
+		*claims = sd->claims;
+		*n = sd->claim_n;
+		*next_due_ms = sd->next_due_ms;
+		sd->claim_done = 0;
+		sd->claim_want = 0;
+		sd->claims = NULL;
+	}
+	written = sd->written_head;
+	sd->written_head = sd->written_tail = NULL;
+	d->store_down = sd->down;
+	if (signal)
+		pthread_cond_signal(&sd->cv);
+	pthread_mutex_unlock(&sd->mu);
+
+	while (written) {
+		struct job *j = written;
+		written = j->next;
+		job_recycle(d, j);
+		recycled++;
+	}
+	return recycled;
+}
+
+/* Unwritten results in the side's hands (store down at shutdown). */
+static size_t side_unwritten(struct dispatcher *d)
+{
+	pthread_mutex_lock(&d->side.mu);
+	size_t n = d->side.todo_count;
+	pthread_mutex_unlock(&d->side.mu);
+	return n;
+}
+
+/* Stops the side thread and takes back whatever it holds. */
+static void side_stop(struct dispatcher *d)
+{
+	struct store_side *sd = &d->side;
+	if (!sd->started)
+		return;
+	pthread_mutex_lock(&sd->mu);
+	sd->quit = 1;
+	pthread_cond_signal(&sd->cv);
+	pthread_mutex_unlock(&sd->mu);
+	pthread_join(sd->thread, NULL);
+	sd->started = 0;
+	for (struct job *l = sd->written_head; l;) {
+		struct job *j = l;
+		l = j->next;
+		job_recycle(d, j);
+	}
+	for (struct job *l = sd->todo_head; l;) {
+		struct job *j = l;
+		l = j->next;
+		job_recycle(d, j);
+	}
+	sd->written_head = sd->written_tail = sd->todo_head = sd->todo_tail = NULL;
+	sd->todo_count = 0;
+	if (sd->claim_done)
+		store_claims_free(sd->claims, sd->claim_n); /* their leases expire */
+	sd->claims = NULL;
+	sd->claim_done = 0;
 }
 
 static void run_timers(struct dispatcher *d, int64_t now_us)
@@ -1854,7 +2091,9 @@ static void curl_run(struct dispatcher *d)
 static void *dispatcher_main(void *arg)
 {
 	struct dispatcher *d = arg;
-	int64_t next_claim_us = 0, next_flush_us = 0, stop_deadline_us = 0, next_prune_us = 0;
+	int64_t next_claim_us = 0, stop_deadline_us = 0, next_prune_us = 0;
+
+	pthread_setname_np(pthread_self(), "dispatch");
 
 	for (;;) {
 		int64_t now_us = clock_mono_us();
@@ -1871,29 +2110,55 @@ static void *dispatcher_main(void *arg)
 		}
 
 		/* Claim when woken or when due work may be waiting, and when there is room
-		 * for a worthwhile batch (keeps batches large under load). */
-		int room = d->cfg.max_in_flight - d->active;
+		 * for a worthwhile batch (keeps batches large under load). A claim asked of
+		 * the side counts as taken room until answered. */
+		int room = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
 		int want = room < d->cfg.batch ? room : d->cfg.batch;
 		int worth = d->active == 0 || want == d->cfg.batch || room >= d->cfg.max_in_flight / 4;
 		if (atomic_exchange(&d->woken, 0) && !d->store_down)
 			next_claim_us = now_us;
-		if (!stopping && want > 0 && worth && now_us >= next_claim_us) {
-			long got = claim_batch(d, (size_t)want);
-			if (got < 0) {
+		int64_t now_ms = clock_now_ms();
+		int retry_due = d->claim_at_ms && now_ms >= d->claim_at_ms;
+		size_t ask = 0;
+		if (!stopping && !d->claim_asked && want > 0 && worth &&
+		    (now_us >= next_claim_us || retry_due))
+			ask = (size_t)want;
+		int answered = 0, claim_rc = STORE_OK;
+		struct store_claim *claims = NULL;
+		size_t got = 0;
+		int64_t next_due_ms = 0;
+		size_t written = side_exchange(d, ask, &answered, &claim_rc, &claims, &got,
+					       &next_due_ms);
+		if (ask) {
+			d->claim_asked = ask;
+			if (retry_due)
+				d->claim_at_ms = 0;
+		}
+		/* Retries due before the next claim (short intervals) are in the store once
+		 * written: claim at their time, not at the idle poll. */
+		if (written && d->soonest_retry_ms) {
+			if (!d->claim_at_ms || d->soonest_retry_ms < d->claim_at_ms)
+				d->claim_at_ms = d->soonest_retry_ms;
+			d->soonest_retry_ms = 0;
+		}
+		if (answered) {
+			size_t asked = d->claim_asked;
+			d->claim_asked = 0;
+			if (claim_rc != STORE_OK) {
 				next_claim_us = now_us + 500 * 1000; /* store down: probe again soon */
-			} else if (got == want) {
+			} else if (got == asked) {
 				next_claim_us = now_us; /* more may be due */
 			} else {
-				int64_t due = 0;
 				next_claim_us = now_us + IDLE_POLL_MS * 1000;
-				if (store_next_due(d->st, &due) == STORE_OK && due) {
-					int64_t wait_ms = due - clock_now_ms();
+				if (next_due_ms) {
+					int64_t wait_ms = next_due_ms - clock_now_ms();
 					if (wait_ms < 0)
 						wait_ms = 0;
 					if (wait_ms < IDLE_POLL_MS)
 						next_claim_us = now_us + wait_ms * 1000;
 				}
 			}
+			claims_start(d, claims, got);
 		}
 
 		run_timers(d, now_us);
@@ -1904,51 +2169,38 @@ static void *dispatcher_main(void *arg)
 		/* after the completions, which free places under max_in_flight */
 		int64_t parked_wait_us = run_parked(d, clock_mono_us());
 
+		/* What finished in this round goes to the side at once: it writes while
+		 * curl works, and groups whatever queued up meanwhile. */
 		now_us = clock_mono_us();
-		if (d->done_count && now_us >= next_flush_us &&
-		    (d->done_count >= FLUSH_MAX || d->in_flight == 0 || stopping ||
-		     now_us - d->done_head->done_us >= FLUSH_AGE_US)) {
-			if (flush_results(d)) {
-				next_flush_us = now_us + 500 * 1000; /* store down: retry soon */
-			} else {
-				next_flush_us = 0;
-				/* A retry due before the next claim (short intervals): claim then,
-				 * not at the idle poll. */
-				if (d->soonest_retry_ms) {
-					int64_t in_us = (d->soonest_retry_ms - clock_now_ms()) * 1000;
-					if (now_us + in_us < next_claim_us)
-						next_claim_us = now_us + (in_us > 0 ? in_us : 0);
-					d->soonest_retry_ms = 0;
-				}
-			}
-		}
+		if (d->done_count)
+			side_give_done(d);
 
-		if (stopping && d->active == 0)
+		if (stopping && d->active == 0 && !d->claim_asked)
 			break;
 		if (stopping && d->store_down && d->in_flight == 0 && d->token_fetches == 0 &&
 		    !d->waiting && now_us >= stop_deadline_us) {
 			log_error("dispatcher: store unavailable at shutdown; %zu results not written "
 				  "(their deliveries will be sent again after the lease expires)",
-				  d->done_count);
+				  side_unwritten(d));
 			break;
 		}
 
-		/* Sleep until a socket is ready, a timer, claim or flush is due, or a wake-up. */
-		int64_t wait_us = next_claim_us > now_us ? next_claim_us - now_us : 0;
-		if (d->active >= d->cfg.max_in_flight || stopping || !worth)
+		/* Sleep until a socket is ready, a timer or claim is due, or a wake-up (the
+		 * side answering is one). */
+		int64_t claim_us = next_claim_us;
+		if (d->claim_at_ms) {
+			int64_t at_us = now_us + (d->claim_at_ms - clock_now_ms()) * 1000;
+			if (at_us < claim_us)
+				claim_us = at_us;
+		}
+		int64_t wait_us = claim_us > now_us ? claim_us - now_us : 0;
+		if (d->active >= d->cfg.max_in_flight || stopping || !worth || d->claim_asked)
 			wait_us = 100 * 1000;
 		for (struct job *j = d->waiting; j; j = j->next)
 			if (j->wake_us - now_us < wait_us)
 				wait_us = j->wake_us > now_us ? j->wake_us - now_us : 0;
 		if (parked_wait_us >= 0 && parked_wait_us < wait_us)
 			wait_us = parked_wait_us;
-		if (d->done_count) {
-			int64_t flush_at = d->done_head->done_us + FLUSH_AGE_US;
-			if (flush_at < next_flush_us)
-				flush_at = next_flush_us;
-			if (flush_at - now_us < wait_us)
-				wait_us = flush_at > now_us ? flush_at - now_us : 0;
-		}
 		if (d->curl_due_us >= 0 && d->curl_due_us - now_us < wait_us)
 			wait_us = d->curl_due_us > now_us ? d->curl_due_us - now_us : 0;
 		/* epoll_wait even when something is due now: the sockets ready meanwhile */
@@ -1958,6 +2210,7 @@ static void *dispatcher_main(void *arg)
 	}
 
 	/* Whatever is still done but unwritten could not be written; free it all. */
+	side_stop(d);
 	while (d->done_head) {
 		struct job *j = d->done_head;
 		d->done_head = j->next;
@@ -1977,12 +2230,14 @@ struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
 	d->cfg = *cfg;
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
 	d->jobs = calloc((size_t)cfg->max_in_flight, sizeof(*d->jobs));
-	d->results = calloc(FLUSH_MAX, sizeof(*d->results));
+	d->side.results = calloc(FLUSH_MAX, sizeof(*d->side.results));
+	pthread_mutex_init(&d->side.mu, NULL);
+	pthread_cond_init(&d->side.cv, NULL);
 	d->multi = curl_multi_init();
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	d->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	d->curl_due_us = -1;
-	if (!d->jobs || !d->results || !d->multi || d->epfd < 0 || d->evfd < 0)
+	if (!d->jobs || !d->side.results || !d->multi || d->epfd < 0 || d->evfd < 0)
 		goto fail;
 	struct epoll_event wev = {.events = EPOLLIN, .data.fd = d->evfd};
 	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &wev))
@@ -1997,8 +2252,14 @@ struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
 		d->jobs[i].next = d->free_list;
 		d->free_list = &d->jobs[i];
 	}
+	if (pthread_create(&d->side.thread, NULL, side_main, d)) {
+		log_error("dispatcher: cannot start thread");
+		goto fail;
+	}
+	d->side.started = 1;
 	if (pthread_create(&d->thread, NULL, dispatcher_main, d)) {
 		log_error("dispatcher: cannot start thread");
+		side_stop(d);
 		goto fail;
 	}
 	pthread_mutex_lock(&circuit_mu);
@@ -2013,7 +2274,7 @@ fail:
 	if (d->evfd >= 0)
 		close(d->evfd);
 	free(d->jobs);
-	free(d->results);
+	free(d->side.results);
 	free(d);
 	return NULL;
 }
@@ -2060,6 +2321,6 @@ void dispatcher_stop(struct dispatcher *d)
 	close(d->evfd);
 	free(d->fd_state);
 	free(d->jobs);
-	free(d->results);
+	free(d->side.results);
 	free(d);
 }

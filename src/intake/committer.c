@@ -131,6 +131,8 @@ static void *committer_main(void *arg)
 {
 	struct committer *c = arg;
 
+	pthread_setname_np(pthread_self(), "committer");
+
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		while (!c->head && !c->stopping)
@@ -272,6 +274,8 @@ static void replay_once(struct committer *c, int *last_rc)
 static void *replay_main(void *arg)
 {
 	struct committer *c = arg;
+
+	pthread_setname_np(pthread_self(), "spool-replay");
 	int last_rc = STORE_OK;
 
 	pthread_mutex_lock(&c->mu);

@@ -76,6 +76,8 @@ static void run_relay(struct jobs *j)
 static void *jobs_main(void *arg)
 {
 	struct jobs *j = arg;
+
+	pthread_setname_np(pthread_self(), "jobs");
 	int64_t now = clock_mono_ms();
 	int64_t next_relay = now, next_reap = now + j->cfg.reap_interval_ms;
 	int64_t next_cleanup = now + j->cfg.cleanup_interval_ms;

@@ -2726,6 +2726,8 @@ static void listener_wake(struct pg *pg, int work, int subs)
 static void *listener_main(void *arg)
 {
 	struct pg *pg = arg;
+
+	pthread_setname_np(pthread_self(), "pg-listener");
 	PGconn *conn = NULL;
 	unsigned epoch = 0;
 	int backoff = 0;
