@@ -1830,24 +1830,20 @@ static void side_give_done(struct dispatcher *d)
 	pthread_mutex_unlock(&d->side.mu);
 }
 
-/* Loop side of the exchange: hands the done list to the side, asks for want claims (0:
- * none), and takes back what the side finished: written jobs are recycled (returns how
- * many), an answered claim is returned through the pointers (*answered = 1). */
-static size_t side_exchange(struct dispatcher *d, size_t want, int *answered, int *claim_rc,
+/* Loop side of the exchange: hands the done list to the side and takes back what the
+ * side finished: written jobs are recycled (returns how many), an answered claim is
+ * returned through the pointers (*answered = 1). */
+static size_t side_exchange(struct dispatcher *d, int *answered, int *claim_rc,
 			    struct store_claim **claims, size_t *n, int64_t *next_due_ms)
 {
 	size_t recycled = 0;
 	struct store_side *sd = &d->side;
 	struct job *written;
-	int signal = 0;
+	int signal;
 
 	*answered = 0;
 	pthread_mutex_lock(&sd->mu);
 	signal = done_to_side(d);
-	if (want && !sd->claim_want) {
-		sd->claim_want = want;
-		signal = 1;
-	}
 	if (sd->claim_done) {
 		*answered = 1;
 		*claim_rc = sd->claim_rc;
@@ -1872,6 +1868,15 @@ static size_t side_exchange(struct dispatcher *d, size_t want, int *answered, in
 		recycled++;
 	}
 	return recycled;
+}
+
+/* Asks the side to claim up to want deliveries (none may be asked already). */
+static void side_ask(struct dispatcher *d, size_t want)
+{
+	pthread_mutex_lock(&d->side.mu);
+	d->side.claim_want = want;
+	pthread_cond_signal(&d->side.cv);
+	pthread_mutex_unlock(&d->side.mu);
 }
 
 /* Unwritten results in the side's hands (store down at shutdown). */
@@ -2109,31 +2114,13 @@ static void *dispatcher_main(void *arg)
 			next_prune_us = now_us + OAUTH_PRUNE_US;
 		}
 
-		/* Claim when woken or when due work may be waiting, and when there is room
-		 * for a worthwhile batch (keeps batches large under load). A claim asked of
-		 * the side counts as taken room until answered. */
-		int room = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
-		int want = room < d->cfg.batch ? room : d->cfg.batch;
-		int worth = d->active == 0 || want == d->cfg.batch || room >= d->cfg.max_in_flight / 4;
-		if (atomic_exchange(&d->woken, 0) && !d->store_down)
-			next_claim_us = now_us;
-		int64_t now_ms = clock_now_ms();
-		int retry_due = d->claim_at_ms && now_ms >= d->claim_at_ms;
-		size_t ask = 0;
-		if (!stopping && !d->claim_asked && want > 0 && worth &&
-		    (now_us >= next_claim_us || retry_due))
-			ask = (size_t)want;
+		/* Take back what the side finished: written jobs, and the answer to a claim,
+		 * whose deliveries start now. */
 		int answered = 0, claim_rc = STORE_OK;
 		struct store_claim *claims = NULL;
 		size_t got = 0;
 		int64_t next_due_ms = 0;
-		size_t written = side_exchange(d, ask, &answered, &claim_rc, &claims, &got,
-					       &next_due_ms);
-		if (ask) {
-			d->claim_asked = ask;
-			if (retry_due)
-				d->claim_at_ms = 0;
-		}
+		size_t written = side_exchange(d, &answered, &claim_rc, &claims, &got, &next_due_ms);
 		/* Retries due before the next claim (short intervals) are in the store once
 		 * written: claim at their time, not at the idle poll. */
 		if (written && d->soonest_retry_ms) {
@@ -2159,6 +2146,24 @@ static void *dispatcher_main(void *arg)
 				}
 			}
 			claims_start(d, claims, got);
+		}
+
+		/* Claim when woken or when due work may be waiting, and when there is room
+		 * for a worthwhile batch (keeps batches large under load). Asked right after
+		 * an answer, so the side claims the next batch while this one is sent; a
+		 * claim asked counts as taken room until answered. */
+		int room = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
+		int want = room < d->cfg.batch ? room : d->cfg.batch;
+		int worth = d->active == 0 || want == d->cfg.batch || room >= d->cfg.max_in_flight / 4;
+		if (atomic_exchange(&d->woken, 0) && !d->store_down)
+			next_claim_us = now_us;
+		int retry_due = d->claim_at_ms && clock_now_ms() >= d->claim_at_ms;
+		if (!stopping && !d->claim_asked && want > 0 && worth &&
+		    (now_us >= next_claim_us || retry_due)) {
+			side_ask(d, (size_t)want);
+			d->claim_asked = (size_t)want;
+			if (retry_due)
+				d->claim_at_ms = 0;
 		}
 
 		run_timers(d, now_us);
