@@ -194,7 +194,8 @@ struct store_side {
 	int claim_rc;
 	struct store_claim *claims;
 	size_t claim_n;
-	int64_t next_due_ms;         /* with a short claim: the next due time, 0 = none */
+	int due_hint_set;            /* side -> loop: after a short claim, the next due */
+	int64_t due_hint_ms;         /* time in the store (0 = nothing pending) */
 	int down;                    /* the last store call failed */
 	int64_t retry_at_us;         /* side: when to try an unwritten group again */
 	struct store_result *results; /* side: write scratch, FLUSH_MAX of them */
@@ -954,6 +955,7 @@ static void job_release(struct job *j, int64_t delay_ms)
 	if (j->tries == 0)
 		r->last_code = -1; /* keep the error the delivery already shows */
 	metrics_delivery(j->claim->subscription_id, OUTCOME_RELEASED);
+	note_due(j->d, r->next_attempt_at);
 	done_push(j->d, j);
 }
 
@@ -1659,14 +1661,13 @@ static int side_write(struct dispatcher *d, struct job *head, size_t n)
 	return 0;
 }
 
-/* Claims up to want due deliveries for the loop; with fewer, also finds when the next is
- * due. Side thread; the answer is set under mu by the caller. */
+/* Claims up to want due deliveries for the loop. Side thread; the answer is set under mu
+ * by the caller. */
 static void side_claim(struct dispatcher *d, size_t want, int *rc, struct store_claim **claims,
-		       size_t *n, int64_t *next_due_ms)
+		       size_t *n)
 {
 	*claims = NULL;
 	*n = 0;
-	*next_due_ms = 0;
 	*rc = store_claim_due(d->st, clock_now_ms(), d->cfg.lease_ms, want, claims, n);
 	if (*rc != STORE_OK) {
 		if (!d->side.down)
@@ -1677,9 +1678,6 @@ static void side_claim(struct dispatcher *d, size_t want, int *rc, struct store_
 	}
 	if (d->side.down)
 		log_info("dispatcher: store is reachable again");
-	int64_t due = 0;
-	if (*n < want && store_next_due(d->st, &due) == STORE_OK)
-		*next_due_ms = due;
 }
 
 static void *side_main(void *arg)
@@ -1735,16 +1733,34 @@ static void *side_main(void *arg)
 		size_t want = must_claim ? sd->claim_want : 0;
 		pthread_mutex_unlock(&sd->mu);
 
-		/* Results first: they free places the claim may fill. */
-		int wrote = head ? side_write(d, head, n) : 0;
+		/* The claim first: new work waits on it, results only on their group. The
+		 * loop counts room itself, so writing first would not make more. */
 		int claim_rc = STORE_OK;
 		struct store_claim *claims = NULL;
 		size_t got = 0;
-		int64_t next_due_ms = 0;
-		if (want && wrote == 0)
-			side_claim(d, want, &claim_rc, &claims, &got, &next_due_ms);
-		else if (want)
-			claim_rc = STORE_UNAVAILABLE; /* the store just failed: do not ask again */
+		if (want) {
+			side_claim(d, want, &claim_rc, &claims, &got);
+			pthread_mutex_lock(&sd->mu);
+			sd->claim_done = 1;
+			sd->claim_rc = claim_rc;
+			sd->claims = claims;
+			sd->claim_n = got;
+			sd->down = claim_rc != STORE_OK;
+			wake_fd(d);
+			pthread_mutex_unlock(&sd->mu);
+		}
+		/* A short claim: the answer went out first; now find when the next delivery
+		 * is due, so the loop claims then rather than at the idle poll. */
+		int64_t due = 0;
+		if (want && claim_rc == STORE_OK && got < want &&
+		    store_next_due(d->st, &due) == STORE_OK) {
+			pthread_mutex_lock(&sd->mu);
+			sd->due_hint_set = 1;
+			sd->due_hint_ms = due;
+			wake_fd(d);
+			pthread_mutex_unlock(&sd->mu);
+		}
+		int wrote = head ? side_write(d, head, n) : 0;
 
 		pthread_mutex_lock(&sd->mu);
 		if (head && wrote == 0) {
@@ -1763,16 +1779,7 @@ static void *side_main(void *arg)
 			sd->retry_at_us = clock_mono_us() + 500 * 1000;
 		}
 		if (head)
-			sd->down = wrote != 0;
-		if (want) {
-			sd->claim_done = 1;
-			sd->claim_rc = claim_rc;
-			sd->claims = claims;
-			sd->claim_n = got;
-			sd->next_due_ms = next_due_ms;
-			if (!head || wrote == 0)
-				sd->down = claim_rc != STORE_OK;
-		}
+			sd->down = wrote != 0 || (want && claim_rc != STORE_OK);
 		wake_fd(d);
 	}
 	pthread_mutex_unlock(&sd->mu);
@@ -1832,9 +1839,11 @@ static void side_give_done(struct dispatcher *d)
 
 /* Loop side of the exchange: hands the done list to the side and takes back what the
  * side finished: written jobs are recycled (returns how many), an answered claim is
- * returned through the pointers (*answered = 1). */
+ * returned through the pointers (*answered = 1), and so is the next due time the side
+ * found after a short claim (*due_hint_ms; -1 when none came, 0 when nothing is
+ * pending). */
 static size_t side_exchange(struct dispatcher *d, int *answered, int *claim_rc,
-			    struct store_claim **claims, size_t *n, int64_t *next_due_ms)
+			    struct store_claim **claims, size_t *n, int64_t *due_hint_ms)
 {
 	size_t recycled = 0;
 	struct store_side *sd = &d->side;
@@ -1849,10 +1858,14 @@ static size_t side_exchange(struct dispatcher *d, int *answered, int *claim_rc,
 		*claim_rc = sd->claim_rc;
 		*claims = sd->claims;
 		*n = sd->claim_n;
-		*next_due_ms = sd->next_due_ms;
 		sd->claim_done = 0;
 		sd->claim_want = 0;
 		sd->claims = NULL;
+	}
+	*due_hint_ms = -1;
+	if (sd->due_hint_set) {
+		*due_hint_ms = sd->due_hint_ms;
+		sd->due_hint_set = 0;
 	}
 	written = sd->written_head;
 	sd->written_head = sd->written_tail = NULL;
@@ -2119,8 +2132,8 @@ static void *dispatcher_main(void *arg)
 		int answered = 0, claim_rc = STORE_OK;
 		struct store_claim *claims = NULL;
 		size_t got = 0;
-		int64_t next_due_ms = 0;
-		size_t written = side_exchange(d, &answered, &claim_rc, &claims, &got, &next_due_ms);
+		int64_t due_hint_ms = -1;
+		size_t written = side_exchange(d, &answered, &claim_rc, &claims, &got, &due_hint_ms);
 		/* Retries due before the next claim (short intervals) are in the store once
 		 * written: claim at their time, not at the idle poll. */
 		if (written && d->soonest_retry_ms) {
@@ -2136,16 +2149,16 @@ static void *dispatcher_main(void *arg)
 			} else if (got == asked) {
 				next_claim_us = now_us; /* more may be due */
 			} else {
-				next_claim_us = now_us + IDLE_POLL_MS * 1000;
-				if (next_due_ms) {
-					int64_t wait_ms = next_due_ms - clock_now_ms();
-					if (wait_ms < 0)
-						wait_ms = 0;
-					if (wait_ms < IDLE_POLL_MS)
-						next_claim_us = now_us + wait_ms * 1000;
-				}
+				next_claim_us = now_us + IDLE_POLL_MS * 1000; /* or the hint's time */
 			}
 			claims_start(d, claims, got);
+		}
+		if (due_hint_ms > 0) {
+			int64_t wait_ms = due_hint_ms - clock_now_ms();
+			if (wait_ms < 0)
+				wait_ms = 0;
+			if (now_us + wait_ms * 1000 < next_claim_us)
+				next_claim_us = now_us + wait_ms * 1000;
 		}
 
 		/* Claim when woken or when due work may be waiting, and when there is room
