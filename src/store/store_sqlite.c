@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/buf.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/uuid.h"
@@ -394,6 +395,8 @@ struct sq {
 	int relaxed;                /* wdb runs with synchronous=NORMAL (guarded by wmu) */
 	sqlite3_stmt *w[W_COUNT];
 	sqlite3_stmt *r[R_COUNT];
+	sqlite3_stmt *result_rows;  /* RESULT_ROWS results in one UPDATE (guarded by wmu) */
+	sqlite3_stmt *attempt_rows; /* RESULT_ROWS attempts in one INSERT (guarded by wmu) */
 };
 
 static struct sq *sq_of(store *st)
@@ -620,9 +623,12 @@ static int tx_end(struct sq *sq, int rc)
 {
 	if (rc == SQLITE_OK)
 		rc = tx_commit(sq);
-	if (rc != SQLITE_OK)
-		tx_rollback(sq);
-	return store_code(rc);
+	if (rc == SQLITE_OK)
+		return STORE_OK;
+	tx_rollback(sq);
+	/* Rolled back is never OK, whatever code led here (a stray SQLITE_DONE too). */
+	rc = store_code(rc);
+	return rc == STORE_OK ? STORE_ERROR : rc;
 }
 
 static int read_delivery(sqlite3_stmt *s, struct store_delivery *d)
@@ -913,6 +919,71 @@ static int prepare_all(sqlite3 *db, const char *const *sql, sqlite3_stmt **out, 
 	return STORE_OK;
 }
 
+/* Result writes in groups of RESULT_ROWS: one statement execution per group instead of
+ * one per delivery (per execution SQLite opens a cursor on the table and on each index
+ * it touches; the group pays that once). The text is made here, with numbered
+ * parameters: ?1 and ?2 are shared, then RESULT_COLS (ATTEMPT_COLS) per row. */
+#define RESULT_ROWS 32
+#define RESULT_COLS 12
+#define ATTEMPT_COLS 8
+
+/* Appends "(?a,?a+1,...)" rows: the VALUES list of a grouped statement. */
+static int values_rows(struct buf *b, int first, int rows, int cols)
+{
+	int bad = 0;
+
+	for (int r = 0; r < rows; r++) {
+		bad |= buf_appendf(b, "%s", r ? ",(" : "(");
+		for (int c = 0; c < cols; c++)
+			bad |= buf_appendf(b, c ? ",?%d" : "?%d", first + r * cols + c);
+		bad |= buf_appendf(b, ")");
+	}
+	return bad;
+}
+
+static int prepare_rows(struct sq *sq, char *err, size_t errlen)
+{
+	static const char update_head[] =
+		"UPDATE deliveries SET status = v.column2, replay = v.column3,"
+		" attempt_count = v.column4, retry_count = v.column5,"
+		" next_attempt_at = v.column6, processed_at = v.column7,"
+		" last_code = CASE WHEN v.column11 THEN deliveries.last_code ELSE v.column8 END,"
+		" last_message = CASE WHEN v.column11 THEN deliveries.last_message"
+		"  ELSE v.column9 END,"
+		" last_cause = CASE WHEN v.column11 THEN deliveries.last_cause"
+		"  ELSE v.column10 END,"
+		" lease_owner = NULL, lease_until = NULL, delay_actions = v.column12,"
+		" updated_at = ?1 FROM (VALUES ";
+	static const char update_tail[] =
+		") AS v WHERE deliveries.id = v.column1 AND deliveries.lease_owner = ?2"
+		" RETURNING deliveries.id";
+	static const char insert_head[] =
+		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
+		" message, cause) VALUES ";
+	static const char insert_tail[] = " ON CONFLICT (delivery_id, n) DO NOTHING";
+	struct buf b;
+	int rc = STORE_OK, bad;
+
+	buf_init(&b, 1 << 16);
+	bad = buf_appendf(&b, "%s", update_head) || values_rows(&b, 3, RESULT_ROWS, RESULT_COLS) ||
+	      buf_appendf(&b, "%s", update_tail);
+	if (bad || sqlite3_prepare_v3(sq->wdb, b.data, -1, SQLITE_PREPARE_PERSISTENT,
+				      &sq->result_rows, NULL) != SQLITE_OK)
+		rc = STORE_ERROR;
+	buf_reset(&b);
+	bad = buf_appendf(&b, "%s", insert_head) || values_rows(&b, 1, RESULT_ROWS, ATTEMPT_COLS) ||
+	      buf_appendf(&b, "%s", insert_tail);
+	if (rc == STORE_OK && (bad || sqlite3_prepare_v3(sq->wdb, b.data, -1,
+							 SQLITE_PREPARE_PERSISTENT,
+							 &sq->attempt_rows, NULL) != SQLITE_OK))
+		rc = STORE_ERROR;
+	buf_free(&b);
+	if (rc != STORE_OK)
+		snprintf(err, errlen, "sqlite: prepare the grouped result writes: %s",
+			 sqlite3_errmsg(sq->wdb));
+	return rc;
+}
+
 static void sq_close(store *st)
 {
 	struct sq *sq = sq_of(st);
@@ -921,6 +992,8 @@ static void sq_close(store *st)
 		return;
 	for (int i = 0; i < W_COUNT; i++)
 		sqlite3_finalize(sq->w[i]);
+	sqlite3_finalize(sq->result_rows);
+	sqlite3_finalize(sq->attempt_rows);
 	for (int i = 0; i < R_COUNT; i++)
 		sqlite3_finalize(sq->r[i]);
 	sqlite3_close(sq->rdb);
@@ -975,6 +1048,8 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 	}
 	if (rc == STORE_OK)
 		rc = prepare_all(sq->wdb, wsql, sq->w, W_COUNT, err, errlen);
+	if (rc == STORE_OK)
+		rc = prepare_rows(sq, err, errlen);
 	if (rc == STORE_OK)
 		rc = prepare_all(sq->rdb, rsql, sq->r, R_COUNT, err, errlen);
 	if (rc != STORE_OK)
@@ -1320,6 +1395,28 @@ static int sq_next_due(store *st, int64_t *at_ms)
 	return store_code(rc);
 }
 
+/* Inserts one attempt row. A numbering clash must not throw away the whole batch of
+ * results: the first row is kept, with a warning. */
+static int record_attempt(struct sq *sq, const char *delivery_id, const struct store_attempt *a)
+{
+	sqlite3_stmt *s = sq->w[W_ATTEMPT_INSERT];
+	int rc;
+
+	sqlite3_bind_text(s, 1, delivery_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, a->n);
+	sqlite3_bind_text(s, 3, attempt_kind_name(a->kind), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 4, a->started_at);
+	sqlite3_bind_int64(s, 5, a->duration_ms);
+	sqlite3_bind_int(s, 6, a->code);
+	bind_error_text(s, 7, a->message);
+	bind_error_text(s, 8, a->cause);
+	rc = step_done(s);
+	if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) == 0)
+		log_warn("store: attempt %d of delivery %s already recorded, kept the first", a->n,
+			 delivery_id);
+	return rc;
+}
+
 static int record_one(struct sq *sq, const char *owner, const struct store_result *r,
 		      int64_t now)
 {
@@ -1357,38 +1454,143 @@ static int record_one(struct sq *sq, const char *owner, const struct store_resul
 		return SQLITE_OK;
 	}
 
-	s = sq->w[W_ATTEMPT_INSERT];
-	for (size_t i = 0; i < r->n_attempts; i++) {
-		const struct store_attempt *a = &r->attempts[i];
-
-		sqlite3_bind_text(s, 1, r->delivery_id, -1, SQLITE_STATIC);
-		sqlite3_bind_int(s, 2, a->n);
-		sqlite3_bind_text(s, 3, attempt_kind_name(a->kind), -1, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 4, a->started_at);
-		sqlite3_bind_int64(s, 5, a->duration_ms);
-		sqlite3_bind_int(s, 6, a->code);
-		bind_error_text(s, 7, a->message);
-		bind_error_text(s, 8, a->cause);
-		rc = step_done(s);
-		if (rc != SQLITE_OK)
+	for (size_t i = 0; i < r->n_attempts; i++)
+		if ((rc = record_attempt(sq, r->delivery_id, &r->attempts[i])) != SQLITE_OK)
 			return rc;
-		/* A numbering clash must not throw away the whole batch of results. */
-		if (sqlite3_changes(sq->wdb) == 0)
-			log_warn("store: attempt %d of delivery %s already recorded, kept the first",
-				 a->n, r->delivery_id);
+	return SQLITE_OK;
+}
+
+/* Binds attempt a of delivery_id as row r of attempt_rows. */
+static void bind_attempt_row(sqlite3_stmt *s, int r, const char *delivery_id,
+			     const struct store_attempt *a)
+{
+	int base = 1 + r * ATTEMPT_COLS;
+
+	sqlite3_bind_text(s, base, delivery_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, base + 1, a->n);
+	sqlite3_bind_text(s, base + 2, attempt_kind_name(a->kind), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, base + 3, a->started_at);
+	sqlite3_bind_int64(s, base + 4, a->duration_ms);
+	sqlite3_bind_int(s, base + 5, a->code);
+	bind_error_text(s, base + 6, a->message);
+	bind_error_text(s, base + 7, a->cause);
+}
+
+/* Executes attempt_rows with its RESULT_ROWS rows bound. */
+static int attempt_rows_run(struct sq *sq)
+{
+	int rc = step_done(sq->attempt_rows);
+
+	if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) < RESULT_ROWS)
+		log_warn("store: %d attempts of a group were already recorded, kept the first",
+			 RESULT_ROWS - sqlite3_changes(sq->wdb));
+	return rc;
+}
+
+/* Writes RESULT_ROWS results (distinct deliveries) with one UPDATE, then their attempts
+ * RESULT_ROWS at a time; record_one's rules, in groups. */
+static int record_group(struct sq *sq, const char *owner, const struct store_result *rs,
+			int64_t now)
+{
+	sqlite3_stmt *s = sq->result_rows;
+	char kept[RESULT_ROWS] = {0};
+	int rc;
+
+	sqlite3_bind_int64(s, 1, now);
+	sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
+	for (int r = 0; r < RESULT_ROWS; r++) {
+		const struct store_result *x = &rs[r];
+		int base = 3 + r * RESULT_COLS;
+
+		sqlite3_bind_text(s, base, x->delivery_id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, base + 1, delivery_status_name(x->status), -1, SQLITE_STATIC);
+		sqlite3_bind_int(s, base + 2, x->replay ? 1 : 0);
+		sqlite3_bind_int(s, base + 3, x->attempt_count);
+		sqlite3_bind_int(s, base + 4, x->retry_count);
+		bind_time(s, base + 5, x->next_attempt_at);
+		bind_time(s, base + 6, x->processed_at);
+		if (x->last_code > 0) {
+			sqlite3_bind_int(s, base + 7, x->last_code);
+			bind_error_text(s, base + 8, x->last_message);
+			bind_error_text(s, base + 9, x->last_cause);
+		}
+		sqlite3_bind_int(s, base + 10, x->last_code == -1);
+		sqlite3_bind_int(s, base + 11, x->delay_actions);
+	}
+	/* RETURNING names the deliveries whose lease was still ours, in no order. */
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const char *id = (const char *)sqlite3_column_text(s, 0);
+		for (int r = 0; id && r < RESULT_ROWS; r++)
+			if (!kept[r] && strcmp(rs[r].delivery_id, id) == 0) {
+				kept[r] = 1;
+				break;
+			}
+	}
+	if (rc != SQLITE_DONE) {
+		log_stmt_error(s, rc);
+		stmt_end(s);
+		return rc;
+	}
+	stmt_end(s);
+	rc = SQLITE_OK;
+
+	/* Their attempts: whole groups of RESULT_ROWS, the rest one by one (a shorter group
+	 * would need a statement of its own). */
+	size_t total = 0, k = 0;
+	for (int r = 0; r < RESULT_ROWS; r++) {
+		if (kept[r])
+			total += rs[r].n_attempts;
+		else
+			log_warn("store: result for delivery %s ignored: its lease was lost",
+				 rs[r].delivery_id);
+	}
+	size_t grouped = total - total % RESULT_ROWS;
+	for (int r = 0; r < RESULT_ROWS; r++) {
+		for (size_t i = 0; kept[r] && i < rs[r].n_attempts; i++, k++) {
+			if (k >= grouped) {
+				rc = record_attempt(sq, rs[r].delivery_id, &rs[r].attempts[i]);
+			} else {
+				bind_attempt_row(sq->attempt_rows, (int)(k % RESULT_ROWS),
+						 rs[r].delivery_id, &rs[r].attempts[i]);
+				if (k % RESULT_ROWS == RESULT_ROWS - 1)
+					rc = attempt_rows_run(sq);
+			}
+			if (rc != SQLITE_OK)
+				return rc;
+		}
 	}
 	return SQLITE_OK;
+}
+
+/* A group of distinct deliveries? (The same delivery twice would be applied once by
+ * the grouped UPDATE; one by one, the second finds the lease gone, as it should.) */
+static int distinct_deliveries(const struct store_result *rs, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		for (size_t k = 0; k < i; k++)
+			if (strcmp(rs[i].delivery_id, rs[k].delivery_id) == 0)
+				return 0;
+	return 1;
 }
 
 static int sq_record_results(store *st, const struct store_result *results, size_t n)
 {
 	struct sq *sq = sq_of(st);
 	int64_t now = clock_now_ms();
+	size_t i = 0;
 	int rc;
 
 	wlock_relaxed(sq);
 	rc = tx_begin(sq);
-	for (size_t i = 0; rc == SQLITE_OK && i < n; i++)
+	for (; rc == SQLITE_OK && n - i >= RESULT_ROWS; i += RESULT_ROWS) {
+		if (distinct_deliveries(&results[i], RESULT_ROWS)) {
+			rc = record_group(sq, st->owner, &results[i], now);
+			continue;
+		}
+		for (size_t k = i; rc == SQLITE_OK && k < i + RESULT_ROWS; k++)
+			rc = record_one(sq, st->owner, &results[k], now);
+	}
+	for (; rc == SQLITE_OK && i < n; i++)
 		rc = record_one(sq, st->owner, &results[i], now);
 	rc = tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);

@@ -700,6 +700,97 @@ static void test_record_success(void **state)
 	store_claims_free(c, n);
 }
 
+/* Results come in batches (the dispatcher writes up to 512 at once): every one is
+ * applied as if written alone, its attempts kept, a result for a lease already given
+ * up ignored, and the error fields follow the same rules. */
+static void test_record_many(void **state)
+{
+	struct t *t = *state;
+	enum { N = 75 };
+	struct store_claim *c = NULL;
+	struct store_result r[N + 1];
+	struct store_attempt tries[N][2];
+	int64_t now = clock_now_ms();
+	size_t n;
+
+	for (int i = 0; i < N; i++)
+		ingest_one(t, "many", t->t0 + i, 1, NULL);
+	n = claim_n(t, now, MINUTE_MS, 100, &c);
+	assert_int_equal(n, N);
+
+	/* The last one is written alone first: its lease is gone when the batch comes. */
+	record(t, c[N - 1].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < N; i++) {
+		struct store_result *x = &r[i];
+		x->delivery_id = c[i].delivery_id;
+		tries[i][0] = (struct store_attempt){1, ATTEMPT_IMMEDIATE, now - 30, 10, 503,
+						     "Service Unavailable", "busy"};
+		tries[i][1] = (struct store_attempt){2, ATTEMPT_IMMEDIATE, now - 10, 5, 200, "OK", NULL};
+		x->attempts = tries[i];
+		switch (i % 3) {
+		case 0: /* delivered on the second try */
+			x->status = DELIVERY_PROCESSED;
+			x->attempt_count = 2;
+			x->processed_at = now;
+			x->n_attempts = 2;
+			break;
+		case 1: /* failed, retried in a minute */
+			x->status = DELIVERY_FAILED;
+			x->attempt_count = 1;
+			x->retry_count = 1;
+			x->next_attempt_at = now + MINUTE_MS;
+			x->last_code = 503;
+			x->last_message = "Service Unavailable";
+			x->last_cause = "busy";
+			x->n_attempts = 1;
+			break;
+		default: /* released untouched: keeps its error */
+			x->status = DELIVERY_NEW;
+			x->next_attempt_at = now + 5000;
+			x->delay_actions = 2;
+			x->last_code = -1;
+			break;
+		}
+	}
+	assert_int_equal(store_record_results(t->st, r, N), STORE_OK);
+
+	for (int i = 0; i < N - 1; i++) {
+		struct store_delivery d = get_delivery(t, c[i].delivery_id);
+		struct store_attempt_row *a = NULL;
+		size_t na = 0;
+
+		assert_int_equal(d.status, r[i].status);
+		assert_int_equal(d.attempt_count, r[i].attempt_count);
+		assert_int_equal(d.next_attempt_at, r[i].next_attempt_at);
+		assert_int_equal(d.processed_at, r[i].processed_at);
+		assert_null(d.lease_owner);
+		assert_int_equal(d.last_code, i % 3 == 1 ? 503 : 0);
+		if (i % 3 == 1)
+			assert_string_equal(d.last_cause, "busy");
+		store_delivery_free(&d);
+		assert_int_equal(store_delivery_attempts(t->st, c[i].delivery_id, &a, &na), STORE_OK);
+		assert_int_equal(na, r[i].n_attempts);
+		if (na == 2) {
+			assert_int_equal(a[0].code, 503);
+			assert_string_equal(a[0].cause, "busy");
+			assert_int_equal(a[1].code, 200);
+		}
+		store_attempts_free(a, na);
+	}
+	/* the one written alone keeps what it was given then: one attempt, processed */
+	struct store_delivery d = get_delivery(t, c[N - 1].delivery_id);
+	struct store_attempt_row *a = NULL;
+	size_t na = 0;
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	assert_int_equal(d.attempt_count, 1);
+	store_delivery_free(&d);
+	assert_int_equal(store_delivery_attempts(t->st, c[N - 1].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 1);
+	store_attempts_free(a, na);
+	store_claims_free(c, n);
+}
+
 static void test_record_failure_then_dead(void **state)
 {
 	struct t *t = *state;
@@ -1828,6 +1919,7 @@ int main(void)
 		T(test_claim_leases),
 		T(test_expired_lease_is_reclaimable),
 		T(test_record_success),
+		T(test_record_many),
 		T(test_record_failure_then_dead),
 		T(test_result_after_lost_lease_is_ignored),
 		T(test_concurrent_claims_are_disjoint),
