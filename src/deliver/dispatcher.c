@@ -320,6 +320,26 @@ static void headers_clear(struct job *j)
 	j->headers = NULL;
 }
 
+/* Makes room for need more bytes in hbuf. The old buffer is wiped: it may hold
+ * credentials. */
+static int hbuf_grow(struct job *j, size_t need)
+{
+	size_t cap = j->hbuf_cap ? j->hbuf_cap * 2 : 2048;
+	while (cap < j->hbuf_len + need)
+		cap *= 2;
+	char *nb = malloc(cap);
+	if (!nb)
+		return -1;
+	if (j->hbuf_len) {
+		memcpy(nb, j->hbuf, j->hbuf_len);
+		OPENSSL_cleanse(j->hbuf, j->hbuf_len);
+	}
+	free(j->hbuf);
+	j->hbuf = nb;
+	j->hbuf_cap = cap;
+	return 0;
+}
+
 static int append_header(struct job *j, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
@@ -337,19 +357,8 @@ static int append_header(struct job *j, const char *fmt, ...)
 			j->hbuf_len += (size_t)n + 1;
 			return 0;
 		}
-		size_t cap = j->hbuf_cap ? j->hbuf_cap * 2 : 2048;
-		while (cap < j->hbuf_len + (size_t)n + 1)
-			cap *= 2;
-		char *nb = malloc(cap);
-		if (!nb)
+		if (hbuf_grow(j, (size_t)n + 1))
 			return -1;
-		if (j->hbuf_len) {
-			memcpy(nb, j->hbuf, j->hbuf_len);
-			OPENSSL_cleanse(j->hbuf, j->hbuf_len);
-		}
-		free(j->hbuf);
-		j->hbuf = nb;
-		j->hbuf_cap = cap;
 	}
 }
 
@@ -363,21 +372,8 @@ static int append_line(struct job *j, const char *name, const char *value)
 
 	if (need - 1 >= HEADER_LINE_MAX) /* as append_header: the line without its NUL */
 		return -1;
-	if (j->hbuf_cap - j->hbuf_len < need) {
-		size_t cap = j->hbuf_cap ? j->hbuf_cap * 2 : 2048;
-		while (cap < j->hbuf_len + need)
-			cap *= 2;
-		char *nb = malloc(cap);
-		if (!nb)
-			return -1;
-		if (j->hbuf_len) {
-			memcpy(nb, j->hbuf, j->hbuf_len);
-			OPENSSL_cleanse(j->hbuf, j->hbuf_len);
-		}
-		free(j->hbuf);
-		j->hbuf = nb;
-		j->hbuf_cap = cap;
-	}
+	if (j->hbuf_cap - j->hbuf_len < need && hbuf_grow(j, need))
+		return -1;
 	char *p = j->hbuf + j->hbuf_len;
 	memcpy(p, name, nlen);
 	p += nlen;
@@ -1024,6 +1020,21 @@ static void job_attempt_failed(struct job *j, int code, const char *message, con
 	job_after_attempt(j);
 }
 
+/* What every request of the dispatcher sets: a POST, no signals, no redirects, HTTP(S)
+ * only, errors into errbuf, the body to write_cb; owner is CURLOPT_PRIVATE and the
+ * write callback's data (a struct job or a struct token_fetch). */
+static void easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb)
+{
+	curl_easy_setopt(e, CURLOPT_PRIVATE, owner);
+	curl_easy_setopt(e, CURLOPT_POST, 1L);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, owner);
+}
+
 /* Response headers: only Retry-After matters (on 429 and 503 it can postpone the next
  * scheduled try). A new status line (an interim response) forgets the one before. */
 static size_t header_cb(char *data, size_t size, size_t nmemb, void *ctx)
@@ -1076,14 +1087,7 @@ static void job_send(struct job *j, const char *bearer)
 	 * that has carried or will carry per-subscription TLS files starts over. */
 	if (!j->easy_ready || tls || j->easy_tls) {
 		curl_easy_reset(e);
-		curl_easy_setopt(e, CURLOPT_PRIVATE, j);
-		curl_easy_setopt(e, CURLOPT_POST, 1L);
-		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-		curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-		curl_easy_setopt(e, CURLOPT_ERRORBUFFER, j->errbuf);
-		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, body_cb);
-		curl_easy_setopt(e, CURLOPT_WRITEDATA, j);
+		easy_common(e, j, j->errbuf, body_cb);
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, j);
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -1225,18 +1229,11 @@ static void token_fetch_start(struct dispatcher *d, struct oauth2_entry *e,
 	}
 	CURL *c = f->easy;
 	curl_easy_setopt(c, CURLOPT_URL, p->token_url);
-	curl_easy_setopt(c, CURLOPT_PRIVATE, f);
-	curl_easy_setopt(c, CURLOPT_POST, 1L);
+	easy_common(c, f, f->errbuf, token_body_cb);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, f->form.data);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->form.len);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, f->headers);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, f->errbuf);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, token_body_cb);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
 	CURLMcode mrc = curl_multi_add_handle(d->multi, c);
 	if (mrc != CURLM_OK) {
 		why = curl_multi_strerror(mrc);
@@ -1809,6 +1806,19 @@ static void claims_start(struct dispatcher *d, struct store_claim *claims, size_
 	batch_release(d, b);
 }
 
+/* Recycles the jobs of a list linked by next; returns how many. */
+static size_t recycle_list(struct dispatcher *d, struct job *l)
+{
+	size_t n = 0;
+	while (l) {
+		struct job *j = l;
+		l = j->next;
+		job_recycle(d, j);
+		n++;
+	}
+	return n;
+}
+
 /* Appends the done list to the side's, under sd->mu. Returns 1 when it moved any. */
 static int done_to_side(struct dispatcher *d)
 {
@@ -1845,7 +1855,6 @@ static void side_give_done(struct dispatcher *d)
 static size_t side_exchange(struct dispatcher *d, int *answered, int *claim_rc,
 			    struct store_claim **claims, size_t *n, int64_t *due_hint_ms)
 {
-	size_t recycled = 0;
 	struct store_side *sd = &d->side;
 	struct job *written;
 	int signal;
@@ -1874,13 +1883,7 @@ static size_t side_exchange(struct dispatcher *d, int *answered, int *claim_rc,
 		pthread_cond_signal(&sd->cv);
 	pthread_mutex_unlock(&sd->mu);
 
-	while (written) {
-		struct job *j = written;
-		written = j->next;
-		job_recycle(d, j);
-		recycled++;
-	}
-	return recycled;
+	return recycle_list(d, written);
 }
 
 /* Asks the side to claim up to want deliveries (none may be asked already). */
@@ -1913,16 +1916,8 @@ static void side_stop(struct dispatcher *d)
 	pthread_mutex_unlock(&sd->mu);
 	pthread_join(sd->thread, NULL);
 	sd->started = 0;
-	for (struct job *l = sd->written_head; l;) {
-		struct job *j = l;
-		l = j->next;
-		job_recycle(d, j);
-	}
-	for (struct job *l = sd->todo_head; l;) {
-		struct job *j = l;
-		l = j->next;
-		job_recycle(d, j);
-	}
+	recycle_list(d, sd->written_head);
+	recycle_list(d, sd->todo_head);
 	sd->written_head = sd->written_tail = sd->todo_head = sd->todo_tail = NULL;
 	sd->todo_count = 0;
 	if (sd->claim_done)
@@ -2229,11 +2224,8 @@ static void *dispatcher_main(void *arg)
 
 	/* Whatever is still done but unwritten could not be written; free it all. */
 	side_stop(d);
-	while (d->done_head) {
-		struct job *j = d->done_head;
-		d->done_head = j->next;
-		job_recycle(d, j);
-	}
+	recycle_list(d, d->done_head);
+	d->done_head = d->done_tail = NULL;
 	return NULL;
 }
 
