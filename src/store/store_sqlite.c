@@ -397,6 +397,8 @@ struct sq {
 	sqlite3_stmt *r[R_COUNT];
 	sqlite3_stmt *result_rows;  /* RESULT_ROWS results in one UPDATE (guarded by wmu) */
 	sqlite3_stmt *attempt_rows; /* RESULT_ROWS attempts in one INSERT (guarded by wmu) */
+	sqlite3_stmt *event_rows;   /* RESULT_ROWS events in one INSERT (guarded by wmu) */
+	sqlite3_stmt *delivery_rows; /* RESULT_ROWS new deliveries in one INSERT (wmu) */
 };
 
 static struct sq *sq_of(store *st)
@@ -919,13 +921,16 @@ static int prepare_all(sqlite3 *db, const char *const *sql, sqlite3_stmt **out, 
 	return STORE_OK;
 }
 
-/* Result writes in groups of RESULT_ROWS: one statement execution per group instead of
- * one per delivery (per execution SQLite opens a cursor on the table and on each index
- * it touches; the group pays that once). The text is made here, with numbered
- * parameters: ?1 and ?2 are shared, then RESULT_COLS (ATTEMPT_COLS) per row. */
+/* Ingest and result writes in groups of RESULT_ROWS rows: one statement execution per
+ * group instead of one per row (per execution SQLite opens a cursor on the table and on
+ * each index it touches; the group pays that once). The texts are made here, with
+ * numbered parameters: for results ?1 and ?2 are shared, then RESULT_COLS per row; the
+ * others have *_COLS per row. */
 #define RESULT_ROWS 32
 #define RESULT_COLS 12
 #define ATTEMPT_COLS 8
+#define EVENT_COLS 9
+#define DELIVERY_COLS 5
 
 /* Appends "(?a,?a+1,...)" rows: the VALUES list of a grouped statement. */
 static int values_rows(struct buf *b, int first, int rows, int cols)
@@ -961,6 +966,14 @@ static int prepare_rows(struct sq *sq, char *err, size_t errlen)
 		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
 		" message, cause) VALUES ";
 	static const char insert_tail[] = " ON CONFLICT (delivery_id, n) DO NOTHING";
+	static const char events_head[] =
+		"INSERT INTO events(id, event_type, source, source_event_id, partition_key,"
+		" content_type, payload, created_at, traceparent) VALUES ";
+	static const char deliveries_head[] =
+		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, next_attempt_at,"
+		" status, created_at, updated_at)"
+		" SELECT column1, column2, column3, column4, column5, 'NEW', column5, column5"
+		" FROM (VALUES ";
 	struct buf b;
 	int rc = STORE_OK, bad;
 
@@ -977,9 +990,22 @@ static int prepare_rows(struct sq *sq, char *err, size_t errlen)
 							 SQLITE_PREPARE_PERSISTENT,
 							 &sq->attempt_rows, NULL) != SQLITE_OK))
 		rc = STORE_ERROR;
+	buf_reset(&b);
+	bad = buf_appendf(&b, "%s", events_head) || values_rows(&b, 1, RESULT_ROWS, EVENT_COLS);
+	if (rc == STORE_OK && (bad || sqlite3_prepare_v3(sq->wdb, b.data, -1,
+							 SQLITE_PREPARE_PERSISTENT,
+							 &sq->event_rows, NULL) != SQLITE_OK))
+		rc = STORE_ERROR;
+	buf_reset(&b);
+	bad = buf_appendf(&b, "%s", deliveries_head) ||
+	      values_rows(&b, 1, RESULT_ROWS, DELIVERY_COLS) || buf_appendf(&b, ")");
+	if (rc == STORE_OK && (bad || sqlite3_prepare_v3(sq->wdb, b.data, -1,
+							 SQLITE_PREPARE_PERSISTENT,
+							 &sq->delivery_rows, NULL) != SQLITE_OK))
+		rc = STORE_ERROR;
 	buf_free(&b);
 	if (rc != STORE_OK)
-		snprintf(err, errlen, "sqlite: prepare the grouped result writes: %s",
+		snprintf(err, errlen, "sqlite: prepare the grouped writes: %s",
 			 sqlite3_errmsg(sq->wdb));
 	return rc;
 }
@@ -994,6 +1020,8 @@ static void sq_close(store *st)
 		sqlite3_finalize(sq->w[i]);
 	sqlite3_finalize(sq->result_rows);
 	sqlite3_finalize(sq->attempt_rows);
+	sqlite3_finalize(sq->event_rows);
+	sqlite3_finalize(sq->delivery_rows);
 	for (int i = 0; i < R_COUNT; i++)
 		sqlite3_finalize(sq->r[i]);
 	sqlite3_close(sq->rdb);
@@ -1142,12 +1170,102 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 	return SQLITE_OK;
 }
 
+/* Inserts events[idx[0..m)] (new, no key to check) with one INSERT, then queues their
+ * deliveries in g. */
+struct delivery_group {
+	char ids[RESULT_ROWS][UUID_STR_LEN]; /* bound, so they live until the group runs */
+	const struct store_event_in *ev[RESULT_ROWS];
+	size_t sub[RESULT_ROWS];
+	int rows;
+};
+
+/* Runs the delivery group: a full one as one INSERT, a partial one row by row. */
+static int delivery_group_run(struct sq *sq, struct delivery_group *g)
+{
+	int rc = SQLITE_OK;
+
+	if (g->rows == RESULT_ROWS) {
+		sqlite3_stmt *s = sq->delivery_rows;
+
+		for (int r = 0; r < RESULT_ROWS; r++) {
+			int base = 1 + r * DELIVERY_COLS;
+
+			sqlite3_bind_text(s, base, g->ids[r], -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, base + 1, g->ev[r]->id, -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, base + 2, g->ev[r]->subscription_ids[g->sub[r]], -1,
+					  SQLITE_STATIC);
+			sqlite3_bind_text(s, base + 3, g->ev[r]->event_type, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(s, base + 4, g->ev[r]->created_at);
+		}
+		rc = step_done(s);
+	} else {
+		sqlite3_stmt *s = sq->w[W_DELIVERY_INSERT];
+
+		for (int r = 0; rc == SQLITE_OK && r < g->rows; r++) {
+			sqlite3_bind_text(s, 1, g->ids[r], -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, 2, g->ev[r]->id, -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, 3, g->ev[r]->subscription_ids[g->sub[r]], -1,
+					  SQLITE_STATIC);
+			sqlite3_bind_text(s, 4, g->ev[r]->event_type, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(s, 5, g->ev[r]->created_at);
+			rc = step_done(s);
+		}
+	}
+	g->rows = 0;
+	return rc;
+}
+
+/* Inserts RESULT_ROWS events that need no key check with one INSERT, and queues their
+ * deliveries (created and due at the event's created_at, as insert_event does). */
+static int event_group_run(struct sq *sq, struct store_event_in **evs, struct delivery_group *g)
+{
+	sqlite3_stmt *s = sq->event_rows;
+	int rc;
+
+	for (int r = 0; r < RESULT_ROWS; r++) {
+		struct store_event_in *ev = evs[r];
+		int base = 1 + r * EVENT_COLS;
+
+		ev->duplicate = 0;
+		sqlite3_bind_text(s, base, ev->id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, base + 1, ev->event_type, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, base + 2, ev->source ? ev->source : "", -1, SQLITE_STATIC);
+		sqlite3_bind_null(s, base + 3);
+		bind_text(s, base + 4, ev->partition_key);
+		sqlite3_bind_text(s, base + 5, ev->content_type, -1, SQLITE_STATIC);
+		bind_payload(s, base + 6, ev->payload, ev->payload_len);
+		sqlite3_bind_int64(s, base + 7, ev->created_at);
+		bind_text(s, base + 8, ev->traceparent);
+	}
+	if ((rc = step_done(s)) != SQLITE_OK)
+		return rc;
+	for (int r = 0; r < RESULT_ROWS; r++) {
+		for (size_t k = 0; k < evs[r]->n_subscriptions; k++) {
+			uuid_v7(g->ids[g->rows]);
+			g->ev[g->rows] = evs[r];
+			g->sub[g->rows] = k;
+			if (++g->rows == RESULT_ROWS && (rc = delivery_group_run(sq, g)) != SQLITE_OK)
+				return rc;
+		}
+	}
+	return SQLITE_OK;
+}
+
+/* Events with an idempotency key (or replayed from the spool) are checked and inserted
+ * one by one, in order, so a key repeated within the batch is found; the others go in
+ * groups. A partial group at the end goes one by one too. */
 static int sq_ingest(store *st, struct store_event_in *events, size_t n)
 {
 	struct sq *sq = sq_of(st);
 	int64_t now = clock_now_ms();
+	struct store_event_in *group[RESULT_ROWS];
+	struct delivery_group *g = malloc(sizeof(*g));
+	int rows = 0;
 	int rc;
 
+	if (!g)
+		return STORE_ERROR;
+	g->rows = 0;
 	rc = wlock(sq);
 	if (rc == SQLITE_OK)
 		rc = tx_begin(sq);
@@ -1156,10 +1274,23 @@ static int sq_ingest(store *st, struct store_event_in *events, size_t n)
 
 		if (!ev->created_at)
 			ev->created_at = now;
-		rc = insert_event(sq, ev, ev->created_at);
+		if (ev->source_event_id || ev->dedupe_by_id) {
+			rc = insert_event(sq, ev, ev->created_at);
+			continue;
+		}
+		group[rows++] = ev;
+		if (rows == RESULT_ROWS) {
+			rows = 0;
+			rc = event_group_run(sq, group, g);
+		}
 	}
+	for (int r = 0; rc == SQLITE_OK && r < rows; r++)
+		rc = insert_event(sq, group[r], group[r]->created_at);
+	if (rc == SQLITE_OK)
+		rc = delivery_group_run(sq, g);
 	rc = tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);
+	free(g);
 	return rc;
 }
 

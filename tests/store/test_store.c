@@ -523,6 +523,65 @@ static void test_ingest_is_idempotent(void **state)
 	assert_int_equal(batch[3].duplicate, 0);
 }
 
+/* A large batch (ingest groups rows): keyed events mixed with plain ones, a key
+ * repeated within the batch, every event with its deliveries and its own payload. */
+static void test_ingest_many(void **state)
+{
+	struct t *t = *state;
+	enum { N = 150 };
+	struct store_event_in ev[N];
+	char payloads[N][32], keys[N][16];
+	struct store_claim *c = NULL;
+	size_t stored = 0, n;
+
+	memset(ev, 0, sizeof(ev));
+	for (int i = 0; i < N; i++) {
+		snprintf(payloads[i], sizeof(payloads[i]), "{\"i\":%d}", i);
+		ev[i].event_type = i % 7 ? "many.a" : "many.b";
+		ev[i].source = "";
+		ev[i].content_type = "application/json";
+		ev[i].payload = payloads[i];
+		ev[i].payload_len = strlen(payloads[i]);
+		ev[i].created_at = t->t0 + i;
+		ev[i].subscription_ids = (const char (*)[UUID_STR_LEN])t->subs;
+		ev[i].n_subscriptions = 1 + i % 3;
+		if (i % 10 == 0) { /* keys k-0, k-0, k-1, k-1, ...: every second one repeats */
+			snprintf(keys[i], sizeof(keys[i]), "k-%d", i / 20);
+			ev[i].source_event_id = keys[i];
+		}
+		uuid_v7(ev[i].id);
+	}
+	assert_int_equal(store_ingest(t->st, ev, N), STORE_OK);
+
+	for (int i = 0; i < N; i++) {
+		int dup = i % 20 == 10;
+		assert_int_equal(ev[i].duplicate, dup);
+		if (dup) {
+			assert_string_equal(ev[i].id, ev[i - 10].id);
+			continue;
+		}
+		struct store_delivery *d = deliveries_of(t, ev[i].id, ev[i].n_subscriptions);
+		for (size_t k = 0; k < ev[i].n_subscriptions; k++) {
+			assert_int_equal(d[k].status, DELIVERY_NEW);
+			assert_int_equal(d[k].created_at, t->t0 + i);
+			assert_string_equal(d[k].event_type, ev[i].event_type);
+		}
+		store_deliveries_free(d, ev[i].n_subscriptions);
+		stored += ev[i].n_subscriptions;
+	}
+	/* All of them due, each with its own event's payload. */
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 1000, &c);
+	assert_int_equal(n, stored);
+	for (size_t k = 0; k < n; k++) {
+		int i = -1;
+		assert_int_equal(sscanf((const char *)c[k].payload, "{\"i\":%d}", &i), 1);
+		assert_true(i >= 0 && i < N);
+		assert_string_equal(c[k].event_id, ev[i].id);
+		assert_int_equal(c[k].payload_len, strlen(payloads[i]));
+	}
+	store_claims_free(c, n);
+}
+
 static void test_ingest_is_atomic(void **state)
 {
 	struct t *t = *state;
@@ -1915,6 +1974,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_ingest_fans_out),
 		T(test_ingest_is_idempotent),
+		T(test_ingest_many),
 		T(test_ingest_is_atomic),
 		T(test_claim_leases),
 		T(test_expired_lease_is_reclaimable),
