@@ -6,7 +6,7 @@ BUILD      ?= build
 TESTBUILD  ?= build-test
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test build deps clean receiver bench
+.PHONY: run test build deps clean receiver bench fuzz
 
 deps:
 	@bash scripts/deps.sh
@@ -36,6 +36,11 @@ receiver: deps
 bench:
 	@bash scripts/bench-deps.sh
 	@bash bench/run.sh
+
+# libFuzzer with ASan+UBSan over the ingest and subscription parsers (tests/fuzz/):
+# installs clang if missing, runs FUZZ_SECONDS (default 60), fails on a crashing input.
+fuzz:
+	@bash scripts/fuzz.sh
 
 clean:
 	rm -rf $(BUILD) $(TESTBUILD)

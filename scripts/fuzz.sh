@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# fuzz.sh: libFuzzer over what outboxd parses from the network (tests/fuzz/fuzz_input.c:
+# ingest bodies and subscription documents), with AddressSanitizer and
+# UndefinedBehaviorSanitizer. Installs clang when missing (apt, quiet when present),
+# builds build-fuzz/fuzz_input, seeds build-fuzz/corpus from tests/fuzz/seeds and runs
+# for FUZZ_SECONDS (default 60). Exits non-zero when an input crashes; the input is
+# saved as build-fuzz/crash-* (replay: build-fuzz/fuzz_input build-fuzz/crash-...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_TO_RUN=${FUZZ_SECONDS:-60}
+OUT=${FUZZ_BUILD:-build-fuzz}
+
+bash scripts/deps.sh
+if ! command -v clang >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "fuzz: installing clang" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends clang >/dev/null
+fi
+
+mkdir -p "$OUT/corpus"
+cp -n tests/fuzz/seeds/* "$OUT/corpus/" 2>/dev/null || true
+# The parsers and what they link: the store backends come along with the subscription
+# codec (it can load subscriptions from a store), so their libraries do too.
+clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -D_GNU_SOURCE -Isrc -I"$(pg_config --includedir)" -o "$OUT/fuzz_input" \
+  tests/fuzz/fuzz_input.c src/intake/ingest.c src/api/sub_codec.c \
+  src/util/*.c src/core/*.c src/store/*.c \
+  -ljansson -lcrypto -lsqlite3 -lpq -lz -lpthread
+cd "$OUT"
+exec ./fuzz_input -max_total_time="$SECONDS_TO_RUN" -max_len=8192 -print_final_stats=1 corpus
