@@ -1528,6 +1528,12 @@ static void job_start(struct dispatcher *d, struct batch *b, struct store_claim 
 	else
 		j->kind = ATTEMPT_IMMEDIATE;
 
+	if (atomic_load(&d->stopping)) {
+		/* Claimed as the shutdown began (the store side answered late): handed back
+		 * untouched, due now, for whoever runs next. */
+		job_release(j, 0);
+		return;
+	}
 	if (!j->sub) {
 		/* The subscription was deleted: nothing to send to; keep the delivery visible
 		 * in the dead-letter queue instead of dropping it. */
