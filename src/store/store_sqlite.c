@@ -393,6 +393,7 @@ struct sq {
 	pthread_mutex_t wmu;        /* guards wdb and w[] */
 	pthread_mutex_t rmu;        /* guards rdb and r[] */
 	int relaxed;                /* wdb runs with synchronous=NORMAL (guarded by wmu) */
+	int64_t busy_until_ms;      /* writes fail fast until then (tx_begin; guarded by wmu) */
 	sqlite3_stmt *w[W_COUNT];
 	sqlite3_stmt *r[R_COUNT];
 	sqlite3_stmt *event_rows;   /* INGEST_ROWS events in one INSERT (guarded by wmu) */
@@ -563,9 +564,20 @@ static void *grow(void *arr, size_t *cap, size_t n, size_t size)
 	return q;
 }
 
+/* Another process holding the write lock past the busy timeout (5 s) is an outage. The
+ * writer that waited it out latches it for BUSY_LATCH_MS: the writers queued behind it on
+ * wmu (committer, dispatcher, jobs) then fail at once — ingest goes to the spool — instead
+ * of each waiting its own 5 s in turn. */
+#define BUSY_LATCH_MS 1000
+
 static int tx_begin(struct sq *sq)
 {
-	return step_done(sq->w[W_BEGIN]);
+	if (clock_mono_ms() < sq->busy_until_ms)
+		return SQLITE_BUSY;
+	int rc = step_done(sq->w[W_BEGIN]);
+	if ((rc & 0xff) == SQLITE_BUSY)
+		sq->busy_until_ms = clock_mono_ms() + BUSY_LATCH_MS;
+	return rc;
 }
 
 /* Claims and results are written with synchronous=NORMAL: losing the last few to a
