@@ -2365,8 +2365,12 @@ static int pg_job_update(store *st, const struct store_job *job)
 	p_text(&p, job->cursor);
 	p_text(&p, job->error);
 	p_i64(&p, job->updated_at ? job->updated_at : clock_now_ms());
+	/* Only a running job changes: a cancel that lands between a replay's batches is not
+	 * overwritten by the replay's next progress write (which then finds nothing and
+	 * stops), as on SQLite. */
 	return api_write(pg_of(st), "UPDATE outboxd.jobs SET state = $3, matched = $4, done = $5,"
-			 " cursor = $6, error = $7, updated_at = $8 WHERE id = $1 AND kind = $2",
+			 " cursor = $6, error = $7, updated_at = $8 WHERE id = $1 AND kind = $2"
+			 " AND state = 'running'",
 			 &p);
 }
 

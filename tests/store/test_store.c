@@ -1282,6 +1282,36 @@ static void test_relay_outbox(void **state)
 	find_by_type(t, "audit.logged", 0, &items);
 }
 
+/* ---- jobs ------------------------------------------------------------------------------ */
+
+/* A job's progress is written only while it runs: a cancel between two progress writes
+ * stays, and the late write is told the job is gone (store.h). */
+static void test_job_cancel_is_not_overwritten(void **state)
+{
+	struct t *t = *state;
+	struct store_job j = {
+		.kind = "replay", .state = "running", .filter = "{}", .rate = 10, .matched = 5,
+		.actor = "admin", .created_at = clock_now_ms(), .updated_at = clock_now_ms(),
+	};
+	struct store_job got;
+
+	uuid_v7(j.id);
+	assert_int_equal(store_job_create(t->st, &j), STORE_OK);
+	j.done = 2;
+	assert_int_equal(store_job_update(t->st, &j), STORE_OK);
+
+	struct store_job cancel = j;
+	snprintf(cancel.state, sizeof(cancel.state), "cancelled");
+	assert_int_equal(store_job_update(t->st, &cancel), STORE_OK);
+
+	j.done = 3; /* the replay's next progress write, still saying "running" */
+	assert_int_equal(store_job_update(t->st, &j), STORE_NOT_FOUND);
+	assert_int_equal(store_job_get(t->st, j.id, &got), STORE_OK);
+	assert_string_equal(got.state, "cancelled");
+	assert_int_equal(got.done, 2);
+	store_job_free(&got);
+}
+
 /* ---- ownership ---------------------------------------------------------------------- */
 
 static void test_second_open_is_locked(void **state)
@@ -1987,6 +2017,7 @@ int main(void)
 		T(test_purge_only_dead),
 		T(test_cleanup_keeps_failed),
 		T(test_relay_outbox),
+		T(test_job_cancel_is_not_overwritten),
 		T(test_second_open_is_locked),
 		T(test_sqlite_checks_without_in_lists),
 		T(test_pagination),
