@@ -393,7 +393,8 @@ struct sq {
 	pthread_mutex_t wmu;        /* guards wdb and w[] */
 	pthread_mutex_t rmu;        /* guards rdb and r[] */
 	int relaxed;                /* wdb runs with synchronous=NORMAL (guarded by wmu) */
-	int64_t busy_until_ms;      /* writes fail fast until then (tx_begin; guarded by wmu) */
+	int64_t busy_until_ms;      /* in an outage: writes fail fast until then, 0 = none
+	                               (tx_begin; guarded by wmu) */
 	sqlite3_stmt *w[W_COUNT];
 	sqlite3_stmt *r[R_COUNT];
 	sqlite3_stmt *event_rows;   /* INGEST_ROWS events in one INSERT (guarded by wmu) */
@@ -564,19 +565,29 @@ static void *grow(void *arr, size_t *cap, size_t n, size_t size)
 	return q;
 }
 
-/* Another process holding the write lock past the busy timeout (5 s) is an outage. The
- * writer that waited it out latches it for BUSY_LATCH_MS: the writers queued behind it on
- * wmu (committer, dispatcher, jobs) then fail at once — ingest goes to the spool — instead
- * of each waiting its own 5 s in turn. */
+/* Another process holding the write lock past the busy timeout (BUSY_WAIT_MS) is an
+ * outage. The writer that waited it out latches it for BUSY_LATCH_MS: the writers queued
+ * behind it on wmu (committer, dispatcher, jobs) then fail at once — ingest goes to the
+ * spool — instead of each waiting its own timeout in turn. Until a write gets through
+ * again, the one that tries after each latch waits only BUSY_PROBE_MS, so the others are
+ * not held up behind it either. */
+#define BUSY_WAIT_MS 5000
+#define BUSY_PROBE_MS 200
 #define BUSY_LATCH_MS 1000
 
 static int tx_begin(struct sq *sq)
 {
-	if (clock_mono_ms() < sq->busy_until_ms)
+	if (sq->busy_until_ms && clock_mono_ms() < sq->busy_until_ms)
 		return SQLITE_BUSY;
 	int rc = step_done(sq->w[W_BEGIN]);
-	if ((rc & 0xff) == SQLITE_BUSY)
+	if ((rc & 0xff) == SQLITE_BUSY) {
+		if (!sq->busy_until_ms)
+			sqlite3_busy_timeout(sq->wdb, BUSY_PROBE_MS);
 		sq->busy_until_ms = clock_mono_ms() + BUSY_LATCH_MS;
+	} else if (sq->busy_until_ms) {
+		sqlite3_busy_timeout(sq->wdb, BUSY_WAIT_MS); /* the lock is ours again */
+		sq->busy_until_ms = 0;
+	}
 	return rc;
 }
 
@@ -795,7 +806,7 @@ static int open_conn(const char *path, sqlite3 **db, int cache_kib, char *err, s
 	}
 	sqlite3_extended_result_codes(*db, 1);
 	/* Producers insert into outbox from other processes: wait for them, briefly. */
-	sqlite3_busy_timeout(*db, 5000);
+	sqlite3_busy_timeout(*db, BUSY_WAIT_MS);
 	/* WAL: readers never block the writer. synchronous=FULL: a commit is on disk when
 	 * it returns, so an acknowledged event survives a power cut (DESIGN §3). */
 	snprintf(pragmas, sizeof(pragmas),
