@@ -69,4 +69,16 @@ struct store {
 extern const struct store_ops store_sqlite_ops;
 extern const struct store_ops store_pg_ops;
 
+/* ---- listing cursors, the same for every backend (store.c) ------------------------- */
+
+/* The column a listing sorts by. */
+const char *store_sort_column(enum store_sort sort);
+/* Reads f->cursor (made by store_cursor_after for the same sort and order) into the sort
+ * value and id of the previous page's last row. 0, or -1 when it is not such a cursor. */
+int store_cursor_parse(const struct store_delivery_filter *f, int64_t *value,
+		       char id[UUID_STR_LEN]);
+/* The cursor of the page after the one ending with last (returned), or NULL when out of
+ * memory. */
+char *store_cursor_after(const struct store_delivery_filter *f, const struct store_delivery *last);
+
 #endif

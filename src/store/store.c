@@ -5,6 +5,7 @@
  * them, and frees what the readers return. No SQL and no library types here. */
 #include "store/backend.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,4 +607,59 @@ void store_subs_free(struct store_sub *items, size_t n)
 	for (size_t i = 0; i < n; i++)
 		store_sub_free(&items[i]);
 	free(items);
+}
+
+/* ---- listing cursors (both backends) ------------------------------------------------- */
+
+/* "<sort><order>:<value>:<id>", e.g. "ca:1732230255123:0193...", the sort key and id of
+ * the last row of the previous page. The sort and order letters make a cursor from
+ * another listing an error instead of a silently wrong page. */
+static const char sort_letters[] = {'c', 'u', 'a'};
+
+static const char *const sort_columns[] = {
+	[STORE_SORT_CREATED] = "created_at",
+	[STORE_SORT_UPDATED] = "updated_at",
+	[STORE_SORT_ATTEMPTS] = "attempt_count",
+};
+
+const char *store_sort_column(enum store_sort sort)
+{
+	return sort_columns[sort];
+}
+
+int store_cursor_parse(const struct store_delivery_filter *f, int64_t *value,
+		       char id[UUID_STR_LEN])
+{
+	const char *c = f->cursor;
+	char *end;
+	size_t len;
+	long long v;
+
+	if (strlen(c) < 5 || c[0] != sort_letters[f->sort] ||
+	    c[1] != (f->descending ? 'd' : 'a') || c[2] != ':')
+		return -1;
+	errno = 0;
+	v = strtoll(c + 3, &end, 10);
+	if (errno || end == c + 3 || *end != ':')
+		return -1;
+	len = strlen(end + 1);
+	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
+		return -1;
+	*value = v;
+	memcpy(id, end + 1, len + 1);
+	return 0;
+}
+
+char *store_cursor_after(const struct store_delivery_filter *f, const struct store_delivery *last)
+{
+	int64_t v = f->sort == STORE_SORT_UPDATED    ? last->updated_at
+		    : f->sort == STORE_SORT_ATTEMPTS ? last->attempt_count
+						     : last->created_at;
+	size_t len = 3 + 21 + 1 + UUID_STR_LEN;
+	char *c = malloc(len);
+
+	if (c)
+		snprintf(c, len, "%c%c:%lld:%s", sort_letters[f->sort], f->descending ? 'd' : 'a',
+			 (long long)v, last->id);
+	return c;
 }

@@ -1847,52 +1847,6 @@ static int pg_delivery_attempts(store *st, const char *id, struct store_attempt_
 	return STORE_OK;
 }
 
-/* The listing cursor, as in the SQLite backend: "<sort><order>:<value>:<id>", the sort
- * key and id of the last row of the previous page. The sort and order letters make a
- * cursor from another listing an error instead of a silently wrong page. */
-static const char sort_letters[] = {'c', 'u', 'a'};
-
-static const char *const sort_columns[] = {
-	[STORE_SORT_CREATED] = "created_at",
-	[STORE_SORT_UPDATED] = "updated_at",
-	[STORE_SORT_ATTEMPTS] = "attempt_count",
-};
-
-static int cursor_parse(const struct store_delivery_filter *f, int64_t *value,
-			char id[UUID_STR_LEN])
-{
-	const char *c = f->cursor;
-	char *end;
-	size_t len;
-	long long v;
-
-	if (strlen(c) < 5 || c[0] != sort_letters[f->sort] ||
-	    c[1] != (f->descending ? 'd' : 'a') || c[2] != ':')
-		return -1;
-	errno = 0;
-	v = strtoll(c + 3, &end, 10);
-	if (errno || end == c + 3 || *end != ':')
-		return -1;
-	len = strlen(end + 1);
-	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
-		return -1;
-	*value = v;
-	memcpy(id, end + 1, len + 1);
-	return 0;
-}
-
-static int64_t sort_value(const struct store_delivery *d, enum store_sort sort)
-{
-	switch (sort) {
-	case STORE_SORT_UPDATED:
-		return d->updated_at;
-	case STORE_SORT_ATTEMPTS:
-		return d->attempt_count;
-	default:
-		return d->created_at;
-	}
-}
-
 /* Appends a formatted fragment; the buffers are sized for every fragment at once. */
 static void sql_add(char *sql, size_t size, const char *fmt, int a, int b)
 {
@@ -1980,7 +1934,7 @@ static int pg_deliveries_list(store *st, const struct store_delivery_filter *f,
 			      struct store_delivery **items, size_t *n, char **next_cursor)
 {
 	struct pg *pg = pg_of(st);
-	const char *col = sort_columns[f->sort];
+	const char *col = store_sort_column(f->sort);
 	const char *dir = f->descending ? "DESC" : "ASC";
 	char cursor_id[UUID_STR_LEN], sql[2048], frag[192];
 	int64_t cursor_value = 0;
@@ -1991,7 +1945,7 @@ static int pg_deliveries_list(store *st, const struct store_delivery_filter *f,
 	size_t count = 0;
 	int rc;
 
-	if (f->cursor && cursor_parse(f, &cursor_value, cursor_id) != 0)
+	if (f->cursor && store_cursor_parse(f, &cursor_value, cursor_id) != 0)
 		return STORE_INVALID;
 	snprintf(sql, sizeof(sql), "SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE true");
 	if (filter_sql(f, sql, sizeof(sql), &p, &like))
@@ -2018,15 +1972,8 @@ static int pg_deliveries_list(store *st, const struct store_delivery_filter *f,
 	rc = read_deliveries(res, items, &count);
 	PQclear(res);
 	if (rc == STORE_OK && count > f->limit) {
-		const struct store_delivery *last = &(*items)[f->limit - 1];
-		size_t len = 3 + 21 + 1 + UUID_STR_LEN;
-
-		*next_cursor = malloc(len);
-		if (*next_cursor)
-			snprintf(*next_cursor, len, "%c%c:%lld:%s", sort_letters[f->sort],
-				 f->descending ? 'd' : 'a',
-				 (long long)sort_value(last, f->sort), last->id);
-		else
+		*next_cursor = store_cursor_after(f, &(*items)[f->limit - 1]);
+		if (!*next_cursor)
 			rc = STORE_ERROR;
 		store_delivery_free(&(*items)[f->limit]);
 		count = f->limit;
