@@ -20,6 +20,23 @@ static inline const char *e2e_db_path(const struct daemon *d)
 	return strncmp(d->db, "sqlite:", 7) == 0 ? d->db + 7 : d->db;
 }
 
+/* A batch body of n events of type "load.event" with payloads {"n":first...}. Returned
+ * (free it). */
+static inline char *e2e_batch_body(int first, int n)
+{
+	size_t cap = (size_t)n * 96 + 32, off;
+	char *body = malloc(cap);
+
+	assert_non_null(body);
+	off = (size_t)snprintf(body, cap, "{\"events\":[");
+	for (int i = 0; i < n; i++)
+		off += (size_t)snprintf(body + off, cap - off,
+					"%s{\"event_type\":\"load.event\",\"payload\":{\"n\":%d}}",
+					i ? "," : "", first + i);
+	snprintf(body + off, cap - off, "]}");
+	return body;
+}
+
 /* Creates a subscription from a JSON text made with printf formatting; returns its id
  * (static buffer per call site is not needed: copied into out). */
 static inline void e2e_create_sub(struct daemon *d, char out[64], const char *fmt, ...)

@@ -89,28 +89,12 @@ static void subscribe_all(const char *path)
 	assert_int_equal(receiver_reset(&rcv), 0);
 }
 
-/* A batch body of n events numbered from first. Returned (free it). */
-static char *batch_body(int first, int n)
-{
-	size_t cap = (size_t)n * 96 + 32, off;
-	char *body = malloc(cap);
-
-	assert_non_null(body);
-	off = (size_t)snprintf(body, cap, "{\"events\":[");
-	for (int i = 0; i < n; i++)
-		off += (size_t)snprintf(body + off, cap - off,
-					"%s{\"event_type\":\"load.event\",\"payload\":{\"n\":%d}}",
-					i ? "," : "", first + i);
-	snprintf(body + off, cap - off, "]}");
-	return body;
-}
-
 /* Sends total events in batches, round-robin over the instances in alive (NULL: all). */
 static void send_events(int total, int batch, const int *alive)
 {
 	for (int sent = 0, k = 0; sent < total; sent += batch, k++) {
 		int to = k % INSTANCES;
-		char *body = batch_body(sent, batch);
+		char *body = e2e_batch_body(sent, batch);
 
 		if (alive)
 			while (!alive[to])
@@ -296,7 +280,7 @@ static void *ingest_main(void *arg)
 	int k = 0;
 
 	for (;;) {
-		char url[128], *body = batch_body(k * 20, 20);
+		char url[128], *body = e2e_batch_body(k * 20, 20);
 		struct http_resp r;
 
 		pthread_mutex_lock(&l->mu);

@@ -42,8 +42,8 @@ static void store_down(void)
 		assert_int_equal(pg_server_halt(harness_pg()), 0);
 		return;
 	}
-	assert_int_equal(strncmp(dmn.db, "sqlite:", 7), 0);
-	assert_int_equal(sqlite3_open_v2(dmn.db + 7, &lock_holder, SQLITE_OPEN_READWRITE, NULL),
+	assert_int_equal(sqlite3_open_v2(e2e_db_path(&dmn), &lock_holder, SQLITE_OPEN_READWRITE,
+					 NULL),
 			 SQLITE_OK);
 	sqlite3_busy_timeout(lock_holder, 10000); /* the daemon may be writing right now */
 	assert_int_equal(sqlite3_exec(lock_holder, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
@@ -162,21 +162,6 @@ struct ingest_loop {
 	long accepted, unavailable, other;
 };
 
-static char *batch_body(int first, int n)
-{
-	size_t cap = (size_t)n * 96 + 32, off;
-	char *body = malloc(cap);
-
-	assert_non_null(body);
-	off = (size_t)snprintf(body, cap, "{\"events\":[");
-	for (int i = 0; i < n; i++)
-		off += (size_t)snprintf(body + off, cap - off,
-					"%s{\"event_type\":\"load.event\",\"payload\":{\"n\":%d}}",
-					i ? "," : "", first + i);
-	snprintf(body + off, cap - off, "]}");
-	return body;
-}
-
 /* Sends batches of 10 events until told to stop, counting the answers. */
 static void *ingest_main(void *arg)
 {
@@ -185,7 +170,7 @@ static void *ingest_main(void *arg)
 
 	snprintf(url, sizeof(url), "%s/v1/events", dmn.url);
 	for (int k = 0;; k++) {
-		char *body = batch_body(k * 10, 10);
+		char *body = e2e_batch_body(k * 10, 10);
 		struct http_resp r;
 
 		pthread_mutex_lock(&l->mu);
