@@ -13,7 +13,8 @@ packages=(
   libssl-dev openssl
   zlib1g-dev
   librdkafka-dev
-  libprotobuf-c-dev protobuf-c-compiler
+  libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+  kcat
   libcmocka-dev
   curl
 )
