@@ -155,6 +155,7 @@ static int serve(int argc, char **argv)
 	store *st = NULL;
 	struct sub_registry reg;
 	struct dispatcher *disp = NULL;
+	struct sink *http_sink = NULL;
 	struct committer *committer = NULL;
 	struct spool *spool = NULL;
 	struct jobs *jobs = NULL;
@@ -244,6 +245,10 @@ static int serve(int argc, char **argv)
 			log_warn("spool: %s holds %zu records from an earlier run; replaying them",
 				 cfg.spool, rep.good);
 	}
+	if (!(http_sink = sink_http_open(cfg.max_in_flight, err, sizeof(err)))) {
+		log_error("%s", err);
+		goto out;
+	}
 	struct dispatcher_config dcfg = {
 		.max_in_flight = cfg.max_in_flight,
 		.batch = cfg.retry_batch,
@@ -251,6 +256,8 @@ static int serve(int argc, char **argv)
 		.shutdown_grace_ms = cfg.shutdown_grace_ms,
 		.disabled_delay_ms = 5000,
 		.spool = spool,
+		.sinks = {http_sink},
+		.n_sinks = 1,
 	};
 	if (!(disp = dispatcher_start(st, &reg, &dcfg)))
 		goto out;
@@ -317,6 +324,7 @@ out:
 	store_on_work(st, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
 	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
+	sink_close(http_sink); /* after the dispatcher, whose jobs it served */
 	spool_close(spool); /* after the dispatcher, which may spool its last results */
 	store_close(st);
 	sub_registry_destroy(&reg);

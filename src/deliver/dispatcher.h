@@ -1,14 +1,15 @@
 /* dispatcher.h: the delivery engine.
  *
- * One thread claims due deliveries in batches, sends them with the libcurl multi
- * interface (many in flight, connections reused), runs the immediate-retry round,
- * decides the next state with core/retry, and writes results in groups. */
+ * One thread claims due deliveries in batches, hands each attempt to the sink its
+ * endpoint belongs to (sink.h: HTTP over libcurl multi, Kafka), runs the immediate-retry
+ * round, decides the next state with core/retry, and writes results in groups. */
 #ifndef OUTBOXD_DELIVER_DISPATCHER_H
 #define OUTBOXD_DELIVER_DISPATCHER_H
 
 #include <stdint.h>
 
 #include "core/subscriptions.h"
+#include "deliver/sink.h"
 #include "store/store.h"
 
 struct dispatcher_config {
@@ -19,6 +20,10 @@ struct dispatcher_config {
 	int64_t disabled_delay_ms; /* how long a disabled subscription's deliveries wait */
 	struct spool *spool;      /* borrowed, NULL = none: where results go while the store
 	                             is unavailable (seed 004); replayed by the committer */
+	struct sink *sinks[SINKS_MAX]; /* borrowed, opened by the caller and closed after
+	                             dispatcher_stop: the delivery targets, asked in order
+	                             which one takes an endpoint (sink.h) */
+	int n_sinks;
 };
 
 struct dispatcher;
