@@ -22,7 +22,9 @@
 #include "core/config.h"
 #include "core/subscriptions.h"
 #include "deliver/dispatcher.h"
+#include "deliver/sink_kafka.h"
 #include "intake/committer.h"
+#include "intake/kafka_intake.h"
 #include "jobs/jobs.h"
 #include "store/store.h"
 #include "util/log.h"
@@ -155,7 +157,8 @@ static int serve(int argc, char **argv)
 	store *st = NULL;
 	struct sub_registry reg;
 	struct dispatcher *disp = NULL;
-	struct sink *http_sink = NULL;
+	struct sink *http_sink = NULL, *kafka_sink = NULL;
+	struct kafka_intake *intake = NULL;
 	struct committer *committer = NULL;
 	struct spool *spool = NULL;
 	struct jobs *jobs = NULL;
@@ -249,6 +252,24 @@ static int serve(int argc, char **argv)
 		log_error("%s", err);
 		goto out;
 	}
+	/* Kafka (DESIGN §7): the sink publishes kafka:// subscriptions and dead-letter
+	 * topics; the intake consumes kafka_intake. Off unless kafka_brokers is set. */
+	struct kafka_settings kafka = {
+		.brokers = cfg.kafka_brokers,
+		.properties = cfg.kafka_config,
+		.group = cfg.kafka_group,
+		.intake = cfg.kafka_intake,
+		.dead_letter = cfg.kafka_dead_letter,
+		.wire = strcmp(cfg.kafka_wire_format, "confluent") == 0 ? ENVELOPE_WIRE_CONFLUENT
+									: ENVELOPE_WIRE_PLAIN,
+		.schema_id = (uint32_t)cfg.kafka_schema_id,
+		.max_backlog = cfg.kafka_max_backlog,
+	};
+	int kafka_on = cfg.kafka_brokers && *cfg.kafka_brokers;
+	if (kafka_on && !(kafka_sink = sink_kafka_open(&kafka, err, sizeof(err)))) {
+		log_error("%s", err);
+		goto out;
+	}
 	struct dispatcher_config dcfg = {
 		.max_in_flight = cfg.max_in_flight,
 		.batch = cfg.retry_batch,
@@ -256,8 +277,10 @@ static int serve(int argc, char **argv)
 		.shutdown_grace_ms = cfg.shutdown_grace_ms,
 		.disabled_delay_ms = 5000,
 		.spool = spool,
-		.sinks = {http_sink},
-		.n_sinks = 1,
+		.sinks = {http_sink, kafka_sink},
+		.n_sinks = kafka_sink ? 2 : 1,
+		.dead_letter = kafka_sink ? sink_kafka_dead_letter : NULL,
+		.dead_letter_ctx = kafka_sink,
 	};
 	if (!(disp = dispatcher_start(st, &reg, &dcfg)))
 		goto out;
@@ -269,6 +292,20 @@ static int serve(int argc, char **argv)
 	store_on_work(st, wake_dispatcher, disp);
 	if (!(committer = committer_start(st, spool, wake_dispatcher, disp)))
 		goto out;
+	if (kafka_on && cfg.kafka_intake && *cfg.kafka_intake) {
+		struct kafka_intake_config kcfg = {
+			.settings = &kafka,
+			.defaults = defaults,
+			.retry_interval_ms = cfg.retry_interval_ms,
+			.max_payload = cfg.max_payload,
+			.wake = wake_dispatcher,
+			.wake_ctx = disp,
+		};
+		if (!(intake = kafka_intake_start(st, &reg, &kcfg, err, sizeof(err)))) {
+			log_error("%s", err);
+			goto out;
+		}
+	}
 	struct jobs_config jcfg = {
 		.relay_interval_ms = cfg.relay_interval_ms,
 		.reap_interval_ms = cfg.reap_interval_ms,
@@ -294,6 +331,8 @@ static int serve(int argc, char **argv)
 		.max_payload = cfg.max_payload,
 		.max_request = cfg.max_request,
 		.retry_defaults = defaults,
+		.ready = intake ? kafka_intake_ready : NULL,
+		.ready_ctx = intake,
 	};
 	if (!(http = http_server_start(&api, cfg.listen, cfg.api_threads, err, sizeof(err)))) {
 		log_error("%s", err);
@@ -319,12 +358,14 @@ out:
 	/* Order: no new requests, no new relayed rows, commit what was accepted, then let
 	 * the dispatcher finish or hand back its work. */
 	http_server_stop(http);
+	kafka_intake_stop(intake); /* stored batches are committed, the rest is read again */
 	jobs_stop(jobs);
 	committer_stop(committer);
 	store_on_work(st, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
 	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
-	sink_close(http_sink); /* after the dispatcher, whose jobs it served */
+	sink_close(http_sink); /* after the dispatcher, whose jobs they served */
+	sink_close(kafka_sink);
 	spool_close(spool); /* after the dispatcher, which may spool its last results */
 	store_close(st);
 	sub_registry_destroy(&reg);

@@ -54,6 +54,10 @@ struct api {
 	int replay_rate;                   /* default pace of filter replays */
 	int metrics_private;               /* /metrics needs the admin token */
 	int64_t stats_window_ms;
+	/* Readiness of a component besides the store (the Kafka intake's brokers), or NULL:
+	 * 0 when ready, else -1 with the reason in why. */
+	int (*ready)(void *ctx, char *why, size_t whylen);
+	void *ready_ctx;
 };
 
 /* Answers one request. res->body is returned to the caller (free it). */

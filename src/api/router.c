@@ -304,12 +304,16 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 	}
 	if (strcmp(path, "/readyz") == 0) {
 		int rc = store_ping(api->st);
-		if (rc == STORE_OK)
-			api_reply_json(res, 200, json_pack("{s:s, s:s}", "status", "ready", "store",
-							   store_backend_name(api->st)));
-		else
+		char why[256] = "";
+		if (rc != STORE_OK)
 			api_reply_errorf(res, 503, "unavailable", NULL, "store not reachable: %s",
 					 store_strerror(rc));
+		else if (api->ready && api->ready(api->ready_ctx, why, sizeof(why)))
+			api_reply_errorf(res, 503, "unavailable", NULL, "kafka brokers not reachable: %s",
+					 why);
+		else
+			api_reply_json(res, 200, json_pack("{s:s, s:s}", "status", "ready", "store",
+							   store_backend_name(api->st)));
 		return;
 	}
 

@@ -16,10 +16,16 @@ static json_t *parse_body(const struct api_request *req, struct api_response *re
 	json_error_t jerr;
 	json_t *doc = json_loadb(req->body ? req->body : "", req->body_len,
 				 JSON_REJECT_DUPLICATES, &jerr);
-	if (!doc)
+	if (!doc) {
 		api_reply_errorf(res, 400, "invalid_json", NULL,
 				 "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
 				 jerr.line, jerr.column);
+	} else if (json_is_object(doc) && json_object_get(doc, "origin")) {
+		/* the subscriptions of Kafka envelopes are outboxd's own */
+		api_reply_errorf(res, 400, "invalid_argument", "origin", "origin is set by outboxd");
+		json_decref(doc);
+		doc = NULL;
+	}
 	return doc;
 }
 

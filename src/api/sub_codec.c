@@ -31,7 +31,8 @@
 static const char *const top_keys[] = {
 	"name", "event_types", "endpoint", "payload_format", "auth", "headers", "secret",
 	"secret_grace", "previous_secret", "previous_secret_expires_at", "tls",
-	"timeout", "retry", "circuit_breaker", "max_in_flight", "rate_limit", "enabled", NULL,
+	"timeout", "retry", "circuit_breaker", "max_in_flight", "rate_limit", "enabled",
+	"origin", NULL,
 };
 
 static const char *const tls_keys[] = {"ca_file", "client_cert", "client_key", NULL};
@@ -152,7 +153,26 @@ static int get_int(const json_t *obj, const char *key, const char *field, long l
 	return 0;
 }
 
-/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls. */
+static int string_is(const json_t *v, const char *s)
+{
+	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+/* A Kafka topic name: 1 to 249 of [A-Za-z0-9._-], not "." or "..". */
+static int kafka_topic_valid(const char *t, const char **why)
+{
+	size_t n = strlen(t);
+	if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0 ||
+	    strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n) {
+		*why = "a kafka:// endpoint names one topic: 1 to 249 letters, digits, '.', '_' "
+		       "or '-' (kafka://orders.events)";
+		return 0;
+	}
+	return 1;
+}
+
+/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls;
+ * kafka://TOPIC. */
 static int endpoint_valid(const char *url, const char **why)
 {
 	const char *rest;
@@ -161,8 +181,7 @@ static int endpoint_valid(const char *url, const char **why)
 	} else if (strncasecmp(url, "https://", 8) == 0) {
 		rest = url + 8;
 	} else if (strncasecmp(url, "kafka://", 8) == 0) {
-		*why = "kafka:// endpoints are not available in this build of outboxd";
-		return 0;
+		return kafka_topic_valid(url + 8, why);
 	} else {
 		*why = "endpoint must start with http:// or https://";
 		return 0;
@@ -597,7 +616,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 {
 	struct subscription tmp;
 	struct subscription *s = out ? out : &tmp;
-	const char *name, *endpoint, *format = NULL, *secret = NULL, *why = "";
+	const char *name, *endpoint, *format = NULL, *secret = NULL, *origin = NULL, *why = "";
 	json_t *types, *v;
 
 	memset(s, 0, sizeof(*s));
@@ -612,11 +631,33 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 	    get_string(doc, "name", "name", 1, 200, &name, err) ||
 	    get_string(doc, "endpoint", "endpoint", 1, 2048, &endpoint, err) ||
 	    get_string(doc, "payload_format", "payload_format", 0, 16, &format, err) ||
-	    get_string(doc, "secret", "secret", 0, 300, &secret, err))
+	    get_string(doc, "secret", "secret", 0, 300, &secret, err) ||
+	    get_string(doc, "origin", "origin", 0, 32, &origin, err))
 		goto fail;
 	if (!endpoint_valid(endpoint, &why)) {
 		input_error_set(err, 400, "invalid_argument", "endpoint", "%s", why);
 		goto fail;
+	}
+	if (origin && strcmp(origin, "kafka_envelope") != 0) {
+		input_error_set(err, 400, "invalid_argument", "origin",
+				"origin must be kafka_envelope (it is set by outboxd)");
+		goto fail;
+	}
+	int kafka = strncasecmp(endpoint, "kafka://", 8) == 0;
+	if (kafka) {
+		/* a topic has no HTTP: these fields would be silently ignored */
+		static const char *const http_only[] = {"auth", "secret", "tls", NULL};
+		for (const char *const *k = http_only; *k; k++) {
+			json_t *x = json_object_get(doc, *k);
+			if (x && !json_is_null(x) &&
+			    !(strcmp(*k, "auth") == 0 &&
+			      string_is(json_object_get(x, "type"), "none"))) {
+				input_error_set(err, 400, "invalid_argument", *k,
+						"%s does not apply to a kafka:// endpoint (Kafka "
+						"credentials go in the kafka_config setting)", *k);
+				goto fail;
+			}
+		}
 	}
 	types = json_object_get(doc, "event_types");
 	if (!types) {
@@ -624,7 +665,9 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 				"event_types is required (an array of patterns such as \"user.*\")");
 		goto fail;
 	}
-	if (!json_is_array(types) || json_array_size(types) == 0 || json_array_size(types) > 100) {
+	/* an envelope's subscription matches no event type: fan-out never picks it */
+	if (!json_is_array(types) || (json_array_size(types) == 0 && !origin) ||
+	    json_array_size(types) > 100) {
 		input_error_set(err, 400, "invalid_argument", "event_types",
 				"event_types must be an array of 1 to 100 patterns");
 		goto fail;
@@ -652,9 +695,13 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 			s->payload_format = PAYLOAD_JSON;
 		} else if (strcmp(format, "binary") == 0) {
 			s->payload_format = PAYLOAD_BINARY;
+		} else if (strcmp(format, "envelope") == 0 && kafka) {
+			s->payload_format = PAYLOAD_ENVELOPE;
 		} else {
 			input_error_set(err, 400, "invalid_argument", "payload_format",
-					"payload_format must be json or binary");
+					kafka ? "payload_format must be json, binary or envelope"
+					      : "payload_format must be json or binary (envelope is for "
+						"kafka:// endpoints)");
 			goto fail;
 		}
 	}
@@ -698,6 +745,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 	}
 	s->name = strdup(name);
 	s->endpoint = strdup(endpoint);
+	s->origin = origin ? strdup(origin) : NULL;
 	s->secret = dup_or_null(secret);
 	if (!s->name || !s->endpoint || (secret && !s->secret))
 		goto oom;
@@ -796,10 +844,6 @@ static char *secret_generate(void)
 	return out;
 }
 
-static int string_is(const json_t *v, const char *s)
-{
-	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
-}
 
 int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
 		      char **generated, struct input_error *err)

@@ -93,6 +93,28 @@ const struct config_setting config_settings[] = {
 	{"spool", "--spool", "OUTBOXD_SPOOL", CONFIG_STRING, NULL, S(spool),
 	 "local file that keeps accepted events and delivery results while the store is "
 	 "unavailable, replayed when it returns (seed 004); empty = off: ingest answers 503"},
+	/* Kafka (DESIGN §7, docs/kafka.md): off unless kafka_brokers is set. */
+	{"kafka_brokers", "--kafka-brokers", "OUTBOXD_KAFKA_BROKERS", CONFIG_STRING, NULL,
+	 S(kafka_brokers), "Kafka bootstrap servers, host:port,...; empty = Kafka off"},
+	{"kafka_config", "--kafka-config", "OUTBOXD_KAFKA_CONFIG", CONFIG_STRING, NULL,
+	 S(kafka_config), "extra librdkafka properties for every client, key=value;key=value "
+	 "(security.protocol, sasl.*, ssl.*); never logged"},
+	{"kafka_group", "--kafka-group", "OUTBOXD_KAFKA_GROUP", CONFIG_STRING, "outboxd",
+	 S(kafka_group), "consumer group of the Kafka intake"},
+	{"kafka_intake", "--kafka-intake", "OUTBOXD_KAFKA_INTAKE", CONFIG_STRING, NULL,
+	 S(kafka_intake), "topics to consume, TOPIC[:FORMAT],...; FORMAT envelope (default), "
+	 "dlt or event"},
+	{"kafka_dead_letter", "--kafka-dead-letter", "OUTBOXD_KAFKA_DEAD_LETTER", CONFIG_STRING,
+	 NULL, S(kafka_dead_letter), "topic for exhausted deliveries that came from an intake "
+	 "topic ({topic} = the source topic, e.g. {topic}.dlt); empty = off"},
+	{"kafka_wire_format", "--kafka-wire-format", "OUTBOXD_KAFKA_WIRE_FORMAT", CONFIG_STRING,
+	 "plain", S(kafka_wire_format), "framing of the OutboxEvent messages outboxd writes: "
+	 "plain or confluent (Schema Registry wire format)"},
+	{"kafka_schema_id", "--kafka-schema-id", "OUTBOXD_KAFKA_SCHEMA_ID", CONFIG_INT, "1",
+	 S(kafka_schema_id), "schema id written with kafka_wire_format confluent"},
+	{"kafka_max_backlog", "--kafka-max-backlog", "OUTBOXD_KAFKA_MAX_BACKLOG", CONFIG_INT,
+	 "100000", S(kafka_max_backlog), "the intake pauses while more of its deliveries than "
+	 "this are not final, and resumes below half"},
 	{NULL, NULL, NULL, 0, NULL, 0, NULL},
 };
 
@@ -106,6 +128,49 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	vsnprintf(err, errlen, fmt, ap);
 	va_end(ap);
 	return -1;
+}
+
+static int is_set(const char *s)
+{
+	return s && *s;
+}
+
+/* The Kafka settings that can be checked without a broker: the intake list's formats,
+ * the wire format, and that nothing Kafka is asked for without kafka_brokers. */
+static int check_kafka(const struct config *cfg, char *err, size_t errlen)
+{
+	if (strcmp(cfg->kafka_wire_format, "plain") != 0 &&
+	    strcmp(cfg->kafka_wire_format, "confluent") != 0)
+		return fail(err, errlen, "kafka_wire_format must be plain or confluent, got \"%s\"",
+			    cfg->kafka_wire_format);
+	if (cfg->kafka_max_backlog < 1)
+		return fail(err, errlen, "kafka_max_backlog must be at least 1");
+	if (!is_set(cfg->kafka_brokers) && (is_set(cfg->kafka_intake) ||
+					    is_set(cfg->kafka_dead_letter)))
+		return fail(err, errlen, "%s needs kafka_brokers",
+			    is_set(cfg->kafka_intake) ? "kafka_intake" : "kafka_dead_letter");
+	if (!is_set(cfg->kafka_group))
+		return fail(err, errlen, "kafka_group must not be empty");
+	const char *p = is_set(cfg->kafka_intake) ? cfg->kafka_intake : NULL;
+	while (p) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		const char *colon = memchr(p, ':', len);
+		size_t topic = colon ? (size_t)(colon - p) : len;
+		if (topic == 0)
+			return fail(err, errlen, "kafka_intake: an entry has no topic (TOPIC[:FORMAT],...)");
+		if (colon) {
+			const char *f = colon + 1;
+			size_t flen = len - topic - 1;
+			if (!((flen == 8 && strncmp(f, "envelope", 8) == 0) ||
+			      (flen == 3 && strncmp(f, "dlt", 3) == 0) ||
+			      (flen == 5 && strncmp(f, "event", 5) == 0)))
+				return fail(err, errlen, "kafka_intake: unknown format \"%.*s\" for topic "
+					    "%.*s (envelope, dlt or event)", (int)flen, f, (int)topic, p);
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return 0;
 }
 
 static int parse_int(const char *text, int64_t *out)
@@ -364,7 +429,7 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
-	return 0;
+	return check_kafka(cfg, err, errlen);
 }
 
 void config_free(struct config *cfg)

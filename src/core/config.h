@@ -48,6 +48,15 @@ struct config {
 	int metrics_public;       /* /metrics without a token */
 	int64_t stats_window_ms;  /* window of per-subscription stats */
 	char *spool;              /* catastrophic-failure spool file, NULL or "" = off */
+	/* Kafka (DESIGN §7) */
+	char *kafka_brokers;      /* NULL or "" = Kafka off */
+	char *kafka_config;       /* extra librdkafka properties, "k=v;k=v" (secrets) */
+	char *kafka_group;
+	char *kafka_intake;       /* TOPIC[:FORMAT],... */
+	char *kafka_dead_letter;  /* topic, {topic} = the source topic; NULL = off */
+	char *kafka_wire_format;  /* plain or confluent */
+	int kafka_schema_id;
+	int kafka_max_backlog;
 	char *config_file;        /* the file that was read, if any */
 };
 

@@ -1,6 +1,7 @@
 /* metrics.c: atomic counters and their Prometheus rendering (see metrics.h). */
 #include "core/metrics.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,7 +40,22 @@ static struct {
 	_Atomic long ingested;
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
+	_Atomic long kafka_produce_errors;
+	_Atomic long kafka_consumed;
+	_Atomic long kafka_undecodable;
+	_Atomic int kafka_paused;
 } m;
+
+/* Consumer lag by topic and partition: written by the intake thread only, read by the
+ * renderer under lag_mu. */
+#define LAG_SLOTS 256
+static pthread_mutex_t lag_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	char topic[128];
+	int partition;
+	long long lag;
+} lags[LAG_SLOTS];
+static int n_lags;
 
 static struct sub_slot *slot_for(const char *id)
 {
@@ -116,6 +132,40 @@ void metrics_ingest_rejected(int status)
 void metrics_store_error(void)
 {
 	atomic_fetch_add_explicit(&m.store_errors, 1, memory_order_relaxed);
+}
+
+void metrics_kafka_produce_error(const char *topic)
+{
+	(void)topic;
+	atomic_fetch_add_explicit(&m.kafka_produce_errors, 1, memory_order_relaxed);
+}
+
+void metrics_kafka_consumed(long messages, long undecodable)
+{
+	atomic_fetch_add_explicit(&m.kafka_consumed, messages, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.kafka_undecodable, undecodable, memory_order_relaxed);
+}
+
+void metrics_kafka_paused(int paused)
+{
+	atomic_store(&m.kafka_paused, paused);
+}
+
+void metrics_kafka_lag(const char *topic, int partition, long long lag)
+{
+	pthread_mutex_lock(&lag_mu);
+	int i;
+	for (i = 0; i < n_lags; i++)
+		if (lags[i].partition == partition && strcmp(lags[i].topic, topic) == 0)
+			break;
+	if (i == n_lags && n_lags < LAG_SLOTS) {
+		snprintf(lags[i].topic, sizeof(lags[i].topic), "%s", topic);
+		lags[i].partition = partition;
+		n_lags++;
+	}
+	if (i < n_lags)
+		lags[i].lag = lag;
+	pthread_mutex_unlock(&lag_mu);
 }
 
 static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
@@ -213,5 +263,29 @@ int metrics_render(char **out, size_t *len)
 	A("# HELP outboxd_store_errors_total Store calls that failed.\n"
 	  "# TYPE outboxd_store_errors_total counter\noutboxd_store_errors_total %ld\n",
 	  atomic_load(&m.store_errors));
+	A("# HELP outboxd_kafka_produce_errors_total Kafka messages not acknowledged (attempts "
+	  "and dead-letter publishes).\n# TYPE outboxd_kafka_produce_errors_total counter\n"
+	  "outboxd_kafka_produce_errors_total %ld\n", atomic_load(&m.kafka_produce_errors));
+	A("# HELP outboxd_kafka_consumed_total Messages stored from kafka_intake topics.\n"
+	  "# TYPE outboxd_kafka_consumed_total counter\noutboxd_kafka_consumed_total %ld\n"
+	  "# HELP outboxd_kafka_undecodable_total Intake messages stored as dead deliveries "
+	  "(undecodable).\n# TYPE outboxd_kafka_undecodable_total counter\n"
+	  "outboxd_kafka_undecodable_total %ld\n"
+	  "# HELP outboxd_kafka_intake_paused 1 while the intake waits for its backlog to "
+	  "drain (kafka_max_backlog).\n# TYPE outboxd_kafka_intake_paused gauge\n"
+	  "outboxd_kafka_intake_paused %d\n",
+	  atomic_load(&m.kafka_consumed), atomic_load(&m.kafka_undecodable),
+	  atomic_load(&m.kafka_paused));
+	A("# HELP outboxd_kafka_consumer_lag Messages in a partition after the intake's "
+	  "position.\n# TYPE outboxd_kafka_consumer_lag gauge\n");
+	pthread_mutex_lock(&lag_mu);
+	for (int i = 0; i < n_lags; i++) {
+		if (appendf(out, len, &cap, "outboxd_kafka_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n",
+			    lags[i].topic, lags[i].partition, lags[i].lag)) {
+			pthread_mutex_unlock(&lag_mu);
+			return -1;
+		}
+	}
+	pthread_mutex_unlock(&lag_mu);
 	return 0;
 }

@@ -29,6 +29,12 @@ void metrics_circuit(const char *subscription_id, int state, int64_t open_until_
 void metrics_ingested(long events);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);
+/* Kafka: a message not acknowledged; messages stored by the intake (of which
+ * undecodable); the intake paused for its backlog; a partition's lag. */
+void metrics_kafka_produce_error(const char *topic);
+void metrics_kafka_consumed(long messages, long undecodable);
+void metrics_kafka_paused(int paused);
+void metrics_kafka_lag(const char *topic, int partition, long long lag);
 
 /* Appends the counters in Prometheus text format to out (malloc'd, grown as needed);
  * *len is its length. Returns 0 or -1 when out of memory. */

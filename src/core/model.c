@@ -85,6 +85,7 @@ void subscription_clear(struct subscription *s)
 		free(s->event_types[i]);
 	free(s->event_types);
 	free(s->endpoint);
+	free(s->origin);
 	free(s->auth_user);
 	free(s->auth_secret);
 	free(s->auth_name);

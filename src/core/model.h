@@ -34,6 +34,7 @@ const char *attempt_kind_name(enum attempt_kind k);
 enum payload_format {
 	PAYLOAD_JSON = 0,
 	PAYLOAD_BINARY = 1,
+	PAYLOAD_ENVELOPE = 2,
 };
 
 /* Scheduled retry policy (seed 000 fixed interval; seed 004 linear/backoff). */
@@ -143,6 +144,9 @@ struct subscription {
 	int max_in_flight;     /* requests to this subscription at once, 0 = no limit */
 	double rate_limit;     /* requests per second (token bucket), 0 = no limit */
 	int enabled;
+	char *origin;          /* NULL for an operator's subscription; "kafka_envelope" for
+	                          one outboxd derived from an envelope's target: it matches
+	                          no event type (fan-out never picks it) */
 	int64_t created_at;
 	int64_t updated_at;
 };

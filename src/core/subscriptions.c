@@ -111,7 +111,7 @@ long sub_set_match(const struct sub_set *set, const char *event_type,
 	long n = 0;
 	for (size_t i = 0; i < set->n; i++) {
 		const struct subscription *s = set->items[i];
-		if (!s->enabled)
+		if (!s->enabled || s->origin) /* an envelope's own: never fanned out to */
 			continue;
 		int hit = 0;
 		for (size_t p = 0; p < s->n_event_types && !hit; p++)

@@ -454,6 +454,14 @@ static void set_last_error(struct store_result *r, const struct job *j)
 	r->last_cause = a->cause;
 }
 
+/* The delivery just went to the dead-letter queue: tell the hook (Kafka DLT topics). */
+static void dead_lettered(struct job *j)
+{
+	const struct dispatcher_config *cfg = &j->d->cfg;
+	if (cfg->dead_letter && j->sub && j->sub->endpoint)
+		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, &j->result);
+}
+
 /* The round is over: work out the delivery's next state (DESIGN §3 retry layers). */
 static void job_finish(struct job *j, int success)
 {
@@ -486,6 +494,8 @@ static void job_finish(struct job *j, int success)
 		metrics_delivery(j->claim->subscription_id,
 				 r->next_attempt_at ? OUTCOME_RETRYING : OUTCOME_DEAD);
 		note_due(j->d, r->next_attempt_at);
+		if (!r->next_attempt_at)
+			dead_lettered(j);
 	}
 	if (j->tries > 0)
 		circuit_record(j, success);
@@ -521,6 +531,7 @@ static void job_delay_action(struct job *j)
 			 "deliveries within %s); after %d delay actions the delivery was stopped "
 			 "without a request", s->id, s->breaker.max_errors, window, c->delay_actions);
 		metrics_delivery(c->subscription_id, OUTCOME_DEAD);
+		dead_lettered(j);
 	} else {
 		int64_t wait = retry_requeue_delay(&s->retry, rng_next, &d->rng);
 		r->status = c->status;
@@ -780,9 +791,17 @@ static void job_start(struct dispatcher *d, struct batch *b, struct store_claim 
 		/* The subscription was deleted: nothing to send to; keep the delivery visible
 		 * in the dead-letter queue instead of dropping it. */
 		static const struct subscription gone = {.retry = {.immediate = 1}};
-		char cause[160];
+		char cause[320];
 		j->sub = &gone;
 		j->kind = ATTEMPT_MANUAL; /* no scheduled retry for it */
+		if (c->source && strncmp(c->source, "kafka:", 6) == 0 &&
+		    strcmp(c->event_type, "kafka.undecodable") == 0) {
+			/* a replayed undecodable Kafka message: still nowhere to send it */
+			snprintf(cause, sizeof(cause), "the message from %s could not be decoded; its "
+				 "raw bytes are the event's payload", c->source);
+			job_fail_attempt(j, 422, "undecodable", cause);
+			return;
+		}
 		snprintf(cause, sizeof(cause), "subscription %s no longer exists",
 			 c->subscription_id);
 		job_fail_attempt(j, 410, "subscription deleted", cause);

@@ -24,6 +24,12 @@ struct dispatcher_config {
 	                             dispatcher_stop: the delivery targets, asked in order
 	                             which one takes an endpoint (sink.h) */
 	int n_sinks;
+	/* Called on the dispatcher's thread when a delivery goes to the dead-letter queue
+	 * (c, s and r borrowed for the call), or NULL: the Kafka sink publishes deliveries
+	 * that came from an intake topic to their dead-letter topic (sink_kafka.h). */
+	void (*dead_letter)(void *ctx, const struct store_claim *c, const struct subscription *s,
+			    const struct store_result *r);
+	void *dead_letter_ctx;
 };
 
 struct dispatcher;

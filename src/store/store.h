@@ -84,12 +84,38 @@ struct store_event_in {
 	size_t n_subscriptions;
 	int duplicate;                /* out: 1 when (source, source_event_id) existed; then
 	                                 nothing was inserted for this event */
+	/* Initial state of this event's deliveries; all zero is the usual: NEW, due at
+	 * created_at. DELIVERY_FAILED with first_due_at > 0: a scheduled retry is pending
+	 * then (a dead-letter topic's message starts at the scheduled layer); with
+	 * first_due_at 0: dead at once (an undecodable Kafka message). NEW with first_due_at
+	 * > 0: due then. A FAILED delivery carries initial_code/message/cause (borrowed,
+	 * may be NULL) as its last error. The spool never carries these: only the Kafka
+	 * intake sets them, and it never spools (Kafka keeps what is not committed). */
+	enum delivery_status initial_status;
+	int64_t first_due_at;
+	int initial_code;
+	const char *initial_message;
+	const char *initial_cause;
 	int dedupe_by_id;             /* set by the wrappers, not the caller: 1 during
 	                                 store_ingest_replay */
 };
 
-/* Stores n events and their deliveries (status NEW, due at created_at) in one
- * transaction. All or nothing. */
+/* 1 when ev's deliveries start in another state than NEW-due-at-created_at. */
+static inline int store_event_initial(const struct store_event_in *ev)
+{
+	return ev->initial_status != DELIVERY_NEW || ev->first_due_at != 0;
+}
+
+/* next_attempt_at of ev's new deliveries (0 = none: dead at once), created at created. */
+static inline int64_t store_event_first_due(const struct store_event_in *ev, int64_t created)
+{
+	if (ev->first_due_at)
+		return ev->first_due_at;
+	return ev->initial_status == DELIVERY_FAILED ? 0 : created;
+}
+
+/* Stores n events and their deliveries (status NEW, due at created_at, unless the event
+ * asks for another initial state) in one transaction. All or nothing. */
 int store_ingest(store *st, struct store_event_in *events, size_t n);
 
 /* store_ingest for work replayed from the spool (spool.h): ids are given, and an event
@@ -122,7 +148,10 @@ struct store_claim {
 	int delay_actions;           /* circuit-breaker delay actions so far (seed 004) */
 	int64_t event_created_at;
 	char traceparent[56];        /* the event's W3C trace context, "" when none */
-	char *event_type;            /* these four point into one allocation per claim */
+	char *event_type;            /* these point into one allocation per claim */
+	char *source;                /* the event's source ("" when none) */
+	char *source_event_id;       /* NULL when absent */
+	char *partition_key;         /* NULL when absent */
 	char *content_type;
 	void *payload;
 	size_t payload_len;

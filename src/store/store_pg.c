@@ -285,11 +285,13 @@ enum stmt {
 		CONFLICT " DO NOTHING RETURNING id)," \
 		" dl AS (" \
 		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status," \
-		"  next_attempt_at, created_at, updated_at)" \
-		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, 'NEW', v.due, v.due," \
-		"  v.due" \
-		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[])" \
-		"  AS v(id, event_id, subscription_id, event_type, due)" \
+		"  next_attempt_at, last_code, last_message, last_cause, created_at, updated_at)" \
+		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, v.status, v.next," \
+		"  v.code, v.message, v.cause, v.due, v.due" \
+		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[]," \
+		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[])" \
+		"  AS v(id, event_id, subscription_id, event_type, due, status, next, code," \
+		"  message, cause)" \
 		" WHERE v.event_id IN (SELECT id FROM ev))," \
 		" moved AS (DELETE FROM outboxd.outbox WHERE id = ANY($14::int8[]))" \
 		" SELECT id FROM ev"
@@ -325,7 +327,7 @@ static const char *const sql_of[S_COUNT] = {
 		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions)"
 		" SELECT c.id, c.event_id, c.subscription_id, c.status, c.replay, c.attempt_count,"
 		" c.retry_count, e.event_type, e.content_type, e.payload, e.created_at,"
-		" e.traceparent, c.delay_actions"
+		" e.traceparent, c.delay_actions, e.source, e.source_event_id, e.partition_key"
 		" FROM c JOIN outboxd.events e ON e.id = c.event_id"
 		" ORDER BY c.next_attempt_at, c.id",
 	[S_NEXT_DUE] =
@@ -1190,7 +1192,7 @@ static int pg_ping(store *st)
 /* The arrays of one S_INGEST call. */
 struct ingest_arrays {
 	struct pgarr ev[8];          /* $1..$8: the events */
-	struct pgarr dl[5];          /* $9..$13: the deliveries */
+	struct pgarr dl[10];         /* $9..$13, $16..$20: the deliveries */
 	struct pgarr outbox_ids;     /* $14 */
 	struct pgarr traceparent;    /* $15: the events' trace context */
 };
@@ -1199,11 +1201,12 @@ static void ingest_arrays_init(struct ingest_arrays *a)
 {
 	static const uint32_t ev_oids[8] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT,
 					    OID_TEXT, OID_BYTEA, OID_INT8};
-	static const uint32_t dl_oids[5] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_INT8};
+	static const uint32_t dl_oids[10] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_INT8,
+					     OID_TEXT, OID_INT8, OID_INT4, OID_TEXT, OID_TEXT};
 
 	for (int i = 0; i < 8; i++)
 		arr_init(&a->ev[i], ev_oids[i]);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 10; i++)
 		arr_init(&a->dl[i], dl_oids[i]);
 	arr_init(&a->outbox_ids, OID_INT8);
 	arr_init(&a->traceparent, OID_TEXT);
@@ -1213,7 +1216,7 @@ static void ingest_arrays_free(struct ingest_arrays *a)
 {
 	for (int i = 0; i < 8; i++)
 		arr_free(&a->ev[i]);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 10; i++)
 		arr_free(&a->dl[i]);
 	arr_free(&a->outbox_ids);
 	arr_free(&a->traceparent);
@@ -1241,6 +1244,19 @@ static void ingest_add(struct ingest_arrays *a, const struct store_event_in *ev,
 		arr_text(&a->dl[2], ev->subscription_ids[i]);
 		arr_text(&a->dl[3], ev->event_type);
 		arr_i64(&a->dl[4], due_at);
+		/* the initial state (store_event_in): NEW and due at due_at unless asked */
+		int64_t next = store_event_first_due(ev, due_at);
+		arr_text(&a->dl[5], delivery_status_name(ev->initial_status));
+		if (next)
+			arr_i64(&a->dl[6], next);
+		else
+			arr_null(&a->dl[6]);
+		if (ev->initial_code)
+			arr_i32(&a->dl[7], ev->initial_code);
+		else
+			arr_null(&a->dl[7]);
+		arr_text(&a->dl[8], ev->initial_message);
+		arr_text(&a->dl[9], ev->initial_cause);
 	}
 }
 
@@ -1250,7 +1266,7 @@ static int ingest_arrays_failed(const struct ingest_arrays *a)
 
 	for (int i = 0; i < 8; i++)
 		failed |= a->ev[i].failed;
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 10; i++)
 		failed |= a->dl[i].failed;
 	return failed;
 }
@@ -1338,6 +1354,8 @@ static int ingest_run(struct pg *pg, struct pgconn *c, struct store_event_in *ev
 		p_arr(&p, &a->dl[i]);
 	p_arr(&p, &a->outbox_ids);
 	p_arr(&p, &a->traceparent);
+	for (int i = 5; i < 10; i++)
+		p_arr(&p, &a->dl[i]);
 	if (ingest_arrays_failed(a))
 		return STORE_ERROR;
 	res = run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);
@@ -1473,16 +1491,33 @@ static int fill_claim(const PGresult *r, int row, struct store_claim *c)
 	snprintf(c->traceparent, sizeof(c->traceparent), "%s",
 		 PQgetisnull(r, row, 11) ? "" : PQgetvalue(r, row, 11));
 	c->delay_actions = (int)get_int(r, row, 12);
-	block = malloc(type_len + 1 + ctype_len + 1 + c->payload_len + 1);
+	size_t source_len = (size_t)PQgetlength(r, row, 13);
+	int has_seid = !PQgetisnull(r, row, 14), has_pkey = !PQgetisnull(r, row, 15);
+	size_t seid_len = has_seid ? (size_t)PQgetlength(r, row, 14) : 0;
+	size_t pkey_len = has_pkey ? (size_t)PQgetlength(r, row, 15) : 0;
+	block = malloc(type_len + 1 + ctype_len + 1 + source_len + 1 + seid_len + 1 + pkey_len + 1 +
+		       c->payload_len + 1);
 	if (!block) {
 		log_error("store: out of memory");
 		return -1;
 	}
-	c->event_type = block;
-	memcpy(c->event_type, PQgetvalue(r, row, 7), type_len + 1);
-	c->content_type = block + type_len + 1;
-	memcpy(c->content_type, PQgetvalue(r, row, 8), ctype_len + 1);
-	c->payload = block + type_len + 1 + ctype_len + 1;
+	char *at = block;
+	c->event_type = at;
+	memcpy(at, PQgetvalue(r, row, 7), type_len + 1);
+	at += type_len + 1;
+	c->content_type = at;
+	memcpy(at, PQgetvalue(r, row, 8), ctype_len + 1);
+	at += ctype_len + 1;
+	c->source = at;
+	memcpy(at, PQgetvalue(r, row, 13), source_len + 1);
+	at += source_len + 1;
+	c->source_event_id = has_seid ? at : NULL;
+	memcpy(at, PQgetvalue(r, row, 14), seid_len + 1);
+	at += seid_len + 1;
+	c->partition_key = has_pkey ? at : NULL;
+	memcpy(at, PQgetvalue(r, row, 15), pkey_len + 1);
+	at += pkey_len + 1;
+	c->payload = at;
 	if (c->payload_len)
 		memcpy(c->payload, PQgetvalue(r, row, 9), c->payload_len);
 	((char *)c->payload)[c->payload_len] = '\0';

@@ -253,6 +253,7 @@ enum wstmt {
 	W_EVENT_FIND_ID,
 	W_EVENT_INSERT,
 	W_DELIVERY_INSERT,
+	W_DELIVERY_INSERT_STATE,
 	W_CLAIM,
 	W_CLAIM_EVENT,
 	W_RESULT,
@@ -286,6 +287,11 @@ static const char *const wsql[W_COUNT] = {
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
 		" next_attempt_at, created_at, updated_at)"
 		" VALUES (?1, ?2, ?3, ?4, 'NEW', ?5, ?5, ?5)",
+	/* a delivery that starts in another state (store_event_in.initial_status) */
+	[W_DELIVERY_INSERT_STATE] =
+		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
+		" next_attempt_at, last_code, last_message, last_cause, created_at, updated_at)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
 	[W_CLAIM] =
 		"UPDATE deliveries SET lease_owner = ?1, lease_until = ?2"
 		" WHERE rowid IN (SELECT rowid FROM deliveries"
@@ -294,8 +300,8 @@ static const char *const wsql[W_COUNT] = {
 		" RETURNING id, event_id, subscription_id, status, replay, attempt_count,"
 		" retry_count, next_attempt_at, delay_actions",
 	[W_CLAIM_EVENT] =
-		"SELECT event_type, content_type, payload, created_at, traceparent FROM events"
-		" WHERE id = ?1",
+		"SELECT event_type, content_type, payload, created_at, traceparent, source,"
+		" source_event_id, partition_key FROM events WHERE id = ?1",
 	[W_RESULT] =
 		"UPDATE deliveries SET status = ?2, replay = ?3, attempt_count = ?4,"
 		" retry_count = ?5, next_attempt_at = ?6, processed_at = ?7,"
@@ -1138,7 +1144,8 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 	if (rc != SQLITE_OK)
 		return rc;
 
-	s = sq->w[W_DELIVERY_INSERT];
+	int initial = store_event_initial(ev);
+	s = sq->w[initial ? W_DELIVERY_INSERT_STATE : W_DELIVERY_INSERT];
 	for (size_t i = 0; i < ev->n_subscriptions; i++) {
 		char id[UUID_STR_LEN];
 
@@ -1147,7 +1154,24 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 		sqlite3_bind_text(s, 2, ev->id, -1, SQLITE_STATIC);
 		sqlite3_bind_text(s, 3, ev->subscription_ids[i], -1, SQLITE_STATIC);
 		sqlite3_bind_text(s, 4, ev->event_type, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 5, due_at);
+		if (initial) {
+			int64_t next = store_event_first_due(ev, due_at);
+			sqlite3_bind_text(s, 5, delivery_status_name(ev->initial_status), -1,
+					  SQLITE_STATIC);
+			if (next)
+				sqlite3_bind_int64(s, 6, next);
+			else
+				sqlite3_bind_null(s, 6);
+			if (ev->initial_code)
+				sqlite3_bind_int(s, 7, ev->initial_code);
+			else
+				sqlite3_bind_null(s, 7);
+			bind_text(s, 8, ev->initial_message);
+			bind_text(s, 9, ev->initial_cause);
+			sqlite3_bind_int64(s, 10, due_at);
+		} else {
+			sqlite3_bind_int64(s, 5, due_at);
+		}
 		rc = step_done(s);
 		if (rc != SQLITE_OK)
 			return rc;
@@ -1258,7 +1282,7 @@ static int sq_ingest(store *st, struct store_event_in *events, size_t n)
 
 		if (!ev->created_at)
 			ev->created_at = now;
-		if (ev->source_event_id || ev->dedupe_by_id) {
+		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev)) {
 			rc = insert_event(sq, ev, ev->created_at);
 			continue;
 		}
@@ -1370,10 +1394,10 @@ static int claim_row_cmp(const void *a, const void *b)
 static int load_claim_event(struct sq *sq, struct store_claim *c)
 {
 	sqlite3_stmt *s = sq->w[W_CLAIM_EVENT];
-	const char *type, *ctype;
-	size_t type_len, ctype_len;
+	const char *type, *ctype, *source, *seid, *pkey;
+	size_t type_len, ctype_len, source_len, seid_len, pkey_len;
 	const void *payload;
-	char *block;
+	char *block, *at;
 	int rc;
 
 	sqlite3_bind_text(s, 1, c->event_id, -1, SQLITE_STATIC);
@@ -1396,17 +1420,40 @@ static int load_claim_event(struct sq *sq, struct store_claim *c)
 	if (sqlite3_column_type(s, 4) == SQLITE_TEXT)
 		snprintf(c->traceparent, sizeof(c->traceparent), "%s",
 			 (const char *)sqlite3_column_text(s, 4));
-	block = malloc(type_len + 1 + ctype_len + 1 + c->payload_len + 1);
+	source = (const char *)sqlite3_column_text(s, 5);
+	source_len = (size_t)sqlite3_column_bytes(s, 5);
+	seid = (const char *)sqlite3_column_text(s, 6);
+	seid_len = seid ? (size_t)sqlite3_column_bytes(s, 6) : 0;
+	pkey = (const char *)sqlite3_column_text(s, 7);
+	pkey_len = pkey ? (size_t)sqlite3_column_bytes(s, 7) : 0;
+	block = malloc(type_len + 1 + ctype_len + 1 + source_len + 1 + seid_len + 1 + pkey_len + 1 +
+		       c->payload_len + 1);
 	if (!type || !ctype || !block) {
 		free(block);
 		stmt_end(s);
 		return log_nomem();
 	}
-	c->event_type = block;
-	memcpy(c->event_type, type, type_len + 1);
-	c->content_type = block + type_len + 1;
-	memcpy(c->content_type, ctype, ctype_len + 1);
-	c->payload = block + type_len + 1 + ctype_len + 1;
+	at = block;
+	c->event_type = at;
+	memcpy(at, type, type_len + 1);
+	at += type_len + 1;
+	c->content_type = at;
+	memcpy(at, ctype, ctype_len + 1);
+	at += ctype_len + 1;
+	c->source = at;
+	if (source_len)
+		memcpy(at, source, source_len);
+	at[source_len] = '\0';
+	at += source_len + 1;
+	c->source_event_id = seid ? at : NULL;
+	if (seid)
+		memcpy(at, seid, seid_len + 1);
+	at += seid_len + 1;
+	c->partition_key = pkey ? at : NULL;
+	if (pkey)
+		memcpy(at, pkey, pkey_len + 1);
+	at += pkey_len + 1;
+	c->payload = at;
 	if (c->payload_len)
 		memcpy(c->payload, payload, c->payload_len);
 	((char *)c->payload)[c->payload_len] = '\0';

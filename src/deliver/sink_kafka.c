@@ -1,0 +1,394 @@
+/* sink_kafka.c: the Kafka member of the sink family (see sink_kafka.h).
+ *
+ * One producer per process (enable.idempotence, acks=all). Each attempt is one message
+ * with its own record (struct kafka_record) as librdkafka's opaque, so a delivery report
+ * that arrives after its attempt was abandoned (shutdown) finds a record without a job
+ * and is dropped. librdkafka signals its main queue on a pipe that the dispatcher
+ * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread. */
+#include "deliver/sink_kafka.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "core/metrics.h"
+#include "core/trace.h"
+#include "kafka/envelope.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#define TOPIC_MAX 256
+
+struct kafka_sink;
+
+/* One message handed to librdkafka, from producev to its delivery report. sj is NULL for
+ * a dead-letter message, or once its attempt was abandoned. */
+struct kafka_record {
+	struct kafka_sink *ks;
+	struct sink_job *sj;
+	char topic[TOPIC_MAX];
+	struct kafka_record *prev, *next;  /* in ks->records until the report frees it */
+};
+
+struct kafka_sink {
+	struct sink_env env;
+	const struct kafka_settings *settings;
+	rd_kafka_t *rk;
+	rd_kafka_queue_t *mainq;
+	int pipe_rd, pipe_wr;        /* librdkafka writes a byte when its main queue has work */
+	int in_flight;               /* records with a job */
+	struct kafka_record *records; /* every record librdkafka holds */
+};
+
+static void record_link(struct kafka_record *r)
+{
+	struct kafka_sink *ks = r->ks;
+	r->prev = NULL;
+	r->next = ks->records;
+	if (ks->records)
+		ks->records->prev = r;
+	ks->records = r;
+}
+
+static void record_unlink(struct kafka_record *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		r->ks->records = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	r->prev = r->next = NULL;
+}
+
+/* Ends the attempt of r's job with err (NO_ERROR: acknowledged at partition/offset). */
+static void record_report(struct kafka_record *r, rd_kafka_resp_err_t err, int32_t partition,
+			  int64_t offset)
+{
+	struct kafka_sink *ks = r->ks;
+	struct sink_job *sj = r->sj;
+	r->sj = NULL;
+	ks->in_flight--;
+	sj->code = kafka_error_code(err);
+	sj->retry_after_ms = -1;
+	if (!err) {
+		snprintf(sj->message, SINK_MSG_LEN, "acknowledged by Kafka (partition %d, offset %lld)",
+			 (int)partition, (long long)offset);
+		sj->cause[0] = '\0';
+	} else {
+		snprintf(sj->message, SINK_MSG_LEN, "%s", rd_kafka_err2name(err));
+		snprintf(sj->cause, SINK_CAUSE_LEN, "topic %s: %s", r->topic, rd_kafka_err2str(err));
+		metrics_kafka_produce_error(r->topic);
+	}
+	ks->env.done(ks->env.ctx, sj);
+}
+
+/* librdkafka's delivery report, served by rd_kafka_poll on the dispatcher's thread. */
+static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	(void)rk;
+	(void)opaque;
+	struct kafka_record *r = m->_private;
+	if (!r)
+		return;
+	record_unlink(r);
+	if (r->sj) {
+		record_report(r, m->err, m->partition, m->offset);
+	} else if (m->err) {
+		/* a dead-letter message, or an attempt handed back at shutdown */
+		log_warn("kafka: a message to %s was not acknowledged: %s", r->topic,
+			 rd_kafka_err2str(m->err));
+		metrics_kafka_produce_error(r->topic);
+	}
+	free(r);
+}
+
+static int kafka_accepts(const char *endpoint)
+{
+	return strncasecmp(endpoint, "kafka://", 8) == 0;
+}
+
+static void kafka_attach(void *priv, const struct sink_env *env)
+{
+	((struct kafka_sink *)priv)->env = *env;
+}
+
+/* Headers of every published message (DESIGN §7), then the subscription's own. */
+static rd_kafka_headers_t *message_headers(const struct store_claim *c,
+					   const struct subscription *s, uint64_t *rng)
+{
+	rd_kafka_headers_t *h = rd_kafka_headers_new(8 + (s ? s->n_headers : 0));
+	char trace[TRACEPARENT_LEN];
+	/* a span id of its own without stepping the dispatcher's generator */
+	uint64_t span = ((rng ? *rng : 0) ^ hash_fnv1a(c->delivery_id)) * 0x9E3779B97F4A7C15ULL | 1;
+	trace_child(c->traceparent, c->event_id, span, trace);
+	rd_kafka_header_add(h, "webhook-id", -1, c->event_id, -1);
+	rd_kafka_header_add(h, "outboxd-event-type", -1, c->event_type, -1);
+	rd_kafka_header_add(h, "outboxd-source", -1, c->source ? c->source : "", -1);
+	rd_kafka_header_add(h, "outboxd-delivery-id", -1, c->delivery_id, -1);
+	rd_kafka_header_add(h, "traceparent", -1, trace, -1);
+	rd_kafka_header_add(h, "content-type", -1, c->content_type, -1);
+	for (size_t i = 0; s && i < s->n_headers; i++)
+		rd_kafka_header_add(h, s->headers[i].name, -1, s->headers[i].value, -1);
+	return h;
+}
+
+/* The OutboxEvent of a claimed delivery (returned in *out), with the target and auth of
+ * auth_from when not NULL. */
+static int claim_envelope(const struct store_claim *c, const struct subscription *auth_from,
+			  const struct kafka_settings *st, void **out, size_t *len)
+{
+	struct envelope_out e = {
+		.id = c->source_event_id && c->source && strncmp(c->source, "kafka:", 6) == 0
+			      ? c->source_event_id : c->event_id,
+		.type = c->event_type,
+		.source = c->source,
+		.source_event_id = c->source_event_id,
+		.partition_key = c->partition_key,
+		.payload = c->payload,
+		.payload_len = c->payload_len,
+		.created_at_ms = c->event_created_at,
+		.traceparent = c->traceparent[0] ? c->traceparent : NULL,
+		.auth_from = auth_from,
+	};
+	if (auth_from) {
+		e.endpoint = auth_from->endpoint;
+		e.payload_type = auth_from->payload_format == PAYLOAD_BINARY ? 2 : 1;
+		e.headers = auth_from->headers;
+		e.n_headers = auth_from->n_headers;
+		e.subscription_id = auth_from->id;
+	}
+	return envelope_encode(&e, st->wire, st->schema_id, out, len);
+}
+
+static void kafka_send(void *priv, struct sink_job *sj)
+{
+	struct kafka_sink *ks = priv;
+	const struct store_claim *c = sj->claim;
+	const struct subscription *s = sj->sub;
+	struct kafka_record *r = calloc(1, sizeof(*r));
+	void *value = c->payload, *envelope = NULL;
+	size_t value_len = c->payload_len;
+	rd_kafka_resp_err_t err;
+
+	sj->retry_after_ms = -1;
+	sj->end_round = 0;
+	if (!r) {
+		sj->code = 520;
+		sj->end_round = 1;
+		snprintf(sj->message, SINK_MSG_LEN, "message could not be built");
+		snprintf(sj->cause, SINK_CAUSE_LEN, "out of memory");
+		ks->env.done(ks->env.ctx, sj);
+		return;
+	}
+	r->ks = ks;
+	r->sj = sj;
+	snprintf(r->topic, sizeof(r->topic), "%s", s->endpoint + 8);
+	if (s->payload_format == PAYLOAD_ENVELOPE) {
+		/* never with credentials: the subscriber gets the event, not our secrets */
+		if (claim_envelope(c, NULL, ks->settings, &envelope, &value_len)) {
+			free(r);
+			sj->code = 520;
+			sj->end_round = 1;
+			snprintf(sj->message, SINK_MSG_LEN, "message could not be built");
+			snprintf(sj->cause, SINK_CAUSE_LEN, "the OutboxEvent could not be encoded");
+			ks->env.done(ks->env.ctx, sj);
+			return;
+		}
+		value = envelope;
+	}
+	const char *key = c->partition_key ? c->partition_key : c->event_id;
+	rd_kafka_headers_t *hdrs = message_headers(c, s, sj->rng);
+	record_link(r);
+	ks->in_flight++;
+	err = rd_kafka_producev(ks->rk, RD_KAFKA_V_TOPIC(r->topic),
+				RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+				RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(value, value_len),
+				RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_END);
+	free(envelope);
+	if (err) {
+		/* not queued: the headers and the record are still ours */
+		rd_kafka_headers_destroy(hdrs);
+		record_unlink(r);
+		record_report(r, err, -1, -1);
+		free(r);
+	}
+}
+
+static int kafka_fd(void *priv)
+{
+	return ((struct kafka_sink *)priv)->pipe_rd;
+}
+
+static void kafka_run(void *priv)
+{
+	struct kafka_sink *ks = priv;
+	char drain[64];
+	while (read(ks->pipe_rd, drain, sizeof(drain)) > 0)
+		;
+	rd_kafka_poll(ks->rk, 0);
+}
+
+/* The pipe says when reports arrive; a slow poll besides keeps librdkafka's other
+ * callbacks (errors, statistics) served while messages are out. */
+static int64_t kafka_wait_us(void *priv, int64_t now_us)
+{
+	(void)now_us;
+	return ((struct kafka_sink *)priv)->in_flight ? 100 * 1000 : -1;
+}
+
+static int kafka_busy(void *priv)
+{
+	return ((struct kafka_sink *)priv)->in_flight;
+}
+
+/* Shutdown: the attempts still waiting for a report are handed back; their records stay
+ * with librdkafka (freed by the report, or at close). */
+static void kafka_abort(void *priv)
+{
+	struct kafka_sink *ks = priv;
+	for (struct kafka_record *r = ks->records; r; r = r->next) {
+		struct sink_job *sj = r->sj;
+		if (!sj)
+			continue;
+		r->sj = NULL;
+		ks->in_flight--;
+		ks->env.abandoned(ks->env.ctx, sj);
+	}
+}
+
+static void kafka_close(void *priv)
+{
+	struct kafka_sink *ks = priv;
+	/* dead-letter messages still queued get a moment to leave */
+	if (rd_kafka_flush(ks->rk, 3000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		log_warn("kafka: %d messages were not acknowledged before shutdown",
+			 rd_kafka_outq_len(ks->rk));
+	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_poll(ks->rk, 0); /* reports of purged messages free their records */
+	rd_kafka_queue_destroy(ks->mainq);
+	rd_kafka_destroy(ks->rk);
+	/* the dispatcher stopped before: no record has a job; free what got no report */
+	while (ks->records) {
+		struct kafka_record *r = ks->records;
+		record_unlink(r);
+		free(r);
+	}
+	close(ks->pipe_rd);
+	close(ks->pipe_wr);
+	free(ks);
+}
+
+static const struct sink_ops kafka_ops = {
+	.name = "kafka",
+	.accepts = kafka_accepts,
+	.attach = kafka_attach,
+	.send = kafka_send,
+	.fd = kafka_fd,
+	.run = kafka_run,
+	.wait_us = kafka_wait_us,
+	.busy = kafka_busy,
+	.abort = kafka_abort,
+	.close = kafka_close,
+};
+
+struct sink *sink_kafka_open(const struct kafka_settings *st, char *err, size_t errlen)
+{
+	struct sink *s = calloc(1, sizeof(*s));
+	struct kafka_sink *ks = calloc(1, sizeof(*ks));
+	rd_kafka_conf_t *conf = NULL;
+	char why[512];
+	int fds[2] = {-1, -1};
+
+	if (!s || !ks || pipe2(fds, O_NONBLOCK | O_CLOEXEC)) {
+		snprintf(err, errlen, "kafka producer: out of memory or pipes (errno %d)", errno);
+		goto fail;
+	}
+	ks->settings = st;
+	ks->pipe_rd = fds[0];
+	ks->pipe_wr = fds[1];
+	if (!(conf = kafka_conf_new(st, "producer", err, errlen)) ||
+	    kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) ||
+	    kafka_conf_set(conf, "acks", "all", err, errlen) ||
+	    kafka_conf_set(conf, "linger.ms", "2", err, errlen) ||
+	    kafka_conf_set(conf, "message.timeout.ms", "30000", err, errlen))
+		goto fail;
+	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
+	if (!(ks->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why)))) {
+		snprintf(err, errlen, "kafka producer: %s", why);
+		goto fail;
+	}
+	conf = NULL; /* the handle owns it */
+	ks->mainq = rd_kafka_queue_get_main(ks->rk);
+	rd_kafka_queue_io_event_enable(ks->mainq, ks->pipe_wr, "1", 1);
+	s->ops = &kafka_ops;
+	s->priv = ks;
+	return s;
+fail:
+	if (conf)
+		rd_kafka_conf_destroy(conf);
+	if (fds[0] >= 0) {
+		close(fds[0]);
+		close(fds[1]);
+	}
+	free(ks);
+	free(s);
+	return NULL;
+}
+
+void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct subscription *s,
+			    const struct store_result *r)
+{
+	struct sink *sk = ctx;
+	struct kafka_sink *ks = sk->priv;
+	const struct kafka_settings *st = ks->settings;
+	char topic[TOPIC_MAX], code[16], attempts[16];
+	void *value = NULL;
+	size_t len = 0;
+
+	if (!st->dead_letter || !*st->dead_letter || !c->source ||
+	    strncmp(c->source, "kafka:", 6) != 0)
+		return;
+	if (kafka_dead_letter_topic(st->dead_letter, c->source + 6, topic, sizeof(topic))) {
+		log_error("kafka: the dead-letter topic for %s is too long", c->source + 6);
+		return;
+	}
+	struct kafka_record *rec = calloc(1, sizeof(*rec));
+	if (!rec || claim_envelope(c, s, st, &value, &len)) {
+		log_error("kafka: delivery %s could not be encoded for the dead-letter topic %s",
+			  c->delivery_id, topic);
+		free(rec);
+		return;
+	}
+	rec->ks = ks;
+	snprintf(rec->topic, sizeof(rec->topic), "%s", topic);
+	record_link(rec);
+	snprintf(code, sizeof(code), "%d", r->last_code > 0 ? r->last_code : 0);
+	snprintf(attempts, sizeof(attempts), "%d", r->attempt_count);
+	rd_kafka_headers_t *h = message_headers(c, NULL, NULL);
+	rd_kafka_header_add(h, "outboxd-error-code", -1, code, -1);
+	rd_kafka_header_add(h, "outboxd-error-message", -1, r->last_message ? r->last_message : "", -1);
+	rd_kafka_header_add(h, "outboxd-error-cause", -1, r->last_cause ? r->last_cause : "", -1);
+	rd_kafka_header_add(h, "outboxd-attempts", -1, attempts, -1);
+	rd_kafka_header_add(h, "outboxd-source-topic", -1, c->source + 6, -1);
+	const char *key = c->partition_key ? c->partition_key : c->event_id;
+	rd_kafka_resp_err_t err = rd_kafka_producev(
+		ks->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(value, len),
+		RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(rec), RD_KAFKA_V_END);
+	free(value);
+	if (err) {
+		rd_kafka_headers_destroy(h);
+		record_unlink(rec);
+		log_warn("kafka: delivery %s could not be queued for the dead-letter topic %s: %s",
+			 c->delivery_id, topic, rd_kafka_err2str(err));
+		metrics_kafka_produce_error(topic);
+		free(rec);
+		return;
+	}
+	log_info("kafka: delivery %s dead-lettered to %s", c->delivery_id, topic);
+}

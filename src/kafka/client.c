@@ -1,0 +1,130 @@
+/* client.c: the librdkafka configuration every outboxd Kafka client starts from (see
+ * client.h). Property values are never logged: kafka_config may carry SASL passwords. */
+#include "kafka/client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/log.h"
+
+/* librdkafka's own log lines (broker down, metadata errors) at outboxd's levels. They
+ * name brokers and topics, never property values. */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	(void)rk;
+	if (level <= 3)
+		log_error("kafka: %s: %s", fac, buf);
+	else if (level <= 4)
+		log_warn("kafka: %s: %s", fac, buf);
+	else if (level <= 6)
+		log_info("kafka: %s: %s", fac, buf);
+	else
+		log_debug("kafka: %s: %s", fac, buf);
+}
+
+int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *err,
+		   size_t errlen)
+{
+	char why[256];
+	if (rd_kafka_conf_set(conf, name, value, why, sizeof(why)) != RD_KAFKA_CONF_OK) {
+		/* why may quote the value: say only which property and that it was refused */
+		snprintf(err, errlen, "kafka: property %s was refused by librdkafka", name);
+		return -1;
+	}
+	return 0;
+}
+
+/* Applies "k=v;k=v" (spaces around keys trimmed). */
+static int apply_properties(rd_kafka_conf_t *conf, const char *text, char *err, size_t errlen)
+{
+	char *copy = strdup(text), *save = NULL;
+	int rc = 0;
+	if (!copy) {
+		snprintf(err, errlen, "kafka: out of memory");
+		return -1;
+	}
+	for (char *item = strtok_r(copy, ";", &save); item && !rc; item = strtok_r(NULL, ";", &save)) {
+		while (*item == ' ')
+			item++;
+		if (!*item)
+			continue;
+		char *eq = strchr(item, '=');
+		if (!eq || eq == item) {
+			snprintf(err, errlen, "kafka_config: \"key=value\" expected in each ;-separated item");
+			rc = -1;
+			break;
+		}
+		*eq = '\0';
+		for (char *e = eq - 1; e > item && *e == ' '; e--)
+			*e = '\0';
+		rc = kafka_conf_set(conf, item, eq + 1, err, errlen);
+	}
+	memset(copy, 0, strlen(text)); /* may hold a password */
+	free(copy);
+	return rc;
+}
+
+rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *role, char *err,
+				size_t errlen)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char client_id[96], host[64] = "localhost";
+	gethostname(host, sizeof(host) - 1);
+	snprintf(client_id, sizeof(client_id), "outboxd-%s-%s", role, host);
+	if (kafka_conf_set(conf, "bootstrap.servers", ks->brokers, err, errlen) ||
+	    kafka_conf_set(conf, "client.id", client_id, err, errlen) ||
+	    (ks->properties && *ks->properties &&
+	     apply_properties(conf, ks->properties, err, errlen))) {
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
+	rd_kafka_conf_set_log_cb(conf, log_cb);
+	return conf;
+}
+
+int kafka_error_code(rd_kafka_resp_err_t err)
+{
+	switch (err) {
+	case RD_KAFKA_RESP_ERR_NO_ERROR:
+		return 200;
+	case RD_KAFKA_RESP_ERR__TRANSPORT:
+	case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+	case RD_KAFKA_RESP_ERR__RESOLVE:
+	case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+	case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+		return 503;
+	case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+	case RD_KAFKA_RESP_ERR__TIMED_OUT:
+	case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+		return 504;
+	case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+	case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+	case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+		return 404;
+	case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+		return 413;
+	case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+	case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+	case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+	case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+		return 403;
+	case RD_KAFKA_RESP_ERR__SSL:
+		return 525;
+	default:
+		return 520;
+	}
+}
+
+int kafka_dead_letter_topic(const char *pattern, const char *source_topic, char *out,
+			    size_t outlen)
+{
+	const char *mark = strstr(pattern, "{topic}");
+	int n = mark ? snprintf(out, outlen, "%.*s%s%s", (int)(mark - pattern), pattern,
+				source_topic, mark + 7)
+		     : snprintf(out, outlen, "%s", pattern);
+	return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}

@@ -1,0 +1,89 @@
+/* envelope.h: the OutboxEvent envelope of the seeds' Kafka topics (DESIGN §7,
+ * proto/outboxd/v1/outbox_event.proto) between bytes and plain structs.
+ *
+ * Only envelope.c sees protobuf-c's generated types. Reading accepts plain protobuf and
+ * the Schema Registry wire format (a protobuf message never starts with byte 0); writing
+ * frames as the caller asks. envelope_subscription_doc turns the target an envelope names
+ * (endpoint, auth, payload type, timeout, headers) into the subscription document through
+ * which outboxd delivers it, with an id derived from the document itself. */
+#ifndef OUTBOXD_KAFKA_ENVELOPE_H
+#define OUTBOXD_KAFKA_ENVELOPE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/model.h"
+
+enum envelope_wire { ENVELOPE_WIRE_PLAIN = 0, ENVELOPE_WIRE_CONFLUENT = 1 };
+
+/* AuthType and PayloadType values of the .proto (the contract's numbers). */
+enum {
+	ENVELOPE_AUTH_NONE = 0, ENVELOPE_AUTH_BASIC = 1, ENVELOPE_AUTH_OAUTH = 2,
+	ENVELOPE_AUTH_HEADER_TOKEN = 3, ENVELOPE_AUTH_JWT_HEADER = 4,
+	ENVELOPE_AUTH_QUERY_PARAMETER = 5, ENVELOPE_AUTH_API_KEY = 6,
+};
+enum { ENVELOPE_PAYLOAD_UNSPECIFIED = 0, ENVELOPE_PAYLOAD_JSON = 1, ENVELOPE_PAYLOAD_BINARY = 2 };
+enum { ENVELOPE_PROTOCOL_UNSPECIFIED = 0, ENVELOPE_PROTOCOL_HTTP = 1, ENVELOPE_PROTOCOL_KAFKA = 2 };
+
+/* A decoded envelope. Every string is owned and NUL-terminated ("" when the field was
+ * empty, as proto3 cannot tell); payload is owned (NULL when empty). */
+struct envelope {
+	char *id, *type, *source, *source_event_id, *partition_key;
+	void *payload;
+	size_t payload_len;
+	int64_t created_at_ms;
+	char *endpoint;
+	int protocol;              /* as sent, unknown values kept */
+	int has_auth;
+	int auth_type;             /* as sent, unknown values kept */
+	char *username, *password, *token, *param, *header, *grant_type, *token_url,
+		*client_id, *client_secret, *scope, *audience;
+	int payload_type;          /* as sent */
+	uint32_t timeout_ms;
+	struct header_kv *headers; /* owned */
+	size_t n_headers;
+	char *subscription_id, *traceparent;
+};
+
+/* Decodes a Kafka message value (borrowed) into out (members returned; envelope_free).
+ * Returns 0, or -1 with a one-line reason in why and out zeroed. An envelope without an
+ * event or with an empty event.type is refused. */
+int envelope_decode(const void *data, size_t len, struct envelope *out, char *why, size_t whylen);
+void envelope_free(struct envelope *e);   /* frees members, zeroes e */
+
+/* What envelope_encode writes (all borrowed; NULL strings are empty fields). */
+struct envelope_out {
+	const char *id, *type, *source, *source_event_id, *partition_key;
+	const void *payload;
+	size_t payload_len;
+	int64_t created_at_ms;
+	const char *endpoint;
+	int protocol;
+	int payload_type;
+	uint32_t timeout_ms;
+	const struct header_kv *headers;
+	size_t n_headers;
+	const char *traceparent, *subscription_id;
+	const struct subscription *auth_from; /* its auth goes in the envelope; NULL: none */
+};
+
+/* Encodes in with the framing wire (confluent: byte 0, schema_id big-endian, message
+ * index [0] as one 0 byte). *out is returned (free it). Returns 0, or -1 (memory). */
+int envelope_encode(const struct envelope_out *in, enum envelope_wire wire, uint32_t schema_id,
+		    void **out, size_t *len);
+
+/* The subscription document (returned) for the target e names: endpoint (protocol KAFKA:
+ * kafka://endpoint), auth, payload_format, timeout, headers, event_types [], origin
+ * "kafka_envelope", name "envelope:" + 16 hex digits of the id. The id, written to id_out,
+ * is a SHA-256 of the canonical document shaped as a UUID (version 8), so one target maps
+ * to one subscription and a changed credential to another. NULL with why set when the
+ * target cannot be a subscription (an unknown auth type, a missing credential); the
+ * caller still validates the document (sub_codec_parse) for the rest (the URL). */
+json_t *envelope_subscription_doc(const struct envelope *e, char id_out[UUID_STR_LEN], char *why,
+				  size_t whylen);
+
+/* A UUID-shaped id (version 8, RFC 9562 custom) from a SHA-256 of len bytes of data. */
+void envelope_hash_id(const void *data, size_t len, char out[UUID_STR_LEN]);
+
+#endif
