@@ -311,11 +311,13 @@ struct sink *sink_kafka_open(const struct kafka_settings *st, char *err, size_t 
 	ks->settings = st;
 	ks->pipe_rd = fds[0];
 	ks->pipe_wr = fds[1];
-	if (!(conf = kafka_conf_new(st, "producer", err, errlen)) ||
-	    kafka_conf_set(conf, "enable.idempotence", "true", err, errlen) ||
-	    kafka_conf_set(conf, "acks", "all", err, errlen) ||
-	    kafka_conf_set(conf, "linger.ms", "2", err, errlen) ||
-	    kafka_conf_set(conf, "message.timeout.ms", "30000", err, errlen))
+	/* acks=all and idempotence: a message is acknowledged once, by every in-sync
+	 * replica; message.timeout.ms bounds how long an attempt waits for its report */
+	static const char *const defaults[] = {
+		"enable.idempotence", "true", "acks", "all", "linger.ms", "2",
+		"message.timeout.ms", "30000", NULL,
+	};
+	if (!(conf = kafka_conf_new(st, "producer", defaults, err, errlen)))
 		goto fail;
 	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
 	if (!(ks->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why)))) {

@@ -593,11 +593,12 @@ struct kafka_intake *kafka_intake_start(store *st, struct sub_registry *reg,
 	snprintf(ki->why, sizeof(ki->why), "not probed yet");
 	if (parse_topics(ki, cfg->settings->intake, err, errlen))
 		goto fail;
-	if (!(conf = kafka_conf_new(cfg->settings, "intake", err, errlen)) ||
-	    kafka_conf_set(conf, "group.id", cfg->settings->group, err, errlen) ||
-	    kafka_conf_set(conf, "enable.auto.commit", "false", err, errlen) ||
-	    kafka_conf_set(conf, "auto.offset.reset", "earliest", err, errlen) ||
-	    kafka_conf_set(conf, "enable.partition.eof", "false", err, errlen))
+	/* the seeds' consumer: earliest offset, manual commit (after the store's) */
+	const char *const defaults[] = {
+		"group.id", cfg->settings->group, "enable.auto.commit", "false",
+		"auto.offset.reset", "earliest", "enable.partition.eof", "false", NULL,
+	};
+	if (!(conf = kafka_conf_new(cfg->settings, "intake", defaults, err, errlen)))
 		goto fail;
 	if (!(ki->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why)))) {
 		snprintf(err, errlen, "kafka intake: %s", why);

@@ -66,16 +66,25 @@ static int apply_properties(rd_kafka_conf_t *conf, const char *text, char *err, 
 	return rc;
 }
 
-rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *role, char *err,
-				size_t errlen)
+rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *role,
+				const char *const *defaults, char *err, size_t errlen)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char client_id[96], host[64] = "localhost";
 	gethostname(host, sizeof(host) - 1);
 	snprintf(client_id, sizeof(client_id), "outboxd-%s-%s", role, host);
 	if (kafka_conf_set(conf, "bootstrap.servers", ks->brokers, err, errlen) ||
-	    kafka_conf_set(conf, "client.id", client_id, err, errlen) ||
-	    (ks->properties && *ks->properties &&
+	    kafka_conf_set(conf, "client.id", client_id, err, errlen)) {
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
+	for (const char *const *d = defaults; d && d[0]; d += 2) {
+		if (kafka_conf_set(conf, d[0], d[1], err, errlen)) {
+			rd_kafka_conf_destroy(conf);
+			return NULL;
+		}
+	}
+	if ((ks->properties && *ks->properties &&
 	     apply_properties(conf, ks->properties, err, errlen))) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;

@@ -25,12 +25,13 @@ struct kafka_settings {
 };
 
 /* A new librdkafka configuration with bootstrap.servers, client.id, the log callback
- * (librdkafka's lines go to outboxd's log) and the extra properties (returned; owned by
- * the caller until rd_kafka_new takes it). role names the client in errors ("producer").
- * NULL with a message in err when a property is refused: the message names the property,
- * never its value. */
-rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *role, char *err,
-				size_t errlen);
+ * (librdkafka's lines go to outboxd's log), then defaults (NULL-terminated name, value
+ * pairs: outboxd's choices for this client), then the operator's kafka_config, which
+ * may override any of them (returned; owned by the caller until rd_kafka_new takes it).
+ * role names the client ("producer"). NULL with a message in err when a property is
+ * refused: the message names the property, never its value. */
+rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *role,
+				const char *const *defaults, char *err, size_t errlen);
 
 /* Sets one property on conf; -1 with err naming it when librdkafka refuses it. */
 int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *err,

@@ -414,8 +414,9 @@ json_t *envelope_subscription_doc(const struct envelope *e, char id_out[UUID_STR
 	json_object_set_new(doc, "endpoint", json_string(url));
 	json_object_set_new(doc, "event_types", json_array());
 	json_object_set_new(doc, "origin", json_string("kafka_envelope"));
-	json_object_set_new(doc, "payload_format", json_string(
-		e->payload_type == ENVELOPE_PAYLOAD_BINARY ? "binary" : "json"));
+	/* no payload_format: each event carries its content type (the envelope's
+	 * payload_type), so JSON and binary envelopes to one target share one subscription,
+	 * its breaker and its token cache */
 	if (auth)
 		json_object_set_new(doc, "auth", auth);
 	if (e->timeout_ms) {

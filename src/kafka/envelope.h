@@ -74,7 +74,7 @@ int envelope_encode(const struct envelope_out *in, enum envelope_wire wire, uint
 		    void **out, size_t *len);
 
 /* The subscription document (returned) for the target e names: endpoint (protocol KAFKA:
- * kafka://endpoint), auth, payload_format, timeout, headers, event_types [], origin
+ * kafka://endpoint), auth, timeout, headers, event_types [], origin
  * "kafka_envelope", name "envelope:" + 16 hex digits of the id. The id, written to id_out,
  * is a SHA-256 of the canonical document shaped as a UUID (version 8), so one target maps
  * to one subscription and a changed credential to another. NULL with why set when the

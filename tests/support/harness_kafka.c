@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
 
 struct kafka_mock {
 	pid_t pid;
@@ -214,8 +214,28 @@ int kcat_produce_many(const char *bootstrap, const char *topic, size_t n,
 	return produce(bootstrap, topic, NULL, n, values, lens, NULL);
 }
 
-int kcat_consume(const char *bootstrap, const char *topic, size_t n, int timeout_ms,
-		 struct kcat_msg **out, size_t *got)
+/* Reads a decimal number followed by one space. */
+static int read_num(FILE *f, long *out)
+{
+	return fscanf(f, "%ld", out) == 1 && fgetc(f) == ' ' ? 0 : -1;
+}
+
+/* Reads len bytes (len < 0: none) into a returned NUL-terminated string. */
+static char *read_bytes(FILE *f, long len)
+{
+	char *s = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
+	if (s && len > 0 && fread(s, 1, (size_t)len, f) != (size_t)len) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* One kcat run. Binary-safe: each message is written as "PARTITION OFFSET KEYLEN
+ * VALUELEN " then the key and value bytes (lengths from kcat's %K and %S, -1 for none),
+ * then the headers and a newline. */
+static int consume_once(const char *bootstrap, const char *topic, size_t n, int timeout_ms,
+			struct kcat_msg **out, size_t *got)
 {
 	char path[] = "/tmp/outboxd-kcat-out-XXXXXX", count[32], secs[32];
 	int fd = mkstemp(path);
@@ -229,46 +249,65 @@ int kcat_consume(const char *bootstrap, const char *topic, size_t n, int timeout
 	/* timeout(1) bounds it: -e alone waits for partitions that never see their end
 	 * while a broker is unreachable */
 	char *argv[] = {"timeout", secs, "kcat", "-C", "-b", (char *)bootstrap, "-t", (char *)topic,
-			"-o", "beginning", "-c", count, "-e", "-J", NULL};
+			"-o", "beginning", "-c", count, "-e", "-q", "-f", "%p %o %K %S %k%s%h\n",
+			NULL};
 	int status = run(argv, path);
 	if (status != 0 && status != 124)
 		fprintf(stderr, "harness_kafka: kcat -C exited with %d\n", status);
 	FILE *f = fopen(path, "r");
-	char *line = NULL;
-	size_t cap = 0;
 	struct kcat_msg *m = calloc(n + 1, sizeof(*m));
-	while (f && m && *got < n && getline(&line, &cap, f) > 0) {
-		json_t *j = json_loads(line, 0, NULL);
-		if (!j)
-			continue;
-		struct kcat_msg *x = &m[(*got)++];
-		const char *key = json_string_value(json_object_get(j, "key"));
-		const char *payload = json_string_value(json_object_get(j, "payload"));
-		x->key = strdup(key ? key : "");
-		x->value = strdup(payload ? payload : "");
-		x->len = strlen(x->value);
-		x->partition = (int)json_integer_value(json_object_get(j, "partition"));
-		x->offset = (long)json_integer_value(json_object_get(j, "offset"));
-		json_t *h = json_object_get(j, "headers");
-		size_t hlen = 1;
-		for (size_t i = 0; i < json_array_size(h); i++)
-			hlen += strlen(json_string_value(json_array_get(h, i)) ?: "") + 1;
-		x->headers = calloc(1, hlen);
-		for (size_t i = 0; i + 1 < json_array_size(h); i += 2) {
-			if (i)
-				strcat(x->headers, ",");
-			strcat(x->headers, json_string_value(json_array_get(h, i)) ?: "");
-			strcat(x->headers, "=");
-			strcat(x->headers, json_string_value(json_array_get(h, i + 1)) ?: "");
+	while (f && m && *got < n) {
+		long part, off, klen, vlen;
+		if (read_num(f, &part) || read_num(f, &off) || read_num(f, &klen) || read_num(f, &vlen))
+			break;
+		struct kcat_msg *x = &m[*got];
+		char *line = NULL;
+		size_t cap = 0;
+		x->partition = (int)part;
+		x->offset = off;
+		x->key = read_bytes(f, klen);
+		x->value = read_bytes(f, vlen);
+		x->len = vlen > 0 ? (size_t)vlen : 0;
+		ssize_t hl = getline(&line, &cap, f);
+		if (!x->key || !x->value || hl < 0) {
+			free(line);
+			break;
 		}
-		json_decref(j);
+		line[strcspn(line, "\n")] = '\0';
+		x->headers = line;
+		(*got)++;
 	}
-	free(line);
 	if (f)
 		fclose(f);
 	unlink(path);
 	*out = m;
 	return m ? 0 : -1;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* kcat -e stops at the partitions' current end: while fewer than n messages are there
+ * (a publish still on its way), read again until the deadline. */
+int kcat_consume(const char *bootstrap, const char *topic, size_t n, int timeout_ms,
+		 struct kcat_msg **out, size_t *got)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	for (;;) {
+		int left = (int)(deadline - now_ms());
+		if (consume_once(bootstrap, topic, n, left > 1000 ? left : 1000, out, got))
+			return -1;
+		if (*got >= n || now_ms() >= deadline)
+			return 0;
+		kcat_msgs_free(*out, *got);
+		*out = NULL;
+		*got = 0;
+		usleep(200 * 1000);
+	}
 }
 
 void kcat_msgs_free(struct kcat_msg *m, size_t n)

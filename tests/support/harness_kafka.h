@@ -31,8 +31,8 @@ int kcat_produce(const char *bootstrap, const char *topic, const char *key, cons
 int kcat_produce_many(const char *bootstrap, const char *topic, size_t n,
 		      const void *const *values, const size_t *lens, const char *const *keys);
 
-/* A message read back. value is NUL-terminated (len excludes it); headers is
- * "name=value,name=value" (kcat's order). */
+/* A message read back, bytes as they are. value is NUL-terminated (len excludes it);
+ * headers is "name=value,name=value" (kcat's %h). */
 struct kcat_msg {
 	char *key;                 /* "" when none */
 	char *value;
@@ -41,8 +41,9 @@ struct kcat_msg {
 	int partition;
 	long offset;
 };
-/* Reads up to n messages of topic from the beginning (kcat -C -J -e) within timeout_ms.
- * Values must be text (kcat's JSON output). *out is returned (kcat_msgs_free). Returns 0
+/* Reads up to n messages of topic from the beginning (kcat -C -J -e), again and again
+ * until n are there or timeout_ms passed.
+ * *out is returned (kcat_msgs_free). Returns 0
  * when kcat ran, whatever it found (*got says how many); -1 when it could not run. */
 int kcat_consume(const char *bootstrap, const char *topic, size_t n, int timeout_ms,
 		 struct kcat_msg **out, size_t *got);

@@ -1,0 +1,529 @@
+/* test_kafka.c: the seeds' Kafka roles, seen from outside (DESIGN §7, docs/kafka.md).
+ *
+ * A real Kafka protocol peer: librdkafka's mock cluster served over TCP by
+ * tests/support/kafka_mock.c, with kcat as the outside producer and consumer, the real
+ * daemon and the test receiver as subscriber and OAuth2 token endpoint. Envelopes are
+ * encoded here with protobuf-c's code for proto/outboxd/v1/outbox_event.proto, not with
+ * outboxd's own encoder, so both sides of the contract are checked.
+ *
+ *  - Outbox Processor: 40 envelopes (half in the Schema Registry wire format) with basic
+ *    and OAuth2 auth, JSON and binary payloads, delivered byte for byte; a poison message
+ *    is a dead delivery with its raw bytes while its partition keeps flowing.
+ *  - Event Hub relay: a kafka:// subscription publishes 30 events that kcat reads back
+ *    with their keys and headers.
+ *  - kill -9 while consuming 300 envelopes: after a restart every one is delivered.
+ *  - a broker down mid-publish: failed attempts, retries, recovery, nothing lost.
+ *  - the DLT round trip: exhausted -> DLT topic -> dlt intake -> scheduled retry ->
+ *    PROCESSED. */
+#include "e2e.h"
+#include "harness_kafka.h"
+#include "harness_pg.h"
+
+#include <openssl/evp.h>
+
+#include "outboxd/v1/outbox_event.pb-c.h"
+
+static struct kafka_mock *mock;
+static struct receiver rcv;
+static struct daemon dmn;
+
+static int setup(void **state)
+{
+	(void)state;
+	assert_non_null(mock = kafka_mock_start(1));
+	assert_int_equal(receiver_start(&rcv), 0);
+	memset(&dmn, 0, sizeof(dmn));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	daemon_cleanup(&dmn);
+	receiver_stop(&rcv);
+	kafka_mock_stop(mock);
+	mock = NULL;
+	return 0;
+}
+
+/* ---- envelopes --------------------------------------------------------------------------- */
+
+struct env_spec {
+	const char *id;
+	const char *type;
+	const char *endpoint;
+	const void *payload;
+	size_t payload_len;
+	int binary;
+	Outboxd__V1__AuthType auth;
+	const char *user, *pass, *token_url, *client_id, *client_secret;
+	int confluent;      /* Schema Registry framing: 0, schema id 7, index list [0] */
+};
+
+/* Encodes s; returned (free it), *len set. */
+static void *encode(const struct env_spec *s, size_t *len)
+{
+	Outboxd__V1__Event ev = OUTBOXD__V1__EVENT__INIT;
+	Outboxd__V1__Auth auth = OUTBOXD__V1__AUTH__INIT;
+	Outboxd__V1__OutboxEvent oe = OUTBOXD__V1__OUTBOX_EVENT__INIT;
+	Outboxd__V1__OutboxEvent__HeadersEntry hdr = OUTBOXD__V1__OUTBOX_EVENT__HEADERS_ENTRY__INIT;
+	Outboxd__V1__OutboxEvent__HeadersEntry *hdrs[1] = {&hdr};
+
+	ev.id = (char *)s->id;
+	ev.type = (char *)s->type;
+	ev.source = "billing";
+	ev.payload.data = (uint8_t *)s->payload;
+	ev.payload.len = s->payload_len;
+	oe.event = &ev;
+	oe.endpoint = (char *)(s->endpoint ? s->endpoint : "");
+	oe.payload_type = s->binary ? OUTBOXD__V1__PAYLOAD_TYPE__PAYLOAD_TYPE_BINARY
+				    : OUTBOXD__V1__PAYLOAD_TYPE__PAYLOAD_TYPE_JSON;
+	hdr.key = "X-Envelope";
+	hdr.value = "yes";
+	oe.n_headers = 1;
+	oe.headers = hdrs;
+	if (s->auth) {
+		auth.type = s->auth;
+		if (s->user)
+			auth.username = (char *)s->user;
+		if (s->pass)
+			auth.password = (char *)s->pass;
+		if (s->token_url)
+			auth.token_url = (char *)s->token_url;
+		if (s->client_id)
+			auth.client_id = (char *)s->client_id;
+		if (s->client_secret)
+			auth.client_secret = (char *)s->client_secret;
+		if (s->auth == OUTBOXD__V1__AUTH_TYPE__OAUTH)
+			auth.grant_type = "client_credentials";
+		oe.auth = &auth;
+	}
+	size_t plen = outboxd__v1__outbox_event__get_packed_size(&oe), off = s->confluent ? 6 : 0;
+	uint8_t *out = malloc(plen + off);
+	assert_non_null(out);
+	if (s->confluent) {
+		out[0] = 0;
+		out[1] = out[2] = out[3] = 0;
+		out[4] = 7;  /* schema id 7, big-endian */
+		out[5] = 0;  /* message indexes: [0] */
+	}
+	outboxd__v1__outbox_event__pack(&oe, out + off);
+	*len = plen + off;
+	return out;
+}
+
+static char *b64(const void *data, size_t len)
+{
+	char *out = malloc(4 * ((len + 2) / 3) + 1);
+	assert_non_null(out);
+	EVP_EncodeBlock((unsigned char *)out, data, (int)len);
+	return out;
+}
+
+static const char *header_of(json_t *req, const char *name)
+{
+	return json_string_value(json_object_get(json_object_get(req, "headers"), name));
+}
+
+/* The environment of a daemon consuming intake with Kafka at the mock. */
+static void kafka_env(char brokers[256], const char *intake)
+{
+	snprintf(brokers, 256, "OUTBOXD_KAFKA_BROKERS=%s", kafka_mock_bootstrap(mock));
+	(void)intake;
+}
+
+/* ---- Outbox Processor ---------------------------------------------------------------------- */
+
+#define ENVELOPES 40
+
+static void test_envelopes_delivered_with_their_auth(void **state)
+{
+	(void)state;
+	char brokers[256], basic_url[128], oauth_url[128], token_url[128];
+	void *values[ENVELOPES + 1];
+	size_t lens[ENVELOPES + 1];
+	unsigned char binary[256];
+	char payloads[ENVELOPES][64], ids[ENVELOPES][40];
+
+	for (int i = 0; i < 256; i++)
+		binary[i] = (unsigned char)i;
+	assert_int_equal(receiver_script(&rcv, "/token",
+					 "{\"default\":{\"status\":200,\"headers\":{\"Content-Type\":"
+					 "\"application/json\"},\"body\":\"{\\\"access_token\\\":"
+					 "\\\"tok-kafka\\\",\\\"token_type\\\":\\\"Bearer\\\","
+					 "\\\"expires_in\\\":3600}\"}}"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic orders 1"), 0);
+	snprintf(basic_url, sizeof(basic_url), "%s/basic", rcv.url);
+	snprintf(oauth_url, sizeof(oauth_url), "%s/oauth", rcv.url);
+	snprintf(token_url, sizeof(token_url), "%s/token", rcv.url);
+
+	/* 40 envelopes on one partition: even ones basic, odd ones OAuth2; every fourth
+	 * binary; half in the Schema Registry wire format. A poison message sits between
+	 * envelope 19 and 20. */
+	size_t k = 0;
+	for (int i = 0; i < ENVELOPES; i++) {
+		struct env_spec s = {0};
+		snprintf(ids[i], sizeof(ids[i]), "0190a0b0-0000-7000-8000-%012d", i);
+		snprintf(payloads[i], sizeof(payloads[i]), "{\"order\":%d,\"note\":\"caf\\u00e9\"}", i);
+		s.id = ids[i];
+		s.type = "order.created";
+		s.binary = i % 4 == 3;
+		s.payload = s.binary ? (const void *)binary : payloads[i];
+		s.payload_len = s.binary ? sizeof(binary) : strlen(payloads[i]);
+		s.confluent = i % 2;
+		if (i % 2 == 0) {
+			s.endpoint = basic_url;
+			s.auth = OUTBOXD__V1__AUTH_TYPE__BASIC_AUTH;
+			s.user = "alice";
+			s.pass = "s3cret-basic";
+		} else {
+			s.endpoint = oauth_url;
+			s.auth = OUTBOXD__V1__AUTH_TYPE__OAUTH;
+			s.token_url = token_url;
+			s.client_id = "outboxd";
+			s.client_secret = "s3cret-client";
+		}
+		if (i == 20) {
+			values[k] = strdup("this is not protobuf \x01\x02");
+			lens[k] = strlen(values[k]);
+			k++;
+		}
+		values[k] = encode(&s, &lens[k]);
+		k++;
+	}
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "orders", k,
+					   (const void *const *)values, lens, NULL), 0);
+
+	kafka_env(brokers, "orders");
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=orders", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/basic", ENVELOPES / 2, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/oauth", ENVELOPES / 2, 30000), 0);
+
+	/* Every body byte for byte, with its own auth and content type. Deliveries run
+	 * concurrently, so requests are matched to envelopes by their webhook-id's event and
+	 * body, not by arrival order. */
+	json_t *basic = receiver_requests(&rcv, "/basic"), *oauth = receiver_requests(&rcv, "/oauth");
+	char *expect_basic = b64("alice:s3cret-basic", 18);
+	char want_basic[128];
+	int matched[ENVELOPES] = {0};
+	snprintf(want_basic, sizeof(want_basic), "Basic %s", expect_basic);
+	assert_int_equal(json_array_size(basic), ENVELOPES / 2);
+	assert_int_equal(json_array_size(oauth), ENVELOPES / 2);
+	for (int list_no = 0; list_no < 2; list_no++) {
+		json_t *list = list_no == 0 ? basic : oauth;
+		for (size_t r = 0; r < json_array_size(list); r++) {
+			json_t *req = json_array_get(list, r);
+			const char *got = json_string_value(json_object_get(req, "body_base64"));
+			assert_string_equal(header_of(req, "authorization"),
+					    list_no == 0 ? want_basic : "Bearer tok-kafka");
+			assert_string_equal(header_of(req, "x-envelope"), "yes");
+			int hit = -1;
+			for (int i = list_no; i < ENVELOPES && hit < 0; i += 2) {
+				int bin = i % 4 == 3;
+				char *want = bin ? b64(binary, sizeof(binary))
+						 : b64(payloads[i], strlen(payloads[i]));
+				if (!matched[i] && strcmp(got, want) == 0)
+					hit = i;
+				free(want);
+			}
+			assert_true(hit >= 0); /* a body that no envelope of this auth carried */
+			matched[hit] = 1;
+			assert_string_equal(header_of(req, "content-type"), hit % 4 == 3
+					    ? "application/octet-stream" : "application/json");
+		}
+	}
+	free(expect_basic);
+	json_decref(basic);
+	json_decref(oauth);
+	/* one token for all the OAuth2 envelopes (same target: same cache) */
+	assert_int_equal(receiver_count(&rcv, "/token"), 1);
+
+	/* The poison message: a dead delivery, 422 undecodable, the raw bytes kept. */
+	json_t *dlq = e2e_get(&dmn, "/v1/dlq?source=kafka:orders");
+	json_t *items = json_object_get(dlq, "items");
+	assert_int_equal(json_array_size(items), 1);
+	json_t *dead = json_array_get(items, 0);
+	json_t *err = json_object_get(dead, "last_error");
+	assert_int_equal(json_integer_value(json_object_get(err, "code")), 422);
+	assert_string_equal(json_string_value(json_object_get(err, "message")), "undecodable");
+	assert_non_null(json_string_value(json_object_get(err, "cause")));
+	json_t *ev = e2e_get(&dmn, "/v1/events/%s",
+			     json_string_value(json_object_get(dead, "event_id")));
+	char *raw = b64("this is not protobuf \x01\x02", 23);
+	assert_string_equal(json_string_value(json_object_get(ev, "payload_base64")), raw);
+	free(raw);
+	json_decref(ev);
+	json_decref(dlq);
+
+	/* Credentials never come back in clear: the derived subscriptions are masked. */
+	json_t *subs = e2e_get(&dmn, "/v1/subscriptions");
+	char *text = json_dumps(subs, 0);
+	assert_null(strstr(text, "s3cret-basic"));
+	assert_null(strstr(text, "s3cret-client"));
+	assert_non_null(strstr(text, "kafka_envelope"));
+	free(text);
+	json_decref(subs);
+	for (size_t i = 0; i < k; i++)
+		free(values[i]);
+}
+
+/* ---- Event Hub relay ---------------------------------------------------------------------- */
+
+#define PUBLISHED 30
+
+static void test_subscription_publishes_to_topic(void **state)
+{
+	(void)state;
+	char brokers[256], sub[64];
+	kafka_env(brokers, NULL);
+	const char *env[] = {brokers, NULL};
+	assert_int_equal(kafka_mock_command(mock, "topic relay 3"), 0);
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	e2e_create_sub(&dmn, sub, "{\"name\":\"relay\",\"event_types\":[\"user.*\"],"
+				  "\"endpoint\":\"kafka://relay\",\"headers\":{\"x-team\":\"growth\"}}");
+	char *body = malloc(PUBLISHED * 128);
+	size_t off = (size_t)sprintf(body, "{\"events\":[");
+	for (int i = 0; i < PUBLISHED; i++)
+		off += (size_t)sprintf(body + off, "%s{\"event_type\":\"user.created\",\"partition_key\":"
+					"\"user-%d\",\"payload\":{\"i\":%d}}", i ? "," : "", i % 5, i);
+	sprintf(body + off, "]}");
+	json_t *r = api_call(&dmn, "POST", "/v1/events", body, 202);
+	free(body);
+	json_t *ids = json_object_get(r, "ids");
+	assert_int_equal(json_array_size(ids), PUBLISHED);
+
+	/* PROCESSED on the broker's acknowledgement */
+	char dids[1][64];
+	assert_int_equal(e2e_deliveries_of(&dmn, json_string_value(json_array_get(ids, 0)), dids, 1), 1);
+	json_t *d = e2e_wait_status(&dmn, dids[0], "PROCESSED", 20000);
+	json_t *att = json_array_get(json_object_get(d, "attempts"), 0);
+	assert_int_equal(json_integer_value(json_object_get(att, "code")), 200);
+	assert_non_null(strstr(json_string_value(json_object_get(att, "message")), "acknowledged"));
+	json_decref(d);
+
+	struct kcat_msg *msgs = NULL;
+	size_t got = 0;
+	assert_int_equal(kcat_consume(kafka_mock_bootstrap(mock), "relay", PUBLISHED, 20000, &msgs, &got), 0);
+	assert_int_equal(got, PUBLISHED);
+	int seen[PUBLISHED] = {0};
+	for (size_t i = 0; i < got; i++) {
+		int n = -1;
+		char want_key[32];
+		assert_int_equal(sscanf((const char *)msgs[i].value, "{\"i\":%d}", &n), 1);
+		assert_true(n >= 0 && n < PUBLISHED);
+		seen[n]++;
+		snprintf(want_key, sizeof(want_key), "user-%d", n % 5);
+		assert_string_equal(msgs[i].key, want_key);
+		const char *wid = json_string_value(json_array_get(ids, (size_t)n));
+		assert_non_null(strstr(msgs[i].headers, wid));            /* webhook-id */
+		assert_non_null(strstr(msgs[i].headers, "outboxd-event-type=user.created"));
+		assert_non_null(strstr(msgs[i].headers, "traceparent="));
+		assert_non_null(strstr(msgs[i].headers, "x-team=growth"));
+	}
+	for (int i = 0; i < PUBLISHED; i++)
+		assert_int_equal(seen[i], 1);
+	kcat_msgs_free(msgs, got);
+	json_decref(r);
+}
+
+/* ---- kill -9 while consuming ----------------------------------------------------------------- */
+
+#define BULK 300
+
+static void test_kill9_while_consuming(void **state)
+{
+	(void)state;
+	char brokers[256], url[128];
+	void *values[BULK];
+	size_t lens[BULK];
+	char payload[BULK][32], ids[BULK][40];
+
+	assert_int_equal(kafka_mock_command(mock, "topic bulk 3"), 0);
+	assert_int_equal(receiver_script(&rcv, "/bulk",
+					 "{\"default\":{\"status\":200,\"delay_ms\":20}}"), 0);
+	snprintf(url, sizeof(url), "%s/bulk", rcv.url);
+	for (int i = 0; i < BULK; i++) {
+		struct env_spec s = {0};
+		snprintf(ids[i], sizeof(ids[i]), "0190a0b0-0000-7000-8001-%012d", i);
+		snprintf(payload[i], sizeof(payload[i]), "{\"bulk\":%d}", i);
+		s.id = ids[i];
+		s.type = "bulk.item";
+		s.endpoint = url;
+		s.payload = payload[i];
+		s.payload_len = strlen(payload[i]);
+		values[i] = encode(&s, &lens[i]);
+	}
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "bulk", BULK,
+					   (const void *const *)values, lens, NULL), 0);
+	kafka_env(brokers, NULL);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=bulk", "OUTBOXD_MAX_IN_FLIGHT=16",
+			     harness_pg_wanted() ? "OUTBOXD_LEASE=3s" : NULL,
+			     "OUTBOXD_REAP_INTERVAL=500ms", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/bulk", 30, 20000), 0);
+	daemon_kill9(&dmn);
+	long at_kill = receiver_count(&rcv, "/bulk");
+	assert_true(at_kill < BULK);
+	assert_int_equal(daemon_start(&dmn, env), 0);
+
+	long unique = 0;
+	for (int i = 0; i < 600 && unique < BULK; i++) {
+		json_t *st = receiver_stats(&rcv, "/bulk");
+		unique = (long)json_integer_value(json_object_get(st, "unique_ids"));
+		json_decref(st);
+		if (unique < BULK)
+			usleep(100 * 1000);
+	}
+	assert_int_equal(unique, BULK);
+	/* each envelope is one event, however often it was read */
+	json_t *page = e2e_get(&dmn, "/v1/deliveries?source=kafka:bulk&limit=1000");
+	assert_int_equal(json_array_size(json_object_get(page, "items")), BULK);
+	json_decref(page);
+	fprintf(stderr, "kill -9 while consuming: %ld delivered before the kill\n", at_kill);
+	for (int i = 0; i < BULK; i++)
+		free(values[i]);
+}
+
+/* ---- a broker down mid-publish ----------------------------------------------------------- */
+
+#define OUTAGE 20
+
+static void test_broker_down_mid_publish(void **state)
+{
+	(void)state;
+	char brokers[256], sub[64];
+	kafka_env(brokers, NULL);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_CONFIG=message.timeout.ms=1500",
+			     "OUTBOXD_RETRY_INTERVAL=500ms", "OUTBOXD_MAX_RETRIES=0", NULL};
+	assert_int_equal(kafka_mock_command(mock, "topic outage 1"), 0);
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	e2e_create_sub(&dmn, sub, "{\"name\":\"outage\",\"event_types\":[\"*\"],"
+				  "\"endpoint\":\"kafka://outage\"}");
+	char *body = e2e_batch_body(0, OUTAGE / 2);
+	json_t *r = api_call(&dmn, "POST", "/v1/events", body, 202);
+	free(body);
+	json_decref(r);
+	assert_int_equal(kafka_mock_command(mock, "down 1"), 0);
+	body = e2e_batch_body(OUTAGE / 2, OUTAGE / 2);
+	r = api_call(&dmn, "POST", "/v1/events", body, 202);
+	free(body);
+	char dids[1][64];
+	assert_int_equal(e2e_deliveries_of(&dmn, json_string_value(json_array_get(json_object_get(r, "ids"), 0)), dids, 1), 1);
+	json_decref(r);
+	/* while it is down the attempts fail and are retried */
+	json_t *d = e2e_wait_status(&dmn, dids[0], "FAILED", 20000);
+	json_t *err = json_object_get(d, "last_error");
+	long code = (long)json_integer_value(json_object_get(err, "code"));
+	assert_true(code == 503 || code == 504);
+	assert_non_null(json_string_value(json_object_get(err, "message")));
+	assert_non_null(json_object_get(d, "next_attempt_at"));
+	json_decref(d);
+
+	assert_int_equal(kafka_mock_command(mock, "up 1"), 0);
+	d = e2e_wait_status(&dmn, dids[0], "PROCESSED", 30000);
+	json_decref(d);
+	struct kcat_msg *msgs = NULL;
+	size_t got = 0;
+	/* every event is on the topic (a retried send may add a copy: at least once) */
+	assert_int_equal(kcat_consume(kafka_mock_bootstrap(mock), "outage", OUTAGE, 30000, &msgs, &got), 0);
+	assert_true(got >= OUTAGE);
+	int seen[OUTAGE] = {0};
+	for (size_t i = 0; i < got; i++) {
+		int n = -1;
+		if (sscanf((const char *)msgs[i].value, "{\"n\":%d}", &n) == 1 && n >= 0 && n < OUTAGE)
+			seen[n] = 1;
+	}
+	for (int i = 0; i < OUTAGE; i++)
+		assert_int_equal(seen[i], 1);
+	kcat_msgs_free(msgs, got);
+}
+
+/* ---- the DLT round trip ----------------------------------------------------------------------- */
+
+static void test_dead_letter_topic_round_trip(void **state)
+{
+	(void)state;
+	char brokers[256], url[128];
+	size_t len = 0;
+	/* the subscriber fails twice (the immediate try and the one scheduled retry), then
+	 * recovers: by then the delivery went to jobs.dlt */
+	assert_int_equal(receiver_script(&rcv, "/flaky",
+					 "{\"responses\":[{\"status\":500},{\"status\":500}],"
+					 "\"default\":{\"status\":200}}"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic jobs 1"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic jobs.dlt 1"), 0);
+	snprintf(url, sizeof(url), "%s/flaky", rcv.url);
+	struct env_spec s = {.id = "0190a0b0-0000-7000-8002-000000000001", .type = "job.done",
+			     .endpoint = url, .payload = "{\"job\":1}", .payload_len = 9,
+			     .auth = OUTBOXD__V1__AUTH_TYPE__BASIC_AUTH, .user = "u", .pass = "dlt-pass"};
+	void *v = encode(&s, &len);
+	assert_int_equal(kcat_produce(kafka_mock_bootstrap(mock), "jobs", NULL, v, len, NULL), 0);
+	free(v);
+
+	kafka_env(brokers, NULL);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=jobs,jobs.dlt:dlt",
+			     "OUTBOXD_KAFKA_DEAD_LETTER={topic}.dlt", "OUTBOXD_IMMEDIATE_TRIES=1",
+			     "OUTBOXD_MAX_RETRIES=1", "OUTBOXD_RETRY_INTERVAL=500ms", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+
+	/* the first delivery is exhausted: dead in outboxd's DLQ */
+	json_t *page = NULL;
+	for (int i = 0; i < 200; i++) {
+		json_decref(page);
+		page = e2e_get(&dmn, "/v1/dlq?source=kafka:jobs");
+		if (json_array_size(json_object_get(page, "items")) == 1)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(json_array_size(json_object_get(page, "items")), 1);
+	json_decref(page);
+
+	/* ... published to jobs.dlt with the last error in headers ... */
+	struct kcat_msg *msgs = NULL;
+	size_t got = 0;
+	assert_int_equal(kcat_consume(kafka_mock_bootstrap(mock), "jobs.dlt", 1, 20000, &msgs, &got), 0);
+	assert_int_equal(got, 1);
+	assert_non_null(strstr(msgs[0].headers, "outboxd-error-code=500"));
+	kcat_msgs_free(msgs, got);
+
+	/* ... consumed by the dlt intake, retried on the schedule, and PROCESSED */
+	json_t *dl = NULL;
+	for (int i = 0; i < 200; i++) {
+		json_decref(dl);
+		dl = e2e_get(&dmn, "/v1/deliveries?source=kafka:jobs.dlt&status=PROCESSED");
+		if (json_array_size(json_object_get(dl, "items")) == 1)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(json_array_size(json_object_get(dl, "items")), 1);
+	const char *id = json_string_value(json_object_get(json_array_get(json_object_get(dl, "items"), 0), "id"));
+	json_t *d = e2e_get(&dmn, "/v1/deliveries/%s", id);
+	json_t *att = json_array_get(json_object_get(d, "attempts"), 0);
+	assert_string_equal(json_string_value(json_object_get(att, "kind")), "scheduled");
+	assert_int_equal(json_integer_value(json_object_get(att, "code")), 200);
+	json_decref(d);
+	json_decref(dl);
+	/* the envelope's own auth went along all the way */
+	json_t *reqs = receiver_requests(&rcv, "/flaky");
+	assert_int_equal(json_array_size(reqs), 3);
+	char *basic = b64("u:dlt-pass", 10), want[64];
+	snprintf(want, sizeof(want), "Basic %s", basic);
+	assert_string_equal(header_of(json_array_get(reqs, 2), "authorization"), want);
+	free(basic);
+	json_decref(reqs);
+}
+
+int main(void)
+{
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_envelopes_delivered_with_their_auth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subscription_publishes_to_topic, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kill9_while_consuming, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_broker_down_mid_publish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dead_letter_topic_round_trip, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
