@@ -245,6 +245,12 @@ static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, s
 	if (envelope_decode(it->msg->payload, it->msg->len, e, it->why, sizeof(it->why)))
 		return -1;
 	it->has_env = 1;
+	if ((int64_t)e->payload_len > ki->cfg.max_payload) {
+		/* as POST /v1/events would answer 413: kept whole, but not delivered */
+		snprintf(it->why, sizeof(it->why), "event.payload is %zu bytes, over max_payload "
+			 "(%lld)", e->payload_len, (long long)ki->cfg.max_payload);
+		return -1;
+	}
 	memset(ev, 0, sizeof(*ev));
 	uuid_v7(ev->id);
 	ev->event_type = e->type;

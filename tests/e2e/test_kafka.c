@@ -14,7 +14,10 @@
  *  - kill -9 while consuming 300 envelopes: after a restart every one is delivered.
  *  - a broker down mid-publish: failed attempts, retries, recovery, nothing lost.
  *  - the DLT round trip: exhausted -> DLT topic -> dlt intake -> scheduled retry ->
- *    PROCESSED. */
+ *    PROCESSED.
+ *  - bad input: an unknown intake format stops the start; an unreachable broker leaves
+ *    outboxd up but not ready; oversized payloads and unknown auth types are dead
+ *    deliveries with their reason, and the partition goes on. */
 #include "e2e.h"
 #include "harness_kafka.h"
 #include "harness_pg.h"
@@ -514,6 +517,86 @@ static void test_dead_letter_topic_round_trip(void **state)
 	json_decref(reqs);
 }
 
+/* ---- bad settings, an unreachable broker, oversized and foreign messages ------------------ */
+
+static void test_bad_input(void **state)
+{
+	(void)state;
+	char brokers[256], url[128], log[512];
+	/* an unknown intake format stops the start, naming it */
+	kafka_env(brokers, NULL);
+	const char *bad[] = {brokers, "OUTBOXD_KAFKA_INTAKE=orders:xml", NULL};
+	assert_int_equal(daemon_start(&dmn, bad), -1);
+	FILE *f = fopen(daemon_log_path(&dmn, log, sizeof(log)), "r");
+	char text[8192] = "";
+	size_t got = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+	text[got] = '\0';
+	if (f)
+		fclose(f);
+	assert_non_null(strstr(text, "kafka_intake: unknown format \"xml\""));
+
+	/* a broker nobody listens on: outboxd starts, and /readyz says why it is not ready */
+	char nobody[128];
+	snprintf(nobody, sizeof(nobody), "OUTBOXD_KAFKA_BROKERS=127.0.0.1:%d", harness_free_port());
+	const char *down[] = {nobody, "OUTBOXD_KAFKA_INTAKE=orders", NULL};
+	assert_int_equal(daemon_start(&dmn, down), 0);
+	struct http_resp r = {0};
+	char ready[128];
+	snprintf(ready, sizeof(ready), "%s/readyz", dmn.url);
+	long status = 0;
+	for (int i = 0; i < 100 && status != 503; i++) {
+		http_resp_free(&r);
+		http_do("GET", ready, NULL, NULL, NULL, 0, &r);
+		status = r.status;
+		if (status != 503)
+			usleep(100 * 1000);
+	}
+	assert_int_equal(status, 503);
+	assert_non_null(strstr(r.body, "kafka"));
+	http_resp_free(&r);
+	assert_int_equal(daemon_stop(&dmn), 0);
+
+	/* at the mock: a payload over max_payload and an unknown auth type are dead
+	 * deliveries with their reason; the message after them is delivered */
+	assert_int_equal(kafka_mock_command(mock, "topic odd 1"), 0);
+	snprintf(url, sizeof(url), "%s/odd", rcv.url);
+	static char big[2048];
+	memset(big, 'x', sizeof(big));
+	struct env_spec s = {.id = "0190a0b0-0000-7000-8003-000000000001", .type = "odd.big",
+			     .endpoint = url, .payload = big, .payload_len = sizeof(big)};
+	struct env_spec u = {.id = "0190a0b0-0000-7000-8003-000000000002", .type = "odd.auth",
+			     .endpoint = url, .payload = "{}", .payload_len = 2,
+			     .auth = (Outboxd__V1__AuthType)9};
+	struct env_spec ok = {.id = "0190a0b0-0000-7000-8003-000000000003", .type = "odd.fine",
+			      .endpoint = url, .payload = "{\"fine\":1}", .payload_len = 10};
+	size_t lens[3];
+	void *values[3] = {encode(&s, &lens[0]), encode(&u, &lens[1]), encode(&ok, &lens[2])};
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 3,
+					   (const void *const *)values, lens, NULL), 0);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=odd", "OUTBOXD_MAX_PAYLOAD=1024", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/odd", 1, 20000), 0);
+	json_t *dlq = e2e_get(&dmn, "/v1/dlq?source=kafka:odd");
+	json_t *items = json_object_get(dlq, "items");
+	assert_int_equal(json_array_size(items), 2);
+	int saw_big = 0, saw_auth = 0;
+	for (size_t i = 0; i < 2; i++) {
+		json_t *err = json_object_get(json_array_get(items, i), "last_error");
+		const char *cause = json_string_value(json_object_get(err, "cause"));
+		assert_int_equal(json_integer_value(json_object_get(err, "code")), 422);
+		saw_big |= strstr(cause, "over max_payload") != NULL;
+		saw_auth |= strstr(cause, "auth.type 9 is not a known AuthType") != NULL;
+	}
+	assert_true(saw_big && saw_auth);
+	json_decref(dlq);
+	/* the subscriptions of envelopes are outboxd's own */
+	json_decref(api_call(&dmn, "POST", "/v1/subscriptions",
+			     "{\"name\":\"x\",\"event_types\":[],\"endpoint\":\"https://h.example/\","
+			     "\"origin\":\"kafka_envelope\"}", 400));
+	for (int i = 0; i < 3; i++)
+		free(values[i]);
+}
+
 int main(void)
 {
 	if (getenv("TEST_FILTER"))
@@ -524,6 +607,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kill9_while_consuming, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_broker_down_mid_publish, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_letter_topic_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -488,9 +488,47 @@ static void test_retry_breaker_limits_errors(void **state)
 	expect_field("{" BASE ",\"rate_limit\":1e9}", 400, "rate_limit");
 }
 
+#define KAFKA "\"name\":\"k\",\"event_types\":[\"*\"],\"endpoint\":\"kafka://orders.events\""
+
+/* kafka://TOPIC: a topic name, no HTTP-only fields, payload_format envelope allowed. */
+static void test_kafka_endpoints(void **state)
+{
+	json_t *doc = json_loads("{" KAFKA ",\"payload_format\":\"envelope\","
+				 "\"headers\":{\"x-team\":\"growth\"}}", 0, NULL);
+	struct subscription s;
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_int_equal(s.payload_format, PAYLOAD_ENVELOPE);
+	assert_null(s.origin);
+	subscription_clear(&s);
+	json_decref(doc);
+
+	expect_field("{\"name\":\"k\",\"event_types\":[\"*\"],\"endpoint\":\"kafka://\"}", 400,
+		     "endpoint");
+	expect_field("{\"name\":\"k\",\"event_types\":[\"*\"],\"endpoint\":\"kafka://a/b\"}", 400,
+		     "endpoint");
+	expect_field("{\"name\":\"k\",\"event_types\":[\"*\"],\"endpoint\":\"kafka://..\"}", 400,
+		     "endpoint");
+	expect_field("{" KAFKA ",\"auth\":{\"type\":\"basic\",\"username\":\"u\",\"password\":\"p\"}}",
+		     400, "auth");
+	expect_field("{" KAFKA ",\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"}", 400, "secret");
+	expect_field("{" BASE ",\"payload_format\":\"envelope\"}", 400, "payload_format");
+	/* origin: only outboxd's own value, and only then may event_types be empty */
+	expect_field("{" BASE ",\"origin\":\"mine\"}", 400, "origin");
+	expect_field("{\"name\":\"k\",\"event_types\":[],\"endpoint\":\"https://h.example/\"}", 400,
+		     "event_types");
+	doc = json_loads("{\"name\":\"envelope:1\",\"event_types\":[],\"origin\":\"kafka_envelope\","
+			 "\"endpoint\":\"https://h.example/\"}", 0, NULL);
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_string_equal(s.origin, "kafka_envelope");
+	subscription_clear(&s);
+	json_decref(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kafka_endpoints),
 		cmocka_unit_test(test_valid_with_defaults),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_public_view_masks),
