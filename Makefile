@@ -6,7 +6,7 @@ BUILD      ?= build
 TESTBUILD  ?= build-test
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test build deps clean receiver bench fuzz
+.PHONY: run test build deps clean receiver bench bench-kafka fuzz
 
 deps:
 	@bash scripts/deps.sh
@@ -36,6 +36,11 @@ receiver: deps
 bench:
 	@bash scripts/bench-deps.sh
 	@bash bench/run.sh
+
+# The Kafka benchmark of issue 12 (docs/kafka.md, docs/performance.md#kafka): consumed
+# envelopes/s and published events/s against HTTP ingest, on librdkafka's mock cluster.
+bench-kafka:
+	@bash bench/kafka.sh
 
 # libFuzzer with ASan+UBSan over the ingest and subscription parsers (tests/fuzz/):
 # installs clang if missing, runs FUZZ_SECONDS (default 60), fails on a crashing input.
