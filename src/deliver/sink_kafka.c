@@ -107,6 +107,26 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	free(r);
 }
 
+/* Hands one message to librdkafka with r as its opaque (linked until its report), keyed
+ * by the event's partition key, else its id. On failure (returned) the headers are
+ * destroyed and r is unlinked, still the caller's. */
+static rd_kafka_resp_err_t produce(struct kafka_sink *ks, struct kafka_record *r,
+				   const struct store_claim *c, const void *value, size_t len,
+				   rd_kafka_headers_t *hdrs)
+{
+	const char *key = c->partition_key ? c->partition_key : c->event_id;
+	record_link(r);
+	rd_kafka_resp_err_t err = rd_kafka_producev(
+		ks->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE((void *)value, len),
+		RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_END);
+	if (err) {
+		rd_kafka_headers_destroy(hdrs);
+		record_unlink(r);
+	}
+	return err;
+}
+
 static int kafka_accepts(const char *endpoint)
 {
 	return strncasecmp(endpoint, "kafka://", 8) == 0;
@@ -201,19 +221,10 @@ static void kafka_send(void *priv, struct sink_job *sj)
 		}
 		value = envelope;
 	}
-	const char *key = c->partition_key ? c->partition_key : c->event_id;
-	rd_kafka_headers_t *hdrs = message_headers(c, s, sj->rng);
-	record_link(r);
 	ks->in_flight++;
-	err = rd_kafka_producev(ks->rk, RD_KAFKA_V_TOPIC(r->topic),
-				RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-				RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(value, value_len),
-				RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(r), RD_KAFKA_V_END);
+	err = produce(ks, r, c, value, value_len, message_headers(c, s, sj->rng));
 	free(envelope);
-	if (err) {
-		/* not queued: the headers and the record are still ours */
-		rd_kafka_headers_destroy(hdrs);
-		record_unlink(r);
+	if (err) { /* not queued: the record is still ours */
 		record_report(r, err, -1, -1);
 		free(r);
 	}
@@ -368,7 +379,6 @@ void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct
 	}
 	rec->ks = ks;
 	snprintf(rec->topic, sizeof(rec->topic), "%s", topic);
-	record_link(rec);
 	snprintf(code, sizeof(code), "%d", r->last_code > 0 ? r->last_code : 0);
 	snprintf(attempts, sizeof(attempts), "%d", r->attempt_count);
 	rd_kafka_headers_t *h = message_headers(c, NULL, NULL);
@@ -377,15 +387,9 @@ void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct
 	rd_kafka_header_add(h, "outboxd-error-cause", -1, r->last_cause ? r->last_cause : "", -1);
 	rd_kafka_header_add(h, "outboxd-attempts", -1, attempts, -1);
 	rd_kafka_header_add(h, "outboxd-source-topic", -1, c->source + 6, -1);
-	const char *key = c->partition_key ? c->partition_key : c->event_id;
-	rd_kafka_resp_err_t err = rd_kafka_producev(
-		ks->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-		RD_KAFKA_V_KEY(key, strlen(key)), RD_KAFKA_V_VALUE(value, len),
-		RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(rec), RD_KAFKA_V_END);
+	rd_kafka_resp_err_t err = produce(ks, rec, c, value, len, h);
 	free(value);
 	if (err) {
-		rd_kafka_headers_destroy(h);
-		record_unlink(rec);
 		log_warn("kafka: delivery %s could not be queued for the dead-letter topic %s: %s",
 			 c->delivery_id, topic, rd_kafka_err2str(err));
 		metrics_kafka_produce_error(topic);
