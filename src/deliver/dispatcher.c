@@ -18,8 +18,8 @@
  * attempt that max_in_flight or rate_limit holds back waits here (JOB_PARKED, in its
  * subscription's queue, in order) without a store write, so a slow subscriber never
  * holds up the others; a queue longer than its share of the job pool, or older than half
- * a lease, goes back to the store instead. Retry decisions come from core/retry.h, with
- * the Retry-After of 429 and 503 responses. */
+ * a lease, goes back to the store instead. What an attempt makes of the delivery (try
+ * again, retry later, delay action, dead-letter queue) is core/outcome.h's decision. */
 #include "deliver/dispatcher.h"
 
 #include <errno.h>
@@ -37,6 +37,7 @@
 #include "core/breaker.h"
 #include "core/errmap.h"
 #include "core/metrics.h"
+#include "core/outcome.h"
 #include "core/ratelimit.h"
 #include "core/retry.h"
 #include "deliver/sink.h"
@@ -58,9 +59,6 @@
 #define SS_IDLE_MS (3600 * 1000LL) /* per-subscription state unused this long is dropped */
 #define PARKED_MIN_CAP 32     /* jobs a subscription may park at least (pool allowing) */
 #define RELEASE_MIN_MS 500    /* a job handed back for a limit is due again after 0.5-1.5 s */
-#define CIRCUIT_OPEN_CODE 503 /* last_error.code of a delivery the breaker dead-lettered */
-#define CIRCUIT_OPEN_MESSAGE "circuit_open"
-#define DELAY_MAX_MS (3650LL * 86400 * 1000) /* no retry is scheduled beyond 10 years */
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
 
 /* A claimed batch; freed when its last job is written back. */
@@ -462,70 +460,106 @@ static void dead_lettered(struct job *j)
 		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, &j->result);
 }
 
-/* The round is over: work out the delivery's next state (DESIGN §3 retry layers). */
-static void job_finish(struct job *j, int success)
+/* Fills the result of a round the outcome core decided (core/outcome.h). */
+static void job_result(struct job *j, const struct outcome *o)
 {
-	const struct retry_policy *p = &j->sub->retry;
 	struct store_result *r = &j->result;
-	int64_t now = clock_now_ms();
 
-	job_slot_put(j);
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = j->claim->delivery_id;
 	r->attempts = j->attempts;
 	r->n_attempts = (size_t)j->tries;
 	r->attempt_count = j->claim->attempt_count + j->tries;
-	r->retry_count = j->claim->retry_count + (j->kind == ATTEMPT_SCHEDULED);
-	r->delay_actions = j->claim->delay_actions;
-	if (success) {
+	r->retry_count = o->retry_count;
+	r->delay_actions = o->delay_actions;
+	if (o->next == OUTCOME_DONE) {
 		r->status = DELIVERY_PROCESSED;
-		r->processed_at = now;
-		metrics_delivery(j->claim->subscription_id, OUTCOME_PROCESSED);
+		r->processed_at = clock_now_ms();
+		return;
+	}
+	r->status = DELIVERY_FAILED;
+	set_last_error(r, j);
+	if (o->next == OUTCOME_RETRY)
+		r->next_attempt_at = o->at_ms;
+}
+
+/* What outcome_decide needs to know of the job's round so far. */
+static void outcome_input(const struct job *j, struct outcome_in *in)
+{
+	memset(in, 0, sizeof(*in));
+	in->kind = j->kind;
+	in->tries = j->tries;
+	in->max_tries = j->max_tries;
+	in->code = j->tries ? j->attempts[j->tries - 1].code : 0;
+	in->retry_after_ms = j->retry_after_ms;
+	in->retry_count = j->claim->retry_count;
+	in->delay_actions = j->claim->delay_actions;
+	in->now_ms = clock_now_ms();
+}
+
+/* The round is over with outcome o (not OUTCOME_TRY): the result goes to the writer. */
+static void job_finish(struct job *j, const struct outcome *o)
+{
+	const char *sub_id = j->claim->subscription_id;
+
+	job_slot_put(j);
+	job_result(j, o);
+	if (o->next == OUTCOME_DONE) {
+		metrics_delivery(sub_id, OUTCOME_PROCESSED);
+	} else if (o->next == OUTCOME_RETRY) {
+		metrics_delivery(sub_id, OUTCOME_RETRYING);
+		note_due(j->d, o->at_ms);
 	} else {
-		int code = j->tries ? j->attempts[j->tries - 1].code : 0;
-		/* Manual rounds, permanent codes and exhausted retries get -1: the dead-letter
-		 * queue. Retry-After (429/503) can only postpone the policy's delay. */
-		int64_t delay = retry_next_delay(p, j->kind, r->retry_count, code, j->retry_after_ms,
-						 rng_next, &j->d->rng);
-		r->status = DELIVERY_FAILED;
-		set_last_error(r, j);
-		if (delay >= 0)
-			r->next_attempt_at = now + (delay < DELAY_MAX_MS ? delay : DELAY_MAX_MS);
-		metrics_delivery(j->claim->subscription_id,
-				 r->next_attempt_at ? OUTCOME_RETRYING : OUTCOME_DEAD);
-		note_due(j->d, r->next_attempt_at);
-		if (!r->next_attempt_at)
-			dead_lettered(j);
+		metrics_delivery(sub_id, OUTCOME_DEAD);
+		dead_lettered(j);
 	}
 	if (j->tries > 0)
-		circuit_record(j, success);
+		circuit_record(j, o->next == OUTCOME_DONE);
 	done_push(j->d, j);
 }
 
-/* The subscription's breaker is open: nothing is sent. The delivery is re-queued at a
- * random time in the retry policy's [min_delay, max_delay] window (a delay action,
- * seed 004), or, once it has taken max_delay_actions of them, dead-lettered with
- * last_error {503, "circuit_open"}. Attempts and retries are not counted: no request
- * was made. */
+/* Ends the round after its last attempt, whatever the rules would say of another try
+ * (the sink ended it, or a failure before any sink). */
+static void job_end_round(struct job *j)
+{
+	struct outcome_in in;
+	struct outcome o;
+
+	outcome_input(j, &in);
+	in.end_round = true;
+	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, rng_next, &j->d->rng, &o);
+	job_finish(j, &o);
+}
+
+/* The subscription's breaker is open: nothing is sent. The outcome core re-queues the
+ * delivery at a random time in the retry policy's [min_delay, max_delay] window (a delay
+ * action, seed 004), or, once it has taken max_delay_actions of them, dead-letters it
+ * with last_error {503, "circuit_open"}. Attempts and retries are not counted: no
+ * request was made. */
 static void job_delay_action(struct job *j)
 {
 	struct dispatcher *d = j->d;
 	const struct subscription *s = j->sub;
 	const struct store_claim *c = j->claim;
 	struct store_result *r = &j->result;
+	struct outcome_in in;
+	struct outcome o;
 	char window[32], wait_text[32];
 
+	outcome_input(j, &in);
+	in.refused = true;
+	outcome_decide(&s->retry, &s->breaker, &in, rng_next, &d->rng, &o);
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = c->delivery_id;
 	r->attempt_count = c->attempt_count;
 	r->retry_count = c->retry_count;
-	r->last_code = CIRCUIT_OPEN_CODE;
-	r->last_message = CIRCUIT_OPEN_MESSAGE;
+	r->delay_actions = o.delay_actions;
+	r->last_code = OUTCOME_CIRCUIT_OPEN_CODE;
+	r->last_message = OUTCOME_CIRCUIT_OPEN_MESSAGE;
 	r->last_cause = j->causes[0];
 	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
-	if (c->delay_actions >= s->breaker.max_delay_actions) {
+	if (o.next == OUTCOME_DLQ) {
 		r->status = DELIVERY_FAILED; /* no next attempt: the dead-letter queue */
-		r->delay_actions = c->delay_actions;
 		snprintf(j->causes[0], CAUSE_LEN,
 			 "the circuit breaker of subscription %s is open (more than %d failed "
 			 "deliveries within %s); after %d delay actions the delivery was stopped "
@@ -533,17 +567,15 @@ static void job_delay_action(struct job *j)
 		metrics_delivery(c->subscription_id, OUTCOME_DEAD);
 		dead_lettered(j);
 	} else {
-		int64_t wait = retry_requeue_delay(&s->retry, rng_next, &d->rng);
 		r->status = c->status;
 		r->replay = c->replay;
-		r->delay_actions = c->delay_actions + 1;
-		r->next_attempt_at = clock_now_ms() + wait;
+		r->next_attempt_at = o.at_ms;
 		snprintf(j->causes[0], CAUSE_LEN,
 			 "delay action %d of %d: the circuit breaker of subscription %s is open "
 			 "(more than %d failed deliveries within %s); no request sent, due again "
 			 "in %s", r->delay_actions, s->breaker.max_delay_actions, s->id,
 			 s->breaker.max_errors, window,
-			 duration_format(wait, wait_text, sizeof(wait_text)));
+			 duration_format(o.delay_ms, wait_text, sizeof(wait_text)));
 		metrics_delivery(c->subscription_id, OUTCOME_DELAYED);
 		note_due(d, r->next_attempt_at);
 	}
@@ -591,33 +623,29 @@ static void job_fail_attempt(struct job *j, int code, const char *message, const
 	a->cause = j->causes[0];
 	j->tries = 1;
 	j->retry_after_ms = -1;
-	job_finish(j, 0);
+	job_end_round(j);
 }
 
-/* The attempt just recorded (j->tries - 1) is over: retry after the stagger, or end the
- * round. */
+/* The attempt just recorded (j->tries - 1) is over: the outcome core says whether the
+ * round goes on after a stagger or ends. */
 static void job_after_attempt(struct job *j)
 {
 	struct dispatcher *d = j->d;
-	int code = j->attempts[j->tries - 1].code;
+	struct outcome_in in;
+	struct outcome o;
 
 	job_slot_put(j);
-	if (retry_is_success(code)) {
-		job_finish(j, 1);
-		return;
-	}
-	/* A permanent code, or a Retry-After longer than the next stagger, ends the round. */
-	int more = retry_immediate_continue(&j->sub->retry, j->tries, j->max_tries, code,
-					    j->retry_after_ms);
-	if (more && !atomic_load(&d->stopping)) {
-		j->state = JOB_WAITING;
-		j->wake_us = clock_mono_us() + retry_immediate_delay(&j->sub->retry, j->tries + 1) * 1000;
-		j->next = d->waiting;
-		d->waiting = j;
-	} else if (more) {
+	outcome_input(j, &in);
+	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, rng_next, &d->rng, &o);
+	if (o.next != OUTCOME_TRY) {
+		job_finish(j, &o);
+	} else if (atomic_load(&d->stopping)) {
 		job_release(j, 0); /* shutting down: hand the rest of the round back */
 	} else {
-		job_finish(j, 0);
+		j->state = JOB_WAITING;
+		j->wake_us = clock_mono_us() + o.delay_ms * 1000;
+		j->next = d->waiting;
+		d->waiting = j;
 	}
 }
 
@@ -665,7 +693,7 @@ static void attempt_done_cb(void *ctx, struct sink_job *sj)
 	j->tries++;
 	if (sj->end_round) {
 		job_slot_put(j);
-		job_finish(j, 0);
+		job_end_round(j);
 		return;
 	}
 	job_after_attempt(j);
