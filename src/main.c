@@ -23,7 +23,7 @@
 #include "core/subscriptions.h"
 #include "deliver/dispatcher.h"
 #include "deliver/sink_kafka.h"
-#include "intake/committer.h"
+#include "store/writer.h"
 #include "intake/kafka_intake.h"
 #include "jobs/jobs.h"
 #include "store/store.h"
@@ -159,7 +159,7 @@ static int serve(int argc, char **argv)
 	struct dispatcher *disp = NULL;
 	struct sink *http_sink = NULL, *kafka_sink = NULL;
 	struct kafka_intake *intake = NULL;
-	struct committer *committer = NULL;
+	struct writer *writer = NULL;
 	struct spool *spool = NULL;
 	struct jobs *jobs = NULL;
 	struct http_server *http = NULL;
@@ -276,28 +276,31 @@ static int serve(int argc, char **argv)
 		.lease_ms = cfg.lease_ms,
 		.shutdown_grace_ms = cfg.shutdown_grace_ms,
 		.disabled_delay_ms = 5000,
-		.spool = spool,
 		.sinks = {http_sink, kafka_sink},
 		.n_sinks = kafka_sink ? 2 : 1,
 		.dead_letter = kafka_sink ? sink_kafka_dead_letter : NULL,
 		.dead_letter_ctx = kafka_sink,
 	};
-	if (!(disp = dispatcher_start(st, &reg, &dcfg)))
+	/* The one writer of ingest, claims and results (store/writer.h), and the
+	 * dispatcher, its client. */
+	if (!(writer = writer_start(st, spool)))
 		goto out;
+	if (!(disp = dispatcher_start(writer, &reg, &dcfg)))
+		goto out;
+	writer_on_commit(writer, wake_dispatcher, disp);
 	/* Work made due by other instances or producers (PostgreSQL NOTIFY) wakes the
 	 * dispatcher at once; polling stays the fallback. Subscriptions changed by another
 	 * instance are reloaded. */
 	struct subs_reload reload = {st, &reg, defaults};
 	store_on_subscriptions_changed(st, reload_subscriptions, &reload);
 	store_on_work(st, wake_dispatcher, disp);
-	if (!(committer = committer_start(st, spool, wake_dispatcher, disp)))
-		goto out;
 	if (kafka_on && cfg.kafka_intake && *cfg.kafka_intake) {
 		struct kafka_intake_config kcfg = {
 			.settings = &kafka,
 			.defaults = defaults,
 			.retry_interval_ms = cfg.retry_interval_ms,
 			.max_payload = cfg.max_payload,
+			.writer = writer,
 			.wake = wake_dispatcher,
 			.wake_ctx = disp,
 		};
@@ -318,7 +321,7 @@ static int serve(int argc, char **argv)
 	struct api api = {
 		.st = st,
 		.reg = &reg,
-		.committer = committer,
+		.writer = writer,
 		.wake = wake_dispatcher,
 		.wake_ctx = disp,
 		.wake_jobs = wake_jobs,
@@ -355,15 +358,18 @@ static int serve(int argc, char **argv)
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	rc = 0;
 out:
-	/* Order: no new requests, no new relayed rows, commit what was accepted, then let
-	 * the dispatcher finish or hand back its work. */
+	/* Order: no new requests, no new relayed rows (what was accepted is committed:
+	 * ingest callers wait for their commit), then let the dispatcher finish or hand
+	 * back its work through the writer, then stop the writer. */
 	http_server_stop(http);
 	kafka_intake_stop(intake); /* stored batches are committed, the rest is read again */
 	jobs_stop(jobs);
-	committer_stop(committer);
-	store_on_work(st, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
+	if (writer)
+		writer_on_commit(writer, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
+	store_on_work(st, NULL, NULL);
 	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
+	writer_stop(writer);
 	sink_close(http_sink); /* after the dispatcher, whose jobs they served */
 	sink_close(kafka_sink);
 	spool_close(spool); /* after the dispatcher, which may spool its last results */

@@ -11,7 +11,7 @@
 #include "core/input_error.h"
 #include "core/model.h"
 #include "core/subscriptions.h"
-#include "intake/committer.h"
+#include "store/writer.h"
 #include "store/store.h"
 
 struct api_request {
@@ -41,7 +41,7 @@ typedef void (*api_wake_cb)(void *ctx);
 struct api {
 	store *st;
 	struct sub_registry *reg;
-	struct committer *committer;
+	struct writer *writer;
 	api_wake_cb wake;                  /* new due work (replay): wake the dispatcher */
 	void *wake_ctx;
 	api_wake_cb wake_jobs;             /* a new replay job: wake the jobs thread */

@@ -26,7 +26,7 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 	struct sub_set *set = sub_registry_acquire(api->reg);
 	int rc = ingest_fanout(&b, set) ? STORE_ERROR : STORE_OK;
 	if (rc == STORE_OK)
-		rc = committer_submit(api->committer, b.events, b.n);
+		rc = writer_ingest(api->writer, b.events, b.n);
 	sub_registry_release(api->reg, set);
 	if (rc != STORE_OK) {
 		/* Nothing acknowledged that is not durable (DESIGN §3). */

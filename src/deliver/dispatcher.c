@@ -41,7 +41,7 @@
 #include "core/ratelimit.h"
 #include "core/retry.h"
 #include "deliver/sink.h"
-#include "store/spool.h"
+#include "store/writer.h"
 #include "util/buf.h"
 #include "util/clock.h"
 #include "util/hash.h"
@@ -51,8 +51,6 @@
 #define MAX_TRIES 10          /* most tries in one round (retry.immediate <= 10) */
 #define MSG_LEN SINK_MSG_LEN
 #define CAUSE_LEN SINK_CAUSE_LEN
-#define FLUSH_MAX 512         /* results written per transaction at most */
-#define GROUP_WAIT_US 1000    /* a result waits at most this long for company */
 #define IDLE_POLL_MS 1000     /* look for due work at least this often */
 #define PRUNE_US (60 * 1000000LL) /* caches are pruned this often */
 #define SS_BUCKETS 256        /* hash buckets of per-subscription state */
@@ -88,7 +86,7 @@ struct job {
 	struct store_attempt attempts[MAX_TRIES];
 	char messages[MAX_TRIES][MSG_LEN];
 	char causes[MAX_TRIES][CAUSE_LEN];
-	struct store_result result;
+	struct writer_result wr;     /* the round's result, queued to the writer when done */
 	int64_t started_us;          /* monotonic start of the current attempt */
 	int64_t wake_us;             /* JOB_WAITING: when to send again */
 	struct sub_state *ss;        /* the subscription's breaker and limits, or NULL */
@@ -118,36 +116,7 @@ struct sub_state {
 	struct sub_state *next_parked; /* in dispatcher.parked_subs */
 };
 
-/* The store side: a thread of the dispatcher's own that makes its store calls, so the
- * loop never waits for the store (SQLite's lock and fsync, PostgreSQL's round trips) and
- * keeps curl busy meanwhile. The loop hands it finished jobs to write and asks it for
- * claims; it hands back written jobs (to recycle) and claims (to start). Everything here
- * is under mu; the jobs on its lists belong to the side until handed back. */
-struct store_side {
-	pthread_t thread;
-	int started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int quit;                    /* loop -> side: stop, leave what is unwritten */
-	struct job *todo_head, *todo_tail; /* loop -> side: results to write, in order */
-	size_t todo_count;
-	int64_t todo_since_us;       /* when the first of them arrived */
-	size_t claim_want;           /* loop -> side: claim up to this many, 0 = none */
-	struct job *written_head, *written_tail; /* side -> loop: to recycle */
-	int claim_done;              /* side -> loop: the answer below is ready */
-	int claim_rc;
-	struct store_claim *claims;
-	size_t claim_n;
-	int due_hint_set;            /* side -> loop: after a short claim, the next due */
-	int64_t due_hint_ms;         /* time in the store (0 = nothing pending) */
-	int down;                    /* the last store call failed */
-	int64_t retry_at_us;         /* side: when to try an unwritten group again */
-	struct store_result *results; /* side: write scratch, FLUSH_MAX of them */
-	size_t results_spooled;      /* side: results written to the spool in this outage */
-};
-
 struct dispatcher {
-	store *st;
 	struct sub_registry *reg;
 	struct dispatcher_config cfg;
 	pthread_t thread;
@@ -167,9 +136,9 @@ struct dispatcher {
 	int active;                  /* jobs not free */
 	int in_flight;               /* jobs with an attempt in a sink */
 	uint64_t rng;
-	int store_down;              /* as the store side last found it */
-	struct store_side side;      /* the thread that claims and writes results */
-	size_t claim_asked;          /* deliveries asked of the side, not yet answered */
+	int store_down;              /* as the writer last found it */
+	struct writer *writer;       /* borrowed: claims and result writes (store/writer.h) */
+	size_t claim_asked;          /* deliveries asked of the writer, not yet answered */
 	int64_t claim_at_ms;         /* a written retry is due then: claim, 0 = none */
 	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet written, 0 = none */
 	struct sub_state *ss[SS_BUCKETS];
@@ -423,9 +392,9 @@ static int parked_cap(const struct dispatcher *d, const struct subscription *s)
 static void done_push(struct dispatcher *d, struct job *j)
 {
 	j->state = JOB_DONE;
-	j->next = NULL;
+	j->wr.next = NULL;
 	if (d->done_tail)
-		d->done_tail->next = j;
+		d->done_tail->wr.next = &j->wr;
 	else
 		d->done_head = j;
 	d->done_tail = j;
@@ -457,13 +426,13 @@ static void dead_lettered(struct job *j)
 {
 	const struct dispatcher_config *cfg = &j->d->cfg;
 	if (cfg->dead_letter && j->sub && j->sub->endpoint)
-		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, &j->result);
+		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, &j->wr.result);
 }
 
 /* Fills the result of a round the outcome core decided (core/outcome.h). */
 static void job_result(struct job *j, const struct outcome *o)
 {
-	struct store_result *r = &j->result;
+	struct store_result *r = &j->wr.result;
 
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = j->claim->delivery_id;
@@ -541,7 +510,7 @@ static void job_delay_action(struct job *j)
 	struct dispatcher *d = j->d;
 	const struct subscription *s = j->sub;
 	const struct store_claim *c = j->claim;
-	struct store_result *r = &j->result;
+	struct store_result *r = &j->wr.result;
 	struct outcome_in in;
 	struct outcome o;
 	char window[32], wait_text[32];
@@ -586,7 +555,7 @@ static void job_delay_action(struct job *j)
  * subscription): due again at now + delay_ms. */
 static void job_release(struct job *j, int64_t delay_ms)
 {
-	struct store_result *r = &j->result;
+	struct store_result *r = &j->wr.result;
 	job_slot_put(j);
 	circuit_probe_abandoned(j);
 	memset(r, 0, sizeof(*r));
@@ -810,7 +779,7 @@ static void job_start(struct dispatcher *d, struct batch *b, struct store_claim 
 		j->kind = ATTEMPT_IMMEDIATE;
 
 	if (atomic_load(&d->stopping)) {
-		/* Claimed as the shutdown began (the store side answered late): handed back
+		/* Claimed as the shutdown began (the writer answered late): handed back
 		 * untouched, due now, for whoever runs next. */
 		job_release(j, 0);
 		return;
@@ -898,187 +867,6 @@ static void job_recycle(struct dispatcher *d, struct job *j)
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
-/* ---- the store side -------------------------------------------------------------------- */
-
-static void wake_fd(struct dispatcher *d);
-
-/* The store is unavailable: writes the results to the spool instead (fsynced). Returns 0
- * when they are durable there. The leases stay in the store until the replay applies the
- * results; a lease that expired first means one more delivery (at least once). */
-static int spool_results(struct dispatcher *d, size_t n)
-{
-	struct store_side *sd = &d->side;
-	void *rec = NULL;
-	size_t len = 0;
-	int rc;
-
-	if (spool_encode_results(sd->results, n, &rec, &len)) {
-		log_error("dispatcher: cannot encode %zu results for the spool", n);
-		return -1;
-	}
-	rc = spool_append(d->cfg.spool, SPOOL_REC_RESULTS, rec, len);
-	free(rec);
-	if (rc != SPOOL_OK)
-		return -1;
-	if (!sd->results_spooled)
-		log_warn("dispatcher: the store is unavailable; writing results to the spool %s",
-			 spool_path(d->cfg.spool));
-	sd->results_spooled += n;
-	return 0;
-}
-
-/* Writes the results of the n jobs from head in one transaction (group commit), or to
- * the spool. Returns 0 when they are durable, -1 when the store refused (the caller
- * keeps them and tries again). Side thread. */
-static int side_write(struct dispatcher *d, struct job *head, size_t n)
-{
-	struct store_side *sd = &d->side;
-	size_t i = 0;
-	for (struct job *j = head; i < n; j = j->next)
-		sd->results[i++] = j->result;
-	int rc = store_record_results(d->st, sd->results, n);
-	if (rc == STORE_UNAVAILABLE && d->cfg.spool && spool_results(d, n) == 0)
-		return 0; /* durable in the spool: the jobs are done, the outage goes on */
-	if (rc != STORE_OK) {
-		if (!sd->down)
-			log_error("dispatcher: cannot write %zu results (%s); keeping them and retrying",
-				  n, store_strerror(rc));
-		return -1;
-	}
-	if (sd->down)
-		log_info("dispatcher: store is writable again");
-	if (sd->results_spooled)
-		log_info("dispatcher: %zu results went to the spool during the outage",
-			 sd->results_spooled);
-	sd->results_spooled = 0;
-	return 0;
-}
-
-/* Claims up to want due deliveries for the loop. Side thread; the answer is set under mu
- * by the caller. */
-static void side_claim(struct dispatcher *d, size_t want, int *rc, struct store_claim **claims,
-		       size_t *n)
-{
-	*claims = NULL;
-	*n = 0;
-	*rc = store_claim_due(d->st, clock_now_ms(), d->cfg.lease_ms, want, claims, n);
-	if (*rc != STORE_OK) {
-		if (!d->side.down)
-			log_error("dispatcher: cannot claim deliveries: %s", store_strerror(*rc));
-		*claims = NULL;
-		*n = 0;
-		return;
-	}
-	if (d->side.down)
-		log_info("dispatcher: store is reachable again");
-}
-
-static void *side_main(void *arg)
-{
-	struct dispatcher *d = arg;
-	struct store_side *sd = &d->side;
-
-	pthread_setname_np(pthread_self(), "dispatch-store");
-	pthread_mutex_lock(&sd->mu);
-	for (;;) {
-		int64_t now_us = clock_mono_us();
-		int must_claim = sd->claim_want && !sd->claim_done;
-		/* A group is written when it is full, when a claim goes with it, or when its
-		 * first result has waited GROUP_WAIT_US for company; after a failure, not
-		 * before retry_at_us. */
-		int64_t write_at_us = sd->todo_since_us + GROUP_WAIT_US;
-		if (sd->todo_count >= FLUSH_MAX || must_claim)
-			write_at_us = now_us;
-		if (write_at_us < sd->retry_at_us)
-			write_at_us = sd->retry_at_us;
-		int can_write = sd->todo_head && now_us >= write_at_us;
-		if (sd->quit)
-			break;
-		if (!can_write && !must_claim) {
-			if (sd->todo_head) {
-				int64_t at_us = write_at_us;
-				struct timespec ts;
-				clock_gettime(CLOCK_REALTIME, &ts);
-				int64_t ns = ts.tv_nsec + (at_us - now_us) * 1000;
-				ts.tv_sec += ns / 1000000000;
-				ts.tv_nsec = ns % 1000000000;
-				pthread_cond_timedwait(&sd->cv, &sd->mu, &ts);
-			} else {
-				pthread_cond_wait(&sd->cv, &sd->mu);
-			}
-			continue;
-		}
-		/* Take a group of results (everything queued, up to FLUSH_MAX) and the claim
-		 * request; the loop appends meanwhile. */
-		struct job *head = NULL, *last = NULL;
-		size_t n = 0;
-		if (can_write) {
-			head = sd->todo_head;
-			for (last = head, n = 1; n < FLUSH_MAX && last->next; n++)
-				last = last->next;
-			sd->todo_head = last->next;
-			if (!sd->todo_head)
-				sd->todo_tail = NULL;
-			sd->todo_count -= n;
-			sd->todo_since_us = now_us; /* the rest has waited long enough too */
-			last->next = NULL;
-		}
-		size_t want = must_claim ? sd->claim_want : 0;
-		pthread_mutex_unlock(&sd->mu);
-
-		/* The claim first: new work waits on it, results only on their group. The
-		 * loop counts room itself, so writing first would not make more. */
-		int claim_rc = STORE_OK;
-		struct store_claim *claims = NULL;
-		size_t got = 0;
-		if (want) {
-			side_claim(d, want, &claim_rc, &claims, &got);
-			pthread_mutex_lock(&sd->mu);
-			sd->claim_done = 1;
-			sd->claim_rc = claim_rc;
-			sd->claims = claims;
-			sd->claim_n = got;
-			sd->down = claim_rc != STORE_OK;
-			wake_fd(d);
-			pthread_mutex_unlock(&sd->mu);
-		}
-		/* A short claim: the answer went out first; now find when the next delivery
-		 * is due, so the loop claims then rather than at the idle poll. */
-		int64_t due = 0;
-		if (want && claim_rc == STORE_OK && got < want &&
-		    store_next_due(d->st, &due) == STORE_OK) {
-			pthread_mutex_lock(&sd->mu);
-			sd->due_hint_set = 1;
-			sd->due_hint_ms = due;
-			wake_fd(d);
-			pthread_mutex_unlock(&sd->mu);
-		}
-		int wrote = head ? side_write(d, head, n) : 0;
-
-		pthread_mutex_lock(&sd->mu);
-		if (head && wrote == 0) {
-			if (sd->written_tail)
-				sd->written_tail->next = head;
-			else
-				sd->written_head = head;
-			sd->written_tail = last;
-		} else if (head) {
-			/* back in front, in order; try again in a while */
-			last->next = sd->todo_head;
-			sd->todo_head = head;
-			if (!sd->todo_tail)
-				sd->todo_tail = last;
-			sd->todo_count += n;
-			sd->retry_at_us = clock_mono_us() + 500 * 1000;
-		}
-		if (head)
-			sd->down = wrote != 0 || (want && claim_rc != STORE_OK);
-		wake_fd(d);
-	}
-	pthread_mutex_unlock(&sd->mu);
-	return NULL;
-}
-
 /* Starts the claimed deliveries: one batch, freed when its last job is written. */
 static void claims_start(struct dispatcher *d, struct store_claim *claims, size_t n)
 {
@@ -1102,125 +890,27 @@ static void claims_start(struct dispatcher *d, struct store_claim *claims, size_
 	batch_release(d, b);
 }
 
-/* Recycles the jobs of a list linked by next; returns how many. */
-static size_t recycle_list(struct dispatcher *d, struct job *l)
+/* The job a writer_result belongs to. */
+static struct job *job_of(struct writer_result *r)
+{
+	return (struct job *)((char *)r - offsetof(struct job, wr));
+}
+
+/* Recycles the jobs of a writer_result list; returns how many. */
+static size_t recycle_list(struct dispatcher *d, struct writer_result *l)
 {
 	size_t n = 0;
 	while (l) {
-		struct job *j = l;
-		l = j->next;
+		struct job *j = job_of(l);
+		l = l->next;
 		job_recycle(d, j);
 		n++;
 	}
 	return n;
 }
 
-/* Appends the done list to the side's, under sd->mu. Returns 1 when it moved any. */
-static int done_to_side(struct dispatcher *d)
-{
-	struct store_side *sd = &d->side;
-	if (!d->done_head)
-		return 0;
-	if (!sd->todo_head)
-		sd->todo_since_us = clock_mono_us();
-	if (sd->todo_tail)
-		sd->todo_tail->next = d->done_head;
-	else
-		sd->todo_head = d->done_head;
-	sd->todo_tail = d->done_tail;
-	sd->todo_count += d->done_count;
-	d->done_head = d->done_tail = NULL;
-	d->done_count = 0;
-	return 1;
-}
-
-/* Hands the finished jobs to the side to write. */
-static void side_give_done(struct dispatcher *d)
-{
-	pthread_mutex_lock(&d->side.mu);
-	if (done_to_side(d))
-		pthread_cond_signal(&d->side.cv);
-	pthread_mutex_unlock(&d->side.mu);
-}
-
-/* Loop side of the exchange: hands the done list to the side and takes back what the
- * side finished: written jobs are recycled (returns how many), an answered claim is
- * returned through the pointers (*answered = 1), and so is the next due time the side
- * found after a short claim (*due_hint_ms; -1 when none came, 0 when nothing is
- * pending). */
-static size_t side_exchange(struct dispatcher *d, int *answered, int *claim_rc,
-			    struct store_claim **claims, size_t *n, int64_t *due_hint_ms)
-{
-	struct store_side *sd = &d->side;
-	struct job *written;
-	int signal;
-
-	*answered = 0;
-	pthread_mutex_lock(&sd->mu);
-	signal = done_to_side(d);
-	if (sd->claim_done) {
-		*answered = 1;
-		*claim_rc = sd->claim_rc;
-		*claims = sd->claims;
-		*n = sd->claim_n;
-		sd->claim_done = 0;
-		sd->claim_want = 0;
-		sd->claims = NULL;
-	}
-	*due_hint_ms = -1;
-	if (sd->due_hint_set) {
-		*due_hint_ms = sd->due_hint_ms;
-		sd->due_hint_set = 0;
-	}
-	written = sd->written_head;
-	sd->written_head = sd->written_tail = NULL;
-	d->store_down = sd->down;
-	if (signal)
-		pthread_cond_signal(&sd->cv);
-	pthread_mutex_unlock(&sd->mu);
-
-	return recycle_list(d, written);
-}
-
-/* Asks the side to claim up to want deliveries (none may be asked already). */
-static void side_ask(struct dispatcher *d, size_t want)
-{
-	pthread_mutex_lock(&d->side.mu);
-	d->side.claim_want = want;
-	pthread_cond_signal(&d->side.cv);
-	pthread_mutex_unlock(&d->side.mu);
-}
-
-/* Unwritten results in the side's hands (store down at shutdown). */
-static size_t side_unwritten(struct dispatcher *d)
-{
-	pthread_mutex_lock(&d->side.mu);
-	size_t n = d->side.todo_count;
-	pthread_mutex_unlock(&d->side.mu);
-	return n;
-}
-
-/* Stops the side thread and takes back whatever it holds. */
-static void side_stop(struct dispatcher *d)
-{
-	struct store_side *sd = &d->side;
-	if (!sd->started)
-		return;
-	pthread_mutex_lock(&sd->mu);
-	sd->quit = 1;
-	pthread_cond_signal(&sd->cv);
-	pthread_mutex_unlock(&sd->mu);
-	pthread_join(sd->thread, NULL);
-	sd->started = 0;
-	recycle_list(d, sd->written_head);
-	recycle_list(d, sd->todo_head);
-	sd->written_head = sd->written_tail = sd->todo_head = sd->todo_tail = NULL;
-	sd->todo_count = 0;
-	if (sd->claim_done)
-		store_claims_free(sd->claims, sd->claim_n); /* their leases expire */
-	sd->claims = NULL;
-	sd->claim_done = 0;
-}
+/* The writer has news (results written, a claim answered): wake the loop. */
+static void writer_ready_cb(void *ctx);
 
 static void run_timers(struct dispatcher *d, int64_t now_us)
 {
@@ -1285,13 +975,16 @@ static void *dispatcher_main(void *arg)
 			next_prune_us = now_us + PRUNE_US;
 		}
 
-		/* Take back what the side finished: written jobs, and the answer to a claim,
-		 * whose deliveries start now. */
-		int answered = 0, claim_rc = STORE_OK;
-		struct store_claim *claims = NULL;
-		size_t got = 0;
-		int64_t due_hint_ms = -1;
-		size_t written = side_exchange(d, &answered, &claim_rc, &claims, &got, &due_hint_ms);
+		/* Take back what the writer finished: written jobs, and the answer to a
+		 * claim, whose deliveries start now. */
+		struct writer_answer ans;
+		writer_take(d->writer, &ans);
+		d->store_down = ans.down;
+		size_t written = recycle_list(d, ans.written);
+		int answered = ans.claimed, claim_rc = ans.claim_rc;
+		struct store_claim *claims = ans.claims;
+		size_t got = ans.n_claims;
+		int64_t due_hint_ms = ans.next_due_ms;
 		/* Retries due before the next claim (short intervals) are in the store once
 		 * written: claim at their time, not at the idle poll. */
 		if (written && d->soonest_retry_ms) {
@@ -1321,7 +1014,7 @@ static void *dispatcher_main(void *arg)
 
 		/* Claim when woken or when due work may be waiting, and when there is room
 		 * for a worthwhile batch (keeps batches large under load). Asked right after
-		 * an answer, so the side claims the next batch while this one is sent; a
+		 * an answer, so the writer claims the next batch while this one is sent; a
 		 * claim asked counts as taken room until answered. */
 		int room = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
 		int want = room < d->cfg.batch ? room : d->cfg.batch;
@@ -1331,7 +1024,7 @@ static void *dispatcher_main(void *arg)
 		int retry_due = d->claim_at_ms && clock_now_ms() >= d->claim_at_ms;
 		if (!stopping && !d->claim_asked && want > 0 && worth &&
 		    (now_us >= next_claim_us || retry_due)) {
-			side_ask(d, (size_t)want);
+			writer_claim(d->writer, (size_t)want, d->cfg.lease_ms);
 			d->claim_asked = (size_t)want;
 			if (retry_due)
 				d->claim_at_ms = 0;
@@ -1344,11 +1037,14 @@ static void *dispatcher_main(void *arg)
 		/* after the completions, which free places under max_in_flight */
 		int64_t parked_wait_us = run_parked(d, clock_mono_us());
 
-		/* What finished in this round goes to the side at once: it writes while
-		 * curl works, and groups whatever queued up meanwhile. */
+		/* What finished in this round goes to the writer at once: it writes while
+		 * the sinks work, and groups whatever queued up meanwhile. */
 		now_us = clock_mono_us();
-		if (d->done_count)
-			side_give_done(d);
+		if (d->done_count) {
+			writer_results(d->writer, &d->done_head->wr, &d->done_tail->wr, d->done_count);
+			d->done_head = d->done_tail = NULL;
+			d->done_count = 0;
+		}
 
 		if (stopping && d->active == 0 && !d->claim_asked)
 			break;
@@ -1356,12 +1052,12 @@ static void *dispatcher_main(void *arg)
 		    !d->waiting && now_us >= stop_deadline_us) {
 			log_error("dispatcher: store unavailable at shutdown; %zu results not written "
 				  "(their deliveries will be sent again after the lease expires)",
-				  side_unwritten(d));
+				  writer_unwritten(d->writer));
 			break;
 		}
 
 		/* Sleep until a sink's fd is ready, a timer or claim is due, or a wake-up (the
-		 * side answering is one). */
+		 * writer answering is one). */
 		int64_t claim_us = next_claim_us;
 		if (d->claim_at_ms) {
 			int64_t at_us = now_us + (d->claim_at_ms - clock_now_ms()) * 1000;
@@ -1388,29 +1084,27 @@ static void *dispatcher_main(void *arg)
 	}
 
 	/* Whatever is still done but unwritten could not be written; free it all. */
-	side_stop(d);
-	recycle_list(d, d->done_head);
+	recycle_list(d, writer_detach(d->writer));
+	if (d->done_head)
+		recycle_list(d, &d->done_head->wr);
 	d->done_head = d->done_tail = NULL;
 	return NULL;
 }
 
-struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
+struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 				    const struct dispatcher_config *cfg)
 {
 	struct dispatcher *d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
-	d->st = st;
+	d->writer = w;
 	d->reg = reg;
 	d->cfg = *cfg;
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
 	d->jobs = calloc((size_t)cfg->max_in_flight, sizeof(*d->jobs));
-	d->side.results = calloc(FLUSH_MAX, sizeof(*d->side.results));
-	pthread_mutex_init(&d->side.mu, NULL);
-	pthread_cond_init(&d->side.cv, NULL);
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	d->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!d->jobs || !d->side.results || d->epfd < 0 || d->evfd < 0)
+	if (!d->jobs || d->epfd < 0 || d->evfd < 0)
 		goto fail;
 	struct epoll_event wev = {.events = EPOLLIN, .data.u32 = 0};
 	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &wev))
@@ -1434,14 +1128,10 @@ struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
 		d->jobs[i].next = d->free_list;
 		d->free_list = &d->jobs[i];
 	}
-	if (pthread_create(&d->side.thread, NULL, side_main, d)) {
-		log_error("dispatcher: cannot start thread");
-		goto fail;
-	}
-	d->side.started = 1;
+	writer_attach(w, writer_ready_cb, d);
 	if (pthread_create(&d->thread, NULL, dispatcher_main, d)) {
 		log_error("dispatcher: cannot start thread");
-		side_stop(d);
+		writer_detach(w);
 		goto fail;
 	}
 	pthread_mutex_lock(&circuit_mu);
@@ -1454,7 +1144,6 @@ fail:
 	if (d->evfd >= 0)
 		close(d->evfd);
 	free(d->jobs);
-	free(d->side.results);
 	free(d);
 	return NULL;
 }
@@ -1465,6 +1154,11 @@ static void wake_fd(struct dispatcher *d)
 	uint64_t one = 1;
 	ssize_t r = write(d->evfd, &one, sizeof(one)); /* EAGAIN: already pending */
 	(void)r;
+}
+
+static void writer_ready_cb(void *ctx)
+{
+	wake_fd(ctx);
 }
 
 void dispatcher_wake(struct dispatcher *d)
@@ -1487,6 +1181,5 @@ void dispatcher_stop(struct dispatcher *d)
 	close(d->epfd);
 	close(d->evfd);
 	free(d->jobs);
-	free(d->side.results);
 	free(d);
 }

@@ -2,7 +2,8 @@
  *
  * One thread claims due deliveries in batches, hands each attempt to the sink its
  * endpoint belongs to (sink.h: HTTP over libcurl multi, Kafka), runs the immediate-retry
- * round, decides the next state with core/retry, and writes results in groups. */
+ * round, decides the next state with core/outcome, and hands results to the store's
+ * writer (store/writer.h), which writes them in groups. */
 #ifndef OUTBOXD_DELIVER_DISPATCHER_H
 #define OUTBOXD_DELIVER_DISPATCHER_H
 
@@ -11,6 +12,7 @@
 #include "core/subscriptions.h"
 #include "deliver/sink.h"
 #include "store/store.h"
+#include "store/writer.h"
 
 struct dispatcher_config {
 	int max_in_flight;        /* concurrent deliveries of this instance */
@@ -18,8 +20,6 @@ struct dispatcher_config {
 	int64_t lease_ms;
 	int64_t shutdown_grace_ms;
 	int64_t disabled_delay_ms; /* how long a disabled subscription's deliveries wait */
-	struct spool *spool;      /* borrowed, NULL = none: where results go while the store
-	                             is unavailable (seed 004); replayed by the committer */
 	struct sink *sinks[SINKS_MAX]; /* borrowed, opened by the caller and closed after
 	                             dispatcher_stop: the delivery targets, asked in order
 	                             which one takes an endpoint (sink.h) */
@@ -34,8 +34,9 @@ struct dispatcher_config {
 
 struct dispatcher;
 
-/* Starts the dispatcher thread. st and reg are borrowed and must outlive it. */
-struct dispatcher *dispatcher_start(store *st, struct sub_registry *reg,
+/* Starts the dispatcher thread. w and reg are borrowed and must outlive it: claims and
+ * result writes go through the writer (store/writer.h), one client at a time. */
+struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 				    const struct dispatcher_config *cfg);
 
 /* Asks the dispatcher to look for due work now (new events, a replay). Thread-safe,

@@ -496,7 +496,7 @@ static int store_batch(struct kafka_intake *ki, struct item *items, size_t n, in
 				(const char (*)[UUID_STR_LEN])fan[items[i].fan_start];
 	if (created) /* the dispatcher must know them before it claims their deliveries */
 		sub_codec_reload(ki->reg, ki->st, &ki->cfg.defaults);
-	rc = n_ev ? store_ingest(ki->st, evs, n_ev) : STORE_OK;
+	rc = n_ev ? writer_ingest(ki->cfg.writer, evs, n_ev) : STORE_OK;
 out:
 	sub_registry_release(ki->reg, set);
 	free(evs);

@@ -23,6 +23,7 @@
 #include "core/subscriptions.h"
 #include "kafka/client.h"
 #include "store/store.h"
+#include "store/writer.h"
 
 struct kafka_intake;
 
@@ -31,6 +32,7 @@ struct kafka_intake_config {
 	struct retry_policy defaults;           /* for the derived subscriptions */
 	int64_t retry_interval_ms;              /* when a dlt message's first retry is due */
 	int64_t max_payload;                    /* event format: as POST /v1/events */
+	struct writer *writer;                  /* borrowed: stores each batch (store/writer.h) */
 	void (*wake)(void *ctx);                /* new deliveries are due (the dispatcher) */
 	void *wake_ctx;
 };

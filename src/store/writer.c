@@ -1,0 +1,709 @@
+/* writer.c: the writer thread (ingest groups, result groups, claims) and the spool
+ * replay thread (see writer.h).
+ *
+ * Must not acknowledge anything that is neither committed nor fsynced in the spool, and
+ * must not block its callers on the store except writer_ingest (which waits for
+ * durability by contract). */
+#include "store/writer.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#define REPLAY_INTERVAL_MS 500
+#define RETRY_WRITE_US (500 * 1000) /* a result group the store refused waits this long */
+
+/* An ingest request: its caller waits on w->finished until done. */
+struct pending {
+	struct store_event_in *events;
+	size_t n;
+	int done;
+	int rc;
+	struct pending *next;
+};
+
+struct writer {
+	store *st;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t work;          /* signalled when work is queued or on stop */
+	pthread_cond_t finished;      /* broadcast after each round */
+	int stopping;
+	int busy;                     /* a claim or result group is out of the lists */
+	void (*commit_cb)(void *ctx); /* after a commit that stored events */
+	void *commit_ctx;
+
+	/* ingest: requests in order; the scratch array is reused across groups */
+	struct pending *head, *tail;
+	struct store_event_in *group;
+	size_t group_cap;
+
+	/* results: client -> writer, in order */
+	struct writer_result *todo_head, *todo_tail;
+	size_t todo_count;
+	int64_t todo_since_us;        /* when the first of them arrived */
+	int64_t retry_at_us;          /* after a refused group: not before then */
+	struct store_result *scratch; /* WRITER_RESULTS_MAX of them, the group being written */
+	size_t results_spooled;       /* written to the spool in this outage */
+	/* results: writer -> client */
+	struct writer_result *written_head, *written_tail;
+	size_t written_count;
+
+	/* claims */
+	size_t claim_want;            /* client -> writer: claim up to this many, 0 = none */
+	int64_t lease_ms;
+	int claim_done;               /* writer -> client: the answer below is ready */
+	int claim_rc;
+	struct store_claim *claims;
+	size_t claim_n;
+	int due_hint_set;             /* after a short claim: the next due time is known */
+	int64_t due_hint_ms;
+	int down;                     /* the last store call failed */
+
+	/* the client (the dispatcher) */
+	void (*ready_cb)(void *ctx);
+	void *ready_ctx;
+
+	/* spool (NULL = off) and its replay thread; the counters are under mu */
+	struct spool *spool;
+	pthread_t replay_thread;
+	int replay_started;
+	int replay_stopping;
+	pthread_cond_t replay_wake;
+	int spooling;                 /* an ingest outage is being spooled (log once) */
+	size_t spooled_events, spooled_records;
+};
+
+static void ready(struct writer *w)
+{
+	if (w->ready_cb)
+		w->ready_cb(w->ready_ctx);
+}
+
+/* ---- ingest ---------------------------------------------------------------------- */
+
+/* Writes an ingest group the store could not take to the spool. STORE_OK when it is
+ * durable there; otherwise the store's answer stands. */
+static int spool_events(struct writer *w, struct store_event_in *events, size_t n, int store_rc)
+{
+	void *rec = NULL;
+	size_t len = 0;
+	int64_t now = clock_now_ms();
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!events[i].created_at)
+			events[i].created_at = now;
+		events[i].duplicate = 0;
+	}
+	if (spool_encode_events(events, n, &rec, &len)) {
+		log_error("spool: cannot encode %zu events (too big or out of memory)", n);
+		return store_rc;
+	}
+	rc = spool_append(w->spool, SPOOL_REC_EVENTS, rec, len);
+	free(rec);
+	if (rc != SPOOL_OK)
+		return store_rc;
+	pthread_mutex_lock(&w->mu);
+	if (!w->spooling) {
+		w->spooling = 1;
+		log_warn("spool: the store is unavailable (%s); accepting ingest into the spool %s",
+			 store_strerror(store_rc), spool_path(w->spool));
+	}
+	w->spooled_events += n;
+	w->spooled_records++;
+	pthread_mutex_unlock(&w->mu);
+	return STORE_OK;
+}
+
+/* Stores the requests first..last in one transaction; sets each one's rc. */
+static void ingest_group(struct writer *w, struct pending *first, struct pending *last)
+{
+	size_t total = 0;
+	for (struct pending *p = first;; p = p->next) {
+		total += p->n;
+		if (p == last)
+			break;
+	}
+	if (total > w->group_cap) {
+		struct store_event_in *g = realloc(w->group, total * sizeof(*g));
+		if (!g) {
+			log_error("writer: out of memory for %zu events", total);
+			for (struct pending *p = first;; p = p->next) {
+				p->rc = STORE_ERROR;
+				if (p == last)
+					break;
+			}
+			return;
+		}
+		w->group = g;
+		w->group_cap = total;
+	}
+	size_t off = 0;
+	for (struct pending *p = first;; p = p->next) {
+		memcpy(w->group + off, p->events, p->n * sizeof(*p->events));
+		off += p->n;
+		if (p == last)
+			break;
+	}
+	int rc = store_ingest(w->st, w->group, total);
+	if (rc == STORE_UNAVAILABLE && w->spool)
+		rc = spool_events(w, w->group, total, rc);
+	else if (rc == STORE_OK) {
+		pthread_mutex_lock(&w->mu);
+		void (*cb)(void *) = w->commit_cb;
+		void *ctx = w->commit_ctx;
+		pthread_mutex_unlock(&w->mu);
+		if (cb)
+			cb(ctx);
+	}
+	off = 0;
+	for (struct pending *p = first;; p = p->next) {
+		for (size_t i = 0; i < p->n; i++) {
+			memcpy(p->events[i].id, w->group[off + i].id, UUID_STR_LEN);
+			p->events[i].duplicate = w->group[off + i].duplicate;
+		}
+		off += p->n;
+		p->rc = rc;
+		if (p == last)
+			break;
+	}
+}
+
+/* ---- results and claims ------------------------------------------------------------ */
+
+/* The store is unavailable: writes the group's results to the spool instead (fsynced).
+ * Returns 0 when they are durable there. The leases stay in the store until the replay
+ * applies the results; a lease that expired first means one more delivery (at least
+ * once). */
+static int spool_results(struct writer *w, size_t n)
+{
+	void *rec = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (spool_encode_results(w->scratch, n, &rec, &len)) {
+		log_error("writer: cannot encode %zu results for the spool", n);
+		return -1;
+	}
+	rc = spool_append(w->spool, SPOOL_REC_RESULTS, rec, len);
+	free(rec);
+	if (rc != SPOOL_OK)
+		return -1;
+	if (!w->results_spooled)
+		log_warn("writer: the store is unavailable; writing results to the spool %s",
+			 spool_path(w->spool));
+	w->results_spooled += n;
+	return 0;
+}
+
+/* Writes the n results from head in one transaction (group commit), or to the spool.
+ * Returns 0 when they are durable, -1 when the store refused (they are queued again). */
+static int results_group(struct writer *w, struct writer_result *head, size_t n, int was_down)
+{
+	size_t i = 0;
+	for (struct writer_result *r = head; i < n; r = r->next)
+		w->scratch[i++] = r->result;
+	int rc = store_record_results(w->st, w->scratch, n);
+	if (rc == STORE_UNAVAILABLE && w->spool && spool_results(w, n) == 0)
+		return 0; /* durable in the spool: the rounds are done, the outage goes on */
+	if (rc != STORE_OK) {
+		if (!was_down)
+			log_error("writer: cannot write %zu delivery results (%s); keeping them and "
+				  "retrying", n, store_strerror(rc));
+		return -1;
+	}
+	if (was_down)
+		log_info("writer: store is writable again");
+	if (w->results_spooled)
+		log_info("writer: %zu delivery results went to the spool during the outage",
+			 w->results_spooled);
+	w->results_spooled = 0;
+	return 0;
+}
+
+/* Claims up to want due deliveries. */
+static int claim(struct writer *w, size_t want, int64_t lease_ms, int was_down,
+		 struct store_claim **claims, size_t *n)
+{
+	*claims = NULL;
+	*n = 0;
+	int rc = store_claim_due(w->st, clock_now_ms(), lease_ms, want, claims, n);
+	if (rc != STORE_OK) {
+		if (!was_down)
+			log_error("writer: cannot claim deliveries: %s", store_strerror(rc));
+		*claims = NULL;
+		*n = 0;
+	} else if (was_down) {
+		log_info("writer: store is reachable again");
+	}
+	return rc;
+}
+
+/* ---- the writer thread --------------------------------------------------------------- */
+
+static void wait_until(struct writer *w, int64_t at_us, int64_t now_us)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t ns = ts.tv_nsec + (at_us - now_us) * 1000;
+	ts.tv_sec += ns / 1000000000;
+	ts.tv_nsec = ns % 1000000000;
+	pthread_cond_timedwait(&w->work, &w->mu, &ts);
+}
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+
+	pthread_setname_np(pthread_self(), "writer");
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		int64_t now_us = clock_mono_us();
+		int must_claim = w->claim_want && !w->claim_done;
+		/* A result group is written when it is full, when a claim goes with it, or
+		 * when its first result has waited WRITER_GROUP_WAIT_US for company; after a
+		 * failure, not before retry_at_us. */
+		int64_t write_at_us = w->todo_since_us + WRITER_GROUP_WAIT_US;
+		if (w->todo_count >= WRITER_RESULTS_MAX || must_claim)
+			write_at_us = now_us;
+		if (write_at_us < w->retry_at_us)
+			write_at_us = w->retry_at_us;
+		int can_write = w->todo_head && now_us >= write_at_us;
+		if (w->stopping && !w->head)
+			break;
+		if (!can_write && !must_claim && !w->head) {
+			if (w->todo_head)
+				wait_until(w, write_at_us, now_us);
+			else
+				pthread_cond_wait(&w->work, &w->mu);
+			continue;
+		}
+
+		/* Take this round's work: a run of ingest requests up to the group limit,
+		 * a group of results, the claim request. Callers queue more meanwhile. */
+		struct pending *first = w->head, *last = first;
+		if (first) {
+			size_t n = first->n;
+			while (last->next && n + last->next->n <= WRITER_INGEST_MAX) {
+				last = last->next;
+				n += last->n;
+			}
+			w->head = last->next;
+			if (!w->head)
+				w->tail = NULL;
+		}
+		struct writer_result *rhead = NULL, *rlast = NULL;
+		size_t rn = 0;
+		if (can_write) {
+			rhead = w->todo_head;
+			for (rlast = rhead, rn = 1; rn < WRITER_RESULTS_MAX && rlast->next; rn++)
+				rlast = rlast->next;
+			w->todo_head = rlast->next;
+			if (!w->todo_head)
+				w->todo_tail = NULL;
+			w->todo_count -= rn;
+			w->todo_since_us = now_us; /* the rest has waited long enough too */
+			rlast->next = NULL;
+		}
+		size_t want = must_claim ? w->claim_want : 0;
+		int64_t lease_ms = w->lease_ms;
+		int was_down = w->down;
+		w->busy = rhead || want;
+		pthread_mutex_unlock(&w->mu);
+
+		/* The claim first: new work waits on it, results only on their group. */
+		int claim_rc = STORE_OK;
+		if (want) {
+			struct store_claim *claims = NULL;
+			size_t got = 0;
+			claim_rc = claim(w, want, lease_ms, was_down, &claims, &got);
+			pthread_mutex_lock(&w->mu);
+			w->claim_done = 1;
+			w->claim_rc = claim_rc;
+			w->claims = claims;
+			w->claim_n = got;
+			w->down = claim_rc != STORE_OK;
+			ready(w);
+			pthread_mutex_unlock(&w->mu);
+			/* A short claim: the answer went out first; now find when the next
+			 * delivery is due, so the dispatcher claims then, not at its idle poll. */
+			int64_t due = 0;
+			if (claim_rc == STORE_OK && got < want && store_next_due(w->st, &due) == STORE_OK) {
+				pthread_mutex_lock(&w->mu);
+				w->due_hint_set = 1;
+				w->due_hint_ms = due;
+				ready(w);
+				pthread_mutex_unlock(&w->mu);
+			}
+		}
+		if (first) {
+			ingest_group(w, first, last);
+			pthread_mutex_lock(&w->mu);
+			for (struct pending *p = first;; p = p->next) {
+				p->done = 1;
+				if (p == last)
+					break;
+			}
+			pthread_cond_broadcast(&w->finished);
+			pthread_mutex_unlock(&w->mu);
+		}
+		int wrote = rhead ? results_group(w, rhead, rn, was_down) : 0;
+
+		pthread_mutex_lock(&w->mu);
+		if (rhead && wrote == 0) {
+			if (w->written_tail)
+				w->written_tail->next = rhead;
+			else
+				w->written_head = rhead;
+			w->written_tail = rlast;
+			w->written_count += rn;
+		} else if (rhead) {
+			/* back in front, in order; try again in a while */
+			rlast->next = w->todo_head;
+			w->todo_head = rhead;
+			if (!w->todo_tail)
+				w->todo_tail = rlast;
+			w->todo_count += rn;
+			w->retry_at_us = clock_mono_us() + RETRY_WRITE_US;
+		}
+		if (rhead)
+			w->down = wrote != 0 || (want && claim_rc != STORE_OK);
+		w->busy = 0;
+		if (rhead)
+			ready(w);
+		pthread_cond_broadcast(&w->finished);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* ---- replay ---------------------------------------------------------------------- */
+
+struct replay_run {
+	struct writer *w;
+	size_t records, events, duplicates, results;
+	int store_rc;
+};
+
+/* Results the dispatcher spooled: applied where this owner still holds the lease (the
+ * store ignores the others: those deliveries are sent again, at least once). */
+static int replay_results(struct replay_run *run, const void *data, size_t len)
+{
+	struct store_result *results;
+	size_t n;
+	int rc;
+
+	if (spool_decode_results(data, len, &results, &n)) {
+		log_error("spool: record %zu (%zu bytes of results) cannot be decoded; skipped",
+			  run->records, len);
+		run->records++;
+		return 0;
+	}
+	rc = store_record_results(run->w->st, results, n);
+	spool_results_free(results, n);
+	if (rc != STORE_OK) {
+		run->store_rc = rc;
+		return 1;
+	}
+	run->records++;
+	run->results += n;
+	return 0;
+}
+
+static int replay_record_cb(void *ctx, uint8_t type, const void *data, size_t len)
+{
+	struct replay_run *run = ctx;
+	struct store_event_in *events;
+	size_t n;
+	int rc = STORE_OK;
+
+	if (type == SPOOL_REC_RESULTS)
+		return replay_results(run, data, len);
+	if (type != SPOOL_REC_EVENTS) {
+		/* Written by a newer outboxd: keep it for that version rather than drop it. */
+		log_error("spool: record %zu has unknown type %u; replay stopped", run->records,
+			  (unsigned)type);
+		run->store_rc = STORE_ERROR;
+		return 1;
+	}
+	if (spool_decode_events(data, len, &events, &n)) {
+		/* The checksum was right, so this is a bug, not damage: it cannot be stored. */
+		log_error("spool: record %zu (%zu bytes) cannot be decoded; skipped", run->records,
+			  len);
+		run->records++;
+		return 0;
+	}
+	for (size_t off = 0; off < n && rc == STORE_OK; off += WRITER_INGEST_MAX) {
+		size_t k = n - off < WRITER_INGEST_MAX ? n - off : WRITER_INGEST_MAX;
+
+		rc = store_ingest_replay(run->w->st, events + off, k);
+		for (size_t i = 0; rc == STORE_OK && i < k; i++)
+			run->duplicates += (size_t)events[off + i].duplicate;
+	}
+	free(events);
+	if (rc != STORE_OK) {
+		run->store_rc = rc;
+		return 1;
+	}
+	run->records++;
+	run->events += n;
+	return 0;
+}
+
+static void replay_once(struct writer *w, int *last_rc)
+{
+	struct replay_run run = {.w = w, .store_rc = STORE_OK};
+	struct spool_report rep;
+	int rc;
+
+	rc = spool_replay(w->spool, replay_record_cb, &run, &rep);
+	spool_log_report(w->spool, &rep);
+	if (rc == SPOOL_STOPPED) {
+		/* UNAVAILABLE is the expected answer during the outage; log other errors
+		 * once per change. */
+		if (run.store_rc != STORE_UNAVAILABLE && run.store_rc != *last_rc)
+			log_error("spool: replay stopped: %s", store_strerror(run.store_rc));
+		*last_rc = run.store_rc;
+		return;
+	}
+	*last_rc = STORE_OK;
+	if (rc != SPOOL_OK)
+		return;
+	pthread_mutex_lock(&w->mu);
+	log_info("spool: drained %s: %zu records, %zu events replayed into the store (%zu "
+		 "already stored), %zu delivery results; %zu events in %zu records were spooled "
+		 "by ingest during this outage",
+		 spool_path(w->spool), run.records, run.events, run.duplicates, run.results,
+		 w->spooled_events, w->spooled_records);
+	w->spooling = 0;
+	w->spooled_events = 0;
+	w->spooled_records = 0;
+	void (*cb)(void *) = w->commit_cb;
+	void *ctx = w->commit_ctx;
+	pthread_mutex_unlock(&w->mu);
+	if ((run.events || run.results) && cb)
+		cb(ctx);
+}
+
+static void *replay_main(void *arg)
+{
+	struct writer *w = arg;
+
+	pthread_setname_np(pthread_self(), "spool-replay");
+	int last_rc = STORE_OK;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->replay_stopping) {
+		if (spool_size(w->spool) > 0) {
+			pthread_mutex_unlock(&w->mu);
+			replay_once(w, &last_rc);
+			pthread_mutex_lock(&w->mu);
+		}
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += REPLAY_INTERVAL_MS * 1000000L;
+		until.tv_sec += until.tv_nsec / 1000000000L;
+		until.tv_nsec %= 1000000000L;
+		if (!w->replay_stopping)
+			pthread_cond_timedwait(&w->replay_wake, &w->mu, &until);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+
+/* ---- the interface ------------------------------------------------------------------ */
+
+struct writer *writer_start(store *st, struct spool *spool)
+{
+	struct writer *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->st = st;
+	w->spool = spool;
+	w->scratch = calloc(WRITER_RESULTS_MAX, sizeof(*w->scratch));
+	if (!w->scratch) {
+		free(w);
+		return NULL;
+	}
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->work, NULL);
+	pthread_cond_init(&w->finished, NULL);
+	pthread_cond_init(&w->replay_wake, NULL);
+	if (pthread_create(&w->thread, NULL, writer_main, w)) {
+		log_error("writer: cannot start thread");
+		free(w->scratch);
+		free(w);
+		return NULL;
+	}
+	if (spool) {
+		if (pthread_create(&w->replay_thread, NULL, replay_main, w)) {
+			log_error("writer: cannot start the spool replay thread");
+			writer_stop(w);
+			return NULL;
+		}
+		w->replay_started = 1;
+	}
+	return w;
+}
+
+void writer_on_commit(struct writer *w, void (*cb)(void *ctx), void *ctx)
+{
+	pthread_mutex_lock(&w->mu);
+	w->commit_cb = cb;
+	w->commit_ctx = ctx;
+	pthread_mutex_unlock(&w->mu);
+}
+
+int writer_ingest(struct writer *w, struct store_event_in *events, size_t n)
+{
+	struct pending p = {events, n, 0, STORE_ERROR, NULL};
+
+	pthread_mutex_lock(&w->mu);
+	if (w->stopping) {
+		pthread_mutex_unlock(&w->mu);
+		return STORE_UNAVAILABLE;
+	}
+	if (w->tail)
+		w->tail->next = &p;
+	else
+		w->head = &p;
+	w->tail = &p;
+	pthread_cond_signal(&w->work);
+	while (!p.done)
+		pthread_cond_wait(&w->finished, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+	return p.rc;
+}
+
+void writer_attach(struct writer *w, void (*ready_cb)(void *ctx), void *ctx)
+{
+	pthread_mutex_lock(&w->mu);
+	w->ready_cb = ready_cb;
+	w->ready_ctx = ctx;
+	pthread_mutex_unlock(&w->mu);
+}
+
+void writer_results(struct writer *w, struct writer_result *head, struct writer_result *tail,
+		    size_t n)
+{
+	if (!head)
+		return;
+	tail->next = NULL;
+	pthread_mutex_lock(&w->mu);
+	if (!w->todo_head)
+		w->todo_since_us = clock_mono_us();
+	if (w->todo_tail)
+		w->todo_tail->next = head;
+	else
+		w->todo_head = head;
+	w->todo_tail = tail;
+	w->todo_count += n;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void writer_claim(struct writer *w, size_t want, int64_t lease_ms)
+{
+	pthread_mutex_lock(&w->mu);
+	w->claim_want = want;
+	w->lease_ms = lease_ms;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void writer_take(struct writer *w, struct writer_answer *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->next_due_ms = -1;
+	pthread_mutex_lock(&w->mu);
+	if (w->claim_done) {
+		a->claimed = 1;
+		a->claim_rc = w->claim_rc;
+		a->claims = w->claims;
+		a->n_claims = w->claim_n;
+		w->claim_done = 0;
+		w->claim_want = 0;
+		w->claims = NULL;
+		w->claim_n = 0;
+	}
+	if (w->due_hint_set) {
+		a->next_due_ms = w->due_hint_ms;
+		w->due_hint_set = 0;
+	}
+	a->written = w->written_head;
+	a->n_written = w->written_count;
+	w->written_head = w->written_tail = NULL;
+	w->written_count = 0;
+	a->down = w->down;
+	pthread_mutex_unlock(&w->mu);
+}
+
+size_t writer_unwritten(struct writer *w)
+{
+	pthread_mutex_lock(&w->mu);
+	size_t n = w->todo_count;
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
+struct writer_result *writer_detach(struct writer *w)
+{
+	struct writer_result *l;
+
+	pthread_mutex_lock(&w->mu);
+	w->claim_want = 0; /* an unanswered claim is not started any more */
+	while (w->busy)
+		pthread_cond_wait(&w->finished, &w->mu);
+	w->ready_cb = NULL;
+	w->ready_ctx = NULL;
+	if (w->claim_done)
+		store_claims_free(w->claims, w->claim_n); /* their leases expire */
+	w->claims = NULL;
+	w->claim_n = 0;
+	w->claim_done = 0;
+	w->due_hint_set = 0;
+	l = w->written_head;
+	if (w->written_tail)
+		w->written_tail->next = w->todo_head;
+	else
+		l = w->todo_head;
+	w->written_head = w->written_tail = NULL;
+	w->written_count = 0;
+	w->todo_head = w->todo_tail = NULL;
+	w->todo_count = 0;
+	pthread_mutex_unlock(&w->mu);
+	return l;
+}
+
+void writer_stop(struct writer *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stopping = 1;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	if (w->replay_started) {
+		pthread_mutex_lock(&w->mu);
+		w->replay_stopping = 1;
+		pthread_cond_signal(&w->replay_wake);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->replay_thread, NULL);
+	}
+	if (w->claim_done)
+		store_claims_free(w->claims, w->claim_n);
+	pthread_cond_destroy(&w->replay_wake);
+	pthread_cond_destroy(&w->work);
+	pthread_cond_destroy(&w->finished);
+	pthread_mutex_destroy(&w->mu);
+	free(w->group);
+	free(w->scratch);
+	free(w);
+}

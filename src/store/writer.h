@@ -1,0 +1,105 @@
+/* writer.h: the one thread that makes the delivery pipeline's writes to the store.
+ *
+ * DESIGN §3: one writer owns the store's writes, and group commit makes one sync serve
+ * many of them. Three kinds of work queue up here and the writer thread takes them in
+ * rounds, each kind grouped into one store call:
+ *   - ingest: parsed events from the API threads and the Kafka intake
+ *     (writer_ingest blocks its caller until the events are durable: DESIGN §3, an
+ *     event is acknowledged only once committed);
+ *   - results: finished delivery rounds from the dispatcher (writer_results hands them
+ *     over and returns; written ones come back through writer_take, to be recycled);
+ *   - claims: the dispatcher's requests for due deliveries (leases are writes too).
+ * A round does the claim first (new work waits on it), then the ingest group (callers
+ * are blocked on it), then the results group (their items wait for company up to
+ * WRITER_GROUP_WAIT_US, and up to WRITER_RESULTS_MAX of them go in one transaction).
+ *
+ * With a spool (seed 004's catastrophic-failure layer, opt-in), a group the store
+ * answers STORE_UNAVAILABLE for is written to the spool instead, fsynced, and counts as
+ * durable. A second thread replays the spool into the store every 500 ms until it is
+ * empty (store_ingest_replay: an event already stored is not stored twice): the only
+ * writes outside the writer thread besides operator actions (subscriptions, replays,
+ * jobs), which are single-row writes made by the API and job threads themselves.
+ *
+ * Must not acknowledge anything that is neither committed nor fsynced in the spool. */
+#ifndef OUTBOXD_STORE_WRITER_H
+#define OUTBOXD_STORE_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/spool.h"
+#include "store/store.h"
+
+#define WRITER_RESULTS_MAX 512      /* results in one transaction at most */
+#define WRITER_GROUP_WAIT_US 1000   /* a result waits at most this long for company */
+#define WRITER_INGEST_MAX 10000     /* events in one transaction (= STORE_MAX_BATCH) */
+
+struct writer;
+
+/* One delivery result in the writer's queue: embedded in the caller's own record (the
+ * dispatcher's round), which stays the caller's memory; next links the queue. */
+struct writer_result {
+	struct store_result result;
+	struct writer_result *next;
+};
+
+/* What writer_take hands back to the dispatcher. */
+struct writer_answer {
+	struct writer_result *written; /* written (or spooled) results, in order: recycle */
+	size_t n_written;
+	int claimed;                   /* 1: the claim asked for is answered below */
+	int claim_rc;                  /* STORE_OK or the store's error */
+	struct store_claim *claims;    /* returned to the caller (store_claims_free) */
+	size_t n_claims;
+	int64_t next_due_ms;           /* after a short claim: when the next delivery is
+	                                  due (0 = nothing pending); -1 = not known */
+	int down;                      /* the last store call failed */
+};
+
+/* Starts the writer thread, and the spool replay thread when spool (borrowed, may be
+ * NULL: no spooling) is given; st and spool must outlive the writer. Returns NULL when
+ * a thread cannot start. */
+struct writer *writer_start(store *st, struct spool *spool);
+
+/* Called after each commit that stored events (ingest, or a spool replay), from the
+ * writer's threads: wakes the dispatcher. cb NULL turns it off. Set it after the
+ * dispatcher started, clear it before the dispatcher stops. */
+void writer_on_commit(struct writer *w, void (*cb)(void *ctx), void *ctx);
+
+/* Stores events (borrowed; ids and duplicate flags are written back) and returns the
+ * store's result once they are durable. Blocks the calling thread. Spooled events come
+ * back STORE_OK with duplicate = 0 (a repeated idempotency key is only found when the
+ * spool is replayed; the replay then keeps the first event). STORE_UNAVAILABLE once
+ * writer_stop began. */
+int writer_ingest(struct writer *w, struct store_event_in *events, size_t n);
+
+/* The dispatcher's side. One client at a time: writer_attach before the first call,
+ * ready(ctx) runs on the writer thread whenever writer_take has something new. */
+void writer_attach(struct writer *w, void (*ready)(void *ctx), void *ctx);
+
+/* Queues n results linked from head to tail (borrowed until writer_take returns them
+ * as written, or writer_detach as unwritten). Never blocks on the store. */
+void writer_results(struct writer *w, struct writer_result *head, struct writer_result *tail,
+		    size_t n);
+
+/* Asks for up to want due deliveries with a lease of lease_ms; the answer comes through
+ * writer_take. At most one claim is outstanding. */
+void writer_claim(struct writer *w, size_t want, int64_t lease_ms);
+
+/* Takes what the writer finished since the last call (see struct writer_answer). */
+void writer_take(struct writer *w, struct writer_answer *a);
+
+/* Results queued but not written yet (the store is down). */
+size_t writer_unwritten(struct writer *w);
+
+/* Ends the client's session: waits for a claim or result group in progress, frees an
+ * answered claim nobody took (its leases expire), and returns the results still queued
+ * (unwritten: the store is down) and the written ones not taken yet, in one list. */
+struct writer_result *writer_detach(struct writer *w);
+
+/* Commits the ingest that is queued, then stops the threads and frees w. The spool is
+ * left as it is: what it holds is replayed after the next start. Call after the
+ * dispatcher detached. */
+void writer_stop(struct writer *w);
+
+#endif
