@@ -6,7 +6,7 @@
 #include "api/api.h"
 #include "api/render.h"
 #include "core/metrics.h"
-#include "deliver/dispatcher.h"
+#include "core/breaker.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/uuid.h"
@@ -165,8 +165,10 @@ void api_stats(struct api *api, struct api_response *res)
 						      x->last_message, "at", render_time(x->last_error_at)));
 		else
 			json_object_set_new(o, "last_error", json_null());
-		/* The breaker lives in this instance's dispatcher (per subscription). */
-		json_object_set_new(o, "circuit", json_string(dispatcher_circuit_state(sub->id)));
+		/* The breaker lives in this instance's dispatcher (per subscription), which
+		 * publishes its state to the metrics. */
+		json_object_set_new(o, "circuit", json_string(breaker_state_name(
+				metrics_circuit_state(sub->id, clock_now_ms()))));
 		json_array_append_new(subs, o);
 	}
 	sub_registry_release(api->reg, set);

@@ -17,13 +17,13 @@
 static const double buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
 
-static const char *const outcome_names[OUTCOME_COUNT] = {"processed", "retrying", "dead",
+static const char *const outcome_names[METRICS_OUTCOMES] = {"processed", "retrying", "dead",
 							 "released", "delayed"};
 
 struct sub_slot {
 	_Atomic int used;                 /* 0 free, 1 claiming, 2 ready */
 	char id[UUID_STR_LEN];
-	_Atomic long outcomes[OUTCOME_COUNT];
+	_Atomic long outcomes[METRICS_OUTCOMES];
 	_Atomic int circuit_known;        /* a breaker state was ever published */
 	_Atomic int circuit_state;        /* 0 closed, 1 open, 2 half-open */
 	_Atomic long long circuit_open_until; /* ms since the epoch, while open */
@@ -31,7 +31,7 @@ struct sub_slot {
 
 static struct {
 	struct sub_slot subs[SUB_SLOTS];
-	_Atomic long other[OUTCOME_COUNT];
+	_Atomic long other[METRICS_OUTCOMES];
 	_Atomic long attempts_by_class[6]; /* 1xx..5xx by hundreds; [0] = other */
 	_Atomic long bucket_counts[N_BUCKETS];
 	_Atomic long attempt_count;
@@ -84,7 +84,7 @@ static struct sub_slot *slot_for(const char *id)
 
 void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome)
 {
-	if ((unsigned)outcome >= OUTCOME_COUNT)
+	if ((unsigned)outcome >= METRICS_OUTCOMES)
 		return;
 	struct sub_slot *s = subscription_id ? slot_for(subscription_id) : NULL;
 	atomic_fetch_add_explicit(s ? &s->outcomes[outcome] : &m.other[outcome], 1,
@@ -116,6 +116,32 @@ void metrics_circuit(const char *subscription_id, int state, int64_t open_until_
 	atomic_store_explicit(&s->circuit_open_until, open_until_ms, memory_order_relaxed);
 	atomic_store_explicit(&s->circuit_state, state, memory_order_relaxed);
 	atomic_store_explicit(&s->circuit_known, 1, memory_order_relaxed);
+}
+
+/* The slot of id when it has one (never claims a new one). */
+static struct sub_slot *slot_find(const char *id)
+{
+	uint32_t h = hash_fnv1a(id);
+	for (int probe = 0; probe < 16; probe++) {
+		struct sub_slot *s = &m.subs[(h + (uint32_t)probe) % SUB_SLOTS];
+		int state = atomic_load(&s->used);
+		if (state == 0)
+			return NULL;
+		if (state == 2 && strcmp(s->id, id) == 0)
+			return s;
+	}
+	return NULL;
+}
+
+int metrics_circuit_state(const char *subscription_id, int64_t now_ms)
+{
+	struct sub_slot *s = subscription_id ? slot_find(subscription_id) : NULL;
+	if (!s || !atomic_load(&s->circuit_known))
+		return 0;
+	int state = atomic_load(&s->circuit_state);
+	if (state == 1 && now_ms >= atomic_load(&s->circuit_open_until))
+		state = 2; /* the window is over: the next delivery is the probe */
+	return state;
 }
 
 void metrics_ingested(long events)
@@ -214,11 +240,11 @@ int metrics_render(char **out, size_t *len)
 		struct sub_slot *s = &m.subs[i];
 		if (atomic_load(&s->used) != 2)
 			continue;
-		for (int o = 0; o < OUTCOME_COUNT; o++)
+		for (int o = 0; o < METRICS_OUTCOMES; o++)
 			A("outboxd_deliveries_total{subscription_id=\"%s\",outcome=\"%s\"} %ld\n", s->id,
 			  outcome_names[o], atomic_load(&s->outcomes[o]));
 	}
-	for (int o = 0; o < OUTCOME_COUNT; o++)
+	for (int o = 0; o < METRICS_OUTCOMES; o++)
 		if (atomic_load(&m.other[o]))
 			A("outboxd_deliveries_total{subscription_id=\"other\",outcome=\"%s\"} %ld\n",
 			  outcome_names[o], atomic_load(&m.other[o]));
@@ -245,10 +271,8 @@ int metrics_render(char **out, size_t *len)
 		struct sub_slot *s = &m.subs[i];
 		if (atomic_load(&s->used) != 2 || !atomic_load(&s->circuit_known))
 			continue;
-		int state = atomic_load(&s->circuit_state);
-		if (state == 1 && now_ms >= atomic_load(&s->circuit_open_until))
-			state = 2; /* the window is over: the next delivery is the probe */
-		A("outboxd_circuit_state{subscription_id=\"%s\"} %d\n", s->id, state);
+		A("outboxd_circuit_state{subscription_id=\"%s\"} %d\n", s->id,
+		  metrics_circuit_state(s->id, now_ms));
 	}
 	A("# HELP outboxd_in_flight Deliveries being worked on by this instance.\n"
 	  "# TYPE outboxd_in_flight gauge\noutboxd_in_flight %ld\n", atomic_load(&m.in_flight));

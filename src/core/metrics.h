@@ -10,12 +10,12 @@
 #include <stdint.h>
 
 enum metrics_outcome {
-	OUTCOME_PROCESSED = 0, /* a 2xx */
-	OUTCOME_RETRYING,      /* failed, a scheduled retry is pending */
-	OUTCOME_DEAD,          /* failed into the dead-letter queue */
-	OUTCOME_RELEASED,      /* handed back undecided (shutdown, disabled subscription) */
-	OUTCOME_DELAYED,       /* a circuit-breaker delay action: re-queued, nothing sent */
-	OUTCOME_COUNT
+	METRICS_PROCESSED = 0, /* a 2xx */
+	METRICS_RETRYING,      /* failed, a scheduled retry is pending */
+	METRICS_DEAD,          /* failed into the dead-letter queue */
+	METRICS_RELEASED,      /* handed back undecided (shutdown, disabled subscription) */
+	METRICS_DELAYED,       /* a circuit-breaker delay action: re-queued, nothing sent */
+	METRICS_OUTCOMES
 };
 
 /* A delivery round ended. */
@@ -26,6 +26,11 @@ void metrics_in_flight(long n);
 /* The circuit breaker of a subscription in this instance changed: state is 0 closed,
  * 1 open (until open_until_ms, ms since the epoch; it reads as 2 after that), 2 half-open. */
 void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms);
+/* The last published state of the subscription's breaker at now_ms (0 closed, 1 open,
+ * 2 half-open: an open breaker whose open_until passed). 0 when none was published: the
+ * dispatcher has not delivered to it, or more than 1024 subscriptions are tracked.
+ * Any thread: GET /v1/stats reads it. */
+int metrics_circuit_state(const char *subscription_id, int64_t now_ms);
 void metrics_ingested(long events);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);

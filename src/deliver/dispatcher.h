@@ -47,10 +47,4 @@ void dispatcher_wake(struct dispatcher *d);
  * is left back to the store, writes every result, and frees d. */
 void dispatcher_stop(struct dispatcher *d);
 
-/* The circuit-breaker state of a subscription in this process's running dispatcher:
- * "closed", "open" or "half_open" (static strings). "closed" when no dispatcher runs or
- * it has not delivered to the subscription yet. Breakers are per subscription and per
- * instance. Thread-safe; cheap (a mutex and a hash lookup). */
-const char *dispatcher_circuit_state(const char *subscription_id);
-
 #endif

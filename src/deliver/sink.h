@@ -2,7 +2,7 @@
  *
  * The dispatcher (dispatcher.c) owns a delivery's round: claims, the immediate retries,
  * the circuit breaker and limits, the outcome and the result write. A sink owns one
- * transport and nothing else: it makes one attempt of a job and says how it ended. It
+ * transport and nothing else: it makes one attempt of a round and says how it ended. It
  * never decides a retry, never touches the store, and knows no other sink. Members:
  * sink_http.c (libcurl multi, request building, OAuth2 tokens) and sink_kafka.c
  * (librdkafka producer). A new target is a new member: an `ops` table and an open
@@ -23,9 +23,9 @@
 #define SINK_CAUSE_LEN 1024  /* an attempt's cause: DESIGN §2, the first KiB of a body */
 #define SINKS_MAX 4          /* members a dispatcher can hold */
 
-/* What a sink sees of one job (the dispatcher's struct job starts with it). The inputs are
+/* What a sink sees of one round (the dispatcher's struct round starts with it). The inputs are
  * borrowed for the attempt; a sink writes the outputs before it reports. */
-struct sink_job {
+struct sink_round {
 	const struct store_claim *claim;  /* in: the delivery and its event */
 	const struct subscription *sub;   /* in: where and how to send */
 	int attempt_no;                   /* in: 1-based number of this attempt */
@@ -38,18 +38,18 @@ struct sink_job {
 	int64_t retry_after_ms;           /* out: a Retry-After the target asked for, -1 none */
 	int end_round;                    /* out: 1 = no more immediate tries (the request
 	                                     could not even be built) */
-	void *state[SINKS_MAX];           /* each sink's own per-job state (state[slot]); it
-	                                     lives as long as the job slot, across rounds */
+	void *state[SINKS_MAX];           /* each sink's own per-round state (state[slot]); it
+	                                     lives as long as the round slot, across rounds */
 };
 
 /* How a sink reports back to the dispatcher (set by sink_attach). */
 struct sink_env {
 	/* The attempt of j is over; its outputs are set. May be called from inside send. */
-	void (*done)(void *ctx, struct sink_job *j);
+	void (*done)(void *ctx, struct sink_round *j);
 	/* The attempt of j was stopped undecided (abort at shutdown): hand it back. */
-	void (*abandoned)(void *ctx, struct sink_job *j);
+	void (*abandoned)(void *ctx, struct sink_round *j);
 	void *ctx;
-	int slot;                         /* this sink's index into sink_job.state */
+	int slot;                         /* this sink's index into sink_round.state */
 };
 
 struct sink_ops {
@@ -58,7 +58,7 @@ struct sink_ops {
 	int (*accepts)(const char *endpoint);
 	void (*attach)(void *priv, const struct sink_env *env);
 	/* Starts one attempt of j; env->done follows, now or from run. */
-	void (*send)(void *priv, struct sink_job *j);
+	void (*send)(void *priv, struct sink_round *j);
 	/* The fd the dispatcher watches (readable = run has work), -1 for none. */
 	int (*fd)(void *priv);
 	/* Does whatever is ready: I/O, timers, completions (which call env->done). */
@@ -70,9 +70,9 @@ struct sink_ops {
 	/* Stops every running attempt: each is reported through env->abandoned. */
 	void (*abort)(void *priv);
 	/* The round of j is over: drop what belonged to it (its state slot stays). */
-	void (*round_end)(void *priv, struct sink_job *j);
-	/* The job slot goes away (dispatcher stop): free state[slot]. */
-	void (*job_free)(void *priv, struct sink_job *j);
+	void (*round_end)(void *priv, struct sink_round *j);
+	/* The round slot goes away (dispatcher stop): free state[slot]. */
+	void (*slot_free)(void *priv, struct sink_round *j);
 	/* Drops caches nobody used for a while (now_ms monotonic). */
 	void (*prune)(void *priv, int64_t now_ms);
 	void (*close)(void *priv);
@@ -93,7 +93,7 @@ static inline void sink_attach(struct sink *s, const struct sink_env *env)
 {
 	s->ops->attach(s->priv, env);
 }
-static inline void sink_send(struct sink *s, struct sink_job *j)
+static inline void sink_send(struct sink *s, struct sink_round *j)
 {
 	s->ops->send(s->priv, j);
 }
@@ -119,15 +119,15 @@ static inline void sink_abort(struct sink *s)
 	if (s->ops->abort)
 		s->ops->abort(s->priv);
 }
-static inline void sink_round_end(struct sink *s, struct sink_job *j)
+static inline void sink_round_end(struct sink *s, struct sink_round *j)
 {
 	if (s->ops->round_end)
 		s->ops->round_end(s->priv, j);
 }
-static inline void sink_job_free(struct sink *s, struct sink_job *j)
+static inline void sink_slot_free(struct sink *s, struct sink_round *j)
 {
-	if (s->ops->job_free)
-		s->ops->job_free(s->priv, j);
+	if (s->ops->slot_free)
+		s->ops->slot_free(s->priv, j);
 }
 static inline void sink_prune(struct sink *s, int64_t now_ms)
 {

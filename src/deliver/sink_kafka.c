@@ -2,7 +2,7 @@
  *
  * One producer per process (enable.idempotence, acks=all). Each attempt is one message
  * with its own record (struct kafka_record) as librdkafka's opaque, so a delivery report
- * that arrives after its attempt was abandoned (shutdown) finds a record without a job
+ * that arrives after its attempt was abandoned (shutdown) finds a record without a round
  * and is dropped. librdkafka signals its main queue on a pipe that the dispatcher
  * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread. */
 #include "deliver/sink_kafka.h"
@@ -29,7 +29,7 @@ struct kafka_sink;
  * a dead-letter message, or once its attempt was abandoned. */
 struct kafka_record {
 	struct kafka_sink *ks;
-	struct sink_job *sj;
+	struct sink_round *sj;
 	char topic[TOPIC_MAX];
 	struct kafka_record *prev, *next;  /* in ks->records until the report frees it */
 };
@@ -40,7 +40,7 @@ struct kafka_sink {
 	rd_kafka_t *rk;
 	rd_kafka_queue_t *mainq;
 	int pipe_rd, pipe_wr;        /* librdkafka writes a byte when its main queue has work */
-	int in_flight;               /* records with a job */
+	int in_flight;               /* records with a round */
 	struct kafka_record *records; /* every record librdkafka holds */
 };
 
@@ -65,12 +65,12 @@ static void record_unlink(struct kafka_record *r)
 	r->prev = r->next = NULL;
 }
 
-/* Ends the attempt of r's job with err (NO_ERROR: acknowledged at partition/offset). */
+/* Ends the attempt of r's round with err (NO_ERROR: acknowledged at partition/offset). */
 static void record_report(struct kafka_record *r, rd_kafka_resp_err_t err, int32_t partition,
 			  int64_t offset)
 {
 	struct kafka_sink *ks = r->ks;
-	struct sink_job *sj = r->sj;
+	struct sink_round *sj = r->sj;
 	r->sj = NULL;
 	ks->in_flight--;
 	sj->code = kafka_error_code(err);
@@ -185,7 +185,7 @@ static int claim_envelope(const struct store_claim *c, const struct subscription
 	return envelope_encode(&e, st->wire, st->schema_id, out, len);
 }
 
-static void kafka_send(void *priv, struct sink_job *sj)
+static void kafka_send(void *priv, struct sink_round *sj)
 {
 	struct kafka_sink *ks = priv;
 	const struct store_claim *c = sj->claim;
@@ -263,7 +263,7 @@ static void kafka_abort(void *priv)
 {
 	struct kafka_sink *ks = priv;
 	for (struct kafka_record *r = ks->records; r; r = r->next) {
-		struct sink_job *sj = r->sj;
+		struct sink_round *sj = r->sj;
 		if (!sj)
 			continue;
 		r->sj = NULL;
@@ -283,7 +283,7 @@ static void kafka_close(void *priv)
 	rd_kafka_poll(ks->rk, 0); /* reports of purged messages free their records */
 	rd_kafka_queue_destroy(ks->mainq);
 	rd_kafka_destroy(ks->rk);
-	/* the dispatcher stopped before: no record has a job; free what got no report */
+	/* the dispatcher stopped before: no record has a round; free what got no report */
 	while (ks->records) {
 		struct kafka_record *r = ks->records;
 		record_unlink(r);

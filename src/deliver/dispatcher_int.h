@@ -1,0 +1,119 @@
+/* dispatcher_int.h: what the two files of the dispatcher share — dispatcher.c (the loop:
+ * claims, the sinks' fds, the writer) and round.c (the life of one delivery's round:
+ * attempts, outcomes, limits, parking). Nobody else includes it. */
+#ifndef OUTBOXD_DELIVER_DISPATCHER_INT_H
+#define OUTBOXD_DELIVER_DISPATCHER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+#include "core/outcome.h"
+#include "deliver/dispatcher.h"
+#include "deliver/limits.h"
+#include "deliver/sink.h"
+#include "store/writer.h"
+
+#define MAX_TRIES 10          /* most tries in one round (retry.immediate <= 10) */
+#define MSG_LEN SINK_MSG_LEN
+#define CAUSE_LEN SINK_CAUSE_LEN
+#define IDLE_POLL_MS 1000     /* look for due work at least this often */
+#define PRUNE_US (60 * 1000000LL) /* caches are pruned this often */
+#define RELEASE_MIN_MS 500    /* a round handed back for a limit is due again after 0.5-1.5 s */
+#define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
+
+/* A claimed batch; freed when its last round is written back. */
+struct batch {
+	struct store_claim *claims;
+	size_t n;
+	size_t live;                 /* rounds not yet written */
+	struct sub_set *subs;        /* the subscriptions as they were at claim time */
+};
+
+enum round_state { ROUND_FREE, ROUND_IN_FLIGHT, ROUND_WAITING, ROUND_PARKED, ROUND_DONE };
+
+
+struct round {
+	struct sink_round sj;          /* what the sink sees: first, so a sink_round is a round */
+	struct dispatcher *d;
+	enum round_state state;
+	struct batch *batch;
+	struct store_claim *claim;
+	const struct subscription *sub;
+	struct sink *sink;           /* the sink of sub's endpoint, NULL when none */
+	enum attempt_kind kind;
+	int max_tries;
+	int64_t timeout_ms;
+	int tries;                   /* attempts made in this round */
+	struct store_attempt attempts[MAX_TRIES];
+	char messages[MAX_TRIES][MSG_LEN];
+	char causes[MAX_TRIES][CAUSE_LEN];
+	struct writer_result wr;     /* the round's result, queued to the writer when done */
+	int64_t started_us;          /* monotonic start of the current attempt */
+	int64_t wake_us;             /* ROUND_WAITING: when to send again */
+	struct sub_limits *ss;       /* the subscription's breaker and limits, or NULL */
+	int probe;                   /* this round is the half-open breaker's probe */
+	int holds_slot;              /* the attempt counts in ss->in_flight */
+	int64_t retry_after_ms;      /* Retry-After of the last response, -1 when none */
+	int64_t parked_us;           /* ROUND_PARKED: since when */
+	struct round *next;            /* in the free, waiting, parked or done list */
+};
+
+struct dispatcher {
+	struct sub_registry *reg;
+	struct dispatcher_config cfg;
+	pthread_t thread;
+	struct sink *sinks[SINKS_MAX]; /* borrowed from cfg: where deliveries go */
+	int n_sinks;
+	int epfd;                    /* the sinks' fds and the wake-up eventfd */
+	int evfd;                    /* dispatcher_wake() writes here */
+	struct epoll_event events[EPOLL_EVENTS];
+	int n_events;                /* ready, not yet handled */
+	atomic_int stopping;
+	atomic_int woken;
+	struct round *rounds;            /* max_in_flight of them */
+	struct round *free_list;
+	struct round *waiting;         /* unsorted; few at a time */
+	struct round *done_head, *done_tail;
+	size_t done_count;
+	int active;                  /* rounds not free */
+	int in_flight;               /* rounds with an attempt in a sink */
+	uint64_t rng;
+	int store_down;              /* as the writer last found it */
+	struct writer *writer;       /* borrowed: claims and result writes (store/writer.h) */
+	size_t claim_asked;          /* deliveries asked of the writer, not yet answered */
+	int64_t claim_at_ms;         /* a written retry is due then: claim, 0 = none */
+	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet written, 0 = none */
+	struct limits_table limits;  /* per subscription: breaker, limits, parked rounds */
+	struct sub_limits *parked_subs; /* those with parked rounds */
+};
+
+/* ---- round.c -------------------------------------------------------------------------- */
+
+/* The dispatcher's random source (xorshift64; ctx is a uint64_t state). */
+double dispatcher_rng_next(void *ctx);
+
+/* Starts the round of claim c (of batch b) on a free round slot: checks the subscription,
+ * the sink and the breaker, then sends the first attempt or parks it. */
+void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c);
+
+/* The writer wrote the round's result: the slot goes back to the free list. */
+void round_recycle(struct dispatcher *d, struct round *j);
+
+/* Drops one reference to b; the last one frees its claims. */
+void batch_release(struct dispatcher *d, struct batch *b);
+
+/* Starts the parked rounds their limits let go, oldest first; hands back the ones parked
+ * for half a lease and, when stopping, all. Returns the wait in µs until a rate-limited
+ * queue can move, or -1 when only a completion can move one. */
+int64_t rounds_run_parked(struct dispatcher *d, int64_t now_us);
+
+/* Starts the waiting rounds whose stagger is over. */
+void rounds_run_timers(struct dispatcher *d, int64_t now_us);
+
+/* sink_env.done and sink_env.abandoned (ctx is the dispatcher). */
+void round_attempt_done_cb(void *ctx, struct sink_round *sj);
+void round_attempt_abandoned_cb(void *ctx, struct sink_round *sj);
+
+#endif

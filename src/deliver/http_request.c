@@ -1,0 +1,403 @@
+/* http_request.c: builds one attempt's HTTP request for the HTTP sink — the DESIGN §3
+ * headers (webhook-id, timestamp, signature, traceparent), the subscription's headers
+ * and auth (basic, bearer, api key, query credential, mutual TLS files), the URL — and
+ * the redaction that keeps those credentials out of every cause.
+ *
+ * Must not allocate per attempt once a round slot's buffers have grown, nor decide
+ * anything about retries. */
+#include "deliver/sink_http_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "core/retry.h"
+#include "core/trace.h"
+#include "deliver/sign.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+/* Header lines are written into the round's own buffer and list nodes, reused from attempt
+ * to attempt (curl reads CURLOPT_HTTPHEADER as a plain list and copies nothing), so an
+ * attempt costs no allocation once a round has seen its largest headers. A line is at most
+ * HEADER_LINE_MAX - 1 bytes. */
+#define HEADER_LINE_MAX 8448
+
+/* Wipes the header lines (they may carry credentials) and empties the list. */
+void http_headers_clear(struct http_round *h)
+{
+	if (h->hbuf_len)
+		OPENSSL_cleanse(h->hbuf, h->hbuf_len);
+	h->hbuf_len = 0;
+	h->headers = NULL;
+}
+
+/* Makes room for need more bytes in hbuf. The old buffer is wiped: it may hold
+ * credentials. */
+static int hbuf_grow(struct http_round *h, size_t need)
+{
+	size_t cap = h->hbuf_cap ? h->hbuf_cap * 2 : 2048;
+	while (cap < h->hbuf_len + need)
+		cap *= 2;
+	char *nb = malloc(cap);
+	if (!nb)
+		return -1;
+	if (h->hbuf_len) {
+		memcpy(nb, h->hbuf, h->hbuf_len);
+		OPENSSL_cleanse(h->hbuf, h->hbuf_len);
+	}
+	free(h->hbuf);
+	h->hbuf = nb;
+	h->hbuf_cap = cap;
+	return 0;
+}
+
+static int append_header(struct http_round *h, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int append_header(struct http_round *h, const char *fmt, ...)
+{
+	for (;;) {
+		size_t room = h->hbuf_cap - h->hbuf_len;
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(room ? h->hbuf + h->hbuf_len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0 || n >= HEADER_LINE_MAX)
+			return -1;
+		if ((size_t)n < room) {
+			h->hbuf_len += (size_t)n + 1;
+			return 0;
+		}
+		if (hbuf_grow(h, (size_t)n + 1))
+			return -1;
+	}
+}
+
+/* Appends "name: value" (value NULL: "name:", which tells curl to send no such header)
+ * with plain copies: vsnprintf costs about a microsecond per call, and every attempt
+ * sends ten lines. */
+static int append_line(struct http_round *h, const char *name, const char *value)
+{
+	size_t nlen = strlen(name), vlen = value ? strlen(value) : 0;
+	size_t need = nlen + 1 + (value ? 1 + vlen : 0) + 1;
+
+	if (need - 1 >= HEADER_LINE_MAX) /* as append_header: the line without its NUL */
+		return -1;
+	if (h->hbuf_cap - h->hbuf_len < need && hbuf_grow(h, need))
+		return -1;
+	char *p = h->hbuf + h->hbuf_len;
+	memcpy(p, name, nlen);
+	p += nlen;
+	*p++ = ':';
+	if (value) {
+		*p++ = ' ';
+		memcpy(p, value, vlen);
+		p += vlen;
+	}
+	*p = '\0';
+	h->hbuf_len += need;
+	return 0;
+}
+
+/* Decimal digits of v (v >= 0) into buf[21]. */
+static const char *decimal(int64_t v, char buf[21])
+{
+	char *p = buf + 20;
+	*p = '\0';
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0 && p > buf);
+	return p;
+}
+
+/* Links the lines of hbuf into hnodes: h->headers. */
+static int headers_link(struct http_round *h)
+{
+	size_t lines = 0;
+	for (size_t o = 0; o < h->hbuf_len; o += strlen(h->hbuf + o) + 1)
+		lines++;
+	if (lines > h->hnodes_cap) {
+		size_t cap = lines < 16 ? 16 : lines * 2;
+		struct curl_slist *nn = realloc(h->hnodes, cap * sizeof(*nn));
+		if (!nn)
+			return -1;
+		h->hnodes = nn;
+		h->hnodes_cap = cap;
+	}
+	size_t i = 0;
+	for (size_t o = 0; o < h->hbuf_len; o += strlen(h->hbuf + o) + 1, i++) {
+		h->hnodes[i].data = h->hbuf + o;
+		h->hnodes[i].next = i + 1 < lines ? &h->hnodes[i + 1] : NULL;
+	}
+	h->headers = lines ? h->hnodes : NULL;
+	return 0;
+}
+
+/* Replaces every occurrence of each of the n secrets (NULL and "" skipped) in text (a
+ * NUL-terminated string in a buffer of size <= SINK_CAUSE_LEN bytes) with REDACTED, truncating
+ * if the text grows. Subscribers echo requests in error bodies, and curl's messages may
+ * quote a URL: whatever lands in a cause goes through here. */
+void http_redact_secrets(char *text, size_t size, const char *const *secrets, size_t n)
+{
+	char tmp[SINK_CAUSE_LEN];
+	for (size_t i = 0; i < n; i++) {
+		const char *sec = secrets[i];
+		size_t slen = sec ? strlen(sec) : 0;
+		if (!slen || !strstr(text, sec))
+			continue;
+		size_t o = 0;
+		const char *p = text, *hit;
+		while ((hit = strstr(p, sec))) {
+			size_t pre = (size_t)(hit - p);
+			if (o + pre + sizeof(REDACTED) > sizeof(tmp))
+				break;
+			memcpy(tmp + o, p, pre);
+			memcpy(tmp + o + pre, REDACTED, sizeof(REDACTED) - 1);
+			o += pre + sizeof(REDACTED) - 1;
+			p = hit + slen;
+		}
+		if (hit) /* out of room: cut the text before the secret */
+			p = "";
+		size_t rest = strlen(p);
+		if (o + rest >= sizeof(tmp))
+			rest = sizeof(tmp) - 1 - o;
+		memcpy(tmp + o, p, rest);
+		o += rest;
+		if (o >= size)
+			o = size - 1;
+		memcpy(text, tmp, o);
+		text[o] = '\0';
+	}
+}
+
+/* http_redact_secrets() with every credential the round's request carried. */
+void http_redact(const struct http_round *h, char *text, size_t size)
+{
+	const struct subscription *s = h->sj->sub;
+	const char *list[8];
+	size_t n = 0;
+	char *escaped = NULL;
+
+	if (!text[0])
+		return;
+	list[n++] = s->auth_secret;
+	if (s->auth_type == AUTH_QUERY && s->auth_secret)
+		list[n++] = escaped = curl_easy_escape(NULL, s->auth_secret, 0);
+	list[n++] = s->oauth2.client_secret;
+	list[n++] = s->oauth2.password;
+	/* the credential part of Authorization (encoded Basic, a bearer token) */
+	for (const struct curl_slist *l = h->headers; l && n < 8; l = l->next) {
+		if (strncasecmp(l->data, "Authorization:", 14) == 0) {
+			const char *cred = strrchr(l->data, ' ');
+			if (cred && strlen(cred + 1) >= 4)
+				list[n++] = cred + 1;
+		}
+	}
+	http_redact_secrets(text, size, list, n);
+	curl_free(escaped);
+}
+
+/* The request headers of DESIGN §3 for the round's next attempt. bearer (borrowed) is the
+ * oauth2 access token, NULL for other auth types. */
+static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, const char *bearer)
+{
+	const struct subscription *s = h->sj->sub;
+	const struct store_claim *c = h->sj->claim;
+	int64_t ts = now_ms / 1000;
+	char trace[TRACEPARENT_LEN];
+
+	http_headers_clear(h);
+
+	/* The producer's trace when it sent one, else one made from the event id; a new
+	 * span for each attempt. */
+	trace_child(c->traceparent, c->event_id,
+		    (uint64_t)(http_rng_next(h->sj->rng) * 18446744073709551615.0), trace);
+
+	const char *ctype = s->payload_format == PAYLOAD_BINARY ? "application/octet-stream"
+								  : c->content_type;
+	char ts_text[21], attempt_text[21];
+	if (append_line(h, "Content-Type", ctype) || append_line(h, "webhook-id", c->event_id) ||
+	    append_line(h, "webhook-timestamp", decimal(ts, ts_text)) ||
+	    append_line(h, "outboxd-event-type", c->event_type) ||
+	    append_line(h, "outboxd-delivery-id", c->delivery_id) ||
+	    append_line(h, "outboxd-attempt", decimal(attempt_no, attempt_text)) ||
+	    append_line(h, "traceparent", trace) || append_line(h, "User-Agent", "outboxd/0.1") ||
+	    append_line(h, "Expect", NULL))
+		goto fail;
+	if (s->secret) {
+		/* During a rotation's grace period the old secret signs too (DESIGN §3). */
+		const char *prev = s->previous_secret && now_ms < s->previous_secret_until
+					   ? s->previous_secret : NULL;
+		char sig[SIGN_HEADER_LEN];
+		if (sign_webhook_signature(s->secret, prev, c->event_id, ts, c->payload,
+					   c->payload_len, sig) ||
+		    append_line(h, "webhook-signature", sig))
+			goto fail;
+	}
+	switch (s->auth_type) {
+	case AUTH_BASIC: {
+		char plain[1300], enc[1800];
+		int n = snprintf(plain, sizeof(plain), "%s:%s", s->auth_user, s->auth_secret);
+		if (n < 0 || (size_t)n >= sizeof(plain))
+			goto fail;
+		EVP_EncodeBlock((unsigned char *)enc, (unsigned char *)plain, n);
+		OPENSSL_cleanse(plain, sizeof(plain));
+		if (append_header(h, "Authorization: Basic %s", enc))
+			goto fail;
+		break;
+	}
+	case AUTH_BEARER:
+		if (append_header(h, "Authorization: Bearer %s", s->auth_secret))
+			goto fail;
+		break;
+	case AUTH_API_KEY:
+		if (append_header(h, "%s: %s", s->auth_name, s->auth_secret))
+			goto fail;
+		break;
+	case AUTH_OAUTH2:
+		if (!bearer || append_header(h, "Authorization: Bearer %s", bearer))
+			goto fail;
+		break;
+	default:
+		break;
+	}
+	for (size_t i = 0; i < s->n_headers; i++)
+		if (append_header(h, "%s: %s", s->headers[i].name, s->headers[i].value))
+			goto fail;
+	if (headers_link(h))
+		goto fail;
+	return 0;
+fail:
+	http_headers_clear(h);
+	return -1;
+}
+
+/* The URL to call: the endpoint, plus ?param=value for query auth (URL-encoded). */
+static const char *build_url(struct http_round *h)
+{
+	const struct subscription *s = h->sj->sub;
+	if (s->auth_type != AUTH_QUERY)
+		return s->endpoint;
+	if (h->url)
+		return h->url;
+	char *name = curl_easy_escape(NULL, s->auth_name, 0);
+	char *value = curl_easy_escape(NULL, s->auth_secret, 0);
+	if (name && value) {
+		size_t len = strlen(s->endpoint) + strlen(name) + strlen(value) + 3;
+		h->url = malloc(len);
+		if (h->url)
+			snprintf(h->url, len, "%s%c%s=%s", s->endpoint,
+				 strchr(s->endpoint, '?') ? '&' : '?', name, value);
+	}
+	curl_free(name);
+	curl_free(value);
+	return h->url;
+}
+
+
+/* What every request of the dispatcher sets: a POST, no signals, no redirects, HTTP(S)
+ * only, errors into errbuf, the body to write_cb; owner is CURLOPT_PRIVATE and the
+ * write callback's data (a struct round or a struct token_fetch). */
+void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb)
+{
+	curl_easy_setopt(e, CURLOPT_PRIVATE, owner);
+	curl_easy_setopt(e, CURLOPT_POST, 1L);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, owner);
+}
+
+/* Response headers: only Retry-After matters (on 429 and 503 it can postpone the next
+ * scheduled try). A new status line (an interim response) forgets the one before. */
+static size_t header_cb(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	struct http_round *h = ctx;
+	size_t len = size * nmemb;
+	char value[64];
+	int64_t ms;
+
+	if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+		h->sj->retry_after_ms = -1;
+	} else if (len > 12 && strncasecmp(data, "Retry-After:", 12) == 0 && len - 12 < sizeof(value)) {
+		memcpy(value, data + 12, len - 12);
+		value[len - 12] = '\0';
+		if (retry_after_parse(value, clock_now_ms(), &ms) == 0)
+			h->sj->retry_after_ms = ms;
+	}
+	return len;
+}
+
+/* Sends the attempt's request. bearer (borrowed, copied into the headers): the oauth2
+ * access token, NULL for other auth types. */
+void http_send_request(struct http_round *h, const char *bearer)
+{
+	struct http_sink *hs = h->hs;
+	const struct store_claim *c = h->sj->claim;
+	const struct subscription *s = h->sj->sub;
+	const char *url;
+
+	if (build_headers(h, h->sj->attempt_no, clock_now_ms(), bearer)) {
+		http_fail_local(h, "a header is too long or memory ran out");
+		return;
+	}
+	if (!(url = build_url(h))) {
+		http_fail_local(h, "the URL with the query credential could not be built");
+		return;
+	}
+	if (!h->easy && !(h->easy = curl_easy_init())) {
+		http_fail_local(h, "curl_easy_init failed");
+		return;
+	}
+	CURL *e = h->easy;
+	int tls = s->tls_ca_file || s->tls_client_cert;
+	h->errbuf[0] = '\0';
+	h->body_len = 0;
+	h->sj->retry_after_ms = -1;
+	h->sj->cause[0] = '\0';
+	/* The options every request shares are set once per handle: a reset and a full
+	 * set cost about as much as a small request's own work in curl. Only a handle
+	 * that has carried or will carry per-subscription TLS files starts over. */
+	if (!h->easy_ready || tls || h->easy_tls) {
+		curl_easy_reset(e);
+		http_easy_common(e, h, h->errbuf, http_body_cb);
+		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+		curl_easy_setopt(e, CURLOPT_HEADERDATA, h);
+		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+		h->easy_ready = 1;
+		h->easy_tls = tls;
+	}
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->payload);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->payload_len);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h->headers);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)h->sj->timeout_ms);
+	/* Peer and host verification stay on (curl's default); a subscription can only name
+	 * the CA that verifies its endpoint, and the certificate that proves who we are. */
+	if (s->tls_ca_file)
+		curl_easy_setopt(e, CURLOPT_CAINFO, s->tls_ca_file);
+	if (s->tls_client_cert) {
+		curl_easy_setopt(e, CURLOPT_SSLCERT, s->tls_client_cert);
+		curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+		curl_easy_setopt(e, CURLOPT_SSLKEY, s->tls_client_key ? s->tls_client_key
+								       : s->tls_client_cert);
+	}
+	CURLMcode mrc = curl_multi_add_handle(hs->multi, e);
+	if (mrc != CURLM_OK) {
+		http_fail_local(h, curl_multi_strerror(mrc));
+		return;
+	}
+	h->state = HTTP_IN_FLIGHT;
+	hs->in_flight++;
+	http_flying_add(h);
+}

@@ -1,0 +1,275 @@
+/* http_token.c: OAuth2 token requests of the HTTP sink (oauth2.h has the cache rules):
+ * one request per subscription however many deliveries wait for it, run in the sink's
+ * own curl multi; the waiting rounds go on when it ends. A subscriber's 401 gets one new
+ * token and one resend within the same attempt (http_authorize).
+ *
+ * Must not put a credential into a cause or a log line (the token request's form body
+ * is wiped when freed). */
+#include "deliver/sink_http_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "core/retry.h"
+#include "core/trace.h"
+#include "deliver/sign.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+/* ---- oauth2 tokens ------------------------------------------------------------------------ */
+
+static struct oauth2_entry *oauth_entry_get(struct http_sink *hs, const struct subscription *s)
+{
+	uint64_t fp = oauth2_params_fingerprint(&s->oauth2);
+	for (struct oauth2_entry *e = hs->oauth; e; e = e->next)
+		if (e->fingerprint == fp && strcmp(e->sub_id, s->id) == 0)
+			return e;
+	struct oauth2_entry *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	memcpy(e->sub_id, s->id, UUID_STR_LEN);
+	e->fingerprint = fp;
+	e->next = hs->oauth;
+	hs->oauth = e;
+	return e;
+}
+
+static void token_fetch_free(struct token_fetch *f)
+{
+	if (!f)
+		return;
+	if (f->easy)
+		curl_easy_cleanup(f->easy);
+	curl_slist_free_all(f->headers); /* the Basic line is wiped before this (start) */
+	if (f->form.data)
+		OPENSSL_cleanse(f->form.data, f->form.len);
+	buf_free(&f->form);
+	buf_free(&f->response);
+	for (int i = 0; i < 2; i++) {
+		if (f->secrets[i])
+			OPENSSL_cleanse(f->secrets[i], strlen(f->secrets[i]));
+		free(f->secrets[i]);
+	}
+	free(f);
+}
+
+/* Stops the entry's token request, if any (shutdown). */
+void http_token_abort(struct http_sink *hs, struct oauth2_entry *e)
+{
+	if (!e->fetch)
+		return;
+	curl_multi_remove_handle(hs->multi, e->fetch->easy);
+	token_fetch_free(e->fetch);
+	e->fetch = NULL;
+	e->cache.fetching = 0;
+	hs->token_fetches--;
+}
+
+static size_t token_body_cb(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	struct token_fetch *f = ctx;
+	if (buf_append(&f->response, data, size * nmemb)) {
+		f->too_big = 1;
+		return 0; /* curl stops with CURLE_WRITE_ERROR */
+	}
+	return size * nmemb;
+}
+
+/* Starts the token request of e with the parameters of s (borrowed; everything needed
+ * later is copied). On failure the cache records it and e->fetch stays NULL. */
+static void token_fetch_start(struct http_sink *hs, struct oauth2_entry *e,
+			      const struct subscription *s, int64_t timeout_ms)
+{
+	const struct oauth2_params *p = &s->oauth2;
+	struct token_fetch *f = calloc(1, sizeof(*f));
+	const char *why = "out of memory";
+	char line[6200], cause[OAUTH2_FAILURE_LEN];
+	struct curl_slist *h;
+
+	if (!f)
+		goto fail;
+	f->transfer = TRANSFER_TOKEN;
+	f->entry = e;
+	buf_init(&f->form, TOKEN_FORM_MAX);
+	buf_init(&f->response, OAUTH2_RESPONSE_MAX);
+	snprintf(f->url_shown, sizeof(f->url_shown), "%.*s", (int)strcspn(p->token_url, "?#"),
+		 p->token_url);
+	if ((p->client_secret && !(f->secrets[0] = strdup(p->client_secret))) ||
+	    (p->password && !(f->secrets[1] = strdup(p->password))))
+		goto fail;
+	if (oauth2_request_body(p, &f->form)) {
+		why = "the token request body is too large";
+		goto fail;
+	}
+	static const char *const fixed[] = {
+		"Content-Type: application/x-www-form-urlencoded", "Accept: application/json",
+		"User-Agent: outboxd/0.1", "Expect:", NULL,
+	};
+	for (const char *const *l = fixed; *l; l++) {
+		if (!(h = curl_slist_append(f->headers, *l)))
+			goto fail;
+		f->headers = h;
+	}
+	if (oauth2_uses_basic(p)) {
+		memcpy(line, "Authorization: ", 15);
+		int bad = oauth2_basic_header_value(p, line + 15, sizeof(line) - 15);
+		h = bad ? NULL : curl_slist_append(f->headers, line);
+		OPENSSL_cleanse(line, sizeof(line));
+		if (!h) {
+			why = bad ? "client_id and client_secret are too long" : "out of memory";
+			goto fail;
+		}
+		f->headers = h;
+	}
+	if (!(f->easy = curl_easy_init())) {
+		why = "curl_easy_init failed";
+		goto fail;
+	}
+	CURL *c = f->easy;
+	curl_easy_setopt(c, CURLOPT_URL, p->token_url);
+	http_easy_common(c, f, f->errbuf, token_body_cb);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, f->form.data);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->form.len);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, f->headers);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	CURLMcode mrc = curl_multi_add_handle(hs->multi, c);
+	if (mrc != CURLM_OK) {
+		why = curl_multi_strerror(mrc);
+		goto fail;
+	}
+	e->fetch = f;
+	hs->token_fetches++;
+	return;
+fail:
+	snprintf(cause, sizeof(cause), "%s: %s", f ? f->url_shown : "token request", why);
+	token_fetch_free(f);
+	oauth2_cache_fail(&e->cache, cause, clock_mono_ms());
+}
+
+static void http_token_failed(struct http_round *h, const char *cause)
+{
+	http_failed(h, errmap_code(TRANSPORT_OTHER), OAUTH2_FAILED_MESSAGE, cause);
+}
+
+/* Gets the attempt its credentials: at once for every auth type but oauth2, whose
+ * deliveries use the cached token, start the one token request, or wait for it. */
+void http_authorize(struct http_round *h)
+{
+	struct http_sink *hs = h->hs;
+	if (h->sj->sub->auth_type != AUTH_OAUTH2) {
+		http_send_request(h, NULL);
+		return;
+	}
+	struct oauth2_entry *e = h->oauth = oauth_entry_get(hs, h->sj->sub);
+	if (!e) {
+		http_token_failed(h, "out of memory");
+		return;
+	}
+	int64_t now = clock_mono_ms();
+	e->last_used_ms = now;
+	enum oauth2_step step = oauth2_cache_next(&e->cache, now);
+	if (step == OAUTH2_FETCH || step == OAUTH2_USE_AND_FETCH)
+		token_fetch_start(hs, e, h->sj->sub, h->sj->timeout_ms);
+	switch (step) {
+	case OAUTH2_USE:
+	case OAUTH2_USE_AND_FETCH:
+		h->token_gen = e->cache.generation;
+		http_send_request(h, e->cache.token);
+		return;
+	case OAUTH2_FETCH:
+		if (!e->fetch) { /* it could not even start */
+			http_token_failed(h, e->cache.failure);
+			return;
+		}
+		/* fall through */
+	case OAUTH2_WAIT:
+		h->state = HTTP_TOKEN_WAIT;
+		h->next = e->waiters;
+		e->waiters = h;
+		return;
+	case OAUTH2_FAILED:
+		http_token_failed(h, e->cache.failure);
+		return;
+	}
+}
+
+/* A token request finished: cache the token or the failure, then every delivery that
+ * waited for it goes on. */
+void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
+{
+	struct oauth2_entry *e = f->entry;
+	char why[OAUTH2_FAILURE_LEN], detail[512];
+	char *token = NULL;
+	int64_t expires_in = -1;
+	long status = 0;
+
+	curl_multi_remove_handle(hs->multi, f->easy);
+	hs->token_fetches--;
+	e->fetch = NULL;
+	if (rc != CURLE_OK && f->too_big) {
+		snprintf(why, sizeof(why), "%s: token response over %d bytes", f->url_shown,
+			 OAUTH2_RESPONSE_MAX);
+	} else if (rc != CURLE_OK) {
+		enum transport_error te = http_classify(rc, f->errbuf);
+		snprintf(why, sizeof(why), "%s: %s: %s", f->url_shown, errmap_message(te),
+			 f->errbuf[0] ? f->errbuf : curl_easy_strerror(rc));
+	} else {
+		curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (oauth2_parse_response(status, f->response.data ? f->response.data : "",
+					  f->response.len, &token, &expires_in, detail,
+					  sizeof(detail)))
+			snprintf(why, sizeof(why), "%s: %s", f->url_shown, detail);
+	}
+	int64_t now = clock_mono_ms();
+	if (token) {
+		oauth2_cache_store(&e->cache, token, expires_in, now);
+		if (e->failing)
+			log_info("subscription %s: oauth2 token request works again", e->sub_id);
+		e->failing = 0;
+	} else {
+		http_redact_secrets(why, sizeof(why), (const char *const *)f->secrets, 2);
+		oauth2_cache_fail(&e->cache, why, now);
+		if (!e->failing)
+			log_warn("subscription %s: oauth2 token request failed: %s", e->sub_id, why);
+		e->failing = 1;
+	}
+	token_fetch_free(f);
+
+	struct http_round *w = e->waiters;
+	e->waiters = NULL;
+	while (w) {
+		struct http_round *next = w->next;
+		if (token) {
+			/* straight from the cache, even when expires_in made it not reusable */
+			w->token_gen = e->cache.generation;
+			http_send_request(w, e->cache.token);
+		} else {
+			http_token_failed(w, e->cache.failure);
+		}
+		w = next;
+	}
+}
+
+/* Drops token caches nobody used for OAUTH_IDLE_MS (deleted or changed subscriptions). A
+ * round holds its entry for one request at most (timeouts <= 5 min), far less than that. */
+void http_tokens_prune(struct http_sink *hs, int64_t now_ms)
+{
+	struct oauth2_entry **pp = &hs->oauth;
+	while (*pp) {
+		struct oauth2_entry *e = *pp;
+		if (!e->fetch && !e->waiters && now_ms - e->last_used_ms > OAUTH_IDLE_MS) {
+			*pp = e->next;
+			oauth2_cache_clear(&e->cache);
+			free(e);
+		} else {
+			pp = &e->next;
+		}
+	}
+}

@@ -1,0 +1,176 @@
+/* limits.c: per-subscription circuit breakers and limits for the dispatcher (see
+ * limits.h). Must not block, allocate per attempt, or touch a round. */
+#include "deliver/limits.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/metrics.h"
+#include "util/clock.h"
+#include "util/duration.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#define IDLE_MS (3600 * 1000LL)  /* state unused this long is dropped */
+#define PARKED_MIN_CAP 32        /* rounds a subscription may park at least (pool allowing) */
+
+static unsigned bucket_of(const char *id)
+{
+	return hash_fnv1a(id) % LIMITS_BUCKETS;
+}
+
+struct sub_limits *limits_get(struct limits_table *t, const struct subscription *s)
+{
+	unsigned h = bucket_of(s->id);
+	struct sub_limits *x;
+
+	for (x = t->buckets[h]; x; x = x->next)
+		if (strcmp(x->sub_id, s->id) == 0)
+			break;
+	if (!x) {
+		if (!(x = calloc(1, sizeof(*x)))) {
+			log_error("dispatcher: out of memory: subscription %s runs without its "
+				  "circuit breaker and limits", s->id);
+			return NULL;
+		}
+		memcpy(x->sub_id, s->id, UUID_STR_LEN);
+		breaker_init(&x->breaker);
+		x->next = t->buckets[h];
+		t->buckets[h] = x;
+	}
+	x->window_ms = s->breaker.failure_window_ms;
+	x->last_used_ms = clock_mono_ms();
+	return x;
+}
+
+void limits_prune(struct limits_table *t, int64_t now_mono_ms)
+{
+	for (int i = 0; i < LIMITS_BUCKETS; i++) {
+		struct sub_limits **pp = &t->buckets[i];
+		while (*pp) {
+			struct sub_limits *x = *pp;
+			int64_t idle = x->window_ms > IDLE_MS ? x->window_ms : IDLE_MS;
+			if (!x->refs && !x->parked && now_mono_ms - x->last_used_ms > idle) {
+				*pp = x->next;
+				free(x);
+			} else {
+				pp = &x->next;
+			}
+		}
+	}
+}
+
+void limits_free_all(struct limits_table *t)
+{
+	for (int i = 0; i < LIMITS_BUCKETS; i++) {
+		while (t->buckets[i]) {
+			struct sub_limits *x = t->buckets[i];
+			t->buckets[i] = x->next;
+			free(x);
+		}
+	}
+}
+
+static void publish(const struct sub_limits *x)
+{
+	metrics_circuit(x->sub_id, (int)x->breaker.state, x->breaker.open_until_ms);
+}
+
+enum breaker_admission limits_admit(struct sub_limits *x, const struct subscription *s,
+				    const char *delivery_id, int *probe)
+{
+	enum breaker_admission a = breaker_admit(&x->breaker, &s->breaker, clock_now_ms());
+
+	if (a == BREAKER_PROBE) {
+		*probe = 1;
+		log_info("subscription %s: circuit half-open: delivery %s is the probe", x->sub_id,
+			 delivery_id);
+	}
+	publish(x);
+	return a;
+}
+
+void limits_record(struct sub_limits *x, const struct subscription *s, int success, int *probe)
+{
+	const struct circuit_breaker_config *c = &s->breaker;
+	enum breaker_state before = x->breaker.state;
+	char window[32], left[32];
+
+	breaker_record(&x->breaker, c, clock_now_ms(), success, *probe);
+	enum breaker_state after = x->breaker.state;
+	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || *probe))
+		log_warn("subscription %s: circuit open%s: deliveries take delay actions for %s "
+			 "(more than %d failed deliveries within %s)", x->sub_id,
+			 *probe ? " again: the probe failed" : "",
+			 duration_format(x->breaker.open_until_ms - clock_now_ms(), left, sizeof(left)),
+			 c->max_errors, duration_format(c->failure_window_ms, window, sizeof(window)));
+	else if (after == BREAKER_CLOSED && before != BREAKER_CLOSED)
+		log_info("subscription %s: circuit closed: the probe succeeded", x->sub_id);
+	*probe = 0;
+	publish(x);
+}
+
+void limits_probe_abandoned(struct sub_limits *x, int *probe)
+{
+	if (!*probe || !x)
+		return;
+	breaker_probe_abandoned(&x->breaker);
+	*probe = 0;
+}
+
+static void bucket_sync(struct sub_limits *x, const struct subscription *s, int64_t now_us)
+{
+	if (x->bucket_rate == s->rate_limit)
+		return;
+	double burst = token_bucket_burst_for(s->rate_limit);
+	if (x->bucket_rate == 0)
+		token_bucket_init(&x->bucket, s->rate_limit, burst, now_us);
+	else
+		token_bucket_configure(&x->bucket, s->rate_limit, burst, now_us);
+	x->bucket_rate = s->rate_limit;
+}
+
+int limits_take(struct sub_limits *x, const struct subscription *s, int64_t now_us)
+{
+	if (s->max_in_flight > 0 && x->in_flight >= s->max_in_flight)
+		return 0;
+	if (s->rate_limit > 0) {
+		bucket_sync(x, s, now_us);
+		if (token_bucket_take(&x->bucket, now_us) > 0)
+			return 0;
+	}
+	x->in_flight++;
+	return 1;
+}
+
+void limits_put(struct sub_limits *x)
+{
+	x->in_flight--;
+}
+
+int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t now_us)
+{
+	if (s->max_in_flight > 0 && x->in_flight >= s->max_in_flight)
+		return -1;
+	if (s->rate_limit > 0) {
+		struct token_bucket peek;
+		bucket_sync(x, s, now_us);
+		peek = x->bucket;
+		return token_bucket_take(&peek, now_us);
+	}
+	return 0;
+}
+
+int limits_parked_cap(int pool_size, const struct subscription *s)
+{
+	int cap = PARKED_MIN_CAP, share = pool_size / 4;
+
+	if (s->max_in_flight > 0 && s->max_in_flight < INT32_MAX / 4 && s->max_in_flight * 4 > cap)
+		cap = s->max_in_flight * 4;
+	if (s->rate_limit * 2 > cap)
+		cap = s->rate_limit * 2 < INT32_MAX ? (int)(s->rate_limit * 2) : INT32_MAX;
+	if (share < 1)
+		share = 1;
+	return cap < share ? cap : share;
+}

@@ -1,0 +1,81 @@
+/* limits.h: what the dispatcher keeps per subscription, on its own thread: the circuit
+ * breaker (core/breaker.h: when rounds may start) and the limits (max_in_flight, and
+ * rate_limit as a token bucket: when an attempt may go), with the queue of rounds those
+ * limits hold back.
+ *
+ * No locks: only the dispatcher thread touches a table. Breaker changes are logged here
+ * and published to the metrics (core/metrics.h), where GET /v1/stats and /metrics read
+ * them from other threads. The parked queue is the dispatcher's: this file only keeps
+ * its head and counts, it never looks inside a round. */
+#ifndef OUTBOXD_DELIVER_LIMITS_H
+#define OUTBOXD_DELIVER_LIMITS_H
+
+#include <stdint.h>
+
+#include "core/breaker.h"
+#include "core/model.h"
+#include "core/ratelimit.h"
+#include "util/uuid.h"
+
+#define LIMITS_BUCKETS 256
+
+struct round; /* the dispatcher's */
+
+struct sub_limits {
+	char sub_id[UUID_STR_LEN];
+	struct breaker breaker;
+	struct token_bucket bucket;
+	double bucket_rate;          /* the rate the bucket is set up for, 0 = none yet */
+	int in_flight;               /* attempts running (a request, or waiting for a token) */
+	int refs;                    /* rounds pointing here */
+	struct round *parked_head, *parked_tail; /* held back, in order (the dispatcher's) */
+	int parked;
+	int on_parked_list;
+	int64_t window_ms;           /* the breaker's failure window as last seen */
+	int64_t last_used_ms;        /* monotonic */
+	struct sub_limits *next;     /* hash chain */
+	struct sub_limits *next_parked; /* in the dispatcher's list of queues that wait */
+};
+
+struct limits_table {
+	struct sub_limits *buckets[LIMITS_BUCKETS];
+};
+
+/* The state of s, made on first use; NULL when out of memory (the subscription then goes
+ * without breaker and limits rather than without deliveries). */
+struct sub_limits *limits_get(struct limits_table *t, const struct subscription *s);
+
+/* Drops the state of subscriptions nobody used for an hour (deleted ones, mostly) and
+ * with nothing parked or referring; an open breaker is kept for its failure window. */
+void limits_prune(struct limits_table *t, int64_t now_mono_ms);
+
+void limits_free_all(struct limits_table *t);
+
+/* May a round of s start? BREAKER_PROBE makes it the half-open probe (*probe = 1, logged
+ * with delivery_id). */
+enum breaker_admission limits_admit(struct sub_limits *x, const struct subscription *s,
+				    const char *delivery_id, int *probe);
+
+/* A round with attempts ended: the breaker counts it. probe is reset to 0. */
+void limits_record(struct sub_limits *x, const struct subscription *s, int success, int *probe);
+
+/* The probe ended undecided (handed back): the next round asking is the probe. */
+void limits_probe_abandoned(struct sub_limits *x, int *probe);
+
+/* Takes what an attempt of s needs now: a place under max_in_flight, then a rate_limit
+ * token. 1 when it may go (the place is held until limits_put), 0 when not (nothing
+ * taken). */
+int limits_take(struct sub_limits *x, const struct subscription *s, int64_t now_us);
+
+/* Gives an attempt's place under max_in_flight back. */
+void limits_put(struct sub_limits *x);
+
+/* When an attempt of s held back could go: a wait in µs for a token, or -1 when it waits
+ * for a running attempt to end (a completion wakes the dispatcher). */
+int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t now_us);
+
+/* How many rounds s may keep parked in a pool of pool_size: enough to keep its limits
+ * busy, never more than a quarter of the pool, so other subscriptions find room. */
+int limits_parked_cap(int pool_size, const struct subscription *s);
+
+#endif

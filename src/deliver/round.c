@@ -1,0 +1,561 @@
+/* round.c: the life of one delivery's round in the dispatcher (see dispatcher.c for the
+ * loop around it):
+ *
+ *   claimed -> checks: subscription, sink, circuit breaker (limits.h)
+ *     -> refused by an open breaker -> a delay action or the DLQ (core/outcome.h)
+ *     -> held back by max_in_flight / rate_limit -> parked in its subscription's queue
+ *     -> an attempt in its sink -> attempt over (sink_env.done)
+ *        -> core/outcome.h decides: another try after a stagger (waiting), or the round
+ *           is over -> its result goes on the done list, for the writer
+ *
+ * Must not block or touch the store: results leave through the done list only. */
+#include "deliver/dispatcher_int.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/metrics.h"
+#include "util/clock.h"
+#include "util/duration.h"
+#include "util/log.h"
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+double dispatcher_rng_next(void *ctx)
+{
+	uint64_t *s = ctx;
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return (double)(*s >> 11) / 9007199254740992.0;
+}
+
+/* ---- per-subscription state: breaker and limits (limits.h) ---------------------------- */
+
+/* Takes what the round's next attempt needs from its subscription's limits. 1 when it
+ * may go now, 0 otherwise (nothing taken). */
+static int round_limits_take(struct round *j, int64_t now_us)
+{
+	if (!j->ss)
+		return 1;
+	if (!limits_take(j->ss, j->sub, now_us))
+		return 0;
+	j->holds_slot = 1;
+	return 1;
+}
+
+/* The attempt is over: its place under max_in_flight goes back. */
+static void round_slot_put(struct round *j)
+{
+	if (j->holds_slot) {
+		limits_put(j->ss);
+		j->holds_slot = 0;
+	}
+}
+
+/* A round with attempts ended: the breaker counts it. */
+static void circuit_record(struct round *j, int success)
+{
+	if (j->ss)
+		limits_record(j->ss, j->sub, success, &j->probe);
+}
+
+/* ---- the life of a round ----------------------------------------------------------------- */
+
+static void done_push(struct dispatcher *d, struct round *j)
+{
+	j->state = ROUND_DONE;
+	j->wr.next = NULL;
+	if (d->done_tail)
+		d->done_tail->wr.next = &j->wr;
+	else
+		d->done_head = j;
+	d->done_tail = j;
+	d->done_count++;
+}
+
+/* A retry or delay action is due at at_ms: the loop claims then, not at the idle poll. */
+static void note_due(struct dispatcher *d, int64_t at_ms)
+{
+	if (at_ms && (!d->soonest_retry_ms || at_ms < d->soonest_retry_ms))
+		d->soonest_retry_ms = at_ms;
+}
+
+static void set_last_error(struct store_result *r, const struct round *j)
+{
+	if (j->tries == 0) {
+		r->last_code = 0;
+		r->last_message = r->last_cause = NULL;
+		return;
+	}
+	const struct store_attempt *a = &j->attempts[j->tries - 1];
+	r->last_code = a->code;
+	r->last_message = a->message;
+	r->last_cause = a->cause;
+}
+
+/* The delivery just went to the dead-letter queue: tell the hook (Kafka DLT topics). */
+static void dead_lettered(struct round *j)
+{
+	const struct dispatcher_config *cfg = &j->d->cfg;
+	if (cfg->dead_letter && j->sub && j->sub->endpoint)
+		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, &j->wr.result);
+}
+
+/* Fills the result of a round the outcome core decided (core/outcome.h). */
+static void round_result(struct round *j, const struct outcome *o)
+{
+	struct store_result *r = &j->wr.result;
+
+	memset(r, 0, sizeof(*r));
+	r->delivery_id = j->claim->delivery_id;
+	r->attempts = j->attempts;
+	r->n_attempts = (size_t)j->tries;
+	r->attempt_count = j->claim->attempt_count + j->tries;
+	r->retry_count = o->retry_count;
+	r->delay_actions = o->delay_actions;
+	if (o->next == OUTCOME_DONE) {
+		r->status = DELIVERY_PROCESSED;
+		r->processed_at = clock_now_ms();
+		return;
+	}
+	r->status = DELIVERY_FAILED;
+	set_last_error(r, j);
+	if (o->next == OUTCOME_RETRY)
+		r->next_attempt_at = o->at_ms;
+}
+
+/* What outcome_decide needs to know of the round's round so far. */
+static void outcome_input(const struct round *j, struct outcome_in *in)
+{
+	memset(in, 0, sizeof(*in));
+	in->kind = j->kind;
+	in->tries = j->tries;
+	in->max_tries = j->max_tries;
+	in->code = j->tries ? j->attempts[j->tries - 1].code : 0;
+	in->retry_after_ms = j->retry_after_ms;
+	in->retry_count = j->claim->retry_count;
+	in->delay_actions = j->claim->delay_actions;
+	in->now_ms = clock_now_ms();
+}
+
+/* The round is over with outcome o (not OUTCOME_TRY): the result goes to the writer. */
+static void round_finish(struct round *j, const struct outcome *o)
+{
+	const char *sub_id = j->claim->subscription_id;
+
+	round_slot_put(j);
+	round_result(j, o);
+	if (o->next == OUTCOME_DONE) {
+		metrics_delivery(sub_id, METRICS_PROCESSED);
+	} else if (o->next == OUTCOME_RETRY) {
+		metrics_delivery(sub_id, METRICS_RETRYING);
+		note_due(j->d, o->at_ms);
+	} else {
+		metrics_delivery(sub_id, METRICS_DEAD);
+		dead_lettered(j);
+	}
+	if (j->tries > 0)
+		circuit_record(j, o->next == OUTCOME_DONE);
+	done_push(j->d, j);
+}
+
+/* Ends the round after its last attempt, whatever the rules would say of another try
+ * (the sink ended it, or a failure before any sink). */
+static void round_stop(struct round *j)
+{
+	struct outcome_in in;
+	struct outcome o;
+
+	outcome_input(j, &in);
+	in.end_round = true;
+	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, dispatcher_rng_next, &j->d->rng, &o);
+	round_finish(j, &o);
+}
+
+/* The subscription's breaker is open: nothing is sent. The outcome core re-queues the
+ * delivery at a random time in the retry policy's [min_delay, max_delay] window (a delay
+ * action, seed 004), or, once it has taken max_delay_actions of them, dead-letters it
+ * with last_error {503, "circuit_open"}. Attempts and retries are not counted: no
+ * request was made. */
+static void round_delay_action(struct round *j)
+{
+	struct dispatcher *d = j->d;
+	const struct subscription *s = j->sub;
+	const struct store_claim *c = j->claim;
+	struct store_result *r = &j->wr.result;
+	struct outcome_in in;
+	struct outcome o;
+	char window[32], wait_text[32];
+
+	outcome_input(j, &in);
+	in.refused = true;
+	outcome_decide(&s->retry, &s->breaker, &in, dispatcher_rng_next, &d->rng, &o);
+	memset(r, 0, sizeof(*r));
+	r->delivery_id = c->delivery_id;
+	r->attempt_count = c->attempt_count;
+	r->retry_count = c->retry_count;
+	r->delay_actions = o.delay_actions;
+	r->last_code = OUTCOME_CIRCUIT_OPEN_CODE;
+	r->last_message = OUTCOME_CIRCUIT_OPEN_MESSAGE;
+	r->last_cause = j->causes[0];
+	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
+	if (o.next == OUTCOME_DLQ) {
+		r->status = DELIVERY_FAILED; /* no next attempt: the dead-letter queue */
+		snprintf(j->causes[0], CAUSE_LEN,
+			 "the circuit breaker of subscription %s is open (more than %d failed "
+			 "deliveries within %s); after %d delay actions the delivery was stopped "
+			 "without a request", s->id, s->breaker.max_errors, window, c->delay_actions);
+		metrics_delivery(c->subscription_id, METRICS_DEAD);
+		dead_lettered(j);
+	} else {
+		r->status = c->status;
+		r->replay = c->replay;
+		r->next_attempt_at = o.at_ms;
+		snprintf(j->causes[0], CAUSE_LEN,
+			 "delay action %d of %d: the circuit breaker of subscription %s is open "
+			 "(more than %d failed deliveries within %s); no request sent, due again "
+			 "in %s", r->delay_actions, s->breaker.max_delay_actions, s->id,
+			 s->breaker.max_errors, window,
+			 duration_format(o.delay_ms, wait_text, sizeof(wait_text)));
+		metrics_delivery(c->subscription_id, METRICS_DELAYED);
+		note_due(d, r->next_attempt_at);
+	}
+	done_push(d, j);
+}
+
+/* Hands the delivery back untouched but for the attempts made (shutdown, disabled
+ * subscription): due again at now + delay_ms. */
+static void round_release(struct round *j, int64_t delay_ms)
+{
+	struct store_result *r = &j->wr.result;
+	round_slot_put(j);
+	limits_probe_abandoned(j->ss, &j->probe);
+	memset(r, 0, sizeof(*r));
+	r->delivery_id = j->claim->delivery_id;
+	r->status = j->claim->status;
+	r->replay = j->claim->replay;
+	r->attempt_count = j->claim->attempt_count + j->tries;
+	r->retry_count = j->claim->retry_count;
+	r->delay_actions = j->claim->delay_actions;
+	r->next_attempt_at = clock_now_ms() + delay_ms;
+	r->attempts = j->attempts;
+	r->n_attempts = (size_t)j->tries;
+	set_last_error(r, j);
+	if (j->tries == 0)
+		r->last_code = -1; /* keep the error the delivery already shows */
+	metrics_delivery(j->claim->subscription_id, METRICS_RELEASED);
+	note_due(j->d, r->next_attempt_at);
+	done_push(j->d, j);
+}
+
+/* Records a first attempt that failed here, before any sink (code, message, cause
+ * borrowed), and ends the round; the retry policy decides what follows. */
+static void round_fail_attempt(struct round *j, int code, const char *message, const char *cause)
+{
+	struct store_attempt *a = &j->attempts[0];
+	memset(a, 0, sizeof(*a));
+	a->n = j->claim->attempt_count + 1;
+	a->kind = j->kind;
+	a->started_at = clock_now_ms();
+	a->code = code;
+	snprintf(j->messages[0], MSG_LEN, "%s", message);
+	snprintf(j->causes[0], CAUSE_LEN, "%s", cause);
+	a->message = j->messages[0];
+	a->cause = j->causes[0];
+	j->tries = 1;
+	j->retry_after_ms = -1;
+	round_stop(j);
+}
+
+/* The attempt just recorded (j->tries - 1) is over: the outcome core says whether the
+ * round goes on after a stagger or ends. */
+static void round_after_attempt(struct round *j)
+{
+	struct dispatcher *d = j->d;
+	struct outcome_in in;
+	struct outcome o;
+
+	round_slot_put(j);
+	outcome_input(j, &in);
+	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, dispatcher_rng_next, &d->rng, &o);
+	if (o.next != OUTCOME_TRY) {
+		round_finish(j, &o);
+	} else if (atomic_load(&d->stopping)) {
+		round_release(j, 0); /* shutting down: hand the rest of the round back */
+	} else {
+		j->state = ROUND_WAITING;
+		j->wake_us = clock_mono_us() + o.delay_ms * 1000;
+		j->next = d->waiting;
+		d->waiting = j;
+	}
+}
+
+/* ---- attempts ------------------------------------------------------------------------------ */
+
+/* Starts the next attempt of the round now (its limits are taken): the sink has it
+ * until it calls round_attempt_done_cb or round_attempt_abandoned_cb. */
+static void round_go(struct round *j)
+{
+	struct sink_round *sj = &j->sj;
+	j->attempts[j->tries].started_at = clock_now_ms();
+	j->started_us = clock_mono_us();
+	j->retry_after_ms = -1;
+	sj->attempt_no = j->claim->attempt_count + j->tries + 1;
+	sj->timeout_ms = j->timeout_ms;
+	sj->message = j->messages[j->tries];
+	sj->cause = j->causes[j->tries];
+	sj->cause[0] = '\0';
+	sj->message[0] = '\0';
+	sj->code = 0;
+	sj->end_round = 0;
+	sj->retry_after_ms = -1;
+	j->state = ROUND_IN_FLIGHT;
+	j->d->in_flight++;
+	sink_send(j->sink, sj);
+}
+
+/* sink_env.done: the attempt is over; record it, then retry or end the round. */
+void round_attempt_done_cb(void *ctx, struct sink_round *sj)
+{
+	struct dispatcher *d = ctx;
+	struct round *j = (struct round *)sj;
+	struct store_attempt *a = &j->attempts[j->tries];
+	int64_t took_us = clock_mono_us() - j->started_us;
+
+	d->in_flight--;
+	a->n = sj->attempt_no;
+	a->kind = j->kind;
+	a->duration_ms = took_us / 1000;
+	a->code = sj->code;
+	a->message = j->messages[j->tries];
+	a->cause = j->causes[j->tries][0] ? j->causes[j->tries] : NULL;
+	j->retry_after_ms = sj->retry_after_ms;
+	metrics_attempt(a->code, took_us);
+	j->tries++;
+	if (sj->end_round) {
+		round_slot_put(j);
+		round_stop(j);
+		return;
+	}
+	round_after_attempt(j);
+}
+
+/* sink_env.abandoned: the sink stopped the attempt undecided (shutdown). */
+void round_attempt_abandoned_cb(void *ctx, struct sink_round *sj)
+{
+	struct dispatcher *d = ctx;
+	d->in_flight--;
+	round_release((struct round *)sj, 0);
+}
+
+/* Holds the round back in its subscription's queue until its limits let it go, or hands
+ * it back to the store when the queue has its share of the round pool already. */
+static void round_park(struct round *j)
+{
+	struct dispatcher *d = j->d;
+	struct sub_limits *x = j->ss;
+
+	if (x->parked >= limits_parked_cap(d->cfg.max_in_flight, j->sub)) {
+		round_release(j, RELEASE_MIN_MS + (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
+		return;
+	}
+	j->state = ROUND_PARKED;
+	j->parked_us = clock_mono_us();
+	j->next = NULL;
+	if (x->parked_tail)
+		x->parked_tail->next = j;
+	else
+		x->parked_head = j;
+	x->parked_tail = j;
+	x->parked++;
+	if (!x->on_parked_list) {
+		x->on_parked_list = 1;
+		x->next_parked = d->parked_subs;
+		d->parked_subs = x;
+	}
+}
+
+/* Starts the next attempt of the round, or parks it behind its subscription's limits
+ * (and behind the rounds parked there already: a queue keeps its order). */
+static void round_begin(struct round *j)
+{
+	if (j->ss && (j->ss->parked_head || !round_limits_take(j, clock_mono_us()))) {
+		round_park(j);
+		return;
+	}
+	round_go(j);
+}
+
+/* Starts the parked rounds their limits let go, oldest first; hands back the ones parked
+ * for half a lease (the lease must not run out under them) and, when stopping, all.
+ * Returns the wait in µs until a rate-limited queue can move, or -1 when only a
+ * completion can move one. */
+int64_t rounds_run_parked(struct dispatcher *d, int64_t now_us)
+{
+	int stopping = atomic_load(&d->stopping);
+	int64_t too_old_us = d->cfg.lease_ms * 1000 / 2, wait = -1;
+	struct sub_limits **pp = &d->parked_subs;
+
+	while (*pp) {
+		struct sub_limits *x = *pp;
+		while (x->parked_head) {
+			struct round *j = x->parked_head;
+			int old = stopping || now_us - j->parked_us >= too_old_us;
+			if (!old && !round_limits_take(j, now_us)) {
+				int64_t w = limits_wait(x, j->sub, now_us);
+				if (w > 0 && (wait < 0 || w < wait))
+					wait = w;
+				break;
+			}
+			x->parked_head = j->next;
+			if (!x->parked_head)
+				x->parked_tail = NULL;
+			x->parked--;
+			j->next = NULL;
+			if (old)
+				round_release(j, stopping ? 0 : RELEASE_MIN_MS);
+			else
+				round_go(j);
+		}
+		if (!x->parked_head) {
+			x->on_parked_list = 0;
+			*pp = x->next_parked;
+		} else {
+			pp = &x->next_parked;
+		}
+	}
+	return wait;
+}
+
+void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
+{
+	struct round *j = d->free_list;
+	d->free_list = j->next;
+	d->active++;
+	j->batch = b;
+	j->claim = c;
+	j->sj.claim = c;
+	j->tries = 0;
+	j->sink = NULL;
+	j->ss = NULL;
+	j->probe = 0;
+	j->holds_slot = 0;
+	j->retry_after_ms = -1;
+	j->sub = sub_set_find(b->subs, c->subscription_id);
+	j->sj.sub = j->sub;
+	if (c->replay)
+		j->kind = ATTEMPT_MANUAL;
+	else if (c->status == DELIVERY_FAILED)
+		j->kind = ATTEMPT_SCHEDULED;
+	else
+		j->kind = ATTEMPT_IMMEDIATE;
+
+	if (atomic_load(&d->stopping)) {
+		/* Claimed as the shutdown began (the writer answered late): handed back
+		 * untouched, due now, for whoever runs next. */
+		round_release(j, 0);
+		return;
+	}
+	if (!j->sub) {
+		/* The subscription was deleted: nothing to send to; keep the delivery visible
+		 * in the dead-letter queue instead of dropping it. */
+		static const struct subscription gone = {.retry = {.immediate = 1}};
+		char cause[320];
+		j->sub = &gone;
+		j->kind = ATTEMPT_MANUAL; /* no scheduled retry for it */
+		if (c->source && strncmp(c->source, "kafka:", 6) == 0 &&
+		    strcmp(c->event_type, "kafka.undecodable") == 0) {
+			/* a replayed undecodable Kafka message: still nowhere to send it */
+			snprintf(cause, sizeof(cause), "the message from %s could not be decoded; its "
+				 "raw bytes are the event's payload", c->source);
+			round_fail_attempt(j, 422, "undecodable", cause);
+			return;
+		}
+		snprintf(cause, sizeof(cause), "subscription %s no longer exists",
+			 c->subscription_id);
+		round_fail_attempt(j, 410, "subscription deleted", cause);
+		return;
+	}
+	if (!j->sub->enabled) {
+		round_release(j, d->cfg.disabled_delay_ms);
+		return;
+	}
+	for (int i = 0; i < d->n_sinks && !j->sink; i++)
+		if (sink_accepts(d->sinks[i], j->sub->endpoint))
+			j->sink = d->sinks[i];
+	if (!j->sink) {
+		/* kafka:// without kafka_brokers: a failed attempt like any other, so the
+		 * delivery waits in the retries (and the DLQ) until the operator adds it. */
+		round_fail_attempt(j, 503, "no delivery target",
+				 "no sink of this outboxd delivers to this endpoint's scheme "
+				 "(kafka:// endpoints need kafka_brokers)");
+		return;
+	}
+	if ((j->ss = limits_get(&d->limits, j->sub)))
+		j->ss->refs++;
+	if (j->ss && limits_admit(j->ss, j->sub, c->delivery_id, &j->probe) == BREAKER_DELAY) {
+		round_delay_action(j);
+		return;
+	}
+	if (j->kind == ATTEMPT_SCHEDULED) {
+		j->max_tries = 1;
+		j->timeout_ms = j->sub->retry.timeout_ms;
+	} else {
+		j->max_tries = j->sub->retry.immediate < MAX_TRIES ? j->sub->retry.immediate : MAX_TRIES;
+		j->timeout_ms = j->kind == ATTEMPT_MANUAL ? j->sub->retry.timeout_ms
+							  : j->sub->retry.immediate_timeout_ms;
+	}
+	if (j->probe)
+		j->max_tries = 1; /* a half-open probe is one request */
+	round_begin(j);
+}
+
+void batch_release(struct dispatcher *d, struct batch *b)
+{
+	if (--b->live)
+		return;
+	store_claims_free(b->claims, b->n);
+	sub_registry_release(d->reg, b->subs);
+	free(b);
+}
+
+void round_recycle(struct dispatcher *d, struct round *j)
+{
+	if (j->sink)
+		sink_round_end(j->sink, &j->sj);
+	j->sink = NULL;
+	if (j->ss)
+		j->ss->refs--;
+	j->ss = NULL;
+	j->probe = 0;
+	batch_release(d, j->batch);
+	j->batch = NULL;
+	j->claim = NULL;
+	j->state = ROUND_FREE;
+	j->next = d->free_list;
+	d->free_list = j;
+	d->active--;
+}
+
+/* Starts the waiting rounds whose stagger is over (all of them, handed back, when
+ * stopping). */
+void rounds_run_timers(struct dispatcher *d, int64_t now_us)
+{
+	struct round **pp = &d->waiting;
+	while (*pp) {
+		struct round *j = *pp;
+		if (j->wake_us <= now_us || atomic_load(&d->stopping)) {
+			*pp = j->next;
+			if (atomic_load(&d->stopping))
+				round_release(j, 0);
+			else
+				round_begin(j);
+		} else {
+			pp = &j->next;
+		}
+	}
+}
+

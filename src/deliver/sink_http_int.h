@@ -1,0 +1,144 @@
+/* sink_http_int.h: what the files of the HTTP sink share (sink_http.c: the sink and
+ * libcurl's multi interface; http_request.c: building a request, redaction;
+ * http_token.c: OAuth2 token requests). Nobody else includes it: the dispatcher sees
+ * the HTTP sink only through sink.h. */
+#ifndef OUTBOXD_DELIVER_SINK_HTTP_INT_H
+#define OUTBOXD_DELIVER_SINK_HTTP_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+#include <curl/curl.h>
+
+#include "core/errmap.h"
+#include "deliver/oauth2.h"
+#include "deliver/sink.h"
+#include "util/buf.h"
+
+#define TOKEN_FORM_MAX 16384  /* token request bodies (credentials, scope, audience) */
+#define OAUTH_IDLE_MS (3600 * 1000LL) /* a token cache unused this long is dropped */
+#define REDACTED "********"
+#define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
+
+/* What CURLOPT_PRIVATE of an easy handle points at: the first member of either struct. */
+enum transfer_kind { TRANSFER_DELIVERY, TRANSFER_TOKEN };
+
+enum http_state { HTTP_IDLE, HTTP_IN_FLIGHT, HTTP_TOKEN_WAIT };
+
+struct http_sink;
+struct oauth2_entry;
+
+/* One round slot's HTTP state (sink_round.state[slot]). */
+struct http_round {
+	enum transfer_kind transfer; /* TRANSFER_DELIVERY */
+	struct http_sink *hs;
+	struct sink_round *sj;         /* the round it belongs to */
+	enum http_state state;
+	CURL *easy;
+	int easy_ready;              /* easy carries the options all requests share */
+	int easy_tls;                /* ... and a subscription's TLS files */
+	struct curl_slist *headers;  /* into hnodes/hbuf: owned by the round, not by curl_slist */
+	struct curl_slist *hnodes;   /* header list nodes, reused from attempt to attempt */
+	size_t hnodes_cap;
+	char *hbuf;                  /* the header lines, NUL-separated; may hold credentials */
+	size_t hbuf_cap, hbuf_len;
+	char *url;                   /* owned when query auth rewrote it, else NULL */
+	char errbuf[CURL_ERROR_SIZE];
+	size_t body_len;             /* response bytes kept in sj->cause */
+	struct oauth2_entry *oauth;  /* oauth2: the subscription's token cache */
+	uint64_t token_gen;          /* oauth2: generation of the token sent */
+	int reauthed;                /* oauth2: this attempt got a new token after a 401 */
+	struct http_round *next;       /* in an oauth2 entry's waiters */
+	struct http_round *fly_prev, *fly_next; /* in http_sink.flying while HTTP_IN_FLIGHT */
+};
+
+/* A token request in flight (one per oauth2_entry at most). */
+struct token_fetch {
+	enum transfer_kind transfer; /* TRANSFER_TOKEN */
+	struct oauth2_entry *entry;
+	CURL *easy;
+	struct curl_slist *headers;
+	struct buf form;             /* the request body; wiped when freed */
+	struct buf response;         /* capped at OAUTH2_RESPONSE_MAX */
+	int too_big;
+	char *secrets[2];            /* client_secret and password copies, to redact causes */
+	char url_shown[256];         /* token_url without its query, for causes */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+/* The token cache of one subscription's oauth2 configuration (a changed configuration
+ * gets a new entry, so no token outlives the credentials that obtained it). */
+struct oauth2_entry {
+	char sub_id[UUID_STR_LEN];
+	uint64_t fingerprint;        /* oauth2_params_fingerprint */
+	struct oauth2_cache cache;
+	struct token_fetch *fetch;   /* in flight, or NULL */
+	struct http_round *waiters;    /* HTTP_TOKEN_WAIT rounds; non-empty only while fetch runs */
+	int64_t last_used_ms;        /* monotonic */
+	int failing;                 /* the last request failed (logged once) */
+	struct oauth2_entry *next;
+};
+
+struct http_sink {
+	struct sink_env env;
+	CURLM *multi;
+	int epfd;                    /* curl's sockets */
+	int64_t curl_due_us;         /* curl's timer (monotonic), -1 = none */
+	int curl_timer_set;          /* the timer callback ran (see http_run) */
+	struct epoll_event events[EPOLL_EVENTS];
+	int n_events;
+	uint8_t *fd_state;           /* FD_* by socket number (curl_socket_cb) */
+	size_t fd_state_cap;
+	int in_flight;               /* requests running */
+	struct oauth2_entry *oauth;  /* token caches, few: one per oauth2 subscription */
+	int token_fetches;           /* token requests in flight */
+	struct http_round *flying;     /* the rounds with a request running (for abort) */
+};
+
+/* ---- sink_http.c ---------------------------------------------------------------------- */
+
+/* The sink's random source (xorshift; seeded per sink). */
+double http_rng_next(void *ctx);
+/* Bookkeeping of rounds with a request running (for abort). */
+void http_flying_add(struct http_round *h);
+void http_flying_remove(struct http_round *h);
+/* The attempt is over: hands it back to the dispatcher (env.done). */
+void http_report(struct http_round *h);
+/* Ends the attempt with code, message and cause (borrowed; redacted here). */
+void http_failed(struct http_round *h, int code, const char *message, const char *cause);
+/* Ends the attempt with a local failure (no request was made): 520 with why. */
+void http_fail_local(struct http_round *h, const char *why);
+/* The transport error class of a failed transfer (core/errmap.h). */
+enum transport_error http_classify(CURLcode rc, const char *errbuf);
+/* CURLOPT_WRITEFUNCTION of deliveries: keeps the start of the response body. */
+size_t http_body_cb(char *data, size_t size, size_t nmemb, void *ctx);
+
+/* ---- http_request.c ------------------------------------------------------------------- */
+
+/* Replaces every credential of the round's subscription in text (size bytes) with
+ * ********, so no cause or log line carries one. */
+void http_redact(const struct http_round *h, char *text, size_t size);
+/* Replaces each of the n secrets (NULL or short ones skipped) in text with ********. */
+void http_redact_secrets(char *text, size_t size, const char *const *secrets, size_t n);
+/* Wipes the round's header lines (they may carry credentials) and empties the list. */
+void http_headers_clear(struct http_round *h);
+/* Options every transfer of this sink shares (owner in CURLOPT_PRIVATE). */
+void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb);
+/* Builds the attempt's request (headers, signature, auth; bearer borrowed, may be NULL)
+ * and adds it to the multi handle, or fails the attempt. */
+void http_send_request(struct http_round *h, const char *bearer);
+
+/* ---- http_token.c --------------------------------------------------------------------- */
+
+/* Sends the attempt with the subscription's OAuth2 token: at once when the cache has
+ * one, else after the one token request in flight (the round waits). */
+void http_authorize(struct http_round *h);
+/* A token request finished with rc: store or fail the cache, then every waiter goes on. */
+void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc);
+/* Stops e's token request (sink abort/close). */
+void http_token_abort(struct http_sink *hs, struct oauth2_entry *e);
+/* Drops token caches unused for an hour. */
+void http_tokens_prune(struct http_sink *hs, int64_t now_ms);
+
+#endif
