@@ -17,16 +17,15 @@
 
 #include "api/api.h"
 #include "api/http.h"
-#include "api/sub_codec.h"
 #include "cli/cli.h"
 #include "core/config.h"
 #include "core/subscriptions.h"
 #include "deliver/dispatcher.h"
 #include "deliver/sink_kafka.h"
-#include "store/writer.h"
 #include "intake/kafka_intake.h"
 #include "jobs/jobs.h"
 #include "store/store.h"
+#include "store/writer.h"
 #include "util/log.h"
 
 #define OUTBOXD_VERSION "0.1.0"
@@ -137,7 +136,7 @@ struct subs_reload {
 static void reload_subscriptions(void *ctx)
 {
 	struct subs_reload *r = ctx;
-	int rc = sub_codec_reload(r->reg, r->st, &r->defaults);
+	int rc = store_subs_load(r->st, r->reg, &r->defaults);
 
 	if (rc != STORE_OK)
 		log_warn("cannot reload subscriptions changed elsewhere (%s); keeping the current set",
@@ -229,7 +228,7 @@ static int serve(int argc, char **argv)
 
 	struct retry_policy defaults;
 	config_retry_defaults(&cfg, &defaults);
-	if (sub_codec_reload(&reg, st, &defaults)) {
+	if (store_subs_load(st, &reg, &defaults)) {
 		log_error("cannot load subscriptions");
 		goto out;
 	}

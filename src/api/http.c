@@ -17,7 +17,6 @@
 struct http_server {
 	struct MHD_Daemon *mhd;
 	struct api *api;
-	int port;
 };
 
 struct conn_ctx {
@@ -155,14 +154,7 @@ struct http_server *http_server_start(struct api *api, const char *listen, int t
 		free(s);
 		return NULL;
 	}
-	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	s->port = info ? info->port : 0;
 	return s;
-}
-
-int http_server_port(const struct http_server *s)
-{
-	return s->port;
 }
 
 void http_server_stop(struct http_server *s)

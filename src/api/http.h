@@ -12,8 +12,6 @@ struct http_server;
  * threads. api is borrowed. Returns NULL with a message in err on failure. */
 struct http_server *http_server_start(struct api *api, const char *listen, int threads,
 				      char *err, size_t errlen);
-/* The port actually bound (useful with port 0). */
-int http_server_port(const struct http_server *s);
 /* Stops accepting, waits for running handlers, frees s. */
 void http_server_stop(struct http_server *s);
 

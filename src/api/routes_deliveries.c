@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "api/filter.h"
+#include "core/filter.h"
 #include "api/render.h"
 #include "util/clock.h"
 #include "util/uuid.h"
@@ -25,7 +25,7 @@ static const char *query_get(const void *ctx, const char *name)
 void api_deliveries_list(struct api *api, const struct api_request *req, int dead_only,
 			 struct api_response *res)
 {
-	struct store_delivery_filter f = {0};
+	struct delivery_filter f = {0};
 	struct filter_buf fb;
 	struct input_error err;
 	struct store_delivery *items = NULL;
@@ -142,7 +142,7 @@ static int get_bool(json_t *doc, const char *key, int *out, struct api_response 
 }
 
 /* The filter of a replay or purge: the dead-letter queue unless a status is given. */
-static int body_filter(struct api *api, json_t *filter, int force, struct store_delivery_filter *f,
+static int body_filter(struct api *api, json_t *filter, int force, struct delivery_filter *f,
 		       struct filter_buf *fb, struct api_response *res)
 {
 	struct input_error err;
@@ -168,13 +168,13 @@ static int body_filter(struct api *api, json_t *filter, int force, struct store_
  * deliveries created before the job starts are taken, so the count it reports is the
  * count a dry run gave. */
 static void replay_job(struct api *api, const struct api_request *req, json_t *filter,
-		       const struct store_delivery_filter *f, int force, int rate,
+		       const struct delivery_filter *f, int force, int rate,
 		       struct api_response *res)
 {
 	struct store_job job = {0};
 	size_t matched = 0;
 	int64_t now = clock_now_ms();
-	struct store_delivery_filter counted = *f;
+	struct delivery_filter counted = *f;
 
 	if (!counted.to_ms || counted.to_ms > now + 1)
 		counted.to_ms = now + 1;
@@ -264,7 +264,7 @@ out:
 void api_dlq_replay(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	static const char *const keys[] = {"ids", "filter", "force", "dry_run", "rate", NULL};
-	struct store_delivery_filter f = {0};
+	struct delivery_filter f = {0};
 	struct filter_buf fb;
 	int force, dry_run;
 
@@ -341,7 +341,7 @@ void api_dlq_purge_filter(struct api *api, const struct api_request *req,
 			  struct api_response *res)
 {
 	static const char *const keys[] = {"filter", "dry_run", NULL};
-	struct store_delivery_filter f = {0};
+	struct delivery_filter f = {0};
 	struct filter_buf fb;
 	struct input_error err;
 	int dry_run;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "api/sub_codec.h"
+#include "core/sub_codec.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/uuid.h"
@@ -32,7 +32,7 @@ static json_t *parse_body(const struct api_request *req, struct api_response *re
 /* After any change the in-memory set is rebuilt, so fan-out and the dispatcher see it. */
 static void reload(struct api *api)
 {
-	int rc = sub_codec_reload(api->reg, api->st, &api->retry_defaults);
+	int rc = store_subs_load(api->st, api->reg, &api->retry_defaults);
 	if (rc)
 		log_error("subscriptions: reload failed: %s", store_strerror(rc));
 }
@@ -41,7 +41,7 @@ static void reload(struct api *api)
 static void reply_row(struct api *api, const char *id, int status, const char *generated,
 		      struct api_response *res)
 {
-	struct store_sub row;
+	struct sub_row row;
 	int rc = store_sub_get(api->st, id, &row);
 	if (rc) {
 		api_reply_store_error(res, rc, "subscription");
@@ -54,7 +54,7 @@ static void reply_row(struct api *api, const char *id, int status, const char *g
 	store_sub_free(&row);
 }
 
-static int store_doc(struct api *api, json_t *doc, struct store_sub *row, int create,
+static int store_doc(struct api *api, json_t *doc, struct sub_row *row, int create,
 		     struct api_response *res)
 {
 	struct input_error err;
@@ -90,7 +90,7 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 	json_t *doc = parse_body(req, res);
 	if (!doc)
 		return;
-	struct store_sub row = {0};
+	struct sub_row row = {0};
 	struct input_error err;
 	char *generated = NULL;
 	uuid_v7(row.id);
@@ -108,7 +108,7 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 
 void api_subs_list(struct api *api, struct api_response *res)
 {
-	struct store_sub *rows = NULL;
+	struct sub_row *rows = NULL;
 	size_t n = 0;
 	int rc = store_sub_list(api->st, &rows, &n);
 	if (rc) {
@@ -130,7 +130,7 @@ void api_subs_get(struct api *api, const char *id, struct api_response *res)
 void api_subs_patch(struct api *api, const char *id, const struct api_request *req,
 		    struct api_response *res)
 {
-	struct store_sub row;
+	struct sub_row row;
 	struct input_error err;
 	json_error_t jerr;
 

@@ -118,7 +118,7 @@ struct header_kv {
 };
 
 /* A subscription as the dispatcher and fan-out use it. Parsed from the stored JSON
- * configuration (see api/subscription_codec.c); owns every string it points to. */
+ * configuration (see core/sub_codec.c); owns every string it points to. */
 struct subscription {
 	char id[UUID_STR_LEN];
 	char *name;
@@ -154,5 +154,17 @@ struct subscription {
 void oauth2_params_free(struct oauth2_params *p); /* frees members, zeroes p */
 void subscription_free(struct subscription *s);  /* frees members and s itself */
 void subscription_clear(struct subscription *s); /* frees members, zeroes s */
+
+/* A subscription as it is stored: the configuration is the JSON document the API
+ * accepted (core/sub_codec.h turns it into a struct subscription). Secrets are in clear
+ * here: the API masks them on the way out. Owns name and config. */
+struct sub_row {
+	char id[UUID_STR_LEN];
+	char *name;
+	char *config;               /* JSON text */
+	int enabled;
+	int64_t created_at;
+	int64_t updated_at;
+};
 
 #endif

@@ -2,7 +2,7 @@
  *
  * A set is immutable once published and reference-counted: readers take the current set,
  * use it without locks, and release it. A change to any subscription publishes a new
- * set built from the store (see intake/fanout.c). */
+ * set built from the store (store_subs_load, with core/sub_codec.c). */
 #ifndef OUTBOXD_CORE_SUBSCRIPTIONS_H
 #define OUTBOXD_CORE_SUBSCRIPTIONS_H
 

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/sub_codec.h"
+#include "core/sub_codec.h"
 #include "core/metrics.h"
 #include "core/trace.h"
 #include "intake/ingest.h"
@@ -153,7 +153,7 @@ static int derived_ensure(struct kafka_intake *ki, json_t *doc, const char *id, 
 			  size_t whylen, int *created)
 {
 	struct input_error ierr = {0};
-	struct store_sub row = {0};
+	struct sub_row row = {0};
 	if (known_has(ki, id))
 		return 0;
 	struct sub_set *set = sub_registry_acquire(ki->reg);
@@ -367,7 +367,7 @@ static void backlog_check(struct kafka_intake *ki)
 {
 	size_t total = 0;
 	for (size_t i = 0; i < ki->n_topics; i++) {
-		struct store_delivery_filter f = {.has_status = 1, .status = DELIVERY_NEW,
+		struct delivery_filter f = {.has_status = 1, .status = DELIVERY_NEW,
 						  .source = ki->topics[i].source, .limit = 1};
 		size_t n = 0;
 		if (store_deliveries_count(ki->st, &f, &n) != STORE_OK)
@@ -495,7 +495,7 @@ static int store_batch(struct kafka_intake *ki, struct item *items, size_t n, in
 			evs[items[i].ev_index].subscription_ids =
 				(const char (*)[UUID_STR_LEN])fan[items[i].fan_start];
 	if (created) /* the dispatcher must know them before it claims their deliveries */
-		sub_codec_reload(ki->reg, ki->st, &ki->cfg.defaults);
+		store_subs_load(ki->st, ki->reg, &ki->cfg.defaults);
 	rc = n_ev ? writer_ingest(ki->cfg.writer, evs, n_ev) : STORE_OK;
 out:
 	sub_registry_release(ki->reg, set);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/filter.h"
+#include "core/filter.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -47,7 +47,7 @@ static void finish(struct replay_runner *r, struct store_job *j, const char *sta
 /* Replays up to want deliveries of job j. Returns how many, or -1 on a store error. */
 static long run_job(struct replay_runner *r, struct store_job *j, size_t want)
 {
-	struct store_delivery_filter f = {0};
+	struct delivery_filter f = {0};
 	struct filter_buf fb;
 	struct input_error err;
 	struct store_delivery *items = NULL;

@@ -31,14 +31,14 @@ struct store_ops {
 	int (*delivery_get)(store *st, const char *id, struct store_delivery *d);
 	int (*delivery_attempts)(store *st, const char *id, struct store_attempt_row **items,
 				 size_t *n);
-	int (*deliveries_list)(store *st, const struct store_delivery_filter *f,
+	int (*deliveries_list)(store *st, const struct delivery_filter *f,
 			       struct store_delivery **items, size_t *n, char **next_cursor);
 	int (*replay)(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 		      enum store_replay_outcome *outcomes, size_t *replayed);
 	int (*dlq_purge)(store *st, const char *delivery_id);
 	int (*cleanup)(store *st, size_t *deleted);
-	int (*deliveries_count)(store *st, const struct store_delivery_filter *f, size_t *n);
-	int (*dlq_purge_matching)(store *st, const struct store_delivery_filter *f, size_t limit,
+	int (*deliveries_count)(store *st, const struct delivery_filter *f, size_t *n);
+	int (*dlq_purge_matching)(store *st, const struct delivery_filter *f, size_t limit,
 				  size_t *purged);
 	int (*job_create)(store *st, const struct store_job *job);
 	int (*job_update)(store *st, const struct store_job *job);
@@ -48,11 +48,11 @@ struct store_ops {
 	int (*audit_list)(store *st, const char *before_id, size_t limit,
 			  struct store_audit **items, size_t *n);
 	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
-	int (*sub_create)(store *st, const struct store_sub *sub);
-	int (*sub_update)(store *st, const struct store_sub *sub);
+	int (*sub_create)(store *st, const struct sub_row *sub);
+	int (*sub_update)(store *st, const struct sub_row *sub);
 	int (*sub_delete)(store *st, const char *id);
-	int (*sub_get)(store *st, const char *id, struct store_sub *out);
-	int (*sub_list)(store *st, struct store_sub **items, size_t *n);
+	int (*sub_get)(store *st, const char *id, struct sub_row *out);
+	int (*sub_list)(store *st, struct sub_row **items, size_t *n);
 	/* Optional (NULL: nothing to listen to). See store_on_work and
 	 * store_on_subscriptions_changed. */
 	void (*on_work)(store *st, void (*cb)(void *ctx), void *ctx);
@@ -72,13 +72,13 @@ extern const struct store_ops store_pg_ops;
 /* ---- listing cursors, the same for every backend (store.c) ------------------------- */
 
 /* The column a listing sorts by. */
-const char *store_sort_column(enum store_sort sort);
+const char *store_sort_column(enum delivery_sort sort);
 /* Reads f->cursor (made by store_cursor_after for the same sort and order) into the sort
  * value and id of the previous page's last row. 0, or -1 when it is not such a cursor. */
-int store_cursor_parse(const struct store_delivery_filter *f, int64_t *value,
+int store_cursor_parse(const struct delivery_filter *f, int64_t *value,
 		       char id[UUID_STR_LEN]);
 /* The cursor of the page after the one ending with last (returned), or NULL when out of
  * memory. */
-char *store_cursor_after(const struct store_delivery_filter *f, const struct store_delivery *last);
+char *store_cursor_after(const struct delivery_filter *f, const struct store_delivery *last);
 
 #endif

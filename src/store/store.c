@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sub_codec.h"
+#include "util/log.h"
 #include "util/uuid.h"
 
 /* Hard caps on batch sizes: one transaction must stay short enough not to hold the
@@ -345,7 +347,7 @@ void store_attempts_free(struct store_attempt_row *items, size_t n)
 	free(items);
 }
 
-int store_deliveries_list(store *st, const struct store_delivery_filter *f,
+int store_deliveries_list(store *st, const struct delivery_filter *f,
 			  struct store_delivery **items, size_t *n, char **next_cursor)
 {
 	if (items)
@@ -358,7 +360,7 @@ int store_deliveries_list(store *st, const struct store_delivery_filter *f,
 		return STORE_INVALID;
 	if (f->limit < 1 || f->limit > STORE_MAX_PAGE)
 		return STORE_INVALID;
-	if ((unsigned)f->sort > STORE_SORT_ATTEMPTS)
+	if ((unsigned)f->sort > DELIVERY_SORT_ATTEMPTS)
 		return STORE_INVALID;
 	if (f->has_status && (unsigned)f->status > DELIVERY_FAILED)
 		return STORE_INVALID;
@@ -374,7 +376,7 @@ int store_deliveries_list(store *st, const struct store_delivery_filter *f,
 			return STORE_ERROR; \
 	} while (0)
 
-int store_deliveries_count(store *st, const struct store_delivery_filter *f, size_t *n)
+int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 {
 	if (n)
 		*n = 0;
@@ -405,7 +407,7 @@ int store_dlq_purge(store *st, const char *delivery_id)
 	return st->ops->dlq_purge(st, delivery_id);
 }
 
-int store_dlq_purge_matching(store *st, const struct store_delivery_filter *f, size_t limit,
+int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 			     size_t *purged)
 {
 	if (purged)
@@ -543,20 +545,20 @@ void store_stats_free(struct store_stats *s)
 
 /* ---- subscriptions ------------------------------------------------------------------ */
 
-static int sub_valid(const struct store_sub *sub)
+static int sub_valid(const struct sub_row *sub)
 {
 	return sub && sub->id[0] && strnlen(sub->id, UUID_STR_LEN) < UUID_STR_LEN &&
 	       sub->name && *sub->name && sub->config;
 }
 
-int store_sub_create(store *st, const struct store_sub *sub)
+int store_sub_create(store *st, const struct sub_row *sub)
 {
 	if (!st || !sub_valid(sub))
 		return STORE_INVALID;
 	return st->ops->sub_create(st, sub);
 }
 
-int store_sub_update(store *st, const struct store_sub *sub)
+int store_sub_update(store *st, const struct sub_row *sub)
 {
 	if (!st || !sub_valid(sub))
 		return STORE_INVALID;
@@ -570,7 +572,7 @@ int store_sub_delete(store *st, const char *id)
 	return st->ops->sub_delete(st, id);
 }
 
-int store_sub_get(store *st, const char *id, struct store_sub *out)
+int store_sub_get(store *st, const char *id, struct sub_row *out)
 {
 	if (out)
 		memset(out, 0, sizeof(*out));
@@ -579,7 +581,7 @@ int store_sub_get(store *st, const char *id, struct store_sub *out)
 	return st->ops->sub_get(st, id, out);
 }
 
-int store_sub_list(store *st, struct store_sub **items, size_t *n)
+int store_sub_list(store *st, struct sub_row **items, size_t *n)
 {
 	if (items)
 		*items = NULL;
@@ -590,7 +592,7 @@ int store_sub_list(store *st, struct store_sub **items, size_t *n)
 	return st->ops->sub_list(st, items, n);
 }
 
-void store_sub_free(struct store_sub *sub)
+void store_sub_free(struct sub_row *sub)
 {
 	if (!sub)
 		return;
@@ -600,7 +602,7 @@ void store_sub_free(struct store_sub *sub)
 	sub->config = NULL;
 }
 
-void store_subs_free(struct store_sub *items, size_t n)
+void store_subs_free(struct sub_row *items, size_t n)
 {
 	if (!items)
 		return;
@@ -617,17 +619,17 @@ void store_subs_free(struct store_sub *items, size_t n)
 static const char sort_letters[] = {'c', 'u', 'a'};
 
 static const char *const sort_columns[] = {
-	[STORE_SORT_CREATED] = "created_at",
-	[STORE_SORT_UPDATED] = "updated_at",
-	[STORE_SORT_ATTEMPTS] = "attempt_count",
+	[DELIVERY_SORT_CREATED] = "created_at",
+	[DELIVERY_SORT_UPDATED] = "updated_at",
+	[DELIVERY_SORT_ATTEMPTS] = "attempt_count",
 };
 
-const char *store_sort_column(enum store_sort sort)
+const char *store_sort_column(enum delivery_sort sort)
 {
 	return sort_columns[sort];
 }
 
-int store_cursor_parse(const struct store_delivery_filter *f, int64_t *value,
+int store_cursor_parse(const struct delivery_filter *f, int64_t *value,
 		       char id[UUID_STR_LEN])
 {
 	const char *c = f->cursor;
@@ -650,10 +652,10 @@ int store_cursor_parse(const struct store_delivery_filter *f, int64_t *value,
 	return 0;
 }
 
-char *store_cursor_after(const struct store_delivery_filter *f, const struct store_delivery *last)
+char *store_cursor_after(const struct delivery_filter *f, const struct store_delivery *last)
 {
-	int64_t v = f->sort == STORE_SORT_UPDATED    ? last->updated_at
-		    : f->sort == STORE_SORT_ATTEMPTS ? last->attempt_count
+	int64_t v = f->sort == DELIVERY_SORT_UPDATED    ? last->updated_at
+		    : f->sort == DELIVERY_SORT_ATTEMPTS ? last->attempt_count
 						     : last->created_at;
 	size_t len = 3 + 21 + 1 + UUID_STR_LEN;
 	char *c = malloc(len);
@@ -662,4 +664,24 @@ char *store_cursor_after(const struct store_delivery_filter *f, const struct sto
 		snprintf(c, len, "%c%c:%lld:%s", sort_letters[f->sort], f->descending ? 'd' : 'a',
 			 (long long)v, last->id);
 	return c;
+}
+
+/* ---- subscriptions into the registry ---------------------------------------------- */
+
+int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults)
+{
+	struct sub_row *rows = NULL;
+	size_t n = 0;
+	int rc = store_sub_list(st, &rows, &n);
+	if (rc)
+		return rc;
+	struct sub_set *set = sub_set_new();
+	for (size_t i = 0; i < n; i++) {
+		struct subscription *s = sub_codec_from_row(&rows[i], defaults);
+		if (s && sub_set_add(set, s))
+			log_error("subscriptions: out of memory loading %s", rows[i].id);
+	}
+	store_subs_free(rows, n);
+	sub_registry_publish(reg, set);
+	return STORE_OK;
 }

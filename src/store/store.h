@@ -19,7 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/filter.h"
 #include "core/model.h"
+#include "core/subscriptions.h"
 
 typedef struct store store;
 
@@ -265,33 +267,12 @@ void store_delivery_free(struct store_delivery *d);     /* frees members only */
 void store_deliveries_free(struct store_delivery *items, size_t n);
 void store_attempts_free(struct store_attempt_row *items, size_t n);
 
-enum store_sort { STORE_SORT_CREATED = 0, STORE_SORT_UPDATED, STORE_SORT_ATTEMPTS };
-
-struct store_delivery_filter {
-	int has_status;
-	enum delivery_status status;
-	int dead_only;              /* FAILED with no next attempt (the DLQ) */
-	const char *subscription_id;
-	const char *event_type;     /* exact, or a glob ('*', '?') when event_type_glob */
-	int event_type_glob;
-	const char *q;              /* substring of last_message or last_cause */
-	int has_code;
-	int code;                   /* last error code */
-	const char *source;         /* the event's source */
-	const char *event_id;
-	int64_t from_ms, to_ms;     /* created_at range, 0 = unbounded; to is exclusive */
-	enum store_sort sort;
-	int descending;
-	const char *cursor;         /* from a previous page, NULL for the first */
-	size_t limit;               /* 1..1000 */
-};
-
 /* One page of deliveries. *next_cursor is returned (NULL on the last page). */
-int store_deliveries_list(store *st, const struct store_delivery_filter *f,
+int store_deliveries_list(store *st, const struct delivery_filter *f,
 			  struct store_delivery **items, size_t *n, char **next_cursor);
 
 /* How many deliveries match the filter (cursor and limit are ignored). */
-int store_deliveries_count(store *st, const struct store_delivery_filter *f, size_t *n);
+int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n);
 
 /* ---- operator actions --------------------------------------------------------------- */
 
@@ -315,7 +296,7 @@ int store_dlq_purge(store *st, const char *delivery_id);
 
 /* Deletes up to limit dead deliveries matching f (dead_only is implied) after cursor
  * order, like store_dlq_purge each. *purged = deleted. */
-int store_dlq_purge_matching(store *st, const struct store_delivery_filter *f, size_t limit,
+int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 			     size_t *purged);
 
 /* Deletes PROCESSED deliveries (and their attempts), then events left with no
@@ -398,24 +379,18 @@ void store_stats_free(struct store_stats *s);
 
 /* ---- subscriptions ------------------------------------------------------------------ */
 
-/* A subscription row: the configuration is the JSON document the API accepted (with
- * secrets in clear: the API masks them on the way out). */
-struct store_sub {
-	char id[UUID_STR_LEN];
-	char *name;
-	char *config;               /* JSON text */
-	int enabled;
-	int64_t created_at;
-	int64_t updated_at;
-};
 
-int store_sub_create(store *st, const struct store_sub *sub);  /* CONFLICT: same name */
-int store_sub_update(store *st, const struct store_sub *sub);  /* NOT_FOUND, CONFLICT */
+int store_sub_create(store *st, const struct sub_row *sub);  /* CONFLICT: same name */
+int store_sub_update(store *st, const struct sub_row *sub);  /* NOT_FOUND, CONFLICT */
 int store_sub_delete(store *st, const char *id);               /* NOT_FOUND */
-int store_sub_get(store *st, const char *id, struct store_sub *out);
+int store_sub_get(store *st, const char *id, struct sub_row *out);
 /* All subscriptions ordered by created_at (returned array). */
-int store_sub_list(store *st, struct store_sub **items, size_t *n);
-void store_sub_free(struct store_sub *sub);                    /* frees members only */
-void store_subs_free(struct store_sub *items, size_t n);
+int store_sub_list(store *st, struct sub_row **items, size_t *n);
+void store_sub_free(struct sub_row *sub);                    /* frees members only */
+void store_subs_free(struct sub_row *items, size_t n);
+
+/* Rebuilds reg's set from the subscriptions in the store (core/sub_codec.h decodes each
+ * row; rows that cannot be parsed are logged and left out). Returns a store error code. */
+int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults);
 
 #endif

@@ -1911,7 +1911,7 @@ static void glob_to_like(const char *glob, char *out)
 /* The WHERE conditions of a delivery filter (fixed fragments, values as parameters),
  * appended to sql, and their values to p. like (returned, free it) holds the LIKE
  * pattern of an event-type glob. */
-static int filter_sql(const struct store_delivery_filter *f, char *sql, size_t size,
+static int filter_sql(const struct delivery_filter *f, char *sql, size_t size,
 		      struct params *p, char **like)
 {
 	*like = NULL;
@@ -1965,7 +1965,7 @@ static int filter_sql(const struct store_delivery_filter *f, char *sql, size_t s
 	return 0;
 }
 
-static int pg_deliveries_list(store *st, const struct store_delivery_filter *f,
+static int pg_deliveries_list(store *st, const struct delivery_filter *f,
 			      struct store_delivery **items, size_t *n, char **next_cursor)
 {
 	struct pg *pg = pg_of(st);
@@ -2022,7 +2022,7 @@ static int pg_deliveries_list(store *st, const struct store_delivery_filter *f,
 	return STORE_OK;
 }
 
-static int pg_deliveries_count(store *st, const struct store_delivery_filter *f, size_t *n)
+static int pg_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 {
 	struct pg *pg = pg_of(st);
 	char sql[2048] = "SELECT count(*) FROM outboxd.deliveries WHERE true";
@@ -2182,11 +2182,11 @@ static int pg_dlq_purge(store *st, const char *delivery_id)
 	return rc != STORE_OK ? rc : result;
 }
 
-static int pg_dlq_purge_matching(store *st, const struct store_delivery_filter *f, size_t limit,
+static int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 				 size_t *purged)
 {
 	struct pg *pg = pg_of(st);
-	struct store_delivery_filter dead = *f;
+	struct delivery_filter dead = *f;
 	struct store_delivery *items = NULL;
 	struct pgconn *c;
 	char *next = NULL;
@@ -2589,7 +2589,7 @@ static int sub_write(struct pg *pg, enum stmt k, const struct params *p)
 	return rc;
 }
 
-static int pg_sub_create(store *st, const struct store_sub *sub)
+static int pg_sub_create(store *st, const struct sub_row *sub)
 {
 	int64_t now = clock_now_ms();
 	struct params p = {0};
@@ -2603,7 +2603,7 @@ static int pg_sub_create(store *st, const struct store_sub *sub)
 	return sub_write(pg_of(st), S_SUB_INSERT, &p);
 }
 
-static int pg_sub_update(store *st, const struct store_sub *sub)
+static int pg_sub_update(store *st, const struct sub_row *sub)
 {
 	struct params p = {0};
 
@@ -2623,7 +2623,7 @@ static int pg_sub_delete(store *st, const char *id)
 	return sub_write(pg_of(st), S_SUB_DELETE, &p);
 }
 
-static int read_sub(const PGresult *r, int row, struct store_sub *sub)
+static int read_sub(const PGresult *r, int row, struct sub_row *sub)
 {
 	memset(sub, 0, sizeof(*sub));
 	get_id(r, row, 0, sub->id);
@@ -2637,7 +2637,7 @@ static int read_sub(const PGresult *r, int row, struct store_sub *sub)
 	return 0;
 }
 
-static int pg_sub_get(store *st, const char *id, struct store_sub *out)
+static int pg_sub_get(store *st, const char *id, struct sub_row *out)
 {
 	struct params p = {0};
 	PGresult *res;
@@ -2655,9 +2655,9 @@ static int pg_sub_get(store *st, const char *id, struct store_sub *out)
 	return rc;
 }
 
-static int pg_sub_list(store *st, struct store_sub **items, size_t *n)
+static int pg_sub_list(store *st, struct sub_row **items, size_t *n)
 {
-	struct store_sub *subs = NULL;
+	struct sub_row *subs = NULL;
 	PGresult *res;
 	size_t count;
 	int rc;

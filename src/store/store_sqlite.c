@@ -1817,7 +1817,7 @@ static void sql_add(char *sql, size_t size, const char *fragment)
 
 /* The WHERE conditions of a delivery filter, appended to sql (constant fragments only);
  * filter_bind binds their values in the same order. */
-static void filter_sql(const struct store_delivery_filter *f, char *sql, size_t size)
+static void filter_sql(const struct delivery_filter *f, char *sql, size_t size)
 {
 	if (f->has_status)
 		sql_add(sql, size, " AND status = ?");
@@ -1843,7 +1843,7 @@ static void filter_sql(const struct store_delivery_filter *f, char *sql, size_t 
 		sql_add(sql, size, " AND created_at < ?");
 }
 
-static void filter_bind(sqlite3_stmt *s, const struct store_delivery_filter *f, int *b)
+static void filter_bind(sqlite3_stmt *s, const struct delivery_filter *f, int *b)
 {
 	if (f->has_status)
 		sqlite3_bind_text(s, (*b)++, delivery_status_name(f->status), -1, SQLITE_STATIC);
@@ -1867,7 +1867,7 @@ static void filter_bind(sqlite3_stmt *s, const struct store_delivery_filter *f, 
 		sqlite3_bind_int64(s, (*b)++, f->to_ms);
 }
 
-static int sq_deliveries_list(store *st, const struct store_delivery_filter *f,
+static int sq_deliveries_list(store *st, const struct delivery_filter *f,
 			      struct store_delivery **items, size_t *n, char **next_cursor)
 {
 	struct sq *sq = sq_of(st);
@@ -2159,7 +2159,7 @@ static int sub_write(struct sq *sq, sqlite3_stmt *s)
 	return rc;
 }
 
-static int sq_sub_create(store *st, const struct store_sub *sub)
+static int sq_sub_create(store *st, const struct sub_row *sub)
 {
 	struct sq *sq = sq_of(st);
 	sqlite3_stmt *s = sq->w[W_SUB_INSERT];
@@ -2178,7 +2178,7 @@ static int sq_sub_create(store *st, const struct store_sub *sub)
 	return rc;
 }
 
-static int sq_sub_update(store *st, const struct store_sub *sub)
+static int sq_sub_update(store *st, const struct sub_row *sub)
 {
 	struct sq *sq = sq_of(st);
 	sqlite3_stmt *s = sq->w[W_SUB_UPDATE];
@@ -2208,7 +2208,7 @@ static int sq_sub_delete(store *st, const char *id)
 	return rc;
 }
 
-static int read_sub(sqlite3_stmt *s, struct store_sub *sub)
+static int read_sub(sqlite3_stmt *s, struct sub_row *sub)
 {
 	memset(sub, 0, sizeof(*sub));
 	col_id(s, 0, sub->id);
@@ -2222,7 +2222,7 @@ static int read_sub(sqlite3_stmt *s, struct store_sub *sub)
 	return SQLITE_OK;
 }
 
-static int sq_sub_get(store *st, const char *id, struct store_sub *out)
+static int sq_sub_get(store *st, const char *id, struct sub_row *out)
 {
 	struct sq *sq = sq_of(st);
 	sqlite3_stmt *s = sq->r[R_SUB_GET];
@@ -2240,17 +2240,17 @@ static int sq_sub_get(store *st, const char *id, struct store_sub *out)
 	return rc;
 }
 
-static int sq_sub_list(store *st, struct store_sub **items, size_t *n)
+static int sq_sub_list(store *st, struct sub_row **items, size_t *n)
 {
 	struct sq *sq = sq_of(st);
 	sqlite3_stmt *s = sq->r[R_SUB_LIST];
-	struct store_sub *subs = NULL;
+	struct sub_row *subs = NULL;
 	size_t count = 0, cap = 0;
 	int rc;
 
 	pthread_mutex_lock(&sq->rmu);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		struct store_sub *more = grow(subs, &cap, count, sizeof(*subs));
+		struct sub_row *more = grow(subs, &cap, count, sizeof(*subs));
 
 		if (!more) {
 			rc = SQLITE_NOMEM;
@@ -2280,7 +2280,7 @@ out:
 
 /* ---- counts, purge by filter ---------------------------------------------------------- */
 
-static int sq_deliveries_count(store *st, const struct store_delivery_filter *f, size_t *n)
+static int sq_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 {
 	struct sq *sq = sq_of(st);
 	sqlite3_stmt *s = NULL;
@@ -2307,11 +2307,11 @@ static int sq_deliveries_count(store *st, const struct store_delivery_filter *f,
 	return store_code(rc);
 }
 
-static int sq_dlq_purge_matching(store *st, const struct store_delivery_filter *f, size_t limit,
+static int sq_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 				 size_t *purged)
 {
 	struct sq *sq = sq_of(st);
-	struct store_delivery_filter dead = *f;
+	struct delivery_filter dead = *f;
 	struct store_delivery *items = NULL;
 	char *next = NULL;
 	size_t n = 0;

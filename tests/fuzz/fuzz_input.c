@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "api/sub_codec.h"
+#include "core/sub_codec.h"
 #include "intake/ingest.h"
 
 /* Two subscriptions for the fan-out: every type, and a.* ones. */

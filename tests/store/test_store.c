@@ -853,7 +853,7 @@ static void test_record_many(void **state)
 static void test_record_failure_then_dead(void **state)
 {
 	struct t *t = *state;
-	struct store_delivery_filter f = {.dead_only = 1, .limit = 100};
+	struct delivery_filter f = {.dead_only = 1, .limit = 100};
 	struct store_claim *c = NULL, *c2 = NULL;
 	struct store_delivery *items = NULL;
 	struct store_attempt_row *a = NULL;
@@ -1217,7 +1217,7 @@ static void fanout_cb(void *ctx, const char *event_type, const char (**ids)[UUID
 static void find_by_type(struct t *t, const char *type, size_t expect,
 			 struct store_delivery **items)
 {
-	struct store_delivery_filter f = {.event_type = type, .limit = 100};
+	struct delivery_filter f = {.event_type = type, .limit = 100};
 	char *cursor = NULL;
 	size_t n = 0;
 
@@ -1469,14 +1469,14 @@ static void make_history(struct t *t)
 	store_claims_free(c, n);
 }
 
-static int64_t key_of(const struct store_delivery *d, enum store_sort sort)
+static int64_t key_of(const struct store_delivery *d, enum delivery_sort sort)
 {
-	return sort == STORE_SORT_UPDATED ? d->updated_at :
-	       sort == STORE_SORT_ATTEMPTS ? d->attempt_count : d->created_at;
+	return sort == DELIVERY_SORT_UPDATED ? d->updated_at :
+	       sort == DELIVERY_SORT_ATTEMPTS ? d->attempt_count : d->created_at;
 }
 
 /* Walks every page of f and checks that each row comes exactly once, in order. */
-static size_t walk_pages(struct t *t, struct store_delivery_filter f)
+static size_t walk_pages(struct t *t, struct delivery_filter f)
 {
 	char (*seen)[UUID_STR_LEN] = calloc(1000, UUID_STR_LEN);
 	char *cursor = NULL;
@@ -1523,12 +1523,12 @@ static size_t walk_pages(struct t *t, struct store_delivery_filter f)
 static void test_pagination(void **state)
 {
 	struct t *t = *state;
-	enum store_sort sorts[] = {STORE_SORT_CREATED, STORE_SORT_UPDATED, STORE_SORT_ATTEMPTS};
+	enum delivery_sort sorts[] = {DELIVERY_SORT_CREATED, DELIVERY_SORT_UPDATED, DELIVERY_SORT_ATTEMPTS};
 
 	make_history(t);
 	for (size_t s = 0; s < 3; s++) {
 		for (int desc = 0; desc < 2; desc++) {
-			struct store_delivery_filter f = {.sort = sorts[s], .descending = desc};
+			struct delivery_filter f = {.sort = sorts[s], .descending = desc};
 
 			f.limit = 7;
 			assert_int_equal(walk_pages(t, f), 45);
@@ -1544,7 +1544,7 @@ static void test_pagination(void **state)
 	}
 }
 
-static size_t count_matching(struct t *t, const struct store_delivery_filter *f)
+static size_t count_matching(struct t *t, const struct delivery_filter *f)
 {
 	struct store_delivery *items = NULL;
 	char *cursor = NULL;
@@ -1574,7 +1574,7 @@ static size_t count_matching(struct t *t, const struct store_delivery_filter *f)
 static void test_filters(void **state)
 {
 	struct t *t = *state;
-	struct store_delivery_filter f = {.limit = 1000};
+	struct delivery_filter f = {.limit = 1000};
 	struct store_delivery *items = NULL;
 	char *cursor = NULL;
 	size_t n;
@@ -1626,19 +1626,19 @@ static void test_filters(void **state)
 	f.status = DELIVERY_FAILED;
 	n = count_matching(t, &f);
 	assert_true(n > 0 && n < 9);
-	f = (struct store_delivery_filter){.limit = 1000, .to_ms = t->t0};
+	f = (struct delivery_filter){.limit = 1000, .to_ms = t->t0};
 	assert_int_equal(count_matching(t, &f), 0);
 
 	/* Malformed or mismatched cursors and bad limits are refused. */
-	f = (struct store_delivery_filter){.limit = 10};
+	f = (struct delivery_filter){.limit = 10};
 	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor), STORE_OK);
 	assert_non_null(cursor);
 	store_deliveries_free(items, n);
-	f.sort = STORE_SORT_UPDATED;
+	f.sort = DELIVERY_SORT_UPDATED;
 	f.cursor = cursor;
 	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
 			 STORE_INVALID);
-	f.sort = STORE_SORT_CREATED;
+	f.sort = DELIVERY_SORT_CREATED;
 	f.descending = 1;
 	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
 			 STORE_INVALID);
@@ -1667,11 +1667,11 @@ static void test_filters(void **state)
 static void test_subscriptions(void **state)
 {
 	struct t *t = *state;
-	struct store_sub a = {.name = "analytics", .config = "{\"endpoint\":\"https://a\"}",
+	struct sub_row a = {.name = "analytics", .config = "{\"endpoint\":\"https://a\"}",
 			      .enabled = 1, .created_at = 1000, .updated_at = 1000};
-	struct store_sub b = {.name = "billing", .config = "{}", .enabled = 0,
+	struct sub_row b = {.name = "billing", .config = "{}", .enabled = 0,
 			      .created_at = 2000, .updated_at = 2000};
-	struct store_sub got, *list = NULL;
+	struct sub_row got, *list = NULL;
 	size_t n = 0;
 
 	uuid_v7(a.id);
@@ -1697,7 +1697,7 @@ static void test_subscriptions(void **state)
 
 	/* Names are unique, on create and on rename. */
 	{
-		struct store_sub dup = a;
+		struct sub_row dup = a;
 
 		uuid_v7(dup.id);
 		assert_int_equal(store_sub_create(t->st, &dup), STORE_CONFLICT);
@@ -1974,7 +1974,7 @@ static void test_work_notifications(void **state)
 	/* A subscription created elsewhere reaches the other callback. */
 	{
 		static struct wake_count subs = {PTHREAD_MUTEX_INITIALIZER, 0};
-		struct store_sub sub = {.name = "elsewhere", .config = "{}", .enabled = 1};
+		struct sub_row sub = {.name = "elsewhere", .config = "{}", .enabled = 1};
 
 		subs.calls = 0;
 		store_on_subscriptions_changed(t->st, count_wake, &subs);

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "api/sub_codec.h"
+#include "core/sub_codec.h"
 #include "kafka/envelope.h"
 
 /* Made by the reference encoder:

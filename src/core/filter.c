@@ -1,5 +1,5 @@
 /* filter.c: parsing of delivery filters (see filter.h). */
-#include "api/filter.h"
+#include "core/filter.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@ static int fail(struct input_error *err, const char *prefix, const char *key, co
 }
 
 int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_registry *reg,
-		 const char *prefix, struct store_delivery_filter *f, struct filter_buf *buf,
+		 const char *prefix, struct delivery_filter *f, struct filter_buf *buf,
 		 struct input_error *err)
 {
 	const char *v;
@@ -87,11 +87,11 @@ int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_re
 		return 0;
 	if ((v = get(ctx, "sort"))) {
 		if (strcmp(v, "created_at") == 0)
-			f->sort = STORE_SORT_CREATED;
+			f->sort = DELIVERY_SORT_CREATED;
 		else if (strcmp(v, "updated_at") == 0)
-			f->sort = STORE_SORT_UPDATED;
+			f->sort = DELIVERY_SORT_UPDATED;
 		else if (strcmp(v, "attempt_count") == 0)
-			f->sort = STORE_SORT_ATTEMPTS;
+			f->sort = DELIVERY_SORT_ATTEMPTS;
 		else
 			return fail(err, prefix, "sort", "must be created_at, updated_at or attempt_count");
 	}
@@ -113,7 +113,7 @@ static const char *json_get(const void *ctx, const char *name)
 }
 
 int filter_parse_json(const json_t *obj, struct sub_registry *reg, const char *prefix,
-		      struct store_delivery_filter *f, struct filter_buf *buf,
+		      struct delivery_filter *f, struct filter_buf *buf,
 		      struct input_error *err)
 {
 	const char *key;

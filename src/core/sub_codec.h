@@ -10,7 +10,7 @@
 
 #include "core/input_error.h"
 #include "core/model.h"
-#include "store/store.h"
+#include "core/subscriptions.h"
 
 /* Validates doc (borrowed) and, when out is not NULL, fills *out (members returned to
  * the caller; free with subscription_free semantics). defaults supplies the retry
@@ -20,12 +20,12 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 
 /* Builds the subscription struct of a stored row (returned, NULL on a corrupt row,
  * which is logged). */
-struct subscription *sub_codec_from_row(const struct store_sub *row,
+struct subscription *sub_codec_from_row(const struct sub_row *row,
 					const struct retry_policy *defaults);
 
 /* The API view of a stored row: the document with id, timestamps, enabled, and every
  * credential and secret masked (returned). */
-json_t *sub_codec_public(const struct store_sub *row);
+json_t *sub_codec_public(const struct sub_row *row);
 
 /* What outboxd itself does to a document from the API before it is validated and stored.
  * Create: input == doc, stored NULL. Patch: input is the patch, doc the merged document,
@@ -48,9 +48,5 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
  * with err filled. */
 json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_error *err);
 
-/* Rebuilds the registry's set from the store. Rows whose configuration cannot be parsed
- * are logged and left out. Returns a store error code. */
-struct sub_registry;
-int sub_codec_reload(struct sub_registry *reg, store *st, const struct retry_policy *defaults);
 
 #endif

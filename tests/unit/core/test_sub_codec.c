@@ -10,7 +10,7 @@
 
 #include <jansson.h>
 
-#include "api/sub_codec.h"
+#include "core/sub_codec.h"
 #include "core/retry.h"
 #include "util/clock.h"
 
@@ -128,7 +128,7 @@ static void test_errors(void **state)
 
 static void test_public_view_masks(void **state)
 {
-	struct store_sub row = {
+	struct sub_row row = {
 		.id = "01890a5d-ac96-774b-bcce-b302099a8057",
 		.name = "n",
 		.config = "{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\",\"password\":\"pw\"},"
@@ -221,7 +221,7 @@ static void test_public_masks_oauth2_and_previous(void **state)
 		 "\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\","
 		 "\"previous_secret\":\"whsec_AAAAAAAAAAAAAAAAAAAAAAAA\","
 		 "\"previous_secret_expires_at\":\"%s\"}", until);
-	struct store_sub row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "n",
+	struct sub_row row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "n",
 				.config = config, .enabled = 1};
 	json_t *v = sub_codec_public(&row);
 	char *text = json_dumps(v, 0);

@@ -1,5 +1,5 @@
 /* sub_codec.c: subscription validation, parsing and masking (see sub_codec.h). */
-#include "api/sub_codec.h"
+#include "core/sub_codec.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -758,7 +758,7 @@ fail:
 	return -1;
 }
 
-struct subscription *sub_codec_from_row(const struct store_sub *row,
+struct subscription *sub_codec_from_row(const struct sub_row *row,
 					const struct retry_policy *defaults)
 {
 	json_error_t jerr;
@@ -801,7 +801,7 @@ static int previous_expired(const json_t *doc, int64_t now_ms)
 	       until <= now_ms;
 }
 
-json_t *sub_codec_public(const struct store_sub *row)
+json_t *sub_codec_public(const struct sub_row *row)
 {
 	json_error_t jerr;
 	char ts[RFC3339_LEN];
@@ -960,22 +960,4 @@ json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_
 		json_object_set_new(out, "auth", copy);
 	}
 	return out;
-}
-
-int sub_codec_reload(struct sub_registry *reg, store *st, const struct retry_policy *defaults)
-{
-	struct store_sub *rows = NULL;
-	size_t n = 0;
-	int rc = store_sub_list(st, &rows, &n);
-	if (rc)
-		return rc;
-	struct sub_set *set = sub_set_new();
-	for (size_t i = 0; i < n; i++) {
-		struct subscription *s = sub_codec_from_row(&rows[i], defaults);
-		if (s && sub_set_add(set, s))
-			log_error("subscriptions: out of memory loading %s", rows[i].id);
-	}
-	store_subs_free(rows, n);
-	sub_registry_publish(reg, set);
-	return STORE_OK;
 }
