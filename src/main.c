@@ -36,12 +36,10 @@ static void usage(FILE *out)
 {
 	fprintf(out, "usage: outboxd <command> [options]\n\n"
 		     "commands:\n"
-		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
-		     "  events       send and show events            (outboxd events --help)\n"
-		     "  subs         manage subscriptions\n"
-		     "  deliveries   list and inspect deliveries\n"
-		     "  dlq          the dead-letter queue: list, replay, purge\n"
-		     "  version      print the version\n");
+		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n");
+	cli_print_groups(out);
+	fprintf(out, "  version      print the version\n\n"
+		     "outboxd <group> --help shows a group's commands and options.\n");
 }
 
 static char *read_file(const char *path, char *err, size_t errlen)

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/evp.h>
 
+#include "util/base64.h"
 #include "util/clock.h"
 
 json_t *render_time(int64_t ms)
@@ -40,9 +40,9 @@ json_t *render_event(const struct store_event *ev)
 	if (payload) {
 		json_object_set_new(o, "payload", payload);
 	} else {
-		char *b64 = malloc(ev->payload_len / 3 * 4 + 8);
+		char *b64 = malloc(base64_encoded_size(ev->payload_len));
 		if (b64) {
-			EVP_EncodeBlock((unsigned char *)b64, ev->payload, (int)ev->payload_len);
+			base64_encode(ev->payload, ev->payload_len, b64);
 			json_object_set_new(o, "payload_base64", json_string(b64));
 			free(b64);
 		}

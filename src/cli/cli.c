@@ -346,6 +346,9 @@ static int show_delivery(struct cli *c, const char *id)
 	return CLI_OK;
 }
 
+/* Prints the usage lines of one group (from the table below) and returns CLI_USAGE. */
+static int group_usage(const char *name);
+
 static int cmd_events(struct cli *c, const char *cmd, const struct opts *o)
 {
 	static const char *const send_opts[] = {"--type", "--source", "--source-event-id",
@@ -360,9 +363,7 @@ static int cmd_events(struct cli *c, const char *cmd, const struct opts *o)
 		const char *type = opt(o, "--type"), *data = opt(o, "--data");
 		const char *file = opt(o, "--data-file"), *b64 = opt(o, "--base64");
 		if (!type || (!!data + !!file + !!b64) != 1) {
-			fprintf(stderr, "usage: outboxd events send --type TYPE (--data JSON | --data-file FILE | --base64 B64)\n"
-					"                           [--source S] [--source-event-id ID] [--partition-key K]\n");
-			return CLI_USAGE;
+			return group_usage("events");
 		}
 		char *text = NULL;
 		if (file) {
@@ -433,8 +434,7 @@ static int cmd_events(struct cli *c, const char *cmd, const struct opts *o)
 		json_decref(r);
 		return CLI_OK;
 	}
-	fprintf(stderr, "usage: outboxd events send|show ...\n");
-	return CLI_USAGE;
+	return group_usage("events");
 }
 
 static void print_sub_row(json_t *s)
@@ -553,8 +553,7 @@ static int cmd_subs(struct cli *c, const char *cmd, const struct opts *o)
 		json_decref(r);
 		return CLI_OK;
 	}
-	fprintf(stderr, "usage: outboxd subs create|list|show|update|delete ...\n");
-	return CLI_USAGE;
+	return group_usage("subs");
 }
 
 static int cmd_deliveries(struct cli *c, const char *cmd, const struct opts *o)
@@ -563,8 +562,7 @@ static int cmd_deliveries(struct cli *c, const char *cmd, const struct opts *o)
 		return list_deliveries(c, o, "/v1/deliveries");
 	if (strcmp(cmd, "show") == 0 && o->nargs == 1)
 		return show_delivery(c, o->args[0]);
-	fprintf(stderr, "usage: outboxd deliveries list [filters] | show ID\n");
-	return CLI_USAGE;
+	return group_usage("deliveries");
 }
 
 /* The filter object of a replay or purge from the command-line filter options. */
@@ -723,8 +721,7 @@ static int cmd_jobs(struct cli *c, const char *cmd, const struct opts *o)
 		json_decref(r);
 		return CLI_OK;
 	}
-	fprintf(stderr, "usage: outboxd jobs show|wait|cancel JOB_ID\n");
-	return CLI_USAGE;
+	return group_usage("jobs");
 }
 
 static int cmd_stats(struct cli *c, const struct opts *o)
@@ -787,48 +784,99 @@ static int cmd_dlq(struct cli *c, const char *cmd, const struct opts *o)
 		return dlq_replay(c, o);
 	if (strcmp(cmd, "purge") == 0 && o->nargs == 0)
 		return dlq_purge_filter(c, o);
-	fprintf(stderr, "usage: outboxd dlq list [filters] | replay (ID... | filters) | purge (ID | filters)\n");
+	return group_usage("dlq");
+}
+
+static int cmd_stats_show(struct cli *c, const char *cmd, const struct opts *o)
+{
+	return cmd_stats(c, o);
+}
+
+/* The command groups: the one list that dispatch, the usage text, cli_is_group and
+ * `outboxd help` (cli_print_groups) read. */
+static const struct cli_group {
+	const char *name;
+	const char *summary;   /* one line for `outboxd help` */
+	const char *usage;     /* the group's lines in the usage text */
+	int (*run)(struct cli *c, const char *cmd, const struct opts *o);
+} groups[] = {
+	{"events", "send and show events",
+	 "  events send --type TYPE (--data JSON | --data-file FILE | --base64 B64)\n"
+	 "              [--source S] [--source-event-id ID] [--partition-key K]\n"
+	 "  events show ID\n",
+	 cmd_events},
+	{"subs", "manage subscriptions",
+	 "  subs create --name N --endpoint URL --types a.*,b [--secret whsec_...|generate]\n"
+	 "              [--format json|binary] [--body JSON|@FILE|-]\n"
+	 "  subs list | show ID | delete ID\n"
+	 "  subs update ID [--name N] [--endpoint URL] [--types ...] [--enabled true|false]\n"
+	 "              [--body JSON|@FILE|-]\n",
+	 cmd_subs},
+	{"deliveries", "list and inspect deliveries",
+	 "  deliveries list [filters] [--sort created_at|updated_at|attempt_count]\n"
+	 "              [--order asc|desc] [--limit N] [--all]\n"
+	 "  deliveries show ID          one delivery with every attempt\n",
+	 cmd_deliveries},
+	{"dlq", "the dead-letter queue: list, replay, purge",
+	 "  dlq list [filters as above] dead-lettered deliveries\n"
+	 "  dlq replay ID...            replay these deliveries at once\n"
+	 "  dlq replay [filters] [--rate N] [--dry-run] [--force] [--no-wait]\n"
+	 "                              replay every dead delivery that matches, paced (a job;\n"
+	 "                              progress is shown until it ends unless --no-wait)\n"
+	 "  dlq purge ID                delete one dead delivery and its history\n"
+	 "  dlq purge [filters] [--dry-run] | --all\n"
+	 "                              delete every dead delivery that matches\n",
+	 cmd_dlq},
+	{"jobs", "follow or cancel replay jobs",
+	 "  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n", cmd_jobs},
+	{"stats", "counts, DLQ depth, per-subscription health",
+	 "  stats                       counts, DLQ depth, per-subscription success rate\n",
+	 cmd_stats_show},
+};
+#define N_GROUPS (sizeof(groups) / sizeof(groups[0]))
+
+static const struct cli_group *group_find(const char *name)
+{
+	for (size_t i = 0; i < N_GROUPS; i++)
+		if (strcmp(groups[i].name, name) == 0)
+			return &groups[i];
+	return NULL;
+}
+
+static void usage_print(FILE *out)
+{
+	fputs("usage: outboxd [--url URL] [--token TOKEN] [--json] <group> <command> [options]\n\n",
+	      out);
+	for (size_t i = 0; i < N_GROUPS; i++)
+		fputs(groups[i].usage, out);
+	fputs("\n"
+	      "filters: --status S --subscription ID --name NAME --type T (glob ok) --q TEXT\n"
+	      "         --code N --source S --event-id ID --from RFC3339 --to RFC3339\n"
+	      "\n"
+	      "The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080; the token is --token,\n"
+	      "OUTBOXD_TOKEN, or ./var/admin.token. --json prints the API's JSON (every page for\n"
+	      "list commands). Exit codes: 0 ok, 1 the API answered with an error, 2 bad usage,\n"
+	      "3 the API cannot be reached.\n",
+	      out);
+}
+
+static int group_usage(const char *name)
+{
+	const struct cli_group *g = group_find(name);
+	fprintf(stderr, "usage: outboxd [--url URL] [--token TOKEN] [--json] ...\n%s",
+		g ? g->usage : "");
 	return CLI_USAGE;
 }
 
-static const char usage_text[] =
-	"usage: outboxd [--url URL] [--token TOKEN] [--json] <group> <command> [options]\n"
-	"\n"
-	"  events send --type TYPE (--data JSON | --data-file FILE | --base64 B64)\n"
-	"              [--source S] [--source-event-id ID] [--partition-key K]\n"
-	"  events show ID\n"
-	"  subs create --name N --endpoint URL --types a.*,b [--secret whsec_...|generate]\n"
-	"              [--format json|binary] [--body JSON|@FILE|-]\n"
-	"  subs list | show ID | delete ID\n"
-	"  subs update ID [--name N] [--endpoint URL] [--types ...] [--enabled true|false]\n"
-	"              [--body JSON|@FILE|-]\n"
-	"  deliveries list [filters] [--sort created_at|updated_at|attempt_count]\n"
-	"              [--order asc|desc] [--limit N] [--all]\n"
-	"  deliveries show ID          one delivery with every attempt\n"
-	"  dlq list [filters as above] dead-lettered deliveries\n"
-	"  dlq replay ID...            replay these deliveries at once\n"
-	"  dlq replay [filters] [--rate N] [--dry-run] [--force] [--no-wait]\n"
-	"                              replay every dead delivery that matches, paced (a job;\n"
-	"                              progress is shown until it ends unless --no-wait)\n"
-	"  dlq purge ID                delete one dead delivery and its history\n"
-	"  dlq purge [filters] [--dry-run] | --all\n"
-	"                              delete every dead delivery that matches\n"
-	"  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n"
-	"  stats                       counts, DLQ depth, per-subscription success rate\n"
-	"\n"
-	"filters: --status S --subscription ID --name NAME --type T (glob ok) --q TEXT\n"
-	"         --code N --source S --event-id ID --from RFC3339 --to RFC3339\n"
-	"\n"
-	"The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080; the token is --token,\n"
-	"OUTBOXD_TOKEN, or ./var/admin.token. --json prints the API's JSON (every page for\n"
-	"list commands). Exit codes: 0 ok, 1 the API answered with an error, 2 bad usage,\n"
-	"3 the API cannot be reached.\n";
-
 int cli_is_group(const char *name)
 {
-	return strcmp(name, "events") == 0 || strcmp(name, "subs") == 0 ||
-	       strcmp(name, "deliveries") == 0 || strcmp(name, "dlq") == 0 ||
-	       strcmp(name, "jobs") == 0 || strcmp(name, "stats") == 0;
+	return group_find(name) != NULL;
+}
+
+void cli_print_groups(FILE *out)
+{
+	for (size_t i = 0; i < N_GROUPS; i++)
+		fprintf(out, "  %-12s %s\n", groups[i].name, groups[i].summary);
 }
 
 static char *token_from_file(const char *path)
@@ -856,7 +904,7 @@ int cli_main(int argc, char **argv)
 	if (strcmp(group, "stats") == 0 && !opt(&o, "--help") && !opt(&o, "-h"))
 		o.args[o.nargs++] = "show"; /* `outboxd stats` has no sub-command */
 	if (opt(&o, "--help") || opt(&o, "-h") || o.nargs == 0) {
-		fputs(usage_text, o.nargs == 0 && !opt(&o, "--help") && !opt(&o, "-h") ? stderr : stdout);
+		usage_print(o.nargs == 0 && !opt(&o, "--help") && !opt(&o, "-h") ? stderr : stdout);
 		return opt(&o, "--help") || opt(&o, "-h") ? CLI_OK : CLI_USAGE;
 	}
 	const char *url = opt(&o, "--url");
@@ -878,18 +926,8 @@ int cli_main(int argc, char **argv)
 	o.nargs--;
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if (strcmp(group, "events") == 0)
-		rc = cmd_events(&c, cmd, &o);
-	else if (strcmp(group, "subs") == 0)
-		rc = cmd_subs(&c, cmd, &o);
-	else if (strcmp(group, "deliveries") == 0)
-		rc = cmd_deliveries(&c, cmd, &o);
-	else if (strcmp(group, "jobs") == 0)
-		rc = cmd_jobs(&c, cmd, &o);
-	else if (strcmp(group, "stats") == 0)
-		rc = cmd_stats(&c, &o);
-	else
-		rc = cmd_dlq(&c, cmd, &o);
+	const struct cli_group *g = group_find(group);
+	rc = g ? g->run(&c, cmd, &o) : CLI_USAGE;
 	curl_global_cleanup();
 	free(c.token);
 	return rc;

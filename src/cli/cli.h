@@ -6,6 +6,8 @@
 #ifndef OUTBOXD_CLI_CLI_H
 #define OUTBOXD_CLI_CLI_H
 
+#include <stdio.h>
+
 /* Exit codes. */
 enum cli_exit {
 	CLI_OK = 0,
@@ -20,5 +22,9 @@ int cli_main(int argc, char **argv);
 
 /* True when name is a command group the CLI handles. */
 int cli_is_group(const char *name);
+
+/* One line per command group ("  dlq          the dead-letter queue: ..."), for the
+ * daemon's own usage text. */
+void cli_print_groups(FILE *out);
 
 #endif

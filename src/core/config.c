@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/model.h"
+#include "core/retry.h"
 #include "util/duration.h"
 
 #define S(field) offsetof(struct config, field)
@@ -416,16 +417,15 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 
 	if (cfg->immediate_tries < 1)
 		return fail(err, errlen, "immediate_tries must be at least 1");
-	if (strcmp(cfg->retry_policy, "fixed") != 0 && strcmp(cfg->retry_policy, "linear") != 0 &&
-	    strcmp(cfg->retry_policy, "exponential") != 0)
+	enum retry_policy_kind kind;
+	if (retry_policy_kind_parse(cfg->retry_policy, &kind))
 		return fail(err, errlen, "retry_policy must be fixed, linear or exponential, got \"%s\"",
 			    cfg->retry_policy);
-	if (cfg->retry_min_delay_ms > cfg->retry_max_delay_ms)
-		return fail(err, errlen, "retry_min_delay must not exceed retry_max_delay");
-	if (cfg->retry_factor < 1.0 || cfg->retry_factor > 10.0)
-		return fail(err, errlen, "retry_factor must be from 1 to 10");
-	if (cfg->retry_jitter < 0.0 || cfg->retry_jitter > 1.0)
-		return fail(err, errlen, "retry_jitter must be from 0 to 1");
+	struct retry_policy policy;
+	char field[32], msg[96];
+	config_retry_defaults(cfg, &policy);
+	if (retry_policy_check(&policy, "retry_", field, sizeof(field), msg, sizeof(msg)))
+		return fail(err, errlen, "%s", msg);
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
@@ -454,11 +454,7 @@ void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
 	p->interval_ms = cfg->retry_interval_ms;
 	p->max_retries = cfg->max_retries;
 	p->timeout_ms = cfg->retry_timeout_ms;
-	if (cfg->retry_policy && strcmp(cfg->retry_policy, "linear") == 0)
-		p->policy = RETRY_LINEAR;
-	else if (cfg->retry_policy && strcmp(cfg->retry_policy, "exponential") == 0)
-		p->policy = RETRY_EXPONENTIAL;
-	else
+	if (retry_policy_kind_parse(cfg->retry_policy, &p->policy))
 		p->policy = RETRY_FIXED;
 	p->min_delay_ms = cfg->retry_min_delay_ms;
 	p->max_delay_ms = cfg->retry_max_delay_ms;

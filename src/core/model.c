@@ -28,6 +28,14 @@ const char *attempt_kind_name(enum attempt_kind k)
 	return (unsigned)k < 3 ? kind_names[k] : "unknown";
 }
 
+enum attempt_kind attempt_kind_parse(const char *name)
+{
+	for (int i = 0; i < 3; i++)
+		if (name && strcmp(name, kind_names[i]) == 0)
+			return (enum attempt_kind)i;
+	return ATTEMPT_SCHEDULED;
+}
+
 void retry_policy_defaults(struct retry_policy *p)
 {
 	/* Seed 001: 3 immediate tries, 1 s timeout. Seed 000: scheduled retry every 3 s,

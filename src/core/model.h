@@ -30,6 +30,9 @@ enum attempt_kind {
 };
 
 const char *attempt_kind_name(enum attempt_kind k);
+/* The kind named name ("immediate", "scheduled", "manual"), as the store keeps it; an
+ * unknown or NULL name reads as scheduled (a stored row is never refused). */
+enum attempt_kind attempt_kind_parse(const char *name);
 
 enum payload_format {
 	PAYLOAD_JSON = 0,

@@ -308,3 +308,42 @@ int64_t retry_requeue_delay(const struct retry_policy *p, retry_rand_cb rnd, voi
 		return hi;
 	return lo + (int64_t)offset;
 }
+
+/* ---- the policy's own rules -------------------------------------------------------------- */
+
+int retry_policy_kind_parse(const char *name, enum retry_policy_kind *kind)
+{
+	static const struct {
+		const char *name;
+		enum retry_policy_kind kind;
+	} names[] = {{"fixed", RETRY_FIXED}, {"linear", RETRY_LINEAR}, {"exponential", RETRY_EXPONENTIAL}};
+
+	for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++) {
+		if (strcmp(name, names[i].name) == 0) {
+			*kind = names[i].kind;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+enum retry_rule retry_policy_check(const struct retry_policy *p, const char *prefix, char *field,
+				   size_t fieldlen, char *msg, size_t msglen)
+{
+	if (p->factor < 1.0 || p->factor > 10.0) {
+		snprintf(field, fieldlen, "%sfactor", prefix);
+		snprintf(msg, msglen, "%sfactor must be a number from 1 to 10", prefix);
+		return RETRY_RULE_RANGE;
+	}
+	if (p->jitter < 0.0 || p->jitter > 1.0) {
+		snprintf(field, fieldlen, "%sjitter", prefix);
+		snprintf(msg, msglen, "%sjitter must be a number from 0 to 1", prefix);
+		return RETRY_RULE_RANGE;
+	}
+	if (p->min_delay_ms > p->max_delay_ms) {
+		snprintf(field, fieldlen, "%smin_delay", prefix);
+		snprintf(msg, msglen, "%smin_delay must not exceed %smax_delay", prefix, prefix);
+		return RETRY_RULE_ORDER;
+	}
+	return RETRY_RULE_KEPT;
+}

@@ -9,6 +9,24 @@
 
 #include "core/model.h"
 
+/* ---- the policy's own rules (one parser for subscriptions and settings) ---------------- */
+
+/* "fixed", "linear" or "exponential" into *kind. 0, or -1 for another name (or NULL). */
+int retry_policy_kind_parse(const char *name, enum retry_policy_kind *kind);
+
+enum retry_rule {
+	RETRY_RULE_KEPT = 0,
+	RETRY_RULE_RANGE,   /* a value outside its range (factor 1..10, jitter 0..1) */
+	RETRY_RULE_ORDER,   /* min_delay above max_delay */
+};
+
+/* Checks the rules every policy keeps, wherever it was read from (a subscription's
+ * "retry" object, the retry_* settings): factor from 1 to 10, jitter from 0 to 1,
+ * min_delay not above max_delay. On a broken rule, field names the field with prefix
+ * ("retry." in the API, "retry_" in settings) and msg says the rule with the same names. */
+enum retry_rule retry_policy_check(const struct retry_policy *p, const char *prefix, char *field,
+				   size_t fieldlen, char *msg, size_t msglen);
+
 /* Random number source: returns a uniformly distributed value in [0, 1). */
 typedef double (*retry_rand_cb)(void *ctx);
 

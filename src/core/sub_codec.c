@@ -9,10 +9,9 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include "core/pattern.h"
+#include "core/whsec.h"
 #include "core/retry.h"
 #include "core/subscriptions.h"
 #include "util/clock.h"
@@ -213,21 +212,14 @@ static int endpoint_valid(const char *url, const char **why)
 	return 1;
 }
 
-/* whsec_ followed by base64 of 16 to 128 bytes (Standard Webhooks). */
+/* whsec_ followed by base64 of 16 to 192 bytes (Standard Webhooks; core/whsec.h). */
 static int secret_valid(const char *s)
 {
-	if (strncmp(s, "whsec_", 6) != 0)
-		return 0;
-	const char *b64 = s + 6;
-	size_t len = strlen(b64);
-	if (len < 4 || len > 256 || len % 4)
-		return 0;
-	unsigned char out[256];
-	int n = EVP_DecodeBlock(out, (const unsigned char *)b64, (int)len);
-	if (n < 0)
-		return 0;
-	size_t pad = (b64[len - 1] == '=') + (b64[len - 2] == '=');
-	return (size_t)n - pad >= 16;
+	unsigned char key[WHSEC_KEY_MAX];
+	size_t len;
+	int ok = whsec_decode(s, key, &len) == 0;
+	OPENSSL_cleanse(key, sizeof(key));
+	return ok;
 }
 
 /* An optional string that, when given, must not be empty. */
@@ -490,26 +482,17 @@ static int parse_retry(const json_t *retry, struct retry_policy *p, struct input
 	    get_int(retry, "max_retries", "retry.max_retries", 0, 1000000, &p->max_retries, err) ||
 	    get_duration(retry, "timeout", "retry.timeout", 1, 300000, &p->timeout_ms, err))
 		return -1;
-	if (policy) {
-		if (strcmp(policy, "fixed") == 0)
-			p->policy = RETRY_FIXED;
-		else if (strcmp(policy, "linear") == 0)
-			p->policy = RETRY_LINEAR;
-		else if (strcmp(policy, "exponential") == 0)
-			p->policy = RETRY_EXPONENTIAL;
-		else
-			return input_error_set(err, 400, "invalid_argument", "retry.policy",
-					       "retry.policy must be fixed, linear or exponential");
-	}
+	if (policy && retry_policy_kind_parse(policy, &p->policy))
+		return input_error_set(err, 400, "invalid_argument", "retry.policy",
+				       "retry.policy must be fixed, linear or exponential");
 	if ((factor = json_object_get(retry, "factor"))) {
-		if (!json_is_number(factor) || json_number_value(factor) < 1.0 ||
-		    json_number_value(factor) > 10.0)
+		if (!json_is_number(factor))
 			return input_error_set(err, 400, "invalid_argument", "retry.factor",
 					       "retry.factor must be a number from 1 to 10");
 		p->factor = json_number_value(factor);
 	}
 	if ((v = json_object_get(retry, "jitter"))) {
-		if (!json_is_number(v) || json_number_value(v) < 0.0 || json_number_value(v) > 1.0)
+		if (!json_is_number(v))
 			return input_error_set(err, 400, "invalid_argument", "retry.jitter",
 					       "retry.jitter must be a number from 0 to 1");
 		p->jitter = json_number_value(v);
@@ -536,9 +519,11 @@ static int parse_retry(const json_t *retry, struct retry_policy *p, struct input
 			}
 		}
 	}
-	if (p->min_delay_ms > p->max_delay_ms)
-		return input_error_set(err, 422, "invalid_argument", "retry.min_delay",
-				       "retry.min_delay must not exceed retry.max_delay");
+	char field[32], msg[96];
+	enum retry_rule rule = retry_policy_check(p, "retry.", field, sizeof(field), msg, sizeof(msg));
+	if (rule != RETRY_RULE_KEPT)
+		return input_error_set(err, rule == RETRY_RULE_ORDER ? 422 : 400, "invalid_argument",
+				       field, "%s", msg);
 	return 0;
 }
 
@@ -829,18 +814,9 @@ json_t *sub_codec_public(const struct sub_row *row)
 /* "whsec_" + base64 of GENERATED_SECRET_BYTES random bytes (returned), NULL on failure. */
 static char *secret_generate(void)
 {
-	unsigned char key[GENERATED_SECRET_BYTES];
-	char *out = malloc(6 + 4 * ((sizeof(key) + 2) / 3) + 1);
+	char *out = whsec_generate(GENERATED_SECRET_BYTES);
 	if (!out)
-		return NULL;
-	if (RAND_bytes(key, sizeof(key)) != 1) {
-		log_error("subscriptions: RAND_bytes failed: no secret generated");
-		free(out);
-		return NULL;
-	}
-	memcpy(out, "whsec_", 6);
-	EVP_EncodeBlock((unsigned char *)out + 6, key, sizeof(key));
-	OPENSSL_cleanse(key, sizeof(key));
+		log_error("subscriptions: no secret generated (random source or memory failed)");
 	return out;
 }
 

@@ -15,11 +15,13 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
+#include <openssl/crypto.h>
+
 
 #include "core/retry.h"
 #include "core/trace.h"
 #include "deliver/sign.h"
+#include "util/base64.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -248,7 +250,7 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 		int n = snprintf(plain, sizeof(plain), "%s:%s", s->auth_user, s->auth_secret);
 		if (n < 0 || (size_t)n >= sizeof(plain))
 			goto fail;
-		EVP_EncodeBlock((unsigned char *)enc, (unsigned char *)plain, n);
+		base64_encode(plain, (size_t)n, enc);
 		OPENSSL_cleanse(plain, sizeof(plain));
 		if (append_header(h, "Authorization: Basic %s", enc))
 			goto fail;

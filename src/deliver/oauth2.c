@@ -9,7 +9,8 @@
 
 #include <jansson.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
+
+#include "util/base64.h"
 
 #define WHY_DETAIL_MAX 200 /* characters of an error_description or body quoted in a cause */
 
@@ -176,7 +177,7 @@ int oauth2_basic_header_value(const struct oauth2_params *p, char *out, size_t s
 	if (need > size)
 		goto out;
 	memcpy(out, "Basic ", 6);
-	EVP_EncodeBlock((unsigned char *)out + 6, (const unsigned char *)plain.data, (int)plain.len);
+	base64_encode(plain.data, plain.len, out + 6);
 	rc = 0;
 out:
 	if (plain.data)

@@ -1,4 +1,5 @@
-/* sign.c: Standard Webhooks HMAC-SHA256 signing with OpenSSL. */
+/* sign.c: Standard Webhooks HMAC-SHA256 signing with OpenSSL (the secret format is
+ * core/whsec.h's). */
 #include "deliver/sign.h"
 
 #include <stdio.h>
@@ -7,24 +8,20 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "core/whsec.h"
+#include "util/base64.h"
+
 int sign_standard_v1(const char *secret, const char *msg_id, int64_t timestamp,
 		     const void *body, size_t len, char out[SIGN_V1_LEN])
 {
-	unsigned char key[192], mac[EVP_MAX_MD_SIZE];
+	unsigned char key[WHSEC_KEY_MAX], mac[EVP_MAX_MD_SIZE];
 	unsigned int mac_len = 0;
+	size_t klen = 0;
 	char ts[24];
 	int rc = -1;
 
-	if (strncmp(secret, "whsec_", 6) != 0)
+	if (whsec_decode(secret, key, &klen))
 		return -1;
-	const char *b64 = secret + 6;
-	size_t blen = strlen(b64);
-	if (blen == 0 || blen % 4 || blen / 4 * 3 > sizeof(key))
-		return -1;
-	int klen = EVP_DecodeBlock(key, (const unsigned char *)b64, (int)blen);
-	if (klen < 0)
-		return -1;
-	klen -= (b64[blen - 1] == '=') + (blen > 1 && b64[blen - 2] == '=');
 
 	int tslen = snprintf(ts, sizeof(ts), "%lld", (long long)timestamp);
 	HMAC_CTX *ctx = NULL;
@@ -33,7 +30,7 @@ int sign_standard_v1(const char *secret, const char *msg_id, int64_t timestamp,
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 	ctx = HMAC_CTX_new();
-	if (!ctx || !HMAC_Init_ex(ctx, key, klen, EVP_sha256(), NULL) ||
+	if (!ctx || !HMAC_Init_ex(ctx, key, (int)klen, EVP_sha256(), NULL) ||
 	    !HMAC_Update(ctx, (const unsigned char *)msg_id, strlen(msg_id)) ||
 	    !HMAC_Update(ctx, (const unsigned char *)".", 1) ||
 	    !HMAC_Update(ctx, (const unsigned char *)ts, (size_t)tslen) ||
@@ -42,7 +39,7 @@ int sign_standard_v1(const char *secret, const char *msg_id, int64_t timestamp,
 		goto out;
 #pragma GCC diagnostic pop
 	memcpy(out, "v1,", 3);
-	EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len);
+	base64_encode(mac, mac_len, out + 3);
 	rc = 0;
 out:
 #pragma GCC diagnostic push

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
 
+#include "util/base64.h"
 #include "util/clock.h"
 #include "util/jsonspan.h"
 #include "util/uuid.h"
@@ -218,23 +218,17 @@ static int parse_event(json_t *obj, const char *body, const struct span *span,
 		if (!ev->content_type)
 			ev->content_type = "application/json";
 	} else {
-		size_t len = strlen(b64);
-		unsigned char *out = malloc(len / 4 * 3 + 4);
-		int n = out && len % 4 == 0 ? EVP_DecodeBlock(out, (const unsigned char *)b64, (int)len)
-					   : -1;
-		if (n < 0) {
+		size_t len = strlen(b64), n = 0;
+		unsigned char *out = malloc(base64_decoded_max(len) + 1);
+		if (!out || base64_decode(b64, len, out, base64_decoded_max(len) + 1, &n)) {
 			free(out);
 			event_field(field, sizeof(field), at, "payload_base64");
 			return input_error_set(err, 400, "invalid_argument", field,
 					       "%s must be standard base64", field);
 		}
-		if (len >= 1 && b64[len - 1] == '=')
-			n--;
-		if (len >= 2 && b64[len - 2] == '=')
-			n--;
 		*decoded = out;
 		ev->payload = out;
-		ev->payload_len = (size_t)n;
+		ev->payload_len = n;
 		if (!ev->content_type)
 			ev->content_type = "application/octet-stream";
 	}

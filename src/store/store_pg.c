@@ -1834,15 +1834,6 @@ static int pg_delivery_get(store *st, const char *id, struct store_delivery *d)
 	return rc;
 }
 
-static enum attempt_kind kind_parse(const char *name)
-{
-	if (name && strcmp(name, "immediate") == 0)
-		return ATTEMPT_IMMEDIATE;
-	if (name && strcmp(name, "manual") == 0)
-		return ATTEMPT_MANUAL;
-	return ATTEMPT_SCHEDULED;
-}
-
 static int pg_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
 				size_t *n)
 {
@@ -1866,7 +1857,7 @@ static int pg_delivery_attempts(store *st, const char *id, struct store_attempt_
 		int r = (int)i;
 
 		a->n = (int)get_int(res, r, 0);
-		a->kind = kind_parse(PQgetvalue(res, r, 1));
+		a->kind = attempt_kind_parse(PQgetvalue(res, r, 1));
 		a->started_at = get_int(res, r, 2);
 		a->duration_ms = get_int(res, r, 3);
 		a->code = (int)get_int(res, r, 4);

@@ -1749,15 +1749,6 @@ static int sq_delivery_get(store *st, const char *id, struct store_delivery *d)
 	return rc;
 }
 
-static enum attempt_kind kind_parse(const char *name)
-{
-	if (name && strcmp(name, "immediate") == 0)
-		return ATTEMPT_IMMEDIATE;
-	if (name && strcmp(name, "manual") == 0)
-		return ATTEMPT_MANUAL;
-	return ATTEMPT_SCHEDULED;
-}
-
 static int sq_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
 				size_t *n)
 {
@@ -1780,7 +1771,7 @@ static int sq_delivery_attempts(store *st, const char *id, struct store_attempt_
 		a = &rows[count];
 		memset(a, 0, sizeof(*a));
 		a->n = sqlite3_column_int(s, 0);
-		a->kind = kind_parse((const char *)sqlite3_column_text(s, 1));
+		a->kind = attempt_kind_parse((const char *)sqlite3_column_text(s, 1));
 		a->started_at = sqlite3_column_int64(s, 2);
 		a->duration_ms = sqlite3_column_int64(s, 3);
 		a->code = sqlite3_column_int(s, 4);
