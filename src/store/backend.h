@@ -69,6 +69,23 @@ struct store {
 extern const struct store_ops store_sqlite_ops;
 extern const struct store_ops store_pg_ops;
 
+/* ---- schema migrations ------------------------------------------------------------- */
+
+/* One schema step of a backend: src/store/BACKEND/schema/NNN_name.sql, embedded at build
+ * time by CMakeLists.txt (in file-name order; version = position = NNN). Applied in
+ * order, each in its own transaction, recorded in schema_migrations. Never edit a
+ * released migration: add the next file. */
+struct store_migration {
+	int version;
+	const char *name;   /* the file name */
+	const char *sql;
+};
+
+extern const struct store_migration sqlite_migrations[];
+extern const size_t sqlite_migrations_n;
+extern const struct store_migration postgres_migrations[];
+extern const size_t postgres_migrations_n;
+
 /* ---- listing cursors, the same for every backend (store.c) ------------------------- */
 
 /* The column a listing sorts by. */

@@ -58,175 +58,10 @@
 
 /* ---- schema ------------------------------------------------------------------------ */
 
-/* Applied in order under an advisory lock, each in its own transaction, recorded in
- * outboxd.schema_migrations. Never edit a released migration: add the next one. The
- * tables mirror the SQLite backend's; ids are text in the "C" collation so keyset pages
- * order them byte-wise, like strcmp. */
-static const char *const migrations[] = {
-	/* 1: the data model of DESIGN.md §2 and the producer contract. */
-	"CREATE TABLE outboxd.events ("
-	"  id text COLLATE \"C\" PRIMARY KEY,"
-	"  event_type text NOT NULL,"
-	"  source text NOT NULL DEFAULT '',"
-	"  source_event_id text,"
-	"  partition_key text,"
-	"  content_type text NOT NULL,"
-	"  payload bytea NOT NULL,"
-	"  created_at bigint NOT NULL"
-	");"
-	"CREATE UNIQUE INDEX events_source_event_id ON outboxd.events(source, source_event_id)"
-	"  WHERE source_event_id IS NOT NULL;"
+/* The migrations are src/store/postgres/schema/NNN_*.sql (store/backend.h), applied under an
+ * advisory lock. The tables mirror the SQLite backend's; ids are text in the "C"
+ * collation so keyset pages order them byte-wise, like strcmp. */
 
-	"CREATE TABLE outboxd.subscriptions ("
-	"  id text COLLATE \"C\" PRIMARY KEY,"
-	"  name text NOT NULL UNIQUE,"
-	"  config text NOT NULL,"
-	"  enabled boolean NOT NULL,"
-	"  created_at bigint NOT NULL,"
-	"  updated_at bigint NOT NULL"
-	");"
-
-	"CREATE TABLE outboxd.deliveries ("
-	"  id text COLLATE \"C\" PRIMARY KEY,"
-	"  event_id text COLLATE \"C\" NOT NULL REFERENCES outboxd.events(id),"
-	"  subscription_id text COLLATE \"C\" NOT NULL,"
-	"  event_type text NOT NULL,"
-	"  status text NOT NULL CHECK (status IN ('NEW', 'PROCESSED', 'FAILED')),"
-	"  replay boolean NOT NULL DEFAULT false,"
-	"  attempt_count integer NOT NULL DEFAULT 0,"
-	"  retry_count integer NOT NULL DEFAULT 0,"
-	"  next_attempt_at bigint,"
-	"  last_code integer,"
-	"  last_message text,"
-	"  last_cause text,"
-	"  lease_owner text,"
-	"  lease_until bigint,"
-	"  created_at bigint NOT NULL,"
-	"  updated_at bigint NOT NULL,"
-	"  processed_at bigint"
-	");"
-	"CREATE INDEX deliveries_due ON outboxd.deliveries(next_attempt_at)"
-	"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL;"
-	"CREATE INDEX deliveries_lease ON outboxd.deliveries(lease_until)"
-	"  WHERE lease_until IS NOT NULL;"
-	"CREATE INDEX deliveries_status ON outboxd.deliveries(status, created_at, id);"
-	"CREATE INDEX deliveries_subscription ON outboxd.deliveries(subscription_id, created_at, id);"
-	"CREATE INDEX deliveries_created ON outboxd.deliveries(created_at, id);"
-	"CREATE INDEX deliveries_event ON outboxd.deliveries(event_id);"
-
-	/* instance: the lease owner that made the attempt (which outboxd of a cluster). */
-	"CREATE TABLE outboxd.attempts ("
-	"  delivery_id text COLLATE \"C\" NOT NULL"
-	"    REFERENCES outboxd.deliveries(id) ON DELETE CASCADE,"
-	"  n integer NOT NULL,"
-	"  kind text NOT NULL CHECK (kind IN ('immediate', 'scheduled', 'manual')),"
-	"  started_at bigint NOT NULL,"
-	"  duration_ms bigint NOT NULL,"
-	"  code integer NOT NULL,"
-	"  message text,"
-	"  cause text,"
-	"  instance text,"
-	"  PRIMARY KEY (delivery_id, n)"
-	");"
-
-	/* The producer contract: INSERT INTO outboxd.outbox(event_type, payload) in the
-	 * producer's own transaction, or SELECT outboxd.enqueue(...). */
-	"CREATE TABLE outboxd.outbox ("
-	"  id bigserial PRIMARY KEY,"
-	"  event_type text NOT NULL,"
-	"  source text NOT NULL DEFAULT '',"
-	"  source_event_id text,"
-	"  partition_key text,"
-	"  payload bytea NOT NULL,"
-	"  content_type text NOT NULL DEFAULT 'application/json',"
-	"  created_at bigint NOT NULL"
-	"    DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-	");"
-	"CREATE FUNCTION outboxd.enqueue(event_type text, payload bytea, source text DEFAULT '',"
-	"  source_event_id text DEFAULT NULL, partition_key text DEFAULT NULL,"
-	"  content_type text DEFAULT 'application/json') RETURNS bigint LANGUAGE sql AS $$"
-	"  INSERT INTO outboxd.outbox(event_type, payload, source, source_event_id,"
-	"    partition_key, content_type)"
-	"  VALUES ($1, $2, coalesce($3, ''), $4, $5, coalesce($6, 'application/json'))"
-	"  RETURNING id $$;"
-	/* A text payload (also what an untyped literal resolves to) is stored as UTF-8. */
-	"CREATE FUNCTION outboxd.enqueue(event_type text, payload text, source text DEFAULT '',"
-	"  source_event_id text DEFAULT NULL, partition_key text DEFAULT NULL,"
-	"  content_type text DEFAULT 'application/json') RETURNS bigint LANGUAGE sql AS $$"
-	"  SELECT outboxd.enqueue($1, convert_to($2, 'UTF8'), $3, $4, $5, $6) $$;"
-	"CREATE FUNCTION outboxd.enqueue(event_type text, payload jsonb, source text DEFAULT '',"
-	"  source_event_id text DEFAULT NULL, partition_key text DEFAULT NULL,"
-	"  content_type text DEFAULT 'application/json') RETURNS bigint LANGUAGE sql AS $$"
-	"  SELECT outboxd.enqueue($1, convert_to($2::text, 'UTF8'), $3, $4, $5, $6) $$;"
-	"CREATE FUNCTION outboxd.enqueue(event_type text, payload json, source text DEFAULT '',"
-	"  source_event_id text DEFAULT NULL, partition_key text DEFAULT NULL,"
-	"  content_type text DEFAULT 'application/json') RETURNS bigint LANGUAGE sql AS $$"
-	"  SELECT outboxd.enqueue($1, convert_to($2::text, 'UTF8'), $3, $4, $5, $6) $$;"
-
-	/* Wake-ups: a producer's outbox insert, and every new delivery (ingest, relay),
-	 * notify the listeners of every instance when the transaction commits. Once per
-	 * statement: PostgreSQL folds equal notifications of a transaction into one. */
-	"CREATE FUNCTION outboxd.notify_work() RETURNS trigger LANGUAGE plpgsql AS $$"
-	"  BEGIN PERFORM pg_notify('" NOTIFY_CHANNEL "', ''); RETURN NULL; END $$;"
-	"CREATE TRIGGER outbox_notify AFTER INSERT ON outboxd.outbox"
-	"  FOR EACH STATEMENT EXECUTE FUNCTION outboxd.notify_work();"
-	"CREATE TRIGGER deliveries_notify AFTER INSERT ON outboxd.deliveries"
-	"  FOR EACH STATEMENT EXECUTE FUNCTION outboxd.notify_work();"
-	/* Every instance keeps the subscriptions in memory: a change anywhere tells all. */
-	"CREATE FUNCTION outboxd.notify_subscriptions() RETURNS trigger LANGUAGE plpgsql AS $$"
-	"  BEGIN PERFORM pg_notify('" SUBS_CHANNEL "', ''); RETURN NULL; END $$;"
-	"CREATE TRIGGER subscriptions_notify AFTER INSERT OR UPDATE OR DELETE"
-	"  ON outboxd.subscriptions"
-	"  FOR EACH STATEMENT EXECUTE FUNCTION outboxd.notify_subscriptions();",
-
-	/* 2: operator jobs (paced replays that survive restarts), the audit log, and the
-	 * attempt index that per-subscription stats over a recent window read. */
-	"CREATE TABLE outboxd.jobs ("
-	"  id text COLLATE \"C\" PRIMARY KEY,"
-	"  kind text NOT NULL,"
-	"  state text NOT NULL CHECK (state IN ('running', 'done', 'cancelled', 'failed')),"
-	"  filter text NOT NULL,"
-	"  force boolean NOT NULL,"
-	"  rate integer NOT NULL,"
-	"  matched bigint NOT NULL,"
-	"  done bigint NOT NULL,"
-	"  cursor text,"
-	"  actor text,"
-	"  error text,"
-	"  created_at bigint NOT NULL,"
-	"  updated_at bigint NOT NULL"
-	");"
-	"CREATE INDEX jobs_running ON outboxd.jobs(created_at) WHERE state = 'running';"
-	"CREATE TABLE outboxd.audit ("
-	"  id text COLLATE \"C\" PRIMARY KEY,"
-	"  at bigint NOT NULL,"
-	"  actor text NOT NULL,"
-	"  action text NOT NULL,"
-	"  target text,"
-	"  count bigint NOT NULL,"
-	"  detail text"
-	");"
-	"CREATE INDEX attempts_started ON outboxd.attempts(started_at);",
-
-	/* 3: the dead-letter queue's own small indexes (see the SQLite backend): rows enter
-	 * them only when they die, so ingest and delivery do not pay for them. */
-	"CREATE INDEX deliveries_dead_sub ON outboxd.deliveries(subscription_id, created_at, id)"
-	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;"
-	"CREATE INDEX deliveries_dead_type ON outboxd.deliveries(event_type, created_at, id)"
-	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;"
-	"CREATE INDEX deliveries_dead_attempts ON outboxd.deliveries(attempt_count, id)"
-	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;",
-
-	/* 4: the W3C trace context a producer sent with the event, so the trace goes on
-	 * to the subscriber. */
-	"ALTER TABLE outboxd.events ADD COLUMN traceparent text;",
-
-	/* 5: circuit-breaker delay actions a delivery has taken (seed 004 MaxDelayActions:
-	 * after that many it goes to the dead-letter queue). */
-	"ALTER TABLE outboxd.deliveries ADD COLUMN delay_actions integer NOT NULL DEFAULT 0;",
-};
-
-#define N_MIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))
 
 #define DELIVERY_COLUMNS                                                             \
 	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
@@ -1078,13 +913,13 @@ static int migrate(PGconn *conn, char *err, size_t errlen)
 		goto out;
 	version = strtol(PQgetvalue(r, 0, 0), NULL, 10);
 	PQclear(r);
-	if (version > (long)N_MIGRATIONS) {
+	if (version > (long)postgres_migrations_n) {
 		snprintf(err, errlen,
 			 "database schema version %ld is newer than this outboxd knows (%zu)",
-			 version, N_MIGRATIONS);
+			 version, postgres_migrations_n);
 		goto out;
 	}
-	for (v = (size_t)version + 1; v <= N_MIGRATIONS; v++) {
+	for (v = (size_t)version + 1; v <= postgres_migrations_n; v++) {
 		char record[160];
 
 		snprintf(record, sizeof(record),
@@ -1093,7 +928,7 @@ static int migrate(PGconn *conn, char *err, size_t errlen)
 		if (!(r = open_exec(conn, "BEGIN", err, errlen)))
 			goto out;
 		PQclear(r);
-		if ((r = open_exec(conn, migrations[v - 1], err, errlen))) {
+		if ((r = open_exec(conn, postgres_migrations[v - 1].sql, err, errlen))) {
 			PQclear(r);
 			r = open_exec(conn, record, err, errlen);
 		}
@@ -1106,7 +941,8 @@ static int migrate(PGconn *conn, char *err, size_t errlen)
 			goto out;
 		}
 		PQclear(r);
-		log_info("store: applied schema migration %zu (postgres)", v);
+		log_info("store: applied schema migration %zu (postgres, %s)", v,
+			 postgres_migrations[v - 1].name);
 	}
 	rc = STORE_OK;
 out:

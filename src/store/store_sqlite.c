@@ -34,142 +34,7 @@
 
 /* ---- schema ------------------------------------------------------------------------ */
 
-/* Applied in order, each in its own transaction, recorded in schema_migrations. Never
- * edit a released migration: add the next one. */
-static const char *const migrations[] = {
-	/* 1: the data model of DESIGN.md §2. */
-	"CREATE TABLE events ("
-	"  id TEXT PRIMARY KEY,"
-	"  event_type TEXT NOT NULL,"
-	"  source TEXT NOT NULL DEFAULT '',"
-	"  source_event_id TEXT,"
-	"  partition_key TEXT,"
-	"  content_type TEXT NOT NULL,"
-	"  payload BLOB NOT NULL,"
-	"  created_at INTEGER NOT NULL"
-	");"
-	/* The idempotency key: unique per source, only when given. */
-	"CREATE UNIQUE INDEX events_source_event_id ON events(source, source_event_id)"
-	"  WHERE source_event_id IS NOT NULL;"
-
-	"CREATE TABLE subscriptions ("
-	"  id TEXT PRIMARY KEY,"
-	"  name TEXT NOT NULL UNIQUE,"
-	"  config TEXT NOT NULL,"
-	"  enabled INTEGER NOT NULL,"
-	"  created_at INTEGER NOT NULL,"
-	"  updated_at INTEGER NOT NULL"
-	");"
-
-	/* subscription_id has no foreign key: the deliveries of a deleted subscription
-	 * stay for the record. event_type is copied from the event for filtering. */
-	"CREATE TABLE deliveries ("
-	"  id TEXT PRIMARY KEY,"
-	"  event_id TEXT NOT NULL REFERENCES events(id),"
-	"  subscription_id TEXT NOT NULL,"
-	"  event_type TEXT NOT NULL,"
-	"  status TEXT NOT NULL CHECK (status IN ('NEW', 'PROCESSED', 'FAILED')),"
-	"  replay INTEGER NOT NULL DEFAULT 0,"
-	"  attempt_count INTEGER NOT NULL DEFAULT 0,"
-	"  retry_count INTEGER NOT NULL DEFAULT 0,"
-	"  next_attempt_at INTEGER,"
-	"  last_code INTEGER,"
-	"  last_message TEXT,"
-	"  last_cause TEXT,"
-	"  lease_owner TEXT,"
-	"  lease_until INTEGER,"
-	"  created_at INTEGER NOT NULL,"
-	"  updated_at INTEGER NOT NULL,"
-	"  processed_at INTEGER"
-	");"
-	/* The claim scans only this index: unleased deliveries with an attempt pending. */
-	"CREATE INDEX deliveries_due ON deliveries(next_attempt_at)"
-	"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL;"
-	"CREATE INDEX deliveries_lease ON deliveries(lease_until)"
-	"  WHERE lease_until IS NOT NULL;"
-	/* Keyset pages of the operator list and the cleanup's PROCESSED scan. */
-	"CREATE INDEX deliveries_status ON deliveries(status, created_at, id);"
-	"CREATE INDEX deliveries_subscription ON deliveries(subscription_id, created_at, id);"
-	"CREATE INDEX deliveries_created ON deliveries(created_at, id);"
-	"CREATE INDEX deliveries_event ON deliveries(event_id);"
-
-	"CREATE TABLE attempts ("
-	"  delivery_id TEXT NOT NULL REFERENCES deliveries(id) ON DELETE CASCADE,"
-	"  n INTEGER NOT NULL,"
-	"  kind TEXT NOT NULL CHECK (kind IN ('immediate', 'scheduled', 'manual')),"
-	"  started_at INTEGER NOT NULL,"
-	"  duration_ms INTEGER NOT NULL,"
-	"  code INTEGER NOT NULL,"
-	"  message TEXT,"
-	"  cause TEXT,"
-	"  PRIMARY KEY (delivery_id, n)"
-	") WITHOUT ROWID;"
-
-	/* The producer contract: INSERT INTO outbox(event_type, payload) VALUES (...). */
-	"CREATE TABLE outbox ("
-	"  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-	"  event_type TEXT NOT NULL,"
-	"  source TEXT NOT NULL DEFAULT '',"
-	"  source_event_id TEXT,"
-	"  partition_key TEXT,"
-	"  payload BLOB NOT NULL,"
-	"  content_type TEXT NOT NULL DEFAULT 'application/json',"
-	"  created_at INTEGER NOT NULL"
-	"    DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))"
-	");",
-
-	/* 2: operator jobs (paced replays that survive restarts), the audit log, and the
-	 * attempt index that per-subscription stats over a recent window read. */
-	"CREATE TABLE jobs ("
-	"  id TEXT PRIMARY KEY,"
-	"  kind TEXT NOT NULL,"
-	"  state TEXT NOT NULL CHECK (state IN ('running', 'done', 'cancelled', 'failed')),"
-	"  filter TEXT NOT NULL,"
-	"  force INTEGER NOT NULL,"
-	"  rate INTEGER NOT NULL,"
-	"  matched INTEGER NOT NULL,"
-	"  done INTEGER NOT NULL,"
-	"  cursor TEXT,"
-	"  actor TEXT,"
-	"  error TEXT,"
-	"  created_at INTEGER NOT NULL,"
-	"  updated_at INTEGER NOT NULL"
-	");"
-	"CREATE INDEX jobs_running ON jobs(created_at) WHERE state = 'running';"
-	"CREATE TABLE audit ("
-	"  id TEXT PRIMARY KEY,"
-	"  at INTEGER NOT NULL,"
-	"  actor TEXT NOT NULL,"
-	"  action TEXT NOT NULL,"
-	"  target TEXT,"
-	"  count INTEGER NOT NULL,"
-	"  detail TEXT"
-	");"
-	"CREATE INDEX attempts_started ON attempts(started_at);",
-
-	/* 3: the dead-letter queue gets its own small indexes: operators filter it by
-	 * subscription and event type and sort it by attempts, and with a million rows the
-	 * general indexes would scan every live delivery of a subscription (measured by
-	 * bench/list_latency.sh: 185 ms -> see docs/operations.md). Rows enter them only
-	 * when they die, so ingest and delivery do not pay for them. */
-	"CREATE INDEX deliveries_dead_sub ON deliveries(subscription_id, created_at, id)"
-	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;"
-	"CREATE INDEX deliveries_dead_type ON deliveries(event_type, created_at, id)"
-	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;"
-	"CREATE INDEX deliveries_dead_attempts ON deliveries(attempt_count, id)"
-	"  WHERE status = 'FAILED' AND next_attempt_at IS NULL;",
-
-	/* 4: the W3C trace context a producer sent with the event, so the trace goes on
-	 * to the subscriber. */
-	"ALTER TABLE events ADD COLUMN traceparent TEXT;",
-
-	/* 5: circuit-breaker delay actions a delivery has taken (seed 004 MaxDelayActions:
-	 * after that many it goes to the dead-letter queue). */
-	"ALTER TABLE deliveries ADD COLUMN delay_actions INTEGER NOT NULL DEFAULT 0;",
-
-	/* 6: the status and kind CHECKs without IN lists (rewrite_checks below). */
-	NULL,
-};
+/* The migrations are src/store/sqlite/schema/NNN_*.sql (store/backend.h). */
 
 /* Migration 6. SQLite evaluates `x IN ('a', 'b', 'c')` (three or more constants) by
  * building a temporary b-tree of the list on every execution: the status and kind CHECKs
@@ -235,7 +100,9 @@ static int rewrite_checks(sqlite3 *db, char **msg)
 	return rc;
 }
 
-#define N_MIGRATIONS (sizeof(migrations) / sizeof(migrations[0]))
+/* The migration whose SQL file (006_checks_without_in.sql) only explains: its work is
+ * rewrite_checks above. */
+#define CHECKS_MIGRATION 6
 
 #define DELIVERY_COLUMNS                                                             \
 	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
@@ -902,23 +769,24 @@ static int migrate(sqlite3 *db, char *err, size_t errlen)
 		rc = schema_version(db, &version);
 	if (rc != SQLITE_OK)
 		goto out;
-	if (version > (int64_t)N_MIGRATIONS) {
+	if (version > (int64_t)sqlite_migrations_n) {
 		snprintf(err, errlen,
 			 "database schema version %lld is newer than this outboxd knows (%zu)",
-			 (long long)version, N_MIGRATIONS);
+			 (long long)version, sqlite_migrations_n);
 		return STORE_ERROR;
 	}
-	for (v = (size_t)version + 1; rc == SQLITE_OK && v <= N_MIGRATIONS; v++) {
+	for (v = (size_t)version + 1; rc == SQLITE_OK && v <= sqlite_migrations_n; v++) {
 		rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg);
 		if (rc == SQLITE_OK)
-			rc = migrations[v - 1] ? sqlite3_exec(db, migrations[v - 1], NULL, NULL, &msg)
-					       : rewrite_checks(db, &msg);
+			rc = sqlite3_exec(db, sqlite_migrations[v - 1].sql, NULL, NULL, &msg);
+		if (rc == SQLITE_OK && v == CHECKS_MIGRATION)
+			rc = rewrite_checks(db, &msg);
 		if (rc == SQLITE_OK)
 			rc = record_migration(db, (int64_t)v);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_exec(db, "COMMIT", NULL, NULL, &msg);
 		if (rc == SQLITE_OK)
-			log_info("store: applied schema migration %zu", v);
+			log_info("store: applied schema migration %zu (%s)", v, sqlite_migrations[v - 1].name);
 		else
 			break;
 	}
