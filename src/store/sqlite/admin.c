@@ -1,0 +1,624 @@
+/* admin.c: the SQLite backend's operator writes: replays, purges, cleanup, counts and
+ * purges by filter, subscriptions, operator jobs and the audit log. */
+#include "store/sqlite/sqlite_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+/* ---- operator actions ---------------------------------------------------- */
+
+int sq_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
+		     enum store_replay_outcome *outcomes, size_t *replayed)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *check = sq->w[W_DELIVERY_STATE];
+	int64_t now = clock_now_ms();
+	size_t done = 0;
+	int rc;
+
+	sq_wlock(sq);
+	rc = sq_tx_begin(sq);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		enum store_replay_outcome outcome = REPLAY_NOT_FAILED;
+		enum delivery_status status = DELIVERY_NEW;
+		const char *name;
+
+		sqlite3_bind_text(check, 1, ids[i], -1, SQLITE_STATIC);
+		rc = sq_step_row(check);
+		if (rc == SQLITE_DONE) {
+			outcome = REPLAY_NOT_FOUND;
+			rc = SQLITE_OK;
+		} else if (rc == SQLITE_ROW) {
+			name = (const char *)sqlite3_column_text(check, 0);
+			if (name)
+				delivery_status_parse(name, &status);
+			if (sqlite3_column_type(check, 2) != SQLITE_NULL &&
+			    sqlite3_column_int64(check, 2) >= now)
+				outcome = REPLAY_IN_FLIGHT;
+			else if (status == DELIVERY_FAILED ||
+				 (status == DELIVERY_PROCESSED && force))
+				outcome = REPLAY_DONE;
+			sq_stmt_end(check);
+			rc = SQLITE_OK;
+		}
+		if (rc == SQLITE_OK && outcome == REPLAY_DONE) {
+			sqlite3_bind_text(sq->w[W_REPLAY_SET], 1, ids[i], -1, SQLITE_STATIC);
+			sqlite3_bind_int64(sq->w[W_REPLAY_SET], 2, now);
+			rc = sq_step_done(sq->w[W_REPLAY_SET]);
+			done++;
+		}
+		if (outcomes)
+			outcomes[i] = outcome;
+	}
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	if (rc == STORE_OK)
+		*replayed = done;
+	return rc;
+}
+
+static int delete_if_orphan(struct sq *sq, const char *event_id)
+{
+	sqlite3_bind_text(sq->w[W_EVENT_DELETE_ORPHAN], 1, event_id, -1, SQLITE_STATIC);
+	return sq_step_done(sq->w[W_EVENT_DELETE_ORPHAN]);
+}
+
+int sq_dlq_purge(store *st, const char *delivery_id)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *check = sq->w[W_DELIVERY_STATE];
+	char event_id[UUID_STR_LEN];
+	int result = STORE_OK;
+	int rc;
+
+	sq_wlock(sq);
+	rc = sq_tx_begin(sq);
+	if (rc != SQLITE_OK)
+		goto out;
+	sqlite3_bind_text(check, 1, delivery_id, -1, SQLITE_STATIC);
+	rc = sq_step_row(check);
+	if (rc == SQLITE_DONE) {
+		result = STORE_NOT_FOUND;
+		rc = SQLITE_OK;
+		goto out;
+	}
+	if (rc != SQLITE_ROW)
+		goto out;
+	rc = SQLITE_OK;
+	/* Dead means FAILED with no attempt pending and no lease. */
+	if (strcmp((const char *)sqlite3_column_text(check, 0), "FAILED") != 0 ||
+	    sqlite3_column_type(check, 1) != SQLITE_NULL ||
+	    sqlite3_column_type(check, 2) != SQLITE_NULL) {
+		result = STORE_CONFLICT;
+		sq_stmt_end(check);
+		goto out;
+	}
+	sq_col_id(check, 3, event_id);
+	sq_stmt_end(check);
+	sqlite3_bind_text(sq->w[W_DELIVERY_DELETE], 1, delivery_id, -1, SQLITE_STATIC);
+	rc = sq_step_done(sq->w[W_DELIVERY_DELETE]);
+	if (rc == SQLITE_OK)
+		rc = delete_if_orphan(sq, event_id);
+out:
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc != STORE_OK ? rc : result;
+}
+
+/* Deletes up to CLEANUP_CHUNK PROCESSED deliveries (attempts cascade) and the events
+ * they leave without deliveries, in one transaction. *deleted = deliveries removed. */
+static int cleanup_chunk(struct sq *sq, size_t *deleted)
+{
+	sqlite3_stmt *s = sq->w[W_CLEANUP_CHUNK];
+	char (*events)[UUID_STR_LEN] = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	sq_wlock(sq);
+	rc = sq_tx_begin(sq);
+	if (rc != SQLITE_OK)
+		goto out;
+	sqlite3_bind_int(s, 1, CLEANUP_CHUNK);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		char (*more)[UUID_STR_LEN] = sq_grow(events, &cap, count, sizeof(*events));
+
+		if (!more) {
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		events = more;
+		sq_col_id(s, 0, events[count++]);
+	}
+	if (rc != SQLITE_DONE) {
+		sq_log_stmt_error(s, rc);
+		goto out;
+	}
+	sq_stmt_end(s);
+	rc = SQLITE_OK;
+	for (size_t i = 0; rc == SQLITE_OK && i < count; i++)
+		rc = delete_if_orphan(sq, events[i]);
+out:
+	sq_stmt_end(s);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	free(events);
+	if (rc == STORE_OK)
+		*deleted = count;
+	return rc;
+}
+
+/* Events that never had a delivery (no subscription wanted them) are found by a scan on
+ * the reader, a bounded slice at a time, so the writer is only taken to delete. */
+static int sweep_orphan_events(struct sq *sq)
+{
+	sqlite3_stmt *s = sq->r[R_EVENT_SCAN];
+	char (*events)[UUID_STR_LEN] = NULL;
+	size_t count, cap = 0, scanned;
+	int64_t after = 0;
+	int rc = SQLITE_OK, err = STORE_OK;
+
+	do {
+		count = 0;
+		scanned = 0;
+		pthread_mutex_lock(&sq->rmu);
+		sqlite3_bind_int64(s, 1, after);
+		sqlite3_bind_int(s, 2, CLEANUP_CHUNK);
+		while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+			char (*more)[UUID_STR_LEN];
+
+			scanned++;
+			after = sqlite3_column_int64(s, 0);
+			if (!sqlite3_column_int(s, 2))
+				continue;
+			more = sq_grow(events, &cap, count, sizeof(*events));
+			if (!more) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			events = more;
+			sq_col_id(s, 1, events[count++]);
+		}
+		if (rc == SQLITE_DONE)
+			rc = SQLITE_OK;
+		else if (rc != SQLITE_NOMEM)
+			sq_log_stmt_error(s, rc);
+		sq_stmt_end(s);
+		pthread_mutex_unlock(&sq->rmu);
+		if (rc != SQLITE_OK)
+			break;
+		if (!count)
+			continue;
+
+		sq_wlock(sq);
+		rc = sq_tx_begin(sq);
+		for (size_t i = 0; rc == SQLITE_OK && i < count; i++)
+			rc = delete_if_orphan(sq, events[i]);
+		err = sq_tx_end(sq, rc);
+		pthread_mutex_unlock(&sq->wmu);
+		rc = SQLITE_OK;
+	} while (err == STORE_OK && scanned == CLEANUP_CHUNK);
+	free(events);
+	return rc != SQLITE_OK ? sq_store_code(rc) : err;
+}
+
+int sq_cleanup(store *st, size_t *deleted)
+{
+	struct sq *sq = sq_of(st);
+	size_t chunk;
+	int rc;
+
+	do {
+		chunk = 0;
+		rc = cleanup_chunk(sq, &chunk);
+		*deleted += chunk;
+	} while (rc == STORE_OK && chunk == CLEANUP_CHUNK);
+	if (rc == STORE_OK)
+		rc = sweep_orphan_events(sq);
+	return rc;
+}
+
+/* ---- subscriptions ------------------------------------------------------- */
+
+static int sub_write(struct sq *sq, sqlite3_stmt *s)
+{
+	int rc;
+
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_DONE) {
+		rc = sqlite3_changes(sq->wdb) ? STORE_OK : STORE_NOT_FOUND;
+	} else if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+		rc = STORE_CONFLICT;
+	} else {
+		sq_log_stmt_error(s, rc);
+		rc = sq_store_code(rc);
+	}
+	sq_stmt_end(s);
+	return rc;
+}
+
+int sq_sub_create(store *st, const struct sub_row *sub)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->w[W_SUB_INSERT];
+	int64_t now = clock_now_ms();
+	int rc;
+
+	sq_wlock(sq);
+	sqlite3_bind_text(s, 1, sub->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, sub->name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, sub->config, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 4, sub->enabled ? 1 : 0);
+	sqlite3_bind_int64(s, 5, sub->created_at ? sub->created_at : now);
+	sqlite3_bind_int64(s, 6, sub->updated_at ? sub->updated_at : now);
+	rc = sub_write(sq, s);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+int sq_sub_update(store *st, const struct sub_row *sub)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->w[W_SUB_UPDATE];
+	int rc;
+
+	sq_wlock(sq);
+	sqlite3_bind_text(s, 1, sub->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, sub->name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, sub->config, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 4, sub->enabled ? 1 : 0);
+	sqlite3_bind_int64(s, 5, sub->updated_at ? sub->updated_at : clock_now_ms());
+	rc = sub_write(sq, s);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+int sq_sub_delete(store *st, const char *id)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->w[W_SUB_DELETE];
+	int rc;
+
+	sq_wlock(sq);
+	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+	rc = sub_write(sq, s);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+static int read_sub(sqlite3_stmt *s, void *row)
+{
+	struct sub_row *sub = row;
+
+	memset(sub, 0, sizeof(*sub));
+	sq_col_id(s, 0, sub->id);
+	sub->enabled = sqlite3_column_int(s, 3);
+	sub->created_at = sqlite3_column_int64(s, 4);
+	sub->updated_at = sqlite3_column_int64(s, 5);
+	if (sq_col_dup(s, 1, &sub->name) || sq_col_dup(s, 2, &sub->config)) {
+		store_sub_free(sub);
+		return SQLITE_NOMEM;
+	}
+	return SQLITE_OK;
+}
+
+int sq_sub_get(store *st, const char *id, struct sub_row *out)
+{
+	struct sq *sq = sq_of(st);
+	return sq_get_one(sq, sq->r[R_SUB_GET], id, read_sub, out);
+}
+
+int sq_sub_list(store *st, struct sub_row **items, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->r[R_SUB_LIST];
+	struct sub_row *subs = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sq_read_rows(s, sizeof(*subs), read_sub, (void **)&subs, &count, &cap);
+	sq_stmt_end(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_subs_free(subs, count);
+		return sq_store_code(rc);
+	}
+	*items = subs;
+	*n = count;
+	return STORE_OK;
+}
+
+/* ---- counts, purge by filter --------------------------------------------- */
+
+int sq_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	char sql[1024] = "SELECT count(*) FROM deliveries WHERE 1";
+	int rc, b = 1;
+
+	sq_filter_sql(f, sql, sizeof(sql));
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sq_filter_bind(s, f, &b);
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			*n = (size_t)sqlite3_column_int64(s, 0);
+			rc = SQLITE_OK;
+		} else {
+			sq_log_stmt_error(s, rc);
+		}
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	return sq_store_code(rc);
+}
+
+int sq_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
+				 size_t *purged)
+{
+	struct sq *sq = sq_of(st);
+	struct delivery_filter dead = *f;
+	struct store_delivery *items = NULL;
+	char *next = NULL;
+	size_t n = 0;
+	sqlite3_stmt *del = NULL;
+	int rc;
+
+	dead.dead_only = 1;
+	dead.cursor = NULL;
+	dead.limit = limit;
+	rc = sq_deliveries_list(st, &dead, &items, &n, &next);
+	free(next);
+	if (rc != STORE_OK)
+		return rc;
+	sq_wlock(sq);
+	rc = sq_tx_begin(sq);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(sq->wdb,
+					"DELETE FROM deliveries WHERE id = ?1 AND status = 'FAILED'"
+					" AND next_attempt_at IS NULL AND lease_until IS NULL",
+					-1, &del, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		sqlite3_bind_text(del, 1, items[i].id, -1, SQLITE_STATIC);
+		rc = sq_step_done(del);
+		if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) == 1) {
+			(*purged)++;
+			rc = delete_if_orphan(sq, items[i].event_id);
+		}
+	}
+	sqlite3_finalize(del);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	store_deliveries_free(items, n);
+	if (rc != STORE_OK)
+		*purged = 0;
+	return rc;
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+static void bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
+{
+	if (v)
+		sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(s, i);
+}
+
+/* Runs one write statement with the job's fields bound as ?1..?13 (JOB_COLUMNS order). */
+static int job_write(store *st, const char *sql, const struct store_job *j)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	sq_wlock(sq);
+	rc = sqlite3_prepare_v2(sq->wdb, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(s, 1, j->id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, j->kind, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, j->state, -1, SQLITE_STATIC);
+		bind_text_or_null(s, 4, j->filter);
+		sqlite3_bind_int(s, 5, j->force);
+		sqlite3_bind_int(s, 6, j->rate);
+		sqlite3_bind_int64(s, 7, j->matched);
+		sqlite3_bind_int64(s, 8, j->done);
+		bind_text_or_null(s, 9, j->cursor);
+		bind_text_or_null(s, 10, j->actor);
+		bind_text_or_null(s, 11, j->error);
+		sqlite3_bind_int64(s, 12, j->created_at);
+		sqlite3_bind_int64(s, 13, j->updated_at ? j->updated_at : clock_now_ms());
+		rc = sq_step_done(s);
+		if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) == 0)
+			rc = SQLITE_NOTFOUND;
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc == SQLITE_NOTFOUND ? STORE_NOT_FOUND : sq_store_code(rc);
+}
+
+int sq_job_create(store *st, const struct store_job *job)
+{
+	return job_write(st, "INSERT INTO jobs(" JOB_COLUMNS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
+			     " ?7, ?8, ?9, ?10, ?11, ?12, ?13)", job);
+}
+
+int sq_job_update(store *st, const struct store_job *job)
+{
+	return job_write(st, "UPDATE jobs SET state = ?3, matched = ?7, done = ?8, cursor = ?9,"
+			     " error = ?11, updated_at = ?13 WHERE id = ?1 AND kind = ?2"
+			     " AND state = 'running'", job);
+}
+
+/* An sq_row_cb for struct store_job (JOB_COLUMNS). */
+static int read_job(sqlite3_stmt *s, void *row)
+{
+	struct store_job *j = row;
+	int rc;
+
+	memset(j, 0, sizeof(*j));
+	sq_col_id(s, 0, j->id);
+	snprintf(j->kind, sizeof(j->kind), "%s", (const char *)sqlite3_column_text(s, 1));
+	snprintf(j->state, sizeof(j->state), "%s", (const char *)sqlite3_column_text(s, 2));
+	j->force = sqlite3_column_int(s, 4);
+	j->rate = sqlite3_column_int(s, 5);
+	j->matched = sqlite3_column_int64(s, 6);
+	j->done = sqlite3_column_int64(s, 7);
+	j->created_at = sqlite3_column_int64(s, 11);
+	j->updated_at = sqlite3_column_int64(s, 12);
+	if ((rc = sq_col_dup(s, 3, &j->filter)) || (rc = sq_col_dup(s, 8, &j->cursor)) ||
+	    (rc = sq_col_dup(s, 9, &j->actor)) || (rc = sq_col_dup(s, 10, &j->error))) {
+		store_job_free(j);
+		return rc;
+	}
+	return SQLITE_OK;
+}
+
+/* Reads jobs with a one-off query on the reader; one_id binds ?1 when not NULL. */
+static int jobs_query(store *st, const char *sql, const char *one_id, struct store_job **items,
+		      size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	struct store_job *rows = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	if (one_id)
+		sqlite3_bind_text(s, 1, one_id, -1, SQLITE_STATIC);
+	rc = sq_read_rows(s, sizeof(*rows), read_job, (void **)&rows, &count, &cap);
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_jobs_free(rows, count);
+		return sq_store_code(rc);
+	}
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}
+
+int sq_job_get(store *st, const char *id, struct store_job *out)
+{
+	struct store_job *rows = NULL;
+	size_t n = 0;
+	int rc = jobs_query(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1", id, &rows, &n);
+	if (rc != STORE_OK)
+		return rc;
+	if (n == 0) {
+		free(rows);
+		return STORE_NOT_FOUND;
+	}
+	*out = rows[0];
+	free(rows);
+	return STORE_OK;
+}
+
+int sq_jobs_running(store *st, struct store_job **items, size_t *n)
+{
+	return jobs_query(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE state = 'running'"
+			      " ORDER BY created_at", NULL, items, n);
+}
+
+/* ---- audit --------------------------------------------------------------- */
+
+int sq_audit_append(store *st, const struct store_audit *a)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	sq_wlock(sq);
+	rc = sqlite3_prepare_v2(sq->wdb, "INSERT INTO audit(id, at, actor, action, target, count,"
+				" detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(s, 1, a->id, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, a->at ? a->at : clock_now_ms());
+		sqlite3_bind_text(s, 3, a->actor, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 4, a->action, -1, SQLITE_STATIC);
+		bind_text_or_null(s, 5, a->target);
+		sqlite3_bind_int64(s, 6, a->count);
+		bind_text_or_null(s, 7, a->detail);
+		rc = sq_step_done(s);
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->wmu);
+	return sq_store_code(rc);
+}
+
+/* An sq_row_cb for struct store_audit. */
+static int read_audit(sqlite3_stmt *s, void *row)
+{
+	struct store_audit *a = row;
+	int rc;
+
+	memset(a, 0, sizeof(*a));
+	sq_col_id(s, 0, a->id);
+	a->at = sqlite3_column_int64(s, 1);
+	a->count = sqlite3_column_int64(s, 5);
+	if ((rc = sq_col_dup(s, 2, &a->actor)) || (rc = sq_col_dup(s, 3, &a->action)) ||
+	    (rc = sq_col_dup(s, 4, &a->target)) || (rc = sq_col_dup(s, 6, &a->detail))) {
+		free(a->actor);
+		free(a->action);
+		free(a->target);
+		return rc;
+	}
+	return SQLITE_OK;
+}
+
+int sq_audit_list(store *st, const char *before_id, size_t limit,
+			 struct store_audit **items, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	struct store_audit *rows = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, "SELECT id, at, actor, action, target, count, detail"
+				" FROM audit WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2",
+				-1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	bind_text_or_null(s, 1, before_id);
+	sqlite3_bind_int64(s, 2, (int64_t)limit);
+	rc = sq_read_rows(s, sizeof(*rows), read_audit, (void **)&rows, &count, &cap);
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_audits_free(rows, count);
+		return sq_store_code(rc);
+	}
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}

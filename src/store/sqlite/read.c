@@ -1,0 +1,378 @@
+/* read.c: the SQLite backend's reads on the reader connection: one event, one
+ * delivery, attempts, filtered and paged lists, and the stats. Must not write. */
+#include "store/sqlite/sqlite_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+/* ---- reading ------------------------------------------------------------- */
+
+/* An sq_row_cb for struct store_event (R_EVENT_GET's columns). */
+static int read_event(sqlite3_stmt *s, void *row)
+{
+	struct store_event *ev = row;
+	const void *payload = sqlite3_column_blob(s, 6);
+
+	memset(ev, 0, sizeof(*ev));
+	sq_col_id(s, 0, ev->id);
+	ev->created_at = sqlite3_column_int64(s, 7);
+	ev->payload_len = (size_t)sqlite3_column_bytes(s, 6);
+	ev->payload = malloc(ev->payload_len + 1);
+	if (!ev->payload || sq_col_dup(s, 1, &ev->event_type) || sq_col_dup(s, 2, &ev->source) ||
+	    sq_col_dup(s, 3, &ev->source_event_id) || sq_col_dup(s, 4, &ev->partition_key) ||
+	    sq_col_dup(s, 5, &ev->content_type)) {
+		if (!ev->payload)
+			sq_log_nomem();
+		store_event_free(ev);
+		return SQLITE_NOMEM;
+	}
+	if (ev->payload_len)
+		memcpy(ev->payload, payload, ev->payload_len);
+	((char *)ev->payload)[ev->payload_len] = '\0';
+	return SQLITE_OK;
+}
+
+int sq_event_get(store *st, const char *id, struct store_event *ev)
+{
+	struct sq *sq = sq_of(st);
+	return sq_get_one(sq, sq->r[R_EVENT_GET], id, read_event, ev);
+}
+
+int sq_event_deliveries(store *st, const char *event_id,
+			       struct store_delivery **items, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->r[R_EVENT_DELIVERIES];
+	size_t cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	sqlite3_bind_text(s, 1, event_id, -1, SQLITE_STATIC);
+	rc = sq_read_rows(s, sizeof(**items), sq_read_delivery, (void **)items, n, &cap);
+	sq_stmt_end(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_deliveries_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return sq_store_code(rc);
+}
+
+int sq_delivery_get(store *st, const char *id, struct store_delivery *d)
+{
+	struct sq *sq = sq_of(st);
+	return sq_get_one(sq, sq->r[R_DELIVERY_GET], id, sq_read_delivery, d);
+}
+
+/* An sq_row_cb for struct store_attempt_row (R_ATTEMPTS' columns). */
+static int read_attempt(sqlite3_stmt *s, void *row)
+{
+	struct store_attempt_row *a = row;
+
+	memset(a, 0, sizeof(*a));
+	a->n = sqlite3_column_int(s, 0);
+	a->kind = attempt_kind_parse((const char *)sqlite3_column_text(s, 1));
+	a->started_at = sqlite3_column_int64(s, 2);
+	a->duration_ms = sqlite3_column_int64(s, 3);
+	a->code = sqlite3_column_int(s, 4);
+	if (sq_col_dup(s, 5, &a->message) || sq_col_dup(s, 6, &a->cause)) {
+		free(a->message);
+		free(a->cause);
+		return SQLITE_NOMEM;
+	}
+	return SQLITE_OK;
+}
+
+int sq_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
+			 size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->r[R_ATTEMPTS];
+	struct store_attempt_row *rows = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+	rc = sq_read_rows(s, sizeof(*rows), read_attempt, (void **)&rows, &count, &cap);
+	sq_stmt_end(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_attempts_free(rows, count);
+		return sq_store_code(rc);
+	}
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}
+
+/* Appends a constant SQL fragment; the buffer is sized for every fragment at once. */
+static void sql_add(char *sql, size_t size, const char *fragment)
+{
+	size_t len = strlen(sql);
+
+	snprintf(sql + len, size - len, "%s", fragment);
+}
+
+/* The WHERE conditions of a delivery filter, appended to sql (constant fragments only);
+ * sq_filter_bind binds their values in the same order. */
+void sq_filter_sql(const struct delivery_filter *f, char *sql, size_t size)
+{
+	if (f->has_status)
+		sql_add(sql, size, " AND status = ?");
+	if (f->dead_only)
+		sql_add(sql, size, " AND status = 'FAILED' AND next_attempt_at IS NULL");
+	if (f->subscription_id)
+		sql_add(sql, size, " AND subscription_id = ?");
+	if (f->event_type)
+		sql_add(sql, size, f->event_type_glob ? " AND event_type GLOB ?" : " AND event_type = ?");
+	/* instr(), not LIKE: '%' and '_' in the search text match themselves. */
+	if (f->q && *f->q)
+		sql_add(sql, size, " AND (instr(last_message, ?) > 0 OR instr(last_cause, ?) > 0)");
+	if (f->has_code)
+		sql_add(sql, size, " AND last_code = ?");
+	if (f->source)
+		sql_add(sql, size, " AND EXISTS (SELECT 1 FROM events e WHERE e.id = deliveries.event_id"
+				   " AND e.source = ?)");
+	if (f->event_id)
+		sql_add(sql, size, " AND event_id = ?");
+	if (f->from_ms)
+		sql_add(sql, size, " AND created_at >= ?");
+	if (f->to_ms)
+		sql_add(sql, size, " AND created_at < ?");
+}
+
+void sq_filter_bind(sqlite3_stmt *s, const struct delivery_filter *f, int *b)
+{
+	if (f->has_status)
+		sqlite3_bind_text(s, (*b)++, delivery_status_name(f->status), -1, SQLITE_STATIC);
+	if (f->subscription_id)
+		sqlite3_bind_text(s, (*b)++, f->subscription_id, -1, SQLITE_STATIC);
+	if (f->event_type)
+		sqlite3_bind_text(s, (*b)++, f->event_type, -1, SQLITE_STATIC);
+	if (f->q && *f->q) {
+		sqlite3_bind_text(s, (*b)++, f->q, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, (*b)++, f->q, -1, SQLITE_STATIC);
+	}
+	if (f->has_code)
+		sqlite3_bind_int(s, (*b)++, f->code);
+	if (f->source)
+		sqlite3_bind_text(s, (*b)++, f->source, -1, SQLITE_STATIC);
+	if (f->event_id)
+		sqlite3_bind_text(s, (*b)++, f->event_id, -1, SQLITE_STATIC);
+	if (f->from_ms)
+		sqlite3_bind_int64(s, (*b)++, f->from_ms);
+	if (f->to_ms)
+		sqlite3_bind_int64(s, (*b)++, f->to_ms);
+}
+
+int sq_deliveries_list(store *st, const struct delivery_filter *f,
+			      struct store_delivery **items, size_t *n, char **next_cursor)
+{
+	struct sq *sq = sq_of(st);
+	const char *col = store_sort_column(f->sort);
+	const char *dir = f->descending ? "DESC" : "ASC";
+	char cursor_id[UUID_STR_LEN];
+	int64_t cursor_value = 0;
+	sqlite3_stmt *s = NULL;
+	size_t count = 0, cap = 0;
+	char sql[1536], frag[192];
+	int rc, b = 1;
+
+	if (f->cursor && store_cursor_parse(f, &cursor_value, cursor_id) != 0)
+		return STORE_INVALID;
+
+	/* Only constant fragments and column names from a fixed table go into the SQL;
+	 * every value is bound. */
+	snprintf(sql, sizeof(sql), "SELECT " DELIVERY_COLUMNS " FROM deliveries WHERE 1");
+	sq_filter_sql(f, sql, sizeof(sql));
+	if (f->cursor) {
+		snprintf(frag, sizeof(frag), " AND (%s, id) %s (?, ?)", col,
+			 f->descending ? "<" : ">");
+		sql_add(sql, sizeof(sql), frag);
+	}
+	snprintf(frag, sizeof(frag), " ORDER BY %s %s, id %s LIMIT ?", col, dir, dir);
+	sql_add(sql, sizeof(sql), frag);
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(sq->rdb), sql);
+		goto out;
+	}
+	sq_filter_bind(s, f, &b);
+	if (f->cursor) {
+		sqlite3_bind_int64(s, b++, cursor_value);
+		sqlite3_bind_text(s, b++, cursor_id, -1, SQLITE_STATIC);
+	}
+	/* One row more than asked tells whether there is a next page. */
+	sqlite3_bind_int64(s, b++, (int64_t)f->limit + 1);
+	rc = sq_read_rows(s, sizeof(**items), sq_read_delivery, (void **)items, &count, &cap);
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc == SQLITE_OK && count > f->limit) {
+		*next_cursor = store_cursor_after(f, &(*items)[f->limit - 1]);
+		if (!*next_cursor)
+			rc = sq_log_nomem();
+		store_delivery_free(&(*items)[f->limit]);
+		count = f->limit;
+	}
+	if (rc != SQLITE_OK) {
+		store_deliveries_free(*items, count);
+		*items = NULL;
+		return sq_store_code(rc);
+	}
+	*n = count;
+	return STORE_OK;
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+/* Runs a query whose single row holds int64 columns into out[0..ncols). */
+static int int_row(struct sq *sq, const char *sql, int64_t bind1, int64_t *out, int ncols)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		return rc;
+	}
+	if (sqlite3_bind_parameter_count(s) > 0)
+		sqlite3_bind_int64(s, 1, bind1);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		for (int i = 0; i < ncols; i++)
+			out[i] = sqlite3_column_int64(s, i);
+		rc = SQLITE_OK;
+	} else if (rc == SQLITE_DONE) {
+		rc = SQLITE_OK;
+	} else {
+		sq_log_stmt_error(s, rc);
+	}
+	sqlite3_finalize(s);
+	return rc;
+}
+
+static struct store_sub_stats *sub_stats_for(struct store_stats *out, const char *id, size_t *cap)
+{
+	for (size_t i = 0; i < out->n_subs; i++)
+		if (strcmp(out->subs[i].subscription_id, id) == 0)
+			return &out->subs[i];
+	struct store_sub_stats *more = sq_grow(out->subs, cap, out->n_subs, sizeof(*more));
+	if (!more)
+		return NULL;
+	out->subs = more;
+	struct store_sub_stats *x = &out->subs[out->n_subs++];
+	memset(x, 0, sizeof(*x));
+	snprintf(x->subscription_id, sizeof(x->subscription_id), "%s", id);
+	return x;
+}
+
+int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
+{
+	struct sq *sq = sq_of(st);
+	int64_t v[4] = {0};
+	sqlite3_stmt *s = NULL;
+	size_t cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = int_row(sq, "SELECT"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'NEW'),"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'PROCESSED'),"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'FAILED'"
+		     "   AND next_attempt_at IS NOT NULL),"
+		     " (SELECT count(*) FROM deliveries WHERE status = 'FAILED'"
+		     "   AND next_attempt_at IS NULL)", 0, v, 4);
+	if (rc != SQLITE_OK)
+		goto out;
+	out->new_count = v[0];
+	out->processed_count = v[1];
+	out->retrying_count = v[2];
+	out->dead_count = v[3];
+	memset(v, 0, sizeof(v));
+	rc = int_row(sq, "SELECT"
+		     " (SELECT count(*) FROM deliveries WHERE lease_until IS NOT NULL),"
+		     " (SELECT count(*) FROM deliveries WHERE lease_until IS NULL"
+		     "   AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1),"
+		     " (SELECT COALESCE(MIN(next_attempt_at), 0) FROM deliveries"
+		     "   WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
+		     "   AND next_attempt_at <= ?1),"
+		     " (SELECT COALESCE(MIN(created_at), 0) FROM deliveries"
+		     "   WHERE status = 'FAILED' AND next_attempt_at IS NULL)", now_ms, v, 4);
+	if (rc != SQLITE_OK)
+		goto out;
+	out->in_flight = v[0];
+	out->due_count = v[1];
+	out->oldest_due_at = v[2];
+	out->oldest_dead_at = v[3];
+
+	/* Per subscription over the window: attempts, successes, and the newest failure
+	 * (SQLite returns the row of max() for the bare columns). */
+	rc = sqlite3_prepare_v2(sq->rdb,
+				"SELECT d.subscription_id, count(*),"
+				" sum(a.code BETWEEN 200 AND 299),"
+				" max(CASE WHEN a.code BETWEEN 200 AND 299 THEN 0 ELSE a.started_at END)"
+				" FROM attempts a JOIN deliveries d ON d.id = a.delivery_id"
+				" WHERE a.started_at >= ?1 GROUP BY d.subscription_id",
+				-1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	sqlite3_bind_int64(s, 1, now_ms - window_ms);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_sub_stats *x =
+			sub_stats_for(out, (const char *)sqlite3_column_text(s, 0), &cap);
+		if (!x) {
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		x->attempts = sqlite3_column_int64(s, 1);
+		x->successes = sqlite3_column_int64(s, 2);
+		x->last_error_at = sqlite3_column_int64(s, 3);
+	}
+	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+	sqlite3_finalize(s);
+	s = NULL;
+	if (rc != SQLITE_OK)
+		goto out;
+	rc = sqlite3_prepare_v2(sq->rdb,
+				"SELECT a.code, a.message FROM attempts a"
+				" JOIN deliveries d ON d.id = a.delivery_id"
+				" WHERE d.subscription_id = ?1 AND a.started_at = ?2"
+				" AND NOT (a.code BETWEEN 200 AND 299) LIMIT 1",
+				-1, &s, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < out->n_subs; i++) {
+		struct store_sub_stats *x = &out->subs[i];
+		if (!x->last_error_at)
+			continue;
+		sqlite3_bind_text(s, 1, x->subscription_id, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, x->last_error_at);
+		if (sqlite3_step(s) == SQLITE_ROW) {
+			x->last_code = sqlite3_column_int(s, 0);
+			rc = sq_col_dup(s, 1, &x->last_message);
+		}
+		sqlite3_reset(s);
+	}
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_stats_free(out);
+		return sq_store_code(rc);
+	}
+	return STORE_OK;
+}

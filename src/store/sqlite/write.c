@@ -1,0 +1,586 @@
+/* write.c: the SQLite backend's hot writes: ingest (events and their deliveries in
+ * one transaction), the outbox relay, claims (leases), delivery results with their
+ * attempts, and lease recovery. Every call here runs on the writer connection in one
+ * transaction; must not leave one open across calls. */
+#include "store/sqlite/sqlite_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+/* ---- ingest and relay ---------------------------------------------------- */
+
+/* Inserts one event and its deliveries (created and due at due_at) inside the open
+ * transaction, or marks it duplicate when its (source, source_event_id) is already
+ * stored — including earlier in the same transaction. */
+static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at)
+{
+	const char *source = ev->source ? ev->source : "";
+	sqlite3_stmt *s;
+	int rc;
+
+	ev->duplicate = 0;
+	if (ev->dedupe_by_id) {
+		/* A spool replay: this very event may have been committed already. */
+		s = sq->w[W_EVENT_FIND_ID];
+		sqlite3_bind_text(s, 1, ev->id, -1, SQLITE_STATIC);
+		rc = sq_step_row(s);
+		if (rc == SQLITE_ROW) {
+			ev->duplicate = 1;
+			sq_stmt_end(s);
+			return SQLITE_OK;
+		}
+		if (rc != SQLITE_DONE)
+			return rc;
+	}
+	if (ev->source_event_id) {
+		s = sq->w[W_EVENT_FIND];
+		sqlite3_bind_text(s, 1, source, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, ev->source_event_id, -1, SQLITE_STATIC);
+		rc = sq_step_row(s);
+		if (rc == SQLITE_ROW) {
+			sq_col_id(s, 0, ev->id);
+			ev->duplicate = 1;
+			sq_stmt_end(s);
+			return SQLITE_OK;
+		}
+		if (rc != SQLITE_DONE)
+			return rc;
+	}
+
+	s = sq->w[W_EVENT_INSERT];
+	sqlite3_bind_text(s, 1, ev->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, ev->event_type, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, source, -1, SQLITE_STATIC);
+	sq_bind_text(s, 4, ev->source_event_id);
+	sq_bind_text(s, 5, ev->partition_key);
+	sqlite3_bind_text(s, 6, ev->content_type, -1, SQLITE_STATIC);
+	sq_bind_payload(s, 7, ev->payload, ev->payload_len);
+	sqlite3_bind_int64(s, 8, ev->created_at);
+	sq_bind_text(s, 9, ev->traceparent);
+	rc = sq_step_done(s);
+	if (rc != SQLITE_OK)
+		return rc;
+
+	int initial = store_event_initial(ev);
+	s = sq->w[initial ? W_DELIVERY_INSERT_STATE : W_DELIVERY_INSERT];
+	for (size_t i = 0; i < ev->n_subscriptions; i++) {
+		char id[UUID_STR_LEN];
+
+		uuid_v7(id);
+		sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, ev->id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, ev->subscription_ids[i], -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 4, ev->event_type, -1, SQLITE_STATIC);
+		if (initial) {
+			int64_t next = store_event_first_due(ev, due_at);
+			sqlite3_bind_text(s, 5, delivery_status_name(ev->initial_status), -1,
+					  SQLITE_STATIC);
+			if (next)
+				sqlite3_bind_int64(s, 6, next);
+			else
+				sqlite3_bind_null(s, 6);
+			if (ev->initial_code)
+				sqlite3_bind_int(s, 7, ev->initial_code);
+			else
+				sqlite3_bind_null(s, 7);
+			sq_bind_text(s, 8, ev->initial_message);
+			sq_bind_text(s, 9, ev->initial_cause);
+			sqlite3_bind_int64(s, 10, due_at);
+		} else {
+			sqlite3_bind_int64(s, 5, due_at);
+		}
+		rc = sq_step_done(s);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	return SQLITE_OK;
+}
+
+/* Runs the delivery group: a full one as one INSERT, a partial one row by row. */
+static int delivery_group_run(struct sq *sq, struct delivery_group *g)
+{
+	int rc = SQLITE_OK;
+
+	if (g->rows == INGEST_ROWS) {
+		sqlite3_stmt *s = sq->delivery_rows;
+
+		for (int r = 0; r < INGEST_ROWS; r++) {
+			int base = 1 + r * DELIVERY_COLS;
+
+			sqlite3_bind_text(s, base, g->ids[r], -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, base + 1, g->ev[r]->id, -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, base + 2, g->ev[r]->subscription_ids[g->sub[r]], -1,
+					  SQLITE_STATIC);
+			sqlite3_bind_text(s, base + 3, g->ev[r]->event_type, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(s, base + 4, g->ev[r]->created_at);
+		}
+		rc = sq_step_done(s);
+	} else {
+		sqlite3_stmt *s = sq->w[W_DELIVERY_INSERT];
+
+		for (int r = 0; rc == SQLITE_OK && r < g->rows; r++) {
+			sqlite3_bind_text(s, 1, g->ids[r], -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, 2, g->ev[r]->id, -1, SQLITE_STATIC);
+			sqlite3_bind_text(s, 3, g->ev[r]->subscription_ids[g->sub[r]], -1,
+					  SQLITE_STATIC);
+			sqlite3_bind_text(s, 4, g->ev[r]->event_type, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(s, 5, g->ev[r]->created_at);
+			rc = sq_step_done(s);
+		}
+	}
+	g->rows = 0;
+	return rc;
+}
+
+/* Inserts INGEST_ROWS events that need no key check with one INSERT, and queues their
+ * deliveries (created and due at the event's created_at, as insert_event does). */
+static int event_group_run(struct sq *sq, struct store_event_in **evs, struct delivery_group *g)
+{
+	sqlite3_stmt *s = sq->event_rows;
+	int rc;
+
+	for (int r = 0; r < INGEST_ROWS; r++) {
+		struct store_event_in *ev = evs[r];
+		int base = 1 + r * EVENT_COLS;
+
+		ev->duplicate = 0;
+		sqlite3_bind_text(s, base, ev->id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, base + 1, ev->event_type, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, base + 2, ev->source ? ev->source : "", -1, SQLITE_STATIC);
+		sqlite3_bind_null(s, base + 3);
+		sq_bind_text(s, base + 4, ev->partition_key);
+		sqlite3_bind_text(s, base + 5, ev->content_type, -1, SQLITE_STATIC);
+		sq_bind_payload(s, base + 6, ev->payload, ev->payload_len);
+		sqlite3_bind_int64(s, base + 7, ev->created_at);
+		sq_bind_text(s, base + 8, ev->traceparent);
+	}
+	if ((rc = sq_step_done(s)) != SQLITE_OK)
+		return rc;
+	for (int r = 0; r < INGEST_ROWS; r++) {
+		for (size_t k = 0; k < evs[r]->n_subscriptions; k++) {
+			uuid_v7(g->ids[g->rows]);
+			g->ev[g->rows] = evs[r];
+			g->sub[g->rows] = k;
+			if (++g->rows == INGEST_ROWS && (rc = delivery_group_run(sq, g)) != SQLITE_OK)
+				return rc;
+		}
+	}
+	return SQLITE_OK;
+}
+
+/* Events with an idempotency key (or replayed from the spool) are checked and inserted
+ * one by one, in order, so a key repeated within the batch is found; the others go in
+ * groups. A partial group at the end goes one by one too. */
+int sq_ingest(store *st, struct store_event_in *events, size_t n)
+{
+	struct sq *sq = sq_of(st);
+	int64_t now = clock_now_ms();
+	struct store_event_in *group[INGEST_ROWS];
+	struct delivery_group *g = malloc(sizeof(*g));
+	int rows = 0;
+	int rc;
+
+	if (!g)
+		return STORE_ERROR;
+	g->rows = 0;
+	rc = sq_wlock(sq);
+	if (rc == SQLITE_OK)
+		rc = sq_tx_begin(sq);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		struct store_event_in *ev = &events[i];
+
+		if (!ev->created_at)
+			ev->created_at = now;
+		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev)) {
+			rc = insert_event(sq, ev, ev->created_at);
+			continue;
+		}
+		group[rows++] = ev;
+		if (rows == INGEST_ROWS) {
+			rows = 0;
+			rc = event_group_run(sq, group, g);
+		}
+	}
+	for (int r = 0; rc == SQLITE_OK && r < rows; r++)
+		rc = insert_event(sq, group[r], group[r]->created_at);
+	if (rc == SQLITE_OK)
+		rc = delivery_group_run(sq, g);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	free(g);
+	return rc;
+}
+
+int sq_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
+			   size_t *relayed)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->w[W_OUTBOX_SELECT];
+	int64_t now = clock_now_ms();
+	int64_t last_id = 0;
+	size_t count = 0;
+	int rc;
+
+	rc = sq_wlock(sq);
+	if (rc == SQLITE_OK)
+		rc = sq_tx_begin(sq);
+	if (rc != SQLITE_OK)
+		goto out;
+	sqlite3_bind_int64(s, 1, (int64_t)limit);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_event_in ev = {0};
+		const char (*ids)[UUID_STR_LEN] = NULL;
+		size_t n_ids = 0;
+
+		/* Every column is read once: a later conversion would invalidate the
+		 * pointers. The payload may have been inserted as TEXT or BLOB. */
+		last_id = sqlite3_column_int64(s, 0);
+		uuid_v7(ev.id);
+		ev.event_type = (const char *)sqlite3_column_text(s, 1);
+		ev.source = (const char *)sqlite3_column_text(s, 2);
+		ev.source_event_id = (const char *)sqlite3_column_text(s, 3);
+		ev.partition_key = (const char *)sqlite3_column_text(s, 4);
+		ev.payload = sqlite3_column_blob(s, 5);
+		ev.payload_len = (size_t)sqlite3_column_bytes(s, 5);
+		ev.content_type = (const char *)sqlite3_column_text(s, 6);
+		ev.created_at = sqlite3_column_int64(s, 7);
+		if (!ev.event_type || !ev.content_type) {
+			rc = sq_log_nomem();
+			goto out;
+		}
+		if (ev.created_at <= 0)
+			ev.created_at = now;
+		fanout(ctx, ev.event_type, &ids, &n_ids);
+		ev.subscription_ids = ids;
+		ev.n_subscriptions = ids ? n_ids : 0;
+		rc = insert_event(sq, &ev, now);
+		if (rc != SQLITE_OK)
+			goto out;
+		if (ev.duplicate)
+			log_debug("store: outbox row %lld duplicates event %s, dropped",
+				  (long long)last_id, ev.id);
+		count++;
+	}
+	if (rc != SQLITE_DONE) {
+		sq_log_stmt_error(s, rc);
+		goto out;
+	}
+	sq_stmt_end(s);
+	rc = SQLITE_OK;
+	if (count) {
+		/* The writer lock was held since the SELECT, and AUTOINCREMENT ids sq_grow in
+		 * commit order, so every id up to last_id was just relayed. */
+		sqlite3_bind_int64(sq->w[W_OUTBOX_DELETE], 1, last_id);
+		rc = sq_step_done(sq->w[W_OUTBOX_DELETE]);
+	}
+out:
+	sq_stmt_end(s);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	if (rc == STORE_OK)
+		*relayed = count;
+	return rc;
+}
+
+/* ---- claim and results --------------------------------------------------- */
+
+static int claim_row_cmp(const void *a, const void *b)
+{
+	const struct claim_row *x = a, *y = b;
+
+	if (x->due != y->due)
+		return x->due < y->due ? -1 : 1;
+	return strcmp(x->c.delivery_id, y->c.delivery_id);
+}
+
+/* Fills the event part of a claim: one allocation holding event_type, content_type
+ * and the payload (NUL-terminated for convenience; payload_len excludes it). */
+static int load_claim_event(struct sq *sq, struct store_claim *c)
+{
+	sqlite3_stmt *s = sq->w[W_CLAIM_EVENT];
+	const char *type, *ctype, *source, *seid, *pkey;
+	size_t type_len, ctype_len, source_len, seid_len, pkey_len;
+	const void *payload;
+	char *block, *at;
+	int rc;
+
+	sqlite3_bind_text(s, 1, c->event_id, -1, SQLITE_STATIC);
+	rc = sq_step_row(s);
+	if (rc == SQLITE_DONE) {
+		log_error("store: delivery %s refers to missing event %s", c->delivery_id,
+			  c->event_id);
+		return SQLITE_CORRUPT;
+	}
+	if (rc != SQLITE_ROW)
+		return rc;
+	type = (const char *)sqlite3_column_text(s, 0);
+	type_len = (size_t)sqlite3_column_bytes(s, 0);
+	ctype = (const char *)sqlite3_column_text(s, 1);
+	ctype_len = (size_t)sqlite3_column_bytes(s, 1);
+	payload = sqlite3_column_blob(s, 2);
+	c->payload_len = (size_t)sqlite3_column_bytes(s, 2);
+	c->event_created_at = sqlite3_column_int64(s, 3);
+	c->traceparent[0] = '\0';
+	if (sqlite3_column_type(s, 4) == SQLITE_TEXT)
+		snprintf(c->traceparent, sizeof(c->traceparent), "%s",
+			 (const char *)sqlite3_column_text(s, 4));
+	source = (const char *)sqlite3_column_text(s, 5);
+	source_len = (size_t)sqlite3_column_bytes(s, 5);
+	seid = (const char *)sqlite3_column_text(s, 6);
+	seid_len = seid ? (size_t)sqlite3_column_bytes(s, 6) : 0;
+	pkey = (const char *)sqlite3_column_text(s, 7);
+	pkey_len = pkey ? (size_t)sqlite3_column_bytes(s, 7) : 0;
+	block = malloc(type_len + 1 + ctype_len + 1 + source_len + 1 + seid_len + 1 + pkey_len + 1 +
+		       c->payload_len + 1);
+	if (!type || !ctype || !block) {
+		free(block);
+		sq_stmt_end(s);
+		return sq_log_nomem();
+	}
+	at = block;
+	c->event_type = at;
+	memcpy(at, type, type_len + 1);
+	at += type_len + 1;
+	c->content_type = at;
+	memcpy(at, ctype, ctype_len + 1);
+	at += ctype_len + 1;
+	c->source = at;
+	if (source_len)
+		memcpy(at, source, source_len);
+	at[source_len] = '\0';
+	at += source_len + 1;
+	c->source_event_id = seid ? at : NULL;
+	if (seid)
+		memcpy(at, seid, seid_len + 1);
+	at += seid_len + 1;
+	c->partition_key = pkey ? at : NULL;
+	if (pkey)
+		memcpy(at, pkey, pkey_len + 1);
+	at += pkey_len + 1;
+	c->payload = at;
+	if (c->payload_len)
+		memcpy(c->payload, payload, c->payload_len);
+	((char *)c->payload)[c->payload_len] = '\0';
+	sq_stmt_end(s);
+	return SQLITE_OK;
+}
+
+int sq_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
+			struct store_claim **items, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->w[W_CLAIM];
+	struct claim_row *rows = NULL;
+	struct store_claim *out = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	sq_wlock_relaxed(sq);
+	rc = sq_tx_begin(sq);
+	if (rc != SQLITE_OK)
+		goto out;
+	sqlite3_bind_text(s, 1, st->owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, now_ms + lease_ms);
+	sqlite3_bind_int64(s, 3, now_ms);
+	sqlite3_bind_int64(s, 4, (int64_t)limit);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_claim *c;
+		enum delivery_status status = DELIVERY_NEW;
+		const char *name = (const char *)sqlite3_column_text(s, 3);
+		struct claim_row *more = sq_grow(rows, &cap, count, sizeof(*rows));
+
+		if (!more) {
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		rows = more;
+		c = &rows[count].c;
+		memset(c, 0, sizeof(*c));
+		sq_col_id(s, 0, c->delivery_id);
+		sq_col_id(s, 1, c->event_id);
+		sq_col_id(s, 2, c->subscription_id);
+		if (name)
+			delivery_status_parse(name, &status);
+		c->status = status;
+		c->replay = sqlite3_column_int(s, 4);
+		c->attempt_count = sqlite3_column_int(s, 5);
+		c->retry_count = sqlite3_column_int(s, 6);
+		rows[count].due = sqlite3_column_int64(s, 7);
+		c->delay_actions = sqlite3_column_int(s, 8);
+		count++;
+	}
+	if (rc != SQLITE_DONE) {
+		sq_log_stmt_error(s, rc);
+		goto out;
+	}
+	sq_stmt_end(s);
+	rc = SQLITE_OK;
+	/* RETURNING yields rows in no particular order. */
+	if (!count)
+		goto out;
+	qsort(rows, count, sizeof(*rows), claim_row_cmp);
+	out = calloc(count, sizeof(*out));
+	if (!out) {
+		rc = sq_log_nomem();
+		goto out;
+	}
+	for (size_t i = 0; i < count; i++) {
+		out[i] = rows[i].c;
+		rc = load_claim_event(sq, &out[i]);
+		if (rc != SQLITE_OK)
+			goto out;
+	}
+out:
+	sq_stmt_end(s);
+	free(rows);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	if (rc != STORE_OK) {
+		store_claims_free(out, count);
+		return rc;
+	}
+	*items = out;
+	*n = count;
+	return STORE_OK;
+}
+
+int sq_next_due(store *st, int64_t *at_ms)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->r[R_NEXT_DUE];
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sq_step_row(s);
+	if (rc == SQLITE_ROW) {
+		*at_ms = sqlite3_column_int64(s, 0);
+		sq_stmt_end(s);
+		rc = SQLITE_OK;
+	}
+	pthread_mutex_unlock(&sq->rmu);
+	return sq_store_code(rc);
+}
+
+/* Inserts one attempt row. A numbering clash must not throw away the whole batch of
+ * results: the first row is kept, with a warning. */
+static int record_attempt(struct sq *sq, const char *delivery_id, const struct store_attempt *a)
+{
+	sqlite3_stmt *s = sq->w[W_ATTEMPT_INSERT];
+	int rc;
+
+	sqlite3_bind_text(s, 1, delivery_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 2, a->n);
+	sqlite3_bind_text(s, 3, attempt_kind_name(a->kind), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 4, a->started_at);
+	sqlite3_bind_int64(s, 5, a->duration_ms);
+	sqlite3_bind_int(s, 6, a->code);
+	sq_bind_error_text(s, 7, a->message);
+	sq_bind_error_text(s, 8, a->cause);
+	rc = sq_step_done(s);
+	if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) == 0)
+		log_warn("store: attempt %d of delivery %s already recorded, kept the first", a->n,
+			 delivery_id);
+	return rc;
+}
+
+static int record_one(struct sq *sq, const char *owner, const struct store_result *r,
+		      int64_t now)
+{
+	sqlite3_stmt *s = sq->w[W_RESULT];
+	int rc;
+
+	sqlite3_bind_text(s, 1, r->delivery_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, delivery_status_name(r->status), -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 3, r->replay ? 1 : 0);
+	sqlite3_bind_int(s, 4, r->attempt_count);
+	sqlite3_bind_int(s, 5, r->retry_count);
+	sq_bind_time(s, 6, r->next_attempt_at);
+	sq_bind_time(s, 7, r->processed_at);
+	/* No error code means no error: message and cause are not kept either; -1 keeps
+	 * whatever error the delivery shows already. */
+	sqlite3_bind_int(s, 13, r->last_code == -1);
+	if (r->last_code > 0) {
+		sqlite3_bind_int(s, 8, r->last_code);
+		sq_bind_error_text(s, 9, r->last_message);
+		sq_bind_error_text(s, 10, r->last_cause);
+	} else {
+		sqlite3_bind_null(s, 8);
+		sqlite3_bind_null(s, 9);
+		sqlite3_bind_null(s, 10);
+	}
+	sqlite3_bind_int64(s, 11, now);
+	sqlite3_bind_text(s, 12, owner, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 14, r->delay_actions);
+	rc = sq_step_done(s);
+	if (rc != SQLITE_OK)
+		return rc;
+	if (sqlite3_changes(sq->wdb) == 0) {
+		log_warn("store: result for delivery %s ignored: its lease was lost",
+			 r->delivery_id);
+		return SQLITE_OK;
+	}
+
+	for (size_t i = 0; i < r->n_attempts; i++)
+		if ((rc = record_attempt(sq, r->delivery_id, &r->attempts[i])) != SQLITE_OK)
+			return rc;
+	return SQLITE_OK;
+}
+
+/* Results are written one statement each: grouping them 32 to an UPDATE ... FROM
+ * (VALUES ...) was measured (bench: claim and record 20,000 deliveries under callgrind)
+ * at 82,200 against 81,100 instructions per delivery, the b-tree work of the update and
+ * the attempt row being nearly all of it; not worth the code. */
+int sq_record_results(store *st, const struct store_result *results, size_t n)
+{
+	struct sq *sq = sq_of(st);
+	int64_t now = clock_now_ms();
+	int rc;
+
+	sq_wlock_relaxed(sq);
+	rc = sq_tx_begin(sq);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++)
+		rc = record_one(sq, st->owner, &results[i], now);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+/* Clears leases with the given statement; now_ms is bound when the statement takes it. */
+static int clear_leases(struct sq *sq, sqlite3_stmt *s, int64_t now_ms, size_t *n)
+{
+	int rc;
+
+	sq_wlock(sq);
+	if (sqlite3_bind_parameter_count(s) > 0)
+		sqlite3_bind_int64(s, 1, now_ms);
+	rc = sq_step_done(s);
+	if (rc == SQLITE_OK)
+		*n = (size_t)sqlite3_changes(sq->wdb);
+	pthread_mutex_unlock(&sq->wmu);
+	return sq_store_code(rc);
+}
+
+int sq_reap_leases(store *st, int64_t now_ms, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+
+	return clear_leases(sq, sq->w[W_REAP], now_ms, n);
+}
+
+int sq_release_all(store *st, size_t *n)
+{
+	struct sq *sq = sq_of(st);
+
+	/* The owner lock makes this process the only one with leases to lose. */
+	return clear_leases(sq, sq->w[W_RELEASE_ALL], 0, n);
+}
