@@ -1,0 +1,567 @@
+/* admin.c: the PostgreSQL backend's operator writes: replays, purges, cleanup, counts
+ * and purges by filter, operator jobs, the audit log and subscriptions. */
+#include "store/postgres/pg_int.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+/* ---- operator actions ---------------------------------------------------- */
+
+static int replay_row_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct replay_row *)a)->id, ((const struct replay_row *)b)->id);
+}
+
+int pg_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
+		     enum store_replay_outcome *outcomes, size_t *replayed)
+{
+	struct pg *pg = pg_of(st);
+	int64_t now = clock_now_ms();
+	struct replay_row *rows = NULL;
+	struct pgarr all, chosen;
+	struct params p = {0}, q = {0};
+	PGresult *res = NULL;
+	struct pgconn *c;
+	size_t count = 0, done = 0;
+	int rc;
+
+	pg_arr_init(&all, OID_TEXT);
+	pg_arr_init(&chosen, OID_TEXT);
+	for (size_t i = 0; i < n; i++)
+		pg_arr_text(&all, ids[i]);
+	pg_p_arr(&p, &all);
+	if (all.failed) {
+		pg_arr_free(&all);
+		return STORE_ERROR;
+	}
+	if (!(c = pg_take(pg, ROLE_API, &rc))) {
+		pg_arr_free(&all);
+		return rc;
+	}
+	rc = pg_tx_begin(pg, c);
+	if (rc == STORE_OK)
+		res = pg_run(pg, c, S_REPLAY_CHECK, &p, &rc);
+	if (res) {
+		count = (size_t)PQntuples(res);
+		rows = calloc(count ? count : 1, sizeof(*rows));
+		if (!rows)
+			rc = STORE_ERROR;
+		for (size_t i = 0; rows && i < count; i++) {
+			enum delivery_status status = DELIVERY_NEW;
+
+			pg_get_id(res, (int)i, 0, rows[i].id);
+			delivery_status_parse(PQgetvalue(res, (int)i, 1), &status);
+			rows[i].status = status;
+			rows[i].lease_until = PQgetisnull(res, (int)i, 2) ? -1 : pg_get_int(res, (int)i, 2);
+		}
+		if (rows)
+			qsort(rows, count, sizeof(*rows), replay_row_cmp);
+	}
+	for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+		enum store_replay_outcome outcome = REPLAY_NOT_FOUND;
+		struct replay_row key, *row;
+
+		snprintf(key.id, sizeof(key.id), "%s", ids[i]);
+		row = bsearch(&key, rows, count, sizeof(*rows), replay_row_cmp);
+		if (row) {
+			outcome = REPLAY_NOT_FAILED;
+			if (row->lease_until >= now)
+				outcome = REPLAY_IN_FLIGHT;
+			else if (!row->taken && (row->status == DELIVERY_FAILED ||
+						 (row->status == DELIVERY_PROCESSED && force)))
+				outcome = REPLAY_DONE;
+		}
+		if (outcome == REPLAY_DONE) {
+			row->taken = 1;
+			pg_arr_text(&chosen, ids[i]);
+			done++;
+		}
+		if (outcomes)
+			outcomes[i] = outcome;
+	}
+	if (rc == STORE_OK && done) {
+		pg_p_arr(&q, &chosen);
+		pg_p_i64(&q, now);
+		rc = chosen.failed ? STORE_ERROR : pg_run_done(pg, c, S_REPLAY_SET, &q, NULL);
+		/* Other instances' dispatchers learn of it at once. */
+		if (rc == STORE_OK)
+			rc = pg_run_done(pg, c, S_NOTIFY, NULL, NULL);
+	}
+	rc = pg_tx_end(pg, c, rc);
+	pg_give(c);
+	PQclear(res);
+	free(rows);
+	pg_arr_free(&all);
+	pg_arr_free(&chosen);
+	if (rc == STORE_OK)
+		*replayed = done;
+	return rc;
+}
+
+int pg_dlq_purge(store *st, const char *delivery_id)
+{
+	struct pg *pg = pg_of(st);
+	char event_id[UUID_STR_LEN];
+	struct params p = {0}, q = {0};
+	PGresult *res = NULL;
+	struct pgconn *c;
+	int result = STORE_OK;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_API, &rc)))
+		return rc;
+	pg_p_text(&p, delivery_id);
+	rc = pg_tx_begin(pg, c);
+	if (rc == STORE_OK)
+		res = pg_run(pg, c, S_PURGE_CHECK, &p, &rc);
+	if (res && PQntuples(res) == 0) {
+		result = STORE_NOT_FOUND;
+	} else if (res) {
+		/* Dead means FAILED with no attempt pending and no lease. */
+		if (strcmp(PQgetvalue(res, 0, 0), "FAILED") != 0 || !PQgetisnull(res, 0, 1) ||
+		    !PQgetisnull(res, 0, 2)) {
+			result = STORE_CONFLICT;
+		} else {
+			pg_get_id(res, 0, 3, event_id);
+			rc = pg_run_done(pg, c, S_DELIVERY_DELETE, &p, NULL);
+			pg_p_text(&q, event_id);
+			if (rc == STORE_OK)
+				rc = pg_run_done(pg, c, S_EVENT_DELETE_ORPHAN, &q, NULL);
+		}
+	}
+	PQclear(res);
+	rc = pg_tx_end(pg, c, rc);
+	pg_give(c);
+	return rc != STORE_OK ? rc : result;
+}
+
+int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
+				 size_t *purged)
+{
+	struct pg *pg = pg_of(st);
+	struct delivery_filter dead = *f;
+	struct store_delivery *items = NULL;
+	struct pgconn *c;
+	char *next = NULL;
+	size_t n = 0, done = 0;
+	int rc;
+
+	dead.dead_only = 1;
+	dead.cursor = NULL;
+	dead.limit = limit;
+	rc = pg_deliveries_list(st, &dead, &items, &n, &next);
+	free(next);
+	if (rc != STORE_OK)
+		return rc;
+	if (!(c = pg_take(pg, ROLE_API, &rc))) {
+		store_deliveries_free(items, n);
+		return rc;
+	}
+	rc = pg_tx_begin(pg, c);
+	for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+		struct params p = {0}, q = {0};
+		PGresult *res;
+
+		/* Still dead and unleased: it may have changed since the listing. */
+		pg_p_text(&p, items[i].id);
+		res = pg_run_sql(pg, c, "DELETE FROM outboxd.deliveries WHERE id = $1"
+			      " AND status = 'FAILED' AND next_attempt_at IS NULL"
+			      " AND lease_until IS NULL", &p, &rc);
+		if (res && strtoull(PQcmdTuples(res), NULL, 10) == 1) {
+			done++;
+			pg_p_text(&q, items[i].event_id);
+			rc = pg_run_done(pg, c, S_EVENT_DELETE_ORPHAN, &q, NULL);
+		}
+		PQclear(res);
+	}
+	rc = pg_tx_end(pg, c, rc);
+	pg_give(c);
+	store_deliveries_free(items, n);
+	if (rc == STORE_OK)
+		*purged = done;
+	return rc;
+}
+
+/* Deletes up to CLEANUP_CHUNK PROCESSED deliveries (attempts cascade) and the events
+ * they leave without deliveries, in one transaction. *deleted = deliveries removed. */
+static int cleanup_chunk(struct pg *pg, size_t *deleted)
+{
+	struct params p = {0}, q = {0};
+	struct pgarr events;
+	PGresult *res = NULL;
+	struct pgconn *c;
+	size_t count = 0;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+		return rc;
+	pg_arr_init(&events, OID_TEXT);
+	rc = pg_tx_begin(pg, c);
+	pg_p_i64(&p, CLEANUP_CHUNK);
+	if (rc == STORE_OK)
+		res = pg_run(pg, c, S_CLEANUP_CHUNK, &p, &rc);
+	if (res) {
+		count = (size_t)PQntuples(res);
+		for (size_t i = 0; i < count; i++)
+			pg_arr_text(&events, PQgetvalue(res, (int)i, 0));
+		pg_p_arr(&q, &events);
+		rc = events.failed ? STORE_ERROR :
+				     pg_run_done(pg, c, S_EVENTS_DELETE_ORPHANS, &q, NULL);
+	}
+	rc = pg_tx_end(pg, c, rc);
+	pg_give(c);
+	PQclear(res);
+	pg_arr_free(&events);
+	if (rc == STORE_OK)
+		*deleted = count;
+	return rc;
+}
+
+int pg_cleanup(store *st, size_t *deleted)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	struct pgconn *c;
+	size_t chunk;
+	int rc;
+
+	do {
+		chunk = 0;
+		rc = cleanup_chunk(pg, &chunk);
+		*deleted += chunk;
+	} while (rc == STORE_OK && chunk == CLEANUP_CHUNK);
+	pg_p_i64(&p, CLEANUP_CHUNK);
+	while (rc == STORE_OK) {
+		chunk = 0;
+		if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+			break;
+		rc = pg_run_done(pg, c, S_SWEEP_ORPHANS, &p, &chunk);
+		pg_give(c);
+		if (chunk < CLEANUP_CHUNK)
+			break;
+	}
+	return rc;
+}
+
+/* ---- jobs and audit ------------------------------------------------------ */
+
+static void job_params(struct params *p, const struct store_job *j)
+{
+	pg_p_text(p, j->id);
+	pg_p_text(p, j->kind);
+	pg_p_text(p, j->state);
+	pg_p_text(p, j->filter);
+	pg_p_bool(p, j->force);
+	pg_p_i64(p, j->rate);
+	pg_p_i64(p, j->matched);
+	pg_p_i64(p, j->done);
+	pg_p_text(p, j->cursor);
+	pg_p_text(p, j->actor);
+	pg_p_text(p, j->error);
+	pg_p_i64(p, j->created_at);
+	pg_p_i64(p, j->updated_at ? j->updated_at : clock_now_ms());
+}
+
+/* A write on the API connection; STORE_NOT_FOUND when it touched no row. */
+static int api_write(struct pg *pg, const char *sql, const struct params *p)
+{
+	struct pgconn *c;
+	PGresult *res;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_API, &rc)))
+		return rc;
+	res = pg_run_sql(pg, c, sql, p, &rc);
+	pg_give(c);
+	if (res && strtoull(PQcmdTuples(res), NULL, 10) == 0)
+		rc = STORE_NOT_FOUND;
+	PQclear(res);
+	return rc;
+}
+
+int pg_job_create(store *st, const struct store_job *job)
+{
+	struct params p = {0};
+
+	job_params(&p, job);
+	return api_write(pg_of(st), "INSERT INTO outboxd.jobs(" JOB_COLUMNS ") VALUES ($1, $2, $3,"
+			 " $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)", &p);
+}
+
+int pg_job_update(store *st, const struct store_job *job)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, job->id);
+	pg_p_text(&p, job->kind);
+	pg_p_text(&p, job->state);
+	pg_p_i64(&p, job->matched);
+	pg_p_i64(&p, job->done);
+	pg_p_text(&p, job->cursor);
+	pg_p_text(&p, job->error);
+	pg_p_i64(&p, job->updated_at ? job->updated_at : clock_now_ms());
+	/* Only a running job changes: a cancel that lands between a replay's batches is not
+	 * overwritten by the replay's next progress write (which then finds nothing and
+	 * stops), as on SQLite. */
+	return api_write(pg_of(st), "UPDATE outboxd.jobs SET state = $3, matched = $4, done = $5,"
+			 " cursor = $6, error = $7, updated_at = $8 WHERE id = $1 AND kind = $2"
+			 " AND state = 'running'",
+			 &p);
+}
+
+static int jobs_query(store *st, const char *sql, const char *one_id, struct store_job **items,
+		      size_t *n)
+{
+	struct pg *pg = pg_of(st);
+	struct store_job *rows = NULL;
+	struct params p = {0};
+	struct pgconn *c;
+	PGresult *res = NULL;
+	size_t count;
+	int rc;
+
+	if (one_id)
+		pg_p_text(&p, one_id);
+	if ((c = pg_take(pg, ROLE_API, &rc))) {
+		res = pg_run_sql(pg, c, sql, &p, &rc);
+		pg_give(c);
+	}
+	if (!res)
+		return rc;
+	count = (size_t)PQntuples(res);
+	if (count && !(rows = calloc(count, sizeof(*rows)))) {
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	for (size_t i = 0; i < count; i++) {
+		struct store_job *j = &rows[i];
+		int r = (int)i;
+
+		pg_get_id(res, r, 0, j->id);
+		snprintf(j->kind, sizeof(j->kind), "%s", PQgetvalue(res, r, 1));
+		snprintf(j->state, sizeof(j->state), "%s", PQgetvalue(res, r, 2));
+		j->force = (int)pg_get_int(res, r, 4);
+		j->rate = (int)pg_get_int(res, r, 5);
+		j->matched = pg_get_int(res, r, 6);
+		j->done = pg_get_int(res, r, 7);
+		j->created_at = pg_get_int(res, r, 11);
+		j->updated_at = pg_get_int(res, r, 12);
+		if (pg_get_dup(res, r, 3, &j->filter) || pg_get_dup(res, r, 8, &j->cursor) ||
+		    pg_get_dup(res, r, 9, &j->actor) || pg_get_dup(res, r, 10, &j->error)) {
+			store_jobs_free(rows, i + 1);
+			PQclear(res);
+			return STORE_ERROR;
+		}
+	}
+	PQclear(res);
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}
+
+int pg_job_get(store *st, const char *id, struct store_job *out)
+{
+	struct store_job *rows = NULL;
+	size_t n = 0;
+	int rc = jobs_query(st, "SELECT " JOB_COLUMNS " FROM outboxd.jobs WHERE id = $1", id,
+			    &rows, &n);
+
+	if (rc != STORE_OK)
+		return rc;
+	if (n == 0) {
+		free(rows);
+		return STORE_NOT_FOUND;
+	}
+	*out = rows[0];
+	free(rows);
+	return STORE_OK;
+}
+
+int pg_jobs_running(store *st, struct store_job **items, size_t *n)
+{
+	return jobs_query(st, "SELECT " JOB_COLUMNS " FROM outboxd.jobs WHERE state = 'running'"
+			  " ORDER BY created_at", NULL, items, n);
+}
+
+int pg_audit_append(store *st, const struct store_audit *a)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, a->id);
+	pg_p_i64(&p, a->at ? a->at : clock_now_ms());
+	pg_p_text(&p, a->actor);
+	pg_p_text(&p, a->action);
+	pg_p_text(&p, a->target);
+	pg_p_i64(&p, a->count);
+	pg_p_text(&p, a->detail);
+	return api_write(pg_of(st), "INSERT INTO outboxd.audit(id, at, actor, action, target,"
+			 " count, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)", &p);
+}
+
+int pg_audit_list(store *st, const char *before_id, size_t limit,
+			 struct store_audit **items, size_t *n)
+{
+	struct pg *pg = pg_of(st);
+	struct store_audit *rows = NULL;
+	struct params p = {0};
+	struct pgconn *c;
+	PGresult *res = NULL;
+	size_t count;
+	int rc;
+
+	pg_p_text(&p, before_id);
+	pg_p_i64(&p, (int64_t)limit);
+	if ((c = pg_take(pg, ROLE_API, &rc))) {
+		res = pg_run_sql(pg, c, "SELECT id, at, actor, action, target, count, detail"
+			      " FROM outboxd.audit WHERE ($1::text IS NULL OR id < $1)"
+			      " ORDER BY id DESC LIMIT $2", &p, &rc);
+		pg_give(c);
+	}
+	if (!res)
+		return rc;
+	count = (size_t)PQntuples(res);
+	if (count && !(rows = calloc(count, sizeof(*rows)))) {
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	for (size_t i = 0; i < count; i++) {
+		struct store_audit *a = &rows[i];
+		int r = (int)i;
+
+		pg_get_id(res, r, 0, a->id);
+		a->at = pg_get_int(res, r, 1);
+		a->count = pg_get_int(res, r, 5);
+		if (pg_get_dup(res, r, 2, &a->actor) || pg_get_dup(res, r, 3, &a->action) ||
+		    pg_get_dup(res, r, 4, &a->target) || pg_get_dup(res, r, 6, &a->detail)) {
+			store_audits_free(rows, i + 1);
+			PQclear(res);
+			return STORE_ERROR;
+		}
+	}
+	PQclear(res);
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}
+
+/* ---- subscriptions ------------------------------------------------------- */
+
+static int sub_write(struct pg *pg, enum stmt k, const struct params *p)
+{
+	struct pgconn *c;
+	size_t changed = 0;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_API, &rc)))
+		return rc;
+	rc = pg_run_done(pg, c, k, p, &changed);
+	pg_give(c);
+	if (rc == STORE_OK && changed == 0)
+		rc = STORE_NOT_FOUND;
+	return rc;
+}
+
+int pg_sub_create(store *st, const struct sub_row *sub)
+{
+	int64_t now = clock_now_ms();
+	struct params p = {0};
+
+	pg_p_text(&p, sub->id);
+	pg_p_text(&p, sub->name);
+	pg_p_text(&p, sub->config);
+	pg_p_bool(&p, sub->enabled);
+	pg_p_i64(&p, sub->created_at ? sub->created_at : now);
+	pg_p_i64(&p, sub->updated_at ? sub->updated_at : now);
+	return sub_write(pg_of(st), S_SUB_INSERT, &p);
+}
+
+int pg_sub_update(store *st, const struct sub_row *sub)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, sub->id);
+	pg_p_text(&p, sub->name);
+	pg_p_text(&p, sub->config);
+	pg_p_bool(&p, sub->enabled);
+	pg_p_i64(&p, sub->updated_at ? sub->updated_at : clock_now_ms());
+	return sub_write(pg_of(st), S_SUB_UPDATE, &p);
+}
+
+int pg_sub_delete(store *st, const char *id)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, id);
+	return sub_write(pg_of(st), S_SUB_DELETE, &p);
+}
+
+static int read_sub(const PGresult *r, int row, struct sub_row *sub)
+{
+	memset(sub, 0, sizeof(*sub));
+	pg_get_id(r, row, 0, sub->id);
+	sub->enabled = (int)pg_get_int(r, row, 3);
+	sub->created_at = pg_get_int(r, row, 4);
+	sub->updated_at = pg_get_int(r, row, 5);
+	if (pg_get_dup(r, row, 1, &sub->name) || pg_get_dup(r, row, 2, &sub->config)) {
+		store_sub_free(sub);
+		return -1;
+	}
+	return 0;
+}
+
+int pg_sub_get(store *st, const char *id, struct sub_row *out)
+{
+	struct params p = {0};
+	PGresult *res;
+	int rc;
+
+	pg_p_text(&p, id);
+	res = pg_read_run(pg_of(st), S_SUB_GET, &p, &rc);
+	if (!res)
+		return rc;
+	if (PQntuples(res) == 0)
+		rc = STORE_NOT_FOUND;
+	else
+		rc = read_sub(res, 0, out) ? STORE_ERROR : STORE_OK;
+	PQclear(res);
+	return rc;
+}
+
+int pg_sub_list(store *st, struct sub_row **items, size_t *n)
+{
+	struct sub_row *subs = NULL;
+	PGresult *res;
+	size_t count;
+	int rc;
+
+	res = pg_read_run(pg_of(st), S_SUB_LIST, NULL, &rc);
+	if (!res)
+		return rc;
+	count = (size_t)PQntuples(res);
+	if (count && !(subs = calloc(count, sizeof(*subs)))) {
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (read_sub(res, (int)i, &subs[i])) {
+			store_subs_free(subs, i);
+			PQclear(res);
+			return STORE_ERROR;
+		}
+	}
+	PQclear(res);
+	*items = subs;
+	*n = count;
+	return STORE_OK;
+}

@@ -1,0 +1,561 @@
+/* conn.c: the PostgreSQL backend of the storage interface (libpq): opening the
+ * database, its schema migrations (schema/NNN_*.sql), the connections with their outage
+ * handling and prepared statements, and the backend's table of functions (store_pg_ops).
+ *
+ * Many outboxd instances may share one database: nothing here assumes a single owner.
+ * Claims lease rows with FOR UPDATE SKIP LOCKED, results apply only while this instance
+ * still holds the lease, and the relay takes outbox rows with SKIP LOCKED, so instances
+ * never block on or duplicate each other's work. Everything lives in schema `outboxd`,
+ * fully qualified, so the tables can sit in an application's own database, next to the
+ * business tables its producers write in the same transaction as their outbox rows.
+ *
+ * Connections: one per role (ingest, dispatcher, jobs, API), each behind a mutex, so the
+ * hot paths never queue behind each other and any thread may call any function. Each
+ * prepares its statements once, lazily, and again after a reconnect. Batches travel as
+ * binary arrays expanded with unnest(): one round trip per ingest group or result batch.
+ *
+ * Outages: a lost connection makes calls answer STORE_UNAVAILABLE at once; later calls
+ * reconnect with a backoff (100 ms doubling to 2 s), so an outage costs no waiting and no
+ * restart. The loss is logged once per outage, and the recovery once.
+ *
+ * The other files: rows.c (parameters, binary arrays, results), write.c (ingest, relay,
+ * claims, results), read.c (gets, lists, stats), admin.c (operator actions, jobs, audit,
+ * subscriptions), listen.c (LISTEN/NOTIFY wake-ups).
+ *
+ * Must not: interpolate values into SQL (only fixed fragments and column names from
+ * tables here), keep a transaction open across calls, or return libpq codes to callers. */
+#include "store/postgres/pg_int.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+/* ---- prepared statements ------------------------------------------------- */
+
+const char *const pg_sql_of[S_COUNT] = {
+	[S_PING] = "SELECT 1",
+	/* One statement, one implicit transaction: the events (a repeated idempotency key
+	 * is skipped, the first one in the batch wins), the deliveries of the events that
+	 * were inserted, and for the relay the outbox rows it moved. RETURNING says which
+	 * events were new. */
+	[S_INGEST] = INGEST_SQL(" ON CONFLICT (source, source_event_id)"
+				" WHERE source_event_id IS NOT NULL"),
+	/* A spool replay: a stored id is a duplicate as well (any unique key). */
+	[S_INGEST_REPLAY] = INGEST_SQL(" ON CONFLICT"),
+	[S_DUP_LOOKUP] =
+		"SELECT k.ord, e.id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY"
+		" AS k(source, source_event_id, ord)"
+		" JOIN outboxd.events e ON e.source = k.source"
+		" AND e.source_event_id = k.source_event_id",
+	[S_OUTBOX_TAKE] =
+		"SELECT id, event_type, source, source_event_id, partition_key, payload,"
+		" content_type, created_at FROM outboxd.outbox ORDER BY id LIMIT $1"
+		" FOR UPDATE SKIP LOCKED",
+	/* Rows another instance is claiming right now are skipped, not waited for. */
+	[S_CLAIM] =
+		"WITH c AS ("
+		" UPDATE outboxd.deliveries d SET lease_owner = $1, lease_until = $2"
+		" WHERE d.id IN (SELECT id FROM outboxd.deliveries"
+		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
+		"  AND next_attempt_at <= $3 ORDER BY next_attempt_at LIMIT $4"
+		"  FOR UPDATE SKIP LOCKED)"
+		" RETURNING d.id, d.event_id, d.subscription_id, d.status, d.replay,"
+		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions)"
+		" SELECT c.id, c.event_id, c.subscription_id, c.status, c.replay, c.attempt_count,"
+		" c.retry_count, e.event_type, e.content_type, e.payload, e.created_at,"
+		" e.traceparent, c.delay_actions, e.source, e.source_event_id, e.partition_key"
+		" FROM c JOIN outboxd.events e ON e.id = c.event_id"
+		" ORDER BY c.next_attempt_at, c.id",
+	[S_NEXT_DUE] =
+		"SELECT MIN(next_attempt_at) FROM outboxd.deliveries"
+		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL",
+	/* A result applies only while this owner ($13) holds the lease; the attempts of
+	 * the results that applied are inserted in the same statement. $22: the results'
+	 * delay_actions (added last so the other parameters keep their numbers). */
+	[S_RESULTS] =
+		"WITH r AS ("
+		" SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int4[], $5::int4[],"
+		"  $6::int8[], $7::int8[], $8::bool[], $9::int4[], $10::text[], $11::text[],"
+		"  $22::int4[])"
+		"  AS u(id, status, replay, attempt_count, retry_count, next_attempt_at,"
+		"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions)),"
+		" upd AS ("
+		" UPDATE outboxd.deliveries d SET status = r.status, replay = r.replay,"
+		"  attempt_count = r.attempt_count, retry_count = r.retry_count,"
+		"  next_attempt_at = r.next_attempt_at, processed_at = r.processed_at,"
+		"  last_code = CASE WHEN r.keep_error THEN d.last_code ELSE r.last_code END,"
+		"  last_message = CASE WHEN r.keep_error THEN d.last_message ELSE r.last_message END,"
+		"  last_cause = CASE WHEN r.keep_error THEN d.last_cause ELSE r.last_cause END,"
+		"  lease_owner = NULL, lease_until = NULL, delay_actions = r.delay_actions,"
+		"  updated_at = $12"
+		" FROM r WHERE d.id = r.id AND d.lease_owner = $13 RETURNING d.id),"
+		" att AS ("
+		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
+		"  message, cause, instance)"
+		" SELECT a.delivery_id, a.n, a.kind, a.started_at, a.duration_ms, a.code,"
+		"  a.message, a.cause, $13"
+		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
+		"  $19::int4[], $20::text[], $21::text[])"
+		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause)"
+		" WHERE a.delivery_id IN (SELECT id FROM upd)"
+		" ON CONFLICT (delivery_id, n) DO NOTHING)"
+		" SELECT count(*) FROM upd",
+	[S_REAP] =
+		"UPDATE outboxd.deliveries SET lease_owner = NULL, lease_until = NULL"
+		" WHERE id IN (SELECT id FROM outboxd.deliveries"
+		"  WHERE lease_until IS NOT NULL AND lease_until < $1 FOR UPDATE SKIP LOCKED)",
+	[S_RELEASE_ALL] =
+		"UPDATE outboxd.deliveries SET lease_owner = NULL, lease_until = NULL"
+		" WHERE lease_until IS NOT NULL AND (lease_owner = $1 OR lease_until < $2)",
+	[S_EVENT_GET] =
+		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
+		" payload, created_at FROM outboxd.events WHERE id = $1",
+	[S_EVENT_DELIVERIES] =
+		"SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE event_id = $1"
+		" ORDER BY created_at, id",
+	[S_DELIVERY_GET] = "SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE id = $1",
+	[S_ATTEMPTS] =
+		"SELECT n, kind, started_at, duration_ms, code, message, cause"
+		" FROM outboxd.attempts WHERE delivery_id = $1 ORDER BY n",
+	[S_REPLAY_CHECK] =
+		"SELECT id, status, lease_until FROM outboxd.deliveries WHERE id = ANY($1::text[])"
+		" FOR UPDATE",
+	[S_REPLAY_SET] =
+		"UPDATE outboxd.deliveries SET status = 'NEW', replay = true, next_attempt_at = $2,"
+		" processed_at = NULL, lease_owner = NULL, lease_until = NULL, delay_actions = 0,"
+		" updated_at = $2"
+		" WHERE id = ANY($1::text[])",
+	[S_NOTIFY] = "SELECT pg_notify('" NOTIFY_CHANNEL "', '')",
+	[S_PURGE_CHECK] =
+		"SELECT status, next_attempt_at, lease_until, event_id FROM outboxd.deliveries"
+		" WHERE id = $1 FOR UPDATE",
+	[S_DELIVERY_DELETE] = "DELETE FROM outboxd.deliveries WHERE id = $1",
+	[S_EVENT_DELETE_ORPHAN] =
+		"DELETE FROM outboxd.events WHERE id = $1"
+		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries WHERE event_id = $1)",
+	[S_CLEANUP_CHUNK] =
+		"DELETE FROM outboxd.deliveries WHERE id IN (SELECT id FROM outboxd.deliveries"
+		"  WHERE status = 'PROCESSED' AND lease_until IS NULL LIMIT $1"
+		"  FOR UPDATE SKIP LOCKED)"
+		" RETURNING event_id",
+	[S_EVENTS_DELETE_ORPHANS] =
+		"DELETE FROM outboxd.events e WHERE e.id = ANY($1::text[])"
+		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)",
+	/* Events that never had a delivery (no subscription wanted them). */
+	[S_SWEEP_ORPHANS] =
+		"DELETE FROM outboxd.events WHERE id IN (SELECT e.id FROM outboxd.events e"
+		"  WHERE NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)"
+		"  LIMIT $1 FOR UPDATE SKIP LOCKED)",
+	[S_SUB_INSERT] =
+		"INSERT INTO outboxd.subscriptions(id, name, config, enabled, created_at,"
+		" updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+	[S_SUB_UPDATE] =
+		"UPDATE outboxd.subscriptions SET name = $2, config = $3, enabled = $4,"
+		" updated_at = $5 WHERE id = $1",
+	[S_SUB_DELETE] = "DELETE FROM outboxd.subscriptions WHERE id = $1",
+	[S_SUB_GET] =
+		"SELECT id, name, config, enabled, created_at, updated_at"
+		" FROM outboxd.subscriptions WHERE id = $1",
+	[S_SUB_LIST] =
+		"SELECT id, name, config, enabled, created_at, updated_at"
+		" FROM outboxd.subscriptions ORDER BY created_at, id",
+};
+
+/* ---- state --------------------------------------------------------------- */
+
+static const char *const role_names[ROLE_COUNT] = {"ingest", "dispatch", "jobs", "api"};
+
+struct pg *pg_of(store *st)
+{
+	return st->priv;
+}
+
+/* ---- outage bookkeeping -------------------------------------------------- */
+
+/* The last line of a libpq message, without its trailing newline, into buf. */
+static const char *one_line(const char *msg, char *buf, size_t size)
+{
+	size_t len;
+
+	char *o = buf;
+
+	snprintf(buf, size, "%s", msg && *msg ? msg : "no message");
+	/* One line: newlines and tabs become single spaces. */
+	for (const char *p = buf; *p; p++) {
+		int space = *p == '\n' || *p == '\t' || *p == ' ';
+
+		if (space && (o == buf || o[-1] == ' '))
+			continue;
+		*o++ = space ? ' ' : *p;
+	}
+	*o = '\0';
+	len = strlen(buf);
+	while (len && buf[len - 1] == ' ')
+		buf[--len] = '\0';
+	return buf;
+}
+
+void pg_note_down(struct pg *pg, const char *what, const char *msg)
+{
+	char line[512];
+
+	if (atomic_exchange(&pg->down, 1) == 0)
+		log_error("postgres: database unavailable (%s: %s); calls answer \"store "
+			  "unavailable\" and reconnect with backoff until it is back",
+			  what, one_line(msg, line, sizeof(line)));
+}
+
+void pg_note_up(struct pg *pg)
+{
+	if (atomic_exchange(&pg->down, 0) == 1) {
+		atomic_fetch_add(&pg->epoch, 1);
+		log_info("postgres: database reachable again");
+	}
+}
+
+/* ---- connections --------------------------------------------------------- */
+
+/* Opens a connection. The DSN's own settings override the defaults given before it
+ * (libpq expands dbname in place): a bounded connect, TCP keepalives so a vanished server
+ * is noticed, and a name operators can find in pg_stat_activity. */
+/* Server notices (and the FATAL a server sends to idle sessions as it shuts down) go to
+ * the log instead of libpq's default, stderr: the loss itself is logged by pg_note_down. */
+static void notice_cb(void *arg, const char *message)
+{
+	char line[512];
+
+	log_debug("postgres: %s", one_line(message, line, sizeof(line)));
+}
+
+PGconn *pg_connect_dsn(const char *dsn)
+{
+	static const char *const keys[] = {"connect_timeout", "keepalives_idle",
+		"keepalives_interval", "keepalives_count", "application_name", "dbname", NULL};
+	const char *values[] = {"5", "30", "10", "3", "outboxd", dsn, NULL};
+	PGconn *conn = PQconnectdbParams(keys, values, 1);
+
+	if (conn)
+		PQsetNoticeProcessor(conn, notice_cb, NULL);
+	return conn;
+}
+
+static void conn_close(struct pgconn *c)
+{
+	if (c->conn)
+		PQfinish(c->conn);
+	c->conn = NULL;
+	c->prepared = 0;
+}
+
+/* Makes sure c has a working connection (c->mu held). STORE_UNAVAILABLE at once while
+ * the backoff after a failed attempt runs. */
+static int conn_ready(struct pg *pg, struct pgconn *c)
+{
+	int64_t now = clock_mono_ms();
+	PGconn *conn;
+
+	if (c->conn && PQstatus(c->conn) == CONNECTION_OK)
+		return STORE_OK;
+	conn_close(c);
+	if (now < c->retry_at)
+		return STORE_UNAVAILABLE;
+	conn = pg_connect_dsn(pg->dsn);
+	if (PQstatus(conn) != CONNECTION_OK) {
+		pg_note_down(pg, "connect", PQerrorMessage(conn));
+		PQfinish(conn);
+		c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
+		if (c->backoff_ms > BACKOFF_MAX_MS)
+			c->backoff_ms = BACKOFF_MAX_MS;
+		c->retry_at = now + c->backoff_ms;
+		return STORE_UNAVAILABLE;
+	}
+	/* Claims and results commit without waiting for the WAL flush, as the SQLite
+	 * backend relaxes its sync for them: losing the last few to a database crash only
+	 * means those deliveries are sent again (at-least-once). Events are acknowledged
+	 * only from the ingest connection, whose commits are synchronous. */
+	if (c->role == ROLE_DISPATCH) {
+		PGresult *r = PQexec(conn, "SET synchronous_commit = off");
+
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			log_warn("postgres: %s", PQresultErrorMessage(r));
+		PQclear(r);
+	}
+	pg_note_up(pg);
+	c->conn = conn;
+	c->prepared = 0;
+	c->backoff_ms = 0;
+	c->retry_at = 0;
+	c->epoch = atomic_load(&pg->epoch);
+	return STORE_OK;
+}
+
+/* The connection broke under a call: drop it; the next call reconnects at once (and
+ * starts the backoff if that fails). */
+static void conn_lost(struct pg *pg, struct pgconn *c, const char *msg)
+{
+	char line[512];
+
+	if (c->epoch == atomic_load(&pg->epoch))
+		pg_note_down(pg, role_names[c->role], msg);
+	else
+		log_debug("postgres: %s connection from before the last outage closed (%s)",
+			  role_names[c->role], one_line(msg, line, sizeof(line)));
+	conn_close(c);
+}
+
+/* Locks the role's connection and makes sure it works: returns it, or NULL with *rc set
+ * (and nothing locked). */
+struct pgconn *pg_take(struct pg *pg, enum role role, int *rc)
+{
+	struct pgconn *c = &pg->conns[role];
+
+	pthread_mutex_lock(&c->mu);
+	*rc = conn_ready(pg, c);
+	if (*rc != STORE_OK) {
+		pthread_mutex_unlock(&c->mu);
+		return NULL;
+	}
+	return c;
+}
+
+/* Unlocks c; a transaction an error path left open is rolled back first. */
+void pg_give(struct pgconn *c)
+{
+	if (c->conn) {
+		PGTransactionStatusType ts = PQtransactionStatus(c->conn);
+
+		if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR) {
+			PQclear(PQexec(c->conn, "ROLLBACK"));
+		} else if (ts != PQTRANS_IDLE) {
+			conn_close(c);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Maps a failed result to a store code, logging what deserves it. A lost connection,
+ * a shutting-down server, a serialization failure or a full disk mean "try again later". */
+int pg_fail_code(struct pg *pg, struct pgconn *c, PGresult *res, const char *what)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c->conn);
+	char line[512];
+
+	if (PQstatus(c->conn) != CONNECTION_OK || !state || strncmp(state, "08", 2) == 0 ||
+	    strncmp(state, "57P", 3) == 0) {
+		conn_lost(pg, c, msg);
+		return STORE_UNAVAILABLE;
+	}
+	if (strcmp(state, "23505") == 0)        /* unique_violation */
+		return STORE_CONFLICT;
+	if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
+	    strncmp(state, "53", 2) == 0 || strcmp(state, "55P03") == 0 ||
+	    strcmp(state, "57014") == 0) {
+		log_warn("postgres: %s (in: %.60s)", one_line(msg, line, sizeof(line)), what);
+		return STORE_UNAVAILABLE;
+	}
+	log_error("postgres: %s [%s] (in: %.80s)", one_line(msg, line, sizeof(line)), state, what);
+	return STORE_ERROR;
+}
+
+/* ---- open and close ------------------------------------------------------ */
+
+/* Runs sql on conn during open; on failure writes the message to err. Returns the
+ * result (PQclear it) or NULL. */
+static PGresult *open_exec(PGconn *conn, const char *sql, char *err, size_t errlen)
+{
+	PGresult *r = PQexec(conn, sql);
+	char line[512];
+
+	if (PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK)
+		return r;
+	snprintf(err, errlen, "postgres: %s (in: %.60s)",
+		 one_line(PQresultErrorMessage(r), line, sizeof(line)), sql);
+	PQclear(r);
+	return NULL;
+}
+
+/* Applies the migrations the database lacks. Instances starting together take turns on
+ * a session advisory lock, so each migration runs once. */
+static int migrate(PGconn *conn, char *err, size_t errlen)
+{
+	PGresult *r;
+	long version;
+	size_t v;
+	int rc = STORE_ERROR;
+
+	if (!(r = open_exec(conn, "SELECT pg_advisory_lock(" MIGRATION_LOCK ")", err, errlen)))
+		return STORE_ERROR;
+	PQclear(r);
+	r = open_exec(conn,
+		      "SET client_min_messages = warning;"
+		      "CREATE SCHEMA IF NOT EXISTS outboxd;"
+		      "CREATE TABLE IF NOT EXISTS outboxd.schema_migrations ("
+		      " version integer PRIMARY KEY, applied_at bigint NOT NULL)", err, errlen);
+	if (!r)
+		goto out;
+	PQclear(r);
+	r = open_exec(conn, "SELECT COALESCE(MAX(version), 0) FROM outboxd.schema_migrations",
+		      err, errlen);
+	if (!r)
+		goto out;
+	version = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+	PQclear(r);
+	if (version > (long)postgres_migrations_n) {
+		snprintf(err, errlen,
+			 "database schema version %ld is newer than this outboxd knows (%zu)",
+			 version, postgres_migrations_n);
+		goto out;
+	}
+	for (v = (size_t)version + 1; v <= postgres_migrations_n; v++) {
+		char record[160];
+
+		snprintf(record, sizeof(record),
+			 "INSERT INTO outboxd.schema_migrations(version, applied_at)"
+			 " VALUES (%zu, %lld)", v, (long long)clock_now_ms());
+		if (!(r = open_exec(conn, "BEGIN", err, errlen)))
+			goto out;
+		PQclear(r);
+		if ((r = open_exec(conn, postgres_migrations[v - 1].sql, err, errlen))) {
+			PQclear(r);
+			r = open_exec(conn, record, err, errlen);
+		}
+		if (r) {
+			PQclear(r);
+			r = open_exec(conn, "COMMIT", err, errlen);
+		}
+		if (!r) {
+			PQclear(PQexec(conn, "ROLLBACK"));
+			goto out;
+		}
+		PQclear(r);
+		log_info("store: applied schema migration %zu (postgres, %s)", v,
+			 postgres_migrations[v - 1].name);
+	}
+	rc = STORE_OK;
+out:
+	PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATION_LOCK ")"));
+	PQclear(PQexec(conn, "RESET client_min_messages"));
+	return rc;
+}
+
+static void pg_close(store *st)
+{
+	struct pg *pg = pg_of(st);
+
+	if (!pg)
+		return;
+	pthread_mutex_lock(&pg->listen_mu);
+	pg_listener_stop(pg);
+	pthread_mutex_unlock(&pg->listen_mu);
+	for (int i = 0; i < ROLE_COUNT; i++) {
+		conn_close(&pg->conns[i]);
+		pthread_mutex_destroy(&pg->conns[i].mu);
+	}
+	pthread_mutex_destroy(&pg->listen_mu);
+	free(pg->dsn);
+	free(pg);
+	st->priv = NULL;
+}
+
+static int pg_open(store *st, const char *dsn, char *err, size_t errlen)
+{
+	struct pg *pg = calloc(1, sizeof(*pg));
+	char line[512];
+	PGconn *conn;
+	int rc;
+
+	if (!pg || !(pg->dsn = strdup(dsn))) {
+		free(pg);
+		snprintf(err, errlen, "out of memory");
+		return STORE_ERROR;
+	}
+	for (int i = 0; i < ROLE_COUNT; i++) {
+		pthread_mutex_init(&pg->conns[i].mu, NULL);
+		pg->conns[i].role = (enum role)i;
+	}
+	pthread_mutex_init(&pg->listen_mu, NULL);
+	st->priv = pg;
+
+	/* The jobs connection runs the migrations and stays open. */
+	conn = pg_connect_dsn(dsn);
+	if (PQstatus(conn) != CONNECTION_OK) {
+		snprintf(err, errlen, "postgres: cannot connect: %s",
+			 one_line(PQerrorMessage(conn), line, sizeof(line)));
+		PQfinish(conn);
+		pg_close(st);
+		return STORE_UNAVAILABLE;
+	}
+	rc = migrate(conn, err, errlen);
+	if (rc != STORE_OK) {
+		PQfinish(conn);
+		pg_close(st);
+		return rc;
+	}
+	pg->conns[ROLE_JOBS].conn = conn;
+	return STORE_OK;
+}
+
+static int pg_ping(store *st)
+{
+	struct pg *pg = pg_of(st);
+	struct pgconn *c;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_API, &rc)))
+		return rc;
+	rc = pg_run_done(pg, c, S_PING, NULL, NULL);
+	pg_give(c);
+	return rc;
+}
+
+/* ---- the listener -------------------------------------------------------- */
+
+const struct store_ops store_pg_ops = {
+	.name = "postgres",
+	.dsn_prefix = "postgres://",
+	.open = pg_open,
+	.close = pg_close,
+	.ping = pg_ping,
+	.ingest = pg_ingest,
+	.relay_outbox = pg_relay_outbox,
+	.claim_due = pg_claim_due,
+	.next_due = pg_next_due,
+	.record_results = pg_record_results,
+	.reap_leases = pg_reap_leases,
+	.release_all = pg_release_all,
+	.event_get = pg_event_get,
+	.event_deliveries = pg_event_deliveries,
+	.delivery_get = pg_delivery_get,
+	.delivery_attempts = pg_delivery_attempts,
+	.deliveries_list = pg_deliveries_list,
+	.replay = pg_replay,
+	.dlq_purge = pg_dlq_purge,
+	.cleanup = pg_cleanup,
+	.deliveries_count = pg_deliveries_count,
+	.dlq_purge_matching = pg_dlq_purge_matching,
+	.job_create = pg_job_create,
+	.job_update = pg_job_update,
+	.job_get = pg_job_get,
+	.jobs_running = pg_jobs_running,
+	.audit_append = pg_audit_append,
+	.audit_list = pg_audit_list,
+	.stats = pg_stats,
+	.sub_create = pg_sub_create,
+	.sub_update = pg_sub_update,
+	.sub_delete = pg_sub_delete,
+	.sub_get = pg_sub_get,
+	.sub_list = pg_sub_list,
+	.on_work = pg_on_work,
+	.on_subscriptions_changed = pg_on_subscriptions_changed,
+};

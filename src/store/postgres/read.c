@@ -1,0 +1,434 @@
+/* read.c: the PostgreSQL backend's reads: one event, one delivery, attempts, filtered
+ * and paged lists, and the stats. Must not write. */
+#include "store/postgres/pg_int.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+/* ---- reading ------------------------------------------------------------- */
+
+/* Runs a reading statement on the API connection. */
+PGresult *pg_read_run(struct pg *pg, enum stmt k, const struct params *p, int *rc)
+{
+	struct pgconn *c;
+	PGresult *res;
+
+	if (!(c = pg_take(pg, ROLE_API, rc)))
+		return NULL;
+	res = pg_run(pg, c, k, p, rc);
+	pg_give(c);
+	return res;
+}
+
+static int read_delivery(const PGresult *r, int row, struct store_delivery *d)
+{
+	enum delivery_status status = DELIVERY_NEW;
+	const char *name = PQgetvalue(r, row, 4);
+
+	memset(d, 0, sizeof(*d));
+	pg_get_id(r, row, 0, d->id);
+	pg_get_id(r, row, 1, d->event_id);
+	pg_get_id(r, row, 2, d->subscription_id);
+	if (delivery_status_parse(name, &status) != 0)
+		log_warn("store: delivery %s has unknown status %s", d->id, name);
+	d->status = status;
+	d->replay = (int)pg_get_int(r, row, 5);
+	d->attempt_count = (int)pg_get_int(r, row, 6);
+	d->retry_count = (int)pg_get_int(r, row, 7);
+	d->next_attempt_at = pg_get_int(r, row, 8);
+	d->created_at = pg_get_int(r, row, 9);
+	d->updated_at = pg_get_int(r, row, 10);
+	d->processed_at = pg_get_int(r, row, 11);
+	d->last_code = (int)pg_get_int(r, row, 12);
+	d->lease_until = pg_get_int(r, row, 16);
+	if (pg_get_dup(r, row, 3, &d->event_type) || pg_get_dup(r, row, 13, &d->last_message) ||
+	    pg_get_dup(r, row, 14, &d->last_cause) || pg_get_dup(r, row, 15, &d->lease_owner)) {
+		store_delivery_free(d);
+		return -1;
+	}
+	return 0;
+}
+
+/* Every row of res as deliveries (returned array); STORE_ERROR when memory runs out. */
+static int read_deliveries(const PGresult *res, struct store_delivery **items, size_t *n)
+{
+	size_t count = (size_t)PQntuples(res);
+	struct store_delivery *out;
+
+	*items = NULL;
+	*n = 0;
+	if (!count)
+		return STORE_OK;
+	out = calloc(count, sizeof(*out));
+	if (!out)
+		return STORE_ERROR;
+	for (size_t i = 0; i < count; i++) {
+		if (read_delivery(res, (int)i, &out[i])) {
+			store_deliveries_free(out, i);
+			return STORE_ERROR;
+		}
+	}
+	*items = out;
+	*n = count;
+	return STORE_OK;
+}
+
+int pg_event_get(store *st, const char *id, struct store_event *ev)
+{
+	struct params p = {0};
+	PGresult *res;
+	int rc;
+
+	pg_p_text(&p, id);
+	res = pg_read_run(pg_of(st), S_EVENT_GET, &p, &rc);
+	if (!res)
+		return rc;
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		return STORE_NOT_FOUND;
+	}
+	pg_get_id(res, 0, 0, ev->id);
+	ev->created_at = pg_get_int(res, 0, 7);
+	ev->payload_len = (size_t)PQgetlength(res, 0, 6);
+	ev->payload = malloc(ev->payload_len + 1);
+	if (!ev->payload || pg_get_dup(res, 0, 1, &ev->event_type) ||
+	    pg_get_dup(res, 0, 2, &ev->source) || pg_get_dup(res, 0, 3, &ev->source_event_id) ||
+	    pg_get_dup(res, 0, 4, &ev->partition_key) || pg_get_dup(res, 0, 5, &ev->content_type)) {
+		store_event_free(ev);
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	if (ev->payload_len)
+		memcpy(ev->payload, PQgetvalue(res, 0, 6), ev->payload_len);
+	((char *)ev->payload)[ev->payload_len] = '\0';
+	PQclear(res);
+	return STORE_OK;
+}
+
+int pg_event_deliveries(store *st, const char *event_id, struct store_delivery **items,
+			       size_t *n)
+{
+	struct params p = {0};
+	PGresult *res;
+	int rc;
+
+	pg_p_text(&p, event_id);
+	res = pg_read_run(pg_of(st), S_EVENT_DELIVERIES, &p, &rc);
+	if (!res)
+		return rc;
+	rc = read_deliveries(res, items, n);
+	PQclear(res);
+	return rc;
+}
+
+int pg_delivery_get(store *st, const char *id, struct store_delivery *d)
+{
+	struct params p = {0};
+	PGresult *res;
+	int rc;
+
+	pg_p_text(&p, id);
+	res = pg_read_run(pg_of(st), S_DELIVERY_GET, &p, &rc);
+	if (!res)
+		return rc;
+	if (PQntuples(res) == 0)
+		rc = STORE_NOT_FOUND;
+	else
+		rc = read_delivery(res, 0, d) ? STORE_ERROR : STORE_OK;
+	PQclear(res);
+	return rc;
+}
+
+int pg_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
+				size_t *n)
+{
+	struct store_attempt_row *rows = NULL;
+	struct params p = {0};
+	PGresult *res;
+	size_t count;
+	int rc;
+
+	pg_p_text(&p, id);
+	res = pg_read_run(pg_of(st), S_ATTEMPTS, &p, &rc);
+	if (!res)
+		return rc;
+	count = (size_t)PQntuples(res);
+	if (count && !(rows = calloc(count, sizeof(*rows)))) {
+		PQclear(res);
+		return STORE_ERROR;
+	}
+	for (size_t i = 0; i < count; i++) {
+		struct store_attempt_row *a = &rows[i];
+		int r = (int)i;
+
+		a->n = (int)pg_get_int(res, r, 0);
+		a->kind = attempt_kind_parse(PQgetvalue(res, r, 1));
+		a->started_at = pg_get_int(res, r, 2);
+		a->duration_ms = pg_get_int(res, r, 3);
+		a->code = (int)pg_get_int(res, r, 4);
+		if (pg_get_dup(res, r, 5, &a->message) || pg_get_dup(res, r, 6, &a->cause)) {
+			store_attempts_free(rows, i + 1);
+			PQclear(res);
+			return STORE_ERROR;
+		}
+	}
+	PQclear(res);
+	*items = rows;
+	*n = count;
+	return STORE_OK;
+}
+
+/* Appends a formatted fragment; the buffers are sized for every fragment at once. */
+static void sql_add(char *sql, size_t size, const char *fmt, int a, int b)
+{
+	size_t len = strlen(sql);
+
+	snprintf(sql + len, size - len, fmt, a, b);
+}
+
+/* A glob ('*' any run, '?' one character) as a LIKE pattern with '\' escaping, into
+ * out (at least 2 * strlen(glob) + 1 bytes). */
+static void glob_to_like(const char *glob, char *out)
+{
+	for (; *glob; glob++) {
+		if (*glob == '*') {
+			*out++ = '%';
+		} else if (*glob == '?') {
+			*out++ = '_';
+		} else {
+			if (*glob == '%' || *glob == '_' || *glob == '\\')
+				*out++ = '\\';
+			*out++ = *glob;
+		}
+	}
+	*out = '\0';
+}
+
+/* The WHERE conditions of a delivery filter (fixed fragments, values as parameters),
+ * appended to sql, and their values to p. like (returned, free it) holds the LIKE
+ * pattern of an event-type glob. */
+static int filter_sql(const struct delivery_filter *f, char *sql, size_t size,
+		      struct params *p, char **like)
+{
+	*like = NULL;
+	if (f->has_status) {
+		pg_p_text(p, delivery_status_name(f->status));
+		sql_add(sql, size, " AND status = $%d", p->n, 0);
+	}
+	if (f->dead_only)
+		sql_add(sql, size, " AND status = 'FAILED' AND next_attempt_at IS NULL", 0, 0);
+	if (f->subscription_id) {
+		pg_p_text(p, f->subscription_id);
+		sql_add(sql, size, " AND subscription_id = $%d", p->n, 0);
+	}
+	if (f->event_type && f->event_type_glob) {
+		if (!(*like = malloc(2 * strlen(f->event_type) + 1)))
+			return -1;
+		glob_to_like(f->event_type, *like);
+		pg_p_text(p, *like);
+		sql_add(sql, size, " AND event_type LIKE $%d ESCAPE '\\'", p->n, 0);
+	} else if (f->event_type) {
+		pg_p_text(p, f->event_type);
+		sql_add(sql, size, " AND event_type = $%d", p->n, 0);
+	}
+	/* strpos(), not LIKE: '%' and '_' in the search text match themselves. */
+	if (f->q && *f->q) {
+		pg_p_text(p, f->q);
+		sql_add(sql, size, " AND (strpos(last_message, $%d) > 0 OR strpos(last_cause, $%d) > 0)",
+			p->n, p->n);
+	}
+	if (f->has_code) {
+		pg_p_i64(p, f->code);
+		sql_add(sql, size, " AND last_code = $%d", p->n, 0);
+	}
+	if (f->source) {
+		pg_p_text(p, f->source);
+		sql_add(sql, size, " AND EXISTS (SELECT 1 FROM outboxd.events e"
+			" WHERE e.id = deliveries.event_id AND e.source = $%d)", p->n, 0);
+	}
+	if (f->event_id) {
+		pg_p_text(p, f->event_id);
+		sql_add(sql, size, " AND event_id = $%d", p->n, 0);
+	}
+	if (f->from_ms) {
+		pg_p_i64(p, f->from_ms);
+		sql_add(sql, size, " AND created_at >= $%d", p->n, 0);
+	}
+	if (f->to_ms) {
+		pg_p_i64(p, f->to_ms);
+		sql_add(sql, size, " AND created_at < $%d", p->n, 0);
+	}
+	return 0;
+}
+
+int pg_deliveries_list(store *st, const struct delivery_filter *f,
+			      struct store_delivery **items, size_t *n, char **next_cursor)
+{
+	struct pg *pg = pg_of(st);
+	const char *col = store_sort_column(f->sort);
+	const char *dir = f->descending ? "DESC" : "ASC";
+	char cursor_id[UUID_STR_LEN], sql[2048], frag[192];
+	int64_t cursor_value = 0;
+	struct params p = {0};
+	struct pgconn *c;
+	PGresult *res = NULL;
+	char *like = NULL;
+	size_t count = 0;
+	int rc;
+
+	if (f->cursor && store_cursor_parse(f, &cursor_value, cursor_id) != 0)
+		return STORE_INVALID;
+	snprintf(sql, sizeof(sql), "SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE true");
+	if (filter_sql(f, sql, sizeof(sql), &p, &like))
+		return STORE_ERROR;
+	if (f->cursor) {
+		pg_p_i64(&p, cursor_value);
+		pg_p_text(&p, cursor_id);
+		snprintf(frag, sizeof(frag), " AND (%s, id) %s ($%d, $%d)", col,
+			 f->descending ? "<" : ">", p.n - 1, p.n);
+		strncat(sql, frag, sizeof(sql) - strlen(sql) - 1);
+	}
+	/* One row more than asked tells whether there is a next page. */
+	pg_p_i64(&p, (int64_t)f->limit + 1);
+	snprintf(frag, sizeof(frag), " ORDER BY %s %s, id %s LIMIT $%d", col, dir, dir, p.n);
+	strncat(sql, frag, sizeof(sql) - strlen(sql) - 1);
+
+	if ((c = pg_take(pg, ROLE_API, &rc))) {
+		res = pg_run_sql(pg, c, sql, &p, &rc);
+		pg_give(c);
+	}
+	free(like);
+	if (!res)
+		return rc;
+	rc = read_deliveries(res, items, &count);
+	PQclear(res);
+	if (rc == STORE_OK && count > f->limit) {
+		*next_cursor = store_cursor_after(f, &(*items)[f->limit - 1]);
+		if (!*next_cursor)
+			rc = STORE_ERROR;
+		store_delivery_free(&(*items)[f->limit]);
+		count = f->limit;
+	}
+	if (rc != STORE_OK) {
+		store_deliveries_free(*items, count);
+		*items = NULL;
+		return rc;
+	}
+	*n = count;
+	return STORE_OK;
+}
+
+int pg_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
+{
+	struct pg *pg = pg_of(st);
+	char sql[2048] = "SELECT count(*) FROM outboxd.deliveries WHERE true";
+	struct params p = {0};
+	struct pgconn *c;
+	PGresult *res = NULL;
+	char *like = NULL;
+	int rc;
+
+	if (filter_sql(f, sql, sizeof(sql), &p, &like))
+		return STORE_ERROR;
+	if ((c = pg_take(pg, ROLE_API, &rc))) {
+		res = pg_run_sql(pg, c, sql, &p, &rc);
+		pg_give(c);
+	}
+	free(like);
+	if (res)
+		*n = (size_t)pg_get_int(res, 0, 0);
+	PQclear(res);
+	return rc;
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0}, w = {0};
+	PGresult *counts = NULL, *subs = NULL;
+	struct pgconn *c;
+	int rc;
+
+	pg_p_i64(&p, now_ms);
+	pg_p_i64(&w, now_ms - window_ms);
+	if (!(c = pg_take(pg, ROLE_API, &rc)))
+		return rc;
+	counts = pg_run_sql(pg, c,
+			 "SELECT"
+			 " count(*) FILTER (WHERE status = 'NEW'),"
+			 " count(*) FILTER (WHERE status = 'PROCESSED'),"
+			 " count(*) FILTER (WHERE status = 'FAILED' AND next_attempt_at IS NOT NULL),"
+			 " count(*) FILTER (WHERE status = 'FAILED' AND next_attempt_at IS NULL),"
+			 " count(*) FILTER (WHERE lease_until IS NOT NULL),"
+			 " count(*) FILTER (WHERE lease_until IS NULL AND next_attempt_at <= $1),"
+			 " COALESCE(MIN(next_attempt_at) FILTER (WHERE lease_until IS NULL"
+			 "   AND next_attempt_at <= $1), 0),"
+			 " COALESCE(MIN(created_at) FILTER (WHERE status = 'FAILED'"
+			 "   AND next_attempt_at IS NULL), 0)"
+			 " FROM outboxd.deliveries", &p, &rc);
+	/* Per subscription over the window: attempts, successes, and the newest failure. */
+	if (counts)
+		subs = pg_run_sql(pg, c,
+			       "SELECT d.subscription_id, count(*),"
+			       " count(*) FILTER (WHERE a.code BETWEEN 200 AND 299),"
+			       " (array_agg(a.code ORDER BY a.started_at DESC)"
+			       "   FILTER (WHERE a.code NOT BETWEEN 200 AND 299))[1],"
+			       " (array_agg(a.message ORDER BY a.started_at DESC)"
+			       "   FILTER (WHERE a.code NOT BETWEEN 200 AND 299))[1],"
+			       " COALESCE(max(a.started_at) FILTER (WHERE a.code NOT BETWEEN 200"
+			       "   AND 299), 0)"
+			       " FROM outboxd.attempts a JOIN outboxd.deliveries d"
+			       " ON d.id = a.delivery_id WHERE a.started_at >= $1"
+			       " GROUP BY d.subscription_id ORDER BY d.subscription_id", &w, &rc);
+	pg_give(c);
+	if (counts) {
+		out->new_count = pg_get_int(counts, 0, 0);
+		out->processed_count = pg_get_int(counts, 0, 1);
+		out->retrying_count = pg_get_int(counts, 0, 2);
+		out->dead_count = pg_get_int(counts, 0, 3);
+		out->in_flight = pg_get_int(counts, 0, 4);
+		out->due_count = pg_get_int(counts, 0, 5);
+		out->oldest_due_at = pg_get_int(counts, 0, 6);
+		out->oldest_dead_at = pg_get_int(counts, 0, 7);
+	}
+	if (subs && PQntuples(subs) > 0) {
+		size_t count = (size_t)PQntuples(subs);
+
+		out->subs = calloc(count, sizeof(*out->subs));
+		if (!out->subs)
+			rc = STORE_ERROR;
+		for (size_t i = 0; out->subs && i < count; i++) {
+			struct store_sub_stats *x = &out->subs[i];
+			int r = (int)i;
+
+			out->n_subs = i + 1;
+			pg_get_id(subs, r, 0, x->subscription_id);
+			x->attempts = pg_get_int(subs, r, 1);
+			x->successes = pg_get_int(subs, r, 2);
+			x->last_code = (int)pg_get_int(subs, r, 3);
+			x->last_error_at = pg_get_int(subs, r, 5);
+			if (pg_get_dup(subs, r, 4, &x->last_message)) {
+				rc = STORE_ERROR;
+				break;
+			}
+		}
+	}
+	PQclear(counts);
+	PQclear(subs);
+	if (rc != STORE_OK)
+		store_stats_free(out);
+	return rc;
+}

@@ -1,0 +1,524 @@
+/* write.c: the PostgreSQL backend's hot writes: ingest (events and their deliveries in
+ * one round trip), the outbox relay, claims (FOR UPDATE SKIP LOCKED leases), delivery
+ * results with their attempts (only where this instance still holds the lease), and
+ * lease recovery. Must not keep a transaction open across calls. */
+#include "store/postgres/pg_int.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/uuid.h"
+
+/* ---- ingest and relay ---------------------------------------------------- */
+
+static void ingest_arrays_init(struct ingest_arrays *a)
+{
+	static const uint32_t ev_oids[8] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT,
+					    OID_TEXT, OID_BYTEA, OID_INT8};
+	static const uint32_t dl_oids[10] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_INT8,
+					     OID_TEXT, OID_INT8, OID_INT4, OID_TEXT, OID_TEXT};
+
+	for (int i = 0; i < 8; i++)
+		pg_arr_init(&a->ev[i], ev_oids[i]);
+	for (int i = 0; i < 10; i++)
+		pg_arr_init(&a->dl[i], dl_oids[i]);
+	pg_arr_init(&a->outbox_ids, OID_INT8);
+	pg_arr_init(&a->traceparent, OID_TEXT);
+}
+
+static void ingest_arrays_free(struct ingest_arrays *a)
+{
+	for (int i = 0; i < 8; i++)
+		pg_arr_free(&a->ev[i]);
+	for (int i = 0; i < 10; i++)
+		pg_arr_free(&a->dl[i]);
+	pg_arr_free(&a->outbox_ids);
+	pg_arr_free(&a->traceparent);
+}
+
+/* Appends one event and its deliveries (created and due at due_at). The subscription
+ * ids are copied here, so the fan-out's array may change after the call. */
+static void ingest_add(struct ingest_arrays *a, const struct store_event_in *ev, int64_t due_at)
+{
+	pg_arr_text(&a->ev[0], ev->id);
+	pg_arr_text(&a->ev[1], ev->event_type);
+	pg_arr_text(&a->ev[2], ev->source ? ev->source : "");
+	pg_arr_text(&a->ev[3], ev->source_event_id);
+	pg_arr_text(&a->ev[4], ev->partition_key);
+	pg_arr_text(&a->ev[5], ev->content_type);
+	pg_arr_add(&a->ev[6], ev->payload, ev->payload_len);
+	pg_arr_i64(&a->ev[7], ev->created_at);
+	pg_arr_text(&a->traceparent, ev->traceparent);
+	for (size_t i = 0; i < ev->n_subscriptions; i++) {
+		char id[UUID_STR_LEN];
+
+		uuid_v7(id);
+		pg_arr_text(&a->dl[0], id);
+		pg_arr_text(&a->dl[1], ev->id);
+		pg_arr_text(&a->dl[2], ev->subscription_ids[i]);
+		pg_arr_text(&a->dl[3], ev->event_type);
+		pg_arr_i64(&a->dl[4], due_at);
+		/* the initial state (store_event_in): NEW and due at due_at unless asked */
+		int64_t next = store_event_first_due(ev, due_at);
+		pg_arr_text(&a->dl[5], delivery_status_name(ev->initial_status));
+		if (next)
+			pg_arr_i64(&a->dl[6], next);
+		else
+			pg_arr_null(&a->dl[6]);
+		if (ev->initial_code)
+			pg_arr_i32(&a->dl[7], ev->initial_code);
+		else
+			pg_arr_null(&a->dl[7]);
+		pg_arr_text(&a->dl[8], ev->initial_message);
+		pg_arr_text(&a->dl[9], ev->initial_cause);
+	}
+}
+
+static int ingest_arrays_failed(const struct ingest_arrays *a)
+{
+	int failed = a->outbox_ids.failed | a->traceparent.failed;
+
+	for (int i = 0; i < 8; i++)
+		failed |= a->ev[i].failed;
+	for (int i = 0; i < 10; i++)
+		failed |= a->dl[i].failed;
+	return failed;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* Marks the events S_INGEST did not insert as duplicates and gives each the id of the
+ * stored event with its key (possibly one from earlier in the same batch). res holds the
+ * inserted ids. */
+static int mark_duplicates(struct pg *pg, struct pgconn *c, struct store_event_in *events,
+			   size_t n, PGresult *res)
+{
+	size_t n_new = (size_t)PQntuples(res);
+	char (*fresh)[UUID_STR_LEN] = NULL;
+	size_t *dups = NULL, n_dups = 0;
+	struct pgarr keys[2];
+	struct params p = {0};
+	PGresult *found = NULL;
+	int rc = STORE_OK;
+
+	if (n_new == n)
+		return STORE_OK;
+	fresh = calloc(n_new ? n_new : 1, UUID_STR_LEN);
+	dups = calloc(n, sizeof(*dups));
+	pg_arr_init(&keys[0], OID_TEXT);
+	pg_arr_init(&keys[1], OID_TEXT);
+	if (!fresh || !dups) {
+		rc = STORE_ERROR;
+		goto out;
+	}
+	for (size_t i = 0; i < n_new; i++)
+		pg_get_id(res, (int)i, 0, fresh[i]);
+	qsort(fresh, n_new, UUID_STR_LEN, id_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (bsearch(events[i].id, fresh, n_new, UUID_STR_LEN, id_cmp))
+			continue;
+		/* Only an idempotency key can make an event a duplicate, or in a spool
+		 * replay its own id (then the stored event is this one: its id stays). */
+		if (!events[i].source_event_id) {
+			if (events[i].dedupe_by_id)
+				events[i].duplicate = 1;
+			continue;
+		}
+		dups[n_dups++] = i;
+		events[i].duplicate = 1;
+		pg_arr_text(&keys[0], events[i].source ? events[i].source : "");
+		pg_arr_text(&keys[1], events[i].source_event_id);
+	}
+	pg_p_arr(&p, &keys[0]);
+	pg_p_arr(&p, &keys[1]);
+	if (keys[0].failed || keys[1].failed) {
+		rc = STORE_ERROR;
+		goto out;
+	}
+	found = pg_run(pg, c, S_DUP_LOOKUP, &p, &rc);
+	for (int r = 0; found && r < PQntuples(found); r++) {
+		int64_t ord = pg_get_int(found, r, 0);
+
+		if (ord >= 1 && (size_t)ord <= n_dups)
+			pg_get_id(found, r, 1, events[dups[ord - 1]].id);
+	}
+out:
+	PQclear(found);
+	pg_arr_free(&keys[0]);
+	pg_arr_free(&keys[1]);
+	free(fresh);
+	free(dups);
+	return rc;
+}
+
+/* One S_INGEST call on c; marks duplicates. */
+static int ingest_run(struct pg *pg, struct pgconn *c, struct store_event_in *events, size_t n,
+		      struct ingest_arrays *a)
+{
+	struct params p = {0};
+	PGresult *res;
+	int rc;
+
+	for (int i = 0; i < 8; i++)
+		pg_p_arr(&p, &a->ev[i]);
+	for (int i = 0; i < 5; i++)
+		pg_p_arr(&p, &a->dl[i]);
+	pg_p_arr(&p, &a->outbox_ids);
+	pg_p_arr(&p, &a->traceparent);
+	for (int i = 5; i < 10; i++)
+		pg_p_arr(&p, &a->dl[i]);
+	if (ingest_arrays_failed(a))
+		return STORE_ERROR;
+	res = pg_run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);
+	if (!res)
+		return rc;
+	rc = mark_duplicates(pg, c, events, n, res);
+	PQclear(res);
+	return rc;
+}
+
+int pg_ingest(store *st, struct store_event_in *events, size_t n)
+{
+	struct pg *pg = pg_of(st);
+	struct ingest_arrays a;
+	int64_t now = clock_now_ms();
+	struct pgconn *c;
+	int rc;
+
+	ingest_arrays_init(&a);
+	for (size_t i = 0; i < n; i++) {
+		if (!events[i].created_at)
+			events[i].created_at = now;
+		ingest_add(&a, &events[i], events[i].created_at);
+	}
+	/* One statement in its own transaction, committed synchronously: durable when
+	 * this returns STORE_OK. Duplicates are looked up after the commit (the first
+	 * event of a key is committed by then). */
+	if ((c = pg_take(pg, ROLE_INGEST, &rc))) {
+		rc = ingest_run(pg, c, events, n, &a);
+		pg_give(c);
+	}
+	ingest_arrays_free(&a);
+	if (rc != STORE_OK)
+		for (size_t i = 0; i < n; i++)
+			events[i].duplicate = 0;
+	return rc;
+}
+
+int pg_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
+			   size_t *relayed)
+{
+	struct pg *pg = pg_of(st);
+	int64_t now = clock_now_ms();
+	struct store_event_in *events = NULL;
+	struct ingest_arrays a;
+	struct params p = {0};
+	PGresult *rows = NULL;
+	struct pgconn *c;
+	size_t count = 0;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+		return rc;
+	ingest_arrays_init(&a);
+	rc = pg_tx_begin(pg, c);
+	if (rc != STORE_OK)
+		goto out;
+	/* Rows another instance is relaying, or a producer's uncommitted ones, are
+	 * skipped: their turn comes in a later round. */
+	pg_p_i64(&p, (int64_t)limit);
+	rows = pg_run(pg, c, S_OUTBOX_TAKE, &p, &rc);
+	if (!rows)
+		goto out;
+	count = (size_t)PQntuples(rows);
+	if (!count)
+		goto out;
+	events = calloc(count, sizeof(*events));
+	if (!events) {
+		rc = STORE_ERROR;
+		goto out;
+	}
+	for (size_t i = 0; i < count; i++) {
+		struct store_event_in *ev = &events[i];
+		const char (*ids)[UUID_STR_LEN] = NULL;
+		size_t n_ids = 0;
+		int r = (int)i;
+
+		pg_arr_i64(&a.outbox_ids, pg_get_int(rows, r, 0));
+		uuid_v7(ev->id);
+		ev->event_type = PQgetvalue(rows, r, 1);
+		ev->source = PQgetvalue(rows, r, 2);
+		ev->source_event_id = PQgetisnull(rows, r, 3) ? NULL : PQgetvalue(rows, r, 3);
+		ev->partition_key = PQgetisnull(rows, r, 4) ? NULL : PQgetvalue(rows, r, 4);
+		ev->payload = PQgetvalue(rows, r, 5);
+		ev->payload_len = (size_t)PQgetlength(rows, r, 5);
+		ev->content_type = PQgetvalue(rows, r, 6);
+		ev->created_at = pg_get_int(rows, r, 7);
+		if (ev->created_at <= 0)
+			ev->created_at = now;
+		fanout(ctx, ev->event_type, &ids, &n_ids);
+		ev->subscription_ids = ids;
+		ev->n_subscriptions = ids ? n_ids : 0;
+		ingest_add(&a, ev, now);
+		ev->subscription_ids = NULL; /* valid only until the next fan-out */
+	}
+	rc = ingest_run(pg, c, events, count, &a);
+	for (size_t i = 0; rc == STORE_OK && i < count; i++)
+		if (events[i].duplicate)
+			log_debug("store: outbox row duplicates event %s, dropped", events[i].id);
+out:
+	rc = pg_tx_end(pg, c, rc);
+	pg_give(c);
+	PQclear(rows);
+	free(events);
+	ingest_arrays_free(&a);
+	if (rc == STORE_OK)
+		*relayed = count;
+	return rc;
+}
+
+/* ---- claim and results --------------------------------------------------- */
+
+/* One allocation per claim holding event_type, content_type and the payload
+ * (NUL-terminated for convenience; payload_len excludes it), as store_claims_free
+ * expects. */
+static int fill_claim(const PGresult *r, int row, struct store_claim *c)
+{
+	size_t type_len = (size_t)PQgetlength(r, row, 7);
+	size_t ctype_len = (size_t)PQgetlength(r, row, 8);
+	enum delivery_status status = DELIVERY_NEW;
+	char *block;
+
+	pg_get_id(r, row, 0, c->delivery_id);
+	pg_get_id(r, row, 1, c->event_id);
+	pg_get_id(r, row, 2, c->subscription_id);
+	delivery_status_parse(PQgetvalue(r, row, 3), &status);
+	c->status = status;
+	c->replay = (int)pg_get_int(r, row, 4);
+	c->attempt_count = (int)pg_get_int(r, row, 5);
+	c->retry_count = (int)pg_get_int(r, row, 6);
+	c->payload_len = (size_t)PQgetlength(r, row, 9);
+	c->event_created_at = pg_get_int(r, row, 10);
+	snprintf(c->traceparent, sizeof(c->traceparent), "%s",
+		 PQgetisnull(r, row, 11) ? "" : PQgetvalue(r, row, 11));
+	c->delay_actions = (int)pg_get_int(r, row, 12);
+	size_t source_len = (size_t)PQgetlength(r, row, 13);
+	int has_seid = !PQgetisnull(r, row, 14), has_pkey = !PQgetisnull(r, row, 15);
+	size_t seid_len = has_seid ? (size_t)PQgetlength(r, row, 14) : 0;
+	size_t pkey_len = has_pkey ? (size_t)PQgetlength(r, row, 15) : 0;
+	block = malloc(type_len + 1 + ctype_len + 1 + source_len + 1 + seid_len + 1 + pkey_len + 1 +
+		       c->payload_len + 1);
+	if (!block) {
+		log_error("store: out of memory");
+		return -1;
+	}
+	char *at = block;
+	c->event_type = at;
+	memcpy(at, PQgetvalue(r, row, 7), type_len + 1);
+	at += type_len + 1;
+	c->content_type = at;
+	memcpy(at, PQgetvalue(r, row, 8), ctype_len + 1);
+	at += ctype_len + 1;
+	c->source = at;
+	memcpy(at, PQgetvalue(r, row, 13), source_len + 1);
+	at += source_len + 1;
+	c->source_event_id = has_seid ? at : NULL;
+	memcpy(at, PQgetvalue(r, row, 14), seid_len + 1);
+	at += seid_len + 1;
+	c->partition_key = has_pkey ? at : NULL;
+	memcpy(at, PQgetvalue(r, row, 15), pkey_len + 1);
+	at += pkey_len + 1;
+	c->payload = at;
+	if (c->payload_len)
+		memcpy(c->payload, PQgetvalue(r, row, 9), c->payload_len);
+	((char *)c->payload)[c->payload_len] = '\0';
+	return 0;
+}
+
+int pg_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
+			struct store_claim **items, size_t *n)
+{
+	struct pg *pg = pg_of(st);
+	struct store_claim *out = NULL;
+	struct params p = {0};
+	PGresult *res = NULL;
+	struct pgconn *c;
+	size_t count = 0, filled = 0;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_DISPATCH, &rc)))
+		return rc;
+	pg_p_text(&p, st->owner);
+	pg_p_i64(&p, now_ms + lease_ms);
+	pg_p_i64(&p, now_ms);
+	pg_p_i64(&p, (int64_t)limit);
+	res = pg_run(pg, c, S_CLAIM, &p, &rc);
+	pg_give(c);
+	if (!res)
+		return rc;
+	count = (size_t)PQntuples(res);
+	if (count) {
+		out = calloc(count, sizeof(*out));
+		for (; out && filled < count; filled++)
+			if (fill_claim(res, (int)filled, &out[filled]))
+				break;
+	}
+	PQclear(res);
+	if (filled < count) {
+		/* Out of memory: the leases expire and the work returns to the pool. */
+		store_claims_free(out, filled);
+		return STORE_ERROR;
+	}
+	*items = out;
+	*n = count;
+	return STORE_OK;
+}
+
+int pg_next_due(store *st, int64_t *at_ms)
+{
+	struct pg *pg = pg_of(st);
+	PGresult *res;
+	struct pgconn *c;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_DISPATCH, &rc)))
+		return rc;
+	res = pg_run(pg, c, S_NEXT_DUE, NULL, &rc);
+	pg_give(c);
+	if (res && PQntuples(res) == 1)
+		*at_ms = pg_get_int(res, 0, 0);
+	PQclear(res);
+	return rc;
+}
+
+int pg_record_results(store *st, const struct store_result *results, size_t n)
+{
+	static const uint32_t r_oids[11] = {OID_TEXT, OID_TEXT, OID_BOOL, OID_INT4, OID_INT4,
+		OID_INT8, OID_INT8, OID_BOOL, OID_INT4, OID_TEXT, OID_TEXT};
+	static const uint32_t a_oids[8] = {OID_TEXT, OID_INT4, OID_TEXT, OID_INT8, OID_INT8,
+		OID_INT4, OID_TEXT, OID_TEXT};
+	struct pg *pg = pg_of(st);
+	struct pgarr r[11], a[8], delays;
+	struct params p = {0};
+	PGresult *res = NULL;
+	struct pgconn *c;
+	int failed = 0;
+	int rc;
+
+	for (int i = 0; i < 11; i++)
+		pg_arr_init(&r[i], r_oids[i]);
+	for (int i = 0; i < 8; i++)
+		pg_arr_init(&a[i], a_oids[i]);
+	pg_arr_init(&delays, OID_INT4);
+	for (size_t i = 0; i < n; i++) {
+		const struct store_result *x = &results[i];
+
+		pg_arr_text(&r[0], x->delivery_id);
+		pg_arr_text(&r[1], delivery_status_name(x->status));
+		pg_arr_bool(&r[2], x->replay);
+		pg_arr_i32(&r[3], x->attempt_count);
+		pg_arr_i32(&r[4], x->retry_count);
+		pg_arr_i32(&delays, x->delay_actions);
+		pg_arr_time(&r[5], x->next_attempt_at);
+		pg_arr_time(&r[6], x->processed_at);
+		/* No error code means no error: message and cause are not kept either; -1
+		 * keeps whatever error the delivery shows already. */
+		pg_arr_bool(&r[7], x->last_code == -1);
+		if (x->last_code > 0) {
+			pg_arr_i32(&r[8], x->last_code);
+			pg_arr_error_text(&r[9], x->last_message);
+			pg_arr_error_text(&r[10], x->last_cause);
+		} else {
+			pg_arr_null(&r[8]);
+			pg_arr_null(&r[9]);
+			pg_arr_null(&r[10]);
+		}
+		for (size_t k = 0; k < x->n_attempts; k++) {
+			const struct store_attempt *t = &x->attempts[k];
+
+			pg_arr_text(&a[0], x->delivery_id);
+			pg_arr_i32(&a[1], t->n);
+			pg_arr_text(&a[2], attempt_kind_name(t->kind));
+			pg_arr_i64(&a[3], t->started_at);
+			pg_arr_i64(&a[4], t->duration_ms);
+			pg_arr_i32(&a[5], t->code);
+			pg_arr_error_text(&a[6], t->message);
+			pg_arr_error_text(&a[7], t->cause);
+		}
+	}
+	for (int i = 0; i < 11; i++) {
+		pg_p_arr(&p, &r[i]);
+		failed |= r[i].failed;
+	}
+	pg_p_i64(&p, clock_now_ms());
+	pg_p_text(&p, st->owner);
+	for (int i = 0; i < 8; i++) {
+		pg_p_arr(&p, &a[i]);
+		failed |= a[i].failed;
+	}
+	pg_p_arr(&p, &delays);
+	failed |= delays.failed;
+	rc = STORE_ERROR;
+	if (!failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
+		res = pg_run(pg, c, S_RESULTS, &p, &rc);
+		pg_give(c);
+	}
+	if (res) {
+		size_t applied = (size_t)pg_get_int(res, 0, 0);
+
+		if (applied < n)
+			log_warn("store: %zu of %zu results ignored: their lease was lost",
+				 n - applied, n);
+	}
+	PQclear(res);
+	for (int i = 0; i < 11; i++)
+		pg_arr_free(&r[i]);
+	for (int i = 0; i < 8; i++)
+		pg_arr_free(&a[i]);
+	pg_arr_free(&delays);
+	return rc;
+}
+
+int pg_reap_leases(store *st, int64_t now_ms, size_t *n)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	struct pgconn *c;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+		return rc;
+	pg_p_i64(&p, now_ms);
+	rc = pg_run_done(pg, c, S_REAP, &p, n);
+	pg_give(c);
+	return rc;
+}
+
+/* Other instances hold live leases: only this owner's and expired ones are cleared. */
+int pg_release_all(store *st, size_t *n)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	struct pgconn *c;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+		return rc;
+	pg_p_text(&p, st->owner);
+	pg_p_i64(&p, clock_now_ms());
+	rc = pg_run_done(pg, c, S_RELEASE_ALL, &p, n);
+	pg_give(c);
+	return rc;
+}
