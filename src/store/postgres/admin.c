@@ -506,8 +506,11 @@ int pg_sub_delete(store *st, const char *id)
 	return sub_write(pg_of(st), S_SUB_DELETE, &p);
 }
 
-static int read_sub(const PGresult *r, int row, struct sub_row *sub)
+/* A pg_row_cb for struct sub_row. */
+static int read_sub(const PGresult *r, int row, void *out)
 {
+	struct sub_row *sub = out;
+
 	memset(sub, 0, sizeof(*sub));
 	pg_get_id(r, row, 0, sub->id);
 	sub->enabled = (int)pg_get_int(r, row, 3);
@@ -522,20 +525,7 @@ static int read_sub(const PGresult *r, int row, struct sub_row *sub)
 
 int pg_sub_get(store *st, const char *id, struct sub_row *out)
 {
-	struct params p = {0};
-	PGresult *res;
-	int rc;
-
-	pg_p_text(&p, id);
-	res = pg_read_run(pg_of(st), S_SUB_GET, &p, &rc);
-	if (!res)
-		return rc;
-	if (PQntuples(res) == 0)
-		rc = STORE_NOT_FOUND;
-	else
-		rc = read_sub(res, 0, out) ? STORE_ERROR : STORE_OK;
-	PQclear(res);
-	return rc;
+	return pg_get_one(pg_of(st), S_SUB_GET, id, read_sub, out);
 }
 
 int pg_sub_list(store *st, struct sub_row **items, size_t *n)

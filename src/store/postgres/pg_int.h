@@ -273,6 +273,15 @@ void pg_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx);
 /* Runs a reading statement on the API connection. */
 PGresult *pg_read_run(struct pg *pg, enum stmt k, const struct params *p, int *rc);
 
+/* Reads row `row` of a result into out (zeroed here first). 0, or -1 with whatever the
+ * row had allocated freed again. */
+typedef int (*pg_row_cb)(const PGresult *res, int row, void *out);
+
+/* The one row of id: runs reading statement k with id as $1 and reads its row into out
+ * with read. STORE_OK, STORE_NOT_FOUND, or the store error. Every "get one row by id" of
+ * the backend is this call. */
+int pg_get_one(struct pg *pg, enum stmt k, const char *id, pg_row_cb read, void *out);
+
 int pg_event_get(store *st, const char *id, struct store_event *ev);
 
 int pg_event_deliveries(store *st, const char *event_id, struct store_delivery **items,

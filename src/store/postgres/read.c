@@ -31,8 +31,28 @@ PGresult *pg_read_run(struct pg *pg, enum stmt k, const struct params *p, int *r
 	return res;
 }
 
-static int read_delivery(const PGresult *r, int row, struct store_delivery *d)
+int pg_get_one(struct pg *pg, enum stmt k, const char *id, pg_row_cb read, void *out)
 {
+	struct params p = {0};
+	PGresult *res;
+	int rc;
+
+	pg_p_text(&p, id);
+	res = pg_read_run(pg, k, &p, &rc);
+	if (!res)
+		return rc;
+	if (PQntuples(res) == 0)
+		rc = STORE_NOT_FOUND;
+	else
+		rc = read(res, 0, out) ? STORE_ERROR : STORE_OK;
+	PQclear(res);
+	return rc;
+}
+
+/* A pg_row_cb for struct store_delivery (DELIVERY_COLUMNS). */
+static int read_delivery(const PGresult *r, int row, void *out)
+{
+	struct store_delivery *d = out;
 	enum delivery_status status = DELIVERY_NEW;
 	const char *name = PQgetvalue(r, row, 4);
 
@@ -84,36 +104,31 @@ static int read_deliveries(const PGresult *res, struct store_delivery **items, s
 	return STORE_OK;
 }
 
-int pg_event_get(store *st, const char *id, struct store_event *ev)
+/* A pg_row_cb for struct store_event (S_EVENT_GET's columns). */
+static int read_event(const PGresult *res, int row, void *out)
 {
-	struct params p = {0};
-	PGresult *res;
-	int rc;
+	struct store_event *ev = out;
 
-	pg_p_text(&p, id);
-	res = pg_read_run(pg_of(st), S_EVENT_GET, &p, &rc);
-	if (!res)
-		return rc;
-	if (PQntuples(res) == 0) {
-		PQclear(res);
-		return STORE_NOT_FOUND;
-	}
-	pg_get_id(res, 0, 0, ev->id);
-	ev->created_at = pg_get_int(res, 0, 7);
-	ev->payload_len = (size_t)PQgetlength(res, 0, 6);
+	memset(ev, 0, sizeof(*ev));
+	pg_get_id(res, row, 0, ev->id);
+	ev->created_at = pg_get_int(res, row, 7);
+	ev->payload_len = (size_t)PQgetlength(res, row, 6);
 	ev->payload = malloc(ev->payload_len + 1);
-	if (!ev->payload || pg_get_dup(res, 0, 1, &ev->event_type) ||
-	    pg_get_dup(res, 0, 2, &ev->source) || pg_get_dup(res, 0, 3, &ev->source_event_id) ||
-	    pg_get_dup(res, 0, 4, &ev->partition_key) || pg_get_dup(res, 0, 5, &ev->content_type)) {
+	if (!ev->payload || pg_get_dup(res, row, 1, &ev->event_type) ||
+	    pg_get_dup(res, row, 2, &ev->source) || pg_get_dup(res, row, 3, &ev->source_event_id) ||
+	    pg_get_dup(res, row, 4, &ev->partition_key) || pg_get_dup(res, row, 5, &ev->content_type)) {
 		store_event_free(ev);
-		PQclear(res);
-		return STORE_ERROR;
+		return -1;
 	}
 	if (ev->payload_len)
-		memcpy(ev->payload, PQgetvalue(res, 0, 6), ev->payload_len);
+		memcpy(ev->payload, PQgetvalue(res, row, 6), ev->payload_len);
 	((char *)ev->payload)[ev->payload_len] = '\0';
-	PQclear(res);
-	return STORE_OK;
+	return 0;
+}
+
+int pg_event_get(store *st, const char *id, struct store_event *ev)
+{
+	return pg_get_one(pg_of(st), S_EVENT_GET, id, read_event, ev);
 }
 
 int pg_event_deliveries(store *st, const char *event_id, struct store_delivery **items,
@@ -134,20 +149,7 @@ int pg_event_deliveries(store *st, const char *event_id, struct store_delivery *
 
 int pg_delivery_get(store *st, const char *id, struct store_delivery *d)
 {
-	struct params p = {0};
-	PGresult *res;
-	int rc;
-
-	pg_p_text(&p, id);
-	res = pg_read_run(pg_of(st), S_DELIVERY_GET, &p, &rc);
-	if (!res)
-		return rc;
-	if (PQntuples(res) == 0)
-		rc = STORE_NOT_FOUND;
-	else
-		rc = read_delivery(res, 0, d) ? STORE_ERROR : STORE_OK;
-	PQclear(res);
-	return rc;
+	return pg_get_one(pg_of(st), S_DELIVERY_GET, id, read_delivery, d);
 }
 
 int pg_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
