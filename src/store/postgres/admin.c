@@ -320,54 +320,65 @@ int pg_job_update(store *st, const struct store_job *job)
 			 &p);
 }
 
-static int jobs_query(store *st, const char *sql, const char *one_id, struct store_job **items,
-		      size_t *n)
+/* Runs a one-off query on the API connection and reads its rows (see pg_read_rows). */
+static int query_rows(struct pg *pg, const char *sql, const struct params *p, size_t size,
+		      pg_row_cb read, void **items, size_t *n)
 {
-	struct pg *pg = pg_of(st);
-	struct store_job *rows = NULL;
-	struct params p = {0};
 	struct pgconn *c;
 	PGresult *res = NULL;
-	size_t count;
 	int rc;
 
-	if (one_id)
-		pg_p_text(&p, one_id);
+	*items = NULL;
+	*n = 0;
 	if ((c = pg_take(pg, ROLE_API, &rc))) {
-		res = pg_run_sql(pg, c, sql, &p, &rc);
+		res = pg_run_sql(pg, c, sql, p, &rc);
 		pg_give(c);
 	}
 	if (!res)
 		return rc;
-	count = (size_t)PQntuples(res);
-	if (count && !(rows = calloc(count, sizeof(*rows)))) {
-		PQclear(res);
-		return STORE_ERROR;
-	}
-	for (size_t i = 0; i < count; i++) {
-		struct store_job *j = &rows[i];
-		int r = (int)i;
-
-		pg_get_id(res, r, 0, j->id);
-		snprintf(j->kind, sizeof(j->kind), "%s", PQgetvalue(res, r, 1));
-		snprintf(j->state, sizeof(j->state), "%s", PQgetvalue(res, r, 2));
-		j->force = (int)pg_get_int(res, r, 4);
-		j->rate = (int)pg_get_int(res, r, 5);
-		j->matched = pg_get_int(res, r, 6);
-		j->done = pg_get_int(res, r, 7);
-		j->created_at = pg_get_int(res, r, 11);
-		j->updated_at = pg_get_int(res, r, 12);
-		if (pg_get_dup(res, r, 3, &j->filter) || pg_get_dup(res, r, 8, &j->cursor) ||
-		    pg_get_dup(res, r, 9, &j->actor) || pg_get_dup(res, r, 10, &j->error)) {
-			store_jobs_free(rows, i + 1);
-			PQclear(res);
-			return STORE_ERROR;
-		}
-	}
+	rc = pg_read_rows(res, size, read, items, n);
 	PQclear(res);
-	*items = rows;
-	*n = count;
-	return STORE_OK;
+	return rc;
+}
+
+/* A pg_row_cb for struct store_job (JOB_COLUMNS). */
+static int read_job(const PGresult *res, int r, void *out)
+{
+	struct store_job *j = out;
+
+	memset(j, 0, sizeof(*j));
+	pg_get_id(res, r, 0, j->id);
+	snprintf(j->kind, sizeof(j->kind), "%s", PQgetvalue(res, r, 1));
+	snprintf(j->state, sizeof(j->state), "%s", PQgetvalue(res, r, 2));
+	j->force = (int)pg_get_int(res, r, 4);
+	j->rate = (int)pg_get_int(res, r, 5);
+	j->matched = pg_get_int(res, r, 6);
+	j->done = pg_get_int(res, r, 7);
+	j->created_at = pg_get_int(res, r, 11);
+	j->updated_at = pg_get_int(res, r, 12);
+	if (pg_get_dup(res, r, 3, &j->filter) || pg_get_dup(res, r, 8, &j->cursor) ||
+	    pg_get_dup(res, r, 9, &j->actor) || pg_get_dup(res, r, 10, &j->error)) {
+		store_job_free(j);
+		return -1;
+	}
+	return 0;
+}
+
+static int jobs_query(store *st, const char *sql, const char *one_id, struct store_job **items,
+		      size_t *n)
+{
+	struct params p = {0};
+	int rc;
+
+	if (one_id)
+		pg_p_text(&p, one_id);
+	rc = query_rows(pg_of(st), sql, &p, sizeof(**items), read_job, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_jobs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
 }
 
 int pg_job_get(store *st, const char *id, struct store_job *out)
@@ -409,50 +420,43 @@ int pg_audit_append(store *st, const struct store_audit *a)
 			 " count, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)", &p);
 }
 
-int pg_audit_list(store *st, const char *before_id, size_t limit,
-			 struct store_audit **items, size_t *n)
+/* A pg_row_cb for struct store_audit. */
+static int read_audit(const PGresult *res, int r, void *out)
 {
-	struct pg *pg = pg_of(st);
-	struct store_audit *rows = NULL;
+	struct store_audit *a = out;
+
+	memset(a, 0, sizeof(*a));
+	pg_get_id(res, r, 0, a->id);
+	a->at = pg_get_int(res, r, 1);
+	a->count = pg_get_int(res, r, 5);
+	if (pg_get_dup(res, r, 2, &a->actor) || pg_get_dup(res, r, 3, &a->action) ||
+	    pg_get_dup(res, r, 4, &a->target) || pg_get_dup(res, r, 6, &a->detail)) {
+		free(a->actor);
+		free(a->action);
+		free(a->target);
+		return -1;
+	}
+	return 0;
+}
+
+int pg_audit_list(store *st, const char *before_id, size_t limit,
+		  struct store_audit **items, size_t *n)
+{
 	struct params p = {0};
-	struct pgconn *c;
-	PGresult *res = NULL;
-	size_t count;
 	int rc;
 
 	pg_p_text(&p, before_id);
 	pg_p_i64(&p, (int64_t)limit);
-	if ((c = pg_take(pg, ROLE_API, &rc))) {
-		res = pg_run_sql(pg, c, "SELECT id, at, actor, action, target, count, detail"
-			      " FROM outboxd.audit WHERE ($1::text IS NULL OR id < $1)"
-			      " ORDER BY id DESC LIMIT $2", &p, &rc);
-		pg_give(c);
+	rc = query_rows(pg_of(st), "SELECT id, at, actor, action, target, count, detail"
+			" FROM outboxd.audit WHERE ($1::text IS NULL OR id < $1)"
+			" ORDER BY id DESC LIMIT $2", &p, sizeof(**items), read_audit,
+			(void **)items, n);
+	if (rc != STORE_OK) {
+		store_audits_free(*items, *n);
+		*items = NULL;
+		*n = 0;
 	}
-	if (!res)
-		return rc;
-	count = (size_t)PQntuples(res);
-	if (count && !(rows = calloc(count, sizeof(*rows)))) {
-		PQclear(res);
-		return STORE_ERROR;
-	}
-	for (size_t i = 0; i < count; i++) {
-		struct store_audit *a = &rows[i];
-		int r = (int)i;
-
-		pg_get_id(res, r, 0, a->id);
-		a->at = pg_get_int(res, r, 1);
-		a->count = pg_get_int(res, r, 5);
-		if (pg_get_dup(res, r, 2, &a->actor) || pg_get_dup(res, r, 3, &a->action) ||
-		    pg_get_dup(res, r, 4, &a->target) || pg_get_dup(res, r, 6, &a->detail)) {
-			store_audits_free(rows, i + 1);
-			PQclear(res);
-			return STORE_ERROR;
-		}
-	}
-	PQclear(res);
-	*items = rows;
-	*n = count;
-	return STORE_OK;
+	return rc;
 }
 
 /* ---- subscriptions ------------------------------------------------------- */
@@ -532,25 +536,18 @@ int pg_sub_list(store *st, struct sub_row **items, size_t *n)
 {
 	struct sub_row *subs = NULL;
 	PGresult *res;
-	size_t count;
+	size_t count = 0;
 	int rc;
 
 	res = pg_read_run(pg_of(st), S_SUB_LIST, NULL, &rc);
 	if (!res)
 		return rc;
-	count = (size_t)PQntuples(res);
-	if (count && !(subs = calloc(count, sizeof(*subs)))) {
-		PQclear(res);
-		return STORE_ERROR;
-	}
-	for (size_t i = 0; i < count; i++) {
-		if (read_sub(res, (int)i, &subs[i])) {
-			store_subs_free(subs, i);
-			PQclear(res);
-			return STORE_ERROR;
-		}
-	}
+	rc = pg_read_rows(res, sizeof(*subs), read_sub, (void **)&subs, &count);
 	PQclear(res);
+	if (rc != STORE_OK) {
+		store_subs_free(subs, count);
+		return rc;
+	}
 	*items = subs;
 	*n = count;
 	return STORE_OK;

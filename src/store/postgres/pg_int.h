@@ -282,6 +282,11 @@ typedef int (*pg_row_cb)(const PGresult *res, int row, void *out);
  * the backend is this call. */
 int pg_get_one(struct pg *pg, enum stmt k, const char *id, pg_row_cb read, void *out);
 
+/* Reads every row of res with read into a new array of size-byte elements (*items, *n).
+ * STORE_OK, or STORE_ERROR: then *items holds the *n rows read before the failure, for
+ * the caller to free with the type's list free. */
+int pg_read_rows(const PGresult *res, size_t size, pg_row_cb read, void **items, size_t *n);
+
 int pg_event_get(store *st, const char *id, struct store_event *ev);
 
 int pg_event_deliveries(store *st, const char *event_id, struct store_delivery **items,

@@ -81,27 +81,36 @@ static int read_delivery(const PGresult *r, int row, void *out)
 }
 
 /* Every row of res as deliveries (returned array); STORE_ERROR when memory runs out. */
-static int read_deliveries(const PGresult *res, struct store_delivery **items, size_t *n)
+int pg_read_rows(const PGresult *res, size_t size, pg_row_cb read, void **items, size_t *n)
 {
 	size_t count = (size_t)PQntuples(res);
-	struct store_delivery *out;
+	char *out;
 
 	*items = NULL;
 	*n = 0;
 	if (!count)
 		return STORE_OK;
-	out = calloc(count, sizeof(*out));
-	if (!out)
+	if (!(out = calloc(count, size)))
 		return STORE_ERROR;
-	for (size_t i = 0; i < count; i++) {
-		if (read_delivery(res, (int)i, &out[i])) {
-			store_deliveries_free(out, i);
-			return STORE_ERROR;
-		}
-	}
 	*items = out;
-	*n = count;
+	for (size_t i = 0; i < count; i++) {
+		if (read(res, (int)i, out + i * size))
+			return STORE_ERROR;
+		(*n)++;
+	}
 	return STORE_OK;
+}
+
+/* Every row of res as a delivery (returned in *items, *n). */
+static int read_deliveries(const PGresult *res, struct store_delivery **items, size_t *n)
+{
+	int rc = pg_read_rows(res, sizeof(**items), read_delivery, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_deliveries_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
 }
 
 /* A pg_row_cb for struct store_event (S_EVENT_GET's columns). */
@@ -152,40 +161,44 @@ int pg_delivery_get(store *st, const char *id, struct store_delivery *d)
 	return pg_get_one(pg_of(st), S_DELIVERY_GET, id, read_delivery, d);
 }
 
+/* A pg_row_cb for struct store_attempt_row (S_ATTEMPTS' columns). */
+static int read_attempt(const PGresult *res, int r, void *out)
+{
+	struct store_attempt_row *a = out;
+
+	memset(a, 0, sizeof(*a));
+	a->n = (int)pg_get_int(res, r, 0);
+	a->kind = attempt_kind_parse(PQgetvalue(res, r, 1));
+	a->started_at = pg_get_int(res, r, 2);
+	a->duration_ms = pg_get_int(res, r, 3);
+	a->code = (int)pg_get_int(res, r, 4);
+	if (pg_get_dup(res, r, 5, &a->message) || pg_get_dup(res, r, 6, &a->cause)) {
+		free(a->message);
+		free(a->cause);
+		return -1;
+	}
+	return 0;
+}
+
 int pg_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
-				size_t *n)
+			 size_t *n)
 {
 	struct store_attempt_row *rows = NULL;
 	struct params p = {0};
 	PGresult *res;
-	size_t count;
+	size_t count = 0;
 	int rc;
 
 	pg_p_text(&p, id);
 	res = pg_read_run(pg_of(st), S_ATTEMPTS, &p, &rc);
 	if (!res)
 		return rc;
-	count = (size_t)PQntuples(res);
-	if (count && !(rows = calloc(count, sizeof(*rows)))) {
-		PQclear(res);
-		return STORE_ERROR;
-	}
-	for (size_t i = 0; i < count; i++) {
-		struct store_attempt_row *a = &rows[i];
-		int r = (int)i;
-
-		a->n = (int)pg_get_int(res, r, 0);
-		a->kind = attempt_kind_parse(PQgetvalue(res, r, 1));
-		a->started_at = pg_get_int(res, r, 2);
-		a->duration_ms = pg_get_int(res, r, 3);
-		a->code = (int)pg_get_int(res, r, 4);
-		if (pg_get_dup(res, r, 5, &a->message) || pg_get_dup(res, r, 6, &a->cause)) {
-			store_attempts_free(rows, i + 1);
-			PQclear(res);
-			return STORE_ERROR;
-		}
-	}
+	rc = pg_read_rows(res, sizeof(*rows), read_attempt, (void **)&rows, &count);
 	PQclear(res);
+	if (rc != STORE_OK) {
+		store_attempts_free(rows, count);
+		return rc;
+	}
 	*items = rows;
 	*n = count;
 	return STORE_OK;

@@ -490,35 +490,49 @@ static int read_job(sqlite3_stmt *s, void *row)
 	return SQLITE_OK;
 }
 
+/* Runs a one-off query on the reader: bind (may be NULL) binds its parameters, then
+ * every row is read (see sq_read_rows). Returns a store code; on failure *items holds
+ * the *n rows read so far, for the caller to free. */
+static int query_rows(struct sq *sq, const char *sql,
+		      void (*bind)(sqlite3_stmt *s, const void *ctx), const void *ctx, size_t size, sq_row_cb read, void **items, size_t *n)
+{
+	sqlite3_stmt *s = NULL;
+	size_t cap = 0;
+	int rc;
+
+	*items = NULL;
+	*n = 0;
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		if (bind)
+			bind(s, ctx);
+		rc = sq_read_rows(s, size, read, items, n, &cap);
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	return sq_store_code(rc);
+}
+
+static void bind_job_id(sqlite3_stmt *s, const void *id)
+{
+	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+}
+
 /* Reads jobs with a one-off query on the reader; one_id binds ?1 when not NULL. */
 static int jobs_query(store *st, const char *sql, const char *one_id, struct store_job **items,
 		      size_t *n)
 {
-	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = NULL;
-	struct store_job *rows = NULL;
-	size_t count = 0, cap = 0;
-	int rc;
-
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
-	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
-		goto out;
+	int rc = query_rows(sq_of(st), sql, one_id ? bind_job_id : NULL, one_id, sizeof(**items),
+			    read_job, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_jobs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
 	}
-	if (one_id)
-		sqlite3_bind_text(s, 1, one_id, -1, SQLITE_STATIC);
-	rc = sq_read_rows(s, sizeof(*rows), read_job, (void **)&rows, &count, &cap);
-out:
-	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
-	if (rc != SQLITE_OK) {
-		store_jobs_free(rows, count);
-		return sq_store_code(rc);
-	}
-	*items = rows;
-	*n = count;
-	return STORE_OK;
+	return rc;
 }
 
 int sq_job_get(store *st, const char *id, struct store_job *out)
@@ -591,34 +605,29 @@ static int read_audit(sqlite3_stmt *s, void *row)
 	return SQLITE_OK;
 }
 
-int sq_audit_list(store *st, const char *before_id, size_t limit,
-			 struct store_audit **items, size_t *n)
-{
-	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = NULL;
-	struct store_audit *rows = NULL;
-	size_t count = 0, cap = 0;
-	int rc;
+struct audit_page {
+	const char *before_id;
+	size_t limit;
+};
 
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb, "SELECT id, at, actor, action, target, count, detail"
-				" FROM audit WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2",
-				-1, &s, NULL);
-	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
-		goto out;
+static void bind_audit_page(sqlite3_stmt *s, const void *ctx)
+{
+	const struct audit_page *pg = ctx;
+	bind_text_or_null(s, 1, pg->before_id);
+	sqlite3_bind_int64(s, 2, (int64_t)pg->limit);
+}
+
+int sq_audit_list(store *st, const char *before_id, size_t limit,
+		  struct store_audit **items, size_t *n)
+{
+	struct audit_page page = {before_id, limit};
+	int rc = query_rows(sq_of(st), "SELECT id, at, actor, action, target, count, detail"
+			    " FROM audit WHERE (?1 IS NULL OR id < ?1) ORDER BY id DESC LIMIT ?2",
+			    bind_audit_page, &page, sizeof(**items), read_audit, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_audits_free(*items, *n);
+		*items = NULL;
+		*n = 0;
 	}
-	bind_text_or_null(s, 1, before_id);
-	sqlite3_bind_int64(s, 2, (int64_t)limit);
-	rc = sq_read_rows(s, sizeof(*rows), read_audit, (void **)&rows, &count, &cap);
-out:
-	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
-	if (rc != SQLITE_OK) {
-		store_audits_free(rows, count);
-		return sq_store_code(rc);
-	}
-	*items = rows;
-	*n = count;
-	return STORE_OK;
+	return rc;
 }
