@@ -69,6 +69,12 @@ struct store {
 extern const struct store_ops store_sqlite_ops;
 extern const struct store_ops store_pg_ops;
 
+/* ---- small helpers every backend uses (store.c) --------------------------------------- */
+
+/* The row of a by-id query that returned n rows of size bytes: moves rows[0] into out and
+ * frees the array (returned to the caller's ownership: out). STORE_NOT_FOUND when n is 0. */
+int store_take_one(void *rows, size_t n, size_t size, void *out);
+
 /* ---- schema migrations ------------------------------------------------------------- */
 
 /* One schema step of a backend: src/store/BACKEND/schema/NNN_name.sql, embedded at build

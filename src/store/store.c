@@ -666,6 +666,17 @@ char *store_cursor_after(const struct delivery_filter *f, const struct store_del
 	return c;
 }
 
+int store_take_one(void *rows, size_t n, size_t size, void *out)
+{
+	if (n == 0) {
+		free(rows);
+		return STORE_NOT_FOUND;
+	}
+	memcpy(out, rows, size);
+	free(rows);
+	return STORE_OK;
+}
+
 /* ---- subscriptions into the registry ---------------------------------------------- */
 
 int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults)

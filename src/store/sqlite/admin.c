@@ -540,15 +540,7 @@ int sq_job_get(store *st, const char *id, struct store_job *out)
 	struct store_job *rows = NULL;
 	size_t n = 0;
 	int rc = jobs_query(st, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1", id, &rows, &n);
-	if (rc != STORE_OK)
-		return rc;
-	if (n == 0) {
-		free(rows);
-		return STORE_NOT_FOUND;
-	}
-	*out = rows[0];
-	free(rows);
-	return STORE_OK;
+	return rc == STORE_OK ? store_take_one(rows, n, sizeof(*rows), out) : rc;
 }
 
 int sq_jobs_running(store *st, struct store_job **items, size_t *n)
