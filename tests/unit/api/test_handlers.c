@@ -1,0 +1,218 @@
+/* test_handlers.c: API handlers called with a request struct (api_handle), the way h2o's
+ * t/00unit drives its handlers: no sockets and no daemon, but a real SQLite store in a
+ * temporary directory and the real writer behind POST /v1/events. What a client sees:
+ * status codes, error bodies naming the field, events stored and readable, subscription
+ * secrets masked on the way out, the DLQ filter parsed and answered. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "store/writer.h"
+#include "util/log.h"
+
+struct fixture {
+	char dir[64];
+	store *st;
+	struct writer *w;
+	struct sub_registry reg;
+	struct api api;
+};
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char dsn[128], err[256];
+
+	snprintf(f->dir, sizeof(f->dir), "/tmp/outboxd-handlers-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(dsn, sizeof(dsn), "sqlite:%s/outboxd.db", f->dir);
+	if (store_open(dsn, "handler-test", &f->st, err, sizeof(err)) != STORE_OK) {
+		fprintf(stderr, "store_open: %s\n", err);
+		return -1;
+	}
+	if (!(f->w = writer_start(f->st, NULL)))
+		return -1;
+	sub_registry_init(&f->reg);
+	f->api.st = f->st;
+	f->api.reg = &f->reg;
+	f->api.writer = f->w;
+	f->api.admin_token = "adm";
+	f->api.max_payload = 65536;
+	f->api.max_request = 1 << 20;
+	f->api.replay_rate = 100;
+	f->api.stats_window_ms = 3600 * 1000;
+	retry_policy_defaults(&f->api.retry_defaults);
+	assert_int_equal(store_subs_load(f->st, &f->reg, &f->api.retry_defaults), STORE_OK);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	writer_stop(f->w);
+	store_close(f->st);
+	sub_registry_destroy(&f->reg);
+	nftw(f->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+	free(f);
+	return 0;
+}
+
+static const char *no_query(void *ctx, const char *name)
+{
+	return NULL;
+}
+
+/* A query string of one "name=value" pair. */
+static const char *one_param(void *ctx, const char *name)
+{
+	const char *const *kv = ctx;
+	return strcmp(kv[0], name) == 0 ? kv[1] : NULL;
+}
+
+/* Calls the API; returns the status and the body parsed (decref it), NULL for none. */
+static int call(struct fixture *f, const char *method, const char *path, const char *body,
+		const char *const *param, json_t **out)
+{
+	struct api_request req = {
+		.method = method,
+		.path = path,
+		.query = param ? one_param : no_query,
+		.query_ctx = (void *)param,
+		.authorization = "Bearer adm",
+		.content_type = body ? "application/json" : NULL,
+		.body = body,
+		.body_len = body ? strlen(body) : 0,
+	};
+	struct api_response res = {0};
+
+	api_handle(&f->api, &req, &res);
+	*out = res.body ? json_loads(res.body, 0, NULL) : NULL;
+	if (res.body && !*out)
+		fail_msg("%s %s: not JSON: %s", method, path, res.body);
+	free(res.body);
+	return res.status;
+}
+
+static const char *error_field(json_t *body)
+{
+	return json_string_value(json_object_get(json_object_get(body, "error"), "field"));
+}
+
+static void test_bad_event_names_the_field(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+
+	assert_int_equal(call(f, "POST", "/v1/events", "{\"payload\":{}}", NULL, &body), 400);
+	assert_string_equal(error_field(body), "event_type");
+	json_decref(body);
+	assert_int_equal(call(f, "POST", "/v1/events", "{\"event_type\":\"a.b\"", NULL, &body), 400);
+	json_decref(body);
+	assert_int_equal(call(f, "POST", "/v1/events",
+			      "{\"event_type\":\"a.b\",\"payload_base64\":\"not base64!\"}", NULL,
+			      &body), 400);
+	assert_string_equal(error_field(body), "payload_base64");
+	json_decref(body);
+}
+
+static void test_event_is_stored_and_fanned_out(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+	char path[128];
+
+	assert_int_equal(call(f, "POST", "/v1/subscriptions",
+			      "{\"name\":\"orders\",\"endpoint\":\"https://example.com/hook\","
+			      "\"event_types\":[\"order.*\"],\"secret\":\"generate\"}",
+			      NULL, &body), 201);
+	/* the generated secret is shown once, at creation */
+	const char *secret = json_string_value(json_object_get(body, "secret"));
+	assert_non_null(secret);
+	assert_int_equal(strncmp(secret, "whsec_", 6), 0);
+	char sub_id[64];
+	snprintf(sub_id, sizeof(sub_id), "%s", json_string_value(json_object_get(body, "id")));
+	json_decref(body);
+
+	/* ... and masked on every read after */
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", sub_id);
+	assert_int_equal(call(f, "GET", path, NULL, NULL, &body), 200);
+	assert_string_equal(json_string_value(json_object_get(body, "secret")), "whsec_********");
+	json_decref(body);
+
+	assert_int_equal(call(f, "POST", "/v1/events",
+			      "{\"event_type\":\"order.created\",\"payload\":{\"id\":7}}", NULL,
+			      &body), 202);
+	const char *event_id = json_string_value(json_array_get(json_object_get(body, "ids"), 0));
+	assert_non_null(event_id);
+	snprintf(path, sizeof(path), "/v1/events/%s", event_id);
+	json_decref(body);
+
+	assert_int_equal(call(f, "GET", path, NULL, NULL, &body), 200);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(body, "payload"), "id")),
+			 7);
+	json_t *deliveries = json_object_get(body, "deliveries");
+	assert_int_equal(json_array_size(deliveries), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(deliveries, 0),
+							      "subscription_id")), sub_id);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(deliveries, 0),
+							      "status")), "NEW");
+	json_decref(body);
+}
+
+static void test_unknown_ids_are_404(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+
+	assert_int_equal(call(f, "GET", "/v1/deliveries/0190a0b0-0000-7000-8000-000000000000",
+			      NULL, NULL, &body), 404);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(body, "error"), "code")),
+			    "not_found");
+	json_decref(body);
+	assert_int_equal(call(f, "GET", "/v1/events/0190a0b0-0000-7000-8000-000000000000", NULL,
+			      NULL, &body), 404);
+	json_decref(body);
+}
+
+static void test_dlq_filter_is_checked(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+	const char *bad_code[] = {"code", "abc"};
+	const char *good_code[] = {"code", "503"};
+
+	assert_int_equal(call(f, "GET", "/v1/dlq", NULL, bad_code, &body), 400);
+	assert_string_equal(error_field(body), "code");
+	json_decref(body);
+	assert_int_equal(call(f, "GET", "/v1/dlq", NULL, good_code, &body), 200);
+	assert_int_equal(json_array_size(json_object_get(body, "items")), 0);
+	json_decref(body);
+}
+
+int main(void)
+{
+	log_set_level(LOG_ERROR);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_bad_event_names_the_field, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_event_is_stored_and_fanned_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dlq_filter_is_checked, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
