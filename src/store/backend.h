@@ -5,6 +5,8 @@
 #ifndef OUTBOXD_STORE_BACKEND_H
 #define OUTBOXD_STORE_BACKEND_H
 
+#include <stdatomic.h>
+
 #include "store/store.h"
 
 /* ---- backends ------------------------------------------------------------------------ */
@@ -64,6 +66,10 @@ struct store {
 	const struct store_ops *ops;
 	void *priv;
 	char owner[128];
+	/* store_fault_set: the next fault_count calls of fault_ops answer fault_rc */
+	_Atomic int fault_count;
+	unsigned fault_ops;
+	int fault_rc;
 };
 
 extern const struct store_ops store_sqlite_ops;

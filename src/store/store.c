@@ -142,8 +142,30 @@ static int event_in_valid(const struct store_event_in *ev)
 	return 1;
 }
 
+void store_fault_set(store *st, unsigned ops, int rc, int count)
+{
+	atomic_store(&st->fault_count, 0);
+	st->fault_ops = ops;
+	st->fault_rc = rc;
+	atomic_store(&st->fault_count, count);
+}
+
+/* 1 with *rc set when a fault injected for op takes this call. */
+static int fault_hit(store *st, unsigned op, int *rc)
+{
+	int left = atomic_load_explicit(&st->fault_count, memory_order_relaxed);
+	while (left > 0 && (st->fault_ops & op)) {
+		if (atomic_compare_exchange_weak(&st->fault_count, &left, left - 1)) {
+			*rc = st->fault_rc;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static int ingest(store *st, struct store_event_in *events, size_t n, int by_id)
 {
+	int frc;
 	if (!st || (!events && n) || n > STORE_MAX_BATCH)
 		return STORE_INVALID;
 	for (size_t i = 0; i < n; i++) {
@@ -159,6 +181,8 @@ static int ingest(store *st, struct store_event_in *events, size_t n, int by_id)
 	}
 	if (!n)
 		return STORE_OK;
+	if (fault_hit(st, STORE_FAULT_INGEST, &frc))
+		return frc;
 	return st->ops->ingest(st, events, n);
 }
 
@@ -193,6 +217,9 @@ int store_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 		*n = 0;
 	if (!st || !items || !n || lease_ms <= 0 || limit < 1 || limit > STORE_MAX_BATCH)
 		return STORE_INVALID;
+	int frc;
+	if (fault_hit(st, STORE_FAULT_CLAIM, &frc))
+		return frc;
 	return st->ops->claim_due(st, now_ms, lease_ms, limit, items, n);
 }
 
@@ -238,6 +265,9 @@ int store_record_results(store *st, const struct store_result *results, size_t n
 			return STORE_INVALID;
 	if (!n)
 		return STORE_OK;
+	int frc;
+	if (fault_hit(st, STORE_FAULT_RESULTS, &frc))
+		return frc;
 	return st->ops->record_results(st, results, n);
 }
 

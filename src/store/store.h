@@ -389,6 +389,21 @@ int store_sub_list(store *st, struct sub_row **items, size_t *n);
 void store_sub_free(struct sub_row *sub);                    /* frees members only */
 void store_subs_free(struct sub_row *items, size_t n);
 
+/* ---- fault injection (tests) --------------------------------------------------------- */
+
+/* The operations store_fault_set can make fail: the pipeline's group writes and claims. */
+enum store_fault_op {
+	STORE_FAULT_INGEST = 1,   /* store_ingest, store_ingest_replay */
+	STORE_FAULT_RESULTS = 2,  /* store_record_results */
+	STORE_FAULT_CLAIM = 4,    /* store_claim_due */
+};
+
+/* The next count calls of the operations in ops (a mask of enum store_fault_op) answer
+ * rc without reaching the backend, the way SQLite's os.c lets its tests fail I/O: unit
+ * tests reach the outage paths of the writer and the spool without stopping a database.
+ * count 0 clears. Any thread; costs one atomic load per call when unused. */
+void store_fault_set(store *st, unsigned ops, int rc, int count);
+
 /* Rebuilds reg's set from the subscriptions in the store (core/sub_codec.h decodes each
  * row; rows that cannot be parsed are logged and left out). Returns a store error code. */
 int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults);

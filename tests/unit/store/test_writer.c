@@ -3,7 +3,10 @@
  * their ids back; a claim asked through the writer comes back through writer_take; the
  * results handed over are written (PROCESSED, FAILED with a retry, dead) and returned
  * for recycling in order; writer_detach hands back what was never taken; a writer
- * stopped and started again on the same store stores again. */
+ * stopped and started again on the same store stores again. Outages come from the
+ * store's fault injection (store_fault_set): refused result groups are kept and
+ * retried, a refused claim is answered with the error, a refused ingest group is
+ * acknowledged from the spool and replayed into the store. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store/spool.h"
 #include "store/store.h"
 #include "store/writer.h"
 #include "util/clock.h"
@@ -269,6 +273,119 @@ static void test_detach_returns_what_was_not_taken(void **state)
 	store_claims_free(claims, 1);
 }
 
+/* Takes until the results come back written (or 10 s); returns how many did. */
+static size_t take_written(struct fixture *f, size_t want, int *saw_down)
+{
+	int64_t deadline = clock_mono_ms() + 10000;
+	size_t got = 0;
+
+	while (got < want && clock_mono_ms() < deadline) {
+		struct writer_answer a;
+		writer_take(f->w, &a);
+		if (a.down)
+			*saw_down = 1;
+		for (struct writer_result *x = a.written; x; x = x->next)
+			got++;
+		if (got < want)
+			usleep(5000);
+	}
+	return got;
+}
+
+static void test_refused_results_are_kept_and_retried(void **state)
+{
+	struct fixture *f = *state;
+	struct store_event_in ev;
+	struct writer_result r;
+	struct store_claim *claims;
+	struct store_delivery d;
+	int saw_down = 0;
+
+	event_for(f, &ev, "writer.retry");
+	assert_int_equal(writer_ingest(f->w, &ev, 1), STORE_OK);
+	assert_int_equal(take_claims(f, 1, &claims), 1);
+	memset(&r, 0, sizeof(r));
+	r.result.delivery_id = claims[0].delivery_id;
+	r.result.status = DELIVERY_PROCESSED;
+	r.result.attempt_count = 1;
+	r.result.processed_at = clock_now_ms();
+
+	/* The store refuses the next two result groups (no spool): the writer keeps the
+	 * result, says the store is down, and writes it when the store takes it. */
+	store_fault_set(f->st, STORE_FAULT_RESULTS, STORE_UNAVAILABLE, 2);
+	writer_results(f->w, &r, &r, 1);
+	assert_int_equal(take_written(f, 1, &saw_down), 1);
+	assert_true(saw_down);
+	assert_int_equal(store_delivery_get(f->st, claims[0].delivery_id, &d), STORE_OK);
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	store_delivery_free(&d);
+	store_claims_free(claims, 1);
+}
+
+static void test_refused_claim_is_answered(void **state)
+{
+	struct fixture *f = *state;
+	struct store_event_in ev;
+	struct writer_answer a;
+	int64_t deadline = clock_mono_ms() + 5000;
+
+	event_for(f, &ev, "writer.claim");
+	assert_int_equal(writer_ingest(f->w, &ev, 1), STORE_OK);
+	store_fault_set(f->st, STORE_FAULT_CLAIM, STORE_UNAVAILABLE, 1);
+	writer_claim(f->w, 10, 60000);
+	do {
+		usleep(2000);
+		writer_take(f->w, &a);
+	} while (!a.claimed && clock_mono_ms() < deadline);
+	assert_true(a.claimed);
+	assert_int_equal(a.claim_rc, STORE_UNAVAILABLE);
+	assert_int_equal(a.n_claims, 0);
+	assert_true(a.down);
+	/* the next claim gets the delivery */
+	struct store_claim *claims;
+	assert_int_equal(take_claims(f, 10, &claims), 1);
+	store_claims_free(claims, 1);
+}
+
+static void test_ingest_goes_to_the_spool_and_back(void **state)
+{
+	struct fixture *f = *state;
+	struct spool_report rep;
+	struct spool *sp;
+	struct store_event_in ev;
+	struct store_event got;
+	char path[128];
+
+	/* a writer with a spool instead of the fixture's */
+	writer_detach(f->w);
+	writer_stop(f->w);
+	snprintf(path, sizeof(path), "%s/ingest.spool", f->dir);
+	assert_int_equal(spool_open(path, &sp, &rep), SPOOL_OK);
+	f->w = writer_start(f->st, sp);
+	assert_non_null(f->w);
+
+	/* The store refuses one ingest group: acknowledged from the spool (durable there),
+	 * then replayed into the store by the spool thread. */
+	store_fault_set(f->st, STORE_FAULT_INGEST, STORE_UNAVAILABLE, 1);
+	event_for(f, &ev, "writer.spooled");
+	assert_int_equal(writer_ingest(f->w, &ev, 1), STORE_OK);
+	assert_int_equal(store_event_get(f->st, ev.id, &got), STORE_NOT_FOUND);
+	int64_t deadline = clock_mono_ms() + 10000;
+	int rc;
+	while ((rc = store_event_get(f->st, ev.id, &got)) == STORE_NOT_FOUND &&
+	       clock_mono_ms() < deadline)
+		usleep(20000);
+	assert_int_equal(rc, STORE_OK);
+	assert_string_equal(got.event_type, "writer.spooled");
+	store_event_free(&got);
+	while (spool_size(sp) > 0 && clock_mono_ms() < deadline)
+		usleep(20000);
+	assert_int_equal(spool_size(sp), 0);
+	writer_stop(f->w);
+	f->w = NULL;
+	spool_close(sp);
+}
+
 static void test_a_new_writer_on_the_same_store_stores(void **state)
 {
 	struct fixture *f = *state;
@@ -295,6 +412,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_detach_returns_what_was_not_taken, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_a_new_writer_on_the_same_store_stores, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_results_are_kept_and_retried, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_refused_claim_is_answered, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ingest_goes_to_the_spool_and_back, setup,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
