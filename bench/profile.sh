@@ -6,7 +6,7 @@
 #
 # perf mode samples the outboxd process at 999 Hz through a quick.sh run of N events
 # (default 60,000) and prints the share of each thread (they are named: dispatch,
-# dispatch-store, committer, MHD-worker, ...) and library, then the dispatch thread's top
+# writer, MHD-worker, jobs, ...) and library, then the dispatch thread's top
 # symbols. callgrind mode runs N events (default 5,000; about 50x slower) under
 # valgrind and prints instructions per delivery for each thread: exact and repeatable on
 # a noisy machine, but batches are smaller than at full speed, so per-transaction costs
@@ -32,7 +32,7 @@ if [ "$MODE" = callgrind ]; then
 		total=$((total + ir))
 		# the thread's busiest function of outboxd names it (dispatcher_main, ...)
 		who=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-			grep -oE '(dispatcher_main|side_main|committer_main|jobs_main|api_[a-z_]+|listener_main|main)\b' |
+			grep -oE '(dispatcher_main|writer_main|replay_main|intake_main|jobs_main|api_[a-z_]+|listener_main|main)\b' |
 			head -1)
 		printf '  %-16s %9d instructions per delivery\n' "${who:-?}" $((ir / N))
 	done
