@@ -35,7 +35,7 @@ enum round_state { ROUND_FREE, ROUND_IN_FLIGHT, ROUND_WAITING, ROUND_PARKED, ROU
 
 
 struct round {
-	struct sink_round sj;          /* what the sink sees: first, so a sink_round is a round */
+	struct sink_round sj;        /* what the sink sees: first, so a sink_round is a round */
 	struct dispatcher *d;
 	enum round_state state;
 	struct batch *batch;
@@ -52,12 +52,12 @@ struct round {
 	struct writer_result wr;     /* the round's result, queued to the writer when done */
 	int64_t started_us;          /* monotonic start of the current attempt */
 	int64_t wake_us;             /* ROUND_WAITING: when to send again */
-	struct sub_limits *ss;       /* the subscription's breaker and limits, or NULL */
+	struct sub_limits *limits;   /* the subscription's breaker and limits, or NULL */
 	int probe;                   /* this round is the half-open breaker's probe */
-	int holds_slot;              /* the attempt counts in ss->in_flight */
+	int holds_slot;              /* the attempt counts in limits->in_flight */
 	int64_t retry_after_ms;      /* Retry-After of the last response, -1 when none */
 	int64_t parked_us;           /* ROUND_PARKED: since when */
-	struct round *next;            /* in the free, waiting, parked or done list */
+	struct round *next;          /* in the free, waiting or parked list */
 };
 
 struct dispatcher {
@@ -72,9 +72,9 @@ struct dispatcher {
 	int n_events;                /* ready, not yet handled */
 	atomic_int stopping;
 	atomic_int woken;
-	struct round *rounds;            /* max_in_flight of them */
+	struct round *rounds;        /* max_in_flight of them */
 	struct round *free_list;
-	struct round *waiting;         /* unsorted; few at a time */
+	struct round *waiting;       /* unsorted; few at a time */
 	struct round *done_head, *done_tail;
 	size_t done_count;
 	int active;                  /* rounds not free */

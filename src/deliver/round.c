@@ -38,9 +38,9 @@ double dispatcher_rng_next(void *ctx)
  * may go now, 0 otherwise (nothing taken). */
 static int round_limits_take(struct round *j, int64_t now_us)
 {
-	if (!j->ss)
+	if (!j->limits)
 		return 1;
-	if (!limits_take(j->ss, j->sub, now_us))
+	if (!limits_take(j->limits, j->sub, now_us))
 		return 0;
 	j->holds_slot = 1;
 	return 1;
@@ -50,7 +50,7 @@ static int round_limits_take(struct round *j, int64_t now_us)
 static void round_slot_put(struct round *j)
 {
 	if (j->holds_slot) {
-		limits_put(j->ss);
+		limits_put(j->limits);
 		j->holds_slot = 0;
 	}
 }
@@ -58,8 +58,8 @@ static void round_slot_put(struct round *j)
 /* A round with attempts ended: the breaker counts it. */
 static void circuit_record(struct round *j, int success)
 {
-	if (j->ss)
-		limits_record(j->ss, j->sub, success, &j->probe);
+	if (j->limits)
+		limits_record(j->limits, j->sub, success, &j->probe);
 }
 
 /* ---- the life of a round ----------------------------------------------------------------- */
@@ -127,7 +127,7 @@ static void round_result(struct round *j, const struct outcome *o)
 		r->next_attempt_at = o->at_ms;
 }
 
-/* What outcome_decide needs to know of the round's round so far. */
+/* What outcome_decide needs to know of the round so far. */
 static void outcome_input(const struct round *j, struct outcome_in *in)
 {
 	memset(in, 0, sizeof(*in));
@@ -232,7 +232,7 @@ static void round_release(struct round *j, int64_t delay_ms)
 {
 	struct store_result *r = &j->wr.result;
 	round_slot_put(j);
-	limits_probe_abandoned(j->ss, &j->probe);
+	limits_probe_abandoned(j->limits, &j->probe);
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = j->claim->delivery_id;
 	r->status = j->claim->status;
@@ -356,7 +356,7 @@ void round_attempt_abandoned_cb(void *ctx, struct sink_round *sj)
 static void round_park(struct round *j)
 {
 	struct dispatcher *d = j->d;
-	struct sub_limits *x = j->ss;
+	struct sub_limits *x = j->limits;
 
 	if (x->parked >= limits_parked_cap(d->cfg.max_in_flight, j->sub)) {
 		round_release(j, RELEASE_MIN_MS + (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
@@ -382,7 +382,7 @@ static void round_park(struct round *j)
  * (and behind the rounds parked there already: a queue keeps its order). */
 static void round_begin(struct round *j)
 {
-	if (j->ss && (j->ss->parked_head || !round_limits_take(j, clock_mono_us()))) {
+	if (j->limits && (j->limits->parked_head || !round_limits_take(j, clock_mono_us()))) {
 		round_park(j);
 		return;
 	}
@@ -440,7 +440,7 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 	j->sj.claim = c;
 	j->tries = 0;
 	j->sink = NULL;
-	j->ss = NULL;
+	j->limits = NULL;
 	j->probe = 0;
 	j->holds_slot = 0;
 	j->retry_after_ms = -1;
@@ -494,9 +494,9 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 				 "(kafka:// endpoints need kafka_brokers)");
 		return;
 	}
-	if ((j->ss = limits_get(&d->limits, j->sub)))
-		j->ss->refs++;
-	if (j->ss && limits_admit(j->ss, j->sub, c->delivery_id, &j->probe) == BREAKER_DELAY) {
+	if ((j->limits = limits_get(&d->limits, j->sub)))
+		j->limits->refs++;
+	if (j->limits && limits_admit(j->limits, j->sub, c->delivery_id, &j->probe) == BREAKER_DELAY) {
 		round_delay_action(j);
 		return;
 	}
@@ -527,9 +527,9 @@ void round_recycle(struct dispatcher *d, struct round *j)
 	if (j->sink)
 		sink_round_end(j->sink, &j->sj);
 	j->sink = NULL;
-	if (j->ss)
-		j->ss->refs--;
-	j->ss = NULL;
+	if (j->limits)
+		j->limits->refs--;
+	j->limits = NULL;
 	j->probe = 0;
 	batch_release(d, j->batch);
 	j->batch = NULL;
