@@ -15,6 +15,7 @@
 struct store_ops {
 	const char *name;
 	const char *dsn_prefix;     /* "sqlite:", "postgres://" */
+	int concurrent_writers;     /* group writes that may run side by side (writer lanes) */
 	int (*open)(store *st, const char *dsn, char *err, size_t errlen);
 	void (*close)(store *st);
 	int (*ping)(store *st);

@@ -142,6 +142,11 @@ static int event_in_valid(const struct store_event_in *ev)
 	return 1;
 }
 
+int store_concurrent_writers(store *st)
+{
+	return st && st->ops->concurrent_writers > 1 ? st->ops->concurrent_writers : 1;
+}
+
 void store_fault_set(store *st, unsigned ops, int rc, int count)
 {
 	atomic_store(&st->fault_count, 0);

@@ -389,6 +389,11 @@ int store_sub_list(store *st, struct sub_row **items, size_t *n);
 void store_sub_free(struct sub_row *sub);                    /* frees members only */
 void store_subs_free(struct sub_row *items, size_t n);
 
+/* How many of the writer's group writes (an ingest group, a result group) the backend
+ * runs side by side to advantage: 1 for SQLite (one write lock), 2 for PostgreSQL (one
+ * connection each). store/writer.c runs that many lanes. */
+int store_concurrent_writers(store *st);
+
 /* ---- fault injection (tests) --------------------------------------------------------- */
 
 /* The operations store_fault_set can make fail: the pipeline's group writes and claims. */

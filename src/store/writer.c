@@ -26,9 +26,21 @@ struct pending {
 	struct pending *next;
 };
 
+/* A thread of the writer and what it takes: with one lane it takes everything; with two
+ * (a backend whose writes may run side by side), one takes ingest groups and the other
+ * claims and results. */
+struct lane {
+	struct writer *w;
+	pthread_t thread;
+	int started;
+	int ingest;                   /* takes ingest groups */
+	int pipeline;                 /* takes claims and result groups */
+};
+
 struct writer {
 	store *st;
-	pthread_t thread;
+	struct lane lanes[2];
+	int n_lanes;
 	pthread_mutex_t mu;
 	pthread_cond_t work;          /* signalled when work is queued or on stop */
 	pthread_cond_t finished;      /* broadcast after each round */
@@ -258,13 +270,15 @@ static void wait_until(struct writer *w, int64_t at_us, int64_t now_us)
 
 static void *writer_main(void *arg)
 {
-	struct writer *w = arg;
+	struct lane *ln = arg;
+	struct writer *w = ln->w;
 
-	pthread_setname_np(pthread_self(), "writer");
+	pthread_setname_np(pthread_self(), ln->pipeline ? "writer" : "writer-ingest");
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		int64_t now_us = clock_mono_us();
-		int must_claim = w->claim_want && !w->claim_done;
+		int must_claim = ln->pipeline && w->claim_want && !w->claim_done;
+		struct pending *queued = ln->ingest ? w->head : NULL;
 		/* A result group is written when it is full, when a claim goes with it, or
 		 * when its first result has waited WRITER_GROUP_WAIT_US for company; after a
 		 * failure, not before retry_at_us. */
@@ -273,11 +287,11 @@ static void *writer_main(void *arg)
 			write_at_us = now_us;
 		if (write_at_us < w->retry_at_us)
 			write_at_us = w->retry_at_us;
-		int can_write = w->todo_head && now_us >= write_at_us;
-		if (w->stopping && !w->head)
+		int can_write = ln->pipeline && w->todo_head && now_us >= write_at_us;
+		if (w->stopping && !queued)
 			break;
-		if (!can_write && !must_claim && !w->head) {
-			if (w->todo_head)
+		if (!can_write && !must_claim && !queued) {
+			if (ln->pipeline && w->todo_head)
 				wait_until(w, write_at_us, now_us);
 			else
 				pthread_cond_wait(&w->work, &w->mu);
@@ -286,7 +300,7 @@ static void *writer_main(void *arg)
 
 		/* Take this round's work: a run of ingest requests up to the group limit,
 		 * a group of results, the claim request. Callers queue more meanwhile. */
-		struct pending *first = w->head, *last = first;
+		struct pending *first = queued, *last = first;
 		if (first) {
 			size_t n = first->n;
 			while (last->next && n + last->next->n <= WRITER_INGEST_MAX) {
@@ -313,7 +327,8 @@ static void *writer_main(void *arg)
 		size_t want = must_claim ? w->claim_want : 0;
 		int64_t lease_ms = w->lease_ms;
 		int was_down = w->down;
-		w->busy = rhead || want;
+		if (ln->pipeline)
+			w->busy = rhead || want;
 		pthread_mutex_unlock(&w->mu);
 
 		/* The claim first: new work waits on it, results only on their group. */
@@ -373,7 +388,8 @@ static void *writer_main(void *arg)
 		}
 		if (rhead)
 			w->down = wrote != 0 || (want && claim_rc != STORE_OK);
-		w->busy = 0;
+		if (ln->pipeline)
+			w->busy = 0;
 		if (rhead)
 			ready(w);
 		pthread_cond_broadcast(&w->finished);
@@ -535,11 +551,20 @@ struct writer *writer_start(store *st, struct spool *spool)
 	pthread_cond_init(&w->work, NULL);
 	pthread_cond_init(&w->finished, NULL);
 	pthread_cond_init(&w->replay_wake, NULL);
-	if (pthread_create(&w->thread, NULL, writer_main, w)) {
-		log_error("writer: cannot start thread");
-		free(w->scratch);
-		free(w);
-		return NULL;
+	/* SQLite has one write lock: one lane. PostgreSQL takes ingest and results on two
+	 * connections side by side: two lanes, so neither waits for the other's commit. */
+	w->n_lanes = store_concurrent_writers(st) >= 2 ? 2 : 1;
+	for (int i = 0; i < w->n_lanes; i++) {
+		struct lane *ln = &w->lanes[i];
+		ln->w = w;
+		ln->pipeline = i == 0;
+		ln->ingest = w->n_lanes == 1 || i == 1;
+		if (pthread_create(&ln->thread, NULL, writer_main, ln)) {
+			log_error("writer: cannot start thread");
+			writer_stop(w);
+			return NULL;
+		}
+		ln->started = 1;
 	}
 	if (spool) {
 		if (pthread_create(&w->replay_thread, NULL, replay_main, w)) {
@@ -574,7 +599,7 @@ int writer_ingest(struct writer *w, struct store_event_in *events, size_t n)
 	else
 		w->head = &p;
 	w->tail = &p;
-	pthread_cond_signal(&w->work);
+	pthread_cond_broadcast(&w->work);
 	while (!p.done)
 		pthread_cond_wait(&w->finished, &w->mu);
 	pthread_mutex_unlock(&w->mu);
@@ -604,7 +629,7 @@ void writer_results(struct writer *w, struct writer_result *head, struct writer_
 		w->todo_head = head;
 	w->todo_tail = tail;
 	w->todo_count += n;
-	pthread_cond_signal(&w->work);
+	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -613,7 +638,7 @@ void writer_claim(struct writer *w, size_t want, int64_t lease_ms)
 	pthread_mutex_lock(&w->mu);
 	w->claim_want = want;
 	w->lease_ms = lease_ms;
-	pthread_cond_signal(&w->work);
+	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -687,9 +712,11 @@ void writer_stop(struct writer *w)
 		return;
 	pthread_mutex_lock(&w->mu);
 	w->stopping = 1;
-	pthread_cond_signal(&w->work);
+	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->mu);
-	pthread_join(w->thread, NULL);
+	for (int i = 0; i < w->n_lanes; i++)
+		if (w->lanes[i].started)
+			pthread_join(w->lanes[i].thread, NULL);
 	if (w->replay_started) {
 		pthread_mutex_lock(&w->mu);
 		w->replay_stopping = 1;

@@ -1,8 +1,8 @@
-/* writer.h: the one thread that makes the delivery pipeline's writes to the store.
+/* writer.h: the one component that makes the delivery pipeline's writes to the store.
  *
  * DESIGN §3: one writer owns the store's writes, and group commit makes one sync serve
- * many of them. Three kinds of work queue up here and the writer thread takes them in
- * rounds, each kind grouped into one store call:
+ * many of them. Three kinds of work queue up here and the writer takes them in rounds,
+ * each kind grouped into one store call:
  *   - ingest: parsed events from the API threads and the Kafka intake
  *     (writer_ingest blocks its caller until the events are durable: DESIGN §3, an
  *     event is acknowledged only once committed);
@@ -12,6 +12,13 @@
  * A round does the claim first (new work waits on it), then the ingest group (callers
  * are blocked on it), then the results group (their items wait for company up to
  * WRITER_GROUP_WAIT_US, and up to WRITER_RESULTS_MAX of them go in one transaction).
+ *
+ * Lanes: on SQLite (one write lock) one thread, "writer", takes all of it. A backend
+ * whose group writes can run side by side (store_concurrent_writers: PostgreSQL, one
+ * connection each) gets two threads over the same queues: "writer" takes claims and
+ * results, "writer-ingest" takes ingest groups, so neither waits for the other's commit
+ * (measured: one thread for both cost PostgreSQL about 15% of its deliveries/s while
+ * events were arriving; docs/performance.md).
  *
  * With a spool (seed 004's catastrophic-failure layer, opt-in), a group the store
  * answers STORE_UNAVAILABLE for is written to the spool instead, fsynced, and counts as

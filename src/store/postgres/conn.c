@@ -524,6 +524,7 @@ static int pg_ping(store *st)
 const struct store_ops store_pg_ops = {
 	.name = "postgres",
 	.dsn_prefix = "postgres://",
+	.concurrent_writers = 2,
 	.open = pg_open,
 	.close = pg_close,
 	.ping = pg_ping,

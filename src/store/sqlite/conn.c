@@ -579,6 +579,7 @@ static int sq_ping(store *st)
 const struct store_ops store_sqlite_ops = {
 	.name = "sqlite",
 	.dsn_prefix = "sqlite:",
+	.concurrent_writers = 1,
 	.open = sq_open,
 	.close = sq_close,
 	.ping = sq_ping,
