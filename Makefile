@@ -15,9 +15,12 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target outboxd
 
+# The SSRF guard refuses loopback addresses by default; the quickstart's receiver runs on
+# 127.0.0.1, so `make run` lets loopback through (and says so when it starts).
 run: build
 	@mkdir -p var
-	./$(BUILD)/outboxd serve
+	@echo "make run: --ssrf-allow 127.0.0.0/8 lets deliveries reach local receivers (the SSRF guard refuses loopback otherwise)"
+	./$(BUILD)/outboxd serve --ssrf-allow 127.0.0.0/8
 
 test: deps
 	@cmake -S . -B $(TESTBUILD) -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON >/dev/null

@@ -67,7 +67,7 @@ mkdir -p "$work/data"
 OUTBOXD_DB=sqlite:$work/data/outboxd.db OUTBOXD_LISTEN=127.0.0.1:$DPORT OUTBOXD_ADMIN_TOKEN=bench \
   OUTBOXD_LOG_LEVEL=warn OUTBOXD_DATA_DIR="$work/data" OUTBOXD_KAFKA_BROKERS="$BROKERS" \
   OUTBOXD_KAFKA_INTAKE=bench.in OUTBOXD_MAX_IN_FLIGHT=256 \
-  "$BUILD/outboxd" serve >"$work/outboxd.log" 2>&1 &
+  OUTBOXD_SSRF_ALLOW=127.0.0.0/8 "$BUILD/outboxd" serve >"$work/outboxd.log" 2>&1 &
 DPID=$!
 pids+=("$DPID")
 D=http://127.0.0.1:$DPORT

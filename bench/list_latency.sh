@@ -17,7 +17,7 @@ cleanup() { kill "$dpid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "
 trap cleanup EXIT
 start() {
   OUTBOXD_DB="sqlite:$dir/o.db" OUTBOXD_LISTEN="127.0.0.1:$PORT" OUTBOXD_ADMIN_TOKEN=t \
-    OUTBOXD_LOG_LEVEL=warn "$BUILD/outboxd" serve 2>>"$dir/log" &
+    OUTBOXD_SSRF_ALLOW=127.0.0.0/8 OUTBOXD_LOG_LEVEL=warn "$BUILD/outboxd" serve 2>>"$dir/log" &
   dpid=$!
   for _ in $(seq 100); do curl -sf "127.0.0.1:$PORT/healthz" >/dev/null && return; sleep 0.1; done
   echo "outboxd did not start" >&2; cat "$dir/log" >&2; exit 1

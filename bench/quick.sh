@@ -67,7 +67,7 @@ for ((i = 0; i < K; i++)); do
   p=$(free_port)
   ports+=("$p")
   OUTBOXD_DB="$DSN" OUTBOXD_LISTEN="127.0.0.1:$p" OUTBOXD_ADMIN_TOKEN=bench OUTBOXD_DATA_DIR="$dir" \
-    OUTBOXD_LOG_LEVEL=warn ${WRAP:-} "$BUILD/outboxd" serve 2>>"$dir/daemon-$i.log" &
+    OUTBOXD_SSRF_ALLOW=127.0.0.0/8 OUTBOXD_LOG_LEVEL=warn ${WRAP:-} "$BUILD/outboxd" serve 2>>"$dir/daemon-$i.log" &
   pids+=($!)
   opids+=($!)
   # One at a time: the first creates the schema.

@@ -170,7 +170,7 @@ outboxd_start() {
   mkdir -p "$work/$name"
   OUTBOXD_DB=$dsn OUTBOXD_LISTEN=127.0.0.1:$DPORT OUTBOXD_ADMIN_TOKEN=bench \
     OUTBOXD_LOG_LEVEL=warn OUTBOXD_DATA_DIR="$work/$name" \
-    "$BUILD/outboxd" serve >"$work/$name.log" 2>&1 &
+    OUTBOXD_SSRF_ALLOW=127.0.0.0/8 "$BUILD/outboxd" serve >"$work/$name.log" 2>&1 &
   DPID=$!
   pids+=("$DPID")
   for _ in $(seq 200); do

@@ -27,7 +27,7 @@ trap cleanup EXIT
 "$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 >/dev/null &
 rpid=$!
 OUTBOXD_DB="sqlite:$dir/o.db" OUTBOXD_LISTEN="127.0.0.1:$DPORT" OUTBOXD_ADMIN_TOKEN=bench \
-  OUTBOXD_LOG_LEVEL=warn "$BUILD/outboxd" serve 2>"$dir/daemon.log" &
+  OUTBOXD_SSRF_ALLOW=127.0.0.0/8 OUTBOXD_LOG_LEVEL=warn "$BUILD/outboxd" serve 2>"$dir/daemon.log" &
 dpid=$!
 for _ in $(seq 100); do curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && curl -sf "127.0.0.1:$RPORT/_control/stats" >/dev/null && break; sleep 0.05; done
 

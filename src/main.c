@@ -19,6 +19,7 @@
 #include "api/http.h"
 #include "cli/cli.h"
 #include "core/config.h"
+#include "core/ssrf.h"
 #include "core/subscriptions.h"
 #include "deliver/dispatcher.h"
 #include "deliver/sink_kafka.h"
@@ -245,7 +246,16 @@ static int serve(int argc, char **argv)
 			log_warn("spool: %s holds %zu records from an earlier run; replaying them",
 				 cfg.spool, rep.good);
 	}
-	if (!(http_sink = sink_http_open(cfg.max_in_flight, err, sizeof(err)))) {
+	/* The SSRF guard (core/ssrf.h): private, loopback, link-local and metadata addresses
+	 * are refused unless ssrf_allow lets them through. */
+	struct ssrf_policy ssrf;
+	if (ssrf_policy_parse(cfg.ssrf_allow, &ssrf, err, sizeof(err))) {
+		log_error("%s", err);
+		goto out;
+	}
+	if (ssrf.n_allow)
+		log_info("SSRF guard: deliveries may also go to %s (ssrf_allow)", cfg.ssrf_allow);
+	if (!(http_sink = sink_http_open(cfg.max_in_flight, &ssrf, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
 	}

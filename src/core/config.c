@@ -12,6 +12,7 @@
 
 #include "core/model.h"
 #include "core/retry.h"
+#include "core/ssrf.h"
 #include "util/duration.h"
 
 #define S(field) offsetof(struct config, field)
@@ -94,6 +95,10 @@ const struct config_setting config_settings[] = {
 	{"spool", "--spool", "OUTBOXD_SPOOL", CONFIG_STRING, NULL, S(spool),
 	 "local file that keeps accepted events and delivery results while the store is "
 	 "unavailable, replayed when it returns (seed 004); empty = off: ingest answers 503"},
+	{"ssrf_allow", "--ssrf-allow", "OUTBOXD_SSRF_ALLOW", CONFIG_STRING, NULL, S(ssrf_allow),
+	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
+	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
+	 "e.g. 127.0.0.0/8,10.1.0.0/16; empty = none"},
 	/* Kafka (DESIGN §7, docs/kafka.md): off unless kafka_brokers is set. */
 	{"kafka_brokers", "--kafka-brokers", "OUTBOXD_KAFKA_BROKERS", CONFIG_STRING, NULL,
 	 S(kafka_brokers), "Kafka bootstrap servers, host:port,...; empty = Kafka off"},
@@ -429,6 +434,9 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
+	struct ssrf_policy ssrf;
+	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
+		return -1;
 	return check_kafka(cfg, err, errlen);
 }
 

@@ -48,6 +48,7 @@ struct config {
 	int metrics_public;       /* /metrics without a token */
 	int64_t stats_window_ms;  /* window of per-subscription stats */
 	char *spool;              /* catastrophic-failure spool file, NULL or "" = off */
+	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
 	/* Kafka (DESIGN §7) */
 	char *kafka_brokers;      /* NULL or "" = Kafka off */
 	char *kafka_config;       /* extra librdkafka properties, "k=v;k=v" (secrets) */

@@ -49,6 +49,10 @@ void outcome_decide(const struct retry_policy *p, const struct circuit_breaker_c
 		out->next = OUTCOME_DONE;
 		return;
 	}
+	if (in->permanent) {
+		dead(out, OUTCOME_WHY_PERMANENT);
+		return;
+	}
 	if (!in->end_round &&
 	    retry_immediate_continue(p, in->tries, in->max_tries, in->code, in->retry_after_ms)) {
 		at(out, OUTCOME_TRY, in->now_ms, retry_immediate_delay(p, in->tries + 1));

@@ -13,6 +13,7 @@
  *                                  [min_delay, max_delay] (a delay action), or DEAD
  *                                  (CIRCUIT_OPEN) once max_delay_actions were taken
  *   2xx                         -> PROCESSED
+ *   a failure the sink calls permanent (the SSRF guard) -> DEAD (PERMANENT)
  *   another try left in the round (immediate/manual rounds, not a permanent code, no
  *   Retry-After longer than the stagger, the sink did not end the round)
  *                               -> TRY at now + the stagger
@@ -64,6 +65,8 @@ struct outcome_in {
 	int code;                /* the last attempt's status or mapped code */
 	int64_t retry_after_ms;  /* that attempt's Retry-After as a delay, -1 = none */
 	bool end_round;          /* the sink ended the round: no further try in it */
+	bool permanent;          /* the sink says the failure is permanent whatever the code
+	                            (the SSRF guard refused the address) */
 	int retry_count;         /* scheduled retries made before this round */
 	int delay_actions;       /* delay actions taken before this decision */
 	int64_t now_ms;          /* wall clock */

@@ -191,7 +191,19 @@ static int endpoint_valid(const char *url, const char **why)
 			return 0;
 		}
 	}
-	size_t host = strcspn(rest, "/?#:");
+	size_t host;
+	if (rest[0] == '[') {
+		/* an IPv6 literal, http://[::1]:8080/ (RFC 3986 §3.2.2) */
+		const char *close = strchr(rest, ']');
+		if (!close || close == rest + 1 ||
+		    strspn(rest + 1, "0123456789abcdefABCDEF:.") != (size_t)(close - rest - 1)) {
+			*why = "endpoint has an invalid IPv6 address (write it as [2001:db8::1])";
+			return 0;
+		}
+		host = (size_t)(close - rest) + 1;
+	} else {
+		host = strcspn(rest, "/?#:");
+	}
 	if (host == 0) {
 		*why = "endpoint must name a host";
 		return 0;

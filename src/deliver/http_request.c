@@ -308,8 +308,30 @@ static const char *build_url(struct http_round *h)
 /* What every request of the dispatcher sets: a POST, no signals, no redirects, HTTP(S)
  * only, errors into errbuf, the body to write_cb; owner is CURLOPT_PRIVATE and the
  * write callback's data (a struct round or a struct token_fetch). */
-void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb)
+/* CURLOPT_OPENSOCKETFUNCTION: every connection of a delivery or token request is opened
+ * here, after DNS resolution, to the address checked (core/ssrf.h): no rebinding window. */
+static curl_socket_t guard_open_cb(void *ctx, curlsocktype purpose, struct curl_sockaddr *a)
 {
+	struct http_guard *g = ctx;
+	const char *class = ssrf_refused(g->policy, &a->addr);
+
+	if (class) {
+		char ip[64];
+		snprintf(g->refused, sizeof(g->refused), "%s address %s", class,
+			 ssrf_address_text(&a->addr, ip, sizeof(ip)));
+		return CURL_SOCKET_BAD;
+	}
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb,
+		      struct http_guard *guard)
+{
+	curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, guard_open_cb);
+	curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, guard);
+	/* A proxy from the environment would make the guard check the proxy, not the
+	 * target: deliveries connect directly. */
+	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(e, CURLOPT_PRIVATE, owner);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -364,6 +386,7 @@ void http_send_request(struct http_round *h, const char *bearer)
 	CURL *e = h->easy;
 	int tls = s->tls_ca_file || s->tls_client_cert;
 	h->errbuf[0] = '\0';
+	h->guard.refused[0] = '\0';
 	h->body_len = 0;
 	h->sj->retry_after_ms = -1;
 	h->sj->cause[0] = '\0';
@@ -372,7 +395,8 @@ void http_send_request(struct http_round *h, const char *bearer)
 	 * that has carried or will carry per-subscription TLS files starts over. */
 	if (!h->easy_ready || tls || h->easy_tls) {
 		curl_easy_reset(e);
-		http_easy_common(e, h, h->errbuf, http_body_cb);
+		h->guard.policy = h->hs->ssrf;
+		http_easy_common(e, h, h->errbuf, http_body_cb, &h->guard);
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, h);
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);

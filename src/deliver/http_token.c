@@ -134,7 +134,8 @@ static void token_fetch_start(struct http_sink *hs, struct oauth2_entry *e,
 	}
 	CURL *c = f->easy;
 	curl_easy_setopt(c, CURLOPT_URL, p->token_url);
-	http_easy_common(c, f, f->errbuf, token_body_cb);
+	f->guard.policy = hs->ssrf;
+	http_easy_common(c, f, f->errbuf, token_body_cb, &f->guard);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, f->form.data);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->form.len);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, f->headers);
@@ -216,6 +217,10 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 	if (rc != CURLE_OK && f->too_big) {
 		snprintf(why, sizeof(why), "%s: token response over %d bytes", f->url_shown,
 			 OAUTH2_RESPONSE_MAX);
+	} else if (rc != CURLE_OK && f->guard.refused[0]) {
+		snprintf(why, sizeof(why), "%s: the SSRF guard refused to connect to %s; an "
+			 "operator can allow it with the ssrf_allow setting", f->url_shown,
+			 f->guard.refused);
 	} else if (rc != CURLE_OK) {
 		enum transport_error te = http_classify(rc, f->errbuf);
 		snprintf(why, sizeof(why), "%s: %s: %s", f->url_shown, errmap_message(te),
@@ -240,6 +245,7 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 			log_warn("subscription %s: oauth2 token request failed: %s", e->sub_id, why);
 		e->failing = 1;
 	}
+	int ssrf_refused_token = f->guard.refused[0] != '\0';
 	token_fetch_free(f);
 
 	struct http_round *w = e->waiters;
@@ -251,6 +257,7 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 			w->token_gen = e->cache.generation;
 			http_send_request(w, e->cache.token);
 		} else {
+			w->sj->permanent = rc != CURLE_OK && ssrf_refused_token;
 			http_token_failed(w, e->cache.failure);
 		}
 		w = next;

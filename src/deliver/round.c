@@ -136,6 +136,7 @@ static void outcome_input(const struct round *j, struct outcome_in *in)
 	in->max_tries = j->max_tries;
 	in->code = j->tries ? j->attempts[j->tries - 1].code : 0;
 	in->retry_after_ms = j->retry_after_ms;
+	in->permanent = j->tries && j->sj.permanent;
 	in->retry_count = j->claim->retry_count;
 	in->delay_actions = j->claim->delay_actions;
 	in->now_ms = clock_now_ms();
@@ -311,6 +312,7 @@ static void round_go(struct round *j)
 	sj->message[0] = '\0';
 	sj->code = 0;
 	sj->end_round = 0;
+	sj->permanent = 0;
 	sj->retry_after_ms = -1;
 	j->state = ROUND_IN_FLIGHT;
 	j->d->in_flight++;

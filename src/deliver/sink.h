@@ -38,6 +38,8 @@ struct sink_round {
 	int64_t retry_after_ms;           /* out: a Retry-After the target asked for, -1 none */
 	int end_round;                    /* out: 1 = no more immediate tries (the request
 	                                     could not even be built) */
+	int permanent;                    /* out: 1 = the failure cannot pass by retrying (the
+	                                     SSRF guard refused the address): to the DLQ */
 	void *state[SINKS_MAX];           /* each sink's own per-round state (state[slot]); it
 	                                     lives as long as the round slot, across rounds */
 };
@@ -138,6 +140,10 @@ static inline void sink_prune(struct sink *s, int64_t now_ms)
 void sink_close(struct sink *s);
 
 /* The members. Each returns NULL (with a message in err) when it cannot start. */
-struct sink *sink_http_open(int max_connections, char *err, size_t errlen);
+struct ssrf_policy;
+/* The HTTP sink; ssrf (borrowed, outlives the sink) says which addresses its deliveries
+ * and token requests may connect to (core/ssrf.h). */
+struct sink *sink_http_open(int max_connections, const struct ssrf_policy *ssrf, char *err,
+			    size_t errlen);
 
 #endif

@@ -248,7 +248,15 @@ static void http_completed(struct http_round *h, CURLcode rc)
 		http_authorize(h);
 		return;
 	}
-	if (te == TRANSPORT_OK) {
+	if (te != TRANSPORT_OK && h->guard.refused[0]) {
+		/* Permanent: the address will not change by retrying; ssrf_allow would. */
+		sj->code = SSRF_REFUSED_CODE;
+		sj->permanent = 1;
+		snprintf(sj->message, SINK_MSG_LEN, "refused by the SSRF guard");
+		snprintf(sj->cause, SINK_CAUSE_LEN,
+			 "the SSRF guard refused to connect to %s (%s); an operator can allow it "
+			 "with the ssrf_allow setting", h->guard.refused, sj->sub->endpoint);
+	} else if (te == TRANSPORT_OK) {
 		sj->code = (int)status;
 		snprintf(sj->message, SINK_MSG_LEN, "HTTP %ld%s", status,
 			 h->reauthed ? " (with a new oauth2 token after HTTP 401)" : "");
@@ -484,12 +492,14 @@ static const struct sink_ops http_ops = {
 	.close = http_close,
 };
 
-struct sink *sink_http_open(int max_connections, char *err, size_t errlen)
+struct sink *sink_http_open(int max_connections, const struct ssrf_policy *ssrf, char *err,
+			    size_t errlen)
 {
 	struct sink *s = calloc(1, sizeof(*s));
 	struct http_sink *hs = calloc(1, sizeof(*hs));
 	if (!s || !hs)
 		goto fail;
+	hs->ssrf = ssrf;
 	hs->curl_due_us = -1;
 	hs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))

@@ -12,6 +12,7 @@
 #include <curl/curl.h>
 
 #include "core/errmap.h"
+#include "core/ssrf.h"
 #include "deliver/oauth2.h"
 #include "deliver/sink.h"
 #include "util/buf.h"
@@ -29,6 +30,15 @@ enum http_state { HTTP_IDLE, HTTP_IN_FLIGHT, HTTP_TOKEN_WAIT };
 struct http_sink;
 struct oauth2_entry;
 
+/* The SSRF guard of one transfer: curl's open-socket hook (http_guard_open_cb) checks the
+ * address it is about to connect to and writes here why it refused one. */
+#define SSRF_REFUSED_CODE 403   /* an attempt's code when the SSRF guard refused it */
+
+struct http_guard {
+	const struct ssrf_policy *policy;
+	char refused[128];           /* "" or "loopback address 127.0.0.1" */
+};
+
 /* One round slot's HTTP state (sink_round.state[slot]). */
 struct http_round {
 	enum transfer_kind transfer; /* TRANSFER_DELIVERY */
@@ -45,6 +55,7 @@ struct http_round {
 	size_t hbuf_cap, hbuf_len;
 	char *url;                   /* owned when query auth rewrote it, else NULL */
 	char errbuf[CURL_ERROR_SIZE];
+	struct http_guard guard;       /* the SSRF guard of its connections */
 	size_t body_len;             /* response bytes kept in sj->cause */
 	struct oauth2_entry *oauth;  /* oauth2: the subscription's token cache */
 	uint64_t token_gen;          /* oauth2: generation of the token sent */
@@ -65,6 +76,7 @@ struct token_fetch {
 	char *secrets[2];            /* client_secret and password copies, to redact causes */
 	char url_shown[256];         /* token_url without its query, for causes */
 	char errbuf[CURL_ERROR_SIZE];
+	struct http_guard guard;     /* the SSRF guard of its connections */
 };
 
 /* The token cache of one subscription's oauth2 configuration (a changed configuration
@@ -82,6 +94,7 @@ struct oauth2_entry {
 
 struct http_sink {
 	struct sink_env env;
+	const struct ssrf_policy *ssrf; /* borrowed: which addresses may be connected to */
 	CURLM *multi;
 	int epfd;                    /* curl's sockets */
 	int64_t curl_due_us;         /* curl's timer (monotonic), -1 = none */
@@ -123,8 +136,10 @@ void http_redact(const struct http_round *h, char *text, size_t size);
 void http_redact_secrets(char *text, size_t size, const char *const *secrets, size_t n);
 /* Wipes the round's header lines (they may carry credentials) and empties the list. */
 void http_headers_clear(struct http_round *h);
-/* Options every transfer of this sink shares (owner in CURLOPT_PRIVATE). */
-void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb);
+/* Options every transfer of this sink shares (owner in CURLOPT_PRIVATE), the SSRF guard
+ * (guard->policy set by the caller) among them. */
+void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb,
+		      struct http_guard *guard);
 /* Builds the attempt's request (headers, signature, auth; bearer borrowed, may be NULL)
  * and adds it to the multi handle, or fails the attempt. */
 void http_send_request(struct http_round *h, const char *bearer);

@@ -37,7 +37,7 @@
 #define PROBE_TIMEOUT_MS    1000
 #define MAX_EXTRA_ARGS      16
 #define LOG_TAIL_BYTES      8192
-#define DEFAULTS            5       /* settings daemon_defaults gives every daemon */
+#define DEFAULTS            6       /* settings daemon_defaults gives every daemon */
 
 extern char **environ;
 
@@ -855,6 +855,9 @@ static int daemon_defaults(struct daemon *d, const char *const *env, char kv[DEF
 	snprintf(kv[3], sizeof(kv[3]), "OUTBOXD_INGEST_TOKEN=%s", HARNESS_INGEST_TOKEN);
 	/* A generated admin token goes to the data directory on every backend. */
 	snprintf(kv[4], sizeof(kv[4]), "OUTBOXD_DATA_DIR=%s", d->dir);
+	/* The receivers listen on loopback, which the SSRF guard refuses by default: tests
+	 * that exercise the guard set OUTBOXD_SSRF_ALLOW themselves. */
+	snprintf(kv[5], sizeof(kv[5]), "OUTBOXD_SSRF_ALLOW=127.0.0.0/8,::1/128");
 	return 0;
 }
 
@@ -862,7 +865,7 @@ static int daemon_defaults(struct daemon *d, const char *const *env, char kv[DEF
  * returned to the caller (free it); its strings are borrowed from environ, kv and env. */
 static char **daemon_environment(const char *const *env, char kv[DEFAULTS][400])
 {
-	const char *defaults[DEFAULTS] = {kv[0], kv[1], kv[2], kv[3], kv[4]};
+	const char *defaults[DEFAULTS] = {kv[0], kv[1], kv[2], kv[3], kv[4], kv[5]};
 	size_t n_environ = 0, n_env = 0, k = 0;
 	char **envp;
 
