@@ -344,7 +344,12 @@ static int serve(int argc, char **argv)
 		.ready = intake ? kafka_intake_ready : NULL,
 		.ready_ctx = intake,
 	};
-	if (!(http = http_server_start(&api, cfg.listen, cfg.api_threads, err, sizeof(err)))) {
+	struct http_limits limits = {
+		.threads = cfg.api_threads,
+		.max_connections = cfg.api_max_connections,
+		.idle_timeout_ms = cfg.api_idle_timeout_ms,
+	};
+	if (!(http = http_server_start(&api, cfg.listen, &limits, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
 	}

@@ -105,8 +105,8 @@ static void mhd_log_cb(void *cls, const char *fmt, va_list ap)
 	log_warn("http: %s", line);
 }
 
-struct http_server *http_server_start(struct api *api, const char *listen, int threads,
-				      char *err, size_t errlen)
+struct http_server *http_server_start(struct api *api, const char *listen,
+				      const struct http_limits *limits, char *err, size_t errlen)
 {
 	char host[256];
 	const char *colon = strrchr(listen, ':');
@@ -143,10 +143,13 @@ struct http_server *http_server_start(struct api *api, const char *listen, int t
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, s,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, s,
 				  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-				  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
+				  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)limits->threads,
 				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
-				  MHD_OPTION_CONNECTION_TIMEOUT, 60u,
-				  MHD_OPTION_CONNECTION_LIMIT, 4096u,
+				  /* Slow or half-open clients cost a connection slot and a little
+				   * memory until this timeout, never a thread (epoll). */
+				  MHD_OPTION_CONNECTION_TIMEOUT,
+				  (unsigned)((limits->idle_timeout_ms + 999) / 1000),
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)limits->max_connections,
 				  MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->mhd) {

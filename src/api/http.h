@@ -8,10 +8,17 @@
 
 struct http_server;
 
-/* Listens on listen ("host:port", host may be a name or address) with threads worker
- * threads. api is borrowed. Returns NULL with a message in err on failure. */
-struct http_server *http_server_start(struct api *api, const char *listen, int threads,
-				      char *err, size_t errlen);
+/* How the server protects itself from slow or idle clients. */
+struct http_limits {
+	int threads;               /* worker threads */
+	int max_connections;       /* open connections at most (more are refused at accept) */
+	int64_t idle_timeout_ms;   /* a connection silent this long is closed */
+};
+
+/* Listens on listen ("host:port", host may be a name or address). api and limits are
+ * borrowed. Returns NULL with a message in err on failure. */
+struct http_server *http_server_start(struct api *api, const char *listen,
+				      const struct http_limits *limits, char *err, size_t errlen);
 /* Stops accepting, waits for running handlers, frees s. */
 void http_server_stop(struct http_server *s);
 

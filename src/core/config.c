@@ -38,6 +38,13 @@ const struct config_setting config_settings[] = {
 	 S(max_request), "largest request body accepted (bigger: 413)"},
 	{"api_threads", "--api-threads", "OUTBOXD_API_THREADS", CONFIG_INT, "8", S(api_threads),
 	 "threads serving the HTTP API"},
+	{"api_max_connections", "--api-max-connections", "OUTBOXD_API_MAX_CONNECTIONS", CONFIG_INT,
+	 "1024", S(api_max_connections),
+	 "open API connections at most; more are refused at accept, the open ones keep being served"},
+	{"api_idle_timeout", "--api-idle-timeout", "OUTBOXD_API_IDLE_TIMEOUT", CONFIG_DURATION,
+	 "30s", S(api_idle_timeout_ms),
+	 "an API connection that sends nothing for this long (an idle keep-alive, or a client "
+	 "that stalls mid-request) is closed"},
 	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "3",
 	 S(immediate_tries), "default tries in the first (immediate) round (seed 001: 3)"},
 	{"immediate_delay", "--immediate-delay", "OUTBOXD_IMMEDIATE_DELAY", CONFIG_DURATION,
@@ -431,6 +438,9 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	config_retry_defaults(cfg, &policy);
 	if (retry_policy_check(&policy, "retry_", field, sizeof(field), msg, sizeof(msg)))
 		return fail(err, errlen, "%s", msg);
+	if (cfg->api_max_connections < 16 || cfg->api_idle_timeout_ms < 1000)
+		return fail(err, errlen, "api_max_connections must be at least 16 and api_idle_timeout "
+			    "at least 1s");
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");

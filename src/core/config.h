@@ -21,6 +21,8 @@ struct config {
 	int64_t max_payload;      /* bytes per event payload */
 	int64_t max_request;      /* bytes per request body */
 	int api_threads;
+	int api_max_connections;    /* open API connections at most */
+	int64_t api_idle_timeout_ms; /* an API connection silent this long is closed */
 	/* delivery and retries (seed defaults) */
 	int immediate_tries;
 	int64_t immediate_delay_ms;
