@@ -109,6 +109,21 @@ static inline json_t *e2e_wait_status(struct daemon *d, const char *delivery_id,
 	return c.last;
 }
 
+/* Polls delivery `id` every 100 ms until it is dead (in the DLQ), up to timeout_ms;
+ * returns the last delivery JSON seen (caller frees), dead or not. */
+static inline json_t *e2e_wait_dead(struct daemon *d, const char *id, int timeout_ms)
+{
+	json_t *del = NULL;
+	for (int waited = 0; waited <= timeout_ms; waited += 100) {
+		json_decref(del);
+		del = e2e_get(d, "/v1/deliveries/%s", id);
+		if (json_is_true(json_object_get(del, "dead")))
+			return del;
+		usleep(100 * 1000);
+	}
+	return del;
+}
+
 /* The ids of the deliveries of an event, in order, into ids[max]; returns the count. */
 static inline size_t e2e_deliveries_of(struct daemon *d, const char *event_id, char ids[][64],
 				       size_t max)

@@ -25,15 +25,7 @@ static int teardown(void **state)
 
 static json_t *wait_dead(const char *id)
 {
-	json_t *d = NULL;
-	for (int i = 0; i < 150; i++) {
-		json_decref(d);
-		d = e2e_get(&dmn, "/v1/deliveries/%s", id);
-		if (json_is_true(json_object_get(d, "dead")))
-			return d;
-		usleep(100 * 1000);
-	}
-	return d;
+	return e2e_wait_dead(&dmn, id, 15000);
 }
 
 static void test_down_then_dlq_then_replay(void **state)

@@ -29,17 +29,12 @@ static int teardown(void **state)
 
 static json_t *wait_dead(const char *id)
 {
-	json_t *d = NULL;
-	for (int i = 0; i < 100; i++) {
-		json_decref(d);
-		d = e2e_get(&dmn, "/v1/deliveries/%s", id);
-		if (json_is_true(json_object_get(d, "dead")))
-			return d;
-		usleep(100 * 1000);
+	json_t *d = e2e_wait_dead(&dmn, id, 10000);
+	if (!json_is_true(json_object_get(d, "dead"))) {
+		char *dump = json_dumps(d, JSON_INDENT(2));
+		fprintf(stderr, "delivery %s not dead:\n%s\n", id, dump ? dump : "");
+		free(dump);
 	}
-	char *dump = json_dumps(d, JSON_INDENT(2));
-	fprintf(stderr, "delivery %s not dead:\n%s\n", id, dump ? dump : "");
-	free(dump);
 	return d;
 }
 
