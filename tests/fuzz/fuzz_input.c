@@ -1,6 +1,6 @@
 /* fuzz_input.c: libFuzzer target for what outboxd parses from the network — ingest
  * bodies (intake/ingest.c with util/jsonspan.c) and subscription documents
- * (api/sub_codec.c) — under AddressSanitizer and UndefinedBehaviorSanitizer.
+ * (core/sub_codec.c) — under AddressSanitizer and UndefinedBehaviorSanitizer.
  *
  * Besides "no crash, no leak, no undefined behaviour", it checks what ingest promises:
  * a payload handed to the store is a span of the body, byte for byte, and is itself
