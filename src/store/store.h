@@ -1,7 +1,7 @@
 /* store.h: the storage interface of outboxd.
  *
- * One opaque handle, one `const struct store_ops` per backend (store_sqlite.c,
- * store_pg.c), reached only through the store_* wrappers below. Callers never see SQL
+ * One opaque handle, one `const struct store_ops` per backend (store/sqlite/,
+ * store/postgres/), reached only through the store_* wrappers below. Callers never see SQL
  * or library types. Every function is safe to call from any thread.
  *
  * What a backend must guarantee (the conformance suite in tests/store/ checks it):

@@ -324,7 +324,7 @@ static void test_results_are_spooled_during_outage(void **state)
 
 /* ---- a damaged spool from an earlier run --------------------------------------------- */
 
-/* Appends one spooled event for subscription sub, with the given id, as the committer
+/* Appends one spooled event for subscription sub, with the given id, as the writer
  * would have during an outage. */
 static void spool_event(struct spool *sp, const char *id, const char *sub)
 {
