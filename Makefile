@@ -45,7 +45,8 @@ bench:
 bench-kafka:
 	@bash bench/kafka.sh
 
-# libFuzzer with ASan+UBSan over the ingest and subscription parsers (tests/fuzz/):
+# libFuzzer with ASan+UBSan over every parser a user can reach (tests/fuzz/: ingest,
+# subscriptions, filters, the config file, Kafka envelopes, spool records):
 # installs clang if missing, runs FUZZ_SECONDS (default 60), fails on a crashing input.
 fuzz:
 	@bash scripts/fuzz.sh

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# fuzz.sh: libFuzzer over what outboxd parses from the network (tests/fuzz/fuzz_input.c:
-# ingest bodies and subscription documents), with AddressSanitizer and
-# UndefinedBehaviorSanitizer. Installs clang when missing (apt, quiet when present),
-# builds build-fuzz/fuzz_input, seeds build-fuzz/corpus from tests/fuzz/seeds and runs
-# for FUZZ_SECONDS (default 60). Exits non-zero when an input crashes; the input is
-# saved as build-fuzz/crash-* (replay: build-fuzz/fuzz_input build-fuzz/crash-...).
+# fuzz.sh: libFuzzer over every parser a user can reach, with AddressSanitizer and
+# UndefinedBehaviorSanitizer. Targets (tests/fuzz/): input (ingest bodies, subscription
+# documents), filter (query strings and JSON filters), config (the configuration file),
+# envelope (Kafka OutboxEvent envelopes and the subscriptions they derive), spool (spool
+# records, with an encode/decode round trip). Installs clang when missing (apt, quiet
+# when present), builds build-fuzz/fuzz_TARGET, seeds build-fuzz/corpus-TARGET from
+# tests/fuzz/seeds/TARGET and runs each for FUZZ_SECONDS (default 60); FUZZ_TARGETS picks
+# some ("filter envelope"). Exits non-zero when an input crashes; the input is saved as
+# build-fuzz/crash-* (replay: build-fuzz/fuzz_TARGET build-fuzz/crash-...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN=${FUZZ_SECONDS:-60}
@@ -19,13 +22,39 @@ if ! command -v clang >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends clang >/dev/null
 fi
 
-mkdir -p "$OUT/corpus"
-cp -n tests/fuzz/seeds/* "$OUT/corpus/" 2>/dev/null || true
-# The parsers and what they link: ingest (intake/) and the pure core (the subscription
-# codec, patterns, the model) over util/; no store.
-clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -D_GNU_SOURCE -Isrc -o "$OUT/fuzz_input" \
-  tests/fuzz/fuzz_input.c src/intake/ingest.c src/util/*.c src/core/*.c \
-  -ljansson -lcrypto -lz -lpthread
+TARGETS=${FUZZ_TARGETS:-input filter config envelope spool}
+CFLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -Isrc"
+LIBS="-ljansson -lcrypto -lz -lpthread"
+mkdir -p "$OUT/proto"
+protoc-c --proto_path=proto --c_out="$OUT/proto" proto/outboxd/v1/outbox_event.proto
+
+build() { # name, extra sources and flags...
+  local name=$1
+  shift
+  # shellcheck disable=SC2086
+  clang $CFLAGS -o "$OUT/fuzz_$name" "$@" src/util/*.c src/core/*.c $LIBS
+}
+
+for t in $TARGETS; do
+  case $t in
+    input) build input tests/fuzz/fuzz_input.c src/intake/ingest.c ;;
+    filter) build filter -DFUZZ_TARGET=1 tests/fuzz/fuzz_parsers.c ;;
+    config) build config -DFUZZ_TARGET=2 tests/fuzz/fuzz_parsers.c ;;
+    envelope) build envelope -DFUZZ_TARGET=3 -I"$OUT/proto" tests/fuzz/fuzz_parsers.c \
+      src/kafka/envelope.c "$OUT/proto/outboxd/v1/outbox_event.pb-c.c" -lprotobuf-c ;;
+    spool) build spool -DFUZZ_TARGET=4 tests/fuzz/fuzz_parsers.c src/store/spool.c ;;
+    *) echo "fuzz: unknown target $t" >&2; exit 2 ;;
+  esac
+done
+
+ROOT=$(pwd)
 cd "$OUT"
-exec ./fuzz_input -max_total_time="$SECONDS_TO_RUN" -max_len=8192 -print_final_stats=1 corpus
+for t in $TARGETS; do
+  mkdir -p "corpus-$t"
+  cp -n "$ROOT"/tests/fuzz/seeds/"$t"/* "corpus-$t/" 2>/dev/null || true
+  echo "fuzz: $t for ${SECONDS_TO_RUN}s" >&2
+  ./fuzz_"$t" -max_total_time="$SECONDS_TO_RUN" -max_len=8192 -print_final_stats=1 \
+    "corpus-$t" 2>"fuzz-$t.log" || { tail -40 "fuzz-$t.log" >&2; exit 1; }
+  grep -E "stat::number_of_executed_units|stat::new_units_added" "fuzz-$t.log" |
+    sed "s/^/fuzz: $t: /" >&2
+done
