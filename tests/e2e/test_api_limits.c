@@ -1,7 +1,8 @@
 /* test_api_limits.c: slow and half-open clients cannot starve the API. 300 connections
  * that each send half a request and then nothing hold no thread: the API still answers
  * a real client at once (long before the idle timeout could have freed anything), and a
- * connection that stays silent is closed after api_idle_timeout. */
+ * connection that stays silent is closed after api_idle_timeout, and headers larger
+ * than a connection's memory are refused with 431. */
 #include "e2e.h"
 
 #include <arpa/inet.h>
@@ -88,11 +89,42 @@ static void test_silent_connection_is_closed(void **state)
 	json_decref(stats);
 }
 
+/* Headers past the connection's memory pool (32 KiB) are refused with 431 and the
+ * connection closed; the server goes on. */
+static void test_oversized_headers_are_refused(void **state)
+{
+	char status[64] = "";
+	memset(&dmn, 0, sizeof(dmn));
+	assert_int_equal(daemon_start(&dmn, NULL), 0);
+
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)dmn.port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	size_t big = 100000;
+	char *req = malloc(big + 200);
+	assert_non_null(req);
+	int n = snprintf(req, 200, "GET /v1/stats HTTP/1.1\r\nHost: x\r\nX-Big: ");
+	memset(req + n, 'a', big);
+	memcpy(req + n + big, "\r\n\r\n", 4);
+	send(fd, req, (size_t)n + big + 4, MSG_NOSIGNAL); /* may be cut short by the close */
+	free(req);
+	ssize_t got = recv(fd, status, sizeof(status) - 1, 0);
+	close(fd);
+	assert_true(got > 12);
+	status[got] = '\0';
+	assert_int_equal(strncmp(status, "HTTP/1.1 431", 12), 0);
+	json_t *stats = api_call(&dmn, "GET", "/v1/stats", NULL, 200);
+	json_decref(stats);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_half_open_clients_do_not_starve_the_api, teardown),
 		cmocka_unit_test_teardown(test_silent_connection_is_closed, teardown),
+		cmocka_unit_test_teardown(test_oversized_headers_are_refused, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,6 +63,33 @@ static void test_valid_with_defaults(void **state)
 	json_decref(doc);
 }
 
+/* IPv6 literal hosts (RFC 3986 §3.2.2) are endpoints like any other; broken ones are not. */
+static void test_ipv6_endpoints(void **state)
+{
+	static const char *const good[] = {"http://[::1]:8080/hook", "https://[2001:db8::1]/x",
+					   "http://[::ffff:10.1.2.3]:9000"};
+	static const char *const bad[] = {"http://[::1/hook", "http://[]/x", "http://[::g]/x",
+					  "http://[::1]:99999/"};
+	char doc[256];
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		struct subscription s;
+		struct input_error err;
+		snprintf(doc, sizeof(doc), "{\"name\":\"n\",\"event_types\":[\"*\"],\"endpoint\":\"%s\"}",
+			 good[i]);
+		json_t *j = json_loads(doc, 0, NULL);
+		if (sub_codec_parse(j, &defaults, &s, &err) != 0)
+			fail_msg("%s refused: %s", good[i], err.message);
+		subscription_clear(&s);
+		json_decref(j);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(doc, sizeof(doc), "{\"name\":\"n\",\"event_types\":[\"*\"],\"endpoint\":\"%s\"}",
+			 bad[i]);
+		expect_field(doc, 400, "endpoint");
+	}
+}
+
 static void test_errors(void **state)
 {
 	expect_field("{\"event_types\":[\"*\"],\"endpoint\":\"http://h/\"}", 400, "name");
@@ -531,6 +558,7 @@ int main(void)
 		cmocka_unit_test(test_kafka_endpoints),
 		cmocka_unit_test(test_valid_with_defaults),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_ipv6_endpoints),
 		cmocka_unit_test(test_public_view_masks),
 		cmocka_unit_test(test_merge),
 		cmocka_unit_test(test_oauth2_and_tls_parsed),
