@@ -13,13 +13,13 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
-#include <openssl/rand.h>
 
 #include "api/api.h"
 #include "api/http.h"
 #include "cli/cli.h"
 #include "core/config.h"
 #include "core/ssrf.h"
+#include "core/token.h"
 #include "core/subscriptions.h"
 #include "deliver/dispatcher.h"
 #include "deliver/sink_kafka.h"
@@ -89,7 +89,7 @@ static char *admin_token(const struct config *cfg)
 	mkdir(dir, 0700);
 	free(dir);
 
-	char token[80] = "";
+	char token[TOKEN_LEN + 28] = "";
 	FILE *f = fopen(path, "r");
 	if (f) {
 		if (!fgets(token, sizeof(token), f))
@@ -99,14 +99,10 @@ static char *admin_token(const struct config *cfg)
 		if (token[0])
 			return strdup(token);
 	}
-	unsigned char raw[24];
-	if (RAND_bytes(raw, sizeof(raw)) != 1) {
+	if (token_generate(token)) {
 		log_error("cannot generate an admin token: no randomness");
 		return NULL;
 	}
-	strcpy(token, "obx_");
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(token + 4 + 2 * i, 3, "%02x", raw[i]);
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	if (fd < 0 || write(fd, token, strlen(token)) != (ssize_t)strlen(token) || fsync(fd)) {
 		log_error("cannot write the admin token to %s: %s", path, strerror(errno));
@@ -161,6 +157,7 @@ static int serve(int argc, char **argv)
 	struct spool *spool = NULL;
 	struct jobs *jobs = NULL;
 	struct http_server *http = NULL;
+	struct api_tokens *tokens = NULL;
 	int rc = 1;
 
 	for (int i = 0; i < argc; i++) {
@@ -325,6 +322,8 @@ static int serve(int argc, char **argv)
 	if (!(jobs = jobs_start(st, &reg, &jcfg, wake_dispatcher, disp)))
 		goto out;
 
+	if (!(tokens = api_tokens_new(st)))
+		goto out;
 	struct api api = {
 		.st = st,
 		.reg = &reg,
@@ -338,6 +337,7 @@ static int serve(int argc, char **argv)
 		.stats_window_ms = cfg.stats_window_ms,
 		.admin_token = token,
 		.ingest_token = cfg.ingest_token,
+		.tokens = tokens,
 		.max_payload = cfg.max_payload,
 		.max_request = cfg.max_request,
 		.retry_defaults = defaults,
@@ -388,6 +388,7 @@ out:
 	store_close(st);
 	sub_registry_destroy(&reg);
 	curl_global_cleanup();
+	api_tokens_free(tokens);
 	free(token);
 	config_free(&cfg);
 	if (rc == 0)

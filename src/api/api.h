@@ -37,6 +37,21 @@ struct api_response {
 
 typedef void (*api_wake_cb)(void *ctx);
 
+/* Who sent a request: the scopes its token has (core/token.h) and the token's name, which
+ * the audit log records as the actor. */
+struct api_caller {
+	unsigned scopes;
+	char name[65];
+};
+
+/* The named tokens the router authenticates against (routes_tokens.c). */
+struct api_tokens;
+struct api_tokens *api_tokens_new(store *st);   /* returned; NULL when out of memory */
+void api_tokens_free(struct api_tokens *t);
+/* Finds token among the named tokens: 0 with *out filled, -1 when unknown. Any thread. */
+int api_tokens_lookup(struct api_tokens *t, const char *token, size_t len,
+		      struct api_caller *out);
+
 /* What the handlers work with; all borrowed and alive while the API serves. */
 struct api {
 	store *st;
@@ -48,6 +63,7 @@ struct api {
 	void *wake_jobs_ctx;
 	const char *admin_token;
 	const char *ingest_token;          /* may be NULL */
+	struct api_tokens *tokens;         /* named tokens (routes_tokens.c), or NULL */
 	int64_t max_payload;
 	int64_t max_request;
 	struct retry_policy retry_defaults;
@@ -76,12 +92,14 @@ void api_reply_errorf(struct api_response *res, int status, const char *code, co
 /* Maps a store error to 404/409/503/500 with a message. */
 void api_reply_store_error(struct api_response *res, int rc, const char *what);
 
-/* One route of the API; pattern may hold one "{id}" segment. */
+/* One route of the API; pattern may hold one "{id}" segment. scope is the enum token_scope
+ * a caller's token must grant (core/token.h). */
 struct api_route {
 	const char *method;
 	const char *pattern;
 	void (*handler)(struct api *api, const struct api_request *req, const char *id,
 			struct api_response *res);
+	unsigned scope;
 };
 
 /* The route table (for docs and tests). */
@@ -110,6 +128,10 @@ void api_jobs_cancel(struct api *api, const char *id, const struct api_request *
 		     struct api_response *res);
 void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res);
 void api_stats(struct api *api, struct api_response *res);
+void api_tokens_create(struct api *api, const struct api_request *req, struct api_response *res);
+void api_tokens_list(struct api *api, struct api_response *res);
+void api_tokens_delete(struct api *api, const char *id, const struct api_request *req,
+		       struct api_response *res);
 /* GET /metrics: Prometheus text (res->content_type set). */
 void api_metrics(struct api *api, struct api_response *res);
 

@@ -10,6 +10,7 @@
 #include <openssl/crypto.h>
 
 #include "core/metrics.h"
+#include "core/token.h"
 #include "util/uuid.h"
 
 void api_reply_json(struct api_response *res, int status, json_t *body)
@@ -66,24 +67,44 @@ void api_reply_store_error(struct api_response *res, int rc, const char *what)
 	}
 }
 
-enum caller { CALLER_NONE, CALLER_INGEST, CALLER_ADMIN };
-
 static int token_equal(const char *given, size_t len, const char *want)
 {
 	return want && strlen(want) == len && CRYPTO_memcmp(given, want, len) == 0;
 }
 
-static enum caller authenticate(const struct api *api, const char *header)
+/* Fills who from the Authorization header: the configured admin token (every scope), the
+ * configured ingest token, or a named token. Returns 0, or -1 when none matches. */
+static int authenticate(const struct api *api, const char *header, struct api_caller *who)
 {
 	if (!header || strncasecmp(header, "Bearer ", 7) != 0)
-		return CALLER_NONE;
+		return -1;
 	const char *tok = header + 7;
 	size_t len = strlen(tok);
-	if (token_equal(tok, len, api->admin_token))
-		return CALLER_ADMIN;
-	if (token_equal(tok, len, api->ingest_token))
-		return CALLER_INGEST;
-	return CALLER_NONE;
+	if (token_equal(tok, len, api->admin_token)) {
+		who->scopes = TOKEN_SCOPE_ALL;
+		strcpy(who->name, "admin");
+		return 0;
+	}
+	if (token_equal(tok, len, api->ingest_token)) {
+		who->scopes = TOKEN_SCOPE_INGEST;
+		strcpy(who->name, "ingest");
+		return 0;
+	}
+	return api_tokens_lookup(api->tokens, tok, len, who);
+}
+
+/* 403 naming the scope the route needs (as a member too, for programs) and those the
+ * token has. */
+static void reply_scope(struct api_response *res, const struct api_request *req,
+			const struct api_route *route, const struct api_caller *who)
+{
+	char have[64], message[256];
+	token_scopes_to_text(who->scopes, have, sizeof(have));
+	const char *need = token_scope_name(route->scope);
+	snprintf(message, sizeof(message), "%s %s needs the %s scope; the token \"%s\" has %s",
+		 req->method, route->pattern, need, who->name, have);
+	api_reply_json(res, 403, json_pack("{s:{s:s, s:s, s:s}}", "error", "code", "forbidden",
+					   "message", message, "scope", need));
 }
 
 static int body_is_json(const struct api *api, const struct api_request *req,
@@ -245,27 +266,50 @@ static void h_openapi(struct api *api, const struct api_request *req, const char
 	res->body = strndup((const char *)openapi_json, openapi_json_len);
 }
 
-/* Every route the API answers; docs/openapi.json must describe each (a unit test checks).
+static void h_tokens_create(struct api *api, const struct api_request *req, const char *id,
+			    struct api_response *res)
+{
+	api_tokens_create(api, req, res);
+}
+
+static void h_tokens_list(struct api *api, const struct api_request *req, const char *id,
+			  struct api_response *res)
+{
+	api_tokens_list(api, res);
+}
+
+static void h_tokens_delete(struct api *api, const struct api_request *req, const char *id,
+			    struct api_response *res)
+{
+	if (check_id(id, "token", res))
+		api_tokens_delete(api, id, req, res);
+}
+
+/* Every route the API answers, with the scope it needs (core/token.h: ingest, read,
+ * operate, admin); docs/openapi.json must describe each (a unit test checks).
  * "{id}" matches one path segment. Order matters only for readability. */
 static const struct api_route routes[] = {
-	{"POST", "/v1/events", h_events_post},
-	{"GET", "/v1/events/{id}", h_events_get},
-	{"POST", "/v1/subscriptions", h_subs_create},
-	{"GET", "/v1/subscriptions", h_subs_list},
-	{"GET", "/v1/subscriptions/{id}", h_subs_get},
-	{"PATCH", "/v1/subscriptions/{id}", h_subs_patch},
-	{"DELETE", "/v1/subscriptions/{id}", h_subs_delete},
-	{"GET", "/v1/deliveries", h_deliveries_list},
-	{"GET", "/v1/deliveries/{id}", h_deliveries_get},
-	{"GET", "/v1/dlq", h_dlq_list},
-	{"POST", "/v1/dlq/replay", h_dlq_replay},
-	{"DELETE", "/v1/dlq/{id}", h_dlq_purge},
-	{"POST", "/v1/dlq/purge", h_dlq_purge_filter},
-	{"GET", "/v1/jobs/{id}", h_jobs_get},
-	{"POST", "/v1/jobs/{id}/cancel", h_jobs_cancel},
-	{"GET", "/v1/audit", h_audit},
-	{"GET", "/v1/stats", h_stats},
-	{"GET", "/v1/openapi.json", h_openapi},
+	{"POST", "/v1/events", h_events_post, TOKEN_SCOPE_INGEST},
+	{"GET", "/v1/events/{id}", h_events_get, TOKEN_SCOPE_READ},
+	{"POST", "/v1/subscriptions", h_subs_create, TOKEN_SCOPE_ADMIN},
+	{"GET", "/v1/subscriptions", h_subs_list, TOKEN_SCOPE_READ},
+	{"GET", "/v1/subscriptions/{id}", h_subs_get, TOKEN_SCOPE_READ},
+	{"PATCH", "/v1/subscriptions/{id}", h_subs_patch, TOKEN_SCOPE_ADMIN},
+	{"DELETE", "/v1/subscriptions/{id}", h_subs_delete, TOKEN_SCOPE_ADMIN},
+	{"GET", "/v1/deliveries", h_deliveries_list, TOKEN_SCOPE_READ},
+	{"GET", "/v1/deliveries/{id}", h_deliveries_get, TOKEN_SCOPE_READ},
+	{"GET", "/v1/dlq", h_dlq_list, TOKEN_SCOPE_READ},
+	{"POST", "/v1/dlq/replay", h_dlq_replay, TOKEN_SCOPE_OPERATE},
+	{"DELETE", "/v1/dlq/{id}", h_dlq_purge, TOKEN_SCOPE_OPERATE},
+	{"POST", "/v1/dlq/purge", h_dlq_purge_filter, TOKEN_SCOPE_OPERATE},
+	{"GET", "/v1/jobs/{id}", h_jobs_get, TOKEN_SCOPE_READ},
+	{"POST", "/v1/jobs/{id}/cancel", h_jobs_cancel, TOKEN_SCOPE_OPERATE},
+	{"GET", "/v1/audit", h_audit, TOKEN_SCOPE_READ},
+	{"GET", "/v1/stats", h_stats, TOKEN_SCOPE_READ},
+	{"GET", "/v1/openapi.json", h_openapi, TOKEN_SCOPE_READ},
+	{"POST", "/v1/tokens", h_tokens_create, TOKEN_SCOPE_ADMIN},
+	{"GET", "/v1/tokens", h_tokens_list, TOKEN_SCOPE_ADMIN},
+	{"DELETE", "/v1/tokens/{id}", h_tokens_delete, TOKEN_SCOPE_ADMIN},
 };
 
 const struct api_route *api_routes(size_t *n)
@@ -318,9 +362,13 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 	}
 
 	if (strcmp(path, "/metrics") == 0) {
-		if (api->metrics_private && authenticate(api, req->authorization) != CALLER_ADMIN) {
+		struct api_caller who;
+		if (api->metrics_private &&
+		    (authenticate(api, req->authorization, &who) ||
+		     !(token_scope_grants(who.scopes) & TOKEN_SCOPE_READ))) {
 			api_reply_errorf(res, 401, "unauthenticated", NULL,
-					 "metrics need the admin token (metrics_public = false)");
+					 "metrics need a token with the read scope (metrics_public "
+					 "= false)");
 			return;
 		}
 		api_metrics(api, res);
@@ -356,8 +404,8 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 		return;
 	}
 
-	enum caller who = authenticate(api, req->authorization);
-	if (who == CALLER_NONE) {
+	struct api_caller who;
+	if (authenticate(api, req->authorization, &who)) {
 		api_reply_errorf(res, 401, "unauthenticated", NULL,
 				 req->authorization ? "invalid bearer token"
 						    : "missing Authorization: Bearer <token>");
@@ -367,14 +415,13 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 		api_reply_errorf(res, 405, "method_not_allowed", NULL, "allowed methods: %s", allowed);
 		return;
 	}
-	if (who == CALLER_INGEST && hit->handler != h_events_post) {
-		api_reply_errorf(res, 403, "forbidden", NULL,
-				 "the ingest token may only POST /v1/events");
+	if (!(token_scope_grants(who.scopes) & hit->scope)) {
+		reply_scope(res, req, hit, &who);
 		return;
 	}
 	if ((is(req, "POST") || is(req, "PATCH")) && !body_is_json(api, req, res))
 		return;
 	struct api_request named = *req;
-	named.actor = who == CALLER_ADMIN ? "admin" : "ingest";
+	named.actor = who.name;
 	hit->handler(api, &named, id, res);
 }

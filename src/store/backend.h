@@ -50,6 +50,9 @@ struct store_ops {
 	int (*audit_append)(store *st, const struct store_audit *a);
 	int (*audit_list)(store *st, const char *before_id, size_t limit,
 			  struct store_audit **items, size_t *n);
+	int (*token_create)(store *st, const struct store_token *t);
+	int (*token_delete)(store *st, const char *id);
+	int (*token_list)(store *st, struct store_token **items, size_t *n);
 	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
 	int (*sub_create)(store *st, const struct sub_row *sub);
 	int (*sub_update)(store *st, const struct sub_row *sub);

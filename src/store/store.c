@@ -556,6 +556,48 @@ void store_audits_free(struct store_audit *items, size_t n)
 	free(items);
 }
 
+/* ---- API tokens --------------------------------------------------------------------------- */
+
+int store_token_create(store *st, const struct store_token *t)
+{
+	if (!st || !t || !t->id[0] || !t->name || !t->scopes || strlen(t->hash) != 64)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, token_create);
+	return st->ops->token_create(st, t);
+}
+
+int store_token_delete(store *st, const char *id)
+{
+	if (!st || !id)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, token_delete);
+	return st->ops->token_delete(st, id);
+}
+
+int store_token_list(store *st, struct store_token **items, size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, token_list);
+	return st->ops->token_list(st, items, n);
+}
+
+void store_tokens_free(struct store_token *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		free(items[i].name);
+		free(items[i].scopes);
+		free(items[i].actor);
+	}
+	free(items);
+}
+
 /* ---- stats ------------------------------------------------------------------------------- */
 
 int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)

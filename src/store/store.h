@@ -349,6 +349,26 @@ int store_audit_list(store *st, const char *before_id, size_t limit, struct stor
 		     size_t *n);
 void store_audits_free(struct store_audit *items, size_t n);
 
+/* ---- API tokens --------------------------------------------------------------------------- */
+
+/* A named API token (POST /v1/tokens). The token itself is never stored: hash is the
+ * hex SHA-256 of it (core/token.h), prefix its first characters for telling tokens apart. */
+struct store_token {
+	char id[UUID_STR_LEN];
+	char *name;
+	char *scopes;               /* "read,operate": core/token.h parses it */
+	char hash[65];
+	char prefix[16];
+	char *actor;                /* who created it, or NULL */
+	int64_t created_at;
+};
+
+int store_token_create(store *st, const struct store_token *t);  /* CONFLICT: same name */
+int store_token_delete(store *st, const char *id);                 /* NOT_FOUND */
+/* All tokens ordered by created_at (returned array). */
+int store_token_list(store *st, struct store_token **items, size_t *n);
+void store_tokens_free(struct store_token *items, size_t n);
+
 /* ---- stats ------------------------------------------------------------------------------- */
 
 struct store_sub_stats {

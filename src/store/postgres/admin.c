@@ -543,3 +543,61 @@ int pg_sub_list(store *st, struct sub_row **items, size_t *n)
 	*n = count;
 	return STORE_OK;
 }
+
+/* ---- API tokens ---------------------------------------------------------- */
+
+int pg_token_create(store *st, const struct store_token *t)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, t->id);
+	pg_p_text(&p, t->name);
+	pg_p_text(&p, t->scopes);
+	pg_p_text(&p, t->hash);
+	pg_p_text(&p, t->prefix);
+	pg_p_text(&p, t->actor);
+	pg_p_i64(&p, t->created_at ? t->created_at : clock_now_ms());
+	return api_write(pg_of(st), "INSERT INTO outboxd.tokens(id, name, scopes, hash, prefix,"
+			 " actor, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)", &p);
+}
+
+int pg_token_delete(store *st, const char *id)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, id);
+	return api_write(pg_of(st), "DELETE FROM outboxd.tokens WHERE id = $1", &p);
+}
+
+/* A pg_row_cb for struct store_token. */
+static int read_token(const PGresult *res, int r, void *out)
+{
+	struct store_token *t = out;
+
+	memset(t, 0, sizeof(*t));
+	pg_get_id(res, r, 0, t->id);
+	snprintf(t->hash, sizeof(t->hash), "%s", PQgetvalue(res, r, 3));
+	snprintf(t->prefix, sizeof(t->prefix), "%s", PQgetvalue(res, r, 4));
+	t->created_at = pg_get_int(res, r, 6);
+	if (pg_get_dup(res, r, 1, &t->name) || pg_get_dup(res, r, 2, &t->scopes) ||
+	    pg_get_dup(res, r, 5, &t->actor)) {
+		free(t->name);
+		free(t->scopes);
+		return -1;
+	}
+	return 0;
+}
+
+int pg_token_list(store *st, struct store_token **items, size_t *n)
+{
+	struct params p = {0};
+	int rc = query_rows(pg_of(st), "SELECT id, name, scopes, hash, prefix, actor, created_at"
+			    " FROM outboxd.tokens ORDER BY created_at, id", &p, sizeof(**items),
+			    read_token, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_tokens_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
+}

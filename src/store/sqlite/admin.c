@@ -623,3 +623,84 @@ int sq_audit_list(store *st, const char *before_id, size_t limit,
 	}
 	return rc;
 }
+
+/* ---- API tokens ---------------------------------------------------------- */
+
+int sq_token_create(store *st, const struct store_token *t)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	sq_wlock(sq);
+	rc = sqlite3_prepare_v2(sq->wdb, "INSERT INTO tokens(id, name, scopes, hash, prefix, actor,"
+				" created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(s, 1, t->id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, t->name, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, t->scopes, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 4, t->hash, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 5, t->prefix, -1, SQLITE_STATIC);
+		bind_text_or_null(s, 6, t->actor);
+		sqlite3_bind_int64(s, 7, t->created_at ? t->created_at : clock_now_ms());
+		rc = sub_write(sq, s);
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+		rc = sq_store_code(rc);
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+int sq_token_delete(store *st, const char *id)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	sq_wlock(sq);
+	rc = sqlite3_prepare_v2(sq->wdb, "DELETE FROM tokens WHERE id = ?1", -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+		rc = sub_write(sq, s);
+	} else {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+		rc = sq_store_code(rc);
+	}
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+/* An sq_row_cb for struct store_token. */
+static int read_token(sqlite3_stmt *s, void *row)
+{
+	struct store_token *t = row;
+
+	memset(t, 0, sizeof(*t));
+	sq_col_id(s, 0, t->id);
+	snprintf(t->hash, sizeof(t->hash), "%s", (const char *)sqlite3_column_text(s, 3));
+	snprintf(t->prefix, sizeof(t->prefix), "%s", (const char *)sqlite3_column_text(s, 4));
+	t->created_at = sqlite3_column_int64(s, 6);
+	if (sq_col_dup(s, 1, &t->name) || sq_col_dup(s, 2, &t->scopes) ||
+	    sq_col_dup(s, 5, &t->actor)) {
+		free(t->name);
+		free(t->scopes);
+		return SQLITE_NOMEM;
+	}
+	return SQLITE_OK;
+}
+
+int sq_token_list(store *st, struct store_token **items, size_t *n)
+{
+	int rc = query_rows(sq_of(st), "SELECT id, name, scopes, hash, prefix, actor, created_at"
+			    " FROM tokens ORDER BY created_at, id", NULL, NULL, sizeof(**items),
+			    read_token, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_tokens_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
+}

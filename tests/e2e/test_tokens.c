@@ -1,0 +1,329 @@
+/* test_tokens.c: named API tokens with scopes (issue 14), as an operator sees them.
+ *
+ * The admin creates a token per scope; each token's allowed routes answer and its refused
+ * ones answer 403 with the scope named; the audit log's actor is the token's name; a
+ * revoked token is refused at once; GET /v1/tokens never shows a token and the store keeps
+ * only hashes (the raw SQLite file is searched); tokens survive a restart; bad input is
+ * refused naming the field; the CLI creates, lists and revokes. */
+#include <sys/stat.h>
+
+#include "e2e.h"
+
+static struct receiver rcv;
+static struct daemon dmn;
+
+static int setup(void **state)
+{
+	assert_int_equal(receiver_start(&rcv), 0);
+	memset(&dmn, 0, sizeof(dmn));
+	assert_int_equal(daemon_start(&dmn, NULL), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	if (dmn.pid)
+		assert_int_equal(daemon_stop(&dmn), 0);
+	daemon_cleanup(&dmn);
+	receiver_stop(&rcv);
+	return 0;
+}
+
+struct token {
+	char id[64];
+	char value[80];
+};
+
+static void create_token(const char *name, const char *scopes_json, struct token *out)
+{
+	char body[256];
+	snprintf(body, sizeof(body), "{\"name\":\"%s\",\"scopes\":%s}", name, scopes_json);
+	json_t *t = api_call(&dmn, "POST", "/v1/tokens", body, 201);
+	const char *value = json_string_value(json_object_get(t, "token"));
+	assert_non_null(value);
+	assert_int_equal(strlen(value), 52);
+	assert_memory_equal(value, "obx_", 4);
+	/* the prefix shown in lists is the token's beginning */
+	assert_memory_equal(json_string_value(json_object_get(t, "prefix")), value, 8);
+	assert_string_equal(json_string_value(json_object_get(t, "name")), name);
+	assert_string_equal(json_string_value(json_object_get(t, "created_by")), "admin");
+	snprintf(out->id, sizeof(out->id), "%s", json_string_value(json_object_get(t, "id")));
+	snprintf(out->value, sizeof(out->value), "%s", value);
+	json_decref(t);
+}
+
+/* The call answers 403 naming scope, in the error's scope member and its message. */
+static void expect_forbidden(const struct token *t, const char *method, const char *path,
+			     const char *body, const char *scope)
+{
+	json_t *r = api_call_as(&dmn, t->value, method, path, body, 403);
+	json_t *err = json_object_get(r, "error");
+	assert_string_equal(json_string_value(json_object_get(err, "code")), "forbidden");
+	assert_string_equal(json_string_value(json_object_get(err, "scope")), scope);
+	assert_non_null(strstr(json_string_value(json_object_get(err, "message")), scope));
+	json_decref(r);
+}
+
+static void allowed(const struct token *t, const char *method, const char *path,
+		    const char *body, long status)
+{
+	json_decref(api_call_as(&dmn, t->value, method, path, body, status));
+}
+
+/* The newest audit entry's actor and action. */
+static void expect_audit(const char *actor, const char *action)
+{
+	json_t *a = e2e_get(&dmn, "/v1/audit?limit=1");
+	json_t *item = json_array_get(json_object_get(a, "items"), 0);
+	assert_string_equal(json_string_value(json_object_get(item, "actor")), actor);
+	assert_string_equal(json_string_value(json_object_get(item, "action")), action);
+	json_decref(a);
+}
+
+/* A dead delivery for the replay and purge routes: its endpoint refuses connections. */
+static void dead_delivery(const char *name, char out[64])
+{
+	char sub[64], ev[64], body[128], ids[1][64];
+	int port = harness_free_port();
+	e2e_create_sub(&dmn, sub, "{\"name\":\"%s\",\"event_types\":[\"%s.*\"],"
+				  "\"endpoint\":\"http://127.0.0.1:%d/\",\"retry\":{\"immediate\":1,"
+				  "\"max_retries\":1,\"interval\":\"100ms\"}}", name, name, port);
+	snprintf(body, sizeof(body), "{\"event_type\":\"%s.x\",\"payload\":1}", name);
+	e2e_send(&dmn, ev, body);
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 1), 1);
+	json_t *d = e2e_wait_dead(&dmn, ids[0], 10000);
+	assert_true(json_is_true(json_object_get(d, "dead")));
+	json_decref(d);
+	snprintf(out, 64, "%s", ids[0]);
+}
+
+static void test_scopes(void **state)
+{
+	struct token ingest, viewer, ops, root, multi;
+	char dead[64], path[160], body[160];
+
+	create_token("ingest-bot", "[\"ingest\"]", &ingest);
+	create_token("viewer", "[\"read\"]", &viewer);
+	create_token("ops-bot", "[\"operate\"]", &ops);
+	create_token("root-bot", "[\"admin\"]", &root);
+	create_token("multi", "[\"ingest\",\"read\"]", &multi);
+	dead_delivery("scoped", dead);
+	snprintf(path, sizeof(path), "/v1/dlq/%s", dead);
+	snprintf(body, sizeof(body), "{\"ids\":[\"%s\"]}", dead);
+	const char *event = "{\"event_type\":\"scoped.y\",\"payload\":2}";
+	const char *sub = "{\"name\":\"by-token\",\"event_types\":[\"t.*\"],"
+			  "\"endpoint\":\"http://127.0.0.1:9/\"}";
+
+	/* ingest: POST /v1/events only */
+	allowed(&ingest, "POST", "/v1/events", event, 202);
+	expect_forbidden(&ingest, "GET", "/v1/deliveries", NULL, "read");
+	expect_forbidden(&ingest, "GET", "/v1/stats", NULL, "read");
+	expect_forbidden(&ingest, "POST", "/v1/dlq/replay", body, "operate");
+	expect_forbidden(&ingest, "POST", "/v1/subscriptions", sub, "admin");
+	expect_forbidden(&ingest, "GET", "/v1/tokens", NULL, "admin");
+
+	/* read: every GET, nothing else */
+	allowed(&viewer, "GET", "/v1/deliveries", NULL, 200);
+	allowed(&viewer, "GET", "/v1/dlq", NULL, 200);
+	allowed(&viewer, "GET", "/v1/stats", NULL, 200);
+	allowed(&viewer, "GET", "/v1/subscriptions", NULL, 200);
+	allowed(&viewer, "GET", "/v1/audit", NULL, 200);
+	expect_forbidden(&viewer, "POST", "/v1/events", event, "ingest");
+	expect_forbidden(&viewer, "POST", "/v1/dlq/replay", body, "operate");
+	expect_forbidden(&viewer, "DELETE", path, NULL, "operate");
+	expect_forbidden(&viewer, "POST", "/v1/dlq/purge", "{\"filter\":{}}", "operate");
+	expect_forbidden(&viewer, "POST", "/v1/subscriptions", sub, "admin");
+	expect_forbidden(&viewer, "GET", "/v1/tokens", NULL, "admin");
+
+	/* operate: read + replay, purge, jobs; the audit log names the token */
+	allowed(&ops, "GET", "/v1/dlq", NULL, 200);
+	allowed(&ops, "POST", "/v1/dlq/replay", body, 200);
+	expect_audit("ops-bot", "dlq.replay");
+	expect_forbidden(&ops, "POST", "/v1/events", event, "ingest");
+	expect_forbidden(&ops, "POST", "/v1/subscriptions", sub, "admin");
+	expect_forbidden(&ops, "POST", "/v1/tokens", "{\"name\":\"x\",\"scopes\":[\"admin\"]}",
+			 "admin");
+	json_t *d = e2e_wait_dead(&dmn, dead, 10000);
+	json_decref(d);
+	allowed(&ops, "DELETE", path, NULL, 204);
+	expect_audit("ops-bot", "dlq.purge");
+
+	/* admin: everything, tokens and subscriptions included */
+	allowed(&root, "POST", "/v1/subscriptions", sub, 201);
+	expect_audit("root-bot", "subscription.create");
+	allowed(&root, "POST", "/v1/events", event, 202);
+	allowed(&root, "GET", "/v1/tokens", NULL, 200);
+	json_t *t = api_call_as(&dmn, root.value, "POST", "/v1/tokens",
+				"{\"name\":\"made-by-root\",\"scopes\":[\"read\"]}", 201);
+	assert_string_equal(json_string_value(json_object_get(t, "created_by")), "root-bot");
+	json_decref(t);
+	expect_audit("root-bot", "token.create");
+
+	/* several scopes add up */
+	allowed(&multi, "POST", "/v1/events", event, 202);
+	allowed(&multi, "GET", "/v1/deliveries", NULL, 200);
+	expect_forbidden(&multi, "POST", "/v1/dlq/replay", body, "operate");
+
+	/* the configured ingest token keeps working as before */
+	json_decref(api_call_as(&dmn, "test-ingest-token", "POST", "/v1/events", event, 202));
+	json_t *r = api_call_as(&dmn, "test-ingest-token", "GET", "/v1/stats", NULL, 403);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(r, "error"),
+							       "scope")), "read");
+	json_decref(r);
+
+	/* a near miss of a real token is no token */
+	struct token wrong = viewer;
+	wrong.value[10] = wrong.value[10] == 'a' ? 'b' : 'a';
+	json_decref(api_call_as(&dmn, wrong.value, "GET", "/v1/stats", NULL, 401));
+}
+
+static void test_list_revoke_restart(void **state)
+{
+	struct token keep, gone;
+	create_token("keeper", "[\"read\"]", &keep);
+	create_token("short-lived", "[\"read\",\"ingest\"]", &gone);
+
+	/* the list shows names, scopes and prefixes, never a token or its hash */
+	json_t *list = e2e_get(&dmn, "/v1/tokens");
+	json_t *items = json_object_get(list, "items");
+	assert_int_equal(json_array_size(items), 2);
+	char *text = json_dumps(list, 0);
+	assert_null(strstr(text, keep.value));
+	assert_null(strstr(text, gone.value));
+	assert_null(strstr(text, "hash"));
+	free(text);
+	json_t *second = json_array_get(items, 1);
+	assert_string_equal(json_string_value(json_object_get(second, "name")), "short-lived");
+	assert_string_equal(json_string_value(json_array_get(json_object_get(second, "scopes"), 0)),
+			    "ingest");
+	assert_string_equal(json_string_value(json_array_get(json_object_get(second, "scopes"), 1)),
+			    "read");
+	json_decref(list);
+
+	/* revoked: refused at once, audited, and a second revoke is 404 */
+	allowed(&gone, "GET", "/v1/stats", NULL, 200);
+	char path[128];
+	snprintf(path, sizeof(path), "/v1/tokens/%s", gone.id);
+	json_decref(api_call(&dmn, "DELETE", path, NULL, 204));
+	json_decref(api_call_as(&dmn, gone.value, "GET", "/v1/stats", NULL, 401));
+	expect_audit("admin", "token.revoke");
+	json_decref(api_call(&dmn, "DELETE", path, NULL, 404));
+
+	/* tokens are kept in the store: they work after a restart */
+	assert_int_equal(daemon_stop(&dmn), 0);
+	assert_int_equal(daemon_start(&dmn, NULL), 0);
+	allowed(&keep, "GET", "/v1/stats", NULL, 200);
+	json_decref(api_call_as(&dmn, gone.value, "GET", "/v1/stats", NULL, 401));
+
+	/* the store holds a hash, not the token (SQLite: the raw file and its WAL) */
+	if (strncmp(dmn.db, "sqlite:", 7) == 0) {
+		const char *suffixes[] = {"", "-wal"};
+		for (size_t i = 0; i < 2; i++) {
+			char file[400];
+			snprintf(file, sizeof(file), "%s%s", e2e_db_path(&dmn), suffixes[i]);
+			FILE *f = fopen(file, "rb");
+			if (!f)
+				continue;
+			static char raw[64 << 20];
+			size_t n = fread(raw, 1, sizeof(raw), f);
+			fclose(f);
+			assert_null(memmem(raw, n, keep.value, strlen(keep.value)));
+			assert_null(memmem(raw, n, gone.value, strlen(gone.value)));
+		}
+	}
+}
+
+static void test_bad_input(void **state)
+{
+	static const struct {
+		const char *body;
+		long status;
+		const char *field;
+	} cases[] = {
+		{"{\"name\":\"x\",\"scopes\":[\"superuser\"]}", 400, "scopes[0]"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\",7]}", 400, "scopes[1]"},
+		{"{\"name\":\"x\",\"scopes\":[]}", 400, "scopes"},
+		{"{\"name\":\"x\"}", 400, "scopes"},
+		{"{\"name\":\"bad name!\",\"scopes\":[\"read\"]}", 400, "name"},
+		{"{\"name\":\"\",\"scopes\":[\"read\"]}", 400, "name"},
+		{"{\"scopes\":[\"read\"]}", 400, "name"},
+		{"{\"name\":\"admin\",\"scopes\":[\"read\"]}", 400, "name"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"token\":\"mine\"}", 400, "token"},
+		{"[1]", 400, NULL},
+		{"{\"name\":", 400, NULL},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		json_t *r = api_call(&dmn, "POST", "/v1/tokens", cases[i].body, cases[i].status);
+		json_t *field = json_object_get(json_object_get(r, "error"), "field");
+		if (cases[i].field)
+			assert_string_equal(json_string_value(field), cases[i].field);
+		json_decref(r);
+	}
+	struct token first;
+	create_token("twice", "[\"read\"]", &first);
+	json_t *r = api_call(&dmn, "POST", "/v1/tokens", "{\"name\":\"twice\",\"scopes\":[\"read\"]}",
+			     409);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(r, "error"), "field")),
+			    "name");
+	json_decref(r);
+	json_decref(api_call(&dmn, "DELETE", "/v1/tokens/not-a-uuid", NULL, 400));
+}
+
+/* Runs `outboxd <args>` against the daemon with the admin token; stdout into out. */
+static int run_cli(char *out, size_t len, const char *args)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s %s 2>/dev/null", dmn.url,
+		 dmn.token, getenv("OUTBOXD_BIN"), args);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t n = fread(out, 1, len - 1, p);
+	out[n] = '\0';
+	int status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_cli(void **state)
+{
+	static char out[65536];
+	assert_int_equal(run_cli(out, sizeof(out), "tokens create cli-bot --scopes read,operate"), 0);
+	/* the table row shows the prefix; the token follows the "shown this once" line */
+	char *once = strstr(out, "shown this once");
+	assert_non_null(once);
+	char *tok = strstr(once, "obx_");
+	assert_non_null(tok);
+	struct token cli = {0};
+	snprintf(cli.value, 53, "%s", tok);
+	allowed(&cli, "GET", "/v1/dlq", NULL, 200);
+	expect_forbidden(&cli, "POST", "/v1/events", "{\"event_type\":\"a\",\"payload\":1}",
+			 "ingest");
+
+	assert_int_equal(run_cli(out, sizeof(out), "tokens list"), 0);
+	assert_non_null(strstr(out, "cli-bot"));
+	assert_non_null(strstr(out, "operate,read") ? strstr(out, "operate,read")
+						    : strstr(out, "read,operate"));
+	assert_null(strstr(out, cli.value));
+
+	json_t *list = e2e_get(&dmn, "/v1/tokens");
+	const char *id = json_string_value(json_object_get(json_array_get(json_object_get(list,
+										  "items"), 0), "id"));
+	char args[128];
+	snprintf(args, sizeof(args), "tokens revoke %s", id);
+	assert_int_equal(run_cli(out, sizeof(out), args), 0);
+	json_decref(list);
+	json_decref(api_call_as(&dmn, cli.value, "GET", "/v1/dlq", NULL, 401));
+	/* bad usage exits 2, an API refusal 1 */
+	assert_int_equal(run_cli(out, sizeof(out), "tokens create nameless"), 2);
+	assert_int_equal(run_cli(out, sizeof(out), "tokens create x --scopes root"), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_scopes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_revoke_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
