@@ -349,20 +349,25 @@ static int serve(int argc, char **argv)
 		.max_connections = cfg.api_max_connections,
 		.idle_timeout_ms = cfg.api_idle_timeout_ms,
 	};
-	if (!(http = http_server_start(&api, cfg.listen, &limits, err, sizeof(err)))) {
+	struct http_tls tls = {cfg.tls_cert, cfg.tls_key};
+	int tls_on = cfg.tls_cert && *cfg.tls_cert;
+	const char *scheme = tls_on ? "https" : "http";
+	if (!(http = http_server_start(&api, cfg.listen, &limits, tls_on ? &tls : NULL, err,
+				       sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
 	}
-	log_info("outboxd %s listening on http://%s (store: %s)", OUTBOXD_VERSION, cfg.listen,
-		 store_backend_name(st));
+	log_info("outboxd %s listening on %s://%s (store: %s)", OUTBOXD_VERSION, scheme,
+		 cfg.listen, store_backend_name(st));
 	if (isatty(STDERR_FILENO))
 		fprintf(stderr,
 			"\nSend a first event (the token is the admin token%s):\n"
-			"  curl -X POST http://%s/v1/events -H \"Authorization: Bearer $TOKEN\" \\\n"
+			"  curl -X POST %s://%s/v1/events -H \"Authorization: Bearer $TOKEN\" \\\n"
 			"    -H 'Content-Type: application/json' \\\n"
 			"    -d '{\"event_type\":\"user.created\",\"payload\":{\"id\":1}}'\n"
 			"Create a subscription first to have it delivered: see README.md, Quickstart.\n\n",
-			cfg.admin_token ? "" : ", kept in the data folder as admin.token", cfg.listen);
+			cfg.admin_token ? "" : ", kept in the data folder as admin.token", scheme,
+			cfg.listen);
 
 	int sig = 0;
 	sigwait(&sigs, &sig);

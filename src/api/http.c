@@ -1,7 +1,9 @@
 /* http.c: libmicrohttpd glue. Reads the body (bounded), builds a struct api_request,
- * calls api_handle, sends the JSON answer. The only file that includes microhttpd.h. */
+ * calls api_handle, sends the JSON answer; serves HTTPS when tls_cert/tls_key are set
+ * (MHD's GnuTLS). The only file that includes microhttpd.h. */
 #include "api/http.h"
 
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 #include <netinet/in.h>
 
 #include <microhttpd.h>
+#include <openssl/crypto.h>
 
 #include "util/buf.h"
 #include "util/log.h"
@@ -17,6 +20,8 @@
 struct http_server {
 	struct MHD_Daemon *mhd;
 	struct api *api;
+	char *tls_cert;     /* PEM text handed to MHD, kept while it runs */
+	char *tls_key;      /* cleansed before it is freed */
 };
 
 struct conn_ctx {
@@ -105,8 +110,49 @@ static void mhd_log_cb(void *cls, const char *fmt, va_list ap)
 	log_warn("http: %s", line);
 }
 
+/* Reads a PEM file whole (at most 1 MiB) into a NUL-terminated string (returned). */
+static char *read_pem(const char *what, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		snprintf(err, errlen, "%s: cannot read %s: %s", what, path, strerror(errno));
+		return NULL;
+	}
+	struct buf b;
+	char chunk[4096];
+	size_t n;
+	int too_big = 0;
+	buf_init(&b, 1 << 20);
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && !too_big)
+		too_big = buf_append(&b, chunk, n) != 0;
+	fclose(f);
+	if (too_big || buf_append(&b, "", 1)) {
+		snprintf(err, errlen, "%s: %s is larger than 1 MiB", what, path);
+		buf_free(&b);
+		return NULL;
+	}
+	if (!strstr(b.data, "-----BEGIN ")) {
+		snprintf(err, errlen, "%s: %s is not a PEM file", what, path);
+		OPENSSL_cleanse(b.data, b.len);
+		buf_free(&b);
+		return NULL;
+	}
+	return b.data;
+}
+
+static void server_free(struct http_server *s)
+{
+	free(s->tls_cert);
+	if (s->tls_key) {
+		OPENSSL_cleanse(s->tls_key, strlen(s->tls_key));
+		free(s->tls_key);
+	}
+	free(s);
+}
+
 struct http_server *http_server_start(struct api *api, const char *listen,
-				      const struct http_limits *limits, char *err, size_t errlen)
+				      const struct http_limits *limits,
+				      const struct http_tls *tls, char *err, size_t errlen)
 {
 	char host[256];
 	const char *colon = strrchr(listen, ':');
@@ -140,6 +186,21 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	/* MHD takes its options from a varargs list; TLS adds two, or none (the list ends
+	 * early with MHD_OPTION_END standing in for them). */
+	enum MHD_OPTION cert_opt = MHD_OPTION_END, key_opt = MHD_OPTION_END;
+	if (tls) {
+		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+			snprintf(err, errlen, "tls_cert: this libmicrohttpd has no TLS support");
+			goto fail;
+		}
+		if (!(s->tls_cert = read_pem("tls_cert", tls->cert_file, err, errlen)) ||
+		    !(s->tls_key = read_pem("tls_key", tls->key_file, err, errlen)))
+			goto fail;
+		flags |= MHD_USE_TLS;
+		cert_opt = MHD_OPTION_HTTPS_MEM_CERT;
+		key_opt = MHD_OPTION_HTTPS_MEM_KEY;
+	}
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, s,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log_cb, s,
 				  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -150,14 +211,21 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 				  MHD_OPTION_CONNECTION_TIMEOUT,
 				  (unsigned)((limits->idle_timeout_ms + 999) / 1000),
 				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)limits->max_connections,
-				  MHD_OPTION_END);
-	freeaddrinfo(ai);
+				  cert_opt, s->tls_cert, key_opt, s->tls_key, MHD_OPTION_END);
 	if (!s->mhd) {
-		snprintf(err, errlen, "cannot listen on %s (address in use or not allowed)", listen);
-		free(s);
-		return NULL;
+		snprintf(err, errlen, tls ? "cannot listen on %s with TLS (address in use, or "
+					    "tls_cert and tls_key do not make a usable pair: see "
+					    "the warning above)"
+					  : "cannot listen on %s (address in use or not allowed)",
+			 listen);
+		goto fail;
 	}
+	freeaddrinfo(ai);
 	return s;
+fail:
+	freeaddrinfo(ai);
+	server_free(s);
+	return NULL;
 }
 
 void http_server_stop(struct http_server *s)
@@ -165,5 +233,5 @@ void http_server_stop(struct http_server *s)
 	if (!s)
 		return;
 	MHD_stop_daemon(s->mhd);
-	free(s);
+	server_free(s);
 }

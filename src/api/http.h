@@ -15,10 +15,18 @@ struct http_limits {
 	int64_t idle_timeout_ms;   /* a connection silent this long is closed */
 };
 
-/* Listens on listen ("host:port", host may be a name or address). api and limits are
- * borrowed. Returns NULL with a message in err on failure. */
+/* HTTPS for the API: PEM files, read once at start. */
+struct http_tls {
+	const char *cert_file;     /* certificate, with its chain */
+	const char *key_file;      /* its private key */
+};
+
+/* Listens on listen ("host:port", host may be a name or address), with TLS when tls is
+ * not NULL. api, limits and tls are borrowed. Returns NULL with a message in err on
+ * failure (an unreadable or mismatched certificate or key included). */
 struct http_server *http_server_start(struct api *api, const char *listen,
-				      const struct http_limits *limits, char *err, size_t errlen);
+				      const struct http_limits *limits,
+				      const struct http_tls *tls, char *err, size_t errlen);
 /* Stops accepting, waits for running handlers, frees s. */
 void http_server_stop(struct http_server *s);
 

@@ -149,6 +149,10 @@ static int call(struct cli *c, const char *method, const char *path, const char 
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, &resp);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT, 120L);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	/* An API serving a certificate of a private CA (tls_cert): OUTBOXD_CA_FILE names it;
+	 * verification stays on. */
+	if (getenv("OUTBOXD_CA_FILE"))
+		curl_easy_setopt(e, CURLOPT_CAINFO, getenv("OUTBOXD_CA_FILE"));
 	if (body) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -932,7 +936,8 @@ static void usage_print(FILE *out)
 	      "filters: --status S --subscription ID --name NAME --type T (glob ok) --q TEXT\n"
 	      "         --code N --source S --event-id ID --from RFC3339 --to RFC3339\n"
 	      "\n"
-	      "The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080; the token is --token,\n"
+	      "The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080 (an https:// API with\n"
+	      "a private CA: OUTBOXD_CA_FILE names the CA); the token is --token,\n"
 	      "OUTBOXD_TOKEN, or ./var/admin.token. --json prints the API's JSON (every page for\n"
 	      "list commands). Exit codes: 0 ok, 1 the API answered with an error, 2 bad usage,\n"
 	      "3 the API cannot be reached.\n",

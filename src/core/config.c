@@ -106,6 +106,10 @@ const struct config_setting config_settings[] = {
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
 	 "e.g. 127.0.0.0/8,10.1.0.0/16; empty = none"},
+	{"tls_cert", "--tls-cert", "OUTBOXD_TLS_CERT", CONFIG_STRING, NULL, S(tls_cert),
+	 "PEM certificate (with its chain) the API serves HTTPS with; empty = plain HTTP"},
+	{"tls_key", "--tls-key", "OUTBOXD_TLS_KEY", CONFIG_STRING, NULL, S(tls_key),
+	 "PEM private key of tls_cert (read once at start)"},
 	/* Kafka (DESIGN §7, docs/kafka.md): off unless kafka_brokers is set. */
 	{"kafka_brokers", "--kafka-brokers", "OUTBOXD_KAFKA_BROKERS", CONFIG_STRING, NULL,
 	 S(kafka_brokers), "Kafka bootstrap servers, host:port,...; empty = Kafka off"},
@@ -447,6 +451,10 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;
+	if ((cfg->tls_cert && *cfg->tls_cert) != (cfg->tls_key && *cfg->tls_key))
+		return fail(err, errlen, "%s is set without %s: the API's TLS needs both",
+			    cfg->tls_cert && *cfg->tls_cert ? "tls_cert" : "tls_key",
+			    cfg->tls_cert && *cfg->tls_cert ? "tls_key" : "tls_cert");
 	return check_kafka(cfg, err, errlen);
 }
 

@@ -51,6 +51,8 @@ struct config {
 	int64_t stats_window_ms;  /* window of per-subscription stats */
 	char *spool;              /* catastrophic-failure spool file, NULL or "" = off */
 	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
+	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
+	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */
 	/* Kafka (DESIGN §7) */
 	char *kafka_brokers;      /* NULL or "" = Kafka off */
 	char *kafka_config;       /* extra librdkafka properties, "k=v;k=v" (secrets) */

@@ -2,7 +2,10 @@
  * that each send half a request and then nothing hold no thread: the API still answers
  * a real client at once (long before the idle timeout could have freed anything), and a
  * connection that stays silent is closed after api_idle_timeout, and headers larger
- * than a connection's memory are refused with 431. */
+ * than a connection's memory are refused with 431. With tls_cert/tls_key the API speaks
+ * HTTPS only (a certificate made here with the openssl CLI): verified clients get
+ * answers, plain HTTP and unverified clients do not, and a half-configured or unreadable
+ * pair stops the start naming the setting. */
 #include "e2e.h"
 
 #include <arpa/inet.h>
@@ -119,12 +122,79 @@ static void test_oversized_headers_are_refused(void **state)
 	json_decref(stats);
 }
 
+/* The daemon's log, whole (at most 64 KiB). */
+static void read_log(char *text, size_t len)
+{
+	char path[512];
+	FILE *f = fopen(daemon_log_path(&dmn, path, sizeof(path)), "r");
+	size_t got = f ? fread(text, 1, len - 1, f) : 0;
+	text[got] = '\0';
+	if (f)
+		fclose(f);
+}
+
+static void test_tls(void **state)
+{
+	static char log[65536];
+	char *dir = harness_tmpdir("api-tls");
+	char cmd[2048], cert[512], key[512], env_cert[600], env_key[600], url[128];
+	snprintf(cert, sizeof(cert), "%s/api.pem", dir);
+	snprintf(key, sizeof(key), "%s/api.key", dir);
+	snprintf(cmd, sizeof(cmd), "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+		 "-nodes -keyout %s -out %s -days 2 -subj /CN=127.0.0.1 "
+		 "-addext subjectAltName=IP:127.0.0.1 2>/dev/null", key, cert);
+	assert_int_equal(system(cmd), 0);
+	snprintf(env_cert, sizeof(env_cert), "OUTBOXD_TLS_CERT=%s", cert);
+	snprintf(env_key, sizeof(env_key), "OUTBOXD_TLS_KEY=%s", key);
+
+	/* only one of the pair, or a file that is not there: no start, the setting named */
+	memset(&dmn, 0, sizeof(dmn));
+	const char *half[] = {env_cert, NULL};
+	assert_int_equal(daemon_start(&dmn, half), -1);
+	read_log(log, sizeof(log));
+	assert_non_null(strstr(log, "tls_cert is set without tls_key"));
+	const char *missing[] = {env_cert, "OUTBOXD_TLS_KEY=/nonexistent/api.key", NULL};
+	assert_int_equal(daemon_start(&dmn, missing), -1);
+	read_log(log, sizeof(log));
+	assert_non_null(strstr(log, "tls_key: cannot read /nonexistent/api.key"));
+	daemon_cleanup(&dmn);
+
+	/* HTTPS with the certificate trusted: the API answers as usual */
+	memset(&dmn, 0, sizeof(dmn));
+	setenv("HARNESS_CA_FILE", cert, 1);
+	const char *tls[] = {env_cert, env_key, NULL};
+	assert_int_equal(daemon_start(&dmn, tls), 0);
+	assert_int_equal(strncmp(dmn.url, "https://", 8), 0);
+	json_decref(api_call(&dmn, "POST", "/v1/events",
+			     "{\"event_type\":\"tls.event\",\"payload\":{}}", 202));
+	json_decref(api_call(&dmn, "GET", "/v1/stats", NULL, 200));
+
+	/* a client that does not trust the certificate stops at the handshake */
+	unsetenv("HARNESS_CA_FILE");
+	struct http_resp r;
+	snprintf(url, sizeof(url), "%s/healthz", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &r), -1);
+	assert_int_equal(r.status, 0);
+	http_resp_free(&r);
+	/* plain HTTP on the same port gets no HTTP answer */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/healthz", dmn.port);
+	http_do("GET", url, NULL, NULL, NULL, 0, &r);
+	assert_int_not_equal(r.status, 200);
+	http_resp_free(&r);
+	setenv("HARNESS_CA_FILE", cert, 1);
+	json_decref(api_call(&dmn, "GET", "/v1/stats", NULL, 200));
+	unsetenv("HARNESS_CA_FILE");
+	harness_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_half_open_clients_do_not_starve_the_api, teardown),
 		cmocka_unit_test_teardown(test_silent_connection_is_closed, teardown),
 		cmocka_unit_test_teardown(test_oversized_headers_are_refused, teardown),
+		cmocka_unit_test_teardown(test_tls, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

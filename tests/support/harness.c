@@ -422,6 +422,9 @@ int http_do_ex(const struct http_req *req, struct http_resp *out)
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, out->headers);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, out->error);
+	/* HTTPS daemons (tls_cert) serve a certificate of the test's own CA. */
+	if (getenv("HARNESS_CA_FILE") && strncmp(req->url, "https://", 8) == 0)
+		curl_easy_setopt(c, CURLOPT_CAINFO, getenv("HARNESS_CA_FILE"));
 
 	if (strcmp(method, "HEAD") == 0) {
 		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
@@ -844,7 +847,8 @@ static int daemon_defaults(struct daemon *d, const char *const *env, char kv[DEF
 	v = env_find(env, "OUTBOXD_LISTEN");
 	if (v && strrchr(v, ':') && atoi(strrchr(v, ':') + 1) > 0)
 		d->port = atoi(strrchr(v, ':') + 1);
-	snprintf(d->url, sizeof(d->url), "http://127.0.0.1:%d", d->port);
+	snprintf(d->url, sizeof(d->url), "%s://127.0.0.1:%d",
+		 env_find(env, "OUTBOXD_TLS_CERT") ? "https" : "http", d->port);
 
 	if (harness_pg_wanted())
 		snprintf(kv[0], sizeof(kv[0]), "OUTBOXD_DB=%s", d->db);

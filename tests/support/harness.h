@@ -78,7 +78,8 @@ struct http_req {
  * out is filled (free it with http_resp_free) even on failure. Returns 0 when a response
  * arrived, whatever its status; -1 on a transport error (status 0, curl_code and error
  * set): a refused connection, a timeout, a connection closed without a response.
- * Response bodies are capped at 64 MiB. Thread-safe. */
+ * Response bodies are capped at 64 MiB. https:// URLs are verified against the CA file
+ * named by HARNESS_CA_FILE in the environment when set (else the system's). Thread-safe. */
 int http_do(const char *method, const char *url, const char *token, const char *content_type,
 	    const char *body, size_t len, struct http_resp *out);
 int http_do_ex(const struct http_req *req, struct http_resp *out);
@@ -159,7 +160,8 @@ struct daemon {
  * server, see harness_pg.h, kept across restarts of d), OUTBOXD_LISTEN=127.0.0.1:<port>,
  * OUTBOXD_ADMIN_TOKEN=test-admin-token, OUTBOXD_INGEST_TOKEN=test-ingest-token,
  * OUTBOXD_DATA_DIR=<dir>, then env: a NULL-terminated list of "KEY=VALUE"
- * (borrowed, may be NULL) that overrides all of those, where a bare "KEY" removes KEY from
+ * (borrowed, may be NULL) that overrides all of those (OUTBOXD_TLS_CERT makes d->url
+ * https://), where a bare "KEY" removes KEY from
  * the environment; d->db, d->port and d->token follow the overrides (token "" when
  * OUTBOXD_ADMIN_TOKEN is removed). stdout and stderr are appended to <dir>/daemon.log.
  * Waits up to 10 s for GET /healthz to answer 200. Returns 0; -1 if the process exits or
