@@ -71,6 +71,8 @@ json_t *render_delivery(const struct store_delivery *d)
 	json_object_set_new(o, "updated_at", render_time(d->updated_at));
 	json_object_set_new(o, "processed_at", render_time(d->processed_at));
 	json_object_set_new(o, "in_flight", json_boolean(d->lease_owner != NULL));
+	/* per-key ordering: parked behind a dead delivery of the same partition_key */
+	json_object_set_new(o, "blocked", json_boolean(d->blocked));
 	return o;
 }
 

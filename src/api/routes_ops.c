@@ -183,6 +183,10 @@ void api_stats(struct api *api, struct api_response *res)
 		"oldest_dead_at", render_time(s.oldest_dead_at), "oldest_dead_age_ms",
 		s.oldest_dead_at ? json_integer(now - s.oldest_dead_at) : json_null(), "window",
 		json_pack("{s:I}", "ms", (json_int_t)api->stats_window_ms), "subscriptions", subs);
+	/* per-key ordering: deliveries parked behind a dead one of their key */
+	json_object_set_new(out, "blocked", json_pack("{s:I, s:I}", "deliveries",
+						      (json_int_t)s.blocked_count, "keys",
+						      (json_int_t)s.blocked_keys));
 	store_stats_free(&s);
 	api_reply_json(res, 200, out);
 }
@@ -228,6 +232,12 @@ void api_metrics(struct api *api, struct api_response *res)
 			   "outboxd_due_backlog_age_seconds %.3f\n",
 			(long long)s.due_count,
 			s.oldest_due_at ? (double)(now - s.oldest_due_at) / 1000.0 : 0.0);
+		fprintf(f, "# HELP outboxd_blocked_deliveries Deliveries waiting behind a dead "
+			   "delivery of their partition key (ordering).\n"
+			   "# TYPE outboxd_blocked_deliveries gauge\noutboxd_blocked_deliveries %lld\n"
+			   "# HELP outboxd_blocked_keys Partition keys blocked by a dead delivery.\n"
+			   "# TYPE outboxd_blocked_keys gauge\noutboxd_blocked_keys %lld\n",
+			(long long)s.blocked_count, (long long)s.blocked_keys);
 		store_stats_free(&s);
 	}
 	fprintf(f, "# HELP outboxd_store_up Whether the store answered this scrape.\n"

@@ -65,6 +65,7 @@ static int store_doc(struct api *api, json_t *doc, struct sub_row *row, int crea
 	}
 	row->name = parsed.name;
 	row->enabled = parsed.enabled;
+	row->ordering = (int)parsed.ordering;
 	row->config = json_dumps(doc, JSON_COMPACT);
 	row->updated_at = clock_now_ms();
 	int rc = row->config ? (create ? store_sub_create(api->st, row) : store_sub_update(api->st, row))

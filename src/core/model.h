@@ -34,6 +34,16 @@ const char *attempt_kind_name(enum attempt_kind k);
  * unknown or NULL name reads as scheduled (a stored row is never refused). */
 enum attempt_kind attempt_kind_parse(const char *name);
 
+/* Per-key ordering of a subscription's deliveries (issue 15). With a key ordering, the
+ * deliveries of events with the same partition_key go one at a time in ingest order; a
+ * dead one blocks the later ones of its key (KEY_BLOCK) or is passed over (KEY_SKIP).
+ * Stored as a column of the subscription, which the store's claim reads. */
+enum delivery_ordering {
+	ORDERING_NONE = 0,
+	ORDERING_KEY_BLOCK = 1,
+	ORDERING_KEY_SKIP = 2,
+};
+
 enum payload_format {
 	PAYLOAD_JSON = 0,
 	PAYLOAD_BINARY = 1,
@@ -147,6 +157,7 @@ struct subscription {
 	int max_in_flight;     /* requests to this subscription at once, 0 = no limit */
 	double rate_limit;     /* requests per second (token bucket), 0 = no limit */
 	int enabled;
+	enum delivery_ordering ordering;
 	char *origin;          /* NULL for an operator's subscription; "kafka_envelope" for
 	                          one outboxd derived from an envelope's target: it matches
 	                          no event type (fan-out never picks it) */
@@ -166,6 +177,7 @@ struct sub_row {
 	char *name;
 	char *config;               /* JSON text */
 	int enabled;
+	int ordering;               /* enum delivery_ordering, a column the claim reads */
 	int64_t created_at;
 	int64_t updated_at;
 };

@@ -31,7 +31,7 @@ static const char *const top_keys[] = {
 	"name", "event_types", "endpoint", "payload_format", "auth", "headers", "secret",
 	"secret_grace", "previous_secret", "previous_secret_expires_at", "tls",
 	"timeout", "retry", "circuit_breaker", "max_in_flight", "rate_limit", "enabled",
-	"origin", NULL,
+	"origin", "ordering", "ordering_on_dead", NULL,
 };
 
 static const char *const tls_keys[] = {"ca_file", "client_cert", "client_key", NULL};
@@ -583,6 +583,27 @@ static int parse_limits(const json_t *doc, struct subscription *s, struct input_
 	return 0;
 }
 
+/* ordering ("none" | "partition_key") and ordering_on_dead ("block" | "skip"). */
+static int parse_ordering(const json_t *doc, struct subscription *s, struct input_error *err)
+{
+	const char *ordering, *on_dead;
+
+	if (get_string(doc, "ordering", "ordering", 0, 32, &ordering, err) ||
+	    get_string(doc, "ordering_on_dead", "ordering_on_dead", 0, 32, &on_dead, err))
+		return -1;
+	if (ordering && strcmp(ordering, "none") != 0 && strcmp(ordering, "partition_key") != 0)
+		return input_error_set(err, 400, "invalid_argument", "ordering",
+				       "ordering must be none or partition_key");
+	if (on_dead && strcmp(on_dead, "block") != 0 && strcmp(on_dead, "skip") != 0)
+		return input_error_set(err, 400, "invalid_argument", "ordering_on_dead",
+				       "ordering_on_dead must be block or skip");
+	s->ordering = ORDERING_NONE;
+	if (ordering && strcmp(ordering, "partition_key") == 0)
+		s->ordering = on_dead && strcmp(on_dead, "skip") == 0 ? ORDERING_KEY_SKIP
+								      : ORDERING_KEY_BLOCK;
+	return 0;
+}
+
 /* secret_grace, and the previous secret a rotation keeps (written by sub_codec_prepare). */
 static int parse_rotation(const json_t *doc, struct subscription *s, struct input_error *err)
 {
@@ -726,7 +747,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 	if ((v = json_object_get(doc, "circuit_breaker")) && !json_is_null(v) &&
 	    parse_breaker(v, &s->breaker, err))
 		goto fail;
-	if (parse_limits(doc, s, err))
+	if (parse_limits(doc, s, err) || parse_ordering(doc, s, err))
 		goto fail;
 	if ((v = json_object_get(doc, "enabled"))) {
 		if (!json_is_boolean(v)) {

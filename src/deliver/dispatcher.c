@@ -58,12 +58,18 @@ static struct round *round_of(struct writer_result *r)
 }
 
 /* Recycles the rounds of a writer_result list; returns how many. */
-static size_t recycle_list(struct dispatcher *d, struct writer_result *l)
+/* Recycles the written rounds. *keyed is set when one was of a key-ordered subscription
+ * and had a partition key: the next delivery of that key may be claimable now. */
+static size_t recycle_list(struct dispatcher *d, struct writer_result *l, int *keyed)
 {
 	size_t n = 0;
+	*keyed = 0;
 	while (l) {
 		struct round *j = round_of(l);
 		l = l->next;
+		if (j->claim && j->claim->partition_key && j->sub &&
+		    j->sub->ordering != ORDERING_NONE)
+			*keyed = 1;
 		round_recycle(d, j);
 		n++;
 	}
@@ -124,7 +130,8 @@ static void *dispatcher_main(void *arg)
 		struct writer_answer ans;
 		writer_take(d->writer, &ans);
 		d->store_down = ans.down;
-		size_t written = recycle_list(d, ans.written);
+		int keyed = 0;
+		size_t written = recycle_list(d, ans.written, &keyed);
 		int answered = ans.claimed, claim_rc = ans.claim_rc;
 		struct store_claim *claims = ans.claims;
 		size_t got = ans.n_claims;
@@ -136,6 +143,10 @@ static void *dispatcher_main(void *arg)
 				d->claim_at_ms = d->soonest_retry_ms;
 			d->soonest_retry_ms = 0;
 		}
+		/* Per-key ordering: the next delivery of a key written just now waited for it
+		 * (the store's next-due hint leaves waiting ones out): claim at once. */
+		if (keyed)
+			d->claim_at_ms = clock_now_ms();
 		if (answered) {
 			size_t asked = d->claim_asked;
 			d->claim_asked = 0;
@@ -228,9 +239,10 @@ static void *dispatcher_main(void *arg)
 	}
 
 	/* Whatever is still done but unwritten could not be written; free it all. */
-	recycle_list(d, writer_detach(d->writer));
+	int keyed;
+	recycle_list(d, writer_detach(d->writer), &keyed);
 	if (d->done_head)
-		recycle_list(d, &d->done_head->wr);
+		recycle_list(d, &d->done_head->wr, &keyed);
 	d->done_head = d->done_tail = NULL;
 	return NULL;
 }

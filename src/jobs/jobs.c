@@ -108,6 +108,16 @@ static void *jobs_main(void *arg)
 				if (j->work)
 					j->work(j->ctx);
 			}
+			/* per-key ordering: park what waits behind a dead delivery, wake what
+			 * no longer does (store_order_sweep) */
+			size_t parked = 0, unparked = 0;
+			if (store_order_sweep(j->st, clock_now_ms(), 1, &parked, &unparked) ==
+			    STORE_OK && (parked || unparked)) {
+				log_info("ordering: %zu deliveries parked behind dead ones of their key, "
+					 "%zu due again", parked, unparked);
+				if (unparked && j->work)
+					j->work(j->ctx);
+			}
 			next_reap = clock_mono_ms() + j->cfg.reap_interval_ms;
 		}
 		if (j->cfg.cleanup_enabled && now >= next_cleanup) {

@@ -203,6 +203,15 @@ int store_record_results(store *st, const struct store_result *results, size_t n
 
 /* Clears leases that expired before now_ms (crash recovery). *n = leases cleared. */
 int store_reap_leases(store *st, int64_t now_ms, size_t *n);
+
+/* Per-key ordering (issue 15): the claim already keeps a delivery of an ordered
+ * subscription waiting while an earlier one of its key is not done, so this is about
+ * cost, not correctness. With park set, pending deliveries behind a dead one of their
+ * key (ORDERING_KEY_BLOCK) are parked — blocked, no next_attempt_at — so claims stop
+ * scanning them; always, parked deliveries whose key has no dead one any more (replayed,
+ * purged, or the subscription's ordering changed) are due again at now. The jobs thread
+ * runs it with the reaper; replay and purge run the second half at once. */
+int store_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked);
 /* Clears every lease held by this store's owner or by anyone whose lease is stale;
  * used at start by the single owner of an SQLite store. */
 int store_release_all(store *st, size_t *n);
@@ -239,6 +248,7 @@ struct store_delivery {
 	char *last_cause;
 	char *lease_owner;          /* NULL when not leased */
 	int64_t lease_until;
+	int blocked;                /* parked behind a dead delivery of its key (ordering) */
 };
 
 struct store_attempt_row {
@@ -389,6 +399,8 @@ struct store_stats {
 	int64_t due_count;          /* next_attempt_at <= now, not leased: the backlog */
 	int64_t oldest_due_at;      /* 0 when none */
 	int64_t oldest_dead_at;     /* created_at of the oldest dead delivery, 0 when none */
+	int64_t blocked_count;      /* parked behind a dead delivery of their key (ordering) */
+	int64_t blocked_keys;       /* (subscription, key) pairs with parked deliveries */
 	struct store_sub_stats *subs; /* returned array */
 	size_t n_subs;
 };

@@ -1394,6 +1394,11 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	/* Make it look like a database from before migration 6 (without what later
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+	sqlite_exec_ok(conn, "DROP TABLE tokens; DROP INDEX deliveries_order;"
+			     "DROP INDEX deliveries_blocked;"
+			     "ALTER TABLE deliveries DROP COLUMN order_key;"
+			     "ALTER TABLE deliveries DROP COLUMN blocked;"
+			     "ALTER TABLE subscriptions DROP COLUMN ordering;");
 	sqlite_exec_ok(conn, "BEGIN; PRAGMA writable_schema = ON;"
 			     "UPDATE sqlite_master SET sql = replace(sql,"
 			     " 'CHECK (status = ''NEW'' OR status = ''PROCESSED'' OR status = ''FAILED'')',"
@@ -1404,8 +1409,7 @@ static void test_sqlite_checks_without_in_lists(void **state)
 			     " 'CHECK (kind IN (''immediate'', ''scheduled'', ''manual''))')"
 			     " WHERE name = 'attempts';"
 			     "PRAGMA schema_version = 1000; PRAGMA writable_schema = OFF;"
-			     "DELETE FROM schema_migrations WHERE version >= 6;"
-			     "DROP TABLE tokens; COMMIT;");
+			     "DELETE FROM schema_migrations WHERE version >= 6; COMMIT;");
 	sqlite3_close(conn);
 	assert_true(sqlite_schema_has(t->db.path, "deliveries", "status IN ("));
 
@@ -1997,6 +2001,168 @@ static void test_work_notifications(void **state)
 	store_close(other);
 }
 
+/* ---- per-key ordering ------------------------------------------------------------------ */
+
+/* Ingests one event with partition_key key (NULL: none) for the three test subscriptions. */
+static void ingest_keyed(struct t *t, const char *key, int64_t created_at, char id[UUID_STR_LEN])
+{
+	struct store_event_in ev = {
+		.event_type = "keyed",
+		.source = "",
+		.partition_key = key,
+		.content_type = "application/json",
+		.payload = "{}",
+		.payload_len = 2,
+		.created_at = created_at,
+		.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+		.n_subscriptions = 3,
+	};
+
+	uuid_v7(ev.id);
+	assert_int_equal(store_ingest(t->st, &ev, 1), STORE_OK);
+	memcpy(id, ev.id, UUID_STR_LEN);
+}
+
+/* The id of event ev's delivery to test subscription k. */
+static void delivery_of(struct t *t, const char *ev, int k, char out[UUID_STR_LEN])
+{
+	struct store_delivery *d = deliveries_of(t, ev, 3);
+	out[0] = '\0';
+	for (size_t i = 0; i < 3; i++)
+		if (strcmp(d[i].subscription_id, t->subs[k]) == 0)
+			memcpy(out, d[i].id, UUID_STR_LEN);
+	store_deliveries_free(d, 3);
+	assert_true(out[0] != '\0');
+}
+
+/* Claims everything due and checks it is exactly the deliveries in want (n of them). */
+static void claim_exactly(struct t *t, const char (*want)[UUID_STR_LEN], size_t n)
+{
+	struct store_claim *c = NULL;
+	size_t got = claim_n(t, clock_now_ms(), MINUTE_MS, 100, &c);
+	for (size_t i = 0; i < got; i++) {
+		int found = 0;
+		for (size_t k = 0; k < n; k++)
+			found |= strcmp(c[i].delivery_id, want[k]) == 0;
+		if (!found)
+			fprintf(stderr, "claimed %s, not expected\n", c[i].delivery_id);
+		assert_true(found);
+	}
+	assert_int_equal(got, n);
+	store_claims_free(c, got);
+}
+
+/* Subscription 0 orders by key and blocks on a dead delivery, 1 orders and passes dead
+ * ones over, 2 does not order: what each may claim, a dead head, parking, replay. */
+static void test_key_ordering(void **state)
+{
+	struct t *t = *state;
+	static const int modes[3] = {ORDERING_KEY_BLOCK, ORDERING_KEY_SKIP, ORDERING_NONE};
+	static const char *const keys[5] = {"k1", "k1", "k2", NULL, "k1"};
+	char ev[5][UUID_STR_LEN], d[3][5][UUID_STR_LEN], want[16][UUID_STR_LEN];
+	size_t n = 0, parked = 0, unparked = 0, replayed = 0;
+	enum store_replay_outcome out;
+
+	for (int k = 0; k < 3; k++) {
+		char name[16];
+		snprintf(name, sizeof(name), "ordered-%d", k);
+		struct sub_row row = {.name = name, .config = "{}", .enabled = 1,
+				      .ordering = modes[k]};
+		memcpy(row.id, t->subs[k], UUID_STR_LEN);
+		assert_int_equal(store_sub_create(t->st, &row), STORE_OK);
+	}
+	for (int i = 0; i < 5; i++)
+		ingest_keyed(t, keys[i], t->t0 + i, ev[i]);
+	for (int k = 0; k < 3; k++)
+		for (int i = 0; i < 5; i++)
+			delivery_of(t, ev[i], k, d[k][i]);
+
+	/* ordered: the first of each key and the keyless one; unordered: all */
+	int first[] = {0, 2, 3};
+	for (int k = 0; k < 2; k++)
+		for (int j = 0; j < 3; j++)
+			memcpy(want[n++], d[k][first[j]], UUID_STR_LEN);
+	for (int i = 0; i < 5; i++)
+		memcpy(want[n++], d[2][i], UUID_STR_LEN);
+	claim_exactly(t, (const char (*)[UUID_STR_LEN])want, n);
+
+	/* the k1 heads die; the rest succeeds */
+	for (int k = 0; k < 2; k++) {
+		record(t, d[k][0], DELIVERY_FAILED, 1, 0, 500, "Internal Server Error", NULL);
+		record(t, d[k][2], DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+		record(t, d[k][3], DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	}
+	for (int i = 0; i < 5; i++)
+		record(t, d[2][i], DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+
+	/* blocking: nothing more of k1; skipping: the next k1, then the one after */
+	claim_exactly(t, &d[1][1], 1);
+	record(t, d[1][1], DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	claim_exactly(t, &d[1][4], 1);
+	record(t, d[1][4], DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	claim_exactly(t, NULL, 0);
+
+	/* the sweep parks what waits behind the dead head, and only that */
+	assert_int_equal(store_order_sweep(t->st, clock_now_ms(), 1, &parked, &unparked),
+			 STORE_OK);
+	assert_int_equal(parked, 2);
+	assert_int_equal(unparked, 0);
+	struct store_delivery got = get_delivery(t, d[0][1]);
+	assert_int_equal(got.blocked, 1);
+	assert_int_equal(got.status, DELIVERY_NEW);
+	assert_int_equal(got.next_attempt_at, 0);
+	store_delivery_free(&got);
+	assert_int_equal(store_order_sweep(t->st, clock_now_ms(), 1, &parked, &unparked),
+			 STORE_OK);
+	assert_int_equal(parked + unparked, 0);
+
+	/* replaying the head wakes them, but they still wait for it */
+	assert_int_equal(store_replay(t->st, &d[0][0], 1, 0, &out, &replayed), STORE_OK);
+	assert_int_equal(replayed, 1);
+	got = get_delivery(t, d[0][4]);
+	assert_int_equal(got.blocked, 0);
+	assert_true(got.next_attempt_at > 0);
+	store_delivery_free(&got);
+	for (int i = 0; i < 5; i++) {
+		if (i == 2 || i == 3)
+			continue;
+		claim_exactly(t, &d[0][i], 1);
+		record(t, d[0][i], DELIVERY_PROCESSED, 2, 0, 0, NULL, NULL);
+	}
+	claim_exactly(t, NULL, 0);
+
+	/* turning ordering off frees a blocked key at the next sweep */
+	char late[2][UUID_STR_LEN], ld[2][UUID_STR_LEN];
+	ingest_keyed(t, "k3", clock_now_ms() - 10, late[0]);
+	ingest_keyed(t, "k3", clock_now_ms() - 5, late[1]);
+	delivery_of(t, late[0], 0, ld[0]);
+	delivery_of(t, late[1], 0, ld[1]);
+	struct store_claim *c = NULL;
+	size_t got_n = claim_n(t, clock_now_ms(), MINUTE_MS, 100, &c);
+	for (size_t i = 0; i < got_n; i++)
+		record(t, c[i].delivery_id,
+		       strcmp(c[i].delivery_id, ld[0]) == 0 ? DELIVERY_FAILED : DELIVERY_PROCESSED,
+		       1, 0, strcmp(c[i].delivery_id, ld[0]) == 0 ? 500 : 0, "x", NULL);
+	store_claims_free(c, got_n);
+	assert_int_equal(store_order_sweep(t->st, clock_now_ms(), 1, &parked, &unparked),
+			 STORE_OK);
+	assert_int_equal(parked, 1);
+	struct sub_row row = {.name = "ordered-0", .config = "{}", .enabled = 1,
+			      .ordering = ORDERING_NONE};
+	memcpy(row.id, t->subs[0], UUID_STR_LEN);
+	assert_int_equal(store_sub_update(t->st, &row), STORE_OK);
+	assert_int_equal(store_order_sweep(t->st, clock_now_ms(), 1, &parked, &unparked),
+			 STORE_OK);
+	assert_int_equal(unparked, 1);
+	/* ld[1] is due (with the second k3 delivery of the skipping subscription) */
+	got_n = claim_n(t, clock_now_ms(), MINUTE_MS, 100, &c);
+	int freed = 0;
+	for (size_t i = 0; i < got_n; i++)
+		freed |= strcmp(c[i].delivery_id, ld[1]) == 0;
+	store_claims_free(c, got_n);
+	assert_true(freed);
+}
+
 /* Named API tokens: kept with their hash and scopes, a name once, listed oldest first,
  * revoked once. */
 static void test_tokens(void **state)
@@ -2074,6 +2240,7 @@ int main(void)
 		T(test_filters),
 		T(test_subscriptions),
 		T(test_tokens),
+		T(test_key_ordering),
 		T(test_two_owners_share_work),
 		T(test_work_notifications),
 		T(test_outage_then_recovery),

@@ -953,6 +953,8 @@ static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *meth
 	if (ps)
 		ps->count++;
 	resp = script_next(ps, &status, &delay_ms, &drop);
+	if (rec) /* what the subscriber answered (0: the connection was dropped) */
+		json_object_set_new(rec, "status", json_integer(drop || !resp ? 0 : status));
 	pthread_mutex_unlock(&rx.lock);
 
 	sleep_ms_interruptible(delay_ms);

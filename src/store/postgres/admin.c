@@ -478,6 +478,7 @@ int pg_sub_create(store *st, const struct sub_row *sub)
 	pg_p_bool(&p, sub->enabled);
 	pg_p_i64(&p, sub->created_at ? sub->created_at : now);
 	pg_p_i64(&p, sub->updated_at ? sub->updated_at : now);
+	pg_p_i64(&p, sub->ordering);
 	return sub_write(pg_of(st), S_SUB_INSERT, &p);
 }
 
@@ -490,6 +491,7 @@ int pg_sub_update(store *st, const struct sub_row *sub)
 	pg_p_text(&p, sub->config);
 	pg_p_bool(&p, sub->enabled);
 	pg_p_i64(&p, sub->updated_at ? sub->updated_at : clock_now_ms());
+	pg_p_i64(&p, sub->ordering);
 	return sub_write(pg_of(st), S_SUB_UPDATE, &p);
 }
 
@@ -511,6 +513,7 @@ static int read_sub(const PGresult *r, int row, void *out)
 	sub->enabled = (int)pg_get_int(r, row, 3);
 	sub->created_at = pg_get_int(r, row, 4);
 	sub->updated_at = pg_get_int(r, row, 5);
+	sub->ordering = (int)pg_get_int(r, row, 6);
 	if (pg_get_dup(r, row, 1, &sub->name) || pg_get_dup(r, row, 2, &sub->config)) {
 		store_sub_free(sub);
 		return -1;

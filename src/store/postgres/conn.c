@@ -65,10 +65,10 @@ const char *const pg_sql_of[S_COUNT] = {
 	[S_CLAIM] =
 		"WITH c AS ("
 		" UPDATE outboxd.deliveries d SET lease_owner = $1, lease_until = $2"
-		" WHERE d.id IN (SELECT id FROM outboxd.deliveries"
+		" WHERE d.id IN (SELECT id FROM outboxd.deliveries d"
 		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
-		"  AND next_attempt_at <= $3 ORDER BY next_attempt_at LIMIT $4"
-		"  FOR UPDATE SKIP LOCKED)"
+		"  AND next_attempt_at <= $3 AND " ORDERING_SQL
+		"  ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)"
 		" RETURNING d.id, d.event_id, d.subscription_id, d.status, d.replay,"
 		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions)"
 		" SELECT c.id, c.event_id, c.subscription_id, c.status, c.replay, c.attempt_count,"
@@ -76,9 +76,12 @@ const char *const pg_sql_of[S_COUNT] = {
 		" e.traceparent, c.delay_actions, e.source, e.source_event_id, e.partition_key"
 		" FROM c JOIN outboxd.events e ON e.id = c.event_id"
 		" ORDER BY c.next_attempt_at, c.id",
+	/* Deliveries waiting for an earlier one of their key do not count: the claim
+	 * would not take them (one row, NULL when nothing is pending). */
 	[S_NEXT_DUE] =
-		"SELECT MIN(next_attempt_at) FROM outboxd.deliveries"
-		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL",
+		"SELECT (SELECT next_attempt_at FROM outboxd.deliveries d"
+		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL AND " ORDERING_SQL
+		" ORDER BY next_attempt_at LIMIT 1)",
 	/* A result applies only while this owner ($13) holds the lease; the attempts of
 	 * the results that applied are inserted in the same statement. $22: the results'
 	 * delay_actions (added last so the other parameters keep their numbers). */
@@ -133,7 +136,7 @@ const char *const pg_sql_of[S_COUNT] = {
 	[S_REPLAY_SET] =
 		"UPDATE outboxd.deliveries SET status = 'NEW', replay = true, next_attempt_at = $2,"
 		" processed_at = NULL, lease_owner = NULL, lease_until = NULL, delay_actions = 0,"
-		" updated_at = $2"
+		" blocked = false, updated_at = $2"
 		" WHERE id = ANY($1::text[])",
 	[S_NOTIFY] = "SELECT pg_notify('" NOTIFY_CHANNEL "', '')",
 	[S_PURGE_CHECK] =
@@ -158,16 +161,16 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  LIMIT $1 FOR UPDATE SKIP LOCKED)",
 	[S_SUB_INSERT] =
 		"INSERT INTO outboxd.subscriptions(id, name, config, enabled, created_at,"
-		" updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+		" updated_at, ordering) VALUES ($1, $2, $3, $4, $5, $6, $7)",
 	[S_SUB_UPDATE] =
 		"UPDATE outboxd.subscriptions SET name = $2, config = $3, enabled = $4,"
-		" updated_at = $5 WHERE id = $1",
+		" updated_at = $5, ordering = $6 WHERE id = $1",
 	[S_SUB_DELETE] = "DELETE FROM outboxd.subscriptions WHERE id = $1",
 	[S_SUB_GET] =
-		"SELECT id, name, config, enabled, created_at, updated_at"
+		"SELECT id, name, config, enabled, created_at, updated_at, ordering"
 		" FROM outboxd.subscriptions WHERE id = $1",
 	[S_SUB_LIST] =
-		"SELECT id, name, config, enabled, created_at, updated_at"
+		"SELECT id, name, config, enabled, created_at, updated_at, ordering"
 		" FROM outboxd.subscriptions ORDER BY created_at, id",
 };
 
@@ -534,6 +537,7 @@ const struct store_ops store_pg_ops = {
 	.next_due = pg_next_due,
 	.record_results = pg_record_results,
 	.reap_leases = pg_reap_leases,
+	.order_sweep = pg_order_sweep,
 	.release_all = pg_release_all,
 	.event_get = pg_event_get,
 	.event_deliveries = pg_event_deliveries,

@@ -54,7 +54,7 @@
 #define DELIVERY_COLUMNS                                                             \
 	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
 	"retry_count, next_attempt_at, created_at, updated_at, processed_at, "        \
-	"last_code, last_message, last_cause, lease_owner, lease_until"
+	"last_code, last_message, last_cause, lease_owner, lease_until, blocked"
 
 
 #define JOB_COLUMNS "id, kind, state, filter, force, rate, matched, done, cursor, actor, error," \
@@ -95,6 +95,19 @@ enum stmt {
 
 
 /* The ingest statement; CONFLICT says which unique keys make an event a duplicate. */
+/* The claim's ordering rule for a candidate delivery d (issue 15): it has no key, or its
+ * subscription is not ordered, or no earlier delivery of its key to that subscription is
+ * still to be done — a dead one excepted when the subscription passes dead ones over
+ * (ORDERING_KEY_SKIP). An earlier one another instance holds locked still counts: the
+ * subquery reads rows, it does not lock them. */
+#define ORDERING_SQL                                                                      \
+	"(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM outboxd.subscriptions s"      \
+	"  WHERE s.id = d.subscription_id AND s.ordering > 0 AND EXISTS ("              \
+	"   SELECT 1 FROM outboxd.deliveries p WHERE p.subscription_id = d.subscription_id"\
+	"   AND p.order_key = d.order_key AND p.id < d.id AND p.status <> 'PROCESSED'"  \
+	"   AND NOT (s.ordering = 2 AND p.status = 'FAILED' AND p.next_attempt_at IS NULL"\
+	"    AND p.lease_until IS NULL))))"
+
 #define INGEST_SQL(CONFLICT) \
 		"WITH ev AS (" \
 		" INSERT INTO outboxd.events(id, event_type, source, source_event_id," \
@@ -109,13 +122,15 @@ enum stmt {
 		CONFLICT " DO NOTHING RETURNING id)," \
 		" dl AS (" \
 		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status," \
-		"  next_attempt_at, last_code, last_message, last_cause, created_at, updated_at)" \
+		"  next_attempt_at, last_code, last_message, last_cause, created_at, updated_at," \
+		"  order_key)" \
 		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, v.status, v.next," \
-		"  v.code, v.message, v.cause, v.due, v.due" \
+		"  v.code, v.message, v.cause, v.due, v.due, k.partition_key" \
 		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[]," \
 		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[])" \
 		"  AS v(id, event_id, subscription_id, event_type, due, status, next, code," \
 		"  message, cause)" \
+		" JOIN unnest($1::text[], $5::text[]) AS k(id, partition_key) ON k.id = v.event_id" \
 		" WHERE v.event_id IN (SELECT id FROM ev))," \
 		" moved AS (DELETE FROM outboxd.outbox WHERE id = ANY($14::int8[]))" \
 		" SELECT id FROM ev"
@@ -221,6 +236,7 @@ int pg_job_get(store *st, const char *id, struct store_job *out);
 
 int pg_jobs_running(store *st, struct store_job **items, size_t *n);
 
+int pg_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked);
 int pg_audit_append(store *st, const struct store_audit *a);
 
 int pg_audit_list(store *st, const char *before_id, size_t limit,

@@ -72,6 +72,7 @@ static int read_delivery(const PGresult *r, int row, void *out)
 	d->processed_at = pg_get_int(r, row, 11);
 	d->last_code = (int)pg_get_int(r, row, 12);
 	d->lease_until = pg_get_int(r, row, 16);
+	d->blocked = (int)pg_get_int(r, row, 17);
 	if (pg_get_dup(r, row, 3, &d->event_type) || pg_get_dup(r, row, 13, &d->last_message) ||
 	    pg_get_dup(r, row, 14, &d->last_cause) || pg_get_dup(r, row, 15, &d->lease_owner)) {
 		store_delivery_free(d);
@@ -392,7 +393,10 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 			 " COALESCE(MIN(next_attempt_at) FILTER (WHERE lease_until IS NULL"
 			 "   AND next_attempt_at <= $1), 0),"
 			 " COALESCE(MIN(created_at) FILTER (WHERE status = 'FAILED'"
-			 "   AND next_attempt_at IS NULL), 0)"
+			 "   AND next_attempt_at IS NULL), 0),"
+			 " count(*) FILTER (WHERE blocked),"
+			 " (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"
+			 "   FROM outboxd.deliveries WHERE blocked) b)"
 			 " FROM outboxd.deliveries", &p, &rc);
 	/* Per subscription over the window: attempts, successes, and the newest failure. */
 	if (counts)
@@ -418,6 +422,8 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 		out->due_count = pg_get_int(counts, 0, 5);
 		out->oldest_due_at = pg_get_int(counts, 0, 6);
 		out->oldest_dead_at = pg_get_int(counts, 0, 7);
+		out->blocked_count = pg_get_int(counts, 0, 8);
+		out->blocked_keys = pg_get_int(counts, 0, 9);
 	}
 	if (subs && PQntuples(subs) > 0) {
 		size_t count = (size_t)PQntuples(subs);

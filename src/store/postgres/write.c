@@ -522,3 +522,60 @@ int pg_release_all(store *st, size_t *n)
 	pg_give(c);
 	return rc;
 }
+
+/* ---- per-key ordering ---------------------------------------------------- */
+
+/* A dead delivery p earlier than d of d's key, to a subscription that blocks on one. */
+#define DEAD_BEFORE(D)                                                                   \
+	"EXISTS (SELECT 1 FROM outboxd.deliveries p"                                    \
+	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
+	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND p.status = 'FAILED'"       \
+	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"
+
+/* Rows another instance holds are left for the next sweep. */
+static const char park_sql[] =
+	"UPDATE outboxd.deliveries SET blocked = true, next_attempt_at = NULL WHERE id IN ("
+	" SELECT d.id FROM outboxd.subscriptions s JOIN outboxd.deliveries d"
+	"  ON d.subscription_id = s.id"
+	" WHERE s.ordering = 1 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
+	" AND d.status = 'NEW' AND NOT d.blocked AND d.lease_until IS NULL"
+	" AND d.next_attempt_at IS NOT NULL AND " DEAD_BEFORE("d")
+	" FOR UPDATE OF d SKIP LOCKED)";
+
+static const char unpark_sql[] =
+	"UPDATE outboxd.deliveries SET blocked = false, next_attempt_at = $1 WHERE id IN ("
+	" SELECT d.id FROM outboxd.deliveries d WHERE d.blocked"
+	" AND NOT (EXISTS (SELECT 1 FROM outboxd.subscriptions s"
+	"  WHERE s.id = d.subscription_id AND s.ordering = 1) AND " DEAD_BEFORE("d") ")"
+	" FOR UPDATE SKIP LOCKED)";
+
+static int run_sweep(struct pg *pg, struct pgconn *c, const char *sql, int64_t now_ms,
+		     size_t *n)
+{
+	struct params p = {0};
+	int rc;
+
+	if (strchr(sql, '$'))
+		pg_p_i64(&p, now_ms);
+	PGresult *res = pg_run_sql(pg, c, sql, &p, &rc);
+	*n = res ? (size_t)strtoull(PQcmdTuples(res), NULL, 10) : 0;
+	PQclear(res);
+	return rc;
+}
+
+int pg_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked)
+{
+	struct pg *pg = pg_of(st);
+	struct pgconn *c;
+	int rc = STORE_OK;
+
+	*parked = *unparked = 0;
+	if (!(c = pg_take(pg, park ? ROLE_JOBS : ROLE_API, &rc)))
+		return rc;
+	if (park)
+		rc = run_sweep(pg, c, park_sql, now_ms, parked);
+	if (rc == STORE_OK)
+		rc = run_sweep(pg, c, unpark_sql, now_ms, unparked);
+	pg_give(c);
+	return rc;
+}

@@ -260,6 +260,7 @@ int sq_sub_create(store *st, const struct sub_row *sub)
 	sqlite3_bind_int(s, 4, sub->enabled ? 1 : 0);
 	sqlite3_bind_int64(s, 5, sub->created_at ? sub->created_at : now);
 	sqlite3_bind_int64(s, 6, sub->updated_at ? sub->updated_at : now);
+	sqlite3_bind_int(s, 7, sub->ordering);
 	rc = sub_write(sq, s);
 	pthread_mutex_unlock(&sq->wmu);
 	return rc;
@@ -277,6 +278,7 @@ int sq_sub_update(store *st, const struct sub_row *sub)
 	sqlite3_bind_text(s, 3, sub->config, -1, SQLITE_STATIC);
 	sqlite3_bind_int(s, 4, sub->enabled ? 1 : 0);
 	sqlite3_bind_int64(s, 5, sub->updated_at ? sub->updated_at : clock_now_ms());
+	sqlite3_bind_int(s, 6, sub->ordering);
 	rc = sub_write(sq, s);
 	pthread_mutex_unlock(&sq->wmu);
 	return rc;
@@ -304,6 +306,7 @@ static int read_sub(sqlite3_stmt *s, void *row)
 	sub->enabled = sqlite3_column_int(s, 3);
 	sub->created_at = sqlite3_column_int64(s, 4);
 	sub->updated_at = sqlite3_column_int64(s, 5);
+	sub->ordering = sqlite3_column_int(s, 6);
 	if (sq_col_dup(s, 1, &sub->name) || sq_col_dup(s, 2, &sub->config)) {
 		store_sub_free(sub);
 		return SQLITE_NOMEM;

@@ -112,18 +112,22 @@ static const char *const wsql[W_COUNT] = {
 		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
 	[W_DELIVERY_INSERT] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
-		" next_attempt_at, created_at, updated_at)"
-		" VALUES (?1, ?2, ?3, ?4, 'NEW', ?5, ?5, ?5)",
+		" next_attempt_at, created_at, updated_at, order_key)"
+		" VALUES (?1, ?2, ?3, ?4, 'NEW', ?5, ?5, ?5, ?6)",
 	/* a delivery that starts in another state (store_event_in.initial_status) */
 	[W_DELIVERY_INSERT_STATE] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
-		" next_attempt_at, last_code, last_message, last_cause, created_at, updated_at)"
-		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+		" next_attempt_at, last_code, last_message, last_cause, created_at, updated_at,"
+		" order_key)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
+	/* A delivery of an ordered subscription waits while an earlier one of its key is
+	 * not done (ORDERING_SQL, sqlite_int.h). */
 	[W_CLAIM] =
 		"UPDATE deliveries SET lease_owner = ?1, lease_until = ?2"
-		" WHERE rowid IN (SELECT rowid FROM deliveries"
+		" WHERE rowid IN (SELECT rowid FROM deliveries d"
 		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
-		"  AND next_attempt_at <= ?3 ORDER BY next_attempt_at LIMIT ?4)"
+		"  AND next_attempt_at <= ?3 AND " ORDERING_SQL
+		"  ORDER BY next_attempt_at LIMIT ?4)"
 		" RETURNING id, event_id, subscription_id, status, replay, attempt_count,"
 		" retry_count, next_attempt_at, delay_actions",
 	[W_CLAIM_EVENT] =
@@ -157,7 +161,7 @@ static const char *const wsql[W_COUNT] = {
 	[W_REPLAY_SET] =
 		"UPDATE deliveries SET status = 'NEW', replay = 1, next_attempt_at = ?2,"
 		" processed_at = NULL, lease_owner = NULL, lease_until = NULL, delay_actions = 0,"
-		" updated_at = ?2"
+		" blocked = 0, updated_at = ?2"
 		" WHERE id = ?1",
 	[W_DELIVERY_DELETE] = "DELETE FROM deliveries WHERE id = ?1",
 	[W_EVENT_DELETE_ORPHAN] =
@@ -168,19 +172,22 @@ static const char *const wsql[W_COUNT] = {
 		"  WHERE status = 'PROCESSED' AND lease_until IS NULL LIMIT ?1)"
 		" RETURNING event_id",
 	[W_SUB_INSERT] =
-		"INSERT INTO subscriptions(id, name, config, enabled, created_at, updated_at)"
-		" VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+		"INSERT INTO subscriptions(id, name, config, enabled, created_at, updated_at,"
+		" ordering) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[W_SUB_UPDATE] =
-		"UPDATE subscriptions SET name = ?2, config = ?3, enabled = ?4, updated_at = ?5"
-		" WHERE id = ?1",
+		"UPDATE subscriptions SET name = ?2, config = ?3, enabled = ?4, updated_at = ?5,"
+		" ordering = ?6 WHERE id = ?1",
 	[W_SUB_DELETE] = "DELETE FROM subscriptions WHERE id = ?1",
 };
 
 static const char *const rsql[R_COUNT] = {
 	[R_PING] = "SELECT 1",
+	/* Deliveries waiting for an earlier one of their key do not count: the claim
+	 * would not take them (one row, NULL when nothing is pending). */
 	[R_NEXT_DUE] =
-		"SELECT MIN(next_attempt_at) FROM deliveries"
-		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL",
+		"SELECT (SELECT next_attempt_at FROM deliveries d"
+		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL AND " ORDERING_SQL
+		" ORDER BY next_attempt_at LIMIT 1)",
 	[R_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
 		" payload, created_at FROM events WHERE id = ?1",
@@ -197,11 +204,11 @@ static const char *const rsql[R_COUNT] = {
 		" NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)"
 		" FROM events e WHERE e.rowid > ?1 ORDER BY e.rowid LIMIT ?2",
 	[R_SUB_GET] =
-		"SELECT id, name, config, enabled, created_at, updated_at FROM subscriptions"
-		" WHERE id = ?1",
+		"SELECT id, name, config, enabled, created_at, updated_at, ordering"
+		" FROM subscriptions WHERE id = ?1",
 	[R_SUB_LIST] =
-		"SELECT id, name, config, enabled, created_at, updated_at FROM subscriptions"
-		" ORDER BY created_at, id",
+		"SELECT id, name, config, enabled, created_at, updated_at, ordering"
+		" FROM subscriptions ORDER BY created_at, id",
 };
 
 struct sq *sq_of(store *st)
@@ -462,8 +469,9 @@ static int prepare_rows(struct sq *sq, char *err, size_t errlen)
 		" content_type, payload, created_at, traceparent) VALUES ";
 	static const char deliveries_head[] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, next_attempt_at,"
-		" status, created_at, updated_at)"
-		" SELECT column1, column2, column3, column4, column5, 'NEW', column5, column5"
+		" status, created_at, updated_at, order_key)"
+		" SELECT column1, column2, column3, column4, column5, 'NEW', column5, column5,"
+		" column6"
 		" FROM (VALUES ";
 	struct buf b;
 	int rc = STORE_OK, bad;
@@ -589,6 +597,7 @@ const struct store_ops store_sqlite_ops = {
 	.next_due = sq_next_due,
 	.record_results = sq_record_results,
 	.reap_leases = sq_reap_leases,
+	.order_sweep = sq_order_sweep,
 	.release_all = sq_release_all,
 	.event_get = sq_event_get,
 	.event_deliveries = sq_event_deliveries,

@@ -318,6 +318,14 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	out->due_count = v[1];
 	out->oldest_due_at = v[2];
 	out->oldest_dead_at = v[3];
+	memset(v, 0, sizeof(v));
+	rc = int_row(sq, "SELECT (SELECT count(*) FROM deliveries WHERE blocked = 1),"
+		     " (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"
+		     "  FROM deliveries WHERE blocked = 1))", 0, v, 2);
+	if (rc != SQLITE_OK)
+		goto out;
+	out->blocked_count = v[0];
+	out->blocked_keys = v[1];
 
 	/* Per subscription over the window: attempts, successes, and the newest failure
 	 * (SQLite returns the row of max() for the bare columns). */

@@ -28,8 +28,20 @@
 #define DELIVERY_COLUMNS                                                             \
 	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
 	"retry_count, next_attempt_at, created_at, updated_at, processed_at, "        \
-	"last_code, last_message, last_cause, lease_owner, lease_until"
+	"last_code, last_message, last_cause, lease_owner, lease_until, blocked"
 
+
+/* The claim's ordering rule for a candidate delivery d (issue 15): it has no key, or its
+ * subscription is not ordered, or no earlier delivery of its key to that subscription is
+ * still to be done — a dead one excepted when the subscription passes dead ones over
+ * (ORDERING_KEY_SKIP). The same text serves the parking sweep. */
+#define ORDERING_SQL                                                                      \
+	"(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM subscriptions s"              \
+	"  WHERE s.id = d.subscription_id AND s.ordering > 0 AND EXISTS ("              \
+	"   SELECT 1 FROM deliveries p WHERE p.subscription_id = d.subscription_id"     \
+	"   AND p.order_key = d.order_key AND p.id < d.id AND p.status <> 'PROCESSED'"  \
+	"   AND NOT (s.ordering = 2 AND p.status = 'FAILED' AND p.next_attempt_at IS NULL"\
+	"    AND p.lease_until IS NULL))))"
 
 /* On the write connection. */
 enum wstmt {
@@ -115,7 +127,7 @@ struct sq {
 
 #define EVENT_COLS 9
 
-#define DELIVERY_COLS 5
+#define DELIVERY_COLS 6
 
 
 /* New deliveries waiting to be inserted INGEST_ROWS at a time. */
@@ -168,6 +180,7 @@ int sq_job_get(store *st, const char *id, struct store_job *out);
 
 int sq_jobs_running(store *st, struct store_job **items, size_t *n);
 
+int sq_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked);
 int sq_audit_append(store *st, const struct store_audit *a);
 
 int sq_audit_list(store *st, const char *before_id, size_t limit,

@@ -96,8 +96,10 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 			sq_bind_text(s, 8, ev->initial_message);
 			sq_bind_text(s, 9, ev->initial_cause);
 			sqlite3_bind_int64(s, 10, due_at);
+			sq_bind_text(s, 11, ev->partition_key);
 		} else {
 			sqlite3_bind_int64(s, 5, due_at);
+			sq_bind_text(s, 6, ev->partition_key);
 		}
 		rc = sq_step_done(s);
 		if (rc != SQLITE_OK)
@@ -123,6 +125,7 @@ static int delivery_group_run(struct sq *sq, struct delivery_group *g)
 					  SQLITE_STATIC);
 			sqlite3_bind_text(s, base + 3, g->ev[r]->event_type, -1, SQLITE_STATIC);
 			sqlite3_bind_int64(s, base + 4, g->ev[r]->created_at);
+			sq_bind_text(s, base + 5, g->ev[r]->partition_key);
 		}
 		rc = sq_step_done(s);
 	} else {
@@ -135,6 +138,7 @@ static int delivery_group_run(struct sq *sq, struct delivery_group *g)
 					  SQLITE_STATIC);
 			sqlite3_bind_text(s, 4, g->ev[r]->event_type, -1, SQLITE_STATIC);
 			sqlite3_bind_int64(s, 5, g->ev[r]->created_at);
+			sq_bind_text(s, 6, g->ev[r]->partition_key);
 			rc = sq_step_done(s);
 		}
 	}
@@ -583,4 +587,59 @@ int sq_release_all(store *st, size_t *n)
 
 	/* The owner lock makes this process the only one with leases to lose. */
 	return clear_leases(sq, sq->w[W_RELEASE_ALL], 0, n);
+}
+
+/* ---- per-key ordering ---------------------------------------------------- */
+
+/* A dead delivery p earlier than d of d's key, to a subscription that blocks on one. */
+#define DEAD_BEFORE(D)                                                                   \
+	"EXISTS (SELECT 1 FROM deliveries p WHERE p.subscription_id = " D ".subscription_id" \
+	" AND p.order_key = " D ".order_key AND p.id < " D ".id"                            \
+	" AND p.status <> 'PROCESSED' AND p.status = 'FAILED'"                              \
+	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"
+
+static const char park_sql[] =
+	"UPDATE deliveries SET blocked = 1, next_attempt_at = NULL WHERE rowid IN ("
+	" SELECT d.rowid FROM subscriptions s JOIN deliveries d ON d.subscription_id = s.id"
+	" WHERE s.ordering = 1 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
+	" AND d.status = 'NEW' AND d.blocked = 0 AND d.lease_until IS NULL"
+	" AND d.next_attempt_at IS NOT NULL AND " DEAD_BEFORE("d") ")";
+
+static const char unpark_sql[] =
+	"UPDATE deliveries SET blocked = 0, next_attempt_at = ?1 WHERE blocked = 1"
+	" AND NOT (EXISTS (SELECT 1 FROM subscriptions s WHERE s.id = deliveries.subscription_id"
+	"  AND s.ordering = 1) AND " DEAD_BEFORE("deliveries") ")";
+
+static int run_sweep(struct sq *sq, const char *sql, int64_t now_ms, size_t *n)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(sq->wdb, sql, -1, &s, NULL);
+
+	*n = 0;
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+		return rc;
+	}
+	if (sqlite3_bind_parameter_count(s) > 0)
+		sqlite3_bind_int64(s, 1, now_ms);
+	rc = sq_step_done(s);
+	if (rc == SQLITE_OK)
+		*n = (size_t)sqlite3_changes(sq->wdb);
+	sqlite3_finalize(s);
+	return rc;
+}
+
+int sq_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked)
+{
+	struct sq *sq = sq_of(st);
+	int rc = SQLITE_OK;
+
+	*parked = 0;
+	sq_wlock(sq);
+	if (park)
+		rc = run_sweep(sq, park_sql, now_ms, parked);
+	if (rc == SQLITE_OK)
+		rc = run_sweep(sq, unpark_sql, now_ms, unparked);
+	pthread_mutex_unlock(&sq->wmu);
+	return sq_store_code(rc);
 }
