@@ -54,8 +54,12 @@ static int teardown(void **state)
 static void start_cluster(const char *const *extra)
 {
 	char db[400];
-	const char *env[16] = {db, "OUTBOXD_LOG_LEVEL=info", NULL};
-	size_t n = 2;
+	/* One key for every instance: each seals and opens the subscriptions the others
+	 * wrote (each has its own data directory, so none would share a generated one). */
+	const char *env[16] = {db, "OUTBOXD_LOG_LEVEL=info",
+			       "OUTBOXD_SECRET_KEY=5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4",
+			       NULL};
+	size_t n = 3;
 
 	snprintf(db, sizeof(db), "OUTBOXD_DB=%s", db_dsn);
 	for (size_t i = 0; extra && extra[i] && n < 15; i++)
