@@ -303,6 +303,21 @@ int secret_key_rotate(const struct config *cfg, const char *new_text)
 		rc = 2;
 		goto out;
 	}
+	if (new_text && strcmp(given.id, old.id) == 0) {
+		fprintf(stderr, "outboxd: the new key is the old one (key id %s)\n", old.id);
+		rc = 2;
+		goto out;
+	}
+	/* The store first (on SQLite its lock says outboxd is stopped), then the new key:
+	 * a pending key file is written only for a rotation that can go ahead. */
+	gethostname(host, sizeof(host) - 1);
+	snprintf(owner, sizeof(owner), "rotate-key@%s:%d", host, (int)getpid());
+	int src = store_open(cfg->db, owner, &st, err, sizeof(err));
+	if (src != STORE_OK) {
+		fprintf(stderr, "outboxd: cannot open the store: %s%s\n", err,
+			src == STORE_LOCKED ? " (stop outboxd first)" : "");
+		goto out;
+	}
 	if (source == KEY_SETTING) {
 		if (!new_text) {
 			fprintf(stderr, "outboxd: the key comes from the secret_key setting, which "
@@ -321,14 +336,6 @@ int secret_key_rotate(const struct config *cfg, const char *new_text)
 		goto out;
 	}
 
-	gethostname(host, sizeof(host) - 1);
-	snprintf(owner, sizeof(owner), "rotate-key@%s:%d", host, (int)getpid());
-	int src = store_open(cfg->db, owner, &st, err, sizeof(err));
-	if (src != STORE_OK) {
-		fprintf(stderr, "outboxd: cannot open the store: %s%s\n", err,
-			src == STORE_LOCKED ? " (stop outboxd first)" : "");
-		goto out;
-	}
 	if (store_set_secret_key(st, &old) != STORE_OK ||
 	    store_secrets_rotate(st, &fresh, &resealed, &skipped, err, sizeof(err)) != STORE_OK) {
 		fprintf(stderr, "outboxd: %s\n", err);

@@ -20,6 +20,32 @@ static inline const char *e2e_db_path(const struct daemon *d)
 	return strncmp(d->db, "sqlite:", 7) == 0 ? d->db + 7 : d->db;
 }
 
+/* 1 when the file at path holds needle anywhere in its bytes, 0 when not (or when there
+ * is no such file): what a database file or its WAL keeps, as a thief would read it. */
+static inline int e2e_file_contains(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "rb");
+	size_t nlen = strlen(needle), cap = 1 << 20, have = 0, n;
+	char *buf;
+	int found = 0;
+
+	if (!f)
+		return 0;
+	buf = malloc(cap + nlen);
+	assert_non_null(buf);
+	/* chunks overlapping by the needle's length less one, so a match across two is seen */
+	while (!found && nlen && (n = fread(buf + have, 1, cap, f)) > 0) {
+		have += n;
+		found = memmem(buf, have, needle, nlen) != NULL;
+		size_t tail = have < nlen - 1 ? have : nlen - 1;
+		memmove(buf, buf + have - tail, tail);
+		have = tail;
+	}
+	fclose(f);
+	free(buf);
+	return found;
+}
+
 /* A batch body of n events of type "load.event" with payloads {"n":first...}. Returned
  * (free it). */
 static inline char *e2e_batch_body(int first, int n)
