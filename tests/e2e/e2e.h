@@ -12,6 +12,9 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "harness.h"
 
 /* The SQLite file of a daemon (d->db is the DSN "sqlite:PATH"). */
@@ -44,6 +47,23 @@ static inline int e2e_file_contains(const char *path, const char *needle)
 	fclose(f);
 	free(buf);
 	return found;
+}
+
+/* Standard Webhooks, recomputed independently of outboxd: base64(HMAC-SHA256(key,
+ * id.timestamp.body)) with key the base64-decoded part of the whsec_ secret. */
+static inline void e2e_expected_signature(const char *secret, const char *id, const char *ts,
+					  const char *body, char out[128])
+{
+	const char *b64 = secret + strlen("whsec_");
+	unsigned char key[128], mac[32];
+	unsigned int mac_len = 0;
+	int klen = EVP_DecodeBlock(key, (const unsigned char *)b64, (int)strlen(b64));
+	klen -= (b64[strlen(b64) - 1] == '=') + (b64[strlen(b64) - 2] == '=');
+	char msg[4096];
+	snprintf(msg, sizeof(msg), "%s.%s.%s", id, ts, body);
+	HMAC(EVP_sha256(), key, klen, (unsigned char *)msg, strlen(msg), mac, &mac_len);
+	strcpy(out, "v1,");
+	EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len);
 }
 
 /* A batch body of n events of type "load.event" with payloads {"n":first...}. Returned
