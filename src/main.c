@@ -39,7 +39,7 @@ static void usage(FILE *out)
 	fprintf(out, "usage: outboxd <command> [options]\n\n"
 		     "commands:\n"
 		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
-		     "  rotate-key   re-seal subscription credentials under a new key (stopped)\n");
+		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
 		     "outboxd <group> --help shows a group's commands and options.\n");

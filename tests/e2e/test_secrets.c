@@ -5,7 +5,8 @@
  *    and its WAL; PostgreSQL: the rows, the table's file and the WAL), while every
  *    delivery still carries the right credential (the receiver records the headers);
  *  - a restart with another key, or with a malformed one, stops with a message that
- *    names the row and both key ids (and never the key);
+ *    names the row and both key ids (and never the key); on PostgreSQL a second
+ *    instance without the key refuses too, and drops the key it generated;
  *  - `outboxd rotate-key` re-seals every row under a new key and replaces the key file,
  *    the daemon starts with it and deliveries still authenticate; a rotation that was
  *    interrupted after re-sealing but before replacing the key file is finished by
@@ -382,6 +383,23 @@ static void test_wrong_key_refused(void **state)
 	assert_int_equal(daemon_start(&dmn, bad), -1);
 	assert_true(log_has(from, "secret_key must be 64 hex digits"));
 	assert_false(log_has(from, "not-a-key-at-all"));
+
+	/* PostgreSQL: another instance with no key configured generates one, finds the
+	 * subscriptions sealed with ours, refuses, and does not keep the key it made. */
+	if (harness_pg_wanted()) {
+		struct daemon second = {0};
+		char db[400], log[600], key[600];
+		snprintf(db, sizeof(db), "OUTBOXD_DB=%s", dmn.db);
+		const char *env[] = {db, NULL};
+		assert_int_equal(daemon_start(&second, env), -1);
+		daemon_log_path(&second, log, sizeof(log));
+		assert_true(e2e_file_contains(log, "was removed again"));
+		assert_true(e2e_file_contains(log, ours));
+		snprintf(key, sizeof(key), "%s/secret.key", second.dir);
+		assert_int_equal(access(key, F_OK), -1);
+		second.db[0] = '\0'; /* dmn's database */
+		daemon_cleanup(&second);
+	}
 
 	/* The rows were left alone: with the right key it starts and delivers. */
 	assert_int_equal(daemon_start(&dmn, NULL), 0);
