@@ -1,10 +1,10 @@
 /* main.c: argv, signals and wiring of outboxd. No logic of its own lives here.
  *
  *   outboxd serve [settings]   run the daemon (outboxd serve --help lists settings)
+ *   outboxd rotate-key [...]   re-seal subscription credentials under a new key
  *   outboxd version            print the version */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,7 @@
 #include "api/api.h"
 #include "api/http.h"
 #include "cli/cli.h"
+#include "cli/secret_key.h"
 #include "core/config.h"
 #include "core/ssrf.h"
 #include "core/token.h"
@@ -37,7 +38,8 @@ static void usage(FILE *out)
 {
 	fprintf(out, "usage: outboxd <command> [options]\n\n"
 		     "commands:\n"
-		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n");
+		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
+		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
 		     "outboxd <group> --help shows a group's commands and options.\n");
@@ -63,27 +65,13 @@ static char *read_file(const char *path, char *err, size_t errlen)
 	return text;
 }
 
-/* The folder for generated state: data_dir, or the SQLite file's folder, or ./var. */
-static char *data_dir_of(const struct config *cfg)
-{
-	if (cfg->data_dir)
-		return strdup(cfg->data_dir);
-	if (strncmp(cfg->db, "sqlite:", 7) == 0) {
-		char *copy = strdup(cfg->db + 7);
-		char *dir = strdup(dirname(copy));
-		free(copy);
-		return dir;
-	}
-	return strdup("./var");
-}
-
 /* The admin token: configured, or kept in DATA_DIR/admin.token, or generated there once
  * (DESIGN §5) and printed that one time. Returns it (caller frees) or NULL. */
 static char *admin_token(const struct config *cfg)
 {
 	if (cfg->admin_token)
 		return strdup(cfg->admin_token);
-	char *dir = data_dir_of(cfg);
+	char *dir = config_data_dir(cfg);
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/admin.token", dir);
 	mkdir(dir, 0700);
@@ -114,6 +102,56 @@ static char *admin_token(const struct config *cfg)
 	fprintf(stderr, "\nGenerated an admin token (shown once, kept in %s with mode 0600):\n"
 			"  %s\n\n", path, token);
 	return strdup(token);
+}
+
+/* The settings of serve from the config file, the environment and argv (the flags
+ * after the command) into cfg. 0, or -1 after printing why (cfg freed). */
+static int load_settings(int argc, char **argv, struct config *cfg)
+{
+	char err[512], *file_text = NULL;
+	const char *path = config_file_path(environ, argc, argv);
+
+	if (path && !(file_text = read_file(path, err, sizeof(err)))) {
+		fprintf(stderr, "outboxd: %s\n", err);
+		return -1;
+	}
+	int rc = config_load(cfg, file_text, environ, argc, argv, err, sizeof(err));
+	free(file_text);
+	if (rc) {
+		fprintf(stderr, "outboxd: %s\n", err);
+		config_free(cfg);
+	}
+	return rc;
+}
+
+/* outboxd rotate-key: serve's settings (the store, the old key) plus --new-secret-key
+ * (or OUTBOXD_NEW_SECRET_KEY, which keeps it out of the process list). */
+static int rotate_key(int argc, char **argv)
+{
+	const char *new_key = getenv("OUTBOXD_NEW_SECRET_KEY");
+	struct config cfg;
+	int n = 0;
+
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			secret_key_rotate_usage(stdout);
+			return 0;
+		} else if (strcmp(argv[i], "--new-secret-key") == 0 && i + 1 < argc) {
+			new_key = argv[++i];
+		} else if (strncmp(argv[i], "--new-secret-key=", 17) == 0) {
+			new_key = argv[i] + 17;
+		} else if (strcmp(argv[i], "--new-secret-key") == 0) {
+			fprintf(stderr, "outboxd: --new-secret-key needs a value\n");
+			return 2;
+		} else {
+			argv[n++] = argv[i];
+		}
+	}
+	if (load_settings(n, argv, &cfg))
+		return 2;
+	int rc = secret_key_rotate(&cfg, new_key && *new_key ? new_key : NULL);
+	config_free(&cfg);
+	return rc;
 }
 
 static void wake_dispatcher(void *ctx)
@@ -147,7 +185,7 @@ static int serve(int argc, char **argv)
 {
 	struct config cfg;
 	char err[512];
-	char *file_text = NULL, *token = NULL;
+	char *token = NULL;
 	store *st = NULL;
 	struct sub_registry reg;
 	struct dispatcher *disp = NULL;
@@ -167,18 +205,8 @@ static int serve(int argc, char **argv)
 			return 0;
 		}
 	}
-	const char *path = config_file_path(environ, argc, argv);
-	if (path && !(file_text = read_file(path, err, sizeof(err)))) {
-		fprintf(stderr, "outboxd: %s\n", err);
+	if (load_settings(argc, argv, &cfg))
 		return 2;
-	}
-	if (config_load(&cfg, file_text, environ, argc, argv, err, sizeof(err))) {
-		fprintf(stderr, "outboxd: %s\n", err);
-		free(file_text);
-		config_free(&cfg);
-		return 2;
-	}
-	free(file_text);
 	enum log_level level;
 	if (log_level_parse(cfg.log_level, &level)) {
 		fprintf(stderr, "outboxd: log_level must be debug, info, warn or error\n");
@@ -219,6 +247,10 @@ static int serve(int argc, char **argv)
 		if (store_release_all(st, &n) == STORE_OK && n)
 			log_warn("returned %zu deliveries left in flight by the previous run", n);
 	}
+	/* Subscription credentials are sealed in the store: the key first, before anything
+	 * reads a subscription (cli/secret_key.h). */
+	if (secret_key_serve(&cfg, st))
+		goto out;
 	if (!(token = admin_token(&cfg)))
 		goto out;
 
@@ -409,6 +441,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "serve") == 0)
 		return serve(argc - 2, argv + 2);
+	if (strcmp(argv[1], "rotate-key") == 0)
+		return rotate_key(argc - 2, argv + 2);
 	/* CLI: the group may follow global options (outboxd --url U dlq list). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {

@@ -1,6 +1,7 @@
 /* routes_subs.c: subscriptions — create, list, get, patch, delete. Credentials and
- * signing secrets are stored as given and never returned in clear (sub_codec_public),
- * except a secret outboxd generated, shown once in the response that created it. */
+ * signing secrets are stored as given (sealed at rest by the store) and never returned in
+ * clear (sub_codec_public), except a secret outboxd generated, shown once in the response
+ * that created it. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -12,6 +13,7 @@
 
 #include "core/model.h"
 #include "core/retry.h"
+#include "core/secretbox.h"
 #include "core/ssrf.h"
 #include "util/duration.h"
 
@@ -23,11 +25,16 @@ const struct config_setting config_settings[] = {
 	{"listen", "--listen", "OUTBOXD_LISTEN", CONFIG_STRING, "127.0.0.1:8080", S(listen),
 	 "address of the HTTP API, host:port"},
 	{"data_dir", "--data-dir", "OUTBOXD_DATA_DIR", CONFIG_STRING, NULL, S(data_dir),
-	 "where the generated admin token is kept (default: the SQLite file's folder, or ./var)"},
+	 "where the generated admin token and secret key are kept (default: the SQLite "
+	 "file's folder, or ./var)"},
 	{"admin_token", "--admin-token", "OUTBOXD_ADMIN_TOKEN", CONFIG_STRING, NULL,
 	 S(admin_token), "bearer token for the whole API (generated on first start when unset)"},
 	{"ingest_token", "--ingest-token", "OUTBOXD_INGEST_TOKEN", CONFIG_STRING, NULL,
 	 S(ingest_token), "bearer token that may only POST /v1/events"},
+	{"secret_key", "--secret-key", "OUTBOXD_SECRET_KEY", CONFIG_STRING, NULL, S(secret_key),
+	 "key that seals subscription credentials in the store (AES-256-GCM): 64 hex digits "
+	 "or the base64 of 32 bytes; unset: DATA_DIR/secret.key, generated on first start. "
+	 "Every instance on one PostgreSQL database needs the same key; never logged"},
 	{"log_level", "--log-level", "OUTBOXD_LOG_LEVEL", CONFIG_STRING, "info", S(log_level),
 	 "debug, info, warn or error"},
 	{"log_format", "--log-format", "OUTBOXD_LOG_FORMAT", CONFIG_STRING, "auto", S(log_format),
@@ -455,6 +462,14 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		return fail(err, errlen, "%s is set without %s: the API's TLS needs both",
 			    cfg->tls_cert && *cfg->tls_cert ? "tls_cert" : "tls_key",
 			    cfg->tls_cert && *cfg->tls_cert ? "tls_key" : "tls_cert");
+	if (is_set(cfg->secret_key)) {
+		struct secretbox_key key;
+		char why[160];
+		int bad = secretbox_key_parse(cfg->secret_key, &key, why, sizeof(why));
+		secretbox_key_clear(&key);
+		if (bad)
+			return fail(err, errlen, "secret_key %s", why);
+	}
 	return check_kafka(cfg, err, errlen);
 }
 
@@ -469,6 +484,19 @@ void config_free(struct config *cfg)
 	}
 	free(cfg->config_file);
 	cfg->config_file = NULL;
+}
+
+char *config_data_dir(const struct config *cfg)
+{
+	if (cfg->data_dir)
+		return strdup(cfg->data_dir);
+	if (strncmp(cfg->db, "sqlite:", 7) == 0) {
+		char *copy = strdup(cfg->db + 7);
+		char *dir = copy ? strdup(dirname(copy)) : NULL;
+		free(copy);
+		return dir;
+	}
+	return strdup("./var");
 }
 
 void config_retry_defaults(const struct config *cfg, struct retry_policy *p)

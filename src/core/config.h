@@ -13,9 +13,10 @@
 struct config {
 	char *db;                 /* sqlite:PATH or postgres://... */
 	char *listen;             /* host:port of the API */
-	char *data_dir;           /* where the generated admin token is kept */
+	char *data_dir;           /* where the generated admin token and secret key are kept */
 	char *admin_token;
 	char *ingest_token;
+	char *secret_key;         /* seals subscription credentials; NULL = DATA_DIR/secret.key */
 	char *log_level;
 	char *log_format;
 	int64_t max_payload;      /* bytes per event payload */
@@ -97,6 +98,10 @@ void config_free(struct config *cfg);
  * (config_load has validated them). */
 struct retry_policy;
 void config_retry_defaults(const struct config *cfg, struct retry_policy *p);
+
+/* The folder for generated state (admin.token, secret.key): data_dir, or the SQLite
+ * file's folder, or ./var. Returned (free it); NULL when out of memory. */
+char *config_data_dir(const struct config *cfg);
 
 /* Prints every setting with its flag, variable, default and help. */
 void config_print_help(FILE *out);

@@ -169,9 +169,10 @@ void oauth2_params_free(struct oauth2_params *p); /* frees members, zeroes p */
 void subscription_free(struct subscription *s);  /* frees members and s itself */
 void subscription_clear(struct subscription *s); /* frees members, zeroes s */
 
-/* A subscription as it is stored: the configuration is the JSON document the API
- * accepted (core/sub_codec.h turns it into a struct subscription). Secrets are in clear
- * here: the API masks them on the way out. Owns name and config. */
+/* A subscription as the store hands it out: the configuration is the JSON document the
+ * API accepted (core/sub_codec.h turns it into a struct subscription). Secrets are in
+ * clear here — the store seals config at rest and opens it on the way out
+ * (store/secrets.c), the API masks them in its answers. Owns name and config. */
 struct sub_row {
 	char id[UUID_STR_LEN];
 	char *name;

@@ -61,6 +61,17 @@ struct store_ops {
 	int (*sub_delete)(store *st, const char *id);
 	int (*sub_get)(store *st, const char *id, struct sub_row *out);
 	int (*sub_list)(store *st, struct sub_row **items, size_t *n);
+	/* Sets the config of subscription id to new_config only while it still is
+	 * old_config (STORE_CONFLICT otherwise: changed or deleted meanwhile), leaving name,
+	 * enabled and the timestamps alone: sealing a row is not a change of the
+	 * subscription (store/secrets.c). The old value is overwritten where the backend can
+	 * (SQLite: secure_delete). */
+	int (*sub_config_swap)(store *st, const char *id, const char *old_config,
+			       const char *new_config);
+	/* Optional: after swaps, makes the replaced values unreachable in the database's
+	 * files where the backend can (SQLite: checkpoint and truncate the WAL; PostgreSQL:
+	 * VACUUM FULL of the table). Failing is logged, not fatal. */
+	void (*sub_scrub)(store *st);
 	/* Optional (NULL: nothing to listen to). See store_on_work and
 	 * store_on_subscriptions_changed. */
 	void (*on_work)(store *st, void (*cb)(void *ctx), void *ctx);
@@ -76,6 +87,8 @@ struct store {
 	_Atomic int fault_count;
 	unsigned fault_ops;
 	int fault_rc;
+	/* store_set_secret_key: seals subscription configs (store/secrets.c); NULL = clear */
+	struct secretbox_key *secret_key;
 };
 
 extern const struct store_ops store_sqlite_ops;
@@ -86,6 +99,16 @@ extern const struct store_ops store_pg_ops;
 /* The row of a by-id query that returned n rows of size bytes: moves rows[0] into out and
  * frees the array (returned to the caller's ownership: out). STORE_NOT_FOUND when n is 0. */
 int store_take_one(void *rows, size_t n, size_t size, void *out);
+
+/* ---- subscription configs sealed at rest (store/secrets.c) ----------------------------- */
+
+/* The text to store for sub's config: *sealed is the sealed text (returned), or NULL
+ * when the store has no key (store the clear config). STORE_OK or STORE_ERROR (logged). */
+int store_config_seal(store *st, const struct sub_row *sub, char **sealed);
+/* Replaces a stored row's sealed config by the clear one (a clear row stays as it is).
+ * STORE_OK, or STORE_ERROR when it does not open with the store's key (logged with the
+ * row id and both key ids; the row is left as it was). */
+int store_config_open(store *st, struct sub_row *row);
 
 /* ---- schema migrations ------------------------------------------------------------- */
 

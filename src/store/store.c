@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/secretbox.h"
 #include "core/sub_codec.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -96,6 +97,9 @@ void store_close(store *st)
 	if (!st)
 		return;
 	st->ops->close(st);
+	if (st->secret_key)
+		secretbox_key_clear(st->secret_key);
+	free(st->secret_key);
 	free(st);
 }
 
@@ -659,18 +663,34 @@ static int sub_valid(const struct sub_row *sub)
 	       sub->name && *sub->name && sub->config;
 }
 
-int store_sub_create(store *st, const struct sub_row *sub)
+/* A create or update with the config sealed (store/secrets.c) when the store has a key. */
+static int sub_write(store *st, const struct sub_row *sub,
+		     int (*write)(store *st, const struct sub_row *sub))
 {
+	struct sub_row row;
+	char *sealed = NULL;
+	int rc;
+
 	if (!st || !sub_valid(sub))
 		return STORE_INVALID;
-	return st->ops->sub_create(st, sub);
+	if ((rc = store_config_seal(st, sub, &sealed)) != STORE_OK)
+		return rc;
+	row = *sub;
+	if (sealed)
+		row.config = sealed;
+	rc = write(st, &row);
+	free(sealed);
+	return rc;
+}
+
+int store_sub_create(store *st, const struct sub_row *sub)
+{
+	return sub_write(st, sub, st ? st->ops->sub_create : NULL);
 }
 
 int store_sub_update(store *st, const struct sub_row *sub)
 {
-	if (!st || !sub_valid(sub))
-		return STORE_INVALID;
-	return st->ops->sub_update(st, sub);
+	return sub_write(st, sub, st ? st->ops->sub_update : NULL);
 }
 
 int store_sub_delete(store *st, const char *id)
@@ -686,7 +706,10 @@ int store_sub_get(store *st, const char *id, struct sub_row *out)
 		memset(out, 0, sizeof(*out));
 	if (!st || !id || !out)
 		return STORE_INVALID;
-	return st->ops->sub_get(st, id, out);
+	int rc = st->ops->sub_get(st, id, out);
+	if (rc == STORE_OK && (rc = store_config_open(st, out)) != STORE_OK)
+		store_sub_free(out);
+	return rc;
 }
 
 int store_sub_list(store *st, struct sub_row **items, size_t *n)
@@ -697,7 +720,17 @@ int store_sub_list(store *st, struct sub_row **items, size_t *n)
 		*n = 0;
 	if (!st || !items || !n)
 		return STORE_INVALID;
-	return st->ops->sub_list(st, items, n);
+	int rc = st->ops->sub_list(st, items, n);
+	/* One row that does not open fails the list: a set without it would silently stop
+	 * delivering to it. */
+	for (size_t i = 0; rc == STORE_OK && i < *n; i++)
+		rc = store_config_open(st, &(*items)[i]);
+	if (rc != STORE_OK) {
+		store_subs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
 }
 
 void store_sub_free(struct sub_row *sub)
@@ -705,6 +738,8 @@ void store_sub_free(struct sub_row *sub)
 	if (!sub)
 		return;
 	free(sub->name);
+	if (sub->config) /* it holds credentials in clear */
+		explicit_bzero(sub->config, strlen(sub->config));
 	free(sub->config);
 	sub->name = NULL;
 	sub->config = NULL;

@@ -421,6 +421,34 @@ int store_sub_list(store *st, struct sub_row **items, size_t *n);
 void store_sub_free(struct sub_row *sub);                    /* frees members only */
 void store_subs_free(struct sub_row *items, size_t n);
 
+/* ---- subscription credentials at rest (store/secrets.c) ----------------------------- */
+
+/* Subscription configs hold credentials and signing secrets: with a key, the store keeps
+ * them sealed (core/secretbox.h, AES-256-GCM bound to the row's id). store_sub_create
+ * and store_sub_update seal, store_sub_get and store_sub_list open: nothing above the
+ * store sees a sealed text. Without a key (tests of the store alone) configs are
+ * written in clear, and a sealed row reads as STORE_ERROR. A row still in clear reads
+ * as it is: store_secrets_prepare seals it at start. */
+struct secretbox_key;
+
+/* Gives st its key (borrowed, copied; overwritten at store_close). Call it once after
+ * store_open, before other threads use st. STORE_OK, or STORE_ERROR (out of memory). */
+int store_set_secret_key(store *st, const struct secretbox_key *key);
+
+/* At start, with the key set: every sealed subscription must open with it, else nothing
+ * is changed and err says which row, under which key id, against ours, and what to do
+ * (STORE_ERROR); then the rows still in clear are sealed in place (*migrated of them).
+ * Returns a store error code. */
+int store_secrets_prepare(store *st, size_t *migrated, char *err, size_t errlen);
+
+/* `outboxd rotate-key`: re-seals every subscription under new_key (borrowed). Rows under
+ * st's key or in clear are sealed with new_key (*resealed); rows already under new_key
+ * are left (*skipped), so a run interrupted half way is finished by running it again. A
+ * row under any other key, or one that does not open, stops it before any row changed
+ * (STORE_ERROR, err says which). Returns a store error code. */
+int store_secrets_rotate(store *st, const struct secretbox_key *new_key, size_t *resealed,
+			 size_t *skipped, char *err, size_t errlen);
+
 /* How many of the writer's group writes (an ingest group, a result group) the backend
  * runs side by side to advantage: 1 for SQLite (one write lock), 2 for PostgreSQL (one
  * connection each). store/writer.c runs that many lanes. */

@@ -12,12 +12,64 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "harness.h"
+
+/* One secret key for instances that share a PostgreSQL database: each seals and opens the
+ * subscriptions the others wrote (each has its own data directory, so none would share a
+ * generated one). */
+#define E2E_SHARED_SECRET_KEY \
+	"OUTBOXD_SECRET_KEY=5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4"
 
 /* The SQLite file of a daemon (d->db is the DSN "sqlite:PATH"). */
 static inline const char *e2e_db_path(const struct daemon *d)
 {
 	return strncmp(d->db, "sqlite:", 7) == 0 ? d->db + 7 : d->db;
+}
+
+/* 1 when the file at path holds needle anywhere in its bytes, 0 when not (or when there
+ * is no such file): what a database file or its WAL keeps, as a thief would read it. */
+static inline int e2e_file_contains(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "rb");
+	size_t nlen = strlen(needle), cap = 1 << 20, have = 0, n;
+	char *buf;
+	int found = 0;
+
+	if (!f)
+		return 0;
+	buf = malloc(cap + nlen);
+	assert_non_null(buf);
+	/* chunks overlapping by the needle's length less one, so a match across two is seen */
+	while (!found && nlen && (n = fread(buf + have, 1, cap, f)) > 0) {
+		have += n;
+		found = memmem(buf, have, needle, nlen) != NULL;
+		size_t tail = have < nlen - 1 ? have : nlen - 1;
+		memmove(buf, buf + have - tail, tail);
+		have = tail;
+	}
+	fclose(f);
+	free(buf);
+	return found;
+}
+
+/* Standard Webhooks, recomputed independently of outboxd: base64(HMAC-SHA256(key,
+ * id.timestamp.body)) with key the base64-decoded part of the whsec_ secret. */
+static inline void e2e_expected_signature(const char *secret, const char *id, const char *ts,
+					  const char *body, char out[128])
+{
+	const char *b64 = secret + strlen("whsec_");
+	unsigned char key[128], mac[32];
+	unsigned int mac_len = 0;
+	int klen = EVP_DecodeBlock(key, (const unsigned char *)b64, (int)strlen(b64));
+	klen -= (b64[strlen(b64) - 1] == '=') + (b64[strlen(b64) - 2] == '=');
+	char msg[4096];
+	snprintf(msg, sizeof(msg), "%s.%s.%s", id, ts, body);
+	HMAC(EVP_sha256(), key, klen, (unsigned char *)msg, strlen(msg), mac, &mac_len);
+	strcpy(out, "v1,");
+	EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len);
 }
 
 /* A batch body of n events of type "load.event" with payloads {"n":first...}. Returned

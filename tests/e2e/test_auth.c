@@ -402,23 +402,6 @@ static void test_oauth2_token_endpoint_failing(void **state)
 
 /* ---- signatures ------------------------------------------------------------------------- */
 
-/* Standard Webhooks, recomputed independently of outboxd: base64(HMAC-SHA256(key,
- * id.timestamp.body)) with key the base64-decoded part of the whsec_ secret. */
-static void expected_signature(const char *secret, const char *id, const char *ts,
-			       const char *body, char out[128])
-{
-	const char *b64 = secret + strlen("whsec_");
-	unsigned char key[128], mac[32];
-	unsigned int mac_len = 0;
-	int klen = EVP_DecodeBlock(key, (const unsigned char *)b64, (int)strlen(b64));
-	klen -= (b64[strlen(b64) - 1] == '=') + (b64[strlen(b64) - 2] == '=');
-	char msg[4096];
-	snprintf(msg, sizeof(msg), "%s.%s.%s", id, ts, body);
-	HMAC(EVP_sha256(), key, klen, (unsigned char *)msg, strlen(msg), mac, &mac_len);
-	strcpy(out, "v1,");
-	EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len);
-}
-
 /* The i-th request on path, its webhook-signature split at spaces into sigs[]. */
 static size_t signatures_of(const char *path, size_t i, char sigs[4][128], char *id,
 			    char *ts, char *body)
@@ -464,7 +447,7 @@ static void test_generated_secret_and_rotation(void **state)
 	char rid[64];
 	assert_int_equal(signatures_of("/signed", 0, sigs, rid, ts, body), 1);
 	assert_string_equal(rid, ev);
-	expected_signature(first, rid, ts, body, want);
+	e2e_expected_signature(first, rid, ts, body, want);
 	assert_string_equal(sigs[0], want);
 
 	/* Rotation: a new generated secret; the old one signs too during the grace period. */
@@ -492,9 +475,9 @@ static void test_generated_secret_and_rotation(void **state)
 	e2e_send(&dmn, ev, "{\"event_type\":\"signed.two\",\"payload\":{\"n\":2}}");
 	assert_int_equal(receiver_wait_count(&sub, "/signed", 2, 5000), 0);
 	assert_int_equal(signatures_of("/signed", 1, sigs, rid, ts, body), 2);
-	expected_signature(second, rid, ts, body, want);
+	e2e_expected_signature(second, rid, ts, body, want);
 	assert_string_equal(sigs[0], want);
-	expected_signature(first, rid, ts, body, want);
+	e2e_expected_signature(first, rid, ts, body, want);
 	assert_string_equal(sigs[1], want);
 
 	/* Ending the grace period early: only the new signature. */
@@ -502,7 +485,7 @@ static void test_generated_secret_and_rotation(void **state)
 	e2e_send(&dmn, ev, "{\"event_type\":\"signed.three\",\"payload\":{\"n\":3}}");
 	assert_int_equal(receiver_wait_count(&sub, "/signed", 3, 5000), 0);
 	assert_int_equal(signatures_of("/signed", 2, sigs, rid, ts, body), 1);
-	expected_signature(second, rid, ts, body, want);
+	e2e_expected_signature(second, rid, ts, body, want);
 	assert_string_equal(sigs[0], want);
 }
 

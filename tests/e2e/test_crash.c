@@ -143,12 +143,14 @@ static void test_pg_second_instance_joins(void **state)
 {
 	if (!harness_pg_wanted())
 		skip(); /* SQLite: test_second_instance_refused */
-	char sub[64], db[400];
+	char sub[64], db[400], data_dir[400];
 	struct daemon second = {0};
 	daemon_stop(&dmn);
 	assert_int_equal(daemon_start(&dmn, NULL), 0);
 	snprintf(db, sizeof(db), "OUTBOXD_DB=%s", dmn.db);
-	const char *env[] = {db, NULL};
+	/* The first one's data directory: its key file, which seals the subscriptions. */
+	snprintf(data_dir, sizeof(data_dir), "OUTBOXD_DATA_DIR=%s", dmn.dir);
+	const char *env[] = {db, data_dir, NULL};
 	assert_int_equal(daemon_start(&second, env), 0);
 	e2e_create_sub(&second, sub, "{\"name\":\"both\",\"event_types\":[\"join.*\"],"
 			     "\"endpoint\":\"%s/join\"}", rcv.url);

@@ -22,6 +22,7 @@
 #include "harness_kafka.h"
 #include "harness_pg.h"
 
+#include <libpq-fe.h>
 #include <openssl/evp.h>
 
 #include "outboxd/v1/outbox_event.pb-c.h"
@@ -241,6 +242,28 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 	json_decref(oauth);
 	/* one token for all the OAuth2 envelopes (same target: same cache) */
 	assert_int_equal(receiver_count(&rcv, "/token"), 1);
+	/* The envelopes' credentials are kept in the subscriptions derived from them, sealed:
+	 * not in the database's bytes (SQLite), not in a row (PostgreSQL). */
+	const char *creds[] = {"s3cret-basic", "s3cret-client"};
+	for (int i = 0; i < 2; i++) {
+		if (harness_pg_wanted()) {
+			PGconn *c = PQconnectdb(dmn.db);
+			const char *params[] = {creds[i]};
+			PGresult *r = PQexecParams(c, "SELECT count(*) FROM outboxd.subscriptions WHERE"
+						   " config NOT LIKE 'obx1:%' OR strpos(config, $1) > 0",
+						   1, NULL, params, NULL, NULL, 0);
+			assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+			assert_string_equal(PQgetvalue(r, 0, 0), "0");
+			PQclear(r);
+			PQfinish(c);
+		} else {
+			char path[600];
+			snprintf(path, sizeof(path), "%s", e2e_db_path(&dmn));
+			assert_false(e2e_file_contains(path, creds[i]));
+			snprintf(path, sizeof(path), "%s-wal", e2e_db_path(&dmn));
+			assert_false(e2e_file_contains(path, creds[i]));
+		}
+	}
 
 	/* The poison message: a dead delivery, 422 undecodable, the raw bytes kept. */
 	json_t *dlq = e2e_get(&dmn, "/v1/dlq?source=kafka:orders");

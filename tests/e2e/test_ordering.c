@@ -396,7 +396,8 @@ static void test_cluster_with_kill(void **state)
 	char db[400];
 	assert_int_equal(harness_pg_fresh_db(db_dsn, sizeof(db_dsn)), 0);
 	snprintf(db, sizeof(db), "OUTBOXD_DB=%s", db_dsn);
-	const char *env[] = {db, "OUTBOXD_REAP_INTERVAL=300ms", "OUTBOXD_LEASE=3s", NULL};
+	const char *env[] = {db, "OUTBOXD_REAP_INTERVAL=300ms", "OUTBOXD_LEASE=3s",
+			     E2E_SHARED_SECRET_KEY, NULL};
 	for (int i = 0; i < INSTANCES; i++)
 		assert_int_equal(daemon_start(&dmn[i], env), 0);
 	/* every instance knows the subscription before the load */

@@ -54,8 +54,8 @@ static int teardown(void **state)
 static void start_cluster(const char *const *extra)
 {
 	char db[400];
-	const char *env[16] = {db, "OUTBOXD_LOG_LEVEL=info", NULL};
-	size_t n = 2;
+	const char *env[16] = {db, "OUTBOXD_LOG_LEVEL=info", E2E_SHARED_SECRET_KEY, NULL};
+	size_t n = 3;
 
 	snprintf(db, sizeof(db), "OUTBOXD_DB=%s", db_dsn);
 	for (size_t i = 0; extra && extra[i] && n < 15; i++)

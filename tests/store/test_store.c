@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "harness_pg.h"
+#include "core/secretbox.h"
 #include "store/store.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -2211,6 +2212,105 @@ static void test_tokens(void **state)
 	store_tokens_free(list, n);
 }
 
+/* ---- subscription configs sealed at rest (store/secrets.c) ------------------------------ */
+
+static struct secretbox_key test_key(unsigned char fill)
+{
+	unsigned char raw[SECRETBOX_KEY_LEN];
+	struct secretbox_key k;
+
+	memset(raw, fill, sizeof(raw));
+	secretbox_key_from_bytes(raw, &k);
+	return k;
+}
+
+static void expect_config(struct t *t, const char *id, const char *config)
+{
+	struct sub_row got;
+
+	assert_int_equal(store_sub_get(t->st, id, &got), STORE_OK);
+	assert_string_equal(got.config, config);
+	store_sub_free(&got);
+}
+
+static void test_sealed_subscriptions(void **state)
+{
+	struct t *t = *state;
+	struct secretbox_key k1 = test_key(1), k2 = test_key(2), k3 = test_key(3);
+	struct sub_row old = {.name = "old", .config = "{\"auth\":{\"password\":\"pw-1\"}}",
+			      .enabled = 1, .created_at = 1000, .updated_at = 1000};
+	struct sub_row new = {.name = "new", .config = "{\"secret\":\"whsec_x\"}", .enabled = 1};
+	struct sub_row got, *list = NULL;
+	size_t n = 0, migrated = 9, resealed = 9, skipped = 9;
+	char err[1024], dsn[sizeof(t->db.dsn)];
+
+	/* Written in clear before the store had a key (an older outboxd). */
+	uuid_v7(old.id);
+	assert_int_equal(store_sub_create(t->st, &old), STORE_OK);
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	expect_config(t, old.id, old.config); /* a clear row reads as it is */
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	assert_int_equal(migrated, 1);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	assert_int_equal(migrated, 0);
+	/* sealing is not a change of the subscription */
+	assert_int_equal(store_sub_get(t->st, old.id, &got), STORE_OK);
+	assert_string_equal(got.config, old.config);
+	assert_int_equal(got.updated_at, 1000);
+	store_sub_free(&got);
+
+	/* Sealed on the way in, opened on the way out. */
+	uuid_v7(new.id);
+	assert_int_equal(store_sub_create(t->st, &new), STORE_OK);
+	new.config = "{\"secret\":\"whsec_y\"}";
+	assert_int_equal(store_sub_update(t->st, &new), STORE_OK);
+	expect_config(t, new.id, new.config);
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].config, old.config);
+	store_subs_free(list, n);
+
+	/* Another key opens nothing, and the start check says which row, which key. */
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	assert_int_equal(store_sub_get(t->st, old.id, &got), STORE_ERROR);
+	assert_null(got.config);
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_ERROR);
+	assert_null(list);
+	assert_int_equal(n, 0);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_ERROR);
+	assert_non_null(strstr(err, old.id));
+	assert_non_null(strstr(err, k1.id));
+	assert_non_null(strstr(err, k2.id));
+	assert_null(strstr(err, "pw-1"));
+
+	/* Rotation k1 -> k2, then again, as after an interruption: nothing left to do. */
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(resealed, 2);
+	assert_int_equal(skipped, 0);
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(resealed, 0);
+	assert_int_equal(skipped, 2);
+	/* From a key that sealed nothing here: refused before any row changes. */
+	assert_int_equal(store_set_secret_key(t->st, &k3), STORE_OK);
+	assert_int_equal(store_secrets_rotate(t->st, &k1, &resealed, &skipped, err, sizeof(err)),
+			 STORE_ERROR);
+	assert_non_null(strstr(err, k2.id));
+	assert_int_equal(resealed, 0);
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	expect_config(t, old.id, old.config);
+	expect_config(t, new.id, new.config);
+
+	/* What is stored is sealed: a store without the key cannot read it. */
+	snprintf(dsn, sizeof(dsn), "%s", t->db.dsn);
+	store_close(t->st);
+	assert_int_equal(store_open(dsn, "test-owner", &t->st, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_sub_get(t->st, old.id, &got), STORE_ERROR);
+	assert_int_equal(store_sub_get(t->st, new.id, &got), STORE_ERROR);
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -2241,6 +2341,7 @@ int main(void)
 		T(test_subscriptions),
 		T(test_tokens),
 		T(test_key_ordering),
+		T(test_sealed_subscriptions),
 		T(test_two_owners_share_work),
 		T(test_work_notifications),
 		T(test_outage_then_recovery),

@@ -503,6 +503,51 @@ int pg_sub_delete(store *st, const char *id)
 	return sub_write(pg_of(st), S_SUB_DELETE, &p);
 }
 
+/* The sealing rewrite (store/secrets.c): a compare-and-swap on the config alone. The
+ * table's trigger tells the other instances, which reload. */
+int pg_sub_config_swap(store *st, const char *id, const char *old_config,
+		       const char *new_config)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	struct pgconn *c;
+	PGresult *res;
+	int rc;
+
+	pg_p_text(&p, id);
+	pg_p_text(&p, old_config);
+	pg_p_text(&p, new_config);
+	if (!(c = pg_take(pg, ROLE_API, &rc)))
+		return rc;
+	res = pg_run_sql(pg, c, "UPDATE outboxd.subscriptions SET config = $3"
+			 " WHERE id = $1 AND config = $2", &p, &rc);
+	if (res && strtoull(PQcmdTuples(res), NULL, 10) == 0)
+		rc = STORE_CONFLICT;
+	PQclear(res);
+	pg_give(c);
+	return rc;
+}
+
+/* An UPDATE leaves the former row version (with the clear config) in the table's pages
+ * until VACUUM; VACUUM FULL writes the table anew and drops the old files. The table is
+ * small, so its exclusive lock is brief. PostgreSQL's own WAL and backups keep the old
+ * values until they expire (docs/operations.md). */
+void pg_sub_scrub(store *st)
+{
+	struct pg *pg = pg_of(st);
+	struct pgconn *c;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_API, &rc)))
+		return;
+	PQclear(pg_run_sql(pg, c, "VACUUM FULL outboxd.subscriptions", NULL, &rc));
+	pg_give(c);
+	if (rc != STORE_OK)
+		log_warn("store: postgres: VACUUM FULL outboxd.subscriptions failed after sealing "
+			 "subscriptions: former row versions keep their old config until the next "
+			 "VACUUM");
+}
+
 /* A pg_row_cb for struct sub_row. */
 static int read_sub(const PGresult *r, int row, void *out)
 {

@@ -564,6 +564,8 @@ const struct store_ops store_pg_ops = {
 	.sub_delete = pg_sub_delete,
 	.sub_get = pg_sub_get,
 	.sub_list = pg_sub_list,
+	.sub_config_swap = pg_sub_config_swap,
+	.sub_scrub = pg_sub_scrub,
 	.on_work = pg_on_work,
 	.on_subscriptions_changed = pg_on_subscriptions_changed,
 };

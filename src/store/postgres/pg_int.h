@@ -255,6 +255,11 @@ int pg_sub_get(store *st, const char *id, struct sub_row *out);
 
 int pg_sub_list(store *st, struct sub_row **items, size_t *n);
 
+int pg_sub_config_swap(store *st, const char *id, const char *old_config,
+		       const char *new_config);
+
+void pg_sub_scrub(store *st);
+
 /* ---- conn.c ---------------------------------------------------------------- */
 
 struct pg *pg_of(store *st);

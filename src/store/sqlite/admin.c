@@ -341,6 +341,66 @@ int sq_sub_list(store *st, struct sub_row **items, size_t *n)
 	return STORE_OK;
 }
 
+/* Sealing rewrites a row that held credentials in clear: with secure_delete the old
+ * cell is overwritten with zeros in the page, so only the WAL still has it until
+ * sq_sub_scrub. The setting is the connection's; it is put back as it was (Debian builds
+ * SQLite with it on, others off). */
+int sq_sub_config_swap(store *st, const char *id, const char *old_config,
+		       const char *new_config)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL, *q = NULL;
+	int secure = 1, rc;
+
+	sq_wlock(sq);
+	if (sqlite3_prepare_v2(sq->wdb, "PRAGMA secure_delete", -1, &q, NULL) == SQLITE_OK &&
+	    sqlite3_step(q) == SQLITE_ROW)
+		secure = sqlite3_column_int(q, 0);
+	sqlite3_finalize(q);
+	if (!secure)
+		sqlite3_exec(sq->wdb, "PRAGMA secure_delete = ON", NULL, NULL, NULL);
+	rc = sqlite3_prepare_v2(sq->wdb, "UPDATE subscriptions SET config = ?3"
+				" WHERE id = ?1 AND config = ?2", -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("store: sqlite: %s", sqlite3_errmsg(sq->wdb));
+		rc = sq_store_code(rc);
+		goto out;
+	}
+	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, old_config, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, new_config, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_DONE) {
+		rc = sqlite3_changes(sq->wdb) ? STORE_OK : STORE_CONFLICT;
+	} else {
+		sq_log_stmt_error(s, rc);
+		rc = sq_store_code(rc);
+	}
+out:
+	sqlite3_finalize(s);
+	if (!secure)
+		sqlite3_exec(sq->wdb, "PRAGMA secure_delete = OFF", NULL, NULL, NULL);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+/* The WAL keeps the pages as they were before the swaps until it is reset: copy it into
+ * the database and truncate it to zero bytes. */
+void sq_sub_scrub(store *st)
+{
+	struct sq *sq = sq_of(st);
+	int log_frames = 0, done = 0, rc;
+
+	sq_wlock(sq);
+	rc = sqlite3_wal_checkpoint_v2(sq->wdb, NULL, SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
+				       &done);
+	if (rc != SQLITE_OK)
+		log_warn("store: sqlite: cannot truncate the WAL after sealing subscriptions (%s): "
+			 "their former clear text stays in %s-wal until the next checkpoint",
+			 sqlite3_errmsg(sq->wdb), sq->path);
+	pthread_mutex_unlock(&sq->wmu);
+}
+
 /* ---- counts, purge by filter --------------------------------------------- */
 
 int sq_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)

@@ -624,4 +624,6 @@ const struct store_ops store_sqlite_ops = {
 	.sub_delete = sq_sub_delete,
 	.sub_get = sq_sub_get,
 	.sub_list = sq_sub_list,
+	.sub_config_swap = sq_sub_config_swap,
+	.sub_scrub = sq_sub_scrub,
 };

@@ -167,6 +167,11 @@ int sq_sub_get(store *st, const char *id, struct sub_row *out);
 
 int sq_sub_list(store *st, struct sub_row **items, size_t *n);
 
+int sq_sub_config_swap(store *st, const char *id, const char *old_config,
+		       const char *new_config);
+
+void sq_sub_scrub(store *st);
+
 int sq_deliveries_count(store *st, const struct delivery_filter *f, size_t *n);
 
 int sq_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,

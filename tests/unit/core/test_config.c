@@ -3,6 +3,8 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -121,6 +123,58 @@ static void test_retry_policy_settings(void **state)
 	expect_error(NULL, none, 2, bad_window, "retry_min_delay");
 }
 
+/* secret_key in its three forms: 64 hex digits or base64 of 32 bytes; a bad one names
+ * the key and never repeats the value. */
+static void test_secret_key(void **state)
+{
+	struct config c;
+	char err[256];
+	char *none[] = {NULL};
+	const char *hex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+	char env[128];
+	snprintf(env, sizeof(env), "OUTBOXD_SECRET_KEY=%s", hex);
+	char *envp[] = {env, NULL};
+	assert_int_equal(config_load(&c, NULL, none, 0, NULL, err, sizeof(err)), 0);
+	assert_null(c.secret_key);
+	config_free(&c);
+	assert_int_equal(config_load(&c, NULL, envp, 0, NULL, err, sizeof(err)), 0);
+	assert_string_equal(c.secret_key, hex);
+	config_free(&c);
+	char *argv[] = {"--secret-key", "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="};
+	assert_int_equal(config_load(&c, "secret_key = nope\n", none, 2, argv, err, sizeof(err)), 0);
+	config_free(&c);
+
+	char *bad_flag[] = {"--secret-key", "hunter2hunter2"};
+	expect_error(NULL, none, 2, bad_flag, "secret_key must be 64 hex digits");
+	assert_int_equal(config_load(&c, NULL, none, 2, bad_flag, err, sizeof(err)), -1);
+	assert_null(strstr(err, "hunter2"));
+	config_free(&c);
+	expect_error("secret_key = 0011\n", none, 0, NULL, "secret_key");
+}
+
+static void test_data_dir(void **state)
+{
+	struct config c;
+	char err[256];
+	char *none[] = {NULL};
+	char *sqlite[] = {"--db", "sqlite:/srv/outboxd/o.db"};
+	char *pg[] = {"--db", "postgres://h/db"};
+	char *dir[] = {"--db", "postgres://h/db", "--data-dir", "/etc/outboxd"};
+	char *d;
+	assert_int_equal(config_load(&c, NULL, none, 2, sqlite, err, sizeof(err)), 0);
+	assert_string_equal(d = config_data_dir(&c), "/srv/outboxd");
+	free(d);
+	config_free(&c);
+	assert_int_equal(config_load(&c, NULL, none, 2, pg, err, sizeof(err)), 0);
+	assert_string_equal(d = config_data_dir(&c), "./var");
+	free(d);
+	config_free(&c);
+	assert_int_equal(config_load(&c, NULL, none, 4, dir, err, sizeof(err)), 0);
+	assert_string_equal(d = config_data_dir(&c), "/etc/outboxd");
+	free(d);
+	config_free(&c);
+}
+
 static void test_config_path(void **state)
 {
 	char *envp[] = {"OUTBOXD_CONFIG=/etc/a.conf", NULL};
@@ -137,6 +191,8 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_retry_policy_settings),
 		cmocka_unit_test(test_config_path),
+		cmocka_unit_test(test_secret_key),
+		cmocka_unit_test(test_data_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
