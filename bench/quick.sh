@@ -4,7 +4,10 @@
 # store, delivered to one local receiver. Prints ingest events/s and end-to-end
 # deliveries/s (first ingest to last receipt). `make bench` is the full comparison.
 #
-# Usage: [DB=sqlite|postgres] bench/quick.sh [events] [instances] [batch]
+# Usage: [DB=sqlite|postgres] [KEYS=n] [ORDERING=partition_key] bench/quick.sh [events]
+#        [instances] [batch]
+#   KEYS=n gives the events n partition keys (round-robin); ORDERING=partition_key makes the
+#   subscription deliver each key in order (docs/api.md#per-key-ordering).
 #   DB=sqlite (default) runs one instance (one process owns a file). DB=postgres starts a throwaway PostgreSQL server (initdb in a temp dir, a free
 #   port, default durability: fsync and synchronous_commit on), or uses BENCH_PG_DSN (a
 #   role allowed to CREATE DATABASE).
@@ -15,6 +18,8 @@ N=${1:-20000}
 K=${2:-1}
 BATCH=${3:-100}
 DB=${DB:-sqlite}
+KEYS=${KEYS:-0}
+ORDERING=${ORDERING:-none}
 BUILD=${BUILD:-build}
 [ "$DB" = sqlite ] && [ "$K" -ne 1 ] && { echo "quick: SQLite takes one instance" >&2; exit 2; }
 
@@ -77,7 +82,7 @@ for _ in $(seq 100); do curl -sf "127.0.0.1:$RPORT/_control/stats" >/dev/null &&
 
 api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
 api -X POST "127.0.0.1:${ports[0]}/v1/subscriptions" \
-  -d "{\"name\":\"sink\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:$RPORT/sink\"}" >/dev/null
+  -d "{\"name\":\"sink\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:$RPORT/sink\",\"ordering\":\"$ORDERING\"}" >/dev/null
 sleep 0.5 # the other instances reload the subscriptions on NOTIFY outboxd_subs
 
 pad=$(printf '%0150d' 0)
@@ -86,7 +91,10 @@ for ((b = 0; b < N / BATCH; b++)); do
     printf '{"events":['
     for ((i = 0; i < BATCH; i++)); do
       [ $i -gt 0 ] && printf ','
-      printf '{"event_type":"bench.event","payload":{"n":%d,"pad":"%s"}}' $((b * BATCH + i)) "$pad"
+      n=$((b * BATCH + i))
+      key=""
+      [ "$KEYS" -gt 0 ] && key=",\"partition_key\":\"k$((n % KEYS))\""
+      printf '{"event_type":"bench.event"%s,"payload":{"n":%d,"pad":"%s"}}' "$key" "$n" "$pad"
     done
     printf ']}'
   } >"$dir/batch-$b.json"
@@ -117,9 +125,9 @@ for p in "${opids[@]}"; do
 done
 hz=$(getconf CLK_TCK)
 
-awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" 'BEGIN {
+awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" 'BEGIN {
   ingest = (t1 - t0) / 1e9; e2e = (last * 1000 - t0) / 1e9;
-  printf "store:             %s, %d instance(s)\n", db, k;
+  printf "store:             %s, %d instance(s), %d keys, ordering %s\n", db, k, keys, ordering;
   printf "events:            %d (received %d, %d duplicates)\n", n, got, dups;
   printf "ingest:            %.0f events/s (%.3f s)\n", n / ingest, ingest;
   printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", n / e2e, e2e;

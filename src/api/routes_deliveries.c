@@ -101,6 +101,14 @@ void api_deliveries_get(struct api *api, const char *id, struct api_response *re
 	api_reply_json(res, 200, out);
 }
 
+/* A replayed or purged dead delivery may have held up later ones of its key (per-key
+ * ordering): the jobs thread's full sweep lets them go now, not at reap_interval. */
+static void keys_may_unblock(struct api *api)
+{
+	if (api->wake_jobs)
+		api->wake_jobs(api->wake_jobs_ctx);
+}
+
 static const char *const outcome_names[] = {"replayed", "not_found", "not_failed", "in_flight"};
 
 /* Reads a JSON object body; replies 400 and returns NULL when it is not one. */
@@ -250,6 +258,8 @@ static void replay_ids(struct api *api, const struct api_request *req, json_t *i
 							 outcome_names[outcomes[i]]));
 	if (replayed && api->wake)
 		api->wake(api->wake_ctx);
+	if (replayed)
+		keys_may_unblock(api);
 	char *target = json_dumps(ids, JSON_COMPACT);
 	api_audit(api, req, force ? "dlq.replay_forced" : "dlq.replay", target, (long long)replayed,
 		  NULL);
@@ -330,6 +340,7 @@ void api_dlq_purge(struct api *api, const char *id, const struct api_request *re
 		api_reply_store_error(res, rc, "delivery");
 		return;
 	}
+	keys_may_unblock(api);
 	api_audit(api, req, "dlq.purge", id, 1, NULL);
 	res->status = 204;
 	res->body = NULL;
@@ -390,6 +401,8 @@ void api_dlq_purge_filter(struct api *api, const struct api_request *req,
 		api_reply_store_error(res, rc, "purge");
 		goto out;
 	}
+	if (total)
+		keys_may_unblock(api);
 	char *target = json_dumps(filter, JSON_COMPACT | JSON_SORT_KEYS);
 	api_audit(api, req, "dlq.purge_filter", target, (long long)total, NULL);
 	free(target);

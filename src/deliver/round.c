@@ -104,6 +104,12 @@ static void dead_lettered(struct round *j)
 		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, &j->wr.result);
 }
 
+/* The delivery waits its turn among its key's (per-key ordering). */
+static int key_ordered(const struct round *j)
+{
+	return j->claim->partition_key && j->sub && j->sub->ordering != ORDERING_NONE;
+}
+
 /* Fills the result of a round the outcome core decided (core/outcome.h). */
 static void round_result(struct round *j, const struct outcome *o)
 {
@@ -111,6 +117,7 @@ static void round_result(struct round *j, const struct outcome *o)
 
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = j->claim->delivery_id;
+	r->ordered_key = key_ordered(j);
 	r->attempts = j->attempts;
 	r->n_attempts = (size_t)j->tries;
 	r->attempt_count = j->claim->attempt_count + j->tries;
@@ -196,6 +203,7 @@ static void round_delay_action(struct round *j)
 	outcome_decide(&s->retry, &s->breaker, &in, dispatcher_rng_next, &d->rng, &o);
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = c->delivery_id;
+	r->ordered_key = key_ordered(j);
 	r->attempt_count = c->attempt_count;
 	r->retry_count = c->retry_count;
 	r->delay_actions = o.delay_actions;

@@ -82,11 +82,16 @@ static void *jobs_main(void *arg)
 	int64_t next_relay = now, next_reap = now + j->cfg.reap_interval_ms;
 	int64_t next_cleanup = now + j->cfg.cleanup_interval_ms;
 	int64_t next_replay = now;
+	/* per-key ordering's sweep (store_order_sweep): every second, or reap_interval
+	 * when shorter; the full one at reap_interval and when woken (a replay or purge
+	 * may have unblocked a key) */
+	int64_t sweep_ms = j->cfg.reap_interval_ms < 1000 ? j->cfg.reap_interval_ms : 1000;
+	int64_t next_sweep = now + sweep_ms, next_full_sweep = now + j->cfg.reap_interval_ms;
 
 	pthread_mutex_lock(&j->mu);
 	while (!j->stopping) {
 		if (j->woken)
-			next_replay = 0;
+			next_replay = next_sweep = next_full_sweep = 0;
 		j->woken = 0;
 		pthread_mutex_unlock(&j->mu);
 		now = clock_mono_ms();
@@ -95,6 +100,8 @@ static void *jobs_main(void *arg)
 			long replayed = replay_tick(&j->replay, now, &active);
 			if (replayed > 0 && j->work)
 				j->work(j->ctx);
+			if (replayed > 0) /* keys blocked behind what it replayed may go on */
+				next_full_sweep = 0;
 			next_replay = clock_mono_ms() + (active ? REPLAY_TICK_MS : REPLAY_POLL_MS);
 		}
 		if (now >= next_relay) {
@@ -108,17 +115,22 @@ static void *jobs_main(void *arg)
 				if (j->work)
 					j->work(j->ctx);
 			}
-			/* per-key ordering: park what waits behind a dead delivery, wake what
-			 * no longer does (store_order_sweep) */
+			next_reap = clock_mono_ms() + j->cfg.reap_interval_ms;
+		}
+		if (now >= next_sweep) {
 			size_t parked = 0, unparked = 0;
-			if (store_order_sweep(j->st, clock_now_ms(), 1, &parked, &unparked) ==
-			    STORE_OK && (parked || unparked)) {
-				log_info("ordering: %zu deliveries parked behind dead ones of their key, "
-					 "%zu due again", parked, unparked);
+			int full = now >= next_full_sweep;
+			if (full)
+				next_full_sweep = clock_mono_ms() + j->cfg.reap_interval_ms;
+			if (store_order_sweep(j->st, clock_now_ms(), full, &parked, &unparked) ==
+			    STORE_OK) {
+				if (parked)
+					log_info("ordering: %zu deliveries blocked behind dead ones of "
+						 "their key", parked);
 				if (unparked && j->work)
 					j->work(j->ctx);
 			}
-			next_reap = clock_mono_ms() + j->cfg.reap_interval_ms;
+			next_sweep = clock_mono_ms() + sweep_ms;
 		}
 		if (j->cfg.cleanup_enabled && now >= next_cleanup) {
 			size_t n = 0;
@@ -135,6 +147,8 @@ static void *jobs_main(void *arg)
 			wake = next_replay;
 		if (next_reap < wake)
 			wake = next_reap;
+		if (next_sweep < wake)
+			wake = next_sweep;
 		if (j->cfg.cleanup_enabled && next_cleanup < wake)
 			wake = next_cleanup;
 		int64_t wait_ms = wake - clock_mono_ms();

@@ -28,7 +28,7 @@ struct store_ops {
 	int (*record_results)(store *st, const struct store_result *results, size_t n);
 	int (*reap_leases)(store *st, int64_t now_ms, size_t *n);
 	int (*release_all)(store *st, size_t *n);
-	int (*order_sweep)(store *st, int64_t now_ms, int park, size_t *parked,
+	int (*order_sweep)(store *st, int64_t now_ms, int full, size_t *parked,
 			   size_t *unparked);
 	int (*event_get)(store *st, const char *id, struct store_event *ev);
 	int (*event_deliveries)(store *st, const char *event_id, struct store_delivery **items,

@@ -281,14 +281,14 @@ int store_record_results(store *st, const struct store_result *results, size_t n
 	return st->ops->record_results(st, results, n);
 }
 
-int store_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked)
+int store_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked)
 {
 	size_t ignored[2];
 	if (!st)
 		return STORE_INVALID;
 	if (!st->ops->order_sweep)
 		return STORE_ERROR;
-	return st->ops->order_sweep(st, now_ms, park, parked ? parked : &ignored[0],
+	return st->ops->order_sweep(st, now_ms, full, parked ? parked : &ignored[0],
 				    unparked ? unparked : &ignored[1]);
 }
 
@@ -439,16 +439,6 @@ int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n
 
 /* ---- operator actions --------------------------------------------------------------- */
 
-/* A dead delivery was replayed or purged: the deliveries parked behind it (per-key
- * ordering) are due again now, not at the next sweep. A failure here only delays them
- * until then. */
-static void unblock_keys(store *st)
-{
-	size_t parked, unparked;
-	if (st->ops->order_sweep)
-		st->ops->order_sweep(st, clock_now_ms(), 0, &parked, &unparked);
-}
-
 int store_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 		 enum store_replay_outcome *outcomes, size_t *replayed)
 {
@@ -458,20 +448,14 @@ int store_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force
 		return STORE_INVALID;
 	if (!n)
 		return STORE_OK;
-	int rc = st->ops->replay(st, ids, n, force, outcomes, replayed);
-	if (rc == STORE_OK && *replayed)
-		unblock_keys(st);
-	return rc;
+	return st->ops->replay(st, ids, n, force, outcomes, replayed);
 }
 
 int store_dlq_purge(store *st, const char *delivery_id)
 {
 	if (!st || !delivery_id)
 		return STORE_INVALID;
-	int rc = st->ops->dlq_purge(st, delivery_id);
-	if (rc == STORE_OK)
-		unblock_keys(st);
-	return rc;
+	return st->ops->dlq_purge(st, delivery_id);
 }
 
 int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
@@ -482,10 +466,7 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 	if (!st || !f || !purged || limit < 1 || limit > STORE_MAX_BATCH)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, dlq_purge_matching);
-	int rc = st->ops->dlq_purge_matching(st, f, limit, purged);
-	if (rc == STORE_OK && *purged)
-		unblock_keys(st);
-	return rc;
+	return st->ops->dlq_purge_matching(st, f, limit, purged);
 }
 
 int store_cleanup(store *st, size_t *deleted)

@@ -196,6 +196,8 @@ struct store_result {
 	const char *last_cause;     /* borrowed, may be NULL */
 	const struct store_attempt *attempts; /* borrowed, attempts made in this round */
 	size_t n_attempts;
+	int ordered_key;            /* a delivery of a key-ordered subscription with a key: a
+	                               final result lets the next one of its key go at once */
 };
 
 /* Writes n results and their attempt rows in one transaction (group commit). */
@@ -206,12 +208,15 @@ int store_reap_leases(store *st, int64_t now_ms, size_t *n);
 
 /* Per-key ordering (issue 15): the claim already keeps a delivery of an ordered
  * subscription waiting while an earlier one of its key is not done, so this is about
- * cost, not correctness. With park set, pending deliveries behind a dead one of their
- * key (ORDERING_KEY_BLOCK) are parked — blocked, no next_attempt_at — so claims stop
- * scanning them; always, parked deliveries whose key has no dead one any more (replayed,
- * purged, or the subscription's ordering changed) are due again at now. The jobs thread
- * runs it with the reaper; replay and purge run the second half at once. */
-int store_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked);
+ * cost, not correctness. Due deliveries that wait their turn behind an unfinished one of
+ * their key are parked — no next_attempt_at — so claims stop scanning them (a final
+ * result of that one lets the next go at once, see store_result.ordered_key). With full
+ * set also: pending ones behind a dead one of their key (ORDERING_KEY_BLOCK) are parked
+ * as blocked (*parked counts them), and parked ones whose reason is gone (replayed,
+ * purged, done, or the subscription's ordering changed) are due again at now
+ * (*unparked). The jobs thread runs it every second, full at reap_interval and after a
+ * replay or purge. */
+int store_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked);
 /* Clears every lease held by this store's owner or by anyone whose lease is stale;
  * used at start by the single owner of an SQLite store. */
 int store_release_all(store *st, size_t *n);

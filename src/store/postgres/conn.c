@@ -101,7 +101,19 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  last_cause = CASE WHEN r.keep_error THEN d.last_cause ELSE r.last_cause END,"
 		"  lease_owner = NULL, lease_until = NULL, delay_actions = r.delay_actions,"
 		"  updated_at = $12"
-		" FROM r WHERE d.id = r.id AND d.lease_owner = $13 RETURNING d.id),"
+		" FROM r WHERE d.id = r.id AND d.lease_owner = $13"
+		" RETURNING d.id, d.subscription_id, d.order_key, d.status, d.next_attempt_at),"
+		/* per-key ordering: a delivery done (delivered or dead) lets the next one of
+		 * its key go when that one is parked waiting its turn */
+		" prom AS ("
+		" UPDATE outboxd.deliveries w SET blocked = 0, next_attempt_at = $12"
+		" FROM (SELECT DISTINCT ON (x.subscription_id, x.order_key) x.id, x.blocked"
+		"  FROM outboxd.deliveries x JOIN upd u ON x.subscription_id = u.subscription_id"
+		"  AND x.order_key = u.order_key AND x.id > u.id"
+		"  WHERE x.status <> 'PROCESSED'"
+		"  AND (u.status = 'PROCESSED' OR u.next_attempt_at IS NULL)"
+		"  ORDER BY x.subscription_id, x.order_key, x.id) n"
+		" WHERE w.id = n.id AND n.blocked = 2),"
 		" att AS ("
 		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
 		"  message, cause, instance)"
@@ -136,7 +148,7 @@ const char *const pg_sql_of[S_COUNT] = {
 	[S_REPLAY_SET] =
 		"UPDATE outboxd.deliveries SET status = 'NEW', replay = true, next_attempt_at = $2,"
 		" processed_at = NULL, lease_owner = NULL, lease_until = NULL, delay_actions = 0,"
-		" blocked = false, updated_at = $2"
+		" blocked = 0, updated_at = $2"
 		" WHERE id = ANY($1::text[])",
 	[S_NOTIFY] = "SELECT pg_notify('" NOTIFY_CHANNEL "', '')",
 	[S_PURGE_CHECK] =

@@ -236,7 +236,7 @@ int pg_job_get(store *st, const char *id, struct store_job *out);
 
 int pg_jobs_running(store *st, struct store_job **items, size_t *n);
 
-int pg_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked);
+int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked);
 int pg_audit_append(store *st, const struct store_audit *a);
 
 int pg_audit_list(store *st, const char *before_id, size_t limit,

@@ -72,7 +72,7 @@ static int read_delivery(const PGresult *r, int row, void *out)
 	d->processed_at = pg_get_int(r, row, 11);
 	d->last_code = (int)pg_get_int(r, row, 12);
 	d->lease_until = pg_get_int(r, row, 16);
-	d->blocked = (int)pg_get_int(r, row, 17);
+	d->blocked = pg_get_int(r, row, 17) == 1; /* 2, waiting its turn, is not shown */
 	if (pg_get_dup(r, row, 3, &d->event_type) || pg_get_dup(r, row, 13, &d->last_message) ||
 	    pg_get_dup(r, row, 14, &d->last_cause) || pg_get_dup(r, row, 15, &d->lease_owner)) {
 		store_delivery_free(d);
@@ -394,9 +394,9 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 			 "   AND next_attempt_at <= $1), 0),"
 			 " COALESCE(MIN(created_at) FILTER (WHERE status = 'FAILED'"
 			 "   AND next_attempt_at IS NULL), 0),"
-			 " count(*) FILTER (WHERE blocked),"
+			 " count(*) FILTER (WHERE blocked = 1),"
 			 " (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"
-			 "   FROM outboxd.deliveries WHERE blocked) b)"
+			 "   FROM outboxd.deliveries WHERE blocked = 1) b)"
 			 " FROM outboxd.deliveries", &p, &rc);
 	/* Per subscription over the window: attempts, successes, and the newest failure. */
 	if (counts)

@@ -525,29 +525,50 @@ int pg_release_all(store *st, size_t *n)
 
 /* ---- per-key ordering ---------------------------------------------------- */
 
-/* A dead delivery p earlier than d of d's key, to a subscription that blocks on one. */
+/* A dead delivery earlier than D of D's key. */
 #define DEAD_BEFORE(D)                                                                   \
 	"EXISTS (SELECT 1 FROM outboxd.deliveries p"                                    \
 	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
 	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND p.status = 'FAILED'"       \
 	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"
 
-/* Rows another instance holds are left for the next sweep. */
-static const char park_sql[] =
-	"UPDATE outboxd.deliveries SET blocked = true, next_attempt_at = NULL WHERE id IN ("
+/* An earlier delivery of D's key still to be done (a dead one not counted when the
+ * subscription S passes dead ones over): D must wait its turn. */
+#define PENDING_BEFORE(D, S)                                                             \
+	"EXISTS (SELECT 1 FROM outboxd.deliveries p"                                    \
+	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
+	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND NOT (" S ".ordering = 2"    \
+	" AND p.status = 'FAILED' AND p.next_attempt_at IS NULL AND p.lease_until IS NULL))"
+
+/* Pending deliveries of ordered subscriptions: blocked 1 behind a dead one of their key
+ * (blocking subscriptions), else 2 behind an unfinished one. Rows another instance holds
+ * are left for the next sweep. */
+static const char park_dead_sql[] =
+	"UPDATE outboxd.deliveries SET blocked = 1, next_attempt_at = NULL WHERE id IN ("
 	" SELECT d.id FROM outboxd.subscriptions s JOIN outboxd.deliveries d"
 	"  ON d.subscription_id = s.id"
 	" WHERE s.ordering = 1 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
-	" AND d.status = 'NEW' AND NOT d.blocked AND d.lease_until IS NULL"
-	" AND d.next_attempt_at IS NOT NULL AND " DEAD_BEFORE("d")
+	" AND d.status = 'NEW' AND d.blocked <> 1 AND d.lease_until IS NULL"
+	" AND " DEAD_BEFORE("d") " FOR UPDATE OF d SKIP LOCKED)";
+
+static const char park_wait_sql[] =
+	"UPDATE outboxd.deliveries SET blocked = 2, next_attempt_at = NULL WHERE id IN ("
+	" SELECT d.id FROM outboxd.subscriptions s JOIN outboxd.deliveries d"
+	"  ON d.subscription_id = s.id"
+	" WHERE s.ordering > 0 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
+	" AND d.status = 'NEW' AND d.blocked = 0 AND d.lease_until IS NULL"
+	" AND d.next_attempt_at IS NOT NULL AND " PENDING_BEFORE("d", "s")
 	" FOR UPDATE OF d SKIP LOCKED)";
 
+/* Parked deliveries whose reason is gone: due now (the claim still checks the order). */
 static const char unpark_sql[] =
-	"UPDATE outboxd.deliveries SET blocked = false, next_attempt_at = $1 WHERE id IN ("
-	" SELECT d.id FROM outboxd.deliveries d WHERE d.blocked"
-	" AND NOT (EXISTS (SELECT 1 FROM outboxd.subscriptions s"
-	"  WHERE s.id = d.subscription_id AND s.ordering = 1) AND " DEAD_BEFORE("d") ")"
-	" FOR UPDATE SKIP LOCKED)";
+	"UPDATE outboxd.deliveries SET blocked = 0, next_attempt_at = $1 WHERE id IN ("
+	" SELECT d.id FROM outboxd.deliveries d LEFT JOIN outboxd.subscriptions s"
+	"  ON s.id = d.subscription_id AND s.ordering > 0"
+	" WHERE d.blocked > 0 AND NOT (s.id IS NOT NULL AND CASE d.blocked"
+	"  WHEN 1 THEN s.ordering = 1 AND " DEAD_BEFORE("d")
+	"  ELSE " PENDING_BEFORE("d", "s") " END)"
+	" FOR UPDATE OF d SKIP LOCKED)";
 
 static int run_sweep(struct pg *pg, struct pgconn *c, const char *sql, int64_t now_ms,
 		     size_t *n)
@@ -563,18 +584,21 @@ static int run_sweep(struct pg *pg, struct pgconn *c, const char *sql, int64_t n
 	return rc;
 }
 
-int pg_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked)
+int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked)
 {
 	struct pg *pg = pg_of(st);
 	struct pgconn *c;
+	size_t waiting = 0;
 	int rc = STORE_OK;
 
 	*parked = *unparked = 0;
-	if (!(c = pg_take(pg, park ? ROLE_JOBS : ROLE_API, &rc)))
+	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
 		return rc;
-	if (park)
-		rc = run_sweep(pg, c, park_sql, now_ms, parked);
+	if (full)
+		rc = run_sweep(pg, c, park_dead_sql, now_ms, parked);
 	if (rc == STORE_OK)
+		rc = run_sweep(pg, c, park_wait_sql, now_ms, &waiting);
+	if (full && rc == STORE_OK)
 		rc = run_sweep(pg, c, unpark_sql, now_ms, unparked);
 	pg_give(c);
 	return rc;

@@ -141,6 +141,14 @@ static const char *const wsql[W_COUNT] = {
 		" last_cause = CASE WHEN ?13 THEN last_cause ELSE ?10 END,"
 		" lease_owner = NULL, lease_until = NULL, delay_actions = ?14,"
 		" updated_at = ?11 WHERE id = ?1 AND lease_owner = ?12",
+	/* Per-key ordering: delivery ?1 is done (delivered or dead); the next one of its
+	 * key, when it is parked waiting its turn, is due at ?2. */
+	[W_PROMOTE] =
+		"UPDATE deliveries SET blocked = 0, next_attempt_at = ?2 WHERE blocked = 2"
+		" AND id = (SELECT w.id FROM deliveries u JOIN deliveries w"
+		"  ON w.subscription_id = u.subscription_id AND w.order_key = u.order_key"
+		"  WHERE u.id = ?1 AND w.id > u.id AND w.status <> 'PROCESSED'"
+		"  ORDER BY w.id LIMIT 1)",
 	[W_ATTEMPT_INSERT] =
 		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
 		" message, cause) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"

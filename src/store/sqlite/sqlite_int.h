@@ -56,6 +56,7 @@ enum wstmt {
 	W_CLAIM,
 	W_CLAIM_EVENT,
 	W_RESULT,
+	W_PROMOTE,
 	W_ATTEMPT_INSERT,
 	W_REAP,
 	W_RELEASE_ALL,
@@ -185,7 +186,7 @@ int sq_job_get(store *st, const char *id, struct store_job *out);
 
 int sq_jobs_running(store *st, struct store_job **items, size_t *n);
 
-int sq_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked);
+int sq_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked);
 int sq_audit_append(store *st, const struct store_audit *a);
 
 int sq_audit_list(store *st, const char *before_id, size_t limit,

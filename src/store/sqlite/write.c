@@ -537,6 +537,13 @@ static int record_one(struct sq *sq, const char *owner, const struct store_resul
 	for (size_t i = 0; i < r->n_attempts; i++)
 		if ((rc = record_attempt(sq, r->delivery_id, &r->attempts[i])) != SQLITE_OK)
 			return rc;
+	if (r->ordered_key && (r->status == DELIVERY_PROCESSED || !r->next_attempt_at)) {
+		s = sq->w[W_PROMOTE];
+		sqlite3_bind_text(s, 1, r->delivery_id, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, now);
+		if ((rc = sq_step_done(s)) != SQLITE_OK)
+			return rc;
+	}
 	return SQLITE_OK;
 }
 
@@ -591,24 +598,46 @@ int sq_release_all(store *st, size_t *n)
 
 /* ---- per-key ordering ---------------------------------------------------- */
 
-/* A dead delivery p earlier than d of d's key, to a subscription that blocks on one. */
+/* A dead delivery earlier than D of D's key. */
 #define DEAD_BEFORE(D)                                                                   \
 	"EXISTS (SELECT 1 FROM deliveries p WHERE p.subscription_id = " D ".subscription_id" \
 	" AND p.order_key = " D ".order_key AND p.id < " D ".id"                            \
 	" AND p.status <> 'PROCESSED' AND p.status = 'FAILED'"                              \
 	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"
 
-static const char park_sql[] =
+/* An earlier delivery of D's key still to be done (a dead one not counted when the
+ * subscription S passes dead ones over): D must wait its turn. */
+#define PENDING_BEFORE(D, S)                                                             \
+	"EXISTS (SELECT 1 FROM deliveries p WHERE p.subscription_id = " D ".subscription_id" \
+	" AND p.order_key = " D ".order_key AND p.id < " D ".id"                            \
+	" AND p.status <> 'PROCESSED' AND NOT (" S ".ordering = 2 AND p.status = 'FAILED'"  \
+	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL))"
+
+/* Pending deliveries of ordered subscriptions: blocked 1 behind a dead one of their key
+ * (blocking subscriptions), else 2 behind an unfinished one. */
+static const char park_dead_sql[] =
 	"UPDATE deliveries SET blocked = 1, next_attempt_at = NULL WHERE rowid IN ("
 	" SELECT d.rowid FROM subscriptions s JOIN deliveries d ON d.subscription_id = s.id"
 	" WHERE s.ordering = 1 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
-	" AND d.status = 'NEW' AND d.blocked = 0 AND d.lease_until IS NULL"
-	" AND d.next_attempt_at IS NOT NULL AND " DEAD_BEFORE("d") ")";
+	" AND d.status = 'NEW' AND d.blocked <> 1 AND d.lease_until IS NULL"
+	" AND " DEAD_BEFORE("d") ")";
 
+static const char park_wait_sql[] =
+	"UPDATE deliveries SET blocked = 2, next_attempt_at = NULL WHERE rowid IN ("
+	" SELECT d.rowid FROM deliveries d INDEXED BY deliveries_due"
+	" JOIN subscriptions s ON s.id = d.subscription_id"
+	" WHERE d.lease_until IS NULL AND d.next_attempt_at IS NOT NULL"
+	" AND s.ordering > 0 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
+	" AND d.status = 'NEW' AND d.blocked = 0 AND " PENDING_BEFORE("d", "s") ")";
+
+/* Parked deliveries whose reason is gone: due now (the claim still checks the order). */
 static const char unpark_sql[] =
-	"UPDATE deliveries SET blocked = 0, next_attempt_at = ?1 WHERE blocked = 1"
-	" AND NOT (EXISTS (SELECT 1 FROM subscriptions s WHERE s.id = deliveries.subscription_id"
-	"  AND s.ordering = 1) AND " DEAD_BEFORE("deliveries") ")";
+	"UPDATE deliveries SET blocked = 0, next_attempt_at = ?1 WHERE rowid IN ("
+	" SELECT d.rowid FROM deliveries d LEFT JOIN subscriptions s"
+	"  ON s.id = d.subscription_id AND s.ordering > 0"
+	" WHERE d.blocked > 0 AND NOT (s.id IS NOT NULL AND CASE d.blocked"
+	"  WHEN 1 THEN s.ordering = 1 AND " DEAD_BEFORE("d")
+	"  ELSE " PENDING_BEFORE("d", "s") " END))";
 
 static int run_sweep(struct sq *sq, const char *sql, int64_t now_ms, size_t *n)
 {
@@ -629,16 +658,19 @@ static int run_sweep(struct sq *sq, const char *sql, int64_t now_ms, size_t *n)
 	return rc;
 }
 
-int sq_order_sweep(store *st, int64_t now_ms, int park, size_t *parked, size_t *unparked)
+int sq_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked)
 {
 	struct sq *sq = sq_of(st);
+	size_t waiting = 0;
 	int rc = SQLITE_OK;
 
-	*parked = 0;
+	*parked = *unparked = 0;
 	sq_wlock(sq);
-	if (park)
-		rc = run_sweep(sq, park_sql, now_ms, parked);
+	if (full)
+		rc = run_sweep(sq, park_dead_sql, now_ms, parked);
 	if (rc == SQLITE_OK)
+		rc = run_sweep(sq, park_wait_sql, now_ms, &waiting);
+	if (full && rc == SQLITE_OK)
 		rc = run_sweep(sq, unpark_sql, now_ms, unparked);
 	pthread_mutex_unlock(&sq->wmu);
 	return sq_store_code(rc);
