@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "cli/secret_key.h"
 #include "core/config.h"
+#include "core/metrics.h"
 #include "core/ssrf.h"
 #include "core/token.h"
 #include "core/subscriptions.h"
@@ -28,6 +29,7 @@
 #include "jobs/jobs.h"
 #include "store/store.h"
 #include "store/writer.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define OUTBOXD_VERSION "0.1.0"
@@ -176,6 +178,21 @@ static void reload_subscriptions(void *ctx)
 			 store_strerror(rc));
 }
 
+/* Endpoint health: the dispatcher found every attempt of a subscription failing for
+ * disable_after. Its pending deliveries stay; an operator enables it again. */
+static void disable_subscription(void *ctx, const char *id, const char *reason)
+{
+	struct subs_reload *r = ctx;
+	int rc = store_sub_disable(r->st, id, reason, clock_now_ms());
+	if (rc != STORE_OK) {
+		log_error("subscription %s: cannot disable it: %s (it is asked again after its next "
+			  "failure streak)", id, store_strerror(rc));
+		return;
+	}
+	metrics_subscription_disabled();
+	reload_subscriptions(r);
+}
+
 static void wake_jobs(void *ctx)
 {
 	jobs_wake(ctx);
@@ -306,6 +323,8 @@ static int serve(int argc, char **argv)
 		log_error("%s", err);
 		goto out;
 	}
+	/* reloads the set when another instance changed it, or after a disable */
+	struct subs_reload reload = {st, &reg, defaults};
 	struct dispatcher_config dcfg = {
 		.max_in_flight = cfg.max_in_flight,
 		.batch = cfg.retry_batch,
@@ -316,6 +335,9 @@ static int serve(int argc, char **argv)
 		.n_sinks = kafka_sink ? 2 : 1,
 		.dead_letter = kafka_sink ? sink_kafka_dead_letter : NULL,
 		.dead_letter_ctx = kafka_sink,
+		.disable_after_ms = cfg.disable_after_ms,
+		.disable = disable_subscription,
+		.disable_ctx = &reload,
 	};
 	/* The one writer of ingest, claims and results (store/writer.h), and the
 	 * dispatcher, its client. */
@@ -327,7 +349,6 @@ static int serve(int argc, char **argv)
 	/* Work made due by other instances or producers (PostgreSQL NOTIFY) wakes the
 	 * dispatcher at once; polling stays the fallback. Subscriptions changed by another
 	 * instance are reloaded. */
-	struct subs_reload reload = {st, &reg, defaults};
 	store_on_subscriptions_changed(st, reload_subscriptions, &reload);
 	store_on_work(st, wake_dispatcher, disp);
 	if (kafka_on && cfg.kafka_intake && *cfg.kafka_intake) {

@@ -499,6 +499,19 @@ static int cmd_subs(struct cli *c, const char *cmd, const struct opts *o)
 		json_decref(r);
 		return CLI_OK;
 	}
+	if ((strcmp(cmd, "enable") == 0 || strcmp(cmd, "disable") == 0) && o->nargs == 1) {
+		int on = strcmp(cmd, "enable") == 0;
+		snprintf(path, sizeof(path), "/v1/subscriptions/%s", o->args[0]);
+		if ((rc = call(c, "PATCH", path, on ? "{\"enabled\":true}" : "{\"enabled\":false}",
+			       &r)))
+			return rc;
+		if (c->json)
+			print_json(r);
+		else
+			printf("%s %s\n", on ? "enabled" : "disabled", o->args[0]);
+		json_decref(r);
+		return CLI_OK;
+	}
 	if ((strcmp(cmd, "show") == 0 || strcmp(cmd, "delete") == 0) && o->nargs == 1) {
 		snprintf(path, sizeof(path), "/v1/subscriptions/%s", o->args[0]);
 		int del = strcmp(cmd, "delete") == 0;
@@ -886,7 +899,7 @@ static const struct cli_group {
 	{"subs", "manage subscriptions",
 	 "  subs create --name N --endpoint URL --types a.*,b [--secret whsec_...|generate]\n"
 	 "              [--format json|binary] [--body JSON|@FILE|-]\n"
-	 "  subs list | show ID | delete ID\n"
+	 "  subs list | show ID | delete ID | enable ID | disable ID\n"
 	 "  subs update ID [--name N] [--endpoint URL] [--types ...] [--enabled true|false]\n"
 	 "              [--body JSON|@FILE|-]\n",
 	 cmd_subs},

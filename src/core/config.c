@@ -109,6 +109,11 @@ const struct config_setting config_settings[] = {
 	{"spool", "--spool", "OUTBOXD_SPOOL", CONFIG_STRING, NULL, S(spool),
 	 "local file that keeps accepted events and delivery results while the store is "
 	 "unavailable, replayed when it returns (seed 004); empty = off: ingest answers 503"},
+	{"disable_after", "--disable-after", "OUTBOXD_DISABLE_AFTER", CONFIG_DURATION, "5d",
+	 S(disable_after_ms),
+	 "a subscription whose every attempt failed this long is disabled (its deliveries "
+	 "wait until it is enabled again); a subscription's own disable_after wins; 0s = "
+	 "never"},
 	{"ssrf_allow", "--ssrf-allow", "OUTBOXD_SSRF_ALLOW", CONFIG_STRING, NULL, S(ssrf_allow),
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "

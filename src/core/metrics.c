@@ -40,6 +40,8 @@ static struct {
 	_Atomic long ingested;
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
+	_Atomic long subs_disabled;
+	_Atomic long subs_recovered;
 	_Atomic long kafka_produce_errors;
 	_Atomic long kafka_consumed;
 	_Atomic long kafka_undecodable;
@@ -158,6 +160,16 @@ void metrics_ingest_rejected(int status)
 void metrics_store_error(void)
 {
 	atomic_fetch_add_explicit(&m.store_errors, 1, memory_order_relaxed);
+}
+
+void metrics_subscription_disabled(void)
+{
+	atomic_fetch_add_explicit(&m.subs_disabled, 1, memory_order_relaxed);
+}
+
+void metrics_subscription_recovered(void)
+{
+	atomic_fetch_add_explicit(&m.subs_recovered, 1, memory_order_relaxed);
 }
 
 void metrics_kafka_produce_error(const char *topic)
@@ -284,6 +296,14 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_ingest_rejected_total{class=\"4xx\"} %ld\n"
 	  "outboxd_ingest_rejected_total{class=\"5xx\"} %ld\n",
 	  atomic_load(&m.rejected_4xx), atomic_load(&m.rejected_5xx));
+	A("# HELP outboxd_subscriptions_disabled_total Subscriptions this instance disabled "
+	  "after failing for disable_after.\n"
+	  "# TYPE outboxd_subscriptions_disabled_total counter\n"
+	  "outboxd_subscriptions_disabled_total %ld\n", atomic_load(&m.subs_disabled));
+	A("# HELP outboxd_subscriptions_recovered_total Subscriptions that succeeded again after "
+	  "failing for at least their failure window.\n"
+	  "# TYPE outboxd_subscriptions_recovered_total counter\n"
+	  "outboxd_subscriptions_recovered_total %ld\n", atomic_load(&m.subs_recovered));
 	A("# HELP outboxd_store_errors_total Store calls that failed.\n"
 	  "# TYPE outboxd_store_errors_total counter\noutboxd_store_errors_total %ld\n",
 	  atomic_load(&m.store_errors));

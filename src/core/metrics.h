@@ -34,6 +34,9 @@ int metrics_circuit_state(const char *subscription_id, int64_t now_ms);
 void metrics_ingested(long events);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);
+/* Endpoint health (issue 15): a subscription disabled after disable_after, one recovered. */
+void metrics_subscription_disabled(void);
+void metrics_subscription_recovered(void);
 /* Kafka: a message not acknowledged; messages stored by the intake (of which
  * undecodable); the intake paused for its backlog; a partition's lag. */
 void metrics_kafka_produce_error(const char *topic);

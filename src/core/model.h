@@ -158,6 +158,8 @@ struct subscription {
 	double rate_limit;     /* requests per second (token bucket), 0 = no limit */
 	int enabled;
 	enum delivery_ordering ordering;
+	int64_t disable_after_ms;  /* failing this long without a success disables it;
+	                              0 = never, -1 = the setting disable_after */
 	char *origin;          /* NULL for an operator's subscription; "kafka_envelope" for
 	                          one outboxd derived from an envelope's target: it matches
 	                          no event type (fan-out never picks it) */

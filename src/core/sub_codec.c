@@ -27,11 +27,14 @@
 /* previous_secret and previous_secret_expires_at are written by outboxd during a rotation
  * (sub_codec_prepare), never by the user; they live in the stored document because the
  * store keeps a subscription as one document. */
+#define DISABLE_AFTER_MAX_MS (365 * 86400000LL)
+
 static const char *const top_keys[] = {
 	"name", "event_types", "endpoint", "payload_format", "auth", "headers", "secret",
 	"secret_grace", "previous_secret", "previous_secret_expires_at", "tls",
 	"timeout", "retry", "circuit_breaker", "max_in_flight", "rate_limit", "enabled",
-	"origin", "ordering", "ordering_on_dead", NULL,
+	"origin", "ordering", "ordering_on_dead", "disable_after", "disabled_reason",
+	"disabled_at", NULL,
 };
 
 static const char *const tls_keys[] = {"ca_file", "client_cert", "client_key", NULL};
@@ -583,6 +586,21 @@ static int parse_limits(const json_t *doc, struct subscription *s, struct input_
 	return 0;
 }
 
+/* disable_after (a duration; "0s": never), and why and when outboxd disabled the
+ * subscription (disabled_reason, disabled_at: its own, see sub_codec_prepare). */
+static int parse_disable(const json_t *doc, struct subscription *s, struct input_error *err)
+{
+	const char *reason, *at;
+
+	s->disable_after_ms = -1;
+	if (json_object_get(doc, "disable_after") &&
+	    get_duration(doc, "disable_after", "disable_after", 0, DISABLE_AFTER_MAX_MS,
+			 &s->disable_after_ms, err))
+		return -1;
+	return get_string(doc, "disabled_reason", "disabled_reason", 0, 512, &reason, err) ||
+	       get_string(doc, "disabled_at", "disabled_at", 0, 64, &at, err);
+}
+
 /* ordering ("none" | "partition_key") and ordering_on_dead ("block" | "skip"). */
 static int parse_ordering(const json_t *doc, struct subscription *s, struct input_error *err)
 {
@@ -747,7 +765,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 	if ((v = json_object_get(doc, "circuit_breaker")) && !json_is_null(v) &&
 	    parse_breaker(v, &s->breaker, err))
 		goto fail;
-	if (parse_limits(doc, s, err) || parse_ordering(doc, s, err))
+	if (parse_limits(doc, s, err) || parse_ordering(doc, s, err) || parse_disable(doc, s, err))
 		goto fail;
 	if ((v = json_object_get(doc, "enabled"))) {
 		if (!json_is_boolean(v)) {
@@ -858,6 +876,7 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
 		      char **generated, struct input_error *err)
 {
 	static const char *const managed[] = {"previous_secret", "previous_secret_expires_at", NULL};
+	static const char *const auto_disabled[] = {"disabled_reason", "disabled_at", NULL};
 	const char *old = stored ? json_string_value(json_object_get(stored, "secret")) : NULL;
 	json_t *v;
 
@@ -872,6 +891,19 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
 			json_object_del(doc, "previous_secret");
 			json_object_del(doc, "previous_secret_expires_at");
 		}
+	}
+	/* outboxd writes why it disabled a subscription; input may not. Enabling it again
+	 * clears them. */
+	for (const char *const *k = auto_disabled; *k; k++) {
+		v = json_object_get(input, *k);
+		if (v && !json_is_null(v))
+			return input_error_set(err, 400, "invalid_argument", *k,
+					       "%s is set by outboxd when it disables a failing "
+					       "subscription; enable it to clear it", *k);
+	}
+	if (json_is_true(json_object_get(input, "enabled")) || json_object_get(input, "disabled_reason")) {
+		json_object_del(doc, "disabled_reason");
+		json_object_del(doc, "disabled_at");
 	}
 	/* The masked value a read returned, sent back unchanged, keeps the secret. */
 	if (string_is(json_object_get(input, "secret"), SECRET_MASK) && old)

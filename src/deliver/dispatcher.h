@@ -30,6 +30,12 @@ struct dispatcher_config {
 	void (*dead_letter)(void *ctx, const struct store_claim *c, const struct subscription *s,
 			    const struct store_result *r);
 	void *dead_letter_ctx;
+	/* Endpoint health (issue 15): disable_after when a subscription sets none (0 =
+	 * never); disable is called on the dispatcher's thread, once per failure streak, to
+	 * disable a subscription whose every attempt failed that long (reason borrowed). */
+	int64_t disable_after_ms;
+	void (*disable)(void *ctx, const char *subscription_id, const char *reason);
+	void *disable_ctx;
 };
 
 struct dispatcher;

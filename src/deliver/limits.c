@@ -91,13 +91,31 @@ enum breaker_admission limits_admit(struct sub_limits *x, const struct subscript
 	return a;
 }
 
-void limits_record(struct sub_limits *x, const struct subscription *s, int success, int *probe)
+enum limits_health limits_record(struct sub_limits *x, const struct subscription *s,
+				 int success, int *probe, int64_t disable_after_ms)
 {
 	const struct circuit_breaker_config *c = &s->breaker;
 	enum breaker_state before = x->breaker.state;
+	enum limits_health health = LIMITS_HEALTHY;
 	char window[32], left[32];
+	int64_t now = clock_now_ms();
 
-	breaker_record(&x->breaker, c, clock_now_ms(), success, *probe);
+	/* Endpoint health: how long every attempt has failed (this instance's view). */
+	if (success) {
+		if (x->failing_since_ms && now - x->failing_since_ms >= c->failure_window_ms)
+			health = LIMITS_RECOVERED;
+		x->failing_since_ms = 0;
+		x->disable_asked = 0;
+	} else {
+		if (!x->failing_since_ms)
+			x->failing_since_ms = now;
+		if (disable_after_ms > 0 && !x->disable_asked &&
+		    now - x->failing_since_ms >= disable_after_ms) {
+			x->disable_asked = 1;
+			health = LIMITS_DISABLE;
+		}
+	}
+	breaker_record(&x->breaker, c, now, success, *probe);
 	enum breaker_state after = x->breaker.state;
 	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || *probe))
 		log_warn("subscription %s: circuit open%s: deliveries take delay actions for %s "
@@ -109,6 +127,7 @@ void limits_record(struct sub_limits *x, const struct subscription *s, int succe
 		log_info("subscription %s: circuit closed: the probe succeeded", x->sub_id);
 	*probe = 0;
 	publish(x);
+	return health;
 }
 
 void limits_probe_abandoned(struct sub_limits *x, int *probe)

@@ -32,6 +32,9 @@ struct sub_limits {
 	int parked;
 	int on_parked_list;
 	int64_t window_ms;           /* the breaker's failure window as last seen */
+	int64_t failing_since_ms;    /* wall clock: the first failure since the last
+	                                success, 0 while it succeeds (disable_after) */
+	int disable_asked;           /* the dispatcher was asked to disable it this streak */
 	int64_t last_used_ms;        /* monotonic */
 	struct sub_limits *next;     /* hash chain */
 	struct sub_limits *next_parked; /* in the dispatcher's list of queues that wait */
@@ -57,7 +60,16 @@ enum breaker_admission limits_admit(struct sub_limits *x, const struct subscript
 				    const char *delivery_id, int *probe);
 
 /* A round with attempts ended: the breaker counts it. probe is reset to 0. */
-void limits_record(struct sub_limits *x, const struct subscription *s, int success, int *probe);
+/* What a recorded round means for the subscription's health (issue 15). */
+enum limits_health {
+	LIMITS_HEALTHY,
+	LIMITS_DISABLE,     /* every attempt failed for disable_after: disable it */
+	LIMITS_RECOVERED,   /* a success after failing for at least its failure window */
+};
+
+/* disable_after_ms: the subscription's, resolved (0 = never). */
+enum limits_health limits_record(struct sub_limits *x, const struct subscription *s,
+				 int success, int *probe, int64_t disable_after_ms);
 
 /* The probe ended undecided (handed back): the next round asking is the probe. */
 void limits_probe_abandoned(struct sub_limits *x, int *probe);

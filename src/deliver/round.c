@@ -55,11 +55,32 @@ static void round_slot_put(struct round *j)
 	}
 }
 
-/* A round with attempts ended: the breaker counts it. */
+/* A round with attempts ended: the breaker counts it, and the subscription's health
+ * follows (disabled after disable_after of nothing but failures; a recovery is noted). */
 static void circuit_record(struct round *j, int success)
 {
-	if (j->limits)
-		limits_record(j->limits, j->sub, success, &j->probe);
+	struct dispatcher *d = j->d;
+	if (!j->limits)
+		return;
+	int64_t after = j->sub->disable_after_ms >= 0 ? j->sub->disable_after_ms
+						       : d->cfg.disable_after_ms;
+	enum limits_health h = limits_record(j->limits, j->sub, success, &j->probe, after);
+	char span[32], reason[160];
+	if (h == LIMITS_DISABLE && d->cfg.disable) {
+		snprintf(reason, sizeof(reason), "every attempt failed for %s (disable_after); "
+			 "the last: %d %s", duration_format(after, span, sizeof(span)),
+			 j->tries ? j->attempts[j->tries - 1].code : 0,
+			 j->tries && j->attempts[j->tries - 1].message ?
+				 j->attempts[j->tries - 1].message : "");
+		log_warn("subscription %s (%s): disabled: %s; its deliveries wait until it is "
+			 "enabled again", j->sub->id, j->sub->name, reason);
+		d->cfg.disable(d->cfg.disable_ctx, j->sub->id, reason);
+	} else if (h == LIMITS_RECOVERED) {
+		log_info("subscription %s (%s): recovered: an attempt succeeded after a failure "
+			 "streak of at least %s", j->sub->id, j->sub->name,
+			 duration_format(j->sub->breaker.failure_window_ms, span, sizeof(span)));
+		metrics_subscription_recovered();
+	}
 }
 
 /* ---- the life of a round ----------------------------------------------------------------- */

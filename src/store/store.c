@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "core/secretbox.h"
 #include "core/sub_codec.h"
 #include "util/clock.h"
@@ -672,6 +674,39 @@ int store_sub_create(store *st, const struct sub_row *sub)
 int store_sub_update(store *st, const struct sub_row *sub)
 {
 	return sub_write(st, sub, st ? st->ops->sub_update : NULL);
+}
+
+int store_sub_disable(store *st, const char *id, const char *reason, int64_t at_ms)
+{
+	struct sub_row row;
+	char ts[RFC3339_LEN];
+	int rc = store_sub_get(st, id, &row);
+	if (rc)
+		return rc;
+	json_t *doc = json_loads(row.config, 0, NULL);
+	char *text = NULL;
+	if (!doc) {
+		rc = STORE_ERROR;
+		goto out;
+	}
+	json_object_set_new(doc, "enabled", json_false());
+	json_object_set_new(doc, "disabled_reason", json_string(reason));
+	json_object_set_new(doc, "disabled_at", json_string(clock_format_rfc3339(at_ms, ts)));
+	if (!(text = json_dumps(doc, JSON_COMPACT))) {
+		rc = STORE_ERROR;
+		goto out;
+	}
+	free(row.config);
+	row.config = text;
+	text = NULL;
+	row.enabled = 0;
+	row.updated_at = at_ms;
+	rc = store_sub_update(st, &row);
+out:
+	json_decref(doc);
+	free(text);
+	store_sub_free(&row);
+	return rc;
 }
 
 int store_sub_delete(store *st, const char *id)

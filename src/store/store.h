@@ -420,6 +420,9 @@ void store_stats_free(struct store_stats *s);
 int store_sub_create(store *st, const struct sub_row *sub);  /* CONFLICT: same name */
 int store_sub_update(store *st, const struct sub_row *sub);  /* NOT_FOUND, CONFLICT */
 int store_sub_delete(store *st, const char *id);               /* NOT_FOUND */
+/* Disables subscription id, noting why and when in its document (disabled_reason,
+ * disabled_at: endpoint health, issue 15); its pending deliveries wait. */
+int store_sub_disable(store *st, const char *id, const char *reason, int64_t at_ms);
 int store_sub_get(store *st, const char *id, struct sub_row *out);
 /* All subscriptions ordered by created_at (returned array). */
 int store_sub_list(store *st, struct sub_row **items, size_t *n);
