@@ -26,6 +26,7 @@
 #include "deliver/dispatcher.h"
 #include "deliver/sink_kafka.h"
 #include "intake/kafka_intake.h"
+#include "intake/ops_events.h"
 #include "jobs/jobs.h"
 #include "store/store.h"
 #include "store/writer.h"
@@ -213,6 +214,7 @@ static int serve(int argc, char **argv)
 	struct jobs *jobs = NULL;
 	struct http_server *http = NULL;
 	struct api_tokens *tokens = NULL;
+	struct ops_events *ops = NULL;
 	int rc = 1;
 
 	for (int i = 0; i < argc; i++) {
@@ -343,6 +345,11 @@ static int serve(int argc, char **argv)
 	 * dispatcher, its client. */
 	if (!(writer = writer_start(st, spool)))
 		goto out;
+	/* outboxd's own operational events, stored through the writer like any event */
+	if (!(ops = ops_events_start(writer, &reg, cfg.ops_events_limit,
+				     cfg.ops_events_window_ms)))
+		goto out;
+	dcfg.ops = (struct ops_event_hook){ops_events_emit, ops};
 	if (!(disp = dispatcher_start(writer, &reg, &dcfg)))
 		goto out;
 	writer_on_commit(writer, wake_dispatcher, disp);
@@ -371,6 +378,7 @@ static int serve(int argc, char **argv)
 		.reap_interval_ms = cfg.reap_interval_ms,
 		.cleanup_enabled = cfg.cleanup_enabled,
 		.cleanup_interval_ms = cfg.cleanup_interval_ms,
+		.ops = {ops_events_emit, ops},
 	};
 	if (!(jobs = jobs_start(st, &reg, &jcfg, wake_dispatcher, disp)))
 		goto out;
@@ -439,6 +447,7 @@ out:
 	store_on_work(st, NULL, NULL);
 	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
+	ops_events_stop(ops); /* after what emits them, before the writer that stores them */
 	writer_stop(writer);
 	sink_close(http_sink); /* after the dispatcher, whose jobs they served */
 	sink_close(kafka_sink);

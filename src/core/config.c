@@ -114,6 +114,13 @@ const struct config_setting config_settings[] = {
 	 "a subscription whose every attempt failed this long is disabled (its deliveries "
 	 "wait until it is enabled again); a subscription's own disable_after wins; 0s = "
 	 "never"},
+	{"ops_events_limit", "--ops-events-limit", "OUTBOXD_OPS_EVENTS_LIMIT", CONFIG_INT, "10",
+	 S(ops_events_limit),
+	 "operational events (outboxd.*) per subscription and kind within ops_events_window; "
+	 "more are counted into one summary event when the window ends"},
+	{"ops_events_window", "--ops-events-window", "OUTBOXD_OPS_EVENTS_WINDOW",
+	 CONFIG_DURATION, "1m", S(ops_events_window_ms),
+	 "the window of ops_events_limit (at least 1s)"},
 	{"ssrf_allow", "--ssrf-allow", "OUTBOXD_SSRF_ALLOW", CONFIG_STRING, NULL, S(ssrf_allow),
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
@@ -454,6 +461,9 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	config_retry_defaults(cfg, &policy);
 	if (retry_policy_check(&policy, "retry_", field, sizeof(field), msg, sizeof(msg)))
 		return fail(err, errlen, "%s", msg);
+	if (cfg->ops_events_limit < 1 || cfg->ops_events_window_ms < 1000)
+		return fail(err, errlen, "ops_events_limit must be at least 1 and ops_events_window "
+			    "at least 1s");
 	if (cfg->api_max_connections < 16 || cfg->api_idle_timeout_ms < 1000)
 		return fail(err, errlen, "api_max_connections must be at least 16 and api_idle_timeout "
 			    "at least 1s");

@@ -52,6 +52,8 @@ struct config {
 	int64_t stats_window_ms;  /* window of per-subscription stats */
 	char *spool;              /* catastrophic-failure spool file, NULL or "" = off */
 	int64_t disable_after_ms; /* a subscription failing this long is disabled; 0 = never */
+	int ops_events_limit;     /* operational events per subscription and kind a window */
+	int64_t ops_events_window_ms;
 	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
 	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
 	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */

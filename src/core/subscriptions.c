@@ -1,6 +1,8 @@
 /* subscriptions.c: reference-counted, immutable subscription sets (see the header). */
 #include "core/subscriptions.h"
 
+#include "core/ops_event.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,13 +111,17 @@ long sub_set_match(const struct sub_set *set, const char *event_type,
 		   char (**ids)[UUID_STR_LEN], size_t *cap)
 {
 	long n = 0;
+	/* outboxd's own events reach only patterns written for them ("outboxd.*"), never
+	 * "*" */
+	int ops = ops_event_type(event_type);
 	for (size_t i = 0; i < set->n; i++) {
 		const struct subscription *s = set->items[i];
 		if (!s->enabled || s->origin) /* an envelope's own: never fanned out to */
 			continue;
 		int hit = 0;
 		for (size_t p = 0; p < s->n_event_types && !hit; p++)
-			hit = pattern_match(s->event_types[p], event_type);
+			hit = (!ops || ops_event_type(s->event_types[p])) &&
+			      pattern_match(s->event_types[p], event_type);
 		if (!hit)
 			continue;
 		if ((size_t)n == *cap) {

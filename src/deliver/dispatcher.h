@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/subscriptions.h"
+#include "core/ops_event.h"
 #include "deliver/sink.h"
 #include "store/store.h"
 #include "store/writer.h"
@@ -36,6 +37,9 @@ struct dispatcher_config {
 	int64_t disable_after_ms;
 	void (*disable)(void *ctx, const char *subscription_id, const char *reason);
 	void *disable_ctx;
+	/* Operational events (core/ops_event.h): dead deliveries, circuits opened and
+	 * closed, subscriptions disabled and recovered. */
+	struct ops_event_hook ops;
 };
 
 struct dispatcher;

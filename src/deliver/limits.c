@@ -91,19 +91,19 @@ enum breaker_admission limits_admit(struct sub_limits *x, const struct subscript
 	return a;
 }
 
-enum limits_health limits_record(struct sub_limits *x, const struct subscription *s,
-				 int success, int *probe, int64_t disable_after_ms)
+unsigned limits_record(struct sub_limits *x, const struct subscription *s, int success,
+		       int *probe, int64_t disable_after_ms)
 {
 	const struct circuit_breaker_config *c = &s->breaker;
 	enum breaker_state before = x->breaker.state;
-	enum limits_health health = LIMITS_HEALTHY;
+	unsigned health = 0;
 	char window[32], left[32];
 	int64_t now = clock_now_ms();
 
 	/* Endpoint health: how long every attempt has failed (this instance's view). */
 	if (success) {
 		if (x->failing_since_ms && now - x->failing_since_ms >= c->failure_window_ms)
-			health = LIMITS_RECOVERED;
+			health |= LIMITS_RECOVERED;
 		x->failing_since_ms = 0;
 		x->disable_asked = 0;
 	} else {
@@ -112,11 +112,15 @@ enum limits_health limits_record(struct sub_limits *x, const struct subscription
 		if (disable_after_ms > 0 && !x->disable_asked &&
 		    now - x->failing_since_ms >= disable_after_ms) {
 			x->disable_asked = 1;
-			health = LIMITS_DISABLE;
+			health |= LIMITS_DISABLE;
 		}
 	}
 	breaker_record(&x->breaker, c, now, success, *probe);
 	enum breaker_state after = x->breaker.state;
+	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || *probe))
+		health |= LIMITS_CIRCUIT_OPENED;
+	else if (after == BREAKER_CLOSED && before != BREAKER_CLOSED)
+		health |= LIMITS_CIRCUIT_CLOSED;
 	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || *probe))
 		log_warn("subscription %s: circuit open%s: deliveries take delay actions for %s "
 			 "(more than %d failed deliveries within %s)", x->sub_id,

@@ -60,16 +60,18 @@ enum breaker_admission limits_admit(struct sub_limits *x, const struct subscript
 				    const char *delivery_id, int *probe);
 
 /* A round with attempts ended: the breaker counts it. probe is reset to 0. */
-/* What a recorded round means for the subscription's health (issue 15). */
+/* What a recorded round means for the subscription's health (issue 15): a mask. */
 enum limits_health {
-	LIMITS_HEALTHY,
-	LIMITS_DISABLE,     /* every attempt failed for disable_after: disable it */
-	LIMITS_RECOVERED,   /* a success after failing for at least its failure window */
+	LIMITS_DISABLE = 1,        /* every attempt failed for disable_after: disable it */
+	LIMITS_RECOVERED = 2,      /* a success after failing for at least its failure window */
+	LIMITS_CIRCUIT_OPENED = 4, /* the breaker opened (or a half-open probe failed) */
+	LIMITS_CIRCUIT_CLOSED = 8, /* a probe succeeded: the breaker closed */
 };
 
-/* disable_after_ms: the subscription's, resolved (0 = never). */
-enum limits_health limits_record(struct sub_limits *x, const struct subscription *s,
-				 int success, int *probe, int64_t disable_after_ms);
+/* disable_after_ms: the subscription's, resolved (0 = never). Returns enum
+ * limits_health bits. */
+unsigned limits_record(struct sub_limits *x, const struct subscription *s, int success,
+		       int *probe, int64_t disable_after_ms);
 
 /* The probe ended undecided (handed back): the next round asking is the probe. */
 void limits_probe_abandoned(struct sub_limits *x, int *probe);

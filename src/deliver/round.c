@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/metrics.h"
+#include "core/ops_event.h"
 #include "util/clock.h"
 #include "util/duration.h"
 #include "util/log.h"
@@ -55,8 +56,38 @@ static void round_slot_put(struct round *j)
 	}
 }
 
+/* Operational events about s are not made when s only takes outboxd's own events: a
+ * failing operations endpoint must not feed itself (core/ops_event.h). */
+static int ops_only(const struct subscription *s)
+{
+	for (size_t i = 0; i < s->n_event_types; i++)
+		if (!ops_event_type(s->event_types[i]))
+			return 0;
+	return s->n_event_types > 0;
+}
+
+/* An operational event about j's subscription, with its id and name in the payload
+ * (consumed). */
+static void ops_about_sub(struct round *j, const char *kind, json_t *payload)
+{
+	if (ops_only(j->sub)) {
+		json_decref(payload);
+		return;
+	}
+	json_object_set_new(payload, "subscription_id", json_string(j->sub->id));
+	json_object_set_new(payload, "subscription_name", json_string(j->sub->name));
+	ops_event_emit(&j->d->cfg.ops, kind, j->sub->id, payload);
+}
+
+static json_t *time_json(int64_t ms)
+{
+	char ts[RFC3339_LEN];
+	return json_string(clock_format_rfc3339(ms, ts));
+}
+
 /* A round with attempts ended: the breaker counts it, and the subscription's health
- * follows (disabled after disable_after of nothing but failures; a recovery is noted). */
+ * follows (disabled after disable_after of nothing but failures; a recovery is noted),
+ * each change also an operational event. */
 static void circuit_record(struct round *j, int success)
 {
 	struct dispatcher *d = j->d;
@@ -64,9 +95,18 @@ static void circuit_record(struct round *j, int success)
 		return;
 	int64_t after = j->sub->disable_after_ms >= 0 ? j->sub->disable_after_ms
 						       : d->cfg.disable_after_ms;
-	enum limits_health h = limits_record(j->limits, j->sub, success, &j->probe, after);
+	int64_t failing_since = j->limits->failing_since_ms, now = clock_now_ms();
+	unsigned h = limits_record(j->limits, j->sub, success, &j->probe, after);
 	char span[32], reason[160];
-	if (h == LIMITS_DISABLE && d->cfg.disable) {
+	if (h & LIMITS_CIRCUIT_OPENED)
+		ops_about_sub(j, "circuit.opened",
+			      json_pack("{s:o, s:i, s:I}", "open_until",
+					time_json(j->limits->breaker.open_until_ms), "max_errors",
+					j->sub->breaker.max_errors, "failure_window_ms",
+					(json_int_t)j->sub->breaker.failure_window_ms));
+	if (h & LIMITS_CIRCUIT_CLOSED)
+		ops_about_sub(j, "circuit.closed", json_pack("{s:o}", "closed_at", time_json(now)));
+	if ((h & LIMITS_DISABLE) && d->cfg.disable) {
 		snprintf(reason, sizeof(reason), "every attempt failed for %s (disable_after); "
 			 "the last: %d %s", duration_format(after, span, sizeof(span)),
 			 j->tries ? j->attempts[j->tries - 1].code : 0,
@@ -75,11 +115,19 @@ static void circuit_record(struct round *j, int success)
 		log_warn("subscription %s (%s): disabled: %s; its deliveries wait until it is "
 			 "enabled again", j->sub->id, j->sub->name, reason);
 		d->cfg.disable(d->cfg.disable_ctx, j->sub->id, reason);
-	} else if (h == LIMITS_RECOVERED) {
+		ops_about_sub(j, "subscription.disabled",
+			      json_pack("{s:s, s:o, s:o}", "reason", reason, "disabled_at",
+					time_json(now), "failing_since", time_json(failing_since)));
+	}
+	if (h & LIMITS_RECOVERED) {
 		log_info("subscription %s (%s): recovered: an attempt succeeded after a failure "
 			 "streak of at least %s", j->sub->id, j->sub->name,
 			 duration_format(j->sub->breaker.failure_window_ms, span, sizeof(span)));
 		metrics_subscription_recovered();
+		ops_about_sub(j, "subscription.recovered",
+			      json_pack("{s:o, s:o, s:I}", "recovered_at", time_json(now),
+					"failing_since", time_json(failing_since), "failing_ms",
+					(json_int_t)(now - failing_since)));
 	}
 }
 
@@ -117,12 +165,26 @@ static void set_last_error(struct store_result *r, const struct round *j)
 	r->last_cause = a->cause;
 }
 
-/* The delivery just went to the dead-letter queue: tell the hook (Kafka DLT topics). */
+/* The delivery just went to the dead-letter queue: tell the hook (Kafka DLT topics), and
+ * make an operational event of it unless it was one (no loops). */
 static void dead_lettered(struct round *j)
 {
 	const struct dispatcher_config *cfg = &j->d->cfg;
+	const struct store_result *r = &j->wr.result;
 	if (cfg->dead_letter && j->sub && j->sub->endpoint)
-		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, &j->wr.result);
+		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, r);
+	if (ops_event_type(j->claim->event_type))
+		return;
+	json_t *p = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "delivery_id",
+			      j->claim->delivery_id, "event_id", j->claim->event_id, "event_type",
+			      j->claim->event_type, "subscription_id", j->claim->subscription_id,
+			      "attempt_count", r->attempt_count, "last_error",
+			      json_pack("{s:i, s:s?}", "code", r->last_code, "message",
+					r->last_message),
+			      "dead_at", time_json(clock_now_ms()));
+	if (j->sub)
+		json_object_set_new(p, "subscription_name", json_string(j->sub->name));
+	ops_event_emit(&cfg->ops, "delivery.dead", j->claim->subscription_id, p);
 }
 
 /* The delivery waits its turn among its key's (per-key ordering). */

@@ -1,6 +1,8 @@
 /* ingest.c: validation of ingested events and their fan-out (see ingest.h). */
 #include "intake/ingest.h"
 
+#include "core/ops_event.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +182,12 @@ static int parse_event(json_t *obj, const char *body, const struct span *span,
 		return input_error_set(err, 400, "invalid_argument", field,
 				       "%s must be a string of 1 to 255 printable characters without spaces, '*' or '?'",
 				       field);
+	}
+	if (ops_event_type(json_string_value(v))) {
+		event_field(field, sizeof(field), at, "event_type");
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s: event types starting with \"outboxd.\" are outboxd's "
+				       "own operational events", field);
 	}
 	type = json_string_value(v);
 

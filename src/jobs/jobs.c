@@ -183,6 +183,7 @@ struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_c
 	j->ctx = ctx;
 	j->replay.st = st;
 	j->replay.reg = reg;
+	j->replay.ops = cfg->ops;
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_cond_init(&j->cond, NULL);
 	if (pthread_create(&j->thread, NULL, jobs_main, j)) {

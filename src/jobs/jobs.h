@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "core/ops_event.h"
 #include "core/subscriptions.h"
 #include "store/store.h"
 
@@ -19,6 +20,7 @@ struct jobs_config {
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;
+	struct ops_event_hook ops;   /* outboxd.replay_job.finished (core/ops_event.h) */
 };
 
 /* Called when a job created or returned due work (to wake the dispatcher). */

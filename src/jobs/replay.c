@@ -42,6 +42,10 @@ static void finish(struct replay_runner *r, struct store_job *j, const char *sta
 			r->pace[i].id[0] = '\0';
 	log_info("replay job %s %s: %lld of %lld replayed", j->id, state, (long long)j->done,
 		 (long long)j->matched);
+	json_t *p = json_pack("{s:s, s:s, s:I, s:I, s:s?, s:s?}", "job_id", j->id, "state", state,
+			      "matched", (json_int_t)j->matched, "replayed", (json_int_t)j->done,
+			      "actor", j->actor, "error", error);
+	ops_event_emit(&r->ops, "replay_job.finished", "", p);
 }
 
 /* Replays up to want deliveries of job j. Returns how many, or -1 on a store error. */

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "core/ops_event.h"
 #include "core/subscriptions.h"
 #include "store/store.h"
 
@@ -14,6 +15,7 @@
 struct replay_runner {
 	store *st;
 	struct sub_registry *reg;
+	struct ops_event_hook ops;   /* a job that ends: outboxd.replay_job.finished */
 	struct {
 		char id[UUID_STR_LEN];
 		int64_t last_ms;    /* monotonic time of its last tick */
