@@ -30,7 +30,7 @@ KILL_EVERY=${KILL_EVERY:-25}      # mean s between SIGKILLs (uniform in 0.4x..1.
 PG_EVERY=${PG_EVERY:-}            # mean s between PostgreSQL restarts (SOAK/8, 30..240 s)
 CHAOS_EVERY=${CHAOS_EVERY:-30}    # mean s between changes of a subscriber's profile
 LEASE=${LEASE:-30s}               # outboxd lease: a killed instance's work returns after it
-DRAIN_SECONDS=${DRAIN_SECONDS:-600}
+DRAIN_SECONDS=${DRAIN_SECONDS:-900}
 BUILD=${BUILD:-build-soak}
 RESULTS=${RESULTS:-bench/results}
 SEED=${SEED:-$(( $(date +%s) % 32768 ))}
@@ -299,7 +299,9 @@ while :; do
   [ "$alive" -eq 1 ] || break
   el=$(( $(date +%s) - T_START ))
   if [ $((el % 60)) -eq 0 ] && [ "$el" -gt 0 ]; then
-    log "$((el / 60)) min: $(wc -l <"$work/kills.log") kills, $(wc -l <"$work/pg_restarts.log") PostgreSQL restarts, load $(cut -d' ' -f1 /proc/loadavg)"
+    backlog=$(api "$APORT" GET /v1/stats 2>/dev/null | jq -r '"NEW \(.deliveries.NEW), retrying \(.deliveries.FAILED_RETRYING), dead \(.deliveries.FAILED_DEAD)"' 2>/dev/null) ||
+      backlog="stats unavailable"
+    log "$((el / 60)) min: $(wc -l <"$work/kills.log") kills, $(wc -l <"$work/pg_restarts.log") PostgreSQL restarts; $backlog; load $(cut -d' ' -f1 /proc/loadavg)"
   fi
   sleep 1
 done
@@ -340,9 +342,16 @@ while [ $(( $(date +%s) - T_DRAIN )) -lt "$DRAIN_SECONDS" ]; do
     state=$(api "$APORT" GET "/v1/jobs/$job" | jq -r .state) || state=running
     [ "$state" = running ] && running=1
   fi
-  # The dead-letter queue is replayed through the API, as an operator would; a delivery
-  # that dies again (a circuit breaker still open) is replayed again.
-  if [ "$dead" -gt 0 ] && [ "$running" -eq 0 ] && [ "$replays" -lt 20 ]; then
+  # The dead-letter queue is replayed through the API, as an operator would, once every
+  # circuit breaker is closed again in both instances (an open one stays open for its
+  # failure_window and dead-letters what it delays too often: replaying into it would
+  # only feed it). A delivery that dies again is replayed again.
+  open=0
+  for port in "$APORT" "$BPORT"; do
+    n=$(api "$port" GET /v1/stats | jq '[.subscriptions[] | select(.circuit != "closed")] | length') || n=1
+    open=$((open + n))
+  done
+  if [ "$dead" -gt 0 ] && [ "$running" -eq 0 ] && [ "$open" -eq 0 ] && [ "$replays" -lt 100 ]; then
     out=$(api "$APORT" POST /v1/dlq/replay '{"filter":{}}') || out='{}'
     job=$(jq -r '.job_id // empty' <<<"$out")
     m=$(jq -r '.matched // 0' <<<"$out")
@@ -355,7 +364,7 @@ while [ $(( $(date +%s) - T_DRAIN )) -lt "$DRAIN_SECONDS" ]; do
     drained=1
     break
   fi
-  log "drain: NEW $new, retrying $retrying, in flight $inflight, dead $dead"
+  log "drain: NEW $new, retrying $retrying, in flight $inflight, dead $dead, open circuits $open"
   sleep 5
 done
 T_END=$(date +%s)
