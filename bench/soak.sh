@@ -480,6 +480,12 @@ UNEXPECTED=$(wc -l <"$work/exits-unexpected.log")
 ERROR_LINES=$(cat "$work"/outboxd-*.log | jq -rR 'fromjson? | select(.level == "error") | .msg' 2>/dev/null |
   sed -E 's/[0-9a-f]{8}-[0-9a-f-]{27}/<id>/g; s/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -8)
 
+# B's spool: outages it drained, and the events it replayed into the store (each one
+# acknowledged with a 202 while PostgreSQL was away).
+SPOOL=$(jq -rR 'fromjson? | .msg | select(startswith("spool: drained "))' "$work/outboxd-B.log" 2>/dev/null |
+  sed -nE 's/.*: ([0-9]+) records, ([0-9]+) events replayed into the store \(([0-9]+) already stored\), ([0-9]+) delivery results.*/\2 \3 \4/p' |
+  awk '{ n++; e += $1; d += $2; r += $3 } END { printf "%d drains, %d events replayed into the store (%d already stored), %d delivery results", n, e, d, r }')
+
 # ---- the load generators ------------------------------------------------------------------
 lg() { jq -r "$1 // 0" "$work/loadgen-$2.json" 2>/dev/null || echo 0; }
 SENT=$(( $(lg .events A) + $(lg .events B) ))
@@ -531,9 +537,10 @@ fmt() { printf "%'d" "$1" 2>/dev/null || echo "$1"; }
   echo "- store (psql) NEW/PROCESSED/retrying/dead: $DB_COUNTS; \`GET /v1/stats\`: $API_COUNTS"
   echo "- \`GET /v1/deliveries?name=s1\` paged: $API_S1_N deliveries, $API_S1_DIFF lines differ from the store's"
   echo "- \`GET /v1/deliveries?status=NEW|FAILED\`: $API_OPEN open deliveries listed"
-  echo "- events stored: $(fmt "$STORED_EVENTS"), of which not acknowledged to the client (killed or 503 after the commit, or spooled): $(fmt "$UNACKED_STORED")"
+  echo "- events stored: $(fmt "$STORED_EVENTS"), of which never acknowledged to the client (committed, but the answer was lost: a SIGKILL or a reset mid-request): $(fmt "$UNACKED_STORED")"
   echo "- 2xx answers written by the receiver: $(fmt "$RX_2XX"); acknowledged ids repeated by the load generators: $(acct acked_repeated)"
   echo "- DLQ replays through \`POST /v1/dlq/replay\` during the drain: $replays, $(fmt "$replayed") deliveries"
+  echo "- B's spool: $SPOOL"
   echo "- outboxd exits: $EXITS ($EXIT_KILLED by SIGKILL, $STORE_REFUSED starts refused while PostgreSQL was down, **$UNEXPECTED unexpected**)"
   echo
   echo "Ingest outcomes (events): $OUTCOMES"
