@@ -6,7 +6,7 @@ BUILD      ?= build
 TESTBUILD  ?= build-test
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test build deps clean receiver bench bench-kafka fuzz
+.PHONY: run test build deps clean receiver bench bench-kafka fuzz soak
 
 deps:
 	@bash scripts/deps.sh
@@ -44,6 +44,14 @@ bench:
 # envelopes/s and published events/s against HTTP ingest, on librdkafka's mock cluster.
 bench-kafka:
 	@bash bench/kafka.sh
+
+# The chaos soak of issue 14 (docs/reliability.md): SOAK_MINUTES (default 10) of random
+# SIGKILLs of two outboxd instances, PostgreSQL restarts and misbehaving subscribers, then
+# an accounting of every acknowledged event by webhook-id; bench/results/soak-latest.md.
+# Fails when an acknowledged event was lost.
+SOAK_MINUTES ?= 10
+soak: deps
+	@SOAK_MINUTES=$(SOAK_MINUTES) bash bench/soak.sh
 
 # libFuzzer with ASan+UBSan over every parser a user can reach (tests/fuzz/: ingest,
 # subscriptions, filters, the config file, Kafka envelopes, spool records):

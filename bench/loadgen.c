@@ -14,7 +14,9 @@
  *           the join with the receiver's receipts, and prints a JSON summary.
  *
  * Payloads are JSON objects of exactly --payload-bytes bytes (default 200). Times are
- * CLOCK_REALTIME µs, the clock the test receiver stamps receipts with.
+ * CLOCK_REALTIME µs, the clock the test receiver stamps receipts with. The summary's
+ * "outcomes" counts events by what their request got: "HTTP 202", "HTTP 503", or the
+ * transport error ("Couldn't connect to server" while nothing listens).
  *
  * It measures; it must not retry (a failed request is counted, not resent) and it must not
  * know anything about outboxd beyond the documented API.
@@ -59,6 +61,7 @@ struct request {
 	int64_t sent_us;
 	int64_t acked_us;
 	long status;
+	CURLcode result;             /* the transport's outcome (CURLE_OK: an HTTP answer) */
 	json_t *ids;                 /* owned: the "ids" array of a 202, or NULL */
 };
 
@@ -287,6 +290,7 @@ static void slot_finish(CURLM *multi, struct slot *s, CURLcode result, char *fir
 	r->acked_us = realtime_us();
 	curl_multi_remove_handle(multi, s->easy);
 	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &r->status);
+	r->result = result;
 	if (result != CURLE_OK) {
 		if (!first_error[0])
 			snprintf(first_error, errlen, "curl: %s", curl_easy_strerror(result));
@@ -328,6 +332,7 @@ int main(int argc, char **argv)
 	int64_t start_us, end_us, *ack_lat = NULL;
 	char auth[512], first_error[512] = "";
 	FILE *out = NULL;
+	json_t *outcomes = NULL;
 	int rc = 1;
 
 	if (options_parse(argc, argv, &o) != 0) {
@@ -438,8 +443,20 @@ int main(int argc, char **argv)
 	end_us = realtime_us();
 
 	/* Tally, and in rate mode write one line per accepted event. */
+	outcomes = json_object();
+	if (!outcomes)
+		goto oom;
 	for (long k = 0; k < n_reqs; k++) {
 		struct request *r = &reqs[k];
+		char key[128];
+
+		if (r->result != CURLE_OK)
+			snprintf(key, sizeof(key), "%s", curl_easy_strerror(r->result));
+		else
+			snprintf(key, sizeof(key), "HTTP %ld", r->status);
+		json_object_set_new(outcomes, key,
+				    json_integer(json_integer_value(json_object_get(outcomes, key)) +
+						 r->n_events));
 
 		ack_lat[k] = r->acked_us - (o.mode == MODE_RATE ? r->intended_us : r->sent_us);
 		if (!r->ids) {
@@ -484,6 +501,7 @@ int main(int argc, char **argv)
 		if (!res)
 			goto oom;
 		json_object_set_new(res, "conns", json_integer(o.conns));
+		json_object_set(res, "outcomes", outcomes);
 		if (o.mode == MODE_RATE) {
 			json_object_set_new(res, "rate", json_real(o.rate));
 			json_object_set_new(res, "late_requests", json_integer(late));
@@ -516,6 +534,7 @@ out:
 	if (multi)
 		curl_multi_cleanup(multi);
 	curl_slist_free_all(headers);
+	json_decref(outcomes);
 	free(slots);
 	free(reqs);
 	free(ack_lat);

@@ -17,6 +17,7 @@ packages=(
   kcat
   libcmocka-dev
   curl
+  jq                  # make soak (bench/soak.sh) reads the API's JSON with it
 )
 
 missing=()

@@ -2,7 +2,8 @@
  *
  * Every end-to-end test trusts the receiver's record of what arrived; this suite checks
  * that record (bodies, headers, webhook-id dedup counters) and the scripted answers
- * (statuses, delays, dropped connections, defaults) over real sockets. No daemon here.
+ * (statuses, delays, dropped connections, defaults) over real sockets, and the chaos mode
+ * and --acks record of the soak. No daemon here.
  */
 #include "harness.h"
 
@@ -396,6 +397,90 @@ static void test_sink_mode(void **state)
 	assert_int_equal(sink.pid, 0);
 }
 
+/* POST /_control/chaos on rx; returns the status. */
+static long chaos_set(const char *json)
+{
+	char url[256];
+	struct http_resp resp;
+	long status;
+
+	snprintf(url, sizeof(url), "%s/_control/chaos", rx.url);
+	http_do("POST", url, NULL, "application/json", json, strlen(json), &resp);
+	status = resp.status;
+	http_resp_free(&resp);
+	return status;
+}
+
+/* Chaos mode (the soak's misbehaving subscriber) and --acks (its record of 2xx answers
+ * by webhook-id), on a receiver of their own. */
+static void test_chaos_and_acks(void **state)
+{
+	static const char *const args[] = {"--no-bodies", "--acks", NULL};
+	struct receiver chaotic;
+	struct receiver saved = rx;
+	struct http_resp resp;
+	char url[256];
+	json_t *drawn;
+
+	assert_int_equal(receiver_start_args(&chaotic, args), 0);
+	rx = chaotic;   /* post() and chaos_set() talk to rx */
+	assert_int_equal(chaos_set("{\"path\":\"/c\",\"weights\":{\"throttle\":1},"
+				   "\"retry_after_s\":[2,2]}"), 200);
+	snprintf(url, sizeof(url), "%s/c", rx.url);
+	assert_int_equal(http_do("POST", url, NULL, NULL, "{}", 2, &resp), 0);
+	assert_int_equal(resp.status, 429);
+	assert_string_equal(json_string_value(json_object_get(resp.headers, "retry-after")), "2");
+	http_resp_free(&resp);
+	/* A reset is a transport error, not an answer. */
+	assert_int_equal(chaos_set("{\"path\":\"/c\",\"weights\":{\"reset\":1}}"), 200);
+	assert_int_equal(http_do("POST", url, NULL, NULL, "{}", 2, &resp), -1);
+	assert_int_equal(resp.status, 0);
+	http_resp_free(&resp);
+	assert_int_equal(post("/c", "id-1", "{}", 2, NULL), 0);
+	/* The timeout outcome answers late, and never with a 2xx. */
+	assert_int_equal(chaos_set("{\"path\":\"/c\",\"weights\":{\"timeout\":1},"
+				   "\"timeout_ms\":50}"), 200);
+	assert_int_equal(post("/c", "id-1", "{}", 2, NULL), 503);
+	/* Bad settings are refused; no weights turn chaos off. */
+	assert_int_equal(chaos_set("{\"path\":\"/c\",\"weights\":{\"bogus\":1}}"), 400);
+	assert_int_equal(chaos_set("{\"path\":\"/c\",\"slow_ms\":[5,1]}"), 400);
+	assert_int_equal(chaos_set("{\"path\":\"/c\"}"), 200);
+	assert_int_equal(post("/c", "id-1", "{}", 2, NULL), 200);
+	assert_int_equal(post("/c", "id-1", "{}", 2, NULL), 200);
+	assert_int_equal(post("/c", "id-2", "{}", 2, NULL), 200);
+	assert_int_equal(post("/c", NULL, "{}", 2, NULL), 200);
+
+	/* An answer is counted once MHD reports it completely written, which may come just
+	 * after the client has read it. */
+	snprintf(url, sizeof(url), "%s/_control/chaos?path=/c", rx.url);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &resp), 0);
+		assert_non_null(resp.json);
+		if (json_integer_value(json_object_get(resp.json, "ack_total")) == 3 || i == 99)
+			break;
+		http_resp_free(&resp);
+		usleep(10000);
+	}
+	drawn = json_object_get(resp.json, "drawn");
+	assert_int_equal(json_integer_value(json_object_get(drawn, "throttle")), 1);
+	assert_int_equal(json_integer_value(json_object_get(drawn, "reset")), 2);
+	assert_int_equal(json_integer_value(json_object_get(drawn, "timeout")), 1);
+	assert_false(json_is_true(json_object_get(resp.json, "on")));
+	assert_int_equal(json_integer_value(json_object_get(resp.json, "acked_ids")), 2);
+	assert_int_equal(json_integer_value(json_object_get(resp.json, "ack_total")), 3);
+	http_resp_free(&resp);
+	/* Only the 2xx answers count, by webhook-id (the text's order is the table's). */
+	snprintf(url, sizeof(url), "%s/_control/acks?path=/c", rx.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &resp), 0);
+	assert_non_null(strstr(resp.body, "id-1 2\n"));
+	assert_non_null(strstr(resp.body, "id-2 1\n"));
+	assert_int_equal(resp.len, strlen("id-1 2\nid-2 1\n"));
+	http_resp_free(&resp);
+
+	rx = saved;
+	receiver_stop(&chaotic);
+}
+
 static void test_harness_helpers(void **state)
 {
 	char *dir = harness_tmpdir("harness-selftest");
@@ -434,6 +519,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reset, reset),
 		cmocka_unit_test_setup(test_restart_same_port, reset),
 		cmocka_unit_test_setup(test_sink_mode, reset),
+		cmocka_unit_test_setup(test_chaos_and_acks, reset),
 		cmocka_unit_test(test_harness_helpers),
 	};
 

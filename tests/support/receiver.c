@@ -13,6 +13,13 @@
  * so tests need no certificates to drive it. Records of TLS requests carry "tls": true
  * and "client_cert" (the subject DN, or null).
  *
+ * For the chaos soak (bench/soak.sh) a path can misbehave at random instead of following a
+ * script: POST /_control/chaos sets weights for six outcomes (ok, slow, error, throttle,
+ * reset, timeout) and GET /_control/chaos reports how often each was drawn. With --acks
+ * it keeps, per path, how many 2xx answers each webhook-id got that were completely
+ * written (MHD's "completed OK"), read back as text from GET /_control/acks?path=P:
+ * the subscriber's own record of what was delivered, for the soak's accounting.
+ *
  * It plays the subscriber and nothing else: it must not know outboxd's internals, and it
  * must not interpret payloads beyond "is this UTF-8".
  */
@@ -37,6 +44,8 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <openssl/evp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define BODY_MAX          (16u << 20)  /* request bodies, data and control alike */
 #define DELAY_MAX_MS      600000       /* a scripted delay longer than 10 min is a typo */
@@ -92,6 +101,32 @@ struct scripted_response {
 	json_t *headers;        /* owned reference, or NULL */
 };
 
+/* Chaos mode of a path: each request draws one outcome by weight, unless the path's
+ * script FIFO still holds answers (a script wins). */
+enum chaos_outcome {
+	CHAOS_OK,               /* 200 at once */
+	CHAOS_SLOW,             /* 200 after a delay in slow_ms */
+	CHAOS_ERROR,            /* 500, 502, 503 or 504 */
+	CHAOS_THROTTLE,         /* 429 with Retry-After in retry_after_s */
+	CHAOS_RESET,            /* the connection reset (RST), no answer */
+	CHAOS_TIMEOUT,          /* 503 after timeout_ms: later than the caller waits */
+	CHAOS_N
+};
+
+static const char *const chaos_names[CHAOS_N] = {
+	"ok", "slow", "error", "throttle", "reset", "timeout",
+};
+
+struct chaos {
+	bool on;
+	unsigned weight[CHAOS_N];
+	unsigned total_weight;
+	int slow_ms[2];         /* [min, max] */
+	int retry_after_s[2];
+	int timeout_ms;
+	long drawn[CHAOS_N];    /* kept across changes of the weights; a reset clears them */
+};
+
 struct path_state {
 	char *path;             /* owned; also the key in rx.paths */
 	long count;             /* recorded requests on this path */
@@ -100,6 +135,9 @@ struct path_state {
 	size_t fifo_head;       /* next response to hand out */
 	bool has_default;
 	struct scripted_response fallback;
+	struct chaos chaos;
+	struct table acks;      /* --acks: webhook-id (in rx.id_arena) -> 2xx answers sent */
+	long ack_total;
 };
 
 /* Per-request state, created by the URI log callback (which sees the raw URI, query
@@ -108,6 +146,8 @@ struct request_ctx {
 	char *uri;              /* raw request target, owned */
 	bool started;           /* access handler has seen the headers */
 	bool too_big;
+	bool ack;               /* --acks: a 2xx with a webhook-id is being answered */
+	char *ack_id;           /* its webhook-id, owned */
 	char *body;
 	size_t len;
 	size_t cap;
@@ -119,6 +159,8 @@ static struct {
 	bool keep_bodies;
 	bool print;             /* --print: one line per request on stdout */
 	bool timestamps;        /* --timestamps: keep a receipt per webhook-id request */
+	bool acks;              /* --acks: count completed 2xx answers per path and webhook-id */
+	uint64_t rng;           /* chaos draws (xorshift64*), under the lock */
 	long total;
 	long duplicates;
 	int64_t first_us;
@@ -281,6 +323,7 @@ static void script_clear(struct path_state *ps)
 static void path_state_free(struct path_state *ps)
 {
 	script_clear(ps);
+	table_free(&ps->acks);
 	free(ps->path);
 	free(ps);
 }
@@ -418,15 +461,93 @@ static struct MHD_Response *response_build(const struct scripted_response *r)
 	return resp;
 }
 
-/* Caller holds rx.lock. Pops the next scripted answer for path and turns it into a
- * response (returned to the caller), or sets *drop. */
+/* ---- chaos --------------------------------------------------------------------------- */
+
+/* Caller holds rx.lock. A draw in [0, n) (xorshift64*; n > 0). */
+static uint64_t rng_below(uint64_t n)
+{
+	uint64_t x = rx.rng ? rx.rng : 0x9e3779b97f4a7c15ull;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	rx.rng = x;
+	return (x * 0x2545f4914f6cdd1dull) % n;
+}
+
+/* Caller holds rx.lock. A draw in [range[0], range[1]]. */
+static int rng_between(const int range[2])
+{
+	return range[0] + (int)rng_below((uint64_t)(range[1] - range[0]) + 1);
+}
+
+/* Caller holds rx.lock. Draws the path's next outcome and turns it into a response
+ * (returned to the caller), or sets *drop and *reset (no answer, an RST). */
+static struct MHD_Response *chaos_next(struct path_state *ps, int *status, int *delay_ms,
+				       bool *drop, bool *reset)
+{
+	static const int errors[] = {500, 502, 503, 504};
+	struct chaos *c = &ps->chaos;
+	uint64_t pick = rng_below(c->total_weight);
+	struct MHD_Response *resp;
+	char text[64], retry_after[16] = "";
+	int o;
+
+	for (o = 0; o < CHAOS_N - 1; o++) {
+		if (pick < c->weight[o])
+			break;
+		pick -= c->weight[o];
+	}
+	c->drawn[o]++;
+	*status = 200;
+	*delay_ms = 0;
+	switch (o) {
+	case CHAOS_SLOW:
+		*delay_ms = rng_between(c->slow_ms);
+		break;
+	case CHAOS_ERROR:
+		*status = errors[rng_below(4)];
+		break;
+	case CHAOS_THROTTLE:
+		*status = 429;
+		snprintf(retry_after, sizeof(retry_after), "%d", rng_between(c->retry_after_s));
+		break;
+	case CHAOS_RESET:
+		*drop = true;
+		*reset = true;
+		return NULL;
+	case CHAOS_TIMEOUT:
+		/* Not a 2xx: however late it comes, it can never count as delivered. */
+		*status = 503;
+		*delay_ms = c->timeout_ms;
+		break;
+	default:
+		break;
+	}
+	snprintf(text, sizeof(text), "chaos: %s", chaos_names[o]);
+	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+	if (!resp)
+		return NULL;
+	MHD_add_response_header(resp, "Content-Type", "text/plain");
+	if (retry_after[0])
+		MHD_add_response_header(resp, "Retry-After", retry_after);
+	return resp;
+}
+
+/* Caller holds rx.lock. Pops the next scripted answer for path (or draws one in chaos
+ * mode) and turns it into a response (returned to the caller), or sets *drop (and
+ * *reset: end the connection with an RST). */
 static struct MHD_Response *script_next(struct path_state *ps, int *status, int *delay_ms,
-					bool *drop)
+					bool *drop, bool *reset)
 {
 	struct scripted_response *r = NULL;
 
+	*drop = false;
+	*reset = false;
 	if (ps && ps->fifo_head < ps->fifo_len)
 		r = &ps->fifo[ps->fifo_head++];
+	else if (ps && ps->chaos.on)
+		return chaos_next(ps, status, delay_ms, drop, reset);
 	else if (ps && ps->has_default)
 		r = &ps->fallback;
 	*status = r ? r->status : 200;
@@ -858,6 +979,181 @@ static enum MHD_Result control_timestamps(struct MHD_Connection *conn)
 	return ret;
 }
 
+/* Reads an optional [lo, hi] pair of integers within [min, max] into out. */
+static int range_parse(json_t *doc, const char *name, int min, int max, int out[2],
+		       char *err, size_t errlen)
+{
+	json_t *v = json_object_get(doc, name);
+	json_t *lo = json_array_get(v, 0), *hi = json_array_get(v, 1);
+
+	if (!v)
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(lo) ||
+	    !json_is_integer(hi) || json_integer_value(lo) < min ||
+	    json_integer_value(hi) > max || json_integer_value(lo) > json_integer_value(hi)) {
+		snprintf(err, errlen, "%s must be [lo, hi], integers in %d..%d", name, min, max);
+		return -1;
+	}
+	out[0] = (int)json_integer_value(lo);
+	out[1] = (int)json_integer_value(hi);
+	return 0;
+}
+
+/* POST /_control/chaos {"path":"/p","weights":{"ok":70,"error":10,...},"slow_ms":[lo,hi],
+ * "retry_after_s":[lo,hi],"timeout_ms":n,"seed":n}: the path draws its answers at random
+ * from now on; no weights (or all zero) turns chaos off. The drawn counters stay. */
+static enum MHD_Result control_chaos_set(struct MHD_Connection *conn,
+					 const struct request_ctx *ctx)
+{
+	json_error_t jerr;
+	json_t *doc = json_loadb(ctx->body ? ctx->body : "", ctx->len, 0, &jerr);
+	json_t *path, *weights, *v;
+	struct chaos c = {.slow_ms = {200, 1000}, .retry_after_s = {1, 2}, .timeout_ms = 5000};
+	struct path_state *ps;
+	char err[256];
+
+	if (!doc) {
+		snprintf(err, sizeof(err), "invalid JSON: %s", jerr.text);
+		return reply_error(conn, MHD_HTTP_BAD_REQUEST, err);
+	}
+	path = json_object_get(doc, "path");
+	weights = json_object_get(doc, "weights");
+	if (!json_is_string(path) || json_string_value(path)[0] != '/') {
+		snprintf(err, sizeof(err), "path must be a string starting with /");
+		goto bad;
+	}
+	if (weights && !json_is_object(weights)) {
+		snprintf(err, sizeof(err), "weights must be an object");
+		goto bad;
+	}
+	if (weights) {
+		const char *name;
+
+		json_object_foreach(weights, name, v) {
+			int o = 0;
+
+			while (o < CHAOS_N && strcmp(name, chaos_names[o]) != 0)
+				o++;
+			if (o == CHAOS_N || !json_is_integer(v) || json_integer_value(v) < 0 ||
+			    json_integer_value(v) > 1000000) {
+				snprintf(err, sizeof(err), "weights.%s: not an outcome, or not an "
+					 "integer in 0..1000000", name);
+				goto bad;
+			}
+			c.weight[o] = (unsigned)json_integer_value(v);
+			c.total_weight += c.weight[o];
+		}
+	}
+	if (range_parse(doc, "slow_ms", 0, DELAY_MAX_MS, c.slow_ms, err, sizeof(err)) ||
+	    range_parse(doc, "retry_after_s", 0, 86400, c.retry_after_s, err, sizeof(err)))
+		goto bad;
+	v = json_object_get(doc, "timeout_ms");
+	if (v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) > DELAY_MAX_MS) {
+			snprintf(err, sizeof(err), "timeout_ms must be an integer in 0..%d",
+				 DELAY_MAX_MS);
+			goto bad;
+		}
+		c.timeout_ms = (int)json_integer_value(v);
+	}
+	v = json_object_get(doc, "seed");
+	if (v && !json_is_integer(v)) {
+		snprintf(err, sizeof(err), "seed must be an integer");
+		goto bad;
+	}
+	c.on = c.total_weight > 0;
+
+	pthread_mutex_lock(&rx.lock);
+	ps = path_state_get(json_string_value(path), json_string_length(path));
+	if (ps) {
+		memcpy(c.drawn, ps->chaos.drawn, sizeof(c.drawn));
+		ps->chaos = c;
+		if (v)
+			rx.rng = (uint64_t)json_integer_value(v) | 1;
+	}
+	pthread_mutex_unlock(&rx.lock);
+	json_decref(doc);
+	if (!ps)
+		return reply_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+	return reply_json(conn, MHD_HTTP_OK, json_pack("{s:b,s:b}", "ok", 1, "chaos", c.on));
+bad:
+	json_decref(doc);
+	return reply_error(conn, MHD_HTTP_BAD_REQUEST, err);
+}
+
+/* GET /_control/chaos?path=/p: the path's weights, how often each outcome was drawn, its
+ * request count, and (with --acks) its distinct acknowledged webhook-ids and 2xx total. */
+static enum MHD_Result control_chaos_get(struct MHD_Connection *conn)
+{
+	const char *path = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path");
+	json_t *weights = json_object(), *drawn = json_object(), *doc;
+	struct path_state *ps;
+	bool found = false;
+
+	if (!weights || !drawn || !path) {
+		json_decref(weights);
+		json_decref(drawn);
+		return reply_error(conn, MHD_HTTP_BAD_REQUEST, "path is required");
+	}
+	pthread_mutex_lock(&rx.lock);
+	ps = table_get(&rx.paths, path, &found);
+	for (int o = 0; o < CHAOS_N; o++) {
+		json_object_set_new(weights, chaos_names[o],
+				    json_integer(found ? ps->chaos.weight[o] : 0));
+		json_object_set_new(drawn, chaos_names[o],
+				    json_integer(found ? ps->chaos.drawn[o] : 0));
+	}
+	doc = json_pack("{s:b,s:o,s:o,s:I,s:I,s:I}", "on", found && ps->chaos.on, "weights",
+			weights, "drawn", drawn, "count", (json_int_t)(found ? ps->count : 0),
+			"acked_ids", (json_int_t)(found ? ps->acks.len : 0), "ack_total",
+			(json_int_t)(found ? ps->ack_total : 0));
+	pthread_mutex_unlock(&rx.lock);
+	return reply_json(conn, MHD_HTTP_OK, doc);
+}
+
+/* GET /_control/acks?path=/p: one "webhook-id count" line per id the path answered with
+ * a completely written 2xx, count being how many such answers it got (text, for awk).
+ * Empty unless the receiver runs with --acks. */
+static enum MHD_Result control_acks(struct MHD_Connection *conn)
+{
+	const char *path = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path");
+	struct MHD_Response *resp;
+	struct path_state *ps;
+	enum MHD_Result ret;
+	bool found = false;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out;
+
+	if (!path)
+		return reply_error(conn, MHD_HTTP_BAD_REQUEST, "path is required");
+	out = open_memstream(&text, &len);
+	if (!out)
+		return MHD_NO;
+	pthread_mutex_lock(&rx.lock);
+	ps = table_get(&rx.paths, path, &found);
+	for (size_t i = 0; found && i < ps->acks.cap; i++) {
+		if (ps->acks.slots[i].key)
+			fprintf(out, "%s %lu\n", ps->acks.slots[i].key,
+				(unsigned long)(uintptr_t)ps->acks.slots[i].value);
+	}
+	pthread_mutex_unlock(&rx.lock);
+	if (fclose(out) != 0) {
+		free(text);
+		return MHD_NO;
+	}
+	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", "text/plain");
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
 static enum MHD_Result control_dispatch(struct MHD_Connection *conn, const char *method,
 					const struct request_ctx *ctx)
 {
@@ -874,6 +1170,12 @@ static enum MHD_Result control_dispatch(struct MHD_Connection *conn, const char 
 		return control_stats(conn);
 	if (n == 10 && memcmp(what, "timestamps", 10) == 0 && get)
 		return control_timestamps(conn);
+	if (n == 5 && memcmp(what, "chaos", 5) == 0 && post)
+		return control_chaos_set(conn, ctx);
+	if (n == 5 && memcmp(what, "chaos", 5) == 0 && get)
+		return control_chaos_get(conn);
+	if (n == 4 && memcmp(what, "acks", 4) == 0 && get)
+		return control_acks(conn);
 	if (n == 5 && memcmp(what, "reset", 5) == 0 && post) {
 		pthread_mutex_lock(&rx.lock);
 		stats_reset_locked();
@@ -896,8 +1198,52 @@ static void sleep_ms_interruptible(int ms)
 	}
 }
 
+/* Resets the connection at once: connect() with AF_UNSPEC disconnects a TCP socket with
+ * an RST (Linux), as a crashing subscriber's kernel would, and leaves MHD a valid
+ * descriptor to close. SO_LINGER 0 alone would not do: MHD shuts the socket down for
+ * writing first, so the client would read a FIN ("empty reply") before the RST. */
+static void connection_reset(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	struct sockaddr sa = {.sa_family = AF_UNSPEC};
+
+	if (!ci)
+		return;
+	setsockopt(ci->connect_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	if (connect(ci->connect_fd, &sa, sizeof(sa)) != 0) {
+		/* Not supported: the linger-0 close still ends it with an RST. */
+	}
+}
+
+/* Caller holds rx.lock. --acks: one more completed 2xx for id on the request's path. An id
+ * the tally no longer knows (a reset came in between) is not counted. */
+static void ack_record_locked(const char *uri, const char *id)
+{
+	struct path_state *ps = path_state_get(uri, strcspn(uri, "?"));
+	struct table_entry *e;
+	const char *key;
+	bool found;
+
+	key = table_get(&rx.ids, id, &found);
+	if (!ps || !found)
+		return;
+	if ((ps->acks.len + 1) * 2 > ps->acks.cap && table_grow(&ps->acks) != 0)
+		return;
+	e = table_slot(&ps->acks, key, hash_string(key));
+	if (!e->key) {
+		e->key = key;
+		e->hash = hash_string(key);
+		e->value = NULL;
+		ps->acks.len++;
+	}
+	e->value = (void *)((uintptr_t)e->value + 1);
+	ps->ack_total++;
+}
+
 static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *method,
-				   const struct request_ctx *ctx)
+				   struct request_ctx *ctx)
 {
 	const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "webhook-id");
 	size_t path_len = strcspn(ctx->uri, "?");
@@ -905,7 +1251,7 @@ static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *meth
 	struct path_state *ps;
 	struct MHD_Response *resp;
 	int status, delay_ms;
-	bool drop;
+	bool drop, reset;
 	int64_t t;
 	enum MHD_Result ret;
 
@@ -952,12 +1298,20 @@ static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *meth
 	ps = path_state_get(ctx->uri, path_len);
 	if (ps)
 		ps->count++;
-	resp = script_next(ps, &status, &delay_ms, &drop);
-	if (rec) /* what the subscriber answered (0: the connection was dropped) */
-		json_object_set_new(rec, "status", json_integer(drop || !resp ? 0 : status));
+	resp = script_next(ps, &status, &delay_ms, &drop, &reset);
+	if (rec) /* what the subscriber answered (0: the connection was dropped or reset) */
+		json_object_set_new(rec, "status",
+				    json_integer(drop || reset || !resp ? 0 : status));
 	pthread_mutex_unlock(&rx.lock);
 
+	/* --acks: counted once the answer is completely written (completed_cb). */
+	if (rx.acks && id && resp && !drop && status >= 200 && status < 300) {
+		ctx->ack_id = strdup(id);
+		ctx->ack = ctx->ack_id != NULL;
+	}
 	sleep_ms_interruptible(delay_ms);
+	if (reset)
+		connection_reset(conn);
 	if (drop || !resp)
 		return MHD_NO;   /* MHD closes the connection without a response */
 	ret = MHD_queue_response(conn, (unsigned int)status, resp);
@@ -988,6 +1342,12 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 	if (!ctx)
 		return;
+	if (ctx->ack && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+		pthread_mutex_lock(&rx.lock);
+		ack_record_locked(ctx->uri, ctx->ack_id);
+		pthread_mutex_unlock(&rx.lock);
+	}
+	free(ctx->ack_id);
 	free(ctx->uri);
 	free(ctx->body);
 	free(ctx);
@@ -1053,7 +1413,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 static void usage(void)
 {
 	fprintf(stderr, "usage: test_receiver --port N [--no-bodies] [--threads N] [--print]"
-			" [--timestamps]\n"
+			" [--timestamps] [--acks]\n"
 			"         [--tls-cert FILE --tls-key FILE [--client-ca FILE]"
 			" [--control-port N]]\n");
 }
@@ -1135,6 +1495,8 @@ int main(int argc, char **argv)
 			rx.keep_bodies = false;
 		} else if (strcmp(argv[i], "--timestamps") == 0) {
 			rx.timestamps = true;
+		} else if (strcmp(argv[i], "--acks") == 0) {
+			rx.acks = true;
 		} else if (strcmp(argv[i], "--tls-cert") == 0 && i + 1 < argc) {
 			tls_cert = argv[++i];
 		} else if (strcmp(argv[i], "--tls-key") == 0 && i + 1 < argc) {
@@ -1168,6 +1530,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
 
+	rx.rng = ((uint64_t)now_us() << 16) ^ (uint64_t)getpid() ^ 1;
 	rx.requests = json_array();
 	if (!rx.requests) {
 		fprintf(stderr, "test_receiver: out of memory\n");

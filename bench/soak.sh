@@ -1,0 +1,579 @@
+#!/usr/bin/env bash
+# soak.sh: the chaos soak of `make soak` (issue 14, docs/reliability.md).
+#
+# For SOAK_MINUTES it runs two outboxd instances on one throwaway PostgreSQL cluster while
+#   - two load generators POST events at a steady modest rate (RATE events/s in all), one
+#     per instance, and keep every id that came back in a 202;
+#   - a killer SIGKILLs an outboxd every KILL_EVERY s on average (sometimes both at once);
+#     each is restarted at once by its supervisor loop;
+#   - PostgreSQL is restarted every PG_EVERY s on average (`pg_ctl restart` or a stop, a
+#     pause and a start; -m immediate and -m fast in turn);
+#   - the subscribers (test_receiver in chaos mode, one path per subscription) switch at
+#     random between profiles that answer slowly, 5xx, 429 with Retry-After, reset the
+#     connection, or answer only after the delivery timeout.
+# Then it stops the chaos, heals the subscribers, replays the dead-letter queue through
+# the API, lets outboxd drain (at most DRAIN_SECONDS), and accounts for every acknowledged
+# event by webhook-id against what each subscription's receiver acknowledged with a
+# completely written 2xx: delivered (and how many duplicates), still pending, in the DLQ,
+# or lost. The store's view (psql) and the API's (/v1/stats, /v1/deliveries) are
+# cross-checked. Writes $RESULTS/soak-latest.md, prints one summary line, and exits 1 when
+# an acknowledged event was lost or outboxd exited in a way the soak did not cause.
+#
+# Everything listens on 127.0.0.1 only; everything is stopped at the end (also on Ctrl-C).
+# The work directory (logs, id lists) is kept when something was lost, or with KEEP=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SOAK_MINUTES=${SOAK_MINUTES:-10}
+RATE=${RATE:-100}                 # events/s offered in all (each load generator: half)
+KILL_EVERY=${KILL_EVERY:-25}      # mean s between SIGKILLs (uniform in 0.4x..1.6x)
+PG_EVERY=${PG_EVERY:-}            # mean s between PostgreSQL restarts (SOAK/8, 30..240 s)
+CHAOS_EVERY=${CHAOS_EVERY:-30}    # mean s between changes of a subscriber's profile
+LEASE=${LEASE:-30s}               # outboxd lease: a killed instance's work returns after it
+DRAIN_SECONDS=${DRAIN_SECONDS:-900}
+BUILD=${BUILD:-build-soak}
+RESULTS=${RESULTS:-bench/results}
+SEED=${SEED:-$(( $(date +%s) % 32768 ))}
+KEEP=${KEEP:-0}
+
+SOAK_SECONDS=$(awk -v m="$SOAK_MINUTES" 'BEGIN { s = int(m * 60 + 0.5); print (s < 30 ? 30 : s) }')
+[ -n "$PG_EVERY" ] || PG_EVERY=$(( SOAK_SECONDS / 8 < 30 ? 30 : (SOAK_SECONDS / 8 > 240 ? 240 : SOAK_SECONDS / 8) ))
+TOKEN=soak
+
+log() { printf '[soak %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 2; }
+now_ms() { date +%s%3N; }
+
+# ---- build --------------------------------------------------------------------------------
+log "building Release binaries in $BUILD"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver bench_loadgen >/dev/null
+COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src tests/support bench 2>/dev/null || COMMIT="$COMMIT+dirty"
+
+# ---- work area and teardown ---------------------------------------------------------------
+work=$(mktemp -d /tmp/outboxd-soak-XXXXXX)
+chmod 711 "$work"                    # the PostgreSQL user must reach its directory
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -x "$PGBIN/initdb" ] || die "no PostgreSQL server binaries under /usr/lib/postgresql (scripts/deps.sh)"
+PGUSER_OS=nobody
+id outboxd-test >/dev/null 2>&1 && PGUSER_OS=outboxd-test
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PGUSER_OS" -- "$@"; else "$@"; fi; }
+pg_dir=$work/pg
+pg_data=$pg_dir/data
+mkdir -p "$pg_dir"
+[ "$(id -u)" -eq 0 ] && chown "$PGUSER_OS" "$pg_dir"
+
+bg_pids=()          # loops and servers started here, stopped in cleanup
+keep_work=$KEEP
+cleanup() {
+  local p
+  set +e
+  touch "$work/stop-chaos" "$work/stop-supervisors"
+  for p in "${loadgen_pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
+  for name in A B; do
+    [ -f "$work/outboxd-$name.pid" ] && kill "$(cat "$work/outboxd-$name.pid")" 2>/dev/null
+  done
+  for p in "${bg_pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
+  for p in "${bg_pids[@]:-}" "${loadgen_pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null; done
+  for name in A B; do   # a supervisor killed between its start and its pid file
+    [ -f "$work/outboxd-$name.pid" ] && kill -9 "$(cat "$work/outboxd-$name.pid")" 2>/dev/null
+  done
+  if [ -f "$pg_data/postmaster.pid" ]; then
+    as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1
+  fi
+  if [ "$keep_work" = 1 ]; then log "work directory kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+# A port nobody listens on, below the ephemeral range (no outgoing connection takes it).
+read -r EPHEMERAL_LO _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LO=32768
+PORT_LO=10000; PORT_SPAN=$((EPHEMERAL_LO - PORT_LO))
+[ "$PORT_SPAN" -ge 1000 ] || { PORT_LO=20000; PORT_SPAN=10000; }
+taken_ports=" "
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((PORT_LO + RANDOM % PORT_SPAN))
+    case "$taken_ports" in *" $p "*) continue ;; esac
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    taken_ports="$taken_ports$p "
+    echo "$p"
+    return 0
+  done
+  return 1
+}
+# Sleeps s seconds (fractions allowed) unless the stop file appears.
+nap() {
+  local end
+  end=$(awk -v n="$(now_ms)" -v s="$1" 'BEGIN { printf "%.0f", n + s * 1000 }')
+  while [ "$(now_ms)" -lt "$end" ] && [ ! -e "$work/stop-chaos" ]; do sleep 0.5; done
+}
+# MEAN x a draw in [0.4, 1.6]: jitter MEAN R, R a $RANDOM drawn by the caller (so that
+# each loop's sequence follows from SEED; a subshell's RANDOM would not).
+jitter() { awk -v m="$1" -v r="$2" 'BEGIN { printf "%.1f", m * (0.4 + 1.2 * r / 32767) }'; }
+stamp() { date -u +%FT%T.%3NZ; }
+
+# ---- PostgreSQL ---------------------------------------------------------------------------
+PGPORT=$(free_port) || die "no free port"
+PGOPTS="-p $PGPORT -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=100"
+as_pg "$PGBIN/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
+  >"$work/initdb.log" 2>&1 || die "initdb failed: $(tail -3 "$work/initdb.log")"
+as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -o "$PGOPTS" start >/dev/null ||
+  die "PostgreSQL did not start: $(tail -3 "$pg_dir/server.log")"
+pg_sql() { psql -h 127.0.0.1 -p "$PGPORT" -U postgres -v ON_ERROR_STOP=1 -q "$@"; }
+pg_sql -d postgres -c "CREATE DATABASE soak" >/dev/null
+DSN="postgres://postgres@127.0.0.1:$PGPORT/soak"
+PGVERSION=$("$PGBIN/postgres" --version | awk '{print $3}')
+log "PostgreSQL $PGVERSION on 127.0.0.1:$PGPORT (fsync=$(pg_sql -d soak -Atc 'show fsync'), synchronous_commit=$(pg_sql -d soak -Atc 'show synchronous_commit'))"
+
+# ---- the subscribers ----------------------------------------------------------------------
+RPORT=$(free_port) || die "no free port"
+"$BUILD/test_receiver" --port "$RPORT" --no-bodies --acks >"$work/receiver.log" 2>&1 &
+bg_pids+=($!)
+RX=http://127.0.0.1:$RPORT
+for _ in $(seq 100); do curl -sf "$RX/_control/stats" >/dev/null && break; sleep 0.05; done
+curl -sf "$RX/_control/stats" >/dev/null || die "the receiver did not start"
+
+# Weights of the outcomes ok, slow, error, throttle, reset, timeout (receiver.c).
+profile_weights() {
+  case $1 in
+    calm)      echo '{"ok":90,"slow":10}' ;;
+    flaky)     echo '{"ok":55,"slow":15,"error":10,"throttle":8,"reset":7,"timeout":5}' ;;
+    stormy)    echo '{"ok":15,"slow":5,"error":35,"throttle":15,"reset":15,"timeout":15}' ;;
+    throttled) echo '{"ok":30,"slow":5,"error":5,"throttle":60}' ;;
+    down)      echo '{"error":40,"reset":40,"timeout":20}' ;;
+    healthy)   echo '{}' ;;
+  esac
+}
+# Slow answers stay well inside the subscriptions' 2 s timeout; "timeout" answers come
+# after every timeout they have (3 s at most), and are 503s anyway.
+set_profile() { # PATH PROFILE
+  curl -sf -X POST "$RX/_control/chaos" -d "{\"path\":\"$1\",\"weights\":$(profile_weights "$2"),
+    \"slow_ms\":[200,1200],\"retry_after_s\":[1,3],\"timeout_ms\":4500}" >/dev/null
+}
+SUBS=(s1 s2 s3 s4)
+
+# ---- outboxd ------------------------------------------------------------------------------
+APORT=$(free_port) || die "no free port"
+BPORT=$(free_port) || die "no free port"
+# supervise NAME PORT [ARGS...]: runs outboxd and starts it again whenever it exits, until
+# the stop file appears; every exit is a line in exits.log.
+supervise() {
+  local name=$1 port=$2 n=0 pid rc
+  shift 2
+  set +e
+  while [ ! -e "$work/stop-supervisors" ]; do
+    n=$((n + 1))
+    "$BUILD/outboxd" serve --db "$DSN" --listen "127.0.0.1:$port" --admin-token "$TOKEN" \
+      --data-dir "$work" --ssrf-allow 127.0.0.0/8 --lease "$LEASE" --log-format json "$@" \
+      2>>"$work/outboxd-$name.log" &
+    pid=$!
+    echo "$pid" >"$work/outboxd-$name.pid"
+    echo "$(stamp) $name start $n pid $pid" >>"$work/starts.log"
+    wait "$pid"
+    rc=$?
+    rm -f "$work/outboxd-$name.pid"
+    # The last error it logged says why (nothing for our SIGKILLs).
+    echo "$(stamp) $name pid $pid rc $rc $(tail -3 "$work/outboxd-$name.log" |
+      jq -rR 'fromjson? | select(.level == "error") | .msg' 2>/dev/null | tail -1)" >>"$work/exits.log"
+    # A start refused while PostgreSQL is down exits at once: do not spin.
+    [ "$rc" -eq 137 ] || sleep 1
+  done
+}
+wait_ready() { # PORT SECONDS
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    curl -sf "127.0.0.1:$1/readyz" >/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# (bash's "Killed" notices go to supervisor.log)
+supervise A "$APORT" 2>>"$work/supervisor.log" &
+bg_pids+=($!)
+wait_ready "$APORT" 30 || die "outboxd A did not start: $(tail -3 "$work/outboxd-A.log")"
+# B keeps a spool: while PostgreSQL is down it acknowledges into it (A answers 503).
+supervise B "$BPORT" --spool "$work/B.spool" 2>>"$work/supervisor.log" &
+bg_pids+=($!)
+wait_ready "$BPORT" 30 || die "outboxd B did not start: $(tail -3 "$work/outboxd-B.log")"
+log "outboxd A on 127.0.0.1:$APORT, B (with a spool) on 127.0.0.1:$BPORT, lease $LEASE"
+
+api() { # PORT METHOD PATH [BODY]
+  curl -sf -m 30 -X "$2" -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    "127.0.0.1:$1$3" ${4:+-d "$4"}
+}
+# Every subscription's timeouts (2 s, 3 s) are shorter than the receiver's late answers.
+TIMEOUTS='"timeout":"2s"'
+api "$APORT" POST /v1/subscriptions "{\"name\":\"s1\",\"event_types\":[\"*\"],
+  \"endpoint\":\"$RX/s1\",$TIMEOUTS,\"circuit_breaker\":{\"enabled\":false},
+  \"retry\":{\"policy\":\"fixed\",\"interval\":\"2s\",\"max_retries\":0,\"timeout\":\"3s\"}}" >/dev/null
+api "$APORT" POST /v1/subscriptions "{\"name\":\"s2\",\"event_types\":[\"*\"],
+  \"endpoint\":\"$RX/s2\",$TIMEOUTS,\"secret\":\"generate\",\"circuit_breaker\":{\"enabled\":false},
+  \"retry\":{\"policy\":\"exponential\",\"min_delay\":\"1s\",\"max_delay\":\"20s\",\"max_retries\":0,\"timeout\":\"3s\"}}" >/dev/null
+api "$APORT" POST /v1/subscriptions "{\"name\":\"s3\",\"event_types\":[\"soak.order\"],
+  \"endpoint\":\"$RX/s3\",$TIMEOUTS,\"retry\":{\"timeout\":\"3s\"}}" >/dev/null
+api "$APORT" POST /v1/subscriptions "{\"name\":\"s4\",\"event_types\":[\"*\"],
+  \"endpoint\":\"$RX/s4\",$TIMEOUTS,\"max_in_flight\":32,\"circuit_breaker\":{\"enabled\":false},
+  \"retry\":{\"policy\":\"linear\",\"interval\":\"1s\",\"max_delay\":\"10s\",\"max_retries\":0,\"timeout\":\"3s\"}}" >/dev/null
+sleep 1   # B reloads the subscriptions on NOTIFY outboxd_subs
+for s in "${SUBS[@]}"; do set_profile "/$s" calm; done
+
+# ---- chaos --------------------------------------------------------------------------------
+killer() {
+  set +e
+  RANDOM=$((SEED + 1))
+  local r t pid
+  while r=$RANDOM; nap "$(jitter "$KILL_EVERY" "$r")"; [ ! -e "$work/stop-chaos" ]; do
+    local targets=(A)
+    r=$((RANDOM % 20))
+    if [ "$r" -eq 0 ]; then targets=(A B); elif [ "$r" -ge 10 ]; then targets=(B); fi
+    for t in "${targets[@]}"; do
+      pid=$(cat "$work/outboxd-$t.pid" 2>/dev/null)
+      if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = outboxd ] &&
+        kill -9 "$pid" 2>/dev/null; then
+        echo "$(stamp) SIGKILL $t pid $pid" >>"$work/kills.log"
+      fi
+    done
+  done
+}
+pg_chaos() {
+  set +e
+  RANDOM=$((SEED + 2))
+  local k=0 mode how t0 pause r
+  while r=$RANDOM; nap "$(jitter "$PG_EVERY" "$r")"; [ ! -e "$work/stop-chaos" ]; do
+    k=$((k + 1))
+    if [ $((k % 2)) -eq 1 ]; then mode=immediate; else mode=fast; fi
+    t0=$(now_ms)
+    if [ $((RANDOM % 2)) -eq 0 ]; then
+      how="restart"
+      as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 120 -m "$mode" \
+        -o "$PGOPTS" restart >>"$work/pg_ctl.log" 2>&1
+    else
+      pause=$((3 + RANDOM % 8))
+      how="stop, ${pause} s down, start"
+      as_pg "$PGBIN/pg_ctl" -D "$pg_data" -w -t 120 -m "$mode" stop >>"$work/pg_ctl.log" 2>&1
+      sleep "$pause"
+      as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -t 120 -o "$PGOPTS" \
+        start >>"$work/pg_ctl.log" 2>&1
+    fi
+    echo "$(stamp) PG -m $mode ($how) rc $? took $(( $(now_ms) - t0 )) ms" >>"$work/pg_restarts.log"
+  done
+}
+rx_chaos() {
+  set +e
+  RANDOM=$((SEED + 3))
+  local s r p
+  while r=$RANDOM; nap "$(jitter "$CHAOS_EVERY" "$r")"; [ ! -e "$work/stop-chaos" ]; do
+    for s in "${SUBS[@]}"; do
+      r=$((RANDOM % 100))
+      if [ "$r" -lt 20 ]; then p=calm; elif [ "$r" -lt 55 ]; then p=flaky
+      elif [ "$r" -lt 75 ]; then p=stormy; elif [ "$r" -lt 90 ]; then p=throttled; else p=down; fi
+      set_profile "/$s" "$p" && echo "$(stamp) /$s $p" >>"$work/profiles.log"
+    done
+  done
+}
+
+log "chaos for $SOAK_SECONDS s: $RATE events/s, a SIGKILL every ~$KILL_EVERY s, a PostgreSQL restart every ~$PG_EVERY s, subscriber profiles every ~$CHAOS_EVERY s (seed $SEED)"
+T_START=$(date +%s)
+START_ISO=$(stamp)
+loadgen_pids=()
+"$BUILD/bench_loadgen" rate --url "http://127.0.0.1:$APORT/v1/events" --token "$TOKEN" \
+  --rate "$(awk -v r="$RATE" 'BEGIN { print r / 2 }')" --duration "$SOAK_SECONDS" --batch 1 \
+  --conns 8 --event-type soak.order --out "$work/acked-A.txt" >"$work/loadgen-A.json" 2>"$work/loadgen-A.err" &
+loadgen_pids+=($!)
+"$BUILD/bench_loadgen" rate --url "http://127.0.0.1:$BPORT/v1/events" --token "$TOKEN" \
+  --rate "$(awk -v r="$RATE" 'BEGIN { print r / 2 }')" --duration "$SOAK_SECONDS" --batch 5 \
+  --conns 8 --event-type soak.user --out "$work/acked-B.txt" >"$work/loadgen-B.json" 2>"$work/loadgen-B.err" &
+loadgen_pids+=($!)
+: >"$work/kills.log"; : >"$work/pg_restarts.log"; : >"$work/profiles.log"; : >"$work/exits.log"
+killer & bg_pids+=($!)
+pg_chaos & bg_pids+=($!)
+rx_chaos & bg_pids+=($!)
+
+# Progress once a minute, until the load generators are done.
+while :; do
+  alive=0
+  for p in "${loadgen_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [ "$alive" -eq 1 ] || break
+  el=$(( $(date +%s) - T_START ))
+  if [ $((el % 60)) -eq 0 ] && [ "$el" -gt 0 ]; then
+    backlog=$(api "$APORT" GET /v1/stats 2>/dev/null | jq -r '"NEW \(.deliveries.NEW), retrying \(.deliveries.FAILED_RETRYING), dead \(.deliveries.FAILED_DEAD)"' 2>/dev/null) ||
+      backlog="stats unavailable"
+    log "$((el / 60)) min: $(wc -l <"$work/kills.log") kills, $(wc -l <"$work/pg_restarts.log") PostgreSQL restarts; $backlog; load $(cut -d' ' -f1 /proc/loadavg)"
+  fi
+  sleep 1
+done
+for p in "${loadgen_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+loadgen_pids=()
+T_CHAOS_END=$(date +%s)
+
+# ---- the end: stop the chaos, heal, replay, drain -----------------------------------------
+touch "$work/stop-chaos"
+n=${#bg_pids[@]}
+for p in "${bg_pids[@]:$((n - 3))}"; do wait "$p" 2>/dev/null || true; done
+bg_pids=("${bg_pids[@]:0:$((n - 3))}")
+KILLS=$(wc -l <"$work/kills.log")
+PG_RESTARTS=$(wc -l <"$work/pg_restarts.log")
+log "chaos over: $KILLS kills, $PG_RESTARTS PostgreSQL restarts; healing and draining"
+as_pg "$PGBIN/pg_ctl" -D "$pg_data" status >/dev/null 2>&1 ||
+  as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -o "$PGOPTS" start >/dev/null
+for s in "${SUBS[@]}"; do set_profile "/$s" healthy; done
+wait_ready "$APORT" 60 || log "warning: outboxd A is not ready"
+wait_ready "$BPORT" 60 || log "warning: outboxd B is not ready"
+
+# Dead letters left by the chaos, by subscription, before any replay.
+dead_by_sub() {
+  pg_sql -d soak -AtF ' ' -c "SELECT s.name, count(*) FROM outboxd.deliveries d
+    JOIN outboxd.subscriptions s ON s.id = d.subscription_id
+    WHERE d.status = 'FAILED' AND d.next_attempt_at IS NULL GROUP BY s.name ORDER BY 1"
+}
+dead_by_sub >"$work/dead-at-chaos-end.txt"
+stat_field() { jq -r "$1" <<<"$STATS"; }
+T_DRAIN=$(date +%s)
+replays=0; replayed=0; job=""; drained=0
+while [ $(( $(date +%s) - T_DRAIN )) -lt "$DRAIN_SECONDS" ]; do
+  STATS=$(api "$APORT" GET /v1/stats) || { sleep 2; continue; }
+  new=$(stat_field .deliveries.NEW); retrying=$(stat_field .deliveries.FAILED_RETRYING)
+  dead=$(stat_field .deliveries.FAILED_DEAD); inflight=$(stat_field .in_flight)
+  running=0
+  if [ -n "$job" ]; then
+    state=$(api "$APORT" GET "/v1/jobs/$job" | jq -r .state) || state=running
+    [ "$state" = running ] && running=1
+  fi
+  # The dead-letter queue is replayed through the API, as an operator would, once every
+  # circuit breaker is closed again in both instances (an open one stays open for its
+  # failure_window and dead-letters what it delays too often: replaying into it would
+  # only feed it). A delivery that dies again is replayed again.
+  open=0
+  for port in "$APORT" "$BPORT"; do
+    n=$(api "$port" GET /v1/stats | jq '[.subscriptions[] | select(.circuit != "closed")] | length') || n=1
+    open=$((open + n))
+  done
+  if [ "$dead" -gt 0 ] && [ "$running" -eq 0 ] && [ "$open" -eq 0 ] && [ "$replays" -lt 100 ]; then
+    out=$(api "$APORT" POST /v1/dlq/replay '{"filter":{}}') || out='{}'
+    job=$(jq -r '.job_id // empty' <<<"$out")
+    m=$(jq -r '.matched // 0' <<<"$out")
+    replays=$((replays + 1)); replayed=$((replayed + m))
+    log "drain: DLQ replay $replays: $m deliveries (job ${job:-none})"
+    running=1
+  fi
+  if [ "$new" -eq 0 ] && [ "$retrying" -eq 0 ] && [ "$inflight" -eq 0 ] && [ "$dead" -eq 0 ] &&
+    [ "$running" -eq 0 ]; then
+    drained=1
+    break
+  fi
+  log "drain: NEW $new, retrying $retrying, in flight $inflight, dead $dead, open circuits $open"
+  sleep 5
+done
+T_END=$(date +%s)
+DRAIN_TOOK=$((T_END - T_DRAIN))
+[ "$drained" -eq 1 ] && log "drained in $DRAIN_TOOK s" || log "drain: gave up after $DRAIN_TOOK s"
+
+# ---- accounting ---------------------------------------------------------------------------
+for s in "${SUBS[@]}"; do
+  curl -sf "$RX/_control/acks?path=/$s" | sed "s/^/$s /" >>"$work/acks.txt"
+  curl -sf "$RX/_control/chaos?path=/$s" >"$work/chaos-$s.json"
+done
+pg_sql -d soak -AtF ' ' -c "SELECT id, event_type FROM outboxd.events" >"$work/events.txt"
+pg_sql -d soak -AtF ' ' -c "SELECT d.event_id, s.name,
+    CASE WHEN d.status = 'FAILED' AND d.next_attempt_at IS NULL THEN 'DEAD' ELSE d.status END,
+    d.attempt_count, d.lease_owner IS NOT NULL
+  FROM outboxd.deliveries d JOIN outboxd.subscriptions s ON s.id = d.subscription_id" \
+  >"$work/deliveries.txt"
+sed 's/$/ soak.order/' "$work/acked-A.txt" | awk '{print $1, $5}' >"$work/acked.txt"
+sed 's/$/ soak.user/' "$work/acked-B.txt" | awk '{print $1, $5}' >>"$work/acked.txt"
+
+# One line per (acknowledged event, subscription that wants it): its verdict.
+#   delivered  the subscription's receiver answered it with a 2xx (dup: more than once)
+#   pending    not delivered yet: NEW, or FAILED with a retry scheduled (or leased)
+#   dlq        dead-lettered (FAILED, no next attempt)
+#   lost       none of these: no event row, no delivery row, or PROCESSED in the store
+#              without a 2xx at the receiver
+awk -v out="$work/verdicts.txt" '
+  FILENAME ~ /events.txt$/     { ev[$1] = 1; next }
+  FILENAME ~ /deliveries.txt$/ { st[$1 " " $2] = $3; stored[$2]++; next }
+  FILENAME ~ /acks.txt$/       { got[$2 " " $1] = $3; next }
+  {
+    id = $1; type = $2
+    if (seen[id]++) { dup_acked++; next }
+    acked++
+    n = split(type == "soak.order" ? "s1 s2 s3 s4" : "s1 s2 s4", subs, " ")
+    for (i = 1; i <= n; i++) {
+      k = id " " subs[i]; pairs++; per[subs[i]]++
+      if (k in got) {
+        v = got[k] > 1 ? "duplicated" : "delivered"
+        extra[subs[i]] += got[k] - 1
+      } else if (!(id in ev)) v = "lost:no-event-row"
+      else if (!(k in st)) v = "lost:no-delivery-row"
+      else if (st[k] == "DEAD") v = "dlq"
+      else if (st[k] == "PROCESSED") v = "lost:processed-without-2xx"
+      else v = "pending:" st[k]
+      print k, v > out
+      split(v, w, ":"); c[subs[i] " " w[1]]++; t[w[1]]++
+    }
+  }
+  END {
+    printf "acked %d\nacked_repeated %d\npairs %d\n", acked, dup_acked, pairs
+    split("delivered duplicated pending dlq lost", kinds, " ")
+    for (j = 1; j <= 5; j++) printf "total %s %d\n", kinds[j], t[kinds[j]]
+    split("s1 s2 s3 s4", S, " ")
+    for (i = 1; i <= 4; i++) {
+      printf "sub %s %d", S[i], per[S[i]]
+      for (j = 1; j <= 5; j++) printf " %d", c[S[i] " " kinds[j]]
+      printf " %d\n", extra[S[i]]
+    }
+  }' "$work/events.txt" "$work/deliveries.txt" "$work/acks.txt" "$work/acked.txt" \
+  >"$work/accounting.txt"
+acct() { awk -v k="$1" -v f="${2:-}" '$1 == k && (f == "" || $2 == f) { print $NF }' "$work/accounting.txt"; }
+ACKED=$(acct acked); PAIRS=$(acct pairs)
+DELIVERED=$(acct total delivered); DUPLICATED=$(acct total duplicated)
+PENDING=$(acct total pending); DLQ=$(acct total dlq); LOST=$(acct total lost)
+EXTRA=$(awk '$1 == "sub" { s += $NF } END { print s + 0 }' "$work/accounting.txt")
+STORED_EVENTS=$(wc -l <"$work/events.txt")
+UNACKED_STORED=$(awk 'FILENAME ~ /acked.txt$/ { a[$1] = 1; next } !($1 in a) { n++ } END { print n + 0 }' \
+  "$work/acked.txt" "$work/events.txt")
+RX_2XX=$(awk '{ s += $3 } END { print s + 0 }' "$work/acks.txt")
+
+# ---- the API's view -----------------------------------------------------------------------
+STATS=$(api "$APORT" GET /v1/stats || echo '{}')
+read -r DB_NEW DB_PROCESSED DB_RETRYING DB_DEAD < <(awk '
+  $3 == "NEW" { n++ } $3 == "PROCESSED" { p++ } $3 == "FAILED" { r++ } $3 == "DEAD" { d++ }
+  END { print n + 0, p + 0, r + 0, d + 0 }' "$work/deliveries.txt")
+API_COUNTS=$(jq -r '[.deliveries.NEW, .deliveries.PROCESSED, .deliveries.FAILED_RETRYING, .deliveries.FAILED_DEAD] | map(tostring) | join(" ")' <<<"$STATS" 2>/dev/null || echo "? ? ? ?")
+DB_COUNTS="$DB_NEW $DB_PROCESSED $DB_RETRYING $DB_DEAD"
+# Every delivery of s1 (all events), paged through GET /v1/deliveries, against the store.
+cursor=""; : >"$work/api-s1.txt"
+while :; do
+  page=$(api "$APORT" GET "/v1/deliveries?name=s1&limit=1000${cursor:+&cursor=$cursor}") || { echo "api error" >>"$work/api-s1.txt"; break; }
+  jq -r '.items[] | "\(.event_id) \(if .dead then "DEAD" else .status end)"' <<<"$page" >>"$work/api-s1.txt"
+  cursor=$(jq -r '.next_cursor // empty' <<<"$page")
+  [ -n "$cursor" ] || break
+done
+API_S1_DIFF=$(awk '$2 == "s1" { print $1, $3 }' "$work/deliveries.txt" | sort | diff - <(sort "$work/api-s1.txt") | grep -c '^[<>]' || true)
+API_S1_N=$(wc -l <"$work/api-s1.txt")
+# The deliveries the API lists as not PROCESSED, and the store's.
+API_OPEN=0
+for st in NEW FAILED; do
+  n=$(api "$APORT" GET "/v1/deliveries?status=$st&limit=1000" | jq '.items | length') || n="?"
+  API_OPEN=$((API_OPEN + ${n/\?/0}))
+done
+# Evidence for every pair not delivered: the API's view of its event's deliveries.
+grep -v -E ' (delivered|duplicated)$' "$work/verdicts.txt" >"$work/undelivered.txt" || true
+head -20 "$work/undelivered.txt" | while read -r id sub verdict; do
+  echo "== $id $sub $verdict"
+  api "$APORT" GET "/v1/deliveries?event_id=$id" | jq -c '.items[] | {subscription_id, status, dead, attempt_count, last_error, in_flight}'
+done >"$work/undelivered-api.txt" 2>&1 || true
+
+# ---- outboxd exits ------------------------------------------------------------------------
+# Exits other than our SIGKILLs: a start refused while PostgreSQL was down exits 1 with
+# "cannot open the store" (or "cannot load subscriptions") as its last error; anything
+# else is unexpected, and so are more SIGKILLs than the killer sent.
+EXITS=$(wc -l <"$work/exits.log")
+EXIT_KILLED=$(awk '$6 == 137' "$work/exits.log" | wc -l)
+STORE_REFUSED=$(awk '$6 == 1 && /cannot open the store|cannot load subscriptions/' "$work/exits.log" | wc -l)
+awk '$6 != 137 && !($6 == 1 && /cannot open the store|cannot load subscriptions/)' \
+  "$work/exits.log" >"$work/exits-unexpected.log"
+UNEXPECTED=$(wc -l <"$work/exits-unexpected.log")
+[ "$EXIT_KILLED" -le "$KILLS" ] || UNEXPECTED=$((UNEXPECTED + EXIT_KILLED - KILLS))
+ERROR_LINES=$(cat "$work"/outboxd-*.log | jq -rR 'fromjson? | select(.level == "error") | .msg' 2>/dev/null |
+  sed -E 's/[0-9a-f]{8}-[0-9a-f-]{27}/<id>/g; s/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -8)
+
+# B's spool: outages it drained, and the events it replayed into the store (each one
+# acknowledged with a 202 while PostgreSQL was away).
+SPOOL=$(jq -rR 'fromjson? | .msg | select(startswith("spool: drained "))' "$work/outboxd-B.log" 2>/dev/null |
+  sed -nE 's/.*: ([0-9]+) records, ([0-9]+) events replayed into the store \(([0-9]+) already stored\), ([0-9]+) delivery results.*/\2 \3 \4/p' |
+  awk '{ n++; e += $1; d += $2; r += $3 } END { printf "%d drains, %d events replayed into the store (%d already stored), %d delivery results", n, e, d, r }')
+
+# ---- the load generators ------------------------------------------------------------------
+lg() { jq -r "$1 // 0" "$work/loadgen-$2.json" 2>/dev/null || echo 0; }
+SENT=$(( $(lg .events A) + $(lg .events B) ))
+OUTCOMES=$(jq -s -r 'map(.outcomes) | reduce .[] as $o ({}; reduce ($o | to_entries[]) as $e (.; .[$e.key] += $e.value)) | to_entries | sort_by(-.value) | map("\(.key): \(.value)") | join(", ")' \
+  "$work/loadgen-A.json" "$work/loadgen-B.json" 2>/dev/null || echo "?")
+NOT_ACKED=$((SENT - ACKED))
+CHAOS_DRAWN=$(for s in "${SUBS[@]}"; do jq -r --arg s "$s" '"\($s): " + (.drawn | to_entries | map("\(.key) \(.value)") | join(", "))' "$work/chaos-$s.json"; done)
+PG_MODES=$(awk '{ print $4 }' "$work/pg_restarts.log" | sort | uniq -c | awk '{ printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }')
+
+# ---- report -------------------------------------------------------------------------------
+mkdir -p "$RESULTS"
+report=$RESULTS/soak-latest.md
+fmt() { printf "%'d" "$1" 2>/dev/null || echo "$1"; }
+{
+  echo "# outboxd chaos soak — latest run"
+  echo
+  echo "Command: \`SOAK_MINUTES=$SOAK_MINUTES make soak\` (RATE=$RATE, KILL_EVERY=$KILL_EVERY, PG_EVERY=$PG_EVERY, CHAOS_EVERY=$CHAOS_EVERY, LEASE=$LEASE, SEED=$SEED)  "
+  echo "Commit: $COMMIT · started $START_ISO · chaos $((T_CHAOS_END - T_START)) s, drain $DRAIN_TOOK s$([ "$drained" -eq 1 ] || echo ' (gave up: not drained)')  "
+  echo "Machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; PostgreSQL $PGVERSION (fsync on, synchronous_commit on); 2 outboxd instances (B with a spool); Release build"
+  echo
+  echo "| | |"
+  echo "|---|--:|"
+  echo "| minutes of chaos | $SOAK_MINUTES |"
+  echo "| SIGKILLs of outboxd | $KILLS |"
+  echo "| PostgreSQL restarts | $PG_RESTARTS ($PG_MODES) |"
+  echo "| events sent / acknowledged (202) | $(fmt "$SENT") / $(fmt "$ACKED") |"
+  echo "| not acknowledged (503, refused, reset) | $(fmt "$NOT_ACKED") |"
+  echo "| deliveries expected (acknowledged event × subscription) | $(fmt "$PAIRS") |"
+  echo "| delivered (2xx at the receiver) | $(fmt $((DELIVERED + DUPLICATED))) |"
+  echo "| … of which delivered more than once | $(fmt "$DUPLICATED") ($(fmt "$EXTRA") extra 2xx) |"
+  echo "| still pending after the drain | $(fmt "$PENDING") |"
+  echo "| in the DLQ after the drain | $(fmt "$DLQ") |"
+  echo "| **lost** | **$(fmt "$LOST")** |"
+  echo
+  echo "| subscription | retry | expected | delivered | dup | pending | DLQ | lost | extra 2xx | dead-lettered during chaos |"
+  echo "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+  for s in "${SUBS[@]}"; do
+    case $s in
+      s1) r="fixed 2 s, forever" ;; s2) r="exponential 1–20 s, forever, signed" ;;
+      s3) r="defaults (3+3, then DLQ), breaker on; soak.order only" ;; s4) r="linear 1–10 s, forever, max 32 in flight" ;;
+    esac
+    awk -v s="$s" -v r="$r" -v d="$(awk -v s="$s" '$1 == s { print $2 }' "$work/dead-at-chaos-end.txt")" \
+      '$1 == "sub" && $2 == s { printf "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", s, r, $3, $4 + $5, $5, $6, $7, $8, $9, d }' \
+      "$work/accounting.txt"
+  done
+  echo
+  echo "Cross-checks:"
+  echo
+  echo "- store (psql) NEW/PROCESSED/retrying/dead: $DB_COUNTS; \`GET /v1/stats\`: $API_COUNTS"
+  echo "- \`GET /v1/deliveries?name=s1\` paged: $API_S1_N deliveries, $API_S1_DIFF lines differ from the store's"
+  echo "- \`GET /v1/deliveries?status=NEW|FAILED\`: $API_OPEN open deliveries listed"
+  echo "- events stored: $(fmt "$STORED_EVENTS"), of which never acknowledged to the client (committed, but the answer was lost: a SIGKILL or a reset mid-request): $(fmt "$UNACKED_STORED")"
+  echo "- 2xx answers written by the receiver: $(fmt "$RX_2XX"); acknowledged ids repeated by the load generators: $(acct acked_repeated)"
+  echo "- DLQ replays through \`POST /v1/dlq/replay\` during the drain: $replays, $(fmt "$replayed") deliveries"
+  echo "- B's spool: $SPOOL"
+  echo "- outboxd exits: $EXITS ($EXIT_KILLED by SIGKILL, $STORE_REFUSED starts refused while PostgreSQL was down, **$UNEXPECTED unexpected**)"
+  echo
+  echo "Ingest outcomes (events): $OUTCOMES"
+  echo
+  echo "Receiver outcomes drawn (requests):"
+  echo
+  echo "$CHAOS_DRAWN" | sed 's/^/- /'
+  if [ -s "$work/exits-unexpected.log" ]; then
+    echo
+    echo "Unexpected outboxd exits:"
+    echo
+    echo '```'
+    head -20 "$work/exits-unexpected.log"
+    echo '```'
+  fi
+  if [ -n "$ERROR_LINES" ]; then
+    echo
+    echo "outboxd error log lines (most frequent, numbers masked):"
+    echo
+    echo '```'
+    echo "$ERROR_LINES"
+    echo '```'
+  fi
+} >"$report"
+
+SUMMARY="soak: $SOAK_MINUTES min, $KILLS kills, $PG_RESTARTS PostgreSQL restarts, $ACKED events acknowledged, $PAIRS deliveries expected: $((DELIVERED + DUPLICATED)) delivered ($DUPLICATED duplicated), $PENDING pending, $DLQ in DLQ, $LOST lost; $UNEXPECTED unexpected outboxd exits"
+echo "$SUMMARY"
+echo "- $SUMMARY" >>"$report"
+log "report: $report"
+rc=0
+if [ "$LOST" -gt 0 ] || [ "$UNEXPECTED" -gt 0 ] || [ "$PENDING" -gt 0 ] || [ "$DLQ" -gt 0 ]; then
+  keep_work=1
+  grep -E ' lost' "$work/verdicts.txt" | head -20 >&2 || true
+fi
+[ "$LOST" -eq 0 ] && [ "$UNEXPECTED" -eq 0 ] || rc=1
+exit "$rc"
