@@ -169,6 +169,8 @@ void api_stats(struct api *api, struct api_response *res)
 		 * publishes its state to the metrics. */
 		json_object_set_new(o, "circuit", json_string(breaker_state_name(
 				metrics_circuit_state(sub->id, clock_now_ms()))));
+		if (sub->disabled_reason) /* disabled by outboxd after disable_after */
+			json_object_set_new(o, "disabled_reason", json_string(sub->disabled_reason));
 		json_array_append_new(subs, o);
 	}
 	sub_registry_release(api->reg, set);
@@ -183,6 +185,12 @@ void api_stats(struct api *api, struct api_response *res)
 		"oldest_dead_at", render_time(s.oldest_dead_at), "oldest_dead_age_ms",
 		s.oldest_dead_at ? json_integer(now - s.oldest_dead_at) : json_null(), "window",
 		json_pack("{s:I}", "ms", (json_int_t)api->stats_window_ms), "subscriptions", subs);
+	long ops_stored, ops_suppressed, ops_dropped;
+	metrics_ops_events_read(&ops_stored, &ops_suppressed, &ops_dropped);
+	json_object_set_new(out, "ops_events",
+			    json_pack("{s:I, s:I, s:I}", "stored", (json_int_t)ops_stored,
+				      "suppressed", (json_int_t)ops_suppressed, "dropped",
+				      (json_int_t)ops_dropped));
 	/* per-key ordering: deliveries parked behind a dead one of their key */
 	json_object_set_new(out, "blocked", json_pack("{s:I, s:I}", "deliveries",
 						      (json_int_t)s.blocked_count, "keys",

@@ -758,9 +758,17 @@ static int cmd_stats(struct cli *c, const struct opts *o)
 	       (long long)json_integer_value(json_object_get(by, "PROCESSED")),
 	       (long long)json_integer_value(json_object_get(by, "FAILED_RETRYING")),
 	       (long long)json_integer_value(json_object_get(by, "FAILED_DEAD")));
-	printf("in flight    %lld   due backlog %lld   oldest dead %s\n\n",
+	printf("in flight    %lld   due backlog %lld   oldest dead %s\n",
 	       (long long)json_integer_value(json_object_get(r, "in_flight")),
 	       (long long)json_integer_value(json_object_get(r, "due_backlog")), str(r, "oldest_dead_at"));
+	json_t *bl = json_object_get(r, "blocked"), *ops = json_object_get(r, "ops_events");
+	printf("blocked      %lld deliveries behind dead ones, %lld keys   ops events stored %lld, "
+	       "held back %lld, dropped %lld (this instance)\n\n",
+	       (long long)json_integer_value(json_object_get(bl, "deliveries")),
+	       (long long)json_integer_value(json_object_get(bl, "keys")),
+	       (long long)json_integer_value(json_object_get(ops, "stored")),
+	       (long long)json_integer_value(json_object_get(ops, "suppressed")),
+	       (long long)json_integer_value(json_object_get(ops, "dropped")));
 	printf("%-20s  %-7s  %8s  %8s  %s\n", "SUBSCRIPTION", "ENABLED", "ATTEMPTS", "SUCCESS",
 	       "LAST ERROR");
 	json_t *x;
@@ -776,6 +784,8 @@ static int cmd_stats(struct cli *c, const struct opts *o)
 		printf("%-20.20s  %-7s  %8lld  %8s  %s\n", str(x, "name"),
 		       json_is_true(json_object_get(x, "enabled")) ? "yes" : "no",
 		       (long long)json_integer_value(json_object_get(x, "attempts")), rate, last);
+		if (json_is_string(json_object_get(x, "disabled_reason")))
+			printf("%-20s  disabled by outboxd: %s\n", "", str(x, "disabled_reason"));
 	}
 	json_decref(r);
 	return CLI_OK;

@@ -100,7 +100,7 @@ static int key_file_write(const char *dir, const char *name, const struct secret
 	unlink(tmp); /* left by a run of ours that had this pid and was killed */
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text) || fsync(fd) != 0) {
-		snprintf(err, errlen, "cannot write the key file %s: %s", tmp, strerror(errno));
+		snprintf(err, errlen, "cannot write the key file %.900s: %s", tmp, strerror(errno));
 		goto out;
 	}
 	close(fd);
@@ -110,7 +110,7 @@ static int key_file_write(const char *dir, const char *name, const struct secret
 			rc = 1;
 			goto out;
 		}
-		snprintf(err, errlen, "cannot write the key file %s: %s", path, strerror(errno));
+		snprintf(err, errlen, "cannot write the key file %.900s: %s", path, strerror(errno));
 		goto out;
 	}
 	if (fsync_dir(dir)) {

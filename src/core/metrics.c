@@ -41,6 +41,7 @@ static struct {
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
+	_Atomic long ops_stored, ops_suppressed, ops_dropped;
 	_Atomic long subs_recovered;
 	_Atomic long kafka_produce_errors;
 	_Atomic long kafka_consumed;
@@ -165,6 +166,20 @@ void metrics_store_error(void)
 void metrics_subscription_disabled(void)
 {
 	atomic_fetch_add_explicit(&m.subs_disabled, 1, memory_order_relaxed);
+}
+
+void metrics_ops_events(long stored, long suppressed, long dropped)
+{
+	atomic_fetch_add_explicit(&m.ops_stored, stored, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.ops_suppressed, suppressed, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.ops_dropped, dropped, memory_order_relaxed);
+}
+
+void metrics_ops_events_read(long *stored, long *suppressed, long *dropped)
+{
+	*stored = atomic_load(&m.ops_stored);
+	*suppressed = atomic_load(&m.ops_suppressed);
+	*dropped = atomic_load(&m.ops_dropped);
 }
 
 void metrics_subscription_recovered(void)
@@ -304,6 +319,13 @@ int metrics_render(char **out, size_t *len)
 	  "failing for at least their failure window.\n"
 	  "# TYPE outboxd_subscriptions_recovered_total counter\n"
 	  "outboxd_subscriptions_recovered_total %ld\n", atomic_load(&m.subs_recovered));
+	A("# HELP outboxd_ops_events_total Operational events (outboxd.*): stored for their "
+	  "subscribers, held back by ops_events_limit (counted in summaries), dropped (queue "
+	  "full).\n# TYPE outboxd_ops_events_total counter\n"
+	  "outboxd_ops_events_total{outcome=\"stored\"} %ld\n"
+	  "outboxd_ops_events_total{outcome=\"suppressed\"} %ld\n"
+	  "outboxd_ops_events_total{outcome=\"dropped\"} %ld\n", atomic_load(&m.ops_stored),
+	  atomic_load(&m.ops_suppressed), atomic_load(&m.ops_dropped));
 	A("# HELP outboxd_store_errors_total Store calls that failed.\n"
 	  "# TYPE outboxd_store_errors_total counter\noutboxd_store_errors_total %ld\n",
 	  atomic_load(&m.store_errors));

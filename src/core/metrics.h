@@ -37,6 +37,9 @@ void metrics_store_error(void);
 /* Endpoint health (issue 15): a subscription disabled after disable_after, one recovered. */
 void metrics_subscription_disabled(void);
 void metrics_subscription_recovered(void);
+/* Operational events (intake/ops_events.c): counts to add, and the totals so far. */
+void metrics_ops_events(long stored, long suppressed, long dropped);
+void metrics_ops_events_read(long *stored, long *suppressed, long *dropped);
 /* Kafka: a message not acknowledged; messages stored by the intake (of which
  * undecodable); the intake paused for its backlog; a partition's lag. */
 void metrics_kafka_produce_error(const char *topic);

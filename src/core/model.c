@@ -108,5 +108,6 @@ void subscription_clear(struct subscription *s)
 	free(s->tls_ca_file);
 	free(s->tls_client_cert);
 	free(s->tls_client_key);
+	free(s->disabled_reason);
 	memset(s, 0, sizeof(*s));
 }

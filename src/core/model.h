@@ -160,6 +160,7 @@ struct subscription {
 	enum delivery_ordering ordering;
 	int64_t disable_after_ms;  /* failing this long without a success disables it;
 	                              0 = never, -1 = the setting disable_after */
+	char *disabled_reason;     /* why outboxd disabled it (disable_after), or NULL */
 	char *origin;          /* NULL for an operator's subscription; "kafka_envelope" for
 	                          one outboxd derived from an envelope's target: it matches
 	                          no event type (fan-out never picks it) */

@@ -597,8 +597,12 @@ static int parse_disable(const json_t *doc, struct subscription *s, struct input
 	    get_duration(doc, "disable_after", "disable_after", 0, DISABLE_AFTER_MAX_MS,
 			 &s->disable_after_ms, err))
 		return -1;
-	return get_string(doc, "disabled_reason", "disabled_reason", 0, 512, &reason, err) ||
-	       get_string(doc, "disabled_at", "disabled_at", 0, 64, &at, err);
+	if (get_string(doc, "disabled_reason", "disabled_reason", 0, 512, &reason, err) ||
+	    get_string(doc, "disabled_at", "disabled_at", 0, 64, &at, err))
+		return -1;
+	if (reason && !(s->disabled_reason = strdup(reason)))
+		return input_error_set(err, 500, "internal", "", "out of memory");
+	return 0;
 }
 
 /* ordering ("none" | "partition_key") and ordering_on_dead ("block" | "skip"). */

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/metrics.h"
 #include "core/ops_event.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -53,6 +54,7 @@ static void enqueue(struct ops_events *o, const char *kind, json_t *payload, int
 	char *text = json_dumps(payload, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(payload);
 	if (!text || o->n == QUEUE_MAX) {
+		metrics_ops_events(0, 0, 1);
 		if (!o->dropped++)
 			log_warn("operational events: queue full; outboxd.%s and later ones dropped "
 				 "(the store is slow or down)", kind);
@@ -101,6 +103,7 @@ void ops_events_emit(void *ctx, const char *kind, const char *subscription_id,
 		window_close(o, r, now);
 	if (r && r->sent >= o->limit) {
 		r->suppressed++;
+		metrics_ops_events(0, 1, 0);
 		json_decref(payload);
 	} else {
 		if (r)
@@ -159,6 +162,7 @@ static size_t write_batch(struct ops_events *o)
 			 store_strerror(rc));
 		return 0;
 	}
+	metrics_ops_events((long)k, 0, 0);
 	pthread_mutex_lock(&o->mu);
 	for (size_t i = 0; i < n; i++) {
 		free(o->queue[o->head].payload);

@@ -79,6 +79,25 @@ static void test_disable_and_recover(void **state)
 	assert_non_null(strstr(reason, "500"));
 	assert_non_null(json_string_value(json_object_get(s, "disabled_at")));
 	json_decref(s);
+	/* stats and the CLI show it */
+	json_t *stats = e2e_get(&dmn, "/v1/stats");
+	json_t *x;
+	size_t k;
+	int shown = 0;
+	json_array_foreach(json_object_get(stats, "subscriptions"), k, x)
+		if (strcmp(json_string_value(json_object_get(x, "id")), sub) == 0)
+			shown = json_is_string(json_object_get(x, "disabled_reason")) &&
+				json_is_false(json_object_get(x, "enabled"));
+	json_decref(stats);
+	assert_true(shown);
+	char cmd[1024], out[8192] = "";
+	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s stats 2>/dev/null", dmn.url,
+		 dmn.token, getenv("OUTBOXD_BIN"));
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	out[fread(out, 1, sizeof(out) - 1, p)] = '\0';
+	pclose(p);
+	assert_non_null(strstr(out, "disabled by outboxd: every attempt failed"));
 	/* the one that opted out keeps trying, enabled */
 	s = get_sub(never);
 	assert_true(json_is_true(json_object_get(s, "enabled")));

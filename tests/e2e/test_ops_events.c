@@ -183,6 +183,11 @@ static void test_ops_events(void **state)
 	}
 	assert_int_equal(dead, 3);
 	assert_int_equal(summaries, 1);
+	json_t *stats = e2e_get(&dmn, "/v1/stats");
+	json_t *ops_counts = json_object_get(stats, "ops_events");
+	assert_true(json_integer_value(json_object_get(ops_counts, "suppressed")) >= 2);
+	assert_true(json_integer_value(json_object_get(ops_counts, "stored")) >= 4);
+	json_decref(stats);
 
 	/* the catch-all subscription got the user events, none of outboxd's */
 	for (int t = 0; t < 100 && receiver_count(&rcv, "/all") < 5 + sent; t++)
