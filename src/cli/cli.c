@@ -194,6 +194,25 @@ static void print_json(json_t *j)
 	free(s);
 }
 
+/* GET path's {"items":[...]}: the JSON with --json, else header and a row each. */
+static int print_list(struct cli *c, const char *path, const char *header, void (*row)(json_t *))
+{
+	json_t *r, *item;
+	size_t i;
+	int rc = call(c, "GET", path, NULL, &r);
+	if (rc)
+		return rc;
+	if (c->json) {
+		print_json(r);
+	} else {
+		fputs(header, stdout);
+		json_array_foreach(json_object_get(r, "items"), i, item)
+			row(item);
+	}
+	json_decref(r);
+	return CLI_OK;
+}
+
 /* ---- tables ---------------------------------------------------------------------------- */
 
 static const char *str(json_t *obj, const char *key)
@@ -484,20 +503,10 @@ static int cmd_subs(struct cli *c, const char *cmd, const struct opts *o)
 	int rc;
 
 	if (strcmp(cmd, "list") == 0) {
-		if ((rc = call(c, "GET", "/v1/subscriptions", NULL, &r)))
-			return rc;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME", "ENABLED", "EVENT TYPES",
-			       "ENDPOINT");
-			json_t *s;
-			size_t i;
-			json_array_foreach(json_object_get(r, "items"), i, s)
-				print_sub_row(s);
-		}
-		json_decref(r);
-		return CLI_OK;
+		char header[160];
+		snprintf(header, sizeof(header), "%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME",
+			 "ENABLED", "EVENT TYPES", "ENDPOINT");
+		return print_list(c, "/v1/subscriptions", header, print_sub_row);
 	}
 	if ((strcmp(cmd, "enable") == 0 || strcmp(cmd, "disable") == 0) && o->nargs == 1) {
 		int on = strcmp(cmd, "enable") == 0;
@@ -837,20 +846,10 @@ static int cmd_tokens(struct cli *c, const char *cmd, const struct opts *o)
 	int rc;
 
 	if (strcmp(cmd, "list") == 0) {
-		if ((rc = call(c, "GET", "/v1/tokens", NULL, &r)))
-			return rc;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%-36s  %-20s  %-22s  %-8s  %s\n", "ID", "NAME", "SCOPES", "PREFIX",
-			       "CREATED");
-			json_t *t;
-			size_t i;
-			json_array_foreach(json_object_get(r, "items"), i, t)
-				print_token_row(t);
-		}
-		json_decref(r);
-		return CLI_OK;
+		char header[160];
+		snprintf(header, sizeof(header), "%-36s  %-20s  %-22s  %-8s  %s\n", "ID", "NAME",
+			 "SCOPES", "PREFIX", "CREATED");
+		return print_list(c, "/v1/tokens", header, print_token_row);
 	}
 	if (strcmp(cmd, "revoke") == 0 && o->nargs == 1) {
 		snprintf(path, sizeof(path), "/v1/tokens/%s", o->args[0]);
