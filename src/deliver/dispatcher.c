@@ -79,21 +79,30 @@ static size_t recycle_list(struct dispatcher *d, struct writer_result *l, int *k
 /* The writer has news (results written, a claim answered): wake the loop. */
 static void writer_ready_cb(void *ctx);
 
-/* Runs the sinks whose fd epoll found ready or whose timer is due; the wake-up
- * eventfd is drained on the way. An event's data is 0 for the eventfd, else the
- * sink's index + 1. */
+/* Clears the wake-up eventfd. Done before the writer's news is taken, never after: a
+ * wake-up that arrives between taking the news and clearing it would be lost, and the
+ * loop would sleep on news it has not seen (up to its poll interval). */
+static void wake_drain(struct dispatcher *d)
+{
+	uint64_t v;
+	for (int i = 0; i < d->n_events; i++) {
+		if (d->events[i].data.u32 == 0) {
+			while (read(d->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+				;
+			return;
+		}
+	}
+}
+
+/* Runs the sinks whose fd epoll found ready or whose timer is due. An event's data is 0
+ * for the wake-up eventfd (drained by wake_drain), else the sink's index + 1. */
 static void sinks_run(struct dispatcher *d)
 {
 	int ready[SINKS_MAX] = {0};
 	for (int i = 0; i < d->n_events; i++) {
 		uint32_t tag = d->events[i].data.u32;
-		if (tag == 0) {
-			uint64_t v;
-			while (read(d->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v))
-				;
-		} else if (tag <= (uint32_t)d->n_sinks) {
+		if (tag > 0 && tag <= (uint32_t)d->n_sinks)
 			ready[tag - 1] = 1;
-		}
 	}
 	d->n_events = 0;
 	int64_t now_us = clock_mono_us();
@@ -128,6 +137,7 @@ static void *dispatcher_main(void *arg)
 		/* Take back what the writer finished: written rounds, and the answer to a
 		 * claim, whose deliveries start now. */
 		struct writer_answer ans;
+		wake_drain(d);
 		writer_take(d->writer, &ans);
 		d->store_down = ans.down;
 		int keyed = 0;
