@@ -166,6 +166,7 @@ static void *dispatcher_main(void *arg)
 				next_claim_us = now_us; /* more may be due */
 			} else {
 				next_claim_us = now_us + IDLE_POLL_MS * 1000; /* or the hint's time */
+				d->short_claim_us = now_us;
 			}
 			claims_start(d, claims, got);
 		}
@@ -184,8 +185,17 @@ static void *dispatcher_main(void *arg)
 		int room = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
 		int want = room < d->cfg.batch ? room : d->cfg.batch;
 		int worth = d->active == 0 || want == d->cfg.batch || room >= d->cfg.max_in_flight / 4;
-		if (atomic_exchange(&d->woken, 0) && !d->store_down)
-			next_claim_us = now_us;
+		/* New work (an ingest commit, a replay) is claimed at once, but not sooner than
+		 * CLAIM_GAP_US after a claim that found less than it asked for: under a steady
+		 * stream of commits, claims stay batches instead of one per commit (each is a
+		 * transaction; on PostgreSQL a round trip that competes with ingest). */
+		if (atomic_exchange(&d->woken, 0) && !d->store_down) {
+			int64_t at = d->short_claim_us + CLAIM_GAP_US;
+			if (at < now_us)
+				at = now_us;
+			if (at < next_claim_us)
+				next_claim_us = at;
+		}
 		int retry_due = d->claim_at_ms && clock_now_ms() >= d->claim_at_ms;
 		if (!stopping && !d->claim_asked && want > 0 && worth &&
 		    (now_us >= next_claim_us || retry_due)) {

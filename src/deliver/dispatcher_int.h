@@ -19,6 +19,7 @@
 #define MSG_LEN SINK_MSG_LEN
 #define CAUSE_LEN SINK_CAUSE_LEN
 #define IDLE_POLL_MS 1000     /* look for due work at least this often */
+#define CLAIM_GAP_US 2000     /* after a short claim, new work waits this long to batch */
 #define PRUNE_US (60 * 1000000LL) /* caches are pruned this often */
 #define RELEASE_MIN_MS 500    /* a round handed back for a limit is due again after 0.5-1.5 s */
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
@@ -84,6 +85,7 @@ struct dispatcher {
 	struct writer *writer;       /* borrowed: claims and result writes (store/writer.h) */
 	size_t claim_asked;          /* deliveries asked of the writer, not yet answered */
 	int64_t claim_at_ms;         /* a written retry is due then: claim, 0 = none */
+	int64_t short_claim_us;      /* monotonic: the last claim that found fewer than asked */
 	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet written, 0 = none */
 	struct limits_table limits;  /* per subscription: breaker, limits, parked rounds */
 	struct sub_limits *parked_subs; /* those with parked rounds */
