@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <string.h>
 #include <cmocka.h>
@@ -22,6 +23,28 @@
  * generated one). */
 #define E2E_SHARED_SECRET_KEY \
 	"OUTBOXD_SECRET_KEY=5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4"
+
+/* Runs a shell command; its stdout (NUL-terminated, cut at len - 1) into out. Returns the
+ * exit code, or -1 when it did not exit. */
+static inline int e2e_run(const char *cmd, char *out, size_t len)
+{
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t n = fread(out, 1, len - 1, p);
+	out[n] = '\0';
+	int status = pclose(p);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Runs `$OUTBOXD_BIN args` as the CLI against d with its admin token (stderr dropped);
+ * stdout into out. Returns the exit code. */
+static inline int e2e_cli(const struct daemon *d, char *out, size_t len, const char *args)
+{
+	char cmd[4096];
+	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s %s 2>/dev/null", d->url,
+		 d->token, getenv("OUTBOXD_BIN"), args);
+	return e2e_run(cmd, out, len);
+}
 
 /* The SQLite file of a daemon (d->db is the DSN "sqlite:PATH"). */
 static inline const char *e2e_db_path(const struct daemon *d)

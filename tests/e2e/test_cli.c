@@ -27,19 +27,12 @@ static int teardown(void **state)
 /* Runs `outboxd <args>` against the daemon; returns the exit code, stdout in out. */
 static int run(char *out, size_t len, const char *fmt, ...)
 {
-	char args[2048], cmd[4096];
+	char args[2048];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s %s 2>/dev/null", dmn.url,
-		 dmn.token, getenv("OUTBOXD_BIN"), args);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t n = fread(out, 1, len - 1, p);
-	out[n] = '\0';
-	int status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	return e2e_cli(&dmn, out, len, args);
 }
 
 static char out[1 << 20];

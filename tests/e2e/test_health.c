@@ -41,11 +41,8 @@ static int is_disabled(void *arg)
 
 static int cli(const char *args)
 {
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s %s >/dev/null 2>&1", dmn.url,
-		 dmn.token, getenv("OUTBOXD_BIN"), args);
-	int status = system(cmd);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	char out[4096];
+	return e2e_cli(&dmn, out, sizeof(out), args);
 }
 
 static void test_disable_and_recover(void **state)
@@ -90,13 +87,8 @@ static void test_disable_and_recover(void **state)
 				json_is_false(json_object_get(x, "enabled"));
 	json_decref(stats);
 	assert_true(shown);
-	char cmd[1024], out[8192] = "";
-	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s stats 2>/dev/null", dmn.url,
-		 dmn.token, getenv("OUTBOXD_BIN"));
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	out[fread(out, 1, sizeof(out) - 1, p)] = '\0';
-	pclose(p);
+	char out[8192];
+	assert_int_equal(e2e_cli(&dmn, out, sizeof(out), "stats"), 0);
 	assert_non_null(strstr(out, "disabled by outboxd: every attempt failed"));
 	/* the one that opted out keeps trying, enabled */
 	s = get_sub(never);

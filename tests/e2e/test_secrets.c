@@ -184,12 +184,7 @@ static int rotate(char *out, size_t len, const char *args)
 	char cmd[2048];
 	snprintf(cmd, sizeof(cmd), "OUTBOXD_DB='%s' OUTBOXD_DATA_DIR='%s' %s rotate-key %s 2>&1",
 		 dmn.db, dmn.dir, getenv("OUTBOXD_BIN"), args);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t n = fread(out, 1, len - 1, p);
-	out[n] = '\0';
-	int status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	return e2e_run(cmd, out, len);
 }
 
 /* ---- the raw bytes ---------------------------------------------------------------------- */

@@ -269,18 +269,9 @@ static void test_bad_input(void **state)
 	json_decref(api_call(&dmn, "DELETE", "/v1/tokens/not-a-uuid", NULL, 400));
 }
 
-/* Runs `outboxd <args>` against the daemon with the admin token; stdout into out. */
 static int run_cli(char *out, size_t len, const char *args)
 {
-	char cmd[2048];
-	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s %s 2>/dev/null", dmn.url,
-		 dmn.token, getenv("OUTBOXD_BIN"), args);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t n = fread(out, 1, len - 1, p);
-	out[n] = '\0';
-	int status = pclose(p);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	return e2e_cli(&dmn, out, len, args);
 }
 
 static void test_cli(void **state)
