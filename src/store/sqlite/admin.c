@@ -579,7 +579,7 @@ static int query_rows(struct sq *sq, const char *sql,
 	return sq_store_code(rc);
 }
 
-static void bind_job_id(sqlite3_stmt *s, const void *id)
+static void bind_id(sqlite3_stmt *s, const void *id)
 {
 	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
 }
@@ -588,7 +588,7 @@ static void bind_job_id(sqlite3_stmt *s, const void *id)
 static int jobs_query(store *st, const char *sql, const char *one_id, struct store_job **items,
 		      size_t *n)
 {
-	int rc = query_rows(sq_of(st), sql, one_id ? bind_job_id : NULL, one_id, sizeof(**items),
+	int rc = query_rows(sq_of(st), sql, one_id ? bind_id : NULL, one_id, sizeof(**items),
 			    read_job, (void **)items, n);
 	if (rc != STORE_OK) {
 		store_jobs_free(*items, *n);
@@ -614,30 +614,46 @@ int sq_jobs_running(store *st, struct store_job **items, size_t *n)
 
 /* ---- audit --------------------------------------------------------------- */
 
-int sq_audit_append(store *st, const struct store_audit *a)
+/* A write outside the prepared set, under the write lock: sql prepared, bound by bind
+ * (ctx), stepped; the answer as sub_write gives it (NOT_FOUND when nothing changed,
+ * CONFLICT on a constraint). */
+static int write_once(struct sq *sq, const char *sql, void (*bind)(sqlite3_stmt *s,
+								      const void *ctx),
+		      const void *ctx)
 {
-	struct sq *sq = sq_of(st);
 	sqlite3_stmt *s = NULL;
 	int rc;
 
 	sq_wlock(sq);
-	rc = sqlite3_prepare_v2(sq->wdb, "INSERT INTO audit(id, at, actor, action, target, count,"
-				" detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", -1, &s, NULL);
+	rc = sqlite3_prepare_v2(sq->wdb, sql, -1, &s, NULL);
 	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(s, 1, a->id, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 2, a->at ? a->at : clock_now_ms());
-		sqlite3_bind_text(s, 3, a->actor, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 4, a->action, -1, SQLITE_STATIC);
-		bind_text_or_null(s, 5, a->target);
-		sqlite3_bind_int64(s, 6, a->count);
-		bind_text_or_null(s, 7, a->detail);
-		rc = sq_step_done(s);
+		bind(s, ctx);
+		rc = sub_write(sq, s);
 	} else {
 		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
+		rc = sq_store_code(rc);
 	}
 	sqlite3_finalize(s);
 	pthread_mutex_unlock(&sq->wmu);
-	return sq_store_code(rc);
+	return rc;
+}
+
+static void bind_audit(sqlite3_stmt *s, const void *ctx)
+{
+	const struct store_audit *a = ctx;
+	sqlite3_bind_text(s, 1, a->id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, a->at ? a->at : clock_now_ms());
+	sqlite3_bind_text(s, 3, a->actor, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 4, a->action, -1, SQLITE_STATIC);
+	bind_text_or_null(s, 5, a->target);
+	sqlite3_bind_int64(s, 6, a->count);
+	bind_text_or_null(s, 7, a->detail);
+}
+
+int sq_audit_append(store *st, const struct store_audit *a)
+{
+	return write_once(sq_of(st), "INSERT INTO audit(id, at, actor, action, target, count,"
+			  " detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", bind_audit, a);
 }
 
 /* An sq_row_cb for struct store_audit. */
@@ -689,51 +705,27 @@ int sq_audit_list(store *st, const char *before_id, size_t limit,
 
 /* ---- API tokens ---------------------------------------------------------- */
 
+static void bind_token(sqlite3_stmt *s, const void *ctx)
+{
+	const struct store_token *t = ctx;
+	sqlite3_bind_text(s, 1, t->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, t->name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, t->scopes, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 4, t->hash, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 5, t->prefix, -1, SQLITE_STATIC);
+	bind_text_or_null(s, 6, t->actor);
+	sqlite3_bind_int64(s, 7, t->created_at ? t->created_at : clock_now_ms());
+}
+
 int sq_token_create(store *st, const struct store_token *t)
 {
-	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = NULL;
-	int rc;
-
-	sq_wlock(sq);
-	rc = sqlite3_prepare_v2(sq->wdb, "INSERT INTO tokens(id, name, scopes, hash, prefix, actor,"
-				" created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", -1, &s, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(s, 1, t->id, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 2, t->name, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 3, t->scopes, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 4, t->hash, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 5, t->prefix, -1, SQLITE_STATIC);
-		bind_text_or_null(s, 6, t->actor);
-		sqlite3_bind_int64(s, 7, t->created_at ? t->created_at : clock_now_ms());
-		rc = sub_write(sq, s);
-	} else {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
-		rc = sq_store_code(rc);
-	}
-	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->wmu);
-	return rc;
+	return write_once(sq_of(st), "INSERT INTO tokens(id, name, scopes, hash, prefix, actor,"
+			  " created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", bind_token, t);
 }
 
 int sq_token_delete(store *st, const char *id)
 {
-	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = NULL;
-	int rc;
-
-	sq_wlock(sq);
-	rc = sqlite3_prepare_v2(sq->wdb, "DELETE FROM tokens WHERE id = ?1", -1, &s, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
-		rc = sub_write(sq, s);
-	} else {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
-		rc = sq_store_code(rc);
-	}
-	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->wmu);
-	return rc;
+	return write_once(sq_of(st), "DELETE FROM tokens WHERE id = ?1", bind_id, id);
 }
 
 /* An sq_row_cb for struct store_token. */
