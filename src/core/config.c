@@ -61,8 +61,9 @@ const struct config_setting config_settings[] = {
 	 "1s", S(delivery_timeout_ms), "default timeout of an immediate try (seed 001: 1s)"},
 	{"retry_interval", "--retry-interval", "OUTBOXD_RETRY_INTERVAL", CONFIG_DURATION, "3s",
 	 S(retry_interval_ms), "default interval between scheduled retries (seed 000: 3s)"},
-	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, "3", S(max_retries),
-	 "default scheduled retries before the DLQ; 0 = retry forever (seed 000: 3)"},
+	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, NULL, S(max_retries),
+	 "default scheduled retries before the DLQ; 0 = retry forever; unset: 3 (seed 000), "
+	 "or 5 when the policy is exponential (seed 004 MaxNumberOfRetries)"},
 	{"retry_timeout", "--retry-timeout", "OUTBOXD_RETRY_TIMEOUT", CONFIG_DURATION, "5s",
 	 S(retry_timeout_ms), "default timeout of a scheduled or manual try (seed 000: 5s)"},
 	{"retry_policy", "--retry-policy", "OUTBOXD_RETRY_POLICY", CONFIG_STRING, "fixed",
@@ -400,6 +401,7 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		char *const *argv, char *err, size_t errlen)
 {
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->max_retries = -1; /* unset: the retry policy's own default */
 	for (const struct config_setting *s = config_settings; s->key; s++)
 		if (s->def && set_value(cfg, s, s->def, "default", err, errlen))
 			return -1;
@@ -521,7 +523,10 @@ void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
 	p->immediate_delay_ms = cfg->immediate_delay_ms;
 	p->immediate_timeout_ms = cfg->delivery_timeout_ms;
 	p->interval_ms = cfg->retry_interval_ms;
-	p->max_retries = cfg->max_retries;
+	if (cfg->max_retries >= 0) {
+		p->max_retries = cfg->max_retries;
+		p->max_retries_auto = 0;
+	}
 	p->timeout_ms = cfg->retry_timeout_ms;
 	if (retry_policy_kind_parse(cfg->retry_policy, &p->policy))
 		p->policy = RETRY_FIXED;
@@ -530,6 +535,7 @@ void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
 	p->factor = cfg->retry_factor;
 	p->jitter = cfg->retry_jitter;
 	p->retry_after_max_ms = cfg->retry_after_max_ms;
+	retry_policy_settle(p);
 }
 
 void config_print_help(FILE *out)

@@ -20,7 +20,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.db, "sqlite:./var/outboxd.db");
 	assert_string_equal(c.listen, "127.0.0.1:8080");
 	assert_int_equal(c.retry_interval_ms, 3000);
-	assert_int_equal(c.max_retries, 3);
+	assert_int_equal(c.max_retries, -1); /* unset: each policy's own default */
 	assert_int_equal(c.retry_batch, 100);
 	assert_int_equal(c.retry_timeout_ms, 5000);
 	assert_int_equal(c.delivery_timeout_ms, 1000);
@@ -104,6 +104,7 @@ static void test_retry_policy_settings(void **state)
 	assert_int_equal(config_load(&c, file, envp, 4, argv, err, sizeof(err)), 0);
 	config_retry_defaults(&c, &p);
 	assert_int_equal(p.policy, RETRY_EXPONENTIAL); /* env beats file */
+	assert_int_equal(p.max_retries, 5);            /* unset: seed 004's MaxNumberOfRetries */
 	assert_true(p.factor == 3.0);
 	assert_true(p.jitter == 0.25);                 /* flag beats file */
 	assert_int_equal(p.min_delay_ms, 1000);
