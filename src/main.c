@@ -340,6 +340,7 @@ static int serve(int argc, char **argv)
 		.disable_after_ms = cfg.disable_after_ms,
 		.disable = disable_subscription,
 		.disable_ctx = &reload,
+		.log_deliveries = cfg.log_deliveries,
 	};
 	/* The one writer of ingest, claims and results (store/writer.h), and the
 	 * dispatcher, its client. */
@@ -378,6 +379,7 @@ static int serve(int argc, char **argv)
 		.reap_interval_ms = cfg.reap_interval_ms,
 		.cleanup_enabled = cfg.cleanup_enabled,
 		.cleanup_interval_ms = cfg.cleanup_interval_ms,
+		.cleanup_after_ms = cfg.cleanup_after_ms,
 		.ops = {ops_events_emit, ops},
 	};
 	if (!(jobs = jobs_start(st, &reg, &jcfg, wake_dispatcher, disp)))

@@ -99,6 +99,10 @@ const struct config_setting config_settings[] = {
 	 S(cleanup_enabled), "delete PROCESSED deliveries periodically (seeds 000/002: off)"},
 	{"cleanup_interval", "--cleanup-interval", "OUTBOXD_CLEANUP_INTERVAL", CONFIG_DURATION,
 	 "60m", S(cleanup_interval_ms), "how often the cleanup job runs (seed 000: 60m)"},
+	{"cleanup_after", "--cleanup-after", "OUTBOXD_CLEANUP_AFTER", CONFIG_DURATION, "0s",
+	 S(cleanup_after_ms),
+	 "retention: the cleanup keeps PROCESSED deliveries at least this long after they "
+	 "were delivered (seed 003); 0s deletes them at the next run (seeds 000/002)"},
 	{"shutdown_grace", "--shutdown-grace", "OUTBOXD_SHUTDOWN_GRACE", CONFIG_DURATION, "10s",
 	 S(shutdown_grace_ms), "how long SIGTERM waits for in-flight requests"},
 	{"replay_rate", "--replay-rate", "OUTBOXD_REPLAY_RATE", CONFIG_INT, "100", S(replay_rate),
@@ -122,6 +126,11 @@ const struct config_setting config_settings[] = {
 	{"ops_events_window", "--ops-events-window", "OUTBOXD_OPS_EVENTS_WINDOW",
 	 CONFIG_DURATION, "1m", S(ops_events_window_ms),
 	 "the window of ops_events_limit (at least 1s)"},
+	{"log_deliveries", "--log-deliveries", "OUTBOXD_LOG_DELIVERIES", CONFIG_BOOL, "false",
+	 S(log_deliveries),
+	 "one audit log line per delivery outcome once it is stored: EXECUTED, FAILED (a retry "
+	 "follows) or DEAD, with delivery, event, subscription, code and duration (seeds "
+	 "001/003), whatever log_level says; never a credential"},
 	{"ssrf_allow", "--ssrf-allow", "OUTBOXD_SSRF_ALLOW", CONFIG_STRING, NULL, S(ssrf_allow),
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "

@@ -471,13 +471,13 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 	return st->ops->dlq_purge_matching(st, f, limit, purged);
 }
 
-int store_cleanup(store *st, size_t *deleted)
+int store_cleanup(store *st, int64_t before_ms, size_t *deleted)
 {
 	if (deleted)
 		*deleted = 0;
 	if (!st || !deleted)
 		return STORE_INVALID;
-	return st->ops->cleanup(st, deleted);
+	return st->ops->cleanup(st, before_ms, deleted);
 }
 
 /* ---- operator jobs and audit -------------------------------------------------------------- */

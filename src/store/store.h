@@ -254,6 +254,7 @@ struct store_delivery {
 	char *lease_owner;          /* NULL when not leased */
 	int64_t lease_until;
 	int blocked;                /* parked behind a dead delivery of its key (ordering) */
+	int64_t failing_since;      /* FAILED: when its run of failures began; 0 = none */
 };
 
 struct store_attempt_row {
@@ -314,9 +315,11 @@ int store_dlq_purge(store *st, const char *delivery_id);
 int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 			     size_t *purged);
 
-/* Deletes PROCESSED deliveries (and their attempts), then events left with no
- * deliveries (seed 000/002 cleanup job). *deleted = deliveries removed. */
-int store_cleanup(store *st, size_t *deleted);
+/* Deletes PROCESSED deliveries processed at or before before_ms (and their attempts),
+ * then events left with no deliveries (seed 000/002 cleanup job; seed 003's retention).
+ * Works in transactions of at most CLEANUP_BATCH deliveries, so writers wait at most
+ * one batch. *deleted = deliveries removed. */
+int store_cleanup(store *st, int64_t before_ms, size_t *deleted);
 
 /* ---- operator jobs and audit ------------------------------------------------------------ */
 
@@ -406,6 +409,7 @@ struct store_stats {
 	int64_t oldest_dead_at;     /* created_at of the oldest dead delivery, 0 when none */
 	int64_t blocked_count;      /* parked behind a dead delivery of their key (ordering) */
 	int64_t blocked_keys;       /* (subscription, key) pairs with parked deliveries */
+	int64_t oldest_failing_since; /* the earliest failing_since of a retrying delivery, 0 */
 	struct store_sub_stats *subs; /* returned array */
 	size_t n_subs;
 };

@@ -16,6 +16,8 @@
 
 
 #define CLEANUP_CHUNK 10000
+/* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
+#define CLEANUP_BATCH 1000
 
 #define ERROR_TEXT_MAX 1024       /* stored error text, as in SQLite */
 
@@ -54,7 +56,8 @@
 #define DELIVERY_COLUMNS                                                             \
 	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
 	"retry_count, next_attempt_at, created_at, updated_at, processed_at, "        \
-	"last_code, last_message, last_cause, lease_owner, lease_until, blocked"
+	"last_code, last_message, last_cause, lease_owner, lease_until, blocked, "   \
+	"failing_since"
 
 
 #define JOB_COLUMNS "id, kind, state, filter, force, rate, matched, done, cursor, actor, error," \
@@ -226,7 +229,7 @@ int pg_dlq_purge(store *st, const char *delivery_id);
 int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 				 size_t *purged);
 
-int pg_cleanup(store *st, size_t *deleted);
+int pg_cleanup(store *st, int64_t before_ms, size_t *deleted);
 
 int pg_job_create(store *st, const struct store_job *job);
 

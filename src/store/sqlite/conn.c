@@ -140,6 +140,7 @@ static const char *const wsql[W_COUNT] = {
 		" last_message = CASE WHEN ?13 THEN last_message ELSE ?9 END,"
 		" last_cause = CASE WHEN ?13 THEN last_cause ELSE ?10 END,"
 		" lease_owner = NULL, lease_until = NULL, delay_actions = ?14,"
+		" failing_since = CASE WHEN ?2 = 'FAILED' THEN COALESCE(failing_since, ?11) END,"
 		" updated_at = ?11 WHERE id = ?1 AND lease_owner = ?12",
 	/* Per-key ordering: delivery ?1 is done (delivered or dead); the next one of its
 	 * key, when it is parked waiting its turn, is due at ?2. */
@@ -177,7 +178,8 @@ static const char *const wsql[W_COUNT] = {
 		" AND NOT EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1)",
 	[W_CLEANUP_CHUNK] =
 		"DELETE FROM deliveries WHERE rowid IN (SELECT rowid FROM deliveries"
-		"  WHERE status = 'PROCESSED' AND lease_until IS NULL LIMIT ?1)"
+		"  WHERE status = 'PROCESSED' AND lease_until IS NULL AND processed_at <= ?2"
+		"  LIMIT ?1)"
 		" RETURNING event_id",
 	[W_SUB_INSERT] =
 		"INSERT INTO subscriptions(id, name, config, enabled, created_at, updated_at,"
