@@ -126,13 +126,14 @@ enum stmt {
 		" dl AS (" \
 		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status," \
 		"  next_attempt_at, last_code, last_message, last_cause, created_at, updated_at," \
-		"  order_key)" \
+		"  order_key, lease_until, lease_owner)" \
 		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, v.status, v.next," \
-		"  v.code, v.message, v.cause, v.due, v.due, k.partition_key" \
+		"  v.code, v.message, v.cause, v.due, v.due, k.partition_key, v.lease," \
+		"  CASE WHEN v.lease IS NULL THEN NULL ELSE $22::text END" \
 		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[]," \
-		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[])" \
+		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[], $21::int8[])" \
 		"  AS v(id, event_id, subscription_id, event_type, due, status, next, code," \
-		"  message, cause)" \
+		"  message, cause, lease)" \
 		" JOIN unnest($1::text[], $5::text[]) AS k(id, partition_key) ON k.id = v.event_id" \
 		" WHERE v.event_id IN (SELECT id FROM ev))," \
 		" moved AS (DELETE FROM outboxd.outbox WHERE id = ANY($14::int8[]))" \
@@ -206,7 +207,8 @@ struct pgarr {
 /* The arrays of one S_INGEST call. */
 struct ingest_arrays {
 	struct pgarr ev[8];          /* $1..$8: the events */
-	struct pgarr dl[10];         /* $9..$13, $16..$20: the deliveries */
+	struct pgarr dl[11];         /* $9..$13, $16..$21: the deliveries ($21: the
+	                                hand-off's lease_until, NULL when not leased) */
 	struct pgarr outbox_ids;     /* $14 */
 	struct pgarr traceparent;    /* $15: the events' trace context */
 };

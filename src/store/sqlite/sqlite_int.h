@@ -131,7 +131,7 @@ struct sq {
 
 #define EVENT_COLS 9
 
-#define DELIVERY_COLS 6
+#define DELIVERY_COLS 7
 
 
 /* New deliveries waiting to be inserted INGEST_ROWS at a time. */
