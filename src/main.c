@@ -2,6 +2,8 @@
  *
  *   outboxd serve [settings]   run the daemon (outboxd serve --help lists settings)
  *   outboxd rotate-key [...]   re-seal subscription credentials under a new key
+ *   outboxd check-config [...] validate the settings, print them (secrets masked)
+ *   outboxd migrate [...]      apply the store's schema migrations, then exit
  *   outboxd version            print the version */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +18,7 @@
 
 #include "api/api.h"
 #include "api/http.h"
+#include "cli/admin.h"
 #include "cli/cli.h"
 #include "cli/secret_key.h"
 #include "core/config.h"
@@ -42,7 +45,9 @@ static void usage(FILE *out)
 	fprintf(out, "usage: outboxd <command> [options]\n\n"
 		     "commands:\n"
 		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
-		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n");
+		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n"
+		     "  check-config validate the settings and print them, secrets masked\n"
+		     "  migrate      apply the store's schema migrations without serving\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
 		     "outboxd <group> --help shows a group's commands and options.\n");
@@ -123,7 +128,50 @@ static int load_settings(int argc, char **argv, struct config *cfg)
 	if (rc) {
 		fprintf(stderr, "outboxd: %s\n", err);
 		config_free(cfg);
+	} else if (path && !(cfg->config_file = strdup(path))) {
+		config_free(cfg);
+		return -1;
 	}
+	return rc;
+}
+
+static int wants_help(int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+			return 1;
+	return 0;
+}
+
+/* outboxd check-config and outboxd migrate (cli/admin.h): serve's settings. */
+static int check_config(int argc, char **argv)
+{
+	struct config cfg;
+	if (wants_help(argc, argv)) {
+		admin_check_config_usage(stdout);
+		return 0;
+	}
+	if (load_settings(argc, argv, &cfg))
+		return 2;
+	int rc = admin_check_config(&cfg, stdout);
+	config_free(&cfg);
+	return rc ? 2 : 0;
+}
+
+static int migrate(int argc, char **argv)
+{
+	struct config cfg;
+	if (wants_help(argc, argv)) {
+		admin_migrate_usage(stdout);
+		return 0;
+	}
+	if (load_settings(argc, argv, &cfg))
+		return 2;
+	enum log_level level;
+	if (log_level_parse(cfg.log_level, &level) == 0)
+		log_set_level(level);
+	int rc = admin_migrate(&cfg);
+	config_free(&cfg);
 	return rc;
 }
 
@@ -473,6 +521,10 @@ int main(int argc, char **argv)
 		return serve(argc - 2, argv + 2);
 	if (strcmp(argv[1], "rotate-key") == 0)
 		return rotate_key(argc - 2, argv + 2);
+	if (strcmp(argv[1], "check-config") == 0)
+		return check_config(argc - 2, argv + 2);
+	if (strcmp(argv[1], "migrate") == 0)
+		return migrate(argc - 2, argv + 2);
 	/* CLI: the group may follow global options (outboxd --url U dlq list). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {

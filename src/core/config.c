@@ -151,6 +151,14 @@ const struct config_setting config_settings[] = {
 	{"kafka_max_backlog", "--kafka-max-backlog", "OUTBOXD_KAFKA_MAX_BACKLOG", CONFIG_INT,
 	 "100000", S(kafka_max_backlog), "the intake pauses while more of its deliveries than "
 	 "this are not final, and resumes below half"},
+	/* OpenTelemetry (otel/otlp.h, docs/operations.md): off unless otlp_endpoint is set. */
+	{"otlp_endpoint", "--otlp-endpoint", "OUTBOXD_OTLP_ENDPOINT", CONFIG_STRING, NULL,
+	 S(otlp_endpoint), "OTLP/HTTP collector (http(s)://host:4318): a span per delivery "
+	 "attempt goes to /v1/traces and the counters to /v1/metrics, as OTLP JSON; set by "
+	 "the operator, so the SSRF guard does not apply; empty = off"},
+	{"otlp_interval", "--otlp-interval", "OUTBOXD_OTLP_INTERVAL", CONFIG_DURATION, "10s",
+	 S(otlp_interval_ms), "how often the counters are exported to otlp_endpoint (at least "
+	 "1s)"},
 	{NULL, NULL, NULL, 0, NULL, 0, NULL},
 };
 
@@ -485,6 +493,12 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		if (bad)
 			return fail(err, errlen, "secret_key %s", why);
 	}
+	if (is_set(cfg->otlp_endpoint) && strncmp(cfg->otlp_endpoint, "http://", 7) != 0 &&
+	    strncmp(cfg->otlp_endpoint, "https://", 8) != 0)
+		return fail(err, errlen, "otlp_endpoint must be an http:// or https:// URL, got \"%s\"",
+			    cfg->otlp_endpoint);
+	if (cfg->otlp_interval_ms < 1000)
+		return fail(err, errlen, "otlp_interval must be at least 1s");
 	return check_kafka(cfg, err, errlen);
 }
 
@@ -540,5 +554,152 @@ void config_print_help(FILE *out)
 	for (const struct config_setting *s = config_settings; s->key; s++) {
 		fprintf(out, "  %-20s %-26s %s = %s\n      %s\n", s->flag, s->env, s->key,
 			s->def ? s->def : "(unset)", s->help);
+	}
+}
+
+/* ---- the effective settings, secrets masked (outboxd check-config) ---------------- */
+
+#define MASK "********"
+
+/* The settings whose whole value is a secret. */
+static int is_secret_key(const char *key)
+{
+	return !strcmp(key, "admin_token") || !strcmp(key, "ingest_token") ||
+	       !strcmp(key, "secret_key");
+}
+
+/* Appends n bytes of s to the growing string *out (of *len); -1 when out of memory. */
+static int append(char **out, size_t *len, const char *s, size_t n)
+{
+	char *grown = realloc(*out, *len + n + 1);
+	if (!grown)
+		return -1;
+	memcpy(grown + *len, s, n);
+	*len += n;
+	grown[*len] = '\0';
+	*out = grown;
+	return 0;
+}
+
+/* scheme://user:PASSWORD@host...: the password masked. A libpq keyword string
+ * ("host=h password=p") gets its password= value masked. */
+static char *mask_url(const char *v)
+{
+	char *out = NULL;
+	size_t len = 0;
+	const char *scheme = strstr(v, "://");
+	if (scheme) {
+		const char *auth = scheme + 3;
+		size_t hostpart = strcspn(auth, "/?#");
+		const char *at = memchr(auth, '@', hostpart);
+		const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+		if (colon) {
+			if (append(&out, &len, v, (size_t)(colon + 1 - v)) ||
+			    append(&out, &len, MASK, strlen(MASK)))
+				goto oom;
+			v = at;
+		}
+	}
+	/* keyword form, and password= in a URL's query string */
+	for (;;) {
+		const char *p = strstr(v, "password=");
+		if (!p)
+			break;
+		if (append(&out, &len, v, (size_t)(p + 9 - v)) || append(&out, &len, MASK, strlen(MASK)))
+			goto oom;
+		v = p + 9 + strcspn(p + 9, " &;");
+	}
+	if (append(&out, &len, v, strlen(v)))
+		goto oom;
+	return out;
+oom:
+	free(out);
+	return NULL;
+}
+
+/* key=value;key=value with the values of secret-looking keys masked. */
+static char *mask_properties(const char *v)
+{
+	char *out = NULL;
+	size_t len = 0;
+	while (*v) {
+		size_t n = strcspn(v, ";");
+		const char *eq = memchr(v, '=', n);
+		int secret = 0;
+		if (eq) {
+			char name[128];
+			size_t kl = (size_t)(eq - v) < sizeof(name) - 1 ? (size_t)(eq - v) : sizeof(name) - 1;
+			for (size_t i = 0; i < kl; i++)
+				name[i] = (char)tolower((unsigned char)v[i]);
+			name[kl] = '\0';
+			secret = strstr(name, "password") || strstr(name, "secret") || strstr(name, "key");
+		}
+		if (secret) {
+			if (append(&out, &len, v, (size_t)(eq + 1 - v)) ||
+			    append(&out, &len, MASK, strlen(MASK)))
+				goto oom;
+		} else if (append(&out, &len, v, n)) {
+			goto oom;
+		}
+		v += n;
+		if (*v == ';') {
+			if (append(&out, &len, ";", 1))
+				goto oom;
+			v++;
+		}
+	}
+	if (!out)
+		out = strdup("");
+	return out;
+oom:
+	free(out);
+	return NULL;
+}
+
+char *config_mask_value(const char *key, const char *value)
+{
+	if (is_secret_key(key))
+		return strdup(MASK);
+	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint"))
+		return mask_url(value);
+	if (!strcmp(key, "kafka_config"))
+		return mask_properties(value);
+	return strdup(value);
+}
+
+void config_print_effective(FILE *out, const struct config *cfg)
+{
+	fprintf(out, "# outboxd: effective settings (secrets masked)%s%s\n",
+		cfg->config_file ? ", config file " : "", cfg->config_file ? cfg->config_file : "");
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		const char *base = (const char *)cfg + s->offset;
+		switch (s->type) {
+		case CONFIG_STRING: {
+			const char *v = *(char *const *)base;
+			if (!v || !*v) {
+				fprintf(out, "# %s = (unset)\n", s->key);
+				break;
+			}
+			char *masked = config_mask_value(s->key, v);
+			fprintf(out, "%s = \"%s\"\n", s->key, masked ? masked : MASK);
+			free(masked);
+			break;
+		}
+		case CONFIG_INT:
+			fprintf(out, "%s = %d\n", s->key, *(const int *)base);
+			break;
+		case CONFIG_DURATION:
+			fprintf(out, "%s = %lldms\n", s->key, (long long)*(const int64_t *)base);
+			break;
+		case CONFIG_SIZE:
+			fprintf(out, "%s = %lld\n", s->key, (long long)*(const int64_t *)base);
+			break;
+		case CONFIG_NUMBER:
+			fprintf(out, "%s = %g\n", s->key, *(const double *)base);
+			break;
+		case CONFIG_BOOL:
+			fprintf(out, "%s = %s\n", s->key, *(const int *)base ? "true" : "false");
+			break;
+		}
 	}
 }

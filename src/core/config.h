@@ -66,6 +66,9 @@ struct config {
 	char *kafka_wire_format;  /* plain or confluent */
 	int kafka_schema_id;
 	int kafka_max_backlog;
+	/* OpenTelemetry (otel/otlp.h): off unless otlp_endpoint is set */
+	char *otlp_endpoint;      /* base URL of an OTLP/HTTP collector, e.g. http://host:4318 */
+	int64_t otlp_interval_ms; /* how often the counters are exported */
 	char *config_file;        /* the file that was read, if any */
 };
 
@@ -108,5 +111,16 @@ char *config_data_dir(const struct config *cfg);
 
 /* Prints every setting with its flag, variable, default and help. */
 void config_print_help(FILE *out);
+
+/* Prints the effective value of every setting of cfg as config-file lines ("key = value";
+ * an unset one as a comment), secrets masked: the tokens and secret_key as "********", the
+ * password of a URL's user info (db, otlp_endpoint) and of a libpq "password=" keyword, and
+ * the value of every kafka_config property whose name holds "password", "secret" or
+ * "key" (ssl.key.pem, sasl.password, ...). For `outboxd check-config`. */
+void config_print_effective(FILE *out, const struct config *cfg);
+
+/* The text of value with its secrets masked as config_print_effective does for the
+ * setting key; returned (free it), NULL when out of memory. */
+char *config_mask_value(const char *key, const char *value);
 
 #endif
