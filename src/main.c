@@ -30,6 +30,7 @@
 #include "deliver/sink_kafka.h"
 #include "intake/kafka_intake.h"
 #include "intake/ops_events.h"
+#include "otel/otlp.h"
 #include "jobs/jobs.h"
 #include "store/store.h"
 #include "store/writer.h"
@@ -389,6 +390,19 @@ static int serve(int argc, char **argv)
 		.disable = disable_subscription,
 		.disable_ctx = &reload,
 	};
+	/* OpenTelemetry (otel/otlp.h): a span per attempt and the counters, when asked for;
+	 * started before the dispatcher reports to it, stopped after. */
+	if (cfg.otlp_endpoint && *cfg.otlp_endpoint) {
+		if (otlp_start(cfg.otlp_endpoint, owner, OUTBOXD_VERSION, cfg.otlp_interval_ms, err,
+			       sizeof(err))) {
+			log_error("%s", err);
+			goto out;
+		}
+		char *shown = config_mask_value("otlp_endpoint", cfg.otlp_endpoint);
+		log_info("OpenTelemetry: exporting attempt spans and counters to %s (otlp_endpoint)",
+			 shown ? shown : "the collector");
+		free(shown);
+	}
 	/* The one writer of ingest, claims and results (store/writer.h), and the
 	 * dispatcher, its client. */
 	if (!(writer = writer_start(st, spool)))
@@ -495,6 +509,7 @@ out:
 	store_on_work(st, NULL, NULL);
 	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
+	otlp_stop(); /* after the dispatcher, which reports attempts to it */
 	ops_events_stop(ops); /* after what emits them, before the writer that stores them */
 	writer_stop(writer);
 	sink_close(http_sink); /* after the dispatcher, whose jobs they served */
