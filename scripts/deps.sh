@@ -16,6 +16,9 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   kcat
   libcmocka-dev
+  libsystemd-dev      # sd_notify: Type=notify readiness, watchdog, reload (src/cli/service.c)
+  systemd             # systemd-analyze verify of dist/outboxd.service (ctest install/unit)
+  man-db groff-base   # man -l of man/outboxd.8 (ctest install/man)
   curl
   jq                  # make soak (bench/soak.sh) reads the API's JSON with it
 )

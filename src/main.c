@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -21,6 +22,7 @@
 #include "cli/admin.h"
 #include "cli/cli.h"
 #include "cli/secret_key.h"
+#include "cli/service.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/ssrf.h"
@@ -296,6 +298,7 @@ static int serve(int argc, char **argv)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP); /* reload (cli/service.h) */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -492,8 +495,38 @@ static int serve(int argc, char **argv)
 			cfg.admin_token ? "" : ", kept in the data folder as admin.token", scheme,
 			cfg.listen);
 
+	/* Under systemd (Type=notify): ready now that the store is open and the API
+	 * listens; then the watchdog from this loop, which checks that the dispatcher turns;
+	 * SIGHUP reloads what can change without a restart (cli/service.h). */
+	service_ready(scheme, cfg.listen, store_backend_name(st));
+	int64_t watchdog_us = service_watchdog_interval_us();
 	int sig = 0;
-	sigwait(&sigs, &sig);
+	for (;;) {
+		if (watchdog_us) {
+			struct timespec every = {(time_t)(watchdog_us / 1000000),
+						 (long)(watchdog_us % 1000000) * 1000};
+			sig = sigtimedwait(&sigs, NULL, &every);
+			service_watchdog(disp);
+			if (sig < 0)
+				continue; /* the interval passed (or EINTR) */
+		} else if (sigwait(&sigs, &sig) != 0) {
+			continue;
+		}
+		if (sig != SIGHUP)
+			break;
+		service_reloading();
+		log_info("received SIGHUP: reloading the settings%s%s",
+			 cfg.config_file ? " from " : "", cfg.config_file ? cfg.config_file : "");
+		struct config fresh;
+		if (load_settings(argc, argv, &fresh) == 0) {
+			service_reload(&cfg, &fresh, ops);
+			config_free(&fresh);
+		} else {
+			log_error("reload: the settings do not load (see above); keeping the running ones");
+		}
+		service_ready(scheme, cfg.listen, store_backend_name(st));
+	}
+	service_stopping();
 	log_info("received %s: stopping intake, finishing in-flight deliveries",
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	rc = 0;

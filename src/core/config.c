@@ -557,6 +557,43 @@ void config_print_help(FILE *out)
 	}
 }
 
+/* ---- reload on SIGHUP ----------------------------------------------------------------- */
+
+/* What can change under a running daemon: each is read through an atomic or under its
+ * owner's lock (util/log.c, intake/ops_events.c). The rest is copied or borrowed by the
+ * threads at start (listen, store, tokens, limits, the SSRF policy of the HTTP sink, ...). */
+static const char *const reloadable[] = {"log_level", "log_format", "ops_events_limit",
+					 "ops_events_window", NULL};
+
+int config_setting_reloadable(const struct config_setting *s)
+{
+	for (const char *const *k = reloadable; *k; k++)
+		if (strcmp(*k, s->key) == 0)
+			return 1;
+	return 0;
+}
+
+int config_setting_equal(const struct config *a, const struct config *b,
+			 const struct config_setting *s)
+{
+	const char *pa = (const char *)a + s->offset, *pb = (const char *)b + s->offset;
+	switch (s->type) {
+	case CONFIG_STRING: {
+		const char *x = *(char *const *)pa, *y = *(char *const *)pb;
+		return strcmp(x ? x : "", y ? y : "") == 0;
+	}
+	case CONFIG_INT:
+	case CONFIG_BOOL:
+		return *(const int *)pa == *(const int *)pb;
+	case CONFIG_DURATION:
+	case CONFIG_SIZE:
+		return *(const int64_t *)pa == *(const int64_t *)pb;
+	case CONFIG_NUMBER:
+		return *(const double *)pa == *(const double *)pb;
+	}
+	return 0;
+}
+
 /* ---- the effective settings, secrets masked (outboxd check-config) ---------------- */
 
 #define MASK "********"

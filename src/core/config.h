@@ -112,6 +112,14 @@ char *config_data_dir(const struct config *cfg);
 /* Prints every setting with its flag, variable, default and help. */
 void config_print_help(FILE *out);
 
+/* 1 when setting s has the same value in a and b. */
+int config_setting_equal(const struct config *a, const struct config *b,
+			 const struct config_setting *s);
+
+/* 1 when a running outboxd takes a new value of s on SIGHUP (log_level, log_format,
+ * ops_events_limit, ops_events_window); every other setting needs a restart. */
+int config_setting_reloadable(const struct config_setting *s);
+
 /* Prints the effective value of every setting of cfg as config-file lines ("key = value";
  * an unset one as a comment), secrets masked: the tokens and secret_key as "********", the
  * password of a URL's user info (db, otlp_endpoint) and of a libpq "password=" keyword, and

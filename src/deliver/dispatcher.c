@@ -122,6 +122,8 @@ static void *dispatcher_main(void *arg)
 		int64_t now_us = clock_mono_us();
 		int stopping = atomic_load(&d->stopping);
 
+		atomic_store_explicit(&d->beat_us, now_us, memory_order_relaxed);
+
 		if (stopping && !stop_deadline_us)
 			stop_deadline_us = now_us + d->cfg.shutdown_grace_ms * 1000;
 		if (stopping && now_us >= stop_deadline_us && d->in_flight)
@@ -355,4 +357,9 @@ void dispatcher_stop(struct dispatcher *d)
 	close(d->evfd);
 	free(d->rounds);
 	free(d);
+}
+
+int64_t dispatcher_beat_us(struct dispatcher *d)
+{
+	return atomic_load_explicit(&d->beat_us, memory_order_relaxed);
 }

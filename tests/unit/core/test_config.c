@@ -259,6 +259,37 @@ static void test_otlp_settings(void **state)
 	config_free(&c);
 }
 
+/* SIGHUP: which settings changed, and which of them a running daemon can take. */
+static void test_reload_classes(void **state)
+{
+	struct config a, b;
+	char err[256];
+	char *before[] = {"--log-level", "info", "--max-in-flight", "10"};
+	char *after[] = {"--log-level", "debug", "--max-in-flight", "20"};
+	assert_int_equal(config_load(&a, NULL, NULL, 4, before, err, sizeof(err)), 0);
+	assert_int_equal(config_load(&b, NULL, NULL, 4, after, err, sizeof(err)), 0);
+	int changed = 0;
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		if (config_setting_equal(&a, &b, s))
+			continue;
+		changed++;
+		if (strcmp(s->key, "log_level") == 0)
+			assert_true(config_setting_reloadable(s));
+		else
+			assert_string_equal(s->key, "max_in_flight");
+	}
+	assert_int_equal(changed, 2);
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		if (!strcmp(s->key, "max_in_flight") || !strcmp(s->key, "db") ||
+		    !strcmp(s->key, "ssrf_allow"))
+			assert_false(config_setting_reloadable(s));
+		if (!strcmp(s->key, "ops_events_window"))
+			assert_true(config_setting_reloadable(s));
+	}
+	config_free(&a);
+	config_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -272,6 +303,7 @@ int main(void)
 		cmocka_unit_test(test_mask),
 		cmocka_unit_test(test_effective_round_trip),
 		cmocka_unit_test(test_otlp_settings),
+		cmocka_unit_test(test_reload_classes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
