@@ -42,6 +42,17 @@ install: build
 uninstall:
 	@bash scripts/uninstall.sh $(BUILD)/installed_files.txt
 
+# make deb: the Debian package (debian/, dpkg-buildpackage, debhelper 13) built in
+# build-deb/ and checked with lintian (fails on an error). make deb-check: make deb, then
+# dpkg -i of it on this machine and a check that the installed outboxd works (as root or
+# with sudo; purges it again unless KEEP_INSTALLED=1). Not part of make test: it installs
+# a system package. docs/deployment.md.
+deb:
+	@bash scripts/deb.sh
+
+deb-check: deb
+	@bash scripts/deb-check.sh
+
 # A local HTTP receiver on port 9000 that prints what it gets (for the quickstart).
 receiver: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
