@@ -141,6 +141,8 @@ static void *exporter_main(void *arg)
 	struct otlp *o = arg;
 	int64_t next_metrics = clock_mono_ms() + o->metrics_interval_ms;
 
+	pthread_setname_np(pthread_self(), "otlp");
+
 	for (;;) {
 		pthread_mutex_lock(&o->lock);
 		if (!o->stopping && o->count < OTLP_BATCH_MAX) {
