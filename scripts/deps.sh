@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# deps.sh: install the Debian packages outboxd needs to build, run and test.
+# deps.sh [PACKAGE...]: install the Debian packages outboxd needs to build, run and test,
+# and the PACKAGEs named (scripts/deb-deps.sh names the packaging tools).
 # Idempotent and quiet when everything is already there; uses sudo when not root.
 set -euo pipefail
 
@@ -23,6 +24,7 @@ packages=(
   jq                  # make soak (bench/soak.sh) reads the API's JSON with it
 )
 
+packages+=("$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
