@@ -392,6 +392,7 @@ static int serve(int argc, char **argv)
 		.disable_after_ms = cfg.disable_after_ms,
 		.disable = disable_subscription,
 		.disable_ctx = &reload,
+		.log_deliveries = cfg.log_deliveries,
 	};
 	/* OpenTelemetry (otel/otlp.h): a span per attempt and the counters, when asked for;
 	 * started before the dispatcher reports to it, stopped after. */
@@ -443,6 +444,7 @@ static int serve(int argc, char **argv)
 		.reap_interval_ms = cfg.reap_interval_ms,
 		.cleanup_enabled = cfg.cleanup_enabled,
 		.cleanup_interval_ms = cfg.cleanup_interval_ms,
+		.cleanup_after_ms = cfg.cleanup_after_ms,
 		.ops = {ops_events_emit, ops},
 	};
 	if (!(jobs = jobs_start(st, &reg, &jcfg, wake_dispatcher, disp)))

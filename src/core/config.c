@@ -61,8 +61,9 @@ const struct config_setting config_settings[] = {
 	 "1s", S(delivery_timeout_ms), "default timeout of an immediate try (seed 001: 1s)"},
 	{"retry_interval", "--retry-interval", "OUTBOXD_RETRY_INTERVAL", CONFIG_DURATION, "3s",
 	 S(retry_interval_ms), "default interval between scheduled retries (seed 000: 3s)"},
-	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, "3", S(max_retries),
-	 "default scheduled retries before the DLQ; 0 = retry forever (seed 000: 3)"},
+	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, NULL, S(max_retries),
+	 "default scheduled retries before the DLQ; 0 = retry forever; unset: 3 (seed 000), "
+	 "or 5 when the policy is exponential (seed 004 MaxNumberOfRetries)"},
 	{"retry_timeout", "--retry-timeout", "OUTBOXD_RETRY_TIMEOUT", CONFIG_DURATION, "5s",
 	 S(retry_timeout_ms), "default timeout of a scheduled or manual try (seed 000: 5s)"},
 	{"retry_policy", "--retry-policy", "OUTBOXD_RETRY_POLICY", CONFIG_STRING, "fixed",
@@ -98,6 +99,10 @@ const struct config_setting config_settings[] = {
 	 S(cleanup_enabled), "delete PROCESSED deliveries periodically (seeds 000/002: off)"},
 	{"cleanup_interval", "--cleanup-interval", "OUTBOXD_CLEANUP_INTERVAL", CONFIG_DURATION,
 	 "60m", S(cleanup_interval_ms), "how often the cleanup job runs (seed 000: 60m)"},
+	{"cleanup_after", "--cleanup-after", "OUTBOXD_CLEANUP_AFTER", CONFIG_DURATION, "0s",
+	 S(cleanup_after_ms),
+	 "retention: the cleanup keeps PROCESSED deliveries at least this long after they "
+	 "were delivered (seed 003); 0s deletes them at the next run (seeds 000/002)"},
 	{"shutdown_grace", "--shutdown-grace", "OUTBOXD_SHUTDOWN_GRACE", CONFIG_DURATION, "10s",
 	 S(shutdown_grace_ms), "how long SIGTERM waits for in-flight requests"},
 	{"replay_rate", "--replay-rate", "OUTBOXD_REPLAY_RATE", CONFIG_INT, "100", S(replay_rate),
@@ -121,6 +126,11 @@ const struct config_setting config_settings[] = {
 	{"ops_events_window", "--ops-events-window", "OUTBOXD_OPS_EVENTS_WINDOW",
 	 CONFIG_DURATION, "1m", S(ops_events_window_ms),
 	 "the window of ops_events_limit (at least 1s)"},
+	{"log_deliveries", "--log-deliveries", "OUTBOXD_LOG_DELIVERIES", CONFIG_BOOL, "false",
+	 S(log_deliveries),
+	 "one audit log line per delivery outcome once it is stored: EXECUTED, FAILED (a retry "
+	 "follows) or DEAD, with delivery, event, subscription, code and duration (seeds "
+	 "001/003), whatever log_level says; never a credential"},
 	{"ssrf_allow", "--ssrf-allow", "OUTBOXD_SSRF_ALLOW", CONFIG_STRING, NULL, S(ssrf_allow),
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
@@ -408,6 +418,7 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		char *const *argv, char *err, size_t errlen)
 {
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->max_retries = -1; /* unset: the retry policy's own default */
 	for (const struct config_setting *s = config_settings; s->key; s++)
 		if (s->def && set_value(cfg, s, s->def, "default", err, errlen))
 			return -1;
@@ -535,7 +546,10 @@ void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
 	p->immediate_delay_ms = cfg->immediate_delay_ms;
 	p->immediate_timeout_ms = cfg->delivery_timeout_ms;
 	p->interval_ms = cfg->retry_interval_ms;
-	p->max_retries = cfg->max_retries;
+	if (cfg->max_retries >= 0) {
+		p->max_retries = cfg->max_retries;
+		p->max_retries_auto = 0;
+	}
 	p->timeout_ms = cfg->retry_timeout_ms;
 	if (retry_policy_kind_parse(cfg->retry_policy, &p->policy))
 		p->policy = RETRY_FIXED;
@@ -544,6 +558,7 @@ void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
 	p->factor = cfg->retry_factor;
 	p->jitter = cfg->retry_jitter;
 	p->retry_after_max_ms = cfg->retry_after_max_ms;
+	retry_policy_settle(p);
 }
 
 void config_print_help(FILE *out)
@@ -723,7 +738,11 @@ void config_print_effective(FILE *out, const struct config *cfg)
 			break;
 		}
 		case CONFIG_INT:
-			fprintf(out, "%s = %d\n", s->key, *(const int *)base);
+			/* an integer without a default reads -1 while unset (max_retries) */
+			if (!s->def && *(const int *)base < 0)
+				fprintf(out, "# %s = (unset)\n", s->key);
+			else
+				fprintf(out, "%s = %d\n", s->key, *(const int *)base);
 			break;
 		case CONFIG_DURATION:
 			fprintf(out, "%s = %lldms\n", s->key, (long long)*(const int64_t *)base);

@@ -45,6 +45,7 @@ struct config {
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;
+	int64_t cleanup_after_ms;   /* retention of PROCESSED deliveries (seed 003) */
 	int64_t shutdown_grace_ms;
 	/* operations */
 	int replay_rate;          /* default pace of filter replays, deliveries/s */
@@ -54,6 +55,7 @@ struct config {
 	int64_t disable_after_ms; /* a subscription failing this long is disabled; 0 = never */
 	int ops_events_limit;     /* operational events per subscription and kind a window */
 	int64_t ops_events_window_ms;
+	int log_deliveries;       /* an audit log line per delivery outcome */
 	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
 	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
 	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */

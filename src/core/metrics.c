@@ -38,6 +38,7 @@ static struct {
 	_Atomic long long attempt_us_sum;
 	_Atomic long in_flight;
 	_Atomic long ingested;
+	_Atomic long claimed, handed;
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
@@ -146,6 +147,12 @@ int metrics_circuit_state(const char *subscription_id, int64_t now_ms)
 	if (state == 1 && now_ms >= atomic_load(&s->circuit_open_until))
 		state = 2; /* the window is over: the next delivery is the probe */
 	return state;
+}
+
+void metrics_started(long claimed, long handed)
+{
+	atomic_fetch_add_explicit(&m.claimed, claimed, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.handed, handed, memory_order_relaxed);
 }
 
 void metrics_ingested(long events)
@@ -311,6 +318,12 @@ int metrics_render(char **out, size_t *len)
 	}
 	A("# HELP outboxd_in_flight Deliveries being worked on by this instance.\n"
 	  "# TYPE outboxd_in_flight gauge\noutboxd_in_flight %ld\n", atomic_load(&m.in_flight));
+	A("# HELP outboxd_rounds_started_total Delivery rounds started, by how this instance "
+	  "got the delivery: claimed from the store, or handed over by the ingest commit that "
+	  "leased it (no claim).\n# TYPE outboxd_rounds_started_total counter\n"
+	  "outboxd_rounds_started_total{via=\"claim\"} %ld\n"
+	  "outboxd_rounds_started_total{via=\"handoff\"} %ld\n",
+	  atomic_load(&m.claimed), atomic_load(&m.handed));
 	A("# HELP outboxd_ingested_events_total Events accepted (202).\n"
 	  "# TYPE outboxd_ingested_events_total counter\noutboxd_ingested_events_total %ld\n",
 	  atomic_load(&m.ingested));

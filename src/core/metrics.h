@@ -32,6 +32,8 @@ void metrics_circuit(const char *subscription_id, int state, int64_t open_until_
  * Any thread: GET /v1/stats reads it. */
 int metrics_circuit_state(const char *subscription_id, int64_t now_ms);
 void metrics_ingested(long events);
+/* Rounds started from a claim, and from the ingest hand-off (store/writer.h). */
+void metrics_started(long claimed, long handed);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);
 /* Endpoint health (issue 15): a subscription disabled after disable_after, one recovered. */

@@ -171,6 +171,12 @@ static void *dispatcher_main(void *arg)
 				d->short_claim_us = now_us;
 			}
 			claims_start(d, claims, got);
+			metrics_started((long)got, 0);
+		}
+		/* the hand-off: deliveries leased at ingest start like claimed ones */
+		if (ans.n_handed) {
+			claims_start(d, ans.handed, ans.n_handed);
+			metrics_started(0, (long)ans.n_handed);
 		}
 		if (due_hint_ms > 0) {
 			int64_t wait_ms = due_hint_ms - clock_now_ms();
@@ -222,6 +228,12 @@ static void *dispatcher_main(void *arg)
 			d->done_head = d->done_tail = NULL;
 			d->done_count = 0;
 		}
+
+		/* the room the writer may fill with fresh deliveries of the next ingest
+		 * commits (the hand-off), none once stopping */
+		int free_rounds = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
+		writer_handoff_room(d->writer, !stopping && free_rounds > 0 ? (size_t)free_rounds : 0,
+				    stopping ? 0 : (size_t)d->cfg.max_in_flight, d->cfg.lease_ms);
 
 		if (stopping && d->active == 0 && !d->claim_asked)
 			break;

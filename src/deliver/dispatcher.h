@@ -40,6 +40,9 @@ struct dispatcher_config {
 	/* Operational events (core/ops_event.h): dead deliveries, circuits opened and
 	 * closed, subscriptions disabled and recovered. */
 	struct ops_event_hook ops;
+	/* log_deliveries (seeds 001/003's EXECUTED records): one audit log line per round
+	 * outcome once it is written, EXECUTED, FAILED (a retry follows) or DEAD. */
+	int log_deliveries;
 };
 
 struct dispatcher;

@@ -58,6 +58,8 @@ struct round {
 	int holds_slot;              /* the attempt counts in limits->in_flight */
 	int64_t retry_after_ms;      /* Retry-After of the last response, -1 when none */
 	int64_t parked_us;           /* ROUND_PARKED: since when */
+	const char *audit;           /* the round's final outcome for log_deliveries
+	                                ("EXECUTED", "FAILED", "DEAD"), NULL when none */
 	struct round *next;          /* in the free, waiting or parked list */
 };
 

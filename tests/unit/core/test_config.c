@@ -20,7 +20,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.db, "sqlite:./var/outboxd.db");
 	assert_string_equal(c.listen, "127.0.0.1:8080");
 	assert_int_equal(c.retry_interval_ms, 3000);
-	assert_int_equal(c.max_retries, 3);
+	assert_int_equal(c.max_retries, -1); /* unset: each policy's own default */
 	assert_int_equal(c.retry_batch, 100);
 	assert_int_equal(c.retry_timeout_ms, 5000);
 	assert_int_equal(c.delivery_timeout_ms, 1000);
@@ -104,6 +104,7 @@ static void test_retry_policy_settings(void **state)
 	assert_int_equal(config_load(&c, file, envp, 4, argv, err, sizeof(err)), 0);
 	config_retry_defaults(&c, &p);
 	assert_int_equal(p.policy, RETRY_EXPONENTIAL); /* env beats file */
+	assert_int_equal(p.max_retries, 5);            /* unset: seed 004's MaxNumberOfRetries */
 	assert_true(p.factor == 3.0);
 	assert_true(p.jitter == 0.25);                 /* flag beats file */
 	assert_int_equal(p.min_delay_ms, 1000);
@@ -236,6 +237,8 @@ static void test_effective_round_trip(void **state)
 	assert_true(b.retry_factor == 1.5);
 	assert_int_equal(b.cleanup_enabled, 1);
 	assert_int_equal(b.otlp_interval_ms, 10000);
+	assert_non_null(strstr(text, "# max_retries = (unset)\n")); /* the policy's default */
+	assert_int_equal(b.max_retries, a.max_retries);
 	assert_string_equal(b.admin_token, "********");
 	free(text);
 	config_free(&a);
