@@ -521,7 +521,7 @@ static int serve(int argc, char **argv)
 			 cfg.config_file ? " from " : "", cfg.config_file ? cfg.config_file : "");
 		struct config fresh;
 		if (load_settings(argc, argv, &fresh) == 0) {
-			service_reload(&cfg, &fresh, ops);
+			service_reload(&cfg, &fresh, ops, disp);
 			config_free(&fresh);
 		} else {
 			log_error("reload: the settings do not load (see above); keeping the running ones");

@@ -65,8 +65,10 @@ static void value_text(const struct config *c, const struct config_setting *s, c
 		snprintf(out, size, "%s", *(char *const *)base ? *(char *const *)base : "");
 		break;
 	case CONFIG_INT:
-	case CONFIG_BOOL:
 		snprintf(out, size, "%d", *(const int *)base);
+		break;
+	case CONFIG_BOOL:
+		snprintf(out, size, "%s", *(const int *)base ? "true" : "false");
 		break;
 	case CONFIG_DURATION:
 		snprintf(out, size, "%lldms", (long long)*(const int64_t *)base);
@@ -110,7 +112,8 @@ static int take(struct config *live, const struct config *fresh, const struct co
 	return -1;
 }
 
-int service_reload(struct config *live, const struct config *fresh, struct ops_events *ops)
+int service_reload(struct config *live, const struct config *fresh, struct ops_events *ops,
+		   struct dispatcher *disp)
 {
 	char refused[1024] = "";
 	size_t rlen = 0;
@@ -150,6 +153,8 @@ int service_reload(struct config *live, const struct config *fresh, struct ops_e
 	log_set_format(format);
 	if (ops_changed && ops)
 		ops_events_set_limits(ops, live->ops_events_limit, live->ops_events_window_ms);
+	if (disp)
+		dispatcher_set_log_deliveries(disp, live->log_deliveries);
 	if (rlen)
 		log_warn("reload: changed but needs a restart, still running with the old value: %s "
 			 "(systemctl restart outboxd)", refused);

@@ -29,10 +29,12 @@ int64_t service_watchdog_interval_us(void);
 void service_watchdog(struct dispatcher *d);
 
 /* SIGHUP: fresh holds the settings as they read now (flags, environment, config file).
- * The reloadable ones that changed (config_setting_reloadable) are applied and copied
- * into live, each logged with its old and new value; every other changed setting is
- * named in one warning saying it needs a restart and keeps its running value. ops may be
- * NULL. Returns the number of settings applied. */
-int service_reload(struct config *live, const struct config *fresh, struct ops_events *ops);
+ * The reloadable ones that changed (config_setting_reloadable) are applied to the
+ * running parts (the log, ops, disp) and copied into live, each logged with its old and
+ * new value; every other changed setting is named in one warning saying it needs a
+ * restart and keeps its running value. ops and disp may be NULL. Returns the number of
+ * settings applied. */
+int service_reload(struct config *live, const struct config *fresh, struct ops_events *ops,
+		   struct dispatcher *disp);
 
 #endif

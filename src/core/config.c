@@ -575,10 +575,10 @@ void config_print_help(FILE *out)
 /* ---- reload on SIGHUP ----------------------------------------------------------------- */
 
 /* What can change under a running daemon: each is read through an atomic or under its
- * owner's lock (util/log.c, intake/ops_events.c). The rest is copied or borrowed by the
+ * owner's lock (util/log.c, intake/ops_events.c, deliver/dispatcher.c). The rest is copied or borrowed by the
  * threads at start (listen, store, tokens, limits, the SSRF policy of the HTTP sink, ...). */
 static const char *const reloadable[] = {"log_level", "log_format", "ops_events_limit",
-					 "ops_events_window", NULL};
+					 "ops_events_window", "log_deliveries", NULL};
 
 int config_setting_reloadable(const struct config_setting *s)
 {

@@ -119,7 +119,8 @@ int config_setting_equal(const struct config *a, const struct config *b,
 			 const struct config_setting *s);
 
 /* 1 when a running outboxd takes a new value of s on SIGHUP (log_level, log_format,
- * ops_events_limit, ops_events_window); every other setting needs a restart. */
+ * ops_events_limit, ops_events_window, log_deliveries); every other setting needs a
+ * restart. */
 int config_setting_reloadable(const struct config_setting *s);
 
 /* Prints the effective value of every setting of cfg as config-file lines ("key = value";

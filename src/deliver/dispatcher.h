@@ -64,4 +64,7 @@ void dispatcher_stop(struct dispatcher *d);
  * second, IDLE_POLL_MS): what the service watchdog checks. Any thread. */
 int64_t dispatcher_beat_us(struct dispatcher *d);
 
+/* log_deliveries on or off from now on (a SIGHUP reload). Any thread. */
+void dispatcher_set_log_deliveries(struct dispatcher *d, int on);
+
 #endif

@@ -657,7 +657,7 @@ static void audit_log(const struct round *j)
 
 void round_recycle(struct dispatcher *d, struct round *j)
 {
-	if (j->audit && d->cfg.log_deliveries)
+	if (j->audit && atomic_load_explicit(&d->log_deliveries, memory_order_relaxed))
 		audit_log(j);
 	j->audit = NULL;
 	if (j->sink)

@@ -96,15 +96,29 @@ static void test_ready_and_watchdog(void **state)
 static void test_sighup_reload(void **state)
 {
 	char msg[512];
-	write_conf("log_level = debug\nmax_in_flight = 7\nops_events_limit = 3\n");
+	write_conf("log_level = debug\nmax_in_flight = 7\nops_events_limit = 3\n"
+		   "log_deliveries = true\n");
 	assert_int_equal(kill(dmn.pid, SIGHUP), 0);
 	assert_int_equal(wait_notify("RELOADING=1", 5000, msg, sizeof(msg)), 0);
 	assert_int_equal(wait_notify("READY=1", 5000, msg, sizeof(msg)), 0);
 	assert_true(log_has("reload: log_level info -> debug"));
 	assert_true(log_has("reload: ops_events_limit 10 -> 3"));
+	assert_true(log_has("reload: log_deliveries false -> true"));
 	assert_true(log_has("needs a restart, still running with the old value: max_in_flight"));
-	/* debug is in force: the next reload logs at debug level too, and the API answers */
-	json_decref(api_call(&dmn, "GET", "/v1/stats", NULL, 200));
+	/* log_deliveries is in force: a delivery now gets its audit line */
+	struct receiver rcv;
+	char sub[64], ev[64];
+	assert_int_equal(receiver_start(&rcv), 0);
+	e2e_create_sub(&dmn, sub, "{\"name\":\"audited\",\"event_types\":[\"audit.*\"],"
+				  "\"endpoint\":\"%s/a\"}", rcv.url);
+	e2e_send(&dmn, ev, "{\"event_type\":\"audit.one\",\"payload\":{}}");
+	assert_int_equal(receiver_wait_count(&rcv, "/a", 1, 5000), 0);
+	receiver_stop(&rcv);
+	int64_t until = harness_now_ms() + 5000;
+	while (!log_has(ev) && harness_now_ms() < until)
+		usleep(50 * 1000);
+	assert_true(log_has(ev));
+	assert_true(log_has("EXECUTED"));
 
 	/* a config that does not load is refused whole; the daemon keeps serving */
 	write_conf("log_level = debug\nmax_in_flight = many\n");
