@@ -9,6 +9,7 @@
 # installed before is refused rather than changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tests/install/lib.sh
 # dpkg -i needs root: run the whole check as root
 [ "$(id -u)" -eq 0 ] || exec sudo bash "$0" "$@"
 deb=$(ls build-deb/outboxd_*_"$(dpkg --print-architecture)".deb 2>/dev/null | head -1)
@@ -53,15 +54,7 @@ run_as /usr/bin/outboxd check-config --config /etc/outboxd/outboxd.conf >/dev/nu
 	fail "check-config refuses the packaged configuration"
 
 # what the unit runs, as the unit runs it (the listen port moved off 8080 for the check)
-port=
-for _ in $(seq 1 50); do
-	p=$((20000 + RANDOM % 40000))
-	if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-		port=$p
-		break
-	fi
-done
-[ -n "$port" ] || fail "no free port"
+port=$(free_port) || fail "no free port"
 exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/outboxd.service)
 log=$(mktemp)
 cd /var/lib/outboxd # the unit's WorkingDirectory
@@ -69,15 +62,7 @@ setpriv --reuid=outboxd --regid=outboxd --init-groups -- $exec_start --listen "1
 	>"$log" 2>&1 &
 pid=$!
 cd - >/dev/null
-up=
-for _ in $(seq 1 100); do
-	if curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then
-		up=1
-		break
-	fi
-	sleep 0.1
-done
-[ -n "$up" ] || { cat "$log" >&2; fail "the packaged outboxd did not get ready"; }
+wait_ready "$port" "$pid" || { cat "$log" >&2; fail "the packaged outboxd did not get ready"; }
 token=$(cat /var/lib/outboxd/admin.token)
 code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/v1/events" \
 	-H "Authorization: Bearer $token" -H 'Content-Type: application/json' \

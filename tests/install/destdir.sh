@@ -10,6 +10,7 @@ set -euo pipefail
 src=$1
 bin=$2
 build=$(dirname "$bin")
+source "$src/tests/install/lib.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/outboxd-destdir-XXXXXX")
 root=$work/root
 pid=
@@ -51,30 +52,13 @@ grep -q "ExecStart=/usr/bin/outboxd serve --config /etc/outboxd/outboxd.conf" \
 	"$root/usr/lib/systemd/system/outboxd.service" || fail "the unit does not start /usr/bin/outboxd with /etc/outboxd/outboxd.conf"
 
 # the installed binary serves with the example configuration (its store in $work/state)
-port=
-for _ in $(seq 1 50); do
-	p=$((20000 + RANDOM % 40000))
-	if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-		port=$p
-		break
-	fi
-done
-[ -n "$port" ] || fail "no free port"
+port=$(free_port) || fail "no free port"
 mkdir -p "$work/state"
 env -u OUTBOXD_DB -u OUTBOXD_ADMIN_TOKEN "$root/usr/bin/outboxd" serve --config "$conf" \
 	--db "sqlite:$work/state/outboxd.db" --data-dir "$work/state" \
 	--listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
 pid=$!
-up=
-for _ in $(seq 1 100); do
-	if curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then
-		up=1
-		break
-	fi
-	kill -0 "$pid" 2>/dev/null || break
-	sleep 0.1
-done
-[ -n "$up" ] || { cat "$work/serve.log" >&2; fail "the installed outboxd did not get ready"; }
+wait_ready "$port" "$pid" || { cat "$work/serve.log" >&2; fail "the installed outboxd did not get ready"; }
 token=$(cat "$work/state/admin.token")
 code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/v1/events" \
 	-H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
