@@ -397,8 +397,8 @@ static int serve(int argc, char **argv)
 	/* OpenTelemetry (otel/otlp.h): a span per attempt and the counters, when asked for;
 	 * started before the dispatcher reports to it, stopped after. */
 	if (cfg.otlp_endpoint && *cfg.otlp_endpoint) {
-		if (otlp_start(cfg.otlp_endpoint, owner, OUTBOXD_VERSION, cfg.otlp_interval_ms, err,
-			       sizeof(err))) {
+		if (otlp_start(cfg.otlp_endpoint, cfg.otlp_headers, owner, OUTBOXD_VERSION,
+			       cfg.otlp_interval_ms, err, sizeof(err))) {
 			log_error("%s", err);
 			goto out;
 		}

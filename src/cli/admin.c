@@ -71,8 +71,9 @@ void admin_check_config_usage(FILE *out)
 	      "Loads the settings as `outboxd serve` would (flags > environment > config file >\n"
 	      "defaults), checks them, and prints the effective value of every setting as\n"
 	      "config-file lines, secrets masked (tokens, secret_key, passwords in db,\n"
-	      "otlp_endpoint and kafka_config). Exit 0 when valid; 2 with a message naming the\n"
-	      "bad setting otherwise. Nothing is opened but the config file.\n", out);
+	      "otlp_endpoint and kafka_config, otlp_headers). Exit 0 when valid; 2 with a\n"
+	      "message naming the bad setting otherwise. Nothing is opened but the config file.\n",
+	      out);
 }
 
 void admin_migrate_usage(FILE *out)

@@ -169,6 +169,9 @@ const struct config_setting config_settings[] = {
 	{"otlp_interval", "--otlp-interval", "OUTBOXD_OTLP_INTERVAL", CONFIG_DURATION, "10s",
 	 S(otlp_interval_ms), "how often the counters are exported to otlp_endpoint (at least "
 	 "1s)"},
+	{"otlp_headers", "--otlp-headers", "OUTBOXD_OTLP_HEADERS", CONFIG_STRING, NULL,
+	 S(otlp_headers), "headers sent with every export to otlp_endpoint, Name=value,Name=value "
+	 "(a collector's API key, as OTEL_EXPORTER_OTLP_HEADERS); values never logged"},
 	{NULL, NULL, NULL, 0, NULL, 0, NULL},
 };
 
@@ -510,6 +513,15 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 			    cfg->otlp_endpoint);
 	if (cfg->otlp_interval_ms < 1000)
 		return fail(err, errlen, "otlp_interval must be at least 1s");
+	for (const char *h = is_set(cfg->otlp_headers) ? cfg->otlp_headers : NULL; h;) {
+		size_t len = strcspn(h, ",");
+		const char *eq = memchr(h, '=', len);
+		if (!eq || eq == h || memchr(h, '\r', len) || memchr(h, '\n', len) ||
+		    memchr(h, ':', (size_t)(eq - h)))
+			return fail(err, errlen, "otlp_headers must be Name=value pairs separated by "
+				    "commas, e.g. X-Api-Key=...");
+		h = h[len] ? h + len + 1 : NULL;
+	}
 	return check_kafka(cfg, err, errlen);
 }
 
@@ -669,13 +681,14 @@ oom:
 	return NULL;
 }
 
-/* key=value;key=value with the values of secret-looking keys masked. */
-static char *mask_properties(const char *v)
+/* key=value<sep>key=value with the values of secret-looking keys masked (all of them
+ * when all is set). */
+static char *mask_pairs(const char *v, char sep, int all)
 {
 	char *out = NULL;
 	size_t len = 0;
 	while (*v) {
-		size_t n = strcspn(v, ";");
+		size_t n = strcspn(v, (char[]){sep, 0});
 		const char *eq = memchr(v, '=', n);
 		int secret = 0;
 		if (eq) {
@@ -684,7 +697,8 @@ static char *mask_properties(const char *v)
 			for (size_t i = 0; i < kl; i++)
 				name[i] = (char)tolower((unsigned char)v[i]);
 			name[kl] = '\0';
-			secret = strstr(name, "password") || strstr(name, "secret") || strstr(name, "key");
+			secret = all || strstr(name, "password") || strstr(name, "secret") ||
+				 strstr(name, "key");
 		}
 		if (secret) {
 			if (append(&out, &len, v, (size_t)(eq + 1 - v)) ||
@@ -694,8 +708,8 @@ static char *mask_properties(const char *v)
 			goto oom;
 		}
 		v += n;
-		if (*v == ';') {
-			if (append(&out, &len, ";", 1))
+		if (*v == sep) {
+			if (append(&out, &len, &sep, 1))
 				goto oom;
 			v++;
 		}
@@ -715,7 +729,9 @@ char *config_mask_value(const char *key, const char *value)
 	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint"))
 		return mask_url(value);
 	if (!strcmp(key, "kafka_config"))
-		return mask_properties(value);
+		return mask_pairs(value, ';', 0);
+	if (!strcmp(key, "otlp_headers"))
+		return mask_pairs(value, ',', 1);
 	return strdup(value);
 }
 

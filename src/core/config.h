@@ -71,6 +71,7 @@ struct config {
 	/* OpenTelemetry (otel/otlp.h): off unless otlp_endpoint is set */
 	char *otlp_endpoint;      /* base URL of an OTLP/HTTP collector, e.g. http://host:4318 */
 	int64_t otlp_interval_ms; /* how often the counters are exported */
+	char *otlp_headers;       /* Name=value,... sent with every export (secrets) */
 	char *config_file;        /* the file that was read, if any */
 };
 
@@ -127,7 +128,7 @@ int config_setting_reloadable(const struct config_setting *s);
  * an unset one as a comment), secrets masked: the tokens and secret_key as "********", the
  * password of a URL's user info (db, otlp_endpoint) and of a libpq "password=" keyword, and
  * the value of every kafka_config property whose name holds "password", "secret" or
- * "key" (ssl.key.pem, sasl.password, ...). For `outboxd check-config`. */
+ * "key" (ssl.key.pem, sasl.password, ...), and every value of otlp_headers. For `outboxd check-config`. */
 void config_print_effective(FILE *out, const struct config *cfg);
 
 /* The text of value with its secrets masked as config_print_effective does for the

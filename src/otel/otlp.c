@@ -33,6 +33,7 @@ struct otlp {
 	size_t head, count;
 	int stopping;
 	CURL *curl;
+	struct curl_slist *headers;   /* Content-Type and otlp_headers, for every request */
 	int64_t failure_logged_ms;
 };
 
@@ -68,12 +69,11 @@ static size_t discard_cb(char *p, size_t size, size_t n, void *ctx)
 /* POSTs body (borrowed) to url. 0 on a 2xx, -1 otherwise (logged, rate-limited). */
 static int post(struct otlp *o, const char *url, const char *body, long timeout_ms)
 {
-	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
 	long status = 0;
 
 	curl_easy_reset(o->curl);
 	curl_easy_setopt(o->curl, CURLOPT_URL, url);
-	curl_easy_setopt(o->curl, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(o->curl, CURLOPT_HTTPHEADER, o->headers);
 	curl_easy_setopt(o->curl, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(o->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(o->curl, CURLOPT_NOSIGNAL, 1L);
@@ -82,7 +82,6 @@ static int post(struct otlp *o, const char *url, const char *body, long timeout_
 	CURLcode rc = curl_easy_perform(o->curl);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(o->curl, CURLINFO_RESPONSE_CODE, &status);
-	curl_slist_free_all(h);
 	if (rc == CURLE_OK && status >= 200 && status < 300)
 		return 0;
 	int64_t now = clock_mono_ms();
@@ -180,6 +179,7 @@ static void otlp_free(struct otlp *o)
 		return;
 	if (o->curl)
 		curl_easy_cleanup(o->curl);
+	curl_slist_free_all(o->headers);
 	free(o->traces_url);
 	free(o->metrics_url);
 	free(o->instance);
@@ -202,14 +202,39 @@ static char *join(const char *base, const char *path)
 	return url;
 }
 
-int otlp_start(const char *endpoint, const char *service_instance, const char *version,
-	       int64_t metrics_interval_ms, char *err, size_t errlen)
+/* Content-Type, then each Name=value of list (checked by config_load) as "Name: value".
+ * NULL when out of memory. */
+static struct curl_slist *header_list(const char *list)
+{
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	while (h && list && *list) {
+		size_t len = strcspn(list, ",");
+		const char *eq = memchr(list, '=', len);
+		if (eq) {
+			char line[1024];
+			snprintf(line, sizeof(line), "%.*s: %.*s", (int)(eq - list), list,
+				 (int)(len - (size_t)(eq - list) - 1), eq + 1);
+			struct curl_slist *more = curl_slist_append(h, line);
+			if (!more) {
+				curl_slist_free_all(h);
+				return NULL;
+			}
+			h = more;
+		}
+		list = list[len] ? list + len + 1 : NULL;
+	}
+	return h;
+}
+
+int otlp_start(const char *endpoint, const char *headers, const char *service_instance,
+	       const char *version, int64_t metrics_interval_ms, char *err, size_t errlen)
 {
 	struct otlp *o = calloc(1, sizeof(*o));
 	if (!o || !(o->queue = calloc(OTLP_QUEUE_MAX, sizeof(*o->queue))) ||
 	    !(o->traces_url = join(endpoint, "/v1/traces")) ||
 	    !(o->metrics_url = join(endpoint, "/v1/metrics")) ||
-	    !(o->instance = strdup(service_instance)) || !(o->version = strdup(version))) {
+	    !(o->instance = strdup(service_instance)) || !(o->version = strdup(version)) ||
+	    !(o->headers = header_list(headers))) {
 		snprintf(err, errlen, "otlp: out of memory");
 		otlp_free(o);
 		return -1;

@@ -23,10 +23,11 @@
 #define OTLP_FLUSH_MS 1000    /* a span waits at most this long before it is sent */
 
 /* Starts the exporter thread. endpoint (copied) is the collector's base URL
- * (http://host:4318); service_instance (copied) names this process in the resource
- * (host:pid). Returns 0, or -1 with err set. */
-int otlp_start(const char *endpoint, const char *service_instance, const char *version,
-	       int64_t metrics_interval_ms, char *err, size_t errlen);
+ * (http://host:4318); headers (copied, NULL for none) the otlp_headers setting,
+ * "Name=value,Name=value", sent with every export; service_instance (copied) names this
+ * process in the resource (host:pid). Returns 0, or -1 with err set. */
+int otlp_start(const char *endpoint, const char *headers, const char *service_instance,
+	       const char *version, int64_t metrics_interval_ms, char *err, size_t errlen);
 
 /* Sends what is queued (one last try, bounded by a short timeout) and stops the thread.
  * A no-op when not started. Call after the dispatcher has stopped. */

@@ -2,7 +2,7 @@
  * succeeds gives two attempt spans at a local OTLP/HTTP receiver (the test receiver plays
  * the collector and records the JSON posts): the producer's trace id, its span as parent,
  * the span ids the subscriber saw in traceparent, status error then ok; and the counters
- * arrive at /v1/metrics. Runs on SQLite and PostgreSQL. */
+ * arrive at /v1/metrics, both with the otlp_headers. Runs on SQLite and PostgreSQL. */
 #include "e2e.h"
 
 static struct receiver rcv;
@@ -14,7 +14,8 @@ static int setup(void **state)
 	assert_int_equal(receiver_start(&rcv), 0);
 	snprintf(endpoint, sizeof(endpoint), "%s/otel", rcv.url);
 	snprintf(env_endpoint, sizeof(env_endpoint), "OUTBOXD_OTLP_ENDPOINT=%s", endpoint);
-	const char *env[] = {env_endpoint, "OUTBOXD_OTLP_INTERVAL=1s", NULL};
+	const char *env[] = {env_endpoint, "OUTBOXD_OTLP_INTERVAL=1s",
+			     "OUTBOXD_OTLP_HEADERS=X-Api-Key=otel-k3y,X-Tenant=t1", NULL};
 	memset(&dmn, 0, sizeof(dmn));
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	return 0;
@@ -54,6 +55,9 @@ static json_t *spans_of(const char *delivery_id)
 		json_t *h = json_object_get(req, "headers");
 		assert_string_equal(json_string_value(json_object_get(h, "content-type")),
 				    "application/json");
+		/* otlp_headers, on every export */
+		assert_string_equal(json_string_value(json_object_get(h, "x-api-key")), "otel-k3y");
+		assert_string_equal(json_string_value(json_object_get(h, "x-tenant")), "t1");
 		json_t *body = json_loads(json_string_value(json_object_get(req, "body")), 0, NULL);
 		assert_non_null(body);
 		json_array_foreach(json_object_get(body, "resourceSpans"), j, rs) {

@@ -211,6 +211,7 @@ static void test_mask(void **state)
 		      "security.protocol=SASL_SSL;sasl.username=u;sasl.password=********;"
 		      "ssl.key.pem=********;sasl.oauthbearer.client.secret=********");
 	assert_masked("otlp_endpoint", "https://u:p@otel:4318", "https://u:********@otel:4318");
+	assert_masked("otlp_headers", "X-Api-Key=k1,X-Tenant=t", "X-Api-Key=********,X-Tenant=********");
 	assert_masked("listen", "127.0.0.1:8080", "127.0.0.1:8080");
 }
 
@@ -256,6 +257,10 @@ static void test_otlp_settings(void **state)
 	char *bad_interval[] = {"--otlp-interval", "10ms"};
 	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_interval, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "otlp_interval"));
+	config_free(&c);
+	char *bad_headers[] = {"--otlp-headers", "Authorization: Bearer x"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_headers, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "otlp_headers"));
 	config_free(&c);
 	assert_int_equal(config_load(&c, NULL, NULL, 0, NULL, err, sizeof(err)), 0);
 	assert_null(c.otlp_endpoint); /* off by default */
