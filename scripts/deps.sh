@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# deps.sh: install the Debian packages outboxd needs to build, run and test.
+# deps.sh [PACKAGE...]: install the Debian packages outboxd needs to build, run and test,
+# and the PACKAGEs named (scripts/deb-deps.sh names the packaging tools).
 # Idempotent and quiet when everything is already there; uses sudo when not root.
 set -euo pipefail
 
@@ -16,10 +17,14 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   kcat
   libcmocka-dev
+  libsystemd-dev      # sd_notify: Type=notify readiness, watchdog, reload (src/cli/service.c)
+  systemd             # systemd-analyze verify of dist/outboxd.service (ctest install/unit)
+  man-db groff-base   # man -l of man/outboxd.8 (ctest install/man)
   curl
   jq                  # make soak (bench/soak.sh) reads the API's JSON with it
 )
 
+packages+=("$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -43,6 +43,7 @@ static struct {
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
 	_Atomic long ops_stored, ops_suppressed, ops_dropped;
+	_Atomic long otlp_exported, otlp_dropped, otlp_failed;
 	_Atomic long subs_recovered;
 	_Atomic long kafka_produce_errors;
 	_Atomic long kafka_consumed;
@@ -180,6 +181,13 @@ void metrics_ops_events(long stored, long suppressed, long dropped)
 	atomic_fetch_add_explicit(&m.ops_stored, stored, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_suppressed, suppressed, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_dropped, dropped, memory_order_relaxed);
+}
+
+void metrics_otlp_spans(long exported, long dropped, long failed)
+{
+	atomic_fetch_add_explicit(&m.otlp_exported, exported, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.otlp_dropped, dropped, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.otlp_failed, failed, memory_order_relaxed);
 }
 
 void metrics_ops_events_read(long *stored, long *suppressed, long *dropped)
@@ -339,6 +347,13 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_ops_events_total{outcome=\"suppressed\"} %ld\n"
 	  "outboxd_ops_events_total{outcome=\"dropped\"} %ld\n", atomic_load(&m.ops_stored),
 	  atomic_load(&m.ops_suppressed), atomic_load(&m.ops_dropped));
+	A("# HELP outboxd_otlp_spans_total Delivery-attempt spans for otlp_endpoint: exported, "
+	  "dropped (export queue full), failed (the collector did not take them).\n"
+	  "# TYPE outboxd_otlp_spans_total counter\n"
+	  "outboxd_otlp_spans_total{outcome=\"exported\"} %ld\n"
+	  "outboxd_otlp_spans_total{outcome=\"dropped\"} %ld\n"
+	  "outboxd_otlp_spans_total{outcome=\"failed\"} %ld\n", atomic_load(&m.otlp_exported),
+	  atomic_load(&m.otlp_dropped), atomic_load(&m.otlp_failed));
 	A("# HELP outboxd_store_errors_total Store calls that failed.\n"
 	  "# TYPE outboxd_store_errors_total counter\noutboxd_store_errors_total %ld\n",
 	  atomic_load(&m.store_errors));

@@ -49,6 +49,10 @@ void metrics_kafka_consumed(long messages, long undecodable);
 void metrics_kafka_paused(int paused);
 void metrics_kafka_lag(const char *topic, int partition, long long lag);
 
+/* OpenTelemetry export (otel/otlp.h): attempt spans sent to the collector, dropped
+ * because the export queue was full, or lost with a failed export request. */
+void metrics_otlp_spans(long exported, long dropped, long failed);
+
 /* Appends the counters in Prometheus text format to out (malloc'd, grown as needed);
  * *len is its length. Returns 0 or -1 when out of memory. */
 int metrics_render(char **out, size_t *len);

@@ -122,6 +122,8 @@ static void *dispatcher_main(void *arg)
 		int64_t now_us = clock_mono_us();
 		int stopping = atomic_load(&d->stopping);
 
+		atomic_store_explicit(&d->beat_us, now_us, memory_order_relaxed);
+
 		if (stopping && !stop_deadline_us)
 			stop_deadline_us = now_us + d->cfg.shutdown_grace_ms * 1000;
 		if (stopping && now_us >= stop_deadline_us && d->in_flight)
@@ -288,6 +290,7 @@ struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 	d->writer = w;
 	d->reg = reg;
 	d->cfg = *cfg;
+	atomic_init(&d->log_deliveries, cfg->log_deliveries);
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
 	d->rounds = calloc((size_t)cfg->max_in_flight, sizeof(*d->rounds));
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -367,4 +370,14 @@ void dispatcher_stop(struct dispatcher *d)
 	close(d->evfd);
 	free(d->rounds);
 	free(d);
+}
+
+int64_t dispatcher_beat_us(struct dispatcher *d)
+{
+	return atomic_load_explicit(&d->beat_us, memory_order_relaxed);
+}
+
+void dispatcher_set_log_deliveries(struct dispatcher *d, int on)
+{
+	atomic_store_explicit(&d->log_deliveries, on, memory_order_relaxed);
 }

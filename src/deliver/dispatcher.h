@@ -60,4 +60,11 @@ void dispatcher_wake(struct dispatcher *d);
  * is left back to the store, writes every result, and frees d. */
 void dispatcher_stop(struct dispatcher *d);
 
+/* When the dispatcher's loop last turned (monotonic µs; it turns at least about once a
+ * second, IDLE_POLL_MS): what the service watchdog checks. Any thread. */
+int64_t dispatcher_beat_us(struct dispatcher *d);
+
+/* log_deliveries on or off from now on (a SIGHUP reload). Any thread. */
+void dispatcher_set_log_deliveries(struct dispatcher *d, int on);
+
 #endif

@@ -75,6 +75,8 @@ struct dispatcher {
 	int n_events;                /* ready, not yet handled */
 	atomic_int stopping;
 	atomic_int woken;
+	_Atomic int64_t beat_us;     /* monotonic: the loop's last turn (dispatcher_beat_us) */
+	atomic_int log_deliveries;   /* cfg.log_deliveries, changed by SIGHUP (any thread) */
 	struct round *rounds;        /* max_in_flight of them */
 	struct round *free_list;
 	struct round *waiting;       /* unsorted; few at a time */

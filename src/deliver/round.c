@@ -18,6 +18,7 @@
 
 #include "core/metrics.h"
 #include "core/ops_event.h"
+#include "otel/otlp.h"
 #include "util/clock.h"
 #include "util/duration.h"
 #include "util/log.h"
@@ -360,6 +361,7 @@ static void round_fail_attempt(struct round *j, int code, const char *message, c
 	snprintf(j->causes[0], CAUSE_LEN, "%s", cause);
 	a->message = j->messages[0];
 	a->cause = j->causes[0];
+	otlp_attempt(j->claim, a, 0, 0);
 	j->tries = 1;
 	j->retry_after_ms = -1;
 	round_stop(j);
@@ -399,6 +401,7 @@ static void round_go(struct round *j)
 	j->started_us = clock_mono_us();
 	j->retry_after_ms = -1;
 	sj->attempt_no = j->claim->attempt_count + j->tries + 1;
+	sj->span_id = (uint64_t)(dispatcher_rng_next(&j->d->rng) * 18446744073709551615.0) | 1;
 	sj->timeout_ms = j->timeout_ms;
 	sj->message = j->messages[j->tries];
 	sj->cause = j->causes[j->tries];
@@ -430,6 +433,7 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	a->cause = j->causes[j->tries][0] ? j->causes[j->tries] : NULL;
 	j->retry_after_ms = sj->retry_after_ms;
 	metrics_attempt(a->code, took_us);
+	otlp_attempt(j->claim, a, sj->span_id, took_us);
 	j->tries++;
 	if (sj->end_round) {
 		round_slot_put(j);
@@ -653,7 +657,7 @@ static void audit_log(const struct round *j)
 
 void round_recycle(struct dispatcher *d, struct round *j)
 {
-	if (j->audit && d->cfg.log_deliveries)
+	if (j->audit && atomic_load_explicit(&d->log_deliveries, memory_order_relaxed))
 		audit_log(j);
 	j->audit = NULL;
 	if (j->sink)
