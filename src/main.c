@@ -2,6 +2,7 @@
  *
  *   outboxd serve [settings]   run the daemon (outboxd serve --help lists settings)
  *   outboxd rotate-key [...]   re-seal subscription credentials under a new key
+ *   outboxd spool ...          inspect or re-insert a spool file (cli/spool_cmd.h)
  *   outboxd version            print the version */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "api/http.h"
 #include "cli/cli.h"
 #include "cli/secret_key.h"
+#include "cli/spool_cmd.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/ssrf.h"
@@ -42,7 +44,8 @@ static void usage(FILE *out)
 	fprintf(out, "usage: outboxd <command> [options]\n\n"
 		     "commands:\n"
 		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
-		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n");
+		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n"
+		     "  spool        inspect a spool file, or re-insert it into the store (outboxd spool --help)\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
 		     "outboxd <group> --help shows a group's commands and options.\n");
@@ -389,6 +392,7 @@ static int serve(int argc, char **argv)
 		.st = st,
 		.reg = &reg,
 		.writer = writer,
+		.spool = spool,
 		.wake = wake_dispatcher,
 		.wake_ctx = disp,
 		.wake_jobs = wake_jobs,
@@ -473,6 +477,8 @@ int main(int argc, char **argv)
 		return serve(argc - 2, argv + 2);
 	if (strcmp(argv[1], "rotate-key") == 0)
 		return rotate_key(argc - 2, argv + 2);
+	if (strcmp(argv[1], "spool") == 0)
+		return spool_cmd_main(argc - 2, argv + 2, load_settings);
 	/* CLI: the group may follow global options (outboxd --url U dlq list). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {

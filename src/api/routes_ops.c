@@ -133,6 +133,27 @@ void api_audit_list(struct api *api, const struct api_request *req, struct api_r
 	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_before", next));
 }
 
+/* The spool of this instance (seed 004's catastrophic-failure layer): what waits in it,
+ * and the damaged tails found since start, the last one's details. */
+static json_t *render_spool(struct api *api)
+{
+	struct spool_status ss;
+
+	if (!api->spool)
+		return json_pack("{s:b}", "enabled", 0);
+	spool_status_read(api->spool, &ss);
+	json_t *last = json_null();
+	if (ss.damaged)
+		last = json_pack("{s:o, s:I, s:I, s:s?, s:s?}", "at", render_time(ss.damage_at_ms),
+				 "offset", (json_int_t)ss.damage_offset, "bytes",
+				 (json_int_t)ss.damage_bytes, "reason", ss.damage_reason, "moved_to",
+				 ss.damage_moved_to[0] ? ss.damage_moved_to : NULL);
+	return json_pack("{s:b, s:s, s:I, s:I, s:{s:I, s:o}}", "enabled", 1, "path",
+			 spool_path(api->spool), "bytes", (json_int_t)ss.bytes, "records",
+			 (json_int_t)ss.records, "corrupt", "count", (json_int_t)ss.damaged, "last",
+			 last);
+}
+
 void api_stats(struct api *api, struct api_response *res)
 {
 	struct store_stats s;
@@ -195,6 +216,7 @@ void api_stats(struct api *api, struct api_response *res)
 	json_object_set_new(out, "blocked", json_pack("{s:I, s:I}", "deliveries",
 						      (json_int_t)s.blocked_count, "keys",
 						      (json_int_t)s.blocked_keys));
+	json_object_set_new(out, "spool", render_spool(api));
 	store_stats_free(&s);
 	api_reply_json(res, 200, out);
 }
@@ -247,6 +269,23 @@ void api_metrics(struct api *api, struct api_response *res)
 			   "# TYPE outboxd_blocked_keys gauge\noutboxd_blocked_keys %lld\n",
 			(long long)s.blocked_count, (long long)s.blocked_keys);
 		store_stats_free(&s);
+	}
+	if (api->spool) {
+		struct spool_status ss;
+		spool_status_read(api->spool, &ss);
+		fprintf(f, "# HELP outboxd_spool_bytes Bytes in the spool, waiting to be replayed "
+			   "into the store.\n# TYPE outboxd_spool_bytes gauge\noutboxd_spool_bytes %llu\n"
+			   "# HELP outboxd_spool_records Records in the spool.\n"
+			   "# TYPE outboxd_spool_records gauge\noutboxd_spool_records %zu\n"
+			   "# HELP outboxd_spool_corrupt_total Damaged spool tails found and moved "
+			   "aside (.corrupt-*) since start.\n"
+			   "# TYPE outboxd_spool_corrupt_total counter\noutboxd_spool_corrupt_total %zu\n"
+			   "# HELP outboxd_spool_last_corrupt_timestamp_seconds When the last damaged "
+			   "tail was found (0: none since start).\n"
+			   "# TYPE outboxd_spool_last_corrupt_timestamp_seconds gauge\n"
+			   "outboxd_spool_last_corrupt_timestamp_seconds %.3f\n",
+			(unsigned long long)ss.bytes, ss.records, ss.damaged,
+			(double)ss.damage_at_ms / 1000.0);
 	}
 	fprintf(f, "# HELP outboxd_store_up Whether the store answered this scrape.\n"
 		   "# TYPE outboxd_store_up gauge\noutboxd_store_up %d\n", rc == STORE_OK);

@@ -83,6 +83,7 @@ struct store {
 	const struct store_ops *ops;
 	void *priv;
 	char owner[128];
+	int shared;                 /* store_open_shared: SQLite takes no owner lock */
 	/* store_fault_set: the next fault_count calls of fault_ops answer fault_rc */
 	_Atomic int fault_count;
 	unsigned fault_ops;

@@ -426,13 +426,14 @@ int spool_scan_file(const char *path, const struct spool_scan_ops *ops, void *ct
 	int fd, rc = SPOOL_OK, nomem;
 
 	memset(sum, 0, sizeof(*sum));
+	errno = 0;
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
 		log_error("spool: cannot open %s: %s", path, strerror(errno));
 		return SPOOL_IO;
 	}
 	struct stat st;
-	if (fstat(fd, &st)) {
-		log_error("spool: cannot stat %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		log_error("spool: %s: %s", path, errno ? strerror(errno) : "not a regular file");
 		close(fd);
 		return SPOOL_IO;
 	}

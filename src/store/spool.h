@@ -124,7 +124,8 @@ struct spool_scan_summary {
  * running daemon. Unlike spool_open, a bad record does not end the scan: it resumes at the
  * next offset holding a whole record (header and crc) and reports the stretch between
  * as damage, so the good records after damage can still be listed and re-inserted.
- * SPOOL_IO when the file cannot be opened or read (logged), SPOOL_STOPPED when
+ * SPOOL_IO when it cannot be opened or is not a regular file (logged; a read error
+ * later shows as damage, "unreadable ..."), SPOOL_STOPPED when
  * ops->record stopped it; *sum is filled either way. */
 int spool_scan_file(const char *path, const struct spool_scan_ops *ops, void *ctx,
 		    struct spool_scan_summary *sum);

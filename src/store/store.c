@@ -51,7 +51,8 @@ static int has_prefix(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-int store_open(const char *dsn, const char *owner, store **out, char *err, size_t errlen)
+static int open_store(const char *dsn, const char *owner, int shared, store **out, char *err,
+		      size_t errlen)
 {
 	const struct store_ops *ops = NULL;
 	struct store *st = NULL;
@@ -83,6 +84,7 @@ int store_open(const char *dsn, const char *owner, store **out, char *err, size_
 		return STORE_ERROR;
 	}
 	st->ops = ops;
+	st->shared = shared;
 	strcpy(st->owner, owner);
 	set_err(err, errlen, "");
 	rc = ops->open(st, dsn, err, errlen);
@@ -91,6 +93,25 @@ int store_open(const char *dsn, const char *owner, store **out, char *err, size_
 		return rc;
 	}
 	*out = st;
+	return STORE_OK;
+}
+
+int store_open(const char *dsn, const char *owner, store **out, char *err, size_t errlen)
+{
+	return open_store(dsn, owner, 0, out, err, errlen);
+}
+
+int store_open_shared(const char *dsn, const char *owner, store **out, char *err,
+		      size_t errlen)
+{
+	return open_store(dsn, owner, 1, out, err, errlen);
+}
+
+int store_set_owner(store *st, const char *owner)
+{
+	if (!st || !owner || !*owner || strlen(owner) >= sizeof(st->owner))
+		return STORE_INVALID;
+	strcpy(st->owner, owner);
 	return STORE_OK;
 }
 

@@ -44,6 +44,17 @@ const char *store_strerror(int err);
  * holds it). owner (borrowed, copied) identifies this process in leases. On failure a
  * message is written to err. */
 int store_open(const char *dsn, const char *owner, store **out, char *err, size_t errlen);
+/* store_open for a tool that works beside a running outboxd (outboxd spool replay): the
+ * same, except that SQLite's owner lock is not taken. Such a handle must not claim
+ * deliveries nor release leases (store_claim_due, store_release_all): the daemon owns
+ * them. Its writes wait for the daemon's (SQLite: busy timeout). */
+int store_open_shared(const char *dsn, const char *owner, store **out, char *err,
+		      size_t errlen);
+/* Makes owner (borrowed, copied) the lease owner st acts as from now on: a tool applying
+ * spooled results on behalf of the instance that held their leases (store_record_results
+ * applies a result only where st's owner holds the lease). Not thread-safe: only for a
+ * handle used by one thread. STORE_INVALID when owner is empty or too long. */
+int store_set_owner(store *st, const char *owner);
 void store_close(store *st);
 const char *store_backend_name(const store *st);
 const char *store_owner(const store *st);

@@ -549,7 +549,8 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 	st->priv = sq;
 
 	rc = make_parent_dirs(sq->path, err, errlen);
-	if (rc == STORE_OK)
+	/* A tool beside the daemon (store_open_shared) leaves the lock to it. */
+	if (rc == STORE_OK && !st->shared)
 		rc = take_owner_lock(sq, err, errlen);
 	if (rc == STORE_OK)
 		rc = open_conn(sq->path, &sq->wdb, 16384, err, errlen);
