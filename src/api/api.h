@@ -126,6 +126,7 @@ void api_dlq_purge(struct api *api, const char *id, const struct api_request *re
 void api_dlq_purge_filter(struct api *api, const struct api_request *req,
 			  struct api_response *res);
 void api_jobs_get(struct api *api, const char *id, struct api_response *res);
+void api_jobs_list(struct api *api, const struct api_request *req, struct api_response *res);
 void api_jobs_cancel(struct api *api, const char *id, const struct api_request *req,
 		     struct api_response *res);
 void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res);

@@ -727,11 +727,83 @@ static int dlq_purge_filter(struct cli *c, const struct opts *o)
 	return CLI_OK;
 }
 
+/* jobs list: newest first, one page, or every page with --all or --json. */
+static int list_jobs(struct cli *c, const struct opts *o)
+{
+	static const char *const jobs_opts[] = {"--state", "--limit", "--all", NULL};
+	char path[512] = "/v1/jobs";
+	json_t *items = json_array();
+	char *cursor = NULL;
+	size_t shown = 0;
+	int all = c->json || opt(o, "--all");
+
+	if (check_opts(o, jobs_opts)) {
+		json_decref(items);
+		return CLI_USAGE;
+	}
+	append_query(path, sizeof(path), "state", opt(o, "--state"));
+	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
+							: all ? "1000" : "50");
+	if (!c->json)
+		printf("%-36s  %-9s  %9s  %9s  %9s  %6s  %-16s  %s\n", "ID", "STATE", "REPLAYED",
+		       "MATCHED", "REMAINING", "RATE", "STARTED BY", "CREATED");
+	for (;;) {
+		char page[1024];
+		json_t *r, *j;
+		size_t i;
+		snprintf(page, sizeof(page), "%s", path);
+		append_query(page, sizeof(page), "cursor", cursor);
+		free(cursor);
+		cursor = NULL;
+		int rc = call(c, "GET", page, NULL, &r);
+		if (rc) {
+			json_decref(items);
+			return rc;
+		}
+		json_array_foreach(json_object_get(r, "items"), i, j) {
+			if (c->json)
+				json_array_append(items, j);
+			else
+				printf("%-36s  %-9s  %9lld  %9lld  %9lld  %6lld  %-16.16s  %s\n",
+				       str(j, "id"), str(j, "state"),
+				       (long long)json_integer_value(json_object_get(j, "replayed")),
+				       (long long)json_integer_value(json_object_get(j, "matched")),
+				       (long long)json_integer_value(json_object_get(j, "remaining")),
+				       (long long)json_integer_value(json_object_get(j, "rate")),
+				       str(j, "actor"), str(j, "created_at"));
+			shown++;
+		}
+		json_t *next = json_object_get(r, "next_cursor");
+		if (json_is_string(next))
+			cursor = strdup(json_string_value(next));
+		json_decref(r);
+		if (!cursor)
+			break;
+		if (!all) {
+			fprintf(stderr, "(more: use --all, or --json for every page)\n");
+			free(cursor);
+			break;
+		}
+	}
+	if (c->json) {
+		json_t *doc = json_pack("{s:o}", "items", items);
+		print_json(doc);
+		json_decref(doc);
+	} else {
+		json_decref(items);
+		printf("%zu jobs\n", shown);
+	}
+	return CLI_OK;
+}
+
 static int cmd_jobs(struct cli *c, const char *cmd, const struct opts *o)
 {
 	char path[160];
 	json_t *r;
 	int rc;
+
+	if (strcmp(cmd, "list") == 0)
+		return list_jobs(c, o);
 	if ((strcmp(cmd, "show") == 0 || strcmp(cmd, "cancel") == 0 || strcmp(cmd, "wait") == 0) &&
 	    o->nargs == 1) {
 		if (strcmp(cmd, "wait") == 0)
@@ -927,7 +999,9 @@ static const struct cli_group {
 	 "  dlq purge [filters] [--dry-run] | --all\n"
 	 "                              delete every dead delivery that matches\n",
 	 cmd_dlq},
-	{"jobs", "follow or cancel replay jobs",
+	{"jobs", "list, follow or cancel replay jobs",
+	 "  jobs list [--state running|done|cancelled|failed] [--limit N] [--all]\n"
+	 "                              replay jobs, newest first: progress, who started them\n"
 	 "  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n", cmd_jobs},
 	{"tokens", "named API tokens with scopes: create, list, revoke",
 	 "  tokens create NAME --scopes ingest,read,operate,admin\n"

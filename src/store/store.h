@@ -355,6 +355,12 @@ int store_job_update(store *st, const struct store_job *job);
 int store_job_get(store *st, const char *id, struct store_job *out);
 /* Jobs in state "running", oldest first (returned array). */
 int store_jobs_running(store *st, struct store_job **items, size_t *n);
+/* One page of jobs, newest first (created_at, then id), for GET /v1/jobs: state
+ * (borrowed, NULL = any) keeps those in it; cursor (borrowed, NULL = the first page) is a
+ * *next_cursor of an earlier call; limit 1..1000. *items is returned, *next_cursor too
+ * (NULL on the last page). STORE_INVALID for a cursor this function did not make. */
+int store_jobs_list(store *st, const char *state, const char *cursor, size_t limit,
+		    struct store_job **items, size_t *n, char **next_cursor);
 void store_job_free(struct store_job *job);                    /* frees members only */
 void store_jobs_free(struct store_job *items, size_t n);
 

@@ -622,6 +622,7 @@ const struct store_ops store_sqlite_ops = {
 	.job_update = sq_job_update,
 	.job_get = sq_job_get,
 	.jobs_running = sq_jobs_running,
+	.jobs_list = sq_jobs_list,
 	.audit_append = sq_audit_append,
 	.audit_list = sq_audit_list,
 	.token_create = sq_token_create,
