@@ -351,6 +351,13 @@ static int replay(const char *path, const struct config *cfg, int json)
 		fprintf(stderr, "outboxd: cannot read %s: %s\n", path, strerror(errno));
 		return 1;
 	}
+	/* Opening an SQLite path creates a store there: a mistyped db would take the events
+	 * where no outboxd delivers them. The store outboxd serves exists already. */
+	if (cfg->db && strncmp(cfg->db, "sqlite:", 7) == 0 && access(cfg->db + 7, F_OK)) {
+		fprintf(stderr, "outboxd: no store at %s (%s): give the db that outboxd serve uses "
+			"(--db, OUTBOXD_DB or the config file)\n", cfg->db + 7, strerror(errno));
+		return 1;
+	}
 	gethostname(host, sizeof(host) - 1);
 	snprintf(owner, sizeof(owner), "spool-replay@%s:%d", host, (int)getpid());
 	r.owner = owner;

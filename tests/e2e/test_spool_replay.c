@@ -9,6 +9,8 @@
  *  - a file damaged in its middle: inspect lists the good records before and after the
  *    damage and the damaged stretch; replay inserts exactly those, the damaged event is
  *    never stored;
+ *  - spooled results are applied where the lease of the instance that spooled them is
+ *    still there and has expired, never over a live lease;
  *  - a daemon started on a spool with a damaged tail shows the damage in GET /v1/stats
  *    and /metrics, and the `.corrupt-*` file it moved aside can be inspected. */
 #include "e2e.h"
@@ -18,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "store/spool.h"
+#include "store/store.h"
 
 static struct receiver rcv;
 static struct daemon dmn;
@@ -243,6 +246,13 @@ static void test_damaged_file_is_inspected_and_replayed_around_the_damage(void *
 	usleep(1500 * 1000);
 	assert_int_equal(receiver_count(&rcv, "/a"), 2);
 
+	/* A store that is not there (a mistyped db) is not created: exit 1, nothing stored. */
+	snprintf(args, sizeof(args), "replay %s --db sqlite:%s/typo.db", spool_file, work_dir);
+	assert_int_equal(spool_cmd(out, sizeof(out), args), 1);
+	assert_contains(out, "typo.db (No such file or directory): give the db that outboxd");
+	snprintf(args, sizeof(args), "%s/typo.db", work_dir);
+	assert_int_equal(size_of(args), -1);
+
 	/* A file that is not there: a clear error, exit 1. */
 	snprintf(args, sizeof(args), "inspect %s/absent.spool", work_dir);
 	assert_int_equal(spool_cmd(out, sizeof(out), args), 1);
@@ -312,6 +322,90 @@ static void test_stats_and_metrics_show_spool_damage(void **state)
 	assert_int_equal(daemon_stop(&dmn), 0);
 }
 
+/* Stores one event for sub_id as the dead instance would have, and claims its delivery
+ * under that instance's name with a lease of lease_ms; the delivery id into out. */
+static void leased_delivery(store *st, int n, int64_t lease_ms, char out[UUID_STR_LEN])
+{
+	char subs[1][UUID_STR_LEN];
+	struct store_event_in ev = {0};
+	struct store_claim *claims = NULL;
+	size_t got = 0;
+
+	snprintf(subs[0], sizeof(subs[0]), "%.36s", sub_id);
+	event_id(ev.id, n);
+	ev.event_type = "leased.event";
+	ev.source = "";
+	ev.content_type = "application/json";
+	ev.payload = "{}";
+	ev.payload_len = 2;
+	ev.created_at = (int64_t)time(NULL) * 1000 - 60000;
+	ev.subscription_ids = (const char(*)[UUID_STR_LEN])subs;
+	ev.n_subscriptions = 1;
+	assert_int_equal(store_ingest(st, &ev, 1), STORE_OK);
+	assert_int_equal(store_claim_due(st, (int64_t)time(NULL) * 1000, lease_ms, 1, &claims, &got),
+			 STORE_OK);
+	assert_int_equal(got, 1);
+	memcpy(out, claims[0].delivery_id, UUID_STR_LEN);
+	store_claims_free(claims, got);
+}
+
+static void test_results_applied_only_under_an_expired_lease(void **state)
+{
+	char out[8192], args[512], err[256], expired[UUID_STR_LEN], live[UUID_STR_LEN];
+	struct store_delivery d;
+	struct store_result r[2];
+	struct store_attempt a = {.n = 1, .kind = ATTEMPT_IMMEDIATE, .duration_ms = 12, .code = 200,
+				  .message = "OK"};
+	struct spool *sp;
+	store *st;
+	void *rec;
+	size_t len;
+
+	start_daemon(NULL);
+	create_sub();
+	assert_int_equal(daemon_stop(&dmn), 0);
+	/* The dead instance: one delivery whose lease has run out, one still leased. */
+	assert_int_equal(store_open(dmn.db, "dead-host:42", &st, err, sizeof(err)), STORE_OK);
+	leased_delivery(st, 31, 1, expired);
+	leased_delivery(st, 32, 3600 * 1000, live);
+	store_close(st);
+	usleep(20 * 1000);
+
+	/* It had finished both rounds when the store went away: the results are spooled. */
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < 2; i++) {
+		r[i].delivery_id = i ? live : expired;
+		r[i].status = DELIVERY_PROCESSED;
+		r[i].attempt_count = 1;
+		r[i].processed_at = (int64_t)time(NULL) * 1000;
+		r[i].attempts = &a;
+		r[i].n_attempts = 1;
+	}
+	a.started_at = (int64_t)time(NULL) * 1000;
+	assert_int_equal(spool_open(spool_file, &sp, NULL), SPOOL_OK);
+	assert_int_equal(spool_encode_results(r, 2, &rec, &len), 0);
+	assert_int_equal(spool_append(sp, SPOOL_REC_RESULTS, rec, len), SPOOL_OK);
+	free(rec);
+	spool_close(sp);
+
+	snprintf(args, sizeof(args), "replay %s", spool_file);
+	assert_int_equal(spool_cmd(out, sizeof(out), args), 0);
+	assert_contains(out, "results applied     1 of 2");
+	assert_contains(out, "1 delivery results were not applied");
+
+	assert_int_equal(store_open(dmn.db, "checker:1", &st, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_delivery_get(st, expired, &d), STORE_OK);
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	assert_int_equal(d.attempt_count, 1);
+	assert_null(d.lease_owner);
+	store_delivery_free(&d);
+	assert_int_equal(store_delivery_get(st, live, &d), STORE_OK);
+	assert_int_equal(d.status, DELIVERY_NEW);
+	assert_string_equal(d.lease_owner, "dead-host:42");
+	store_delivery_free(&d);
+	store_close(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -322,6 +416,8 @@ int main(void)
 			teardown),
 		cmocka_unit_test_setup_teardown(test_stats_and_metrics_show_spool_damage, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_results_applied_only_under_an_expired_lease,
+						setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
