@@ -266,24 +266,18 @@ static const char *const filter_map[][2] = {
 	{"--event-id", "event_id"}, {"--from", "from"}, {"--to", "to"},
 };
 
-/* deliveries list / dlq list: one page, or every page with --all or --json. */
-static int list_deliveries(struct cli *c, const struct opts *o, const char *base)
+/* GET path (its filters and limit in it) page after page, following next_cursor: rows
+ * printed with row() after header() once the first page is in, or with --json one
+ * {"items":[...]} of every page at the end. Only the first page unless all. *shown
+ * counts the items. Returns CLI_OK or the failed call's code. */
+static int list_pages(struct cli *c, const char *path, int all, void (*header)(void),
+		      void (*row)(json_t *), size_t *shown)
 {
-	char path[2048];
-	if (check_opts(o, list_opts))
-		return CLI_USAGE;
-	snprintf(path, sizeof(path), "%s", base);
-	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
-		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
-	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
-	append_query(path, sizeof(path), "order", opt(o, "--order"));
-	int all = c->json || opt(o, "--all");
-	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
-							: all ? "1000" : "50");
 	json_t *items = json_array();
 	char *cursor = NULL;
-	size_t shown = 0;
 	int first = 1;
+
+	*shown = 0;
 	for (;;) {
 		char page[2600];
 		json_t *r;
@@ -297,7 +291,7 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 			return rc;
 		}
 		if (first && !c->json)
-			print_delivery_header();
+			header();
 		first = 0;
 		json_t *list = json_object_get(r, "items"), *d;
 		size_t i;
@@ -305,8 +299,8 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 			if (c->json)
 				json_array_append(items, d);
 			else
-				print_delivery_row(d);
-			shown++;
+				row(d);
+			(*shown)++;
 		}
 		json_t *next = json_object_get(r, "next_cursor");
 		if (json_is_string(next))
@@ -327,6 +321,27 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 	} else {
 		json_decref(items);
 	}
+	return CLI_OK;
+}
+
+/* deliveries list / dlq list: one page, or every page with --all or --json. */
+static int list_deliveries(struct cli *c, const struct opts *o, const char *base)
+{
+	char path[2048];
+	if (check_opts(o, list_opts))
+		return CLI_USAGE;
+	snprintf(path, sizeof(path), "%s", base);
+	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
+		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
+	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
+	append_query(path, sizeof(path), "order", opt(o, "--order"));
+	int all = c->json || opt(o, "--all");
+	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
+							: all ? "1000" : "50");
+	size_t shown = 0;
+	int rc = list_pages(c, path, all, print_delivery_header, print_delivery_row, &shown);
+	if (rc)
+		return rc;
 	if (!c->json)
 		printf("%zu deliveries%s\n", shown, strcmp(base, "/v1/dlq") == 0 ? " dead" : "");
 	return CLI_OK;
@@ -727,72 +742,40 @@ static int dlq_purge_filter(struct cli *c, const struct opts *o)
 	return CLI_OK;
 }
 
+static void print_job_header(void)
+{
+	printf("%-36s  %-9s  %9s  %9s  %9s  %6s  %-16s  %s\n", "ID", "STATE", "REPLAYED",
+	       "MATCHED", "REMAINING", "RATE", "STARTED BY", "CREATED");
+}
+
+static void print_job_row(json_t *j)
+{
+	printf("%-36s  %-9s  %9lld  %9lld  %9lld  %6lld  %-16.16s  %s\n", str(j, "id"),
+	       str(j, "state"), (long long)json_integer_value(json_object_get(j, "replayed")),
+	       (long long)json_integer_value(json_object_get(j, "matched")),
+	       (long long)json_integer_value(json_object_get(j, "remaining")),
+	       (long long)json_integer_value(json_object_get(j, "rate")), str(j, "actor"),
+	       str(j, "created_at"));
+}
+
 /* jobs list: newest first, one page, or every page with --all or --json. */
 static int list_jobs(struct cli *c, const struct opts *o)
 {
 	static const char *const jobs_opts[] = {"--state", "--limit", "--all", NULL};
 	char path[512] = "/v1/jobs";
-	json_t *items = json_array();
-	char *cursor = NULL;
-	size_t shown = 0;
 	int all = c->json || opt(o, "--all");
+	size_t shown = 0;
 
-	if (check_opts(o, jobs_opts)) {
-		json_decref(items);
+	if (check_opts(o, jobs_opts))
 		return CLI_USAGE;
-	}
 	append_query(path, sizeof(path), "state", opt(o, "--state"));
 	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
 							: all ? "1000" : "50");
+	int rc = list_pages(c, path, all, print_job_header, print_job_row, &shown);
+	if (rc)
+		return rc;
 	if (!c->json)
-		printf("%-36s  %-9s  %9s  %9s  %9s  %6s  %-16s  %s\n", "ID", "STATE", "REPLAYED",
-		       "MATCHED", "REMAINING", "RATE", "STARTED BY", "CREATED");
-	for (;;) {
-		char page[1024];
-		json_t *r, *j;
-		size_t i;
-		snprintf(page, sizeof(page), "%s", path);
-		append_query(page, sizeof(page), "cursor", cursor);
-		free(cursor);
-		cursor = NULL;
-		int rc = call(c, "GET", page, NULL, &r);
-		if (rc) {
-			json_decref(items);
-			return rc;
-		}
-		json_array_foreach(json_object_get(r, "items"), i, j) {
-			if (c->json)
-				json_array_append(items, j);
-			else
-				printf("%-36s  %-9s  %9lld  %9lld  %9lld  %6lld  %-16.16s  %s\n",
-				       str(j, "id"), str(j, "state"),
-				       (long long)json_integer_value(json_object_get(j, "replayed")),
-				       (long long)json_integer_value(json_object_get(j, "matched")),
-				       (long long)json_integer_value(json_object_get(j, "remaining")),
-				       (long long)json_integer_value(json_object_get(j, "rate")),
-				       str(j, "actor"), str(j, "created_at"));
-			shown++;
-		}
-		json_t *next = json_object_get(r, "next_cursor");
-		if (json_is_string(next))
-			cursor = strdup(json_string_value(next));
-		json_decref(r);
-		if (!cursor)
-			break;
-		if (!all) {
-			fprintf(stderr, "(more: use --all, or --json for every page)\n");
-			free(cursor);
-			break;
-		}
-	}
-	if (c->json) {
-		json_t *doc = json_pack("{s:o}", "items", items);
-		print_json(doc);
-		json_decref(doc);
-	} else {
-		json_decref(items);
 		printf("%zu jobs\n", shown);
-	}
 	return CLI_OK;
 }
 
