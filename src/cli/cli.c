@@ -213,6 +213,10 @@ static int print_list(struct cli *c, const char *path, const char *header, void 
 	return CLI_OK;
 }
 
+/* Every page of a list (defined with the list commands below). */
+static int list_pages(struct cli *c, const char *path, int all, void (*header)(void),
+		      void (*row)(json_t *), size_t *shown);
+
 /* ---- tables ---------------------------------------------------------------------------- */
 
 static const char *str(json_t *obj, const char *key)
@@ -265,6 +269,29 @@ static const char *const filter_map[][2] = {
 	{"--type", "event_type"}, {"--q", "q"}, {"--code", "code"}, {"--source", "source"},
 	{"--event-id", "event_id"}, {"--from", "from"}, {"--to", "to"},
 };
+
+/* deliveries list / dlq list: one page, or every page with --all or --json. */
+static int list_deliveries(struct cli *c, const struct opts *o, const char *base)
+{
+	char path[2048];
+	if (check_opts(o, list_opts))
+		return CLI_USAGE;
+	snprintf(path, sizeof(path), "%s", base);
+	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
+		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
+	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
+	append_query(path, sizeof(path), "order", opt(o, "--order"));
+	int all = c->json || opt(o, "--all");
+	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
+							: all ? "1000" : "50");
+	size_t shown = 0;
+	int rc = list_pages(c, path, all, print_delivery_header, print_delivery_row, &shown);
+	if (rc)
+		return rc;
+	if (!c->json)
+		printf("%zu deliveries%s\n", shown, strcmp(base, "/v1/dlq") == 0 ? " dead" : "");
+	return CLI_OK;
+}
 
 /* GET path (its filters and limit in it) page after page, following next_cursor: rows
  * printed with row() after header() once the first page is in, or with --json one
@@ -321,29 +348,6 @@ static int list_pages(struct cli *c, const char *path, int all, void (*header)(v
 	} else {
 		json_decref(items);
 	}
-	return CLI_OK;
-}
-
-/* deliveries list / dlq list: one page, or every page with --all or --json. */
-static int list_deliveries(struct cli *c, const struct opts *o, const char *base)
-{
-	char path[2048];
-	if (check_opts(o, list_opts))
-		return CLI_USAGE;
-	snprintf(path, sizeof(path), "%s", base);
-	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
-		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
-	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
-	append_query(path, sizeof(path), "order", opt(o, "--order"));
-	int all = c->json || opt(o, "--all");
-	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
-							: all ? "1000" : "50");
-	size_t shown = 0;
-	int rc = list_pages(c, path, all, print_delivery_header, print_delivery_row, &shown);
-	if (rc)
-		return rc;
-	if (!c->json)
-		printf("%zu deliveries%s\n", shown, strcmp(base, "/v1/dlq") == 0 ? " dead" : "");
 	return CLI_OK;
 }
 
