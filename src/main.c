@@ -4,6 +4,7 @@
  *   outboxd rotate-key [...]   re-seal subscription credentials under a new key
  *   outboxd check-config [...] validate the settings, print them (secrets masked)
  *   outboxd migrate [...]      apply the store's schema migrations, then exit
+ *   outboxd spool ...          inspect or re-insert a spool file (cli/spool_cmd.h)
  *   outboxd version            print the version */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include "cli/cli.h"
 #include "cli/secret_key.h"
 #include "cli/service.h"
+#include "cli/spool_cmd.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/ssrf.h"
@@ -50,7 +52,8 @@ static void usage(FILE *out)
 		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
 		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n"
 		     "  check-config validate the settings and print them, secrets masked\n"
-		     "  migrate      apply the store's schema migrations without serving\n");
+		     "  migrate      apply the store's schema migrations without serving\n"
+		     "  spool        inspect a spool file, or re-insert it into the store (outboxd spool --help)\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
 		     "outboxd <group> --help shows a group's commands and options.\n");
@@ -456,6 +459,7 @@ static int serve(int argc, char **argv)
 		.st = st,
 		.reg = &reg,
 		.writer = writer,
+		.spool = spool,
 		.wake = wake_dispatcher,
 		.wake_ctx = disp,
 		.wake_jobs = wake_jobs,
@@ -575,6 +579,8 @@ int main(int argc, char **argv)
 		return check_config(argc - 2, argv + 2);
 	if (strcmp(argv[1], "migrate") == 0)
 		return migrate(argc - 2, argv + 2);
+	if (strcmp(argv[1], "spool") == 0)
+		return spool_cmd_main(argc - 2, argv + 2, load_settings);
 	/* CLI: the group may follow global options (outboxd --url U dlq list). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {

@@ -11,6 +11,7 @@
 #include "core/input_error.h"
 #include "core/model.h"
 #include "core/subscriptions.h"
+#include "store/spool.h"
 #include "store/writer.h"
 #include "store/store.h"
 
@@ -57,6 +58,7 @@ struct api {
 	store *st;
 	struct sub_registry *reg;
 	struct writer *writer;
+	struct spool *spool;               /* the spool, or NULL when off (stats, metrics) */
 	api_wake_cb wake;                  /* new due work (replay): wake the dispatcher */
 	void *wake_ctx;
 	api_wake_cb wake_jobs;             /* a new replay job: wake the jobs thread */
@@ -124,6 +126,7 @@ void api_dlq_purge(struct api *api, const char *id, const struct api_request *re
 void api_dlq_purge_filter(struct api *api, const struct api_request *req,
 			  struct api_response *res);
 void api_jobs_get(struct api *api, const char *id, struct api_response *res);
+void api_jobs_list(struct api *api, const struct api_request *req, struct api_response *res);
 void api_jobs_cancel(struct api *api, const char *id, const struct api_request *req,
 		     struct api_response *res);
 void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res);

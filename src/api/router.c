@@ -237,6 +237,12 @@ static void h_jobs_get(struct api *api, const struct api_request *req, const cha
 		api_jobs_get(api, id, res);
 }
 
+static void h_jobs_list(struct api *api, const struct api_request *req, const char *id,
+			struct api_response *res)
+{
+	api_jobs_list(api, req, res);
+}
+
 static void h_jobs_cancel(struct api *api, const struct api_request *req, const char *id,
 			  struct api_response *res)
 {
@@ -302,6 +308,7 @@ static const struct api_route routes[] = {
 	{"POST", "/v1/dlq/replay", h_dlq_replay, TOKEN_SCOPE_OPERATE},
 	{"DELETE", "/v1/dlq/{id}", h_dlq_purge, TOKEN_SCOPE_OPERATE},
 	{"POST", "/v1/dlq/purge", h_dlq_purge_filter, TOKEN_SCOPE_OPERATE},
+	{"GET", "/v1/jobs", h_jobs_list, TOKEN_SCOPE_READ},
 	{"GET", "/v1/jobs/{id}", h_jobs_get, TOKEN_SCOPE_READ},
 	{"POST", "/v1/jobs/{id}/cancel", h_jobs_cancel, TOKEN_SCOPE_OPERATE},
 	{"GET", "/v1/audit", h_audit, TOKEN_SCOPE_READ},

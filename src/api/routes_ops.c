@@ -29,11 +29,15 @@ void api_audit(struct api *api, const struct api_request *req, const char *actio
 
 static json_t *render_job(const struct store_job *j)
 {
+	/* What was matched and not replayed: still to do while running, left undone by a
+	 * cancel or a failure; a job that is done has nothing left (deliveries it did not
+	 * replay were no longer dead by their turn). */
 	int64_t remaining = j->matched - j->done;
+	if (remaining < 0 || strcmp(j->state, "done") == 0)
+		remaining = 0;
 	json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:i, s:b, s:o, s:o}", "id", j->id,
 			      "kind", j->kind, "state", j->state, "matched", (json_int_t)j->matched,
-			      "replayed", (json_int_t)j->done, "remaining",
-			      (json_int_t)(remaining > 0 && strcmp(j->state, "running") == 0 ? remaining : 0),
+			      "replayed", (json_int_t)j->done, "remaining", (json_int_t)remaining,
 			      "rate", j->rate, "force", j->force, "created_at",
 			      render_time(j->created_at), "updated_at", render_time(j->updated_at));
 	json_t *filter = j->filter ? json_loads(j->filter, 0, NULL) : NULL;
@@ -59,6 +63,56 @@ void api_jobs_get(struct api *api, const char *id, struct api_response *res)
 	}
 	api_reply_json(res, 200, render_job(&j));
 	store_job_free(&j);
+}
+
+#define JOBS_LIST_DEFAULT 50
+#define JOBS_LIST_MAX 1000
+
+void api_jobs_list(struct api *api, const struct api_request *req, struct api_response *res)
+{
+	const char *state = req->query ? req->query(req->query_ctx, "state") : NULL;
+	const char *lim = req->query ? req->query(req->query_ctx, "limit") : NULL;
+	const char *cursor = req->query ? req->query(req->query_ctx, "cursor") : NULL;
+	static const char *const states[] = {"running", "done", "cancelled", "failed"};
+	long limit = JOBS_LIST_DEFAULT;
+	int known = !state;
+
+	for (size_t i = 0; state && i < sizeof(states) / sizeof(states[0]); i++)
+		known |= strcmp(state, states[i]) == 0;
+	if (!known) {
+		api_reply_errorf(res, 400, "invalid_argument", "state",
+				 "state must be running, done, cancelled or failed");
+		return;
+	}
+	if (lim) {
+		char *end;
+		limit = strtol(lim, &end, 10);
+		if (*end || limit < 1 || limit > JOBS_LIST_MAX) {
+			api_reply_errorf(res, 400, "invalid_argument", "limit",
+					 "limit must be an integer from 1 to %d", JOBS_LIST_MAX);
+			return;
+		}
+	}
+	struct store_job *items = NULL;
+	size_t n = 0;
+	char *next = NULL;
+	int rc = store_jobs_list(api->st, state, cursor, (size_t)limit, &items, &n, &next);
+	if (rc == STORE_INVALID) {
+		api_reply_errorf(res, 400, "invalid_argument", "cursor",
+				 "cursor is not one this server returned for /v1/jobs");
+		return;
+	}
+	if (rc) {
+		api_reply_store_error(res, rc, "jobs");
+		return;
+	}
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, render_job(&items[i]));
+	store_jobs_free(items, n);
+	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_cursor",
+					   next ? json_string(next) : json_null()));
+	free(next);
 }
 
 void api_jobs_cancel(struct api *api, const char *id, const struct api_request *req,
@@ -133,6 +187,27 @@ void api_audit_list(struct api *api, const struct api_request *req, struct api_r
 	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_before", next));
 }
 
+/* The spool of this instance (seed 004's catastrophic-failure layer): what waits in it,
+ * and the damaged tails found since start, the last one's details. */
+static json_t *render_spool(struct api *api)
+{
+	struct spool_status ss;
+
+	if (!api->spool)
+		return json_pack("{s:b}", "enabled", 0);
+	spool_status_read(api->spool, &ss);
+	json_t *last = json_null();
+	if (ss.damaged)
+		last = json_pack("{s:o, s:I, s:I, s:s?, s:s?}", "at", render_time(ss.damage_at_ms),
+				 "offset", (json_int_t)ss.damage_offset, "bytes",
+				 (json_int_t)ss.damage_bytes, "reason", ss.damage_reason, "moved_to",
+				 ss.damage_moved_to[0] ? ss.damage_moved_to : NULL);
+	return json_pack("{s:b, s:s, s:I, s:I, s:{s:I, s:o}}", "enabled", 1, "path",
+			 spool_path(api->spool), "bytes", (json_int_t)ss.bytes, "records",
+			 (json_int_t)ss.records, "corrupt", "count", (json_int_t)ss.damaged, "last",
+			 last);
+}
+
 void api_stats(struct api *api, struct api_response *res)
 {
 	struct store_stats s;
@@ -204,6 +279,7 @@ void api_stats(struct api *api, struct api_response *res)
 	json_object_set_new(out, "blocked", json_pack("{s:I, s:I}", "deliveries",
 						      (json_int_t)s.blocked_count, "keys",
 						      (json_int_t)s.blocked_keys));
+	json_object_set_new(out, "spool", render_spool(api));
 	store_stats_free(&s);
 	api_reply_json(res, 200, out);
 }
@@ -262,6 +338,23 @@ void api_metrics(struct api *api, struct api_response *res)
 			s.oldest_failing_since ?
 				(double)(now - s.oldest_failing_since) / 1000.0 : 0.0);
 		store_stats_free(&s);
+	}
+	if (api->spool) {
+		struct spool_status ss;
+		spool_status_read(api->spool, &ss);
+		fprintf(f, "# HELP outboxd_spool_bytes Bytes in the spool, waiting to be replayed "
+			   "into the store.\n# TYPE outboxd_spool_bytes gauge\noutboxd_spool_bytes %llu\n"
+			   "# HELP outboxd_spool_records Records in the spool.\n"
+			   "# TYPE outboxd_spool_records gauge\noutboxd_spool_records %zu\n"
+			   "# HELP outboxd_spool_corrupt_total Damaged spool tails found and moved "
+			   "aside (.corrupt-*) since start.\n"
+			   "# TYPE outboxd_spool_corrupt_total counter\noutboxd_spool_corrupt_total %zu\n"
+			   "# HELP outboxd_spool_last_corrupt_timestamp_seconds When the last damaged "
+			   "tail was found (0: none since start).\n"
+			   "# TYPE outboxd_spool_last_corrupt_timestamp_seconds gauge\n"
+			   "outboxd_spool_last_corrupt_timestamp_seconds %.3f\n",
+			(unsigned long long)ss.bytes, ss.records, ss.damaged,
+			(double)ss.damage_at_ms / 1000.0);
 	}
 	fprintf(f, "# HELP outboxd_store_up Whether the store answered this scrape.\n"
 		   "# TYPE outboxd_store_up gauge\noutboxd_store_up %d\n", rc == STORE_OK);

@@ -213,6 +213,10 @@ static int print_list(struct cli *c, const char *path, const char *header, void 
 	return CLI_OK;
 }
 
+/* Every page of a list (defined with the list commands below). */
+static int list_pages(struct cli *c, const char *path, int all, void (*header)(void),
+		      void (*row)(json_t *), size_t *shown);
+
 /* ---- tables ---------------------------------------------------------------------------- */
 
 static const char *str(json_t *obj, const char *key)
@@ -285,10 +289,27 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 	int all = c->json || opt(o, "--all");
 	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
 							: all ? "1000" : "50");
+	size_t shown = 0;
+	int rc = list_pages(c, path, all, print_delivery_header, print_delivery_row, &shown);
+	if (rc)
+		return rc;
+	if (!c->json)
+		printf("%zu deliveries%s\n", shown, strcmp(base, "/v1/dlq") == 0 ? " dead" : "");
+	return CLI_OK;
+}
+
+/* GET path (its filters and limit in it) page after page, following next_cursor: rows
+ * printed with row() after header() once the first page is in, or with --json one
+ * {"items":[...]} of every page at the end. Only the first page unless all. *shown
+ * counts the items. Returns CLI_OK or the failed call's code. */
+static int list_pages(struct cli *c, const char *path, int all, void (*header)(void),
+		      void (*row)(json_t *), size_t *shown)
+{
 	json_t *items = json_array();
 	char *cursor = NULL;
-	size_t shown = 0;
 	int first = 1;
+
+	*shown = 0;
 	for (;;) {
 		char page[2600];
 		json_t *r;
@@ -302,7 +323,7 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 			return rc;
 		}
 		if (first && !c->json)
-			print_delivery_header();
+			header();
 		first = 0;
 		json_t *list = json_object_get(r, "items"), *d;
 		size_t i;
@@ -310,8 +331,8 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 			if (c->json)
 				json_array_append(items, d);
 			else
-				print_delivery_row(d);
-			shown++;
+				row(d);
+			(*shown)++;
 		}
 		json_t *next = json_object_get(r, "next_cursor");
 		if (json_is_string(next))
@@ -332,8 +353,6 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 	} else {
 		json_decref(items);
 	}
-	if (!c->json)
-		printf("%zu deliveries%s\n", shown, strcmp(base, "/v1/dlq") == 0 ? " dead" : "");
 	return CLI_OK;
 }
 
@@ -734,11 +753,51 @@ static int dlq_purge_filter(struct cli *c, const struct opts *o)
 	return CLI_OK;
 }
 
+static void print_job_header(void)
+{
+	printf("%-36s  %-9s  %9s  %9s  %9s  %6s  %-16s  %s\n", "ID", "STATE", "REPLAYED",
+	       "MATCHED", "REMAINING", "RATE", "STARTED BY", "CREATED");
+}
+
+static void print_job_row(json_t *j)
+{
+	printf("%-36s  %-9s  %9lld  %9lld  %9lld  %6lld  %-16.16s  %s\n", str(j, "id"),
+	       str(j, "state"), (long long)json_integer_value(json_object_get(j, "replayed")),
+	       (long long)json_integer_value(json_object_get(j, "matched")),
+	       (long long)json_integer_value(json_object_get(j, "remaining")),
+	       (long long)json_integer_value(json_object_get(j, "rate")), str(j, "actor"),
+	       str(j, "created_at"));
+}
+
+/* jobs list: newest first, one page, or every page with --all or --json. */
+static int list_jobs(struct cli *c, const struct opts *o)
+{
+	static const char *const jobs_opts[] = {"--state", "--limit", "--all", NULL};
+	char path[512] = "/v1/jobs";
+	int all = c->json || opt(o, "--all");
+	size_t shown = 0;
+
+	if (check_opts(o, jobs_opts))
+		return CLI_USAGE;
+	append_query(path, sizeof(path), "state", opt(o, "--state"));
+	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
+							: all ? "1000" : "50");
+	int rc = list_pages(c, path, all, print_job_header, print_job_row, &shown);
+	if (rc)
+		return rc;
+	if (!c->json)
+		printf("%zu jobs\n", shown);
+	return CLI_OK;
+}
+
 static int cmd_jobs(struct cli *c, const char *cmd, const struct opts *o)
 {
 	char path[160];
 	json_t *r;
 	int rc;
+
+	if (strcmp(cmd, "list") == 0)
+		return list_jobs(c, o);
 	if ((strcmp(cmd, "show") == 0 || strcmp(cmd, "cancel") == 0 || strcmp(cmd, "wait") == 0) &&
 	    o->nargs == 1) {
 		if (strcmp(cmd, "wait") == 0)
@@ -944,7 +1003,9 @@ static const struct cli_group {
 	 "  dlq purge [filters] [--dry-run] | --all\n"
 	 "                              delete every dead delivery that matches\n",
 	 cmd_dlq},
-	{"jobs", "follow or cancel replay jobs",
+	{"jobs", "list, follow or cancel replay jobs",
+	 "  jobs list [--state running|done|cancelled|failed] [--limit N] [--all]\n"
+	 "                              replay jobs, newest first: progress, who started them\n"
 	 "  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n", cmd_jobs},
 	{"tokens", "named API tokens with scopes: create, list, revoke",
 	 "  tokens create NAME --scopes ingest,read,operate,admin\n"

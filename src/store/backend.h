@@ -49,6 +49,10 @@ struct store_ops {
 	int (*job_update)(store *st, const struct store_job *job);
 	int (*job_get)(store *st, const char *id, struct store_job *out);
 	int (*jobs_running)(store *st, struct store_job **items, size_t *n);
+	/* Up to limit jobs newest first, state NULL = any, after the job (before_at,
+	 * before_id) when before_id is not NULL. */
+	int (*jobs_list)(store *st, const char *state, int64_t before_at, const char *before_id,
+			 size_t limit, struct store_job **items, size_t *n);
 	int (*audit_append)(store *st, const struct store_audit *a);
 	int (*audit_list)(store *st, const char *before_id, size_t limit,
 			  struct store_audit **items, size_t *n);
@@ -83,6 +87,7 @@ struct store {
 	const struct store_ops *ops;
 	void *priv;
 	char owner[128];
+	int shared;                 /* store_open_shared: SQLite takes no owner lock */
 	/* store_fault_set: the next fault_count calls of fault_ops answer fault_rc */
 	_Atomic int fault_count;
 	unsigned fault_ops;

@@ -1,7 +1,9 @@
 /* spool.c: the append-only, checksummed spool file (see spool.h for the format).
  *
- * Must not interpret records, and must not replay anything past the first bad byte: a
- * record after a damaged one cannot be trusted to be where its predecessor's length says. */
+ * Must not interpret records, and the daemon's replay must not go past the first bad
+ * byte: a record after a damaged one cannot be trusted to be where its predecessor's
+ * length says. Only spool_scan_file (the operator's read-only look, outboxd spool) looks
+ * further, for the next place holding a whole record whose checksum matches. */
 #include "store/spool.h"
 
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include <zlib.h>
 
 #include "util/buf.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 static const unsigned char spool_magic[4] = {'O', 'B', 'S', 'P'};
@@ -25,6 +28,13 @@ struct spool {
 	char *path;
 	int fd;
 	pthread_mutex_t mu;
+	/* for spool_status_read (under mu once open) */
+	size_t records;               /* good records in the file */
+	size_t damaged;               /* bad tails found since open */
+	int64_t damage_at_ms;         /* the last one: when, where, how long, why */
+	uint64_t damage_offset, damage_bytes;
+	const char *damage_reason;
+	char damage_moved_to[4096];
 };
 
 const char *spool_strerror(int err)
@@ -150,6 +160,58 @@ cut:
 	return rc;
 }
 
+/* Remembers a bad tail of bytes bytes for spool_status_read. */
+static void note_damage(struct spool *sp, const struct spool_report *rep, uint64_t bytes)
+{
+	sp->damaged++;
+	sp->damage_at_ms = clock_now_ms();
+	sp->damage_offset = rep->bad_offset;
+	sp->damage_bytes = bytes;
+	sp->damage_reason = rep->reason;
+	snprintf(sp->damage_moved_to, sizeof(sp->damage_moved_to), "%s", rep->moved_to);
+}
+
+/* Checks the record whose header starts at off in a file of size bytes: on success the
+ * header is in hdr and the payload in *data (grown as needed, *cap its size) and NULL is
+ * returned; otherwise the static reason it is not a good record. *nomem is set when the
+ * payload could not be held. */
+static const char *check_record(int fd, uint64_t off, uint64_t size,
+				unsigned char hdr[SPOOL_HEADER_LEN], unsigned char **data,
+				size_t *cap, int *nomem)
+{
+	uint32_t len;
+
+	*nomem = 0;
+	if (size - off < SPOOL_HEADER_LEN)
+		return "truncated header";
+	if (read_full(fd, hdr, SPOOL_HEADER_LEN, off))
+		return "unreadable header";
+	if (memcmp(hdr, spool_magic, 4))
+		return "bad magic";
+	if (hdr[4] != SPOOL_VERSION)
+		return "unknown version";
+	if (hdr[6] || hdr[7])
+		return "bad header";
+	if ((len = le_get32(hdr + 8)) > SPOOL_MAX_RECORD)
+		return "bad length";
+	if (size - off - SPOOL_HEADER_LEN < len)
+		return "truncated record";
+	if (len > *cap) {
+		unsigned char *d = realloc(*data, len);
+		if (!d) {
+			*nomem = 1;
+			return "out of memory";
+		}
+		*data = d;
+		*cap = len;
+	}
+	if (read_full(fd, *data, len, off + SPOOL_HEADER_LEN))
+		return "unreadable record";
+	if (payload_crc(*data, len) != le_get32(hdr + 12))
+		return "crc mismatch";
+	return NULL;
+}
+
 /* Walks the records from the start, calling cb (may be NULL) for each good one. A bad
  * record stops the walk and is moved aside. Called with the lock held. */
 static int walk(struct spool *sp, spool_record_cb cb, void *ctx, struct spool_report *rep)
@@ -162,45 +224,24 @@ static int walk(struct spool *sp, spool_record_cb cb, void *ctx, struct spool_re
 
 	memset(rep, 0, sizeof(*rep));
 	while (off < size) {
-		const char *bad = NULL;
-		uint32_t len = 0;
+		int nomem;
+		const char *bad = check_record(sp->fd, off, size, hdr, &data, &cap, &nomem);
+		uint32_t len;
 
-		if (size - off < SPOOL_HEADER_LEN)
-			bad = "truncated header";
-		else if (read_full(sp->fd, hdr, sizeof(hdr), off))
-			bad = "unreadable header";
-		else if (memcmp(hdr, spool_magic, 4))
-			bad = "bad magic";
-		else if (hdr[4] != SPOOL_VERSION)
-			bad = "unknown version";
-		else if (hdr[6] || hdr[7])
-			bad = "bad header";
-		else if ((len = le_get32(hdr + 8)) > SPOOL_MAX_RECORD)
-			bad = "bad length";
-		else if (size - off - SPOOL_HEADER_LEN < len)
-			bad = "truncated record";
-		if (!bad) {
-			if (len > cap) {
-				unsigned char *d = realloc(data, len);
-				if (!d) {
-					rc = SPOOL_NOMEM;
-					goto out;
-				}
-				data = d;
-				cap = len;
-			}
-			if (read_full(sp->fd, data, len, off + SPOOL_HEADER_LEN))
-				bad = "unreadable record";
-			else if (payload_crc(data, len) != le_get32(hdr + 12))
-				bad = "crc mismatch";
+		if (nomem) {
+			rc = SPOOL_NOMEM;
+			goto out;
 		}
 		if (bad) {
 			rep->corrupt = 1;
 			rep->bad_offset = off;
 			rep->reason = bad;
 			rc = move_tail_aside(sp, off, size, rep);
+			note_damage(sp, rep, size - off);
+			sp->records = rep->good;
 			goto out;
 		}
+		len = le_get32(hdr + 8);
 		if (cb && cb(ctx, hdr[5], data, len)) {
 			rc = SPOOL_STOPPED;
 			goto out;
@@ -209,6 +250,7 @@ static int walk(struct spool *sp, spool_record_cb cb, void *ctx, struct spool_re
 		off += SPOOL_HEADER_LEN + (uint64_t)len;
 		rep->good_bytes = off;
 	}
+	sp->records = rep->good;
 out:
 	free(data);
 	return rc;
@@ -282,6 +324,8 @@ int spool_append(struct spool *sp, uint8_t type, const void *data, size_t len)
 		if (ftruncate(sp->fd, (off_t)before))
 			log_error("spool: cannot cut %s back: %s", sp->path, strerror(errno));
 		rc = SPOOL_IO;
+	} else {
+		sp->records++;
 	}
 	pthread_mutex_unlock(&sp->mu);
 	return rc;
@@ -299,6 +343,8 @@ int spool_replay(struct spool *sp, spool_record_cb cb, void *ctx, struct spool_r
 	if (rc == SPOOL_OK && (ftruncate(sp->fd, 0) || fdatasync(sp->fd))) {
 		log_error("spool: cannot truncate %s: %s", sp->path, strerror(errno));
 		rc = SPOOL_IO;
+	} else if (rc == SPOOL_OK) {
+		sp->records = 0;
 	}
 	pthread_mutex_unlock(&sp->mu);
 	return rc;
@@ -322,6 +368,110 @@ uint64_t spool_size(struct spool *sp)
 	n = file_size(sp->fd);
 	pthread_mutex_unlock(&sp->mu);
 	return n;
+}
+
+void spool_status_read(struct spool *sp, struct spool_status *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&sp->mu);
+	out->bytes = file_size(sp->fd);
+	out->records = sp->records;
+	out->damaged = sp->damaged;
+	out->damage_at_ms = sp->damage_at_ms;
+	out->damage_offset = sp->damage_offset;
+	out->damage_bytes = sp->damage_bytes;
+	out->damage_reason = sp->damage_reason;
+	snprintf(out->damage_moved_to, sizeof(out->damage_moved_to), "%s", sp->damage_moved_to);
+	pthread_mutex_unlock(&sp->mu);
+}
+
+/* ---- reading a file without changing it ------------------------------------------- */
+
+/* The first offset after from (up to size) where a good record starts, or size when
+ * there is none: candidates are the places holding the magic, each checked in full
+ * (header and crc), so a stray "OBSP" inside damaged bytes is not taken for a record. */
+static uint64_t resync(int fd, uint64_t from, uint64_t size, unsigned char **data, size_t *cap,
+		       int *nomem)
+{
+	unsigned char buf[65536 + 3];
+	unsigned char hdr[SPOOL_HEADER_LEN];
+	uint64_t at = from;
+
+	*nomem = 0;
+	while (at + 4 <= size) {
+		size_t want = size - at < sizeof(buf) ? (size_t)(size - at) : sizeof(buf);
+		if (read_full(fd, buf, want, at))
+			return size;
+		for (size_t i = 0; i + 4 <= want; i++) {
+			if (memcmp(buf + i, spool_magic, 4))
+				continue;
+			if (!check_record(fd, at + i, size, hdr, data, cap, nomem))
+				return at + i;
+			if (*nomem)
+				return size;
+		}
+		/* the last 3 bytes start the next window, so a magic across two is seen */
+		at += want - 3;
+	}
+	return size;
+}
+
+int spool_scan_file(const char *path, const struct spool_scan_ops *ops, void *ctx,
+		    struct spool_scan_summary *sum)
+{
+	unsigned char hdr[SPOOL_HEADER_LEN];
+	unsigned char *data = NULL;
+	size_t cap = 0;
+	uint64_t off = 0, size;
+	int fd, rc = SPOOL_OK, nomem;
+
+	memset(sum, 0, sizeof(*sum));
+	errno = 0;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		log_error("spool: cannot open %s: %s", path, strerror(errno));
+		return SPOOL_IO;
+	}
+	struct stat st;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		log_error("spool: %s: %s", path, errno ? strerror(errno) : "not a regular file");
+		close(fd);
+		return SPOOL_IO;
+	}
+	sum->size = size = (uint64_t)st.st_size;
+	while (off < size) {
+		const char *bad = check_record(fd, off, size, hdr, &data, &cap, &nomem);
+
+		if (nomem) {
+			rc = SPOOL_NOMEM;
+			break;
+		}
+		if (bad) {
+			struct spool_damage d = {.offset = off, .reason = bad};
+			uint64_t next = resync(fd, off + 1, size, &data, &cap, &nomem);
+
+			if (nomem) {
+				rc = SPOOL_NOMEM;
+				break;
+			}
+			d.bytes = next - off;
+			sum->damaged++;
+			sum->bytes_skipped += d.bytes;
+			if (ops->damage)
+				ops->damage(ctx, &d);
+			off = next;
+			continue;
+		}
+		uint32_t len = le_get32(hdr + 8);
+		if (ops->record && ops->record(ctx, off, hdr[5], data, len)) {
+			rc = SPOOL_STOPPED;
+			break;
+		}
+		sum->records++;
+		off += SPOOL_HEADER_LEN + (uint64_t)len;
+	}
+	free(data);
+	close(fd);
+	return rc;
 }
 
 /* ---- record codecs ------------------------------------------------------------------ */

@@ -79,6 +79,57 @@ void spool_log_report(const struct spool *sp, const struct spool_report *report)
 /* Bytes in the spool (0 = nothing to replay). */
 uint64_t spool_size(struct spool *sp);
 
+/* What GET /v1/stats and /metrics show of an open spool. */
+struct spool_status {
+	uint64_t bytes;               /* the file's size now: work waiting to be replayed */
+	size_t records;               /* good records in it */
+	size_t damaged;               /* bad tails found (and moved aside) since it was opened */
+	int64_t damage_at_ms;         /* the last of them: when (ms since the epoch, 0 = none), */
+	uint64_t damage_offset;       /* at which byte, */
+	uint64_t damage_bytes;        /* how many bytes were moved aside, */
+	const char *damage_reason;    /* why (static text, NULL when none) */
+	char damage_moved_to[4096];   /* and where they went ("" when they could not be copied) */
+};
+
+/* Fills *out. Thread-safe; costs an fstat. */
+void spool_status_read(struct spool *sp, struct spool_status *out);
+
+/* ---- reading a spool file without changing it (outboxd spool inspect, replay) --------- */
+
+/* A stretch of a file that holds no good record: offset, length, and why the record that
+ * should have started there is not good (static text, as in spool_report). */
+struct spool_damage {
+	uint64_t offset;
+	uint64_t bytes;
+	const char *reason;
+};
+
+struct spool_scan_ops {
+	/* A good record whose header starts at offset; data borrowed for the call. Return 0
+	 * to go on, anything else to stop the scan (SPOOL_STOPPED). */
+	int (*record)(void *ctx, uint64_t offset, uint8_t type, const void *data, size_t len);
+	/* A damaged stretch (may be NULL). */
+	void (*damage)(void *ctx, const struct spool_damage *d);
+};
+
+struct spool_scan_summary {
+	uint64_t size;                /* the file's size when the scan began */
+	size_t records;               /* good records handed to ops->record */
+	size_t damaged;               /* damaged stretches */
+	uint64_t bytes_skipped;       /* their bytes */
+};
+
+/* Reads the file at path (a spool, or a `.corrupt-*` copy, which starts at a bad record)
+ * read-only: it is never written, truncated or moved, so it may be the live spool of a
+ * running daemon. Unlike spool_open, a bad record does not end the scan: it resumes at the
+ * next offset holding a whole record (header and crc) and reports the stretch between
+ * as damage, so the good records after damage can still be listed and re-inserted.
+ * SPOOL_IO when it cannot be opened or is not a regular file (logged; a read error
+ * later shows as damage, "unreadable ..."), SPOOL_STOPPED when
+ * ops->record stopped it; *sum is filled either way. */
+int spool_scan_file(const char *path, const struct spool_scan_ops *ops, void *ctx,
+		    struct spool_scan_summary *sum);
+
 /* ---- record codecs ------------------------------------------------------------------ */
 
 /* Record types. A reader stops at a type it does not know (written by a newer outboxd). */

@@ -51,7 +51,8 @@ static int has_prefix(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-int store_open(const char *dsn, const char *owner, store **out, char *err, size_t errlen)
+static int open_store(const char *dsn, const char *owner, int shared, store **out, char *err,
+		      size_t errlen)
 {
 	const struct store_ops *ops = NULL;
 	struct store *st = NULL;
@@ -83,6 +84,7 @@ int store_open(const char *dsn, const char *owner, store **out, char *err, size_
 		return STORE_ERROR;
 	}
 	st->ops = ops;
+	st->shared = shared;
 	strcpy(st->owner, owner);
 	set_err(err, errlen, "");
 	rc = ops->open(st, dsn, err, errlen);
@@ -91,6 +93,25 @@ int store_open(const char *dsn, const char *owner, store **out, char *err, size_
 		return rc;
 	}
 	*out = st;
+	return STORE_OK;
+}
+
+int store_open(const char *dsn, const char *owner, store **out, char *err, size_t errlen)
+{
+	return open_store(dsn, owner, 0, out, err, errlen);
+}
+
+int store_open_shared(const char *dsn, const char *owner, store **out, char *err,
+		      size_t errlen)
+{
+	return open_store(dsn, owner, 1, out, err, errlen);
+}
+
+int store_set_owner(store *st, const char *owner)
+{
+	if (!st || !owner || !*owner || strlen(owner) >= sizeof(st->owner))
+		return STORE_INVALID;
+	strcpy(st->owner, owner);
 	return STORE_OK;
 }
 
@@ -563,6 +584,57 @@ int store_jobs_running(store *st, struct store_job **items, size_t *n)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, jobs_running);
 	return st->ops->jobs_running(st, items, n);
+}
+
+/* Job cursors: "j:<created_at>:<id>" of the last job of the previous page. */
+int store_jobs_list(store *st, const char *state, const char *cursor, size_t limit,
+		    struct store_job **items, size_t *n, char **next_cursor)
+{
+	char before_id[UUID_STR_LEN] = "";
+	long long before_at = 0;
+	int rc;
+
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (next_cursor)
+		*next_cursor = NULL;
+	if (!st || !items || !n || !next_cursor || limit < 1 || limit > STORE_MAX_PAGE)
+		return STORE_INVALID;
+	if (cursor) {
+		char *end;
+		size_t len;
+		if (strncmp(cursor, "j:", 2) != 0)
+			return STORE_INVALID;
+		errno = 0;
+		before_at = strtoll(cursor + 2, &end, 10);
+		if (errno || end == cursor + 2 || *end != ':')
+			return STORE_INVALID;
+		len = strlen(end + 1);
+		if (len == 0 || len >= UUID_STR_LEN ||
+		    strspn(end + 1, "0123456789abcdefABCDEF-") != len)
+			return STORE_INVALID;
+		memcpy(before_id, end + 1, len + 1);
+	}
+	OPTIONAL_OP(st, jobs_list);
+	/* One more than asked: whether a next page exists. */
+	rc = st->ops->jobs_list(st, state, before_at, cursor ? before_id : NULL, limit + 1, items,
+				n);
+	if (rc != STORE_OK || *n <= limit)
+		return rc;
+	const struct store_job *last = &(*items)[limit - 1];
+	size_t clen = 2 + 21 + 1 + UUID_STR_LEN;
+	if (!(*next_cursor = malloc(clen))) {
+		store_jobs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+		return STORE_ERROR;
+	}
+	snprintf(*next_cursor, clen, "j:%lld:%s", (long long)last->created_at, last->id);
+	store_job_free(&(*items)[limit]);
+	*n = limit;
+	return STORE_OK;
 }
 
 void store_job_free(struct store_job *job)

@@ -44,6 +44,17 @@ const char *store_strerror(int err);
  * holds it). owner (borrowed, copied) identifies this process in leases. On failure a
  * message is written to err. */
 int store_open(const char *dsn, const char *owner, store **out, char *err, size_t errlen);
+/* store_open for a tool that works beside a running outboxd (outboxd spool replay): the
+ * same, except that SQLite's owner lock is not taken. Such a handle must not claim
+ * deliveries nor release leases (store_claim_due, store_release_all): the daemon owns
+ * them. Its writes wait for the daemon's (SQLite: busy timeout). */
+int store_open_shared(const char *dsn, const char *owner, store **out, char *err,
+		      size_t errlen);
+/* Makes owner (borrowed, copied) the lease owner st acts as from now on: a tool applying
+ * spooled results on behalf of the instance that held their leases (store_record_results
+ * applies a result only where st's owner holds the lease). Not thread-safe: only for a
+ * handle used by one thread. STORE_INVALID when owner is empty or too long. */
+int store_set_owner(store *st, const char *owner);
 void store_close(store *st);
 const char *store_backend_name(const store *st);
 const char *store_owner(const store *st);
@@ -359,6 +370,12 @@ int store_job_update(store *st, const struct store_job *job);
 int store_job_get(store *st, const char *id, struct store_job *out);
 /* Jobs in state "running", oldest first (returned array). */
 int store_jobs_running(store *st, struct store_job **items, size_t *n);
+/* One page of jobs, newest first (created_at, then id), for GET /v1/jobs: state
+ * (borrowed, NULL = any) keeps those in it; cursor (borrowed, NULL = the first page) is a
+ * *next_cursor of an earlier call; limit 1..1000. *items is returned, *next_cursor too
+ * (NULL on the last page). STORE_INVALID for a cursor this function did not make. */
+int store_jobs_list(store *st, const char *state, const char *cursor, size_t limit,
+		    struct store_job **items, size_t *n, char **next_cursor);
 void store_job_free(struct store_job *job);                    /* frees members only */
 void store_jobs_free(struct store_job *items, size_t n);
 

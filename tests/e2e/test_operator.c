@@ -323,6 +323,45 @@ static void test_cancel_and_restart(void **state)
 	/* Cancelling twice is fine; an unknown job is 404. */
 	json_decref(api_call(&dmn, "POST", path, "{}", 200));
 	json_decref(api_call(&dmn, "GET", "/v1/jobs/01890a5d-ac96-774b-bcce-b302099a8057", NULL, 404));
+
+	/* A cancelled job tells what it left undone. */
+	later = e2e_get(&dmn, "/v1/jobs/%s", job);
+	long matched = (long)json_integer_value(json_object_get(later, "matched"));
+	long replayed = (long)json_integer_value(json_object_get(later, "replayed"));
+	assert_true(matched > replayed);
+	assert_int_equal(json_integer_value(json_object_get(later, "remaining")), matched - replayed);
+	json_decref(later);
+
+	/* GET /v1/jobs: newest first (this one, then the previous test's done job), who
+	 * started them, one page at a time, by state. */
+	json_t *list = e2e_get(&dmn, "/v1/jobs?limit=1");
+	json_t *items = json_object_get(list, "items");
+	assert_int_equal(json_array_size(items), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), job);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "actor")),
+			    "admin");
+	assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 0), "remaining")),
+			 matched - replayed);
+	const char *cursor = json_string_value(json_object_get(list, "next_cursor"));
+	assert_non_null(cursor);
+	json_t *page2 = e2e_get(&dmn, "/v1/jobs?limit=1&cursor=%s", cursor);
+	json_t *older = json_array_get(json_object_get(page2, "items"), 0);
+	assert_string_equal(json_string_value(json_object_get(older, "state")), "done");
+	assert_int_equal(json_integer_value(json_object_get(older, "remaining")), 0);
+	assert_true(json_is_null(json_object_get(page2, "next_cursor")));
+	json_decref(page2);
+	json_decref(list);
+	list = e2e_get(&dmn, "/v1/jobs?state=cancelled");
+	assert_int_equal(json_array_size(json_object_get(list, "items")), 1);
+	json_decref(list);
+	json_decref(api_call(&dmn, "GET", "/v1/jobs?state=paused", NULL, 400));
+	json_decref(api_call(&dmn, "GET", "/v1/jobs?cursor=nonsense", NULL, 400));
+	/* The same through the CLI. */
+	char out[8192];
+	assert_int_equal(e2e_cli(&dmn, out, sizeof(out), "jobs list"), 0);
+	assert_non_null(strstr(out, job));
+	assert_non_null(strstr(out, "cancelled"));
+	assert_non_null(strstr(out, "2 jobs"));
 }
 
 static void test_purge_never_touches_new(void **state)

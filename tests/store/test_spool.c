@@ -1,6 +1,7 @@
 /* test_spool.c: the catastrophic-failure spool file (src/store/spool.h): records come back
  * in order and intact, and a damaged or truncated tail is reported and moved aside,
- * never replayed. Plus store_ingest_replay, the idempotent ingest the spool is replayed
+ * never replayed; the read-only scan of outboxd spool resumes after damage and changes
+ * nothing. Plus store_ingest_replay, the idempotent ingest the spool is replayed
  * with, on SQLite and PostgreSQL. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -324,6 +325,195 @@ static void test_reopen_after_crash(void **state)
 	spool_close(sp);
 }
 
+/* ---- reading a file without changing it (outboxd spool inspect / replay) ------------- */
+
+struct scanned {
+	size_t n, n_damage;
+	uint64_t offsets[16];
+	char texts[16][64];
+	struct spool_damage damage[8];
+};
+
+static int scan_record_cb(void *ctx, uint64_t offset, uint8_t type, const void *data, size_t len)
+{
+	struct scanned *s = ctx;
+
+	assert_true(s->n < 16);
+	s->offsets[s->n] = offset;
+	snprintf(s->texts[s->n], sizeof(s->texts[0]), "%.*s", (int)len, (const char *)data);
+	s->n++;
+	(void)type;
+	return 0;
+}
+
+static void scan_damage_cb(void *ctx, const struct spool_damage *d)
+{
+	struct scanned *s = ctx;
+
+	assert_true(s->n_damage < 8);
+	s->damage[s->n_damage++] = *d;
+}
+
+static const struct spool_scan_ops scan_ops = {scan_record_cb, scan_damage_cb};
+
+/* The whole file (returned, free it) and its length. */
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	char *buf = malloc(1 << 16);
+
+	assert_non_null(fp);
+	*len = fread(buf, 1, 1 << 16, fp);
+	fclose(fp);
+	return buf;
+}
+
+/* Damage in the middle: the scan resumes at the next whole record, reports each stretch
+ * (offset, length, reason) and leaves the file exactly as it was. */
+static void test_scan_resyncs_past_damage(void **state)
+{
+	struct fixture *f = *state;
+	struct spool_scan_summary sum;
+	struct scanned seen = {0};
+	struct spool *sp;
+	off_t at[5];
+	size_t before_len, after_len;
+
+	assert_int_equal(spool_open(f->path, &sp, NULL), SPOOL_OK);
+	const char *texts[5] = {"alpha", "bravo holds OBSP in its payload", "charlie", "delta",
+				"echo"};
+	for (int i = 0; i < 5; i++) {
+		at[i] = size_of(f->path);
+		append_str(sp, 1, texts[i]);
+	}
+	spool_close(sp);
+	/* bravo: a flipped payload byte (its "OBSP" must not pass for a record); delta: a
+	 * broken magic. */
+	flip_byte(f->path, at[1] + SPOOL_HEADER_LEN + 1);
+	flip_byte(f->path, at[3]);
+	char *before = slurp(f->path, &before_len);
+
+	assert_int_equal(spool_scan_file(f->path, &scan_ops, &seen, &sum), SPOOL_OK);
+	assert_int_equal(seen.n, 3);
+	assert_string_equal(seen.texts[0], "alpha");
+	assert_string_equal(seen.texts[1], "charlie");
+	assert_string_equal(seen.texts[2], "echo");
+	assert_int_equal(seen.offsets[0], 0);
+	assert_int_equal(seen.offsets[1], (uint64_t)at[2]);
+	assert_int_equal(seen.offsets[2], (uint64_t)at[4]);
+	assert_int_equal(seen.n_damage, 2);
+	assert_int_equal(seen.damage[0].offset, (uint64_t)at[1]);
+	assert_int_equal(seen.damage[0].bytes, (uint64_t)(at[2] - at[1]));
+	assert_string_equal(seen.damage[0].reason, "crc mismatch");
+	assert_int_equal(seen.damage[1].offset, (uint64_t)at[3]);
+	assert_int_equal(seen.damage[1].bytes, (uint64_t)(at[4] - at[3]));
+	assert_string_equal(seen.damage[1].reason, "bad magic");
+	assert_int_equal(sum.records, 3);
+	assert_int_equal(sum.damaged, 2);
+	assert_int_equal(sum.bytes_skipped, (uint64_t)(at[2] - at[1] + at[4] - at[3]));
+	assert_int_equal(sum.size, (uint64_t)size_of(f->path));
+
+	/* Read-only: same bytes, nothing moved aside. */
+	char *after = slurp(f->path, &after_len);
+	assert_int_equal(after_len, before_len);
+	assert_memory_equal(after, before, before_len);
+	assert_int_equal(count_corrupt_files(f->dir), 0);
+	free(before);
+	free(after);
+}
+
+/* A .corrupt-* copy starts at the bad record: its good records after the damage are
+ * found; a torn record at its end is damage up to the end of the file. */
+static void test_scan_corrupt_copy(void **state)
+{
+	struct fixture *f = *state;
+	struct spool_report rep;
+	struct scanned seen = {0};
+	struct spool_scan_summary sum;
+	struct seen replayed = {0};
+	struct spool *sp;
+
+	assert_int_equal(spool_open(f->path, &sp, NULL), SPOOL_OK);
+	append_str(sp, 1, "one");
+	off_t bad = size_of(f->path);
+	append_str(sp, 1, "two");
+	off_t third = size_of(f->path);
+	append_str(sp, 2, "three");
+	off_t fourth = size_of(f->path);
+	append_str(sp, 1, "four, torn");
+	flip_byte(f->path, bad + SPOOL_HEADER_LEN);
+	cut_file(f->path, fourth + SPOOL_HEADER_LEN + 4);
+	assert_int_equal(spool_replay(sp, collect_cb, &replayed, &rep), SPOOL_OK);
+	assert_int_equal(replayed.n, 1);
+	assert_int_equal(rep.corrupt, 1);
+	spool_close(sp);
+
+	assert_int_equal(spool_scan_file(rep.moved_to, &scan_ops, &seen, &sum), SPOOL_OK);
+	assert_int_equal(seen.n, 1);
+	assert_string_equal(seen.texts[0], "three");
+	assert_int_equal(seen.offsets[0], (uint64_t)(third - bad));
+	assert_int_equal(seen.n_damage, 2);
+	assert_int_equal(seen.damage[0].offset, 0);
+	assert_int_equal(seen.damage[0].bytes, (uint64_t)(third - bad));
+	assert_string_equal(seen.damage[0].reason, "crc mismatch");
+	assert_int_equal(seen.damage[1].offset, (uint64_t)(fourth - bad));
+	assert_int_equal(seen.damage[1].bytes, SPOOL_HEADER_LEN + 4);
+	assert_string_equal(seen.damage[1].reason, "truncated record");
+	assert_int_equal(sum.bytes_skipped, (uint64_t)(third - bad) + SPOOL_HEADER_LEN + 4);
+}
+
+static void test_scan_missing_file(void **state)
+{
+	struct fixture *f = *state;
+	struct scanned seen = {0};
+	struct spool_scan_summary sum;
+
+	assert_int_equal(spool_scan_file(f->path, &scan_ops, &seen, &sum), SPOOL_IO);
+	assert_int_equal(seen.n, 0);
+	assert_int_equal(size_of(f->path), -1); /* not created either */
+}
+
+/* What GET /v1/stats shows: records and bytes waiting, and the damage found at open. */
+static void test_status_counts_records_and_damage(void **state)
+{
+	struct fixture *f = *state;
+	struct spool_status ss;
+	struct spool *sp;
+
+	assert_int_equal(spool_open(f->path, &sp, NULL), SPOOL_OK);
+	spool_status_read(sp, &ss);
+	assert_int_equal(ss.records, 0);
+	assert_int_equal(ss.damaged, 0);
+	assert_null(ss.damage_reason);
+	append_str(sp, 1, "first");
+	append_str(sp, 1, "second");
+	off_t bad = size_of(f->path);
+	append_str(sp, 1, "third");
+	spool_status_read(sp, &ss);
+	assert_int_equal(ss.records, 3);
+	assert_int_equal(ss.bytes, (uint64_t)size_of(f->path));
+	spool_close(sp);
+
+	flip_byte(f->path, bad + SPOOL_HEADER_LEN + 1);
+	off_t end = size_of(f->path);
+	assert_int_equal(spool_open(f->path, &sp, NULL), SPOOL_OK);
+	spool_status_read(sp, &ss);
+	assert_int_equal(ss.records, 2);
+	assert_int_equal(ss.bytes, (uint64_t)bad);
+	assert_int_equal(ss.damaged, 1);
+	assert_true(ss.damage_at_ms > 0);
+	assert_int_equal(ss.damage_offset, (uint64_t)bad);
+	assert_int_equal(ss.damage_bytes, (uint64_t)(end - bad));
+	assert_string_equal(ss.damage_reason, "crc mismatch");
+	assert_non_null(strstr(ss.damage_moved_to, "/spool.corrupt-"));
+	assert_int_equal(spool_replay(sp, NULL, NULL, NULL), SPOOL_OK);
+	spool_status_read(sp, &ss);
+	assert_int_equal(ss.records, 0);
+	assert_int_equal(ss.bytes, 0);
+	assert_int_equal(ss.damaged, 1); /* since start: the count stays */
+	spool_close(sp);
+}
+
 /* ---- record codecs ------------------------------------------------------------------- */
 
 static void test_codec_events(void **state)
@@ -531,6 +721,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_flipped_byte, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_after_crash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scan_resyncs_past_damage, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scan_corrupt_copy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scan_missing_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_counts_records_and_damage, setup,
+						teardown),
 		cmocka_unit_test(test_codec_events),
 		cmocka_unit_test(test_codec_results),
 		cmocka_unit_test_setup_teardown(test_ingest_replay_sqlite, setup, teardown),

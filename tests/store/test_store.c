@@ -1433,6 +1433,74 @@ static void test_job_cancel_is_not_overwritten(void **state)
 	store_job_free(&got);
 }
 
+/* GET /v1/jobs: newest first (created_at, then id for a tie), keyset pages that neither
+ * skip nor repeat a job, a state filter, and a foreign cursor refused. */
+static void test_jobs_list_pages(void **state)
+{
+	struct t *t = *state;
+	static const char *const states[] = {"done", "running", "cancelled", "done", "failed"};
+	char ids[5][UUID_STR_LEN];
+	int64_t base = clock_now_ms() - 100000;
+	struct store_job *items = NULL;
+	size_t n = 0;
+	char *next = NULL, *again = NULL;
+
+	for (int i = 0; i < 5; i++) {
+		struct store_job j = {.kind = "replay", .filter = "{}", .rate = 10, .matched = 10,
+				      .done = i, .actor = "admin"};
+		snprintf(j.state, sizeof(j.state), "%s", states[i]);
+		/* jobs 2 and 3 share their created_at: the id decides */
+		j.created_at = j.updated_at = base + (i == 3 ? 2000 : i * 1000);
+		uuid_v7(j.id);
+		memcpy(ids[i], j.id, UUID_STR_LEN);
+		assert_int_equal(store_job_create(t->st, &j), STORE_OK);
+	}
+	/* newest first: 4, then 3 and 2 (same time: the greater id first), 1, 0 */
+	const int order[5] = {4, 3, 2, 1, 0};
+	assert_true(strcmp(ids[3], ids[2]) > 0);
+	assert_int_equal(store_jobs_list(t->st, NULL, NULL, 2, &items, &n, &next), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(items[0].id, ids[order[0]]);
+	assert_string_equal(items[1].id, ids[order[1]]);
+	assert_string_equal(items[0].state, "failed");
+	assert_string_equal(items[0].actor, "admin");
+	assert_int_equal(items[0].done, 4);
+	assert_non_null(next);
+	store_jobs_free(items, n);
+	assert_int_equal(store_jobs_list(t->st, NULL, next, 2, &items, &n, &again), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(items[0].id, ids[order[2]]);
+	assert_string_equal(items[1].id, ids[order[3]]);
+	assert_non_null(again);
+	store_jobs_free(items, n);
+	free(next);
+	assert_int_equal(store_jobs_list(t->st, NULL, again, 2, &items, &n, &next), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(items[0].id, ids[order[4]]);
+	assert_null(next); /* the last page */
+	store_jobs_free(items, n);
+	free(again);
+
+	assert_int_equal(store_jobs_list(t->st, "done", NULL, 10, &items, &n, &next), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(items[0].id, ids[3]);
+	assert_string_equal(items[1].id, ids[0]);
+	assert_null(next);
+	store_jobs_free(items, n);
+	assert_int_equal(store_jobs_list(t->st, "cancelled", NULL, 10, &items, &n, &next),
+			 STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(items[0].id, ids[2]);
+	store_jobs_free(items, n);
+
+	assert_int_equal(store_jobs_list(t->st, NULL, "bd:12:abc", 10, &items, &n, &next),
+			 STORE_INVALID);
+	assert_int_equal(store_jobs_list(t->st, NULL, "j:x:abc", 10, &items, &n, &next),
+			 STORE_INVALID);
+	assert_int_equal(store_jobs_list(t->st, NULL, NULL, 0, &items, &n, &next), STORE_INVALID);
+	assert_null(items);
+}
+
 /* ---- ownership ---------------------------------------------------------------------- */
 
 static void test_second_open_is_locked(void **state)
@@ -2471,6 +2539,7 @@ int main(void)
 		T(test_failing_since),
 		T(test_relay_outbox),
 		T(test_job_cancel_is_not_overwritten),
+		T(test_jobs_list_pages),
 		T(test_second_open_is_locked),
 		T(test_sqlite_checks_without_in_lists),
 		T(test_pagination),

@@ -398,6 +398,29 @@ int pg_jobs_running(store *st, struct store_job **items, size_t *n)
 			  " ORDER BY created_at", NULL, items, n);
 }
 
+int pg_jobs_list(store *st, const char *state, int64_t before_at, const char *before_id,
+		 size_t limit, struct store_job **items, size_t *n)
+{
+	struct params p = {0};
+	int rc;
+
+	pg_p_text(&p, state);
+	pg_p_text(&p, before_id);
+	pg_p_i64(&p, before_at);
+	pg_p_i64(&p, (int64_t)limit);
+	rc = query_rows(pg_of(st), "SELECT " JOB_COLUMNS " FROM outboxd.jobs"
+			" WHERE ($1::text IS NULL OR state = $1)"
+			" AND ($2::text IS NULL OR (created_at, id) < ($3::bigint, $2::text))"
+			" ORDER BY created_at DESC, id DESC LIMIT $4",
+			&p, sizeof(**items), read_job, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_jobs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
 int pg_audit_append(store *st, const struct store_audit *a)
 {
 	struct params p = {0};

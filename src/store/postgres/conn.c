@@ -567,6 +567,7 @@ const struct store_ops store_pg_ops = {
 	.job_update = pg_job_update,
 	.job_get = pg_job_get,
 	.jobs_running = pg_jobs_running,
+	.jobs_list = pg_jobs_list,
 	.audit_append = pg_audit_append,
 	.audit_list = pg_audit_list,
 	.token_create = pg_token_create,

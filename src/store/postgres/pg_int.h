@@ -240,6 +240,8 @@ int pg_job_update(store *st, const struct store_job *job);
 int pg_job_get(store *st, const char *id, struct store_job *out);
 
 int pg_jobs_running(store *st, struct store_job **items, size_t *n);
+int pg_jobs_list(store *st, const char *state, int64_t before_at, const char *before_id,
+		 size_t limit, struct store_job **items, size_t *n);
 
 int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked);
 int pg_audit_append(store *st, const struct store_audit *a);

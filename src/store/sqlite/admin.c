@@ -614,6 +614,38 @@ int sq_jobs_running(store *st, struct store_job **items, size_t *n)
 			      " ORDER BY created_at", NULL, items, n);
 }
 
+struct jobs_page {
+	const char *state, *before_id;
+	int64_t before_at;
+	size_t limit;
+};
+
+static void bind_jobs_page(sqlite3_stmt *s, const void *ctx)
+{
+	const struct jobs_page *pg = ctx;
+	bind_text_or_null(s, 1, pg->state);
+	bind_text_or_null(s, 2, pg->before_id);
+	sqlite3_bind_int64(s, 3, pg->before_at);
+	sqlite3_bind_int64(s, 4, (int64_t)pg->limit);
+}
+
+int sq_jobs_list(store *st, const char *state, int64_t before_at, const char *before_id,
+		 size_t limit, struct store_job **items, size_t *n)
+{
+	struct jobs_page page = {state, before_id, before_at, limit};
+	int rc = query_rows(sq_of(st), "SELECT " JOB_COLUMNS " FROM jobs"
+			    " WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR created_at < ?3"
+			    " OR (created_at = ?3 AND id < ?2))"
+			    " ORDER BY created_at DESC, id DESC LIMIT ?4",
+			    bind_jobs_page, &page, sizeof(**items), read_job, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_jobs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
 /* ---- audit --------------------------------------------------------------- */
 
 /* A write outside the prepared set, under the write lock: sql prepared, bound by bind

@@ -553,7 +553,8 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 	st->priv = sq;
 
 	rc = make_parent_dirs(sq->path, err, errlen);
-	if (rc == STORE_OK)
+	/* A tool beside the daemon (store_open_shared) leaves the lock to it. */
+	if (rc == STORE_OK && !st->shared)
 		rc = take_owner_lock(sq, err, errlen);
 	if (rc == STORE_OK)
 		rc = open_conn(sq->path, &sq->wdb, 16384, err, errlen);
@@ -625,6 +626,7 @@ const struct store_ops store_sqlite_ops = {
 	.job_update = sq_job_update,
 	.job_get = sq_job_get,
 	.jobs_running = sq_jobs_running,
+	.jobs_list = sq_jobs_list,
 	.audit_append = sq_audit_append,
 	.audit_list = sq_audit_list,
 	.token_create = sq_token_create,
