@@ -1,0 +1,98 @@
+// delivery.js: one delivery: its state, the attempt timeline (kind, time, duration,
+// code, message, cause), the payload (JSON pretty-printed, other bytes as hex or
+// base64), the request outboxd sends (credentials masked), replay and purge.
+import { html, useState } from '../vendor/htm-preact.js';
+import { api } from '../api.js';
+import { ErrorNote, b64ToBytes, fmtTime, hexDump, navigate, useAsync } from '../util.js';
+import { useSubscriptions } from './list.js';
+
+function Payload({ event }) {
+  const [view, setView] = useState('hex');
+  if (!event) return html`<p class="muted">The event is gone (purged with its last delivery).</p>`;
+  if (event.payload !== undefined) {
+    return html`<pre class="payload" data-testid="payload">${JSON.stringify(event.payload, null, 2)}</pre>`;
+  }
+  const bytes = b64ToBytes(event.payload_base64 || '');
+  return html`<div>
+    <div class="tabs" role="tablist">
+      <button role="tab" aria-selected=${view === 'hex'} onClick=${() => setView('hex')}>Hex</button>
+      <button role="tab" aria-selected=${view === 'base64'} onClick=${() => setView('base64')}>Base64</button>
+      <span class="muted">${bytes.length} bytes, ${event.content_type}</span>
+    </div>
+    <pre class="payload" data-testid="payload">${view === 'hex' ? hexDump(bytes) : event.payload_base64}</pre>
+  </div>`;
+}
+
+function Request({ id }) {
+  const [r] = useAsync(() => api('GET', `/v1/deliveries/${id}/request`), [id]);
+  if (r.loading) return html`<p class="muted">Loading…</p>`;
+  if (r.error) return html`<p class="muted">${r.error.message}</p>`;
+  const q = r.data;
+  return html`<div>
+    <p><code>${q.method} ${q.url}</code></p>
+    <div class="scroll"><table class="kv headers" data-testid="headers"><tbody>
+      ${q.headers.map((h) => html`<tr><th>${h.name}</th><td><code>${h.value || '…'}</code>${h.note && html` <small class="muted">${h.note}</small>`}</td></tr>`)}
+    </tbody></table></div>
+    <p class="muted small">As the subscription is configured now; values that change with each attempt are described, credentials shown as ********.</p>
+  </div>`;
+}
+
+export function DeliveryDetail({ id, can, refresh }) {
+  const [d, reload] = useAsync(() => api('GET', `/v1/deliveries/${id}`), [id, refresh]);
+  const subs = useSubscriptions();
+  const [message, setMessage] = useState(null);
+  const [error, setError] = useState(null);
+  const [confirm, setConfirm] = useState(false);
+  if (d.error) return html`<main><h1>Delivery</h1><${ErrorNote} error=${d.error} /></main>`;
+  if (!d.data) return html`<main><h1>Delivery</h1><p class="muted">Loading…</p></main>`;
+  const x = d.data;
+  const sub = subs.find((s) => s.id === x.subscription_id);
+  const replay = async () => {
+    setError(null);
+    try {
+      const r = await api('POST', '/v1/dlq/replay', { ids: [id], force: x.status === 'PROCESSED' });
+      setMessage(`Replay: ${r.results[0].outcome}.`);
+      reload();
+    } catch (e) { setError(e); }
+  };
+  const purge = async () => {
+    try { await api('DELETE', `/v1/dlq/${id}`); navigate('/dlq'); } catch (e) { setError(e); setConfirm(false); }
+  };
+  return html`<main>
+    <p><button class="link" onClick=${() => history.back()}>← Back</button></p>
+    <h1>Delivery <code class="small">${x.id}</code></h1>
+    <section class="card">
+      <table class="kv"><tbody>
+        <tr><th>Status</th><td><span class=${`pill st-${x.dead ? 'dead' : x.status}`} data-testid="status">${x.dead ? 'DEAD (in the dead-letter queue)' : x.status}</span>${x.replay ? ' (replayed)' : ''}</td></tr>
+        <tr><th>Event type</th><td>${x.event_type}</td></tr>
+        <tr><th>Subscription</th><td>${sub ? html`<a href=${`#/subscriptions/${sub.id}`}>${sub.name}</a>` : x.subscription_id}</td></tr>
+        <tr><th>Event</th><td><code>${x.event_id}</code>${x.event && x.event.source ? ` from ${x.event.source}` : ''}</td></tr>
+        <tr><th>Attempts</th><td>${x.attempt_count} (${x.retry_count} scheduled retries)</td></tr>
+        <tr><th>Next attempt</th><td>${fmtTime(x.next_attempt_at)}</td></tr>
+        <tr><th>Last error</th><td class="err">${x.last_error ? html`<b>${x.last_error.code}</b> ${x.last_error.message}${x.last_error.cause && html`<br /><small>${x.last_error.cause}</small>`}` : '—'}</td></tr>
+        <tr><th>Created · updated · processed</th><td>${fmtTime(x.created_at)} · ${fmtTime(x.updated_at)} · ${fmtTime(x.processed_at)}</td></tr>
+      </tbody></table>
+      ${message && html`<p class="notice" role="status">${message}</p>`}
+      <${ErrorNote} error=${error} />
+      ${can.operate && html`<div class="actions">
+        <button class="primary" onClick=${replay} disabled=${x.status === 'NEW'}>${x.status === 'PROCESSED' ? 'Re-send (force)' : 'Replay'}</button>
+        ${x.dead && html`<button class="danger" onClick=${() => setConfirm(true)}>Purge…</button>`}
+      </div>`}
+      ${confirm && html`<div class="confirm" role="alertdialog" aria-label="Confirm purge"><p>Delete this delivery and its ${x.attempts.length} attempts? This cannot be undone.</p>
+        <button class="danger" onClick=${purge}>Purge</button> <button onClick=${() => setConfirm(false)}>Keep it</button></div>`}
+    </section>
+    <section class="card">
+      <h2>Attempts</h2>
+      <ol class="timeline" data-testid="attempts">
+        ${x.attempts.map((a) => html`<li class=${a.code >= 200 && a.code < 300 ? 'ok' : 'fail'}>
+          <div><b>#${a.n}</b> <span class="pill">${a.kind}</span> <b class="code">${a.code}</b> ${a.message}</div>
+          <div class="muted small">${fmtTime(a.started_at)} · ${a.duration_ms} ms</div>
+          ${a.cause && html`<pre class="cause">${a.cause}</pre>`}
+        </li>`)}
+        ${x.attempts.length === 0 && html`<li class="muted">No attempt yet.</li>`}
+      </ol>
+    </section>
+    <section class="card"><h2>Payload</h2><${Payload} event=${x.event} /></section>
+    <section class="card"><h2>Request</h2><${Request} id=${id} /></section>
+  </main>`;
+}
