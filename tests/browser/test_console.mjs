@@ -1,0 +1,186 @@
+// test_console.mjs: the operator console in Chromium, as an operator uses it in an
+// incident (issue 18): sign in; the overview shows the failing subscription first; filter
+// the dead-letter queue by subscription and date (the filter is in the URL, and survives
+// a reload); open a delivery and see its attempts, payload and request headers; replay by
+// filter after the dry-run count, watch the job's progress complete, see the items leave
+// the DLQ; a read-only token gets a read-only console. No page error, no console error
+// (CSP violations included), no request to another host, at any point.
+// Screenshots: $ARTIFACTS_DIR/*.png.
+import path from 'node:path';
+import {
+  ADMIN_TOKEN, ARTIFACTS, check, launchBrowser, startOutboxd, startReceiver, step, stopAll,
+  waitFor, watchedPage,
+} from './lib.mjs';
+
+const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: false });
+const utcSeconds = (ms) => new Date(ms).toISOString().slice(0, 19);
+
+async function main() {
+  const rx = await startReceiver();
+  await rx.script('/billing', 503, 'billing is down for maintenance');
+  await rx.script('/orders', 200, 'ok');
+  const ox = await startOutboxd();
+
+  // Two subscriptions: one healthy, one whose endpoint answers 503 (permanent, so each
+  // delivery is dead after its first try: no waiting for retries).
+  const failing = await ox.api('POST', '/v1/subscriptions', {
+    name: 'billing-failing', event_types: ['invoice.*'], endpoint: `${rx.url}/billing`,
+    secret: 'generate', auth: { type: 'bearer', token: 'sup3r-s3cret' },
+    retry: { immediate: 1, permanent: [503] },
+  });
+  await ox.api('POST', '/v1/subscriptions', {
+    name: 'orders-ok', event_types: ['order.*'], endpoint: `${rx.url}/orders`,
+  });
+  const ingest = (type, n, tag) => ox.api('POST', '/v1/events', {
+    events: Array.from({ length: n }, (_, i) => ({ event_type: type, payload: { tag, n: i, amount: '12.50' } })),
+  });
+  const deadCount = async () => (await ox.api('GET', `/v1/dlq?subscription_id=${failing.id}&limit=1000`)).items.length;
+
+  // Batch A (2 dead) before `cut`, batch B (3 dead) from `cut` on: the date filter must
+  // tell them apart. cut is a whole second (the console's date inputs have seconds).
+  await ingest('invoice.created', 2, 'A');
+  await waitFor('batch A dead', async () => (await deadCount()) === 2);
+  const cut = Math.ceil((Date.now() + 1) / 1000) * 1000;
+  await waitFor('the clock to pass the cut', () => Date.now() >= cut + 5);
+  await ingest('invoice.created', 3, 'B');
+  await ingest('order.placed', 4, 'ok');
+  await waitFor('batch B dead', async () => (await deadCount()) === 5);
+  await waitFor('orders processed', async () => (await ox.api('GET', '/v1/deliveries?status=PROCESSED')).items.length === 4);
+
+  const browser = await launchBrowser();
+  const { page, problems, requests } = await watchedPage(browser, ox.url);
+  try {
+    await step('sign in with the admin token', async () => {
+      await page.goto(`${ox.url}/console/`);
+      await page.getByLabel('API token').fill(ADMIN_TOKEN);
+      await shot(page, 'signin');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('heading', { name: 'Overview' }).waitFor();
+      check(await page.evaluate(() => sessionStorage.getItem('outboxd.token')) === ADMIN_TOKEN, 'token in session storage');
+      check(await page.evaluate(() => localStorage.getItem('outboxd.token')) === null, 'token not in local storage');
+    });
+
+    await step('the overview shows the failing subscription first, with its error and the DLQ depth', async () => {
+      const first = page.locator('table.health tbody tr').first();
+      await waitFor('health rows', async () => (await first.getAttribute('data-sub')) === 'billing-failing');
+      check((await first.getAttribute('class')).includes('failing'), 'the failing row is marked');
+      const text = await first.innerText();
+      check(text.includes('503') && text.includes('0%'), `failing row shows 503 and 0%: ${text}`);
+      const ok = await page.locator('tr[data-sub="orders-ok"]').innerText();
+      check(ok.includes('100%') && ok.includes('closed'), `healthy row: ${ok}`);
+      await waitFor('DLQ depth 5', async () => (await page.getByTestId('dlq-depth').innerText()) === '5');
+      await waitFor('the chart counts the attempts', async () =>
+        (await page.locator('[data-series="succeeded"]').innerText()) === '4' &&
+        (await page.locator('[data-series="server_error"]').innerText()) === '5');
+      await shot(page, 'overview');
+    });
+
+    await step('filter the DLQ by subscription and date; the filter is in the URL', async () => {
+      await page.getByRole('link', { name: 'Dead letters' }).first().click();
+      await page.getByRole('heading', { name: 'Dead-letter queue' }).waitFor();
+      await waitFor('5 dead rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 5);
+      await page.getByLabel('Subscription').selectOption({ label: 'billing-failing' });
+      await page.getByLabel('Created from (UTC)').fill(utcSeconds(cut));
+      await page.getByRole('button', { name: 'Apply' }).click();
+      await waitFor('3 rows from batch B', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 3);
+      const hash = new URL(page.url()).hash;
+      check(hash.includes(`subscription_id=${failing.id}`) && hash.includes('from='), `filter in the URL: ${hash}`);
+      await page.reload();
+      await waitFor('the same 3 rows after a reload', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 3);
+      check(await page.getByLabel('Subscription').inputValue() === failing.id, 'the subscription filter is restored');
+      await shot(page, 'dlq-filtered');
+    });
+
+    await step('open a delivery: its attempts, payload and masked request headers', async () => {
+      await page.locator('table.list tbody tr[data-id] a').first().click();
+      await page.getByRole('heading', { name: /Delivery/ }).waitFor();
+      const attempts = page.getByTestId('attempts');
+      await attempts.locator('li').first().waitFor();
+      const text = await attempts.innerText();
+      check(text.includes('503') && text.includes('immediate') && text.includes('billing is down for maintenance'), `attempt timeline: ${text}`);
+      check((await page.getByTestId('status').innerText()).startsWith('DEAD'), 'shown as dead');
+      const payload = await page.getByTestId('payload').innerText();
+      check(payload.includes('"tag": "B"'), `payload pretty-printed: ${payload}`);
+      const headers = page.getByTestId('headers');
+      await headers.waitFor();
+      const h = await headers.innerText();
+      check(h.includes('webhook-id') && h.includes('Bearer ********') && h.includes('v1,********'), `headers: ${h}`);
+      check(!(await page.content()).includes('sup3r-s3cret'), 'the bearer token is never shown');
+      await shot(page, 'delivery');
+      await page.goBack();
+      await waitFor('back at the filtered DLQ', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 3);
+    });
+
+    await step('replay by filter: dry-run count, progress to done, the items leave the DLQ', async () => {
+      await rx.script('/billing', 200, 'recovered');
+      await page.getByRole('button', { name: 'Replay all matching…' }).click();
+      await waitFor('dry-run count', async () => (await page.getByTestId('dry-run').innerText()).includes('Dry run: 3 dead deliveries match'));
+      await page.getByLabel(/Pace/).fill('20');
+      await shot(page, 'replay-dry-run');
+      await page.getByRole('button', { name: 'Replay 3' }).click();
+      await page.getByTestId('job').waitFor();
+      await waitFor('the job is done', async () => (await page.getByTestId('job-state').innerText()) === 'done', 30000);
+      check((await page.getByTestId('job-progress').innerText()).startsWith('3 of 3 replayed'), 'progress 3 of 3');
+      await waitFor('the filtered DLQ is empty', async () => (await page.getByTestId('empty').count()) === 1);
+      await shot(page, 'replay-done');
+      await waitFor('replayed deliveries processed', async () => (await ox.api('GET', `/v1/deliveries?subscription_id=${failing.id}&status=PROCESSED`)).items.length === 3);
+      await page.getByRole('link', { name: 'Overview' }).click();
+      await waitFor('DLQ depth 2 (batch A stays)', async () => (await page.getByTestId('dlq-depth').innerText()) === '2');
+    });
+
+    await step('the audit log records the replay job', async () => {
+      await page.getByRole('link', { name: 'Audit log' }).click();
+      await waitFor('audit row', async () => (await page.locator('table.list').innerText()).includes('dlq.replay_job'));
+    });
+
+    await step('phone width and dark theme', async () => {
+      await page.getByLabel('Theme').selectOption('dark');
+      await page.getByRole('link', { name: 'Overview' }).click();
+      await page.getByTestId('dlq-depth').waitFor();
+      await shot(page, 'overview-dark');
+      await page.setViewportSize({ width: 390, height: 844 });
+      await page.getByRole('link', { name: 'Dead letters' }).first().click();
+      await waitFor('2 rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 2);
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      check(overflow <= 0, `no sideways scrolling of the page at phone width (${overflow}px)`);
+      await shot(page, 'dlq-phone');
+    });
+
+    await step('keyboard: g s opens subscriptions', async () => {
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await page.locator('body').click({ position: { x: 5, y: 300 } });
+      await page.keyboard.press('g');
+      await page.keyboard.press('s');
+      await page.getByRole('heading', { name: 'Subscriptions' }).waitFor();
+    });
+
+    await step('a read-scoped token gets a read-only console', async () => {
+      const t = await ox.api('POST', '/v1/tokens', { name: 'dashboards', scopes: ['read'] });
+      const ro = await watchedPage(browser, ox.url);
+      try {
+        await ro.page.goto(`${ox.url}/console/#/dlq`);
+        await ro.page.getByLabel('API token').fill(t.token);
+        await ro.page.getByRole('button', { name: 'Sign in' }).click();
+        await ro.page.getByText('read-only').waitFor();
+        await ro.page.getByRole('heading', { name: 'Dead-letter queue' }).waitFor();
+        await waitFor('rows', async () => (await ro.page.locator('table.list tbody tr[data-id]').count()) === 2);
+        check(await ro.page.getByRole('button', { name: /Replay/ }).count() === 0, 'no replay button');
+        check(await ro.page.getByRole('button', { name: /Purge/ }).count() === 0, 'no purge button');
+        problems.push(...ro.problems);
+      } finally { await ro.context.close(); }
+    });
+
+    await step('no page error, no console error, no request to another host', async () => {
+      check(requests.length > 10, `requests were recorded (${requests.length})`);
+      check(problems.length === 0, problems.join('\n'));
+    });
+  } catch (e) {
+    await shot(page, 'failure').catch(() => {});
+    if (problems.length) console.log(problems.join('\n'));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}
+
+main().then(() => stopAll(), async (e) => { await stopAll(); console.error(e); process.exit(1); });
