@@ -114,7 +114,7 @@ function App() {
       else if (e.key === 'r') setRefresh((n) => n + 1);
       else if (e.key === '/') {
         const f = document.querySelector('.filters input, .filters select');
-        if (f) { e.preventDefault(); f.focus(); }
+        if (f) { e.preventDefault(); f.closest('details').open = true; f.focus(); }
       }
     };
     window.addEventListener('keydown', onKey);

@@ -30,7 +30,12 @@ function Filters({ dead, current, subs, onApply }) {
     delete out.cursor;
     onApply(out);
   };
-  return html`<form class="filters card" onSubmit=${submit} aria-label="Filter">
+  const active = FILTER_KEYS.filter((k) => current[k]).length;
+  // Open on wide screens; on a phone the filter folds away above the list.
+  const [open] = useState(() => !window.matchMedia('(max-width: 640px)').matches);
+  return html`<details class="filterbox card" open=${open}>
+    <summary>Filter${active ? ` · ${active} active` : ''}</summary>
+    <form class="filters" onSubmit=${submit} aria-label="Filter">
     ${!dead && html`<div><label for="f-status">Status</label><select ...${bind('status')} onChange=${(e) => setF({ ...f, status: e.target.value })}>
       <option value="">any</option><option>NEW</option><option>PROCESSED</option><option>FAILED</option></select></div>`}
     <div><label for="f-subscription_id">Subscription</label><select ...${bind('subscription_id')} onChange=${(e) => setF({ ...f, subscription_id: e.target.value })}>
@@ -47,7 +52,7 @@ function Filters({ dead, current, subs, onApply }) {
       <option value="">oldest first</option><option value="desc">newest first</option></select></div>
     <div class="actions"><button type="submit" class="primary">Apply</button>
       <button type="button" onClick=${() => onApply({})}>Clear</button></div>
-  </form>`;
+  </form></details>`;
 }
 
 // A replay job's progress, polled every second until it ends; cancel while running.
@@ -151,6 +156,7 @@ export function DeliveryList({ dead, can, query, refresh }) {
       const r = await api('POST', '/v1/dlq/replay', { ids: [...selected] });
       const skipped = r.results.filter((x) => x.outcome !== 'replayed');
       setMessage(`Replayed ${r.replayed} of ${selected.size}${skipped.length ? ` (${skipped.map((x) => `${shortId(x.id)}: ${x.outcome}`).join(', ')})` : ''}.`);
+      setSelected(new Set());
       reload();
     } catch (e) { setActionError(e); }
   };
@@ -162,6 +168,7 @@ export function DeliveryList({ dead, can, query, refresh }) {
       setMessage(`Purged ${n} dead ${n === 1 ? 'delivery' : 'deliveries'}.`);
     } catch (e) { setActionError(e); }
     setConfirmPurge(false);
+    setSelected(new Set());
     reload();
   };
 

@@ -106,6 +106,7 @@ export async function launchBrowser() {
 export async function watchedPage(browser, origin, options = {}) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...options });
   const page = await context.newPage();
+  page.setDefaultTimeout(15000);
   const problems = [];
   const requests = [];
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));

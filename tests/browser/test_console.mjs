@@ -128,11 +128,6 @@ async function main() {
       await waitFor('DLQ depth 2 (batch A stays)', async () => (await page.getByTestId('dlq-depth').innerText()) === '2');
     });
 
-    await step('the audit log records the replay job', async () => {
-      await page.getByRole('link', { name: 'Audit log' }).click();
-      await waitFor('audit row', async () => (await page.locator('table.list').innerText()).includes('dlq.replay_job'));
-    });
-
     await step('phone width and dark theme', async () => {
       await page.getByLabel('Theme').selectOption('dark');
       await page.getByRole('link', { name: 'Overview' }).click();
@@ -168,6 +163,37 @@ async function main() {
         check(await ro.page.getByRole('button', { name: /Purge/ }).count() === 0, 'no purge button');
         problems.push(...ro.problems);
       } finally { await ro.context.close(); }
+    });
+
+    await step('purge one by selection after confirming; replay the other by selection', async () => {
+      await page.getByRole('link', { name: 'Dead letters' }).first().click();
+      await waitFor('2 rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 2);
+      const rows = page.locator('table.list tbody tr[data-id]');
+      const purged = await rows.nth(0).getAttribute('data-id');
+      const replayed = await rows.nth(1).getAttribute('data-id');
+      await page.getByLabel(`Select ${purged}`).check();
+      await page.getByRole('button', { name: 'Purge selected' }).click();
+      const confirm = page.getByRole('alertdialog', { name: 'Confirm purge' });
+      check((await confirm.innerText()).includes('Delete 1 dead delivery'), 'the purge asks first');
+      await confirm.getByRole('button', { name: 'Purge 1' }).click();
+      await waitFor('1 row left', async () => (await rows.count()) === 1 && (await rows.first().getAttribute('data-id')) === replayed);
+      await page.getByLabel(`Select ${replayed}`).check();
+      await page.getByRole('button', { name: 'Replay selected (1)' }).click();
+      await waitFor('replayed notice', async () => (await page.getByRole('status').innerText()).includes('Replayed 1 of 1'));
+      await waitFor('the DLQ is empty', async () => (await page.getByTestId('empty').count()) === 1);
+      await waitFor('the replayed delivery processed', async () => (await ox.api('GET', `/v1/deliveries/${replayed}`)).status === 'PROCESSED');
+      let gone = false;
+      try { await ox.api('GET', `/v1/deliveries/${purged}`); } catch (e) { gone = e.message.includes(' 404 '); }
+      check(gone, 'the purged delivery is gone');
+    });
+
+    await step('the audit log records the replay job, the purge and the replay', async () => {
+      await page.getByRole('link', { name: 'Audit log' }).click();
+      await waitFor('audit rows', async () => {
+        const t = await page.locator('table.list').innerText();
+        return t.includes('dlq.replay_job') && t.includes('dlq.purge') && t.includes('dlq.replay\t');
+      });
+      await shot(page, 'audit');
     });
 
     await step('no page error, no console error, no request to another host', async () => {
