@@ -31,6 +31,14 @@ async function main() {
   await ox.api('POST', '/v1/subscriptions', {
     name: 'orders-ok', event_types: ['order.*'], endpoint: `${rx.url}/orders`,
   });
+  // A third whose circuit breaker opens (two failures > max_errors 1) and stays open for
+  // the test's length: the overview must show the state.
+  const breaker = await ox.api('POST', '/v1/subscriptions', {
+    name: 'inventory-breaker', event_types: ['stock.*'], endpoint: `${rx.url}/inventory`,
+    retry: { immediate: 1, permanent: [500] },
+    circuit_breaker: { max_errors: 1, failure_window: '10m' },
+  });
+  await rx.script('/inventory', 500, 'inventory exploded');
   const ingest = (type, n, tag) => ox.api('POST', '/v1/events', {
     events: Array.from({ length: n }, (_, i) => ({ event_type: type, payload: { tag, n: i, amount: '12.50' } })),
   });
@@ -38,6 +46,11 @@ async function main() {
 
   // Batch A (2 dead) before `cut`, batch B (3 dead) from `cut` on: the date filter must
   // tell them apart. cut is a whole second (the console's date inputs have seconds).
+  const breakerDead = async () => (await ox.api('GET', `/v1/dlq?subscription_id=${breaker.id}`)).items.length;
+  await ingest('stock.changed', 1, 'S');
+  await waitFor('first breaker failure', async () => (await breakerDead()) === 1);
+  await ingest('stock.changed', 1, 'S');
+  await waitFor('second breaker failure', async () => (await breakerDead()) === 2);
   await ingest('invoice.created', 2, 'A');
   await waitFor('batch A dead', async () => (await deadCount()) === 2);
   const cut = Math.ceil((Date.now() + 1) / 1000) * 1000;
@@ -60,25 +73,30 @@ async function main() {
       check(await page.evaluate(() => localStorage.getItem('outboxd.token')) === null, 'token not in local storage');
     });
 
-    await step('the overview shows the failing subscription first, with its error and the DLQ depth', async () => {
-      const first = page.locator('table.health tbody tr').first();
-      await waitFor('health rows', async () => (await first.getAttribute('data-sub')) === 'billing-failing');
-      check((await first.getAttribute('class')).includes('failing'), 'the failing row is marked');
-      const text = await first.innerText();
-      check(text.includes('503') && text.includes('0%'), `failing row shows 503 and 0%: ${text}`);
-      const ok = await page.locator('tr[data-sub="orders-ok"]').innerText();
+    await step('the overview shows the failing subscriptions first, with circuit state, error and the DLQ depth', async () => {
+      const rows = page.locator('table.health tbody tr');
+      await waitFor('health rows in order', async () =>
+        (await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.sub)).catch(() => [])).join() ===
+        'inventory-breaker,billing-failing,orders-ok');
+      const open = await rows.nth(0).innerText();
+      check(open.includes('open') && open.includes('500'), `the open circuit is shown: ${open}`);
+      const failingRow = await rows.nth(1).innerText();
+      check(failingRow.includes('503') && failingRow.includes('0%') && failingRow.includes('closed'), `failing row shows 503 and 0%: ${failingRow}`);
+      check((await rows.nth(1).getAttribute('class')).includes('failing'), 'the failing row is marked');
+      const ok = await rows.nth(2).innerText();
       check(ok.includes('100%') && ok.includes('closed'), `healthy row: ${ok}`);
-      await waitFor('DLQ depth 5', async () => (await page.getByTestId('dlq-depth').innerText()) === '5');
+      check(!(await rows.nth(2).getAttribute('class')).includes('failing'), 'the healthy row is not marked');
+      await waitFor('DLQ depth 7', async () => (await page.getByTestId('dlq-depth').innerText()) === '7');
       await waitFor('the chart counts the attempts', async () =>
         (await page.locator('[data-series="succeeded"]').innerText()) === '4' &&
-        (await page.locator('[data-series="server_error"]').innerText()) === '5');
+        (await page.locator('[data-series="server_error"]').innerText()) === '7');
       await shot(page, 'overview');
     });
 
     await step('filter the DLQ by subscription and date; the filter is in the URL', async () => {
       await page.getByRole('link', { name: 'Dead letters' }).first().click();
       await page.getByRole('heading', { name: 'Dead-letter queue' }).waitFor();
-      await waitFor('5 dead rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 5);
+      await waitFor('7 dead rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 7);
       await page.getByLabel('Subscription').selectOption({ label: 'billing-failing' });
       await page.getByLabel('Created from (UTC)').fill(utcSeconds(cut));
       await page.getByRole('button', { name: 'Apply' }).click();
@@ -125,7 +143,7 @@ async function main() {
       await shot(page, 'replay-done');
       await waitFor('replayed deliveries processed', async () => (await ox.api('GET', `/v1/deliveries?subscription_id=${failing.id}&status=PROCESSED`)).items.length === 3);
       await page.getByRole('link', { name: 'Overview' }).click();
-      await waitFor('DLQ depth 2 (batch A stays)', async () => (await page.getByTestId('dlq-depth').innerText()) === '2');
+      await waitFor('DLQ depth 4 (batch A and the breaker\'s stay)', async () => (await page.getByTestId('dlq-depth').innerText()) === '4');
     });
 
     await step('phone width and dark theme', async () => {
@@ -135,7 +153,7 @@ async function main() {
       await shot(page, 'overview-dark');
       await page.setViewportSize({ width: 390, height: 844 });
       await page.getByRole('link', { name: 'Dead letters' }).first().click();
-      await waitFor('2 rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 2);
+      await waitFor('4 rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 4);
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       check(overflow <= 0, `no sideways scrolling of the page at phone width (${overflow}px)`);
       await shot(page, 'dlq-phone');
@@ -158,7 +176,7 @@ async function main() {
         await ro.page.getByRole('button', { name: 'Sign in' }).click();
         await ro.page.getByText('read-only').waitFor();
         await ro.page.getByRole('heading', { name: 'Dead-letter queue' }).waitFor();
-        await waitFor('rows', async () => (await ro.page.locator('table.list tbody tr[data-id]').count()) === 2);
+        await waitFor('rows', async () => (await ro.page.locator('table.list tbody tr[data-id]').count()) === 4);
         check(await ro.page.getByRole('button', { name: /Replay/ }).count() === 0, 'no replay button');
         check(await ro.page.getByRole('button', { name: /Purge/ }).count() === 0, 'no purge button');
         problems.push(...ro.problems);
@@ -166,7 +184,7 @@ async function main() {
     });
 
     await step('purge one by selection after confirming; replay the other by selection', async () => {
-      await page.getByRole('link', { name: 'Dead letters' }).first().click();
+      await page.evaluate((id) => { location.hash = `/dlq?subscription_id=${id}`; }, failing.id);
       await waitFor('2 rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 2);
       const rows = page.locator('table.list tbody tr[data-id]');
       const purged = await rows.nth(0).getAttribute('data-id');
