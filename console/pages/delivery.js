@@ -66,7 +66,7 @@ export function DeliveryDetail({ id, can, refresh }) {
         <tr><th>Status</th><td><span class=${`pill st-${x.dead ? 'dead' : x.status}`} data-testid="status">${x.dead ? 'DEAD (in the dead-letter queue)' : x.status}</span>${x.replay ? ' (replayed)' : ''}</td></tr>
         <tr><th>Event type</th><td>${x.event_type}</td></tr>
         <tr><th>Subscription</th><td>${sub ? html`<a href=${`#/subscriptions/${sub.id}`}>${sub.name}</a>` : x.subscription_id}</td></tr>
-        <tr><th>Event</th><td><code>${x.event_id}</code>${x.event && x.event.source ? ` from ${x.event.source}` : ''}</td></tr>
+        <tr><th>Event</th><td><a href=${`#/deliveries?event_id=${x.event_id}`} title="every delivery of this event"><code>${x.event_id}</code></a>${x.event && x.event.source ? ` from ${x.event.source}` : ''}</td></tr>
         <tr><th>Attempts</th><td>${x.attempt_count} (${x.retry_count} scheduled retries)</td></tr>
         <tr><th>Next attempt</th><td>${fmtTime(x.next_attempt_at)}</td></tr>
         <tr><th>Last error</th><td class="err">${x.last_error ? html`<b>${x.last_error.code}</b> ${x.last_error.message}${x.last_error.cause && html`<br /><small>${x.last_error.cause}</small>`}` : '—'}</td></tr>
