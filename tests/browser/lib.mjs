@@ -45,6 +45,7 @@ export async function waitFor(what, fn, timeoutMs = 20000) {
 function start(name, bin, args, env) {
   const log = fs.openSync(path.join(ARTIFACTS, `${name}.log`), 'w');
   const child = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', log, log] });
+  child.label = name;
   children.push(child);
   child.on('exit', (code, sig) => { child.exited = { code, sig }; });
   return child;
@@ -119,17 +120,40 @@ export async function watchedPage(browser, origin, options = {}) {
   return { context, page, problems, requests };
 }
 
+// Stops every child (SIGTERM, SIGKILL after 10 s) and removes the data directory.
+// Returns what went wrong: outboxd must exit 0 on SIGTERM (under the sanitizers a leak
+// or a memory error makes it exit otherwise; its log says which).
 export async function stopAll() {
+  const wrong = [];
   for (const c of children) {
-    if (c.exited) continue;
-    c.kill('SIGTERM');
-    await new Promise((resolve) => {
-      const t = setTimeout(() => { c.kill('SIGKILL'); resolve(); }, 10000);
-      c.once('exit', () => { clearTimeout(t); resolve(); });
-      if (c.exited) { clearTimeout(t); resolve(); }
-    });
+    const early = c.exited;
+    if (!early) {
+      c.kill('SIGTERM');
+      await new Promise((resolve) => {
+        const t = setTimeout(() => { c.kill('SIGKILL'); resolve(); }, 10000);
+        c.once('exit', () => { clearTimeout(t); resolve(); });
+        if (c.exited) { clearTimeout(t); resolve(); }
+      });
+    }
+    if (c.label === 'outboxd' && (early || !c.exited || c.exited.code !== 0)) {
+      wrong.push(`outboxd ${early ? 'exited before the end' : 'did not exit cleanly on SIGTERM'} (${JSON.stringify(c.exited)}): see ${ARTIFACTS}/outboxd.log`);
+    }
   }
   if (tmpdir) fs.rmSync(tmpdir, { recursive: true, force: true });
+  return wrong;
+}
+
+// Runs a test's main, then stops everything; exits 1 when either failed.
+export function run(main) {
+  main().then(async () => {
+    const wrong = await stopAll();
+    if (wrong.length) { console.error(wrong.join('\n')); process.exit(1); }
+  }, async (e) => {
+    const wrong = await stopAll();
+    console.error(e);
+    if (wrong.length) console.error(wrong.join('\n'));
+    process.exit(1);
+  });
 }
 
 export function check(cond, message) {

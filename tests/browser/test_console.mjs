@@ -8,7 +8,7 @@
 // Screenshots: $ARTIFACTS_DIR/*.png.
 import path from 'node:path';
 import {
-  ADMIN_TOKEN, ARTIFACTS, check, launchBrowser, startOutboxd, startReceiver, step, stopAll,
+  ADMIN_TOKEN, ARTIFACTS, check, launchBrowser, run, startOutboxd, startReceiver, step,
   waitFor, watchedPage,
 } from './lib.mjs';
 
@@ -227,4 +227,4 @@ async function main() {
   }
 }
 
-main().then(() => stopAll(), async (e) => { await stopAll(); console.error(e); process.exit(1); });
+run(main);

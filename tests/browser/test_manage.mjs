@@ -5,7 +5,7 @@
 // console error, no request to another host. Screenshots: $ARTIFACTS_DIR/manage-*.png.
 import path from 'node:path';
 import {
-  ADMIN_TOKEN, ARTIFACTS, check, launchBrowser, startOutboxd, startReceiver, step, stopAll,
+  ADMIN_TOKEN, ARTIFACTS, check, launchBrowser, run, startOutboxd, startReceiver, step,
   waitFor, watchedPage,
 } from './lib.mjs';
 
@@ -142,4 +142,4 @@ async function main() {
   }
 }
 
-main().then(() => stopAll(), async (e) => { await stopAll(); console.error(e); process.exit(1); });
+run(main);
