@@ -57,7 +57,7 @@ function Filters({ dead, current, subs, onApply }) {
 }
 
 // A replay job's progress, polled every second until it ends; cancel while running.
-export function JobProgress({ jobId, can, onDone }) {
+export function JobProgress({ jobId, can, onDone, onClose }) {
   const [job, setJob] = useState(null);
   const [error, setError] = useState(null);
   const done = useRef(false);
@@ -84,7 +84,10 @@ export function JobProgress({ jobId, can, onDone }) {
     <progress max="100" value=${pct} aria-label="Replay progress"></progress>
     <p data-testid="job-progress">${job ? `${job.replayed} of ${job.matched} replayed at ${job.rate}/s` : 'Starting…'}${job && job.error ? ` — ${job.error}` : ''}</p>
     <${ErrorNote} error=${error} />
-    ${job && job.state === 'running' && can.operate && html`<button onClick=${cancel}>Cancel job</button>`}
+    <div class="actions">
+      ${job && job.state === 'running' && can.operate && html`<button onClick=${cancel}>Cancel job</button>`}
+      ${job && job.state !== 'running' && onClose && html`<button onClick=${onClose}>Close</button>`}
+    </div>
   </section>`;
 }
 
@@ -136,11 +139,14 @@ export function DeliveryList({ dead, can, query, refresh }) {
   const subName = (id) => (subs.find((s) => s.id === id) || {}).name || shortId(id);
   const [selected, setSelected] = useState(new Set());
   const [bulk, setBulk] = useState(null);
-  const [jobId, setJobId] = useState(null);
+  // A running replay job is in the URL too (&job=ID): a reload or a colleague follows it.
+  const jobId = query.get('job');
   const [message, setMessage] = useState(null);
   const [actionError, setActionError] = useState(null);
   const [confirmPurge, setConfirmPurge] = useState(false);
-  const key = query.toString();
+  const withoutJob = new URLSearchParams(query);
+  withoutJob.delete('job');
+  const key = withoutJob.toString();
   const [list, reload] = useAsync(() => api('GET', `/v1/${dead ? 'dlq' : 'deliveries'}${qs({ limit: 50, ...current })}`), [key, refresh]);
   useEffect(() => setSelected(new Set()), [key]);
 
@@ -176,9 +182,11 @@ export function DeliveryList({ dead, can, query, refresh }) {
   return html`<main>
     <h1>${dead ? 'Dead-letter queue' : 'Deliveries'}</h1>
     <${Filters} dead=${dead} current=${current} subs=${subs} onApply=${apply} />
-    ${jobId && html`<${JobProgress} jobId=${jobId} can=${can} onDone=${(j) => { setMessage(`Replay job ${j.state}: ${j.replayed} of ${j.matched} replayed.`); reload(); }} />`}
+    ${jobId && html`<${JobProgress} key=${jobId} jobId=${jobId} can=${can}
+        onClose=${() => navigate(`/${base}${qs(current)}`)}
+        onDone=${(j) => { setMessage(`Replay job ${j.state}: ${j.replayed} of ${j.matched} replayed.`); reload(); }} />`}
     ${bulk && html`<${BulkAction} kind=${bulk} filter=${filter} onClose=${() => setBulk(null)}
-        onJob=${(id) => { setBulk(null); setJobId(id); }}
+        onJob=${(id) => { setBulk(null); navigate(`/${base}${qs({ ...current, cursor: '', job: id })}`); }}
         onPurged=${(n) => { setBulk(null); setMessage(`Purged ${n} dead deliveries.`); reload(); }} />`}
     ${message && html`<p class="notice" role="status">${message}</p>`}
     <${ErrorNote} error=${actionError} />

@@ -140,6 +140,9 @@ async function main() {
       await waitFor('the job is done', async () => (await page.getByTestId('job-state').innerText()) === 'done', 30000);
       check((await page.getByTestId('job-progress').innerText()).startsWith('3 of 3 replayed'), 'progress 3 of 3');
       await waitFor('the filtered DLQ is empty', async () => (await page.getByTestId('empty').count()) === 1);
+      check(new URL(page.url()).hash.includes('job='), 'the job is in the URL');
+      await page.reload();
+      await waitFor('the job followed after a reload', async () => (await page.getByTestId('job-state').innerText()) === 'done');
       await shot(page, 'replay-done');
       await waitFor('replayed deliveries processed', async () => (await ox.api('GET', `/v1/deliveries?subscription_id=${failing.id}&status=PROCESSED`)).items.length === 3);
       await page.getByRole('link', { name: 'Overview' }).click();
