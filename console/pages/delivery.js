@@ -6,26 +6,46 @@ import { api } from '../api.js';
 import { ErrorNote, b64ToBytes, fmtTime, hexDump, navigate, useAsync } from '../util.js';
 import { useSubscriptions } from './list.js';
 
-function Payload({ event }) {
+// JSON.parse reviver keeping a number's text when a double would change it (0.10,
+// integers past 2^53), so the pretty-printed payload shows what was sent. Browsers without
+// JSON.rawJSON (before Chrome 114, Firefox 135, Safari 18.4) show the parsed value.
+function keepNumberText(key, value, context) {
+  if (typeof value === 'number' && context && typeof JSON.rawJSON === 'function' && context.source !== String(value)) {
+    return JSON.rawJSON(context.source);
+  }
+  return value;
+}
+
+// The payload from the exact bytes (the request's body_base64); JSON pretty-printed,
+// anything else as hex or base64. Without the bytes (the subscription is gone), the
+// event's payload as GET /v1/deliveries/{id} returns it.
+function Payload({ event, bodyBase64 }) {
   const [view, setView] = useState('hex');
-  if (!event) return html`<p class="muted">The event is gone (purged with its last delivery).</p>`;
-  if (event.payload !== undefined) {
+  if (!event && !bodyBase64) return html`<p class="muted">The event is gone (purged with its last delivery).</p>`;
+  const b64 = bodyBase64 ?? (event && event.payload_base64);
+  const type = (event && event.content_type) || '';
+  if (b64 !== undefined && b64 !== null && /json/i.test(type)) {
+    try {
+      const text = new TextDecoder('utf-8', { fatal: true }).decode(b64ToBytes(b64));
+      return html`<pre class="payload" data-testid="payload">${JSON.stringify(JSON.parse(text, keepNumberText), null, 2)}</pre>`;
+    } catch { /* not JSON after all: shown as bytes below */ }
+  }
+  if ((b64 === undefined || b64 === null) && event.payload !== undefined) {
     return html`<pre class="payload" data-testid="payload">${JSON.stringify(event.payload, null, 2)}</pre>`;
   }
-  const bytes = b64ToBytes(event.payload_base64 || '');
+  const bytes = b64ToBytes(b64 || '');
   return html`<div>
     <div class="tabs" role="tablist">
       <button role="tab" aria-selected=${view === 'hex'} onClick=${() => setView('hex')}>Hex</button>
       <button role="tab" aria-selected=${view === 'base64'} onClick=${() => setView('base64')}>Base64</button>
-      <span class="muted">${bytes.length} bytes, ${event.content_type}</span>
+      <span class="muted">${bytes.length} bytes, ${type}</span>
     </div>
-    <pre class="payload" data-testid="payload">${view === 'hex' ? hexDump(bytes) : event.payload_base64}</pre>
+    <pre class="payload" data-testid="payload">${view === 'hex' ? hexDump(bytes) : b64}</pre>
   </div>`;
 }
 
-function Request({ id }) {
-  const [r] = useAsync(() => api('GET', `/v1/deliveries/${id}/request`), [id]);
-  if (r.loading) return html`<p class="muted">Loading…</p>`;
+function Request({ r }) {
+  if (r.loading && !r.data) return html`<p class="muted">Loading…</p>`;
   if (r.error) return html`<p class="muted">${r.error.message}</p>`;
   const q = r.data;
   return html`<div>
@@ -39,6 +59,7 @@ function Request({ id }) {
 
 export function DeliveryDetail({ id, can, refresh }) {
   const [d, reload] = useAsync(() => api('GET', `/v1/deliveries/${id}`), [id, refresh]);
+  const [req] = useAsync(() => api('GET', `/v1/deliveries/${id}/request`), [id]);
   const subs = useSubscriptions();
   const [message, setMessage] = useState(null);
   const [error, setError] = useState(null);
@@ -92,7 +113,8 @@ export function DeliveryDetail({ id, can, refresh }) {
         ${x.attempts.length === 0 && html`<li class="muted">No attempt yet.</li>`}
       </ol>
     </section>
-    <section class="card"><h2>Payload</h2><${Payload} event=${x.event} /></section>
-    <section class="card"><h2>Request</h2><${Request} id=${id} /></section>
+    <section class="card"><h2>Payload</h2>${req.loading && !req.data ? html`<p class="muted">Loading…</p>`
+      : html`<${Payload} event=${x.event} bodyBase64=${req.data ? req.data.body_base64 : null} />`}</section>
+    <section class="card"><h2>Request</h2><${Request} r=${req} /></section>
   </main>`;
 }

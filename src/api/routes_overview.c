@@ -1,7 +1,7 @@
 /* routes_overview.c: the reads the operator console needs besides the lists — who the
  * caller is (GET /v1/whoami: a read-only token gets a read-only console), attempts per
  * minute by outcome (GET /v1/stats/series), and the request outboxd sends for a delivery
- * with its credentials masked (GET /v1/deliveries/{id}/request).
+ * with its credentials masked and its body exact (GET /v1/deliveries/{id}/request).
  *
  * Must not write, and must never put a credential in an answer. */
 #include <jansson.h>
@@ -11,6 +11,7 @@
 #include "api/api.h"
 #include "api/render.h"
 #include "core/token.h"
+#include "util/base64.h"
 #include "util/clock.h"
 
 #define MASK "********"
@@ -75,8 +76,9 @@ static void add_header(json_t *list, const char *name, const char *value, const 
 /* The headers of DESIGN §3 as deliver/http_request.c builds them, for the subscription
  * as it is now; values that change with each attempt are described, credentials masked. */
 static json_t *http_request(const struct subscription *s, const struct store_delivery *d,
-			    const char *content_type)
+			    const struct store_event *ev)
 {
+	const char *content_type = ev ? ev->content_type : NULL;
 	json_t *h = json_array();
 	char url[2048];
 	if (s->auth_type == AUTH_QUERY)
@@ -119,7 +121,16 @@ static json_t *http_request(const struct subscription *s, const struct store_del
 	}
 	for (size_t i = 0; i < s->n_headers; i++)
 		add_header(h, s->headers[i].name, s->headers[i].value, NULL);
-	return json_pack("{s:s, s:s, s:o}", "method", "POST", "url", url, "headers", h);
+	json_t *out = json_pack("{s:s, s:s, s:o}", "method", "POST", "url", url, "headers", h);
+	/* The body is the payload byte for byte (no transformation, DESIGN §3): base64, so
+	 * the console can show JSON exactly as sent (GET /v1/deliveries/{id} re-encodes it). */
+	char *b64 = ev ? malloc(base64_encoded_size(ev->payload_len)) : NULL;
+	if (b64) {
+		base64_encode(ev->payload, ev->payload_len, b64);
+		json_object_set_new(out, "body_base64", json_string(b64));
+		free(b64);
+	}
+	return out;
 }
 
 void api_delivery_request(struct api *api, const char *id, struct api_response *res)
@@ -143,7 +154,7 @@ void api_delivery_request(struct api *api, const char *id, struct api_response *
 				 "delivery %s is published to Kafka (%s), not sent over HTTP", d.id,
 				 s->endpoint);
 	else
-		api_reply_json(res, 200, http_request(s, &d, have_event ? ev.content_type : NULL));
+		api_reply_json(res, 200, http_request(s, &d, have_event ? &ev : NULL));
 	sub_registry_release(api->reg, set);
 	if (have_event)
 		store_event_free(&ev);

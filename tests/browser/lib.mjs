@@ -152,6 +152,10 @@ export function run(main) {
     const wrong = await stopAll();
     console.error(e);
     if (wrong.length) console.error(wrong.join('\n'));
+    for (const name of ['outboxd', 'receiver']) {
+      const f = path.join(ARTIFACTS, `${name}.log`);
+      if (fs.existsSync(f)) console.error(`---- tail of ${f} ----\n${fs.readFileSync(f, 'utf8').slice(-3000)}`);
+    }
     process.exit(1);
   });
 }

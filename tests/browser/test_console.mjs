@@ -39,9 +39,17 @@ async function main() {
     circuit_breaker: { max_errors: 1, failure_window: '10m' },
   });
   await rx.script('/inventory', 500, 'inventory exploded');
-  const ingest = (type, n, tag) => ox.api('POST', '/v1/events', {
-    events: Array.from({ length: n }, (_, i) => ({ event_type: type, payload: { tag, n: i, amount: '12.50' } })),
-  });
+  // Payloads as raw JSON text: numbers a double would change (0.10, 2^64 - 1) must show
+  // as sent.
+  const ingest = async (type, n, tag) => {
+    const events = Array.from({ length: n }, (_, i) =>
+      `{"event_type":"${type}","payload":{"tag":"${tag}","n":${i},"total":0.10,"ref":18446744073709551615}}`);
+    const r = await fetch(`${ox.url}/v1/events`, {
+      method: 'POST', headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'application/json' },
+      body: `{"events":[${events.join(',')}]}`,
+    });
+    check(r.status === 202, `ingest: ${r.status} ${await r.text()}`);
+  };
   const deadCount = async () => (await ox.api('GET', `/v1/dlq?subscription_id=${failing.id}&limit=1000`)).items.length;
 
   // Batch A (2 dead) before `cut`, batch B (3 dead) from `cut` on: the date filter must
@@ -119,6 +127,7 @@ async function main() {
       check((await page.getByTestId('status').innerText()).startsWith('DEAD'), 'shown as dead');
       const payload = await page.getByTestId('payload').innerText();
       check(payload.includes('"tag": "B"'), `payload pretty-printed: ${payload}`);
+      check(payload.includes('"total": 0.10') && payload.includes('"ref": 18446744073709551615'), `numbers as sent: ${payload}`);
       const headers = page.getByTestId('headers');
       await headers.waitFor();
       const h = await headers.innerText();
