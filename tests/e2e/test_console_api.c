@@ -2,7 +2,7 @@
  * on each backend: the console's files over real HTTP (CSP, ETag and 304, no token),
  * GET /v1/whoami for each kind of token, GET /v1/stats/series counting a real failed
  * attempt in its minute, and GET /v1/deliveries/{id}/request showing the headers a
- * delivery is sent with, credentials masked. The browser test (tests/browser) drives the
+ * delivery is sent with, credentials masked, and its exact body. The browser test (tests/browser) drives the
  * console itself. */
 #include "e2e.h"
 
@@ -151,6 +151,8 @@ static void test_series_and_request(void **state)
 	assert_non_null(strstr(text, want));
 	snprintf(want, sizeof(want), "%s/down", rcv.url);
 	assert_string_equal(json_string_value(json_object_get(r, "url")), want);
+	/* the body: the payload's bytes as sent, base64 of {"id":7} */
+	assert_string_equal(json_string_value(json_object_get(r, "body_base64")), "eyJpZCI6N30=");
 	free(text);
 	json_decref(r);
 
