@@ -32,7 +32,7 @@ export function freePort() {
 }
 
 // Polls fn until it returns a truthy value (returned), or fails after timeoutMs.
-export async function waitFor(what, fn, timeoutMs = 20000) {
+export async function waitFor(what, fn, timeoutMs = 30000) {
   const deadline = Date.now() + timeoutMs;
   let last;
   for (;;) {
@@ -107,7 +107,7 @@ export async function launchBrowser() {
 export async function watchedPage(browser, origin, options = {}) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...options });
   const page = await context.newPage();
-  page.setDefaultTimeout(15000);
+  page.setDefaultTimeout(30000); // generous: make test shares 2 cores with everything else
   const problems = [];
   const requests = [];
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));

@@ -12,7 +12,7 @@ import {
   waitFor, watchedPage,
 } from './lib.mjs';
 
-const shot = (page, name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: false });
+const shot = (page, name, fullPage = false) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage });
 const utcSeconds = (ms) => new Date(ms).toISOString().slice(0, 19);
 
 async function main() {
@@ -133,7 +133,7 @@ async function main() {
       const h = await headers.innerText();
       check(h.includes('webhook-id') && h.includes('Bearer ********') && h.includes('v1,********'), `headers: ${h}`);
       check(!(await page.content()).includes('sup3r-s3cret'), 'the bearer token is never shown');
-      await shot(page, 'delivery');
+      await shot(page, 'delivery', true);
       await page.goBack();
       await waitFor('back at the filtered DLQ', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 3);
     });
