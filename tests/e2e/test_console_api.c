@@ -163,6 +163,24 @@ static void test_series_and_request(void **state)
 	assert_string_equal(json_string_value(json_object_get(h, "webhook-id")), ev);
 	json_decref(got);
 
+	/* query auth: the credential is in the URL, masked there */
+	char sub2[64], ev2[64], ids2[1][64];
+	e2e_create_sub(&dmn, sub2,
+		       "{\"name\":\"q\",\"event_types\":[\"q.*\"],\"endpoint\":\"%s/down?v=1\","
+		       "\"auth\":{\"type\":\"query\",\"param\":\"key\",\"value\":\"qu3ry-s3cret\"},"
+		       "\"retry\":{\"immediate\":1,\"permanent\":[503]}}",
+		       rcv.url);
+	e2e_send(&dmn, ev2, "{\"event_type\":\"q.x\",\"payload\":1}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev2, ids2, 1), 1);
+	r = e2e_get(&dmn, "/v1/deliveries/%s/request", ids2[0]);
+	text = json_dumps(r, JSON_COMPACT);
+	assert_null(strstr(text, "qu3ry-s3cret"));
+	assert_null(strstr(text, "\"Authorization\""));
+	free(text);
+	snprintf(want, sizeof(want), "%s/down?v=1&key=********", rcv.url);
+	assert_string_equal(json_string_value(json_object_get(r, "url")), want);
+	json_decref(r);
+
 	snprintf(path, sizeof(path), "/v1/deliveries/%s/request",
 		 "01a21245-0000-7000-8000-000000000000");
 	json_decref(api_call(&dmn, "GET", path, NULL, 404));
