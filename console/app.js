@@ -67,6 +67,8 @@ function Help({ onClose }) {
       <table class="kv"><tbody>
         ${NAV.map(([, label, k]) => html`<tr><th><kbd>g</kbd> <kbd>${k}</kbd></th><td>${label}</td></tr>`)}
         <tr><th><kbd>/</kbd></th><td>Focus the first filter</td></tr>
+        <tr><th><kbd>j</kbd> <kbd>k</kbd></th><td>Next / previous row of a list (<kbd>Enter</kbd> opens it)</td></tr>
+        <tr><th><kbd>x</kbd></th><td>Tick the focused row</td></tr>
         <tr><th><kbd>r</kbd></th><td>Refresh the page's data</td></tr>
         <tr><th><kbd>?</kbd></th><td>This help</td></tr>
         <tr><th><kbd>Esc</kbd></th><td>Close a dialog</td></tr>

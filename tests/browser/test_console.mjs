@@ -201,7 +201,11 @@ async function main() {
       const rows = page.locator('table.list tbody tr[data-id]');
       const purged = await rows.nth(0).getAttribute('data-id');
       const replayed = await rows.nth(1).getAttribute('data-id');
-      await page.getByLabel(`Select ${purged}`).check();
+      // keyboard: j to the first row, x ticks it
+      await page.locator('h1').click();
+      await page.keyboard.press('j');
+      await page.keyboard.press('x');
+      check(await page.getByLabel(`Select ${purged}`).isChecked(), 'j then x ticks the first row');
       await page.getByRole('button', { name: 'Purge selected' }).click();
       const confirm = page.getByRole('alertdialog', { name: 'Confirm purge' });
       check((await confirm.innerText()).includes('Delete 1 dead delivery'), 'the purge asks first');
