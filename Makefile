@@ -6,7 +6,8 @@ BUILD      ?= build
 TESTBUILD  ?= build-test
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test build deps clean receiver bench bench-kafka fuzz soak
+.PHONY: run test build deps clean receiver bench bench-kafka fuzz soak install uninstall deb \
+	deb-check
 
 deps:
 	@bash scripts/deps.sh
@@ -26,6 +27,31 @@ test: deps
 	@cmake -S . -B $(TESTBUILD) -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON >/dev/null
 	@cmake --build $(TESTBUILD) -j $(JOBS)
 	@cd $(TESTBUILD) && ctest --output-on-failure -j $(JOBS)
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, outboxd(8), the example
+# configuration (PREFIX/etc/outboxd/outboxd.conf, /etc for PREFIX=/usr), the systemd unit
+# (PREFIX/lib/systemd/system) and the operator docs; the list of what went where is kept
+# in $(BUILD)/installed_files.txt for make uninstall (same BUILD). docs/deployment.md.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
+	@sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt > $(BUILD)/installed_files.txt
+	@echo "make install: $$(grep -c "" $(BUILD)/installed_files.txt) files, listed in $(BUILD)/installed_files.txt"
+
+uninstall:
+	@bash scripts/uninstall.sh $(BUILD)/installed_files.txt
+
+# make deb: the Debian package (debian/, dpkg-buildpackage, debhelper 13) built in
+# build-deb/ and checked with lintian (fails on an error). make deb-check: make deb, then
+# dpkg -i of it on this machine and a check that the installed outboxd works (as root or
+# with sudo; purges it again unless KEEP_INSTALLED=1). Not part of make test: it installs
+# a system package. docs/deployment.md.
+deb:
+	@bash scripts/deb.sh
+
+deb-check: deb
+	@bash scripts/deb-check.sh
 
 # A local HTTP receiver on port 9000 that prints what it gets (for the quickstart).
 receiver: deps

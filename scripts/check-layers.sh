@@ -7,6 +7,7 @@
 #   1 core      pure logic: model, outcome rules, breaker, filter, subscription codec
 #   2 store     the storage interface, its backends, the one writer, the spool
 #   3 kafka     what the Kafka intake and sink share (envelope codec, client settings)
+#   3 otel      the OpenTelemetry exporter (OTLP/HTTP JSON) the dispatcher reports to
 #   4 deliver, intake, jobs   the engines: sinks and dispatcher, ways in, background jobs
 #   5 api, cli  the HTTP API and the command line
 #   main.c      wiring: may include anything
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/../src"
 
 level() {
 	case "$1" in
-	util) echo 0 ;; core) echo 1 ;; store) echo 2 ;; kafka) echo 3 ;;
+	util) echo 0 ;; core) echo 1 ;; store) echo 2 ;; kafka | otel) echo 3 ;;
 	deliver | intake | jobs) echo 4 ;; api | cli) echo 5 ;;
 	outboxd) echo 3 ;; # generated protobuf-c code
 	*) echo "unknown" ;;
@@ -49,7 +50,7 @@ for f in */*.c */*.h; do
 	done < <(grep -E '^#include "[a-z_]+/' "$f" | sed 's/[[:space:]]*$//')
 done
 if [ "$bad" -ne 0 ]; then
-	echo "layering: includes must point down: util < core < store < kafka < deliver|intake|jobs < api|cli"
+	echo "layering: includes must point down: util < core < store < kafka|otel < deliver|intake|jobs < api|cli"
 	exit 1
 fi
 echo "layering: every include under src/ points down"

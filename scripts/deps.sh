@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# deps.sh: install the Debian packages outboxd needs to build, run and test.
+# deps.sh [PACKAGE...]: install the Debian packages outboxd needs to build, run and test,
+# and the PACKAGEs named (scripts/deb-deps.sh names the packaging tools).
 # Idempotent and quiet when everything is already there; uses sudo when not root.
 set -euo pipefail
 
@@ -16,6 +17,9 @@ packages=(
   libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   kcat
   libcmocka-dev
+  libsystemd-dev      # sd_notify: Type=notify readiness, watchdog, reload (src/cli/service.c)
+  systemd             # systemd-analyze verify of dist/outboxd.service (ctest install/unit)
+  man-db groff-base   # man -l of man/outboxd.8 (ctest install/man)
   curl
   jq                  # make soak (bench/soak.sh) reads the API's JSON with it
   chromium            # the console's browser tests (tests/browser, playwright-core)
@@ -26,6 +30,7 @@ packages=(
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
+packages+=("$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

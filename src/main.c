@@ -2,6 +2,8 @@
  *
  *   outboxd serve [settings]   run the daemon (outboxd serve --help lists settings)
  *   outboxd rotate-key [...]   re-seal subscription credentials under a new key
+ *   outboxd check-config [...] validate the settings, print them (secrets masked)
+ *   outboxd migrate [...]      apply the store's schema migrations, then exit
  *   outboxd version            print the version */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,14 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
 
 #include "api/api.h"
 #include "api/http.h"
+#include "cli/admin.h"
 #include "cli/cli.h"
 #include "cli/secret_key.h"
+#include "cli/service.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/ssrf.h"
@@ -27,6 +32,7 @@
 #include "deliver/sink_kafka.h"
 #include "intake/kafka_intake.h"
 #include "intake/ops_events.h"
+#include "otel/otlp.h"
 #include "jobs/jobs.h"
 #include "store/store.h"
 #include "store/writer.h"
@@ -42,7 +48,9 @@ static void usage(FILE *out)
 	fprintf(out, "usage: outboxd <command> [options]\n\n"
 		     "commands:\n"
 		     "  serve        run the delivery daemon (outboxd serve --help for settings)\n"
-		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n");
+		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n"
+		     "  check-config validate the settings and print them, secrets masked\n"
+		     "  migrate      apply the store's schema migrations without serving\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
 		     "outboxd <group> --help shows a group's commands and options.\n");
@@ -123,7 +131,50 @@ static int load_settings(int argc, char **argv, struct config *cfg)
 	if (rc) {
 		fprintf(stderr, "outboxd: %s\n", err);
 		config_free(cfg);
+	} else if (path && !(cfg->config_file = strdup(path))) {
+		config_free(cfg);
+		return -1;
 	}
+	return rc;
+}
+
+static int wants_help(int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+			return 1;
+	return 0;
+}
+
+/* outboxd check-config and outboxd migrate (cli/admin.h): serve's settings. */
+static int check_config(int argc, char **argv)
+{
+	struct config cfg;
+	if (wants_help(argc, argv)) {
+		admin_check_config_usage(stdout);
+		return 0;
+	}
+	if (load_settings(argc, argv, &cfg))
+		return 2;
+	int rc = admin_check_config(&cfg, stdout);
+	config_free(&cfg);
+	return rc ? 2 : 0;
+}
+
+static int migrate(int argc, char **argv)
+{
+	struct config cfg;
+	if (wants_help(argc, argv)) {
+		admin_migrate_usage(stdout);
+		return 0;
+	}
+	if (load_settings(argc, argv, &cfg))
+		return 2;
+	enum log_level level;
+	if (log_level_parse(cfg.log_level, &level) == 0)
+		log_set_level(level);
+	int rc = admin_migrate(&cfg);
+	config_free(&cfg);
 	return rc;
 }
 
@@ -247,6 +298,7 @@ static int serve(int argc, char **argv)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP); /* reload (cli/service.h) */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -340,7 +392,21 @@ static int serve(int argc, char **argv)
 		.disable_after_ms = cfg.disable_after_ms,
 		.disable = disable_subscription,
 		.disable_ctx = &reload,
+		.log_deliveries = cfg.log_deliveries,
 	};
+	/* OpenTelemetry (otel/otlp.h): a span per attempt and the counters, when asked for;
+	 * started before the dispatcher reports to it, stopped after. */
+	if (cfg.otlp_endpoint && *cfg.otlp_endpoint) {
+		if (otlp_start(cfg.otlp_endpoint, cfg.otlp_headers, owner, OUTBOXD_VERSION,
+			       cfg.otlp_interval_ms, err, sizeof(err))) {
+			log_error("%s", err);
+			goto out;
+		}
+		char *shown = config_mask_value("otlp_endpoint", cfg.otlp_endpoint);
+		log_info("OpenTelemetry: exporting attempt spans and counters to %s (otlp_endpoint)",
+			 shown ? shown : "the collector");
+		free(shown);
+	}
 	/* The one writer of ingest, claims and results (store/writer.h), and the
 	 * dispatcher, its client. */
 	if (!(writer = writer_start(st, spool)))
@@ -378,6 +444,7 @@ static int serve(int argc, char **argv)
 		.reap_interval_ms = cfg.reap_interval_ms,
 		.cleanup_enabled = cfg.cleanup_enabled,
 		.cleanup_interval_ms = cfg.cleanup_interval_ms,
+		.cleanup_after_ms = cfg.cleanup_after_ms,
 		.ops = {ops_events_emit, ops},
 	};
 	if (!(jobs = jobs_start(st, &reg, &jcfg, wake_dispatcher, disp)))
@@ -430,8 +497,38 @@ static int serve(int argc, char **argv)
 			cfg.admin_token ? "" : ", kept in the data folder as admin.token", scheme,
 			cfg.listen);
 
+	/* Under systemd (Type=notify): ready now that the store is open and the API
+	 * listens; then the watchdog from this loop, which checks that the dispatcher turns;
+	 * SIGHUP reloads what can change without a restart (cli/service.h). */
+	service_ready(scheme, cfg.listen, store_backend_name(st));
+	int64_t watchdog_us = service_watchdog_interval_us();
 	int sig = 0;
-	sigwait(&sigs, &sig);
+	for (;;) {
+		if (watchdog_us) {
+			struct timespec every = {(time_t)(watchdog_us / 1000000),
+						 (long)(watchdog_us % 1000000) * 1000};
+			sig = sigtimedwait(&sigs, NULL, &every);
+			service_watchdog(disp);
+			if (sig < 0)
+				continue; /* the interval passed (or EINTR) */
+		} else if (sigwait(&sigs, &sig) != 0) {
+			continue;
+		}
+		if (sig != SIGHUP)
+			break;
+		service_reloading();
+		log_info("received SIGHUP: reloading the settings%s%s",
+			 cfg.config_file ? " from " : "", cfg.config_file ? cfg.config_file : "");
+		struct config fresh;
+		if (load_settings(argc, argv, &fresh) == 0) {
+			service_reload(&cfg, &fresh, ops, disp);
+			config_free(&fresh);
+		} else {
+			log_error("reload: the settings do not load (see above); keeping the running ones");
+		}
+		service_ready(scheme, cfg.listen, store_backend_name(st));
+	}
+	service_stopping();
 	log_info("received %s: stopping intake, finishing in-flight deliveries",
 		 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	rc = 0;
@@ -447,6 +544,7 @@ out:
 	store_on_work(st, NULL, NULL);
 	store_on_subscriptions_changed(st, NULL, NULL);
 	dispatcher_stop(disp);
+	otlp_stop(); /* after the dispatcher, which reports attempts to it */
 	ops_events_stop(ops); /* after what emits them, before the writer that stores them */
 	writer_stop(writer);
 	sink_close(http_sink); /* after the dispatcher, whose jobs they served */
@@ -473,6 +571,10 @@ int main(int argc, char **argv)
 		return serve(argc - 2, argv + 2);
 	if (strcmp(argv[1], "rotate-key") == 0)
 		return rotate_key(argc - 2, argv + 2);
+	if (strcmp(argv[1], "check-config") == 0)
+		return check_config(argc - 2, argv + 2);
+	if (strcmp(argv[1], "migrate") == 0)
+		return migrate(argc - 2, argv + 2);
 	/* CLI: the group may follow global options (outboxd --url U dlq list). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {

@@ -34,7 +34,7 @@ void api_deliveries_list(struct api *api, const struct api_request *req, int dea
 	const char *v;
 
 	f.limit = LIST_DEFAULT;
-	if (filter_parse(query_get, req, 1, api->reg, "", &f, &fb, &err)) {
+	if (filter_parse(query_get, req, 1, api->reg, "", clock_now_ms(), &f, &fb, &err)) {
 		api_reply_error(res, &err);
 		return;
 	}
@@ -154,7 +154,7 @@ static int body_filter(struct api *api, json_t *filter, int force, struct delive
 		       struct filter_buf *fb, struct api_response *res)
 {
 	struct input_error err;
-	if (filter_parse_json(filter, api->reg, "filter.", f, fb, &err)) {
+	if (filter_parse_json(filter, api->reg, "filter.", clock_now_ms(), f, fb, &err)) {
 		api_reply_error(res, &err);
 		return -1;
 	}
@@ -368,7 +368,7 @@ void api_dlq_purge_filter(struct api *api, const struct api_request *req,
 				 "filter is required ({} purges the whole dead-letter queue)");
 		goto out;
 	}
-	if (filter_parse_json(filter, api->reg, "filter.", &f, &fb, &err)) {
+	if (filter_parse_json(filter, api->reg, "filter.", clock_now_ms(), &f, &fb, &err)) {
 		api_reply_error(res, &err);
 		goto out;
 	}

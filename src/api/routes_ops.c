@@ -191,6 +191,15 @@ void api_stats(struct api *api, struct api_response *res)
 			    json_pack("{s:I, s:I, s:I}", "stored", (json_int_t)ops_stored,
 				      "suppressed", (json_int_t)ops_suppressed, "dropped",
 				      (json_int_t)ops_dropped));
+	/* Seed 002's implicit DLQ: deliveries still being retried, and how long the one
+	 * failing longest has been failing (with max_retries 0 nothing is ever dead). */
+	json_object_set_new(out, "failing",
+			    json_pack("{s:I, s:o, s:o}", "deliveries", (json_int_t)s.retrying_count,
+				      "oldest_since", render_time(s.oldest_failing_since),
+				      "oldest_age_ms",
+				      s.oldest_failing_since ?
+					      json_integer(now - s.oldest_failing_since) :
+					      json_null()));
 	/* per-key ordering: deliveries parked behind a dead one of their key */
 	json_object_set_new(out, "blocked", json_pack("{s:I, s:I}", "deliveries",
 						      (json_int_t)s.blocked_count, "keys",
@@ -246,6 +255,12 @@ void api_metrics(struct api *api, struct api_response *res)
 			   "# HELP outboxd_blocked_keys Partition keys blocked by a dead delivery.\n"
 			   "# TYPE outboxd_blocked_keys gauge\noutboxd_blocked_keys %lld\n",
 			(long long)s.blocked_count, (long long)s.blocked_keys);
+		fprintf(f, "# HELP outboxd_oldest_failing_age_seconds How long the delivery failing "
+			   "longest (still retried) has been failing; 0 when none.\n"
+			   "# TYPE outboxd_oldest_failing_age_seconds gauge\n"
+			   "outboxd_oldest_failing_age_seconds %.3f\n",
+			s.oldest_failing_since ?
+				(double)(now - s.oldest_failing_since) / 1000.0 : 0.0);
 		store_stats_free(&s);
 	}
 	fprintf(f, "# HELP outboxd_store_up Whether the store answered this scrape.\n"

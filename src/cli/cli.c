@@ -17,7 +17,7 @@
 
 /* Flags that take no value. */
 static const char *const bool_flags[] = {"--json", "--force", "--all", "--help", "-h",
-					 "--dry-run", "--no-wait", NULL};
+					 "--dry-run", "--no-wait", "--failing", NULL};
 
 struct opts {
 	const char *keys[MAX_OPTS];
@@ -257,6 +257,7 @@ static void append_query(char *q, size_t len, const char *key, const char *value
 
 static const char *const list_opts[] = {"--status", "--subscription", "--name", "--type", "--q",
 					"--code", "--source", "--event-id", "--from", "--to",
+					"--min-attempts", "--failing-since", "--failing",
 					"--sort", "--order", "--limit", "--all", NULL};
 
 /* Command-line filter options and the API's filter names. */
@@ -264,6 +265,7 @@ static const char *const filter_map[][2] = {
 	{"--status", "status"}, {"--subscription", "subscription_id"}, {"--name", "name"},
 	{"--type", "event_type"}, {"--q", "q"}, {"--code", "code"}, {"--source", "source"},
 	{"--event-id", "event_id"}, {"--from", "from"}, {"--to", "to"},
+	{"--min-attempts", "min_attempts"}, {"--failing-since", "failing_since"},
 };
 
 /* deliveries list / dlq list: one page, or every page with --all or --json. */
@@ -275,6 +277,9 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 	snprintf(path, sizeof(path), "%s", base);
 	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
 		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
+	/* --failing: everything failing now (seed 002's implicit DLQ), oldest first */
+	if (opt(o, "--failing") && !opt(o, "--failing-since"))
+		append_query(path, sizeof(path), "failing_since", "0s");
 	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
 	append_query(path, sizeof(path), "order", opt(o, "--order"));
 	int all = c->json || opt(o, "--all");
@@ -641,7 +646,8 @@ static int dlq_replay(struct cli *c, const struct opts *o)
 {
 	static const char *const replay_opts[] = {"--status", "--subscription", "--name", "--type",
 						  "--q", "--code", "--source", "--event-id",
-						  "--from", "--to", "--force", "--dry-run", "--rate",
+						  "--from", "--to", "--min-attempts",
+						  "--failing-since", "--force", "--dry-run", "--rate",
 						  "--no-wait", NULL};
 	json_t *r;
 	if (check_opts(o, replay_opts))
@@ -697,7 +703,8 @@ static int dlq_purge_filter(struct cli *c, const struct opts *o)
 {
 	static const char *const purge_opts[] = {"--subscription", "--name", "--type", "--q",
 						 "--code", "--source", "--event-id", "--from", "--to",
-						 "--dry-run", "--all", NULL};
+						 "--min-attempts", "--failing-since", "--dry-run", "--all",
+						 NULL};
 	json_t *r;
 	if (check_opts(o, purge_opts))
 		return CLI_USAGE;
@@ -770,6 +777,13 @@ static int cmd_stats(struct cli *c, const struct opts *o)
 	printf("in flight    %lld   due backlog %lld   oldest dead %s\n",
 	       (long long)json_integer_value(json_object_get(r, "in_flight")),
 	       (long long)json_integer_value(json_object_get(r, "due_backlog")), str(r, "oldest_dead_at"));
+	json_t *fl = json_object_get(r, "failing");
+	if (json_is_string(json_object_get(fl, "oldest_since")))
+		printf("failing      %lld deliveries still retried, the oldest failing since %s "
+		       "(%lld s)\n",
+		       (long long)json_integer_value(json_object_get(fl, "deliveries")),
+		       str(fl, "oldest_since"),
+		       (long long)json_integer_value(json_object_get(fl, "oldest_age_ms")) / 1000);
 	json_t *bl = json_object_get(r, "blocked"), *ops = json_object_get(r, "ops_events");
 	printf("blocked      %lld deliveries behind dead ones, %lld keys   ops events stored %lld, "
 	       "held back %lld, dropped %lld (this instance)\n\n",
@@ -915,6 +929,9 @@ static const struct cli_group {
 	{"deliveries", "list and inspect deliveries",
 	 "  deliveries list [filters] [--sort created_at|updated_at|attempt_count]\n"
 	 "              [--order asc|desc] [--limit N] [--all]\n"
+	 "  deliveries list --failing [filters]\n"
+	 "                              what is failing now, dead or still retried (seed\n"
+	 "                              002's implicit DLQ with max_retries 0)\n"
 	 "  deliveries show ID          one delivery with every attempt\n",
 	 cmd_deliveries},
 	{"dlq", "the dead-letter queue: list, replay, purge",
@@ -957,6 +974,8 @@ static void usage_print(FILE *out)
 	fputs("\n"
 	      "filters: --status S --subscription ID --name NAME --type T (glob ok) --q TEXT\n"
 	      "         --code N --source S --event-id ID --from RFC3339 --to RFC3339\n"
+	      "         --min-attempts N --failing-since RFC3339|DURATION (failing at least since\n"
+	      "         then, or for that long: 1h)\n"
 	      "\n"
 	      "The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080 (an https:// API with\n"
 	      "a private CA: OUTBOXD_CA_FILE names the CA); the token is --token,\n"

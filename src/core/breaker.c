@@ -104,7 +104,9 @@ void breaker_record(struct breaker *b, const struct circuit_breaker_config *c, i
 	}
 	if (b->failures < INT32_MAX)
 		b->failures++;
-	if (b->failures > (c->max_errors > 0 ? c->max_errors : 0))
+	/* Connxio: it starts delaying when MaxErrorsPerInterval "is hit", so reaching
+	 * max_errors opens it. */
+	if (b->failures >= (c->max_errors > 0 ? c->max_errors : 1))
 		open_breaker(b, now_ms, b->window_start_ms + window);
 }
 

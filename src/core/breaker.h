@@ -7,8 +7,8 @@
  * as a message that failed its endpoint retries is one error to Connxio.
  *
  *   CLOSED    failures are counted in fixed windows of failure_window, starting at the
- *             first failure; a window that ends resets the count. More than max_errors
- *             failures in one window open the breaker until that window ends.
+ *             first failure; a window that ends resets the count. Reaching max_errors
+ *             failures in one window opens the breaker until that window ends.
  *   OPEN      no round may start: each claimed delivery takes a delay action instead.
  *             Turns HALF_OPEN by itself when open_until passes.
  *   HALF_OPEN one round, the probe, may start; the others take delay actions. The

@@ -61,8 +61,9 @@ const struct config_setting config_settings[] = {
 	 "1s", S(delivery_timeout_ms), "default timeout of an immediate try (seed 001: 1s)"},
 	{"retry_interval", "--retry-interval", "OUTBOXD_RETRY_INTERVAL", CONFIG_DURATION, "3s",
 	 S(retry_interval_ms), "default interval between scheduled retries (seed 000: 3s)"},
-	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, "3", S(max_retries),
-	 "default scheduled retries before the DLQ; 0 = retry forever (seed 000: 3)"},
+	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, NULL, S(max_retries),
+	 "default scheduled retries before the DLQ; 0 = retry forever; unset: 3 (seed 000), "
+	 "or 5 when the policy is exponential (seed 004 MaxNumberOfRetries)"},
 	{"retry_timeout", "--retry-timeout", "OUTBOXD_RETRY_TIMEOUT", CONFIG_DURATION, "5s",
 	 S(retry_timeout_ms), "default timeout of a scheduled or manual try (seed 000: 5s)"},
 	{"retry_policy", "--retry-policy", "OUTBOXD_RETRY_POLICY", CONFIG_STRING, "fixed",
@@ -98,6 +99,10 @@ const struct config_setting config_settings[] = {
 	 S(cleanup_enabled), "delete PROCESSED deliveries periodically (seeds 000/002: off)"},
 	{"cleanup_interval", "--cleanup-interval", "OUTBOXD_CLEANUP_INTERVAL", CONFIG_DURATION,
 	 "60m", S(cleanup_interval_ms), "how often the cleanup job runs (seed 000: 60m)"},
+	{"cleanup_after", "--cleanup-after", "OUTBOXD_CLEANUP_AFTER", CONFIG_DURATION, "0s",
+	 S(cleanup_after_ms),
+	 "retention: the cleanup keeps PROCESSED deliveries at least this long after they "
+	 "were delivered (seed 003); 0s deletes them at the next run (seeds 000/002)"},
 	{"shutdown_grace", "--shutdown-grace", "OUTBOXD_SHUTDOWN_GRACE", CONFIG_DURATION, "10s",
 	 S(shutdown_grace_ms), "how long SIGTERM waits for in-flight requests"},
 	{"replay_rate", "--replay-rate", "OUTBOXD_REPLAY_RATE", CONFIG_INT, "100", S(replay_rate),
@@ -121,6 +126,11 @@ const struct config_setting config_settings[] = {
 	{"ops_events_window", "--ops-events-window", "OUTBOXD_OPS_EVENTS_WINDOW",
 	 CONFIG_DURATION, "1m", S(ops_events_window_ms),
 	 "the window of ops_events_limit (at least 1s)"},
+	{"log_deliveries", "--log-deliveries", "OUTBOXD_LOG_DELIVERIES", CONFIG_BOOL, "false",
+	 S(log_deliveries),
+	 "one audit log line per delivery outcome once it is stored: EXECUTED, FAILED (a retry "
+	 "follows) or DEAD, with delivery, event, subscription, code and duration (seeds "
+	 "001/003), whatever log_level says; never a credential"},
 	{"ssrf_allow", "--ssrf-allow", "OUTBOXD_SSRF_ALLOW", CONFIG_STRING, NULL, S(ssrf_allow),
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
@@ -151,6 +161,17 @@ const struct config_setting config_settings[] = {
 	{"kafka_max_backlog", "--kafka-max-backlog", "OUTBOXD_KAFKA_MAX_BACKLOG", CONFIG_INT,
 	 "100000", S(kafka_max_backlog), "the intake pauses while more of its deliveries than "
 	 "this are not final, and resumes below half"},
+	/* OpenTelemetry (otel/otlp.h, docs/operations.md): off unless otlp_endpoint is set. */
+	{"otlp_endpoint", "--otlp-endpoint", "OUTBOXD_OTLP_ENDPOINT", CONFIG_STRING, NULL,
+	 S(otlp_endpoint), "OTLP/HTTP collector (http(s)://host:4318): a span per delivery "
+	 "attempt goes to /v1/traces and the counters to /v1/metrics, as OTLP JSON; set by "
+	 "the operator, so the SSRF guard does not apply; empty = off"},
+	{"otlp_interval", "--otlp-interval", "OUTBOXD_OTLP_INTERVAL", CONFIG_DURATION, "10s",
+	 S(otlp_interval_ms), "how often the counters are exported to otlp_endpoint (at least "
+	 "1s)"},
+	{"otlp_headers", "--otlp-headers", "OUTBOXD_OTLP_HEADERS", CONFIG_STRING, NULL,
+	 S(otlp_headers), "headers sent with every export to otlp_endpoint, Name=value,Name=value "
+	 "(a collector's API key, as OTEL_EXPORTER_OTLP_HEADERS); values never logged"},
 	{NULL, NULL, NULL, 0, NULL, 0, NULL},
 };
 
@@ -400,6 +421,7 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		char *const *argv, char *err, size_t errlen)
 {
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->max_retries = -1; /* unset: the retry policy's own default */
 	for (const struct config_setting *s = config_settings; s->key; s++)
 		if (s->def && set_value(cfg, s, s->def, "default", err, errlen))
 			return -1;
@@ -485,6 +507,21 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		if (bad)
 			return fail(err, errlen, "secret_key %s", why);
 	}
+	if (is_set(cfg->otlp_endpoint) && strncmp(cfg->otlp_endpoint, "http://", 7) != 0 &&
+	    strncmp(cfg->otlp_endpoint, "https://", 8) != 0)
+		return fail(err, errlen, "otlp_endpoint must be an http:// or https:// URL, got \"%s\"",
+			    cfg->otlp_endpoint);
+	if (cfg->otlp_interval_ms < 1000)
+		return fail(err, errlen, "otlp_interval must be at least 1s");
+	for (const char *h = is_set(cfg->otlp_headers) ? cfg->otlp_headers : NULL; h;) {
+		size_t len = strcspn(h, ",");
+		const char *eq = memchr(h, '=', len);
+		if (!eq || eq == h || memchr(h, '\r', len) || memchr(h, '\n', len) ||
+		    memchr(h, ':', (size_t)(eq - h)))
+			return fail(err, errlen, "otlp_headers must be Name=value pairs separated by "
+				    "commas, e.g. X-Api-Key=...");
+		h = h[len] ? h + len + 1 : NULL;
+	}
 	return check_kafka(cfg, err, errlen);
 }
 
@@ -521,7 +558,10 @@ void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
 	p->immediate_delay_ms = cfg->immediate_delay_ms;
 	p->immediate_timeout_ms = cfg->delivery_timeout_ms;
 	p->interval_ms = cfg->retry_interval_ms;
-	p->max_retries = cfg->max_retries;
+	if (cfg->max_retries >= 0) {
+		p->max_retries = cfg->max_retries;
+		p->max_retries_auto = 0;
+	}
 	p->timeout_ms = cfg->retry_timeout_ms;
 	if (retry_policy_kind_parse(cfg->retry_policy, &p->policy))
 		p->policy = RETRY_FIXED;
@@ -530,6 +570,7 @@ void config_retry_defaults(const struct config *cfg, struct retry_policy *p)
 	p->factor = cfg->retry_factor;
 	p->jitter = cfg->retry_jitter;
 	p->retry_after_max_ms = cfg->retry_after_max_ms;
+	retry_policy_settle(p);
 }
 
 void config_print_help(FILE *out)
@@ -540,5 +581,197 @@ void config_print_help(FILE *out)
 	for (const struct config_setting *s = config_settings; s->key; s++) {
 		fprintf(out, "  %-20s %-26s %s = %s\n      %s\n", s->flag, s->env, s->key,
 			s->def ? s->def : "(unset)", s->help);
+	}
+}
+
+/* ---- reload on SIGHUP ----------------------------------------------------------------- */
+
+/* What can change under a running daemon: each is read through an atomic or under its
+ * owner's lock (util/log.c, intake/ops_events.c, deliver/dispatcher.c). The rest is copied or borrowed by the
+ * threads at start (listen, store, tokens, limits, the SSRF policy of the HTTP sink, ...). */
+static const char *const reloadable[] = {"log_level", "log_format", "ops_events_limit",
+					 "ops_events_window", "log_deliveries", NULL};
+
+int config_setting_reloadable(const struct config_setting *s)
+{
+	for (const char *const *k = reloadable; *k; k++)
+		if (strcmp(*k, s->key) == 0)
+			return 1;
+	return 0;
+}
+
+int config_setting_equal(const struct config *a, const struct config *b,
+			 const struct config_setting *s)
+{
+	const char *pa = (const char *)a + s->offset, *pb = (const char *)b + s->offset;
+	switch (s->type) {
+	case CONFIG_STRING: {
+		const char *x = *(char *const *)pa, *y = *(char *const *)pb;
+		return strcmp(x ? x : "", y ? y : "") == 0;
+	}
+	case CONFIG_INT:
+	case CONFIG_BOOL:
+		return *(const int *)pa == *(const int *)pb;
+	case CONFIG_DURATION:
+	case CONFIG_SIZE:
+		return *(const int64_t *)pa == *(const int64_t *)pb;
+	case CONFIG_NUMBER:
+		return *(const double *)pa == *(const double *)pb;
+	}
+	return 0;
+}
+
+/* ---- the effective settings, secrets masked (outboxd check-config) ---------------- */
+
+#define MASK "********"
+
+/* The settings whose whole value is a secret. */
+static int is_secret_key(const char *key)
+{
+	return !strcmp(key, "admin_token") || !strcmp(key, "ingest_token") ||
+	       !strcmp(key, "secret_key");
+}
+
+/* Appends n bytes of s to the growing string *out (of *len); -1 when out of memory. */
+static int append(char **out, size_t *len, const char *s, size_t n)
+{
+	char *grown = realloc(*out, *len + n + 1);
+	if (!grown)
+		return -1;
+	memcpy(grown + *len, s, n);
+	*len += n;
+	grown[*len] = '\0';
+	*out = grown;
+	return 0;
+}
+
+/* scheme://user:PASSWORD@host...: the password masked. A libpq keyword string
+ * ("host=h password=p") gets its password= value masked. */
+static char *mask_url(const char *v)
+{
+	char *out = NULL;
+	size_t len = 0;
+	const char *scheme = strstr(v, "://");
+	if (scheme) {
+		const char *auth = scheme + 3;
+		size_t hostpart = strcspn(auth, "/?#");
+		const char *at = memchr(auth, '@', hostpart);
+		const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+		if (colon) {
+			if (append(&out, &len, v, (size_t)(colon + 1 - v)) ||
+			    append(&out, &len, MASK, strlen(MASK)))
+				goto oom;
+			v = at;
+		}
+	}
+	/* keyword form, and password= in a URL's query string */
+	for (;;) {
+		const char *p = strstr(v, "password=");
+		if (!p)
+			break;
+		if (append(&out, &len, v, (size_t)(p + 9 - v)) || append(&out, &len, MASK, strlen(MASK)))
+			goto oom;
+		v = p + 9 + strcspn(p + 9, " &;");
+	}
+	if (append(&out, &len, v, strlen(v)))
+		goto oom;
+	return out;
+oom:
+	free(out);
+	return NULL;
+}
+
+/* key=value<sep>key=value with the values of secret-looking keys masked (all of them
+ * when all is set). */
+static char *mask_pairs(const char *v, char sep, int all)
+{
+	char *out = NULL;
+	size_t len = 0;
+	while (*v) {
+		size_t n = strcspn(v, (char[]){sep, 0});
+		const char *eq = memchr(v, '=', n);
+		int secret = 0;
+		if (eq) {
+			char name[128];
+			size_t kl = (size_t)(eq - v) < sizeof(name) - 1 ? (size_t)(eq - v) : sizeof(name) - 1;
+			for (size_t i = 0; i < kl; i++)
+				name[i] = (char)tolower((unsigned char)v[i]);
+			name[kl] = '\0';
+			secret = all || strstr(name, "password") || strstr(name, "secret") ||
+				 strstr(name, "key");
+		}
+		if (secret) {
+			if (append(&out, &len, v, (size_t)(eq + 1 - v)) ||
+			    append(&out, &len, MASK, strlen(MASK)))
+				goto oom;
+		} else if (append(&out, &len, v, n)) {
+			goto oom;
+		}
+		v += n;
+		if (*v == sep) {
+			if (append(&out, &len, &sep, 1))
+				goto oom;
+			v++;
+		}
+	}
+	if (!out)
+		out = strdup("");
+	return out;
+oom:
+	free(out);
+	return NULL;
+}
+
+char *config_mask_value(const char *key, const char *value)
+{
+	if (is_secret_key(key))
+		return strdup(MASK);
+	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint"))
+		return mask_url(value);
+	if (!strcmp(key, "kafka_config"))
+		return mask_pairs(value, ';', 0);
+	if (!strcmp(key, "otlp_headers"))
+		return mask_pairs(value, ',', 1);
+	return strdup(value);
+}
+
+void config_print_effective(FILE *out, const struct config *cfg)
+{
+	fprintf(out, "# outboxd: effective settings (secrets masked)%s%s\n",
+		cfg->config_file ? ", config file " : "", cfg->config_file ? cfg->config_file : "");
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		const char *base = (const char *)cfg + s->offset;
+		switch (s->type) {
+		case CONFIG_STRING: {
+			const char *v = *(char *const *)base;
+			if (!v || !*v) {
+				fprintf(out, "# %s = (unset)\n", s->key);
+				break;
+			}
+			char *masked = config_mask_value(s->key, v);
+			fprintf(out, "%s = \"%s\"\n", s->key, masked ? masked : MASK);
+			free(masked);
+			break;
+		}
+		case CONFIG_INT:
+			/* an integer without a default reads -1 while unset (max_retries) */
+			if (!s->def && *(const int *)base < 0)
+				fprintf(out, "# %s = (unset)\n", s->key);
+			else
+				fprintf(out, "%s = %d\n", s->key, *(const int *)base);
+			break;
+		case CONFIG_DURATION:
+			fprintf(out, "%s = %lldms\n", s->key, (long long)*(const int64_t *)base);
+			break;
+		case CONFIG_SIZE:
+			fprintf(out, "%s = %lld\n", s->key, (long long)*(const int64_t *)base);
+			break;
+		case CONFIG_NUMBER:
+			fprintf(out, "%s = %g\n", s->key, *(const double *)base);
+			break;
+		case CONFIG_BOOL:
+			fprintf(out, "%s = %s\n", s->key, *(const int *)base ? "true" : "false");
+			break;
+		}
 	}
 }

@@ -45,6 +45,7 @@ struct config {
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;
+	int64_t cleanup_after_ms;   /* retention of PROCESSED deliveries (seed 003) */
 	int64_t shutdown_grace_ms;
 	/* operations */
 	int replay_rate;          /* default pace of filter replays, deliveries/s */
@@ -54,6 +55,7 @@ struct config {
 	int64_t disable_after_ms; /* a subscription failing this long is disabled; 0 = never */
 	int ops_events_limit;     /* operational events per subscription and kind a window */
 	int64_t ops_events_window_ms;
+	int log_deliveries;       /* an audit log line per delivery outcome */
 	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
 	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
 	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */
@@ -66,6 +68,10 @@ struct config {
 	char *kafka_wire_format;  /* plain or confluent */
 	int kafka_schema_id;
 	int kafka_max_backlog;
+	/* OpenTelemetry (otel/otlp.h): off unless otlp_endpoint is set */
+	char *otlp_endpoint;      /* base URL of an OTLP/HTTP collector, e.g. http://host:4318 */
+	int64_t otlp_interval_ms; /* how often the counters are exported */
+	char *otlp_headers;       /* Name=value,... sent with every export (secrets) */
 	char *config_file;        /* the file that was read, if any */
 };
 
@@ -108,5 +114,25 @@ char *config_data_dir(const struct config *cfg);
 
 /* Prints every setting with its flag, variable, default and help. */
 void config_print_help(FILE *out);
+
+/* 1 when setting s has the same value in a and b. */
+int config_setting_equal(const struct config *a, const struct config *b,
+			 const struct config_setting *s);
+
+/* 1 when a running outboxd takes a new value of s on SIGHUP (log_level, log_format,
+ * ops_events_limit, ops_events_window, log_deliveries); every other setting needs a
+ * restart. */
+int config_setting_reloadable(const struct config_setting *s);
+
+/* Prints the effective value of every setting of cfg as config-file lines ("key = value";
+ * an unset one as a comment), secrets masked: the tokens and secret_key as "********", the
+ * password of a URL's user info (db, otlp_endpoint) and of a libpq "password=" keyword, and
+ * the value of every kafka_config property whose name holds "password", "secret" or
+ * "key" (ssl.key.pem, sasl.password, ...), and every value of otlp_headers. For `outboxd check-config`. */
+void config_print_effective(FILE *out, const struct config *cfg);
+
+/* The text of value with its secrets masked as config_print_effective does for the
+ * setting key; returned (free it), NULL when out of memory. */
+char *config_mask_value(const char *key, const char *value);
 
 #endif

@@ -5,10 +5,12 @@
 #include <string.h>
 
 #include "util/clock.h"
+#include "util/duration.h"
 #include "util/uuid.h"
 
 static const char *const json_keys[] = {"status", "subscription_id", "name", "event_type", "q",
-					"code", "from", "to", "source", "event_id", NULL};
+					"code", "from", "to", "source", "event_id", "min_attempts",
+					"failing_since", NULL};
 
 static int fail(struct input_error *err, const char *prefix, const char *key, const char *what)
 {
@@ -18,8 +20,8 @@ static int fail(struct input_error *err, const char *prefix, const char *key, co
 }
 
 int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_registry *reg,
-		 const char *prefix, struct delivery_filter *f, struct filter_buf *buf,
-		 struct input_error *err)
+		 const char *prefix, int64_t now_ms, struct delivery_filter *f,
+		 struct filter_buf *buf, struct input_error *err)
 {
 	const char *v;
 
@@ -83,6 +85,28 @@ int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_re
 		return fail(err, prefix, "from", "must be an RFC 3339 time such as 2026-11-21T10:00:00Z");
 	if ((v = get(ctx, "to")) && clock_parse_rfc3339(v, &f->to_ms))
 		return fail(err, prefix, "to", "must be an RFC 3339 time such as 2026-11-21T11:00:00Z");
+	if ((v = get(ctx, "min_attempts"))) {
+		char *end;
+		long n = strtol(v, &end, 10);
+		if (*end || end == v || n < 1 || n > 1000000000)
+			return fail(err, prefix, "min_attempts", "must be an integer from 1");
+		f->min_attempts = (int)n;
+	}
+	/* Seed 002's implicit DLQ: what has been failing for at least this long. */
+	if ((v = get(ctx, "failing_since"))) {
+		int64_t ago;
+		if (clock_parse_rfc3339(v, &f->failing_since_ms) == 0) {
+			/* an instant */
+		} else if (duration_parse(v, &ago) == 0 && ago >= 0 && ago < now_ms) {
+			f->failing_since_ms = now_ms - ago;
+		} else {
+			return fail(err, prefix, "failing_since",
+				    "must be an RFC 3339 time such as 2026-11-21T10:00:00Z or a "
+				    "duration such as 1h (that long ago)");
+		}
+		if (f->failing_since_ms <= 0)
+			f->failing_since_ms = 1;
+	}
 	if (!sortable)
 		return 0;
 	if ((v = get(ctx, "sort"))) {
@@ -113,7 +137,7 @@ static const char *json_get(const void *ctx, const char *name)
 }
 
 int filter_parse_json(const json_t *obj, struct sub_registry *reg, const char *prefix,
-		      struct delivery_filter *f, struct filter_buf *buf,
+		      int64_t now_ms, struct delivery_filter *f, struct filter_buf *buf,
 		      struct input_error *err)
 {
 	const char *key;
@@ -132,6 +156,13 @@ int filter_parse_json(const json_t *obj, struct sub_registry *reg, const char *p
 			known |= strcmp(*k, key) == 0;
 		if (!known)
 			return fail(err, prefix, key, "is not a known filter");
+		if (strcmp(key, "min_attempts") == 0 && json_is_integer(v)) {
+			json_int_t n = json_integer_value(v);
+			if (n < 1 || n > 1000000000)
+				return fail(err, prefix, key, "must be an integer from 1");
+			f->min_attempts = (int)n;
+			continue;
+		}
 		if (strcmp(key, "code") == 0 && json_is_integer(v)) {
 			json_int_t code = json_integer_value(v);
 			if (code < 100 || code > 999)
@@ -143,5 +174,5 @@ int filter_parse_json(const json_t *obj, struct sub_registry *reg, const char *p
 		if (!json_is_string(v))
 			return fail(err, prefix, key, "must be a string");
 	}
-	return filter_parse(json_get, obj, 0, reg, prefix, f, buf, err);
+	return filter_parse(json_get, obj, 0, reg, prefix, now_ms, f, buf, err);
 }

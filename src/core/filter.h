@@ -28,6 +28,8 @@ struct delivery_filter {
 	const char *source;         /* the event's source */
 	const char *event_id;
 	int64_t from_ms, to_ms;     /* created_at range, 0 = unbounded; to is exclusive */
+	int min_attempts;           /* attempt_count at least this, 0 = any */
+	int64_t failing_since_ms;   /* FAILED, failing since this time or earlier; 0 = any */
 	enum delivery_sort sort;
 	int descending;
 	const char *cursor;         /* from a previous page, NULL for the first */
@@ -45,16 +47,17 @@ struct filter_buf {
 typedef const char *(*filter_get_cb)(const void *ctx, const char *name);
 
 /* Fills f from the parameters (status, subscription_id, name, event_type — a glob when
- * it holds '*' or '?' —, q, code, from, to, source, event_id, and with sortable also
- * sort and order). reg resolves `name`. prefix names fields in errors ("filter.").
+ * it holds '*' or '?' —, q, code, from, to, source, event_id, min_attempts,
+ * failing_since — an RFC 3339 time, or a duration meaning that long before now_ms —,
+ * and with sortable also sort and order). reg resolves `name`. prefix names fields in errors ("filter.").
  * Returns 0, or -1 with err naming the field. */
 int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_registry *reg,
-		 const char *prefix, struct delivery_filter *f, struct filter_buf *buf,
-		 struct input_error *err);
+		 const char *prefix, int64_t now_ms, struct delivery_filter *f,
+		 struct filter_buf *buf, struct input_error *err);
 
 /* Same from a JSON object; unknown keys and non-string values are errors. */
 int filter_parse_json(const json_t *obj, struct sub_registry *reg, const char *prefix,
-		      struct delivery_filter *f, struct filter_buf *buf,
+		      int64_t now_ms, struct delivery_filter *f, struct filter_buf *buf,
 		      struct input_error *err);
 
 #endif

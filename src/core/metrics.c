@@ -38,10 +38,12 @@ static struct {
 	_Atomic long long attempt_us_sum;
 	_Atomic long in_flight;
 	_Atomic long ingested;
+	_Atomic long claimed, handed;
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
 	_Atomic long ops_stored, ops_suppressed, ops_dropped;
+	_Atomic long otlp_exported, otlp_dropped, otlp_failed;
 	_Atomic long subs_recovered;
 	_Atomic long kafka_produce_errors;
 	_Atomic long kafka_consumed;
@@ -147,6 +149,12 @@ int metrics_circuit_state(const char *subscription_id, int64_t now_ms)
 	return state;
 }
 
+void metrics_started(long claimed, long handed)
+{
+	atomic_fetch_add_explicit(&m.claimed, claimed, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.handed, handed, memory_order_relaxed);
+}
+
 void metrics_ingested(long events)
 {
 	atomic_fetch_add_explicit(&m.ingested, events, memory_order_relaxed);
@@ -173,6 +181,13 @@ void metrics_ops_events(long stored, long suppressed, long dropped)
 	atomic_fetch_add_explicit(&m.ops_stored, stored, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_suppressed, suppressed, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_dropped, dropped, memory_order_relaxed);
+}
+
+void metrics_otlp_spans(long exported, long dropped, long failed)
+{
+	atomic_fetch_add_explicit(&m.otlp_exported, exported, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.otlp_dropped, dropped, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.otlp_failed, failed, memory_order_relaxed);
 }
 
 void metrics_ops_events_read(long *stored, long *suppressed, long *dropped)
@@ -303,6 +318,12 @@ int metrics_render(char **out, size_t *len)
 	}
 	A("# HELP outboxd_in_flight Deliveries being worked on by this instance.\n"
 	  "# TYPE outboxd_in_flight gauge\noutboxd_in_flight %ld\n", atomic_load(&m.in_flight));
+	A("# HELP outboxd_rounds_started_total Delivery rounds started, by how this instance "
+	  "got the delivery: claimed from the store, or handed over by the ingest commit that "
+	  "leased it (no claim).\n# TYPE outboxd_rounds_started_total counter\n"
+	  "outboxd_rounds_started_total{via=\"claim\"} %ld\n"
+	  "outboxd_rounds_started_total{via=\"handoff\"} %ld\n",
+	  atomic_load(&m.claimed), atomic_load(&m.handed));
 	A("# HELP outboxd_ingested_events_total Events accepted (202).\n"
 	  "# TYPE outboxd_ingested_events_total counter\noutboxd_ingested_events_total %ld\n",
 	  atomic_load(&m.ingested));
@@ -326,6 +347,13 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_ops_events_total{outcome=\"suppressed\"} %ld\n"
 	  "outboxd_ops_events_total{outcome=\"dropped\"} %ld\n", atomic_load(&m.ops_stored),
 	  atomic_load(&m.ops_suppressed), atomic_load(&m.ops_dropped));
+	A("# HELP outboxd_otlp_spans_total Delivery-attempt spans for otlp_endpoint: exported, "
+	  "dropped (export queue full), failed (the collector did not take them).\n"
+	  "# TYPE outboxd_otlp_spans_total counter\n"
+	  "outboxd_otlp_spans_total{outcome=\"exported\"} %ld\n"
+	  "outboxd_otlp_spans_total{outcome=\"dropped\"} %ld\n"
+	  "outboxd_otlp_spans_total{outcome=\"failed\"} %ld\n", atomic_load(&m.otlp_exported),
+	  atomic_load(&m.otlp_dropped), atomic_load(&m.otlp_failed));
 	A("# HELP outboxd_store_errors_total Store calls that failed.\n"
 	  "# TYPE outboxd_store_errors_total counter\noutboxd_store_errors_total %ld\n",
 	  atomic_load(&m.store_errors));

@@ -32,6 +32,8 @@ void metrics_circuit(const char *subscription_id, int state, int64_t open_until_
  * Any thread: GET /v1/stats reads it. */
 int metrics_circuit_state(const char *subscription_id, int64_t now_ms);
 void metrics_ingested(long events);
+/* Rounds started from a claim, and from the ingest hand-off (store/writer.h). */
+void metrics_started(long claimed, long handed);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);
 /* Endpoint health (issue 15): a subscription disabled after disable_after, one recovered. */
@@ -46,6 +48,10 @@ void metrics_kafka_produce_error(const char *topic);
 void metrics_kafka_consumed(long messages, long undecodable);
 void metrics_kafka_paused(int paused);
 void metrics_kafka_lag(const char *topic, int partition, long long lag);
+
+/* OpenTelemetry export (otel/otlp.h): attempt spans sent to the collector, dropped
+ * because the export queue was full, or lost with a failed export request. */
+void metrics_otlp_spans(long exported, long dropped, long failed);
 
 /* Appends the counters in Prometheus text format to out (malloc'd, grown as needed);
  * *len is its length. Returns 0 or -1 when out of memory. */

@@ -48,12 +48,20 @@ void retry_policy_defaults(struct retry_policy *p)
 	p->min_delay_ms = 10000;
 	p->max_delay_ms = 60000;
 	p->factor = 2.0;
-	p->max_retries = 3;
+	p->max_retries = RETRY_DEFAULT_MAX_RETRIES;
+	p->max_retries_auto = 1;
 	p->timeout_ms = 5000;
 	p->jitter = 0.0;
 	p->retry_after_max_ms = 3600 * 1000LL;
 	for (int i = 0; i < 4; i++)
 		p->permanent[i] = 0; /* seeds: every non-2xx is retried */
+}
+
+void retry_policy_settle(struct retry_policy *p)
+{
+	if (p->max_retries_auto)
+		p->max_retries = p->policy == RETRY_EXPONENTIAL ? RETRY_DEFAULT_MAX_RETRIES_EXPONENTIAL
+								: RETRY_DEFAULT_MAX_RETRIES;
 }
 
 void circuit_breaker_defaults(struct circuit_breaker_config *c)

@@ -67,6 +67,8 @@ struct retry_policy {
 	int64_t max_delay_ms;      /* exponential: upper bound / cap (seed 004: 60 s) */
 	double factor;             /* exponential growth factor */
 	int max_retries;           /* scheduled retries; 0 = forever (seed 002) */
+	int max_retries_auto;      /* 1: nobody set max_retries, so it follows the policy
+	                              (retry_policy_settle): 3, or 5 for exponential */
 	int64_t timeout_ms;        /* per-try timeout for scheduled and manual tries (seed 000: 5 s) */
 	double jitter;             /* fixed/linear: up to this fraction of a delay is drawn off
 	                              at random, 0..1 (default 0) */
@@ -78,6 +80,15 @@ struct retry_policy {
 
 /* Seed defaults for a retry policy. */
 void retry_policy_defaults(struct retry_policy *p);
+
+/* Scheduled retries when nobody set max_retries: seed 000's 3 for fixed and linear,
+ * seed 004's MaxNumberOfRetries 5 for exponential (backoff). */
+#define RETRY_DEFAULT_MAX_RETRIES 3
+#define RETRY_DEFAULT_MAX_RETRIES_EXPONENTIAL 5
+
+/* With max_retries_auto, sets max_retries to its policy's default (above). Called once
+ * the policy is known, wherever a policy is read. */
+void retry_policy_settle(struct retry_policy *p);
 
 /* Circuit breaker of a subscription (seed 004's MaxErrorsPerInterval and delay
  * actions; core/breaker.h has the state machine). */

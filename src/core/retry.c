@@ -54,6 +54,12 @@ static int64_t mul_saturate(int64_t a, int64_t b)
 	return a * b;
 }
 
+/* Seed 004's backoff: every retry is re-queued at a random point of a window that starts at
+ * min_delay, so a burst of failures comes back spread out, never at one instant. The
+ * window's upper end grows with the retry, min_delay * factor^retry_no capped at
+ * max_delay (10 s, factor 2: retry 1 in [10 s, 20 s], retry 2 in [10 s, 40 s], then
+ * [10 s, 60 s]); a factor of 1 (or a broken one) is Connxio's flat window, every draw in
+ * [min_delay, max_delay]. */
 static int64_t exponential_delay(const struct retry_policy *p, int retry_no,
 				 retry_rand_cb rnd, void *rnd_ctx)
 {
@@ -63,16 +69,14 @@ static int64_t exponential_delay(const struct retry_policy *p, int retry_no,
 	double grown, r, offset;
 
 	/* pow() saturates to +inf for a large exponent, which the comparisons below map to
-	 * hi; a NaN factor or a shrinking one (< 1) collapses the window onto lo. */
-	grown = (double)lo * pow(p->factor, (double)(retry_no - 1));
-	if (isnan(grown) || grown <= (double)lo)
-		upper = lo;
-	else if (grown >= (double)hi)
+	 * hi; a NaN factor or one that does not grow (<= 1) opens the whole window. */
+	grown = (double)lo * pow(p->factor, (double)retry_no);
+	if (isnan(grown) || !(p->factor > 1.0) || grown >= (double)hi)
 		upper = hi;
+	else if (grown <= (double)lo)
+		upper = lo;
 	else
 		upper = (int64_t)grown;
-	if (upper > hi)
-		upper = hi;
 
 	r = draw(rnd, rnd_ctx);
 	/* (upper - lo + 1) integer outcomes, so both ends of [lo, upper] can be drawn. */

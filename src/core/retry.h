@@ -40,8 +40,9 @@ int64_t retry_immediate_delay(const struct retry_policy *p, int next_try);
 /* Delay before scheduled retry number `retry_no` (1 = first scheduled retry).
  *  fixed:       interval_ms
  *  linear:      interval_ms * retry_no, capped at max(max_delay_ms, interval_ms)
- *  exponential: min(max_delay_ms, min_delay_ms * factor^(retry_no-1)) with a random
- *               value drawn in [min_delay_ms, that] (seed 004's random re-queue window)
+ *  exponential: a random value drawn in [min_delay_ms, min(max_delay_ms,
+ *               min_delay_ms * factor^retry_no)] (seed 004's random re-queue window,
+ *               growing with the retry); factor 1: [min_delay_ms, max_delay_ms]
  * fixed and linear then lose a random part of up to jitter * delay: the result is drawn
  * in [delay * (1 - jitter), delay], so jitter spreads retries out but never makes one
  * later than the policy says. */

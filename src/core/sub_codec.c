@@ -500,6 +500,9 @@ static int parse_retry(const json_t *retry, struct retry_policy *p, struct input
 	if (policy && retry_policy_kind_parse(policy, &p->policy))
 		return input_error_set(err, 400, "invalid_argument", "retry.policy",
 				       "retry.policy must be fixed, linear or exponential");
+	if (json_object_get(retry, "max_retries"))
+		p->max_retries_auto = 0;
+	retry_policy_settle(p);
 	if ((factor = json_object_get(retry, "factor"))) {
 		if (!json_is_number(factor))
 			return input_error_set(err, 400, "invalid_argument", "retry.factor",

@@ -122,6 +122,8 @@ static void *dispatcher_main(void *arg)
 		int64_t now_us = clock_mono_us();
 		int stopping = atomic_load(&d->stopping);
 
+		atomic_store_explicit(&d->beat_us, now_us, memory_order_relaxed);
+
 		if (stopping && !stop_deadline_us)
 			stop_deadline_us = now_us + d->cfg.shutdown_grace_ms * 1000;
 		if (stopping && now_us >= stop_deadline_us && d->in_flight)
@@ -169,6 +171,12 @@ static void *dispatcher_main(void *arg)
 				d->short_claim_us = now_us;
 			}
 			claims_start(d, claims, got);
+			metrics_started((long)got, 0);
+		}
+		/* the hand-off: deliveries leased at ingest start like claimed ones */
+		if (ans.n_handed) {
+			claims_start(d, ans.handed, ans.n_handed);
+			metrics_started(0, (long)ans.n_handed);
 		}
 		if (due_hint_ms > 0) {
 			int64_t wait_ms = due_hint_ms - clock_now_ms();
@@ -220,6 +228,12 @@ static void *dispatcher_main(void *arg)
 			d->done_head = d->done_tail = NULL;
 			d->done_count = 0;
 		}
+
+		/* the room the writer may fill with fresh deliveries of the next ingest
+		 * commits (the hand-off), none once stopping */
+		int free_rounds = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
+		writer_handoff_room(d->writer, !stopping && free_rounds > 0 ? (size_t)free_rounds : 0,
+				    stopping ? 0 : (size_t)d->cfg.max_in_flight, d->cfg.lease_ms);
 
 		if (stopping && d->active == 0 && !d->claim_asked)
 			break;
@@ -276,6 +290,7 @@ struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 	d->writer = w;
 	d->reg = reg;
 	d->cfg = *cfg;
+	atomic_init(&d->log_deliveries, cfg->log_deliveries);
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
 	d->rounds = calloc((size_t)cfg->max_in_flight, sizeof(*d->rounds));
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -355,4 +370,14 @@ void dispatcher_stop(struct dispatcher *d)
 	close(d->evfd);
 	free(d->rounds);
 	free(d);
+}
+
+int64_t dispatcher_beat_us(struct dispatcher *d)
+{
+	return atomic_load_explicit(&d->beat_us, memory_order_relaxed);
+}
+
+void dispatcher_set_log_deliveries(struct dispatcher *d, int on)
+{
+	atomic_store_explicit(&d->log_deliveries, on, memory_order_relaxed);
 }

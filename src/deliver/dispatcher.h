@@ -40,6 +40,9 @@ struct dispatcher_config {
 	/* Operational events (core/ops_event.h): dead deliveries, circuits opened and
 	 * closed, subscriptions disabled and recovered. */
 	struct ops_event_hook ops;
+	/* log_deliveries (seeds 001/003's EXECUTED records): one audit log line per round
+	 * outcome once it is written, EXECUTED, FAILED (a retry follows) or DEAD. */
+	int log_deliveries;
 };
 
 struct dispatcher;
@@ -56,5 +59,12 @@ void dispatcher_wake(struct dispatcher *d);
 /* Stops claiming, lets in-flight requests finish within the grace period, releases what
  * is left back to the store, writes every result, and frees d. */
 void dispatcher_stop(struct dispatcher *d);
+
+/* When the dispatcher's loop last turned (monotonic µs; it turns at least about once a
+ * second, IDLE_POLL_MS): what the service watchdog checks. Any thread. */
+int64_t dispatcher_beat_us(struct dispatcher *d);
+
+/* log_deliveries on or off from now on (a SIGHUP reload). Any thread. */
+void dispatcher_set_log_deliveries(struct dispatcher *d, int on);
 
 #endif

@@ -58,6 +58,8 @@ struct round {
 	int holds_slot;              /* the attempt counts in limits->in_flight */
 	int64_t retry_after_ms;      /* Retry-After of the last response, -1 when none */
 	int64_t parked_us;           /* ROUND_PARKED: since when */
+	const char *audit;           /* the round's final outcome for log_deliveries
+	                                ("EXECUTED", "FAILED", "DEAD"), NULL when none */
 	struct round *next;          /* in the free, waiting or parked list */
 };
 
@@ -73,6 +75,8 @@ struct dispatcher {
 	int n_events;                /* ready, not yet handled */
 	atomic_int stopping;
 	atomic_int woken;
+	_Atomic int64_t beat_us;     /* monotonic: the loop's last turn (dispatcher_beat_us) */
+	atomic_int log_deliveries;   /* cfg.log_deliveries, changed by SIGHUP (any thread) */
 	struct round *rounds;        /* max_in_flight of them */
 	struct round *free_list;
 	struct round *waiting;       /* unsorted; few at a time */

@@ -220,8 +220,7 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 
 	/* The producer's trace when it sent one, else one made from the event id; a new
 	 * span for each attempt. */
-	trace_child(c->traceparent, c->event_id,
-		    (uint64_t)(http_rng_next(h->sj->rng) * 18446744073709551615.0), trace);
+	trace_child(c->traceparent, c->event_id, h->sj->span_id, trace);
 
 	const char *ctype = s->payload_format == PAYLOAD_BINARY ? "application/octet-stream"
 								  : c->content_type;

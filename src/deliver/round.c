@@ -18,6 +18,7 @@
 
 #include "core/metrics.h"
 #include "core/ops_event.h"
+#include "otel/otlp.h"
 #include "util/clock.h"
 #include "util/duration.h"
 #include "util/log.h"
@@ -241,12 +242,15 @@ static void round_finish(struct round *j, const struct outcome *o)
 	round_result(j, o);
 	if (o->next == OUTCOME_DONE) {
 		metrics_delivery(sub_id, METRICS_PROCESSED);
+		j->audit = "EXECUTED";
 	} else if (o->next == OUTCOME_RETRY) {
 		metrics_delivery(sub_id, METRICS_RETRYING);
 		note_due(j->d, o->at_ms);
+		j->audit = "FAILED";
 	} else {
 		metrics_delivery(sub_id, METRICS_DEAD);
 		dead_lettered(j);
+		j->audit = "DEAD";
 	}
 	if (j->tries > 0)
 		circuit_record(j, o->next == OUTCOME_DONE);
@@ -357,6 +361,7 @@ static void round_fail_attempt(struct round *j, int code, const char *message, c
 	snprintf(j->causes[0], CAUSE_LEN, "%s", cause);
 	a->message = j->messages[0];
 	a->cause = j->causes[0];
+	otlp_attempt(j->claim, a, 0, 0);
 	j->tries = 1;
 	j->retry_after_ms = -1;
 	round_stop(j);
@@ -396,6 +401,7 @@ static void round_go(struct round *j)
 	j->started_us = clock_mono_us();
 	j->retry_after_ms = -1;
 	sj->attempt_no = j->claim->attempt_count + j->tries + 1;
+	sj->span_id = (uint64_t)(dispatcher_rng_next(&j->d->rng) * 18446744073709551615.0) | 1;
 	sj->timeout_ms = j->timeout_ms;
 	sj->message = j->messages[j->tries];
 	sj->cause = j->causes[j->tries];
@@ -427,6 +433,7 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	a->cause = j->causes[j->tries][0] ? j->causes[j->tries] : NULL;
 	j->retry_after_ms = sj->retry_after_ms;
 	metrics_attempt(a->code, took_us);
+	otlp_attempt(j->claim, a, sj->span_id, took_us);
 	j->tries++;
 	if (sj->end_round) {
 		round_slot_put(j);
@@ -615,8 +622,44 @@ void batch_release(struct dispatcher *d, struct batch *b)
 	free(b);
 }
 
+/* log_deliveries: the audit line of a round whose outcome is written. Ids, type, code and
+ * timings only: never the endpoint (its URL may hold a credential), headers or payload. */
+static void audit_log(const struct round *j)
+{
+	const struct store_result *r = &j->wr.result;
+	int64_t duration = 0;
+	char at[RFC3339_LEN];
+
+	for (int i = 0; i < j->tries; i++)
+		duration += j->attempts[i].duration_ms;
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:s}", "delivery_id",
+			      j->claim->delivery_id, "event_id", j->claim->event_id,
+			      "subscription_id", j->claim->subscription_id, "event_type",
+			      j->claim->event_type, "code", r->last_code > 0 ? r->last_code :
+			      j->tries ? j->attempts[j->tries - 1].code : 0, "attempts", j->tries,
+			      "attempt_count", r->attempt_count, "duration_ms", (json_int_t)duration,
+			      "kind", attempt_kind_name(j->kind));
+	if (!o)
+		return;
+	if (j->sub && j->sub->name)
+		json_object_set_new(o, "subscription_name", json_string(j->sub->name));
+	if (r->status != DELIVERY_PROCESSED && r->last_message)
+		json_object_set_new(o, "message", json_string(r->last_message));
+	if (r->next_attempt_at)
+		json_object_set_new(o, "next_attempt_at",
+				    json_string(clock_format_rfc3339(r->next_attempt_at, at)));
+	char *fields = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (fields)
+		log_record(j->audit, fields);
+	free(fields);
+}
+
 void round_recycle(struct dispatcher *d, struct round *j)
 {
+	if (j->audit && atomic_load_explicit(&d->log_deliveries, memory_order_relaxed))
+		audit_log(j);
+	j->audit = NULL;
 	if (j->sink)
 		sink_round_end(j->sink, &j->sj);
 	j->sink = NULL;

@@ -31,6 +31,8 @@ struct sink_round {
 	int attempt_no;                   /* in: 1-based number of this attempt */
 	int64_t timeout_ms;               /* in: this attempt's timeout */
 	uint64_t *rng;                    /* in: the dispatcher's random state (trace ids) */
+	uint64_t span_id;                 /* in: this attempt's span id (its traceparent header
+	                                     and its OTLP span, otel/otlp.h) */
 	int code;                         /* out: HTTP status, mapped code, 200 on a broker ack */
 	char *message;                    /* out: SINK_MSG_LEN bytes, e.g. "HTTP 503" */
 	char *cause;                      /* out: SINK_CAUSE_LEN bytes, "" when none; free of

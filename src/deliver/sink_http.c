@@ -34,15 +34,6 @@
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-double http_rng_next(void *ctx)
-{
-	uint64_t *s = ctx;
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return (double)(*s >> 11) / 9007199254740992.0;
-}
-
 void http_flying_add(struct http_round *h)
 {
 	struct http_sink *hs = h->hs;

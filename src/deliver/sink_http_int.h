@@ -111,8 +111,6 @@ struct http_sink {
 
 /* ---- sink_http.c ---------------------------------------------------------------------- */
 
-/* The sink's random source (xorshift; seeded per sink). */
-double http_rng_next(void *ctx);
 /* Bookkeeping of rounds with a request running (for abort). */
 void http_flying_add(struct http_round *h);
 void http_flying_remove(struct http_round *h);

@@ -139,12 +139,10 @@ static void kafka_attach(void *priv, const struct sink_env *env)
 
 /* Headers of every published message (DESIGN §7), then the subscription's own. */
 static rd_kafka_headers_t *message_headers(const struct store_claim *c,
-					   const struct subscription *s, uint64_t *rng)
+					   const struct subscription *s, uint64_t span)
 {
 	rd_kafka_headers_t *h = rd_kafka_headers_new(8 + (s ? s->n_headers : 0));
 	char trace[TRACEPARENT_LEN];
-	/* a span id of its own without stepping the dispatcher's generator */
-	uint64_t span = ((rng ? *rng : 0) ^ hash_fnv1a(c->delivery_id)) * 0x9E3779B97F4A7C15ULL | 1;
 	trace_child(c->traceparent, c->event_id, span, trace);
 	rd_kafka_header_add(h, "webhook-id", -1, c->event_id, -1);
 	rd_kafka_header_add(h, "outboxd-event-type", -1, c->event_type, -1);
@@ -222,7 +220,7 @@ static void kafka_send(void *priv, struct sink_round *sj)
 		value = envelope;
 	}
 	ks->in_flight++;
-	err = produce(ks, r, c, value, value_len, message_headers(c, s, sj->rng));
+	err = produce(ks, r, c, value, value_len, message_headers(c, s, sj->span_id));
 	free(envelope);
 	if (err) { /* not queued: the record is still ours */
 		record_report(r, err, -1, -1);
@@ -381,7 +379,9 @@ void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct
 	snprintf(rec->topic, sizeof(rec->topic), "%s", topic);
 	snprintf(code, sizeof(code), "%d", r->last_code > 0 ? r->last_code : 0);
 	snprintf(attempts, sizeof(attempts), "%d", r->attempt_count);
-	rd_kafka_headers_t *h = message_headers(c, NULL, NULL);
+	/* a span id of its own: the dead-letter publish is no attempt */
+	rd_kafka_headers_t *h =
+		message_headers(c, NULL, hash_fnv1a(c->delivery_id) * 0x9E3779B97F4A7C15ULL | 1);
 	rd_kafka_header_add(h, "outboxd-error-code", -1, code, -1);
 	rd_kafka_header_add(h, "outboxd-error-message", -1, r->last_message ? r->last_message : "", -1);
 	rd_kafka_header_add(h, "outboxd-error-cause", -1, r->last_cause ? r->last_cause : "", -1);

@@ -205,6 +205,14 @@ static void *ops_main(void *arg)
 	return NULL;
 }
 
+void ops_events_set_limits(struct ops_events *o, int limit, int64_t window_ms)
+{
+	pthread_mutex_lock(&o->mu);
+	o->limit = limit;
+	o->window_ms = window_ms;
+	pthread_mutex_unlock(&o->mu);
+}
+
 struct ops_events *ops_events_start(struct writer *w, struct sub_registry *reg, int limit,
 				    int64_t window_ms)
 {

@@ -27,6 +27,8 @@ struct ops_events *ops_events_start(struct writer *w, struct sub_registry *reg, 
 /* An ops_event_cb (core/ops_event.h): ctx is the struct ops_events. payload consumed. */
 void ops_events_emit(void *ctx, const char *kind, const char *subscription_id,
 		     json_t *payload);
+/* New limits for the windows (SIGHUP): limit >= 1, window_ms >= 1000; any thread. */
+void ops_events_set_limits(struct ops_events *o, int limit, int64_t window_ms);
 /* Writes what is queued (while the store answers), then stops the thread and frees. */
 void ops_events_stop(struct ops_events *o);
 

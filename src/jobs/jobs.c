@@ -134,7 +134,7 @@ static void *jobs_main(void *arg)
 		}
 		if (j->cfg.cleanup_enabled && now >= next_cleanup) {
 			size_t n = 0;
-			int rc = store_cleanup(j->st, &n);
+			int rc = store_cleanup(j->st, clock_now_ms() - j->cfg.cleanup_after_ms, &n);
 			if (rc == STORE_OK)
 				log_info("cleanup: deleted %zu processed deliveries", n);
 			else

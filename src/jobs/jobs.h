@@ -20,6 +20,7 @@ struct jobs_config {
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;
+	int64_t cleanup_after_ms;   /* keep PROCESSED deliveries at least this long */
 	struct ops_event_hook ops;   /* outboxd.replay_job.finished (core/ops_event.h) */
 };
 

@@ -67,7 +67,9 @@ static long run_job(struct replay_runner *r, struct store_job *j, size_t want)
 	int64_t before = json_integer_value(json_object_get(filter, "before_ms"));
 	json_object_del(filter, "dead");
 	json_object_del(filter, "before_ms");
-	if (filter_parse_json(filter, r->reg, "filter.", &f, &fb, &err)) {
+	/* A failing_since duration counts back from when the job was started. */
+	if (filter_parse_json(filter, r->reg, "filter.", before ? before : clock_now_ms(), &f,
+			      &fb, &err)) {
 		/* e.g. the subscription named in it was deleted since */
 		finish(r, j, "failed", err.message);
 		json_decref(filter);

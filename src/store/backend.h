@@ -41,7 +41,7 @@ struct store_ops {
 	int (*replay)(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 		      enum store_replay_outcome *outcomes, size_t *replayed);
 	int (*dlq_purge)(store *st, const char *delivery_id);
-	int (*cleanup)(store *st, size_t *deleted);
+	int (*cleanup)(store *st, int64_t before_ms, size_t *deleted);
 	int (*deliveries_count)(store *st, const struct delivery_filter *f, size_t *n);
 	int (*dlq_purge_matching)(store *st, const struct delivery_filter *f, size_t limit,
 				  size_t *purged);

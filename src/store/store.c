@@ -185,6 +185,9 @@ static int ingest(store *st, struct store_event_in *events, size_t n, int by_id)
 			return STORE_INVALID;
 		if (by_id && !events[i].id[0])
 			return STORE_INVALID;
+		if (events[i].lease_until &&
+		    (by_id || !events[i].delivery_ids || store_event_initial(&events[i])))
+			return STORE_INVALID;
 		/* An empty id means "make one": the caller then reads it back. */
 		if (!events[i].id[0])
 			uuid_v7(events[i].id);
@@ -243,6 +246,48 @@ void store_claims_free(struct store_claim *items, size_t n)
 	for (size_t i = 0; i < n; i++)
 		free(items[i].event_type);
 	free(items);
+}
+
+int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store_claim *out)
+{
+	const char *source = ev->source ? ev->source : "";
+	size_t type_len = strlen(ev->event_type), ctype_len = strlen(ev->content_type);
+	size_t source_len = strlen(source);
+	size_t seid_len = ev->source_event_id ? strlen(ev->source_event_id) : 0;
+	size_t pkey_len = ev->partition_key ? strlen(ev->partition_key) : 0;
+	char *at;
+
+	memset(out, 0, sizeof(*out));
+	at = malloc(type_len + ctype_len + source_len + seid_len + pkey_len + 5 +
+		    ev->payload_len + 1);
+	if (!at)
+		return -1;
+	memcpy(out->delivery_id, ev->delivery_ids[k], UUID_STR_LEN);
+	memcpy(out->event_id, ev->id, UUID_STR_LEN);
+	memcpy(out->subscription_id, ev->subscription_ids[k], UUID_STR_LEN);
+	out->status = DELIVERY_NEW;
+	out->event_created_at = ev->created_at;
+	if (ev->traceparent)
+		snprintf(out->traceparent, sizeof(out->traceparent), "%s", ev->traceparent);
+	/* the layout of the backends' claims: event_type first, so one free() frees all */
+	out->event_type = memcpy(at, ev->event_type, type_len + 1);
+	at += type_len + 1;
+	out->content_type = memcpy(at, ev->content_type, ctype_len + 1);
+	at += ctype_len + 1;
+	out->source = memcpy(at, source, source_len + 1);
+	at += source_len + 1;
+	if (ev->source_event_id)
+		out->source_event_id = memcpy(at, ev->source_event_id, seid_len + 1);
+	at += seid_len + 1;
+	if (ev->partition_key)
+		out->partition_key = memcpy(at, ev->partition_key, pkey_len + 1);
+	at += pkey_len + 1;
+	out->payload = at;
+	out->payload_len = ev->payload_len;
+	if (ev->payload_len)
+		memcpy(at, ev->payload, ev->payload_len);
+	at[ev->payload_len] = '\0';
+	return 0;
 }
 
 int store_next_due(store *st, int64_t *at_ms)
@@ -471,13 +516,13 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 	return st->ops->dlq_purge_matching(st, f, limit, purged);
 }
 
-int store_cleanup(store *st, size_t *deleted)
+int store_cleanup(store *st, int64_t before_ms, size_t *deleted)
 {
 	if (deleted)
 		*deleted = 0;
 	if (!st || !deleted)
 		return STORE_INVALID;
-	return st->ops->cleanup(st, deleted);
+	return st->ops->cleanup(st, before_ms, deleted);
 }
 
 /* ---- operator jobs and audit -------------------------------------------------------------- */

@@ -100,6 +100,13 @@ struct store_event_in {
 	const char *initial_cause;
 	int dedupe_by_id;             /* set by the wrappers, not the caller: 1 during
 	                                 store_ingest_replay */
+	/* The hand-off (writer.h): with lease_until > 0 this event's deliveries are inserted
+	 * leased to this store's owner until then, so the caller delivers them at once,
+	 * without a claim; their ids are written to delivery_ids (the caller's room for
+	 * n_subscriptions). Only for an event that starts in the usual state (not
+	 * store_event_initial) and is not replayed from the spool. */
+	int64_t lease_until;
+	char (*delivery_ids)[UUID_STR_LEN];
 };
 
 /* 1 when ev's deliveries start in another state than NEW-due-at-created_at. */
@@ -165,6 +172,11 @@ struct store_claim {
 int store_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 		    struct store_claim **items, size_t *n);
 void store_claims_free(struct store_claim *items, size_t n);
+
+/* The claim of delivery k of ev as a claim would return it, for a delivery the caller
+ * leased at ingest (store_event_in.lease_until): NEW, no attempt yet, the event's fields
+ * copied into one allocation. Returns 0, or -1 when out of memory. */
+int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store_claim *out);
 
 /* Earliest next_attempt_at among unleased deliveries, or 0 when none is pending. */
 int store_next_due(store *st, int64_t *at_ms);
@@ -254,6 +266,7 @@ struct store_delivery {
 	char *lease_owner;          /* NULL when not leased */
 	int64_t lease_until;
 	int blocked;                /* parked behind a dead delivery of its key (ordering) */
+	int64_t failing_since;      /* FAILED: when its run of failures began; 0 = none */
 };
 
 struct store_attempt_row {
@@ -314,9 +327,11 @@ int store_dlq_purge(store *st, const char *delivery_id);
 int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 			     size_t *purged);
 
-/* Deletes PROCESSED deliveries (and their attempts), then events left with no
- * deliveries (seed 000/002 cleanup job). *deleted = deliveries removed. */
-int store_cleanup(store *st, size_t *deleted);
+/* Deletes PROCESSED deliveries processed at or before before_ms (and their attempts),
+ * then events left with no deliveries (seed 000/002 cleanup job; seed 003's retention).
+ * Works in transactions of at most CLEANUP_BATCH deliveries, so writers wait at most
+ * one batch. *deleted = deliveries removed. */
+int store_cleanup(store *st, int64_t before_ms, size_t *deleted);
 
 /* ---- operator jobs and audit ------------------------------------------------------------ */
 
@@ -406,6 +421,7 @@ struct store_stats {
 	int64_t oldest_dead_at;     /* created_at of the oldest dead delivery, 0 when none */
 	int64_t blocked_count;      /* parked behind a dead delivery of their key (ordering) */
 	int64_t blocked_keys;       /* (subscription, key) pairs with parked deliveries */
+	int64_t oldest_failing_since; /* the earliest failing_since of a retrying delivery, 0 */
 	struct store_sub_stats *subs; /* returned array */
 	size_t n_subs;
 };

@@ -76,6 +76,18 @@ struct writer {
 	int64_t due_hint_ms;
 	int down;                     /* the last store call failed */
 
+	/* the hand-off (writer.h): how many handed deliveries the client can start now, how
+	 * many may wait for it, the part of those an ingest group in progress reserved, and
+	 * the deliveries leased and not taken yet (oldest first) */
+	size_t handoff_room;
+	size_t handoff_cap;
+	size_t handoff_reserved;
+	int64_t handoff_lease_ms;
+	struct store_claim *handed;
+	size_t handed_n, handed_cap;
+	char (*handoff_ids)[UUID_STR_LEN]; /* the ingest lane's room for their ids */
+	size_t handoff_ids_cap;
+
 	/* the client (the dispatcher) */
 	void (*ready_cb)(void *ctx);
 	void *ready_ctx;
@@ -132,6 +144,129 @@ static int spool_events(struct writer *w, struct store_event_in *events, size_t 
 	return STORE_OK;
 }
 
+/* ---- the hand-off ------------------------------------------------------------------ */
+
+/* A delivery may skip the claim when nothing but its lease stands between it and its
+ * first try: a plain event (per-key ordering's rule lives in the claim, and an event in
+ * another initial state is not due now). */
+static int handoff_eligible(const struct store_event_in *ev)
+{
+	return ev->n_subscriptions > 0 && !ev->partition_key && !store_event_initial(ev);
+}
+
+/* Leases the deliveries of the group's eligible events, in order, up to the room the
+ * client has; returns how many were reserved (under mu: taken from handoff_room). */
+static size_t handoff_plan(struct writer *w, struct store_event_in *events, size_t n)
+{
+	size_t want = 0, used = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		events[i].lease_until = 0;
+		events[i].delivery_ids = NULL;
+	}
+	pthread_mutex_lock(&w->mu);
+	size_t pending = w->handed_n + w->handoff_reserved;
+	size_t room = w->handoff_cap > pending ? w->handoff_cap - pending : 0;
+	int64_t lease_ms = w->handoff_lease_ms;
+	pthread_mutex_unlock(&w->mu);
+	if (!room || lease_ms <= 0)
+		return 0;
+	for (size_t i = 0; i < n && want < room; i++)
+		if (handoff_eligible(&events[i]) && want + events[i].n_subscriptions <= room)
+			want += events[i].n_subscriptions;
+	if (!want)
+		return 0;
+	if (want > w->handoff_ids_cap) {
+		void *ids = realloc(w->handoff_ids, want * UUID_STR_LEN);
+		if (!ids)
+			return 0; /* claimed instead */
+		w->handoff_ids = ids;
+		w->handoff_ids_cap = want;
+	}
+	pthread_mutex_lock(&w->mu);
+	pending = w->handed_n + w->handoff_reserved;
+	room = w->handoff_cap > pending ? w->handoff_cap - pending : 0;
+	if (want > room) /* the client lowered the cap meanwhile */
+		want = room;
+	w->handoff_reserved += want;
+	pthread_mutex_unlock(&w->mu);
+	int64_t until = clock_now_ms() + lease_ms;
+	for (size_t i = 0; i < n && used < want; i++) {
+		if (!handoff_eligible(&events[i]) || used + events[i].n_subscriptions > want)
+			continue;
+		events[i].lease_until = until;
+		events[i].delivery_ids = w->handoff_ids + used;
+		used += events[i].n_subscriptions;
+	}
+	return want;
+}
+
+/* After the group's commit (stored 1: in the store, not the spool): the leased
+ * deliveries of the stored events become claims for the client, and the reserved room
+ * that went unused is given back. Returns how many were handed. */
+static size_t handoff_done(struct writer *w, struct store_event_in *events, size_t n,
+			   size_t reserved, int stored)
+{
+	size_t handed = 0;
+
+	if (!reserved)
+		return 0;
+	pthread_mutex_lock(&w->mu);
+	for (size_t i = 0; stored && i < n; i++) {
+		struct store_event_in *ev = &events[i];
+		if (!ev->lease_until || ev->duplicate)
+			continue;
+		if (w->handed_n + ev->n_subscriptions > w->handed_cap) {
+			size_t cap = w->handed_cap ? w->handed_cap * 2 : 256;
+			while (cap < w->handed_n + ev->n_subscriptions)
+				cap *= 2;
+			struct store_claim *more = realloc(w->handed, cap * sizeof(*more));
+			if (!more)
+				break;
+			w->handed = more;
+			w->handed_cap = cap;
+		}
+		for (size_t k = 0; k < ev->n_subscriptions; k++) {
+			if (store_claim_of_event(ev, k, &w->handed[w->handed_n])) {
+				log_error("writer: out of memory; delivery %s is sent when its lease "
+					  "expires", ev->delivery_ids[k]);
+				continue;
+			}
+			w->handed_n++;
+			handed++;
+		}
+	}
+	w->handoff_reserved -= reserved;
+	if (handed && w->handoff_room)
+		ready(w);
+	pthread_mutex_unlock(&w->mu);
+	return handed;
+}
+
+/* Hands leased deliveries that no round will start back to the store: due now, no
+ * attempt recorded, the error they show kept. */
+static void handoff_release(struct writer *w, struct store_claim *claims, size_t n)
+{
+	struct store_result *r = calloc(n ? n : 1, sizeof(*r));
+	int64_t now = clock_now_ms();
+
+	for (size_t i = 0; r && i < n; i++) {
+		r[i].delivery_id = claims[i].delivery_id;
+		r[i].status = claims[i].status;
+		r[i].next_attempt_at = now;
+		r[i].last_code = -1;
+	}
+	for (size_t off = 0; r && off < n; off += WRITER_RESULTS_MAX) {
+		size_t k = n - off < WRITER_RESULTS_MAX ? n - off : WRITER_RESULTS_MAX;
+		if (store_record_results(w->st, r + off, k) != STORE_OK)
+			log_warn("writer: %zu leased deliveries are sent when their lease expires", k);
+	}
+	if (!r && n)
+		log_warn("writer: %zu leased deliveries are sent when their lease expires", n);
+	free(r);
+	store_claims_free(claims, n);
+}
+
 /* Stores the requests first..last in one transaction; sets each one's rc. */
 static void ingest_group(struct writer *w, struct pending *first, struct pending *last)
 {
@@ -162,12 +297,19 @@ static void ingest_group(struct writer *w, struct pending *first, struct pending
 		if (p == last)
 			break;
 	}
+	size_t reserved = handoff_plan(w, w->group, total);
 	int rc = store_ingest(w->st, w->group, total);
+	size_t handed = handoff_done(w, w->group, total, reserved, rc == STORE_OK);
 	if (rc == STORE_UNAVAILABLE && w->spool)
 		rc = spool_events(w, w->group, total, rc);
 	else if (rc == STORE_OK) {
+		/* the commit callback makes the client claim: not needed when every new
+		 * delivery was handed to it already */
+		size_t stored = 0;
+		for (size_t i = 0; i < total; i++)
+			stored += w->group[i].duplicate ? 0 : w->group[i].n_subscriptions;
 		pthread_mutex_lock(&w->mu);
-		void (*cb)(void *) = w->commit_cb;
+		void (*cb)(void *) = stored > handed ? w->commit_cb : NULL;
 		void *ctx = w->commit_ctx;
 		pthread_mutex_unlock(&w->mu);
 		if (cb)
@@ -666,6 +808,32 @@ void writer_take(struct writer *w, struct writer_answer *a)
 	w->written_head = w->written_tail = NULL;
 	w->written_count = 0;
 	a->down = w->down;
+	/* handed deliveries, oldest first, as many as the client has room for */
+	size_t k = w->handed_n < w->handoff_room ? w->handed_n : w->handoff_room;
+	if (k && k == w->handed_n) {
+		a->handed = w->handed;
+		w->handed = NULL;
+		w->handed_n = w->handed_cap = 0;
+	} else if (k && (a->handed = malloc(k * sizeof(*a->handed)))) {
+		memcpy(a->handed, w->handed, k * sizeof(*a->handed));
+		memmove(w->handed, w->handed + k, (w->handed_n - k) * sizeof(*w->handed));
+		w->handed_n -= k;
+	} else {
+		k = 0;
+	}
+	a->n_handed = k;
+	w->handoff_room -= k;
+	pthread_mutex_unlock(&w->mu);
+}
+
+void writer_handoff_room(struct writer *w, size_t room, size_t cap, int64_t lease_ms)
+{
+	pthread_mutex_lock(&w->mu);
+	w->handoff_room = room;
+	w->handoff_cap = cap;
+	w->handoff_lease_ms = lease_ms;
+	if (room && w->handed_n)
+		ready(w); /* handed ones wait: the client takes them on its next turn */
 	pthread_mutex_unlock(&w->mu);
 }
 
@@ -683,8 +851,13 @@ struct writer_result *writer_detach(struct writer *w)
 
 	pthread_mutex_lock(&w->mu);
 	w->claim_want = 0; /* an unanswered claim is not started any more */
+	w->handoff_room = w->handoff_cap = 0;
 	while (w->busy)
 		pthread_cond_wait(&w->finished, &w->mu);
+	struct store_claim *handed = w->handed;
+	size_t n_handed = w->handed_n;
+	w->handed = NULL;
+	w->handed_n = w->handed_cap = 0;
 	w->ready_cb = NULL;
 	w->ready_ctx = NULL;
 	if (w->claim_done)
@@ -703,6 +876,8 @@ struct writer_result *writer_detach(struct writer *w)
 	w->todo_head = w->todo_tail = NULL;
 	w->todo_count = 0;
 	pthread_mutex_unlock(&w->mu);
+	if (n_handed)
+		handoff_release(w, handed, n_handed);
 	return l;
 }
 
@@ -726,6 +901,12 @@ void writer_stop(struct writer *w)
 	}
 	if (w->claim_done)
 		store_claims_free(w->claims, w->claim_n);
+	/* a group that committed after the client left */
+	if (w->handed_n)
+		handoff_release(w, w->handed, w->handed_n);
+	else
+		free(w->handed);
+	free(w->handoff_ids);
 	pthread_cond_destroy(&w->replay_wake);
 	pthread_cond_destroy(&w->work);
 	pthread_cond_destroy(&w->finished);

@@ -9,6 +9,12 @@
  *   - results: finished delivery rounds from the dispatcher (writer_results hands them
  *     over and returns; written ones come back through writer_take, to be recycled);
  *   - claims: the dispatcher's requests for due deliveries (leases are writes too).
+ * The hand-off: an ingest group inserts the deliveries of its plain events (no partition
+ * key, the usual initial state) leased to this instance, up to a cap of them waiting,
+ * and hands them to the dispatcher with writer_take, as if claimed, as it has room:
+ * fresh work needs no claim round trip. Claims remain for retries, the rest of a burst,
+ * other instances' work and restarts; a handed delivery whose round never starts (a
+ * crash) is claimed again when its lease expires.
  * A round does the claim first (new work waits on it), then the ingest group (callers
  * are blocked on it), then the results group (their items wait for company up to
  * WRITER_GROUP_WAIT_US, and up to WRITER_RESULTS_MAX of them go in one transaction).
@@ -61,6 +67,9 @@ struct writer_answer {
 	int64_t next_due_ms;           /* after a short claim: when the next delivery is
 	                                  due (0 = nothing pending); -1 = not known */
 	int down;                      /* the last store call failed */
+	struct store_claim *handed;    /* the hand-off: leased at ingest, to start as claims
+	                                  (returned to the caller, store_claims_free) */
+	size_t n_handed;
 };
 
 /* Starts the writer thread, and the spool replay thread when spool (borrowed, may be
@@ -96,11 +105,18 @@ void writer_claim(struct writer *w, size_t want, int64_t lease_ms);
 /* Takes what the writer finished since the last call (see struct writer_answer). */
 void writer_take(struct writer *w, struct writer_answer *a);
 
+/* The hand-off: writer_take may give the client up to room handed deliveries (room: the
+ * rounds it can start besides an outstanding claim); up to cap may be leased and wait
+ * for it, each leased for lease_ms. cap 0 turns the hand-off off. Cheap; call it
+ * whenever the room changes. */
+void writer_handoff_room(struct writer *w, size_t room, size_t cap, int64_t lease_ms);
+
 /* Results queued but not written yet (the store is down). */
 size_t writer_unwritten(struct writer *w);
 
 /* Ends the client's session: waits for a claim or result group in progress, frees an
- * answered claim nobody took (its leases expire), and returns the results still queued
+ * answered claim nobody took (its leases expire), hands back to the store the deliveries
+ * leased for the hand-off that were not taken, and returns the results still queued
  * (unwritten: the store is down) and the written ones not taken yet, in one list. */
 struct writer_result *writer_detach(struct writer *w);
 

@@ -110,3 +110,23 @@ void log_msg(enum log_level l, const char *fmt, ...)
 	}
 	fprintf(stderr, "%s %s %s\n", ts, level_names[l], msg);
 }
+
+void log_record(const char *msg, const char *fields)
+{
+	char ts[RFC3339_LEN];
+	size_t len = fields ? strlen(fields) : 0;
+
+	if (len < 2 || fields[0] != '{' || fields[len - 1] != '}' || strpbrk(fields, "\r\n"))
+		fields = "{}";
+	for (const char *p = msg; *p; p++)
+		if (!(*p >= 'A' && *p <= 'Z') && !(*p >= 'a' && *p <= 'z') && *p != '_' && *p != '.')
+			msg = "record"; /* a word only: nothing to escape */
+	clock_format_rfc3339(clock_now_ms(), ts);
+	if (atomic_load_explicit(&log_fmt, memory_order_relaxed) == LOG_FORMAT_JSON) {
+		int empty = strcmp(fields, "{}") == 0;
+		fprintf(stderr, "{\"time\":\"%s\",\"level\":\"info\",\"msg\":\"%s\"%s%s\n", ts, msg,
+			empty ? "" : ",", empty ? "}" : fields + 1);
+		return;
+	}
+	fprintf(stderr, "%s info %s %s\n", ts, msg, fields);
+}

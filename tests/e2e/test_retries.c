@@ -8,6 +8,8 @@
 
 #include <time.h>
 
+#include "util/clock.h"
+
 static struct receiver rcv;
 static struct daemon dmn;
 
@@ -156,9 +158,9 @@ static void test_policy_schedules(void **state)
 	const int64_t linear_lo[] = {200, 400, 600};
 	const int64_t linear_hi[] = {200 + LATE_MS, 400 + LATE_MS, 600 + LATE_MS};
 	expect_gaps("/linear", 3, linear_lo, linear_hi);
-	/* retry k waits a random time in [200 ms, min(600 ms, 200 ms * 2^(k-1))] */
+	/* retry k waits a random time in [200 ms, min(600 ms, 200 ms * 2^k)] */
 	const int64_t expo_lo[] = {200, 200, 200, 200};
-	const int64_t expo_hi[] = {200 + LATE_MS, 400 + LATE_MS, 600 + LATE_MS, 600 + LATE_MS};
+	const int64_t expo_hi[] = {400 + LATE_MS, 600 + LATE_MS, 600 + LATE_MS, 600 + LATE_MS};
 	expect_gaps("/expo", 4, expo_lo, expo_hi);
 }
 
@@ -291,7 +293,7 @@ static int circuit_metric(const char *id)
 	return v;
 }
 
-/* A failure storm: more than max_errors failed rounds within the window open the
+/* A failure storm: max_errors failed rounds within the window open the
  * breaker; deliveries then take delay actions without a request and, after
  * max_delay_actions, go to the DLQ as circuit_open. When the window is over, the first
  * delivery is the half-open probe; once the subscriber is back it closes the breaker. */
@@ -308,7 +310,7 @@ static void test_breaker_storm_and_recovery(void **state)
 	assert_string_equal(circuit_of(sub), "closed");
 	send_many("storm.event", 10);
 
-	/* Ten fail their first round together: the third failure opens the breaker. */
+	/* Ten fail their first round together: the second failure opens the breaker. */
 	wait_circuit(sub, "open", 5000);
 	assert_true(circuit_metric(sub) >= 1); /* 1 open (2 if its window just ended) */
 
@@ -358,6 +360,92 @@ static void test_breaker_storm_and_recovery(void **state)
 	assert_int_equal(circuit_metric(sub), 0);
 	send_many("storm.after", 5);
 	assert_int_equal(receiver_wait_count(&rcv, "/storm", before + 6, 5000), 0);
+}
+
+/* Seed 004's backoff: a burst of 200 failures is re-queued at random points of the window
+ * (here the first retry's [10 s, 20 s]), so they do not come back at one instant: no
+ * second of next_attempt_at holds more than 20% of them (an even spread puts 10% in
+ * each; a fixed interval would put all 200 in one). An exponential policy that sets no max_retries makes 5 (MaxNumberOfRetries). */
+static void test_exponential_burst_and_default_retries(void **state)
+{
+	char burst[64], five[64], one[64];
+	const char *err500 = "{\"default\":{\"status\":500}}";
+	assert_int_equal(receiver_script(&rcv, "/burst", err500), 0);
+	assert_int_equal(receiver_script(&rcv, "/five", err500), 0);
+	e2e_create_sub(&dmn, burst,
+		       "{\"name\":\"burst\",\"event_types\":[\"burst.*\"],\"endpoint\":\"%s/burst\","
+		       "\"retry\":{\"immediate\":1,\"policy\":\"exponential\"},"
+		       "\"circuit_breaker\":{\"enabled\":false}}", rcv.url);
+	send_many("burst.event", 200);
+
+	json_t *page = NULL;
+	size_t failed = 0;
+	for (int i = 0; i < 300 && failed < 200; i++) {
+		json_decref(page);
+		page = e2e_get(&dmn, "/v1/deliveries?subscription_id=%s&status=FAILED&limit=200", burst);
+		failed = json_array_size(json_object_get(page, "items"));
+		if (failed < 200)
+			usleep(50 * 1000);
+	}
+	assert_int_equal(failed, 200);
+	int64_t lo = INT64_MAX, hi = 0;
+	int slots[64] = {0}, most = 0;
+	int64_t at[200];
+	for (size_t i = 0; i < 200; i++) {
+		json_t *d = json_array_get(json_object_get(page, "items"), i);
+		const char *next = json_string_value(json_object_get(d, "next_attempt_at"));
+		assert_non_null(next);
+		assert_int_equal(clock_parse_rfc3339(next, &at[i]), 0);
+		lo = at[i] < lo ? at[i] : lo;
+		hi = at[i] > hi ? at[i] : hi;
+	}
+	for (size_t i = 0; i < 200; i++) {
+		int s = (int)((at[i] - lo) / 1000);
+		assert_true(s < 64);
+		if (++slots[s] > most)
+			most = slots[s];
+	}
+	fprintf(stderr, "burst: 200 retries spread over %lld ms, at most %d in one second\n",
+		(long long)(hi - lo), most);
+	assert_true(hi - lo >= 8000); /* the window is 10 s wide */
+	assert_true(hi - lo <= 11000);
+	assert_true(most <= 40);
+	json_decref(page);
+
+	/* No max_retries: 5 scheduled retries, then the DLQ (6 requests in all). */
+	e2e_create_sub(&dmn, five,
+		       "{\"name\":\"five\",\"event_types\":[\"five.*\"],\"endpoint\":\"%s/five\","
+		       "\"retry\":{\"immediate\":1,\"policy\":\"exponential\",\"min_delay\":\"50ms\","
+		       "\"max_delay\":\"100ms\"},\"circuit_breaker\":{\"enabled\":false}}", rcv.url);
+	send_one("five.event", one);
+	json_t *d = wait_dead(one, 15000);
+	assert_int_equal(json_integer_value(json_object_get(d, "retry_count")), 5);
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 6);
+	json_decref(d);
+	assert_int_equal(receiver_count(&rcv, "/five"), 6);
+}
+
+/* The breaker opens when max_errors failed rounds are reached within the window (seed
+ * 004: delaying starts when MaxErrorsPerInterval "is hit"): after 2 of 3 it is closed,
+ * the 3rd opens it. */
+static void test_breaker_opens_at_max_errors(void **state)
+{
+	char sub[64], ids[3][64];
+	assert_int_equal(receiver_script(&rcv, "/exact", "{\"default\":{\"status\":500}}"), 0);
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"exact\",\"event_types\":[\"exact.*\"],\"endpoint\":\"%s/exact\","
+		       "\"retry\":{\"immediate\":1,\"interval\":\"1m\",\"max_retries\":1},"
+		       "\"circuit_breaker\":{\"max_errors\":3,\"failure_window\":\"1m\"}}", rcv.url);
+	for (int i = 0; i < 3; i++) {
+		send_one("exact.event", ids[i]);
+		json_decref(e2e_wait_status(&dmn, ids[i], "FAILED", 5000));
+		if (i < 2) {
+			usleep(300 * 1000); /* time for the dispatcher to have counted it */
+			assert_string_equal(circuit_of(sub), "closed");
+		}
+	}
+	wait_circuit(sub, "open", 5000);
+	assert_int_equal(receiver_count(&rcv, "/exact"), 3);
 }
 
 /* Head-of-line isolation: a subscriber that takes 2 s per request, limited to 2 at a
@@ -477,6 +565,8 @@ int main(void)
 		cmocka_unit_test(test_retry_after),
 		cmocka_unit_test(test_permanent_410),
 		cmocka_unit_test(test_breaker_storm_and_recovery),
+		cmocka_unit_test(test_exponential_burst_and_default_retries),
+		cmocka_unit_test(test_breaker_opens_at_max_errors),
 		cmocka_unit_test(test_head_of_line_isolation),
 		cmocka_unit_test(test_isolation_small_pool),
 	};

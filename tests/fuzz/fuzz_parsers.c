@@ -78,13 +78,13 @@ static void run(const uint8_t *data, size_t size)
 		q.keys[q.n] = kv;
 		q.values[q.n++] = eq ? (*eq = '\0', eq + 1) : "";
 	}
-	filter_parse(query_get, &q, 1, registry(), "", &f, &buf, &err);
+	filter_parse(query_get, &q, 1, registry(), "", 1000000000000LL, &f, &buf, &err);
 	free(text);
 
 	json_t *doc = json_loadb((const char *)data, size, 0, NULL);
 	if (doc) {
 		memset(&f, 0, sizeof(f));
-		filter_parse_json(doc, registry(), "filter.", &f, &buf, &err);
+		filter_parse_json(doc, registry(), "filter.", 1000000000000LL, &f, &buf, &err);
 		json_decref(doc);
 	}
 }

@@ -1175,7 +1175,7 @@ static void test_cleanup_keeps_failed(void **state)
 	ingest_one(t, "new", t->t0 + 2, 1, ev_new);
 	ingest_one(t, "none", t->t0 + 3, 0, ev_none);
 
-	assert_int_equal(store_cleanup(t->st, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, &deleted), STORE_OK);
 	assert_int_equal(deleted, 3);
 
 	assert_int_equal(store_event_get(t->st, ev_done, &got), STORE_NOT_FOUND);
@@ -1195,8 +1195,119 @@ static void test_cleanup_keeps_failed(void **state)
 	store_event_free(&got);
 
 	/* Nothing left to clean. */
-	assert_int_equal(store_cleanup(t->st, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, &deleted), STORE_OK);
 	assert_int_equal(deleted, 0);
+	store_claims_free(c, n);
+}
+
+/* Retention (seed 003, cleanup_after): only PROCESSED deliveries processed at or before
+ * the cut are deleted; younger ones stay until a later run. */
+static void test_cleanup_keeps_young(void **state)
+{
+	struct t *t = *state;
+	char ev_old[UUID_STR_LEN], ev_young[UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_event got;
+	int64_t now = clock_now_ms();
+	size_t n, deleted = 0;
+
+	ingest_one(t, "old", t->t0, 1, ev_old);
+	ingest_one(t, "young", t->t0 + 1, 1, ev_young);
+	n = claim_n(t, now, MINUTE_MS, 10, &c);
+	assert_int_equal(n, 2);
+	for (size_t i = 0; i < 2; i++) {
+		struct store_attempt a = {.n = 1, .kind = ATTEMPT_IMMEDIATE, .started_at = now,
+					  .duration_ms = 1, .code = 200, .message = "OK"};
+		struct store_result r = {
+			.delivery_id = c[i].delivery_id,
+			.status = DELIVERY_PROCESSED,
+			.attempt_count = 1,
+			/* the first delivered two hours ago, the second a minute ago */
+			.processed_at = i == 0 ? now - 2 * HOUR_MS : now - MINUTE_MS,
+			.attempts = &a,
+			.n_attempts = 1,
+		};
+		assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+	}
+	/* cleanup_after 1h: the old one goes, the young one stays */
+	assert_int_equal(store_cleanup(t->st, now - HOUR_MS, &deleted), STORE_OK);
+	assert_int_equal(deleted, 1);
+	assert_int_equal(store_event_get(t->st, ev_old, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_OK);
+	store_event_free(&got);
+	/* an hour later it is old enough too */
+	assert_int_equal(store_cleanup(t->st, now + HOUR_MS, &deleted), STORE_OK);
+	assert_int_equal(deleted, 1);
+	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_NOT_FOUND);
+	store_claims_free(c, n);
+}
+
+/* Seed 002's implicit DLQ: a delivery that keeps failing is found by how often and how
+ * long; failing_since is set by its first failure, kept by later ones, cleared by a
+ * success; stats show the oldest still retried. */
+static void test_failing_since(void **state)
+{
+	struct t *t = *state;
+	char ev[UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_delivery *items = NULL, d;
+	struct delivery_filter f = {0};
+	struct store_stats st;
+	char *cursor = NULL;
+	size_t n, ni;
+
+	ingest_one(t, "failing", t->t0, 1, ev);
+	int64_t before = clock_now_ms();
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 1);
+	record(t, c[0].delivery_id, DELIVERY_FAILED, 1, clock_now_ms() - 1, 500, "boom", NULL);
+	d = get_delivery(t, c[0].delivery_id);
+	int64_t since = d.failing_since;
+	assert_true(since >= before && since <= clock_now_ms());
+	store_delivery_free(&d);
+
+	f.limit = 10;
+	f.failing_since_ms = clock_now_ms();
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &ni, &cursor), STORE_OK);
+	assert_int_equal(ni, 1);
+	store_deliveries_free(items, ni);
+	f.failing_since_ms = since - 1; /* not failing that long yet */
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &ni, &cursor), STORE_OK);
+	assert_int_equal(ni, 0);
+	store_deliveries_free(items, ni);
+	f.failing_since_ms = 0;
+	f.min_attempts = 2;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &ni, &cursor), STORE_OK);
+	assert_int_equal(ni, 0);
+	store_deliveries_free(items, ni);
+	assert_int_equal(store_stats(t->st, clock_now_ms(), MINUTE_MS, &st), STORE_OK);
+	assert_int_equal(st.oldest_failing_since, since);
+	store_stats_free(&st);
+
+	/* the second failure keeps when it began */
+	store_claims_free(c, n);
+	usleep(5000);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 1);
+	record(t, c[0].delivery_id, DELIVERY_FAILED, 2, clock_now_ms() - 1, 503, "busy", NULL);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.failing_since, since);
+	store_delivery_free(&d);
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &ni, &cursor), STORE_OK);
+	assert_int_equal(ni, 1); /* min_attempts 2 */
+	store_deliveries_free(items, ni);
+
+	/* success clears it, and stats have nothing failing */
+	store_claims_free(c, n);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 1);
+	record(t, c[0].delivery_id, DELIVERY_PROCESSED, 3, 0, 0, NULL, NULL);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.failing_since, 0);
+	store_delivery_free(&d);
+	assert_int_equal(store_stats(t->st, clock_now_ms(), MINUTE_MS, &st), STORE_OK);
+	assert_int_equal(st.oldest_failing_since, 0);
+	store_stats_free(&st);
 	store_claims_free(c, n);
 }
 
@@ -1405,6 +1516,8 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
 	sqlite_exec_ok(conn, "DROP TABLE tokens; DROP INDEX deliveries_order;"
+			     "DROP INDEX deliveries_failing;"
+			     "ALTER TABLE deliveries DROP COLUMN failing_since;"
 			     "DROP INDEX deliveries_blocked;"
 			     "ALTER TABLE deliveries DROP COLUMN order_key;"
 			     "ALTER TABLE deliveries DROP COLUMN blocked;"
@@ -2401,6 +2514,8 @@ int main(void)
 		T(test_replay),
 		T(test_purge_only_dead),
 		T(test_cleanup_keeps_failed),
+		T(test_cleanup_keeps_young),
+		T(test_failing_since),
 		T(test_relay_outbox),
 		T(test_job_cancel_is_not_overwritten),
 		T(test_second_open_is_locked),

@@ -193,9 +193,10 @@ int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t lim
 	return rc;
 }
 
-/* Deletes up to CLEANUP_CHUNK PROCESSED deliveries (attempts cascade) and the events
- * they leave without deliveries, in one transaction. *deleted = deliveries removed. */
-static int cleanup_chunk(struct pg *pg, size_t *deleted)
+/* Deletes up to CLEANUP_BATCH PROCESSED deliveries processed at or before before_ms
+ * (attempts cascade) and the events they leave without deliveries, in one transaction.
+ * *deleted = deliveries removed. */
+static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t *deleted)
 {
 	struct params p = {0}, q = {0};
 	struct pgarr events;
@@ -208,7 +209,8 @@ static int cleanup_chunk(struct pg *pg, size_t *deleted)
 		return rc;
 	pg_arr_init(&events, OID_TEXT);
 	rc = pg_tx_begin(pg, c);
-	pg_p_i64(&p, CLEANUP_CHUNK);
+	pg_p_i64(&p, CLEANUP_BATCH);
+	pg_p_i64(&p, before_ms);
 	if (rc == STORE_OK)
 		res = pg_run(pg, c, S_CLEANUP_CHUNK, &p, &rc);
 	if (res) {
@@ -228,7 +230,7 @@ static int cleanup_chunk(struct pg *pg, size_t *deleted)
 	return rc;
 }
 
-int pg_cleanup(store *st, size_t *deleted)
+int pg_cleanup(store *st, int64_t before_ms, size_t *deleted)
 {
 	struct pg *pg = pg_of(st);
 	struct params p = {0};
@@ -238,9 +240,9 @@ int pg_cleanup(store *st, size_t *deleted)
 
 	do {
 		chunk = 0;
-		rc = cleanup_chunk(pg, &chunk);
+		rc = cleanup_chunk(pg, before_ms, &chunk);
 		*deleted += chunk;
-	} while (rc == STORE_OK && chunk == CLEANUP_CHUNK);
+	} while (rc == STORE_OK && chunk == CLEANUP_BATCH);
 	pg_p_i64(&p, CLEANUP_CHUNK);
 	while (rc == STORE_OK) {
 		chunk = 0;

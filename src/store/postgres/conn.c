@@ -100,6 +100,8 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  last_message = CASE WHEN r.keep_error THEN d.last_message ELSE r.last_message END,"
 		"  last_cause = CASE WHEN r.keep_error THEN d.last_cause ELSE r.last_cause END,"
 		"  lease_owner = NULL, lease_until = NULL, delay_actions = r.delay_actions,"
+		"  failing_since = CASE WHEN r.status = 'FAILED'"
+		"   THEN COALESCE(d.failing_since, $12) END,"
 		"  updated_at = $12"
 		" FROM r WHERE d.id = r.id AND d.lease_owner = $13"
 		" RETURNING d.id, d.subscription_id, d.order_key, d.status, d.next_attempt_at),"
@@ -159,7 +161,8 @@ const char *const pg_sql_of[S_COUNT] = {
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries WHERE event_id = $1)",
 	[S_CLEANUP_CHUNK] =
 		"DELETE FROM outboxd.deliveries WHERE id IN (SELECT id FROM outboxd.deliveries"
-		"  WHERE status = 'PROCESSED' AND lease_until IS NULL LIMIT $1"
+		"  WHERE status = 'PROCESSED' AND lease_until IS NULL AND processed_at <= $2"
+		"  LIMIT $1"
 		"  FOR UPDATE SKIP LOCKED)"
 		" RETURNING event_id",
 	[S_EVENTS_DELETE_ORPHANS] =

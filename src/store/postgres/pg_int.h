@@ -16,6 +16,8 @@
 
 
 #define CLEANUP_CHUNK 10000
+/* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
+#define CLEANUP_BATCH 1000
 
 #define ERROR_TEXT_MAX 1024       /* stored error text, as in SQLite */
 
@@ -54,7 +56,8 @@
 #define DELIVERY_COLUMNS                                                             \
 	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
 	"retry_count, next_attempt_at, created_at, updated_at, processed_at, "        \
-	"last_code, last_message, last_cause, lease_owner, lease_until, blocked"
+	"last_code, last_message, last_cause, lease_owner, lease_until, blocked, "   \
+	"failing_since"
 
 
 #define JOB_COLUMNS "id, kind, state, filter, force, rate, matched, done, cursor, actor, error," \
@@ -123,13 +126,14 @@ enum stmt {
 		" dl AS (" \
 		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status," \
 		"  next_attempt_at, last_code, last_message, last_cause, created_at, updated_at," \
-		"  order_key)" \
+		"  order_key, lease_until, lease_owner)" \
 		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, v.status, v.next," \
-		"  v.code, v.message, v.cause, v.due, v.due, k.partition_key" \
+		"  v.code, v.message, v.cause, v.due, v.due, k.partition_key, v.lease," \
+		"  CASE WHEN v.lease IS NULL THEN NULL ELSE $22::text END" \
 		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[]," \
-		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[])" \
+		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[], $21::int8[])" \
 		"  AS v(id, event_id, subscription_id, event_type, due, status, next, code," \
-		"  message, cause)" \
+		"  message, cause, lease)" \
 		" JOIN unnest($1::text[], $5::text[]) AS k(id, partition_key) ON k.id = v.event_id" \
 		" WHERE v.event_id IN (SELECT id FROM ev))," \
 		" moved AS (DELETE FROM outboxd.outbox WHERE id = ANY($14::int8[]))" \
@@ -203,7 +207,8 @@ struct pgarr {
 /* The arrays of one S_INGEST call. */
 struct ingest_arrays {
 	struct pgarr ev[8];          /* $1..$8: the events */
-	struct pgarr dl[10];         /* $9..$13, $16..$20: the deliveries */
+	struct pgarr dl[11];         /* $9..$13, $16..$21: the deliveries ($21: the
+	                                hand-off's lease_until, NULL when not leased) */
 	struct pgarr outbox_ids;     /* $14 */
 	struct pgarr traceparent;    /* $15: the events' trace context */
 };
@@ -226,7 +231,7 @@ int pg_dlq_purge(store *st, const char *delivery_id);
 int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 				 size_t *purged);
 
-int pg_cleanup(store *st, size_t *deleted);
+int pg_cleanup(store *st, int64_t before_ms, size_t *deleted);
 
 int pg_job_create(store *st, const struct store_job *job);
 

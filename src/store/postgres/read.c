@@ -73,6 +73,7 @@ static int read_delivery(const PGresult *r, int row, void *out)
 	d->last_code = (int)pg_get_int(r, row, 12);
 	d->lease_until = pg_get_int(r, row, 16);
 	d->blocked = pg_get_int(r, row, 17) == 1; /* 2, waiting its turn, is not shown */
+	d->failing_since = pg_get_int(r, row, 18);
 	if (pg_get_dup(r, row, 3, &d->event_type) || pg_get_dup(r, row, 13, &d->last_message) ||
 	    pg_get_dup(r, row, 14, &d->last_cause) || pg_get_dup(r, row, 15, &d->lease_owner)) {
 		store_delivery_free(d);
@@ -285,6 +286,14 @@ static int filter_sql(const struct delivery_filter *f, char *sql, size_t size,
 		pg_p_i64(p, f->to_ms);
 		sql_add(sql, size, " AND created_at < $%d", p->n, 0);
 	}
+	if (f->min_attempts) {
+		pg_p_i64(p, f->min_attempts);
+		sql_add(sql, size, " AND attempt_count >= $%d", p->n, 0);
+	}
+	if (f->failing_since_ms) {
+		pg_p_i64(p, f->failing_since_ms);
+		sql_add(sql, size, " AND status = 'FAILED' AND failing_since <= $%d", p->n, 0);
+	}
 	return 0;
 }
 
@@ -396,7 +405,9 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 			 "   AND next_attempt_at IS NULL), 0),"
 			 " count(*) FILTER (WHERE blocked = 1),"
 			 " (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"
-			 "   FROM outboxd.deliveries WHERE blocked = 1) b)"
+			 "   FROM outboxd.deliveries WHERE blocked = 1) b),"
+			 " COALESCE(MIN(failing_since) FILTER (WHERE status = 'FAILED'"
+			 "   AND next_attempt_at IS NOT NULL), 0)"
 			 " FROM outboxd.deliveries", &p, &rc);
 	/* Per subscription over the window: attempts, successes, and the newest failure. */
 	if (counts)
@@ -424,6 +435,7 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 		out->oldest_dead_at = pg_get_int(counts, 0, 7);
 		out->blocked_count = pg_get_int(counts, 0, 8);
 		out->blocked_keys = pg_get_int(counts, 0, 9);
+		out->oldest_failing_since = pg_get_int(counts, 0, 10);
 	}
 	if (subs && PQntuples(subs) > 0) {
 		size_t count = (size_t)PQntuples(subs);

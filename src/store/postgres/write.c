@@ -24,12 +24,13 @@ static void ingest_arrays_init(struct ingest_arrays *a)
 {
 	static const uint32_t ev_oids[8] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT,
 					    OID_TEXT, OID_BYTEA, OID_INT8};
-	static const uint32_t dl_oids[10] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_INT8,
-					     OID_TEXT, OID_INT8, OID_INT4, OID_TEXT, OID_TEXT};
+	static const uint32_t dl_oids[11] = {OID_TEXT, OID_TEXT, OID_TEXT, OID_TEXT, OID_INT8,
+					     OID_TEXT, OID_INT8, OID_INT4, OID_TEXT, OID_TEXT,
+					     OID_INT8};
 
 	for (int i = 0; i < 8; i++)
 		pg_arr_init(&a->ev[i], ev_oids[i]);
-	for (int i = 0; i < 10; i++)
+	for (int i = 0; i < 11; i++)
 		pg_arr_init(&a->dl[i], dl_oids[i]);
 	pg_arr_init(&a->outbox_ids, OID_INT8);
 	pg_arr_init(&a->traceparent, OID_TEXT);
@@ -39,7 +40,7 @@ static void ingest_arrays_free(struct ingest_arrays *a)
 {
 	for (int i = 0; i < 8; i++)
 		pg_arr_free(&a->ev[i]);
-	for (int i = 0; i < 10; i++)
+	for (int i = 0; i < 11; i++)
 		pg_arr_free(&a->dl[i]);
 	pg_arr_free(&a->outbox_ids);
 	pg_arr_free(&a->traceparent);
@@ -47,7 +48,7 @@ static void ingest_arrays_free(struct ingest_arrays *a)
 
 /* Appends one event and its deliveries (created and due at due_at). The subscription
  * ids are copied here, so the fan-out's array may change after the call. */
-static void ingest_add(struct ingest_arrays *a, const struct store_event_in *ev, int64_t due_at)
+static void ingest_add(struct ingest_arrays *a, struct store_event_in *ev, int64_t due_at)
 {
 	pg_arr_text(&a->ev[0], ev->id);
 	pg_arr_text(&a->ev[1], ev->event_type);
@@ -80,6 +81,12 @@ static void ingest_add(struct ingest_arrays *a, const struct store_event_in *ev,
 			pg_arr_null(&a->dl[7]);
 		pg_arr_text(&a->dl[8], ev->initial_message);
 		pg_arr_text(&a->dl[9], ev->initial_cause);
+		if (ev->lease_until) { /* the hand-off (store_event_in) */
+			pg_arr_i64(&a->dl[10], ev->lease_until);
+			memcpy(ev->delivery_ids[i], id, UUID_STR_LEN);
+		} else {
+			pg_arr_null(&a->dl[10]);
+		}
 	}
 }
 
@@ -89,7 +96,7 @@ static int ingest_arrays_failed(const struct ingest_arrays *a)
 
 	for (int i = 0; i < 8; i++)
 		failed |= a->ev[i].failed;
-	for (int i = 0; i < 10; i++)
+	for (int i = 0; i < 11; i++)
 		failed |= a->dl[i].failed;
 	return failed;
 }
@@ -164,8 +171,8 @@ out:
 }
 
 /* One S_INGEST call on c; marks duplicates. */
-static int ingest_run(struct pg *pg, struct pgconn *c, struct store_event_in *events, size_t n,
-		      struct ingest_arrays *a)
+static int ingest_run(struct pg *pg, struct pgconn *c, const char *owner,
+		      struct store_event_in *events, size_t n, struct ingest_arrays *a)
 {
 	struct params p = {0};
 	PGresult *res;
@@ -177,8 +184,9 @@ static int ingest_run(struct pg *pg, struct pgconn *c, struct store_event_in *ev
 		pg_p_arr(&p, &a->dl[i]);
 	pg_p_arr(&p, &a->outbox_ids);
 	pg_p_arr(&p, &a->traceparent);
-	for (int i = 5; i < 10; i++)
+	for (int i = 5; i < 11; i++)
 		pg_p_arr(&p, &a->dl[i]);
+	pg_p_text(&p, owner);
 	if (ingest_arrays_failed(a))
 		return STORE_ERROR;
 	res = pg_run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);
@@ -207,7 +215,7 @@ int pg_ingest(store *st, struct store_event_in *events, size_t n)
 	 * this returns STORE_OK. Duplicates are looked up after the commit (the first
 	 * event of a key is committed by then). */
 	if ((c = pg_take(pg, ROLE_INGEST, &rc))) {
-		rc = ingest_run(pg, c, events, n, &a);
+		rc = ingest_run(pg, c, st->owner, events, n, &a);
 		pg_give(c);
 	}
 	ingest_arrays_free(&a);
@@ -274,7 +282,7 @@ int pg_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 		ingest_add(&a, ev, now);
 		ev->subscription_ids = NULL; /* valid only until the next fan-out */
 	}
-	rc = ingest_run(pg, c, events, count, &a);
+	rc = ingest_run(pg, c, st->owner, events, count, &a);
 	for (size_t i = 0; rc == STORE_OK && i < count; i++)
 		if (events[i].duplicate)
 			log_debug("store: outbox row duplicates event %s, dropped", events[i].id);

@@ -112,8 +112,8 @@ static const char *const wsql[W_COUNT] = {
 		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
 	[W_DELIVERY_INSERT] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
-		" next_attempt_at, created_at, updated_at, order_key)"
-		" VALUES (?1, ?2, ?3, ?4, 'NEW', ?5, ?5, ?5, ?6)",
+		" next_attempt_at, created_at, updated_at, order_key, lease_owner, lease_until)"
+		" VALUES (?1, ?2, ?3, ?4, 'NEW', ?5, ?5, ?5, ?6, ?7, ?8)",
 	/* a delivery that starts in another state (store_event_in.initial_status) */
 	[W_DELIVERY_INSERT_STATE] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
@@ -140,6 +140,7 @@ static const char *const wsql[W_COUNT] = {
 		" last_message = CASE WHEN ?13 THEN last_message ELSE ?9 END,"
 		" last_cause = CASE WHEN ?13 THEN last_cause ELSE ?10 END,"
 		" lease_owner = NULL, lease_until = NULL, delay_actions = ?14,"
+		" failing_since = CASE WHEN ?2 = 'FAILED' THEN COALESCE(failing_since, ?11) END,"
 		" updated_at = ?11 WHERE id = ?1 AND lease_owner = ?12",
 	/* Per-key ordering: delivery ?1 is done (delivered or dead); the next one of its
 	 * key, when it is parked waiting its turn, is due at ?2. */
@@ -177,7 +178,8 @@ static const char *const wsql[W_COUNT] = {
 		" AND NOT EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1)",
 	[W_CLEANUP_CHUNK] =
 		"DELETE FROM deliveries WHERE rowid IN (SELECT rowid FROM deliveries"
-		"  WHERE status = 'PROCESSED' AND lease_until IS NULL LIMIT ?1)"
+		"  WHERE status = 'PROCESSED' AND lease_until IS NULL AND processed_at <= ?2"
+		"  LIMIT ?1)"
 		" RETURNING event_id",
 	[W_SUB_INSERT] =
 		"INSERT INTO subscriptions(id, name, config, enabled, created_at, updated_at,"
@@ -475,11 +477,13 @@ static int prepare_rows(struct sq *sq, char *err, size_t errlen)
 	static const char events_head[] =
 		"INSERT INTO events(id, event_type, source, source_event_id, partition_key,"
 		" content_type, payload, created_at, traceparent) VALUES ";
+	/* column7: the hand-off's lease_until (NULL: not leased); the owner is the last
+	 * parameter, after the rows' */
 	static const char deliveries_head[] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, next_attempt_at,"
-		" status, created_at, updated_at, order_key)"
+		" status, created_at, updated_at, order_key, lease_until, lease_owner)"
 		" SELECT column1, column2, column3, column4, column5, 'NEW', column5, column5,"
-		" column6"
+		" column6, column7, CASE WHEN column7 IS NULL THEN NULL ELSE ?%d END"
 		" FROM (VALUES ";
 	struct buf b;
 	int rc = STORE_OK, bad;
@@ -490,7 +494,7 @@ static int prepare_rows(struct sq *sq, char *err, size_t errlen)
 				      &sq->event_rows, NULL) != SQLITE_OK)
 		rc = STORE_ERROR;
 	buf_reset(&b);
-	bad = buf_appendf(&b, "%s", deliveries_head) ||
+	bad = buf_appendf(&b, deliveries_head, INGEST_ROWS * DELIVERY_COLS + 1) ||
 	      values_rows(&b, 1, INGEST_ROWS, DELIVERY_COLS) || buf_appendf(&b, ")");
 	if (rc == STORE_OK && (bad || sqlite3_prepare_v3(sq->wdb, b.data, -1,
 							 SQLITE_PREPARE_PERSISTENT,

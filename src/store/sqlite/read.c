@@ -151,6 +151,10 @@ void sq_filter_sql(const struct delivery_filter *f, char *sql, size_t size)
 		sql_add(sql, size, " AND created_at >= ?");
 	if (f->to_ms)
 		sql_add(sql, size, " AND created_at < ?");
+	if (f->min_attempts)
+		sql_add(sql, size, " AND attempt_count >= ?");
+	if (f->failing_since_ms)
+		sql_add(sql, size, " AND status = 'FAILED' AND failing_since <= ?");
 }
 
 void sq_filter_bind(sqlite3_stmt *s, const struct delivery_filter *f, int *b)
@@ -175,6 +179,10 @@ void sq_filter_bind(sqlite3_stmt *s, const struct delivery_filter *f, int *b)
 		sqlite3_bind_int64(s, (*b)++, f->from_ms);
 	if (f->to_ms)
 		sqlite3_bind_int64(s, (*b)++, f->to_ms);
+	if (f->min_attempts)
+		sqlite3_bind_int(s, (*b)++, f->min_attempts);
+	if (f->failing_since_ms)
+		sqlite3_bind_int64(s, (*b)++, f->failing_since_ms);
 }
 
 int sq_deliveries_list(store *st, const struct delivery_filter *f,
@@ -321,11 +329,14 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	memset(v, 0, sizeof(v));
 	rc = int_row(sq, "SELECT (SELECT count(*) FROM deliveries WHERE blocked = 1),"
 		     " (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"
-		     "  FROM deliveries WHERE blocked = 1))", 0, v, 2);
+		     "  FROM deliveries WHERE blocked = 1)),"
+		     " (SELECT COALESCE(MIN(failing_since), 0) FROM deliveries"
+		     "  WHERE status = 'FAILED' AND next_attempt_at IS NOT NULL)", 0, v, 3);
 	if (rc != SQLITE_OK)
 		goto out;
 	out->blocked_count = v[0];
 	out->blocked_keys = v[1];
+	out->oldest_failing_since = v[2];
 
 	/* Per subscription over the window: attempts, successes, and the newest failure
 	 * (SQLite returns the row of max() for the bare columns). */

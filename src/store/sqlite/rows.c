@@ -277,6 +277,7 @@ int sq_read_delivery(sqlite3_stmt *s, void *row)
 	d->last_code = sqlite3_column_int(s, 12);
 	d->lease_until = sqlite3_column_int64(s, 16);
 	d->blocked = sqlite3_column_int(s, 17) == 1; /* 2, waiting its turn, is not shown */
+	d->failing_since = sqlite3_column_int64(s, 18);
 	if (sq_col_dup(s, 3, &d->event_type) || sq_col_dup(s, 13, &d->last_message) ||
 	    sq_col_dup(s, 14, &d->last_cause) || sq_col_dup(s, 15, &d->lease_owner)) {
 		store_delivery_free(d);

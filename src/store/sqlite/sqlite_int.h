@@ -15,6 +15,8 @@
 
 /* Cleanup deletes in chunks so ingest never waits long behind it. */
 #define CLEANUP_CHUNK 10000
+/* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
+#define CLEANUP_BATCH 1000
 
 /* Stored error text (attempt message and cause, last_message/last_cause) is bounded. */
 #define ERROR_TEXT_MAX 1024
@@ -28,7 +30,8 @@
 #define DELIVERY_COLUMNS                                                             \
 	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
 	"retry_count, next_attempt_at, created_at, updated_at, processed_at, "        \
-	"last_code, last_message, last_cause, lease_owner, lease_until, blocked"
+	"last_code, last_message, last_cause, lease_owner, lease_until, blocked, "   \
+	"failing_since"
 
 
 /* The claim's ordering rule for a candidate delivery d (issue 15): it has no key, or its
@@ -128,7 +131,7 @@ struct sq {
 
 #define EVENT_COLS 9
 
-#define DELIVERY_COLS 6
+#define DELIVERY_COLS 7
 
 
 /* New deliveries waiting to be inserted INGEST_ROWS at a time. */
@@ -156,7 +159,7 @@ int sq_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 
 int sq_dlq_purge(store *st, const char *delivery_id);
 
-int sq_cleanup(store *st, size_t *deleted);
+int sq_cleanup(store *st, int64_t before_ms, size_t *deleted);
 
 int sq_sub_create(store *st, const struct sub_row *sub);
 

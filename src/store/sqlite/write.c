@@ -22,7 +22,8 @@
 /* Inserts one event and its deliveries (created and due at due_at) inside the open
  * transaction, or marks it duplicate when its (source, source_event_id) is already
  * stored — including earlier in the same transaction. */
-static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at)
+static int insert_event(struct sq *sq, const char *owner, struct store_event_in *ev,
+			int64_t due_at)
 {
 	const char *source = ev->source ? ev->source : "";
 	sqlite3_stmt *s;
@@ -100,6 +101,11 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 		} else {
 			sqlite3_bind_int64(s, 5, due_at);
 			sq_bind_text(s, 6, ev->partition_key);
+			if (ev->lease_until) { /* the hand-off (store_event_in) */
+				sqlite3_bind_text(s, 7, owner, -1, SQLITE_STATIC);
+				sqlite3_bind_int64(s, 8, ev->lease_until);
+				memcpy(ev->delivery_ids[i], id, UUID_STR_LEN);
+			}
 		}
 		rc = sq_step_done(s);
 		if (rc != SQLITE_OK)
@@ -109,7 +115,7 @@ static int insert_event(struct sq *sq, struct store_event_in *ev, int64_t due_at
 }
 
 /* Runs the delivery group: a full one as one INSERT, a partial one row by row. */
-static int delivery_group_run(struct sq *sq, struct delivery_group *g)
+static int delivery_group_run(struct sq *sq, const char *owner, struct delivery_group *g)
 {
 	int rc = SQLITE_OK;
 
@@ -126,7 +132,11 @@ static int delivery_group_run(struct sq *sq, struct delivery_group *g)
 			sqlite3_bind_text(s, base + 3, g->ev[r]->event_type, -1, SQLITE_STATIC);
 			sqlite3_bind_int64(s, base + 4, g->ev[r]->created_at);
 			sq_bind_text(s, base + 5, g->ev[r]->partition_key);
+			if (g->ev[r]->lease_until)
+				sqlite3_bind_int64(s, base + 6, g->ev[r]->lease_until);
 		}
+		sqlite3_bind_text(s, INGEST_ROWS * DELIVERY_COLS + 1, owner, -1,
+				  SQLITE_STATIC);
 		rc = sq_step_done(s);
 	} else {
 		sqlite3_stmt *s = sq->w[W_DELIVERY_INSERT];
@@ -139,6 +149,10 @@ static int delivery_group_run(struct sq *sq, struct delivery_group *g)
 			sqlite3_bind_text(s, 4, g->ev[r]->event_type, -1, SQLITE_STATIC);
 			sqlite3_bind_int64(s, 5, g->ev[r]->created_at);
 			sq_bind_text(s, 6, g->ev[r]->partition_key);
+			if (g->ev[r]->lease_until) {
+				sqlite3_bind_text(s, 7, owner, -1, SQLITE_STATIC);
+				sqlite3_bind_int64(s, 8, g->ev[r]->lease_until);
+			}
 			rc = sq_step_done(s);
 		}
 	}
@@ -148,7 +162,8 @@ static int delivery_group_run(struct sq *sq, struct delivery_group *g)
 
 /* Inserts INGEST_ROWS events that need no key check with one INSERT, and queues their
  * deliveries (created and due at the event's created_at, as insert_event does). */
-static int event_group_run(struct sq *sq, struct store_event_in **evs, struct delivery_group *g)
+static int event_group_run(struct sq *sq, const char *owner, struct store_event_in **evs,
+			   struct delivery_group *g)
 {
 	sqlite3_stmt *s = sq->event_rows;
 	int rc;
@@ -173,9 +188,12 @@ static int event_group_run(struct sq *sq, struct store_event_in **evs, struct de
 	for (int r = 0; r < INGEST_ROWS; r++) {
 		for (size_t k = 0; k < evs[r]->n_subscriptions; k++) {
 			uuid_v7(g->ids[g->rows]);
+			if (evs[r]->lease_until)
+				memcpy(evs[r]->delivery_ids[k], g->ids[g->rows], UUID_STR_LEN);
 			g->ev[g->rows] = evs[r];
 			g->sub[g->rows] = k;
-			if (++g->rows == INGEST_ROWS && (rc = delivery_group_run(sq, g)) != SQLITE_OK)
+			if (++g->rows == INGEST_ROWS &&
+			    (rc = delivery_group_run(sq, owner, g)) != SQLITE_OK)
 				return rc;
 		}
 	}
@@ -206,19 +224,19 @@ int sq_ingest(store *st, struct store_event_in *events, size_t n)
 		if (!ev->created_at)
 			ev->created_at = now;
 		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev)) {
-			rc = insert_event(sq, ev, ev->created_at);
+			rc = insert_event(sq, st->owner, ev, ev->created_at);
 			continue;
 		}
 		group[rows++] = ev;
 		if (rows == INGEST_ROWS) {
 			rows = 0;
-			rc = event_group_run(sq, group, g);
+			rc = event_group_run(sq, st->owner, group, g);
 		}
 	}
 	for (int r = 0; rc == SQLITE_OK && r < rows; r++)
-		rc = insert_event(sq, group[r], group[r]->created_at);
+		rc = insert_event(sq, st->owner, group[r], group[r]->created_at);
 	if (rc == SQLITE_OK)
-		rc = delivery_group_run(sq, g);
+		rc = delivery_group_run(sq, st->owner, g);
 	rc = sq_tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);
 	free(g);
@@ -267,7 +285,7 @@ int sq_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 		fanout(ctx, ev.event_type, &ids, &n_ids);
 		ev.subscription_ids = ids;
 		ev.n_subscriptions = ids ? n_ids : 0;
-		rc = insert_event(sq, &ev, now);
+		rc = insert_event(sq, st->owner, &ev, now);
 		if (rc != SQLITE_OK)
 			goto out;
 		if (ev.duplicate)

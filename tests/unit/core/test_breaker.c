@@ -47,17 +47,18 @@ static void test_defaults_and_names(void **state)
 	assert_string_equal(breaker_state_name((enum breaker_state)9), "unknown");
 }
 
-/* More than max_errors failures within one window open it until that window ends. */
-static void test_opens_over_max_errors(void **state)
+/* Reaching max_errors failures within one window opens it until that window ends (seed
+ * 004: delaying starts when MaxErrorsPerInterval "is hit"). */
+static void test_opens_at_max_errors(void **state)
 {
 	struct circuit_breaker_config c = config(3, 1000);
 	struct breaker b;
 
 	breaker_init(&b);
-	fail_n(&b, &c, 3, 100); /* exactly max_errors: still closed */
+	fail_n(&b, &c, 2, 100); /* one below max_errors: still closed */
 	assert_int_equal(breaker_state_at(&b, &c, 100), BREAKER_CLOSED);
 	assert_int_equal(breaker_admit(&b, &c, 150), BREAKER_PASS);
-	breaker_record(&b, &c, 400, false, false); /* the fourth, in the window that began at 100 */
+	breaker_record(&b, &c, 400, false, false); /* the third, in the window that began at 100 */
 	assert_int_equal(breaker_state_at(&b, &c, 400), BREAKER_OPEN);
 	assert_int_equal(b.open_until_ms, 1100);
 	for (int64_t t = 400; t < 1100; t += 50)
@@ -74,27 +75,27 @@ static void test_window_resets(void **state)
 
 	breaker_init(&b);
 	for (int64_t t = 0; t < 100000; t += 1000) {
-		fail_n(&b, &c, 3, t + 10); /* three per window, every window */
+		fail_n(&b, &c, 2, t + 10); /* two per window, every window */
 		assert_int_equal(breaker_state_at(&b, &c, t + 10), BREAKER_CLOSED);
 	}
 	/* successes count nothing either way */
 	breaker_init(&b);
-	fail_n(&b, &c, 3, 0);
+	fail_n(&b, &c, 2, 0);
 	for (int i = 0; i < 100; i++)
 		breaker_record(&b, &c, 10, true, false);
 	breaker_record(&b, &c, 20, false, false);
 	assert_int_equal(breaker_state_at(&b, &c, 20), BREAKER_OPEN);
 	/* a clock that went back starts a new window rather than counting into a future one */
 	breaker_init(&b);
-	fail_n(&b, &c, 3, 5000);
-	fail_n(&b, &c, 3, 1000);
+	fail_n(&b, &c, 2, 5000);
+	fail_n(&b, &c, 2, 1000);
 	assert_int_equal(breaker_state_at(&b, &c, 1000), BREAKER_CLOSED);
 }
 
 /* Half-open lets exactly one probe through; the others are delayed until it reports. */
 static void test_half_open_single_probe(void **state)
 {
-	struct circuit_breaker_config c = config(1, 1000);
+	struct circuit_breaker_config c = config(2, 1000);
 	struct breaker b;
 
 	breaker_init(&b);
@@ -113,7 +114,7 @@ static void test_half_open_single_probe(void **state)
 
 static void test_probe_success_closes(void **state)
 {
-	struct circuit_breaker_config c = config(1, 1000);
+	struct circuit_breaker_config c = config(2, 1000);
 	struct breaker b;
 
 	breaker_init(&b);
@@ -132,7 +133,7 @@ static void test_probe_success_closes(void **state)
 
 static void test_probe_failure_reopens(void **state)
 {
-	struct circuit_breaker_config c = config(1, 1000);
+	struct circuit_breaker_config c = config(2, 1000);
 	struct breaker b;
 
 	breaker_init(&b);
@@ -149,7 +150,7 @@ static void test_probe_failure_reopens(void **state)
 
 static void test_probe_abandoned(void **state)
 {
-	struct circuit_breaker_config c = config(1, 1000);
+	struct circuit_breaker_config c = config(2, 1000);
 	struct breaker b;
 
 	breaker_init(&b);
@@ -162,7 +163,7 @@ static void test_probe_abandoned(void **state)
 
 static void test_disabled(void **state)
 {
-	struct circuit_breaker_config c = config(1, 1000);
+	struct circuit_breaker_config c = config(2, 1000);
 	struct breaker b;
 
 	c.enabled = 0;
@@ -192,8 +193,8 @@ static uint64_t next_rand(uint64_t *s)
 
 /* Property: under a random stream of admissions and outcomes, the machine keeps its
  * invariants: at most one probe out at a time; nothing passes while open; a closed
- * breaker never counts more than max_errors failures; it only opens after more than
- * max_errors failures within one window (or a failed probe). */
+ * breaker never counts max_errors failures; it only opens after max_errors failures
+ * within one window (or a failed probe). */
 static void test_random_walk_property(void **state)
 {
 	uint64_t seed = 0x1234567ULL;
@@ -236,16 +237,16 @@ static void test_random_walk_property(void **state)
 				if (before == BREAKER_CLOSED && !ok) {
 					fail_times[n_fail++ % 64] = now;
 					if (breaker_state_at(&b, &c, now) == BREAKER_OPEN) {
-						/* more than max_errors failures within one window */
-						assert_true(n_fail > c.max_errors);
-						int64_t first = fail_times[(n_fail - 1 - c.max_errors) % 64];
+						/* max_errors failures within one window */
+						assert_true(n_fail >= c.max_errors);
+						int64_t first = fail_times[(n_fail - c.max_errors) % 64];
 						assert_true(now - first < c.failure_window_ms);
 						n_fail = 0;
 					}
 				}
 			}
 			if (b.state == BREAKER_CLOSED)
-				assert_true(b.failures <= c.max_errors);
+				assert_true(b.failures < c.max_errors);
 			assert_true(b.probing == probes_out || b.state != BREAKER_HALF_OPEN);
 		}
 	}
@@ -255,7 +256,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults_and_names),
-		cmocka_unit_test(test_opens_over_max_errors),
+		cmocka_unit_test(test_opens_at_max_errors),
 		cmocka_unit_test(test_window_resets),
 		cmocka_unit_test(test_half_open_single_probe),
 		cmocka_unit_test(test_probe_success_closes),

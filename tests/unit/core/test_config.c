@@ -20,7 +20,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.db, "sqlite:./var/outboxd.db");
 	assert_string_equal(c.listen, "127.0.0.1:8080");
 	assert_int_equal(c.retry_interval_ms, 3000);
-	assert_int_equal(c.max_retries, 3);
+	assert_int_equal(c.max_retries, -1); /* unset: each policy's own default */
 	assert_int_equal(c.retry_batch, 100);
 	assert_int_equal(c.retry_timeout_ms, 5000);
 	assert_int_equal(c.delivery_timeout_ms, 1000);
@@ -104,6 +104,7 @@ static void test_retry_policy_settings(void **state)
 	assert_int_equal(config_load(&c, file, envp, 4, argv, err, sizeof(err)), 0);
 	config_retry_defaults(&c, &p);
 	assert_int_equal(p.policy, RETRY_EXPONENTIAL); /* env beats file */
+	assert_int_equal(p.max_retries, 5);            /* unset: seed 004's MaxNumberOfRetries */
 	assert_true(p.factor == 3.0);
 	assert_true(p.jitter == 0.25);                 /* flag beats file */
 	assert_int_equal(p.min_delay_ms, 1000);
@@ -183,6 +184,120 @@ static void test_config_path(void **state)
 	assert_string_equal(config_file_path(envp, 2, argv), "/etc/b.conf");
 }
 
+static void assert_masked(const char *key, const char *value, const char *want)
+{
+	char *m = config_mask_value(key, value);
+	assert_non_null(m);
+	assert_string_equal(m, want);
+	free(m);
+}
+
+/* check-config never shows a secret: whole-value secrets, URL and keyword passwords,
+ * secret-looking Kafka properties. */
+static void test_mask(void **state)
+{
+	assert_masked("admin_token", "t0k", "********");
+	assert_masked("ingest_token", "t1k", "********");
+	assert_masked("secret_key", "00ff", "********");
+	assert_masked("db", "postgres://app:s3cr3t@db.example:5432/outboxd?sslmode=require",
+		      "postgres://app:********@db.example:5432/outboxd?sslmode=require");
+	assert_masked("db", "postgres://app@db/x", "postgres://app@db/x");
+	assert_masked("db", "postgres:///x?host=/run&password=s3cr3t&sslmode=disable",
+		      "postgres:///x?host=/run&password=********&sslmode=disable");
+	assert_masked("db", "sqlite:/var/lib/outboxd/outboxd.db", "sqlite:/var/lib/outboxd/outboxd.db");
+	assert_masked("kafka_config",
+		      "security.protocol=SASL_SSL;sasl.username=u;sasl.password=p;ssl.key.pem=K;"
+		      "sasl.oauthbearer.client.secret=c",
+		      "security.protocol=SASL_SSL;sasl.username=u;sasl.password=********;"
+		      "ssl.key.pem=********;sasl.oauthbearer.client.secret=********");
+	assert_masked("otlp_endpoint", "https://u:p@otel:4318", "https://u:********@otel:4318");
+	assert_masked("otlp_headers", "X-Api-Key=k1,X-Tenant=t", "X-Api-Key=********,X-Tenant=********");
+	assert_masked("listen", "127.0.0.1:8080", "127.0.0.1:8080");
+}
+
+/* The effective settings read back as a config file to the same values, and no secret
+ * is in them. */
+static void test_effective_round_trip(void **state)
+{
+	struct config a, b;
+	char err[256], *text = NULL;
+	size_t len = 0;
+	char *argv[] = {"--retry-interval", "750ms", "--max-payload", "2MiB", "--retry-factor",
+			"1.5", "--cleanup-enabled", "--admin-token", "hunter2", "--db",
+			"postgres://u:hunter3@h/d", "--otlp-endpoint", "http://otel:4318"};
+	assert_int_equal(config_load(&a, NULL, NULL, 13, argv, err, sizeof(err)), 0);
+	FILE *f = open_memstream(&text, &len);
+	config_print_effective(f, &a);
+	fclose(f);
+	assert_null(strstr(text, "hunter2"));
+	assert_null(strstr(text, "hunter3"));
+	assert_non_null(strstr(text, "otlp_endpoint = \"http://otel:4318\"\n"));
+	assert_int_equal(config_load(&b, text, NULL, 0, NULL, err, sizeof(err)), 0);
+	assert_int_equal(b.retry_interval_ms, 750);
+	assert_int_equal(b.max_payload, 2 * 1048576);
+	assert_true(b.retry_factor == 1.5);
+	assert_int_equal(b.cleanup_enabled, 1);
+	assert_int_equal(b.otlp_interval_ms, 10000);
+	assert_non_null(strstr(text, "# max_retries = (unset)\n")); /* the policy's default */
+	assert_int_equal(b.max_retries, a.max_retries);
+	assert_string_equal(b.admin_token, "********");
+	free(text);
+	config_free(&a);
+	config_free(&b);
+}
+
+static void test_otlp_settings(void **state)
+{
+	struct config c;
+	char err[256];
+	char *bad_url[] = {"--otlp-endpoint", "otel:4318"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_url, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "otlp_endpoint"));
+	config_free(&c);
+	char *bad_interval[] = {"--otlp-interval", "10ms"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_interval, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "otlp_interval"));
+	config_free(&c);
+	char *bad_headers[] = {"--otlp-headers", "Authorization: Bearer x"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_headers, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "otlp_headers"));
+	config_free(&c);
+	assert_int_equal(config_load(&c, NULL, NULL, 0, NULL, err, sizeof(err)), 0);
+	assert_null(c.otlp_endpoint); /* off by default */
+	config_free(&c);
+}
+
+/* SIGHUP: which settings changed, and which of them a running daemon can take. */
+static void test_reload_classes(void **state)
+{
+	struct config a, b;
+	char err[256];
+	char *before[] = {"--log-level", "info", "--max-in-flight", "10"};
+	char *after[] = {"--log-level", "debug", "--max-in-flight", "20"};
+	assert_int_equal(config_load(&a, NULL, NULL, 4, before, err, sizeof(err)), 0);
+	assert_int_equal(config_load(&b, NULL, NULL, 4, after, err, sizeof(err)), 0);
+	int changed = 0;
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		if (config_setting_equal(&a, &b, s))
+			continue;
+		changed++;
+		if (strcmp(s->key, "log_level") == 0)
+			assert_true(config_setting_reloadable(s));
+		else
+			assert_string_equal(s->key, "max_in_flight");
+	}
+	assert_int_equal(changed, 2);
+	for (const struct config_setting *s = config_settings; s->key; s++) {
+		if (!strcmp(s->key, "max_in_flight") || !strcmp(s->key, "db") ||
+		    !strcmp(s->key, "ssrf_allow"))
+			assert_false(config_setting_reloadable(s));
+		if (!strcmp(s->key, "ops_events_window"))
+			assert_true(config_setting_reloadable(s));
+	}
+	config_free(&a);
+	config_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -193,6 +308,10 @@ int main(void)
 		cmocka_unit_test(test_config_path),
 		cmocka_unit_test(test_secret_key),
 		cmocka_unit_test(test_data_dir),
+		cmocka_unit_test(test_mask),
+		cmocka_unit_test(test_effective_round_trip),
+		cmocka_unit_test(test_otlp_settings),
+		cmocka_unit_test(test_reload_classes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

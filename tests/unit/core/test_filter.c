@@ -68,7 +68,7 @@ static int teardown(void **state)
 }
 
 enum check { C_NONE, C_STATUS_FAILED, C_SUB, C_GLOB, C_EXACT_TYPE, C_CODE_503, C_RANGE,
-	     C_SORT_ATTEMPTS_DESC, C_Q };
+	     C_SORT_ATTEMPTS_DESC, C_Q, C_MIN_ATTEMPTS_5, C_FAILING_HOUR, C_FAILING_AT };
 
 static const struct row {
 	const char *query;
@@ -102,6 +102,13 @@ static const struct row {
 	{"sort=size", 400, "sort", C_NONE},
 	{"order=up", 400, "order", C_NONE},
 	{"q=timeout", 0, NULL, C_Q},
+	{"min_attempts=5", 0, NULL, C_MIN_ATTEMPTS_5},
+	{"min_attempts=0", 400, "min_attempts", C_NONE},
+	{"min_attempts=many", 400, "min_attempts", C_NONE},
+	{"failing_since=1h", 0, NULL, C_FAILING_HOUR},
+	{"failing_since=2026-11-21T10:00:00Z", 0, NULL, C_FAILING_AT},
+	{"failing_since=long", 400, "failing_since", C_NONE},
+	{"failing_since=-1h", 400, "failing_since", C_NONE},
 };
 
 static void check_filter(const struct row *r, const struct delivery_filter *f)
@@ -137,6 +144,15 @@ static void check_filter(const struct row *r, const struct delivery_filter *f)
 	case C_Q:
 		assert_string_equal(f->q, "timeout");
 		break;
+	case C_MIN_ATTEMPTS_5:
+		assert_int_equal(f->min_attempts, 5);
+		break;
+	case C_FAILING_HOUR: /* a duration counts back from now (NOW_MS in the tests) */
+		assert_int_equal(f->failing_since_ms, 1000000000000LL - 3600 * 1000);
+		break;
+	case C_FAILING_AT:
+		assert_int_equal(f->failing_since_ms, 1795255200000LL);
+		break;
 	}
 }
 
@@ -150,7 +166,7 @@ static void test_query_table(void **state)
 		struct input_error err = {0};
 
 		query_parse(&q, r->query);
-		int rc = filter_parse(query_get, &q, 1, &reg, "", &f, &buf, &err);
+		int rc = filter_parse(query_get, &q, 1, &reg, "", 1000000000000LL, &f, &buf, &err);
 		if (r->status == 0) {
 			if (rc != 0)
 				fail_msg("\"%s\": refused: %s", r->query, err.message);
@@ -172,11 +188,11 @@ static void test_prefix_and_unsortable(void **state)
 	struct input_error err = {0};
 
 	query_parse(&q, "code=x");
-	assert_int_equal(filter_parse(query_get, &q, 1, &reg, "filter.", &f, &buf, &err), -1);
+	assert_int_equal(filter_parse(query_get, &q, 1, &reg, "filter.", 1000000000000LL, &f, &buf, &err), -1);
 	assert_string_equal(err.field, "filter.code");
 	/* a filter that cannot sort ignores sort and order */
 	query_parse(&q, "sort=size&order=up");
-	assert_int_equal(filter_parse(query_get, &q, 0, &reg, "", &f, &buf, &err), 0);
+	assert_int_equal(filter_parse(query_get, &q, 0, &reg, "", 1000000000000LL, &f, &buf, &err), 0);
 }
 
 static void test_json_form(void **state)
@@ -186,18 +202,29 @@ static void test_json_form(void **state)
 	struct input_error err = {0};
 	json_t *obj = json_pack("{s:s, s:i, s:s}", "status", "FAILED", "code", 502, "name", "orders");
 
-	assert_int_equal(filter_parse_json(obj, &reg, "filter.", &f, &buf, &err), 0);
+	assert_int_equal(filter_parse_json(obj, &reg, "filter.", 1000000000000LL, &f, &buf, &err), 0);
 	assert_int_equal(f.code, 502);
 	assert_string_equal(f.subscription_id, SUB_ID);
 	json_decref(obj);
 
+	obj = json_pack("{s:i, s:s}", "min_attempts", 3, "failing_since", "10m");
+	memset(&f, 0, sizeof(f));
+	assert_int_equal(filter_parse_json(obj, &reg, "filter.", 1000000000000LL, &f, &buf, &err), 0);
+	assert_int_equal(f.min_attempts, 3);
+	assert_int_equal(f.failing_since_ms, 1000000000000LL - 600 * 1000);
+	json_decref(obj);
+	obj = json_pack("{s:i}", "min_attempts", 0);
+	assert_int_equal(filter_parse_json(obj, &reg, "filter.", 1000000000000LL, &f, &buf, &err), -1);
+	assert_string_equal(err.field, "filter.min_attempts");
+	json_decref(obj);
+
 	obj = json_pack("{s:s}", "colour", "red");
-	assert_int_equal(filter_parse_json(obj, &reg, "filter.", &f, &buf, &err), -1);
+	assert_int_equal(filter_parse_json(obj, &reg, "filter.", 1000000000000LL, &f, &buf, &err), -1);
 	assert_string_equal(err.field, "filter.colour");
 	json_decref(obj);
 
 	obj = json_pack("[]");
-	assert_int_equal(filter_parse_json(obj, &reg, "filter.", &f, &buf, &err), -1);
+	assert_int_equal(filter_parse_json(obj, &reg, "filter.", 1000000000000LL, &f, &buf, &err), -1);
 	assert_string_equal(err.field, "filter");
 	json_decref(obj);
 }

@@ -116,8 +116,10 @@ static const struct row rows[] = {
 	 {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 1000, 0, 0}, OUTCOME_RETRY, 0, 3000, 1001, 0},
 	{"linear: the third retry waits 3 x 3 s", P_LINEAR, {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 1, 0, 0},
 	 OUTCOME_RETRY, 0, 9000, 2, 0},
-	{"exponential: retry 2 drawn in [10 s, 20 s] at 0.5", P_EXPONENTIAL,
-	 {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 15000, 1, 0},
+	{"exponential: retry 2 drawn in [10 s, 40 s] at 0.5", P_EXPONENTIAL,
+	 {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 25000, 1, 0},
+	{"exponential: retry 1 drawn in [10 s, 20 s] at 0.5", P_EXPONENTIAL,
+	 {IMM, 0, 3, 3, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 15000, 0, 0},
 	{"a 20-year interval is capped at 10 years", P_HUGE_INTERVAL,
 	 {IMM, 0, 3, 3, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, OUTCOME_DELAY_MAX_MS, 0, 0},
 

@@ -167,25 +167,25 @@ static void test_exponential_exact(void **state)
 	struct retry_policy p = exponential_policy();
 	double r;
 
-	/* retry 1: the window is [10 s, 10 s] */
+	/* retry 1: the window is [10 s, 20 s], 10001 integer outcomes: never one instant */
 	r = 0.0;
 	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 10000);
-	r = 0.99;
-	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 10000);
-
-	/* retry 2: [10 s, 20 s], 10001 integer outcomes */
-	r = 0.0;
-	assert_int_equal(retry_scheduled_delay(&p, 2, rand_fixed_cb, &r), 10000);
 	r = 0.5;
-	assert_int_equal(retry_scheduled_delay(&p, 2, rand_fixed_cb, &r), 15000);
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 15000);
+	r = 0.99;
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 19900);
 	r = nextafter(1.0, 0.0);
-	assert_int_equal(retry_scheduled_delay(&p, 2, rand_fixed_cb, &r), 20000);
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 20000);
 
-	/* retry 3: [10 s, 40 s] */
+	/* retry 2: [10 s, 40 s] */
+	r = 0.5;
+	assert_int_equal(retry_scheduled_delay(&p, 2, rand_fixed_cb, &r), 25000);
+	r = nextafter(1.0, 0.0);
+	assert_int_equal(retry_scheduled_delay(&p, 2, rand_fixed_cb, &r), 40000);
+
+	/* retry 3 and later: [10 s, 60 s], capped at max_delay */
 	r = 0.25;
-	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 17500);
-
-	/* retry 4 and later: capped at max_delay */
+	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 22500);
 	r = nextafter(1.0, 0.0);
 	assert_int_equal(retry_scheduled_delay(&p, 4, rand_fixed_cb, &r), 60000);
 	r = 0.5;
@@ -193,9 +193,12 @@ static void test_exponential_exact(void **state)
 	assert_int_equal(retry_scheduled_delay(&p, 1000, rand_fixed_cb, &r), 35000);
 	assert_int_equal(retry_scheduled_delay(&p, INT_MAX, rand_fixed_cb, &r), 35000);
 
-	p.factor = 3.0; /* retry 2: [10 s, 30 s] */
+	p.factor = 3.0; /* retry 1: [10 s, 30 s] */
 	r = 0.5;
-	assert_int_equal(retry_scheduled_delay(&p, 2, rand_fixed_cb, &r), 20000);
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 20000);
+	p.factor = 1.0; /* Connxio's flat window from the first retry: [10 s, 60 s] */
+	assert_int_equal(retry_scheduled_delay(&p, 1, rand_fixed_cb, &r), 35000);
+	assert_int_equal(retry_scheduled_delay(&p, 9, rand_fixed_cb, &r), 35000);
 }
 
 static void test_exponential_odd_inputs(void **state)
@@ -218,10 +221,10 @@ static void test_exponential_odd_inputs(void **state)
 	r = 0.5;
 	p.factor = 1e300; /* overflows to inf: capped */
 	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 35000);
-	p.factor = 0.5;   /* shrinking: the window collapses onto min */
-	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 10000);
+	p.factor = 0.5;   /* does not grow: the whole window */
+	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 35000);
 	p.factor = NAN;
-	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 10000);
+	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 35000);
 
 	p = exponential_policy();
 	p.min_delay_ms = 60000; /* inverted window */
@@ -229,17 +232,17 @@ static void test_exponential_odd_inputs(void **state)
 	assert_int_equal(retry_scheduled_delay(&p, 3, rand_fixed_cb, &r), 60000);
 
 	p = exponential_policy();
-	p.max_delay_ms = INT64_MAX; /* 10 s * 2^(n-1) without a practical cap */
+	p.max_delay_ms = INT64_MAX; /* 10 s * 2^n without a practical cap */
 	r = nextafter(1.0, 0.0);
-	assert_int_equal(retry_scheduled_delay(&p, 11, rand_fixed_cb, &r), 10240000);
-	/* factor^(n-1) is inf: the window is [10 s, INT64_MAX], and nothing overflows */
+	assert_int_equal(retry_scheduled_delay(&p, 11, rand_fixed_cb, &r), 20480000);
+	/* factor^n is inf: the window is [10 s, INT64_MAX], and nothing overflows */
 	assert_true(retry_scheduled_delay(&p, INT_MAX, rand_fixed_cb, &r) > INT64_MAX / 4 * 3);
 	r = 0.0;
 	assert_int_equal(retry_scheduled_delay(&p, INT_MAX, rand_fixed_cb, &r), 10000);
 }
 
 /* Property: 10,000 draws from a deterministic source are always inside
- * [min_delay, min(max_delay, min_delay * factor^(n-1))], and the window is used from end
+ * [min_delay, min(max_delay, min_delay * factor^n)], and the window is used from end
  * to end. */
 static void test_exponential_window_property(void **state)
 {
@@ -249,19 +252,39 @@ static void test_exponential_window_property(void **state)
 
 	for (int i = 0; i < 10000; i++) {
 		int retry_no = 1 + (int)(seed % 40);
-		double upper = fmin(60000.0, 10000.0 * pow(2.0, retry_no - 1));
+		double upper = fmin(60000.0, 10000.0 * pow(2.0, retry_no));
 		int64_t d = retry_scheduled_delay(&p, retry_no, rand_xorshift_cb, &seed);
 
 		assert_true(d >= 10000);
 		assert_true(d <= 60000);
 		assert_true((double)d <= upper);
-		if (retry_no >= 4) {
+		if (retry_no >= 3) {
 			lowest = d < lowest ? d : lowest;
 			highest = d > highest ? d : highest;
 		}
 	}
 	assert_true(lowest < 10500);
 	assert_true(highest > 59500);
+}
+
+/* A burst of 200 failures comes back spread over the window: no 100 ms slot of the first
+ * retry's [10 s, 20 s] holds more than 5% of them (an even spread puts 2 in each). */
+static void test_exponential_burst_spreads(void **state)
+{
+	struct retry_policy p = exponential_policy();
+	uint64_t seed = 0x9e3779b97f4a7c15ULL;
+	int slots[101] = {0};
+	int most = 0;
+
+	(void)state;
+	for (int i = 0; i < 200; i++) {
+		int64_t d = retry_scheduled_delay(&p, 1, rand_xorshift_cb, &seed);
+		assert_true(d >= 10000 && d <= 20000);
+		int s = (int)((d - 10000) / 100);
+		if (++slots[s] > most)
+			most = slots[s];
+	}
+	assert_true(most <= 10);
 }
 
 static void test_max_retries(void **state)
@@ -669,6 +692,7 @@ int main(void)
 		cmocka_unit_test(test_exponential_exact),
 		cmocka_unit_test(test_exponential_odd_inputs),
 		cmocka_unit_test(test_exponential_window_property),
+		cmocka_unit_test(test_exponential_burst_spreads),
 		cmocka_unit_test(test_max_retries),
 		cmocka_unit_test(test_max_retries_honoured),
 		cmocka_unit_test(test_zero_is_forever),

@@ -63,6 +63,47 @@ static void test_valid_with_defaults(void **state)
 	json_decref(doc);
 }
 
+/* max_retries left unset follows the policy: 3 (seed 000), 5 for exponential (seed 004
+ * MaxNumberOfRetries); set anywhere (subscription or setting), it is kept as given. */
+static void test_max_retries_follows_policy(void **state)
+{
+	static const struct {
+		const char *retry;
+		int auto_defaults; /* the max_retries setting left unset */
+		int want;
+	} cases[] = {
+		{"{}", 1, 3},
+		{"{\"policy\":\"fixed\"}", 1, 3},
+		{"{\"policy\":\"linear\"}", 1, 3},
+		{"{\"policy\":\"exponential\"}", 1, 5},
+		{"{\"policy\":\"exponential\",\"max_retries\":2}", 1, 2},
+		{"{\"policy\":\"exponential\",\"max_retries\":0}", 1, 0},
+		{"{\"policy\":\"exponential\"}", 0, 7},  /* the setting said 7 */
+		{"{\"policy\":\"fixed\"}", 0, 7},
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[256];
+		struct retry_policy d;
+		struct subscription s;
+		struct input_error err;
+		retry_policy_defaults(&d);
+		if (!cases[i].auto_defaults) {
+			d.max_retries = 7;
+			d.max_retries_auto = 0;
+		}
+		snprintf(text, sizeof(text), "{" BASE ",\"retry\":%s}", cases[i].retry);
+		json_t *doc = json_loads(text, 0, NULL);
+		assert_int_equal(sub_codec_parse(doc, &d, &s, &err), 0);
+		if (s.retry.max_retries != cases[i].want)
+			fprintf(stderr, "%s: max_retries %d, want %d\n", text, s.retry.max_retries,
+				cases[i].want);
+		assert_int_equal(s.retry.max_retries, cases[i].want);
+		subscription_clear(&s);
+		json_decref(doc);
+	}
+}
+
 /* IPv6 literal hosts (RFC 3986 §3.2.2) are endpoints like any other; broken ones are not. */
 static void test_ipv6_endpoints(void **state)
 {
@@ -557,6 +598,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kafka_endpoints),
 		cmocka_unit_test(test_valid_with_defaults),
+		cmocka_unit_test(test_max_retries_follows_policy),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_ipv6_endpoints),
 		cmocka_unit_test(test_public_view_masks),

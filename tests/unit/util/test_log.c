@@ -184,10 +184,44 @@ static void test_json_lines(void **state)
 	free(text);
 }
 
+/* Audit records: whatever the level, one line; JSON members join the line's object. */
+static void test_records(void **state)
+{
+	struct capture c;
+
+	log_set_level(LOG_ERROR);
+	log_set_format(LOG_FORMAT_JSON);
+	capture_start(&c);
+	log_record("EXECUTED", "{\"delivery_id\":\"d1\",\"code\":200}");
+	log_record("DEAD", "{}");
+	log_record("EVIL\"msg", "{\"a\":1}\n{\"forged\":true}");
+	char *text = capture_end(&c);
+	log_set_format(LOG_FORMAT_TEXT);
+	log_set_level(LOG_INFO);
+	assert_non_null(strstr(text, "\"level\":\"info\",\"msg\":\"EXECUTED\",\"delivery_id\":\"d1\","
+				     "\"code\":200}\n"));
+	assert_non_null(strstr(text, "\"msg\":\"DEAD\"}\n"));
+	assert_non_null(strstr(text, "\"msg\":\"record\"}\n")); /* bad word, bad fields: dropped */
+	assert_null(strstr(text, "forged"));
+	int lines = 0;
+	for (const char *p = text; *p; p++)
+		lines += *p == '\n';
+	assert_int_equal(lines, 3);
+	free(text);
+
+	capture_start(&c);
+	log_record("FAILED", "{\"code\":500}");
+	text = capture_end(&c);
+	assert_timestamp_prefix(text);
+	assert_non_null(strstr(text, " info FAILED {\"code\":500}\n"));
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_lines),
+		cmocka_unit_test(test_records),
 		cmocka_unit_test(test_line_shape),
 		cmocka_unit_test(test_levels),
 		cmocka_unit_test(test_one_line),

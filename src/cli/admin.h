@@ -1,0 +1,28 @@
+/* admin.h: the commands that work on the settings and the store themselves, not through
+ * the API, for deployments and packaging:
+ *
+ *   outboxd check-config [settings]   validate, print the effective settings (secrets masked)
+ *   outboxd migrate [settings]        apply the store's schema migrations, then exit
+ *
+ * Both take serve's settings (flags, environment, --config FILE), loaded by the caller. */
+#ifndef OUTBOXD_CLI_ADMIN_H
+#define OUTBOXD_CLI_ADMIN_H
+
+#include <stdio.h>
+
+#include "core/config.h"
+
+/* Checks what config_load cannot (log_level, log_format, the db URL's scheme, that the
+ * TLS files can be read) and prints the effective settings to out. Returns 0, or 1 after
+ * a message on stderr naming the bad setting. cfg is borrowed. */
+int admin_check_config(const struct config *cfg, FILE *out);
+
+/* Opens the store of cfg->db, which applies the migrations it lacks (each is logged),
+ * and closes it: no thread is started, nothing is served. SQLite: refused while another
+ * outboxd holds the store. Returns 0, or 1 after a message on stderr. */
+int admin_migrate(const struct config *cfg);
+
+void admin_check_config_usage(FILE *out);
+void admin_migrate_usage(FILE *out);
+
+#endif

@@ -1,0 +1,280 @@
+/* otlp.c: the exporter thread of otlp.h — a bounded queue of attempt spans filled by
+ * the dispatcher, emptied in batches to ENDPOINT/v1/traces, and the counters sent to
+ * ENDPOINT/v1/metrics every interval, with libcurl. Must never make a delivery wait: the
+ * only thing otlp_attempt shares with this thread is a short mutex around a copy. */
+#include "otel/otlp.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+
+#include "core/metrics.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define EXPORT_TIMEOUT_MS 5000     /* one export request at most */
+#define STOP_TIMEOUT_MS 2000       /* the last flush at shutdown */
+#define FAILURE_LOG_MS 60000       /* a failing collector is logged at most this often */
+
+struct otlp {
+	char *traces_url, *metrics_url;
+	char *instance, *version;
+	int64_t metrics_interval_ms;
+	int64_t start_ns;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct otlp_span *queue;      /* ring of OTLP_QUEUE_MAX */
+	size_t head, count;
+	int stopping;
+	CURL *curl;
+	struct curl_slist *headers;   /* Content-Type and otlp_headers, for every request */
+	int64_t failure_logged_ms;
+};
+
+static struct otlp *_Atomic running;
+
+void otlp_attempt(const struct store_claim *c, const struct store_attempt *a, uint64_t span_id,
+		  int64_t duration_us)
+{
+	struct otlp *o = atomic_load_explicit(&running, memory_order_acquire);
+	struct otlp_span s;
+
+	if (!o)
+		return;
+	otlp_span_from_attempt(&s, c, a, span_id, duration_us);
+	pthread_mutex_lock(&o->lock);
+	if (o->count == OTLP_QUEUE_MAX) {
+		pthread_mutex_unlock(&o->lock);
+		metrics_otlp_spans(0, 1, 0);
+		return;
+	}
+	o->queue[(o->head + o->count) % OTLP_QUEUE_MAX] = s;
+	o->count++;
+	if (o->count == OTLP_BATCH_MAX)
+		pthread_cond_signal(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+}
+
+static size_t discard_cb(char *p, size_t size, size_t n, void *ctx)
+{
+	return size * n;
+}
+
+/* POSTs body (borrowed) to url. 0 on a 2xx, -1 otherwise (logged, rate-limited). */
+static int post(struct otlp *o, const char *url, const char *body, long timeout_ms)
+{
+	long status = 0;
+
+	curl_easy_reset(o->curl);
+	curl_easy_setopt(o->curl, CURLOPT_URL, url);
+	curl_easy_setopt(o->curl, CURLOPT_HTTPHEADER, o->headers);
+	curl_easy_setopt(o->curl, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(o->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(o->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(o->curl, CURLOPT_WRITEFUNCTION, discard_cb);
+	curl_easy_setopt(o->curl, CURLOPT_USERAGENT, "outboxd-otlp");
+	CURLcode rc = curl_easy_perform(o->curl);
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(o->curl, CURLINFO_RESPONSE_CODE, &status);
+	if (rc == CURLE_OK && status >= 200 && status < 300)
+		return 0;
+	int64_t now = clock_mono_ms();
+	if (!o->failure_logged_ms || now - o->failure_logged_ms >= FAILURE_LOG_MS) {
+		o->failure_logged_ms = now;
+		if (rc != CURLE_OK)
+			log_warn("otlp: export to %s failed: %s (logged at most once a minute)", url,
+				 curl_easy_strerror(rc));
+		else
+			log_warn("otlp: export to %s answered HTTP %ld (logged at most once a minute)",
+				 url, status);
+	}
+	return -1;
+}
+
+/* Sends up to one batch of queued spans; returns how many were taken. */
+static size_t flush_spans(struct otlp *o, long timeout_ms)
+{
+	static struct otlp_span batch[OTLP_BATCH_MAX]; /* only the exporter thread uses it */
+	size_t n = 0;
+
+	pthread_mutex_lock(&o->lock);
+	while (n < OTLP_BATCH_MAX && o->count) {
+		batch[n++] = o->queue[o->head];
+		o->head = (o->head + 1) % OTLP_QUEUE_MAX;
+		o->count--;
+	}
+	pthread_mutex_unlock(&o->lock);
+	if (!n)
+		return 0;
+	char *body = otlp_traces_json(batch, n, o->instance, o->version);
+	if (body && post(o, o->traces_url, body, timeout_ms) == 0)
+		metrics_otlp_spans((long)n, 0, 0);
+	else
+		metrics_otlp_spans(0, 0, (long)n);
+	free(body);
+	return n;
+}
+
+static void export_metrics(struct otlp *o, long timeout_ms)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (metrics_render(&text, &len) == 0) {
+		char *body = otlp_metrics_json(text, o->instance, o->version, o->start_ns,
+					       clock_now_ms() * 1000000);
+		if (body)
+			post(o, o->metrics_url, body, timeout_ms);
+		free(body);
+	}
+	free(text);
+}
+
+static void *exporter_main(void *arg)
+{
+	struct otlp *o = arg;
+	int64_t next_metrics = clock_mono_ms() + o->metrics_interval_ms;
+
+	pthread_setname_np(pthread_self(), "otlp");
+
+	for (;;) {
+		pthread_mutex_lock(&o->lock);
+		if (!o->stopping && o->count < OTLP_BATCH_MAX) {
+			struct timespec until;
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_sec += OTLP_FLUSH_MS / 1000;
+			until.tv_nsec += (OTLP_FLUSH_MS % 1000) * 1000000L;
+			if (until.tv_nsec >= 1000000000L) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&o->cond, &o->lock, &until);
+		}
+		int stopping = o->stopping;
+		pthread_mutex_unlock(&o->lock);
+		if (stopping)
+			break;
+		while (flush_spans(o, EXPORT_TIMEOUT_MS) == OTLP_BATCH_MAX)
+			;
+		if (clock_mono_ms() >= next_metrics) {
+			export_metrics(o, EXPORT_TIMEOUT_MS);
+			next_metrics = clock_mono_ms() + o->metrics_interval_ms;
+		}
+	}
+	/* the last spans and counters, quickly: shutdown must not wait on a collector */
+	while (flush_spans(o, STOP_TIMEOUT_MS) == OTLP_BATCH_MAX)
+		;
+	export_metrics(o, STOP_TIMEOUT_MS);
+	return NULL;
+}
+
+static void otlp_free(struct otlp *o)
+{
+	if (!o)
+		return;
+	if (o->curl)
+		curl_easy_cleanup(o->curl);
+	curl_slist_free_all(o->headers);
+	free(o->traces_url);
+	free(o->metrics_url);
+	free(o->instance);
+	free(o->version);
+	free(o->queue);
+	free(o);
+}
+
+/* base + path, without a doubled slash. Returned (free it). */
+static char *join(const char *base, const char *path)
+{
+	size_t bl = strlen(base);
+	while (bl && base[bl - 1] == '/')
+		bl--;
+	char *url = malloc(bl + strlen(path) + 1);
+	if (url) {
+		memcpy(url, base, bl);
+		strcpy(url + bl, path);
+	}
+	return url;
+}
+
+/* Content-Type, then each Name=value of list (checked by config_load) as "Name: value".
+ * NULL when out of memory. */
+static struct curl_slist *header_list(const char *list)
+{
+	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	while (h && list && *list) {
+		size_t len = strcspn(list, ",");
+		const char *eq = memchr(list, '=', len);
+		if (eq) {
+			char line[1024];
+			snprintf(line, sizeof(line), "%.*s: %.*s", (int)(eq - list), list,
+				 (int)(len - (size_t)(eq - list) - 1), eq + 1);
+			struct curl_slist *more = curl_slist_append(h, line);
+			if (!more) {
+				curl_slist_free_all(h);
+				return NULL;
+			}
+			h = more;
+		}
+		list = list[len] ? list + len + 1 : NULL;
+	}
+	return h;
+}
+
+int otlp_start(const char *endpoint, const char *headers, const char *service_instance,
+	       const char *version, int64_t metrics_interval_ms, char *err, size_t errlen)
+{
+	struct otlp *o = calloc(1, sizeof(*o));
+	if (!o || !(o->queue = calloc(OTLP_QUEUE_MAX, sizeof(*o->queue))) ||
+	    !(o->traces_url = join(endpoint, "/v1/traces")) ||
+	    !(o->metrics_url = join(endpoint, "/v1/metrics")) ||
+	    !(o->instance = strdup(service_instance)) || !(o->version = strdup(version)) ||
+	    !(o->headers = header_list(headers))) {
+		snprintf(err, errlen, "otlp: out of memory");
+		otlp_free(o);
+		return -1;
+	}
+	if (!(o->curl = curl_easy_init())) {
+		snprintf(err, errlen, "otlp: cannot make a curl handle");
+		otlp_free(o);
+		return -1;
+	}
+	o->metrics_interval_ms = metrics_interval_ms;
+	o->start_ns = clock_now_ms() * 1000000;
+	pthread_mutex_init(&o->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&o->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = pthread_create(&o->thread, NULL, exporter_main, o);
+	if (rc) {
+		snprintf(err, errlen, "otlp: cannot start the exporter thread: %s", strerror(rc));
+		pthread_cond_destroy(&o->cond);
+		pthread_mutex_destroy(&o->lock);
+		otlp_free(o);
+		return -1;
+	}
+	atomic_store_explicit(&running, o, memory_order_release);
+	return 0;
+}
+
+void otlp_stop(void)
+{
+	struct otlp *o = atomic_exchange(&running, NULL);
+	if (!o)
+		return;
+	pthread_mutex_lock(&o->lock);
+	o->stopping = 1;
+	pthread_cond_signal(&o->cond);
+	pthread_mutex_unlock(&o->lock);
+	pthread_join(o->thread, NULL);
+	pthread_cond_destroy(&o->cond);
+	pthread_mutex_destroy(&o->lock);
+	otlp_free(o);
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# man_sync.sh OUTBOXD MANPAGE: the man page renders (man -l) and names everything the
+# binary's help texts name: every command, every --flag, every OUTBOXD_* variable and
+# every configuration key of `outboxd --help`, `outboxd serve --help`, the operator
+# groups' --help and the --help of rotate-key, check-config and migrate. Fails listing
+# what is missing. (ctest: install/man_sync)
+set -euo pipefail
+bin=$1
+page=$2
+
+rendered=$(LC_ALL=C MANWIDTH=250 man --warnings -l "$page" 2>"${TMPDIR:-/tmp}/man_sync.$$.err" | col -b)
+if [ -s "${TMPDIR:-/tmp}/man_sync.$$.err" ]; then
+	echo "man_sync: man -l $page warns:"
+	cat "${TMPDIR:-/tmp}/man_sync.$$.err"
+	rm -f "${TMPDIR:-/tmp}/man_sync.$$.err"
+	exit 1
+fi
+rm -f "${TMPDIR:-/tmp}/man_sync.$$.err"
+[ -n "$rendered" ] || { echo "man_sync: man -l $page rendered nothing"; exit 1; }
+
+help=$("$bin" --help)
+# the commands: "  name   summary" lines of `outboxd --help`
+commands=$(printf '%s\n' "$help" | sed -n 's/^  \([a-z][a-z-]*\) .*/\1/p')
+[ "$(printf '%s\n' "$commands" | wc -l)" -ge 10 ] || { echo "man_sync: found too few commands in --help"; exit 1; }
+texts="$help"
+texts+=$'\n'$("$bin" serve --help)
+for c in $commands; do
+	case $c in
+	serve | version) ;;
+	*) texts+=$'\n'$("$bin" "$c" --help) ;;
+	esac
+done
+
+missing=()
+for c in $commands; do
+	grep -qE "(^|[^a-z-])$c([^a-z-]|$)" <<<"$rendered" || missing+=("command $c")
+done
+for f in $(grep -oE -- '--[a-z][a-z0-9-]*' <<<"$texts" | sort -u); do
+	grep -qF -- "$f" <<<"$rendered" || missing+=("flag $f")
+done
+for v in $(grep -oE 'OUTBOXD_[A-Z0-9_]+' <<<"$texts" | sort -u); do
+	grep -qE "(^|[^A-Z_])$v([^A-Z0-9_]|$)" <<<"$rendered" || missing+=("variable $v")
+done
+for k in $("$bin" serve --help | sed -n 's/^  --[a-z0-9-]* *OUTBOXD_[A-Z0-9_]* *\([a-z0-9_]*\) = .*/\1/p'); do
+	grep -qE "(^|[^a-z_])$k([^a-z0-9_]|$)" <<<"$rendered" || missing+=("setting $k")
+done
+nflags=$(grep -oE -- '--[a-z][a-z0-9-]*' <<<"$texts" | sort -u | wc -l)
+if [ ${#missing[@]} -ne 0 ]; then
+	echo "man_sync: $page lacks what outboxd's --help names:"
+	printf '  %s\n' "${missing[@]}"
+	exit 1
+fi
+echo "man_sync: $page names all $(wc -w <<<"$commands") commands and $nflags flags of --help"
