@@ -19,6 +19,8 @@ const need = (name) => {
 export const ARTIFACTS = process.env.ARTIFACTS_DIR || path.join(os.tmpdir(), 'outboxd-browser-artifacts');
 fs.mkdirSync(ARTIFACTS, { recursive: true });
 export const ADMIN_TOKEN = 'console-test-admin-token-0123456789';
+// Logs are named after the test (both run at once under ctest -j): test_console-outboxd.log
+const TEST_NAME = path.basename(process.argv[1] || 'test', '.mjs');
 
 const children = [];
 let tmpdir = null;
@@ -43,7 +45,7 @@ export async function waitFor(what, fn, timeoutMs = 30000) {
 }
 
 function start(name, bin, args, env) {
-  const log = fs.openSync(path.join(ARTIFACTS, `${name}.log`), 'w');
+  const log = fs.openSync(path.join(ARTIFACTS, `${TEST_NAME}-${name}.log`), 'w');
   const child = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', log, log] });
   child.label = name;
   children.push(child);
@@ -65,7 +67,7 @@ async function startOnFreePort(name, bin, args, env, ready) {
     });
     if (ok === 'ready') return url;
     child.replaced = true;
-    if (attempt === 3) throw new Error(`${name} exited while starting (${JSON.stringify(child.exited)}), see ${ARTIFACTS}/${name}.log`);
+    if (attempt === 3) throw new Error(`${name} exited while starting (${JSON.stringify(child.exited)}), see ${ARTIFACTS}/${TEST_NAME}-${name}.log`);
   }
 }
 
@@ -148,7 +150,7 @@ export async function stopAll() {
       });
     }
     if (c.label === 'outboxd' && !c.replaced && (early || !c.exited || c.exited.code !== 0)) {
-      wrong.push(`outboxd ${early ? 'exited before the end' : 'did not exit cleanly on SIGTERM'} (${JSON.stringify(c.exited)}): see ${ARTIFACTS}/outboxd.log`);
+      wrong.push(`outboxd ${early ? 'exited before the end' : 'did not exit cleanly on SIGTERM'} (${JSON.stringify(c.exited)}): see ${ARTIFACTS}/${TEST_NAME}-outboxd.log`);
     }
   }
   if (tmpdir) fs.rmSync(tmpdir, { recursive: true, force: true });
@@ -165,7 +167,7 @@ export function run(main) {
     console.error(e);
     if (wrong.length) console.error(wrong.join('\n'));
     for (const name of ['outboxd', 'receiver']) {
-      const f = path.join(ARTIFACTS, `${name}.log`);
+      const f = path.join(ARTIFACTS, `${TEST_NAME}-${name}.log`);
       if (fs.existsSync(f)) console.error(`---- tail of ${f} ----\n${fs.readFileSync(f, 'utf8').slice(-3000)}`);
     }
     process.exit(1);
