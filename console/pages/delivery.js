@@ -90,6 +90,7 @@ export function DeliveryDetail({ id, can, refresh }) {
         <tr><th>Event</th><td><a href=${`#/deliveries?event_id=${x.event_id}`} title="every delivery of this event"><code>${x.event_id}</code></a>${x.event && x.event.source ? ` from ${x.event.source}` : ''}</td></tr>
         <tr><th>Attempts</th><td>${x.attempt_count} (${x.retry_count} scheduled retries)</td></tr>
         <tr><th>Next attempt</th><td>${fmtTime(x.next_attempt_at)}</td></tr>
+        ${x.failing_since && html`<tr><th>Failing since</th><td>${fmtTime(x.failing_since)}</td></tr>`}
         <tr><th>Last error</th><td class="err">${x.last_error ? html`<b>${x.last_error.code}</b> ${x.last_error.message}${x.last_error.cause && html`<br /><small>${x.last_error.cause}</small>`}` : '—'}</td></tr>
         <tr><th>Created · updated · processed</th><td>${fmtTime(x.created_at)} · ${fmtTime(x.updated_at)} · ${fmtTime(x.processed_at)}</td></tr>
       </tbody></table>

@@ -6,7 +6,7 @@ import { html, useEffect, useRef, useState } from '../vendor/htm-preact.js';
 import { api, qs } from '../api.js';
 import { ErrorNote, fmtTime, fromRfc3339, navigate, shortId, toRfc3339, useAsync } from '../util.js';
 
-const FILTER_KEYS = ['status', 'subscription_id', 'event_type', 'q', 'code', 'source', 'event_id', 'from', 'to'];
+const FILTER_KEYS = ['status', 'subscription_id', 'event_type', 'q', 'code', 'source', 'event_id', 'min_attempts', 'failing_since', 'from', 'to'];
 const PAGE_KEYS = ['sort', 'order', 'limit'];
 
 function readQuery(query) {
@@ -45,6 +45,8 @@ function Filters({ dead, current, subs, onApply }) {
     <div><label for="f-code">Code</label><input ...${bind('code')} inputmode="numeric" size="4" placeholder="503" /></div>
     <div><label for="f-source">Source</label><input ...${bind('source')} /></div>
     <div><label for="f-event_id">Event id</label><input ...${bind('event_id')} placeholder="UUID" /></div>
+    <div><label for="f-min_attempts">Attempts at least</label><input ...${bind('min_attempts')} inputmode="numeric" placeholder="10" /></div>
+    <div><label for="f-failing_since">Failing for at least</label><input ...${bind('failing_since')} placeholder="1h, 2d or a time" /></div>
     <div><label for="f-from">Created from (UTC)</label><input type="datetime-local" step="1" ...${bind('from')} /></div>
     <div><label for="f-to">Created before (UTC)</label><input type="datetime-local" step="1" ...${bind('to')} /></div>
     <div><label for="f-sort">Sort</label><select ...${bind('sort')} onChange=${(e) => setF({ ...f, sort: e.target.value })}>

@@ -73,7 +73,8 @@ export function Overview({ refresh }) {
       <div class="card stat"><span>Backlog (due now)</span><b>${stats ? stats.due_backlog : '…'}</b>
         <small>oldest ${stats ? fmtAge(stats.oldest_due_age_ms) : '…'}</small></div>
       <div class="card stat"><span>In flight</span><b>${stats ? stats.in_flight : '…'}</b><small>leased now</small></div>
-      <a class="card stat" href="#/deliveries?status=FAILED"><span>Retrying</span><b>${stats ? stats.deliveries.FAILED_RETRYING : '…'}</b><small>scheduled retry pending</small></a>
+      <a class="card stat" href="#/deliveries?status=FAILED"><span>Retrying</span><b>${stats ? stats.deliveries.FAILED_RETRYING : '…'}</b>
+        <small>${stats && stats.failing && stats.failing.oldest_age_ms !== null ? `failing for ${fmtAge(stats.failing.oldest_age_ms)}` : 'scheduled retry pending'}</small></a>
       <div class="card stat"><span>Blocked</span><b>${stats ? stats.blocked.deliveries : '…'}</b><small>${stats ? stats.blocked.keys : '…'} keys (ordering)</small></div>
     </section>
     <section class="card">

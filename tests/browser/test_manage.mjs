@@ -54,6 +54,15 @@ async function main() {
       await waitFor('the last 2 rows', async () => (await rows.count()) === 2 && (await page.getByRole('link', { name: 'Next page' }).count()) === 0);
       await page.getByRole('link', { name: 'First page' }).click();
       await waitFor('the first page again', async () => (await ids()).join() === firstPage.join());
+      // main's implicit-DLQ filters: every one of the six has one attempt
+      await page.getByLabel('Attempts at least').fill('2');
+      await page.getByRole('button', { name: 'Apply' }).click();
+      await waitFor('none with 2 attempts', async () => (await page.getByTestId('empty').count()) === 1);
+      check(new URL(page.url()).hash.includes('min_attempts=2'), 'min_attempts in the URL');
+      await page.getByLabel('Attempts at least').fill('1');
+      await page.getByLabel('Failing for at least').fill('0s');
+      await page.getByRole('button', { name: 'Apply' }).click();
+      await waitFor('two again (limit 2)', async () => (await rows.count()) === 2);
     });
 
     await step('a binary payload as hex and base64', async () => {
