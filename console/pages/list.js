@@ -39,7 +39,7 @@ function Filters({ dead, current, subs, onApply }) {
     ${!dead && html`<div><label for="f-status">Status</label><select ...${bind('status')} onChange=${(e) => setF({ ...f, status: e.target.value })}>
       <option value="">any</option><option>NEW</option><option>PROCESSED</option><option>FAILED</option></select></div>`}
     <div><label for="f-subscription_id">Subscription</label><select ...${bind('subscription_id')} onChange=${(e) => setF({ ...f, subscription_id: e.target.value })}>
-      <option value="">any</option>${subs.map((s) => html`<option value=${s.id}>${s.name}</option>`)}</select></div>
+      <option value="">any</option>${subs.map((s) => html`<option value=${s.id} selected=${s.id === f.subscription_id}>${s.name}</option>`)}</select></div>
     <div><label for="f-event_type">Event type</label><input ...${bind('event_type')} placeholder="order.* " /></div>
     <div><label for="f-q">Error text</label><input ...${bind('q')} placeholder="connection refused" /></div>
     <div><label for="f-code">Code</label><input ...${bind('code')} inputmode="numeric" size="4" placeholder="503" /></div>
