@@ -13,7 +13,7 @@
 #include "api/console_assets.h"
 
 #define CONSOLE_CSP \
-	"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " \
+	"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " \
 	"font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; " \
 	"form-action 'self'; frame-ancestors 'none'"
 

@@ -78,7 +78,7 @@ async function main() {
       await page.getByLabel('API token').fill(ADMIN_TOKEN);
       await shot(page, 'signin');
       await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.getByRole('heading', { name: 'Overview' }).waitFor();
+      await page.getByRole('heading', { name: 'Overview', exact: true }).waitFor();
       check(await page.evaluate(() => sessionStorage.getItem('outboxd.token')) === ADMIN_TOKEN, 'token in session storage');
       check(await page.evaluate(() => localStorage.getItem('outboxd.token')) === null, 'token not in local storage');
     });
@@ -112,7 +112,7 @@ async function main() {
 
     await step('filter the DLQ by subscription and date; the filter is in the URL', async () => {
       await page.getByRole('link', { name: 'Dead letters' }).first().click();
-      await page.getByRole('heading', { name: 'Dead-letter queue' }).waitFor();
+      await page.getByRole('heading', { name: 'Dead-letter queue', exact: true }).waitFor();
       await waitFor('7 dead rows', async () => (await page.locator('table.list tbody tr[data-id]').count()) === 7);
       await page.getByLabel('Subscription').selectOption({ label: 'billing-failing' });
       await page.getByLabel('Created from (UTC)').fill(utcSeconds(cut));
@@ -136,7 +136,7 @@ async function main() {
 
     await step('open a delivery: its attempts, payload and masked request headers', async () => {
       await page.locator('table.list tbody tr[data-id] a').first().click();
-      await page.getByRole('heading', { name: /Delivery/ }).waitFor();
+      await page.getByRole('heading', { name: /^Delivery [0-9a-f-]{36}$/, level: 1 }).waitFor();
       const attempts = page.getByTestId('attempts');
       await attempts.locator('li').first().waitFor();
       const text = await attempts.innerText();
@@ -193,7 +193,8 @@ async function main() {
       await page.locator('body').click({ position: { x: 5, y: 300 } });
       await page.keyboard.press('g');
       await page.keyboard.press('s');
-      await page.getByRole('heading', { name: 'Subscriptions' }).waitFor();
+      await page.getByRole('heading', { name: 'Subscriptions', exact: true, level: 1 }).waitFor();
+      check(new URL(page.url()).hash === '#/subscriptions', `g s went to #/subscriptions: ${page.url()}`);
     });
 
     await step('a read-scoped token gets a read-only console', async () => {
@@ -204,7 +205,7 @@ async function main() {
         await ro.page.getByLabel('API token').fill(t.token);
         await ro.page.getByRole('button', { name: 'Sign in' }).click();
         await ro.page.getByText('read-only').waitFor();
-        await ro.page.getByRole('heading', { name: 'Dead-letter queue' }).waitFor();
+        await ro.page.getByRole('heading', { name: 'Dead-letter queue', exact: true }).waitFor();
         await waitFor('rows', async () => (await ro.page.locator('table.list tbody tr[data-id]').count()) === 4);
         check(await ro.page.getByRole('button', { name: /Replay/ }).count() === 0, 'no replay button');
         check(await ro.page.getByRole('button', { name: /Purge/ }).count() === 0, 'no purge button');

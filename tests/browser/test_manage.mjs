@@ -37,7 +37,7 @@ async function main() {
       await page.goto(`${ox.url}/console/#/dlq?limit=2`);
       await page.getByLabel('API token').fill(ADMIN_TOKEN);
       await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.getByRole('heading', { name: 'Dead-letter queue' }).waitFor();
+      await page.getByRole('heading', { name: 'Dead-letter queue', exact: true }).waitFor();
     });
 
     let firstPage;
@@ -107,7 +107,7 @@ async function main() {
       created = (await ox.api('GET', '/v1/subscriptions')).items.find((s) => s.name === 'crm-sync');
       check(created, 'created');
       await page.getByRole('link', { name: 'Open it' }).click();
-      await page.getByRole('heading', { name: 'crm-sync' }).waitFor();
+      await page.getByRole('heading', { name: 'Configuration', exact: true }).waitFor();
       const html = await page.content();
       check(!html.includes('p4ss-w0rd') && html.includes('********'), 'the password is masked');
       await shot(page, 'subscription');
@@ -132,7 +132,7 @@ async function main() {
       await waitFor('enabled', async () => (await ox.api('GET', `/v1/subscriptions/${created.id}`)).enabled === true);
       await page.getByRole('button', { name: 'Delete…' }).click();
       await page.getByRole('alertdialog', { name: 'Confirm delete' }).getByRole('button', { name: 'Delete' }).click();
-      await page.getByRole('heading', { name: 'Subscriptions' }).waitFor();
+      await page.getByRole('heading', { name: 'Subscriptions', exact: true }).waitFor();
       await waitFor('gone', async () => !(await ox.api('GET', '/v1/subscriptions')).items.some((s) => s.name === 'crm-sync'));
       const actions = (await ox.api('GET', '/v1/audit?limit=10')).items.map((a) => a.action);
       check(['subscription.create', 'subscription.update', 'subscription.delete'].every((a) => actions.includes(a)), `audited: ${actions}`);
