@@ -28,12 +28,23 @@ struct api_request {
 	size_t body_len;
 	int body_too_large;                /* the server stopped reading at the limit */
 	const char *actor;                 /* set by the router: the token's name */
+	unsigned scopes;                   /* set by the router: the token's scopes */
+	const char *if_none_match;         /* header value or NULL (console assets) */
 };
 
 struct api_response {
 	int status;
 	char *body;                        /* JSON text, malloc'd, or NULL for no body */
 	const char *content_type;          /* NULL: application/json */
+	/* The console's embedded assets (routes_console.c): a body that lives as long as the
+	 * process (not freed; used instead of body when set) and the headers that go with it,
+	 * each NULL when not sent. */
+	const void *static_body;
+	size_t static_len;
+	const char *etag;
+	const char *cache_control;
+	const char *csp;                   /* Content-Security-Policy, with nosniff and
+	                                      frame and referrer headers */
 };
 
 typedef void (*api_wake_cb)(void *ctx);
@@ -135,6 +146,13 @@ void api_tokens_create(struct api *api, const struct api_request *req, struct ap
 void api_tokens_list(struct api *api, struct api_response *res);
 void api_tokens_delete(struct api *api, const char *id, const struct api_request *req,
 		       struct api_response *res);
+/* routes_console.c: GET /console and /console/...: the operator console's embedded
+ * assets. Returns 1 when path is the console's (res filled), 0 otherwise. */
+int api_console(const struct api_request *req, struct api_response *res);
+/* routes_overview.c: what the console reads besides the lists. */
+void api_whoami(struct api *api, const struct api_request *req, struct api_response *res);
+void api_stats_series(struct api *api, const struct api_request *req, struct api_response *res);
+void api_delivery_request(struct api *api, const char *id, struct api_response *res);
 /* GET /metrics: Prometheus text (res->content_type set). */
 void api_metrics(struct api *api, struct api_response *res);
 

@@ -65,6 +65,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		.authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
 		.content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"),
 		.traceparent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent"),
+		.if_none_match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match"),
 		.body = c->body.data,
 		.body_len = c->body.len,
 		.body_too_large = c->too_large,
@@ -73,7 +74,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 	api_handle(s->api, &req, &res);
 
 	struct MHD_Response *r;
-	if (res.body)
+	if (res.static_body) {
+		free(res.body);
+		res.body = NULL;
+		r = MHD_create_response_from_buffer(res.static_len, (void *)res.static_body,
+						    MHD_RESPMEM_PERSISTENT);
+	} else if (res.body)
 		r = MHD_create_response_from_buffer(strlen(res.body), res.body, MHD_RESPMEM_MUST_FREE);
 	else
 		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -81,9 +87,19 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		free(res.body);
 		return MHD_NO;
 	}
-	if (res.body)
+	if (res.body || res.static_body)
 		MHD_add_response_header(r, "Content-Type",
 					res.content_type ? res.content_type : "application/json");
+	if (res.etag)
+		MHD_add_response_header(r, "ETag", res.etag);
+	if (res.cache_control)
+		MHD_add_response_header(r, "Cache-Control", res.cache_control);
+	if (res.csp) {
+		MHD_add_response_header(r, "Content-Security-Policy", res.csp);
+		MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+		MHD_add_response_header(r, "X-Frame-Options", "DENY");
+		MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+	}
 	if (res.status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
 	enum MHD_Result ok = MHD_queue_response(conn, (unsigned)res.status, r);

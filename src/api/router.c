@@ -291,6 +291,25 @@ static void h_tokens_delete(struct api *api, const struct api_request *req, cons
 		api_tokens_delete(api, id, req, res);
 }
 
+static void h_whoami(struct api *api, const struct api_request *req, const char *id,
+		     struct api_response *res)
+{
+	api_whoami(api, req, res);
+}
+
+static void h_stats_series(struct api *api, const struct api_request *req, const char *id,
+			   struct api_response *res)
+{
+	api_stats_series(api, req, res);
+}
+
+static void h_delivery_request(struct api *api, const struct api_request *req, const char *id,
+			       struct api_response *res)
+{
+	if (check_id(id, "delivery", res))
+		api_delivery_request(api, id, res);
+}
+
 /* Every route the API answers, with the scope it needs (core/token.h: ingest, read,
  * operate, admin); docs/openapi.json must describe each (a unit test checks).
  * "{id}" matches one path segment. Order matters only for readability. */
@@ -317,6 +336,10 @@ static const struct api_route routes[] = {
 	{"POST", "/v1/tokens", h_tokens_create, TOKEN_SCOPE_ADMIN},
 	{"GET", "/v1/tokens", h_tokens_list, TOKEN_SCOPE_ADMIN},
 	{"DELETE", "/v1/tokens/{id}", h_tokens_delete, TOKEN_SCOPE_ADMIN},
+	/* the operator console's reads (routes_overview.c); whoami needs only a valid token */
+	{"GET", "/v1/whoami", h_whoami, 0},
+	{"GET", "/v1/stats/series", h_stats_series, TOKEN_SCOPE_READ},
+	{"GET", "/v1/deliveries/{id}/request", h_delivery_request, TOKEN_SCOPE_READ},
 };
 
 const struct api_route *api_routes(size_t *n)
@@ -367,6 +390,9 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 							   store_backend_name(api->st)));
 		return;
 	}
+
+	if (api_console(req, res))
+		return;
 
 	if (strcmp(path, "/metrics") == 0) {
 		struct api_caller who;
@@ -422,7 +448,7 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 		api_reply_errorf(res, 405, "method_not_allowed", NULL, "allowed methods: %s", allowed);
 		return;
 	}
-	if (!(token_scope_grants(who.scopes) & hit->scope)) {
+	if (hit->scope && !(token_scope_grants(who.scopes) & hit->scope)) {
 		reply_scope(res, req, hit, &who);
 		return;
 	}
@@ -430,5 +456,6 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 		return;
 	struct api_request named = *req;
 	named.actor = who.name;
+	named.scopes = who.scopes;
 	hit->handler(api, &named, id, res);
 }

@@ -60,6 +60,8 @@ struct store_ops {
 	int (*token_delete)(store *st, const char *id);
 	int (*token_list)(store *st, struct store_token **items, size_t *n);
 	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
+	int (*attempt_series)(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
+			      struct store_series_bucket *out);
 	int (*sub_create)(store *st, const struct sub_row *sub);
 	int (*sub_update)(store *st, const struct sub_row *sub);
 	int (*sub_delete)(store *st, const char *id);

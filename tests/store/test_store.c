@@ -2514,6 +2514,53 @@ static void test_sealed_subscriptions(void **state)
 	assert_int_equal(store_sub_get(t->st, new.id, &got), STORE_ERROR);
 }
 
+/* ---- attempt series (the console's chart) --------------------------------------------- */
+
+/* Attempts counted in the minute they started, by outcome; outside the range not at all. */
+static void test_attempt_series(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_series_bucket b[3];
+	int64_t from = (clock_now_ms() / MINUTE_MS - 5) * MINUTE_MS;
+	struct store_attempt tries[6] = {
+		{1, ATTEMPT_IMMEDIATE, from - 1, 5, 503, "HTTP 503", NULL},          /* before */
+		{2, ATTEMPT_IMMEDIATE, from, 5, 200, "HTTP 200", NULL},              /* bucket 0 */
+		{3, ATTEMPT_SCHEDULED, from + MINUTE_MS + 10, 5, 404, "HTTP 404", NULL},
+		{4, ATTEMPT_SCHEDULED, from + 2 * MINUTE_MS, 5, 503, "HTTP 503", NULL},
+		{5, ATTEMPT_SCHEDULED, from + 3 * MINUTE_MS - 1, 5, 302, "HTTP 302", NULL},
+		{6, ATTEMPT_MANUAL, from + 3 * MINUTE_MS, 5, 200, "HTTP 200", NULL}, /* after */
+	};
+	struct store_result r = {
+		.status = DELIVERY_PROCESSED,
+		.attempt_count = 6,
+		.attempts = tries,
+		.n_attempts = 6,
+	};
+
+	ingest_one(t, "a", t->t0, 1, NULL);
+	assert_int_equal(claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c), 1);
+	r.delivery_id = c[0].delivery_id;
+	r.processed_at = clock_now_ms();
+	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+	store_claims_free(c, 1);
+
+	assert_int_equal(store_attempt_series(t->st, from, MINUTE_MS, 3, b), STORE_OK);
+	assert_int_equal(b[0].succeeded, 1);
+	assert_int_equal(b[0].client_error + b[0].server_error, 0);
+	assert_int_equal(b[1].client_error, 1);
+	assert_int_equal(b[1].succeeded + b[1].server_error, 0);
+	assert_int_equal(b[2].server_error, 2); /* 503 and the 302 */
+	assert_int_equal(b[2].succeeded + b[2].client_error, 0);
+
+	/* Nothing there: zeros. Bad arguments: refused. */
+	assert_int_equal(store_attempt_series(t->st, from - 100 * MINUTE_MS, MINUTE_MS, 3, b), STORE_OK);
+	assert_int_equal(b[0].succeeded + b[1].server_error + b[2].client_error, 0);
+	assert_int_equal(store_attempt_series(t->st, from, 0, 3, b), STORE_INVALID);
+	assert_int_equal(store_attempt_series(t->st, from, MINUTE_MS, STORE_SERIES_MAX + 1, b),
+			 STORE_INVALID);
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -2548,6 +2595,7 @@ int main(void)
 		T(test_tokens),
 		T(test_key_ordering),
 		T(test_sealed_subscriptions),
+		T(test_attempt_series),
 		T(test_two_owners_share_work),
 		T(test_work_notifications),
 		T(test_outage_then_recovery),

@@ -574,6 +574,7 @@ const struct store_ops store_pg_ops = {
 	.token_delete = pg_token_delete,
 	.token_list = pg_token_list,
 	.stats = pg_stats,
+	.attempt_series = pg_attempt_series,
 	.sub_create = pg_sub_create,
 	.sub_update = pg_sub_update,
 	.sub_delete = pg_sub_delete,

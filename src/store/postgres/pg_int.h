@@ -334,6 +334,8 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 int pg_deliveries_count(store *st, const struct delivery_filter *f, size_t *n);
 
 int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
+int pg_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
+		      struct store_series_bucket *out); /* series.c */
 
 /* ---- rows.c ---------------------------------------------------------------- */
 

@@ -633,6 +633,7 @@ const struct store_ops store_sqlite_ops = {
 	.token_delete = sq_token_delete,
 	.token_list = sq_token_list,
 	.stats = sq_stats,
+	.attempt_series = sq_attempt_series,
 	.sub_create = sq_sub_create,
 	.sub_update = sq_sub_update,
 	.sub_delete = sq_sub_delete,

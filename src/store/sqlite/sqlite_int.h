@@ -226,6 +226,8 @@ int sq_deliveries_list(store *st, const struct delivery_filter *f,
 			      struct store_delivery **items, size_t *n, char **next_cursor);
 
 int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
+int sq_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
+		      struct store_series_bucket *out); /* series.c */
 
 /* ---- rows.c ---------------------------------------------------------------- */
 

@@ -112,11 +112,58 @@ static void test_routing(void **state)
 	expect("GET", "/v1/openapi.json", "Bearer adm", 200, NULL);
 }
 
+/* The console: static files without a token, a strict CSP, ETag revalidation; and
+ * GET /v1/whoami answers any valid token, whatever its scopes. */
+static void test_console(void **state)
+{
+	struct api api = {.admin_token = "adm", .ingest_token = "ing", .max_request = 1024};
+	struct api_request req = {.method = "GET", .path = "/console", .query = no_query};
+	struct api_response res = {0};
+
+	api_handle(&api, &req, &res);
+	assert_int_equal(res.status, 200);
+	assert_non_null(res.static_body);
+	assert_string_equal(res.content_type, "text/html; charset=utf-8");
+	assert_non_null(strstr(res.csp, "default-src 'self'"));
+	assert_non_null(strstr(res.csp, "script-src 'self';"));
+	assert_null(strstr(res.csp, "unsafe"));
+	assert_non_null(strstr((const char *)res.static_body, "/console/app.js"));
+	const char *etag = res.etag;
+	assert_non_null(etag);
+
+	struct api_response again = {0};
+	req.path = "/console/";
+	req.if_none_match = etag;
+	api_handle(&api, &req, &again);
+	assert_int_equal(again.status, 304);
+	assert_null(again.static_body);
+
+	struct api_response js = {0};
+	req.path = "/console/vendor/htm-preact.js";
+	req.if_none_match = NULL;
+	api_handle(&api, &req, &js);
+	assert_int_equal(js.status, 200);
+	assert_string_equal(js.content_type, "text/javascript; charset=utf-8");
+	assert_true(js.static_len > 1000);
+
+	expect("GET", "/console/nope.js", NULL, 404, "not_found");
+	expect("POST", "/console/app.js", NULL, 405, "method_not_allowed");
+	expect("GET", "/consolex", NULL, 404, "not_found");
+
+	struct api_response me = call("GET", "/v1/whoami", "Bearer ing");
+	assert_int_equal(me.status, 200);
+	assert_string_equal(me.body, "{\"name\":\"ingest\",\"scopes\":[\"ingest\"],\"grants\":[\"ingest\"]}");
+	free(me.body);
+	expect("GET", "/v1/whoami", NULL, 401, "unauthenticated");
+	expect("GET", "/v1/stats/series", "Bearer ing", 403, "forbidden");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_route_documented),
 		cmocka_unit_test(test_routing),
+		cmocka_unit_test(test_console),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,138 @@
+// subscriptions.js: subscriptions list, detail (credentials as the API masks them),
+// create, edit (a JSON merge patch), enable/disable and delete (admin scope).
+import { html, useState } from '../vendor/htm-preact.js';
+import { api } from '../api.js';
+import { ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
+
+const READ_ONLY_FIELDS = ['id', 'created_at', 'updated_at', 'origin', 'previous_secret', 'previous_secret_expires_at', 'disabled_at', 'disabled_reason'];
+
+export function Subscriptions({ can, refresh }) {
+  const [subs] = useAsync(() => Promise.all([api('GET', '/v1/subscriptions'), api('GET', '/v1/stats')]), [refresh]);
+  const health = (id) => (subs.data ? subs.data[1].subscriptions.find((s) => s.id === id) : null) || {};
+  return html`<main>
+    <h1>Subscriptions</h1>
+    ${can.admin && html`<p><a class="button primary" href="#/subscriptions/new">New subscription</a></p>`}
+    <${ErrorNote} error=${subs.error} />
+    <div class="scroll"><table class="list">
+      <thead><tr><th>Name</th><th>Endpoint</th><th>Event types</th><th>Enabled</th><th>Circuit</th><th>Success</th></tr></thead>
+      <tbody>
+        ${subs.data && subs.data[0].items.map((s) => html`<tr>
+          <td><a href=${`#/subscriptions/${s.id}`}>${s.name}</a></td>
+          <td><code>${s.endpoint}</code></td>
+          <td>${s.event_types.join(', ') || '—'}</td>
+          <td>${s.enabled ? 'yes' : html`<span class="badge warn">no</span>`}</td>
+          <td><span class=${`pill circuit-${health(s.id).circuit}`}>${health(s.id).circuit || '—'}</span></td>
+          <td class="num">${fmtRate(health(s.id).success_rate)}</td>
+        </tr>`)}
+      </tbody>
+    </table></div>
+  </main>`;
+}
+
+function editable(sub) {
+  const out = { ...sub };
+  for (const k of READ_ONLY_FIELDS) delete out[k];
+  return out;
+}
+
+// A merge patch from the edited document: changed keys, and null for removed ones.
+function mergePatch(before, after) {
+  const patch = {};
+  for (const k of Object.keys(after)) if (JSON.stringify(before[k]) !== JSON.stringify(after[k])) patch[k] = after[k];
+  for (const k of Object.keys(before)) if (!(k in after)) patch[k] = null;
+  return patch;
+}
+
+export function SubscriptionDetail({ id, can, refresh }) {
+  const [sub, reload] = useAsync(() => api('GET', `/v1/subscriptions/${id}`), [id, refresh]);
+  const [text, setText] = useState(null);
+  const [error, setError] = useState(null);
+  const [message, setMessage] = useState(null);
+  const [confirm, setConfirm] = useState(false);
+  if (sub.error) return html`<main><h1>Subscription</h1><${ErrorNote} error=${sub.error} /></main>`;
+  if (!sub.data) return html`<main><h1>Subscription</h1><p class="muted">Loading…</p></main>`;
+  const s = sub.data;
+  const patch = async (body, what) => {
+    setError(null);
+    try {
+      const r = await api('PATCH', `/v1/subscriptions/${id}`, body);
+      setMessage(`${what}.${r.secret && !String(r.secret).includes('*') ? ` New signing secret (shown once): ${r.secret}` : ''}`);
+      setText(null);
+      reload();
+    } catch (e) { setError(e); }
+  };
+  const save = () => {
+    let doc;
+    try { doc = JSON.parse(text); } catch (e) { setError(new Error(`Not JSON: ${e.message}`)); return; }
+    const p = mergePatch(editable(s), doc);
+    if (!Object.keys(p).length) { setText(null); return; }
+    patch(p, 'Saved');
+  };
+  const del = async () => {
+    try { await api('DELETE', `/v1/subscriptions/${id}`); navigate('/subscriptions'); } catch (e) { setError(e); }
+  };
+  return html`<main>
+    <p><a href="#/subscriptions">← Subscriptions</a></p>
+    <h1>${s.name} ${!s.enabled && html`<span class="badge warn">disabled</span>`}</h1>
+    <section class="card">
+      <table class="kv"><tbody>
+        <tr><th>Endpoint</th><td><code>${s.endpoint}</code></td></tr>
+        <tr><th>Event types</th><td>${s.event_types.join(', ') || '—'}</td></tr>
+        <tr><th>Auth</th><td>${s.auth ? s.auth.type : 'none'}</td></tr>
+        <tr><th>Signing secret</th><td>${s.secret ? html`<code>${s.secret}</code>` : 'none'}</td></tr>
+        ${s.disabled_reason && html`<tr><th>Disabled</th><td>${s.disabled_reason} (${fmtTime(s.disabled_at)})</td></tr>`}
+        <tr><th>Created · updated</th><td>${fmtTime(s.created_at)} · ${fmtTime(s.updated_at)}</td></tr>
+      </tbody></table>
+      <p><a href=${`#/dlq?subscription_id=${s.id}`}>Its dead letters</a> · <a href=${`#/deliveries?subscription_id=${s.id}&order=desc`}>Its deliveries</a></p>
+      ${message && html`<p class="notice" role="status">${message}</p>`}
+      <${ErrorNote} error=${error} />
+      ${can.admin && html`<div class="actions">
+        <button onClick=${() => patch({ enabled: !s.enabled }, s.enabled ? 'Disabled' : 'Enabled')}>${s.enabled ? 'Disable' : 'Enable'}</button>
+        <button onClick=${() => { setError(null); setText(JSON.stringify(editable(s), null, 2)); }}>Edit…</button>
+        <button class="danger" onClick=${() => setConfirm(true)}>Delete…</button>
+      </div>`}
+      ${confirm && html`<div class="confirm" role="alertdialog" aria-label="Confirm delete"><p>Delete ${s.name}? Its pending deliveries go to the dead-letter queue (410 subscription deleted).</p>
+        <button class="danger" onClick=${del}>Delete</button> <button onClick=${() => setConfirm(false)}>Keep it</button></div>`}
+    </section>
+    ${text !== null && html`<section class="card">
+      <h2>Edit</h2>
+      <p class="muted small">The subscription as JSON; masked credentials (********) left as they are keep the stored value. Saved as a merge patch of what you changed.</p>
+      <textarea class="json" aria-label="Subscription JSON" rows="20" value=${text} onInput=${(e) => setText(e.target.value)}></textarea>
+      <div class="actions"><button class="primary" onClick=${save}>Save</button> <button onClick=${() => setText(null)}>Cancel</button></div>
+    </section>`}
+    <section class="card"><h2>Configuration</h2><pre class="payload">${JSON.stringify(s, null, 2)}</pre></section>
+  </main>`;
+}
+
+export function SubscriptionNew({ can }) {
+  const [f, setF] = useState({ name: '', endpoint: 'https://', event_types: '*', secret: true, extra: '{}' });
+  const [error, setError] = useState(null);
+  const [created, setCreated] = useState(null);
+  if (!can.admin) return html`<main><h1>New subscription</h1><p>Creating subscriptions needs the admin scope.</p></main>`;
+  const bind = (k) => ({ id: `n-${k}`, value: f[k], onInput: (e) => setF({ ...f, [k]: e.target.value }) });
+  const submit = async (e) => {
+    e.preventDefault();
+    setError(null);
+    let extra;
+    try { extra = JSON.parse(f.extra || '{}'); } catch (err) { setError(new Error(`More settings: not JSON: ${err.message}`)); return; }
+    const body = { ...extra, name: f.name, endpoint: f.endpoint, event_types: f.event_types.split(',').map((x) => x.trim()).filter(Boolean) };
+    if (f.secret) body.secret = 'generate';
+    try { setCreated(await api('POST', '/v1/subscriptions', body)); } catch (err) { setError(err); }
+  };
+  if (created) {
+    return html`<main><h1>Created ${created.name}</h1>
+      ${created.secret && !created.secret.includes('*') && html`<p class="notice">Signing secret, shown this once: <code>${created.secret}</code></p>`}
+      <p><a href=${`#/subscriptions/${created.id}`}>Open it</a></p></main>`;
+  }
+  return html`<main><h1>New subscription</h1>
+    <form class="card form" onSubmit=${submit}>
+      <label for="n-name">Name</label><input required ...${bind('name')} />
+      <label for="n-endpoint">Endpoint</label><input required ...${bind('endpoint')} />
+      <label for="n-event_types">Event types (comma-separated patterns)</label><input required ...${bind('event_types')} />
+      <label><input type="checkbox" checked=${f.secret} onChange=${(e) => setF({ ...f, secret: e.target.checked })} /> Generate a signing secret</label>
+      <label for="n-extra">More settings (JSON: auth, headers, retry, circuit_breaker, … — see docs/api.md)</label>
+      <textarea class="json" rows="8" ...${bind('extra')}></textarea>
+      <${ErrorNote} error=${error} />
+      <div class="actions"><button type="submit" class="primary">Create</button> <a class="button" href="#/subscriptions">Cancel</a></div>
+    </form></main>`;
+}

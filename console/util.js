@@ -1,0 +1,81 @@
+// util.js: formatting and small hooks shared by the pages.
+import { html, useEffect, useRef, useState } from './vendor/htm-preact.js';
+
+export function fmtTime(iso) {
+  if (!iso) return '—';
+  return iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+
+export function fmtAge(ms) {
+  if (ms === null || ms === undefined) return '—';
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return s % 60 ? `${m}m ${s % 60}s` : `${m}m`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return m % 60 ? `${h}h ${m % 60}m` : `${h}h`;
+  return h % 24 ? `${Math.floor(h / 24)}d ${h % 24}h` : `${Math.floor(h / 24)}d`;
+}
+
+export function fmtRate(r) {
+  if (r === null || r === undefined) return '—';
+  return `${(r * 100).toFixed(r >= 0.995 || r === 0 ? 0 : 1)}%`;
+}
+
+export function shortId(id) { return id ? id.slice(-12) : ''; }
+
+// Runs fn now and every `ms` while mounted (and again when deps change); fn gets an
+// AbortSignal-like `alive()` to drop late answers.
+export function usePoll(fn, ms, deps) {
+  useEffect(() => {
+    let live = true, timer = null;
+    const tick = async () => {
+      try { await fn(() => live); } finally { if (live && ms) timer = setTimeout(tick, ms); }
+    };
+    tick();
+    return () => { live = false; clearTimeout(timer); };
+  }, deps);
+}
+
+export function ErrorNote({ error }) {
+  if (!error) return null;
+  return html`<p class="error" role="alert">${error.message || String(error)}</p>`;
+}
+
+export function useAsync(fn, deps) {
+  const [state, set] = useState({ loading: true, data: null, error: null });
+  const n = useRef(0);
+  const reload = () => {
+    const mine = ++n.current;
+    set((s) => ({ ...s, loading: true }));
+    fn().then((data) => { if (mine === n.current) set({ loading: false, data, error: null }); },
+      (error) => { if (mine === n.current) set({ loading: false, data: null, error }); });
+  };
+  useEffect(reload, deps);
+  return [state, reload];
+}
+
+// datetime-local value (read as UTC) <-> RFC 3339
+export const toRfc3339 = (v) => (v ? `${v.length === 16 ? `${v}:00` : v}Z` : '');
+export const fromRfc3339 = (v) => (v ? v.replace(/(\.\d+)?Z$/, '').slice(0, 19) : '');
+
+export function hexDump(bytes) {
+  const lines = [];
+  for (let i = 0; i < bytes.length && i < 4096; i += 16) {
+    const row = Array.from(bytes.slice(i, i + 16));
+    const hex = row.map((b) => b.toString(16).padStart(2, '0')).join(' ');
+    const txt = row.map((b) => (b >= 32 && b < 127 ? String.fromCharCode(b) : '.')).join('');
+    lines.push(`${i.toString(16).padStart(8, '0')}  ${hex.padEnd(47)}  ${txt}`);
+  }
+  if (bytes.length > 4096) lines.push(`… ${bytes.length - 4096} more bytes`);
+  return lines.join('\n');
+}
+
+export function b64ToBytes(b64) {
+  const bin = atob(b64);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+export function navigate(path) { location.hash = path; }

@@ -1,0 +1,197 @@
+/* test_console_api.c: what the operator console (docs/console.md) reads from the daemon,
+ * on each backend: the console's files over real HTTP (CSP, ETag and 304, no token),
+ * GET /v1/whoami for each kind of token, GET /v1/stats/series counting a real failed
+ * attempt in its minute, and GET /v1/deliveries/{id}/request showing the headers a
+ * delivery is sent with, credentials masked, and its exact body. The browser test (tests/browser) drives the
+ * console itself. */
+#include "e2e.h"
+
+static struct receiver rcv;
+static struct daemon dmn;
+
+static int setup(void **state)
+{
+	assert_int_equal(receiver_start(&rcv), 0);
+	memset(&dmn, 0, sizeof(dmn));
+	assert_int_equal(daemon_start(&dmn, NULL), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	if (dmn.pid)
+		assert_int_equal(daemon_stop(&dmn), 0);
+	daemon_cleanup(&dmn);
+	receiver_stop(&rcv);
+	return 0;
+}
+
+static const char *header(const struct http_resp *r, const char *name)
+{
+	return json_string_value(json_object_get(r->headers, name));
+}
+
+static void test_console_files(void **state)
+{
+	char url[256];
+	struct http_resp r = {0};
+
+	snprintf(url, sizeof(url), "%s/console/", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(header(&r, "content-type"), "text/html; charset=utf-8");
+	assert_non_null(strstr(header(&r, "content-security-policy"), "default-src 'self'"));
+	assert_non_null(strstr(header(&r, "content-security-policy"), "connect-src 'self'"));
+	assert_string_equal(header(&r, "x-content-type-options"), "nosniff");
+	assert_string_equal(header(&r, "cache-control"), "no-cache");
+	assert_non_null(strstr(r.body, "<script type=\"module\" src=\"/console/app.js\">"));
+	char etag[64], line[96];
+	snprintf(etag, sizeof(etag), "%s", header(&r, "etag"));
+	http_resp_free(&r);
+
+	/* revalidation: 304, no body */
+	snprintf(line, sizeof(line), "If-None-Match: %s", etag);
+	const char *const hdrs[] = {line, NULL};
+	struct http_req req = {.url = url, .headers = hdrs};
+	assert_int_equal(http_do_ex(&req, &r), 0);
+	assert_int_equal(r.status, 304);
+	assert_int_equal(r.len, 0);
+	http_resp_free(&r);
+
+	/* the vendored library, byte for byte what npm ci installed (13 KB, no imports) */
+	snprintf(url, sizeof(url), "%s/console/vendor/htm-preact.js", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(header(&r, "content-type"), "text/javascript; charset=utf-8");
+	assert_true(r.len > 10000);
+	assert_null(strstr(r.body, "import "));
+	assert_non_null(strstr(r.body, "export{"));
+	http_resp_free(&r);
+
+	snprintf(url, sizeof(url), "%s/console/../admin.token", dmn.url);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &r), 0);
+	assert_int_equal(r.status, 404);
+	http_resp_free(&r);
+}
+
+static void test_whoami(void **state)
+{
+	json_t *me = e2e_get(&dmn, "/v1/whoami");
+	assert_string_equal(json_string_value(json_object_get(me, "name")), "admin");
+	assert_int_equal(json_array_size(json_object_get(me, "grants")), 4);
+	json_decref(me);
+
+	json_t *t = api_call(&dmn, "POST", "/v1/tokens", "{\"name\":\"wall\",\"scopes\":[\"read\"]}",
+			     201);
+	me = api_call_as(&dmn, json_string_value(json_object_get(t, "token")), "GET",
+			 "/v1/whoami", NULL, 200);
+	assert_string_equal(json_string_value(json_object_get(me, "name")), "wall");
+	char *grants = json_dumps(json_object_get(me, "grants"), JSON_COMPACT);
+	assert_string_equal(grants, "[\"read\"]");
+	free(grants);
+	json_decref(me);
+	json_decref(t);
+
+	/* the ingest token may ask who it is, and nothing else here */
+	me = api_call_as(&dmn, "test-ingest-token", "GET", "/v1/whoami", NULL, 200);
+	assert_string_equal(json_string_value(json_object_get(me, "name")), "ingest");
+	json_decref(me);
+	json_decref(api_call_as(&dmn, "test-ingest-token", "GET", "/v1/stats/series", NULL, 403));
+	json_decref(api_call_as(&dmn, NULL, "GET", "/v1/whoami", NULL, 401));
+}
+
+static void test_series_and_request(void **state)
+{
+	char sub[64], ev[64], ids[1][64], path[128];
+
+	assert_int_equal(receiver_script(&rcv, "/down", "{\"default\":{\"status\":503}}"), 0);
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"down\",\"event_types\":[\"acct.*\"],\"endpoint\":\"%s/down\","
+		       "\"secret\":\"generate\",\"auth\":{\"type\":\"api_key\",\"header\":\"X-Key\","
+		       "\"value\":\"k3y-s3cret\"},\"headers\":{\"X-Team\":\"growth\"},"
+		       "\"retry\":{\"immediate\":1,\"permanent\":[503]}}",
+		       rcv.url);
+	e2e_send(&dmn, ev, "{\"event_type\":\"acct.closed\",\"payload\":{\"id\":7}}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 1), 1);
+	json_decref(e2e_wait_dead(&dmn, ids[0], 10000));
+
+	/* the failed attempt is in the series, in one of the last two minutes (the attempt
+	 * and the request may straddle a minute) */
+	json_t *s = e2e_get(&dmn, "/v1/stats/series?minutes=5");
+	json_t *points = json_object_get(s, "points");
+	assert_int_equal(json_array_size(points), 5);
+	assert_int_equal(json_integer_value(json_object_get(s, "bucket_ms")), 60000);
+	json_int_t failed = 0, other = 0;
+	size_t i;
+	json_t *p;
+	json_array_foreach(points, i, p) {
+		json_int_t f = json_integer_value(json_object_get(p, "server_error"));
+		if (i < 3)
+			other += f;
+		failed += f;
+		other += json_integer_value(json_object_get(p, "succeeded")) +
+			 json_integer_value(json_object_get(p, "client_error"));
+	}
+	assert_int_equal(failed, 1);
+	assert_int_equal(other, 0);
+	json_decref(s);
+	json_decref(api_call(&dmn, "GET", "/v1/stats/series?minutes=0", NULL, 400));
+	json_decref(api_call(&dmn, "GET", "/v1/stats/series?minutes=1441", NULL, 400));
+
+	/* the request, credentials masked */
+	json_t *r = e2e_get(&dmn, "/v1/deliveries/%s/request", ids[0]);
+	char *text = json_dumps(r, JSON_COMPACT);
+	assert_null(strstr(text, "k3y-s3cret"));
+	assert_null(strstr(text, "whsec_"));
+	assert_non_null(strstr(text, "{\"name\":\"X-Key\",\"value\":\"********\"}"));
+	assert_non_null(strstr(text, "{\"name\":\"X-Team\",\"value\":\"growth\"}"));
+	assert_non_null(strstr(text, "\"name\":\"webhook-signature\",\"value\":\"v1,********\""));
+	char want[128];
+	snprintf(want, sizeof(want), "\"name\":\"webhook-id\",\"value\":\"%s\"", ev);
+	assert_non_null(strstr(text, want));
+	snprintf(want, sizeof(want), "%s/down", rcv.url);
+	assert_string_equal(json_string_value(json_object_get(r, "url")), want);
+	/* the body: the payload's bytes as sent, base64 of {"id":7} */
+	assert_string_equal(json_string_value(json_object_get(r, "body_base64")), "eyJpZCI6N30=");
+	free(text);
+	json_decref(r);
+
+	/* what the receiver really got carries the same names */
+	json_t *got = receiver_requests(&rcv, "/down");
+	json_t *h = json_object_get(json_array_get(got, 0), "headers");
+	assert_string_equal(json_string_value(json_object_get(h, "x-key")), "k3y-s3cret");
+	assert_string_equal(json_string_value(json_object_get(h, "webhook-id")), ev);
+	json_decref(got);
+
+	/* query auth: the credential is in the URL, masked there */
+	char sub2[64], ev2[64], ids2[1][64];
+	e2e_create_sub(&dmn, sub2,
+		       "{\"name\":\"q\",\"event_types\":[\"q.*\"],\"endpoint\":\"%s/down?v=1\","
+		       "\"auth\":{\"type\":\"query\",\"param\":\"key\",\"value\":\"qu3ry-s3cret\"},"
+		       "\"retry\":{\"immediate\":1,\"permanent\":[503]}}",
+		       rcv.url);
+	e2e_send(&dmn, ev2, "{\"event_type\":\"q.x\",\"payload\":1}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev2, ids2, 1), 1);
+	r = e2e_get(&dmn, "/v1/deliveries/%s/request", ids2[0]);
+	text = json_dumps(r, JSON_COMPACT);
+	assert_null(strstr(text, "qu3ry-s3cret"));
+	assert_null(strstr(text, "\"Authorization\""));
+	free(text);
+	snprintf(want, sizeof(want), "%s/down?v=1&key=********", rcv.url);
+	assert_string_equal(json_string_value(json_object_get(r, "url")), want);
+	json_decref(r);
+
+	snprintf(path, sizeof(path), "/v1/deliveries/%s/request",
+		 "01a21245-0000-7000-8000-000000000000");
+	json_decref(api_call(&dmn, "GET", path, NULL, 404));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_console_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_whoami, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_series_and_request, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
