@@ -123,7 +123,7 @@ unsigned limits_record(struct sub_limits *x, const struct subscription *s, int s
 		health |= LIMITS_CIRCUIT_CLOSED;
 	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || *probe))
 		log_warn("subscription %s: circuit open%s: deliveries take delay actions for %s "
-			 "(more than %d failed deliveries within %s)", x->sub_id,
+			 "(%d failed deliveries within %s)", x->sub_id,
 			 *probe ? " again: the probe failed" : "",
 			 duration_format(x->breaker.open_until_ms - clock_now_ms(), left, sizeof(left)),
 			 c->max_errors, duration_format(c->failure_window_ms, window, sizeof(window)));

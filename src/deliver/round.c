@@ -301,7 +301,7 @@ static void round_delay_action(struct round *j)
 	if (o.next == OUTCOME_DLQ) {
 		r->status = DELIVERY_FAILED; /* no next attempt: the dead-letter queue */
 		snprintf(j->causes[0], CAUSE_LEN,
-			 "the circuit breaker of subscription %s is open (more than %d failed "
+			 "the circuit breaker of subscription %s is open (%d failed "
 			 "deliveries within %s); after %d delay actions the delivery was stopped "
 			 "without a request", s->id, s->breaker.max_errors, window, c->delay_actions);
 		metrics_delivery(c->subscription_id, METRICS_DEAD);
@@ -312,7 +312,7 @@ static void round_delay_action(struct round *j)
 		r->next_attempt_at = o.at_ms;
 		snprintf(j->causes[0], CAUSE_LEN,
 			 "delay action %d of %d: the circuit breaker of subscription %s is open "
-			 "(more than %d failed deliveries within %s); no request sent, due again "
+			 "(%d failed deliveries within %s); no request sent, due again "
 			 "in %s", r->delay_actions, s->breaker.max_delay_actions, s->id,
 			 s->breaker.max_errors, window,
 			 duration_format(o.delay_ms, wait_text, sizeof(wait_text)));
