@@ -304,70 +304,67 @@ static const char *header_value(const char *head, size_t head_len, const char *n
  * answered (control) or queued (POST). Does nothing while a request is being answered. */
 static void handle_input(struct conn *c)
 {
-	for (;;) {
-		if (c->pending || c->out_len)
-			return;
-		if (!c->have_head) {
-			char *end = c->in_len >= 4 ? memmem(c->in, c->in_len, "\r\n\r\n", 4) : NULL;
-			if (!end) {
-				if (c->in_len >= HEAD_MAX) {
-					c->close_after = 1;
-					answer_now(c, 431, "Request Header Fields Too Large", "too large");
-				}
-				return;
-			}
-			size_t head_len = (size_t)(end - c->in) + 4;
-			char method[16] = "";
-			const char *sp1 = memchr(c->in, ' ', head_len);
-			const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', head_len - (size_t)(sp1 + 1 - c->in)) : NULL;
-			if (!sp1 || !sp2 || sp1 - c->in >= (long)sizeof(method)) {
-				c->close_after = 1;
-				answer_now(c, 400, "Bad Request", "bad request line");
-				return;
-			}
-			memcpy(method, c->in, (size_t)(sp1 - c->in));
-			size_t plen = (size_t)(sp2 - sp1 - 1);
-			if (plen >= sizeof(c->path))
-				plen = sizeof(c->path) - 1;
-			memcpy(c->path, sp1 + 1, plen);
-			c->path[plen] = '\0';
-			char *q = strchr(c->path, '?');
-			if (q)
-				*q = '\0';
-			size_t vlen = 0;
-			const char *v;
-			c->close_after = (v = header_value(c->in, head_len, "connection:", &vlen)) &&
-					 vlen == 5 && strncasecmp(v, "close", 5) == 0;
-			if ((v = header_value(c->in, head_len, "transfer-encoding:", &vlen)) &&
-			    !(vlen == 8 && strncasecmp(v, "identity", 8) == 0)) {
-				c->close_after = 1;
-				answer_now(c, 411, "Length Required", "chunked bodies are not supported");
-				return;
-			}
-			c->body_left = (v = header_value(c->in, head_len, "content-length:", &vlen))
-					       ? strtoull(v, NULL, 10) : 0;
-			int expect = (v = header_value(c->in, head_len, "expect:", &vlen)) &&
-				     vlen == 12 && strncasecmp(v, "100-continue", 12) == 0;
-			c->is_post = strcmp(method, "POST") == 0;
-			c->have_head = 1;
-			memmove(c->in, c->in + head_len, c->in_len - head_len);
-			c->in_len -= head_len;
-			if (c->in_len < c->body_left && expect) {
-				/* the client waits for this before it sends the body */
-				conn_send(c, CONTINUE_RESPONSE, sizeof(CONTINUE_RESPONSE) - 1, NULL, 0);
-				return; /* conn_send went on with the buffer once it was written */
-			}
-		}
-		size_t take = c->in_len < c->body_left ? c->in_len : c->body_left;
-		memmove(c->in, c->in + take, c->in_len - take);
-		c->in_len -= take;
-		c->body_left -= take;
-		if (c->body_left)
-			return;
-		request_complete(c);
-		/* a control answer went on with the buffer itself (conn_send); a POST waits */
+	if (c->pending || c->out_len)
 		return;
+	if (!c->have_head) {
+		char *end = c->in_len >= 4 ? memmem(c->in, c->in_len, "\r\n\r\n", 4) : NULL;
+		if (!end) {
+			if (c->in_len >= HEAD_MAX) {
+				c->close_after = 1;
+				answer_now(c, 431, "Request Header Fields Too Large", "too large");
+			}
+			return;
+		}
+		size_t head_len = (size_t)(end - c->in) + 4;
+		char method[16] = "";
+		const char *sp1 = memchr(c->in, ' ', head_len);
+		const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', head_len - (size_t)(sp1 + 1 - c->in)) : NULL;
+		if (!sp1 || !sp2 || sp1 - c->in >= (long)sizeof(method)) {
+			c->close_after = 1;
+			answer_now(c, 400, "Bad Request", "bad request line");
+			return;
+		}
+		memcpy(method, c->in, (size_t)(sp1 - c->in));
+		size_t plen = (size_t)(sp2 - sp1 - 1);
+		if (plen >= sizeof(c->path))
+			plen = sizeof(c->path) - 1;
+		memcpy(c->path, sp1 + 1, plen);
+		c->path[plen] = '\0';
+		char *q = strchr(c->path, '?');
+		if (q)
+			*q = '\0';
+		size_t vlen = 0;
+		const char *v;
+		c->close_after = (v = header_value(c->in, head_len, "connection:", &vlen)) &&
+				 vlen == 5 && strncasecmp(v, "close", 5) == 0;
+		if ((v = header_value(c->in, head_len, "transfer-encoding:", &vlen)) &&
+		    !(vlen == 8 && strncasecmp(v, "identity", 8) == 0)) {
+			c->close_after = 1;
+			answer_now(c, 411, "Length Required", "chunked bodies are not supported");
+			return;
+		}
+		c->body_left = (v = header_value(c->in, head_len, "content-length:", &vlen))
+				       ? strtoull(v, NULL, 10) : 0;
+		int expect = (v = header_value(c->in, head_len, "expect:", &vlen)) &&
+			     vlen == 12 && strncasecmp(v, "100-continue", 12) == 0;
+		c->is_post = strcmp(method, "POST") == 0;
+		c->have_head = 1;
+		memmove(c->in, c->in + head_len, c->in_len - head_len);
+		c->in_len -= head_len;
+		if (c->in_len < c->body_left && expect) {
+			/* the client waits for this before it sends the body */
+			conn_send(c, CONTINUE_RESPONSE, sizeof(CONTINUE_RESPONSE) - 1, NULL, 0);
+			return; /* conn_send went on with the buffer once it was written */
+		}
 	}
+	size_t take = c->in_len < c->body_left ? c->in_len : c->body_left;
+	memmove(c->in, c->in + take, c->in_len - take);
+	c->in_len -= take;
+	c->body_left -= take;
+	if (c->body_left)
+		return;
+	request_complete(c);
+	/* a control answer went on with the buffer itself (conn_send); a POST waits */
 }
 
 /* Reads what the socket has; closes on EOF or an error. */
