@@ -393,12 +393,14 @@ row_slow() {
   [ -s "$work/slow.ingest.json" ] || { log "slow: the load generator failed"; stop_pid "$DPID"; stop_pid "$spid"; return 1; }
   # Until every delivery is answered: outboxd's RSS is sampled with the requests the sink
   # holds, and the sample with the most held is the "busy" one (memory per request).
+  # $work/slow.samples.txt (KEEP=1): time, answered, held, outboxd RSS KiB, CPU ticks.
   deadline=$(($(date +%s) + ROW_TIMEOUT))
   while :; do
     c=$(curl -sf "$ssink/_count" || echo '{}')
     rss=$(rss_kib "$DPID")
     n=$(slow_field "$c" count); n=${n:-0}
     pending=$(slow_field "$c" pending); pending=${pending:-0}
+    echo "$(date +%s.%N | cut -c1-14) $n $pending $rss $(cpu_ticks "$DPID")" >>"$work/slow.samples.txt"
     if [ "$pending" -gt "$busy_pending" ] || { [ "$pending" -eq "$busy_pending" ] && [ "$rss" -gt "$rss_busy" ]; }; then
       busy_pending=$pending; rss_busy=$rss
     fi
