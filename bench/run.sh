@@ -357,8 +357,19 @@ row_peer() {
 # Row 6, slow receivers: every request is answered after SLOW_DELAY_MS, so at most
 # SLOW_IN_FLIGHT deliveries can finish per delay; the row says which fraction of that
 # outboxd reaches, and what holding that many requests costs in memory and CPU.
-slow_field() { grep -o "\"$2\":[0-9]*" <<<"$1" | cut -d: -f2; }
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# The row samples outboxd and the sink five times a second; these helpers use no process
+# of their own (one curl per sample), so the sampling takes little CPU from the run.
+slow_field() { [[ $1 =~ \"$2\":([0-9]+) ]] && echo "${BASH_REMATCH[1]}"; }
+rss_kib() { # VmRSS of process $1, KiB
+  local k v _
+  while read -r k v _; do [ "$k" = VmRSS: ] && { echo "$v"; return; }; done <"/proc/$1/status"
+}
+ticks_now() { # utime+stime of process $1, like cpu_ticks
+  local st
+  read -r st <"/proc/$1/stat"
+  read -r -a st <<<"${st##*) }"
+  echo $((st[11] + st[12]))
+}
 row_slow() {
   local events=$SLOW_EVENTS subs=$SLOW_SUBS want=$((SLOW_EVENTS * SLOW_SUBS))
   local sport spid i cpu0 cpu1 c n=0 pending rss rss_idle rss_busy=0 busy_pending=0
@@ -400,7 +411,7 @@ row_slow() {
     rss=$(rss_kib "$DPID")
     n=$(slow_field "$c" count); n=${n:-0}
     pending=$(slow_field "$c" pending); pending=${pending:-0}
-    echo "$(date +%s.%N | cut -c1-14) $n $pending $rss $(cpu_ticks "$DPID")" >>"$work/slow.samples.txt"
+    echo "$EPOCHREALTIME $n $pending $rss $(ticks_now "$DPID")" >>"$work/slow.samples.txt"
     if [ "$pending" -gt "$busy_pending" ] || { [ "$pending" -eq "$busy_pending" ] && [ "$rss" -gt "$rss_busy" ]; }; then
       busy_pending=$pending; rss_busy=$rss
     fi
