@@ -46,6 +46,7 @@ PEER_CONCURRENCY=${PEER_CONCURRENCY:-64}
 PEER_LOCAL_QUEUE=${PEER_LOCAL_QUEUE:-500}
 PEER_COMPLETE_DELAY=${PEER_COMPLETE_DELAY:-50}
 BUILD=${BUILD:-build-bench}
+BENCH_OUTBOXD=${BENCH_OUTBOXD:-$BUILD/outboxd} # another outboxd binary, to compare two builds
 BUILD_TYPE=${BUILD_TYPE:-Release}
 CMAKE_ARGS=${CMAKE_ARGS:-}           # e.g. -DCMAKE_C_FLAGS=-fno-omit-frame-pointer to profile
 PERF=${PERF:-}                       # a file: perf record -g the outboxd of row PERF_ROW
@@ -188,7 +189,7 @@ outboxd_start() {
   mkdir -p "$work/$name"
   env "$@" OUTBOXD_DB=$dsn OUTBOXD_LISTEN=127.0.0.1:$DPORT OUTBOXD_ADMIN_TOKEN=bench \
     OUTBOXD_LOG_LEVEL=warn OUTBOXD_DATA_DIR="$work/$name" \
-    OUTBOXD_SSRF_ALLOW=127.0.0.0/8 "$BUILD/outboxd" serve >"$work/$name.log" 2>&1 &
+    OUTBOXD_SSRF_ALLOW=127.0.0.0/8 "$BENCH_OUTBOXD" serve >"$work/$name.log" 2>&1 &
   DPID=$!
   pids+=("$DPID")
   for _ in $(seq 200); do
