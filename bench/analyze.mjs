@@ -19,7 +19,7 @@ const readJson = (p) => JSON.parse(readFileSync(p, "utf8"));
 const maybeJson = (p) => (existsSync(p) ? readJson(p) : null);
 const pct = (sorted, p) => (sorted.length ? sorted[Math.floor((sorted.length - 1) * p)] : null);
 
-const ORDER = ["ceiling", "sqlite", "sqlite-fanout", "postgres", "peer"];
+const ORDER = ["ceiling", "sqlite", "sqlite-fanout", "postgres", "peer", "slow"];
 
 function latency(ratePath, receiptsPath, rateJsonPath) {
   const first = new Map();
@@ -57,7 +57,49 @@ const LABELS = {
   "sqlite-fanout": "outboxd, SQLite, fan-out",
   postgres: "outboxd, PostgreSQL, 1 subscription",
   peer: "peer: graphile-worker + undici, PostgreSQL",
+  slow: "outboxd, SQLite, slow receivers",
 };
+
+// The slow-receivers row (issue 17): at most in_flight requests can be answered per delay,
+// so in_flight / delay is the rate a perfect client reaches; the row is the fraction of it.
+function slowRow(out, work) {
+  const tp = readJson(join(work, "slow.tp.json"));
+  const secs = (tp.last_answer_us - tp.ingest.start_us) / 1e6;
+  const bound = tp.in_flight_setting / (tp.delay_ms / 1000);
+  const dps = tp.deliveries / secs;
+  Object.assign(out, {
+    label: `outboxd, SQLite, slow receivers (${tp.subscriptions} subscriptions, answer after ${tp.delay_ms} ms)`,
+    events: tp.events,
+    subscriptions: tp.subscriptions,
+    deliveries: tp.deliveries,
+    deliveries_expected: tp.deliveries_expected,
+    complete: tp.deliveries >= tp.deliveries_expected,
+    in_flight_setting: tp.in_flight_setting,
+    delay_ms: tp.delay_ms,
+    timeout: tp.timeout,
+    deliveries_per_s: dps,
+    bound_per_s: bound,
+    fraction: dps / bound,
+    end_to_end_s: secs,
+    ingest_events_per_s: tp.ingest.events_per_s,
+    ingest_s: (tp.ingest.end_us - tp.ingest.start_us) / 1e6,
+    ingest_errors: tp.ingest.errors,
+    cpu_us_per_delivery: ((tp.cpu_ticks / tp.hz) * 1e6) / Math.max(1, tp.deliveries),
+    cpu_s: tp.cpu_ticks / tp.hz,
+    peak_rss_mib: tp.vmhwm_kib / 1024,
+    rss_idle_mib: tp.rss_idle_kib / 1024,
+    rss_busy_mib: tp.rss_busy_kib / 1024,
+    busy_pending: tp.busy_pending,
+    // (RSS with the most requests held − RSS before ingest) ÷ those requests: an upper
+    // bound, since the store's caches and the queued deliveries grow meanwhile too.
+    kib_per_request: tp.busy_pending > 0 ? (tp.rss_busy_kib - tp.rss_idle_kib) / tp.busy_pending : null,
+    sink_max_pending: tp.max_pending,
+    sink_max_connections: tp.max_connections,
+    process: "outboxd",
+  });
+  if (tp.ingest.first_error) out.ingest_first_error = tp.ingest.first_error;
+  return out;
+}
 
 function row(name, kind, work) {
   const out = { row: name, label: LABELS[name] ?? name, available: true };
@@ -74,6 +116,7 @@ function row(name, kind, work) {
     out.wrk_latency_p99_us = w.p99_us;
     return out;
   }
+  if (kind === "slow") return slowRow(out, work);
   const tp = readJson(join(work, `${name}.tp.json`));
   const secs = (tp.last_receipt_us - tp.ingest.start_us) / 1e6;
   Object.assign(out, {
@@ -107,6 +150,8 @@ const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}×` : "–");
 function brief(r) {
   if (!r.available) return `[bench] ${r.row}: not available (${r.reason})`;
   let s = `[bench] ${r.row}: ${f0(r.deliveries_per_s)} deliveries/s`;
+  if (r.fraction != null) s += ` (${r.fraction.toFixed(2)} of ${f0(r.bound_per_s)}), sink held ${f0(r.sink_max_pending)} at most`;
+  if (r.kib_per_request != null) s += `, ${f1(r.kib_per_request)} KiB per request in flight`;
   if (r.ingest_events_per_s) s += `, ingest ${f0(r.ingest_events_per_s)} ev/s`;
   if (r.cpu_us_per_delivery != null) s += `, ${f1(r.cpu_us_per_delivery)} µs CPU/delivery`;
   if (r.peak_rss_mib != null) s += `, RSS ${f1(r.peak_rss_mib)} MiB`;
@@ -144,8 +189,8 @@ function report(work, results) {
     `${m.cpu_model}, ${m.cores} cores, kernel ${m.kernel}; load ${m.load_before} before, ` +
     `${m.load_after} after; commit ${m.commit}; ${m.date}`;
   const targets = [];
-  const t = (what, measured, good) =>
-    targets.push({ target: what, measured, met: measured === "–" ? null : good });
+  const t = (what, measured, good, issue = 4) =>
+    targets.push({ target: what, measured, met: measured === "–" ? null : good, issue });
   if (rows.sqlite?.available) {
     const r = rows.sqlite;
     t("SQLite, 1 subscription: ≥ 25,000 deliveries/s", f0(r.deliveries_per_s), r.deliveries_per_s >= 25000);
@@ -162,7 +207,17 @@ function report(work, results) {
     t("PostgreSQL: ≥ 15,000 deliveries/s", "–", null);
   }
 
+  if (rows.slow?.available) {
+    const r = rows.slow;
+    t(`slow receivers: deliveries/s ≥ 0.85 of max_in_flight ÷ delay`, r.fraction.toFixed(2), r.fraction >= 0.85, 17);
+    t("slow receivers: peak RSS ≤ 160 MiB", `${f1(r.peak_rss_mib)} MiB`, r.peak_rss_mib <= 160, 17);
+    if (r.kib_per_request != null)
+      t("slow receivers: ≤ 16 KiB per request in flight", `${f1(r.kib_per_request)} KiB`, r.kib_per_request <= 16, 17);
+  }
+
   const json = { machine: m, rows: names.map((n) => rows[n]), targets };
+  // The slow row has columns of its own: a table of its own, and no bar in the chart.
+  const main = names.filter((n) => n !== "slow");
   writeFileSync(join(results, "latest.json"), JSON.stringify(json, null, 2) + "\n");
 
   // ---- the table ----
@@ -171,7 +226,7 @@ function report(work, results) {
   L.push(`Machine: ${m.cpu_model}, ${m.cores} cores, kernel ${m.kernel}  `);
   L.push(`Load average (1/5/15 min): ${m.load_before} before, ${m.load_after} after  `);
   L.push(`Commit: ${m.commit} · ${m.date} · \`make bench\` took ${m.duration_s} s  `);
-  L.push(
+  if (main.length) L.push(
     `Workload: ${f0(s.events)} events of ~200 bytes, batches of ${s.batch} over ${s.conns} ` +
       `connections; fan-out ${f0(s.fanout_events)} events × ${s.fanout_subs} subscriptions; ` +
       `latency at ${s.lat_rate} events/s for ${s.lat_seconds} s ` +
@@ -179,11 +234,11 @@ function report(work, results) {
       `test_receiver --threads ${s.sink_threads}; ${s.build} build.`,
     "",
   );
-  L.push(
+  if (main.length) L.push(
     "| row | deliveries/s | ingest events/s | CPU µs/delivery | peak RSS MiB | latency p50 ms | p99 ms | max ms | outboxd/ceiling | outboxd/peer |",
     "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
   );
-  for (const n of names) {
+  for (const n of main) {
     const r = rows[n];
     if (!r.available) {
       L.push(`| ${r.label ?? LABELS[n] ?? n} | not available (${r.reason}) | | | | | | | | |`);
@@ -202,18 +257,50 @@ function report(work, results) {
         `${isOutboxd && r.vs_peer ? r.vs_peer.toFixed(2) + "×" : "–"} |`,
     );
   }
-  L.push("");
-  L.push(
+  if (main.length) L.push("",
     "deliveries/s: deliveries ÷ (last receipt at the sink − first ingest request); for the " +
       "ceiling, wrk's requests/s. CPU: utime+stime of the delivering process only (outboxd, " +
       "or the peer's node process; not the database server) over the whole run ÷ deliveries. " +
       "Peak RSS: VmHWM. Latency: receipt at the sink − intended send time of the event, " +
       "joined by webhook-id, on a fresh store.",
   );
-  if (targets.length) {
-    L.push("", "| target (issue 4) | measured | met |", "|---|--:|:-:|");
-    for (const x of targets)
+  const targetTable = (issue) => {
+    const xs = targets.filter((x) => x.issue === issue);
+    if (!xs.length) return;
+    L.push("", `| target (issue ${issue}) | measured | met |`, "|---|--:|:-:|");
+    for (const x of xs)
       L.push(`| ${x.target} | ${x.measured} | ${x.met == null ? "–" : x.met ? "yes" : "no"} |`);
+  };
+  targetTable(4);
+  if (rows.slow) {
+    const r = rows.slow;
+    if (main.length) L.push("");
+    L.push(
+      `Slow receivers: ${f0(s.slow_events)} events × ${s.slow_subs} subscriptions on SQLite, ` +
+        `max_in_flight ${f0(s.slow_in_flight)}, subscriber bench_slow_sink answering every ` +
+        `request after ${s.slow_delay_ms} ms, timeout ${s.slow_timeout}.`,
+      "",
+      "| row | deliveries/s | of max_in_flight ÷ delay | CPU µs/delivery | peak RSS MiB | KiB per request in flight | most held at the sink |",
+      "|---|--:|--:|--:|--:|--:|--:|",
+    );
+    if (!r.available) L.push(`| ${r.label} | not available (${r.reason}) | | | | | |`);
+    else
+      L.push(
+        `| ${r.label} | ${f0(r.deliveries_per_s)}` +
+          `${r.complete === false ? ` (incomplete: ${f0(r.deliveries)} of ${f0(r.deliveries_expected)})` : ""} | ` +
+          `${r.fraction.toFixed(2)} of ${f0(r.bound_per_s)} | ${f1(r.cpu_us_per_delivery)} | ` +
+          `${f1(r.peak_rss_mib)} | ${r.kib_per_request != null ? f1(r.kib_per_request) : "–"} | ` +
+          `${f0(r.sink_max_pending)} |`,
+      );
+    L.push(
+      "",
+      "deliveries/s: deliveries ÷ (last answer of the sink − first ingest request); the bound " +
+        "is max_in_flight ÷ the sink's delay. KiB per request: (outboxd's RSS when the sink " +
+        "held the most requests − its RSS before ingest) ÷ those requests, an upper bound (the " +
+        "store's cache and the queued deliveries grow meanwhile). Most held: the most requests " +
+        "the sink was answering at once.",
+    );
+    targetTable(17);
   }
   const notes = [];
   for (const n of names) {
@@ -263,9 +350,9 @@ function report(work, results) {
     postgres: "outboxd PostgreSQL",
     peer: "graphile-worker",
   };
-  const dat = names.map((n) => `${q(short[n] ?? n)} ${rows[n].available ? rows[n].deliveries_per_s.toFixed(0) : 0}`);
-  writeFileSync(join(results, "latest.dat"), dat.join("\n") + "\n");
-  const lat = names
+  const dat = main.map((n) => `${q(short[n] ?? n)} ${rows[n].available ? rows[n].deliveries_per_s.toFixed(0) : 0}`);
+  writeFileSync(join(results, "latest.dat"), (dat.length ? dat : ['"none" 0']).join("\n") + "\n");
+  const lat = main
     .filter((n) => rows[n].available && rows[n].latency)
     .map((n) => `${q(short[n] ?? n)} ${ms(rows[n].latency.p50_us)} ${ms(rows[n].latency.p99_us)} ${ms(rows[n].latency.max_us)}`);
   writeFileSync(join(results, "latest-lat.dat"), (lat.length ? lat : ['"none" 0 0 0']).join("\n") + "\n");

@@ -10,6 +10,11 @@
 #   4. postgres      as 2, on a PostgreSQL this script starts (not available when outboxd
 #                    refuses a postgres:// store)
 #   5. peer          graphile-worker + undici on the same PostgreSQL, as 2
+#   6. slow          slow receivers (issue 17): outboxd on SQLite with max_in_flight
+#                    SLOW_IN_FLIGHT, SLOW_SUBS subscriptions to bench_slow_sink, which answers
+#                    every request after SLOW_DELAY_MS; SLOW_EVENTS events each. Deliveries/s
+#                    as a fraction of max_in_flight / delay, peak RSS, memory per request
+#                    in flight, CPU per delivery, the most requests the sink held at once
 #
 # and writes bench/results/latest.{md,json,png}, stamped with the machine and the commit
 # (and refreshes the table in docs/performance.md).
@@ -32,23 +37,33 @@ CEILING_SECONDS=${CEILING_SECONDS:-10}
 CEILING_CONNS=${CEILING_CONNS:-64}
 SINK_THREADS=${SINK_THREADS:-2}
 ROW_TIMEOUT=${ROW_TIMEOUT:-180}      # seconds a row may take to drain before it is cut
+SLOW_EVENTS=${SLOW_EVENTS:-5000}     # row 6: events, each to every one of SLOW_SUBS
+SLOW_SUBS=${SLOW_SUBS:-16}
+SLOW_IN_FLIGHT=${SLOW_IN_FLIGHT:-8192} # outboxd's max_in_flight setting in row 6
+SLOW_DELAY_MS=${SLOW_DELAY_MS:-1000} # the slow sink's answer delay
+SLOW_TIMEOUT=${SLOW_TIMEOUT:-5s}     # the subscriptions' timeout and retry.timeout
 PEER_CONCURRENCY=${PEER_CONCURRENCY:-64}
 PEER_LOCAL_QUEUE=${PEER_LOCAL_QUEUE:-500}
 PEER_COMPLETE_DELAY=${PEER_COMPLETE_DELAY:-50}
 BUILD=${BUILD:-build-bench}
+BENCH_OUTBOXD=${BENCH_OUTBOXD:-$BUILD/outboxd} # another outboxd binary, to compare two builds
 BUILD_TYPE=${BUILD_TYPE:-Release}
 CMAKE_ARGS=${CMAKE_ARGS:-}           # e.g. -DCMAKE_C_FLAGS=-fno-omit-frame-pointer to profile
 PERF=${PERF:-}                       # a file: perf record -g the outboxd of row PERF_ROW
 PERF_ROW=${PERF_ROW:-sqlite}
 PERF_OPTS=${PERF_OPTS:--g -F 999}    # e.g. "--call-graph dwarf,16384 -F 499" to see into libraries
 RESULTS=${RESULTS:-bench/results}
-ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres peer}
+ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres peer slow}
 export PEER_CONCURRENCY PEER_LOCAL_QUEUE PEER_COMPLETE_DELAY
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# The slow row holds SLOW_IN_FLIGHT connections in outboxd and as many in the sink: every
+# process started here gets the hard limit of file descriptors (outboxd and the sink also
+# raise their own soft limit).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 LOAD_BEFORE=$(loadavg)
 T_START=$(date +%s)
 
@@ -56,9 +71,11 @@ T_START=$(date +%s)
 log "building $BUILD_TYPE binaries in $BUILD"
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of arguments
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" $CMAKE_ARGS >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver bench_loadgen >/dev/null
-[ -d bench/peers/node_modules/graphile-worker ] ||
-  die "bench/peers/node_modules is missing: run scripts/bench-deps.sh (make bench does)"
+cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver bench_loadgen bench_slow_sink >/dev/null
+case " $ROWS " in
+  *" peer "*) [ -d bench/peers/node_modules/graphile-worker ] ||
+    die "bench/peers/node_modules is missing: run scripts/bench-deps.sh (make bench does)" ;;
+esac
 
 # ---- work area and cleanup ---------------------------------------------------------------
 work=$(mktemp -d /tmp/outboxd-bench-XXXXXX)
@@ -163,14 +180,16 @@ pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
 
 # ---- outboxd -------------------------------------------------------------------------
 DPID=""; DPORT=""
-# outboxd_start NAME DSN: a fresh daemon; returns 1 (log in $work/NAME.log) if it refuses.
+# outboxd_start NAME DSN [VAR=VALUE...]: a fresh daemon, with more settings in its
+# environment; returns 1 (log in $work/NAME.log) if it refuses.
 outboxd_start() {
   local name=$1 dsn=$2
+  shift 2
   DPORT=$(free_port)
   mkdir -p "$work/$name"
-  OUTBOXD_DB=$dsn OUTBOXD_LISTEN=127.0.0.1:$DPORT OUTBOXD_ADMIN_TOKEN=bench \
+  env "$@" OUTBOXD_DB=$dsn OUTBOXD_LISTEN=127.0.0.1:$DPORT OUTBOXD_ADMIN_TOKEN=bench \
     OUTBOXD_LOG_LEVEL=warn OUTBOXD_DATA_DIR="$work/$name" \
-    OUTBOXD_SSRF_ALLOW=127.0.0.0/8 "$BUILD/outboxd" serve >"$work/$name.log" 2>&1 &
+    OUTBOXD_SSRF_ALLOW=127.0.0.0/8 "$BENCH_OUTBOXD" serve >"$work/$name.log" 2>&1 &
   DPID=$!
   pids+=("$DPID")
   for _ in $(seq 200); do
@@ -336,6 +355,90 @@ row_peer() {
   row_assemble peer peer
 }
 
+# Row 6, slow receivers: every request is answered after SLOW_DELAY_MS, so at most
+# SLOW_IN_FLIGHT deliveries can finish per delay; the row says which fraction of that
+# outboxd reaches, and what holding that many requests costs in memory and CPU.
+# The row samples outboxd and the sink five times a second; these helpers use no process
+# of their own (one curl per sample), so the sampling takes little CPU from the run.
+slow_field() { [[ $1 =~ \"$2\":([0-9]+) ]] && echo "${BASH_REMATCH[1]}"; }
+rss_kib() { # VmRSS of process $1, KiB
+  local k v _
+  while read -r k v _; do [ "$k" = VmRSS: ] && { echo "$v"; return; }; done <"/proc/$1/status"
+}
+ticks_now() { # utime+stime of process $1, like cpu_ticks
+  local st
+  read -r st <"/proc/$1/stat"
+  read -r -a st <<<"${st##*) }"
+  echo $((st[11] + st[12]))
+}
+row_slow() {
+  local events=$SLOW_EVENTS subs=$SLOW_SUBS want=$((SLOW_EVENTS * SLOW_SUBS))
+  local sport spid i cpu0 cpu1 c n=0 pending rss rss_idle rss_busy=0 busy_pending=0
+  local deadline last=-1 still=0
+  log "slow: $events events x $subs subscriptions, max_in_flight $SLOW_IN_FLIGHT, sink answers after $SLOW_DELAY_MS ms"
+  sport=$(free_port) || return 1
+  "$BUILD/bench_slow_sink" --port "$sport" --delay-ms "$SLOW_DELAY_MS" >"$work/slow-sink.log" 2>&1 &
+  spid=$!
+  pids+=("$spid")
+  local ssink=http://127.0.0.1:$sport
+  for _ in $(seq 100); do curl -sf "$ssink/_count" >/dev/null && break; sleep 0.05; done
+  curl -sf "$ssink/_count" >/dev/null || { log "slow: the slow sink did not start"; return 1; }
+  if ! outboxd_start slow "sqlite:$work/slow/o.db" OUTBOXD_MAX_IN_FLIGHT="$SLOW_IN_FLIGHT"; then
+    log "slow: outboxd did not start: $(grep -v '^$' "$work/slow.log" | tail -1)"
+    stop_pid "$DPID"; stop_pid "$spid"; return 1
+  fi
+  # Each subscription may use every place of the pool (max_in_flight per subscription is
+  # unlimited by default; set here so that a changed default cannot cap the row), and
+  # both kinds of tries wait SLOW_TIMEOUT, well above the sink's delay.
+  for ((i = 1; i <= subs; i++)); do
+    api -X POST "127.0.0.1:$DPORT/v1/subscriptions" -d "{\"name\":\"slow-$i\",\"event_types\":[\"*\"],
+      \"endpoint\":\"$ssink/slow/$i\",\"timeout\":\"$SLOW_TIMEOUT\",
+      \"retry\":{\"timeout\":\"$SLOW_TIMEOUT\"},\"max_in_flight\":$SLOW_IN_FLIGHT}" >/dev/null ||
+      { log "slow: cannot create subscriptions"; stop_pid "$DPID"; stop_pid "$spid"; return 1; }
+  done
+  sleep 0.5
+  rss_idle=$(rss_kib "$DPID")
+  curl -sf -X POST "$ssink/_reset" >/dev/null
+  cpu0=$(cpu_ticks "$DPID")
+  timeout "$ROW_TIMEOUT" "$BUILD/bench_loadgen" ingest --url "http://127.0.0.1:$DPORT/v1/events" \
+    --token bench --events "$events" --batch "$BATCH" --conns "$CONNS" >"$work/slow.ingest.json" || true
+  [ -s "$work/slow.ingest.json" ] || { log "slow: the load generator failed"; stop_pid "$DPID"; stop_pid "$spid"; return 1; }
+  # Until every delivery is answered: outboxd's RSS is sampled with the requests the sink
+  # holds, and the sample with the most held is the "busy" one (memory per request).
+  # $work/slow.samples.txt (KEEP=1): time, answered, held, outboxd RSS KiB, CPU ticks.
+  deadline=$(($(date +%s) + ROW_TIMEOUT))
+  while :; do
+    c=$(curl -sf "$ssink/_count" || echo '{}')
+    rss=$(rss_kib "$DPID")
+    n=$(slow_field "$c" count); n=${n:-0}
+    pending=$(slow_field "$c" pending); pending=${pending:-0}
+    echo "$EPOCHREALTIME $n $pending $rss $(ticks_now "$DPID")" >>"$work/slow.samples.txt"
+    if [ "$pending" -gt "$busy_pending" ] || { [ "$pending" -eq "$busy_pending" ] && [ "$rss" -gt "$rss_busy" ]; }; then
+      busy_pending=$pending; rss_busy=$rss
+    fi
+    [ "$n" -ge "$want" ] && break
+    [ "$(date +%s)" -ge "$deadline" ] && { log "slow: timeout: $n of $want answered"; break; }
+    if [ "$n" = "$last" ]; then still=$((still + 1)); else still=0; last=$n; fi
+    [ "$still" -ge 150 ] && { log "slow: stalled at $n of $want"; break; }
+    sleep 0.2
+  done
+  cpu1=$(cpu_ticks "$DPID")
+  c=$(curl -sf "$ssink/_count")
+  printf '{"events":%d,"subscriptions":%d,"deliveries_expected":%d,"deliveries":%d,' \
+    "$events" "$subs" "$want" "$(slow_field "$c" count)" >"$work/slow.tp.json"
+  printf '"first_answer_us":%s,"last_answer_us":%s,"max_pending":%s,"max_connections":%s,' \
+    "$(slow_field "$c" first_us)" "$(slow_field "$c" last_us)" "$(slow_field "$c" max_pending)" \
+    "$(slow_field "$c" max_connections)" >>"$work/slow.tp.json"
+  printf '"in_flight_setting":%d,"delay_ms":%d,"timeout":"%s","cpu_ticks":%d,"hz":%d,"vmhwm_kib":%d,' \
+    "$SLOW_IN_FLIGHT" "$SLOW_DELAY_MS" "$SLOW_TIMEOUT" $((cpu1 - cpu0)) "$HZ" "$(hwm_kib "$DPID")" >>"$work/slow.tp.json"
+  printf '"rss_idle_kib":%d,"rss_busy_kib":%d,"busy_pending":%d,' \
+    "$rss_idle" "$rss_busy" "$busy_pending" >>"$work/slow.tp.json"
+  printf '"ingest":%s}\n' "$(cat "$work/slow.ingest.json")" >>"$work/slow.tp.json"
+  stop_pid "$DPID"
+  stop_pid "$spid"
+  row_assemble slow slow
+}
+
 run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed bench
   local name=$1 rc=0
   case $name in
@@ -344,6 +447,7 @@ run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed 
               "$EVENTS" 1 || rc=$? ;;
     sqlite-fanout) row_outboxd sqlite-fanout "sqlite:$work/sqlite-fanout/o.db" "" \
               "$FANOUT_EVENTS" "$FANOUT_SUBS" || rc=$? ;;
+    slow) row_slow || rc=$? ;;
     postgres|peer)
       if [ -z "$PGPORT" ] && ! pg_start; then
         row_unavailable "$name" "PostgreSQL could not be started" \
@@ -380,15 +484,19 @@ cat >"$work/machine.json" <<EOF
  "settings":{"events":$EVENTS,"batch":$BATCH,"conns":$CONNS,"fanout_subs":$FANOUT_SUBS,
    "fanout_events":$FANOUT_EVENTS,"lat_rate":$LAT_RATE,"lat_seconds":$LAT_SECONDS,
    "lat_conns":$LAT_CONNS,"lat_batch":$LAT_BATCH,"ceiling_conns":$CEILING_CONNS,"ceiling_seconds":$CEILING_SECONDS,
-   "sink_threads":$SINK_THREADS,"build":"$BUILD_TYPE"}}
+   "sink_threads":$SINK_THREADS,"build":"$BUILD_TYPE","slow_events":$SLOW_EVENTS,
+   "slow_subs":$SLOW_SUBS,"slow_in_flight":$SLOW_IN_FLIGHT,"slow_delay_ms":$SLOW_DELAY_MS,
+   "slow_timeout":"$SLOW_TIMEOUT"}}
 EOF
 mkdir -p "$RESULTS"
 # The default results also refresh the table in docs/performance.md; experiments do not.
 docs=""
 [ "$RESULTS" = bench/results ] && docs=docs/performance.md
 BENCH_DOCS=$docs node bench/analyze.mjs report "$work" "$RESULTS"
+# (Without a latency run, e.g. ROWS=slow, the log-scale panel has nothing to plot: no chart.)
 gnuplot -e "datafile='$RESULTS/latest.dat'; latfile='$RESULTS/latest-lat.dat'; outfile='$RESULTS/latest.png'" \
-  -e "stamp='$(cat "$RESULTS/latest.stamp")'" bench/report.gp
+  -e "stamp='$(cat "$RESULTS/latest.stamp")'" bench/report.gp 2>"$work/gnuplot.log" ||
+  log "no chart: $(grep -m1 -v '^$' "$work/gnuplot.log")"
 rm -f "$RESULTS/latest.dat" "$RESULTS/latest-lat.dat" "$RESULTS/latest.stamp"
 log "done in $(($(date +%s) - T_START)) s: $RESULTS/latest.md, latest.json, latest.png"
 cat "$RESULTS/latest.md"

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -253,6 +254,27 @@ static void wake_jobs(void *ctx)
 	jobs_wake(ctx);
 }
 
+/* Each delivery in flight holds a connection, each API client another: the soft limit of
+ * file descriptors (often 1024) goes up to the hard one, and a limit still too low for the
+ * settings is said at start rather than found as failed connections under load. */
+static void raise_fd_limit(const struct config *cfg)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			log_warn("cannot raise the file descriptor limit: %s", strerror(errno));
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	rlim_t need = (rlim_t)cfg->max_in_flight + (rlim_t)cfg->api_max_connections + 64;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+		log_warn("file descriptor limit %llu is below max_in_flight + api_max_connections "
+			 "(%llu needed): raise it (ulimit -n, LimitNOFILE=)",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)need);
+}
+
 static int serve(int argc, char **argv)
 {
 	struct config cfg;
@@ -304,6 +326,7 @@ static int serve(int argc, char **argv)
 	sigaddset(&sigs, SIGHUP); /* reload (cli/service.h) */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit(&cfg);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	sub_registry_init(&reg);
 

@@ -399,6 +399,7 @@ void http_send_request(struct http_round *h, const char *bearer)
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, h);
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+		curl_easy_setopt(e, CURLOPT_SHARE, h->pool);
 		h->easy_ready = 1;
 		h->easy_tls = tls;
 	}

@@ -303,6 +303,9 @@ static struct http_round *http_round_get(struct http_sink *hs, struct sink_round
 			return NULL;
 		h->transfer = TRANSFER_DELIVERY;
 		h->hs = hs;
+		/* A slot keeps its pool: its connections are reused by its next deliveries. */
+		h->pool = hs->pools[hs->next_pool];
+		hs->next_pool = (hs->next_pool + 1) % hs->n_pools;
 		h->sj = sj;
 		sj->state[hs->env.slot] = h;
 	}
@@ -461,6 +464,11 @@ static void http_close(void *priv)
 		oauth2_cache_clear(&e->cache);
 		free(e);
 	}
+	/* The round slots are freed (dispatcher_stop): no handle uses a pool any more, and
+	 * the pools close their connections. */
+	for (int i = 0; i < hs->n_pools; i++)
+		curl_share_cleanup(hs->pools[i]);
+	free(hs->pools);
 	curl_multi_cleanup(hs->multi); /* may still call curl_socket_cb: epfd closes after */
 	close(hs->epfd);
 	free(hs->fd_state);
@@ -496,6 +504,16 @@ struct sink *sink_http_open(int max_connections, const struct ssrf_policy *ssrf,
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))
 		goto fail;
 	curl_multi_setopt(hs->multi, CURLMOPT_MAXCONNECTS, (long)max_connections);
+	hs->n_pools = max_connections > CONN_POOL_ROUNDS
+			      ? (max_connections + CONN_POOL_ROUNDS - 1) / CONN_POOL_ROUNDS : 1;
+	if (!(hs->pools = calloc((size_t)hs->n_pools, sizeof(*hs->pools))))
+		goto fail;
+	for (int i = 0; i < hs->n_pools; i++) {
+		/* One thread uses them all: no lock callbacks. */
+		if (!(hs->pools[i] = curl_share_init()) ||
+		    curl_share_setopt(hs->pools[i], CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK)
+			goto fail;
+	}
 	curl_multi_setopt(hs->multi, CURLMOPT_SOCKETFUNCTION, curl_socket_cb);
 	curl_multi_setopt(hs->multi, CURLMOPT_SOCKETDATA, hs);
 	curl_multi_setopt(hs->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
@@ -504,7 +522,15 @@ struct sink *sink_http_open(int max_connections, const struct ssrf_policy *ssrf,
 	s->priv = hs;
 	return s;
 fail:
-	snprintf(err, errlen, "http sink: cannot set up curl multi or epoll (errno %d)", errno);
+	snprintf(err, errlen, "http sink: cannot set up curl multi, shares or epoll (errno %d)", errno);
+	if (hs && hs->pools) {
+		for (int i = 0; i < hs->n_pools; i++)
+			if (hs->pools[i])
+				curl_share_cleanup(hs->pools[i]);
+		free(hs->pools);
+	}
+	if (hs && hs->multi)
+		curl_multi_cleanup(hs->multi);
 	if (hs && hs->epfd > 0)
 		close(hs->epfd);
 	free(hs);

@@ -21,6 +21,15 @@
 #define OAUTH_IDLE_MS (3600 * 1000LL) /* a token cache unused this long is dropped */
 #define REDACTED "********"
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
+/* libcurl 7.88 walks connections per request: every connection of its cache when a
+ * finished transfer is removed (curl_multi_remove_handle's close_connect_only pass,
+ * whenever the handle kept its connection), and every connection to the host when the
+ * next request looks for one to reuse. With 8,192 requests in flight to one receiver
+ * those walks took 40% of the dispatch thread (bench/run.sh, slow row). Connections
+ * are therefore kept in pools, libcurl share handles with a connection cache each,
+ * one pool per CONN_POOL_ROUNDS round slots, so a walk sees at most about that many
+ * (64 measured better than 256; a pool costs one libcurl handle, ~6 KiB). */
+#define CONN_POOL_ROUNDS 64
 
 /* What CURLOPT_PRIVATE of an easy handle points at: the first member of either struct. */
 enum transfer_kind { TRANSFER_DELIVERY, TRANSFER_TOKEN };
@@ -46,6 +55,7 @@ struct http_round {
 	struct sink_round *sj;         /* the round it belongs to */
 	enum http_state state;
 	CURL *easy;
+	CURLSH *pool;                /* the connection cache its requests use (borrowed) */
 	int easy_ready;              /* easy carries the options all requests share */
 	int easy_tls;                /* ... and a subscription's TLS files */
 	struct curl_slist *headers;  /* into hnodes/hbuf: owned by the round, not by curl_slist */
@@ -107,6 +117,9 @@ struct http_sink {
 	struct oauth2_entry *oauth;  /* token caches, few: one per oauth2 subscription */
 	int token_fetches;           /* token requests in flight */
 	struct http_round *flying;     /* the rounds with a request running (for abort) */
+	CURLSH **pools;              /* connection caches, see CONN_POOL_ROUNDS */
+	int n_pools;
+	int next_pool;               /* the pool of the next round made */
 };
 
 /* ---- sink_http.c ---------------------------------------------------------------------- */
