@@ -362,9 +362,11 @@ void dispatcher_stop(struct dispatcher *d)
 	atomic_store(&d->stopping, 1);
 	wake_fd(d);
 	pthread_join(d->thread, NULL);
-	for (int i = 0; i < d->cfg.max_in_flight; i++)
+	for (int i = 0; i < d->cfg.max_in_flight; i++) {
 		for (int k = 0; k < d->n_sinks; k++)
 			sink_slot_free(d->sinks[k], &d->rounds[i].sj);
+		round_causes_free(&d->rounds[i]);
+	}
 	limits_free_all(&d->limits);
 	close(d->epfd);
 	close(d->evfd);

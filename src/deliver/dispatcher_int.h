@@ -49,7 +49,9 @@ struct round {
 	int tries;                   /* attempts made in this round */
 	struct store_attempt attempts[MAX_TRIES];
 	char messages[MAX_TRIES][MSG_LEN];
-	char causes[MAX_TRIES][CAUSE_LEN];
+	char cause_buf[CAUSE_LEN];   /* the attempt in flight writes its cause here */
+	char *causes[MAX_TRIES];     /* the causes kept for the history (heap, only those
+	                                not empty), until the result is written */
 	struct writer_result wr;     /* the round's result, queued to the writer when done */
 	int64_t started_us;          /* monotonic start of the current attempt */
 	int64_t wake_us;             /* ROUND_WAITING: when to send again */
@@ -103,6 +105,9 @@ double dispatcher_rng_next(void *ctx);
 /* Starts the round of claim c (of batch b) on a free round slot: checks the subscription,
  * the sink and the breaker, then sends the first attempt or parks it. */
 void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c);
+
+/* Frees the causes a round kept for its result. */
+void round_causes_free(struct round *j);
 
 /* The writer wrote the round's result: the slot goes back to the free list. */
 void round_recycle(struct dispatcher *d, struct round *j);

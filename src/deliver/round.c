@@ -166,6 +166,24 @@ static void set_last_error(struct store_result *r, const struct round *j)
 	r->last_cause = a->cause;
 }
 
+/* Keeps cause text (may be empty: kept as NULL) as the cause of try i until the round's
+ * result is written: a round holds a KiB for the attempt in flight, not for all ten. */
+static const char *keep_cause(struct round *j, int i, const char *text)
+{
+	free(j->causes[i]);
+	j->causes[i] = text && *text ? strdup(text) : NULL;
+	return j->causes[i];
+}
+
+/* Frees the kept causes (the result that pointed to them is written, or dropped). */
+void round_causes_free(struct round *j)
+{
+	for (int i = 0; i < MAX_TRIES; i++) {
+		free(j->causes[i]);
+		j->causes[i] = NULL;
+	}
+}
+
 /* The delivery just went to the dead-letter queue: tell the hook (Kafka DLT topics), and
  * make an operational event of it unless it was one (no loops). */
 static void dead_lettered(struct round *j)
@@ -296,26 +314,27 @@ static void round_delay_action(struct round *j)
 	r->delay_actions = o.delay_actions;
 	r->last_code = OUTCOME_CIRCUIT_OPEN_CODE;
 	r->last_message = OUTCOME_CIRCUIT_OPEN_MESSAGE;
-	r->last_cause = j->causes[0];
 	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
 	if (o.next == OUTCOME_DLQ) {
 		r->status = DELIVERY_FAILED; /* no next attempt: the dead-letter queue */
-		snprintf(j->causes[0], CAUSE_LEN,
+		snprintf(j->cause_buf, CAUSE_LEN,
 			 "the circuit breaker of subscription %s is open (%d failed "
 			 "deliveries within %s); after %d delay actions the delivery was stopped "
 			 "without a request", s->id, s->breaker.max_errors, window, c->delay_actions);
+		r->last_cause = keep_cause(j, 0, j->cause_buf);
 		metrics_delivery(c->subscription_id, METRICS_DEAD);
 		dead_lettered(j);
 	} else {
 		r->status = c->status;
 		r->replay = c->replay;
 		r->next_attempt_at = o.at_ms;
-		snprintf(j->causes[0], CAUSE_LEN,
+		snprintf(j->cause_buf, CAUSE_LEN,
 			 "delay action %d of %d: the circuit breaker of subscription %s is open "
 			 "(%d failed deliveries within %s); no request sent, due again "
 			 "in %s", r->delay_actions, s->breaker.max_delay_actions, s->id,
 			 s->breaker.max_errors, window,
 			 duration_format(o.delay_ms, wait_text, sizeof(wait_text)));
+		r->last_cause = keep_cause(j, 0, j->cause_buf);
 		metrics_delivery(c->subscription_id, METRICS_DELAYED);
 		note_due(d, r->next_attempt_at);
 	}
@@ -358,9 +377,8 @@ static void round_fail_attempt(struct round *j, int code, const char *message, c
 	a->started_at = clock_now_ms();
 	a->code = code;
 	snprintf(j->messages[0], MSG_LEN, "%s", message);
-	snprintf(j->causes[0], CAUSE_LEN, "%s", cause);
 	a->message = j->messages[0];
-	a->cause = j->causes[0];
+	a->cause = keep_cause(j, 0, cause);
 	otlp_attempt(j->claim, a, 0, 0);
 	j->tries = 1;
 	j->retry_after_ms = -1;
@@ -404,7 +422,7 @@ static void round_go(struct round *j)
 	sj->span_id = (uint64_t)(dispatcher_rng_next(&j->d->rng) * 18446744073709551615.0) | 1;
 	sj->timeout_ms = j->timeout_ms;
 	sj->message = j->messages[j->tries];
-	sj->cause = j->causes[j->tries];
+	sj->cause = j->cause_buf;
 	sj->cause[0] = '\0';
 	sj->message[0] = '\0';
 	sj->code = 0;
@@ -430,7 +448,7 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	a->duration_ms = took_us / 1000;
 	a->code = sj->code;
 	a->message = j->messages[j->tries];
-	a->cause = j->causes[j->tries][0] ? j->causes[j->tries] : NULL;
+	a->cause = keep_cause(j, j->tries, j->cause_buf);
 	j->retry_after_ms = sj->retry_after_ms;
 	metrics_attempt(a->code, took_us);
 	otlp_attempt(j->claim, a, sj->span_id, took_us);
@@ -660,6 +678,7 @@ void round_recycle(struct dispatcher *d, struct round *j)
 	if (j->audit && atomic_load_explicit(&d->log_deliveries, memory_order_relaxed))
 		audit_log(j);
 	j->audit = NULL;
+	round_causes_free(j);
 	if (j->sink)
 		sink_round_end(j->sink, &j->sj);
 	j->sink = NULL;
