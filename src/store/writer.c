@@ -221,8 +221,11 @@ static size_t handoff_done(struct writer *w, struct store_event_in *events, size
 			while (cap < w->handed_n + ev->n_subscriptions)
 				cap *= 2;
 			struct store_claim *more = realloc(w->handed, cap * sizeof(*more));
-			if (!more)
+			if (!more) {
+				log_error("writer: out of memory; deliveries leased at ingest are "
+					  "sent when their lease expires");
 				break;
+			}
 			w->handed = more;
 			w->handed_cap = cap;
 		}
