@@ -86,6 +86,15 @@ static void subscribe_all(const char *path)
 		}
 	}
 	assert_int_equal(receiver_count(&rcv, NULL), INSTANCES);
+	/* Probes of an earlier try that were only slow (a loaded machine) may still come:
+	 * the load starts once a whole second has passed without one, so they are not
+	 * counted as load. */
+	for (int quiet = 0; quiet < 20; quiet++) {
+		assert_int_equal(receiver_reset(&rcv), 0);
+		usleep(1000 * 1000);
+		if (receiver_count(&rcv, NULL) == 0)
+			break;
+	}
 	assert_int_equal(receiver_reset(&rcv), 0);
 }
 
