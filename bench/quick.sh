@@ -124,12 +124,20 @@ for p in "${opids[@]}"; do
   ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat")))
 done
 hz=$(getconf CLK_TCK)
+# how the rounds started: handed over by the ingest commit, or claimed (issue 17)
+handed=0; claimed=0
+for port in "${ports[@]}"; do
+  m=$(curl -sf -H "Authorization: Bearer bench" "127.0.0.1:$port/metrics" || true)
+  handed=$((handed + $(sed -n 's/^outboxd_rounds_started_total{via="handoff"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
+  claimed=$((claimed + $(sed -n 's/^outboxd_rounds_started_total{via="claim"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
+done
 
-awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" 'BEGIN {
+awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" -v handed="$handed" -v claimed="$claimed" 'BEGIN {
   ingest = (t1 - t0) / 1e9; e2e = (last * 1000 - t0) / 1e9;
   printf "store:             %s, %d instance(s), %d keys, ordering %s\n", db, k, keys, ordering;
   printf "events:            %d (received %d, %d duplicates)\n", n, got, dups;
   printf "ingest:            %.0f events/s (%.3f s)\n", n / ingest, ingest;
   printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", n / e2e, e2e;
   printf "outboxd CPU:       %.1f us per delivery (utime+stime of the outboxd processes)\n", ticks / hz * 1e6 / n;
+  printf "rounds started:    %d handed over at ingest, %d claimed\n", handed, claimed;
 }'
