@@ -5,7 +5,10 @@
  *   FUZZ_ENVELOPE  Kafka OutboxEvent envelopes (plain and Schema Registry framed), and the
  *                  subscription an envelope's target becomes
  *   FUZZ_SPOOL     spool records (events and results); a record that decodes must encode
- *                  and decode again to the same count
+ *                  and decode again to the same count. The input is also a whole spool
+ *                  file for the read-only scan of `outboxd spool inspect|replay`, which
+ *                  resumes after damage: its records and damaged stretches must lie inside
+ *                  the file, in order, and account for every byte
  * Under AddressSanitizer and UndefinedBehaviorSanitizer: no crash, no leak, no undefined
  * behaviour. fuzz_input.c covers ingest bodies and subscription documents. */
 #include <stddef.h>
@@ -121,6 +124,58 @@ static void run(const uint8_t *data, size_t size)
 	envelope_free(&e);
 }
 #elif FUZZ_TARGET == FUZZ_SPOOL
+#include <unistd.h>
+
+struct scan_check {
+	uint64_t next;     /* where the next record or damage may start */
+	uint64_t covered;  /* bytes in records and damage */
+};
+
+static int scan_record(void *ctx, uint64_t offset, uint8_t type, const void *data, size_t len)
+{
+	struct scan_check *c = ctx;
+	(void)type;
+	(void)data;
+	if (offset < c->next)
+		abort(); /* out of order, or overlapping */
+	c->next = offset + SPOOL_HEADER_LEN + len;
+	c->covered += SPOOL_HEADER_LEN + len;
+	return 0;
+}
+
+static void scan_damage(void *ctx, const struct spool_damage *d)
+{
+	struct scan_check *c = ctx;
+	if (d->offset < c->next || !d->reason)
+		abort();
+	c->next = d->offset + d->bytes;
+	c->covered += d->bytes;
+}
+
+/* The input as a whole spool file, scanned read-only. */
+static void scan_file(const uint8_t *data, size_t size)
+{
+	static char path[64];
+	struct spool_scan_ops ops = {scan_record, scan_damage};
+	struct scan_check c = {0, 0};
+	struct spool_scan_summary sum;
+	FILE *f;
+
+	if (!path[0])
+		snprintf(path, sizeof(path), "/tmp/fuzz-spool-%d", (int)getpid());
+	if (!(f = fopen(path, "wb")))
+		return;
+	if (size && fwrite(data, 1, size, f) != size) {
+		fclose(f);
+		return;
+	}
+	fclose(f);
+	int rc = spool_scan_file(path, &ops, &c, &sum);
+	unlink(path);
+	if (rc == SPOOL_OK && (c.next > size || c.covered != size || sum.size != size))
+		abort(); /* every byte is a record's or a damaged stretch's, and no more */
+}
+
 static void run(const uint8_t *data, size_t size)
 {
 	struct store_event_in *events;
@@ -141,6 +196,7 @@ static void run(const uint8_t *data, size_t size)
 	}
 	if (spool_decode_results(data, size, &results, &n) == 0)
 		spool_results_free(results, n);
+	scan_file(data, size);
 }
 #else
 #error "FUZZ_TARGET must be FUZZ_FILTER, FUZZ_CONFIG, FUZZ_ENVELOPE or FUZZ_SPOOL"
