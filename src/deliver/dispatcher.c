@@ -238,7 +238,7 @@ static void *dispatcher_main(void *arg)
 		if (stopping && d->active == 0 && !d->claim_asked)
 			break;
 		if (stopping && d->store_down && d->in_flight == 0 &&
-		    !d->waiting && now_us >= stop_deadline_us) {
+		    !d->n_waiting && now_us >= stop_deadline_us) {
 			log_error("dispatcher: store unavailable at shutdown; %zu results not written "
 				  "(their deliveries will be sent again after the lease expires)",
 				  writer_unwritten(d->writer));
@@ -256,9 +256,9 @@ static void *dispatcher_main(void *arg)
 		int64_t wait_us = claim_us > now_us ? claim_us - now_us : 0;
 		if (d->active >= d->cfg.max_in_flight || stopping || !worth || d->claim_asked)
 			wait_us = 100 * 1000;
-		for (struct round *j = d->waiting; j; j = j->next)
-			if (j->wake_us - now_us < wait_us)
-				wait_us = j->wake_us > now_us ? j->wake_us - now_us : 0;
+		int64_t stagger_us = rounds_wait_us(d, now_us);
+		if (stagger_us >= 0 && stagger_us < wait_us)
+			wait_us = stagger_us;
 		if (parked_wait_us >= 0 && parked_wait_us < wait_us)
 			wait_us = parked_wait_us;
 		for (int i = 0; i < d->n_sinks; i++) {
@@ -293,9 +293,10 @@ struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 	atomic_init(&d->log_deliveries, cfg->log_deliveries);
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
 	d->rounds = calloc((size_t)cfg->max_in_flight, sizeof(*d->rounds));
+	d->waiting = calloc((size_t)cfg->max_in_flight, sizeof(*d->waiting));
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	d->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!d->rounds || d->epfd < 0 || d->evfd < 0)
+	if (!d->rounds || !d->waiting || d->epfd < 0 || d->evfd < 0)
 		goto fail;
 	struct epoll_event wev = {.events = EPOLLIN, .data.u32 = 0};
 	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &wev))
@@ -332,6 +333,7 @@ fail:
 	if (d->evfd >= 0)
 		close(d->evfd);
 	free(d->rounds);
+	free(d->waiting);
 	free(d);
 	return NULL;
 }
@@ -371,6 +373,7 @@ void dispatcher_stop(struct dispatcher *d)
 	close(d->epfd);
 	close(d->evfd);
 	free(d->rounds);
+	free(d->waiting);
 	free(d);
 }
 

@@ -62,7 +62,7 @@ struct round {
 	int64_t parked_us;           /* ROUND_PARKED: since when */
 	const char *audit;           /* the round's final outcome for log_deliveries
 	                                ("EXECUTED", "FAILED", "DEAD"), NULL when none */
-	struct round *next;          /* in the free, waiting or parked list */
+	struct round *next;          /* in the free or parked list */
 };
 
 struct dispatcher {
@@ -81,7 +81,10 @@ struct dispatcher {
 	atomic_int log_deliveries;   /* cfg.log_deliveries, changed by SIGHUP (any thread) */
 	struct round *rounds;        /* max_in_flight of them */
 	struct round *free_list;
-	struct round *waiting;       /* unsorted; few at a time */
+	struct round **waiting;      /* rounds in their stagger: a min-heap on wake_us, room
+	                                for max_in_flight (a turn of the loop looks at the
+	                                soonest only, however many wait) */
+	size_t n_waiting;
 	struct round *done_head, *done_tail;
 	size_t done_count;
 	int active;                  /* rounds not free */
@@ -122,6 +125,9 @@ int64_t rounds_run_parked(struct dispatcher *d, int64_t now_us);
 
 /* Starts the waiting rounds whose stagger is over. */
 void rounds_run_timers(struct dispatcher *d, int64_t now_us);
+
+/* µs from now_us until the soonest waiting round is due (0 when due), -1 when none. */
+int64_t rounds_wait_us(const struct dispatcher *d, int64_t now_us);
 
 /* sink_env.done and sink_env.abandoned (ctx is the dispatcher). */
 void round_attempt_done_cb(void *ctx, struct sink_round *sj);

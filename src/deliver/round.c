@@ -166,6 +166,41 @@ static void set_last_error(struct store_result *r, const struct round *j)
 	r->last_cause = a->cause;
 }
 
+/* The rounds in their stagger, a binary min-heap on wake_us (room for max_in_flight, so a
+ * push never fails). */
+static void waiting_push(struct dispatcher *d, struct round *j)
+{
+	size_t i = d->n_waiting++;
+	while (i > 0) {
+		size_t parent = (i - 1) / 2;
+		if (d->waiting[parent]->wake_us <= j->wake_us)
+			break;
+		d->waiting[i] = d->waiting[parent];
+		i = parent;
+	}
+	d->waiting[i] = j;
+}
+
+static struct round *waiting_pop(struct dispatcher *d)
+{
+	struct round *top = d->waiting[0], *last = d->waiting[--d->n_waiting];
+	size_t i = 0, n = d->n_waiting;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && d->waiting[c + 1]->wake_us < d->waiting[c]->wake_us)
+			c++;
+		if (last->wake_us <= d->waiting[c]->wake_us)
+			break;
+		d->waiting[i] = d->waiting[c];
+		i = c;
+	}
+	if (n)
+		d->waiting[i] = last;
+	return top;
+}
+
 /* Keeps cause text (may be empty: kept as NULL) as the cause of try i until the round's
  * result is written: a round holds a KiB for the attempt in flight, not for all ten. */
 static const char *keep_cause(struct round *j, int i, const char *text)
@@ -403,8 +438,7 @@ static void round_after_attempt(struct round *j)
 	} else {
 		j->state = ROUND_WAITING;
 		j->wake_us = clock_mono_us() + o.delay_ms * 1000;
-		j->next = d->waiting;
-		d->waiting = j;
+		waiting_push(d, j);
 	}
 }
 
@@ -699,18 +733,19 @@ void round_recycle(struct dispatcher *d, struct round *j)
  * stopping). */
 void rounds_run_timers(struct dispatcher *d, int64_t now_us)
 {
-	struct round **pp = &d->waiting;
-	while (*pp) {
-		struct round *j = *pp;
-		if (j->wake_us <= now_us || atomic_load(&d->stopping)) {
-			*pp = j->next;
-			if (atomic_load(&d->stopping))
-				round_release(j, 0);
-			else
-				round_begin(j);
-		} else {
-			pp = &j->next;
-		}
+	while (d->n_waiting && (d->waiting[0]->wake_us <= now_us || atomic_load(&d->stopping))) {
+		struct round *j = waiting_pop(d);
+		if (atomic_load(&d->stopping))
+			round_release(j, 0);
+		else
+			round_begin(j);
 	}
+}
+
+int64_t rounds_wait_us(const struct dispatcher *d, int64_t now_us)
+{
+	if (!d->n_waiting)
+		return -1;
+	return d->waiting[0]->wake_us > now_us ? d->waiting[0]->wake_us - now_us : 0;
 }
 
