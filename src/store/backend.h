@@ -107,6 +107,20 @@ extern const struct store_ops store_pg_ops;
  * frees the array (returned to the caller's ownership: out). STORE_NOT_FOUND when n is 0. */
 int store_take_one(void *rows, size_t n, size_t size, void *out);
 
+/* The event part of a claim, as a backend read it (or the writer holds it): texts with
+ * their lengths (source_event_id and partition_key NULL when absent, source never). */
+struct store_claim_event {
+	const char *event_type, *content_type, *source, *source_event_id, *partition_key;
+	size_t type_len, ctype_len, source_len, seid_len, pkey_len;
+	const void *payload;
+	size_t payload_len;
+};
+
+/* Copies e into c in the one allocation store_claims_free frees (event_type first; the
+ * payload NUL-terminated for convenience, payload_len without it). 0, or -1 when out of
+ * memory (logged). */
+int store_claim_fill(struct store_claim *c, const struct store_claim_event *e);
+
 /* ---- subscription configs sealed at rest (store/secrets.c) ----------------------------- */
 
 /* The text to store for sub's config: *sealed is the sealed text (returned), or NULL

@@ -269,20 +269,65 @@ void store_claims_free(struct store_claim *items, size_t n)
 	free(items);
 }
 
+int store_claim_fill(struct store_claim *c, const struct store_claim_event *e)
+{
+	char *at = malloc(e->type_len + e->ctype_len + e->source_len + e->seid_len + e->pkey_len +
+			  5 + e->payload_len + 1);
+
+	if (!at) {
+		log_error("store: out of memory");
+		return -1;
+	}
+	c->event_type = at;
+	memcpy(at, e->event_type, e->type_len);
+	at[e->type_len] = '\0';
+	at += e->type_len + 1;
+	c->content_type = at;
+	memcpy(at, e->content_type, e->ctype_len);
+	at[e->ctype_len] = '\0';
+	at += e->ctype_len + 1;
+	c->source = at;
+	if (e->source_len)
+		memcpy(at, e->source, e->source_len);
+	at[e->source_len] = '\0';
+	at += e->source_len + 1;
+	c->source_event_id = e->source_event_id ? at : NULL;
+	if (e->source_event_id)
+		memcpy(at, e->source_event_id, e->seid_len);
+	at[e->seid_len] = '\0';
+	at += e->seid_len + 1;
+	c->partition_key = e->partition_key ? at : NULL;
+	if (e->partition_key)
+		memcpy(at, e->partition_key, e->pkey_len);
+	at[e->pkey_len] = '\0';
+	at += e->pkey_len + 1;
+	c->payload = at;
+	c->payload_len = e->payload_len;
+	if (e->payload_len)
+		memcpy(at, e->payload, e->payload_len);
+	at[e->payload_len] = '\0';
+	return 0;
+}
+
 int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store_claim *out)
 {
 	const char *source = ev->source ? ev->source : "";
-	size_t type_len = strlen(ev->event_type), ctype_len = strlen(ev->content_type);
-	size_t source_len = strlen(source);
-	size_t seid_len = ev->source_event_id ? strlen(ev->source_event_id) : 0;
-	size_t pkey_len = ev->partition_key ? strlen(ev->partition_key) : 0;
-	char *at;
+	struct store_claim_event e = {
+		.event_type = ev->event_type,
+		.type_len = strlen(ev->event_type),
+		.content_type = ev->content_type,
+		.ctype_len = strlen(ev->content_type),
+		.source = source,
+		.source_len = strlen(source),
+		.source_event_id = ev->source_event_id,
+		.seid_len = ev->source_event_id ? strlen(ev->source_event_id) : 0,
+		.partition_key = ev->partition_key,
+		.pkey_len = ev->partition_key ? strlen(ev->partition_key) : 0,
+		.payload = ev->payload,
+		.payload_len = ev->payload_len,
+	};
 
 	memset(out, 0, sizeof(*out));
-	at = malloc(type_len + ctype_len + source_len + seid_len + pkey_len + 5 +
-		    ev->payload_len + 1);
-	if (!at)
-		return -1;
 	memcpy(out->delivery_id, ev->delivery_ids[k], UUID_STR_LEN);
 	memcpy(out->event_id, ev->id, UUID_STR_LEN);
 	memcpy(out->subscription_id, ev->subscription_ids[k], UUID_STR_LEN);
@@ -290,25 +335,7 @@ int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store
 	out->event_created_at = ev->created_at;
 	if (ev->traceparent)
 		snprintf(out->traceparent, sizeof(out->traceparent), "%s", ev->traceparent);
-	/* the layout of the backends' claims: event_type first, so one free() frees all */
-	out->event_type = memcpy(at, ev->event_type, type_len + 1);
-	at += type_len + 1;
-	out->content_type = memcpy(at, ev->content_type, ctype_len + 1);
-	at += ctype_len + 1;
-	out->source = memcpy(at, source, source_len + 1);
-	at += source_len + 1;
-	if (ev->source_event_id)
-		out->source_event_id = memcpy(at, ev->source_event_id, seid_len + 1);
-	at += seid_len + 1;
-	if (ev->partition_key)
-		out->partition_key = memcpy(at, ev->partition_key, pkey_len + 1);
-	at += pkey_len + 1;
-	out->payload = at;
-	out->payload_len = ev->payload_len;
-	if (ev->payload_len)
-		memcpy(at, ev->payload, ev->payload_len);
-	at[ev->payload_len] = '\0';
-	return 0;
+	return store_claim_fill(out, &e);
 }
 
 int store_next_due(store *st, int64_t *at_ms)

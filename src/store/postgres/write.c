@@ -299,15 +299,24 @@ out:
 
 /* ---- claim and results --------------------------------------------------- */
 
-/* One allocation per claim holding event_type, content_type and the payload
- * (NUL-terminated for convenience; payload_len excludes it), as store_claims_free
- * expects. */
+/* One claim from a row of S_CLAIM (the event part through store_claim_fill). */
 static int fill_claim(const PGresult *r, int row, struct store_claim *c)
 {
-	size_t type_len = (size_t)PQgetlength(r, row, 7);
-	size_t ctype_len = (size_t)PQgetlength(r, row, 8);
 	enum delivery_status status = DELIVERY_NEW;
-	char *block;
+	struct store_claim_event e = {
+		.event_type = PQgetvalue(r, row, 7),
+		.type_len = (size_t)PQgetlength(r, row, 7),
+		.content_type = PQgetvalue(r, row, 8),
+		.ctype_len = (size_t)PQgetlength(r, row, 8),
+		.payload = PQgetvalue(r, row, 9),
+		.payload_len = (size_t)PQgetlength(r, row, 9),
+		.source = PQgetvalue(r, row, 13),
+		.source_len = (size_t)PQgetlength(r, row, 13),
+		.source_event_id = PQgetisnull(r, row, 14) ? NULL : PQgetvalue(r, row, 14),
+		.seid_len = PQgetisnull(r, row, 14) ? 0 : (size_t)PQgetlength(r, row, 14),
+		.partition_key = PQgetisnull(r, row, 15) ? NULL : PQgetvalue(r, row, 15),
+		.pkey_len = PQgetisnull(r, row, 15) ? 0 : (size_t)PQgetlength(r, row, 15),
+	};
 
 	pg_get_id(r, row, 0, c->delivery_id);
 	pg_get_id(r, row, 1, c->event_id);
@@ -317,42 +326,11 @@ static int fill_claim(const PGresult *r, int row, struct store_claim *c)
 	c->replay = (int)pg_get_int(r, row, 4);
 	c->attempt_count = (int)pg_get_int(r, row, 5);
 	c->retry_count = (int)pg_get_int(r, row, 6);
-	c->payload_len = (size_t)PQgetlength(r, row, 9);
 	c->event_created_at = pg_get_int(r, row, 10);
 	snprintf(c->traceparent, sizeof(c->traceparent), "%s",
 		 PQgetisnull(r, row, 11) ? "" : PQgetvalue(r, row, 11));
 	c->delay_actions = (int)pg_get_int(r, row, 12);
-	size_t source_len = (size_t)PQgetlength(r, row, 13);
-	int has_seid = !PQgetisnull(r, row, 14), has_pkey = !PQgetisnull(r, row, 15);
-	size_t seid_len = has_seid ? (size_t)PQgetlength(r, row, 14) : 0;
-	size_t pkey_len = has_pkey ? (size_t)PQgetlength(r, row, 15) : 0;
-	block = malloc(type_len + 1 + ctype_len + 1 + source_len + 1 + seid_len + 1 + pkey_len + 1 +
-		       c->payload_len + 1);
-	if (!block) {
-		log_error("store: out of memory");
-		return -1;
-	}
-	char *at = block;
-	c->event_type = at;
-	memcpy(at, PQgetvalue(r, row, 7), type_len + 1);
-	at += type_len + 1;
-	c->content_type = at;
-	memcpy(at, PQgetvalue(r, row, 8), ctype_len + 1);
-	at += ctype_len + 1;
-	c->source = at;
-	memcpy(at, PQgetvalue(r, row, 13), source_len + 1);
-	at += source_len + 1;
-	c->source_event_id = has_seid ? at : NULL;
-	memcpy(at, PQgetvalue(r, row, 14), seid_len + 1);
-	at += seid_len + 1;
-	c->partition_key = has_pkey ? at : NULL;
-	memcpy(at, PQgetvalue(r, row, 15), pkey_len + 1);
-	at += pkey_len + 1;
-	c->payload = at;
-	if (c->payload_len)
-		memcpy(c->payload, PQgetvalue(r, row, 9), c->payload_len);
-	((char *)c->payload)[c->payload_len] = '\0';
-	return 0;
+	return store_claim_fill(c, &e);
 }
 
 int pg_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,

@@ -325,15 +325,11 @@ static int claim_row_cmp(const void *a, const void *b)
 	return strcmp(x->c.delivery_id, y->c.delivery_id);
 }
 
-/* Fills the event part of a claim: one allocation holding event_type, content_type
- * and the payload (NUL-terminated for convenience; payload_len excludes it). */
+/* Fills the event part of a claim from its event row (store_claim_fill). */
 static int load_claim_event(struct sq *sq, struct store_claim *c)
 {
 	sqlite3_stmt *s = sq->w[W_CLAIM_EVENT];
-	const char *type, *ctype, *source, *seid, *pkey;
-	size_t type_len, ctype_len, source_len, seid_len, pkey_len;
-	const void *payload;
-	char *block, *at;
+	struct store_claim_event e;
 	int rc;
 
 	sqlite3_bind_text(s, 1, c->event_id, -1, SQLITE_STATIC);
@@ -345,54 +341,28 @@ static int load_claim_event(struct sq *sq, struct store_claim *c)
 	}
 	if (rc != SQLITE_ROW)
 		return rc;
-	type = (const char *)sqlite3_column_text(s, 0);
-	type_len = (size_t)sqlite3_column_bytes(s, 0);
-	ctype = (const char *)sqlite3_column_text(s, 1);
-	ctype_len = (size_t)sqlite3_column_bytes(s, 1);
-	payload = sqlite3_column_blob(s, 2);
-	c->payload_len = (size_t)sqlite3_column_bytes(s, 2);
+	/* Every column is read once: a later conversion would invalidate the pointers. */
+	e.event_type = (const char *)sqlite3_column_text(s, 0);
+	e.type_len = (size_t)sqlite3_column_bytes(s, 0);
+	e.content_type = (const char *)sqlite3_column_text(s, 1);
+	e.ctype_len = (size_t)sqlite3_column_bytes(s, 1);
+	e.payload = sqlite3_column_blob(s, 2);
+	e.payload_len = (size_t)sqlite3_column_bytes(s, 2);
 	c->event_created_at = sqlite3_column_int64(s, 3);
 	c->traceparent[0] = '\0';
 	if (sqlite3_column_type(s, 4) == SQLITE_TEXT)
 		snprintf(c->traceparent, sizeof(c->traceparent), "%s",
 			 (const char *)sqlite3_column_text(s, 4));
-	source = (const char *)sqlite3_column_text(s, 5);
-	source_len = (size_t)sqlite3_column_bytes(s, 5);
-	seid = (const char *)sqlite3_column_text(s, 6);
-	seid_len = seid ? (size_t)sqlite3_column_bytes(s, 6) : 0;
-	pkey = (const char *)sqlite3_column_text(s, 7);
-	pkey_len = pkey ? (size_t)sqlite3_column_bytes(s, 7) : 0;
-	block = malloc(type_len + 1 + ctype_len + 1 + source_len + 1 + seid_len + 1 + pkey_len + 1 +
-		       c->payload_len + 1);
-	if (!type || !ctype || !block) {
-		free(block);
+	e.source = (const char *)sqlite3_column_text(s, 5);
+	e.source_len = (size_t)sqlite3_column_bytes(s, 5);
+	e.source_event_id = (const char *)sqlite3_column_text(s, 6);
+	e.seid_len = e.source_event_id ? (size_t)sqlite3_column_bytes(s, 6) : 0;
+	e.partition_key = (const char *)sqlite3_column_text(s, 7);
+	e.pkey_len = e.partition_key ? (size_t)sqlite3_column_bytes(s, 7) : 0;
+	if (!e.event_type || !e.content_type || store_claim_fill(c, &e)) {
 		sq_stmt_end(s);
-		return sq_log_nomem();
+		return SQLITE_NOMEM;
 	}
-	at = block;
-	c->event_type = at;
-	memcpy(at, type, type_len + 1);
-	at += type_len + 1;
-	c->content_type = at;
-	memcpy(at, ctype, ctype_len + 1);
-	at += ctype_len + 1;
-	c->source = at;
-	if (source_len)
-		memcpy(at, source, source_len);
-	at[source_len] = '\0';
-	at += source_len + 1;
-	c->source_event_id = seid ? at : NULL;
-	if (seid)
-		memcpy(at, seid, seid_len + 1);
-	at += seid_len + 1;
-	c->partition_key = pkey ? at : NULL;
-	if (pkey)
-		memcpy(at, pkey, pkey_len + 1);
-	at += pkey_len + 1;
-	c->payload = at;
-	if (c->payload_len)
-		memcpy(c->payload, payload, c->payload_len);
-	((char *)c->payload)[c->payload_len] = '\0';
 	sq_stmt_end(s);
 	return SQLITE_OK;
 }
