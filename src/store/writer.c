@@ -202,47 +202,58 @@ static size_t handoff_plan(struct writer *w, struct store_event_in *events, size
 }
 
 /* After the group's commit (stored 1: in the store, not the spool): the leased
- * deliveries of the stored events become claims for the client, and the reserved room
- * that went unused is given back. Returns how many were handed. */
+ * deliveries of the stored events become claims for the client (built outside the lock,
+ * which the dispatcher takes every turn), and the reservation ends. Returns how many
+ * were handed. */
 static size_t handoff_done(struct writer *w, struct store_event_in *events, size_t n,
 			   size_t reserved, int stored)
 {
+	struct store_claim *claims = NULL;
 	size_t handed = 0;
 
 	if (!reserved)
 		return 0;
-	pthread_mutex_lock(&w->mu);
-	for (size_t i = 0; stored && i < n; i++) {
+	if (stored && !(claims = malloc(reserved * sizeof(*claims))))
+		log_error("writer: out of memory; deliveries leased at ingest are sent when their "
+			  "lease expires");
+	for (size_t i = 0; claims && i < n; i++) {
 		struct store_event_in *ev = &events[i];
 		if (!ev->lease_until || ev->duplicate)
 			continue;
-		if (w->handed_n + ev->n_subscriptions > w->handed_cap) {
-			size_t cap = w->handed_cap ? w->handed_cap * 2 : 256;
-			while (cap < w->handed_n + ev->n_subscriptions)
-				cap *= 2;
-			struct store_claim *more = realloc(w->handed, cap * sizeof(*more));
-			if (!more) {
-				log_error("writer: out of memory; deliveries leased at ingest are "
-					  "sent when their lease expires");
-				break;
-			}
+		for (size_t k = 0; k < ev->n_subscriptions; k++) {
+			if (store_claim_of_event(ev, k, &claims[handed]))
+				log_error("writer: delivery %s is sent when its lease expires",
+					  ev->delivery_ids[k]);
+			else
+				handed++;
+		}
+	}
+	pthread_mutex_lock(&w->mu);
+	w->handoff_reserved -= reserved;
+	if (handed && w->handed_n + handed > w->handed_cap) {
+		size_t cap = w->handed_cap ? w->handed_cap : 256;
+		while (cap < w->handed_n + handed)
+			cap *= 2;
+		struct store_claim *more = realloc(w->handed, cap * sizeof(*more));
+		if (more) {
 			w->handed = more;
 			w->handed_cap = cap;
 		}
-		for (size_t k = 0; k < ev->n_subscriptions; k++) {
-			if (store_claim_of_event(ev, k, &w->handed[w->handed_n])) {
-				log_error("writer: out of memory; delivery %s is sent when its lease "
-					  "expires", ev->delivery_ids[k]);
-				continue;
-			}
-			w->handed_n++;
-			handed++;
-		}
 	}
-	w->handoff_reserved -= reserved;
-	if (handed && w->handoff_room)
-		ready(w);
+	if (handed && w->handed_n + handed <= w->handed_cap) {
+		memcpy(w->handed + w->handed_n, claims, handed * sizeof(*claims));
+		w->handed_n += handed;
+		if (w->handoff_room)
+			ready(w);
+	} else if (handed) {
+		log_error("writer: out of memory; deliveries leased at ingest are sent when their "
+			  "lease expires");
+		store_claims_free(claims, handed);
+		claims = NULL;
+		handed = 0;
+	}
 	pthread_mutex_unlock(&w->mu);
+	free(claims);
 	return handed;
 }
 
