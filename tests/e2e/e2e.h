@@ -136,6 +136,21 @@ static inline void e2e_send(struct daemon *d, char out[64], const char *body)
 	json_decref(r);
 }
 
+/* The value of one series of d's /metrics (a line "SERIES VALUE"; SERIES is a name, or
+ * a name with its labels as outboxd writes them), or -1 when there is no such line. */
+static inline double e2e_metric(struct daemon *d, const char *series)
+{
+	struct http_resp r;
+	char url[128], needle[256];
+	snprintf(url, sizeof(url), "%s/metrics", d->url);
+	assert_int_equal(http_do("GET", url, d->token, NULL, NULL, 0, &r), 0);
+	snprintf(needle, sizeof(needle), "\n%s ", series);
+	const char *hit = strstr(r.body, needle);
+	double v = hit ? atof(hit + strlen(needle)) : -1;
+	http_resp_free(&r);
+	return v;
+}
+
 /* GET path and return the JSON (asserting 200). */
 static inline json_t *e2e_get(struct daemon *d, const char *fmt, ...)
 {

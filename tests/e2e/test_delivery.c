@@ -297,15 +297,9 @@ static void test_trace_context_and_metrics(void **state)
 /* outboxd_rounds_started_total{via=...}, or -1. */
 static long started(const char *via)
 {
-	struct http_resp r;
-	char url[256], needle[96];
-	snprintf(url, sizeof(url), "%s/metrics", dmn.url);
-	assert_int_equal(http_do("GET", url, dmn.token, NULL, NULL, 0, &r), 0);
-	snprintf(needle, sizeof(needle), "outboxd_rounds_started_total{via=\"%s\"} ", via);
-	const char *hit = strstr(r.body, needle);
-	long v = hit ? atol(hit + strlen(needle)) : -1;
-	http_resp_free(&r);
-	return v;
+	char series[96];
+	snprintf(series, sizeof(series), "outboxd_rounds_started_total{via=\"%s\"}", via);
+	return (long)e2e_metric(&dmn, series);
 }
 
 static int by_string(const void *a, const void *b)

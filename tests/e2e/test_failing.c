@@ -51,15 +51,7 @@ static int all_tried(void *arg)
 /* The metric's value, or -1 when it is missing. */
 static double metric(const char *name)
 {
-	struct http_resp r;
-	char url[128], needle[128];
-	snprintf(url, sizeof(url), "%s/metrics", dmn.url);
-	assert_int_equal(http_do("GET", url, dmn.token, NULL, NULL, 0, &r), 0);
-	snprintf(needle, sizeof(needle), "\n%s ", name);
-	const char *hit = strstr(r.body, needle);
-	double v = hit ? atof(hit + strlen(needle)) : -1;
-	http_resp_free(&r);
-	return v;
+	return e2e_metric(&dmn, name);
 }
 
 static void test_forever_failing_is_found(void **state)

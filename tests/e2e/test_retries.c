@@ -282,15 +282,9 @@ static void wait_circuit(const char *id, const char *want, int timeout_ms)
 /* The metrics line of the subscription's circuit, e.g. "... 1"; returns the value or -1. */
 static int circuit_metric(const char *id)
 {
-	struct http_resp r;
-	char url[128], needle[128];
-	snprintf(url, sizeof(url), "%s/metrics", dmn.url);
-	assert_int_equal(http_do("GET", url, dmn.token, NULL, NULL, 0, &r), 0);
-	snprintf(needle, sizeof(needle), "outboxd_circuit_state{subscription_id=\"%s\"} ", id);
-	const char *hit = strstr(r.body, needle);
-	int v = hit ? atoi(hit + strlen(needle)) : -1;
-	http_resp_free(&r);
-	return v;
+	char series[128];
+	snprintf(series, sizeof(series), "outboxd_circuit_state{subscription_id=\"%s\"}", id);
+	return (int)e2e_metric(&dmn, series);
 }
 
 /* A failure storm: max_errors failed rounds within the window open the
