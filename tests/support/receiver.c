@@ -943,13 +943,32 @@ static enum MHD_Result control_stats(struct MHD_Connection *conn)
 				    "duplicates", dups, "first_us", first, "last_us", last));
 }
 
+/* Answers 200 with the text of a closed memstream (text and len from open_memstream;
+ * fclose_rc its fclose), taking text; header names a second header to add (NULL: none). */
+static enum MHD_Result reply_text(struct MHD_Connection *conn, int fclose_rc, char *text,
+				  size_t len, const char *header, const char *value)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	if (fclose_rc != 0 ||
+	    !(resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE))) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", "text/plain");
+	if (header)
+		MHD_add_response_header(resp, header, value);
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
 /* GET /_control/timestamps: one "webhook-id received_at_us" line per receipt, in arrival
  * order (text, so a shell script can join it with awk); X-Receipts-Dropped says how many
  * were not kept. Empty unless the receiver runs with --timestamps. */
 static enum MHD_Result control_timestamps(struct MHD_Connection *conn)
 {
-	struct MHD_Response *resp;
-	enum MHD_Result ret;
 	char dropped[32];
 	char *text = NULL;
 	size_t len = 0;
@@ -963,20 +982,8 @@ static enum MHD_Result control_timestamps(struct MHD_Connection *conn)
 			(long long)rx.receipts[i].received_at_us);
 	snprintf(dropped, sizeof(dropped), "%ld", rx.receipts_dropped);
 	pthread_mutex_unlock(&rx.lock);
-	if (fclose(out) != 0) {
-		free(text);
-		return MHD_NO;
-	}
-	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, "Content-Type", "text/plain");
-	MHD_add_response_header(resp, "X-Receipts-Dropped", dropped);
-	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp);
-	return ret;
+	int rc = fclose(out);
+	return reply_text(conn, rc, text, len, "X-Receipts-Dropped", dropped);
 }
 
 /* Reads an optional [lo, hi] pair of integers within [min, max] into out. */
@@ -1118,9 +1125,7 @@ static enum MHD_Result control_chaos_get(struct MHD_Connection *conn)
 static enum MHD_Result control_acks(struct MHD_Connection *conn)
 {
 	const char *path = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "path");
-	struct MHD_Response *resp;
 	struct path_state *ps;
-	enum MHD_Result ret;
 	bool found = false;
 	char *text = NULL;
 	size_t len = 0;
@@ -1139,19 +1144,8 @@ static enum MHD_Result control_acks(struct MHD_Connection *conn)
 				(unsigned long)(uintptr_t)ps->acks.slots[i].value);
 	}
 	pthread_mutex_unlock(&rx.lock);
-	if (fclose(out) != 0) {
-		free(text);
-		return MHD_NO;
-	}
-	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, "Content-Type", "text/plain");
-	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp);
-	return ret;
+	int rc = fclose(out);
+	return reply_text(conn, rc, text, len, NULL, NULL);
 }
 
 static enum MHD_Result control_dispatch(struct MHD_Connection *conn, const char *method,
