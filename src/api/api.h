@@ -104,6 +104,10 @@ void api_reply_errorf(struct api_response *res, int status, const char *code, co
 		      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Maps a store error to 404/409/503/500 with a message. */
 void api_reply_store_error(struct api_response *res, int rc, const char *what);
+/* The integer query parameter name into *out (def when absent). 0, or -1 with res set to
+ * a 400 naming the parameter when it is not an integer from min to max. */
+int api_query_int(const struct api_request *req, const char *name, long def, long min,
+		  long max, long *out, struct api_response *res);
 
 /* One route of the API; pattern may hold one "{id}" segment. scope is the enum token_scope
  * a caller's token must grant (core/token.h). */

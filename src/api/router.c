@@ -42,6 +42,24 @@ void api_reply_errorf(struct api_response *res, int status, const char *code, co
 	api_reply_error(res, &err);
 }
 
+int api_query_int(const struct api_request *req, const char *name, long def, long min,
+		  long max, long *out, struct api_response *res)
+{
+	const char *v = req->query ? req->query(req->query_ctx, name) : NULL;
+	char *end;
+
+	*out = def;
+	if (!v)
+		return 0;
+	*out = strtol(v, &end, 10);
+	if (!*v || *end || *out < min || *out > max) {
+		api_reply_errorf(res, 400, "invalid_argument", name,
+				 "%s must be an integer from %ld to %ld", name, min, max);
+		return -1;
+	}
+	return 0;
+}
+
 void api_reply_store_error(struct api_response *res, int rc, const char *what)
 {
 	if (rc == STORE_UNAVAILABLE || rc == STORE_ERROR)

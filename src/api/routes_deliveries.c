@@ -31,23 +31,16 @@ void api_deliveries_list(struct api *api, const struct api_request *req, int dea
 	struct store_delivery *items = NULL;
 	char *next = NULL;
 	size_t n = 0;
-	const char *v;
 
 	f.limit = LIST_DEFAULT;
 	if (filter_parse(query_get, req, 1, api->reg, "", clock_now_ms(), &f, &fb, &err)) {
 		api_reply_error(res, &err);
 		return;
 	}
-	if ((v = query_get(req, "limit"))) {
-		char *end;
-		long l = strtol(v, &end, 10);
-		if (*end || l < 1 || l > LIST_MAX) {
-			api_reply_errorf(res, 400, "invalid_argument", "limit",
-					 "limit must be an integer from 1 to %d", LIST_MAX);
-			return;
-		}
-		f.limit = (size_t)l;
-	}
+	long limit;
+	if (api_query_int(req, "limit", LIST_DEFAULT, 1, LIST_MAX, &limit, res))
+		return;
+	f.limit = (size_t)limit;
 	f.cursor = query_get(req, "cursor");
 	f.dead_only = dead_only;
 	int rc = store_deliveries_list(api->st, &f, &items, &n, &next);

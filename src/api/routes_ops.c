@@ -71,10 +71,9 @@ void api_jobs_get(struct api *api, const char *id, struct api_response *res)
 void api_jobs_list(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	const char *state = req->query ? req->query(req->query_ctx, "state") : NULL;
-	const char *lim = req->query ? req->query(req->query_ctx, "limit") : NULL;
 	const char *cursor = req->query ? req->query(req->query_ctx, "cursor") : NULL;
 	static const char *const states[] = {"running", "done", "cancelled", "failed"};
-	long limit = JOBS_LIST_DEFAULT;
+	long limit;
 	int known = !state;
 
 	for (size_t i = 0; state && i < sizeof(states) / sizeof(states[0]); i++)
@@ -84,15 +83,8 @@ void api_jobs_list(struct api *api, const struct api_request *req, struct api_re
 				 "state must be running, done, cancelled or failed");
 		return;
 	}
-	if (lim) {
-		char *end;
-		limit = strtol(lim, &end, 10);
-		if (*end || limit < 1 || limit > JOBS_LIST_MAX) {
-			api_reply_errorf(res, 400, "invalid_argument", "limit",
-					 "limit must be an integer from 1 to %d", JOBS_LIST_MAX);
-			return;
-		}
-	}
+	if (api_query_int(req, "limit", JOBS_LIST_DEFAULT, 1, JOBS_LIST_MAX, &limit, res))
+		return;
 	struct store_job *items = NULL;
 	size_t n = 0;
 	char *next = NULL;
@@ -146,17 +138,9 @@ void api_jobs_cancel(struct api *api, const char *id, const struct api_request *
 void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	const char *before = req->query ? req->query(req->query_ctx, "before") : NULL;
-	const char *lim = req->query ? req->query(req->query_ctx, "limit") : NULL;
-	long limit = 100;
-	if (lim) {
-		char *end;
-		limit = strtol(lim, &end, 10);
-		if (*end || limit < 1 || limit > 1000) {
-			api_reply_errorf(res, 400, "invalid_argument", "limit",
-					 "limit must be an integer from 1 to 1000");
-			return;
-		}
-	}
+	long limit;
+	if (api_query_int(req, "limit", 100, 1, 1000, &limit, res))
+		return;
 	if (before && !uuid_valid(before)) {
 		api_reply_errorf(res, 400, "invalid_argument", "before",
 				 "before must be an audit entry id");

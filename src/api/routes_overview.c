@@ -27,17 +27,10 @@ void api_whoami(struct api *api, const struct api_request *req, struct api_respo
 
 void api_stats_series(struct api *api, const struct api_request *req, struct api_response *res)
 {
-	const char *v = req->query ? req->query(req->query_ctx, "minutes") : NULL;
-	long minutes = SERIES_DEFAULT_MINUTES;
-	if (v) {
-		char *end;
-		minutes = strtol(v, &end, 10);
-		if (!*v || *end || minutes < 1 || minutes > STORE_SERIES_MAX) {
-			api_reply_errorf(res, 400, "invalid_argument", "minutes",
-					 "minutes must be an integer from 1 to %d", STORE_SERIES_MAX);
-			return;
-		}
-	}
+	long minutes;
+	if (api_query_int(req, "minutes", SERIES_DEFAULT_MINUTES, 1, STORE_SERIES_MAX, &minutes,
+			  res))
+		return;
 	/* Whole minutes, the last one the current (partial) minute. */
 	int64_t now = clock_now_ms();
 	int64_t from = (now / MINUTE_MS - (minutes - 1)) * MINUTE_MS;
