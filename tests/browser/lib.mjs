@@ -134,6 +134,29 @@ export async function watchedPage(browser, origin, options = {}) {
   return { context, page, problems, requests };
 }
 
+// Runs a test's steps on a watched page of a fresh browser (steps gets { browser, page,
+// problems, requests }), then the check every browser test ends with: no page error, no
+// console error, no request to another host. When a step fails, failShot(page) keeps what
+// the page showed; the browser is closed either way.
+export async function inBrowser(origin, failShot, steps) {
+  const browser = await launchBrowser();
+  const watched = await watchedPage(browser, origin);
+  const { page, problems, requests } = watched;
+  try {
+    await steps({ browser, ...watched });
+    await step('no page error, no console error, no request to another host', async () => {
+      check(requests.length > 10, `requests were recorded (${requests.length})`);
+      check(problems.length === 0, problems.join('\n'));
+    });
+  } catch (e) {
+    await failShot(page).catch(() => {});
+    if (problems.length) console.log(problems.join('\n'));
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}
+
 // Stops every child (SIGTERM, SIGKILL after 10 s) and removes the data directory.
 // Returns what went wrong: outboxd must exit 0 on SIGTERM (under the sanitizers a leak
 // or a memory error makes it exit otherwise; its log says which).
