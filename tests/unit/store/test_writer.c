@@ -364,12 +364,15 @@ static void test_ingest_goes_to_the_spool_and_back(void **state)
 	f->w = writer_start(f->st, sp);
 	assert_non_null(f->w);
 
-	/* The store refuses one ingest group: acknowledged from the spool (durable there),
-	 * then replayed into the store by the spool thread. */
-	store_fault_set(f->st, STORE_FAULT_INGEST, STORE_UNAVAILABLE, 1);
+	/* The store refuses ingest groups: acknowledged from the spool (durable there); the
+	 * spool thread's replays are refused too while the fault holds (so what follows does
+	 * not race it), and once it clears the event reaches the store. */
+	store_fault_set(f->st, STORE_FAULT_INGEST, STORE_UNAVAILABLE, 1000000);
 	event_for(f, &ev, "writer.spooled");
 	assert_int_equal(writer_ingest(f->w, &ev, 1), STORE_OK);
+	assert_true(spool_size(sp) > 0);
 	assert_int_equal(store_event_get(f->st, ev.id, &got), STORE_NOT_FOUND);
+	store_fault_set(f->st, STORE_FAULT_INGEST, STORE_OK, 0);
 	int64_t deadline = clock_mono_ms() + 10000;
 	int rc;
 	while ((rc = store_event_get(f->st, ev.id, &got)) == STORE_NOT_FOUND &&
