@@ -125,14 +125,16 @@ for p in "${opids[@]}"; do
 done
 hz=$(getconf CLK_TCK)
 # how the rounds started: handed over by the ingest commit, or claimed (issue 17)
-handed=0; claimed=0
+handed=0; claimed=0; lean=0; curl=0
 for port in "${ports[@]}"; do
   m=$(curl -sf -H "Authorization: Bearer bench" "127.0.0.1:$port/metrics" || true)
   handed=$((handed + $(sed -n 's/^outboxd_rounds_started_total{via="handoff"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
   claimed=$((claimed + $(sed -n 's/^outboxd_rounds_started_total{via="claim"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
+  lean=$((lean + $(sed -n 's/^outboxd_http_requests_total{client="lean"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
+  curl=$((curl + $(sed -n 's/^outboxd_http_requests_total{client="libcurl"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
 done
 
-awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" -v handed="$handed" -v claimed="$claimed" 'BEGIN {
+awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" -v handed="$handed" -v claimed="$claimed" -v lean="$lean" -v curl="$curl" 'BEGIN {
   ingest = (t1 - t0) / 1e9; e2e = (last * 1000 - t0) / 1e9;
   printf "store:             %s, %d instance(s), %d keys, ordering %s\n", db, k, keys, ordering;
   printf "events:            %d (received %d, %d duplicates)\n", n, got, dups;
@@ -140,4 +142,5 @@ awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -
   printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", n / e2e, e2e;
   printf "outboxd CPU:       %.1f us per delivery (utime+stime of the outboxd processes)\n", ticks / hz * 1e6 / n;
   printf "rounds started:    %d handed over at ingest, %d claimed\n", handed, claimed;
+  printf "http requests:     %d lean client, %d libcurl\n", lean, curl;
 }'

@@ -9,6 +9,7 @@ packages=(
   libsqlite3-dev sqlite3
   libpq-dev postgresql
   libcurl4-openssl-dev
+  libhttp-parser-dev  # responses of the lean HTTP/1.1 client (src/deliver/http_wire.c)
   libmicrohttpd-dev libgnutls28-dev
   libjansson-dev
   libssl-dev openssl

@@ -89,6 +89,9 @@ const struct config_setting config_settings[] = {
 	 "deliveries claimed per batch (seed 000: 100)"},
 	{"max_in_flight", "--max-in-flight", "OUTBOXD_MAX_IN_FLIGHT", CONFIG_INT, "512",
 	 S(max_in_flight), "deliveries being sent at once by this instance"},
+	{"lean_http", "--lean-http", "OUTBOXD_LEAN_HTTP", CONFIG_BOOL, "true", S(lean_http),
+	 "plain http:// deliveries go over outboxd's own HTTP/1.1 client (one write per "
+	 "request, kept-alive connections); false sends them through libcurl, like https://"},
 	{"lease", "--lease", "OUTBOXD_LEASE", CONFIG_DURATION, "2m", S(lease_ms),
 	 "how long a claimed delivery stays reserved before a crash returns it to the pool"},
 	{"relay_interval", "--relay-interval", "OUTBOXD_RELAY_INTERVAL", CONFIG_DURATION,

@@ -39,6 +39,7 @@ struct config {
 	int64_t retry_after_max_ms;
 	int retry_batch;
 	int max_in_flight;
+	int lean_http;            /* plain http:// over deliver/http_wire.c, not libcurl */
 	int64_t lease_ms;
 	/* jobs */
 	int64_t relay_interval_ms;

@@ -39,6 +39,7 @@ static struct {
 	_Atomic long in_flight;
 	_Atomic long ingested;
 	_Atomic long claimed, handed;
+	_Atomic long http_lean, http_curl;
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
@@ -153,6 +154,11 @@ void metrics_started(long claimed, long handed)
 {
 	atomic_fetch_add_explicit(&m.claimed, claimed, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.handed, handed, memory_order_relaxed);
+}
+
+void metrics_http_request(int lean)
+{
+	atomic_fetch_add_explicit(lean ? &m.http_lean : &m.http_curl, 1, memory_order_relaxed);
 }
 
 void metrics_ingested(long events)
@@ -324,6 +330,12 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_rounds_started_total{via=\"claim\"} %ld\n"
 	  "outboxd_rounds_started_total{via=\"handoff\"} %ld\n",
 	  atomic_load(&m.claimed), atomic_load(&m.handed));
+	A("# HELP outboxd_http_requests_total Delivery requests sent, by client: outboxd's lean "
+	  "HTTP/1.1 client (plain http:// to a known address) or libcurl (https://, the rest).\n"
+	  "# TYPE outboxd_http_requests_total counter\n"
+	  "outboxd_http_requests_total{client=\"lean\"} %ld\n"
+	  "outboxd_http_requests_total{client=\"libcurl\"} %ld\n",
+	  atomic_load(&m.http_lean), atomic_load(&m.http_curl));
 	A("# HELP outboxd_ingested_events_total Events accepted (202).\n"
 	  "# TYPE outboxd_ingested_events_total counter\noutboxd_ingested_events_total %ld\n",
 	  atomic_load(&m.ingested));

@@ -18,6 +18,7 @@
 #include <openssl/crypto.h>
 
 
+#include "core/metrics.h"
 #include "core/retry.h"
 #include "core/trace.h"
 #include "deliver/sign.h"
@@ -378,17 +379,19 @@ void http_send_request(struct http_round *h, const char *bearer)
 		http_fail_local(h, "the URL with the query credential could not be built");
 		return;
 	}
+	h->errbuf[0] = '\0';
+	h->guard.refused[0] = '\0';
+	h->body_len = 0;
+	h->sj->retry_after_ms = -1;
+	h->sj->cause[0] = '\0';
+	if (hs->wire && wire_send(hs->wire, h, url))
+		return; /* plain http:// to a known address: the lean client (http_wire.c) */
 	if (!h->easy && !(h->easy = curl_easy_init())) {
 		http_fail_local(h, "curl_easy_init failed");
 		return;
 	}
 	CURL *e = h->easy;
 	int tls = s->tls_ca_file || s->tls_client_cert;
-	h->errbuf[0] = '\0';
-	h->guard.refused[0] = '\0';
-	h->body_len = 0;
-	h->sj->retry_after_ms = -1;
-	h->sj->cause[0] = '\0';
 	/* The options every request shares are set once per handle: a reset and a full
 	 * set cost about as much as a small request's own work in curl. Only a handle
 	 * that has carried or will carry per-subscription TLS files starts over. */
@@ -423,6 +426,7 @@ void http_send_request(struct http_round *h, const char *bearer)
 		http_fail_local(h, curl_multi_strerror(mrc));
 		return;
 	}
+	metrics_http_request(0);
 	h->state = HTTP_IN_FLIGHT;
 	hs->in_flight++;
 	http_flying_add(h);

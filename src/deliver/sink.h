@@ -4,7 +4,8 @@
  * the circuit breaker and limits, the outcome and the result write. A sink owns one
  * transport and nothing else: it makes one attempt of a round and says how it ended. It
  * never decides a retry, never touches the store, and knows no other sink. Members:
- * sink_http.c (libcurl multi, request building, OAuth2 tokens) and sink_kafka.c
+ * sink_http.c (libcurl multi, a lean HTTP/1.1 client for plain http://, request
+ * building, OAuth2 tokens) and sink_kafka.c
  * (librdkafka producer). A new target is a new member: an `ops` table and an open
  * function, picked by the endpoint's scheme (accepts).
  *
@@ -144,8 +145,9 @@ void sink_close(struct sink *s);
 /* The members. Each returns NULL (with a message in err) when it cannot start. */
 struct ssrf_policy;
 /* The HTTP sink; ssrf (borrowed, outlives the sink) says which addresses its deliveries
- * and token requests may connect to (core/ssrf.h). */
-struct sink *sink_http_open(int max_connections, const struct ssrf_policy *ssrf, char *err,
-			    size_t errlen);
+ * and token requests may connect to (core/ssrf.h); lean: plain http:// deliveries go over
+ * its own HTTP/1.1 client (http_wire.c) when they can, else everything over libcurl. */
+struct sink *sink_http_open(int max_connections, int lean, const struct ssrf_policy *ssrf,
+			    char *err, size_t errlen);
 
 #endif

@@ -13,7 +13,8 @@
  * delivery to delivery without allocations.
  *
  * This file: the sink interface, libcurl's multi handle and its sockets, completions;
- * requests are built in http_request.c, OAuth2 tokens fetched in http_token.c. */
+ * requests are built in http_request.c and sent over plain http:// by the lean client of
+ * http_wire.c when it can, OAuth2 tokens fetched in http_token.c. */
 #include "deliver/sink_http_int.h"
 
 #include <errno.h>
@@ -189,7 +190,7 @@ static int curl_socket_cb(CURL *easy, curl_socket_t s, int what, void *ctx, void
 		ev.events |= EPOLLIN;
 	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
 		ev.events |= EPOLLOUT;
-	ev.data.fd = s;
+	ev.data.u64 = CURL_EVENT_TAG(s);
 	/* The number may belong to a new socket since curl closed the parked one: MOD
 	 * then fails with ENOENT, and ADD follows. */
 	int op = hs->fd_state[s] == FD_UNKNOWN ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
@@ -218,22 +219,20 @@ static int curl_timer_cb(CURLM *multi, long timeout_ms, void *ctx)
 
 /* ---- completions ----------------------------------------------------------------------------- */
 
-/* A request finished: the attempt's outputs, or a resend with a new token. */
-static void http_completed(struct http_round *h, CURLcode rc)
+void http_transfer_done(struct http_round *h)
 {
-	struct http_sink *hs = h->hs;
-	struct sink_round *sj = h->sj;
-	long status = 0;
-
-	curl_multi_remove_handle(hs->multi, h->easy);
-	hs->in_flight--;
+	h->hs->in_flight--;
 	http_flying_remove(h);
-	enum transport_error te = http_classify(rc, h->errbuf);
-	if (te == TRANSPORT_OK)
-		curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &status);
+}
+
+void http_finish(struct http_round *h, enum transport_error te, long status, const char *errtext)
+{
+	struct sink_round *sj = h->sj;
+
 	/* A refused token (revoked, rotated early, clock skew): one new token and one resend
 	 * within the same attempt; a second 401 is the attempt's answer. */
-	if (status == 401 && sj->sub->auth_type == AUTH_OAUTH2 && !h->reauthed) {
+	if (te == TRANSPORT_OK && status == 401 && sj->sub->auth_type == AUTH_OAUTH2 &&
+	    !h->reauthed) {
 		h->reauthed = 1;
 		oauth2_cache_invalidate(&h->oauth->cache, h->token_gen);
 		http_authorize(h);
@@ -256,11 +255,27 @@ static void http_completed(struct http_round *h, CURLcode rc)
 	} else {
 		sj->code = errmap_code(te);
 		snprintf(sj->message, SINK_MSG_LEN, "%s", errmap_message(te));
-		snprintf(sj->cause, SINK_CAUSE_LEN, "%s",
-			 h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
+		snprintf(sj->cause, SINK_CAUSE_LEN, "%s", errtext ? errtext : "");
 	}
 	http_redact(h, sj->cause, SINK_CAUSE_LEN);
 	http_report(h);
+}
+
+/* libcurl's request finished. */
+static void http_completed(struct http_round *h, CURLcode rc)
+{
+	struct http_sink *hs = h->hs;
+	long status = 0;
+
+	curl_multi_remove_handle(hs->multi, h->easy);
+	http_transfer_done(h);
+	enum transport_error te = http_classify(rc, h->errbuf);
+	if (te == TRANSPORT_OK) {
+		curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (hs->wire)
+			wire_learn(hs->wire, h->url ? h->url : h->sj->sub->endpoint, h->easy);
+	}
+	http_finish(h, te, status, h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
 }
 
 static void read_completions(struct http_sink *hs)
@@ -343,13 +358,21 @@ static void http_run(void *priv)
 {
 	struct http_sink *hs = priv;
 	int running = 0;
+	if (hs->wire)
+		wire_reap(hs->wire);
 	int n = epoll_wait(hs->epfd, hs->events, EPOLL_EVENTS, 0);
 	for (int i = 0; i < n; i++) {
 		const struct epoll_event *ev = &hs->events[i];
-		if ((size_t)ev->data.fd < hs->fd_state_cap && hs->fd_state[ev->data.fd] == FD_PARKED) {
+		if (ev->data.u64 & 1) {
+			wire_ready(hs->wire, (struct wire_conn *)(uintptr_t)(ev->data.u64 & ~(uint64_t)1),
+				   ev->events);
+			continue;
+		}
+		int fd = (int)(ev->data.u64 >> 1);
+		if ((size_t)fd < hs->fd_state_cap && hs->fd_state[fd] == FD_PARKED) {
 			/* curl does not wait on it: stop hearing about it */
-			epoll_ctl(hs->epfd, EPOLL_CTL_DEL, ev->data.fd, NULL);
-			hs->fd_state[ev->data.fd] = FD_UNKNOWN;
+			epoll_ctl(hs->epfd, EPOLL_CTL_DEL, fd, NULL);
+			hs->fd_state[fd] = FD_UNKNOWN;
 			continue;
 		}
 		int mask = 0;
@@ -359,8 +382,10 @@ static void http_run(void *priv)
 			mask |= CURL_CSELECT_OUT;
 		if (ev->events & (EPOLLERR | EPOLLHUP))
 			mask |= CURL_CSELECT_ERR;
-		curl_multi_socket_action(hs->multi, ev->data.fd, mask, &running);
+		curl_multi_socket_action(hs->multi, fd, mask, &running);
 	}
+	if (hs->wire && wire_due_us(hs->wire) >= 0)
+		wire_expire(hs->wire, clock_mono_us());
 	if (hs->curl_due_us >= 0 && clock_mono_us() >= hs->curl_due_us) {
 		hs->curl_due_us = -1;
 		hs->curl_timer_set = 0;
@@ -379,9 +404,13 @@ static void http_run(void *priv)
 static int64_t http_wait_us(void *priv, int64_t now_us)
 {
 	struct http_sink *hs = priv;
-	if (hs->curl_due_us < 0)
+	int64_t due = hs->curl_due_us;
+	int64_t wire_due = hs->wire ? wire_due_us(hs->wire) : -1;
+	if (wire_due >= 0 && (due < 0 || wire_due < due))
+		due = wire_due;
+	if (due < 0)
 		return -1;
-	return hs->curl_due_us > now_us ? hs->curl_due_us - now_us : 0;
+	return due > now_us ? due - now_us : 0;
 }
 
 static int http_busy(void *priv)
@@ -408,9 +437,11 @@ static void http_abort(void *priv)
 	}
 	while (hs->flying) {
 		struct http_round *h = hs->flying;
-		http_flying_remove(h);
-		curl_multi_remove_handle(hs->multi, h->easy);
-		hs->in_flight--;
+		if (h->conn)
+			wire_cancel(hs->wire, h);
+		else
+			curl_multi_remove_handle(hs->multi, h->easy);
+		http_transfer_done(h);
 		h->state = HTTP_IDLE;
 		hs->env.abandoned(hs->env.ctx, h->sj);
 	}
@@ -436,9 +467,13 @@ static void http_round_free(void *priv, struct sink_round *sj)
 	if (!h)
 		return;
 	if (h->state == HTTP_IN_FLIGHT) {
-		curl_multi_remove_handle(hs->multi, h->easy);
-		http_flying_remove(h);
+		if (h->conn)
+			wire_cancel(hs->wire, h);
+		else
+			curl_multi_remove_handle(hs->multi, h->easy);
+		http_transfer_done(h);
 	}
+	wire_round_free(h);
 	if (h->easy)
 		curl_easy_cleanup(h->easy);
 	http_headers_clear(h);
@@ -451,7 +486,10 @@ static void http_round_free(void *priv, struct sink_round *sj)
 
 static void http_prune(void *priv, int64_t now_ms)
 {
-	http_tokens_prune(priv, now_ms);
+	struct http_sink *hs = priv;
+	http_tokens_prune(hs, now_ms);
+	if (hs->wire)
+		wire_prune(hs->wire, now_ms);
 }
 
 static void http_close(void *priv)
@@ -470,6 +508,7 @@ static void http_close(void *priv)
 		curl_share_cleanup(hs->pools[i]);
 	free(hs->pools);
 	curl_multi_cleanup(hs->multi); /* may still call curl_socket_cb: epfd closes after */
+	wire_close(hs->wire);
 	close(hs->epfd);
 	free(hs->fd_state);
 	free(hs);
@@ -491,8 +530,8 @@ static const struct sink_ops http_ops = {
 	.close = http_close,
 };
 
-struct sink *sink_http_open(int max_connections, const struct ssrf_policy *ssrf, char *err,
-			    size_t errlen)
+struct sink *sink_http_open(int max_connections, int lean, const struct ssrf_policy *ssrf,
+			    char *err, size_t errlen)
 {
 	struct sink *s = calloc(1, sizeof(*s));
 	struct http_sink *hs = calloc(1, sizeof(*hs));
@@ -502,6 +541,8 @@ struct sink *sink_http_open(int max_connections, const struct ssrf_policy *ssrf,
 	hs->curl_due_us = -1;
 	hs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))
+		goto fail;
+	if (lean && !(hs->wire = wire_open(hs, max_connections)))
 		goto fail;
 	curl_multi_setopt(hs->multi, CURLMOPT_MAXCONNECTS, (long)max_connections);
 	hs->n_pools = max_connections > CONN_POOL_ROUNDS
@@ -531,6 +572,8 @@ fail:
 	}
 	if (hs && hs->multi)
 		curl_multi_cleanup(hs->multi);
+	if (hs)
+		wire_close(hs->wire);
 	if (hs && hs->epfd > 0)
 		close(hs->epfd);
 	free(hs);

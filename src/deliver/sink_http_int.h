@@ -1,6 +1,7 @@
 /* sink_http_int.h: what the files of the HTTP sink share (sink_http.c: the sink and
  * libcurl's multi interface; http_request.c: building a request, redaction;
- * http_token.c: OAuth2 token requests). Nobody else includes it: the dispatcher sees
+ * http_wire.c: the lean HTTP/1.1 client of plain http:// requests; http_token.c: OAuth2
+ * token requests). Nobody else includes it: the dispatcher sees
  * the HTTP sink only through sink.h. */
 #ifndef OUTBOXD_DELIVER_SINK_HTTP_INT_H
 #define OUTBOXD_DELIVER_SINK_HTTP_INT_H
@@ -31,6 +32,11 @@
  * (64 measured better than 256; a pool costs one libcurl handle, ~6 KiB). */
 #define CONN_POOL_ROUNDS 64
 
+/* The epoll set holds libcurl's sockets (data.u64 = fd << 1) and http_wire.c's
+ * connections (data.u64 = the connection's address | 1). */
+#define CURL_EVENT_TAG(fd) ((uint64_t)(fd) << 1)
+#define WIRE_EVENT_TAG(ptr) ((uint64_t)(ptr) | 1)
+
 /* What CURLOPT_PRIVATE of an easy handle points at: the first member of either struct. */
 enum transfer_kind { TRANSFER_DELIVERY, TRANSFER_TOKEN };
 
@@ -38,6 +44,9 @@ enum http_state { HTTP_IDLE, HTTP_IN_FLIGHT, HTTP_TOKEN_WAIT };
 
 struct http_sink;
 struct oauth2_entry;
+struct wire;
+struct wire_conn;
+struct wire_target;
 
 /* The SSRF guard of one transfer: curl's open-socket hook (http_guard_open_cb) checks the
  * address it is about to connect to and writes here why it refused one. */
@@ -72,6 +81,12 @@ struct http_round {
 	int reauthed;                /* oauth2: this attempt got a new token after a 401 */
 	struct http_round *next;       /* in an oauth2 entry's waiters */
 	struct http_round *fly_prev, *fly_next; /* in http_sink.flying while HTTP_IN_FLIGHT */
+	/* http_wire.c: the request when it goes over the lean client */
+	struct wire_conn *conn;      /* its connection while in flight, else NULL */
+	char *whead;                 /* the request head; may hold credentials, wiped after */
+	size_t whead_cap, whead_len;
+	char *wurl;                  /* the URL last looked up, and its target */
+	struct wire_target *wtarget;
 };
 
 /* A token request in flight (one per oauth2_entry at most). */
@@ -120,6 +135,7 @@ struct http_sink {
 	CURLSH **pools;              /* connection caches, see CONN_POOL_ROUNDS */
 	int n_pools;
 	int next_pool;               /* the pool of the next round made */
+	struct wire *wire;           /* the lean client of plain http://, NULL when off */
 };
 
 /* ---- sink_http.c ---------------------------------------------------------------------- */
@@ -129,6 +145,12 @@ void http_flying_add(struct http_round *h);
 void http_flying_remove(struct http_round *h);
 /* The attempt is over: hands it back to the dispatcher (env.done). */
 void http_report(struct http_round *h);
+/* A request (libcurl's or the lean client's) stopped running: bookkeeping. */
+void http_transfer_done(struct http_round *h);
+/* A request ended: te, the HTTP status when te is TRANSPORT_OK, else the transport's
+ * own text (borrowed). Sets the attempt's outputs and reports it, or resends once with a
+ * new OAuth2 token after a 401. */
+void http_finish(struct http_round *h, enum transport_error te, long status, const char *errtext);
 /* Ends the attempt with code, message and cause (borrowed; redacted here). */
 void http_failed(struct http_round *h, int code, const char *message, const char *cause);
 /* Ends the attempt with a local failure (no request was made): 520 with why. */
@@ -154,6 +176,31 @@ void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback wr
 /* Builds the attempt's request (headers, signature, auth; bearer borrowed, may be NULL)
  * and adds it to the multi handle, or fails the attempt. */
 void http_send_request(struct http_round *h, const char *bearer);
+
+/* ---- http_wire.c ---------------------------------------------------------------------- */
+
+/* The lean client; max_idle: kept-alive connections at most. NULL when out of memory. */
+struct wire *wire_open(struct http_sink *hs, int max_idle);
+void wire_close(struct wire *w);
+/* Sends the attempt of h to url (its head built from h's header lines) when the lean
+ * client can: 1 and the attempt is under way or reported; 0 and nothing happened when
+ * libcurl must take it (https, TLS files, an address not known, a header libcurl owns). */
+int wire_send(struct wire *w, struct http_round *h, const char *url);
+/* libcurl's request to url succeeded: its address serves the lean client for a while. */
+void wire_learn(struct wire *w, const char *url, CURL *easy);
+/* A connection's epoll events. */
+void wire_ready(struct wire *w, struct wire_conn *c, uint32_t events);
+/* Fails the attempts whose deadline passed; wire_due_us: the soonest, -1 none. */
+void wire_expire(struct wire *w, int64_t now_us);
+int64_t wire_due_us(const struct wire *w);
+/* Stops h's request without a report (abort, slot freed). */
+void wire_cancel(struct wire *w, struct http_round *h);
+/* Frees h's lean-client buffers (its slot goes away). */
+void wire_round_free(struct http_round *h);
+/* Frees connections closed since the last call: before epoll_wait, never during a batch. */
+void wire_reap(struct wire *w);
+/* Closes kept-alive connections unused for too long. */
+void wire_prune(struct wire *w, int64_t now_ms);
 
 /* ---- http_token.c --------------------------------------------------------------------- */
 

@@ -65,6 +65,10 @@ static void start_cluster(const char *const *extra)
 		assert_int_equal(daemon_start(&dmn[i], env), 0);
 }
 
+/* Probe events sent by subscribe_all: a slow start can take more than one round, and
+ * every probe is delivered in the end, so each is a successful attempt. */
+static long probes_sent;
+
 /* A subscription to everything at path, created on instance 0; then one probe event per
  * instance, so each has shown it fans out to the subscription before the load starts.
  * The receiver is reset afterwards. */
@@ -72,11 +76,12 @@ static void subscribe_all(const char *path)
 {
 	char sub[64];
 
+	probes_sent = 0; /* each test has a fresh database */
 	e2e_create_sub(&dmn[0], sub, "{\"name\":\"sink\",\"event_types\":[\"*\"],"
 				     "\"endpoint\":\"%s%s\"}", rcv.url, path);
 	for (int attempt = 0; attempt < 50; attempt++) {
 		assert_int_equal(receiver_reset(&rcv), 0);
-		for (int i = 0; i < INSTANCES; i++)
+		for (int i = 0; i < INSTANCES; i++, probes_sent++)
 			json_decref(api_call(&dmn[i], "POST", "/v1/events",
 					     "{\"event_type\":\"probe\",\"payload\":{}}", 202));
 		if (receiver_wait_count(&rcv, NULL, INSTANCES, 5000) == 0) {
@@ -227,7 +232,7 @@ static void test_three_instances_share_the_work(void **state)
 		total += per[i];
 	}
 	assert_int_equal(other, 0);
-	assert_int_equal(total, EVENTS + INSTANCES); /* and the probes */
+	assert_int_equal(total, EVENTS + probes_sent); /* and the probes */
 	for (int i = 0; i < INSTANCES; i++)
 		assert_true(per[i] >= EVENTS / 50); /* each did a real share, at least 2% */
 	for (int i = 0; i < INSTANCES; i++)

@@ -1,0 +1,954 @@
+/* http_wire.c: the HTTP sink's lean HTTP/1.1 client, for plain http:// deliveries.
+ *
+ * libcurl costs 20-30 µs of CPU and ~15 KiB of memory per request (docs/performance.md):
+ * it formats every header byte by byte and keeps a handle and a connection object per
+ * transfer. A webhook over plain HTTP needs far less: one write of a request head built
+ * once per attempt plus the body, one read, a response parser (Debian's http_parser) and
+ * a kept-alive connection. This file does exactly that and nothing else; libcurl keeps
+ * every case it does not cover (https://, TLS files, a host name whose address is not
+ * known here, a URL or a header it would rewrite), so the two send the same request.
+ *
+ * Addresses: an IP literal is used as is; a host name's address is the one libcurl
+ * connected to on its last successful request there (wire_learn), trusted for
+ * DNS_TTL_MS as libcurl trusts its own DNS cache. Then one request every DNS_RETRY_MS
+ * goes through libcurl, which resolves the name anew, while the others keep the old
+ * address for up to DNS_STALE_MS more (so a whole max_in_flight of requests does not
+ * fall back to libcurl at once). Every connection goes through the SSRF guard
+ * (core/ssrf.h) before connect(), as libcurl's do.
+ *
+ * Connections: kept alive per target (host:port as in the URL), newest first, at most
+ * max_idle in all, closed after IDLE_MAX_MS unused or when the server closes them. A
+ * request on a kept-alive connection that dies before any byte of the answer is sent
+ * once more on a fresh one, as libcurl does. Timeouts: the attempts in flight sit in a
+ * min-heap on their deadline.
+ *
+ * Everything runs on the dispatcher's thread; a connection closed while the epoll batch
+ * that may name it is being handled is freed only at the next http_run (wire_reap). */
+#include "deliver/sink_http_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <http_parser.h>
+#include <openssl/crypto.h>
+
+#include "core/metrics.h"
+#include "core/retry.h"
+#include "util/clock.h"
+
+#define DNS_TTL_MS (60 * 1000LL)      /* libcurl's CURLOPT_DNS_CACHE_TIMEOUT default */
+#define DNS_STALE_MS (30 * 1000LL)    /* how much longer an address serves while one
+                                         request through libcurl resolves it anew */
+#define DNS_RETRY_MS (5 * 1000LL)     /* between those requests */
+#define IDLE_MAX_MS (118 * 1000LL)    /* libcurl's CURLOPT_MAXAGE_CONN default */
+#define TARGET_BUCKETS 256
+#define READ_BUF 65536
+
+enum conn_state { CONN_CONNECTING, CONN_SENDING, CONN_READING, CONN_IDLE, CONN_DEAD };
+
+/* Where requests go: host:port as the URL writes it. Targets live until the sink closes
+ * (one per distinct endpoint authority). */
+struct wire_target {
+	char *authority;              /* the Host header and the key */
+	char *host;                   /* for messages: the host part */
+	int port;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;            /* 0 = not known */
+	int literal;                  /* an IP address in the URL: never expires */
+	int64_t learned_ms;           /* when libcurl connected there (monotonic) */
+	int64_t refresh_ms;           /* when a request went to libcurl to resolve it anew */
+	struct wire_conn *idle;       /* kept-alive connections, newest first */
+	struct wire_target *next;     /* in the hash chain */
+};
+
+struct wire_conn {
+	int fd;
+	enum conn_state state;
+	struct wire_target *t;
+	struct http_round *h;         /* the round whose request it carries, NULL when idle */
+	uint32_t watching;            /* the epoll events registered */
+	http_parser parser;
+	size_t sent;                  /* bytes of head + body written */
+	int reused;                   /* the request went on a kept-alive connection */
+	size_t got_bytes;             /* bytes of the answer received */
+	int final;                    /* the final (non-1xx) response is complete */
+	int field_match;              /* the header being read is Retry-After (-1: unknown) */
+	char field[12];
+	size_t field_len;
+	char ra[64];                  /* its value */
+	size_t ra_len;
+	int64_t start_us;             /* when the attempt started on this connection */
+	int64_t deadline_us;          /* 0 = none */
+	size_t heap_i;                /* its place in wire.heap */
+	int64_t idle_since_ms;
+	struct wire_conn *next, *prev; /* in its target's idle list, or the graveyard */
+};
+
+struct wire {
+	struct http_sink *hs;
+	struct wire_target *targets[TARGET_BUCKETS];
+	struct wire_conn **heap;      /* the connections with a deadline, soonest first */
+	size_t heap_n, heap_cap;
+	struct wire_conn *graveyard;  /* closed, freed at the next wire_reap */
+	int n_idle, max_idle;
+	http_parser_settings settings;
+	char rbuf[READ_BUF];          /* every read lands here and is parsed at once */
+};
+
+/* ---- deadlines: a min-heap ----------------------------------------------------------- */
+
+static void heap_swap(struct wire *w, size_t a, size_t b)
+{
+	struct wire_conn *t = w->heap[a];
+	w->heap[a] = w->heap[b];
+	w->heap[b] = t;
+	w->heap[a]->heap_i = a;
+	w->heap[b]->heap_i = b;
+}
+
+static void heap_fix(struct wire *w, size_t i)
+{
+	while (i > 0 && w->heap[(i - 1) / 2]->deadline_us > w->heap[i]->deadline_us) {
+		heap_swap(w, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < w->heap_n && w->heap[l]->deadline_us < w->heap[m]->deadline_us)
+			m = l;
+		if (r < w->heap_n && w->heap[r]->deadline_us < w->heap[m]->deadline_us)
+			m = r;
+		if (m == i)
+			return;
+		heap_swap(w, i, m);
+		i = m;
+	}
+}
+
+static int heap_add(struct wire *w, struct wire_conn *c)
+{
+	if (w->heap_n == w->heap_cap) {
+		size_t cap = w->heap_cap ? w->heap_cap * 2 : 256;
+		struct wire_conn **grown = realloc(w->heap, cap * sizeof(*grown));
+		if (!grown)
+			return -1;
+		w->heap = grown;
+		w->heap_cap = cap;
+	}
+	c->heap_i = w->heap_n;
+	w->heap[w->heap_n++] = c;
+	heap_fix(w, c->heap_i);
+	return 0;
+}
+
+static void heap_remove(struct wire *w, struct wire_conn *c)
+{
+	if (!c->deadline_us)
+		return;
+	size_t i = c->heap_i;
+	c->deadline_us = 0;
+	if (i != --w->heap_n) {
+		w->heap[i] = w->heap[w->heap_n];
+		w->heap[i]->heap_i = i;
+		heap_fix(w, i);
+	}
+}
+
+/* ---- targets ------------------------------------------------------------------------- */
+
+/* The parts of a plain http:// URL this client sends as libcurl would: 0 and the
+ * authority, host and path spans, or -1 when libcurl should take it (another scheme,
+ * user info, a byte libcurl would escape, a dot segment it would remove, a bad port). */
+struct url_parts {
+	const char *auth, *host, *path;
+	size_t auth_len, host_len, path_len;
+	int port;
+};
+
+static int url_split(const char *url, struct url_parts *u)
+{
+	if (strncasecmp(url, "http://", 7) != 0)
+		return -1;
+	for (const unsigned char *p = (const unsigned char *)url; *p; p++)
+		if (*p <= 0x20 || *p >= 0x7f || *p == '\\')
+			return -1;
+	const char *a = url + 7;
+	size_t alen = strcspn(a, "/?#");
+	if (!alen || memchr(a, '@', alen))
+		return -1;
+	u->auth = a;
+	u->auth_len = alen;
+	const char *port = NULL;
+	if (a[0] == '[') {
+		const char *close = memchr(a, ']', alen);
+		if (!close)
+			return -1;
+		u->host = a + 1;
+		u->host_len = (size_t)(close - a - 1);
+		if (close + 1 < a + alen) {
+			if (close[1] != ':')
+				return -1;
+			port = close + 2;
+		}
+	} else {
+		const char *colon = memchr(a, ':', alen);
+		u->host = a;
+		u->host_len = colon ? (size_t)(colon - a) : alen;
+		port = colon ? colon + 1 : NULL;
+	}
+	u->port = 80;
+	if (port) {
+		if (port == a + alen)
+			return -1;
+		long v = 0;
+		for (const char *p = port; p < a + alen; p++) {
+			if (*p < '0' || *p > '9' || (v = v * 10 + (*p - '0')) > 65535)
+				return -1;
+		}
+		if (v < 1)
+			return -1;
+		u->port = (int)v;
+	}
+	if (!u->host_len)
+		return -1;
+	const char *path = a + alen;
+	u->path = path;
+	u->path_len = strcspn(path, "#");
+	if (strstr(path, "/.") || (u->path_len && path[0] == '?'))
+		return -1; /* libcurl normalizes these: let it */
+	return 0;
+}
+
+static struct wire_target *target_get(struct wire *w, const struct url_parts *u)
+{
+	uint32_t hv = 2166136261u; /* FNV-1a, as util/hash.h */
+	for (size_t i = 0; i < u->auth_len; i++)
+		hv = (hv ^ (unsigned char)u->auth[i]) * 16777619u;
+	struct wire_target **slot = &w->targets[hv % TARGET_BUCKETS];
+	for (struct wire_target *t = *slot; t; t = t->next)
+		if (strlen(t->authority) == u->auth_len && memcmp(t->authority, u->auth, u->auth_len) == 0)
+			return t;
+	struct wire_target *t = calloc(1, sizeof(*t));
+	if (!t || !(t->authority = strndup(u->auth, u->auth_len)) ||
+	    !(t->host = strndup(u->host, u->host_len))) {
+		if (t)
+			free(t->authority);
+		free(t);
+		return NULL;
+	}
+	t->port = u->port;
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&t->addr;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&t->addr;
+	if (inet_pton(AF_INET, t->host, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)u->port);
+		t->addrlen = sizeof(*v4);
+		t->literal = 1;
+	} else if (inet_pton(AF_INET6, t->host, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)u->port);
+		t->addrlen = sizeof(*v6);
+		t->literal = 1;
+	}
+	t->next = *slot;
+	*slot = t;
+	return t;
+}
+
+static int target_fresh(const struct wire_target *t, int64_t now_ms)
+{
+	return t->addrlen && (t->literal || now_ms - t->learned_ms < DNS_TTL_MS);
+}
+
+/* 1 when a request to t may go over the lean client now, 0 when libcurl takes it. */
+static int target_usable(struct wire_target *t, int64_t now_ms)
+{
+	if (target_fresh(t, now_ms))
+		return 1;
+	if (!t->addrlen || now_ms - t->learned_ms >= DNS_TTL_MS + DNS_STALE_MS)
+		return 0;
+	if (now_ms - t->refresh_ms >= DNS_RETRY_MS) {
+		t->refresh_ms = now_ms; /* this one resolves the name again */
+		return 0;
+	}
+	return 1;
+}
+
+/* ---- connections --------------------------------------------------------------------- */
+
+static void idle_unlink(struct wire *w, struct wire_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->t->idle = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+	w->n_idle--;
+}
+
+/* Closes c (the kernel takes it out of the epoll set); freed at the next wire_reap. */
+static void conn_close(struct wire *w, struct wire_conn *c)
+{
+	if (c->state == CONN_IDLE)
+		idle_unlink(w, c);
+	heap_remove(w, c);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->state = CONN_DEAD;
+	c->h = NULL;
+	c->next = w->graveyard;
+	w->graveyard = c;
+}
+
+void wire_reap(struct wire *w)
+{
+	while (w->graveyard) {
+		struct wire_conn *c = w->graveyard;
+		w->graveyard = c->next;
+		free(c);
+	}
+}
+
+static int conn_watch(struct wire *w, struct wire_conn *c, uint32_t events)
+{
+	if (c->watching == events)
+		return 0;
+	struct epoll_event ev = {.events = events, .data.u64 = WIRE_EVENT_TAG((uintptr_t)c)};
+	int op = c->watching ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+	if (epoll_ctl(w->hs->epfd, op, c->fd, &ev))
+		return -1;
+	c->watching = events;
+	return 0;
+}
+
+/* The attempt on c ended: c goes back to its target's idle list (keep) or closes, and the
+ * round gets its outcome. */
+static void conn_finish(struct wire *w, struct wire_conn *c, enum transport_error te, long status,
+			const char *errtext, int keep)
+{
+	struct http_round *h = c->h;
+	heap_remove(w, c);
+	c->h = NULL;
+	h->conn = NULL;
+	/* the head may carry credentials: wiped once the attempt is over */
+	OPENSSL_cleanse(h->whead, h->whead_len);
+	h->whead_len = 0;
+	if (keep && w->n_idle < w->max_idle && c->state == CONN_READING) {
+		c->state = CONN_IDLE;
+		c->idle_since_ms = clock_mono_ms();
+		c->prev = NULL;
+		c->next = c->t->idle;
+		if (c->next)
+			c->next->prev = c;
+		c->t->idle = c;
+		w->n_idle++;
+	} else {
+		conn_close(w, c);
+	}
+	http_transfer_done(h);
+	http_finish(h, te, status, errtext);
+}
+
+static void conn_fail(struct wire *w, struct wire_conn *c, enum transport_error te, const char *fmt,
+		      ...) __attribute__((format(printf, 4, 5)));
+
+static void conn_fail(struct wire *w, struct wire_conn *c, enum transport_error te, const char *fmt,
+		      ...)
+{
+	char text[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	conn_finish(w, c, te, 0, text, 0);
+}
+
+static void conn_send(struct wire *w, struct wire_conn *c);
+static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t,
+		      int64_t deadline_us);
+
+/* The request on a kept-alive connection died before any byte of an answer: the server
+ * had closed it. Once more on a fresh connection, within the same attempt. */
+static void conn_retry_fresh(struct wire *w, struct wire_conn *c)
+{
+	struct http_round *h = c->h;
+	struct wire_target *t = c->t;
+	int64_t deadline = c->deadline_us;
+	heap_remove(w, c);
+	c->h = NULL;
+	h->conn = NULL;
+	conn_close(w, c);
+	conn_start(w, h, t, deadline); /* reports a failure itself */
+}
+
+/* ---- the response --------------------------------------------------------------------- */
+
+static struct wire_conn *conn_of(http_parser *p)
+{
+	return p->data;
+}
+
+static int on_message_begin(http_parser *p)
+{
+	struct wire_conn *c = conn_of(p);
+	struct http_round *h = c->h;
+	/* an interim (1xx) answer before may have set these */
+	h->sj->retry_after_ms = -1;
+	h->body_len = 0;
+	h->sj->cause[0] = '\0';
+	c->field_match = -1;
+	c->ra_len = 0;
+	return 0;
+}
+
+/* Header names arrive in pieces; only Retry-After matters (core/retry.h). */
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+	struct wire_conn *c = conn_of(p);
+	if (c->field_match != -1) { /* a new field after a value */
+		c->field_len = 0;
+		c->field_match = -1;
+	}
+	if (c->field_len + len <= sizeof(c->field)) {
+		memcpy(c->field + c->field_len, at, len);
+		c->field_len += len;
+	} else {
+		c->field_len = sizeof(c->field) + 1; /* too long to be Retry-After */
+	}
+	return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+	struct wire_conn *c = conn_of(p);
+	if (c->field_match == -1) {
+		c->field_match = c->field_len == 11 && strncasecmp(c->field, "Retry-After", 11) == 0;
+		if (c->field_match)
+			c->ra_len = 0;
+	}
+	if (c->field_match == 1) {
+		size_t take = len < sizeof(c->ra) - 1 - c->ra_len ? len : sizeof(c->ra) - 1 - c->ra_len;
+		memcpy(c->ra + c->ra_len, at, take);
+		c->ra_len += take;
+	}
+	return 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+	struct wire_conn *c = conn_of(p);
+	int64_t ms;
+	if (c->ra_len) {
+		c->ra[c->ra_len] = '\0';
+		if (retry_after_parse(c->ra, clock_now_ms(), &ms) == 0)
+			c->h->sj->retry_after_ms = ms;
+	}
+	return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+	struct wire_conn *c = conn_of(p);
+	http_body_cb((char *)at, 1, len, c->h); /* keeps the first SINK_CAUSE_LEN - 1 bytes */
+	return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+	struct wire_conn *c = conn_of(p);
+	if (p->status_code >= 200) {
+		c->final = 1;
+		http_parser_pause(p, 1); /* anything after it is not ours */
+	}
+	return 0;
+}
+
+/* The answer of a finished exchange, from c->parser. A connection is kept only when the
+ * answer ended cleanly after the whole request was written (a server may answer early). */
+static void conn_answered(struct wire *w, struct wire_conn *c, int more_bytes)
+{
+	size_t total = c->h->whead_len + c->h->sj->claim->payload_len;
+	int keep = !more_bytes && c->sent == total && http_should_keep_alive(&c->parser);
+	conn_finish(w, c, TRANSPORT_OK, (long)c->parser.status_code, NULL, keep);
+}
+
+/* The connection ended (eof) or failed (err, an errno) while the answer was awaited. */
+static void conn_lost(struct wire *w, struct wire_conn *c, int err)
+{
+	if (!err) {
+		http_parser_execute(&c->parser, &w->settings, NULL, 0); /* the end of a body
+		                                                         * read until close */
+		if (c->final) {
+			conn_answered(w, c, 1);
+			return;
+		}
+	}
+	if (c->reused && !c->got_bytes) {
+		conn_retry_fresh(w, c);
+		return;
+	}
+	if (err)
+		conn_fail(w, c, TRANSPORT_OTHER, "Recv failure: %s", strerror(err));
+	else if (!c->got_bytes)
+		conn_fail(w, c, TRANSPORT_OTHER, "Empty reply from server");
+	else
+		conn_fail(w, c, TRANSPORT_OTHER,
+			  "transfer closed with outstanding read data remaining");
+}
+
+static void conn_read(struct wire *w, struct wire_conn *c)
+{
+	for (;;) {
+		ssize_t n = recv(c->fd, w->rbuf, sizeof(w->rbuf), 0);
+		if (n == 0) {
+			conn_lost(w, c, 0);
+			return;
+		}
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			if (errno == EINTR)
+				continue;
+			conn_lost(w, c, errno);
+			return;
+		}
+		c->got_bytes += (size_t)n;
+		size_t used = http_parser_execute(&c->parser, &w->settings, w->rbuf, (size_t)n);
+		if (c->final) {
+			conn_answered(w, c, used < (size_t)n);
+			return;
+		}
+		enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+		if (e != HPE_OK) {
+			conn_fail(w, c, TRANSPORT_OTHER, "Weird server reply: %s",
+				  http_errno_description(e));
+			return;
+		}
+		if ((size_t)n < sizeof(w->rbuf))
+			return; /* level-triggered: more wakes us again */
+	}
+}
+
+/* ---- the request ---------------------------------------------------------------------- */
+
+/* Writes what is left of the request; then waits for the answer. */
+static void conn_send(struct wire *w, struct wire_conn *c)
+{
+	struct http_round *h = c->h;
+	const struct store_claim *claim = h->sj->claim;
+	size_t total = h->whead_len + claim->payload_len;
+
+	while (c->sent < total) {
+		struct iovec iov[2];
+		int n_iov = 0;
+		if (c->sent < h->whead_len) {
+			iov[n_iov].iov_base = h->whead + c->sent;
+			iov[n_iov++].iov_len = h->whead_len - c->sent;
+		}
+		size_t body_off = c->sent > h->whead_len ? c->sent - h->whead_len : 0;
+		if (claim->payload_len > body_off) {
+			iov[n_iov].iov_base = (char *)claim->payload + body_off;
+			iov[n_iov++].iov_len = claim->payload_len - body_off;
+		}
+		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+		ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				if (conn_watch(w, c, EPOLLIN | EPOLLOUT))
+					conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+				return;
+			}
+			if (c->reused && (errno == EPIPE || errno == ECONNRESET)) {
+				conn_retry_fresh(w, c);
+				return;
+			}
+			conn_fail(w, c, TRANSPORT_OTHER, "Send failure: %s", strerror(errno));
+			return;
+		}
+		c->sent += (size_t)n;
+	}
+	c->state = CONN_READING;
+	if (conn_watch(w, c, EPOLLIN))
+		conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+}
+
+/* The connect of c finished (writable or an error). */
+static void conn_connected(struct wire *w, struct wire_conn *c)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err) {
+		conn_fail(w, c, TRANSPORT_REFUSED, "Failed to connect to %s port %d after %lld ms: %s",
+			  c->t->host, c->t->port,
+			  (long long)((clock_mono_us() - c->start_us) / 1000), strerror(err));
+		return;
+	}
+	c->state = CONN_SENDING;
+	conn_send(w, c);
+}
+
+/* Starts h's request on a kept-alive connection to t or a new one. 0 when under way (or
+ * answered already), -1 when it failed (reported through http_finish). */
+static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t,
+		      int64_t deadline_us)
+{
+	int64_t now_ms = clock_mono_ms();
+	struct wire_conn *c = NULL;
+
+	while (t->idle) {
+		struct wire_conn *old = t->idle;
+		idle_unlink(w, old);
+		if (now_ms - old->idle_since_ms < IDLE_MAX_MS) {
+			c = old;
+			c->reused = 1;
+			break;
+		}
+		old->state = CONN_READING; /* not idle any more: conn_close must not unlink */
+		conn_close(w, old);
+	}
+	if (!c) {
+		const char *refused = ssrf_refused(w->hs->ssrf, (const struct sockaddr *)&t->addr);
+		if (refused) {
+			char ip[64];
+			snprintf(h->guard.refused, sizeof(h->guard.refused), "%s address %s", refused,
+				 ssrf_address_text((const struct sockaddr *)&t->addr, ip, sizeof(ip)));
+			http_transfer_done(h);
+			http_finish(h, TRANSPORT_REFUSED, 0, "refused by the SSRF guard");
+			return -1;
+		}
+		if (!(c = calloc(1, sizeof(*c)))) {
+			http_transfer_done(h);
+			http_finish(h, TRANSPORT_OTHER, 0, "out of memory");
+			return -1;
+		}
+		c->t = t;
+		c->fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		c->state = CONN_CONNECTING;
+		if (c->fd < 0) {
+			c->h = h;
+			h->conn = c;
+			conn_fail(w, c, TRANSPORT_OTHER, "socket: %s", strerror(errno));
+			return -1;
+		}
+		int one = 1;
+		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	}
+	c->h = h;
+	h->conn = c;
+	c->sent = 0;
+	c->got_bytes = 0;
+	c->final = 0;
+	c->start_us = clock_mono_us();
+	http_parser_init(&c->parser, HTTP_RESPONSE);
+	c->parser.data = c;
+	c->deadline_us = deadline_us;
+	if (deadline_us && heap_add(w, c)) {
+		c->deadline_us = 0;
+		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
+		return -1;
+	}
+	if (c->state == CONN_CONNECTING) {
+		int rc = connect(c->fd, (const struct sockaddr *)&t->addr, t->addrlen);
+		if (rc < 0 && errno != EINPROGRESS) {
+			conn_fail(w, c, TRANSPORT_REFUSED, "Failed to connect to %s port %d after 0 ms: %s",
+				  t->host, t->port, strerror(errno));
+			return -1;
+		}
+		if (conn_watch(w, c, EPOLLOUT)) {
+			conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+			return -1;
+		}
+		if (rc == 0)
+			conn_connected(w, c);
+		return 0;
+	}
+	c->state = CONN_SENDING;
+	conn_send(w, c);
+	return 0;
+}
+
+/* Whether a header line (NUL-terminated "Name: value") names a header this client writes
+ * itself: a subscription that sets one goes through libcurl, which replaces its own. */
+static int line_is_own(const char *line)
+{
+	static const char *const own[] = {"Host:", "Content-Length:", "Transfer-Encoding:",
+					  "Connection:", "Accept:"};
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		if (strncasecmp(line, own[i], strlen(own[i])) == 0)
+			return 1;
+	return 0;
+}
+
+/* The request head: request line, Host, Accept, Content-Length, then the round's header
+ * lines (http_request.c). -1 when it cannot be made here (a header libcurl would treat
+ * specially) or memory ran out. */
+static int head_build(struct http_round *h, const struct url_parts *u, size_t body_len)
+{
+	char cl[24];
+	int cl_len = snprintf(cl, sizeof(cl), "%zu", body_len);
+	/* the fixed text, the spans, and each line of hbuf with CRLF for its NUL */
+	size_t need = 64 + u->path_len + u->auth_len + (size_t)cl_len + h->hbuf_len * 2;
+	if (need > h->whead_cap) {
+		size_t cap = h->whead_cap ? h->whead_cap : 1024;
+		while (cap < need)
+			cap *= 2;
+		char *nb = malloc(cap);
+		if (!nb)
+			return -1;
+		if (h->whead) {
+			OPENSSL_cleanse(h->whead, h->whead_cap);
+			free(h->whead);
+		}
+		h->whead = nb;
+		h->whead_cap = cap;
+	}
+	char *p = h->whead;
+#define PUT(s, n) (memcpy(p, (s), (n)), p += (n))
+#define PUTS(lit) PUT(lit, sizeof(lit) - 1)
+	PUTS("POST ");
+	if (u->path_len)
+		PUT(u->path, u->path_len);
+	else
+		PUTS("/");
+	PUTS(" HTTP/1.1\r\nHost: ");
+	PUT(u->auth, u->auth_len);
+	PUTS("\r\nAccept: */*\r\nContent-Length: ");
+	PUT(cl, (size_t)cl_len);
+	PUTS("\r\n");
+	for (size_t o = 0; o < h->hbuf_len;) {
+		const char *line = h->hbuf + o;
+		size_t len = strlen(line);
+		o += len + 1;
+		const char *colon = memchr(line, ':', len);
+		if (!colon || line_is_own(line)) {
+			OPENSSL_cleanse(h->whead, (size_t)(p - h->whead));
+			h->whead_len = 0;
+			return -1;
+		}
+		const char *v = colon + 1;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		if (!*v)
+			continue; /* "Name:" asks libcurl not to send the header (Expect) */
+		PUT(line, len);
+		PUTS("\r\n");
+	}
+	PUTS("\r\n");
+#undef PUTS
+#undef PUT
+	h->whead_len = (size_t)(p - h->whead);
+	return 0;
+}
+
+int wire_send(struct wire *w, struct http_round *h, const char *url)
+{
+	const struct subscription *s = h->sj->sub;
+	struct url_parts u;
+
+	if (s->tls_ca_file || s->tls_client_cert || url_split(url, &u))
+		return 0;
+	/* the target of this URL: the round remembers the last one it looked up */
+	if (!h->wtarget || !h->wurl || strcmp(h->wurl, url) != 0) {
+		free(h->wurl);
+		h->wurl = strdup(url);
+		h->wtarget = h->wurl ? target_get(w, &u) : NULL;
+		if (!h->wtarget)
+			return 0;
+	}
+	if (!target_usable(h->wtarget, clock_mono_ms()))
+		return 0;
+	if (head_build(h, &u, h->sj->claim->payload_len))
+		return 0;
+	metrics_http_request(1);
+	h->state = HTTP_IN_FLIGHT;
+	w->hs->in_flight++;
+	http_flying_add(h);
+	int64_t deadline = h->sj->timeout_ms > 0 ? clock_mono_us() + h->sj->timeout_ms * 1000 : 0;
+	conn_start(w, h, h->wtarget, deadline);
+	return 1;
+}
+
+/* ---- the sink's loop ------------------------------------------------------------------ */
+
+void wire_ready(struct wire *w, struct wire_conn *c, uint32_t events)
+{
+	switch (c->state) {
+	case CONN_DEAD:
+		return; /* closed earlier in this epoll batch */
+	case CONN_IDLE:
+		/* the server closed it, or sent what nobody asked for */
+		conn_close(w, c);
+		return;
+	case CONN_CONNECTING:
+		conn_connected(w, c);
+		return;
+	case CONN_SENDING:
+		if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+			/* an early answer (413 before the whole body) or a reset */
+			c->state = CONN_READING;
+			if (conn_watch(w, c, EPOLLIN))
+				conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+			else
+				conn_read(w, c);
+		} else {
+			conn_send(w, c);
+		}
+		return;
+	case CONN_READING:
+		conn_read(w, c);
+		return;
+	}
+}
+
+void wire_expire(struct wire *w, int64_t now_us)
+{
+	while (w->heap_n && w->heap[0]->deadline_us <= now_us) {
+		struct wire_conn *c = w->heap[0];
+		long long ms = (now_us - c->start_us) / 1000;
+		if (c->state == CONN_CONNECTING)
+			conn_fail(w, c, TRANSPORT_TIMEOUT, "Connection timed out after %lld milliseconds",
+				  ms);
+		else
+			conn_fail(w, c, TRANSPORT_TIMEOUT,
+				  "Operation timed out after %lld milliseconds with %zu bytes received",
+				  ms, c->got_bytes);
+	}
+}
+
+int64_t wire_due_us(const struct wire *w)
+{
+	return w->heap_n ? w->heap[0]->deadline_us : -1;
+}
+
+void wire_cancel(struct wire *w, struct http_round *h)
+{
+	struct wire_conn *c = h->conn;
+	if (!c)
+		return;
+	h->conn = NULL;
+	OPENSSL_cleanse(h->whead, h->whead_len);
+	h->whead_len = 0;
+	conn_close(w, c);
+}
+
+void wire_round_free(struct http_round *h)
+{
+	free(h->wurl);
+	h->wurl = NULL;
+	h->wtarget = NULL;
+	if (h->whead) {
+		OPENSSL_cleanse(h->whead, h->whead_cap);
+		free(h->whead);
+	}
+	h->whead = NULL;
+	h->whead_cap = h->whead_len = 0;
+}
+
+void wire_learn(struct wire *w, const char *url, CURL *easy)
+{
+	struct url_parts u;
+	char *ip = NULL;
+	long port = 0;
+	if (url_split(url, &u))
+		return;
+	struct wire_target *t = target_get(w, &u);
+	int64_t now_ms = clock_mono_ms();
+	if (!t || t->literal || target_fresh(t, now_ms))
+		return;
+	if (curl_easy_getinfo(easy, CURLINFO_PRIMARY_IP, &ip) != CURLE_OK || !ip ||
+	    curl_easy_getinfo(easy, CURLINFO_PRIMARY_PORT, &port) != CURLE_OK || port != t->port)
+		return;
+	struct sockaddr_storage addr = {0};
+	socklen_t addrlen = 0;
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&addr;
+	if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)port);
+		addrlen = sizeof(*v4);
+	} else if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)port);
+		addrlen = sizeof(*v6);
+	} else {
+		return;
+	}
+	if (t->addrlen != addrlen || memcmp(&t->addr, &addr, addrlen) != 0) {
+		/* a new address: the connections to the old one go */
+		while (t->idle) {
+			conn_close(w, t->idle);
+		}
+		t->addr = addr;
+		t->addrlen = addrlen;
+	}
+	t->learned_ms = now_ms;
+}
+
+void wire_prune(struct wire *w, int64_t now_ms)
+{
+	for (size_t b = 0; b < TARGET_BUCKETS; b++) {
+		for (struct wire_target *t = w->targets[b]; t; t = t->next) {
+			struct wire_conn *c = t->idle;
+			while (c) {
+				struct wire_conn *next = c->next;
+				if (now_ms - c->idle_since_ms >= IDLE_MAX_MS)
+					conn_close(w, c);
+				c = next;
+			}
+		}
+	}
+}
+
+struct wire *wire_open(struct http_sink *hs, int max_idle)
+{
+	struct wire *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->hs = hs;
+	w->max_idle = max_idle;
+	http_parser_settings_init(&w->settings);
+	w->settings.on_message_begin = on_message_begin;
+	w->settings.on_header_field = on_header_field;
+	w->settings.on_header_value = on_header_value;
+	w->settings.on_headers_complete = on_headers_complete;
+	w->settings.on_body = on_body;
+	w->settings.on_message_complete = on_message_complete;
+	return w;
+}
+
+void wire_close(struct wire *w)
+{
+	if (!w)
+		return;
+	for (size_t b = 0; b < TARGET_BUCKETS; b++) {
+		while (w->targets[b]) {
+			struct wire_target *t = w->targets[b];
+			w->targets[b] = t->next;
+			while (t->idle)
+				conn_close(w, t->idle);
+			free(t->authority);
+			free(t->host);
+			free(t);
+		}
+	}
+	wire_reap(w);
+	free(w->heap);
+	free(w);
+}
