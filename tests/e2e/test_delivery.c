@@ -347,6 +347,59 @@ static void test_handoff_and_claims_each_once(void **state)
 	assert_int_equal(claimed + handed, 2050);
 }
 
+/* outboxd_http_requests_total{client=...}. */
+static long http_requests(const char *client)
+{
+	char series[96];
+	snprintf(series, sizeof(series), "outboxd_http_requests_total{client=\"%s\"}", client);
+	return (long)e2e_metric(&dmn, series);
+}
+
+/* The lean HTTP/1.1 client (deliver/http_wire.c): a host name goes through libcurl until
+ * libcurl has connected there once, then over the lean client to the address it used;
+ * the subscriber gets the same headers either way. */
+static void test_lean_client_after_libcurl_resolves(void **state)
+{
+	char sub[64], url[160], ev[64];
+	const char *port = strrchr(rcv.url, ':');
+	snprintf(url, sizeof(url), "http://localhost%s/named", port);
+	e2e_create_sub(&dmn, sub, "{\"name\":\"named\",\"event_types\":[\"named.*\"],"
+				  "\"endpoint\":\"%s\",\"headers\":{\"X-Team\":\"billing\"}}", url);
+	long lean0 = http_requests("lean"), curl0 = http_requests("libcurl");
+	e2e_send(&dmn, ev, "{\"event_type\":\"named.first\",\"payload\":{\"n\":0}}");
+	assert_int_equal(receiver_wait_count(&rcv, "/named", 1, 10000), 0);
+	for (int i = 1; i <= 5; i++) {
+		char body[96];
+		snprintf(body, sizeof(body), "{\"event_type\":\"named.next\",\"payload\":{\"n\":%d}}", i);
+		e2e_send(&dmn, ev, body);
+		assert_int_equal(receiver_wait_count(&rcv, "/named", (size_t)i + 1, 10000), 0);
+	}
+	long lean = http_requests("lean") - lean0, curl = http_requests("libcurl") - curl0;
+	fprintf(stderr, "named host: %ld requests over libcurl, %ld over the lean client\n", curl,
+		lean);
+	assert_int_equal(curl, 1);
+	assert_int_equal(lean, 5);
+
+	/* the same header names, and the same values where they do not vary */
+	json_t *reqs = receiver_requests(&rcv, "/named");
+	assert_int_equal(json_array_size(reqs), 6);
+	json_t *first = json_object_get(json_array_get(reqs, 0), "headers");
+	for (size_t i = 1; i < 6; i++) {
+		json_t *h = json_object_get(json_array_get(reqs, i), "headers");
+		const char *name;
+		json_t *v;
+		assert_int_equal(json_object_size(h), json_object_size(first));
+		json_object_foreach(first, name, v) {
+			assert_non_null(json_object_get(h, name));
+		}
+		assert_string_equal(header(json_array_get(reqs, i), "x-team"), "billing");
+		assert_string_equal(header(json_array_get(reqs, i), "host"),
+				    header(json_array_get(reqs, 0), "host"));
+		assert_string_equal(header(json_array_get(reqs, i), "user-agent"), "outboxd/0.1");
+	}
+	json_decref(reqs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -357,6 +410,7 @@ int main(void)
 		cmocka_unit_test(test_binary_payload_and_basic_auth),
 		cmocka_unit_test(test_trace_context_and_metrics),
 		cmocka_unit_test(test_handoff_and_claims_each_once),
+		cmocka_unit_test(test_lean_client_after_libcurl_resolves),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
