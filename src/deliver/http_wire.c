@@ -408,7 +408,10 @@ static int on_message_begin(http_parser *p)
 	h->sj->retry_after_ms = -1;
 	h->body_len = 0;
 	h->sj->cause[0] = '\0';
+	/* a new answer (the next on a kept-alive connection, or the final one after a 1xx):
+	 * its first header name must not be appended to the last one read before */
 	c->field_match = -1;
+	c->field_len = 0;
 	c->ra_len = 0;
 	return 0;
 }
