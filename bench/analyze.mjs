@@ -207,6 +207,21 @@ function report(work, results) {
     t("PostgreSQL: ≥ 15,000 deliveries/s", "–", null);
   }
 
+  // Issue 17's table (performance round 2): ratios from this same run.
+  if (rows.sqlite?.available) {
+    const r = rows.sqlite;
+    t("SQLite 1 subscription, ÷ ceiling: ≥ 0.25×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.25, 17);
+    t("SQLite outboxd CPU per delivery: ≤ 35 µs", `${f1(r.cpu_us_per_delivery)} µs`, r.cpu_us_per_delivery <= 35, 17);
+    t("SQLite ÷ peer: ≥ 5×", r.vs_peer ? `${r.vs_peer.toFixed(2)}×` : "–", (r.vs_peer ?? 0) >= 5, 17);
+  }
+  if (rows.postgres?.available) {
+    const r = rows.postgres;
+    t("PostgreSQL 1 subscription, ÷ ceiling: ≥ 0.20×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.2, 17);
+  }
+  if (rows.sqlite?.latency && rows.postgres?.latency) {
+    const a = rows.sqlite.latency.p99_us, b = rows.postgres.latency.p99_us;
+    t("p99 at 1,000 events/s, SQLite ≤ 5 ms / PostgreSQL ≤ 10 ms", `${ms(a)} / ${ms(b)} ms`, a <= 5000 && b <= 10000, 17);
+  }
   if (rows.slow?.available) {
     const r = rows.slow;
     t(`slow receivers: deliveries/s ≥ 0.85 of max_in_flight ÷ delay`, r.fraction.toFixed(2), r.fraction >= 0.85, 17);
@@ -300,8 +315,8 @@ function report(work, results) {
         "store's cache and the queued deliveries grow meanwhile). Most held: the most requests " +
         "the sink was answering at once.",
     );
-    targetTable(17);
   }
+  targetTable(17);
   const notes = [];
   for (const n of names) {
     const r = rows[n];

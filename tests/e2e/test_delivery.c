@@ -400,6 +400,36 @@ static void test_lean_client_after_libcurl_resolves(void **state)
 	json_decref(reqs);
 }
 
+/* A payload near max_payload (1 MiB) reaches the subscriber byte for byte: the lean client
+ * writes such a body over several sendmsg calls when the socket buffer fills. */
+static void test_large_payload_byte_for_byte(void **state)
+{
+	enum { BLOB = 1000 * 1000 };
+	char sub[64], ev[64];
+	e2e_create_sub(&dmn, sub, "{\"name\":\"large\",\"event_types\":[\"large.*\"],"
+				  "\"endpoint\":\"%s/large\"}", rcv.url);
+	char *payload = malloc(BLOB + 16), *body = malloc(BLOB + 128);
+	assert_non_null(payload);
+	assert_non_null(body);
+	int n = snprintf(payload, 16, "{\"blob\":\"");
+	for (int i = 0; i < BLOB; i++)
+		payload[n + i] = (char)('a' + i % 26);
+	strcpy(payload + n + BLOB, "\"}");
+	snprintf(body, BLOB + 128, "{\"event_type\":\"large.one\",\"payload\":%s}", payload);
+	e2e_send(&dmn, ev, body);
+	assert_int_equal(receiver_wait_count(&rcv, "/large", 1, 20000), 0);
+	json_t *reqs = receiver_requests(&rcv, "/large");
+	json_t *r = json_array_get(reqs, 0);
+	assert_string_equal(header(r, "webhook-id"), ev);
+	const char *got = json_string_value(json_object_get(r, "body"));
+	assert_non_null(got);
+	assert_int_equal(strlen(got), strlen(payload));
+	assert_true(strcmp(got, payload) == 0);
+	json_decref(reqs);
+	free(payload);
+	free(body);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -411,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_trace_context_and_metrics),
 		cmocka_unit_test(test_handoff_and_claims_each_once),
 		cmocka_unit_test(test_lean_client_after_libcurl_resolves),
+		cmocka_unit_test(test_large_payload_byte_for_byte),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

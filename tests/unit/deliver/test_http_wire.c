@@ -76,6 +76,7 @@ struct server {
 	atomic_int stop;
 	const struct reply *replies;
 	size_t n_replies;
+	atomic_int stall_ms;    /* a new connection is not read from for this long */
 	pthread_mutex_t mu;     /* guards what follows */
 	struct seen seen[MAX_SEEN];
 	int n_seen, accepts, closes;
@@ -83,6 +84,7 @@ struct server {
 
 struct sconn {
 	int fd, id, hung;
+	int64_t read_from_ms;   /* stall_ms after its accept */
 	char *buf;
 	size_t len, cap;
 };
@@ -189,7 +191,8 @@ static void *server_main(void *arg)
 	while (!atomic_load(&s->stop)) {
 		struct pollfd pfd[MAX_CONNS + 1] = {{.fd = s->lfd, .events = POLLIN}};
 		for (int i = 0; i < n; i++)
-			pfd[i + 1] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
+			pfd[i + 1] = (struct pollfd){.fd = conns[i].fd,
+						     .events = mono_ms() >= conns[i].read_from_ms ? POLLIN : 0};
 		if (poll(pfd, (nfds_t)n + 1, 20) <= 0)
 			continue;
 		for (int i = n - 1; i >= 0; i--) {
@@ -206,7 +209,8 @@ static void *server_main(void *arg)
 			int one = 1;
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 			pthread_mutex_lock(&s->mu);
-			conns[n++] = (struct sconn){.fd = fd, .id = s->accepts++};
+			conns[n++] = (struct sconn){.fd = fd, .id = s->accepts++,
+						    .read_from_ms = mono_ms() + atomic_load(&s->stall_ms)};
 			pthread_mutex_unlock(&s->mu);
 		}
 	}
@@ -451,6 +455,37 @@ static void test_plain_200(void **state)
 	assert_null(strcasestr(req, "\r\nExpect:"));
 	const char *body = strstr(req, "\r\n\r\n") + 4;
 	assert_string_equal(body, PAYLOAD);
+}
+
+/* A body larger than the socket buffers while the server does not read yet: the client
+ * waits for the socket to drain (EPOLLOUT) and writes the rest; the server gets it all. */
+static void test_large_body_waits_for_room(void **state)
+{
+	enum { BIG = 4 << 20 };
+	static const struct reply replies[] = {{.parts = {OK_200}}};
+	struct fixture *f = *state;
+	struct server *srv = &f->srv;
+	struct client *c = &f->c;
+	char *big = f->mem[0] = malloc(BIG);
+	assert_non_null(big);
+	for (size_t i = 0; i < BIG; i++)
+		big[i] = (char)('a' + i % 26);
+	server_start(srv, replies, 1);
+	atomic_store(&srv->stall_ms, 300); /* read at the first accept, which follows */
+	f->srv_on = 1;
+	client_open(c, 1, "127.0.0.0/8", URL, srv->port);
+	f->c_on = 1;
+	c->claim.payload = big;
+	c->claim.payload_len = BIG;
+
+	int64_t took = client_send(c, 5000);
+	assert_ok_outputs(c, 200);
+	assert_true(took >= 250); /* it did wait for the server to read */
+	assert_int_equal(server_get(srv, &srv->n_seen), 1);
+	const char *req = srv->seen[0].bytes;
+	const char *body = strstr(req, "\r\n\r\n") + 4;
+	assert_int_equal(srv->seen[0].len - (size_t)(body - req), BIG);
+	assert_memory_equal(body, big, BIG);
 }
 
 static void test_keep_alive(void **state)
@@ -735,6 +770,7 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_plain_200, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_large_body_waits_for_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_keep_alive, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chunked_500, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_until_close, setup, teardown),
