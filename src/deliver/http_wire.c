@@ -620,6 +620,7 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 		if (now_ms - old->idle_since_ms < IDLE_MAX_MS) {
 			c = old;
 			c->reused = 1;
+			c->state = CONN_SENDING; /* off the idle list: conn_close must not unlink */
 			break;
 		}
 		old->state = CONN_READING; /* not idle any more: conn_close must not unlink */
@@ -769,6 +770,8 @@ int wire_send(struct wire *w, struct http_round *h, const char *url)
 		return 0;
 	/* the target of this URL: the round remembers the last one it looked up */
 	if (!h->wtarget || !h->wurl || strcmp(h->wurl, url) != 0) {
+		if (h->wurl) /* may carry a query credential */
+			OPENSSL_cleanse(h->wurl, strlen(h->wurl));
 		free(h->wurl);
 		h->wurl = strdup(url);
 		h->wtarget = h->wurl ? target_get(w, &u) : NULL;
@@ -853,6 +856,8 @@ void wire_cancel(struct wire *w, struct http_round *h)
 
 void wire_round_free(struct http_round *h)
 {
+	if (h->wurl) /* may carry a query credential */
+		OPENSSL_cleanse(h->wurl, strlen(h->wurl));
 	free(h->wurl);
 	h->wurl = NULL;
 	h->wtarget = NULL;
