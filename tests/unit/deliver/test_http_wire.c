@@ -528,8 +528,11 @@ static void test_chunked_500(void **state)
 		p += sprintf(p, "\r\n");
 	}
 	sprintf(p, "0\r\n\r\n");
-	const struct reply replies[] = {{.text = text, .piece = 1500, .gap_ms = 1},
-					{.parts = {OK_200}}};
+	/* static: the server thread still reads a reply after the client has its answer,
+	 * maybe after this function returned */
+	static struct reply replies[2];
+	replies[0] = (struct reply){.text = text, .piece = 1500, .gap_ms = 1};
+	replies[1] = (struct reply){.parts = {OK_200}};
 	struct server *srv = &f->srv;
 	struct client *c = &f->c;
 	start(f, replies, 2, 1, "127.0.0.0/8");
