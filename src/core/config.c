@@ -363,7 +363,21 @@ static char *trim(char *s)
 	return s;
 }
 
-/* "key = value" lines; '#' starts a comment; values may be "quoted". */
+/* The comment of a line: the first '#' outside double quotes (a quoted value may hold
+ * one: a password in a DSN), or NULL. */
+static char *comment_start(char *line)
+{
+	int quoted = 0;
+	for (char *p = line; *p; p++) {
+		if (*p == '"')
+			quoted = !quoted;
+		else if (*p == '#' && !quoted)
+			return p;
+	}
+	return NULL;
+}
+
+/* "key = value" lines; '#' starts a comment outside quotes; values may be "quoted". */
 static int load_file(struct config *cfg, const char *text, char *err, size_t errlen)
 {
 	char *copy = strdup(text);
@@ -373,7 +387,7 @@ static int load_file(struct config *cfg, const char *text, char *err, size_t err
 	char *save = NULL;
 	for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		lineno++;
-		char *hash = strchr(line, '#');
+		char *hash = comment_start(line);
 		if (hash)
 			*hash = '\0';
 		char *l = trim(line);

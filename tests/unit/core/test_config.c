@@ -49,6 +49,20 @@ static void test_precedence(void **state)
 	config_free(&c);
 }
 
+/* A '#' inside a quoted value is part of it; outside quotes it starts a comment. */
+static void test_hash_in_quotes(void **state)
+{
+	struct config c;
+	char err[256];
+	const char *file = "db = \"postgres://u:p#ss@db/outboxd\" # the store\n"
+			   "admin_token = \"ab#cd\"\nlisten = 127.0.0.1:9 # unquoted: a comment\n";
+	assert_int_equal(config_load(&c, file, NULL, 0, NULL, err, sizeof(err)), 0);
+	assert_string_equal(c.db, "postgres://u:p#ss@db/outboxd");
+	assert_string_equal(c.admin_token, "ab#cd");
+	assert_string_equal(c.listen, "127.0.0.1:9");
+	config_free(&c);
+}
+
 static void expect_error(const char *file, char **envp, int argc, char **argv, const char *needle)
 {
 	struct config c;
@@ -303,6 +317,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_precedence),
+		cmocka_unit_test(test_hash_in_quotes),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_retry_policy_settings),
 		cmocka_unit_test(test_config_path),
