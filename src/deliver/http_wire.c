@@ -28,9 +28,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,7 +377,7 @@ static void conn_fail(struct wire *w, struct wire_conn *c, enum transport_error 
 
 static void conn_send(struct wire *w, struct wire_conn *c);
 static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t,
-		      int64_t deadline_us);
+		      int64_t deadline_us, int fresh);
 
 /* The request on a kept-alive connection died before any byte of an answer: the server
  * had closed it. Once more on a fresh connection, within the same attempt. */
@@ -390,7 +390,7 @@ static void conn_retry_fresh(struct wire *w, struct wire_conn *c)
 	c->h = NULL;
 	h->conn = NULL;
 	conn_close(w, c);
-	conn_start(w, h, t, deadline); /* reports a failure itself */
+	conn_start(w, h, t, deadline, 1); /* reports a failure itself */
 }
 
 /* ---- the response --------------------------------------------------------------------- */
@@ -606,15 +606,15 @@ static void conn_connected(struct wire *w, struct wire_conn *c)
 	conn_send(w, c);
 }
 
-/* Starts h's request on a kept-alive connection to t or a new one. 0 when under way (or
- * answered already), -1 when it failed (reported through http_finish). */
+/* Starts h's request on a kept-alive connection to t (unless fresh) or a new one. 0 when
+ * under way (or answered already), -1 when it failed (reported through http_finish). */
 static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t,
-		      int64_t deadline_us)
+		      int64_t deadline_us, int fresh)
 {
 	int64_t now_ms = clock_mono_ms();
 	struct wire_conn *c = NULL;
 
-	while (t->idle) {
+	while (!fresh && t->idle) {
 		struct wire_conn *old = t->idle;
 		idle_unlink(w, old);
 		if (now_ms - old->idle_since_ms < IDLE_MAX_MS) {
@@ -787,7 +787,7 @@ int wire_send(struct wire *w, struct http_round *h, const char *url)
 	w->hs->in_flight++;
 	http_flying_add(h);
 	int64_t deadline = h->sj->timeout_ms > 0 ? clock_mono_us() + h->sj->timeout_ms * 1000 : 0;
-	conn_start(w, h, h->wtarget, deadline);
+	conn_start(w, h, h->wtarget, deadline, 0);
 	return 1;
 }
 
