@@ -24,6 +24,26 @@
 #define E2E_SHARED_SECRET_KEY \
 	"OUTBOXD_SECRET_KEY=5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4e7c1a55e5ec4"
 
+/* The usual fixture of a test file: a receiver (r may be NULL: none) and a daemon started
+ * with env (NULL-terminated extra settings, may be NULL). */
+static inline void e2e_setup(struct receiver *r, struct daemon *d, const char *const *env)
+{
+	if (r)
+		assert_int_equal(receiver_start(r), 0);
+	memset(d, 0, sizeof(*d));
+	assert_int_equal(daemon_start(d, env), 0);
+}
+
+/* Its end: a daemon still running must stop cleanly on SIGTERM (exit 0); then its files
+ * and the receiver (NULL: none) go. */
+static inline void e2e_teardown(struct receiver *r, struct daemon *d)
+{
+	assert_int_equal(daemon_stop(d), 0);
+	daemon_cleanup(d);
+	if (r)
+		receiver_stop(r);
+}
+
 /* Runs a shell command; its stdout (NUL-terminated, cut at len - 1) into out. Returns the
  * exit code, or -1 when it did not exit. */
 static inline int e2e_run(const char *cmd, char *out, size_t len)

@@ -19,9 +19,7 @@ static struct daemon dmn;
 
 static int teardown(void **state)
 {
-	if (dmn.pid)
-		assert_int_equal(daemon_stop(&dmn), 0);
-	daemon_cleanup(&dmn);
+	e2e_teardown(NULL, &dmn);
 	return 0;
 }
 

@@ -18,9 +18,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	assert_int_equal(daemon_stop(&dmn), 0);
-	daemon_cleanup(&dmn);
-	receiver_stop(&rcv);
+	e2e_teardown(&rcv, &dmn);
 	return 0;
 }
 

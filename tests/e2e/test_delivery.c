@@ -11,18 +11,14 @@ static struct daemon dmn;
 
 static int setup(void **state)
 {
-	assert_int_equal(receiver_start(&rcv), 0);
 	const char *env[] = {"OUTBOXD_RETRY_INTERVAL=200ms", NULL};
-	memset(&dmn, 0, sizeof(dmn));
-	assert_int_equal(daemon_start(&dmn, env), 0);
+	e2e_setup(&rcv, &dmn, env);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	assert_int_equal(daemon_stop(&dmn), 0); /* SIGTERM: a clean exit 0 */
-	daemon_cleanup(&dmn);
-	receiver_stop(&rcv);
+	e2e_teardown(&rcv, &dmn);
 	return 0;
 }
 

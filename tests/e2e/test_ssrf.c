@@ -20,10 +20,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	if (dmn.pid)
-		assert_int_equal(daemon_stop(&dmn), 0);
-	daemon_cleanup(&dmn);
-	receiver_stop(&rcv);
+	e2e_teardown(&rcv, &dmn);
 	return 0;
 }
 

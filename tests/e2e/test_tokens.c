@@ -14,18 +14,13 @@ static struct daemon dmn;
 
 static int setup(void **state)
 {
-	assert_int_equal(receiver_start(&rcv), 0);
-	memset(&dmn, 0, sizeof(dmn));
-	assert_int_equal(daemon_start(&dmn, NULL), 0);
+	e2e_setup(&rcv, &dmn, NULL);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	if (dmn.pid)
-		assert_int_equal(daemon_stop(&dmn), 0);
-	daemon_cleanup(&dmn);
-	receiver_stop(&rcv);
+	e2e_teardown(&rcv, &dmn);
 	return 0;
 }
 
