@@ -419,6 +419,29 @@ static void assert_ok_outputs(const struct client *c, int code)
 	assert_int_equal(c->r.permanent, 0);
 }
 
+/* Waits (at most TEST_DEADLINE_MS) until the server's counter *field reaches n, running the
+ * client's sink meanwhile when c is given. */
+static void wait_server(struct server *srv, const int *field, int n, struct client *c)
+{
+	int64_t start = mono_ms();
+	while (server_get(srv, field) < n && mono_ms() - start < TEST_DEADLINE_MS) {
+		if (c)
+			pump(c, 20);
+		else
+			sleep_ms(5);
+	}
+}
+
+/* What every request must carry, by either client: the request line, the event's id, no
+ * Expect, the payload as the body. */
+static void assert_request_basics(const char *req)
+{
+	assert_true(strncmp(req, "POST /path?q=1 HTTP/1.1\r\n", 25) == 0);
+	assert_non_null(strstr(req, "\r\nwebhook-id: " EVENT_ID "\r\n"));
+	assert_null(strcasestr(req, "\r\nExpect:"));
+	assert_string_equal(strstr(req, "\r\n\r\n") + 4, PAYLOAD);
+}
+
 #define OK_200 "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 #define OK_204 "HTTP/1.1 204 No Content\r\n\r\n"
 
@@ -444,17 +467,13 @@ static void test_plain_200(void **state)
 	assert_int_equal(server_get(srv, &srv->n_seen), 1);
 	const char *req = srv->seen[0].bytes;
 	char line[64];
-	assert_true(strncmp(req, "POST /path?q=1 HTTP/1.1\r\n", 25) == 0);
+	assert_request_basics(req);
 	snprintf(line, sizeof(line), "\r\nHost: 127.0.0.1:%d\r\n", srv->port);
 	assert_non_null(strstr(req, line));
 	snprintf(line, sizeof(line), "\r\nContent-Length: %zu\r\n", strlen(PAYLOAD));
 	assert_non_null(strstr(req, line));
 	assert_non_null(strstr(req, "\r\nContent-Type: application/json\r\n"));
-	assert_non_null(strstr(req, "\r\nwebhook-id: " EVENT_ID "\r\n"));
 	assert_non_null(strstr(req, "\r\nUser-Agent: outboxd/0.1\r\n"));
-	assert_null(strcasestr(req, "\r\nExpect:"));
-	const char *body = strstr(req, "\r\n\r\n") + 4;
-	assert_string_equal(body, PAYLOAD);
 }
 
 /* A body larger than the socket buffers while the server does not read yet: the client
@@ -470,11 +489,8 @@ static void test_large_body_waits_for_room(void **state)
 	assert_non_null(big);
 	for (size_t i = 0; i < BIG; i++)
 		big[i] = (char)('a' + i % 26);
-	server_start(srv, replies, 1);
+	start(f, replies, 1, 1, "127.0.0.0/8");
 	atomic_store(&srv->stall_ms, 300); /* read at the first accept, which follows */
-	f->srv_on = 1;
-	client_open(c, 1, "127.0.0.0/8", URL, srv->port);
-	f->c_on = 1;
 	c->claim.payload = big;
 	c->claim.payload_len = BIG;
 
@@ -626,9 +642,7 @@ static void test_stale_keep_alive(void **state)
 
 	client_send(c, 5000);
 	assert_ok_outputs(c, 200);
-	int64_t start = mono_ms();
-	while (server_get(srv, &srv->closes) < 1 && mono_ms() - start < TEST_DEADLINE_MS)
-		sleep_ms(5);
+	wait_server(srv, &srv->closes, 1, NULL);
 	sleep_ms(20); /* the FIN reaches the client's socket */
 	client_send(c, 5000);
 	assert_ok_outputs(c, 200);
@@ -729,9 +743,7 @@ static void test_abort(void **state)
 	start(f, replies, 1, 1, "127.0.0.0/8");
 
 	sink_send(c->s, &c->r);
-	int64_t start = mono_ms();
-	while (server_get(srv, &srv->n_seen) < 1 && mono_ms() - start < TEST_DEADLINE_MS)
-		pump(c, 20);
+	wait_server(srv, &srv->n_seen, 1, c);
 	assert_int_equal(server_get(srv, &srv->n_seen), 1);
 	assert_int_equal(sink_busy(c->s), 1);
 	sink_abort(c->s);
@@ -761,11 +773,7 @@ static void test_libcurl(void **state)
 	assert_int_equal(http_requests(1), lean);
 	assert_int_equal(http_requests(0), curl + 2);
 	assert_int_equal(server_get(srv, &srv->n_seen), 2);
-	const char *req = srv->seen[0].bytes;
-	assert_true(strncmp(req, "POST /path?q=1 HTTP/1.1\r\n", 25) == 0);
-	assert_non_null(strstr(req, "\r\nwebhook-id: " EVENT_ID "\r\n"));
-	assert_null(strcasestr(req, "\r\nExpect:"));
-	assert_string_equal(strstr(req, "\r\n\r\n") + 4, PAYLOAD);
+	assert_request_basics(srv->seen[0].bytes);
 }
 
 int main(void)
