@@ -60,6 +60,20 @@ const LABELS = {
   slow: "outboxd, SQLite, slow receivers",
 };
 
+// What every delivering row reports of its throughput run (tp: the run's .tp.json; secs:
+// first ingest request to the last receipt or answer).
+function runFigures(tp, secs) {
+  return {
+    end_to_end_s: secs,
+    ingest_events_per_s: tp.ingest.events_per_s,
+    ingest_s: (tp.ingest.end_us - tp.ingest.start_us) / 1e6,
+    ingest_errors: tp.ingest.errors,
+    cpu_us_per_delivery: ((tp.cpu_ticks / tp.hz) * 1e6) / Math.max(1, tp.deliveries),
+    cpu_s: tp.cpu_ticks / tp.hz,
+    peak_rss_mib: tp.vmhwm_kib / 1024,
+  };
+}
+
 // The slow-receivers row (issue 17): at most in_flight requests can be answered per delay,
 // so in_flight / delay is the rate a perfect client reaches; the row is the fraction of it.
 function slowRow(out, work) {
@@ -80,13 +94,7 @@ function slowRow(out, work) {
     deliveries_per_s: dps,
     bound_per_s: bound,
     fraction: dps / bound,
-    end_to_end_s: secs,
-    ingest_events_per_s: tp.ingest.events_per_s,
-    ingest_s: (tp.ingest.end_us - tp.ingest.start_us) / 1e6,
-    ingest_errors: tp.ingest.errors,
-    cpu_us_per_delivery: ((tp.cpu_ticks / tp.hz) * 1e6) / Math.max(1, tp.deliveries),
-    cpu_s: tp.cpu_ticks / tp.hz,
-    peak_rss_mib: tp.vmhwm_kib / 1024,
+    ...runFigures(tp, secs),
     rss_idle_mib: tp.rss_idle_kib / 1024,
     rss_busy_mib: tp.rss_busy_kib / 1024,
     busy_pending: tp.busy_pending,
@@ -126,13 +134,7 @@ function row(name, kind, work) {
     deliveries_expected: tp.deliveries_expected,
     complete: tp.deliveries >= tp.deliveries_expected,
     deliveries_per_s: tp.deliveries / secs,
-    end_to_end_s: secs,
-    ingest_events_per_s: tp.ingest.events_per_s,
-    ingest_s: (tp.ingest.end_us - tp.ingest.start_us) / 1e6,
-    ingest_errors: tp.ingest.errors,
-    cpu_us_per_delivery: ((tp.cpu_ticks / tp.hz) * 1e6) / Math.max(1, tp.deliveries),
-    cpu_s: tp.cpu_ticks / tp.hz,
-    peak_rss_mib: tp.vmhwm_kib / 1024,
+    ...runFigures(tp, secs),
     process: kind === "peer" ? "node (graphile-worker)" : "outboxd",
   });
   if (tp.ingest.first_error) out.ingest_first_error = tp.ingest.first_error;
