@@ -44,6 +44,7 @@
 #include "core/metrics.h"
 #include "core/retry.h"
 #include "util/clock.h"
+#include "util/hash.h"
 
 #define DNS_TTL_MS (60 * 1000LL)      /* libcurl's CURLOPT_DNS_CACHE_TIMEOUT default */
 #define DNS_STALE_MS (30 * 1000LL)    /* how much longer an address serves while one
@@ -174,6 +175,14 @@ struct url_parts {
 	int port;
 };
 
+/* A round's last URL, split once: the parts point into url (a copy, which may carry a
+ * query credential: wiped when it goes). */
+struct wire_url {
+	char *url;
+	struct url_parts u;
+	struct wire_target *t;
+};
+
 static int url_split(const char *url, struct url_parts *u)
 {
 	if (strncasecmp(url, "http://", 7) != 0)
@@ -228,11 +237,31 @@ static int url_split(const char *url, struct url_parts *u)
 	return 0;
 }
 
+/* The socket address of IP text (v4 or v6) and port: 0, or -1 when ip is not an address. */
+static int addr_from_text(const char *ip, int port, struct sockaddr_storage *out,
+			  socklen_t *len)
+{
+	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
+	memset(out, 0, sizeof(*out));
+	if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*v4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*v6);
+		return 0;
+	}
+	return -1;
+}
+
 static struct wire_target *target_get(struct wire *w, const struct url_parts *u)
 {
-	uint32_t hv = 2166136261u; /* FNV-1a, as util/hash.h */
-	for (size_t i = 0; i < u->auth_len; i++)
-		hv = (hv ^ (unsigned char)u->auth[i]) * 16777619u;
+	uint32_t hv = hash_fnv1a_n(u->auth, u->auth_len);
 	struct wire_target **slot = &w->targets[hv % TARGET_BUCKETS];
 	for (struct wire_target *t = *slot; t; t = t->next)
 		if (strlen(t->authority) == u->auth_len && memcmp(t->authority, u->auth, u->auth_len) == 0)
@@ -246,19 +275,7 @@ static struct wire_target *target_get(struct wire *w, const struct url_parts *u)
 		return NULL;
 	}
 	t->port = u->port;
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&t->addr;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&t->addr;
-	if (inet_pton(AF_INET, t->host, &v4->sin_addr) == 1) {
-		v4->sin_family = AF_INET;
-		v4->sin_port = htons((uint16_t)u->port);
-		t->addrlen = sizeof(*v4);
-		t->literal = 1;
-	} else if (inet_pton(AF_INET6, t->host, &v6->sin6_addr) == 1) {
-		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons((uint16_t)u->port);
-		t->addrlen = sizeof(*v6);
-		t->literal = 1;
-	}
+	t->literal = addr_from_text(t->host, u->port, &t->addr, &t->addrlen) == 0;
 	t->next = *slot;
 	*slot = t;
 	return t;
@@ -688,21 +705,31 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 	return 0;
 }
 
-/* Whether a header line (NUL-terminated "Name: value") names a header this client writes
- * itself: a subscription that sets one goes through libcurl, which replaces its own. */
-static int line_is_own(const char *line)
+/* Whether a header name is one this client writes itself. */
+static int name_is_own(const char *name)
 {
-	static const char *const own[] = {"Host:", "Content-Length:", "Transfer-Encoding:",
-					  "Connection:", "Accept:"};
+	static const char *const own[] = {"Host", "Content-Length", "Transfer-Encoding",
+					  "Connection", "Accept"};
 	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
-		if (strncasecmp(line, own[i], strlen(own[i])) == 0)
+		if (strcasecmp(name, own[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* A subscription that sets such a header itself (its headers, an api-key auth's name) goes
+ * through libcurl, which replaces its own; the DESIGN §3 lines never do. */
+static int sub_sets_own_header(const struct subscription *s)
+{
+	if (s->auth_type == AUTH_API_KEY && s->auth_name && name_is_own(s->auth_name))
+		return 1;
+	for (size_t i = 0; i < s->n_headers; i++)
+		if (name_is_own(s->headers[i].name))
 			return 1;
 	return 0;
 }
 
 /* The request head: request line, Host, Accept, Content-Length, then the round's header
- * lines (http_request.c). -1 when it cannot be made here (a header libcurl would treat
- * specially) or memory ran out. */
+ * lines (http_request.c). -1 when memory ran out. */
 static int head_build(struct http_round *h, const struct url_parts *u, size_t body_len)
 {
 	char cl[24];
@@ -741,12 +768,7 @@ static int head_build(struct http_round *h, const struct url_parts *u, size_t bo
 		size_t len = strlen(line);
 		o += len + 1;
 		const char *colon = memchr(line, ':', len);
-		if (!colon || line_is_own(line)) {
-			OPENSSL_cleanse(h->whead, (size_t)(p - h->whead));
-			h->whead_len = 0;
-			return -1;
-		}
-		const char *v = colon + 1;
+		const char *v = colon ? colon + 1 : line + len;
 		while (*v == ' ' || *v == '\t')
 			v++;
 		if (!*v)
@@ -761,33 +783,57 @@ static int head_build(struct http_round *h, const struct url_parts *u, size_t bo
 	return 0;
 }
 
+static void wire_round_free_url(struct http_round *h)
+{
+	struct wire_url *wu = h->wurl;
+	if (!wu)
+		return;
+	if (wu->url) { /* may carry a query credential */
+		OPENSSL_cleanse(wu->url, strlen(wu->url));
+		free(wu->url);
+	}
+	free(wu);
+	h->wurl = NULL;
+}
+
 int wire_send(struct wire *w, struct http_round *h, const char *url)
 {
 	const struct subscription *s = h->sj->sub;
-	struct url_parts u;
 
-	if (s->tls_ca_file || s->tls_client_cert || url_split(url, &u))
+	if (s->tls_ca_file || s->tls_client_cert || sub_sets_own_header(s))
 		return 0;
-	/* the target of this URL: the round remembers the last one it looked up */
-	if (!h->wtarget || !h->wurl || strcmp(h->wurl, url) != 0) {
-		if (h->wurl) /* may carry a query credential */
-			OPENSSL_cleanse(h->wurl, strlen(h->wurl));
-		free(h->wurl);
-		h->wurl = strdup(url);
-		h->wtarget = h->wurl ? target_get(w, &u) : NULL;
-		if (!h->wtarget)
+	/* the round remembers the last URL it split and its target */
+	struct wire_url *wu = h->wurl;
+	if (!wu || strcmp(wu->url, url) != 0) {
+		struct url_parts u;
+		if (url_split(url, &u))
 			return 0;
+		wire_round_free_url(h);
+		if (!(wu = calloc(1, sizeof(*wu))) || !(wu->url = strdup(url))) {
+			free(wu);
+			return 0;
+		}
+		h->wurl = wu;
+		if (!(wu->t = target_get(w, &u))) {
+			wire_round_free_url(h);
+			return 0;
+		}
+		/* the same spans, in the copy */
+		wu->u = u;
+		wu->u.auth = wu->url + (u.auth - url);
+		wu->u.host = wu->url + (u.host - url);
+		wu->u.path = wu->url + (u.path - url);
 	}
-	if (!target_usable(h->wtarget, clock_mono_ms()))
+	if (!target_usable(wu->t, clock_mono_ms()))
 		return 0;
-	if (head_build(h, &u, h->sj->claim->payload_len))
+	if (head_build(h, &wu->u, h->sj->claim->payload_len))
 		return 0;
 	metrics_http_request(1);
 	h->state = HTTP_IN_FLIGHT;
 	w->hs->in_flight++;
 	http_flying_add(h);
 	int64_t deadline = h->sj->timeout_ms > 0 ? clock_mono_us() + h->sj->timeout_ms * 1000 : 0;
-	conn_start(w, h, h->wtarget, deadline, 0);
+	conn_start(w, h, wu->t, deadline, 0);
 	return 1;
 }
 
@@ -856,11 +902,7 @@ void wire_cancel(struct wire *w, struct http_round *h)
 
 void wire_round_free(struct http_round *h)
 {
-	if (h->wurl) /* may carry a query credential */
-		OPENSSL_cleanse(h->wurl, strlen(h->wurl));
-	free(h->wurl);
-	h->wurl = NULL;
-	h->wtarget = NULL;
+	wire_round_free_url(h);
 	if (h->whead) {
 		OPENSSL_cleanse(h->whead, h->whead_cap);
 		free(h->whead);
@@ -883,21 +925,10 @@ void wire_learn(struct wire *w, const char *url, CURL *easy)
 	if (curl_easy_getinfo(easy, CURLINFO_PRIMARY_IP, &ip) != CURLE_OK || !ip ||
 	    curl_easy_getinfo(easy, CURLINFO_PRIMARY_PORT, &port) != CURLE_OK || port != t->port)
 		return;
-	struct sockaddr_storage addr = {0};
+	struct sockaddr_storage addr;
 	socklen_t addrlen = 0;
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&addr;
-	if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
-		v4->sin_family = AF_INET;
-		v4->sin_port = htons((uint16_t)port);
-		addrlen = sizeof(*v4);
-	} else if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
-		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons((uint16_t)port);
-		addrlen = sizeof(*v6);
-	} else {
+	if (addr_from_text(ip, (int)port, &addr, &addrlen))
 		return;
-	}
 	if (t->addrlen != addrlen || memcmp(&t->addr, &addr, addrlen) != 0) {
 		/* a new address: the connections to the old one go */
 		while (t->idle) {

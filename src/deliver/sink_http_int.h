@@ -47,6 +47,7 @@ struct oauth2_entry;
 struct wire;
 struct wire_conn;
 struct wire_target;
+struct wire_url;
 
 /* The SSRF guard of one transfer: curl's open-socket hook (http_guard_open_cb) checks the
  * address it is about to connect to and writes here why it refused one. */
@@ -85,8 +86,7 @@ struct http_round {
 	struct wire_conn *conn;      /* its connection while in flight, else NULL */
 	char *whead;                 /* the request head; may hold credentials, wiped after */
 	size_t whead_cap, whead_len;
-	char *wurl;                  /* the URL last looked up, and its target */
-	struct wire_target *wtarget;
+	struct wire_url *wurl;       /* the URL last looked up: its parts and target */
 };
 
 /* A token request in flight (one per oauth2_entry at most). */
