@@ -346,8 +346,11 @@ static int serve(int argc, char **argv)
 	}
 	/* Subscription credentials are sealed in the store: the key first, before anything
 	 * reads a subscription (cli/secret_key.h). */
-	if (secret_key_serve(&cfg, st))
+	if ((rc = secret_key_serve(&cfg, st)) != 0) {
+		rc = rc == 2 ? 2 : 1; /* 2: this key is not the store's; a restart cannot help */
 		goto out;
+	}
+	rc = 1;
 	if (!(token = admin_token(&cfg)))
 		goto out;
 

@@ -200,24 +200,27 @@ int secret_key_serve(const struct config *cfg, store *st)
 		log_error("%s", err);
 		goto out;
 	}
-	if (source == KEY_GENERATED)
-		log_warn("generated the key that seals subscription credentials into %s (mode 0600, "
-			 "key id %s): back it up apart from the database — without it the "
-			 "subscriptions' credentials cannot be read", path, key.id);
 	if (store_set_secret_key(st, &key) != STORE_OK) {
 		log_error("out of memory");
 		goto out;
 	}
-	if (store_secrets_prepare(st, &migrated, err, sizeof(err)) != STORE_OK) {
+	int prc = store_secrets_prepare(st, &migrated, err, sizeof(err));
+	if (prc != STORE_OK) {
 		log_error("%s", err);
+		if (prc == STORE_CONFLICT)
+			rc = 2;
 		/* A key made a moment ago that sealed nothing must not become this instance's
 		 * key: the next start would fail the same way with a less helpful message. */
 		if (source == KEY_GENERATED && migrated == 0 && unlink(path) == 0)
 			log_error("this start had generated a new key into %s because neither "
 				  "secret_key nor that file existed; it was removed again: give this "
-				  "instance the key the subscriptions were sealed with", path);
+				  "instance the store's key", path);
 		goto out;
 	}
+	if (source == KEY_GENERATED)
+		log_warn("generated the key that seals subscription credentials into %s (mode 0600, "
+			 "key id %s): back it up apart from the database — without it the "
+			 "subscriptions' credentials cannot be read", path, key.id);
 	if (migrated)
 		log_info("sealed %zu subscriptions that were stored in clear (key id %s)", migrated,
 			 key.id);

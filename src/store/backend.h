@@ -78,6 +78,10 @@ struct store_ops {
 	 * files where the backend can (SQLite: checkpoint and truncate the WAL; PostgreSQL:
 	 * VACUUM FULL of the table). Failing is logged, not fatal. */
 	void (*sub_scrub)(store *st);
+	/* The fact name set to value while it is expect (NULL: while absent), in one
+	 * statement; STORE_NOT_FOUND when it was not (see store_meta_swap). */
+	int (*meta_swap)(store *st, const char *name, const char *expect, const char *value);
+	int (*meta_get)(store *st, const char *name, struct store_meta_value *out);
 	/* Optional (NULL: nothing to listen to). See store_on_work and
 	 * store_on_subscriptions_changed. */
 	void (*on_work)(store *st, void (*cb)(void *ctx), void *ctx);

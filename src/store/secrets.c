@@ -97,7 +97,32 @@ struct rewrite {
 	const struct secretbox_key *from;
 	size_t rewritten;
 	size_t kept;
+	int record;          /* at start: the store records to's id as its key, or refuses
+	                        when it has recorded another (before any row changes) */
 };
+
+/* The store's key is the one it recorded at its first start (STORE_META_SEALING_KEY):
+ * instances started together with keys of their own would each seal what they create
+ * under their key and fail to open the others' rows. Records key's id when none is
+ * recorded yet; STORE_CONFLICT with err naming both ids when another is. */
+static int key_record(store *st, const struct secretbox_key *key, char *err, size_t errlen)
+{
+	struct store_meta_value found;
+	int rc = store_meta_swap(st, STORE_META_SEALING_KEY, NULL, key->id, &found);
+	if (rc == STORE_CONFLICT && strcmp(found.value, key->id) == 0)
+		return STORE_OK; /* recorded already: ours */
+	if (rc == STORE_CONFLICT)
+		snprintf(err, errlen,
+			 "this store's subscriptions are sealed with key id %s (recorded at its "
+			 "first start), but the configured key has id %s: start every outboxd of "
+			 "this store with that key (secret_key, or a copy of the DATA_DIR/secret.key "
+			 "of the instance that started first; docs/operations.md, \"The secret "
+			 "key\"). Nothing was changed.", found.value, key->id);
+	else if (rc != STORE_OK)
+		snprintf(err, errlen, "cannot record the key id in the store: %s",
+			 store_strerror(rc));
+	return rc;
+}
 
 /* Why row cannot be read with the rewrite's keys, into err: the row, the key ids, and
  * what the operator can do. */
@@ -252,6 +277,8 @@ static int rewrite_all(store *st, struct rewrite *w, char *err, size_t errlen)
 			goto out;
 		}
 	}
+	if (w->record && (rc = key_record(st, w->to, err, errlen)) != STORE_OK)
+		goto out;
 	for (size_t i = 0; i < n && rc == STORE_OK; i++)
 		rc = rewrite_row(st, w, &rows[i], err, errlen);
 	if (w->rewritten && st->ops->sub_scrub)
@@ -269,7 +296,7 @@ int store_secrets_prepare(store *st, size_t *migrated, char *err, size_t errlen)
 		snprintf(err, errlen, "no key to seal subscriptions with");
 		return STORE_INVALID;
 	}
-	struct rewrite w = {.to = st->secret_key};
+	struct rewrite w = {.to = st->secret_key, .record = 1};
 	int rc = rewrite_all(st, &w, err, errlen);
 	*migrated = w.rewritten;
 	return rc;
@@ -290,5 +317,25 @@ int store_secrets_rotate(store *st, const struct secretbox_key *new_key, size_t 
 	int rc = rewrite_all(st, &w, err, errlen);
 	*resealed = w.rewritten;
 	*skipped = w.kept;
+	if (rc != STORE_OK)
+		return rc;
+	/* Every row is under the new key: the store's recorded key follows (from the old
+	 * one, from none on a store older than the record, or already the new one when a
+	 * rotation that got this far is run again). */
+	struct store_meta_value found;
+	rc = store_meta_swap(st, STORE_META_SEALING_KEY, st->secret_key->id, new_key->id, &found);
+	if (rc == STORE_CONFLICT && !found.value[0])
+		rc = store_meta_swap(st, STORE_META_SEALING_KEY, NULL, new_key->id, &found);
+	if (rc == STORE_CONFLICT && strcmp(found.value, new_key->id) == 0)
+		rc = STORE_OK;
+	if (rc == STORE_CONFLICT)
+		snprintf(err, errlen, "every subscription is sealed under the new key (id %s), but "
+			 "the store records key id %s as its key, neither the old (%s) nor the new "
+			 "one: was another rotation run at the same time?", new_key->id,
+			 found.value, st->secret_key->id);
+	else if (rc != STORE_OK)
+		snprintf(err, errlen, "every subscription is sealed under the new key (id %s), but "
+			 "the store's record of its key cannot be updated: %s; run rotate-key again",
+			 new_key->id, store_strerror(rc));
 	return rc;
 }

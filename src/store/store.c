@@ -736,6 +736,38 @@ int store_token_delete(store *st, const char *id)
 	return st->ops->token_delete(st, id);
 }
 
+int store_meta_get(store *st, const char *name, struct store_meta_value *out)
+{
+	if (!st || !name || !out)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, meta_get);
+	return st->ops->meta_get(st, name, out);
+}
+
+int store_meta_swap(store *st, const char *name, const char *expect, const char *value,
+		    struct store_meta_value *found)
+{
+	struct store_meta_value now;
+
+	if (!st || !name || !value || strlen(value) >= sizeof(now.value))
+		return STORE_INVALID;
+	OPTIONAL_OP(st, meta_swap);
+	int rc = st->ops->meta_swap(st, name, expect, value);
+	if (rc != STORE_NOT_FOUND)
+		return rc;
+	/* not what was expected: say what it is (absent reads as "") */
+	rc = store_meta_get(st, name, &now);
+	if (rc == STORE_NOT_FOUND) {
+		now.value[0] = '\0';
+		rc = STORE_OK;
+	}
+	if (rc != STORE_OK)
+		return rc;
+	if (found)
+		*found = now;
+	return STORE_CONFLICT;
+}
+
 int store_token_list(store *st, struct store_token **items, size_t *n)
 {
 	if (items)

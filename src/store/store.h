@@ -502,6 +502,25 @@ int store_secrets_prepare(store *st, size_t *migrated, char *err, size_t errlen)
 int store_secrets_rotate(store *st, const struct secretbox_key *new_key, size_t *resealed,
 			 size_t *skipped, char *err, size_t errlen);
 
+/* ---- facts about the store itself ---------------------------------------------------- */
+
+/* Names of the facts store_meta keeps. */
+#define STORE_META_SEALING_KEY "sealing_key_id" /* the key id the store's rows are sealed
+                                                   with (core/secretbox.h) */
+
+struct store_meta_value {
+	char value[128];
+};
+
+/* The fact name into *out; STORE_NOT_FOUND when it was never set. */
+int store_meta_get(store *st, const char *name, struct store_meta_value *out);
+
+/* Sets the fact name (borrowed) to value while it is expect (NULL: while it is not set),
+ * atomically against every other instance. STORE_OK when set; STORE_CONFLICT when it was
+ * something else, which *found (may be NULL) then holds. */
+int store_meta_swap(store *st, const char *name, const char *expect, const char *value,
+		    struct store_meta_value *found);
+
 /* How many of the writer's group writes (an ingest group, a result group) the backend
  * runs side by side to advantage: 1 for SQLite (one write lock), 2 for PostgreSQL (one
  * connection each). store/writer.c runs that many lanes. */

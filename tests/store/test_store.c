@@ -1583,7 +1583,7 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	/* Make it look like a database from before migration 6 (without what later
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-	sqlite_exec_ok(conn, "DROP TABLE tokens; DROP INDEX deliveries_order;"
+	sqlite_exec_ok(conn, "DROP TABLE store_meta; DROP TABLE tokens; DROP INDEX deliveries_order;"
 			     "DROP INDEX deliveries_failing;"
 			     "ALTER TABLE deliveries DROP COLUMN failing_since;"
 			     "DROP INDEX deliveries_blocked;"
@@ -2514,6 +2514,64 @@ static void test_sealed_subscriptions(void **state)
 	assert_int_equal(store_sub_get(t->st, new.id, &got), STORE_ERROR);
 }
 
+/* The store records the key of its first start; another key is refused before anything
+ * changes, and a rotation moves the record along. */
+static void test_store_records_its_key(void **state)
+{
+	struct t *t = *state;
+	struct secretbox_key k1 = test_key(1), k2 = test_key(2);
+	struct sub_row clear = {.name = "clear", .config = "{\"secret\":\"whsec_c\"}", .enabled = 1};
+	struct store_meta_value v;
+	size_t migrated = 9, resealed = 9, skipped = 9;
+	char err[1024];
+
+	/* a row from before the store had a key (an older outboxd) */
+	uuid_v7(clear.id);
+	assert_int_equal(store_sub_create(t->st, &clear), STORE_OK);
+
+	/* the facts themselves: set once, then only from what they are */
+	assert_int_equal(store_meta_get(t->st, "test_fact", &v), STORE_NOT_FOUND);
+	assert_int_equal(store_meta_swap(t->st, "test_fact", NULL, "a", &v), STORE_OK);
+	assert_int_equal(store_meta_swap(t->st, "test_fact", NULL, "b", &v), STORE_CONFLICT);
+	assert_string_equal(v.value, "a");
+	assert_int_equal(store_meta_swap(t->st, "test_fact", "x", "b", &v), STORE_CONFLICT);
+	assert_string_equal(v.value, "a");
+	assert_int_equal(store_meta_swap(t->st, "test_fact", "a", "b", NULL), STORE_OK);
+	assert_int_equal(store_meta_get(t->st, "test_fact", &v), STORE_OK);
+	assert_string_equal(v.value, "b");
+
+	/* the first start records its key (here another instance, a moment earlier) */
+	assert_int_equal(store_meta_swap(t->st, STORE_META_SEALING_KEY, NULL, k1.id, NULL),
+			 STORE_OK);
+
+	/* another key is refused, naming both, before the clear row is sealed under it */
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_CONFLICT);
+	assert_int_equal(migrated, 0);
+	assert_non_null(strstr(err, k1.id));
+	assert_non_null(strstr(err, k2.id));
+	expect_config(t, clear.id, clear.config);
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	assert_int_equal(migrated, 1);
+	assert_int_equal(store_meta_get(t->st, STORE_META_SEALING_KEY, &v), STORE_OK);
+	assert_string_equal(v.value, k1.id);
+
+	/* a rotation moves the record; the old key is refused afterwards */
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(store_meta_get(t->st, STORE_META_SEALING_KEY, &v), STORE_OK);
+	assert_string_equal(v.value, k2.id);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_ERROR);
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	/* run again (as after an interruption): the record is the new key already */
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(skipped, 1);
+}
+
 /* ---- attempt series (the console's chart) --------------------------------------------- */
 
 /* Attempts counted in the minute they started, by outcome; outside the range not at all. */
@@ -2595,6 +2653,7 @@ int main(void)
 		T(test_tokens),
 		T(test_key_ordering),
 		T(test_sealed_subscriptions),
+		T(test_store_records_its_key),
 		T(test_attempt_series),
 		T(test_two_owners_share_work),
 		T(test_work_notifications),

@@ -674,3 +674,43 @@ int pg_token_list(store *st, struct store_token **items, size_t *n)
 	}
 	return rc;
 }
+
+/* ---- facts about the store (store_meta) ------------------------------------------------ */
+
+/* STORE_NOT_FOUND when the fact was not expect (store.c reads what it is). */
+int pg_meta_swap(store *st, const char *name, const char *expect, const char *value)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, name);
+	pg_p_text(&p, value);
+	if (expect)
+		pg_p_text(&p, expect);
+	return api_write(pg_of(st), expect ?
+			 "UPDATE outboxd.store_meta SET value = $2 WHERE name = $1 AND value = $3" :
+			 "INSERT INTO outboxd.store_meta(name, value) VALUES ($1, $2)"
+			 " ON CONFLICT (name) DO NOTHING", &p);
+}
+
+/* A pg_row_cb for struct store_meta_value. */
+static int read_meta(const PGresult *res, int r, void *out)
+{
+	struct store_meta_value *v = out;
+	snprintf(v->value, sizeof(v->value), "%s", PQgetvalue(res, r, 0));
+	return 0;
+}
+
+int pg_meta_get(store *st, const char *name, struct store_meta_value *out)
+{
+	struct store_meta_value *rows = NULL;
+	struct params p = {0};
+	size_t n = 0;
+
+	pg_p_text(&p, name);
+	int rc = query_rows(pg_of(st), "SELECT value FROM outboxd.store_meta WHERE name = $1", &p,
+			    sizeof(*rows), read_meta, (void **)&rows, &n);
+	if (rc == STORE_OK)
+		return store_take_one(rows, n, sizeof(*out), out);
+	free(rows);
+	return rc;
+}

@@ -582,6 +582,8 @@ const struct store_ops store_pg_ops = {
 	.sub_list = pg_sub_list,
 	.sub_config_swap = pg_sub_config_swap,
 	.sub_scrub = pg_sub_scrub,
+	.meta_swap = pg_meta_swap,
+	.meta_get = pg_meta_get,
 	.on_work = pg_on_work,
 	.on_subscriptions_changed = pg_on_subscriptions_changed,
 };

@@ -266,6 +266,8 @@ int pg_sub_config_swap(store *st, const char *id, const char *old_config,
 		       const char *new_config);
 
 void pg_sub_scrub(store *st);
+int pg_meta_swap(store *st, const char *name, const char *expect, const char *value);
+int pg_meta_get(store *st, const char *name, struct store_meta_value *out);
 
 /* ---- conn.c ---------------------------------------------------------------- */
 

@@ -793,3 +793,48 @@ int sq_token_list(store *st, struct store_token **items, size_t *n)
 	}
 	return rc;
 }
+
+/* ---- facts about the store (store_meta) ------------------------------------------------ */
+
+struct meta_args {
+	const char *name, *expect, *value;
+};
+
+static void bind_meta(sqlite3_stmt *s, const void *ctx)
+{
+	const struct meta_args *m = ctx;
+	sqlite3_bind_text(s, 1, m->name, -1, SQLITE_STATIC);
+	bind_text_or_null(s, 2, m->expect);
+	sqlite3_bind_text(s, 3, m->value, -1, SQLITE_STATIC);
+}
+
+/* STORE_NOT_FOUND when the fact was not expect (store.c reads what it is). */
+int sq_meta_swap(store *st, const char *name, const char *expect, const char *value)
+{
+	struct meta_args m = {name, expect, value};
+	return write_once(sq_of(st), expect ?
+			  "UPDATE store_meta SET value = ?3 WHERE name = ?1 AND value = ?2" :
+			  "INSERT INTO store_meta(name, value) VALUES (?1, ?3)"
+			  " ON CONFLICT(name) DO NOTHING", bind_meta, &m);
+}
+
+/* An sq_row_cb for struct store_meta_value. */
+static int read_meta(sqlite3_stmt *s, void *row)
+{
+	struct store_meta_value *v = row;
+	const unsigned char *text = sqlite3_column_text(s, 0);
+	snprintf(v->value, sizeof(v->value), "%s", text ? (const char *)text : "");
+	return 0;
+}
+
+int sq_meta_get(store *st, const char *name, struct store_meta_value *out)
+{
+	struct store_meta_value *rows = NULL;
+	size_t n = 0;
+	int rc = query_rows(sq_of(st), "SELECT value FROM store_meta WHERE name = ?1", bind_id,
+			    name, sizeof(*rows), read_meta, (void **)&rows, &n);
+	if (rc == STORE_OK)
+		return store_take_one(rows, n, sizeof(*out), out);
+	free(rows);
+	return rc;
+}

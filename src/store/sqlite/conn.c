@@ -641,4 +641,6 @@ const struct store_ops store_sqlite_ops = {
 	.sub_list = sq_sub_list,
 	.sub_config_swap = sq_sub_config_swap,
 	.sub_scrub = sq_sub_scrub,
+	.meta_swap = sq_meta_swap,
+	.meta_get = sq_meta_get,
 };

@@ -175,6 +175,8 @@ int sq_sub_config_swap(store *st, const char *id, const char *old_config,
 		       const char *new_config);
 
 void sq_sub_scrub(store *st);
+int sq_meta_swap(store *st, const char *name, const char *expect, const char *value);
+int sq_meta_get(store *st, const char *name, struct store_meta_value *out);
 
 int sq_deliveries_count(store *st, const struct delivery_filter *f, size_t *n);
 
