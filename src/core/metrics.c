@@ -39,6 +39,7 @@ static struct {
 	_Atomic long in_flight;
 	_Atomic long ingested;
 	_Atomic long claimed, handed;
+	_Atomic long leases_renewed, leases_lost;
 	_Atomic long http_lean, http_curl;
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
@@ -154,6 +155,12 @@ void metrics_started(long claimed, long handed)
 {
 	atomic_fetch_add_explicit(&m.claimed, claimed, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.handed, handed, memory_order_relaxed);
+}
+
+void metrics_leases(long renewed, long lost)
+{
+	atomic_fetch_add_explicit(&m.leases_renewed, renewed, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.leases_lost, lost, memory_order_relaxed);
 }
 
 void metrics_http_request(int lean)
@@ -330,6 +337,13 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_rounds_started_total{via=\"claim\"} %ld\n"
 	  "outboxd_rounds_started_total{via=\"handoff\"} %ld\n",
 	  atomic_load(&m.claimed), atomic_load(&m.handed));
+	A("# HELP outboxd_lease_renewals_total Leases of deliveries in progress extended because "
+	  "their round ran long.\n# TYPE outboxd_lease_renewals_total counter\n"
+	  "outboxd_lease_renewals_total %ld\n"
+	  "# HELP outboxd_leases_lost_total Rounds whose lease ran out before it could be "
+	  "renewed (the store was unreachable): they stop before another attempt.\n"
+	  "# TYPE outboxd_leases_lost_total counter\noutboxd_leases_lost_total %ld\n",
+	  atomic_load(&m.leases_renewed), atomic_load(&m.leases_lost));
 	A("# HELP outboxd_http_requests_total Delivery requests sent, by client: outboxd's lean "
 	  "HTTP/1.1 client (plain http:// to a known address) or libcurl (https://, the rest).\n"
 	  "# TYPE outboxd_http_requests_total counter\n"

@@ -34,6 +34,9 @@ int metrics_circuit_state(const char *subscription_id, int64_t now_ms);
 void metrics_ingested(long events);
 /* Rounds started from a claim, and from the ingest hand-off (store/writer.h). */
 void metrics_started(long claimed, long handed);
+/* Leases of rounds in progress renewed, and found lost (the lease ran out before a
+ * renewal reached the store, so the delivery may be another round's now). */
+void metrics_leases(long renewed, long lost);
 /* An HTTP request sent by the lean client (lean 1, deliver/http_wire.c) or by libcurl. */
 void metrics_http_request(int lean);
 void metrics_ingest_rejected(int status);

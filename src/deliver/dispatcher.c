@@ -11,7 +11,12 @@
  * and its limits. A round that max_in_flight or rate_limit holds back waits (parked, in
  * its subscription's queue, in order) without a store write, so a slow subscriber never
  * holds up the others; a queue longer than its share of the round pool, or older than
- * half a lease, goes back to the store instead. */
+ * half a lease, goes back to the store instead.
+ *
+ * Leases: a round that runs long (slow answers, many immediate tries, a stagger) keeps
+ * its delivery by renewing the lease through the writer, so at most one round of a
+ * delivery runs at any time across instances (round.c starts an attempt only when the
+ * lease outlasts its timeout). */
 #include "deliver/dispatcher_int.h"
 
 #include <errno.h>
@@ -74,6 +79,81 @@ static size_t recycle_list(struct dispatcher *d, struct writer_result *l, int *k
 		n++;
 	}
 	return n;
+}
+
+/* ---- leases ------------------------------------------------------------------------------ */
+
+/* What a round's attempts need of its lease: their timeout and the margin. */
+static int64_t lease_need_ms(const struct round *j)
+{
+	return j->timeout_ms + LEASE_MARGIN_MS;
+}
+
+/* Asks the writer to renew the leases that will soon be too short for the next attempt
+ * (or are past half their term), every RENEW_EVERY_MS, or at once when a round waits for
+ * one. A renewal runs to max(lease, the attempt's need and a few turns more), so a round
+ * with a timeout longer than the lease is not starved. */
+static void leases_renew(struct dispatcher *d, int64_t now_ms)
+{
+	if (d->renew_asked || (!d->renew_soon && now_ms < d->next_renew_ms))
+		return;
+	d->next_renew_ms = now_ms + RENEW_EVERY_MS;
+	d->renew_soon = 0;
+	size_t n = 0;
+	for (int i = 0; i < d->cfg.max_in_flight; i++) {
+		struct round *j = &d->rounds[i];
+		if (j->state == ROUND_FREE || j->state == ROUND_DONE || j->lease_lost)
+			continue;
+		int64_t need = lease_need_ms(j), ahead = d->cfg.lease_ms / 2;
+		if (need + 2 * RENEW_EVERY_MS > ahead)
+			ahead = need + 2 * RENEW_EVERY_MS;
+		if (j->lease_until_ms - now_ms >= ahead)
+			continue;
+		int64_t term = d->cfg.lease_ms;
+		if (need + 4 * RENEW_EVERY_MS > term)
+			term = need + 4 * RENEW_EVERY_MS;
+		memcpy(d->renew_ids[n], j->claim->delivery_id, UUID_STR_LEN);
+		d->renew_until[n] = now_ms + term;
+		d->renew_rounds[n] = j;
+		d->renew_seq[n] = j->seq;
+		n++;
+	}
+	if (!n)
+		return;
+	d->renewal = (struct writer_renewal){
+		.ids = (const char (*)[UUID_STR_LEN])d->renew_ids,
+		.until = d->renew_until,
+		.renewed = d->renew_ok,
+		.n = n,
+	};
+	writer_renew(d->writer, &d->renewal);
+	d->renew_asked = 1;
+}
+
+/* The writer answered a renewal: the rounds still there take their new term, or learn
+ * that their lease is gone (another round may hold the delivery now: round.c makes no
+ * more attempts and hands it back, recording the attempts made). A store error changes
+ * nothing; the next turn tries again. */
+static void leases_renewed(struct dispatcher *d, const struct writer_renewal *r)
+{
+	long renewed = 0, lost = 0;
+	d->renew_asked = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		struct round *j = d->renew_rounds[i];
+		if (j->seq != d->renew_seq[i] || j->state == ROUND_FREE || j->state == ROUND_DONE)
+			continue; /* that round is over; the slot may hold another */
+		if (r->renewed[i]) {
+			j->lease_until_ms = r->until[i];
+			renewed++;
+		} else if (r->rc == STORE_OK) {
+			j->lease_lost = 1;
+			lost++;
+			log_warn("delivery %s: its lease ran out before it could be renewed; this "
+				 "round makes no more attempts (docs/reliability.md, \"Leases\")",
+				 j->claim->delivery_id);
+		}
+	}
+	metrics_leases(renewed, lost);
 }
 
 /* The writer has news (results written, a claim answered): wake the loop. */
@@ -142,6 +222,8 @@ static void *dispatcher_main(void *arg)
 		wake_drain(d);
 		writer_take(d->writer, &ans);
 		d->store_down = ans.down;
+		if (ans.renewal)
+			leases_renewed(d, ans.renewal);
 		int keyed = 0;
 		size_t written = recycle_list(d, ans.written, &keyed);
 		int answered = ans.claimed, claim_rc = ans.claim_rc;
@@ -213,6 +295,8 @@ static void *dispatcher_main(void *arg)
 				d->claim_at_ms = 0;
 		}
 
+		if (!stopping)
+			leases_renew(d, clock_now_ms());
 		rounds_run_timers(d, now_us);
 		metrics_in_flight(d->active);
 
@@ -235,7 +319,7 @@ static void *dispatcher_main(void *arg)
 		writer_handoff_room(d->writer, !stopping && free_rounds > 0 ? (size_t)free_rounds : 0,
 				    stopping ? 0 : (size_t)d->cfg.max_in_flight, d->cfg.lease_ms);
 
-		if (stopping && d->active == 0 && !d->claim_asked)
+		if (stopping && d->active == 0 && !d->claim_asked && !d->renew_asked)
 			break;
 		if (stopping && d->store_down && d->in_flight == 0 &&
 		    !d->n_waiting && now_us >= stop_deadline_us) {
@@ -256,6 +340,11 @@ static void *dispatcher_main(void *arg)
 		int64_t wait_us = claim_us > now_us ? claim_us - now_us : 0;
 		if (d->active >= d->cfg.max_in_flight || stopping || !worth || d->claim_asked)
 			wait_us = 100 * 1000;
+		if (!stopping && d->active && !d->renew_asked) {
+			int64_t renew_us = (d->next_renew_ms - clock_now_ms()) * 1000;
+			if (renew_us < wait_us)
+				wait_us = renew_us > 0 ? renew_us : 0;
+		}
 		int64_t stagger_us = rounds_wait_us(d, now_us);
 		if (stagger_us >= 0 && stagger_us < wait_us)
 			wait_us = stagger_us;
@@ -281,6 +370,19 @@ static void *dispatcher_main(void *arg)
 	return NULL;
 }
 
+/* Frees d and its arrays (its fds are closed by the caller). */
+static void dispatcher_free(struct dispatcher *d)
+{
+	free(d->rounds);
+	free(d->waiting);
+	free(d->renew_ids);
+	free(d->renew_until);
+	free(d->renew_ok);
+	free(d->renew_rounds);
+	free(d->renew_seq);
+	free(d);
+}
+
 struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 				    const struct dispatcher_config *cfg)
 {
@@ -292,11 +394,18 @@ struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 	d->cfg = *cfg;
 	atomic_init(&d->log_deliveries, cfg->log_deliveries);
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
-	d->rounds = calloc((size_t)cfg->max_in_flight, sizeof(*d->rounds));
-	d->waiting = calloc((size_t)cfg->max_in_flight, sizeof(*d->waiting));
+	size_t pool = (size_t)cfg->max_in_flight;
+	d->rounds = calloc(pool, sizeof(*d->rounds));
+	d->waiting = calloc(pool, sizeof(*d->waiting));
+	d->renew_ids = calloc(pool, sizeof(*d->renew_ids));
+	d->renew_until = calloc(pool, sizeof(*d->renew_until));
+	d->renew_ok = calloc(pool, sizeof(*d->renew_ok));
+	d->renew_rounds = calloc(pool, sizeof(*d->renew_rounds));
+	d->renew_seq = calloc(pool, sizeof(*d->renew_seq));
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	d->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (!d->rounds || !d->waiting || d->epfd < 0 || d->evfd < 0)
+	if (!d->rounds || !d->waiting || !d->renew_ids || !d->renew_until || !d->renew_ok ||
+	    !d->renew_rounds || !d->renew_seq || d->epfd < 0 || d->evfd < 0)
 		goto fail;
 	struct epoll_event wev = {.events = EPOLLIN, .data.u32 = 0};
 	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &wev))
@@ -332,9 +441,7 @@ fail:
 		close(d->epfd);
 	if (d->evfd >= 0)
 		close(d->evfd);
-	free(d->rounds);
-	free(d->waiting);
-	free(d);
+	dispatcher_free(d);
 	return NULL;
 }
 
@@ -372,9 +479,7 @@ void dispatcher_stop(struct dispatcher *d)
 	limits_free_all(&d->limits);
 	close(d->epfd);
 	close(d->evfd);
-	free(d->rounds);
-	free(d->waiting);
-	free(d);
+	dispatcher_free(d);
 }
 
 int64_t dispatcher_beat_us(struct dispatcher *d)

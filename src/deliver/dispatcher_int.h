@@ -23,6 +23,13 @@
 #define PRUNE_US (60 * 1000000LL) /* caches are pruned this often */
 #define RELEASE_MIN_MS 500    /* a round handed back for a limit is due again after 0.5-1.5 s */
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
+/* Leases (docs/reliability.md, "Leases"): an attempt starts only when the lease outlasts
+ * its timeout by LEASE_MARGIN_MS (clock differences between instances, the result's way
+ * to the store); rounds are looked at every RENEW_EVERY_MS and renewed well before that
+ * stops being true. */
+#define LEASE_MARGIN_MS 1000
+#define RENEW_EVERY_MS 500
+#define LEASE_WAIT_US (100 * 1000) /* a round waiting for its renewal looks again */
 
 /* A claimed batch; freed when its last round is written back. */
 struct batch {
@@ -60,6 +67,9 @@ struct round {
 	int holds_slot;              /* the attempt counts in limits->in_flight */
 	int64_t retry_after_ms;      /* Retry-After of the last response, -1 when none */
 	int64_t parked_us;           /* ROUND_PARKED: since when */
+	int64_t lease_until_ms;      /* the delivery's lease as last taken or renewed */
+	int lease_lost;              /* a renewal found the lease gone: no more attempts */
+	uint64_t seq;                /* which round this slot holds (renewal answers) */
 	const char *audit;           /* the round's final outcome for log_deliveries
 	                                ("EXECUTED", "FAILED", "DEAD"), NULL when none */
 	struct round *next;          /* in the free or parked list */
@@ -97,6 +107,18 @@ struct dispatcher {
 	int64_t short_claim_us;      /* monotonic: the last claim that found fewer than asked */
 	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet written, 0 = none */
 	struct limits_table limits;  /* per subscription: breaker, limits, parked rounds */
+	uint64_t round_seq;          /* the last round started */
+	/* lease renewal: one outstanding writer_renew at a time, over these arrays (room
+	 * for max_in_flight) */
+	struct writer_renewal renewal;
+	char (*renew_ids)[UUID_STR_LEN];
+	int64_t *renew_until;
+	unsigned char *renew_ok;
+	struct round **renew_rounds;
+	uint64_t *renew_seq;
+	int renew_asked;
+	int renew_soon;              /* a round waits for its renewal: renew at the next turn */
+	int64_t next_renew_ms;
 	struct sub_limits *parked_subs; /* those with parked rounds */
 };
 

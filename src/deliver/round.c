@@ -449,6 +449,22 @@ static void round_after_attempt(struct round *j)
 static void round_go(struct round *j)
 {
 	struct sink_round *sj = &j->sj;
+	/* The attempt must end (its timeout) before the lease does, or another instance
+	 * (or a claim of this one) could start a second round of the delivery while this one
+	 * still sends: it waits for the lease's renewal (dispatcher.c), or stops if the
+	 * lease is gone. */
+	if (j->lease_until_ms - clock_now_ms() < j->timeout_ms + LEASE_MARGIN_MS) {
+		round_slot_put(j);
+		if (j->lease_lost) {
+			round_release(j, 0);
+			return;
+		}
+		j->d->renew_soon = 1;
+		j->state = ROUND_WAITING;
+		j->wake_us = clock_mono_us() + LEASE_WAIT_US;
+		waiting_push(j->d, j);
+		return;
+	}
 	j->attempts[j->tries].started_at = clock_now_ms();
 	j->started_us = clock_mono_us();
 	j->retry_after_ms = -1;
@@ -596,6 +612,9 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 	j->probe = 0;
 	j->holds_slot = 0;
 	j->retry_after_ms = -1;
+	j->lease_until_ms = c->lease_until;
+	j->lease_lost = 0;
+	j->seq = ++d->round_seq;
 	j->sub = sub_set_find(b->subs, c->subscription_id);
 	j->sj.sub = j->sub;
 	if (c->replay)

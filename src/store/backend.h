@@ -25,6 +25,8 @@ struct store_ops {
 	int (*claim_due)(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 			 struct store_claim **items, size_t *n);
 	int (*next_due)(store *st, int64_t *at_ms);
+	int (*leases_renew)(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
+			    size_t n, unsigned char *renewed);
 	int (*record_results)(store *st, const struct store_result *results, size_t n);
 	int (*reap_leases)(store *st, int64_t now_ms, size_t *n);
 	int (*release_all)(store *st, size_t *n);

@@ -256,7 +256,26 @@ int store_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 	int frc;
 	if (fault_hit(st, STORE_FAULT_CLAIM, &frc))
 		return frc;
-	return st->ops->claim_due(st, now_ms, lease_ms, limit, items, n);
+	int rc = st->ops->claim_due(st, now_ms, lease_ms, limit, items, n);
+	for (size_t i = 0; rc == STORE_OK && i < *n; i++)
+		(*items)[i].lease_until = now_ms + lease_ms;
+	return rc;
+}
+
+int store_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
+		       size_t n, unsigned char *renewed)
+{
+	if (!st || (n && (!ids || !until || !renewed)) || n > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	if (!n)
+		return STORE_OK;
+	memset(renewed, 0, n);
+	int frc;
+	if (fault_hit(st, STORE_FAULT_CLAIM, &frc))
+		return frc;
+	if (!st->ops->leases_renew)
+		return STORE_ERROR;
+	return st->ops->leases_renew(st, ids, until, n, renewed);
 }
 
 void store_claims_free(struct store_claim *items, size_t n)
@@ -332,6 +351,7 @@ int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store
 	memcpy(out->event_id, ev->id, UUID_STR_LEN);
 	memcpy(out->subscription_id, ev->subscription_ids[k], UUID_STR_LEN);
 	out->status = DELIVERY_NEW;
+	out->lease_until = ev->lease_until;
 	out->event_created_at = ev->created_at;
 	if (ev->traceparent)
 		snprintf(out->traceparent, sizeof(out->traceparent), "%s", ev->traceparent);

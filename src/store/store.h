@@ -166,6 +166,8 @@ struct store_claim {
 	int attempt_count;           /* HTTP attempts so far */
 	int retry_count;             /* scheduled retries so far */
 	int delay_actions;           /* circuit-breaker delay actions so far (seed 004) */
+	int64_t lease_until;         /* ms since the epoch: when the lease taken with this
+	                                claim runs out unless renewed (store_leases_renew) */
 	int64_t event_created_at;
 	char traceparent[56];        /* the event's W3C trace context, "" when none */
 	char *event_type;            /* these point into one allocation per claim */
@@ -189,6 +191,15 @@ void store_claims_free(struct store_claim *items, size_t n);
  * copied into one allocation. Returns 0, or -1 when out of memory. */
 int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store_claim *out);
 
+/* Extends the leases this store's owner holds on n deliveries: ids[i] until until[i] (ms
+ * since the epoch), in one transaction. renewed[i] is set to 1 where the lease was still
+ * this owner's and now runs until until[i], 0 where it is not (lost: it expired and was
+ * returned to the pool, or a result cleared it). A round that runs longer than a lease
+ * keeps its delivery this way, so no other instance (or a claim of this one) starts a
+ * second round of it meanwhile. */
+int store_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
+		       size_t n, unsigned char *renewed);
+
 /* Earliest next_attempt_at among unleased deliveries, or 0 when none is pending. */
 int store_next_due(store *st, int64_t *at_ms);
 
@@ -204,7 +215,9 @@ struct store_attempt {
 };
 
 /* The outcome of a claimed delivery. Applied only while this store's owner still holds
- * the lease; the lease is cleared. */
+ * the lease; the lease is cleared. A result whose lease was lost changes nothing but its
+ * attempts, which are still recorded (every request sent is in the history), numbered
+ * after the delivery's last recorded one. */
 struct store_result {
 	const char *delivery_id;    /* borrowed */
 	enum delivery_status status;

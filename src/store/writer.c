@@ -72,6 +72,8 @@ struct writer {
 	int claim_rc;
 	struct store_claim *claims;
 	size_t claim_n;
+	struct writer_renewal *renew; /* client -> writer: leases to renew, NULL = none */
+	int renew_done;               /* writer -> client: renew is answered */
 	int due_hint_set;             /* after a short claim: the next due time is known */
 	int64_t due_hint_ms;
 	int down;                     /* the last store call failed */
@@ -434,19 +436,21 @@ static void *writer_main(void *arg)
 	for (;;) {
 		int64_t now_us = clock_mono_us();
 		int must_claim = ln->pipeline && w->claim_want && !w->claim_done;
+		struct writer_renewal *renew = ln->pipeline && w->renew && !w->renew_done ?
+						       w->renew : NULL;
 		struct pending *queued = ln->ingest ? w->head : NULL;
 		/* A result group is written when it is full, when a claim goes with it, or
 		 * when its first result has waited WRITER_GROUP_WAIT_US for company; after a
 		 * failure, not before retry_at_us. */
 		int64_t write_at_us = w->todo_since_us + WRITER_GROUP_WAIT_US;
-		if (w->todo_count >= WRITER_RESULTS_MAX || must_claim)
+		if (w->todo_count >= WRITER_RESULTS_MAX || must_claim || renew)
 			write_at_us = now_us;
 		if (write_at_us < w->retry_at_us)
 			write_at_us = w->retry_at_us;
 		int can_write = ln->pipeline && w->todo_head && now_us >= write_at_us;
 		if (w->stopping && !queued)
 			break;
-		if (!can_write && !must_claim && !queued) {
+		if (!can_write && !must_claim && !renew && !queued) {
 			if (ln->pipeline && w->todo_head)
 				wait_until(w, write_at_us, now_us);
 			else
@@ -484,10 +488,22 @@ static void *writer_main(void *arg)
 		int64_t lease_ms = w->lease_ms;
 		int was_down = w->down;
 		if (ln->pipeline)
-			w->busy = rhead || want;
+			w->busy = rhead || want || renew;
 		pthread_mutex_unlock(&w->mu);
 
-		/* The claim first: new work waits on it, results only on their group. */
+		/* Leases of rounds in progress first: their deliveries are being sent. */
+		if (renew) {
+			renew->rc = store_leases_renew(w->st, renew->ids, renew->until, renew->n,
+						       renew->renewed);
+			if (renew->rc != STORE_OK && !was_down)
+				log_error("writer: cannot renew the leases of %zu deliveries in "
+					  "progress: %s", renew->n, store_strerror(renew->rc));
+			pthread_mutex_lock(&w->mu);
+			w->renew_done = 1;
+			ready(w);
+			pthread_mutex_unlock(&w->mu);
+		}
+		/* The claim next: new work waits on it, results only on their group. */
 		int claim_rc = STORE_OK;
 		if (want) {
 			struct store_claim *claims = NULL;
@@ -798,11 +814,25 @@ void writer_claim(struct writer *w, size_t want, int64_t lease_ms)
 	pthread_mutex_unlock(&w->mu);
 }
 
+void writer_renew(struct writer *w, struct writer_renewal *r)
+{
+	pthread_mutex_lock(&w->mu);
+	w->renew = r;
+	w->renew_done = 0;
+	pthread_cond_broadcast(&w->work);
+	pthread_mutex_unlock(&w->mu);
+}
+
 void writer_take(struct writer *w, struct writer_answer *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->next_due_ms = -1;
 	pthread_mutex_lock(&w->mu);
+	if (w->renew_done) {
+		a->renewal = w->renew;
+		w->renew = NULL;
+		w->renew_done = 0;
+	}
 	if (w->claim_done) {
 		a->claimed = 1;
 		a->claim_rc = w->claim_rc;
@@ -865,6 +895,8 @@ struct writer_result *writer_detach(struct writer *w)
 
 	pthread_mutex_lock(&w->mu);
 	w->claim_want = 0; /* an unanswered claim is not started any more */
+	if (!w->renew_done)
+		w->renew = NULL; /* nor a renewal: its arrays go with the client */
 	w->handoff_room = w->handoff_cap = 0;
 	while (w->busy)
 		pthread_cond_wait(&w->finished, &w->mu);
@@ -879,6 +911,8 @@ struct writer_result *writer_detach(struct writer *w)
 	w->claims = NULL;
 	w->claim_n = 0;
 	w->claim_done = 0;
+	w->renew = NULL;
+	w->renew_done = 0;
 	w->due_hint_set = 0;
 	l = w->written_head;
 	if (w->written_tail)

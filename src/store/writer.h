@@ -8,7 +8,8 @@
  *     event is acknowledged only once committed);
  *   - results: finished delivery rounds from the dispatcher (writer_results hands them
  *     over and returns; written ones come back through writer_take, to be recycled);
- *   - claims: the dispatcher's requests for due deliveries (leases are writes too).
+ *   - claims: the dispatcher's requests for due deliveries (leases are writes too),
+ *     and its renewals of the leases of rounds that run long (store_leases_renew).
  * The hand-off: an ingest group inserts the deliveries of its plain events (no partition
  * key, the usual initial state) leased to this instance, up to a cap of them waiting,
  * and hands them to the dispatcher with writer_take, as if claimed, as it has room:
@@ -56,6 +57,17 @@ struct writer_result {
 	struct writer_result *next;
 };
 
+/* A renewal of leases the client asks for (writer_renew): its arrays stay the client's,
+ * borrowed until the answer comes back through writer_take. */
+struct writer_renewal {
+	const char (*ids)[UUID_STR_LEN];
+	const int64_t *until;
+	unsigned char *renewed;        /* written by the writer: 1 = renewed, 0 = not (see
+	                                  rc: lost, or not tried because the store failed) */
+	size_t n;
+	int rc;                        /* written by the writer: the store's answer */
+};
+
 /* What writer_take hands back to the dispatcher. */
 struct writer_answer {
 	struct writer_result *written; /* written (or spooled) results, in order: recycle */
@@ -70,6 +82,7 @@ struct writer_answer {
 	struct store_claim *handed;    /* the hand-off: leased at ingest, to start as claims
 	                                  (returned to the caller, store_claims_free) */
 	size_t n_handed;
+	struct writer_renewal *renewal; /* the renewal asked for, answered; NULL = none */
 };
 
 /* Starts the writer thread, and the spool replay thread when spool (borrowed, may be
@@ -101,6 +114,10 @@ void writer_results(struct writer *w, struct writer_result *head, struct writer_
 /* Asks for up to want due deliveries with a lease of lease_ms; the answer comes through
  * writer_take. At most one claim is outstanding. */
 void writer_claim(struct writer *w, size_t want, int64_t lease_ms);
+
+/* Asks for the leases of r (borrowed until answered) to be extended; the answer comes
+ * through writer_take, before a claim asked at the same time. At most one outstanding. */
+void writer_renew(struct writer *w, struct writer_renewal *r);
 
 /* Takes what the writer finished since the last call (see struct writer_answer). */
 void writer_take(struct writer *w, struct writer_answer *a);

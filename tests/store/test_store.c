@@ -945,8 +945,11 @@ static void test_result_after_lost_lease_is_ignored(void **state)
 	assert_int_equal(d.attempt_count, 0);
 	assert_int_equal(d.next_attempt_at, t->t0);
 	store_delivery_free(&d);
+	/* ... but the request it made is in the history all the same */
 	assert_int_equal(store_delivery_attempts(t->st, c[0].delivery_id, &a, &na), STORE_OK);
-	assert_int_equal(na, 0);
+	assert_int_equal(na, 1);
+	assert_int_equal(a[0].n, 1);
+	store_attempts_free(a, na);
 
 	/* A batch mixing a lost lease and a held one applies only the held one. */
 	store_claims_free(c, n);
@@ -966,6 +969,95 @@ static void test_result_after_lost_lease_is_ignored(void **state)
 	assert_int_equal(d.status, DELIVERY_PROCESSED);
 	store_delivery_free(&d);
 	store_claims_free(c, n);
+}
+
+/* One result of a single attempt numbered n, written through st (another instance). */
+static void record_through(store *st, const char *delivery_id, enum delivery_status status,
+			   int n, int code)
+{
+	struct store_attempt a = {.n = n, .kind = ATTEMPT_IMMEDIATE,
+				  .started_at = clock_now_ms() - 20, .duration_ms = 20,
+				  .code = code, .message = code == 200 ? "OK" : "HTTP 503"};
+	struct store_result r = {.delivery_id = delivery_id, .status = status, .attempt_count = n,
+				 .next_attempt_at = status == DELIVERY_FAILED ? clock_now_ms() : 0,
+				 .processed_at = status == DELIVERY_PROCESSED ? clock_now_ms() : 0,
+				 .last_code = code == 200 ? 0 : code, .attempts = &a, .n_attempts = 1};
+	assert_int_equal(store_record_results(st, &r, 1), STORE_OK);
+}
+
+/* A renewed lease outlives its first term: the reaper leaves it and no other instance's
+ * claim takes it; a lease that is not the owner's is not renewed. A round whose lease was
+ * lost adds its attempts after the ones its successor recorded, and changes nothing else. */
+static void test_leases_renew(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL, *other_c = NULL;
+	struct store_attempt_row *a = NULL;
+	struct store_delivery d;
+	store *other = NULL;
+	int64_t now = clock_now_ms();
+	size_t n, na, reaped;
+	unsigned char ok[3] = {9, 9, 9};
+	char ids[3][UUID_STR_LEN], err[256];
+	int64_t until[3] = {now + 60000, now + 70000, now + 70000};
+
+	ingest_one(t, "a", t->t0, 2, NULL);
+	n = claim_n(t, now, 1000, 10, &c);
+	assert_int_equal(n, 2);
+	assert_int_equal(c[0].lease_until, now + 1000);
+	assert_int_equal(store_open_shared(t->db.dsn, "other-owner", &other, err, sizeof(err)),
+			 STORE_OK);
+
+	/* c[0] renewed: the reaper takes only c[1], which the other instance claims */
+	memcpy(ids[0], c[0].delivery_id, UUID_STR_LEN);
+	assert_int_equal(store_leases_renew(t->st, (const char (*)[UUID_STR_LEN])ids, until, 1,
+					    ok), STORE_OK);
+	assert_int_equal(ok[0], 1);
+	assert_int_equal(store_reap_leases(t->st, now + 5000, &reaped), STORE_OK);
+	assert_int_equal(reaped, 1);
+	assert_int_equal(store_claim_due(other, now + 5000, 30000, 10, &other_c, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(other_c[0].delivery_id, c[1].delivery_id);
+
+	/* ours renews; one that does not exist and one that is the other's do not */
+	memcpy(ids[1], "0190f000-0000-7000-8000-000000000000", UUID_STR_LEN);
+	memcpy(ids[2], c[1].delivery_id, UUID_STR_LEN);
+	until[0] = now + 70000;
+	assert_int_equal(store_leases_renew(t->st, (const char (*)[UUID_STR_LEN])ids, until, 3,
+					    ok), STORE_OK);
+	assert_int_equal(ok[0], 1);
+	assert_int_equal(ok[1], 0);
+	assert_int_equal(ok[2], 0);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.lease_until, now + 70000);
+	store_delivery_free(&d);
+	d = get_delivery(t, c[1].delivery_id);
+	assert_string_equal(d.lease_owner, "other-owner");
+	store_delivery_free(&d);
+
+	/* the other's round of c[1] records attempt 1; our lost round's late result adds
+	 * its attempt as number 2 and leaves the state alone */
+	record_through(other, c[1].delivery_id, DELIVERY_FAILED, 1, 503);
+	record_through(t->st, c[1].delivery_id, DELIVERY_PROCESSED, 1, 200);
+	assert_int_equal(store_delivery_attempts(t->st, c[1].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 2);
+	assert_int_equal(a[0].n, 1);
+	assert_int_equal(a[0].code, 503);
+	assert_int_equal(a[1].n, 2);
+	assert_int_equal(a[1].code, 200);
+	store_attempts_free(a, na);
+	d = get_delivery(t, c[1].delivery_id);
+	assert_int_equal(d.status, DELIVERY_FAILED);
+	store_delivery_free(&d);
+
+	/* our renewed one still takes its result */
+	record_through(t->st, c[0].delivery_id, DELIVERY_PROCESSED, 1, 200);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	store_delivery_free(&d);
+	store_claims_free(other_c, 1);
+	store_claims_free(c, 2);
+	store_close(other);
 }
 
 /* Many threads claiming at once never share a delivery. */
@@ -2636,6 +2728,7 @@ int main(void)
 		T(test_record_many),
 		T(test_record_failure_then_dead),
 		T(test_result_after_lost_lease_is_ignored),
+		T(test_leases_renew),
 		T(test_concurrent_claims_are_disjoint),
 		T(test_replay),
 		T(test_purge_only_dead),

@@ -124,8 +124,28 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  $19::int4[], $20::text[], $21::text[])"
 		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause)"
 		" WHERE a.delivery_id IN (SELECT id FROM upd)"
+		" ON CONFLICT (delivery_id, n) DO NOTHING),"
+		/* a round whose lease was lost changes nothing but its history: its attempts
+		 * are recorded after the delivery's last one (another round may hold their
+		 * numbers) */
+		" lost AS ("
+		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
+		"  message, cause, instance)"
+		" SELECT a.delivery_id, (SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x"
+		"  WHERE x.delivery_id = a.delivery_id)"
+		"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n),"
+		"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13"
+		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
+		"  $19::int4[], $20::text[], $21::text[])"
+		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause)"
+		" WHERE a.delivery_id NOT IN (SELECT id FROM upd)"
+		" AND EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.id = a.delivery_id)"
 		" ON CONFLICT (delivery_id, n) DO NOTHING)"
 		" SELECT count(*) FROM upd",
+	[S_LEASE_RENEW] =
+		"UPDATE outboxd.deliveries d SET lease_until = u.until"
+		" FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS u(id, until, i)"
+		" WHERE d.id = u.id AND d.lease_owner = $3 RETURNING u.i",
 	[S_REAP] =
 		"UPDATE outboxd.deliveries SET lease_owner = NULL, lease_until = NULL"
 		" WHERE id IN (SELECT id FROM outboxd.deliveries"
@@ -583,6 +603,7 @@ const struct store_ops store_pg_ops = {
 	.sub_config_swap = pg_sub_config_swap,
 	.sub_scrub = pg_sub_scrub,
 	.meta_swap = pg_meta_swap,
+	.leases_renew = pg_leases_renew,
 	.meta_get = pg_meta_get,
 	.on_work = pg_on_work,
 	.on_subscriptions_changed = pg_on_subscriptions_changed,

@@ -73,6 +73,7 @@ enum stmt {
 	S_CLAIM,
 	S_NEXT_DUE,
 	S_RESULTS,
+	S_LEASE_RENEW,
 	S_REAP,
 	S_RELEASE_ALL,
 	S_EVENT_GET,
@@ -266,6 +267,8 @@ int pg_sub_config_swap(store *st, const char *id, const char *old_config,
 		       const char *new_config);
 
 void pg_sub_scrub(store *st);
+int pg_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
+		    size_t n, unsigned char *renewed);
 int pg_meta_swap(store *st, const char *name, const char *expect, const char *value);
 int pg_meta_get(store *st, const char *name, struct store_meta_value *out);
 

@@ -465,8 +465,8 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 		size_t applied = (size_t)pg_get_int(res, 0, 0);
 
 		if (applied < n)
-			log_warn("store: %zu of %zu results ignored: their lease was lost",
-				 n - applied, n);
+			log_warn("store: %zu of %zu results ignored: their lease was lost (their "
+				 "attempts are recorded)", n - applied, n);
 	}
 	PQclear(res);
 	for (int i = 0; i < 11; i++)
@@ -474,6 +474,40 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	for (int i = 0; i < 8; i++)
 		pg_arr_free(&a[i]);
 	pg_arr_free(&delays);
+	return rc;
+}
+
+int pg_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
+		    size_t n, unsigned char *renewed)
+{
+	struct pg *pg = pg_of(st);
+	struct pgarr a_id, a_until;
+	struct params p = {0};
+	PGresult *res = NULL;
+	struct pgconn *c;
+	int rc = STORE_ERROR;
+
+	pg_arr_init(&a_id, OID_TEXT);
+	pg_arr_init(&a_until, OID_INT8);
+	for (size_t i = 0; i < n; i++) {
+		pg_arr_text(&a_id, ids[i]);
+		pg_arr_i64(&a_until, until[i]);
+	}
+	pg_p_arr(&p, &a_id);
+	pg_p_arr(&p, &a_until);
+	pg_p_text(&p, st->owner);
+	if (!a_id.failed && !a_until.failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
+		res = pg_run(pg, c, S_LEASE_RENEW, &p, &rc);
+		pg_give(c);
+	}
+	for (int r = 0; res && r < PQntuples(res); r++) {
+		int64_t i = pg_get_int(res, r, 0); /* 1-based ordinality */
+		if (i >= 1 && (size_t)i <= n)
+			renewed[i - 1] = 1;
+	}
+	PQclear(res);
+	pg_arr_free(&a_id);
+	pg_arr_free(&a_until);
 	return rc;
 }
 

@@ -154,6 +154,15 @@ static const char *const wsql[W_COUNT] = {
 		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
 		" message, cause) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
 		" ON CONFLICT (delivery_id, n) DO NOTHING",
+	/* an attempt of a round whose lease was lost: recorded after the last one */
+	[W_ATTEMPT_APPEND] =
+		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
+		" message, cause) SELECT ?1,"
+		" (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts WHERE delivery_id = ?1),"
+		" ?3, ?4, ?5, ?6, ?7, ?8 WHERE ?2 > 0"
+		" AND EXISTS (SELECT 1 FROM deliveries WHERE id = ?1)",
+	[W_LEASE_RENEW] =
+		"UPDATE deliveries SET lease_until = ?2 WHERE id = ?1 AND lease_owner = ?3",
 	[W_REAP] =
 		"UPDATE deliveries SET lease_owner = NULL, lease_until = NULL"
 		" WHERE lease_until IS NOT NULL AND lease_until < ?1",
@@ -642,5 +651,6 @@ const struct store_ops store_sqlite_ops = {
 	.sub_config_swap = sq_sub_config_swap,
 	.sub_scrub = sq_sub_scrub,
 	.meta_swap = sq_meta_swap,
+	.leases_renew = sq_leases_renew,
 	.meta_get = sq_meta_get,
 };

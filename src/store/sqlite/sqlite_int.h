@@ -61,6 +61,8 @@ enum wstmt {
 	W_RESULT,
 	W_PROMOTE,
 	W_ATTEMPT_INSERT,
+	W_ATTEMPT_APPEND,
+	W_LEASE_RENEW,
 	W_REAP,
 	W_RELEASE_ALL,
 	W_OUTBOX_SELECT,
@@ -175,6 +177,8 @@ int sq_sub_config_swap(store *st, const char *id, const char *old_config,
 		       const char *new_config);
 
 void sq_sub_scrub(store *st);
+int sq_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
+		    size_t n, unsigned char *renewed);
 int sq_meta_swap(store *st, const char *name, const char *expect, const char *value);
 int sq_meta_get(store *st, const char *name, struct store_meta_value *out);
 

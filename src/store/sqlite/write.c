@@ -465,9 +465,13 @@ int sq_next_due(store *st, int64_t *at_ms)
 
 /* Inserts one attempt row. A numbering clash must not throw away the whole batch of
  * results: the first row is kept, with a warning. */
-static int record_attempt(struct sq *sq, const char *delivery_id, const struct store_attempt *a)
+/* Records attempt a of delivery_id under its number; append: after the delivery's last
+ * recorded attempt instead (a round whose lease was lost, whose numbers another round may
+ * have taken). */
+static int record_attempt(struct sq *sq, const char *delivery_id, const struct store_attempt *a,
+			  int append)
 {
-	sqlite3_stmt *s = sq->w[W_ATTEMPT_INSERT];
+	sqlite3_stmt *s = sq->w[append ? W_ATTEMPT_APPEND : W_ATTEMPT_INSERT];
 	int rc;
 
 	sqlite3_bind_text(s, 1, delivery_id, -1, SQLITE_STATIC);
@@ -479,7 +483,7 @@ static int record_attempt(struct sq *sq, const char *delivery_id, const struct s
 	sq_bind_error_text(s, 7, a->message);
 	sq_bind_error_text(s, 8, a->cause);
 	rc = sq_step_done(s);
-	if (rc == SQLITE_OK && sqlite3_changes(sq->wdb) == 0)
+	if (rc == SQLITE_OK && !append && sqlite3_changes(sq->wdb) == 0)
 		log_warn("store: attempt %d of delivery %s already recorded, kept the first", a->n,
 			 delivery_id);
 	return rc;
@@ -516,15 +520,15 @@ static int record_one(struct sq *sq, const char *owner, const struct store_resul
 	rc = sq_step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;
-	if (sqlite3_changes(sq->wdb) == 0) {
-		log_warn("store: result for delivery %s ignored: its lease was lost",
-			 r->delivery_id);
-		return SQLITE_OK;
-	}
-
+	int lost = sqlite3_changes(sq->wdb) == 0;
+	if (lost)
+		log_warn("store: result for delivery %s ignored: its lease was lost (its %zu "
+			 "attempts are recorded)", r->delivery_id, r->n_attempts);
 	for (size_t i = 0; i < r->n_attempts; i++)
-		if ((rc = record_attempt(sq, r->delivery_id, &r->attempts[i])) != SQLITE_OK)
+		if ((rc = record_attempt(sq, r->delivery_id, &r->attempts[i], lost)) != SQLITE_OK)
 			return rc;
+	if (lost)
+		return SQLITE_OK;
 	if (r->ordered_key && (r->status == DELIVERY_PROCESSED || !r->next_attempt_at)) {
 		s = sq->w[W_PROMOTE];
 		sqlite3_bind_text(s, 1, r->delivery_id, -1, SQLITE_STATIC);
@@ -551,6 +555,29 @@ int sq_record_results(store *st, const struct store_result *results, size_t n)
 		rc = record_one(sq, st->owner, &results[i], now);
 	rc = sq_tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+int sq_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
+		    size_t n, unsigned char *renewed)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = sq->w[W_LEASE_RENEW];
+	int rc;
+
+	sq_wlock_relaxed(sq);
+	rc = sq_tx_begin(sq);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		sqlite3_bind_text(s, 1, ids[i], -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, until[i]);
+		sqlite3_bind_text(s, 3, st->owner, -1, SQLITE_STATIC);
+		rc = sq_step_done(s);
+		renewed[i] = rc == SQLITE_OK && sqlite3_changes(sq->wdb) > 0;
+	}
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	if (rc != STORE_OK)
+		memset(renewed, 0, n);
 	return rc;
 }
 
