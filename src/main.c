@@ -227,11 +227,15 @@ struct subs_reload {
 static void reload_subscriptions(void *ctx)
 {
 	struct subs_reload *r = ctx;
+	int was_current = sub_registry_current(r->reg, NULL, 0);
 	int rc = store_subs_load(r->st, r->reg, &r->defaults);
 
-	if (rc != STORE_OK)
-		log_warn("cannot reload subscriptions changed elsewhere (%s); keeping the current set",
-			 store_strerror(rc));
+	if (rc != STORE_OK && was_current)
+		log_error("cannot reload the subscriptions (%s): ingest answers 503 "
+			  "subscriptions_unavailable until they are read again (tried every second)",
+			  store_strerror(rc));
+	else if (rc == STORE_OK && !was_current)
+		log_info("subscriptions read again: ingest accepts events");
 }
 
 /* Endpoint health: the dispatcher found every attempt of a subscription failing for
@@ -475,6 +479,8 @@ static int serve(int argc, char **argv)
 		.cleanup_interval_ms = cfg.cleanup_interval_ms,
 		.cleanup_after_ms = cfg.cleanup_after_ms,
 		.ops = {ops_events_emit, ops},
+		.reload_subs = reload_subscriptions,
+		.reload_ctx = &reload,
 	};
 	if (!(jobs = jobs_start(st, &reg, &jcfg, wake_dispatcher, disp)))
 		goto out;

@@ -400,6 +400,8 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 		if (rc != STORE_OK)
 			api_reply_errorf(res, 503, "unavailable", NULL, "store not reachable: %s",
 					 store_strerror(rc));
+		else if (!sub_registry_current(api->reg, why, sizeof(why)))
+			api_reply_errorf(res, 503, "subscriptions_unavailable", NULL, "%s", why);
 		else if (api->ready && api->ready(api->ready_ctx, why, sizeof(why)))
 			api_reply_errorf(res, 503, "unavailable", NULL, "kafka brokers not reachable: %s",
 					 why);

@@ -23,6 +23,15 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 	if (trace_valid(req->traceparent))
 		for (size_t i = 0; i < b.n; i++)
 			b.events[i].traceparent = req->traceparent;
+	/* A fan-out from a set that may not be the store's could leave out a subscription:
+	 * refused, so the producer retries, rather than acknowledged without it. */
+	char why[256];
+	if (!sub_registry_current(api->reg, why, sizeof(why))) {
+		metrics_ingest_rejected(503);
+		api_reply_errorf(res, 503, "subscriptions_unavailable", NULL, "%s", why);
+		ingest_batch_free(&b);
+		return;
+	}
 	struct sub_set *set = sub_registry_acquire(api->reg);
 	int rc = ingest_fanout(&b, set) ? STORE_ERROR : STORE_OK;
 	if (rc == STORE_OK)

@@ -3,6 +3,7 @@
 
 #include "core/ops_event.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,9 @@ void sub_registry_init(struct sub_registry *reg)
 	pthread_mutex_init(&reg->mu, NULL);
 	reg->current = sub_set_new();
 	reg->generation = 0;
+	reg->stale_since_ms = 0;
+	reg->stale_why[0] = '\0';
+	reg->reload_wanted = 0;
 }
 
 static void set_free(struct sub_set *set)
@@ -55,9 +59,46 @@ void sub_registry_publish(struct sub_registry *reg, struct sub_set *set)
 	struct sub_set *old = reg->current;
 	reg->current = set;
 	reg->generation++;
+	reg->stale_since_ms = 0;
+	reg->stale_why[0] = '\0';
 	pthread_mutex_unlock(&reg->mu);
 	if (old)
 		sub_registry_release(reg, old);
+}
+
+void sub_registry_stale(struct sub_registry *reg, int64_t now_ms, const char *why)
+{
+	pthread_mutex_lock(&reg->mu);
+	if (!reg->stale_since_ms)
+		reg->stale_since_ms = now_ms > 0 ? now_ms : 1;
+	snprintf(reg->stale_why, sizeof(reg->stale_why), "%s", why ? why : "");
+	pthread_mutex_unlock(&reg->mu);
+}
+
+int sub_registry_current(struct sub_registry *reg, char *why, size_t whylen)
+{
+	pthread_mutex_lock(&reg->mu);
+	int current = reg->stale_since_ms == 0;
+	if (!current && why && whylen)
+		snprintf(why, whylen, "%s", reg->stale_why);
+	pthread_mutex_unlock(&reg->mu);
+	return current;
+}
+
+void sub_registry_want_reload(struct sub_registry *reg)
+{
+	pthread_mutex_lock(&reg->mu);
+	reg->reload_wanted = 1;
+	pthread_mutex_unlock(&reg->mu);
+}
+
+int sub_registry_take_reload(struct sub_registry *reg)
+{
+	pthread_mutex_lock(&reg->mu);
+	int wanted = reg->reload_wanted;
+	reg->reload_wanted = 0;
+	pthread_mutex_unlock(&reg->mu);
+	return wanted;
 }
 
 struct sub_set *sub_set_new(void)

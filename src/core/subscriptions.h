@@ -2,17 +2,25 @@
  *
  * A set is immutable once published and reference-counted: readers take the current set,
  * use it without locks, and release it. A change to any subscription publishes a new
- * set built from the store (store_subs_load, with core/sub_codec.c). */
+ * set built from the store (store_subs_load, with core/sub_codec.c).
+ *
+ * Fan-out is only as good as the set: the registry knows when its set may not be the
+ * store's (a reload failed, a row could not be opened or decoded) and says so until a
+ * reload succeeds, so ingest can refuse (503 subscriptions_unavailable) rather than
+ * acknowledge an event with deliveries missing (docs/operations.md, "Subscriptions on
+ * several instances"). */
 #ifndef OUTBOXD_CORE_SUBSCRIPTIONS_H
 #define OUTBOXD_CORE_SUBSCRIPTIONS_H
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/model.h"
 
 struct sub_set {
 	int refs;                       /* guarded by the registry's mutex */
+	int64_t loaded_at_ms;           /* wall clock when its rows were read, 0 = unknown */
 	struct subscription **items;    /* owned, sorted by id */
 	size_t n;
 };
@@ -21,6 +29,10 @@ struct sub_registry {
 	pthread_mutex_t mu;
 	struct sub_set *current;
 	unsigned long generation;       /* bumped at every publish */
+	int64_t stale_since_ms;         /* 0: the set is the store's; else (wall clock) since
+	                                   when it may not be */
+	char stale_why[256];
+	int reload_wanted;              /* someone found a reason to read the store again */
 };
 
 void sub_registry_init(struct sub_registry *reg);
@@ -31,8 +43,21 @@ void sub_registry_destroy(struct sub_registry *reg);
 struct sub_set *sub_registry_acquire(struct sub_registry *reg);
 void sub_registry_release(struct sub_registry *reg, struct sub_set *set);
 
-/* Publishes set (consumed) as the current one. */
+/* Publishes set (consumed) as the current one: the set is the store's again. */
 void sub_registry_publish(struct sub_registry *reg, struct sub_set *set);
+
+/* The set may no longer be the store's, since now_ms (kept when it was so already), for
+ * the reason why (copied): until the next publish, sub_registry_current says no. */
+void sub_registry_stale(struct sub_registry *reg, int64_t now_ms, const char *why);
+
+/* 1 when the set is the store's as far as this process knows; 0 when not, with the
+ * reason and since when in why (may be NULL). Any thread. */
+int sub_registry_current(struct sub_registry *reg, char *why, size_t whylen);
+
+/* Asks whoever reloads the set (the jobs thread) to read the store again soon; and takes
+ * that request (1 when there was one, cleared). Any thread. */
+void sub_registry_want_reload(struct sub_registry *reg);
+int sub_registry_take_reload(struct sub_registry *reg);
 
 /* An empty set with one reference (returned). */
 struct sub_set *sub_set_new(void);

@@ -630,6 +630,15 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 		round_release(j, 0);
 		return;
 	}
+	if (!j->sub && b->subs->loaded_at_ms <= c->event_created_at + LEASE_MARGIN_MS) {
+		/* Not in a set read before (or about when) the delivery was made: the
+		 * subscription may be newer than this instance's set (created through another
+		 * instance a moment ago). Read the set again and try later; only a set read
+		 * after the delivery was made can say it is gone. */
+		sub_registry_want_reload(d->reg);
+		round_release(j, RELEASE_MIN_MS);
+		return;
+	}
 	if (!j->sub) {
 		/* The subscription was deleted: nothing to send to; keep the delivery visible
 		 * in the dead-letter queue instead of dropping it. */

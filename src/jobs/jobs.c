@@ -1,4 +1,5 @@
-/* jobs.c: relay, lease reaper and cleanup on one thread (see jobs.h). */
+/* jobs.c: relay, lease reaper, cleanup and the reload of a stale subscription set, on one
+ * thread (see jobs.h). */
 #include "jobs/jobs.h"
 #include "jobs/replay.h"
 
@@ -27,6 +28,7 @@ struct jobs {
 };
 
 #define REPLAY_TICK_MS 100    /* pacing granularity of running replay jobs */
+#define SUBS_RETRY_MS 1000    /* a stale subscription set is read again this often */
 #define REPLAY_POLL_MS 1000   /* how often to look for jobs when none runs */
 
 /* Fan-out for the relay: the subscriptions that want an event type. */
@@ -81,7 +83,7 @@ static void *jobs_main(void *arg)
 	int64_t now = clock_mono_ms();
 	int64_t next_relay = now, next_reap = now + j->cfg.reap_interval_ms;
 	int64_t next_cleanup = now + j->cfg.cleanup_interval_ms;
-	int64_t next_replay = now;
+	int64_t next_replay = now, next_subs = now;
 	/* per-key ordering's sweep (store_order_sweep): every second, or reap_interval
 	 * when shorter; the full one at reap_interval and when woken (a replay or purge
 	 * may have unblocked a key) */
@@ -105,7 +107,18 @@ static void *jobs_main(void *arg)
 			next_replay = clock_mono_ms() + (active ? REPLAY_TICK_MS : REPLAY_POLL_MS);
 		}
 		if (now >= next_relay) {
-			run_relay(j);
+			/* A set that could not be made the store's (a failed reload, a row that
+			 * does not open) is read again; meanwhile the relay leaves the outbox
+			 * rows where they are rather than fan them out without it. */
+			int stale = !sub_registry_current(j->reg, NULL, 0);
+			if (j->cfg.reload_subs && now >= next_subs &&
+			    (sub_registry_take_reload(j->reg) || stale)) {
+				j->cfg.reload_subs(j->cfg.reload_ctx);
+				next_subs = clock_mono_ms() + SUBS_RETRY_MS;
+				stale = !sub_registry_current(j->reg, NULL, 0);
+			}
+			if (!stale)
+				run_relay(j);
 			next_relay = clock_mono_ms() + j->cfg.relay_interval_ms;
 		}
 		if (now >= next_reap) {

@@ -22,6 +22,11 @@ struct jobs_config {
 	int64_t cleanup_interval_ms;
 	int64_t cleanup_after_ms;   /* keep PROCESSED deliveries at least this long */
 	struct ops_event_hook ops;   /* outboxd.replay_job.finished (core/ops_event.h) */
+	/* Reads the subscriptions from the store again (store_subs_load with the daemon's
+	 * defaults); called while the set is stale or a reload was asked for, at most every
+	 * SUBS_RETRY_MS. NULL: never. */
+	void (*reload_subs)(void *ctx);
+	void *reload_ctx;
 };
 
 /* Called when a job created or returned due work (to wake the dispatcher). */

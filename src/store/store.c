@@ -1048,16 +1048,37 @@ int store_subs_load(store *st, struct sub_registry *reg, const struct retry_poli
 {
 	struct sub_row *rows = NULL;
 	size_t n = 0;
+	char why[256];
+	int64_t now = clock_now_ms();
 	int rc = store_sub_list(st, &rows, &n);
-	if (rc)
+	if (rc) {
+		/* a row that does not open was logged with its id by the wrappers */
+		snprintf(why, sizeof(why), "the subscriptions cannot be read from the store (%s): "
+			 "events cannot be fanned out", store_strerror(rc));
+		sub_registry_stale(reg, now, why);
 		return rc;
+	}
 	struct sub_set *set = sub_set_new();
-	for (size_t i = 0; i < n; i++) {
+	set->loaded_at_ms = now;
+	for (size_t i = 0; i < n && rc == STORE_OK; i++) {
 		struct subscription *s = sub_codec_from_row(&rows[i], defaults);
-		if (s && sub_set_add(set, s))
-			log_error("subscriptions: out of memory loading %s", rows[i].id);
+		if (!s) {
+			snprintf(why, sizeof(why), "subscription %s cannot be decoded: events "
+				 "cannot be fanned out", rows[i].id);
+			rc = STORE_ERROR;
+		} else if (sub_set_add(set, s)) {
+			snprintf(why, sizeof(why), "out of memory loading subscription %s", rows[i].id);
+			rc = STORE_ERROR;
+		}
 	}
 	store_subs_free(rows, n);
+	if (rc != STORE_OK) {
+		/* keep the set there was: a partial one would fan out without that row */
+		log_error("%s", why);
+		sub_registry_release(reg, set);
+		sub_registry_stale(reg, now, why);
+		return rc;
+	}
 	sub_registry_publish(reg, set);
 	return STORE_OK;
 }

@@ -555,7 +555,9 @@ enum store_fault_op {
 void store_fault_set(store *st, unsigned ops, int rc, int count);
 
 /* Rebuilds reg's set from the subscriptions in the store (core/sub_codec.h decodes each
- * row; rows that cannot be parsed are logged and left out). Returns a store error code. */
+ * row) and publishes it. When the store cannot be read or a row cannot be opened or
+ * decoded, the set in use stays and the registry is marked stale (sub_registry_stale)
+ * until a reload succeeds. Returns a store error code. */
 int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults);
 
 #endif

@@ -963,9 +963,11 @@ int daemon_start(struct daemon *d, const char *const *env)
 		return -1;
 	}
 
+	d->exit_code = -1;
 	deadline = harness_now_ms() + DAEMON_START_MS;
 	while (harness_now_ms() < deadline) {
 		if (child_reaped(d->pid, &status)) {
+			d->exit_code = exit_code(status);
 			fprintf(stderr, "harness: outboxd exited with status %d during start\n",
 				exit_code(status));
 			d->pid = 0;

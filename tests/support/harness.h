@@ -150,6 +150,8 @@ struct daemon {
 	char dir[256];          /* data directory; daemon.log lives here */
 	char db[300];           /* the OUTBOXD_DB in use */
 	char token[80];         /* the admin token in use */
+	int exit_code;          /* the exit code when the last daemon_start saw the process
+	                           end during its start, -1 otherwise */
 };
 
 /* Starts `$OUTBOXD_BIN serve`. Zero-initialise d before the first call: it then creates
