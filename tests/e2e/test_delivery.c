@@ -298,14 +298,45 @@ static long started(const char *via)
 	return (long)e2e_metric(&dmn, series);
 }
 
+/* One request the receiver got: its webhook-id and outboxd-attempt. */
 static int by_string(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+struct seen {
+	const char *id;
+	long attempt;
+};
+
+static int by_id_then_attempt(const void *a, const void *b)
+{
+	const struct seen *x = a, *y = b;
+	int c = strcmp(x->id, y->id);
+	return c ? c : (x->attempt > y->attempt) - (x->attempt < y->attempt);
+}
+
+/* The distinct webhook-ids of the requests on path. */
+static size_t distinct_ids(const char *path)
+{
+	json_t *reqs = receiver_requests(&rcv, path);
+	size_t n = json_array_size(reqs), d = 0;
+	const char **ids = calloc(n ? n : 1, sizeof(*ids));
+	for (size_t i = 0; i < n; i++)
+		ids[i] = header(json_array_get(reqs, i), "webhook-id");
+	qsort(ids, n, sizeof(*ids), by_string);
+	for (size_t i = 0; i < n; i++)
+		d += i == 0 || strcmp(ids[i - 1], ids[i]) != 0;
+	free(ids);
+	json_decref(reqs);
+	return d;
+}
+
 /* The hand-off (store/writer.h): fresh deliveries go from the ingest commit to the
  * dispatcher without a claim, the rest of a burst and keyed events through claims; each
- * is sent exactly once either way. */
+ * event arrives, and a second request for one is only ever a recorded retry (a busy
+ * machine can push an answer past the 1 s immediate timeout: that try is in the
+ * history, with its own outboxd-attempt). */
 static void test_handoff_and_claims_each_once(void **state)
 {
 	char sub[64];
@@ -323,24 +354,53 @@ static void test_handoff_and_claims_each_once(void **state)
 					     "\"k%d\",\"payload\":{}}", i % 5);
 		e2e_send(&dmn, ev, body);
 	}
-	assert_int_equal(receiver_wait_count(&rcv, "/burst", 2050, 20000), 0);
-	usleep(300 * 1000); /* a duplicate would arrive by now */
+	/* every event arrives: 2,050 distinct webhook-ids */
+	size_t distinct = 0;
+	for (int waited = 0; distinct < 2050 && waited < 60000; waited += 200) {
+		if (receiver_count(&rcv, "/burst") >= 2050)
+			distinct = distinct_ids("/burst");
+		if (distinct < 2050)
+			usleep(200 * 1000);
+	}
+	assert_int_equal(distinct, 2050);
+	usleep(300 * 1000); /* a late request would arrive by now */
+
 	json_t *reqs = receiver_requests(&rcv, "/burst");
-	size_t n = json_array_size(reqs);
-	assert_int_equal(n, 2050);
-	const char **ids = calloc(n, sizeof(*ids));
-	for (size_t i = 0; i < n; i++)
-		ids[i] = header(json_array_get(reqs, i), "webhook-id");
-	qsort(ids, n, sizeof(*ids), by_string);
-	for (size_t i = 1; i < n; i++)
-		assert_string_not_equal(ids[i - 1], ids[i]);
-	free(ids);
+	size_t n = json_array_size(reqs), extra = 0;
+	struct seen *seen = calloc(n, sizeof(*seen));
+	for (size_t i = 0; i < n; i++) {
+		seen[i].id = header(json_array_get(reqs, i), "webhook-id");
+		const char *a = header(json_array_get(reqs, i), "outboxd-attempt");
+		seen[i].attempt = a ? strtol(a, NULL, 10) : 0;
+	}
+	qsort(seen, n, sizeof(*seen), by_id_then_attempt);
+	for (size_t i = 0; i < n;) {
+		size_t k = i + 1;
+		while (k < n && strcmp(seen[k].id, seen[i].id) == 0)
+			k++;
+		if (k - i > 1) {
+			/* each request of the event is a different try, and every one is in the
+			 * history of its delivery */
+			for (size_t m = i + 1; m < k; m++)
+				assert_true(seen[m].attempt > seen[m - 1].attempt);
+			char ids[2][64];
+			assert_int_equal(e2e_deliveries_of(&dmn, seen[i].id, ids, 2), 1);
+			json_t *d = e2e_get(&dmn, "/v1/deliveries/%s", ids[0]);
+			assert_true(json_array_size(json_object_get(d, "attempts")) >= k - i);
+			json_decref(d);
+			extra += k - i - 1;
+		}
+		i = k;
+	}
+	free(seen);
 	json_decref(reqs);
+	assert_int_equal(n - extra, 2050); /* each event once, besides recorded retries */
 	long claimed = started("claim") - claimed0, handed = started("handoff") - handed0;
-	fprintf(stderr, "hand-off: %ld rounds handed, %ld claimed\n", handed, claimed);
+	fprintf(stderr, "hand-off: %ld rounds handed, %ld claimed; %zu requests were retries\n",
+		handed, claimed, extra);
 	assert_true(handed > 0);
 	assert_true(claimed >= 50);
-	assert_int_equal(claimed + handed, 2050);
+	assert_true(claimed + handed >= 2050); /* a scheduled retry is a round of its own */
 }
 
 /* outboxd_http_requests_total{client=...}. */
