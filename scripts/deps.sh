@@ -23,10 +23,13 @@ packages=(
   man-db groff-base   # man -l of man/outboxd.8 (ctest install/man)
   curl
   jq                  # make soak (bench/soak.sh) reads the API's JSON with it
+  python3             # receivers from real stacks (tests/support/receivers: http.server, app server)
+  nginx               # nginx in front of the app server (tests/support/harness_receivers.c)
+  wrk                 # the yardstick of the real receivers (wrk_best_rate, bench/small_receiver.sh)
   chromium            # the console's browser tests (tests/browser, playwright-core)
 )
-# Node and npm build the console (npm ci of console/package-lock.json) and run its browser
-# tests. CI machines and most developer machines have them already (often a newer Node than
+# Node and npm build the console (npm ci of console/package-lock.json), run its browser
+# tests and the Node receiver (tests/support/receivers/node_server.js). CI machines and most developer machines have them already (often a newer Node than
 # Debian's, from NodeSource): Debian's packages only when there is no node or npm at all.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)

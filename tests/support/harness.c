@@ -191,6 +191,44 @@ static int exit_code(int status)
 	return -1;
 }
 
+pid_t harness_spawn(const char *bin, char *const argv[], int out_fd, int err_fd)
+{
+	return child_spawn(bin, argv, environ, out_fd, err_fd);
+}
+
+int harness_exited(pid_t pid, int *code)
+{
+	int status;
+
+	if (!child_reaped(pid, &status))
+		return 0;
+	*code = exit_code(status);
+	return 1;
+}
+
+int harness_stop(pid_t pid, int sig, int timeout_ms)
+{
+	int status;
+
+	if (!child_stop(pid, sig, timeout_ms, &status))
+		return -1;
+	return exit_code(status);
+}
+
+int harness_reap(pid_t pid, int timeout_ms)
+{
+	int64_t deadline = harness_now_ms() + timeout_ms;
+	int status;
+
+	while (harness_now_ms() < deadline) {
+		if (child_reaped(pid, &status))
+			return exit_code(status);
+		sleep_ms(10);
+	}
+	harness_stop(pid, SIGKILL, 1000);
+	return -1;
+}
+
 /* ---- ports, files, time -------------------------------------------------------------- */
 
 int64_t harness_now_ms(void)

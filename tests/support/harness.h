@@ -50,6 +50,25 @@ int harness_wait(int (*pred)(void *ctx), void *ctx, int timeout_ms);
 /* Writes the last max_bytes of the file at path to stderr, framed by a title line. */
 void harness_print_tail(const char *path, size_t max_bytes);
 
+/* Spawns bin (a path; argv[0] included, NULL-terminated, all borrowed) with the test's
+ * environment, stdin /dev/null, stdout to out_fd and stderr to err_fd (-1: inherited),
+ * registered like the receiver and the daemon (killed at exit and when the test process
+ * dies). Returns the pid, or -1. */
+pid_t harness_spawn(const char *bin, char *const argv[], int out_fd, int err_fd);
+
+/* Sends sig to pid (from harness_spawn) and waits up to timeout_ms, then SIGKILLs it.
+ * Returns its exit code (128 + signal when a signal ended it), or -1 when it had to be
+ * SIGKILLed. */
+int harness_stop(pid_t pid, int sig, int timeout_ms);
+
+/* Waits up to timeout_ms for pid (from harness_spawn) to exit by itself, then SIGKILLs
+ * it. Returns its exit code, or -1 when it had to be killed. */
+int harness_reap(pid_t pid, int timeout_ms);
+
+/* 1 when pid (from harness_spawn) has exited (reaped; its exit code in *code), 0 while
+ * it runs. */
+int harness_exited(pid_t pid, int *code);
+
 /* ---- HTTP ---------------------------------------------------------------------------- */
 
 struct http_resp {
