@@ -388,7 +388,8 @@ static int serve(int argc, char **argv)
 	}
 	if (ssrf.n_allow)
 		log_info("SSRF guard: deliveries may also go to %s (ssrf_allow)", cfg.ssrf_allow);
-	if (!(http_sink = sink_http_open(cfg.max_in_flight, cfg.lean_http, &ssrf, err, sizeof(err)))) {
+	if (!(http_sink = sink_http_open(cfg.max_in_flight, cfg.lean_http, cfg.connect_timeout_ms,
+						 &ssrf, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
 	}

@@ -23,11 +23,9 @@
 
 enum concurrency_outcome concurrency_classify_status(long status)
 {
-	if (status >= 200 && status <= 299)
-		return CONCURRENCY_SUCCESS;
-	if (status == 429 || status == 503)
+	if (status == 429 || (status >= 502 && status <= 504))
 		return CONCURRENCY_REJECTED;
-	return CONCURRENCY_NEUTRAL;
+	return status >= 100 && status <= 599 ? CONCURRENCY_SUCCESS : CONCURRENCY_NEUTRAL;
 }
 
 const char *concurrency_outcome_name(enum concurrency_outcome o)

@@ -29,15 +29,20 @@
 
 /* What a finished attempt says about the endpoint's capacity. */
 enum concurrency_outcome {
-	CONCURRENCY_SUCCESS = 0,  /* a 2xx: a latency sample */
+	CONCURRENCY_SUCCESS = 0,  /* an answer that is no sign of overload (2xx, 3xx, 4xx but
+				   * 429, 500, 501): the receiver did the work, a latency
+				   * sample */
 	CONCURRENCY_TIMEOUT,      /* no answer within the timeout after the request was sent */
 	CONCURRENCY_REFUSED,      /* connection refused or reset by the receiver */
-	CONCURRENCY_REJECTED,     /* 429 or 503: the receiver says it is overloaded */
-	CONCURRENCY_NEUTRAL,      /* another answer (3xx, 4xx, 5xx): says nothing either way */
+	CONCURRENCY_REJECTED,     /* 429, 503, or a gateway's 502/504: overloaded (the
+				   * receiver, or what stands behind its proxy) */
+	CONCURRENCY_NEUTRAL,      /* says nothing either way (a transport error of another
+				   * kind, an attempt that was not an HTTP request) */
 	CONCURRENCY_NOT_SENT,     /* failed before a byte reached the receiver: ignored */
 };
 
-/* The class of an HTTP answer: 2xx success, 429 and 503 rejected, anything else neutral. */
+/* The class of an HTTP answer: 429, 502, 503 and 504 rejected, any other a success (a
+ * quick 500 or 404 is as much a sign of capacity as a 200: the receiver answered). */
 enum concurrency_outcome concurrency_classify_status(long status);
 
 /* "success", "timeout", "refused", "rejected", "neutral", "not_sent". */

@@ -92,6 +92,10 @@ const struct config_setting config_settings[] = {
 	{"lean_http", "--lean-http", "OUTBOXD_LEAN_HTTP", CONFIG_BOOL, "true", S(lean_http),
 	 "plain http:// deliveries go over outboxd's own HTTP/1.1 client (one write per "
 	 "request, kept-alive connections); false sends them through libcurl, like https://"},
+	{"connect_timeout", "--connect-timeout", "OUTBOXD_CONNECT_TIMEOUT", CONFIG_DURATION, "3s",
+	 S(connect_timeout_ms),
+	 "how long a delivery may take to connect (TLS handshake included); a subscription's "
+	 "timeout starts once the request is being written"},
 	{"lease", "--lease", "OUTBOXD_LEASE", CONFIG_DURATION, "2m", S(lease_ms),
 	 "how long a claimed delivery stays reserved before a crash returns it to the pool"},
 	{"relay_interval", "--relay-interval", "OUTBOXD_RELAY_INTERVAL", CONFIG_DURATION,
@@ -509,6 +513,8 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
+	if (cfg->connect_timeout_ms < 100 || cfg->connect_timeout_ms > 300000)
+		return fail(err, errlen, "connect_timeout must be from 100ms to 5m");
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;

@@ -40,6 +40,7 @@ struct config {
 	int retry_batch;
 	int max_in_flight;
 	int lean_http;            /* plain http:// over deliver/http_wire.c, not libcurl */
+	int64_t connect_timeout_ms; /* a delivery's connect; its timeout starts after */
 	int64_t lease_ms;
 	/* jobs */
 	int64_t relay_interval_ms;

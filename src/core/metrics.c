@@ -64,6 +64,13 @@ static struct {
 } lags[LAG_SLOTS];
 static int n_lags;
 
+/* Endpoints' flow control: written by the dispatcher every 100 ms at most, read by the
+ * renderer and GET /v1/stats, all under ep_mu. */
+#define ENDPOINT_SLOTS 256
+static pthread_mutex_t ep_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct metrics_endpoint_view eps[ENDPOINT_SLOTS];
+static int n_eps;
+
 static struct sub_slot *slot_for(const char *id)
 {
 	uint32_t h = hash_fnv1a(id);
@@ -249,6 +256,50 @@ void metrics_kafka_lag(const char *topic, int partition, long long lag)
 	pthread_mutex_unlock(&lag_mu);
 }
 
+void metrics_endpoint(const char *key, int limit, int in_flight, int queued,
+		      int64_t latency_min_us, int64_t latency_us, long cuts)
+{
+	pthread_mutex_lock(&ep_mu);
+	int i;
+	for (i = 0; i < n_eps; i++)
+		if (strcmp(eps[i].key, key) == 0)
+			break;
+	if (i == n_eps && n_eps < ENDPOINT_SLOTS) {
+		snprintf(eps[i].key, sizeof(eps[i].key), "%s", key);
+		n_eps++;
+	}
+	if (i < n_eps) {
+		eps[i].limit = limit;
+		eps[i].in_flight = in_flight;
+		eps[i].queued = queued;
+		eps[i].latency_min_us = latency_min_us;
+		eps[i].latency_us = latency_us;
+		eps[i].cuts = cuts;
+	}
+	pthread_mutex_unlock(&ep_mu);
+}
+
+void metrics_endpoint_gone(const char *key)
+{
+	pthread_mutex_lock(&ep_mu);
+	for (int i = 0; i < n_eps; i++) {
+		if (strcmp(eps[i].key, key) == 0) {
+			eps[i] = eps[--n_eps];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ep_mu);
+}
+
+size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max)
+{
+	pthread_mutex_lock(&ep_mu);
+	size_t n = (size_t)n_eps < max ? (size_t)n_eps : max;
+	memcpy(out, eps, n * sizeof(*out));
+	pthread_mutex_unlock(&ep_mu);
+	return n;
+}
+
 static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
@@ -407,5 +458,41 @@ int metrics_render(char **out, size_t *len)
 		}
 	}
 	pthread_mutex_unlock(&lag_mu);
-	return 0;
+	static const char *const ep_series[] = {
+		"# HELP outboxd_endpoint_concurrency_limit Requests this instance may have open to "
+		"the endpoint at once: its adaptive limit (docs/flow-control.md).\n"
+		"# TYPE outboxd_endpoint_concurrency_limit gauge\n",
+		"# HELP outboxd_endpoint_in_flight Requests open to the endpoint now.\n"
+		"# TYPE outboxd_endpoint_in_flight gauge\n",
+		"# HELP outboxd_endpoint_queued Deliveries waiting for room under the endpoint's "
+		"limit.\n# TYPE outboxd_endpoint_queued gauge\n",
+		"# HELP outboxd_endpoint_latency_seconds Smoothed latency of the endpoint's recent "
+		"answers.\n# TYPE outboxd_endpoint_latency_seconds gauge\n",
+		"# HELP outboxd_endpoint_latency_min_seconds The endpoint's lowest smoothed latency "
+		"seen: how fast it answers unloaded.\n"
+		"# TYPE outboxd_endpoint_latency_min_seconds gauge\n",
+		"# HELP outboxd_endpoint_limit_cuts_total Times the endpoint's limit was cut "
+		"(timeouts, 429/503, refused connections, rising latency).\n"
+		"# TYPE outboxd_endpoint_limit_cuts_total counter\n",
+	};
+	static const char *const ep_names[] = {
+		"outboxd_endpoint_concurrency_limit", "outboxd_endpoint_in_flight",
+		"outboxd_endpoint_queued", "outboxd_endpoint_latency_seconds",
+		"outboxd_endpoint_latency_min_seconds", "outboxd_endpoint_limit_cuts_total",
+	};
+	pthread_mutex_lock(&ep_mu);
+	int bad = 0;
+	for (int k = 0; k < 6 && !bad; k++) {
+		bad |= appendf(out, len, &cap, "%s", ep_series[k]);
+		for (int i = 0; i < n_eps && !bad; i++) {
+			const struct metrics_endpoint_view *e = &eps[i];
+			double v = k == 0 ? e->limit : k == 1 ? e->in_flight : k == 2 ? e->queued :
+				   k == 3 ? e->latency_us / 1e6 : k == 4 ? e->latency_min_us / 1e6 :
+				   (double)e->cuts;
+			bad |= appendf(out, len, &cap, "%s{endpoint=\"%s\"} %g\n", ep_names[k], e->key,
+				       v);
+		}
+	}
+	pthread_mutex_unlock(&ep_mu);
+	return bad ? -1 : 0;
 }

@@ -54,6 +54,23 @@ void metrics_kafka_consumed(long messages, long undecodable);
 void metrics_kafka_paused(int paused);
 void metrics_kafka_lag(const char *topic, int partition, long long lag);
 
+/* Flow control (deliver/endpoints.h): what one endpoint's adaptive concurrency is now. */
+struct metrics_endpoint_view {
+	char key[512];               /* "host:port/path" */
+	int limit;                   /* requests it may have open at once */
+	int in_flight;               /* open now */
+	int queued;                  /* deliveries waiting for room */
+	int64_t latency_min_us;      /* the lowest smoothed latency seen: its unloaded speed */
+	int64_t latency_us;          /* smoothed latency of its recent answers */
+	long cuts;                   /* times the limit was cut */
+};
+void metrics_endpoint(const char *key, int limit, int in_flight, int queued,
+		      int64_t latency_min_us, int64_t latency_us, long cuts);
+void metrics_endpoint_gone(const char *key);
+/* Copies up to max endpoints, in no particular order, into out; returns how many. Any
+ * thread. */
+size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max);
+
 /* OpenTelemetry export (otel/otlp.h): attempt spans sent to the collector, dropped
  * because the export queue was full, or lost with a failed export request. */
 void metrics_otlp_spans(long exported, long dropped, long failed);

@@ -166,6 +166,8 @@ struct subscription {
 	struct retry_policy retry;
 	struct circuit_breaker_config breaker;
 	int max_in_flight;     /* requests to this subscription at once, 0 = no limit */
+	int concurrency;       /* a fixed number of its requests open at once, instead of the
+	                          endpoint's adaptive limit (docs/flow-control.md); 0 = adapt */
 	double rate_limit;     /* requests per second (token bucket), 0 = no limit */
 	int enabled;
 	enum delivery_ordering ordering;

@@ -32,7 +32,8 @@
 static const char *const top_keys[] = {
 	"name", "event_types", "endpoint", "payload_format", "auth", "headers", "secret",
 	"secret_grace", "previous_secret", "previous_secret_expires_at", "tls",
-	"timeout", "retry", "circuit_breaker", "max_in_flight", "rate_limit", "enabled",
+	"timeout", "retry", "circuit_breaker", "max_in_flight", "concurrency", "rate_limit",
+	"enabled",
 	"origin", "ordering", "ordering_on_dead", "disable_after", "disabled_reason",
 	"disabled_at", NULL,
 };
@@ -570,13 +571,17 @@ static int parse_breaker(const json_t *cb, struct circuit_breaker_config *c,
 	return 0;
 }
 
-/* max_in_flight and rate_limit: absent or null means no limit. */
+/* max_in_flight and rate_limit: absent or null means no limit. concurrency: absent or
+ * null means the endpoint's adaptive limit. */
 static int parse_limits(const json_t *doc, struct subscription *s, struct input_error *err)
 {
 	json_t *v;
 
 	if ((v = json_object_get(doc, "max_in_flight")) && !json_is_null(v) &&
 	    get_int(doc, "max_in_flight", "max_in_flight", 1, 100000, &s->max_in_flight, err))
+		return -1;
+	if ((v = json_object_get(doc, "concurrency")) && !json_is_null(v) &&
+	    get_int(doc, "concurrency", "concurrency", 1, 100000, &s->concurrency, err))
 		return -1;
 	if ((v = json_object_get(doc, "rate_limit")) && !json_is_null(v)) {
 		if (!json_is_number(v) || !(json_number_value(v) > 0.0) ||

@@ -299,6 +299,7 @@ static void *dispatcher_main(void *arg)
 			leases_renew(d, clock_now_ms());
 		rounds_run_timers(d, now_us);
 		metrics_in_flight(d->active);
+		endpoints_tick(&d->endpoints, now_us / 1000);
 
 		sinks_run(d);
 		/* after the completions, which free places under max_in_flight */
@@ -394,6 +395,7 @@ struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 	d->cfg = *cfg;
 	atomic_init(&d->log_deliveries, cfg->log_deliveries);
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
+	endpoints_init(&d->endpoints, cfg->max_in_flight);
 	size_t pool = (size_t)cfg->max_in_flight;
 	d->rounds = calloc(pool, sizeof(*d->rounds));
 	d->waiting = calloc(pool, sizeof(*d->waiting));
@@ -477,6 +479,7 @@ void dispatcher_stop(struct dispatcher *d)
 		round_causes_free(&d->rounds[i]);
 	}
 	limits_free_all(&d->limits);
+	endpoints_free_all(&d->endpoints);
 	close(d->epfd);
 	close(d->evfd);
 	dispatcher_free(d);

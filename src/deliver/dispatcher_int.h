@@ -63,6 +63,11 @@ struct round {
 	int64_t started_us;          /* monotonic start of the current attempt */
 	int64_t wake_us;             /* ROUND_WAITING: when to send again */
 	struct sub_limits *limits;   /* the subscription's breaker and limits, or NULL */
+	struct endpoint *ep;         /* its endpoint's flow control, NULL: none (pinned,
+	                                not http(s)) */
+	int holds_ep;                /* the attempt counts in ep->in_flight */
+	int ep_in_flight;            /* ... which was this, itself included, when it began */
+	int ep_queued;               /* parked, counted in ep->queued */
 	int probe;                   /* this round is the half-open breaker's probe */
 	int holds_slot;              /* the attempt counts in limits->in_flight */
 	int64_t retry_after_ms;      /* Retry-After of the last response, -1 when none */
@@ -107,6 +112,7 @@ struct dispatcher {
 	int64_t short_claim_us;      /* monotonic: the last claim that found fewer than asked */
 	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet written, 0 = none */
 	struct limits_table limits;  /* per subscription: breaker, limits, parked rounds */
+	struct endpoint_table endpoints; /* per endpoint: adaptive concurrency */
 	uint64_t round_seq;          /* the last round started */
 	/* lease renewal: one outstanding writer_renew at a time, over these arrays (room
 	 * for max_in_flight) */

@@ -362,6 +362,23 @@ static size_t header_cb(char *data, size_t size, size_t nmemb, void *ctx)
 	return len;
 }
 
+/* CURLOPT_PREREQFUNCTION: connected (TLS done), the request is about to be written: it
+ * has reached the receiver from here, and its timeout starts. */
+static int prereq_cb(void *ctx, char *primary_ip, char *local_ip, int primary_port,
+		     int local_port)
+{
+	struct http_round *h = ctx;
+	(void)primary_ip;
+	(void)local_ip;
+	(void)primary_port;
+	(void)local_port;
+	h->wrote = 1;
+	if (h->sj->timeout_ms > 0 &&
+	    dheap_set(&h->hs->answers, &h->answer_by, clock_mono_us() + h->sj->timeout_ms * 1000))
+		log_warn("http: out of memory: an attempt keeps libcurl's own timeout");
+	return CURL_PREREQFUNC_OK;
+}
+
 /* Sends the attempt's request. bearer (borrowed, copied into the headers): the oauth2
  * access token, NULL for other auth types. */
 void http_send_request(struct http_round *h, const char *bearer)
@@ -403,6 +420,8 @@ void http_send_request(struct http_round *h, const char *bearer)
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, h);
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 		curl_easy_setopt(e, CURLOPT_SHARE, h->pool);
+		curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, prereq_cb);
+		curl_easy_setopt(e, CURLOPT_PREREQDATA, h);
 		h->easy_ready = 1;
 		h->easy_tls = tls;
 	}
@@ -410,7 +429,11 @@ void http_send_request(struct http_round *h, const char *bearer)
 	curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->payload);
 	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->payload_len);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h->headers);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)h->sj->timeout_ms);
+	/* The connect (TLS included) has the sink's connect_timeout; the attempt's own
+	 * timeout runs from when the request is written (prereq_cb arms it, sink_http.c
+	 * enforces it); libcurl's total is only the sum of both, a backstop. */
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)hs->connect_timeout_ms);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(hs->connect_timeout_ms + h->sj->timeout_ms));
 	/* Peer and host verification stay on (curl's default); a subscription can only name
 	 * the CA that verifies its endpoint, and the certificate that proves who we are. */
 	if (s->tls_ca_file)
@@ -421,6 +444,7 @@ void http_send_request(struct http_round *h, const char *bearer)
 		curl_easy_setopt(e, CURLOPT_SSLKEY, s->tls_client_key ? s->tls_client_key
 								       : s->tls_client_cert);
 	}
+	h->start_us = clock_mono_us();
 	CURLMcode mrc = curl_multi_add_handle(hs->multi, e);
 	if (mrc != CURLM_OK) {
 		http_fail_local(h, curl_multi_strerror(mrc));

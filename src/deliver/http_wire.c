@@ -19,8 +19,9 @@
  * Connections: kept alive per target (host:port as in the URL), newest first, at most
  * max_idle in all, closed after IDLE_MAX_MS unused or when the server closes them. A
  * request on a kept-alive connection that dies before any byte of the answer is sent
- * once more on a fresh one, as libcurl does. Timeouts: the attempts in flight sit in a
- * min-heap on their deadline.
+ * once more on a fresh one, as libcurl does. Timeouts: a connection being made has the
+ * sink's connect_timeout, then the attempt's timeout runs from when its request is
+ * written; the deadlines sit in a min-heap (util/dheap.h).
  *
  * Everything runs on the dispatcher's thread; a connection closed while the epoll batch
  * that may name it is being handled is freed only at the next http_run (wire_reap). */
@@ -44,6 +45,7 @@
 #include "core/metrics.h"
 #include "core/retry.h"
 #include "util/clock.h"
+#include "util/dheap.h"
 #include "util/hash.h"
 
 #define DNS_TTL_MS (60 * 1000LL)      /* libcurl's CURLOPT_DNS_CACHE_TIMEOUT default */
@@ -88,8 +90,7 @@ struct wire_conn {
 	char ra[64];                  /* its value */
 	size_t ra_len;
 	int64_t start_us;             /* when the attempt started on this connection */
-	int64_t deadline_us;          /* 0 = none */
-	size_t heap_i;                /* its place in wire.heap */
+	struct dheap_node deadline;   /* in wire.deadlines while it has one */
 	int64_t idle_since_ms;
 	struct wire_conn *next, *prev; /* in its target's idle list, or the graveyard */
 };
@@ -97,71 +98,25 @@ struct wire_conn {
 struct wire {
 	struct http_sink *hs;
 	struct wire_target *targets[TARGET_BUCKETS];
-	struct wire_conn **heap;      /* the connections with a deadline, soonest first */
-	size_t heap_n, heap_cap;
+	struct dheap deadlines;       /* the connections with a deadline, soonest first */
 	struct wire_conn *graveyard;  /* closed, freed at the next wire_reap */
 	int n_idle, max_idle;
 	http_parser_settings settings;
 	char rbuf[READ_BUF];          /* every read lands here and is parsed at once */
 };
 
-/* ---- deadlines: a min-heap ----------------------------------------------------------- */
+/* ---- deadlines -------------------------------------------------------------------------- */
 
-static void heap_swap(struct wire *w, size_t a, size_t b)
+static struct wire_conn *conn_of_node(struct dheap_node *n)
 {
-	struct wire_conn *t = w->heap[a];
-	w->heap[a] = w->heap[b];
-	w->heap[b] = t;
-	w->heap[a]->heap_i = a;
-	w->heap[b]->heap_i = b;
+	return (struct wire_conn *)((char *)n - offsetof(struct wire_conn, deadline));
 }
 
-static void heap_fix(struct wire *w, size_t i)
+/* c must be done by at_us (monotonic): connecting within the sink's connect_timeout,
+ * then answered within the attempt's timeout from when its request is written. */
+static int conn_deadline(struct wire *w, struct wire_conn *c, int64_t at_us)
 {
-	while (i > 0 && w->heap[(i - 1) / 2]->deadline_us > w->heap[i]->deadline_us) {
-		heap_swap(w, i, (i - 1) / 2);
-		i = (i - 1) / 2;
-	}
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-		if (l < w->heap_n && w->heap[l]->deadline_us < w->heap[m]->deadline_us)
-			m = l;
-		if (r < w->heap_n && w->heap[r]->deadline_us < w->heap[m]->deadline_us)
-			m = r;
-		if (m == i)
-			return;
-		heap_swap(w, i, m);
-		i = m;
-	}
-}
-
-static int heap_add(struct wire *w, struct wire_conn *c)
-{
-	if (w->heap_n == w->heap_cap) {
-		size_t cap = w->heap_cap ? w->heap_cap * 2 : 256;
-		struct wire_conn **grown = realloc(w->heap, cap * sizeof(*grown));
-		if (!grown)
-			return -1;
-		w->heap = grown;
-		w->heap_cap = cap;
-	}
-	c->heap_i = w->heap_n;
-	w->heap[w->heap_n++] = c;
-	heap_fix(w, c->heap_i);
-	return 0;
-}
-
-static void heap_remove(struct wire *w, struct wire_conn *c)
-{
-	if (!c->deadline_us)
-		return;
-	size_t i = c->heap_i;
-	c->deadline_us = 0;
-	if (i != --w->heap_n) {
-		w->heap[i] = w->heap[w->heap_n];
-		w->heap[i]->heap_i = i;
-		heap_fix(w, i);
-	}
+	return dheap_set(&w->deadlines, &c->deadline, at_us);
 }
 
 /* ---- targets ------------------------------------------------------------------------- */
@@ -319,7 +274,7 @@ static void conn_close(struct wire *w, struct wire_conn *c)
 {
 	if (c->state == CONN_IDLE)
 		idle_unlink(w, c);
-	heap_remove(w, c);
+	dheap_remove(&w->deadlines, &c->deadline);
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -356,7 +311,7 @@ static void conn_finish(struct wire *w, struct wire_conn *c, enum transport_erro
 			const char *errtext, int keep)
 {
 	struct http_round *h = c->h;
-	heap_remove(w, c);
+	dheap_remove(&w->deadlines, &c->deadline);
 	c->h = NULL;
 	h->conn = NULL;
 	/* the head may carry credentials: wiped once the attempt is over */
@@ -393,8 +348,7 @@ static void conn_fail(struct wire *w, struct wire_conn *c, enum transport_error 
 }
 
 static void conn_send(struct wire *w, struct wire_conn *c);
-static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t,
-		      int64_t deadline_us, int fresh);
+static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t, int fresh);
 
 /* The request on a kept-alive connection died before any byte of an answer: the server
  * had closed it. Once more on a fresh connection, within the same attempt. */
@@ -402,12 +356,12 @@ static void conn_retry_fresh(struct wire *w, struct wire_conn *c)
 {
 	struct http_round *h = c->h;
 	struct wire_target *t = c->t;
-	int64_t deadline = c->deadline_us;
-	heap_remove(w, c);
+	dheap_remove(&w->deadlines, &c->deadline);
 	c->h = NULL;
 	h->conn = NULL;
 	conn_close(w, c);
-	conn_start(w, h, t, deadline, 1); /* reports a failure itself */
+	h->wrote = 0; /* what went out reached a closed connection, not the receiver */
+	conn_start(w, h, t, 1); /* reports a failure itself */
 }
 
 /* ---- the response --------------------------------------------------------------------- */
@@ -600,6 +554,7 @@ static void conn_send(struct wire *w, struct wire_conn *c)
 			return;
 		}
 		c->sent += (size_t)n;
+		h->wrote = 1;
 	}
 	c->state = CONN_READING;
 	if (conn_watch(w, c, EPOLLIN))
@@ -619,14 +574,22 @@ static void conn_connected(struct wire *w, struct wire_conn *c)
 			  (long long)((clock_mono_us() - c->start_us) / 1000), strerror(err));
 		return;
 	}
+	/* The connect is done: the attempt's timeout runs from here, as its request is
+	 * written (a slow connect is outboxd's wait, not the receiver's answer). */
+	int64_t timeout_ms = c->h->sj->timeout_ms;
+	if (timeout_ms > 0 && conn_deadline(w, c, clock_mono_us() + timeout_ms * 1000)) {
+		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
+		return;
+	} else if (timeout_ms <= 0) {
+		dheap_remove(&w->deadlines, &c->deadline);
+	}
 	c->state = CONN_SENDING;
 	conn_send(w, c);
 }
 
 /* Starts h's request on a kept-alive connection to t (unless fresh) or a new one. 0 when
  * under way (or answered already), -1 when it failed (reported through http_finish). */
-static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t,
-		      int64_t deadline_us, int fresh)
+static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t, int fresh)
 {
 	int64_t now_ms = clock_mono_ms();
 	struct wire_conn *c = NULL;
@@ -664,6 +627,7 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 		if (c->fd < 0) {
 			c->h = h;
 			h->conn = c;
+			h->local = errno_is_local(errno);
 			conn_fail(w, c, TRANSPORT_OTHER, "socket: %s", strerror(errno));
 			return -1;
 		}
@@ -679,15 +643,16 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 	c->start_us = clock_mono_us();
 	http_parser_init(&c->parser, HTTP_RESPONSE);
 	c->parser.data = c;
-	c->deadline_us = deadline_us;
-	if (deadline_us && heap_add(w, c)) {
-		c->deadline_us = 0;
+	int connecting = c->state == CONN_CONNECTING;
+	int64_t timeout_ms = connecting ? w->hs->connect_timeout_ms : h->sj->timeout_ms;
+	if (timeout_ms > 0 && conn_deadline(w, c, c->start_us + timeout_ms * 1000)) {
 		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
 		return -1;
 	}
-	if (c->state == CONN_CONNECTING) {
+	if (connecting) {
 		int rc = connect(c->fd, (const struct sockaddr *)&t->addr, t->addrlen);
 		if (rc < 0 && errno != EINPROGRESS) {
+			h->local = errno_is_local(errno);
 			conn_fail(w, c, TRANSPORT_REFUSED, "Failed to connect to %s port %d after 0 ms: %s",
 				  t->host, t->port, strerror(errno));
 			return -1;
@@ -832,8 +797,8 @@ int wire_send(struct wire *w, struct http_round *h, const char *url)
 	h->state = HTTP_IN_FLIGHT;
 	w->hs->in_flight++;
 	http_flying_add(h);
-	int64_t deadline = h->sj->timeout_ms > 0 ? clock_mono_us() + h->sj->timeout_ms * 1000 : 0;
-	conn_start(w, h, wu->t, deadline, 0);
+	h->start_us = clock_mono_us();
+	conn_start(w, h, wu->t, 0);
 	return 1;
 }
 
@@ -871,8 +836,9 @@ void wire_ready(struct wire *w, struct wire_conn *c, uint32_t events)
 
 void wire_expire(struct wire *w, int64_t now_us)
 {
-	while (w->heap_n && w->heap[0]->deadline_us <= now_us) {
-		struct wire_conn *c = w->heap[0];
+	struct dheap_node *top;
+	while ((top = dheap_top(&w->deadlines)) && top->at_us <= now_us) {
+		struct wire_conn *c = conn_of_node(top);
 		long long ms = (now_us - c->start_us) / 1000;
 		if (c->state == CONN_CONNECTING)
 			conn_fail(w, c, TRANSPORT_TIMEOUT, "Connection timed out after %lld milliseconds",
@@ -886,7 +852,7 @@ void wire_expire(struct wire *w, int64_t now_us)
 
 int64_t wire_due_us(const struct wire *w)
 {
-	return w->heap_n ? w->heap[0]->deadline_us : -1;
+	return dheap_due_us(&w->deadlines);
 }
 
 void wire_cancel(struct wire *w, struct http_round *h)
@@ -988,6 +954,6 @@ void wire_close(struct wire *w)
 		}
 	}
 	wire_reap(w);
-	free(w->heap);
+	dheap_free(&w->deadlines);
 	free(w);
 }

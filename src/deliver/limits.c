@@ -53,6 +53,9 @@ void limits_prune(struct limits_table *t, int64_t now_mono_ms)
 			int64_t idle = x->window_ms > IDLE_MS ? x->window_ms : IDLE_MS;
 			if (!x->refs && !x->parked && now_mono_ms - x->last_used_ms > idle) {
 				*pp = x->next;
+				if (x->ep)
+					x->ep->refs--;
+				free(x->ep_for);
 				free(x);
 			} else {
 				pp = &x->next;
@@ -67,6 +70,7 @@ void limits_free_all(struct limits_table *t)
 		while (t->buckets[i]) {
 			struct sub_limits *x = t->buckets[i];
 			t->buckets[i] = x->next;
+			free(x->ep_for);
 			free(x);
 		}
 	}
@@ -154,9 +158,36 @@ static void bucket_sync(struct sub_limits *x, const struct subscription *s, int6
 	x->bucket_rate = s->rate_limit;
 }
 
+int limits_cap(const struct subscription *s)
+{
+	if (s->concurrency > 0 && (s->max_in_flight <= 0 || s->concurrency < s->max_in_flight))
+		return s->concurrency;
+	return s->max_in_flight > 0 ? s->max_in_flight : 0;
+}
+
+struct endpoint *limits_endpoint(struct sub_limits *x, const struct subscription *s,
+				 struct endpoint_table *t, int64_t now_us)
+{
+	if (s->concurrency > 0)
+		return NULL; /* pinned: limits_cap holds it */
+	if (!x->ep_for || strcmp(x->ep_for, s->endpoint) != 0) {
+		if (x->ep)
+			x->ep->refs--;
+		free(x->ep_for);
+		x->ep_for = strdup(s->endpoint);
+		x->ep = x->ep_for ? endpoints_get(t, s->endpoint, now_us) : NULL;
+		if (x->ep)
+			x->ep->refs++;
+	} else if (x->ep) {
+		x->ep->last_used_ms = now_us / 1000;
+	}
+	return x->ep;
+}
+
 int limits_take(struct sub_limits *x, const struct subscription *s, int64_t now_us)
 {
-	if (s->max_in_flight > 0 && x->in_flight >= s->max_in_flight)
+	int cap = limits_cap(s);
+	if (cap > 0 && x->in_flight >= cap)
 		return 0;
 	if (s->rate_limit > 0) {
 		bucket_sync(x, s, now_us);
@@ -174,7 +205,8 @@ void limits_put(struct sub_limits *x)
 
 int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t now_us)
 {
-	if (s->max_in_flight > 0 && x->in_flight >= s->max_in_flight)
+	int cap = limits_cap(s);
+	if (cap > 0 && x->in_flight >= cap)
 		return -1;
 	if (s->rate_limit > 0) {
 		struct token_bucket peek;
@@ -185,12 +217,14 @@ int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t 
 	return 0;
 }
 
-int limits_parked_cap(int pool_size, const struct subscription *s)
+int limits_parked_cap(int pool_size, const struct subscription *s, int adaptive)
 {
-	int cap = PARKED_MIN_CAP, share = pool_size / 4;
+	int cap = PARKED_MIN_CAP, share = pool_size / 4, held = limits_cap(s);
 
-	if (s->max_in_flight > 0 && s->max_in_flight < INT32_MAX / 4 && s->max_in_flight * 4 > cap)
-		cap = s->max_in_flight * 4;
+	if (adaptive)
+		cap = share;
+	if (held > 0 && held < INT32_MAX / 4 && held * 4 > cap)
+		cap = held * 4;
 	if (s->rate_limit * 2 > cap)
 		cap = s->rate_limit * 2 < INT32_MAX ? (int)(s->rate_limit * 2) : INT32_MAX;
 	if (share < 1)

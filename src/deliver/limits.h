@@ -15,6 +15,7 @@
 #include "core/breaker.h"
 #include "core/model.h"
 #include "core/ratelimit.h"
+#include "deliver/endpoints.h"
 #include "util/uuid.h"
 
 #define LIMITS_BUCKETS 256
@@ -36,6 +37,8 @@ struct sub_limits {
 	                                success, 0 while it succeeds (disable_after) */
 	int disable_asked;           /* the dispatcher was asked to disable it this streak */
 	int64_t last_used_ms;        /* monotonic */
+	struct endpoint *ep;         /* its endpoint's flow control (one ref), NULL: none */
+	char *ep_for;                /* the endpoint URL ep was found for */
 	struct sub_limits *next;     /* hash chain */
 	struct sub_limits *next_parked; /* in the dispatcher's list of queues that wait */
 };
@@ -76,6 +79,15 @@ unsigned limits_record(struct sub_limits *x, const struct subscription *s, int s
 /* The probe ended undecided (handed back): the next round asking is the probe. */
 void limits_probe_abandoned(struct sub_limits *x, int *probe);
 
+/* The cap on s's requests open at once: max_in_flight, or concurrency when that is
+ * lower (a fixed limit instead of the endpoint's adaptive one); 0 = none. */
+int limits_cap(const struct subscription *s);
+
+/* x's endpoint state for s (found again when s's endpoint changed), NULL when s has none
+ * or pins its concurrency. */
+struct endpoint *limits_endpoint(struct sub_limits *x, const struct subscription *s,
+				 struct endpoint_table *t, int64_t now_us);
+
 /* Takes what an attempt of s needs now: a place under max_in_flight, then a rate_limit
  * token. 1 when it may go (the place is held until limits_put), 0 when not (nothing
  * taken). */
@@ -89,7 +101,9 @@ void limits_put(struct sub_limits *x);
 int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t now_us);
 
 /* How many rounds s may keep parked in a pool of pool_size: enough to keep its limits
- * busy, never more than a quarter of the pool, so other subscriptions find room. */
-int limits_parked_cap(int pool_size, const struct subscription *s);
+ * busy, never more than a quarter of the pool, so other subscriptions find room. With
+ * adaptive flow control (adaptive 1: its endpoint's limit can grow at any answer) the
+ * whole quarter: a new endpoint starts at a few requests and soon takes many. */
+int limits_parked_cap(int pool_size, const struct subscription *s, int adaptive);
 
 #endif

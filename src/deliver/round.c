@@ -36,25 +36,47 @@ double dispatcher_rng_next(void *ctx)
 
 /* ---- per-subscription state: breaker and limits (limits.h) ---------------------------- */
 
-/* Takes what the round's next attempt needs from its subscription's limits. 1 when it
- * may go now, 0 otherwise (nothing taken). */
+/* Takes what the round's next attempt needs: room under its endpoint's adaptive limit,
+ * then its subscription's limits. 1 when it may go now, 0 otherwise (nothing taken). */
 static int round_limits_take(struct round *j, int64_t now_us)
 {
-	if (!j->limits)
-		return 1;
-	if (!limits_take(j->limits, j->sub, now_us))
+	if (j->ep && !endpoint_has_room(j->ep))
 		return 0;
-	j->holds_slot = 1;
+	if (j->limits && !limits_take(j->limits, j->sub, now_us))
+		return 0;
+	j->holds_slot = j->limits != NULL;
+	if (j->ep) {
+		j->ep->in_flight++;
+		j->ep->dirty = 1;
+		j->ep_in_flight = j->ep->in_flight;
+		j->holds_ep = 1;
+	}
 	return 1;
 }
 
-/* The attempt is over: its place under max_in_flight goes back. */
+/* The attempt is over: its places under the limits go back. */
 static void round_slot_put(struct round *j)
 {
 	if (j->holds_slot) {
 		limits_put(j->limits);
 		j->holds_slot = 0;
 	}
+	if (j->holds_ep) {
+		j->ep->in_flight--;
+		j->ep->dirty = 1;
+		j->holds_ep = 0;
+	}
+}
+
+/* The round waits in its subscription's queue (parked) or leaves it: counted in its
+ * endpoint's queue length for stats. */
+static void round_queued(struct round *j, int queued)
+{
+	if (!j->ep || j->ep_queued == queued)
+		return;
+	j->ep->queued += queued ? 1 : -1;
+	j->ep->dirty = 1;
+	j->ep_queued = queued;
 }
 
 /* Operational events about s are not made when s only takes outboxd's own events: a
@@ -479,6 +501,10 @@ static void round_go(struct round *j)
 	sj->end_round = 0;
 	sj->permanent = 0;
 	sj->retry_after_ms = -1;
+	sj->sent = 1;
+	sj->local = 0;
+	sj->latency_us = 0;
+	sj->flow = CONCURRENCY_NEUTRAL;
 	j->state = ROUND_IN_FLIGHT;
 	j->d->in_flight++;
 	sink_send(j->sink, sj);
@@ -490,15 +516,29 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	struct dispatcher *d = ctx;
 	struct round *j = (struct round *)sj;
 	struct store_attempt *a = &j->attempts[j->tries];
-	int64_t took_us = clock_mono_us() - j->started_us;
+	int64_t now_us = clock_mono_us(), took_us = now_us - j->started_us;
 
 	d->in_flight--;
+	if (sj->latency_us <= 0)
+		sj->latency_us = took_us;
+	if (j->holds_ep && !sj->local)
+		endpoint_record(j->ep, now_us, sj->latency_us, (enum concurrency_outcome)sj->flow,
+				j->ep_in_flight);
+	if (sj->local) {
+		/* outboxd ran out of something (descriptors, ports): not the subscriber's doing,
+		 * so not a try; the delivery goes back and comes again in a moment */
+		log_warn("delivery %s: not sent: %s (a resource of this outboxd; the try does not "
+			 "count)", j->claim->delivery_id, sj->cause);
+		round_release(j, RELEASE_MIN_MS + (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
+		return;
+	}
 	a->n = sj->attempt_no;
 	a->kind = j->kind;
 	a->duration_ms = took_us / 1000;
 	a->code = sj->code;
 	a->message = j->messages[j->tries];
 	a->cause = keep_cause(j, j->tries, j->cause_buf);
+	a->not_sent = !sj->sent;
 	j->retry_after_ms = sj->retry_after_ms;
 	metrics_attempt(a->code, took_us);
 	otlp_attempt(j->claim, a, sj->span_id, took_us);
@@ -526,12 +566,13 @@ static void round_park(struct round *j)
 	struct dispatcher *d = j->d;
 	struct sub_limits *x = j->limits;
 
-	if (x->parked >= limits_parked_cap(d->cfg.max_in_flight, j->sub)) {
+	if (x->parked >= limits_parked_cap(d->cfg.max_in_flight, j->sub, j->ep != NULL)) {
 		round_release(j, RELEASE_MIN_MS + (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
 		return;
 	}
 	j->state = ROUND_PARKED;
 	j->parked_us = clock_mono_us();
+	round_queued(j, 1);
 	j->next = NULL;
 	if (x->parked_tail)
 		x->parked_tail->next = j;
@@ -552,6 +593,10 @@ static void round_begin(struct round *j)
 {
 	if (j->limits && (j->limits->parked_head || !round_limits_take(j, clock_mono_us()))) {
 		round_park(j);
+		return;
+	}
+	if (!j->limits && !round_limits_take(j, clock_mono_us())) {
+		round_release(j, RELEASE_MIN_MS); /* no queue to wait in (out of memory) */
 		return;
 	}
 	round_go(j);
@@ -583,6 +628,7 @@ int64_t rounds_run_parked(struct dispatcher *d, int64_t now_us)
 				x->parked_tail = NULL;
 			x->parked--;
 			j->next = NULL;
+			round_queued(j, 0);
 			if (old)
 				round_release(j, stopping ? 0 : RELEASE_MIN_MS);
 			else
@@ -609,6 +655,9 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 	j->tries = 0;
 	j->sink = NULL;
 	j->limits = NULL;
+	j->ep = NULL;
+	j->holds_ep = 0;
+	j->ep_queued = 0;
 	j->probe = 0;
 	j->holds_slot = 0;
 	j->retry_after_ms = -1;
@@ -674,8 +723,10 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 				 "(kafka:// endpoints need kafka_brokers)");
 		return;
 	}
-	if ((j->limits = limits_get(&d->limits, j->sub)))
+	if ((j->limits = limits_get(&d->limits, j->sub))) {
 		j->limits->refs++;
+		j->ep = limits_endpoint(j->limits, j->sub, &d->endpoints, clock_mono_us());
+	}
 	if (j->limits && limits_admit(j->limits, j->sub, c->delivery_id, &j->probe) == BREAKER_DELAY) {
 		round_delay_action(j);
 		return;
@@ -747,6 +798,7 @@ void round_recycle(struct dispatcher *d, struct round *j)
 	if (j->limits)
 		j->limits->refs--;
 	j->limits = NULL;
+	j->ep = NULL;
 	j->probe = 0;
 	batch_release(d, j->batch);
 	j->batch = NULL;

@@ -43,6 +43,20 @@ struct sink_round {
 	                                     could not even be built) */
 	int permanent;                    /* out: 1 = the failure cannot pass by retrying (the
 	                                     SSRF guard refused the address): to the DLQ */
+	int sent;                         /* out: 1 = the request (or part of it) reached the
+	                                     target; 0 = it failed before (refused, connect
+	                                     timeout, SSRF): the history says "not sent".
+	                                     Preset to 1 */
+	int local;                        /* out: 1 = it failed for want of a resource of
+	                                     outboxd's own (descriptors, ports, memory): not the
+	                                     target's doing, so the try does not count. Preset
+	                                     to 0 */
+	int64_t latency_us;               /* out: from the start of the transfer (connect
+	                                     included) to its end; preset to the time since
+	                                     send, which a sink may narrow */
+	int flow;                         /* out: enum concurrency_outcome, what the attempt
+	                                     says of the target's capacity (core/concurrency.h);
+	                                     preset to CONCURRENCY_NEUTRAL */
 	void *state[SINKS_MAX];           /* each sink's own per-round state (state[slot]); it
 	                                     lives as long as the round slot, across rounds */
 };
@@ -146,8 +160,10 @@ void sink_close(struct sink *s);
 struct ssrf_policy;
 /* The HTTP sink; ssrf (borrowed, outlives the sink) says which addresses its deliveries
  * and token requests may connect to (core/ssrf.h); lean: plain http:// deliveries go over
- * its own HTTP/1.1 client (http_wire.c) when they can, else everything over libcurl. */
-struct sink *sink_http_open(int max_connections, int lean, const struct ssrf_policy *ssrf,
-			    char *err, size_t errlen);
+ * its own HTTP/1.1 client (http_wire.c) when they can, else everything over libcurl;
+ * connect_timeout_ms: how long a connect may take before the attempt's own timeout (from
+ * when its request is written) starts. */
+struct sink *sink_http_open(int max_connections, int lean, int64_t connect_timeout_ms,
+			    const struct ssrf_policy *ssrf, char *err, size_t errlen);
 
 #endif

@@ -27,6 +27,7 @@
 
 #include <openssl/evp.h>
 
+#include "core/concurrency.h"
 #include "core/retry.h"
 #include "core/trace.h"
 #include "deliver/sign.h"
@@ -59,8 +60,13 @@ void http_flying_remove(struct http_round *h)
 /* The attempt is over: hand it to the dispatcher. */
 void http_report(struct http_round *h)
 {
+	struct sink_round *sj = h->sj;
 	h->state = HTTP_IDLE;
-	h->hs->env.done(h->hs->env.ctx, h->sj);
+	sj->sent = h->wrote;
+	sj->local = h->local;
+	if (h->start_us)
+		sj->latency_us = clock_mono_us() - h->start_us;
+	h->hs->env.done(h->hs->env.ctx, sj);
 }
 
 /* http_redact_secrets() with every credential the round's request carried. */
@@ -223,6 +229,28 @@ void http_transfer_done(struct http_round *h)
 {
 	h->hs->in_flight--;
 	http_flying_remove(h);
+	dheap_remove(&h->hs->answers, &h->answer_by);
+}
+
+/* What an ended transfer says of the receiver's capacity (core/concurrency.h): an answer
+ * by its status; a timeout after the request was written, the strongest sign of a
+ * receiver that queues; a refused connection, or one that could not be made in time, the
+ * sign of a full accept queue; the rest, nothing. */
+static enum concurrency_outcome flow_of(const struct http_round *h, enum transport_error te,
+					long status)
+{
+	if (h->local || h->guard.refused[0])
+		return CONCURRENCY_NOT_SENT;
+	switch (te) {
+	case TRANSPORT_OK:
+		return concurrency_classify_status(status);
+	case TRANSPORT_TIMEOUT:
+		return h->wrote ? CONCURRENCY_TIMEOUT : CONCURRENCY_REFUSED;
+	case TRANSPORT_REFUSED:
+		return CONCURRENCY_REFUSED;
+	default:
+		return CONCURRENCY_NEUTRAL;
+	}
 }
 
 void http_finish(struct http_round *h, enum transport_error te, long status, const char *errtext)
@@ -238,6 +266,7 @@ void http_finish(struct http_round *h, enum transport_error te, long status, con
 		http_authorize(h);
 		return;
 	}
+	sj->flow = flow_of(h, te, status);
 	if (te != TRANSPORT_OK && h->guard.refused[0]) {
 		/* Permanent: the address will not change by retrying; ssrf_allow would. */
 		sj->code = SSRF_REFUSED_CODE;
@@ -270,6 +299,11 @@ static void http_completed(struct http_round *h, CURLcode rc)
 	curl_multi_remove_handle(hs->multi, h->easy);
 	http_transfer_done(h);
 	enum transport_error te = http_classify(rc, h->errbuf);
+	if (rc == CURLE_COULDNT_CONNECT) {
+		long os_errno = 0;
+		curl_easy_getinfo(h->easy, CURLINFO_OS_ERRNO, &os_errno);
+		h->local = errno_is_local((int)os_errno);
+	}
 	if (te == TRANSPORT_OK) {
 		curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &status);
 		if (hs->wire)
@@ -341,6 +375,10 @@ static void http_send(void *priv, struct sink_round *sj)
 		return;
 	}
 	h->reauthed = 0;
+	h->start_us = 0;
+	h->wrote = 0;
+	h->local = 0;
+	sj->flow = CONCURRENCY_NOT_SENT; /* until a transfer says otherwise */
 	sj->retry_after_ms = -1;
 	sj->end_round = 0;
 	sj->cause[0] = '\0';
@@ -350,6 +388,24 @@ static void http_send(void *priv, struct sink_round *sj)
 static int http_fd(void *priv)
 {
 	return ((struct http_sink *)priv)->epfd;
+}
+
+/* libcurl requests connected longer ago than their timeout without a complete answer:
+ * they end as timeouts (libcurl's own timer covers connect and answer together, so the
+ * answer's is kept here). */
+static void answers_expire(struct http_sink *hs, int64_t now_us)
+{
+	struct dheap_node *top;
+	while ((top = dheap_top(&hs->answers)) && top->at_us <= now_us) {
+		struct http_round *h =
+			(struct http_round *)((char *)top - offsetof(struct http_round, answer_by));
+		char text[160];
+		snprintf(text, sizeof(text), "Operation timed out after %lld milliseconds waiting "
+			 "for the answer", (long long)h->sj->timeout_ms);
+		curl_multi_remove_handle(hs->multi, h->easy);
+		http_transfer_done(h);
+		http_finish(h, TRANSPORT_TIMEOUT, 0, text);
+	}
 }
 
 /* Hands curl the sockets that are ready, then its timeout when due, then reads what
@@ -386,6 +442,7 @@ static void http_run(void *priv)
 	}
 	if (hs->wire && wire_due_us(hs->wire) >= 0)
 		wire_expire(hs->wire, clock_mono_us());
+	answers_expire(hs, clock_mono_us());
 	if (hs->curl_due_us >= 0 && clock_mono_us() >= hs->curl_due_us) {
 		hs->curl_due_us = -1;
 		hs->curl_timer_set = 0;
@@ -405,6 +462,9 @@ static int64_t http_wait_us(void *priv, int64_t now_us)
 {
 	struct http_sink *hs = priv;
 	int64_t due = hs->curl_due_us;
+	int64_t answer_due = dheap_due_us(&hs->answers);
+	if (answer_due >= 0 && (due < 0 || answer_due < due))
+		due = answer_due;
 	int64_t wire_due = hs->wire ? wire_due_us(hs->wire) : -1;
 	if (wire_due >= 0 && (due < 0 || wire_due < due))
 		due = wire_due;
@@ -509,6 +569,7 @@ static void http_close(void *priv)
 	free(hs->pools);
 	curl_multi_cleanup(hs->multi); /* may still call curl_socket_cb: epfd closes after */
 	wire_close(hs->wire);
+	dheap_free(&hs->answers);
 	close(hs->epfd);
 	free(hs->fd_state);
 	free(hs);
@@ -530,14 +591,15 @@ static const struct sink_ops http_ops = {
 	.close = http_close,
 };
 
-struct sink *sink_http_open(int max_connections, int lean, const struct ssrf_policy *ssrf,
-			    char *err, size_t errlen)
+struct sink *sink_http_open(int max_connections, int lean, int64_t connect_timeout_ms,
+			    const struct ssrf_policy *ssrf, char *err, size_t errlen)
 {
 	struct sink *s = calloc(1, sizeof(*s));
 	struct http_sink *hs = calloc(1, sizeof(*hs));
 	if (!s || !hs)
 		goto fail;
 	hs->ssrf = ssrf;
+	hs->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 3000;
 	hs->curl_due_us = -1;
 	hs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))

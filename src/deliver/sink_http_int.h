@@ -6,6 +6,7 @@
 #ifndef OUTBOXD_DELIVER_SINK_HTTP_INT_H
 #define OUTBOXD_DELIVER_SINK_HTTP_INT_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -17,6 +18,7 @@
 #include "deliver/oauth2.h"
 #include "deliver/sink.h"
 #include "util/buf.h"
+#include "util/dheap.h"
 
 #define TOKEN_FORM_MAX 16384  /* token request bodies (credentials, scope, audience) */
 #define OAUTH_IDLE_MS (3600 * 1000LL) /* a token cache unused this long is dropped */
@@ -87,7 +89,20 @@ struct http_round {
 	char *whead;                 /* the request head; may hold credentials, wiped after */
 	size_t whead_cap, whead_len;
 	struct wire_url *wurl;       /* the URL last looked up: its parts and target */
+	/* the attempt's transfer, for the dispatcher's flow control (sink.h) */
+	int64_t start_us;            /* when its transfer began (connect included) */
+	int wrote;                   /* a byte of the request was written */
+	int local;                   /* it failed for want of a local resource */
+	struct dheap_node answer_by; /* libcurl: the attempt's timeout, from when it was
+	                                connected and about to write (http_sink.answers) */
 };
+
+/* 1 when connect or socket failed with errno e for want of a resource of this process or
+ * host (descriptors, ephemeral ports, buffers), not because of the receiver. */
+static inline int errno_is_local(int e)
+{
+	return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM || e == EADDRNOTAVAIL;
+}
 
 /* A token request in flight (one per oauth2_entry at most). */
 struct token_fetch {
@@ -119,6 +134,8 @@ struct oauth2_entry {
 
 struct http_sink {
 	struct sink_env env;
+	int64_t connect_timeout_ms;  /* a delivery's connect (TLS included) may take this */
+	struct dheap answers;        /* libcurl requests connected: their answer deadlines */
 	const struct ssrf_policy *ssrf; /* borrowed: which addresses may be connected to */
 	CURLM *multi;
 	int epfd;                    /* curl's sockets */

@@ -212,6 +212,8 @@ struct store_attempt {
 	int code;                   /* HTTP status or mapped code (502/503/504/525/520) */
 	const char *message;        /* borrowed, short description */
 	const char *cause;          /* borrowed, library error or first KiB of the body */
+	int not_sent;               /* 1: it failed before the request reached the receiver
+	                               (refused, connect timeout, SSRF) */
 };
 
 /* The outcome of a claimed delivery. Applied only while this store's owner still holds

@@ -44,7 +44,7 @@ static void test_long_round_keeps_its_lease(void **state)
 					 "\"delay_ms\":2500}}"), 0);
 	e2e_create_sub(&dmn, sub,
 		       "{\"name\":\"slow\",\"event_types\":[\"lease.*\"],\"endpoint\":\"%s/slow\","
-		       "\"timeout\":\"1500ms\",\"retry\":{\"immediate\":%d,"
+		       "\"timeout\":\"1500ms\",\"concurrency\":8,\"retry\":{\"immediate\":%d,"
 		       "\"immediate_delay\":\"100ms\",\"interval\":\"1h\"}}", rcv.url, TRIES);
 	for (int i = 0; i < EVENTS; i++) {
 		snprintf(body, sizeof(body), "{\"event_type\":\"lease.test\",\"payload\":{\"n\":%d}}", i);

@@ -719,8 +719,8 @@ static void test_record_success(void **state)
 	struct store_attempt_row *a = NULL;
 	struct store_delivery d;
 	struct store_attempt tries[2] = {
-		{1, ATTEMPT_IMMEDIATE, 0, 1000, 504, "Gateway Timeout", "Operation timed out"},
-		{2, ATTEMPT_IMMEDIATE, 0, 35, 200, "OK", NULL},
+		{1, ATTEMPT_IMMEDIATE, 0, 1000, 504, "Gateway Timeout", "Operation timed out", 0},
+		{2, ATTEMPT_IMMEDIATE, 0, 35, 200, "OK", NULL, 0},
 	};
 	struct store_result r = {
 		.status = DELIVERY_PROCESSED,
@@ -794,8 +794,8 @@ static void test_record_many(void **state)
 		struct store_result *x = &r[i];
 		x->delivery_id = c[i].delivery_id;
 		tries[i][0] = (struct store_attempt){1, ATTEMPT_IMMEDIATE, now - 30, 10, 503,
-						     "Service Unavailable", "busy"};
-		tries[i][1] = (struct store_attempt){2, ATTEMPT_IMMEDIATE, now - 10, 5, 200, "OK", NULL};
+						     "Service Unavailable", "busy", 0};
+		tries[i][1] = (struct store_attempt){2, ATTEMPT_IMMEDIATE, now - 10, 5, 200, "OK", NULL, 0};
 		x->attempts = tries[i];
 		switch (i % 3) {
 		case 0: /* delivered on the second try */
@@ -2674,12 +2674,12 @@ static void test_attempt_series(void **state)
 	struct store_series_bucket b[3];
 	int64_t from = (clock_now_ms() / MINUTE_MS - 5) * MINUTE_MS;
 	struct store_attempt tries[6] = {
-		{1, ATTEMPT_IMMEDIATE, from - 1, 5, 503, "HTTP 503", NULL},          /* before */
-		{2, ATTEMPT_IMMEDIATE, from, 5, 200, "HTTP 200", NULL},              /* bucket 0 */
-		{3, ATTEMPT_SCHEDULED, from + MINUTE_MS + 10, 5, 404, "HTTP 404", NULL},
-		{4, ATTEMPT_SCHEDULED, from + 2 * MINUTE_MS, 5, 503, "HTTP 503", NULL},
-		{5, ATTEMPT_SCHEDULED, from + 3 * MINUTE_MS - 1, 5, 302, "HTTP 302", NULL},
-		{6, ATTEMPT_MANUAL, from + 3 * MINUTE_MS, 5, 200, "HTTP 200", NULL}, /* after */
+		{1, ATTEMPT_IMMEDIATE, from - 1, 5, 503, "HTTP 503", NULL, 0},          /* before */
+		{2, ATTEMPT_IMMEDIATE, from, 5, 200, "HTTP 200", NULL, 0},              /* bucket 0 */
+		{3, ATTEMPT_SCHEDULED, from + MINUTE_MS + 10, 5, 404, "HTTP 404", NULL, 0},
+		{4, ATTEMPT_SCHEDULED, from + 2 * MINUTE_MS, 5, 503, "HTTP 503", NULL, 0},
+		{5, ATTEMPT_SCHEDULED, from + 3 * MINUTE_MS - 1, 5, 302, "HTTP 302", NULL, 0},
+		{6, ATTEMPT_MANUAL, from + 3 * MINUTE_MS, 5, 200, "HTTP 200", NULL, 0}, /* after */
 	};
 	struct store_result r = {
 		.status = DELIVERY_PROCESSED,

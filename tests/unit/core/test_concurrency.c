@@ -151,9 +151,12 @@ static void test_defaults_and_classes(void **state)
 	assert_int_equal(concurrency_classify_status(204), CONCURRENCY_SUCCESS);
 	assert_int_equal(concurrency_classify_status(429), CONCURRENCY_REJECTED);
 	assert_int_equal(concurrency_classify_status(503), CONCURRENCY_REJECTED);
-	assert_int_equal(concurrency_classify_status(500), CONCURRENCY_NEUTRAL);
-	assert_int_equal(concurrency_classify_status(404), CONCURRENCY_NEUTRAL);
-	assert_int_equal(concurrency_classify_status(302), CONCURRENCY_NEUTRAL);
+	assert_int_equal(concurrency_classify_status(502), CONCURRENCY_REJECTED);
+	assert_int_equal(concurrency_classify_status(504), CONCURRENCY_REJECTED);
+	assert_int_equal(concurrency_classify_status(500), CONCURRENCY_SUCCESS);
+	assert_int_equal(concurrency_classify_status(404), CONCURRENCY_SUCCESS);
+	assert_int_equal(concurrency_classify_status(302), CONCURRENCY_SUCCESS);
+	assert_int_equal(concurrency_classify_status(0), CONCURRENCY_NEUTRAL);
 	assert_string_equal(concurrency_outcome_name(CONCURRENCY_TIMEOUT), "timeout");
 	assert_string_equal(concurrency_outcome_name(CONCURRENCY_NOT_SENT), "not_sent");
 

@@ -490,7 +490,8 @@ static void test_retry_breaker_limits_parsed(void **state)
 	json_t *doc = json_loads("{" BASE ",\"retry\":{\"policy\":\"linear\",\"jitter\":0.25,"
 				 "\"permanent\":[400,410,422],\"retry_after_max\":\"10m\"},"
 				 "\"circuit_breaker\":{\"max_errors\":5,\"failure_window\":\"30s\","
-				 "\"max_delay_actions\":2},\"max_in_flight\":4,\"rate_limit\":2.5}",
+				 "\"max_delay_actions\":2},\"max_in_flight\":4,\"rate_limit\":2.5,"
+				 "\"concurrency\":16}",
 				 0, NULL);
 	struct subscription s;
 	struct input_error err;
@@ -507,6 +508,7 @@ static void test_retry_breaker_limits_parsed(void **state)
 	assert_int_equal(s.breaker.failure_window_ms, 30000);
 	assert_int_equal(s.breaker.max_delay_actions, 2);
 	assert_int_equal(s.max_in_flight, 4);
+	assert_int_equal(s.concurrency, 16);
 	assert_true(s.rate_limit == 2.5);
 	subscription_clear(&s);
 	json_decref(doc);
@@ -520,6 +522,7 @@ static void test_retry_breaker_limits_parsed(void **state)
 	assert_int_equal(s.breaker.failure_window_ms, 180000);
 	assert_int_equal(s.breaker.max_delay_actions, 5);
 	assert_int_equal(s.max_in_flight, 0);
+	assert_int_equal(s.concurrency, 0); /* adaptive */
 	assert_true(s.rate_limit == 0.0);
 	assert_true(s.retry.jitter == 0.0);
 	assert_int_equal(s.retry.retry_after_max_ms, 3600000);
@@ -550,6 +553,8 @@ static void test_retry_breaker_limits_errors(void **state)
 	expect_field("{" BASE ",\"circuit_breaker\":{\"open\":1}}", 400, "circuit_breaker.open");
 	expect_field("{" BASE ",\"max_in_flight\":0}", 422, "max_in_flight");
 	expect_field("{" BASE ",\"max_in_flight\":1.5}", 400, "max_in_flight");
+	expect_field("{" BASE ",\"concurrency\":0}", 422, "concurrency");
+	expect_field("{" BASE ",\"concurrency\":\"16\"}", 400, "concurrency");
 	expect_field("{" BASE ",\"rate_limit\":0}", 400, "rate_limit");
 	expect_field("{" BASE ",\"rate_limit\":-2}", 400, "rate_limit");
 	expect_field("{" BASE ",\"rate_limit\":\"5/s\"}", 400, "rate_limit");

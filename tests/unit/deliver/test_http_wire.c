@@ -297,7 +297,7 @@ static void client_open(struct client *c, int lean, const char *allow, const cha
 	char err[256];
 	memset(c, 0, sizeof(*c));
 	assert_int_equal(ssrf_policy_parse(allow, &c->ssrf, err, sizeof(err)), 0);
-	c->s = sink_http_open(8, lean, &c->ssrf, err, sizeof(err));
+	c->s = sink_http_open(8, lean, 3000, &c->ssrf, err, sizeof(err));
 	assert_non_null(c->s);
 	struct sink_env env = {.done = done_cb, .abandoned = abandoned_cb, .ctx = c, .slot = 0};
 	sink_attach(c->s, &env);

@@ -1,0 +1,156 @@
+/* endpoints.c: per-endpoint adaptive concurrency for the dispatcher (see endpoints.h).
+ * Must not block, allocate per attempt, or touch a round. */
+#include "deliver/endpoints.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/metrics.h"
+#include "util/clock.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#define IDLE_MS (3600 * 1000LL)   /* an endpoint unused this long is forgotten */
+#define PUBLISH_MS 100            /* stats are at most this old */
+
+void endpoints_init(struct endpoint_table *t, int max_limit)
+{
+	memset(t, 0, sizeof(*t));
+	concurrency_params_default(&t->params);
+	if (max_limit > 0)
+		t->params.max_limit = max_limit;
+}
+
+int endpoint_key(const char *url, char key[ENDPOINT_KEY_MAX])
+{
+	int port;
+	const char *a;
+	if (strncasecmp(url, "http://", 7) == 0) {
+		a = url + 7;
+		port = 80;
+	} else if (strncasecmp(url, "https://", 8) == 0) {
+		a = url + 8;
+		port = 443;
+	} else {
+		return -1;
+	}
+	size_t alen = strcspn(a, "/?#");
+	const char *at = memchr(a, '@', alen); /* user info is not part of the endpoint */
+	if (at) {
+		alen -= (size_t)(at + 1 - a);
+		a = at + 1;
+	}
+	const char *host = a, *colon;
+	size_t hlen = alen;
+	if (a[0] == '[') { /* [v6]:port */
+		const char *close = memchr(a, ']', alen);
+		if (!close)
+			return -1;
+		hlen = (size_t)(close + 1 - a);
+		colon = close + 1 < a + alen && close[1] == ':' ? close + 1 : NULL;
+	} else {
+		colon = memchr(a, ':', alen);
+		if (colon)
+			hlen = (size_t)(colon - a);
+	}
+	if (colon) {
+		char *end;
+		long p = strtol(colon + 1, &end, 10);
+		if (end == colon + 1 || end != a + alen || p < 1 || p > 65535)
+			return -1;
+		port = (int)p;
+	}
+	if (!hlen || hlen > 255)
+		return -1;
+	for (size_t i = 0; i < hlen; i++)
+		key[i] = (char)tolower((unsigned char)host[i]);
+	const char *path = a + alen;
+	int plen = (int)strcspn(path, "?#");
+	if (*path == '/')
+		snprintf(key + hlen, ENDPOINT_KEY_MAX - hlen, ":%d%.*s", port, plen, path);
+	else
+		snprintf(key + hlen, ENDPOINT_KEY_MAX - hlen, ":%d/", port);
+	return 0;
+}
+
+struct endpoint *endpoints_get(struct endpoint_table *t, const char *url, int64_t now_us)
+{
+	char key[ENDPOINT_KEY_MAX];
+	if (endpoint_key(url, key))
+		return NULL;
+	unsigned h = hash_fnv1a(key) % ENDPOINTS_BUCKETS;
+	struct endpoint *e;
+	for (e = t->buckets[h]; e; e = e->next)
+		if (strcmp(e->key, key) == 0)
+			break;
+	if (!e) {
+		if (!(e = calloc(1, sizeof(*e)))) {
+			log_error("dispatcher: out of memory: endpoint %s goes without its adaptive "
+				  "concurrency limit", key);
+			return NULL;
+		}
+		memcpy(e->key, key, sizeof(key));
+		concurrency_init(&e->conc, &t->params, now_us);
+		e->dirty = 1;
+		e->next = t->buckets[h];
+		t->buckets[h] = e;
+	}
+	e->last_used_ms = now_us / 1000;
+	return e;
+}
+
+void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
+		     enum concurrency_outcome outcome, int in_flight)
+{
+	int before = concurrency_limit(&e->conc);
+	int after = concurrency_record(&e->conc, now_us, latency_us, outcome, in_flight);
+	e->dirty = 1;
+	if (after < before / 2 && before >= 8)
+		log_info("endpoint %s: concurrency limit %d -> %d after a %s answer (%lld ms)",
+			 e->key, before, after, concurrency_outcome_name(outcome),
+			 (long long)(latency_us / 1000));
+}
+
+static void publish(const struct endpoint *e)
+{
+	metrics_endpoint(e->key, concurrency_limit(&e->conc), e->in_flight, e->queued,
+			 e->conc.latency_min_us, e->conc.latency_smooth_us, (long)e->conc.cuts);
+}
+
+void endpoints_tick(struct endpoint_table *t, int64_t now_ms)
+{
+	if (now_ms - t->published_ms < PUBLISH_MS)
+		return;
+	t->published_ms = now_ms;
+	for (int i = 0; i < ENDPOINTS_BUCKETS; i++) {
+		struct endpoint **pp = &t->buckets[i];
+		while (*pp) {
+			struct endpoint *e = *pp;
+			if (!e->refs && !e->in_flight && !e->queued && now_ms - e->last_used_ms > IDLE_MS) {
+				metrics_endpoint_gone(e->key);
+				*pp = e->next;
+				free(e);
+				continue;
+			}
+			if (e->dirty) {
+				publish(e);
+				e->dirty = 0;
+			}
+			pp = &e->next;
+		}
+	}
+}
+
+void endpoints_free_all(struct endpoint_table *t)
+{
+	for (int i = 0; i < ENDPOINTS_BUCKETS; i++) {
+		while (t->buckets[i]) {
+			struct endpoint *e = t->buckets[i];
+			t->buckets[i] = e->next;
+			free(e);
+		}
+	}
+}

@@ -1,0 +1,70 @@
+/* endpoints.h: what the dispatcher keeps per endpoint — the host, port and path an
+ * http(s) subscription delivers to, shared by every subscription that delivers there: its
+ * adaptive concurrency limit (core/concurrency.h: how many requests it takes at once,
+ * learned from its answers), the requests open to it, and the rounds waiting for room.
+ * Instance-local: each outboxd learns its own limit (docs/flow-control.md).
+ *
+ * The path is part of the endpoint because one host often serves handlers of very
+ * different speeds: one limit for the host would read a slow handler's usual latency as
+ * the fast one's queueing, and hold the fast one behind the slow one.
+ *
+ * No locks: only the dispatcher's thread touches a table. What stats show is published to
+ * core/metrics, where other threads read it. This file never looks inside a round. */
+#ifndef OUTBOXD_DELIVER_ENDPOINTS_H
+#define OUTBOXD_DELIVER_ENDPOINTS_H
+
+#include <stdint.h>
+
+#include "core/concurrency.h"
+
+#define ENDPOINTS_BUCKETS 256
+#define ENDPOINT_KEY_MAX 512  /* "host:port/path"; a longer path is cut here */
+
+struct endpoint {
+	char key[ENDPOINT_KEY_MAX];
+	struct concurrency conc;
+	int in_flight;               /* requests open to it now */
+	int queued;                  /* rounds parked because it had no room */
+	int refs;                    /* subscriptions' states pointing here */
+	int dirty;                   /* changed since last published */
+	int64_t last_used_ms;        /* monotonic */
+	struct endpoint *next;       /* hash chain */
+};
+
+struct endpoint_table {
+	struct endpoint *buckets[ENDPOINTS_BUCKETS];
+	struct concurrency_params params;
+	int64_t published_ms;        /* monotonic: the last endpoints_publish */
+};
+
+/* An empty table whose endpoints may open up to max_limit requests each (the instance's
+ * max_in_flight). */
+void endpoints_init(struct endpoint_table *t, int max_limit);
+
+/* "host:port/path" of an http:// or https:// URL (lowercase host, default ports 80 and
+ * 443, no user info, query or fragment) into key; 0, or -1 when url is not one (another
+ * scheme, no host, a host over 255 bytes). */
+int endpoint_key(const char *url, char key[ENDPOINT_KEY_MAX]);
+
+/* The state of url's endpoint, made on first use; NULL when url has none (not http(s))
+ * or memory ran out (its requests then go without the adaptive limit). */
+struct endpoint *endpoints_get(struct endpoint_table *t, const char *url, int64_t now_us);
+
+/* 1 when another request may open to e now. */
+static inline int endpoint_has_room(const struct endpoint *e)
+{
+	return e->in_flight < concurrency_limit(&e->conc);
+}
+
+/* A request to e ended after latency_us with outcome (core/concurrency.h); in_flight: the
+ * requests open to e when it started, itself included. */
+void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
+		     enum concurrency_outcome outcome, int in_flight);
+
+/* Publishes what changed to core/metrics (at most every 100 ms), drops endpoints nobody
+ * used for an hour. now_ms monotonic. */
+void endpoints_tick(struct endpoint_table *t, int64_t now_ms);
+
+void endpoints_free_all(struct endpoint_table *t);
+
+#endif
