@@ -37,6 +37,7 @@ const char *concurrency_outcome_name(enum concurrency_outcome o)
 	case CONCURRENCY_REJECTED: return "rejected";
 	case CONCURRENCY_NEUTRAL: return "neutral";
 	case CONCURRENCY_NOT_SENT: return "not_sent";
+	case CONCURRENCY_STALLED: return "stalled";
 	}
 	return "unknown";
 }
@@ -230,6 +231,19 @@ static int in_slow_start(const struct concurrency *c)
 	return c->limit < c->slow_start_until;
 }
 
+/* A round lasts at least as long as a request may stay open before it counts as
+ * stalled (up to ROUND_MIN_CAP_US, which slower receivers' round trips exceed anyway):
+ * against a receiver that answers in a millisecond, round trips would let the limit
+ * double (or grow by its square root) many times before the first stalled request (a
+ * connection in a full accept queue, retried by the kernel only a second later) can be
+ * seen. */
+#define ROUND_MIN_CAP_US 100000
+static int round_long_enough(const struct concurrency *c, int64_t now_us)
+{
+	int64_t min = concurrency_stalled_after(c);
+	return now_us - c->round_start_us >= (min < ROUND_MIN_CAP_US ? min : ROUND_MIN_CAP_US);
+}
+
 /* The end of a round trip: one decision on what the round's answers showed. */
 static void round_end(struct concurrency *c, int64_t now_us, int64_t sent_us)
 {
@@ -296,15 +310,26 @@ static void signal_success(struct concurrency *c, int64_t now_us, int64_t sent_u
 		if (in_flight > c->round_busiest)
 			c->round_busiest = in_flight;
 		/* Slow start: one more per answer that came back near the minimum while the
-		 * limit was in use, so a full limit doubles per round trip. */
+		 * limit was in use, so a full limit doubles per round trip (at most: a round
+		 * lasts long enough to see a stall, see round_long_enough). */
 		if (in_slow_start(c) && in_flight >= c->p.busy_fraction * c->round_limit &&
-		    !latency_inflated(c, (double)latency_us)) {
+		    c->limit < 2.0 * c->round_limit && !latency_inflated(c, (double)latency_us)) {
 			c->limit += 1.0;
 			limit_clamp(c);
 		}
 	}
-	if (sent_us >= c->round_start_us)
+	if (sent_us >= c->round_start_us && round_long_enough(c, now_us))
 		round_end(c, now_us, sent_us);
+}
+
+/* What a fast receiver's answers vary by without being overloaded: Python's http.server
+ * at 8 connections answers in 2.6 ms at the median, 24 ms at the 99th percentile and 210
+ * ms at most (wrk --latency on the test machine). */
+#define STALL_SLACK_US 50000
+
+int64_t concurrency_stalled_after(const struct concurrency *c)
+{
+	return c->latency_smooth_us > 0 ? 4 * c->latency_smooth_us + STALL_SLACK_US : 0;
 }
 
 int concurrency_record(struct concurrency *c, int64_t now_us, int64_t latency_us,
@@ -322,6 +347,7 @@ int concurrency_record(struct concurrency *c, int64_t now_us, int64_t latency_us
 	case CONCURRENCY_TIMEOUT:
 	case CONCURRENCY_REFUSED:
 	case CONCURRENCY_REJECTED:
+	case CONCURRENCY_STALLED:
 		signal_overload(c, now_us, sent_us, outcome, in_flight);
 		break;
 	case CONCURRENCY_NEUTRAL:

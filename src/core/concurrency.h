@@ -12,6 +12,9 @@
  *   - afterwards, once per round trip: + sqrt(limit) when the round's latency stayed near
  *     the observed minimum and the limit was in use; a multiplicative cut, proportional to
  *     the inflation, when the latency rose above latency_tolerance x the minimum;
+ *   - a request that stalls (concurrency_stalled_after) is an overload signal at once:
+ *     signals that wait for the request's end (a SYN retransmitted after a second) come
+ *     too late for a limit that doubles every millisecond;
  *   - overload signals cut at once: a timeout of a request the receiver had (the strongest:
  *     x backoff_timeout, and growth stays below the in-flight count it happened at for
  *     ceiling_hold_us), a 429/503 or a refused/reset connection (x backoff_overload); a
@@ -39,6 +42,10 @@ enum concurrency_outcome {
 	CONCURRENCY_NEUTRAL,      /* says nothing either way (a transport error of another
 				   * kind, an attempt that was not an HTTP request) */
 	CONCURRENCY_NOT_SENT,     /* failed before a byte reached the receiver: ignored */
+	CONCURRENCY_STALLED,      /* not an answer: a request still open long after answers
+				   * to later ones came back (a connection waiting in a full
+				   * accept queue, a request queued behind busy workers); an
+				   * overload signal as soon as it is seen, not when it ends */
 };
 
 /* The class of an HTTP answer: 429, 502, 503 and 504 rejected, any other a success (a
@@ -124,6 +131,10 @@ void concurrency_init(struct concurrency *c, const struct concurrency_params *p,
  *   in_flight   requests open to the endpoint when it started, itself included */
 int concurrency_record(struct concurrency *c, int64_t now_us, int64_t latency_us,
 		       enum concurrency_outcome outcome, int in_flight);
+
+/* How long a request may stay open before it counts as stalled: 4 x the smoothed latency
+ * and 50 ms more (the tail of a fast receiver's answers), 0 while no latency is known. */
+int64_t concurrency_stalled_after(const struct concurrency *c);
 
 /* The current limit, in [min_limit, max_limit]. */
 int concurrency_limit(const struct concurrency *c);

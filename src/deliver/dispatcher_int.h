@@ -65,7 +65,8 @@ struct round {
 	struct sub_limits *limits;   /* the subscription's breaker and limits, or NULL */
 	struct endpoint *ep;         /* its endpoint's flow control, NULL: none (pinned,
 	                                not http(s)) */
-	int holds_ep;                /* the attempt counts in ep->in_flight */
+	int holds_ep;                /* the attempt counts in ep->in_flight (as ep_req) */
+	struct endpoint_req ep_req;
 	int ep_in_flight;            /* ... which was this, itself included, when it began */
 	int ep_queued;               /* parked, counted in ep->queued */
 	int probe;                   /* this round is the half-open breaker's probe */

@@ -102,11 +102,51 @@ struct endpoint *endpoints_get(struct endpoint_table *t, const char *url, int64_
 	return e;
 }
 
+int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us)
+{
+	r->start_us = now_us;
+	r->stalled = 0;
+	r->next = NULL;
+	r->prev = e->newest;
+	if (e->newest)
+		e->newest->next = r;
+	else
+		e->oldest = r;
+	e->newest = r;
+	e->dirty = 1;
+	return ++e->in_flight;
+}
+
+void endpoint_end(struct endpoint *e, struct endpoint_req *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		e->oldest = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	else
+		e->newest = r->prev;
+	r->prev = r->next = NULL;
+	e->in_flight--;
+	e->dirty = 1;
+}
+
 void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
 		     enum concurrency_outcome outcome, int in_flight)
 {
 	int before = concurrency_limit(&e->conc);
 	int after = concurrency_record(&e->conc, now_us, latency_us, outcome, in_flight);
+	/* Answers come back while an older request is still open far longer than they take:
+	 * it waits in the receiver's queue (or its connection in a full accept queue, to be
+	 * retried by the kernel a second later). Said now, the limit stops growing into it. */
+	struct endpoint_req *old = e->oldest;
+	int64_t stall = concurrency_stalled_after(&e->conc);
+	if (old && !old->stalled && stall > 0 && now_us - old->start_us > stall) {
+		old->stalled = 1;
+		after = concurrency_record(&e->conc, now_us, now_us - old->start_us,
+					   CONCURRENCY_STALLED, e->in_flight);
+	}
 	e->dirty = 1;
 	if (after < before / 2 && before >= 8)
 		log_info("endpoint %s: concurrency limit %d -> %d after a %s answer (%lld ms)",

@@ -20,10 +20,18 @@
 #define ENDPOINTS_BUCKETS 256
 #define ENDPOINT_KEY_MAX 512  /* "host:port/path"; a longer path is cut here */
 
+/* One request open to an endpoint (embedded in the dispatcher's round). */
+struct endpoint_req {
+	int64_t start_us;            /* monotonic */
+	int stalled;                 /* reported as stalled once */
+	struct endpoint_req *prev, *next; /* in its endpoint's list, oldest first */
+};
+
 struct endpoint {
 	char key[ENDPOINT_KEY_MAX];
 	struct concurrency conc;
 	int in_flight;               /* requests open to it now */
+	struct endpoint_req *oldest, *newest; /* those requests, in the order they began */
 	int queued;                  /* rounds parked because it had no room */
 	int refs;                    /* subscriptions' states pointing here */
 	int dirty;                   /* changed since last published */
@@ -56,8 +64,15 @@ static inline int endpoint_has_room(const struct endpoint *e)
 	return e->in_flight < concurrency_limit(&e->conc);
 }
 
+/* A request to e begins (r is the caller's, kept until endpoint_end); returns the
+ * requests open to e now, itself included. */
+int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us);
+/* It ended (answered or not). */
+void endpoint_end(struct endpoint *e, struct endpoint_req *r);
+
 /* A request to e ended after latency_us with outcome (core/concurrency.h); in_flight: the
- * requests open to e when it started, itself included. */
+ * requests open to e when it started, itself included. Also reports the oldest request
+ * still open as stalled when it has been open far longer than answers take. */
 void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
 		     enum concurrency_outcome outcome, int in_flight);
 

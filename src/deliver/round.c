@@ -46,9 +46,7 @@ static int round_limits_take(struct round *j, int64_t now_us)
 		return 0;
 	j->holds_slot = j->limits != NULL;
 	if (j->ep) {
-		j->ep->in_flight++;
-		j->ep->dirty = 1;
-		j->ep_in_flight = j->ep->in_flight;
+		j->ep_in_flight = endpoint_begin(j->ep, &j->ep_req, now_us);
 		j->holds_ep = 1;
 	}
 	return 1;
@@ -62,8 +60,7 @@ static void round_slot_put(struct round *j)
 		j->holds_slot = 0;
 	}
 	if (j->holds_ep) {
-		j->ep->in_flight--;
-		j->ep->dirty = 1;
+		endpoint_end(j->ep, &j->ep_req);
 		j->holds_ep = 0;
 	}
 }
@@ -521,9 +518,15 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	d->in_flight--;
 	if (sj->latency_us <= 0)
 		sj->latency_us = took_us;
-	if (j->holds_ep && !sj->local)
-		endpoint_record(j->ep, now_us, sj->latency_us, (enum concurrency_outcome)sj->flow,
-				j->ep_in_flight);
+	if (j->holds_ep) {
+		/* out of the endpoint's open requests first: the stall check looks at the
+		 * others */
+		endpoint_end(j->ep, &j->ep_req);
+		j->holds_ep = 0;
+		if (!sj->local)
+			endpoint_record(j->ep, now_us, sj->latency_us,
+					(enum concurrency_outcome)sj->flow, j->ep_in_flight);
+	}
 	if (sj->local) {
 		/* outboxd ran out of something (descriptors, ports): not the subscriber's doing,
 		 * so not a try; the delivery goes back and comes again in a moment */

@@ -61,8 +61,9 @@ struct real_receiver_stats {
 	long requests;            /* every request, with or without a webhook-id */
 	long unique_ids;          /* distinct webhook-ids */
 	long duplicates;          /* requests beyond the first of their webhook-id */
-	long duplicates_retried;  /* of those, the ones whose outboxd-attempt was higher than
-				   * any earlier request's of the same id: a recorded retry */
+	long duplicates_retried;  /* of those, the ones whose outboxd-attempt no earlier
+				   * request of the same id had: another try, which outboxd
+				   * records (tries may arrive out of order) */
 	long without_id;          /* requests without a webhook-id */
 	long max_in_progress;     /* most requests its handlers held at once */
 	long work_ms;             /* the app server's work per request; -1 for the others */

@@ -31,9 +31,9 @@ function begin(headers) {
   rec.maxInProgress = Math.max(rec.maxInProgress, rec.inProgress);
   if (!id) { rec.withoutId++; return; }
   const prev = rec.attempts.get(id);
-  if (prev === undefined) { rec.attempts.set(id, attempt); return; }
+  if (prev === undefined) { rec.attempts.set(id, new Set([attempt])); return; }
   rec.duplicates++;
-  if (attempt > prev) { rec.retried++; rec.attempts.set(id, attempt); }
+  if (!prev.has(attempt)) { rec.retried++; prev.add(attempt); }
 }
 
 const server = http.createServer((req, res) => {

@@ -14,8 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Recorder:
     """Requests, unique webhook-ids, duplicates (requests beyond the first per
-    webhook-id), and among them those that came with a higher outboxd-attempt than any
-    earlier request of the same id (a recorded retry). Thread-safe."""
+    webhook-id), and among them those whose outboxd-attempt no earlier request of the
+    same id had (another try, which outboxd records; two tries can arrive out of order
+    when the first waited in the accept queue). Thread-safe."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -27,7 +28,7 @@ class Recorder:
             self.without_id = 0
             self.duplicates = 0
             self.duplicates_retried = 0
-            self.attempts = {}  # webhook-id -> highest outboxd-attempt seen
+            self.attempts = {}  # webhook-id -> the outboxd-attempt numbers seen
             self.in_progress = 0
             self.max_in_progress = 0
 
@@ -45,14 +46,14 @@ class Recorder:
             if not wid:
                 self.without_id += 1
                 return
-            prev = self.attempts.get(wid)
-            if prev is None:
-                self.attempts[wid] = attempt
+            seen = self.attempts.get(wid)
+            if seen is None:
+                self.attempts[wid] = {attempt}
                 return
             self.duplicates += 1
-            if attempt > prev:
+            if attempt not in seen:
                 self.duplicates_retried += 1
-                self.attempts[wid] = attempt
+                seen.add(attempt)
 
     def end(self):
         with self.lock:
