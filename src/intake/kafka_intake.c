@@ -29,6 +29,12 @@
 #define BATCH_MAX 500          /* messages per store transaction at most */
 #define BATCH_WAIT_MS 20       /* a batch waits this long for company */
 #define PROBE_EVERY_MS 3000    /* broker reachability and lag, this often */
+#define PROBE_DOWN_EVERY_MS 1000 /* ... and this often while the brokers do not answer, so
+                                    readiness follows a broker's return within seconds */
+#define PROBE_TIMEOUT_MS 1000  /* a metadata request waits this long for an answer */
+#define IDLE_POLL_MS 200       /* with no message, the loop turns this often: the probe
+                                  and the backlog check run on idle topics and while
+                                  paused (a paused partition yields no message) */
 #define BACKLOG_EVERY_MS 1000  /* kafka_max_backlog is checked this often */
 #define TOPICS_MAX 64
 #define SOURCE_MAX 272         /* "kafka:" + a topic (at most 249) */
@@ -332,12 +338,33 @@ static void set_reachable(struct kafka_intake *ki, int ok, const char *why)
 			 ki->cfg.settings->brokers, ki->n_topics);
 }
 
+/* The intake's position in each of parts (an offset, or below 0 when unknown): the
+ * position of the last message consumed, else the group's committed offset (after an
+ * assignment nothing was consumed yet, and an idle partition stays so). */
+static void positions(struct kafka_intake *ki, rd_kafka_topic_partition_list_t *parts)
+{
+	int unknown = 0;
+	rd_kafka_position(ki->rk, parts);
+	for (int i = 0; i < parts->cnt; i++)
+		unknown |= parts->elems[i].offset < 0;
+	if (!unknown)
+		return;
+	rd_kafka_topic_partition_list_t *committed = rd_kafka_topic_partition_list_copy(parts);
+	if (rd_kafka_committed(ki->rk, committed, PROBE_TIMEOUT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		for (int i = 0; i < parts->cnt; i++)
+			if (parts->elems[i].offset < 0 && !committed->elems[i].err)
+				parts->elems[i].offset = committed->elems[i].offset;
+	rd_kafka_topic_partition_list_destroy(committed);
+}
+
 /* Asks the cluster for metadata (reachability) and records each assigned partition's
- * lag. */
+ * lag. The high watermark comes from the fetcher, which keeps it current on an idle
+ * partition; a paused partition is not fetched, so while paused it is asked of the
+ * broker. */
 static void probe(struct kafka_intake *ki)
 {
 	const struct rd_kafka_metadata *md = NULL;
-	rd_kafka_resp_err_t err = rd_kafka_metadata(ki->rk, 0, NULL, &md, 1000);
+	rd_kafka_resp_err_t err = rd_kafka_metadata(ki->rk, 0, NULL, &md, PROBE_TIMEOUT_MS);
 	if (err) {
 		set_reachable(ki, 0, rd_kafka_err2str(err));
 		return;
@@ -347,16 +374,22 @@ static void probe(struct kafka_intake *ki)
 	rd_kafka_topic_partition_list_t *parts = NULL;
 	if (rd_kafka_assignment(ki->rk, &parts) || !parts)
 		return;
-	rd_kafka_position(ki->rk, parts);
+	positions(ki, parts);
+	int64_t budget_end = clock_mono_ms() + PROBE_TIMEOUT_MS;
 	for (int i = 0; i < parts->cnt; i++) {
-		int64_t lo = 0, hi = 0, pos = parts->elems[i].offset;
-		if (rd_kafka_get_watermark_offsets(ki->rk, parts->elems[i].topic,
-						   parts->elems[i].partition, &lo, &hi))
+		const rd_kafka_topic_partition_t *p = &parts->elems[i];
+		int64_t lo = 0, hi = 0, pos = p->offset;
+		if (ki->paused) {
+			int left = (int)(budget_end - clock_mono_ms());
+			if (left <= 0 || rd_kafka_query_watermark_offsets(ki->rk, p->topic, p->partition,
+									  &lo, &hi, left))
+				continue;
+		} else if (rd_kafka_get_watermark_offsets(ki->rk, p->topic, p->partition, &lo, &hi)) {
 			continue;
+		}
 		if (pos < 0)
 			pos = lo;
-		metrics_kafka_lag(parts->elems[i].topic, parts->elems[i].partition,
-				  hi > pos ? hi - pos : 0);
+		metrics_kafka_lag(p->topic, p->partition, hi > pos ? hi - pos : 0);
 	}
 	rd_kafka_topic_partition_list_destroy(parts);
 }
@@ -520,7 +553,8 @@ static void *intake_main(void *arg)
 		int64_t now = clock_mono_ms();
 		if (now >= next_probe) {
 			probe(ki);
-			next_probe = now + PROBE_EVERY_MS;
+			next_probe = now + (atomic_load(&ki->reachable) ? PROBE_EVERY_MS
+								      : PROBE_DOWN_EVERY_MS);
 		}
 		if (now >= next_backlog) {
 			backlog_check(ki);
@@ -530,15 +564,12 @@ static void *intake_main(void *arg)
 		size_t n = 0;
 		int64_t until = clock_mono_ms() + BATCH_WAIT_MS;
 		while (n < BATCH_MAX && !atomic_load(&ki->stop)) {
-			int wait = n ? (int)(until - clock_mono_ms()) : 200;
+			int wait = n ? (int)(until - clock_mono_ms()) : IDLE_POLL_MS;
 			if (wait < 0)
 				break;
 			rd_kafka_message_t *m = rd_kafka_consumer_poll(ki->rk, wait);
-			if (!m) {
-				if (n)
-					break;
-				continue;
-			}
+			if (!m)
+				break; /* back to the probe and the backlog check */
 			if (m->err) {
 				if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
 					log_warn("kafka intake: %s%s%s", m->rkt ? rd_kafka_topic_name(m->rkt) : "",

@@ -73,8 +73,12 @@ rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *rol
 	char client_id[96], host[64] = "localhost";
 	gethostname(host, sizeof(host) - 1);
 	snprintf(client_id, sizeof(client_id), "outboxd-%s-%s", role, host);
+	/* reconnect.backoff.max.ms: librdkafka backs off up to 10 s between attempts to
+	 * reach a broker that went down; 1 s lets the clients (and readiness) follow its
+	 * return within seconds, for one connection attempt a second while it is away */
 	if (kafka_conf_set(conf, "bootstrap.servers", ks->brokers, err, errlen) ||
-	    kafka_conf_set(conf, "client.id", client_id, err, errlen)) {
+	    kafka_conf_set(conf, "client.id", client_id, err, errlen) ||
+	    kafka_conf_set(conf, "reconnect.backoff.max.ms", "1000", err, errlen)) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}

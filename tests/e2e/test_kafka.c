@@ -18,14 +18,10 @@
  *  - bad input: an unknown intake format stops the start; an unreachable broker leaves
  *    outboxd up but not ready; oversized payloads and unknown auth types are dead
  *    deliveries with their reason, and the partition goes on. */
-#include "e2e.h"
-#include "harness_kafka.h"
+#include "kafka_e2e.h"
 #include "harness_pg.h"
 
 #include <libpq-fe.h>
-#include <openssl/evp.h>
-
-#include "outboxd/v1/outbox_event.pb-c.h"
 
 static struct kafka_mock *mock;
 static struct receiver rcv;
@@ -48,92 +44,6 @@ static int teardown(void **state)
 	kafka_mock_stop(mock);
 	mock = NULL;
 	return 0;
-}
-
-/* ---- envelopes --------------------------------------------------------------------------- */
-
-struct env_spec {
-	const char *id;
-	const char *type;
-	const char *endpoint;
-	const void *payload;
-	size_t payload_len;
-	int binary;
-	Outboxd__V1__AuthType auth;
-	const char *user, *pass, *token_url, *client_id, *client_secret;
-	int confluent;      /* Schema Registry framing: 0, schema id 7, index list [0] */
-};
-
-/* Encodes s; returned (free it), *len set. */
-static void *encode(const struct env_spec *s, size_t *len)
-{
-	Outboxd__V1__Event ev = OUTBOXD__V1__EVENT__INIT;
-	Outboxd__V1__Auth auth = OUTBOXD__V1__AUTH__INIT;
-	Outboxd__V1__OutboxEvent oe = OUTBOXD__V1__OUTBOX_EVENT__INIT;
-	Outboxd__V1__OutboxEvent__HeadersEntry hdr = OUTBOXD__V1__OUTBOX_EVENT__HEADERS_ENTRY__INIT;
-	Outboxd__V1__OutboxEvent__HeadersEntry *hdrs[1] = {&hdr};
-
-	ev.id = (char *)s->id;
-	ev.type = (char *)s->type;
-	ev.source = "billing";
-	ev.payload.data = (uint8_t *)s->payload;
-	ev.payload.len = s->payload_len;
-	oe.event = &ev;
-	oe.endpoint = (char *)(s->endpoint ? s->endpoint : "");
-	oe.payload_type = s->binary ? OUTBOXD__V1__PAYLOAD_TYPE__PAYLOAD_TYPE_BINARY
-				    : OUTBOXD__V1__PAYLOAD_TYPE__PAYLOAD_TYPE_JSON;
-	hdr.key = "X-Envelope";
-	hdr.value = "yes";
-	oe.n_headers = 1;
-	oe.headers = hdrs;
-	if (s->auth) {
-		auth.type = s->auth;
-		if (s->user)
-			auth.username = (char *)s->user;
-		if (s->pass)
-			auth.password = (char *)s->pass;
-		if (s->token_url)
-			auth.token_url = (char *)s->token_url;
-		if (s->client_id)
-			auth.client_id = (char *)s->client_id;
-		if (s->client_secret)
-			auth.client_secret = (char *)s->client_secret;
-		if (s->auth == OUTBOXD__V1__AUTH_TYPE__OAUTH)
-			auth.grant_type = "client_credentials";
-		oe.auth = &auth;
-	}
-	size_t plen = outboxd__v1__outbox_event__get_packed_size(&oe), off = s->confluent ? 6 : 0;
-	uint8_t *out = malloc(plen + off);
-	assert_non_null(out);
-	if (s->confluent) {
-		out[0] = 0;
-		out[1] = out[2] = out[3] = 0;
-		out[4] = 7;  /* schema id 7, big-endian */
-		out[5] = 0;  /* message indexes: [0] */
-	}
-	outboxd__v1__outbox_event__pack(&oe, out + off);
-	*len = plen + off;
-	return out;
-}
-
-static char *b64(const void *data, size_t len)
-{
-	char *out = malloc(4 * ((len + 2) / 3) + 1);
-	assert_non_null(out);
-	EVP_EncodeBlock((unsigned char *)out, data, (int)len);
-	return out;
-}
-
-static const char *header_of(json_t *req, const char *name)
-{
-	return json_string_value(json_object_get(json_object_get(req, "headers"), name));
-}
-
-/* The environment of a daemon consuming intake with Kafka at the mock. */
-static void kafka_env(char brokers[256], const char *intake)
-{
-	snprintf(brokers, 256, "OUTBOXD_KAFKA_BROKERS=%s", kafka_mock_bootstrap(mock));
-	(void)intake;
 }
 
 /* ---- Outbox Processor ---------------------------------------------------------------------- */
@@ -192,13 +102,13 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 			lens[k] = strlen(values[k]);
 			k++;
 		}
-		values[k] = encode(&s, &lens[k]);
+		values[k] = kafka_e2e_encode(&s, &lens[k]);
 		k++;
 	}
 	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "orders", k,
 					   (const void *const *)values, lens, NULL), 0);
 
-	kafka_env(brokers, "orders");
+	kafka_e2e_brokers(mock, brokers);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=orders", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	assert_int_equal(receiver_wait_count(&rcv, "/basic", ENVELOPES / 2, 30000), 0);
@@ -208,7 +118,7 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 	 * concurrently, so requests are matched to envelopes by their webhook-id's event and
 	 * body, not by arrival order. */
 	json_t *basic = receiver_requests(&rcv, "/basic"), *oauth = receiver_requests(&rcv, "/oauth");
-	char *expect_basic = b64("alice:s3cret-basic", 18);
+	char *expect_basic = kafka_e2e_b64("alice:s3cret-basic", 18);
 	char want_basic[128];
 	int matched[ENVELOPES] = {0};
 	snprintf(want_basic, sizeof(want_basic), "Basic %s", expect_basic);
@@ -219,21 +129,21 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 		for (size_t r = 0; r < json_array_size(list); r++) {
 			json_t *req = json_array_get(list, r);
 			const char *got = json_string_value(json_object_get(req, "body_base64"));
-			assert_string_equal(header_of(req, "authorization"),
+			assert_string_equal(kafka_e2e_header(req, "authorization"),
 					    list_no == 0 ? want_basic : "Bearer tok-kafka");
-			assert_string_equal(header_of(req, "x-envelope"), "yes");
+			assert_string_equal(kafka_e2e_header(req, "x-envelope"), "yes");
 			int hit = -1;
 			for (int i = list_no; i < ENVELOPES && hit < 0; i += 2) {
 				int bin = i % 4 == 3;
-				char *want = bin ? b64(binary, sizeof(binary))
-						 : b64(payloads[i], strlen(payloads[i]));
+				char *want = bin ? kafka_e2e_b64(binary, sizeof(binary))
+						 : kafka_e2e_b64(payloads[i], strlen(payloads[i]));
 				if (!matched[i] && strcmp(got, want) == 0)
 					hit = i;
 				free(want);
 			}
 			assert_true(hit >= 0); /* a body that no envelope of this auth carried */
 			matched[hit] = 1;
-			assert_string_equal(header_of(req, "content-type"), hit % 4 == 3
+			assert_string_equal(kafka_e2e_header(req, "content-type"), hit % 4 == 3
 					    ? "application/octet-stream" : "application/json");
 		}
 	}
@@ -276,7 +186,7 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 	assert_non_null(json_string_value(json_object_get(err, "cause")));
 	json_t *ev = e2e_get(&dmn, "/v1/events/%s",
 			     json_string_value(json_object_get(dead, "event_id")));
-	char *raw = b64("this is not protobuf \x01\x02", 23);
+	char *raw = kafka_e2e_b64("this is not protobuf \x01\x02", 23);
 	assert_string_equal(json_string_value(json_object_get(ev, "payload_base64")), raw);
 	free(raw);
 	json_decref(ev);
@@ -302,7 +212,7 @@ static void test_subscription_publishes_to_topic(void **state)
 {
 	(void)state;
 	char brokers[256], sub[64];
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	const char *env[] = {brokers, NULL};
 	assert_int_equal(kafka_mock_command(mock, "topic relay 3"), 0);
 	assert_int_equal(daemon_start(&dmn, env), 0);
@@ -378,11 +288,11 @@ static void test_kill9_while_consuming(void **state)
 		s.endpoint = url;
 		s.payload = payload[i];
 		s.payload_len = strlen(payload[i]);
-		values[i] = encode(&s, &lens[i]);
+		values[i] = kafka_e2e_encode(&s, &lens[i]);
 	}
 	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "bulk", BULK,
 					   (const void *const *)values, lens, NULL), 0);
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	/* The killed consumer holds its partitions until the group's session timeout ends
 	 * (45 s by default): a shorter one keeps the test's wait short on a loaded machine. */
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=bulk", "OUTBOXD_MAX_IN_FLIGHT=16",
@@ -422,7 +332,7 @@ static void test_broker_down_mid_publish(void **state)
 {
 	(void)state;
 	char brokers[256], sub[64];
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_CONFIG=message.timeout.ms=1500",
 			     "OUTBOXD_RETRY_INTERVAL=500ms", "OUTBOXD_MAX_RETRIES=0", NULL};
 	assert_int_equal(kafka_mock_command(mock, "topic outage 1"), 0);
@@ -486,11 +396,11 @@ static void test_dead_letter_topic_round_trip(void **state)
 	struct env_spec s = {.id = "0190a0b0-0000-7000-8002-000000000001", .type = "job.done",
 			     .endpoint = url, .payload = "{\"job\":1}", .payload_len = 9,
 			     .auth = OUTBOXD__V1__AUTH_TYPE__BASIC_AUTH, .user = "u", .pass = "dlt-pass"};
-	void *v = encode(&s, &len);
+	void *v = kafka_e2e_encode(&s, &len);
 	assert_int_equal(kcat_produce(kafka_mock_bootstrap(mock), "jobs", NULL, v, len, NULL), 0);
 	free(v);
 
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=jobs,jobs.dlt:dlt",
 			     "OUTBOXD_KAFKA_DEAD_LETTER={topic}.dlt", "OUTBOXD_IMMEDIATE_TRIES=1",
 			     "OUTBOXD_MAX_RETRIES=1", "OUTBOXD_RETRY_INTERVAL=500ms", NULL};
@@ -536,9 +446,9 @@ static void test_dead_letter_topic_round_trip(void **state)
 	/* the envelope's own auth went along all the way */
 	json_t *reqs = receiver_requests(&rcv, "/flaky");
 	assert_int_equal(json_array_size(reqs), 3);
-	char *basic = b64("u:dlt-pass", 10), want[64];
+	char *basic = kafka_e2e_b64("u:dlt-pass", 10), want[64];
 	snprintf(want, sizeof(want), "Basic %s", basic);
-	assert_string_equal(header_of(json_array_get(reqs, 2), "authorization"), want);
+	assert_string_equal(kafka_e2e_header(json_array_get(reqs, 2), "authorization"), want);
 	free(basic);
 	json_decref(reqs);
 }
@@ -550,7 +460,7 @@ static void test_bad_input(void **state)
 	(void)state;
 	char brokers[256], url[128], log[512];
 	/* an unknown intake format stops the start, naming it */
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	const char *bad[] = {brokers, "OUTBOXD_KAFKA_INTAKE=orders:xml", NULL};
 	assert_int_equal(daemon_start(&dmn, bad), -1);
 	FILE *f = fopen(daemon_log_path(&dmn, log, sizeof(log)), "r");
@@ -596,7 +506,8 @@ static void test_bad_input(void **state)
 	struct env_spec ok = {.id = "0190a0b0-0000-7000-8003-000000000003", .type = "odd.fine",
 			      .endpoint = url, .payload = "{\"fine\":1}", .payload_len = 10};
 	size_t lens[3];
-	void *values[3] = {encode(&s, &lens[0]), encode(&u, &lens[1]), encode(&ok, &lens[2])};
+	void *values[3] = {kafka_e2e_encode(&s, &lens[0]), kafka_e2e_encode(&u, &lens[1]),
+			   kafka_e2e_encode(&ok, &lens[2])};
 	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 3,
 					   (const void *const *)values, lens, NULL), 0);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=odd", "OUTBOXD_MAX_PAYLOAD=1024", NULL};
