@@ -114,8 +114,9 @@ int store_take_one(void *rows, size_t n, size_t size, void *out);
 /* The event part of a claim, as a backend read it (or the writer holds it): texts with
  * their lengths (source_event_id and partition_key NULL when absent, source never). */
 struct store_claim_event {
-	const char *event_type, *content_type, *source, *source_event_id, *partition_key;
-	size_t type_len, ctype_len, source_len, seid_len, pkey_len;
+	const char *event_type, *content_type, *source, *source_event_id, *partition_key,
+		*webhook_id; /* NULL: absent */
+	size_t type_len, ctype_len, source_len, seid_len, pkey_len, wid_len;
 	const void *payload;
 	size_t payload_len;
 };

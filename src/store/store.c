@@ -272,7 +272,7 @@ void store_claims_free(struct store_claim *items, size_t n)
 int store_claim_fill(struct store_claim *c, const struct store_claim_event *e)
 {
 	char *at = malloc(e->type_len + e->ctype_len + e->source_len + e->seid_len + e->pkey_len +
-			  5 + e->payload_len + 1);
+			  e->wid_len + 6 + e->payload_len + 1);
 
 	if (!at) {
 		log_error("store: out of memory");
@@ -301,6 +301,11 @@ int store_claim_fill(struct store_claim *c, const struct store_claim_event *e)
 		memcpy(at, e->partition_key, e->pkey_len);
 	at[e->pkey_len] = '\0';
 	at += e->pkey_len + 1;
+	c->webhook_id = e->webhook_id ? at : NULL;
+	if (e->webhook_id)
+		memcpy(at, e->webhook_id, e->wid_len);
+	at[e->wid_len] = '\0';
+	at += e->wid_len + 1;
 	c->payload = at;
 	c->payload_len = e->payload_len;
 	if (e->payload_len)
@@ -323,6 +328,8 @@ int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store
 		.seid_len = ev->source_event_id ? strlen(ev->source_event_id) : 0,
 		.partition_key = ev->partition_key,
 		.pkey_len = ev->partition_key ? strlen(ev->partition_key) : 0,
+		.webhook_id = ev->webhook_id,
+		.wid_len = ev->webhook_id ? strlen(ev->webhook_id) : 0,
 		.payload = ev->payload,
 		.payload_len = ev->payload_len,
 	};
@@ -332,6 +339,7 @@ int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store
 	memcpy(out->event_id, ev->id, UUID_STR_LEN);
 	memcpy(out->subscription_id, ev->subscription_ids[k], UUID_STR_LEN);
 	out->status = DELIVERY_NEW;
+	out->starts_scheduled = ev->starts_scheduled;
 	out->event_created_at = ev->created_at;
 	if (ev->traceparent)
 		snprintf(out->traceparent, sizeof(out->traceparent), "%s", ev->traceparent);
@@ -424,6 +432,7 @@ void store_event_free(struct store_event *ev)
 	free(ev->source);
 	free(ev->source_event_id);
 	free(ev->partition_key);
+	free(ev->webhook_id);
 	free(ev->content_type);
 	free(ev->payload);
 	memset(ev, 0, sizeof(*ev));

@@ -89,6 +89,9 @@ struct store_event_in {
 	const char *partition_key;    /* borrowed, NULL when absent */
 	const char *traceparent;      /* borrowed, W3C trace context of the ingest request
 	                                 (validated), NULL when absent */
+	const char *webhook_id;       /* borrowed, the event's id upstream (an envelope's
+	                                 event.id): the webhook-id its deliveries carry;
+	                                 NULL: the event's own id */
 	const char *content_type;     /* borrowed, required */
 	const void *payload;          /* borrowed */
 	size_t payload_len;
@@ -109,6 +112,10 @@ struct store_event_in {
 	int initial_code;
 	const char *initial_message;
 	const char *initial_cause;
+	/* 1: the first round of this event's deliveries is a scheduled retry, not an
+	 * immediate round (a dead-letter topic's message: NEW, due at first_due_at, first
+	 * tried by the scheduled layer). Carried in the claim (store_claim). */
+	int starts_scheduled;
 	int dedupe_by_id;             /* set by the wrappers, not the caller: 1 during
 	                                 store_ingest_replay */
 	/* The hand-off (writer.h): with lease_until > 0 this event's deliveries are inserted
@@ -120,10 +127,11 @@ struct store_event_in {
 	char (*delivery_ids)[UUID_STR_LEN];
 };
 
-/* 1 when ev's deliveries start in another state than NEW-due-at-created_at. */
+/* 1 when ev's deliveries start in another state than NEW-due-at-created_at, for an
+ * immediate round. */
 static inline int store_event_initial(const struct store_event_in *ev)
 {
-	return ev->initial_status != DELIVERY_NEW || ev->first_due_at != 0;
+	return ev->initial_status != DELIVERY_NEW || ev->first_due_at != 0 || ev->starts_scheduled;
 }
 
 /* next_attempt_at of ev's new deliveries (0 = none: dead at once), created at created. */
@@ -163,6 +171,8 @@ struct store_claim {
 	char subscription_id[UUID_STR_LEN];
 	enum delivery_status status; /* NEW or FAILED at claim time */
 	int replay;                  /* 1 when put back by an operator replay */
+	int starts_scheduled;        /* 1: a NEW delivery whose first round is a scheduled
+	                                retry (store_event_in.starts_scheduled) */
 	int attempt_count;           /* HTTP attempts so far */
 	int retry_count;             /* scheduled retries so far */
 	int delay_actions;           /* circuit-breaker delay actions so far (seed 004) */
@@ -172,10 +182,19 @@ struct store_claim {
 	char *source;                /* the event's source ("" when none) */
 	char *source_event_id;       /* NULL when absent */
 	char *partition_key;         /* NULL when absent */
+	char *webhook_id;            /* the event's id upstream, NULL: event_id is the
+	                                webhook-id (store_event_in.webhook_id) */
 	char *content_type;
 	void *payload;
 	size_t payload_len;
 };
+
+/* The webhook-id of a claimed delivery's requests and publishes: the event's id
+ * upstream when it has one, else its own id. */
+static inline const char *store_claim_webhook_id(const struct store_claim *c)
+{
+	return c->webhook_id ? c->webhook_id : c->event_id;
+}
 
 /* Leases up to limit due deliveries (next_attempt_at <= now, no live lease), oldest
  * due first, for lease_ms. Returns them in *items (returned; free with
@@ -252,6 +271,7 @@ struct store_event {
 	char *source;
 	char *source_event_id;      /* NULL when absent */
 	char *partition_key;        /* NULL when absent */
+	char *webhook_id;           /* the id upstream, NULL when none (store_event_in) */
 	char *content_type;
 	void *payload;
 	size_t payload_len;

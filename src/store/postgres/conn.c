@@ -70,10 +70,12 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  AND next_attempt_at <= $3 AND " ORDERING_SQL
 		"  ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)"
 		" RETURNING d.id, d.event_id, d.subscription_id, d.status, d.replay,"
-		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions)"
+		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions,"
+		"  d.starts_scheduled)"
 		" SELECT c.id, c.event_id, c.subscription_id, c.status, c.replay, c.attempt_count,"
 		" c.retry_count, e.event_type, e.content_type, e.payload, e.created_at,"
-		" e.traceparent, c.delay_actions, e.source, e.source_event_id, e.partition_key"
+		" e.traceparent, c.delay_actions, e.source, e.source_event_id, e.partition_key,"
+		" c.starts_scheduled, e.webhook_id"
 		" FROM c JOIN outboxd.events e ON e.id = c.event_id"
 		" ORDER BY c.next_attempt_at, c.id",
 	/* Deliveries waiting for an earlier one of their key do not count: the claim
@@ -135,7 +137,7 @@ const char *const pg_sql_of[S_COUNT] = {
 		" WHERE lease_until IS NOT NULL AND (lease_owner = $1 OR lease_until < $2)",
 	[S_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
-		" payload, created_at FROM outboxd.events WHERE id = $1",
+		" payload, created_at, webhook_id FROM outboxd.events WHERE id = $1",
 	[S_EVENT_DELIVERIES] =
 		"SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE event_id = $1"
 		" ORDER BY created_at, id",

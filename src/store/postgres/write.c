@@ -34,6 +34,8 @@ static void ingest_arrays_init(struct ingest_arrays *a)
 		pg_arr_init(&a->dl[i], dl_oids[i]);
 	pg_arr_init(&a->outbox_ids, OID_INT8);
 	pg_arr_init(&a->traceparent, OID_TEXT);
+	pg_arr_init(&a->webhook_id, OID_TEXT);
+	pg_arr_init(&a->starts_scheduled, OID_BOOL);
 }
 
 static void ingest_arrays_free(struct ingest_arrays *a)
@@ -44,6 +46,8 @@ static void ingest_arrays_free(struct ingest_arrays *a)
 		pg_arr_free(&a->dl[i]);
 	pg_arr_free(&a->outbox_ids);
 	pg_arr_free(&a->traceparent);
+	pg_arr_free(&a->webhook_id);
+	pg_arr_free(&a->starts_scheduled);
 }
 
 /* Appends one event and its deliveries (created and due at due_at). The subscription
@@ -59,6 +63,7 @@ static void ingest_add(struct ingest_arrays *a, struct store_event_in *ev, int64
 	pg_arr_add(&a->ev[6], ev->payload, ev->payload_len);
 	pg_arr_i64(&a->ev[7], ev->created_at);
 	pg_arr_text(&a->traceparent, ev->traceparent);
+	pg_arr_text(&a->webhook_id, ev->webhook_id);
 	for (size_t i = 0; i < ev->n_subscriptions; i++) {
 		char id[UUID_STR_LEN];
 
@@ -87,12 +92,14 @@ static void ingest_add(struct ingest_arrays *a, struct store_event_in *ev, int64
 		} else {
 			pg_arr_null(&a->dl[10]);
 		}
+		pg_arr_bool(&a->starts_scheduled, ev->starts_scheduled);
 	}
 }
 
 static int ingest_arrays_failed(const struct ingest_arrays *a)
 {
-	int failed = a->outbox_ids.failed | a->traceparent.failed;
+	int failed = a->outbox_ids.failed | a->traceparent.failed | a->webhook_id.failed |
+		     a->starts_scheduled.failed;
 
 	for (int i = 0; i < 8; i++)
 		failed |= a->ev[i].failed;
@@ -187,6 +194,8 @@ static int ingest_run(struct pg *pg, struct pgconn *c, const char *owner,
 	for (int i = 5; i < 11; i++)
 		pg_p_arr(&p, &a->dl[i]);
 	pg_p_text(&p, owner);
+	pg_p_arr(&p, &a->webhook_id);
+	pg_p_arr(&p, &a->starts_scheduled);
 	if (ingest_arrays_failed(a))
 		return STORE_ERROR;
 	res = pg_run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);
@@ -316,6 +325,8 @@ static int fill_claim(const PGresult *r, int row, struct store_claim *c)
 		.seid_len = PQgetisnull(r, row, 14) ? 0 : (size_t)PQgetlength(r, row, 14),
 		.partition_key = PQgetisnull(r, row, 15) ? NULL : PQgetvalue(r, row, 15),
 		.pkey_len = PQgetisnull(r, row, 15) ? 0 : (size_t)PQgetlength(r, row, 15),
+		.webhook_id = PQgetisnull(r, row, 17) ? NULL : PQgetvalue(r, row, 17),
+		.wid_len = PQgetisnull(r, row, 17) ? 0 : (size_t)PQgetlength(r, row, 17),
 	};
 
 	pg_get_id(r, row, 0, c->delivery_id);
@@ -330,6 +341,7 @@ static int fill_claim(const PGresult *r, int row, struct store_claim *c)
 	snprintf(c->traceparent, sizeof(c->traceparent), "%s",
 		 PQgetisnull(r, row, 11) ? "" : PQgetvalue(r, row, 11));
 	c->delay_actions = (int)pg_get_int(r, row, 12);
+	c->starts_scheduled = (int)pg_get_int(r, row, 16);
 	return store_claim_fill(c, &e);
 }
 

@@ -68,6 +68,7 @@ static int insert_event(struct sq *sq, const char *owner, struct store_event_in 
 	sq_bind_payload(s, 7, ev->payload, ev->payload_len);
 	sqlite3_bind_int64(s, 8, ev->created_at);
 	sq_bind_text(s, 9, ev->traceparent);
+	sq_bind_text(s, 10, ev->webhook_id);
 	rc = sq_step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;
@@ -98,6 +99,7 @@ static int insert_event(struct sq *sq, const char *owner, struct store_event_in 
 			sq_bind_text(s, 9, ev->initial_cause);
 			sqlite3_bind_int64(s, 10, due_at);
 			sq_bind_text(s, 11, ev->partition_key);
+			sqlite3_bind_int(s, 12, ev->starts_scheduled ? 1 : 0);
 		} else {
 			sqlite3_bind_int64(s, 5, due_at);
 			sq_bind_text(s, 6, ev->partition_key);
@@ -223,7 +225,9 @@ int sq_ingest(store *st, struct store_event_in *events, size_t n)
 
 		if (!ev->created_at)
 			ev->created_at = now;
-		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev)) {
+		/* the grouped INSERT has no webhook_id: such an event goes alone */
+		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev) ||
+		    ev->webhook_id) {
 			rc = insert_event(sq, st->owner, ev, ev->created_at);
 			continue;
 		}
@@ -359,6 +363,8 @@ static int load_claim_event(struct sq *sq, struct store_claim *c)
 	e.seid_len = e.source_event_id ? (size_t)sqlite3_column_bytes(s, 6) : 0;
 	e.partition_key = (const char *)sqlite3_column_text(s, 7);
 	e.pkey_len = e.partition_key ? (size_t)sqlite3_column_bytes(s, 7) : 0;
+	e.webhook_id = (const char *)sqlite3_column_text(s, 8);
+	e.wid_len = e.webhook_id ? (size_t)sqlite3_column_bytes(s, 8) : 0;
 	if (!e.event_type || !e.content_type || store_claim_fill(c, &e)) {
 		sq_stmt_end(s);
 		return SQLITE_NOMEM;
@@ -409,6 +415,7 @@ int sq_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 		c->retry_count = sqlite3_column_int(s, 6);
 		rows[count].due = sqlite3_column_int64(s, 7);
 		c->delay_actions = sqlite3_column_int(s, 8);
+		c->starts_scheduled = sqlite3_column_int(s, 9);
 		count++;
 	}
 	if (rc != SQLITE_DONE) {
