@@ -144,7 +144,7 @@ static rd_kafka_headers_t *message_headers(const struct store_claim *c,
 	rd_kafka_headers_t *h = rd_kafka_headers_new(8 + (s ? s->n_headers : 0));
 	char trace[TRACEPARENT_LEN];
 	trace_child(c->traceparent, c->event_id, span, trace);
-	rd_kafka_header_add(h, "webhook-id", -1, c->event_id, -1);
+	rd_kafka_header_add(h, "webhook-id", -1, store_claim_webhook_id(c), -1);
 	rd_kafka_header_add(h, "outboxd-event-type", -1, c->event_type, -1);
 	rd_kafka_header_add(h, "outboxd-source", -1, c->source ? c->source : "", -1);
 	rd_kafka_header_add(h, "outboxd-delivery-id", -1, c->delivery_id, -1);
@@ -161,8 +161,7 @@ static int claim_envelope(const struct store_claim *c, const struct subscription
 			  const struct kafka_settings *st, void **out, size_t *len)
 {
 	struct envelope_out e = {
-		.id = c->source_event_id && c->source && strncmp(c->source, "kafka:", 6) == 0
-			      ? c->source_event_id : c->event_id,
+		.id = store_claim_webhook_id(c), /* the event keeps its id at every hop */
 		.type = c->event_type,
 		.source = c->source,
 		.source_event_id = c->source_event_id,

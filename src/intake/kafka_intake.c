@@ -38,6 +38,7 @@
 #define BACKLOG_EVERY_MS 1000  /* kafka_max_backlog is checked this often */
 #define TOPICS_MAX 64
 #define SOURCE_MAX 272         /* "kafka:" + a topic (at most 249) */
+#define UPSTREAM_ID_MAX 255    /* an envelope's event.id, kept as the webhook-id */
 
 enum intake_format { FORMAT_ENVELOPE, FORMAT_DLT, FORMAT_EVENT };
 
@@ -241,6 +242,17 @@ static void as_undecodable(const struct topic_conf *tc, struct item *it, struct 
 	ev->initial_cause = it->why;
 }
 
+/* 1 when an envelope's event.id can be the webhook-id of its requests: a header value,
+ * so visible ASCII only (a UUID, as the envelope's contract says), and bounded. */
+static int upstream_id_valid(const char *id)
+{
+	size_t n = 0;
+	for (; id[n]; n++)
+		if (id[n] < 0x21 || id[n] > 0x7e)
+			return 0;
+	return n <= UPSTREAM_ID_MAX;
+}
+
 /* An envelope (formats envelope and dlt) into ev. Returns 0, -1 when the message is
  * undecodable (it->why set), STORE_UNAVAILABLE when the store could not be asked. */
 static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, struct item *it,
@@ -251,6 +263,12 @@ static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, s
 	if (envelope_decode(it->msg->payload, it->msg->len, e, it->why, sizeof(it->why)))
 		return -1;
 	it->has_env = 1;
+	if (e->id[0] && !upstream_id_valid(e->id)) {
+		snprintf(it->why, sizeof(it->why), "event.id must be at most %d visible ASCII "
+			 "characters (a UUID): it is the webhook-id of the event's requests",
+			 UPSTREAM_ID_MAX);
+		return -1;
+	}
 	if ((int64_t)e->payload_len > ki->cfg.max_payload) {
 		/* as POST /v1/events would answer 413: kept whole, but not delivered */
 		snprintf(it->why, sizeof(it->why), "event.payload is %zu bytes, over max_payload "
@@ -262,6 +280,9 @@ static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, s
 	ev->event_type = e->type;
 	ev->source = tc->source;
 	ev->source_event_id = e->id[0] ? e->id : it->source_event_id;
+	/* the event keeps its id at every hop: its deliveries' webhook-id (and the id of
+	 * the envelopes outboxd publishes of it) is the envelope's event.id */
+	ev->webhook_id = e->id[0] ? e->id : NULL;
 	ev->partition_key = e->partition_key[0] ? e->partition_key : NULL;
 	ev->traceparent = e->traceparent[0] && trace_valid(e->traceparent) ? e->traceparent : NULL;
 	ev->content_type = e->payload_type == 2 ? "application/octet-stream" : "application/json";

@@ -3,8 +3,8 @@
  * A real Kafka protocol peer: librdkafka's mock cluster served over TCP by
  * tests/support/kafka_mock.c, with kcat as the outside producer and consumer, the real
  * daemon and the test receiver as subscriber and OAuth2 token endpoint. Envelopes are
- * encoded here with protobuf-c's code for proto/outboxd/v1/outbox_event.proto, not with
- * outboxd's own encoder, so both sides of the contract are checked.
+ * encoded with protobuf-c's code (kafka_e2e.h), not with outboxd's own encoder, so both
+ * sides of the contract are checked.
  *
  *  - Outbox Processor: 40 envelopes (half in the Schema Registry wire format) with basic
  *    and OAuth2 auth, JSON and binary payloads, delivered byte for byte; a poison message
@@ -16,8 +16,9 @@
  *  - the DLT round trip: exhausted -> DLT topic -> dlt intake -> scheduled retry ->
  *    PROCESSED.
  *  - bad input: an unknown intake format stops the start; an unreachable broker leaves
- *    outboxd up but not ready; oversized payloads and unknown auth types are dead
- *    deliveries with their reason, and the partition goes on. */
+ *    outboxd up but not ready; oversized payloads, unknown auth types and an event.id
+ *    that cannot be a webhook-id are dead deliveries with their reason, and the
+ *    partition goes on (the next envelope's requests carry its event.id as webhook-id). */
 #include "kafka_e2e.h"
 #include "harness_pg.h"
 
@@ -503,34 +504,42 @@ static void test_bad_input(void **state)
 	struct env_spec u = {.id = "0190a0b0-0000-7000-8003-000000000002", .type = "odd.auth",
 			     .endpoint = url, .payload = "{}", .payload_len = 2,
 			     .auth = (Outboxd__V1__AuthType)9};
+	/* an event.id that could not be a webhook-id header (it would split the request) */
+	struct env_spec h = {.id = "evil\r\nX-Injected: 1", .type = "odd.id", .endpoint = url,
+			     .payload = "{}", .payload_len = 2};
 	struct env_spec ok = {.id = "0190a0b0-0000-7000-8003-000000000003", .type = "odd.fine",
 			      .endpoint = url, .payload = "{\"fine\":1}", .payload_len = 10};
-	size_t lens[3];
-	void *values[3] = {kafka_e2e_encode(&s, &lens[0]), kafka_e2e_encode(&u, &lens[1]),
-			   kafka_e2e_encode(&ok, &lens[2])};
-	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 3,
+	size_t lens[4];
+	void *values[4] = {kafka_e2e_encode(&s, &lens[0]), kafka_e2e_encode(&u, &lens[1]),
+			   kafka_e2e_encode(&h, &lens[2]), kafka_e2e_encode(&ok, &lens[3])};
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 4,
 					   (const void *const *)values, lens, NULL), 0);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=odd", "OUTBOXD_MAX_PAYLOAD=1024", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	assert_int_equal(receiver_wait_count(&rcv, "/odd", 1, 20000), 0);
 	json_t *dlq = e2e_get(&dmn, "/v1/dlq?source=kafka:odd");
 	json_t *items = json_object_get(dlq, "items");
-	assert_int_equal(json_array_size(items), 2);
-	int saw_big = 0, saw_auth = 0;
-	for (size_t i = 0; i < 2; i++) {
+	assert_int_equal(json_array_size(items), 3);
+	int saw_big = 0, saw_auth = 0, saw_id = 0;
+	for (size_t i = 0; i < 3; i++) {
 		json_t *err = json_object_get(json_array_get(items, i), "last_error");
 		const char *cause = json_string_value(json_object_get(err, "cause"));
 		assert_int_equal(json_integer_value(json_object_get(err, "code")), 422);
 		saw_big |= strstr(cause, "over max_payload") != NULL;
 		saw_auth |= strstr(cause, "auth.type 9 is not a known AuthType") != NULL;
+		saw_id |= strstr(cause, "event.id must be") != NULL;
 	}
-	assert_true(saw_big && saw_auth);
+	assert_true(saw_big && saw_auth && saw_id);
+	json_t *fine = receiver_requests(&rcv, "/odd");
+	assert_int_equal(json_array_size(fine), 1);
+	assert_string_equal(kafka_e2e_header(json_array_get(fine, 0), "webhook-id"), ok.id);
+	json_decref(fine);
 	json_decref(dlq);
 	/* the subscriptions of envelopes are outboxd's own */
 	json_decref(api_call(&dmn, "POST", "/v1/subscriptions",
 			     "{\"name\":\"x\",\"event_types\":[],\"endpoint\":\"https://h.example/\","
 			     "\"origin\":\"kafka_envelope\"}", 400));
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		free(values[i]);
 }
 

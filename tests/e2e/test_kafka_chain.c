@@ -1,0 +1,120 @@
+/* test_kafka_chain.c: the seeds' Kafka deployment with one outboxd per role, seen from
+ * outside (docs/kafka.md): a hub publishing envelopes, a processor delivering them and
+ * dead-lettering what it cannot, a dead-letter processor retrying on its schedule, each
+ * its own daemon with its own store, librdkafka's mock cluster between them
+ * (tests/support/kafka_mock.c) and the test receiver as the one subscriber.
+ *
+ *  - one event, one webhook-id: every request the subscriber receives, from the processor
+ *    and from the dead-letter processor, carries the hub's event id. */
+#include "kafka_e2e.h"
+
+static struct kafka_mock *mock;
+static struct receiver rcv;
+static struct daemon hub, processor, dlt_processor;
+
+static int setup(void **state)
+{
+	(void)state;
+	assert_non_null(mock = kafka_mock_start(1));
+	assert_int_equal(receiver_start(&rcv), 0);
+	memset(&hub, 0, sizeof(hub));
+	memset(&processor, 0, sizeof(processor));
+	memset(&dlt_processor, 0, sizeof(dlt_processor));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	daemon_cleanup(&hub);
+	daemon_cleanup(&processor);
+	daemon_cleanup(&dlt_processor);
+	receiver_stop(&rcv);
+	kafka_mock_stop(mock);
+	mock = NULL;
+	return 0;
+}
+
+/* Hub (a kafka:// subscription with payload_format envelope) -> processor (intake
+ * outbox.user, kafka_dead_letter) -> dead-letter processor (intake outbox.user.dlt:dlt).
+ * The subscriber fails the processor's two tries, so the delivery is dead-lettered, and
+ * answers the dead-letter processor's scheduled retry. */
+static void test_one_webhook_id_from_hub_to_dead_letter_processor(void **state)
+{
+	(void)state;
+	char brokers[256], sub[64], event_id[64], url[128];
+	assert_int_equal(kafka_mock_command(mock, "topic outbox.user 1"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic outbox.user.dlt 1"), 0);
+	assert_int_equal(receiver_script(&rcv, "/hook",
+					 "{\"responses\":[{\"status\":500},{\"status\":500}],"
+					 "\"default\":{\"status\":200}}"), 0);
+	snprintf(url, sizeof(url), "%s/hook", rcv.url);
+	kafka_e2e_brokers(mock, brokers);
+
+	const char *hub_env[] = {brokers, NULL};
+	const char *processor_env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=outbox.user",
+				       "OUTBOXD_KAFKA_GROUP=processor",
+				       "OUTBOXD_KAFKA_DEAD_LETTER={topic}.dlt",
+				       "OUTBOXD_IMMEDIATE_TRIES=1", "OUTBOXD_MAX_RETRIES=1",
+				       "OUTBOXD_RETRY_INTERVAL=500ms", NULL};
+	const char *dlt_env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=outbox.user.dlt:dlt",
+				 "OUTBOXD_KAFKA_GROUP=dlt-processor",
+				 "OUTBOXD_RETRY_INTERVAL=500ms", NULL};
+	assert_int_equal(daemon_start(&dlt_processor, dlt_env), 0);
+	assert_int_equal(daemon_start(&processor, processor_env), 0);
+	e2e_create_sub(&processor, sub, "{\"name\":\"users\",\"event_types\":[\"user.*\"],"
+					"\"endpoint\":\"%s\"}", url);
+	assert_int_equal(daemon_start(&hub, hub_env), 0);
+	e2e_create_sub(&hub, sub, "{\"name\":\"hub\",\"event_types\":[\"user.*\"],"
+				  "\"endpoint\":\"kafka://outbox.user\",\"payload_format\":\"envelope\"}");
+	e2e_send(&hub, event_id, "{\"event_type\":\"user.created\",\"payload\":{\"user\":7}}");
+
+	assert_int_equal(receiver_wait_count(&rcv, "/hook", 3, 60000), 0);
+	json_t *reqs = receiver_requests(&rcv, "/hook");
+	assert_int_equal(json_array_size(reqs), 3);
+	for (size_t i = 0; i < 3; i++) {
+		json_t *req = json_array_get(reqs, i);
+		assert_string_equal(kafka_e2e_header(req, "webhook-id"), event_id);
+		assert_string_equal(json_string_value(json_object_get(req, "body")),
+				    "{\"user\":7}");
+	}
+	json_decref(reqs);
+
+	/* the dead-letter processor's copy: its first try was the scheduled one, it
+	 * succeeded, and its event shows the hub's id as the webhook-id */
+	json_t *page = NULL;
+	for (int i = 0; i < 100; i++) {
+		json_decref(page);
+		page = e2e_get(&dlt_processor,
+			       "/v1/deliveries?source=kafka:outbox.user.dlt&status=PROCESSED");
+		if (json_array_size(json_object_get(page, "items")) == 1)
+			break;
+		usleep(100 * 1000);
+	}
+	json_t *items = json_object_get(page, "items");
+	assert_int_equal(json_array_size(items), 1);
+	json_t *d = e2e_get(&dlt_processor, "/v1/deliveries/%s",
+			    json_string_value(json_object_get(json_array_get(items, 0), "id")));
+	json_t *att = json_array_get(json_object_get(d, "attempts"), 0);
+	assert_string_equal(json_string_value(json_object_get(att, "kind")), "scheduled");
+	json_t *ev = e2e_get(&dlt_processor, "/v1/events/%s",
+			     json_string_value(json_object_get(d, "event_id")));
+	assert_string_equal(json_string_value(json_object_get(ev, "webhook_id")), event_id);
+	json_decref(ev);
+	json_decref(d);
+	json_decref(page);
+	assert_int_equal(daemon_stop(&hub), 0);
+	assert_int_equal(daemon_stop(&processor), 0);
+	assert_int_equal(daemon_stop(&dlt_processor), 0);
+}
+
+int main(void)
+{
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_one_webhook_id_from_hub_to_dead_letter_processor,
+						setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
