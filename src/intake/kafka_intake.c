@@ -57,7 +57,10 @@ struct item {
 	int has_env;
 	struct ingest_batch json;              /* FORMAT_EVENT */
 	int has_json;
-	char source_event_id[48];              /* "PARTITION/OFFSET" when the message has no id */
+	char source_event_id[48];              /* "PARTITION/OFFSET": the message's place */
+	char key[UPSTREAM_ID_MAX + 64];        /* an envelope's idempotency key (key_of) */
+	char (*event_keys)[72];                /* FORMAT_EVENT: the keys of a batch message's
+	                                          events without one ("P/O/INDEX"), owned */
 	char sub_id[UUID_STR_LEN];
 	char why[512];
 	char dlt_message[128];
@@ -199,6 +202,18 @@ static int derived_ensure(struct kafka_intake *ki, json_t *doc, const char *id, 
 
 /* ---- one message -------------------------------------------------------------------------- */
 
+/* 1 when an envelope's event.id can be the webhook-id of its requests: a header value,
+ * so visible ASCII only (a UUID, as the envelope's contract says), and bounded. (Also
+ * whether a subscription_id can be part of a key as it is.) */
+static int upstream_id_valid(const char *id)
+{
+	size_t n = 0;
+	for (; id[n]; n++)
+		if (id[n] < 0x21 || id[n] > 0x7e)
+			return 0;
+	return n <= UPSTREAM_ID_MAX;
+}
+
 static void item_clear(struct item *it)
 {
 	if (it->has_env)
@@ -206,6 +221,36 @@ static void item_clear(struct item *it)
 	if (it->has_json)
 		ingest_batch_free(&it->json);
 	it->has_env = it->has_json = 0;
+	free(it->event_keys);
+	it->event_keys = NULL;
+}
+
+/* The idempotency key of an envelope (its source is "kafka:TOPIC") into it->key: its
+ * event.id and its target, so each copy of one event is its own delivery and only a
+ * re-read of the same copy is dropped (a producer sends one envelope per subscriber with
+ * the same event id; a dead-letter topic holds one copy per failed subscriber). The
+ * target is the envelope's subscription_id when it names one ("ID/sub:SUBSCRIPTION"),
+ * else the subscription outboxd derived from its endpoint and auth ("ID/to:DERIVED");
+ * an envelope that fans out and names neither is keyed by its id alone. Without an id,
+ * the message's place ("PARTITION/OFFSET") is the key: a re-read is the same place. */
+static const char *key_of(const struct envelope *e, struct item *it)
+{
+	if (!e->id[0])
+		return it->source_event_id;
+	if (e->subscription_id[0]) {
+		char hashed[UUID_STR_LEN];
+		const char *sub = e->subscription_id;
+		if (strlen(sub) > 64 || !upstream_id_valid(sub)) {
+			envelope_hash_id(sub, strlen(sub), hashed); /* kept short and printable */
+			sub = hashed;
+		}
+		snprintf(it->key, sizeof(it->key), "%s/sub:%s", e->id, sub);
+	} else if (e->endpoint[0]) {
+		snprintf(it->key, sizeof(it->key), "%s/to:%s", e->id, it->sub_id);
+	} else {
+		return e->id;
+	}
+	return it->key;
 }
 
 /* The Kafka header value named name, copied into out ("" when absent). */
@@ -242,17 +287,6 @@ static void as_undecodable(const struct topic_conf *tc, struct item *it, struct 
 	ev->initial_cause = it->why;
 }
 
-/* 1 when an envelope's event.id can be the webhook-id of its requests: a header value,
- * so visible ASCII only (a UUID, as the envelope's contract says), and bounded. */
-static int upstream_id_valid(const char *id)
-{
-	size_t n = 0;
-	for (; id[n]; n++)
-		if (id[n] < 0x21 || id[n] > 0x7e)
-			return 0;
-	return n <= UPSTREAM_ID_MAX;
-}
-
 /* An envelope (formats envelope and dlt) into ev. Returns 0, -1 when the message is
  * undecodable (it->why set), STORE_UNAVAILABLE when the store could not be asked. */
 static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, struct item *it,
@@ -279,7 +313,6 @@ static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, s
 	uuid_v7(ev->id);
 	ev->event_type = e->type;
 	ev->source = tc->source;
-	ev->source_event_id = e->id[0] ? e->id : it->source_event_id;
 	/* the event keeps its id at every hop: its deliveries' webhook-id (and the id of
 	 * the envelopes outboxd publishes of it) is the envelope's event.id */
 	ev->webhook_id = e->id[0] ? e->id : NULL;
@@ -299,7 +332,9 @@ static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, s
 			return rc;
 		ev->subscription_ids = (const char (*)[UUID_STR_LEN])it->sub_id;
 		ev->n_subscriptions = 1;
+		ev->source_event_id = key_of(e, it);
 	} else {
+		ev->source_event_id = key_of(e, it);
 		/* fan out: the ids go to the shared array, appended after the earlier items' */
 		char(*ids)[UUID_STR_LEN] = NULL;
 		size_t cap = 0;
@@ -514,14 +549,26 @@ static int store_batch(struct kafka_intake *ki, struct item *items, size_t n, in
 					}
 					evs = grown;
 				}
+				if (it->json.n > 1 &&
+				    !(it->event_keys = calloc(it->json.n, sizeof(*it->event_keys)))) {
+					rc = STORE_UNAVAILABLE;
+					goto out;
+				}
 				for (size_t k = 0; k < it->json.n; k++) {
 					struct store_event_in *ev = &evs[n_ev++];
 					*ev = it->json.events[k];
-					if (!ev->source_event_id && it->json.n == 1) {
-						/* idempotent on re-reads: the message's place */
-						ev->source = tc->source;
+					if (ev->source_event_id)
+						continue;
+					/* idempotent on re-reads: an event without a key of its own
+					 * is keyed by its place, the message's and its index in it */
+					ev->source = tc->source;
+					if (it->json.n == 1) {
 						ev->source_event_id = it->source_event_id;
+						continue;
 					}
+					snprintf(it->event_keys[k], sizeof(it->event_keys[k]), "%s/%zu",
+						 it->source_event_id, k);
+					ev->source_event_id = it->event_keys[k];
 				}
 				continue;
 			}

@@ -6,7 +6,9 @@
  *    it resumes by itself, and messages produced after that are consumed;
  *  - readiness and lag with an idle topic: /readyz answers 503 while the broker is down
  *    and 200 again within seconds of its return; the lag gauge is there for a partition
- *    no message ever came through. */
+ *    no message ever came through;
+ *  - the idempotency key includes the target: each copy of one event is delivered once,
+ *    a re-read of a copy (or of an event-format message without keys) is dropped. */
 #include "kafka_e2e.h"
 
 static struct kafka_mock *mock;
@@ -56,20 +58,21 @@ static void produce_items(const char *topic, const char *url, int first, int n)
 	free(lens);
 }
 
-static long unique_received(const char *path)
+/* Distinct webhook-ids the receiver saw, on any path. */
+static long unique_received(void)
 {
-	json_t *st = receiver_stats(&rcv, path);
+	json_t *st = receiver_stats(&rcv, NULL);
 	long unique = (long)json_integer_value(json_object_get(st, "unique_ids"));
 	json_decref(st);
 	return unique;
 }
 
-/* Polls until the receiver saw want distinct webhook-ids on path; returns the last count. */
-static long wait_unique(const char *path, long want, int timeout_ms)
+/* Polls until the receiver saw want distinct webhook-ids; returns the last count. */
+static long wait_unique(long want, int timeout_ms)
 {
 	long got = 0;
 	for (int64_t end = harness_now_ms() + timeout_ms; harness_now_ms() < end;) {
-		if ((got = unique_received(path)) >= want)
+		if ((got = unique_received()) >= want)
 			break;
 		usleep(100 * 1000);
 	}
@@ -100,10 +103,10 @@ static void test_backlog_pause_resume(void **state)
 			     "OUTBOXD_KAFKA_MAX_BACKLOG=2", "OUTBOXD_MAX_IN_FLIGHT=2", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	assert_int_equal(harness_wait(log_says_pausing, NULL, 30000), 0);
-	assert_int_equal(wait_unique("/slow", 30, 60000), 30);
+	assert_int_equal(wait_unique(30, 60000), 30);
 
 	produce_items("backlog", url, 30, 9);
-	assert_int_equal(wait_unique("/slow", 39, 60000), 39);
+	assert_int_equal(wait_unique(39, 60000), 39);
 	assert_true(kafka_e2e_log_has(&dmn, "resuming"));
 	json_t *page = e2e_get(&dmn, "/v1/deliveries?source=kafka:backlog&limit=100");
 	assert_int_equal(json_array_size(json_object_get(page, "items")), 39);
@@ -142,6 +145,117 @@ static void test_readiness_follows_the_broker(void **state)
 	assert_int_equal(daemon_stop(&dmn), 0);
 }
 
+/* Sends one envelope of type copy.item (id, endpoint path, subscription_id may be NULL). */
+static void produce_copy(const char *topic, const char *id, const char *path,
+			 const char *subscription_id)
+{
+	char url[128];
+	snprintf(url, sizeof(url), "%s%s", rcv.url, path);
+	struct env_spec s = {.id = id, .type = "copy.item", .endpoint = url, .payload = "{}",
+			     .payload_len = 2, .subscription_id = subscription_id};
+	kafka_e2e_produce(mock, topic, &s);
+}
+
+static void produce_event(const char *json)
+{
+	assert_int_equal(kcat_produce(kafka_mock_bootstrap(mock), "events", NULL, json,
+				      strlen(json), NULL), 0);
+}
+
+/* Every request on path carries webhook-id id. */
+static void assert_all_ids(const char *path, const char *id)
+{
+	json_t *reqs = receiver_requests(&rcv, path);
+	for (size_t i = 0; i < json_array_size(reqs); i++)
+		assert_string_equal(kafka_e2e_header(json_array_get(reqs, i), "webhook-id"), id);
+	json_decref(reqs);
+}
+
+static size_t deliveries_from(const char *topic)
+{
+	json_t *page = e2e_get(&dmn, "/v1/deliveries?source=kafka:%s&limit=100", topic);
+	size_t n = json_array_size(json_object_get(page, "items"));
+	json_decref(page);
+	return n;
+}
+
+/* The idempotency key of a message includes its target: one event id sent to two
+ * endpoints is two deliveries, a dead-letter topic's two copies of one event (two failed
+ * subscribers) are two deliveries, and only a re-read of the same copy is dropped. An
+ * event-format message without keys is keyed by its place, each event of a batch message
+ * by its index too: all of it read again by another consumer group (as after a crash
+ * between the store and the offset commit) gives no new delivery. A marker sent after
+ * each re-read shows the partition went past it. */
+static void test_each_copy_once(void **state)
+{
+	(void)state;
+	char brokers[256], sub[64];
+	const char *X = "0190a0b0-0000-7000-8005-000000000001";
+	const char *Z = "0190a0b0-0000-7000-8005-000000000002";
+	assert_int_equal(kafka_mock_command(mock, "topic copies 1"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic copies.dlt 1"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic events 1"), 0);
+	produce_copy("copies", X, "/a", NULL);
+	produce_copy("copies", X, "/b", NULL);
+	produce_copy("copies", X, "/a", NULL);                /* the first copy read again */
+	produce_copy("copies", "0190a0b0-0000-7000-8005-00000000000c", "/c", NULL);
+	produce_copy("copies.dlt", Z, "/d", "subscriber-1");
+	produce_copy("copies.dlt", Z, "/d", "subscriber-2");
+	produce_copy("copies.dlt", Z, "/d", "subscriber-1"); /* the first copy read again */
+	produce_copy("copies.dlt", "0190a0b0-0000-7000-8005-00000000000f", "/f", "x");
+	produce_event("{\"event_type\":\"user.created\",\"payload\":{\"n\":1}}");
+	produce_event("{\"events\":[{\"event_type\":\"user.created\",\"payload\":{\"n\":2}},"
+		      "{\"event_type\":\"user.created\",\"payload\":{\"n\":3}}]}");
+
+	kafka_e2e_brokers(mock, brokers);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=copies,copies.dlt:dlt,events:event",
+			     "OUTBOXD_RETRY_INTERVAL=300ms", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	char url[128];
+	snprintf(url, sizeof(url), "%s/e", rcv.url);
+	e2e_create_sub(&dmn, sub, "{\"name\":\"users\",\"event_types\":[\"user.*\"],"
+				  "\"endpoint\":\"%s\"}", url);
+	assert_int_equal(receiver_wait_count(&rcv, "/c", 1, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/f", 1, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/b", 1, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/d", 2, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/e", 3, 30000), 0);
+	assert_int_equal(receiver_count(&rcv, "/a"), 1);
+	assert_all_ids("/a", X);
+	assert_all_ids("/b", X);
+	assert_all_ids("/d", Z);
+	assert_int_equal(deliveries_from("copies"), 3);
+	assert_int_equal(deliveries_from("copies.dlt"), 3);
+	assert_int_equal(deliveries_from("events"), 3);
+
+	/* Everything read again from the start by another group; then one more of each */
+	assert_int_equal(daemon_stop(&dmn), 0);
+	const char *again[] = {brokers, "OUTBOXD_KAFKA_INTAKE=copies,copies.dlt:dlt,events:event",
+			       "OUTBOXD_RETRY_INTERVAL=300ms", "OUTBOXD_KAFKA_GROUP=again", NULL};
+	assert_int_equal(daemon_start(&dmn, again), 0);
+	produce_copy("copies", "0190a0b0-0000-7000-8005-0000000000c2", "/c", NULL);
+	produce_copy("copies.dlt", "0190a0b0-0000-7000-8005-0000000000f2", "/f", "x");
+	produce_event("{\"event_type\":\"user.created\",\"payload\":{\"n\":4}}");
+	assert_int_equal(receiver_wait_count(&rcv, "/c", 2, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/f", 2, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/e", 4, 30000), 0);
+	assert_int_equal(receiver_count(&rcv, "/a"), 1);
+	assert_int_equal(receiver_count(&rcv, "/b"), 1);
+	assert_int_equal(receiver_count(&rcv, "/d"), 2);
+	assert_int_equal(receiver_count(&rcv, "/e"), 4);
+	json_t *reqs = receiver_requests(&rcv, "/e");
+	for (size_t i = 0; i < json_array_size(reqs); i++)
+		for (size_t k = 0; k < i; k++)
+			assert_string_not_equal(
+				kafka_e2e_header(json_array_get(reqs, i), "webhook-id"),
+				kafka_e2e_header(json_array_get(reqs, k), "webhook-id"));
+	json_decref(reqs);
+	assert_int_equal(deliveries_from("copies"), 4);
+	assert_int_equal(deliveries_from("copies.dlt"), 4);
+	assert_int_equal(deliveries_from("events"), 4);
+	assert_int_equal(daemon_stop(&dmn), 0);
+}
+
 int main(void)
 {
 	if (getenv("TEST_FILTER"))
@@ -149,6 +263,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_backlog_pause_resume, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readiness_follows_the_broker, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_each_copy_once, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
