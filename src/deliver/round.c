@@ -598,9 +598,14 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 	j->retry_after_ms = -1;
 	j->sub = sub_set_find(b->subs, c->subscription_id);
 	j->sj.sub = j->sub;
+	/* The round's layer: an operator's replay is manual; a FAILED delivery is retried by
+	 * the scheduled layer, and so is a NEW one stored to start there (a message of a
+	 * dead-letter topic, whose immediate tries were spent upstream: it stays NEW until
+	 * that first scheduled round, store_claim.starts_scheduled); else the immediate
+	 * round. */
 	if (c->replay)
 		j->kind = ATTEMPT_MANUAL;
-	else if (c->status == DELIVERY_FAILED)
+	else if (c->status == DELIVERY_FAILED || c->starts_scheduled)
 		j->kind = ATTEMPT_SCHEDULED;
 	else
 		j->kind = ATTEMPT_IMMEDIATE;

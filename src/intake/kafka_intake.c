@@ -364,11 +364,14 @@ static int from_envelope(struct kafka_intake *ki, const struct topic_conf *tc, s
 		free(ids);
 	}
 	if (tc->format == FORMAT_DLT) {
-		/* seed 000's DLT Processor: stored, first retried by the scheduler */
+		/* A dead-letter processor stores the message as NEW and leaves its first try to
+		 * the scheduled layer, after retry_interval: the immediate tries were spent
+		 * upstream. The upstream error is its last error until then. */
 		char code[16];
 		header_text(it->msg, "outboxd-error-code", code, sizeof(code));
 		header_text(it->msg, "outboxd-error-message", it->dlt_message, sizeof(it->dlt_message));
-		ev->initial_status = DELIVERY_FAILED;
+		ev->initial_status = DELIVERY_NEW;
+		ev->starts_scheduled = 1;
 		ev->first_due_at = ev->created_at + ki->cfg.retry_interval_ms;
 		ev->initial_code = atoi(code) > 0 ? atoi(code) : 0;
 		ev->initial_message = "dead-lettered upstream";

@@ -11,8 +11,9 @@
  *    through a subscription outboxd derives from the envelope's target (origin
  *    "kafka_envelope": same target, same subscription; never matched by fan-out); without
  *    one it fans out to the subscriptions that want its type.
- *  - dlt: the same, but the delivery starts at the scheduled layer (FAILED, due after
- *    retry_interval), as seed 000's DLT Processor does.
+ *  - dlt: the same, but the delivery starts at the scheduled layer: stored NEW, due
+ *    after retry_interval, its first round a scheduled retry (store_event_in
+ *    starts_scheduled), as a dead-letter processor does.
  *  - event: a JSON object or batch as POST /v1/events takes it, fanned out.
  * A message that cannot be decoded (or names a target that cannot be a subscription) is
  * stored as a dead delivery (422 undecodable, the reason as cause, the raw bytes as the

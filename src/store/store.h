@@ -102,11 +102,12 @@ struct store_event_in {
 	                                 nothing was inserted for this event */
 	/* Initial state of this event's deliveries; all zero is the usual: NEW, due at
 	 * created_at. DELIVERY_FAILED with first_due_at > 0: a scheduled retry is pending
-	 * then (a dead-letter topic's message starts at the scheduled layer); with
-	 * first_due_at 0: dead at once (an undecodable Kafka message). NEW with first_due_at
-	 * > 0: due then. A FAILED delivery carries initial_code/message/cause (borrowed,
-	 * may be NULL) as its last error. The spool never carries these: only the Kafka
-	 * intake sets them, and it never spools (Kafka keeps what is not committed). */
+	 * then; with first_due_at 0: dead at once (an undecodable Kafka message). NEW with
+	 * first_due_at > 0: due then (a dead-letter topic's message, with
+	 * starts_scheduled). The deliveries carry initial_code/message/cause (borrowed, may
+	 * be NULL) as their last error (a dead-letter topic's message: the upstream error).
+	 * The spool never carries these: only the Kafka intake sets them, and it never
+	 * spools (Kafka keeps what is not committed). */
 	enum delivery_status initial_status;
 	int64_t first_due_at;
 	int initial_code;

@@ -8,7 +8,8 @@
  *    and 200 again within seconds of its return; the lag gauge is there for a partition
  *    no message ever came through;
  *  - the idempotency key includes the target: each copy of one event is delivered once,
- *    a re-read of a copy (or of an event-format message without keys) is dropped. */
+ *    a re-read of a copy (or of an event-format message without keys) is dropped;
+ *  - a dead-letter topic's message is stored NEW, due after retry_interval. */
 #include "kafka_e2e.h"
 
 static struct kafka_mock *mock;
@@ -256,6 +257,55 @@ static void test_each_copy_once(void **state)
 	assert_int_equal(daemon_stop(&dmn), 0);
 }
 
+/* A dead-letter topic's message is stored NEW (as a dead-letter processor does), its
+ * first try left to the scheduled layer after retry_interval, with the upstream error as
+ * its last error until then. */
+static void test_dead_letter_message_stored_new(void **state)
+{
+	(void)state;
+	char brokers[256], url[128];
+	size_t len = 0;
+	assert_int_equal(kafka_mock_command(mock, "topic later.dlt 1"), 0);
+	snprintf(url, sizeof(url), "%s/later", rcv.url);
+	struct env_spec s = {.id = "0190a0b0-0000-7000-8006-000000000001", .type = "later.item",
+			     .endpoint = url, .payload = "{}", .payload_len = 2,
+			     .subscription_id = "upstream-sub"};
+	void *v = kafka_e2e_encode(&s, &len);
+	const char *headers[] = {"outboxd-error-code=503",
+				 "outboxd-error-message=HTTP 503", NULL};
+	assert_int_equal(kcat_produce(kafka_mock_bootstrap(mock), "later.dlt", NULL, v, len,
+				      headers), 0);
+	free(v);
+	kafka_e2e_brokers(mock, brokers);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=later.dlt:dlt",
+			     "OUTBOXD_RETRY_INTERVAL=1h", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	json_t *page = NULL;
+	for (int i = 0; i < 300; i++) {
+		json_decref(page);
+		page = e2e_get(&dmn, "/v1/deliveries?source=kafka:later.dlt");
+		if (json_array_size(json_object_get(page, "items")) == 1)
+			break;
+		usleep(100 * 1000);
+	}
+	json_t *d = json_array_get(json_object_get(page, "items"), 0);
+	assert_non_null(d);
+	assert_string_equal(json_string_value(json_object_get(d, "status")), "NEW");
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 0);
+	json_t *err = json_object_get(d, "last_error");
+	assert_int_equal(json_integer_value(json_object_get(err, "code")), 503);
+	assert_string_equal(json_string_value(json_object_get(err, "message")),
+			    "dead-lettered upstream");
+	assert_non_null(strstr(json_string_value(json_object_get(err, "cause")), "HTTP 503"));
+	/* due one retry_interval after it was stored: an hour, not now */
+	assert_non_null(json_string_value(json_object_get(d, "next_attempt_at")));
+	assert_string_not_equal(json_string_value(json_object_get(d, "next_attempt_at")),
+				json_string_value(json_object_get(d, "created_at")));
+	json_decref(page);
+	assert_int_equal(receiver_count(&rcv, "/later"), 0);
+	assert_int_equal(daemon_stop(&dmn), 0);
+}
+
 int main(void)
 {
 	if (getenv("TEST_FILTER"))
@@ -264,6 +314,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_backlog_pause_resume, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readiness_follows_the_broker, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_each_copy_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dead_letter_message_stored_new, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
