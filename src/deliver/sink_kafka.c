@@ -4,11 +4,19 @@
  * with its own record (struct kafka_record) as librdkafka's opaque, so a delivery report
  * that arrives after its attempt was abandoned (shutdown) finds a record without a round
  * and is dropped. librdkafka signals its main queue on a pipe that the dispatcher
- * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread. */
+ * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread.
+ *
+ * A fatal error (librdkafka: an idempotent producer that can no longer keep its
+ * sequence) leaves the producer unusable: after the poll that reported it, the producer
+ * is purged (the attempts waiting for a report end with 503 and take their retries),
+ * destroyed and opened anew on the dispatcher's thread, and sink_kafka_ready answers
+ * "not ready" until it is. */
 #include "deliver/sink_kafka.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +26,12 @@
 #include "core/metrics.h"
 #include "core/trace.h"
 #include "kafka/envelope.h"
+#include "util/clock.h"
 #include "util/hash.h"
 #include "util/log.h"
 
 #define TOPIC_MAX 256
+#define REOPEN_EVERY_MS 1000  /* a producer that could not be recreated is tried again */
 
 struct kafka_sink;
 
@@ -35,13 +45,18 @@ struct kafka_record {
 };
 
 struct kafka_sink {
+	struct kafka_client client;  /* first: librdkafka's opaque (kafka/client.h) */
 	struct sink_env env;
 	const struct kafka_settings *settings;
-	rd_kafka_t *rk;
+	rd_kafka_t *rk;              /* NULL while a fatal error's recreation failed */
 	rd_kafka_queue_t *mainq;
 	int pipe_rd, pipe_wr;        /* librdkafka writes a byte when its main queue has work */
 	int in_flight;               /* records with a round */
 	struct kafka_record *records; /* every record librdkafka holds */
+	int64_t reopen_at_ms;        /* rk NULL: when to try opening it again (monotonic) */
+	atomic_int down;             /* 1 from a fatal error until the producer is new */
+	pthread_mutex_t why_mu;
+	char why[512];               /* why not ready (the fatal error) */
 };
 
 static void record_link(struct kafka_record *r)
@@ -125,6 +140,76 @@ static rd_kafka_resp_err_t produce(struct kafka_sink *ks, struct kafka_record *r
 		record_unlink(r);
 	}
 	return err;
+}
+
+/* ---- the producer's life: opened, and recreated after a fatal error ------------------ */
+
+/* Opens the producer on ks's pipe. 0, or -1 with err set. */
+static int producer_open(struct kafka_sink *ks, char *err, size_t errlen)
+{
+	if (!(ks->rk = kafka_producer_new(ks->settings, &ks->client, dr_msg_cb, err, errlen)))
+		return -1;
+	ks->mainq = rd_kafka_queue_get_main(ks->rk);
+	rd_kafka_queue_io_event_enable(ks->mainq, ks->pipe_wr, "1", 1);
+	return 0;
+}
+
+/* Purges and destroys the producer: the reports of purged messages end their attempts
+ * (503, tried again) or free their dead-letter records; an attempt whose message got no
+ * report at all ends the same way, and every record is freed. */
+static void producer_close(struct kafka_sink *ks)
+{
+	if (ks->rk) {
+		rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_poll(ks->rk, 0);
+		rd_kafka_queue_destroy(ks->mainq);
+		rd_kafka_destroy(ks->rk);
+		ks->rk = NULL;
+		ks->mainq = NULL;
+	}
+	struct kafka_record *r = ks->records;
+	ks->records = NULL; /* detached first: a report may start another attempt */
+	while (r) {
+		struct kafka_record *next = r->next;
+		if (r->sj)
+			record_report(r, RD_KAFKA_RESP_ERR__FATAL, -1, -1);
+		free(r);
+		r = next;
+	}
+}
+
+/* Opens a producer when none is there (its recreation failed), at most once every
+ * REOPEN_EVERY_MS. 0 when there is one. */
+static int producer_reopen(struct kafka_sink *ks)
+{
+	char err[512];
+	if (ks->rk)
+		return 0;
+	if (clock_mono_ms() < ks->reopen_at_ms)
+		return -1;
+	if (producer_open(ks, err, sizeof(err))) {
+		ks->reopen_at_ms = clock_mono_ms() + REOPEN_EVERY_MS;
+		log_error("kafka producer: %s; kafka:// attempts fail with 503 until it opens", err);
+		return -1;
+	}
+	atomic_store(&ks->down, 0);
+	log_info("kafka producer: recreated after a fatal error; publishing again");
+	return 0;
+}
+
+/* The producer raised a fatal error: not ready until a new one is open. */
+static void producer_recreate(struct kafka_sink *ks)
+{
+	char why[400];
+	kafka_client_fatal(ks->rk, why, sizeof(why));
+	pthread_mutex_lock(&ks->why_mu);
+	snprintf(ks->why, sizeof(ks->why), "kafka producer: recreating it after a fatal error: %s",
+		 why);
+	pthread_mutex_unlock(&ks->why_mu);
+	atomic_store(&ks->down, 1);
+	producer_close(ks);
+	ks->reopen_at_ms = 0;
+	producer_reopen(ks);
 }
 
 static int kafka_accepts(const char *endpoint)
@@ -219,6 +304,12 @@ static void kafka_send(void *priv, struct sink_round *sj)
 		value = envelope;
 	}
 	ks->in_flight++;
+	if (!ks->rk && producer_reopen(ks)) {
+		free(envelope);
+		record_report(r, RD_KAFKA_RESP_ERR__FATAL, -1, -1);
+		free(r);
+		return;
+	}
 	err = produce(ks, r, c, value, value_len, message_headers(c, s, sj->span_id));
 	free(envelope);
 	if (err) { /* not queued: the record is still ours */
@@ -238,15 +329,27 @@ static void kafka_run(void *priv)
 	char drain[64];
 	while (read(ks->pipe_rd, drain, sizeof(drain)) > 0)
 		;
+	if (!ks->rk) {
+		producer_reopen(ks);
+		return;
+	}
 	rd_kafka_poll(ks->rk, 0);
+	if (kafka_client_fatal(ks->rk, NULL, 0))
+		producer_recreate(ks);
 }
 
 /* The pipe says when reports arrive; a slow poll besides keeps librdkafka's other
- * callbacks (errors, statistics) served while messages are out. */
+ * callbacks (errors, statistics) served while messages are out. Without a producer
+ * (its recreation failed), run is due when the next try to open one is. */
 static int64_t kafka_wait_us(void *priv, int64_t now_us)
 {
+	struct kafka_sink *ks = priv;
 	(void)now_us;
-	return ((struct kafka_sink *)priv)->in_flight ? 100 * 1000 : -1;
+	if (!ks->rk) {
+		int64_t left = ks->reopen_at_ms - clock_mono_ms();
+		return left > 0 ? left * 1000 : 0;
+	}
+	return ks->in_flight ? 100 * 1000 : -1;
 }
 
 static int kafka_busy(void *priv)
@@ -273,21 +376,13 @@ static void kafka_close(void *priv)
 {
 	struct kafka_sink *ks = priv;
 	/* dead-letter messages still queued get a moment to leave */
-	if (rd_kafka_flush(ks->rk, 3000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (ks->rk && rd_kafka_flush(ks->rk, 3000) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		log_warn("kafka: %d messages were not acknowledged before shutdown",
 			 rd_kafka_outq_len(ks->rk));
-	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	rd_kafka_poll(ks->rk, 0); /* reports of purged messages free their records */
-	rd_kafka_queue_destroy(ks->mainq);
-	rd_kafka_destroy(ks->rk);
-	/* the dispatcher stopped before: no record has a round; free what got no report */
-	while (ks->records) {
-		struct kafka_record *r = ks->records;
-		record_unlink(r);
-		free(r);
-	}
+	producer_close(ks);
 	close(ks->pipe_rd);
 	close(ks->pipe_wr);
+	pthread_mutex_destroy(&ks->why_mu);
 	free(ks);
 }
 
@@ -308,39 +403,25 @@ struct sink *sink_kafka_open(const struct kafka_settings *st, char *err, size_t 
 {
 	struct sink *s = calloc(1, sizeof(*s));
 	struct kafka_sink *ks = calloc(1, sizeof(*ks));
-	rd_kafka_conf_t *conf = NULL;
-	char why[512];
 	int fds[2] = {-1, -1};
 
 	if (!s || !ks || pipe2(fds, O_NONBLOCK | O_CLOEXEC)) {
 		snprintf(err, errlen, "kafka producer: out of memory or pipes (errno %d)", errno);
 		goto fail;
 	}
+	ks->client.role = "producer";
 	ks->settings = st;
 	ks->pipe_rd = fds[0];
 	ks->pipe_wr = fds[1];
-	/* acks=all and idempotence: a message is acknowledged once, by every in-sync
-	 * replica; message.timeout.ms bounds how long an attempt waits for its report */
-	static const char *const defaults[] = {
-		"enable.idempotence", "true", "acks", "all", "linger.ms", "2",
-		"message.timeout.ms", "30000", NULL,
-	};
-	if (!(conf = kafka_conf_new(st, "producer", defaults, err, errlen)))
-		goto fail;
-	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
-	if (!(ks->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why)))) {
-		snprintf(err, errlen, "kafka producer: %s", why);
+	pthread_mutex_init(&ks->why_mu, NULL);
+	if (producer_open(ks, err, errlen)) {
+		pthread_mutex_destroy(&ks->why_mu);
 		goto fail;
 	}
-	conf = NULL; /* the handle owns it */
-	ks->mainq = rd_kafka_queue_get_main(ks->rk);
-	rd_kafka_queue_io_event_enable(ks->mainq, ks->pipe_wr, "1", 1);
 	s->ops = &kafka_ops;
 	s->priv = ks;
 	return s;
 fail:
-	if (conf)
-		rd_kafka_conf_destroy(conf);
 	if (fds[0] >= 0) {
 		close(fds[0]);
 		close(fds[1]);
@@ -348,6 +429,17 @@ fail:
 	free(ks);
 	free(s);
 	return NULL;
+}
+
+int sink_kafka_ready(void *sink, char *why, size_t whylen)
+{
+	struct kafka_sink *ks = ((struct sink *)sink)->priv;
+	if (!atomic_load(&ks->down))
+		return 0;
+	pthread_mutex_lock(&ks->why_mu);
+	snprintf(why, whylen, "%s", ks->why);
+	pthread_mutex_unlock(&ks->why_mu);
+	return -1;
 }
 
 void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct subscription *s,
@@ -386,9 +478,12 @@ void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct
 	rd_kafka_header_add(h, "outboxd-error-cause", -1, r->last_cause ? r->last_cause : "", -1);
 	rd_kafka_header_add(h, "outboxd-attempts", -1, attempts, -1);
 	rd_kafka_header_add(h, "outboxd-source-topic", -1, c->source + 6, -1);
-	rd_kafka_resp_err_t err = produce(ks, rec, c, value, len, h);
+	rd_kafka_resp_err_t err = ks->rk ? produce(ks, rec, c, value, len, h)
+					 : RD_KAFKA_RESP_ERR__FATAL;
 	free(value);
 	if (err) {
+		if (!ks->rk)
+			rd_kafka_headers_destroy(h);
 		log_warn("kafka: delivery %s could not be queued for the dead-letter topic %s: %s",
 			 c->delivery_id, topic, rd_kafka_err2str(err));
 		metrics_kafka_produce_error(topic);

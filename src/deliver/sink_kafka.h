@@ -16,6 +16,10 @@
  * reached now is not an error: librdkafka reconnects, attempts fail until it does. */
 struct sink *sink_kafka_open(const struct kafka_settings *ks, char *err, size_t errlen);
 
+/* 0 when the producer can publish; -1 with the reason in why while it is recreated after
+ * a fatal error (librdkafka). sink is the struct sink of sink_kafka_open. Any thread. */
+int sink_kafka_ready(void *sink, char *why, size_t whylen);
+
 /* The dispatcher's dead-letter hook (dispatcher_config.dead_letter, ctx = the Kafka
  * sink): when kafka_dead_letter is set and the delivery's event came from an intake topic
  * (source "kafka:TOPIC"), publishes the delivery as an OutboxEvent, with its endpoint and

@@ -5,7 +5,9 @@
  * (tests/support/kafka_mock.c) and the test receiver as the one subscriber.
  *
  *  - one event, one webhook-id: every request the subscriber receives, from the processor
- *    and from the dead-letter processor, carries the hub's event id. */
+ *    and from the dead-letter processor, carries the hub's event id;
+ *  - a fatal error of the hub's idempotent producer: recreated, counted, and every event
+ *    still published without a restart. */
 #include "kafka_e2e.h"
 
 static struct kafka_mock *mock;
@@ -108,6 +110,67 @@ static void test_one_webhook_id_from_hub_to_dead_letter_processor(void **state)
 	assert_int_equal(daemon_stop(&dlt_processor), 0);
 }
 
+static int producer_fatal_counted(void *ctx)
+{
+	return e2e_metric(ctx, "outboxd_kafka_fatal_errors_total{client=\"producer\"}") >= 1;
+}
+
+/* A fatal error of the idempotent producer (the broker answers its first request in
+ * flight with OUT_OF_ORDER_SEQUENCE_NUMBER: librdkafka can no longer keep the sequence)
+ * is counted, the producer recreated, and every event still reaches the topic: the
+ * attempts it failed are retried, no restart needed. */
+static void test_fatal_producer_error_recovers(void **state)
+{
+	(void)state;
+	char brokers[256], sub[64];
+	assert_int_equal(kafka_mock_command(mock, "topic fatal 1"), 0);
+	kafka_e2e_brokers(mock, brokers);
+	const char *env[] = {brokers, "OUTBOXD_RETRY_INTERVAL=500ms", "OUTBOXD_MAX_RETRIES=0",
+			     NULL};
+	assert_int_equal(daemon_start(&hub, env), 0);
+	e2e_create_sub(&hub, sub, "{\"name\":\"bus\",\"event_types\":[\"*\"],"
+				  "\"endpoint\":\"kafka://fatal\"}");
+	char *body = e2e_batch_body(0, 5);
+	json_decref(api_call(&hub, "POST", "/v1/events", body, 202));
+	free(body);
+	struct kcat_msg *msgs = NULL;
+	size_t got = 0;
+	assert_int_equal(kcat_consume(kafka_mock_bootstrap(mock), "fatal", 5, 20000, &msgs, &got), 0);
+	assert_int_equal(got, 5);
+	kcat_msgs_free(msgs, got);
+
+	assert_int_equal(kafka_mock_command(mock, "produce-error 45 1"), 0);
+	body = e2e_batch_body(5, 10);
+	json_decref(api_call(&hub, "POST", "/v1/events", body, 202));
+	free(body);
+	assert_int_equal(harness_wait(producer_fatal_counted, &hub, 30000), 0);
+
+	/* every event is on the topic (a retried publish may add a copy: at least once) */
+	assert_int_equal(kcat_consume(kafka_mock_bootstrap(mock), "fatal", 15, 30000, &msgs, &got), 0);
+	int seen[15] = {0};
+	for (size_t i = 0; i < got; i++) {
+		int n = -1;
+		if (sscanf(msgs[i].value, "{\"n\":%d}", &n) == 1 && n >= 0 && n < 15)
+			seen[n] = 1;
+	}
+	for (int i = 0; i < 15; i++)
+		assert_int_equal(seen[i], 1);
+	kcat_msgs_free(msgs, got);
+	assert_true(kafka_e2e_log_has(&hub, "recreated after a fatal error"));
+	assert_true(kafka_e2e_wait_readyz(&hub, 200, 10000) >= 0);
+	json_t *page = e2e_get(&hub, "/v1/deliveries?status=PROCESSED&limit=100");
+	size_t processed = json_array_size(json_object_get(page, "items"));
+	json_decref(page);
+	for (int i = 0; i < 100 && processed < 15; i++) {
+		usleep(100 * 1000);
+		page = e2e_get(&hub, "/v1/deliveries?status=PROCESSED&limit=100");
+		processed = json_array_size(json_object_get(page, "items"));
+		json_decref(page);
+	}
+	assert_int_equal(processed, 15);
+	assert_int_equal(daemon_stop(&hub), 0);
+}
+
 int main(void)
 {
 	if (getenv("TEST_FILTER"))
@@ -115,6 +178,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_one_webhook_id_from_hub_to_dead_letter_processor,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fatal_producer_error_recovers, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
