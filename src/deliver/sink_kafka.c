@@ -2,8 +2,11 @@
  *
  * One producer per process (enable.idempotence, acks=all). Each attempt is one message
  * with its own record (struct kafka_record) as librdkafka's opaque, so a delivery report
- * that arrives after its attempt was abandoned (shutdown) finds a record without a round
- * and is dropped. librdkafka signals its main queue on a pipe that the dispatcher
+ * that arrives after its attempt was abandoned (shutdown, or its timeout) finds a record
+ * without a round and is dropped. An attempt ends at the subscription's timeout for it
+ * (sink_round.timeout_ms) with 504 when no report came by then, so a round lasts what its
+ * tries and timeouts say however long librdkafka keeps the message (message.timeout.ms);
+ * the message may still be published later (at least once: the retry sends a copy). librdkafka signals its main queue on a pipe that the dispatcher
  * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread.
  *
  * A fatal error (librdkafka: an idempotent producer that can no longer keep its
@@ -40,6 +43,7 @@ struct kafka_sink;
 struct kafka_record {
 	struct kafka_sink *ks;
 	struct sink_round *sj;
+	int64_t deadline_us;               /* sj: the attempt ends by then (monotonic) */
 	char topic[TOPIC_MAX];
 	struct kafka_record *prev, *next;  /* in ks->records until the report frees it */
 };
@@ -52,6 +56,8 @@ struct kafka_sink {
 	rd_kafka_queue_t *mainq;
 	int pipe_rd, pipe_wr;        /* librdkafka writes a byte when its main queue has work */
 	int in_flight;               /* records with a round */
+	int64_t next_deadline_us;    /* the soonest deadline of a record with a round, or
+	                                later (0: none known) */
 	struct kafka_record *records; /* every record librdkafka holds */
 	int64_t reopen_at_ms;        /* rk NULL: when to try opening it again (monotonic) */
 	atomic_int down;             /* 1 from a fatal error until the producer is new */
@@ -304,6 +310,9 @@ static void kafka_send(void *priv, struct sink_round *sj)
 		value = envelope;
 	}
 	ks->in_flight++;
+	r->deadline_us = clock_mono_us() + (sj->timeout_ms > 0 ? sj->timeout_ms : 1000) * 1000;
+	if (!ks->next_deadline_us || r->deadline_us < ks->next_deadline_us)
+		ks->next_deadline_us = r->deadline_us;
 	if (!ks->rk && producer_reopen(ks)) {
 		free(envelope);
 		record_report(r, RD_KAFKA_RESP_ERR__FATAL, -1, -1);
@@ -316,6 +325,35 @@ static void kafka_send(void *priv, struct sink_round *sj)
 		record_report(r, err, -1, -1);
 		free(r);
 	}
+}
+
+/* Ends with 504 the attempts whose timeout passed without a report; their records stay
+ * with librdkafka, whose late report then finds no round and is dropped. */
+static void attempts_time_out(struct kafka_sink *ks, int64_t now_us)
+{
+	if (!ks->next_deadline_us || now_us < ks->next_deadline_us)
+		return;
+	int64_t next = 0;
+	struct kafka_record *r = ks->records;
+	while (r) {
+		struct kafka_record *following = r->next;
+		struct sink_round *sj = r->sj;
+		if (sj && now_us >= r->deadline_us) {
+			r->sj = NULL;
+			ks->in_flight--;
+			sj->code = 504;
+			sj->retry_after_ms = -1;
+			snprintf(sj->message, SINK_MSG_LEN, "timed out");
+			snprintf(sj->cause, SINK_CAUSE_LEN, "topic %s: no acknowledgement from Kafka "
+				 "within the attempt's timeout (%lld ms); a later one is ignored",
+				 r->topic, (long long)sj->timeout_ms);
+			ks->env.done(ks->env.ctx, sj);
+		} else if (sj && (!next || r->deadline_us < next)) {
+			next = r->deadline_us;
+		}
+		r = following;
+	}
+	ks->next_deadline_us = next;
 }
 
 static int kafka_fd(void *priv)
@@ -336,6 +374,8 @@ static void kafka_run(void *priv)
 	rd_kafka_poll(ks->rk, 0);
 	if (kafka_client_fatal(ks->rk, NULL, 0))
 		producer_recreate(ks);
+	else
+		attempts_time_out(ks, clock_mono_us());
 }
 
 /* The pipe says when reports arrive; a slow poll besides keeps librdkafka's other
@@ -349,7 +389,12 @@ static int64_t kafka_wait_us(void *priv, int64_t now_us)
 		int64_t left = ks->reopen_at_ms - clock_mono_ms();
 		return left > 0 ? left * 1000 : 0;
 	}
-	return ks->in_flight ? 100 * 1000 : -1;
+	if (!ks->in_flight)
+		return -1;
+	int64_t wait = 100 * 1000;
+	if (ks->next_deadline_us && ks->next_deadline_us - now_us < wait)
+		wait = ks->next_deadline_us > now_us ? ks->next_deadline_us - now_us : 0;
+	return wait;
 }
 
 static int kafka_busy(void *priv)

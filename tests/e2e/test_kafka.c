@@ -376,8 +376,10 @@ static void test_broker_down_mid_publish(void **state)
 	(void)state;
 	char brokers[256], sub[64];
 	kafka_e2e_brokers(mock, brokers);
-	const char *env[] = {brokers, "OUTBOXD_KAFKA_CONFIG=message.timeout.ms=1500",
-			     "OUTBOXD_RETRY_INTERVAL=500ms", "OUTBOXD_MAX_RETRIES=0", NULL};
+	/* librdkafka keeps a message up to message.timeout.ms (30 s): each attempt still
+	 * ends at the subscription's timeout, 1 s for the immediate tries */
+	const char *env[] = {brokers, "OUTBOXD_RETRY_INTERVAL=500ms", "OUTBOXD_MAX_RETRIES=0",
+			     NULL};
 	assert_int_equal(kafka_mock_command(mock, "topic outage 1"), 0);
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	e2e_create_sub(&dmn, sub, "{\"name\":\"outage\",\"event_types\":[\"*\"],"
@@ -400,6 +402,21 @@ static void test_broker_down_mid_publish(void **state)
 	assert_true(code == 503 || code == 504);
 	assert_non_null(json_string_value(json_object_get(err, "message")));
 	assert_non_null(json_object_get(d, "next_attempt_at"));
+	json_decref(d);
+	/* an attempt with no acknowledgement ends at its timeout, recorded as 504 */
+	d = e2e_get(&dmn, "/v1/deliveries/%s", dids[0]);
+	json_t *att = json_object_get(d, "attempts");
+	int timed_out = 0;
+	for (size_t i = 0; i < json_array_size(att); i++) {
+		json_t *a = json_array_get(att, i);
+		if (json_integer_value(json_object_get(a, "code")) != 504)
+			continue;
+		timed_out = 1;
+		assert_non_null(strstr(json_string_value(json_object_get(a, "cause")),
+				       "within the attempt's timeout"));
+		assert_true(json_integer_value(json_object_get(a, "duration_ms")) < 10000);
+	}
+	assert_true(timed_out);
 	json_decref(d);
 
 	assert_int_equal(kafka_mock_command(mock, "up 1"), 0);
