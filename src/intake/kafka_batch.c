@@ -405,7 +405,8 @@ int kafka_batch_store(struct kafka_batch *b, struct item *items, size_t n, int *
 				(const char (*)[UUID_STR_LEN])fan[items[i].fan_start];
 	if (created) /* the dispatcher must know them before it claims their deliveries */
 		store_subs_load(b->st, b->reg, &b->cfg.defaults);
-	rc = n_ev ? writer_ingest(b->cfg.writer, evs, n_ev) : STORE_OK;
+	/* never the spool: Kafka keeps the messages until their offsets are committed */
+	rc = n_ev ? writer_ingest_stored(b->cfg.writer, evs, n_ev) : STORE_OK;
 out:
 	sub_registry_release(b->reg, set);
 	free(evs);
