@@ -26,6 +26,8 @@ struct store_ops {
 			 struct store_claim **items, size_t *n);
 	int (*next_due)(store *st, int64_t *at_ms);
 	int (*record_results)(store *st, const struct store_result *results, size_t n);
+	int (*dead_letters)(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
+	int (*dead_letters_done)(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
 	int (*reap_leases)(store *st, int64_t now_ms, size_t *n);
 	int (*release_all)(store *st, size_t *n);
 	int (*order_sweep)(store *st, int64_t now_ms, int full, size_t *parked,

@@ -384,6 +384,34 @@ int store_record_results(store *st, const struct store_result *results, size_t n
 	return st->ops->record_results(st, results, n);
 }
 
+int store_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n || limit < 1 || limit > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	return st->ops->dead_letters(st, limit, items, n);
+}
+
+int store_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	if (!st || (!ids && n) || n > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	return n ? st->ops->dead_letters_done(st, ids, n) : STORE_OK;
+}
+
+void store_dead_letters_free(struct store_dead_letter *items, size_t n)
+{
+	for (size_t i = 0; items && i < n; i++) {
+		free(items[i].claim.event_type); /* the claim's one allocation */
+		free(items[i].last_message);
+		free(items[i].last_cause);
+	}
+	free(items);
+}
+
 int store_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked)
 {
 	size_t ignored[2];

@@ -241,10 +241,29 @@ struct store_result {
 	size_t n_attempts;
 	int ordered_key;            /* a delivery of a key-ordered subscription with a key: a
 	                               final result lets the next one of its key go at once */
+	int dead_letter;            /* 1: the delivery is dead and to be published to its
+	                               Kafka dead-letter topic: marked in the same write,
+	                               until store_dead_letters_done (store_dead_letters) */
 };
 
 /* Writes n results and their attempt rows in one transaction (group commit). */
 int store_record_results(store *st, const struct store_result *results, size_t n);
+
+/* A dead delivery marked for its Kafka dead-letter topic (store_result.dead_letter):
+ * what a claim has of it (its event; attempt_count) and its last error. */
+struct store_dead_letter {
+	struct store_claim claim;
+	int last_code;              /* 0 = none */
+	char *last_message;         /* NULL when none */
+	char *last_cause;
+};
+
+/* Up to limit marked deliveries, oldest first (returned; store_dead_letters_free). The
+ * mark stays until store_dead_letters_done: a crash before that returns them again. */
+int store_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
+/* Clears the mark of n deliveries (published: the topic acknowledged them). */
+int store_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
+void store_dead_letters_free(struct store_dead_letter *items, size_t n);
 
 /* Clears leases that expired before now_ms (crash recovery). *n = leases cleared. */
 int store_reap_leases(store *st, int64_t now_ms, size_t *n);

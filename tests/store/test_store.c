@@ -752,6 +752,51 @@ static void test_event_identity_and_scheduled_start(void **state)
 	free(handed.event_type); /* the start of the claim's one allocation */
 }
 
+/* A dead result marked for the dead-letter topic is listed, with its event and last
+ * error, until it is marked done; other results are not listed. */
+static void test_dead_letter_marks(void **state)
+{
+	struct t *t = *state;
+	char ids[2][UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_dead_letter *dl = NULL;
+	size_t n;
+
+	ingest_one(t, "job.done", t->t0, 1, ids[0]);
+	ingest_one(t, "job.done", t->t0 + 1, 1, ids[1]);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 2);
+	struct store_attempt a = {.n = 1, .kind = ATTEMPT_IMMEDIATE, .started_at = t->t0,
+				  .duration_ms = 5, .code = 500, .message = "HTTP 500"};
+	struct store_result r[2] = {
+		{.delivery_id = c[0].delivery_id, .status = DELIVERY_FAILED, .attempt_count = 1,
+		 .last_code = 500, .last_message = "HTTP 500", .last_cause = "busy",
+		 .attempts = &a, .n_attempts = 1, .dead_letter = 1},
+		{.delivery_id = c[1].delivery_id, .status = DELIVERY_PROCESSED, .attempt_count = 1,
+		 .processed_at = clock_now_ms(), .attempts = &a, .n_attempts = 1},
+	};
+	assert_int_equal(store_record_results(t->st, r, 2), STORE_OK);
+	assert_int_equal(store_dead_letters(t->st, 10, &dl, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(dl[0].claim.delivery_id, c[0].delivery_id);
+	assert_string_equal(dl[0].claim.event_id, c[0].event_id);
+	assert_string_equal(dl[0].claim.subscription_id, t->subs[0]);
+	assert_string_equal(dl[0].claim.event_type, "job.done");
+	assert_memory_equal(dl[0].claim.payload, "{\"n\":1}", 7);
+	assert_int_equal(dl[0].claim.attempt_count, 1);
+	assert_int_equal(dl[0].last_code, 500);
+	assert_string_equal(dl[0].last_message, "HTTP 500");
+	assert_string_equal(dl[0].last_cause, "busy");
+	const char done[1][UUID_STR_LEN];
+	memcpy((char *)done[0], dl[0].claim.delivery_id, UUID_STR_LEN);
+	store_dead_letters_free(dl, n);
+	assert_int_equal(store_dead_letters_done(t->st, done, 1), STORE_OK);
+	assert_int_equal(store_dead_letters(t->st, 10, &dl, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	store_dead_letters_free(dl, n);
+	store_claims_free(c, 2);
+}
+
 static void test_expired_lease_is_reclaimable(void **state)
 {
 	struct t *t = *state;
@@ -1660,7 +1705,9 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	/* Make it look like a database from before migration 6 (without what later
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-	sqlite_exec_ok(conn, "ALTER TABLE events DROP COLUMN webhook_id;"
+	sqlite_exec_ok(conn, "DROP INDEX deliveries_dead_letter_pending;"
+			     "ALTER TABLE deliveries DROP COLUMN dead_letter_pending;"
+			     "ALTER TABLE events DROP COLUMN webhook_id;"
 			     "ALTER TABLE deliveries DROP COLUMN starts_scheduled;"
 			     "DROP TABLE store_meta; DROP TABLE tokens; DROP INDEX deliveries_order;"
 			     "DROP INDEX deliveries_failing;"
@@ -2711,6 +2758,7 @@ int main(void)
 		T(test_ingest_is_atomic),
 		T(test_claim_leases),
 		T(test_event_identity_and_scheduled_start),
+		T(test_dead_letter_marks),
 		T(test_expired_lease_is_reclaimable),
 		T(test_record_success),
 		T(test_record_many),

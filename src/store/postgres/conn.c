@@ -91,9 +91,10 @@ const char *const pg_sql_of[S_COUNT] = {
 		"WITH r AS ("
 		" SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int4[], $5::int4[],"
 		"  $6::int8[], $7::int8[], $8::bool[], $9::int4[], $10::text[], $11::text[],"
-		"  $22::int4[])"
+		"  $22::int4[], $23::bool[])"
 		"  AS u(id, status, replay, attempt_count, retry_count, next_attempt_at,"
-		"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions)),"
+		"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions,"
+		"  dead_letter)),"
 		" upd AS ("
 		" UPDATE outboxd.deliveries d SET status = r.status, replay = r.replay,"
 		"  attempt_count = r.attempt_count, retry_count = r.retry_count,"
@@ -104,6 +105,7 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  lease_owner = NULL, lease_until = NULL, delay_actions = r.delay_actions,"
 		"  failing_since = CASE WHEN r.status = 'FAILED'"
 		"   THEN COALESCE(d.failing_since, $12) END,"
+		"  dead_letter_pending = d.dead_letter_pending OR r.dead_letter,"
 		"  updated_at = $12"
 		" FROM r WHERE d.id = r.id AND d.lease_owner = $13"
 		" RETURNING d.id, d.subscription_id, d.order_key, d.status, d.next_attempt_at),"
@@ -552,6 +554,8 @@ const struct store_ops store_pg_ops = {
 	.claim_due = pg_claim_due,
 	.next_due = pg_next_due,
 	.record_results = pg_record_results,
+	.dead_letters = pg_dead_letters,
+	.dead_letters_done = pg_dead_letters_done,
 	.reap_leases = pg_reap_leases,
 	.order_sweep = pg_order_sweep,
 	.release_all = pg_release_all,

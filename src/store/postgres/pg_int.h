@@ -409,6 +409,10 @@ int pg_tx_end(struct pg *pg, struct pgconn *c, int rc);
 
 int pg_ingest(store *st, struct store_event_in *events, size_t n);
 
+int pg_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
+
+int pg_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
+
 int pg_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 			   size_t *relayed);
 

@@ -408,7 +408,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	static const uint32_t a_oids[8] = {OID_TEXT, OID_INT4, OID_TEXT, OID_INT8, OID_INT8,
 		OID_INT4, OID_TEXT, OID_TEXT};
 	struct pg *pg = pg_of(st);
-	struct pgarr r[11], a[8], delays;
+	struct pgarr r[11], a[8], delays, dead_letter;
 	struct params p = {0};
 	PGresult *res = NULL;
 	struct pgconn *c;
@@ -420,6 +420,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	for (int i = 0; i < 8; i++)
 		pg_arr_init(&a[i], a_oids[i]);
 	pg_arr_init(&delays, OID_INT4);
+	pg_arr_init(&dead_letter, OID_BOOL);
 	for (size_t i = 0; i < n; i++) {
 		const struct store_result *x = &results[i];
 
@@ -429,6 +430,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 		pg_arr_i32(&r[3], x->attempt_count);
 		pg_arr_i32(&r[4], x->retry_count);
 		pg_arr_i32(&delays, x->delay_actions);
+		pg_arr_bool(&dead_letter, x->dead_letter);
 		pg_arr_time(&r[5], x->next_attempt_at);
 		pg_arr_time(&r[6], x->processed_at);
 		/* No error code means no error: message and cause are not kept either; -1
@@ -467,7 +469,8 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 		failed |= a[i].failed;
 	}
 	pg_p_arr(&p, &delays);
-	failed |= delays.failed;
+	pg_p_arr(&p, &dead_letter);
+	failed |= delays.failed | dead_letter.failed;
 	rc = STORE_ERROR;
 	if (!failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
 		res = pg_run(pg, c, S_RESULTS, &p, &rc);
@@ -486,6 +489,97 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	for (int i = 0; i < 8; i++)
 		pg_arr_free(&a[i]);
 	pg_arr_free(&delays);
+	pg_arr_free(&dead_letter);
+	return rc;
+}
+
+/* ---- dead-letter marks ----------------------------------------------------- */
+
+int pg_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n)
+{
+	static const char sql[] =
+		"SELECT d.id, d.event_id, d.subscription_id, d.attempt_count, d.last_code,"
+		" d.last_message, d.last_cause, e.event_type, e.content_type, e.payload,"
+		" e.created_at, e.traceparent, e.source, e.source_event_id, e.partition_key,"
+		" e.webhook_id FROM outboxd.deliveries d JOIN outboxd.events e ON e.id = d.event_id"
+		" WHERE d.dead_letter_pending ORDER BY d.id LIMIT $1";
+	struct pg *pg = pg_of(st);
+	struct store_dead_letter *out = NULL;
+	struct params p = {0};
+	struct pgconn *c;
+	size_t count = 0, filled = 0;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+		return rc;
+	pg_p_i64(&p, (int64_t)limit);
+	PGresult *res = pg_run_sql(pg, c, sql, &p, &rc);
+	pg_give(c);
+	if (!res)
+		return rc;
+	count = (size_t)PQntuples(res);
+	if (count && !(out = calloc(count, sizeof(*out))))
+		rc = STORE_ERROR;
+	for (int r = 0; out && filled < count; filled++, r++) {
+		struct store_dead_letter *x = &out[filled];
+		struct store_claim *cl = &x->claim;
+#define OPT(col) (PQgetisnull(res, r, col) ? NULL : PQgetvalue(res, r, col))
+#define LEN(col) (PQgetisnull(res, r, col) ? 0 : (size_t)PQgetlength(res, r, col))
+		struct store_claim_event e = {
+			.event_type = PQgetvalue(res, r, 7), .type_len = LEN(7),
+			.content_type = PQgetvalue(res, r, 8), .ctype_len = LEN(8),
+			.payload = PQgetvalue(res, r, 9), .payload_len = LEN(9),
+			.source = PQgetvalue(res, r, 12), .source_len = LEN(12),
+			.source_event_id = OPT(13), .seid_len = LEN(13),
+			.partition_key = OPT(14), .pkey_len = LEN(14),
+			.webhook_id = OPT(15), .wid_len = LEN(15),
+		};
+#undef OPT
+#undef LEN
+		pg_get_id(res, r, 0, cl->delivery_id);
+		pg_get_id(res, r, 1, cl->event_id);
+		pg_get_id(res, r, 2, cl->subscription_id);
+		cl->status = DELIVERY_FAILED;
+		cl->attempt_count = (int)pg_get_int(res, r, 3);
+		x->last_code = (int)pg_get_int(res, r, 4);
+		cl->event_created_at = pg_get_int(res, r, 10);
+		snprintf(cl->traceparent, sizeof(cl->traceparent), "%s",
+			 PQgetisnull(res, r, 11) ? "" : PQgetvalue(res, r, 11));
+		if (store_claim_fill(cl, &e) || pg_get_dup(res, r, 5, &x->last_message) ||
+		    pg_get_dup(res, r, 6, &x->last_cause)) {
+			filled++;
+			rc = STORE_ERROR;
+			break;
+		}
+	}
+	PQclear(res);
+	if (rc != STORE_OK) {
+		store_dead_letters_free(out, filled);
+		return rc;
+	}
+	*items = out;
+	*n = count;
+	return STORE_OK;
+}
+
+int pg_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	struct pgarr arr;
+	struct pgconn *c;
+	int rc = STORE_ERROR;
+
+	pg_arr_init(&arr, OID_TEXT);
+	for (size_t i = 0; i < n; i++)
+		pg_arr_text(&arr, ids[i]);
+	pg_p_arr(&p, &arr);
+	if (!arr.failed && (c = pg_take(pg, ROLE_JOBS, &rc))) {
+		PQclear(pg_run_sql(pg, c, "UPDATE outboxd.deliveries SET dead_letter_pending = false"
+				   " WHERE id = ANY($1::text[])", &p, &rc));
+		pg_give(c);
+	}
+	pg_arr_free(&arr);
 	return rc;
 }
 

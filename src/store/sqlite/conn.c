@@ -141,6 +141,7 @@ static const char *const wsql[W_COUNT] = {
 		" last_cause = CASE WHEN ?13 THEN last_cause ELSE ?10 END,"
 		" lease_owner = NULL, lease_until = NULL, delay_actions = ?14,"
 		" failing_since = CASE WHEN ?2 = 'FAILED' THEN COALESCE(failing_since, ?11) END,"
+		" dead_letter_pending = CASE WHEN ?15 THEN 1 ELSE dead_letter_pending END,"
 		" updated_at = ?11 WHERE id = ?1 AND lease_owner = ?12",
 	/* Per-key ordering: delivery ?1 is done (delivered or dead); the next one of its
 	 * key, when it is parked waiting its turn, is due at ?2. */
@@ -609,6 +610,8 @@ const struct store_ops store_sqlite_ops = {
 	.claim_due = sq_claim_due,
 	.next_due = sq_next_due,
 	.record_results = sq_record_results,
+	.dead_letters = sq_dead_letters,
+	.dead_letters_done = sq_dead_letters_done,
 	.reap_leases = sq_reap_leases,
 	.order_sweep = sq_order_sweep,
 	.release_all = sq_release_all,

@@ -520,6 +520,7 @@ static int record_one(struct sq *sq, const char *owner, const struct store_resul
 	sqlite3_bind_int64(s, 11, now);
 	sqlite3_bind_text(s, 12, owner, -1, SQLITE_STATIC);
 	sqlite3_bind_int(s, 14, r->delay_actions);
+	sqlite3_bind_int(s, 15, r->dead_letter ? 1 : 0);
 	rc = sq_step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;
@@ -556,6 +557,111 @@ int sq_record_results(store *st, const struct store_result *results, size_t n)
 	rc = sq_tx_begin(sq);
 	for (size_t i = 0; rc == SQLITE_OK && i < n; i++)
 		rc = record_one(sq, st->owner, &results[i], now);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
+	return rc;
+}
+
+/* ---- dead-letter marks ----------------------------------------------------- */
+
+int sq_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n)
+{
+	static const char sql[] =
+		"SELECT d.id, d.event_id, d.subscription_id, d.attempt_count, d.last_code,"
+		" d.last_message, d.last_cause, e.event_type, e.content_type, e.payload,"
+		" e.created_at, e.traceparent, e.source, e.source_event_id, e.partition_key,"
+		" e.webhook_id FROM deliveries d JOIN events e ON e.id = d.event_id"
+		" WHERE d.dead_letter_pending = 1 ORDER BY d.id LIMIT ?1";
+	struct sq *sq = sq_of(st);
+	struct store_dead_letter *out = NULL;
+	sqlite3_stmt *s = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	sqlite3_bind_int64(s, 1, (int64_t)limit);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_dead_letter *more = sq_grow(out, &cap, count, sizeof(*out));
+		if (!more) {
+			rc = sq_log_nomem();
+			goto out;
+		}
+		out = more;
+		struct store_dead_letter *x = &out[count];
+		struct store_claim *c = &x->claim;
+		memset(x, 0, sizeof(*x));
+		sq_col_id(s, 0, c->delivery_id);
+		sq_col_id(s, 1, c->event_id);
+		sq_col_id(s, 2, c->subscription_id);
+		c->status = DELIVERY_FAILED;
+		c->attempt_count = sqlite3_column_int(s, 3);
+		x->last_code = sqlite3_column_int(s, 4);
+		c->event_created_at = sqlite3_column_int64(s, 10);
+		if (sqlite3_column_type(s, 11) == SQLITE_TEXT)
+			snprintf(c->traceparent, sizeof(c->traceparent), "%s",
+				 (const char *)sqlite3_column_text(s, 11));
+		struct store_claim_event e = {
+			.event_type = (const char *)sqlite3_column_text(s, 7),
+			.type_len = (size_t)sqlite3_column_bytes(s, 7),
+			.content_type = (const char *)sqlite3_column_text(s, 8),
+			.ctype_len = (size_t)sqlite3_column_bytes(s, 8),
+			.payload = sqlite3_column_blob(s, 9),
+			.payload_len = (size_t)sqlite3_column_bytes(s, 9),
+			.source = (const char *)sqlite3_column_text(s, 12),
+			.source_len = (size_t)sqlite3_column_bytes(s, 12),
+			.source_event_id = (const char *)sqlite3_column_text(s, 13),
+			.seid_len = (size_t)sqlite3_column_bytes(s, 13),
+			.partition_key = (const char *)sqlite3_column_text(s, 14),
+			.pkey_len = (size_t)sqlite3_column_bytes(s, 14),
+			.webhook_id = (const char *)sqlite3_column_text(s, 15),
+			.wid_len = (size_t)sqlite3_column_bytes(s, 15),
+		};
+		if (!e.event_type || !e.content_type || store_claim_fill(c, &e) ||
+		    sq_col_dup(s, 5, &x->last_message) || sq_col_dup(s, 6, &x->last_cause)) {
+			count++; /* freed below with what it holds */
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		count++;
+	}
+	if (rc != SQLITE_DONE)
+		sq_log_stmt_error(s, rc);
+	else
+		rc = SQLITE_OK;
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_dead_letters_free(out, count);
+		return sq_store_code(rc);
+	}
+	*items = out;
+	*n = count;
+	return STORE_OK;
+}
+
+int sq_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	rc = sq_wlock(sq);
+	if (rc == SQLITE_OK)
+		rc = sq_tx_begin(sq);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(sq->wdb, "UPDATE deliveries SET dead_letter_pending = 0"
+						 " WHERE id = ?1", -1, &s, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		sqlite3_bind_text(s, 1, ids[i], -1, SQLITE_STATIC);
+		rc = sq_step_done(s);
+	}
+	sqlite3_finalize(s);
 	rc = sq_tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);
 	return rc;
