@@ -34,6 +34,7 @@
 #include "deliver/dispatcher.h"
 #include "deliver/sink_kafka.h"
 #include "intake/kafka_intake.h"
+#include "kafka/dead_letter.h"
 #include "intake/ops_events.h"
 #include "otel/otlp.h"
 #include "jobs/jobs.h"
@@ -164,8 +165,9 @@ static char *instance_id(const struct config *cfg)
 /* Readiness of the Kafka side: the intake's brokers answer, and no client is being
  * recreated after a fatal error (each says why not). */
 struct kafka_readiness {
-	struct kafka_intake *intake; /* NULL: none */
-	struct sink *sink;           /* the Kafka sink, NULL: none */
+	struct kafka_intake *intake;          /* NULL: none */
+	struct sink *sink;                    /* the Kafka sink, NULL: none */
+	struct kafka_dead_letter *dead_letter; /* NULL: none */
 };
 
 static int kafka_ready(void *ctx, char *why, size_t whylen)
@@ -174,6 +176,8 @@ static int kafka_ready(void *ctx, char *why, size_t whylen)
 	if (k->intake && kafka_intake_ready(k->intake, why, whylen))
 		return -1;
 	if (k->sink && sink_kafka_ready(k->sink, why, whylen))
+		return -1;
+	if (k->dead_letter && kafka_dead_letter_ready(k->dead_letter, why, whylen))
 		return -1;
 	return 0;
 }
@@ -344,6 +348,7 @@ static int serve(int argc, char **argv)
 	struct dispatcher *disp = NULL;
 	struct sink *http_sink = NULL, *kafka_sink = NULL;
 	struct kafka_intake *intake = NULL;
+	struct kafka_dead_letter *dead_letter = NULL;
 	char *kafka_instance = NULL;
 	struct writer *writer = NULL;
 	struct spool *spool = NULL;
@@ -479,8 +484,7 @@ static int serve(int argc, char **argv)
 		.disabled_delay_ms = 5000,
 		.sinks = {http_sink, kafka_sink},
 		.n_sinks = kafka_sink ? 2 : 1,
-		.dead_letter = kafka_sink ? sink_kafka_dead_letter : NULL,
-		.dead_letter_ctx = kafka_sink,
+		.dead_letter_kafka = kafka_on && cfg.kafka_dead_letter && *cfg.kafka_dead_letter,
 		.disable_after_ms = cfg.disable_after_ms,
 		.disable = disable_subscription,
 		.disable_ctx = &reload,
@@ -516,6 +520,12 @@ static int serve(int argc, char **argv)
 	 * instance are reloaded. */
 	store_on_subscriptions_changed(st, reload_subscriptions, &reload);
 	store_on_work(st, wake_dispatcher, disp);
+	/* dead deliveries marked for their dead-letter topic: published by their own relay */
+	if (dcfg.dead_letter_kafka &&
+	    !(dead_letter = kafka_dead_letter_start(st, &reg, &kafka, err, sizeof(err)))) {
+		log_error("%s", err);
+		goto out;
+	}
 	if (kafka_on && cfg.kafka_intake && *cfg.kafka_intake) {
 		struct kafka_intake_config kcfg = {
 			.settings = &kafka,
@@ -544,7 +554,7 @@ static int serve(int argc, char **argv)
 
 	if (!(tokens = api_tokens_new(st)))
 		goto out;
-	struct kafka_readiness kafka_readiness = {intake, kafka_sink};
+	struct kafka_readiness kafka_readiness = {intake, kafka_sink, dead_letter};
 	struct api api = {
 		.st = st,
 		.reg = &reg,
@@ -641,6 +651,7 @@ out:
 	otlp_stop(); /* after the dispatcher, which reports attempts to it */
 	ops_events_stop(ops); /* after what emits them, before the writer that stores them */
 	writer_stop(writer);
+	kafka_dead_letter_stop(dead_letter); /* after the last results (and marks) are written */
 	sink_close(http_sink); /* after the dispatcher, whose jobs they served */
 	sink_close(kafka_sink);
 	spool_close(spool); /* after the dispatcher, which may spool its last results */

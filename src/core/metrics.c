@@ -48,6 +48,7 @@ static struct {
 	_Atomic long subs_recovered;
 	_Atomic long kafka_produce_errors;
 	_Atomic long kafka_fatal_producer, kafka_fatal_intake, kafka_fatal_dead_letter;
+	_Atomic long kafka_dead_lettered;
 	_Atomic long kafka_consumed;
 	_Atomic long kafka_undecodable;
 	_Atomic int kafka_paused;
@@ -223,6 +224,11 @@ void metrics_kafka_fatal_error(const char *client)
 	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
+void metrics_kafka_dead_lettered(void)
+{
+	atomic_fetch_add_explicit(&m.kafka_dead_lettered, 1, memory_order_relaxed);
+}
+
 void metrics_kafka_consumed(long messages, long undecodable)
 {
 	atomic_fetch_add_explicit(&m.kafka_consumed, messages, memory_order_relaxed);
@@ -389,6 +395,10 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_kafka_fatal_errors_total{client=\"dead-letter\"} %ld\n",
 	  atomic_load(&m.kafka_fatal_producer), atomic_load(&m.kafka_fatal_intake),
 	  atomic_load(&m.kafka_fatal_dead_letter));
+	A("# HELP outboxd_kafka_dead_lettered_total Dead deliveries published to their Kafka "
+	  "dead-letter topic (acknowledged).\n"
+	  "# TYPE outboxd_kafka_dead_lettered_total counter\n"
+	  "outboxd_kafka_dead_lettered_total %ld\n", atomic_load(&m.kafka_dead_lettered));
 	A("# HELP outboxd_kafka_consumed_total Messages stored from kafka_intake topics.\n"
 	  "# TYPE outboxd_kafka_consumed_total counter\noutboxd_kafka_consumed_total %ld\n"
 	  "# HELP outboxd_kafka_undecodable_total Intake messages stored as dead deliveries "

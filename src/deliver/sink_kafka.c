@@ -29,8 +29,8 @@
 #include "core/metrics.h"
 #include "core/trace.h"
 #include "kafka/envelope.h"
+#include "kafka/message.h"
 #include "util/clock.h"
-#include "util/hash.h"
 #include "util/log.h"
 
 #define TOPIC_MAX 256
@@ -38,8 +38,8 @@
 
 struct kafka_sink;
 
-/* One message handed to librdkafka, from producev to its delivery report. sj is NULL for
- * a dead-letter message, or once its attempt was abandoned. */
+/* One message handed to librdkafka, from producev to its delivery report. sj is NULL
+ * once its attempt was abandoned (shutdown, its timeout). */
 struct kafka_record {
 	struct kafka_sink *ks;
 	struct sink_round *sj;
@@ -120,10 +120,9 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	if (r->sj) {
 		record_report(r, m->err, m->partition, m->offset);
 	} else if (m->err) {
-		/* a dead-letter message, or an attempt handed back at shutdown */
-		log_warn("kafka: a message to %s was not acknowledged: %s", r->topic,
-			 rd_kafka_err2str(m->err));
-		metrics_kafka_produce_error(r->topic);
+		/* an attempt that timed out, or was handed back at shutdown */
+		log_debug("kafka: a message to %s of an attempt that ended was not acknowledged: "
+			  "%s", r->topic, rd_kafka_err2str(m->err));
 	}
 	free(r);
 }
@@ -135,7 +134,7 @@ static rd_kafka_resp_err_t produce(struct kafka_sink *ks, struct kafka_record *r
 				   const struct store_claim *c, const void *value, size_t len,
 				   rd_kafka_headers_t *hdrs)
 {
-	const char *key = c->partition_key ? c->partition_key : c->event_id;
+	const char *key = kafka_message_key(c);
 	record_link(r);
 	rd_kafka_resp_err_t err = rd_kafka_producev(
 		ks->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -161,8 +160,8 @@ static int producer_open(struct kafka_sink *ks, char *err, size_t errlen)
 }
 
 /* Purges and destroys the producer: the reports of purged messages end their attempts
- * (503, tried again) or free their dead-letter records; an attempt whose message got no
- * report at all ends the same way, and every record is freed. */
+ * (503, tried again); an attempt whose message got no report at all ends the same way,
+ * and every record is freed. */
 static void producer_close(struct kafka_sink *ks)
 {
 	if (ks->rk) {
@@ -228,51 +227,6 @@ static void kafka_attach(void *priv, const struct sink_env *env)
 	((struct kafka_sink *)priv)->env = *env;
 }
 
-/* Headers of every published message (DESIGN §7), then the subscription's own. */
-static rd_kafka_headers_t *message_headers(const struct store_claim *c,
-					   const struct subscription *s, uint64_t span)
-{
-	rd_kafka_headers_t *h = rd_kafka_headers_new(8 + (s ? s->n_headers : 0));
-	char trace[TRACEPARENT_LEN];
-	trace_child(c->traceparent, c->event_id, span, trace);
-	rd_kafka_header_add(h, "webhook-id", -1, store_claim_webhook_id(c), -1);
-	rd_kafka_header_add(h, "outboxd-event-type", -1, c->event_type, -1);
-	rd_kafka_header_add(h, "outboxd-source", -1, c->source ? c->source : "", -1);
-	rd_kafka_header_add(h, "outboxd-delivery-id", -1, c->delivery_id, -1);
-	rd_kafka_header_add(h, "traceparent", -1, trace, -1);
-	rd_kafka_header_add(h, "content-type", -1, c->content_type, -1);
-	for (size_t i = 0; s && i < s->n_headers; i++)
-		rd_kafka_header_add(h, s->headers[i].name, -1, s->headers[i].value, -1);
-	return h;
-}
-
-/* The OutboxEvent of a claimed delivery (returned in *out), with the target and auth of
- * auth_from when not NULL. */
-static int claim_envelope(const struct store_claim *c, const struct subscription *auth_from,
-			  const struct kafka_settings *st, void **out, size_t *len)
-{
-	struct envelope_out e = {
-		.id = store_claim_webhook_id(c), /* the event keeps its id at every hop */
-		.type = c->event_type,
-		.source = c->source,
-		.source_event_id = c->source_event_id,
-		.partition_key = c->partition_key,
-		.payload = c->payload,
-		.payload_len = c->payload_len,
-		.created_at_ms = c->event_created_at,
-		.traceparent = c->traceparent[0] ? c->traceparent : NULL,
-		.auth_from = auth_from,
-	};
-	if (auth_from) {
-		e.endpoint = auth_from->endpoint;
-		e.payload_type = auth_from->payload_format == PAYLOAD_BINARY ? 2 : 1;
-		e.headers = auth_from->headers;
-		e.n_headers = auth_from->n_headers;
-		e.subscription_id = auth_from->id;
-	}
-	return envelope_encode(&e, st->wire, st->schema_id, out, len);
-}
-
 static void kafka_send(void *priv, struct sink_round *sj)
 {
 	struct kafka_sink *ks = priv;
@@ -298,7 +252,7 @@ static void kafka_send(void *priv, struct sink_round *sj)
 	snprintf(r->topic, sizeof(r->topic), "%s", s->endpoint + 8);
 	if (s->payload_format == PAYLOAD_ENVELOPE) {
 		/* never with credentials: the subscriber gets the event, not our secrets */
-		if (claim_envelope(c, NULL, ks->settings, &envelope, &value_len)) {
+		if (kafka_claim_envelope(c, NULL, ks->settings, &envelope, &value_len)) {
 			free(r);
 			sj->code = 520;
 			sj->end_round = 1;
@@ -319,7 +273,7 @@ static void kafka_send(void *priv, struct sink_round *sj)
 		free(r);
 		return;
 	}
-	err = produce(ks, r, c, value, value_len, message_headers(c, s, sj->span_id));
+	err = produce(ks, r, c, value, value_len, kafka_message_headers(c, s, sj->span_id));
 	free(envelope);
 	if (err) { /* not queued: the record is still ours */
 		record_report(r, err, -1, -1);
@@ -420,10 +374,8 @@ static void kafka_abort(void *priv)
 static void kafka_close(void *priv)
 {
 	struct kafka_sink *ks = priv;
-	/* dead-letter messages still queued get a moment to leave */
-	if (ks->rk && rd_kafka_flush(ks->rk, 3000) != RD_KAFKA_RESP_ERR_NO_ERROR)
-		log_warn("kafka: %d messages were not acknowledged before shutdown",
-			 rd_kafka_outq_len(ks->rk));
+	/* the dispatcher stopped: the attempts still out were handed back (their deliveries
+	 * are sent again), so what is left in the producer is purged, not waited for */
 	producer_close(ks);
 	close(ks->pipe_rd);
 	close(ks->pipe_wr);
@@ -485,55 +437,4 @@ int sink_kafka_ready(void *sink, char *why, size_t whylen)
 	snprintf(why, whylen, "%s", ks->why);
 	pthread_mutex_unlock(&ks->why_mu);
 	return -1;
-}
-
-void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct subscription *s,
-			    const struct store_result *r)
-{
-	struct sink *sk = ctx;
-	struct kafka_sink *ks = sk->priv;
-	const struct kafka_settings *st = ks->settings;
-	char topic[TOPIC_MAX], code[16], attempts[16];
-	void *value = NULL;
-	size_t len = 0;
-
-	if (!st->dead_letter || !*st->dead_letter || !c->source ||
-	    strncmp(c->source, "kafka:", 6) != 0)
-		return;
-	if (kafka_dead_letter_topic(st->dead_letter, c->source + 6, topic, sizeof(topic))) {
-		log_error("kafka: the dead-letter topic for %s is too long", c->source + 6);
-		return;
-	}
-	struct kafka_record *rec = calloc(1, sizeof(*rec));
-	if (!rec || claim_envelope(c, s, st, &value, &len)) {
-		log_error("kafka: delivery %s could not be encoded for the dead-letter topic %s",
-			  c->delivery_id, topic);
-		free(rec);
-		return;
-	}
-	rec->ks = ks;
-	snprintf(rec->topic, sizeof(rec->topic), "%s", topic);
-	snprintf(code, sizeof(code), "%d", r->last_code > 0 ? r->last_code : 0);
-	snprintf(attempts, sizeof(attempts), "%d", r->attempt_count);
-	/* a span id of its own: the dead-letter publish is no attempt */
-	rd_kafka_headers_t *h =
-		message_headers(c, NULL, hash_fnv1a(c->delivery_id) * 0x9E3779B97F4A7C15ULL | 1);
-	rd_kafka_header_add(h, "outboxd-error-code", -1, code, -1);
-	rd_kafka_header_add(h, "outboxd-error-message", -1, r->last_message ? r->last_message : "", -1);
-	rd_kafka_header_add(h, "outboxd-error-cause", -1, r->last_cause ? r->last_cause : "", -1);
-	rd_kafka_header_add(h, "outboxd-attempts", -1, attempts, -1);
-	rd_kafka_header_add(h, "outboxd-source-topic", -1, c->source + 6, -1);
-	rd_kafka_resp_err_t err = ks->rk ? produce(ks, rec, c, value, len, h)
-					 : RD_KAFKA_RESP_ERR__FATAL;
-	free(value);
-	if (err) {
-		if (!ks->rk)
-			rd_kafka_headers_destroy(h);
-		log_warn("kafka: delivery %s could not be queued for the dead-letter topic %s: %s",
-			 c->delivery_id, topic, rd_kafka_err2str(err));
-		metrics_kafka_produce_error(topic);
-		free(rec);
-		return;
-	}
-	log_info("kafka: delivery %s dead-lettered to %s", c->delivery_id, topic);
 }

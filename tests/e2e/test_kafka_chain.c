@@ -7,7 +7,9 @@
  *  - one event, one webhook-id: every request the subscriber receives, from the processor
  *    and from the dead-letter processor, carries the hub's event id;
  *  - a fatal error of the hub's idempotent producer: recreated, counted, and every event
- *    still published without a restart. */
+ *    still published without a restart;
+ *  - a dead-letter publish waiting for a broker that is down survives a kill -9 of the
+ *    processor: published after the restart. */
 #include "kafka_e2e.h"
 
 static struct kafka_mock *mock;
@@ -171,6 +173,60 @@ static void test_fatal_producer_error_recovers(void **state)
 	assert_int_equal(daemon_stop(&hub), 0);
 }
 
+/* A dead delivery's publish to its dead-letter topic survives a kill -9: the broker is
+ * down when the delivery dies, so the publish waits for its acknowledgement; the
+ * processor is killed meanwhile; after the broker's return and a restart the message is
+ * on the dead-letter topic, with the event's id. */
+static void test_dead_letter_publish_survives_kill9(void **state)
+{
+	(void)state;
+	char brokers[256], url[128];
+	const char *id = "0190a0b0-0000-7000-8007-000000000001";
+	assert_int_equal(kafka_mock_command(mock, "topic orders 1"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic orders.dlt 1"), 0);
+	assert_int_equal(receiver_script(&rcv, "/down", "{\"default\":{\"status\":500}}"), 0);
+	snprintf(url, sizeof(url), "%s/down", rcv.url);
+	struct env_spec s = {.id = id, .type = "order.paid", .endpoint = url, .payload = "{}",
+			     .payload_len = 2};
+	kafka_e2e_produce(mock, "orders", &s);
+	kafka_e2e_brokers(mock, brokers);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=orders",
+			     "OUTBOXD_KAFKA_DEAD_LETTER={topic}.dlt", "OUTBOXD_IMMEDIATE_TRIES=1",
+			     "OUTBOXD_MAX_RETRIES=1", "OUTBOXD_RETRY_INTERVAL=2s", NULL};
+	assert_int_equal(daemon_start(&processor, env), 0);
+	/* the first try failed; the broker goes down before the second, the last */
+	assert_int_equal(receiver_wait_count(&rcv, "/down", 1, 30000), 0);
+	assert_int_equal(kafka_mock_command(mock, "down 1"), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/down", 2, 30000), 0);
+	json_t *page = NULL;
+	for (int i = 0; i < 100; i++) {
+		json_decref(page);
+		page = e2e_get(&processor, "/v1/dlq?source=kafka:orders");
+		if (json_array_size(json_object_get(page, "items")) == 1)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(json_array_size(json_object_get(page, "items")), 1);
+	json_decref(page);
+	sleep(1); /* the relay has tried, and waits for the acknowledgement */
+	daemon_kill9(&processor);
+
+	assert_int_equal(kafka_mock_command(mock, "up 1"), 0);
+	assert_int_equal(daemon_start(&processor, env), 0);
+	struct kcat_msg *msgs = NULL;
+	size_t got = 0;
+	assert_int_equal(kcat_consume(kafka_mock_bootstrap(mock), "orders.dlt", 1, 30000, &msgs,
+				      &got), 0);
+	assert_true(got >= 1);
+	char want[128];
+	snprintf(want, sizeof(want), "webhook-id=%s", id);
+	assert_non_null(strstr(msgs[0].headers, want));
+	assert_non_null(strstr(msgs[0].headers, "outboxd-error-code=500"));
+	kcat_msgs_free(msgs, got);
+	assert_int_equal(receiver_count(&rcv, "/down"), 2); /* no try after it died */
+	assert_int_equal(daemon_stop(&processor), 0);
+}
+
 int main(void)
 {
 	if (getenv("TEST_FILTER"))
@@ -179,6 +235,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_one_webhook_id_from_hub_to_dead_letter_processor,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fatal_producer_error_recovers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dead_letter_publish_survives_kill9, setup,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
