@@ -60,9 +60,6 @@ struct kafka_sink {
 	                                later (0: none known) */
 	struct kafka_record *records; /* every record librdkafka holds */
 	int64_t reopen_at_ms;        /* rk NULL: when to try opening it again (monotonic) */
-	atomic_int down;             /* 1 from a fatal error until the producer is new */
-	pthread_mutex_t why_mu;
-	char why[512];               /* why not ready (the fatal error) */
 };
 
 static void record_link(struct kafka_record *r)
@@ -197,21 +194,14 @@ static int producer_reopen(struct kafka_sink *ks)
 		log_error("kafka producer: %s; kafka:// attempts fail with 503 until it opens", err);
 		return -1;
 	}
-	atomic_store(&ks->down, 0);
-	log_info("kafka producer: recreated after a fatal error; publishing again");
+	kafka_client_up(&ks->client);
 	return 0;
 }
 
 /* The producer raised a fatal error: not ready until a new one is open. */
 static void producer_recreate(struct kafka_sink *ks)
 {
-	char why[400];
-	kafka_client_fatal(ks->rk, why, sizeof(why));
-	pthread_mutex_lock(&ks->why_mu);
-	snprintf(ks->why, sizeof(ks->why), "kafka producer: recreating it after a fatal error: %s",
-		 why);
-	pthread_mutex_unlock(&ks->why_mu);
-	atomic_store(&ks->down, 1);
+	kafka_client_down(&ks->client, ks->rk);
 	producer_close(ks);
 	ks->reopen_at_ms = 0;
 	producer_reopen(ks);
@@ -379,7 +369,7 @@ static void kafka_close(void *priv)
 	producer_close(ks);
 	close(ks->pipe_rd);
 	close(ks->pipe_wr);
-	pthread_mutex_destroy(&ks->why_mu);
+	kafka_client_destroy(&ks->client);
 	free(ks);
 }
 
@@ -406,13 +396,12 @@ struct sink *sink_kafka_open(const struct kafka_settings *st, char *err, size_t 
 		snprintf(err, errlen, "kafka producer: out of memory or pipes (errno %d)", errno);
 		goto fail;
 	}
-	ks->client.role = "producer";
+	kafka_client_init(&ks->client, "producer");
 	ks->settings = st;
 	ks->pipe_rd = fds[0];
 	ks->pipe_wr = fds[1];
-	pthread_mutex_init(&ks->why_mu, NULL);
 	if (producer_open(ks, err, errlen)) {
-		pthread_mutex_destroy(&ks->why_mu);
+		kafka_client_destroy(&ks->client);
 		goto fail;
 	}
 	s->ops = &kafka_ops;
@@ -431,10 +420,5 @@ fail:
 int sink_kafka_ready(void *sink, char *why, size_t whylen)
 {
 	struct kafka_sink *ks = ((struct sink *)sink)->priv;
-	if (!atomic_load(&ks->down))
-		return 0;
-	pthread_mutex_lock(&ks->why_mu);
-	snprintf(why, whylen, "%s", ks->why);
-	pthread_mutex_unlock(&ks->why_mu);
-	return -1;
+	return kafka_client_ready(&ks->client, why, whylen);
 }

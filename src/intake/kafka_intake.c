@@ -439,7 +439,7 @@ struct kafka_intake *kafka_intake_start(store *st, struct sub_registry *reg,
 		snprintf(err, errlen, "kafka intake: out of memory");
 		return NULL;
 	}
-	ki->client.role = "intake";
+	kafka_client_init(&ki->client, "intake");
 	ki->b.st = st;
 	ki->b.reg = reg;
 	ki->b.cfg = *cfg;
@@ -460,6 +460,7 @@ fail:
 	if (ki->rk)
 		rd_kafka_destroy(ki->rk);
 	pthread_mutex_destroy(&ki->why_mu);
+	kafka_client_destroy(&ki->client);
 	free(ki);
 	return NULL;
 }
@@ -489,6 +490,7 @@ void kafka_intake_stop(struct kafka_intake *ki)
 	if (ki->uncommitted)
 		rd_kafka_topic_partition_list_destroy(ki->uncommitted);
 	pthread_mutex_destroy(&ki->why_mu);
+	kafka_client_destroy(&ki->client);
 	free(ki->b.known);
 	free(ki);
 }

@@ -46,6 +46,47 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	log_warn("kafka %s: %s: %s", role, rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
 
+void kafka_client_init(struct kafka_client *c, const char *role)
+{
+	c->role = role;
+	atomic_store(&c->down, 0);
+	pthread_mutex_init(&c->mu, NULL);
+	c->why[0] = '\0';
+}
+
+void kafka_client_destroy(struct kafka_client *c)
+{
+	pthread_mutex_destroy(&c->mu);
+}
+
+void kafka_client_down(struct kafka_client *c, rd_kafka_t *rk)
+{
+	char why[400] = "";
+	if (rk)
+		kafka_client_fatal(rk, why, sizeof(why));
+	pthread_mutex_lock(&c->mu);
+	snprintf(c->why, sizeof(c->why), "kafka %s: recreating it after a fatal error: %s",
+		 c->role, why);
+	pthread_mutex_unlock(&c->mu);
+	atomic_store(&c->down, 1);
+}
+
+void kafka_client_up(struct kafka_client *c)
+{
+	if (atomic_exchange(&c->down, 0))
+		log_info("kafka %s: recreated after a fatal error; working again", c->role);
+}
+
+int kafka_client_ready(struct kafka_client *c, char *why, size_t whylen)
+{
+	if (!atomic_load(&c->down))
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	snprintf(why, whylen, "%s", c->why);
+	pthread_mutex_unlock(&c->mu);
+	return -1;
+}
+
 int kafka_client_fatal(rd_kafka_t *rk, char *why, size_t whylen)
 {
 	return rd_kafka_fatal_error(rk, why, why ? whylen : 0) != RD_KAFKA_RESP_ERR_NO_ERROR;

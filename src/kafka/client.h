@@ -5,6 +5,8 @@
 #ifndef OUTBOXD_KAFKA_CLIENT_H
 #define OUTBOXD_KAFKA_CLIENT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,11 +30,23 @@ struct kafka_settings {
 
 /* What the owner of an outboxd Kafka client puts first in the struct it hands librdkafka
  * as its opaque (kafka_conf_new): the shared error callback finds the client's role
- * there. */
+ * there, and readiness whether the client is being recreated after a fatal error. */
 struct kafka_client {
 	const char *role;           /* "producer", "intake" or "dead-letter": in client.id,
 	                               log lines and outboxd_kafka_fatal_errors_total */
+	atomic_int down;            /* 1 from a fatal error until the owner recreated it */
+	pthread_mutex_t mu;         /* guards why */
+	char why[512];
 };
+
+void kafka_client_init(struct kafka_client *c, const char *role);
+void kafka_client_destroy(struct kafka_client *c);
+/* rk (c's handle) raised a fatal error: c is down, with the reason, until
+ * kafka_client_up. Owner's thread. */
+void kafka_client_down(struct kafka_client *c, rd_kafka_t *rk);
+void kafka_client_up(struct kafka_client *c);
+/* 0 when c is up; -1 with the reason in why while it is down. Any thread. */
+int kafka_client_ready(struct kafka_client *c, char *why, size_t whylen);
 
 /* A new librdkafka configuration with bootstrap.servers, client.id, the log callback
  * (librdkafka's lines go to outboxd's log), the error callback (errors logged; a fatal

@@ -36,11 +36,9 @@ struct kafka_dead_letter {
 	const struct kafka_settings *ks;
 	rd_kafka_t *rk;              /* NULL while its recreation failed */
 	pthread_t thread;
-	pthread_mutex_t mu;          /* guards why and the stop wait */
+	pthread_mutex_t mu;          /* the stop wait */
 	pthread_cond_t cv;
 	atomic_int stop;
-	atomic_int down;             /* 1 from a fatal error until the producer is new */
-	char why[512];
 };
 
 /* One message of a round: where its report goes. */
@@ -149,23 +147,12 @@ static void producer_close(struct kafka_dead_letter *dl)
 	dl->rk = NULL;
 }
 
-/* The producer raised a fatal error: not ready until a new one is open. */
+/* The producer raised a fatal error: not ready until a new one is open (the relay's
+ * next turn opens it). */
 static void producer_recreate(struct kafka_dead_letter *dl)
 {
-	char why[400], err[512];
-	kafka_client_fatal(dl->rk, why, sizeof(why));
-	pthread_mutex_lock(&dl->mu);
-	snprintf(dl->why, sizeof(dl->why), "kafka dead-letter: recreating the producer after a "
-		 "fatal error: %s", why);
-	pthread_mutex_unlock(&dl->mu);
-	atomic_store(&dl->down, 1);
+	kafka_client_down(&dl->client, dl->rk);
 	producer_close(dl);
-	if (producer_open(dl, err, sizeof(err))) {
-		log_error("%s; trying again", err);
-		return;
-	}
-	atomic_store(&dl->down, 0);
-	log_info("kafka dead-letter: producer recreated after a fatal error; publishing again");
 }
 
 /* One round; returns 1 when something failed (the next round waits a little). */
@@ -253,8 +240,7 @@ static void *relay_main(void *arg)
 				pause_ms = RETRY_AFTER_MS;
 				continue;
 			}
-			atomic_store(&dl->down, 0);
-			log_info("kafka dead-letter: producer recreated; publishing again");
+			kafka_client_up(&dl->client);
 		}
 		int failed = relay_round(dl);
 		if (kafka_client_fatal(dl->rk, NULL, 0))
@@ -273,7 +259,7 @@ struct kafka_dead_letter *kafka_dead_letter_start(store *st, struct sub_registry
 		snprintf(err, errlen, "kafka dead-letter: out of memory");
 		return NULL;
 	}
-	dl->client.role = "dead-letter";
+	kafka_client_init(&dl->client, "dead-letter");
 	dl->st = st;
 	dl->reg = reg;
 	dl->ks = ks;
@@ -290,6 +276,7 @@ struct kafka_dead_letter *kafka_dead_letter_start(store *st, struct sub_registry
 	return dl;
 fail:
 	producer_close(dl);
+	kafka_client_destroy(&dl->client);
 	pthread_cond_destroy(&dl->cv);
 	pthread_mutex_destroy(&dl->mu);
 	free(dl);
@@ -298,13 +285,7 @@ fail:
 
 int kafka_dead_letter_ready(void *relay, char *why, size_t whylen)
 {
-	struct kafka_dead_letter *dl = relay;
-	if (!atomic_load(&dl->down))
-		return 0;
-	pthread_mutex_lock(&dl->mu);
-	snprintf(why, whylen, "%s", dl->why);
-	pthread_mutex_unlock(&dl->mu);
-	return -1;
+	return kafka_client_ready(&((struct kafka_dead_letter *)relay)->client, why, whylen);
 }
 
 void kafka_dead_letter_stop(struct kafka_dead_letter *dl)
@@ -317,6 +298,7 @@ void kafka_dead_letter_stop(struct kafka_dead_letter *dl)
 	pthread_mutex_unlock(&dl->mu);
 	pthread_join(dl->thread, NULL);
 	producer_close(dl);
+	kafka_client_destroy(&dl->client);
 	pthread_cond_destroy(&dl->cv);
 	pthread_mutex_destroy(&dl->mu);
 	free(dl);

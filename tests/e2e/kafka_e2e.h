@@ -12,6 +12,42 @@
 
 #include "outboxd/v1/outbox_event.pb-c.h"
 
+/* The fixture of a Kafka test file: the mock cluster (one broker), a receiver, and n
+ * daemons zeroed; kafka_e2e_teardown removes them all (daemons that still run are
+ * stopped). */
+static inline void kafka_e2e_setup(struct kafka_mock **mock, struct receiver *rcv,
+				   struct daemon *daemons, size_t n)
+{
+	assert_non_null(*mock = kafka_mock_start(1));
+	assert_int_equal(receiver_start(rcv), 0);
+	memset(daemons, 0, n * sizeof(*daemons));
+}
+
+static inline void kafka_e2e_teardown(struct kafka_mock **mock, struct receiver *rcv,
+				      struct daemon *daemons, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		daemon_cleanup(&daemons[i]);
+	receiver_stop(rcv);
+	kafka_mock_stop(*mock);
+	*mock = NULL;
+}
+
+/* Polls GET path of d every 100 ms until its "items" has want entries, up to timeout_ms;
+ * returns the last page (json_decref it), whatever it holds. */
+static inline json_t *kafka_e2e_wait_items(struct daemon *d, size_t want, int timeout_ms,
+					   const char *path)
+{
+	json_t *page = NULL;
+	for (int waited = 0;; waited += 100) {
+		json_decref(page);
+		page = e2e_get(d, "%s", path);
+		if (json_array_size(json_object_get(page, "items")) == want || waited >= timeout_ms)
+			return page;
+		usleep(100 * 1000);
+	}
+}
+
 /* One envelope to encode (every string borrowed; NULL or 0 leaves the field empty). */
 struct env_spec {
 	const char *id;

@@ -33,19 +33,14 @@ static struct daemon dmn;
 static int setup(void **state)
 {
 	(void)state;
-	assert_non_null(mock = kafka_mock_start(1));
-	assert_int_equal(receiver_start(&rcv), 0);
-	memset(&dmn, 0, sizeof(dmn));
+	kafka_e2e_setup(&mock, &rcv, &dmn, 1);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	daemon_cleanup(&dmn);
-	receiver_stop(&rcv);
-	kafka_mock_stop(mock);
-	mock = NULL;
+	kafka_e2e_teardown(&mock, &rcv, &dmn, 1);
 	return 0;
 }
 
@@ -467,14 +462,7 @@ static void test_dead_letter_topic_round_trip(void **state)
 	assert_int_equal(daemon_start(&dmn, env), 0);
 
 	/* the first delivery is exhausted: dead in outboxd's DLQ */
-	json_t *page = NULL;
-	for (int i = 0; i < 200; i++) {
-		json_decref(page);
-		page = e2e_get(&dmn, "/v1/dlq?source=kafka:jobs");
-		if (json_array_size(json_object_get(page, "items")) == 1)
-			break;
-		usleep(100 * 1000);
-	}
+	json_t *page = kafka_e2e_wait_items(&dmn, 1, 20000, "/v1/dlq?source=kafka:jobs");
 	assert_int_equal(json_array_size(json_object_get(page, "items")), 1);
 	json_decref(page);
 
@@ -487,14 +475,8 @@ static void test_dead_letter_topic_round_trip(void **state)
 	kcat_msgs_free(msgs, got);
 
 	/* ... consumed by the dlt intake, retried on the schedule, and PROCESSED */
-	json_t *dl = NULL;
-	for (int i = 0; i < 200; i++) {
-		json_decref(dl);
-		dl = e2e_get(&dmn, "/v1/deliveries?source=kafka:jobs.dlt&status=PROCESSED");
-		if (json_array_size(json_object_get(dl, "items")) == 1)
-			break;
-		usleep(100 * 1000);
-	}
+	json_t *dl = kafka_e2e_wait_items(&dmn, 1, 20000,
+					  "/v1/deliveries?source=kafka:jobs.dlt&status=PROCESSED");
 	assert_int_equal(json_array_size(json_object_get(dl, "items")), 1);
 	const char *id = json_string_value(json_object_get(json_array_get(json_object_get(dl, "items"), 0), "id"));
 	json_t *d = e2e_get(&dmn, "/v1/deliveries/%s", id);

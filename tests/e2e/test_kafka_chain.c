@@ -14,28 +14,22 @@
 
 static struct kafka_mock *mock;
 static struct receiver rcv;
-static struct daemon hub, processor, dlt_processor;
+static struct daemon daemons[3];
+#define hub (daemons[0])
+#define processor (daemons[1])
+#define dlt_processor (daemons[2])
 
 static int setup(void **state)
 {
 	(void)state;
-	assert_non_null(mock = kafka_mock_start(1));
-	assert_int_equal(receiver_start(&rcv), 0);
-	memset(&hub, 0, sizeof(hub));
-	memset(&processor, 0, sizeof(processor));
-	memset(&dlt_processor, 0, sizeof(dlt_processor));
+	kafka_e2e_setup(&mock, &rcv, daemons, 3);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	daemon_cleanup(&hub);
-	daemon_cleanup(&processor);
-	daemon_cleanup(&dlt_processor);
-	receiver_stop(&rcv);
-	kafka_mock_stop(mock);
-	mock = NULL;
+	kafka_e2e_teardown(&mock, &rcv, daemons, 3);
 	return 0;
 }
 
@@ -86,15 +80,9 @@ static void test_one_webhook_id_from_hub_to_dead_letter_processor(void **state)
 
 	/* the dead-letter processor's copy: its first try was the scheduled one, it
 	 * succeeded, and its event shows the hub's id as the webhook-id */
-	json_t *page = NULL;
-	for (int i = 0; i < 100; i++) {
-		json_decref(page);
-		page = e2e_get(&dlt_processor,
-			       "/v1/deliveries?source=kafka:outbox.user.dlt&status=PROCESSED");
-		if (json_array_size(json_object_get(page, "items")) == 1)
-			break;
-		usleep(100 * 1000);
-	}
+	json_t *page = kafka_e2e_wait_items(
+		&dlt_processor, 1, 10000,
+		"/v1/deliveries?source=kafka:outbox.user.dlt&status=PROCESSED");
 	json_t *items = json_object_get(page, "items");
 	assert_int_equal(json_array_size(items), 1);
 	json_t *d = e2e_get(&dlt_processor, "/v1/deliveries/%s",
@@ -198,14 +186,7 @@ static void test_dead_letter_publish_survives_kill9(void **state)
 	assert_int_equal(receiver_wait_count(&rcv, "/down", 1, 30000), 0);
 	assert_int_equal(kafka_mock_command(mock, "down 1"), 0);
 	assert_int_equal(receiver_wait_count(&rcv, "/down", 2, 30000), 0);
-	json_t *page = NULL;
-	for (int i = 0; i < 100; i++) {
-		json_decref(page);
-		page = e2e_get(&processor, "/v1/dlq?source=kafka:orders");
-		if (json_array_size(json_object_get(page, "items")) == 1)
-			break;
-		usleep(100 * 1000);
-	}
+	json_t *page = kafka_e2e_wait_items(&processor, 1, 10000, "/v1/dlq?source=kafka:orders");
 	assert_int_equal(json_array_size(json_object_get(page, "items")), 1);
 	json_decref(page);
 	sleep(1); /* the relay has tried, and waits for the acknowledgement */

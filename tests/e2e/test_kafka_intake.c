@@ -19,19 +19,14 @@ static struct daemon dmn;
 static int setup(void **state)
 {
 	(void)state;
-	assert_non_null(mock = kafka_mock_start(1));
-	assert_int_equal(receiver_start(&rcv), 0);
-	memset(&dmn, 0, sizeof(dmn));
+	kafka_e2e_setup(&mock, &rcv, &dmn, 1);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	daemon_cleanup(&dmn);
-	receiver_stop(&rcv);
-	kafka_mock_stop(mock);
-	mock = NULL;
+	kafka_e2e_teardown(&mock, &rcv, &dmn, 1);
 	return 0;
 }
 
@@ -280,14 +275,7 @@ static void test_dead_letter_message_stored_new(void **state)
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=later.dlt:dlt",
 			     "OUTBOXD_RETRY_INTERVAL=1h", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
-	json_t *page = NULL;
-	for (int i = 0; i < 300; i++) {
-		json_decref(page);
-		page = e2e_get(&dmn, "/v1/deliveries?source=kafka:later.dlt");
-		if (json_array_size(json_object_get(page, "items")) == 1)
-			break;
-		usleep(100 * 1000);
-	}
+	json_t *page = kafka_e2e_wait_items(&dmn, 1, 30000, "/v1/deliveries?source=kafka:later.dlt");
 	json_t *d = json_array_get(json_object_get(page, "items"), 0);
 	assert_non_null(d);
 	assert_string_equal(json_string_value(json_object_get(d, "status")), "NEW");
