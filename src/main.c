@@ -34,6 +34,7 @@
 #include "deliver/dispatcher.h"
 #include "deliver/sink_kafka.h"
 #include "intake/kafka_intake.h"
+#include "kafka/dead_letter.h"
 #include "intake/ops_events.h"
 #include "otel/otlp.h"
 #include "jobs/jobs.h"
@@ -41,6 +42,7 @@
 #include "store/writer.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/uuid.h"
 
 #define OUTBOXD_VERSION "0.1.0"
 
@@ -82,41 +84,102 @@ static char *read_file(const char *path, char *err, size_t errlen)
 
 /* The admin token: configured, or kept in DATA_DIR/admin.token, or generated there once
  * (DESIGN §5) and printed that one time. Returns it (caller frees) or NULL. */
-static char *admin_token(const struct config *cfg)
+/* The first line of the data directory's file name (what, for messages), or when there
+ * is none, the value make writes into out (size bytes), kept there (mode, fsynced; *made
+ * set). Returned (free it), path filled; NULL after logging why. */
+static char *data_dir_value(const struct config *cfg, const char *name, const char *what,
+			    mode_t mode, int (*make)(char *out, size_t size), int *made,
+			    char path[4096])
 {
-	if (cfg->admin_token)
-		return strdup(cfg->admin_token);
 	char *dir = config_data_dir(cfg);
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/admin.token", dir);
+	snprintf(path, 4096, "%s/%s", dir, name);
 	mkdir(dir, 0700);
 	free(dir);
 
-	char token[TOKEN_LEN + 28] = "";
+	char value[128] = "";
 	FILE *f = fopen(path, "r");
 	if (f) {
-		if (!fgets(token, sizeof(token), f))
-			token[0] = '\0';
+		if (!fgets(value, sizeof(value), f))
+			value[0] = '\0';
 		fclose(f);
-		token[strcspn(token, "\r\n")] = '\0';
-		if (token[0])
-			return strdup(token);
+		value[strcspn(value, "\r\n")] = '\0';
+		if (value[0])
+			return strdup(value);
 	}
-	if (token_generate(token)) {
-		log_error("cannot generate an admin token: no randomness");
+	if (make(value, sizeof(value))) {
+		log_error("cannot generate %s: no randomness", what);
 		return NULL;
 	}
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
-	if (fd < 0 || write(fd, token, strlen(token)) != (ssize_t)strlen(token) || fsync(fd)) {
-		log_error("cannot write the admin token to %s: %s", path, strerror(errno));
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+	if (fd < 0 || write(fd, value, strlen(value)) != (ssize_t)strlen(value) || fsync(fd)) {
+		log_error("cannot write %s to %s: %s", what, path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return NULL;
 	}
 	close(fd);
-	fprintf(stderr, "\nGenerated an admin token (shown once, kept in %s with mode 0600):\n"
-			"  %s\n\n", path, token);
-	return strdup(token);
+	*made = 1;
+	return strdup(value);
+}
+
+static int make_token(char *out, size_t size)
+{
+	return size > TOKEN_LEN ? token_generate(out) : -1;
+}
+
+static char *admin_token(const struct config *cfg)
+{
+	char path[4096];
+	int made = 0;
+	if (cfg->admin_token)
+		return strdup(cfg->admin_token);
+	char *token = data_dir_value(cfg, "admin.token", "an admin token", 0600, make_token,
+				     &made, path);
+	if (token && made)
+		fprintf(stderr, "\nGenerated an admin token (shown once, kept in %s with mode "
+				"0600):\n  %s\n\n", path, token);
+	return token;
+}
+
+static int make_instance_id(char *out, size_t size)
+{
+	char id[UUID_STR_LEN];
+	uuid_v7(id);
+	return snprintf(out, size, "outboxd-%s", id) >= (int)size ? -1 : 0;
+}
+
+/* This outboxd's id, made once and kept in the data directory (instance.id): the Kafka
+ * intake's group.instance.id, so a restarted instance is the same static member of its
+ * consumer group and gets its partitions back at once (docs/kafka.md). Returned. */
+static char *instance_id(const struct config *cfg)
+{
+	char path[4096];
+	int made = 0;
+	char *id = data_dir_value(cfg, "instance.id", "an instance id", 0644, make_instance_id,
+				  &made, path);
+	if (id && made)
+		log_info("kafka intake: this instance is %s (kept in %s)", id, path);
+	return id;
+}
+
+/* Readiness of the Kafka side: the intake's brokers answer, and no client is being
+ * recreated after a fatal error (each says why not). */
+struct kafka_readiness {
+	struct kafka_intake *intake;          /* NULL: none */
+	struct sink *sink;                    /* the Kafka sink, NULL: none */
+	struct kafka_dead_letter *dead_letter; /* NULL: none */
+};
+
+static int kafka_ready(void *ctx, char *why, size_t whylen)
+{
+	const struct kafka_readiness *k = ctx;
+	if (k->intake && kafka_intake_ready(k->intake, why, whylen))
+		return -1;
+	if (k->sink && sink_kafka_ready(k->sink, why, whylen))
+		return -1;
+	if (k->dead_letter && kafka_dead_letter_ready(k->dead_letter, why, whylen))
+		return -1;
+	return 0;
 }
 
 /* The settings of serve from the config file, the environment and argv (the flags
@@ -289,6 +352,8 @@ static int serve(int argc, char **argv)
 	struct dispatcher *disp = NULL;
 	struct sink *http_sink = NULL, *kafka_sink = NULL;
 	struct kafka_intake *intake = NULL;
+	struct kafka_dead_letter *dead_letter = NULL;
+	char *kafka_instance = NULL;
 	struct writer *writer = NULL;
 	struct spool *spool = NULL;
 	struct jobs *jobs = NULL;
@@ -407,6 +472,9 @@ static int serve(int argc, char **argv)
 		.max_backlog = cfg.kafka_max_backlog,
 	};
 	int kafka_on = cfg.kafka_brokers && *cfg.kafka_brokers;
+	if (kafka_on && cfg.kafka_intake && *cfg.kafka_intake &&
+	    !(kafka.instance_id = kafka_instance = instance_id(&cfg)))
+		goto out;
 	if (kafka_on && !(kafka_sink = sink_kafka_open(&kafka, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
@@ -421,8 +489,7 @@ static int serve(int argc, char **argv)
 		.disabled_delay_ms = 5000,
 		.sinks = {http_sink, kafka_sink},
 		.n_sinks = kafka_sink ? 2 : 1,
-		.dead_letter = kafka_sink ? sink_kafka_dead_letter : NULL,
-		.dead_letter_ctx = kafka_sink,
+		.dead_letter_kafka = kafka_on && cfg.kafka_dead_letter && *cfg.kafka_dead_letter,
 		.disable_after_ms = cfg.disable_after_ms,
 		.disable = disable_subscription,
 		.disable_ctx = &reload,
@@ -458,6 +525,12 @@ static int serve(int argc, char **argv)
 	 * instance are reloaded. */
 	store_on_subscriptions_changed(st, reload_subscriptions, &reload);
 	store_on_work(st, wake_dispatcher, disp);
+	/* dead deliveries marked for their dead-letter topic: published by their own relay */
+	if (dcfg.dead_letter_kafka &&
+	    !(dead_letter = kafka_dead_letter_start(st, &reg, &kafka, err, sizeof(err)))) {
+		log_error("%s", err);
+		goto out;
+	}
 	if (kafka_on && cfg.kafka_intake && *cfg.kafka_intake) {
 		struct kafka_intake_config kcfg = {
 			.settings = &kafka,
@@ -488,6 +561,7 @@ static int serve(int argc, char **argv)
 
 	if (!(tokens = api_tokens_new(st)))
 		goto out;
+	struct kafka_readiness kafka_readiness = {intake, kafka_sink, dead_letter};
 	struct api api = {
 		.st = st,
 		.reg = &reg,
@@ -506,8 +580,8 @@ static int serve(int argc, char **argv)
 		.max_payload = cfg.max_payload,
 		.max_request = cfg.max_request,
 		.retry_defaults = defaults,
-		.ready = intake ? kafka_intake_ready : NULL,
-		.ready_ctx = intake,
+		.ready = kafka_on ? kafka_ready : NULL,
+		.ready_ctx = &kafka_readiness,
 	};
 	struct http_limits limits = {
 		.threads = cfg.api_threads,
@@ -584,6 +658,7 @@ out:
 	otlp_stop(); /* after the dispatcher, which reports attempts to it */
 	ops_events_stop(ops); /* after what emits them, before the writer that stores them */
 	writer_stop(writer);
+	kafka_dead_letter_stop(dead_letter); /* after the last results (and marks) are written */
 	sink_close(http_sink); /* after the dispatcher, whose jobs they served */
 	sink_close(kafka_sink);
 	spool_close(spool); /* after the dispatcher, which may spool its last results */
@@ -592,6 +667,7 @@ out:
 	curl_global_cleanup();
 	api_tokens_free(tokens);
 	free(token);
+	free(kafka_instance);
 	config_free(&cfg);
 	if (rc == 0)
 		log_info("stopped cleanly");

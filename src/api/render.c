@@ -34,6 +34,8 @@ json_t *render_event(const struct store_event *ev)
 			      "source_event_id", str_or_null(ev->source_event_id), "partition_key",
 			      str_or_null(ev->partition_key), "content_type", ev->content_type,
 			      "created_at", render_time(ev->created_at));
+	/* the webhook-id its deliveries carry: its id upstream, else its own */
+	json_object_set_new(o, "webhook_id", json_string(ev->webhook_id ? ev->webhook_id : ev->id));
 	json_t *payload = NULL;
 	if (is_json_type(ev->content_type))
 		payload = json_loadb(ev->payload, ev->payload_len, JSON_DECODE_ANY, NULL);

@@ -84,7 +84,10 @@ static json_t *http_request(const struct subscription *s, const struct store_del
 						       : (content_type ? content_type
 								       : "application/json"),
 		   NULL);
-	add_header(h, "webhook-id", d->event_id, "the event id: the same on every attempt");
+	add_header(h, "webhook-id", ev && ev->webhook_id ? ev->webhook_id : d->event_id,
+		   ev && ev->webhook_id ? "the event's id upstream (its Kafka envelope's "
+					  "event.id): the same on every attempt"
+				      : "the event id: the same on every attempt");
 	add_header(h, "webhook-timestamp", "", "Unix seconds when each attempt was sent");
 	add_header(h, "outboxd-event-type", d->event_type, NULL);
 	add_header(h, "outboxd-delivery-id", d->id, NULL);

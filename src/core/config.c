@@ -25,8 +25,8 @@ const struct config_setting config_settings[] = {
 	{"listen", "--listen", "OUTBOXD_LISTEN", CONFIG_STRING, "127.0.0.1:8080", S(listen),
 	 "address of the HTTP API, host:port"},
 	{"data_dir", "--data-dir", "OUTBOXD_DATA_DIR", CONFIG_STRING, NULL, S(data_dir),
-	 "where the generated admin token and secret key are kept (default: the SQLite "
-	 "file's folder, or ./var)"},
+	 "where the generated admin token and secret key, and the instance id of the Kafka "
+	 "intake, are kept (default: the SQLite file's folder, or ./var)"},
 	{"admin_token", "--admin-token", "OUTBOXD_ADMIN_TOKEN", CONFIG_STRING, NULL,
 	 S(admin_token), "bearer token for the whole API (generated on first start when unset)"},
 	{"ingest_token", "--ingest-token", "OUTBOXD_INGEST_TOKEN", CONFIG_STRING, NULL,

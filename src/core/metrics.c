@@ -48,6 +48,8 @@ static struct {
 	_Atomic long otlp_exported, otlp_dropped, otlp_failed;
 	_Atomic long subs_recovered;
 	_Atomic long kafka_produce_errors;
+	_Atomic long kafka_fatal_producer, kafka_fatal_intake, kafka_fatal_dead_letter;
+	_Atomic long kafka_dead_lettered;
 	_Atomic long kafka_consumed;
 	_Atomic long kafka_undecodable;
 	_Atomic int kafka_paused;
@@ -226,6 +228,19 @@ void metrics_kafka_produce_error(const char *topic)
 {
 	(void)topic;
 	atomic_fetch_add_explicit(&m.kafka_produce_errors, 1, memory_order_relaxed);
+}
+
+void metrics_kafka_fatal_error(const char *client)
+{
+	_Atomic long *c = strcmp(client, "intake") == 0	   ? &m.kafka_fatal_intake
+			  : strcmp(client, "dead-letter") == 0 ? &m.kafka_fatal_dead_letter
+							       : &m.kafka_fatal_producer;
+	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+void metrics_kafka_dead_lettered(void)
+{
+	atomic_fetch_add_explicit(&m.kafka_dead_lettered, 1, memory_order_relaxed);
 }
 
 void metrics_kafka_consumed(long messages, long undecodable)
@@ -437,6 +452,18 @@ int metrics_render(char **out, size_t *len)
 	A("# HELP outboxd_kafka_produce_errors_total Kafka messages not acknowledged (attempts "
 	  "and dead-letter publishes).\n# TYPE outboxd_kafka_produce_errors_total counter\n"
 	  "outboxd_kafka_produce_errors_total %ld\n", atomic_load(&m.kafka_produce_errors));
+	A("# HELP outboxd_kafka_fatal_errors_total Fatal errors of a Kafka client (librdkafka), "
+	  "after which it was recreated, by client.\n"
+	  "# TYPE outboxd_kafka_fatal_errors_total counter\n"
+	  "outboxd_kafka_fatal_errors_total{client=\"producer\"} %ld\n"
+	  "outboxd_kafka_fatal_errors_total{client=\"intake\"} %ld\n"
+	  "outboxd_kafka_fatal_errors_total{client=\"dead-letter\"} %ld\n",
+	  atomic_load(&m.kafka_fatal_producer), atomic_load(&m.kafka_fatal_intake),
+	  atomic_load(&m.kafka_fatal_dead_letter));
+	A("# HELP outboxd_kafka_dead_lettered_total Dead deliveries published to their Kafka "
+	  "dead-letter topic (acknowledged).\n"
+	  "# TYPE outboxd_kafka_dead_lettered_total counter\n"
+	  "outboxd_kafka_dead_lettered_total %ld\n", atomic_load(&m.kafka_dead_lettered));
 	A("# HELP outboxd_kafka_consumed_total Messages stored from kafka_intake topics.\n"
 	  "# TYPE outboxd_kafka_consumed_total counter\noutboxd_kafka_consumed_total %ld\n"
 	  "# HELP outboxd_kafka_undecodable_total Intake messages stored as dead deliveries "

@@ -50,6 +50,11 @@ void metrics_ops_events_read(long *stored, long *suppressed, long *dropped);
 /* Kafka: a message not acknowledged; messages stored by the intake (of which
  * undecodable); the intake paused for its backlog; a partition's lag. */
 void metrics_kafka_produce_error(const char *topic);
+/* A Kafka client raised a fatal error (librdkafka) and is recreated; client is "producer",
+ * "intake" or "dead-letter" (any other name counts as "producer"). */
+void metrics_kafka_fatal_error(const char *client);
+/* A dead delivery's message acknowledged by its dead-letter topic. */
+void metrics_kafka_dead_lettered(void);
 void metrics_kafka_consumed(long messages, long undecodable);
 void metrics_kafka_paused(int paused);
 void metrics_kafka_lag(const char *topic, int partition, long long lag);

@@ -25,12 +25,11 @@ struct dispatcher_config {
 	                             dispatcher_stop: the delivery targets, asked in order
 	                             which one takes an endpoint (sink.h) */
 	int n_sinks;
-	/* Called on the dispatcher's thread when a delivery goes to the dead-letter queue
-	 * (c, s and r borrowed for the call), or NULL: the Kafka sink publishes deliveries
-	 * that came from an intake topic to their dead-letter topic (sink_kafka.h). */
-	void (*dead_letter)(void *ctx, const struct store_claim *c, const struct subscription *s,
-			    const struct store_result *r);
-	void *dead_letter_ctx;
+	/* 1 (kafka_dead_letter set): a delivery whose event came from a Kafka intake topic
+	 * (source "kafka:TOPIC") is marked, in the result that makes it dead, for the
+	 * dead-letter relay (kafka/dead_letter.h), which publishes it to its dead-letter
+	 * topic. */
+	int dead_letter_kafka;
 	/* Endpoint health (issue 15): disable_after when a subscription sets none (0 =
 	 * never); disable is called on the dispatcher's thread, once per failure streak, to
 	 * disable a subscription whose every attempt failed that long (reason borrowed). */

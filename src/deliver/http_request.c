@@ -226,7 +226,10 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 	const char *ctype = s->payload_format == PAYLOAD_BINARY ? "application/octet-stream"
 								  : c->content_type;
 	char ts_text[21], attempt_text[21];
-	if (append_line(h, "Content-Type", ctype) || append_line(h, "webhook-id", c->event_id) ||
+	/* webhook-id: the event's id upstream when it came with one (an envelope's
+	 * event.id), so the receiver sees one id for one event across hops */
+	const char *webhook_id = store_claim_webhook_id(c);
+	if (append_line(h, "Content-Type", ctype) || append_line(h, "webhook-id", webhook_id) ||
 	    append_line(h, "webhook-timestamp", decimal(ts, ts_text)) ||
 	    append_line(h, "outboxd-event-type", c->event_type) ||
 	    append_line(h, "outboxd-delivery-id", c->delivery_id) ||
@@ -239,7 +242,7 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 		const char *prev = s->previous_secret && now_ms < s->previous_secret_until
 					   ? s->previous_secret : NULL;
 		char sig[SIGN_HEADER_LEN];
-		if (sign_webhook_signature(s->secret, prev, c->event_id, ts, c->payload,
+		if (sign_webhook_signature(s->secret, prev, webhook_id, ts, c->payload,
 					   c->payload_len, sig) ||
 		    append_line(h, "webhook-signature", sig))
 			goto fail;

@@ -238,14 +238,16 @@ void round_causes_free(struct round *j)
 	}
 }
 
-/* The delivery just went to the dead-letter queue: tell the hook (Kafka DLT topics), and
- * make an operational event of it unless it was one (no loops). */
+/* The delivery just went to the dead-letter queue (its result is filled): marked for its
+ * Kafka dead-letter topic when its event came from an intake topic (the relay publishes
+ * it after the result is written, kafka/dead_letter.h), and made an operational event of
+ * unless it was one (no loops). */
 static void dead_lettered(struct round *j)
 {
 	const struct dispatcher_config *cfg = &j->d->cfg;
-	const struct store_result *r = &j->wr.result;
-	if (cfg->dead_letter && j->sub && j->sub->endpoint)
-		cfg->dead_letter(cfg->dead_letter_ctx, j->claim, j->sub, r);
+	struct store_result *r = &j->wr.result;
+	r->dead_letter = cfg->dead_letter_kafka && j->sub && j->sub->endpoint &&
+			 j->claim->source && strncmp(j->claim->source, "kafka:", 6) == 0;
 	if (ops_event_type(j->claim->event_type))
 		return;
 	json_t *p = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "delivery_id",
@@ -669,9 +671,14 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 	j->seq = ++d->round_seq;
 	j->sub = sub_set_find(b->subs, c->subscription_id);
 	j->sj.sub = j->sub;
+	/* The round's layer: an operator's replay is manual; a FAILED delivery is retried by
+	 * the scheduled layer, and so is a NEW one stored to start there (a message of a
+	 * dead-letter topic, whose immediate tries were spent upstream: it stays NEW until
+	 * that first scheduled round, store_claim.starts_scheduled); else the immediate
+	 * round. */
 	if (c->replay)
 		j->kind = ATTEMPT_MANUAL;
-	else if (c->status == DELIVERY_FAILED)
+	else if (c->status == DELIVERY_FAILED || c->starts_scheduled)
 		j->kind = ATTEMPT_SCHEDULED;
 	else
 		j->kind = ATTEMPT_IMMEDIATE;

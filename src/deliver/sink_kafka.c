@@ -2,13 +2,24 @@
  *
  * One producer per process (enable.idempotence, acks=all). Each attempt is one message
  * with its own record (struct kafka_record) as librdkafka's opaque, so a delivery report
- * that arrives after its attempt was abandoned (shutdown) finds a record without a round
- * and is dropped. librdkafka signals its main queue on a pipe that the dispatcher
- * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread. */
+ * that arrives after its attempt was abandoned (shutdown, or its timeout) finds a record
+ * without a round and is dropped. An attempt ends at the subscription's timeout for it
+ * (sink_round.timeout_ms) with 504 when no report came by then, so a round lasts what its
+ * tries and timeouts say however long librdkafka keeps the message (message.timeout.ms);
+ * the message may still be published later (at least once: the retry sends a copy). librdkafka signals its main queue on a pipe that the dispatcher
+ * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread.
+ *
+ * A fatal error (librdkafka: an idempotent producer that can no longer keep its
+ * sequence) leaves the producer unusable: after the poll that reported it, the producer
+ * is purged (the attempts waiting for a report end with 503 and take their retries),
+ * destroyed and opened anew on the dispatcher's thread, and sink_kafka_ready answers
+ * "not ready" until it is. */
 #include "deliver/sink_kafka.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,30 +29,37 @@
 #include "core/metrics.h"
 #include "core/trace.h"
 #include "kafka/envelope.h"
-#include "util/hash.h"
+#include "kafka/message.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define TOPIC_MAX 256
+#define REOPEN_EVERY_MS 1000  /* a producer that could not be recreated is tried again */
 
 struct kafka_sink;
 
-/* One message handed to librdkafka, from producev to its delivery report. sj is NULL for
- * a dead-letter message, or once its attempt was abandoned. */
+/* One message handed to librdkafka, from producev to its delivery report. sj is NULL
+ * once its attempt was abandoned (shutdown, its timeout). */
 struct kafka_record {
 	struct kafka_sink *ks;
 	struct sink_round *sj;
+	int64_t deadline_us;               /* sj: the attempt ends by then (monotonic) */
 	char topic[TOPIC_MAX];
 	struct kafka_record *prev, *next;  /* in ks->records until the report frees it */
 };
 
 struct kafka_sink {
+	struct kafka_client client;  /* first: librdkafka's opaque (kafka/client.h) */
 	struct sink_env env;
 	const struct kafka_settings *settings;
-	rd_kafka_t *rk;
+	rd_kafka_t *rk;              /* NULL while a fatal error's recreation failed */
 	rd_kafka_queue_t *mainq;
 	int pipe_rd, pipe_wr;        /* librdkafka writes a byte when its main queue has work */
 	int in_flight;               /* records with a round */
+	int64_t next_deadline_us;    /* the soonest deadline of a record with a round, or
+	                                later (0: none known) */
 	struct kafka_record *records; /* every record librdkafka holds */
+	int64_t reopen_at_ms;        /* rk NULL: when to try opening it again (monotonic) */
 };
 
 static void record_link(struct kafka_record *r)
@@ -99,10 +117,9 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	if (r->sj) {
 		record_report(r, m->err, m->partition, m->offset);
 	} else if (m->err) {
-		/* a dead-letter message, or an attempt handed back at shutdown */
-		log_warn("kafka: a message to %s was not acknowledged: %s", r->topic,
-			 rd_kafka_err2str(m->err));
-		metrics_kafka_produce_error(r->topic);
+		/* an attempt that timed out, or was handed back at shutdown */
+		log_debug("kafka: a message to %s of an attempt that ended was not acknowledged: "
+			  "%s", r->topic, rd_kafka_err2str(m->err));
 	}
 	free(r);
 }
@@ -114,7 +131,7 @@ static rd_kafka_resp_err_t produce(struct kafka_sink *ks, struct kafka_record *r
 				   const struct store_claim *c, const void *value, size_t len,
 				   rd_kafka_headers_t *hdrs)
 {
-	const char *key = c->partition_key ? c->partition_key : c->event_id;
+	const char *key = kafka_message_key(c);
 	record_link(r);
 	rd_kafka_resp_err_t err = rd_kafka_producev(
 		ks->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -127,6 +144,69 @@ static rd_kafka_resp_err_t produce(struct kafka_sink *ks, struct kafka_record *r
 	return err;
 }
 
+/* ---- the producer's life: opened, and recreated after a fatal error ------------------ */
+
+/* Opens the producer on ks's pipe. 0, or -1 with err set. */
+static int producer_open(struct kafka_sink *ks, char *err, size_t errlen)
+{
+	if (!(ks->rk = kafka_producer_new(ks->settings, &ks->client, dr_msg_cb, err, errlen)))
+		return -1;
+	ks->mainq = rd_kafka_queue_get_main(ks->rk);
+	rd_kafka_queue_io_event_enable(ks->mainq, ks->pipe_wr, "1", 1);
+	return 0;
+}
+
+/* Purges and destroys the producer: the reports of purged messages end their attempts
+ * (503, tried again); an attempt whose message got no report at all ends the same way,
+ * and every record is freed. */
+static void producer_close(struct kafka_sink *ks)
+{
+	if (ks->rk) {
+		rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_poll(ks->rk, 0);
+		rd_kafka_queue_destroy(ks->mainq);
+		rd_kafka_destroy(ks->rk);
+		ks->rk = NULL;
+		ks->mainq = NULL;
+	}
+	struct kafka_record *r = ks->records;
+	ks->records = NULL; /* detached first: a report may start another attempt */
+	while (r) {
+		struct kafka_record *next = r->next;
+		if (r->sj)
+			record_report(r, RD_KAFKA_RESP_ERR__FATAL, -1, -1);
+		free(r);
+		r = next;
+	}
+}
+
+/* Opens a producer when none is there (its recreation failed), at most once every
+ * REOPEN_EVERY_MS. 0 when there is one. */
+static int producer_reopen(struct kafka_sink *ks)
+{
+	char err[512];
+	if (ks->rk)
+		return 0;
+	if (clock_mono_ms() < ks->reopen_at_ms)
+		return -1;
+	if (producer_open(ks, err, sizeof(err))) {
+		ks->reopen_at_ms = clock_mono_ms() + REOPEN_EVERY_MS;
+		log_error("kafka producer: %s; kafka:// attempts fail with 503 until it opens", err);
+		return -1;
+	}
+	kafka_client_up(&ks->client);
+	return 0;
+}
+
+/* The producer raised a fatal error: not ready until a new one is open. */
+static void producer_recreate(struct kafka_sink *ks)
+{
+	kafka_client_down(&ks->client, ks->rk);
+	producer_close(ks);
+	ks->reopen_at_ms = 0;
+	producer_reopen(ks);
+}
+
 static int kafka_accepts(const char *endpoint)
 {
 	return strncasecmp(endpoint, "kafka://", 8) == 0;
@@ -135,52 +215,6 @@ static int kafka_accepts(const char *endpoint)
 static void kafka_attach(void *priv, const struct sink_env *env)
 {
 	((struct kafka_sink *)priv)->env = *env;
-}
-
-/* Headers of every published message (DESIGN §7), then the subscription's own. */
-static rd_kafka_headers_t *message_headers(const struct store_claim *c,
-					   const struct subscription *s, uint64_t span)
-{
-	rd_kafka_headers_t *h = rd_kafka_headers_new(8 + (s ? s->n_headers : 0));
-	char trace[TRACEPARENT_LEN];
-	trace_child(c->traceparent, c->event_id, span, trace);
-	rd_kafka_header_add(h, "webhook-id", -1, c->event_id, -1);
-	rd_kafka_header_add(h, "outboxd-event-type", -1, c->event_type, -1);
-	rd_kafka_header_add(h, "outboxd-source", -1, c->source ? c->source : "", -1);
-	rd_kafka_header_add(h, "outboxd-delivery-id", -1, c->delivery_id, -1);
-	rd_kafka_header_add(h, "traceparent", -1, trace, -1);
-	rd_kafka_header_add(h, "content-type", -1, c->content_type, -1);
-	for (size_t i = 0; s && i < s->n_headers; i++)
-		rd_kafka_header_add(h, s->headers[i].name, -1, s->headers[i].value, -1);
-	return h;
-}
-
-/* The OutboxEvent of a claimed delivery (returned in *out), with the target and auth of
- * auth_from when not NULL. */
-static int claim_envelope(const struct store_claim *c, const struct subscription *auth_from,
-			  const struct kafka_settings *st, void **out, size_t *len)
-{
-	struct envelope_out e = {
-		.id = c->source_event_id && c->source && strncmp(c->source, "kafka:", 6) == 0
-			      ? c->source_event_id : c->event_id,
-		.type = c->event_type,
-		.source = c->source,
-		.source_event_id = c->source_event_id,
-		.partition_key = c->partition_key,
-		.payload = c->payload,
-		.payload_len = c->payload_len,
-		.created_at_ms = c->event_created_at,
-		.traceparent = c->traceparent[0] ? c->traceparent : NULL,
-		.auth_from = auth_from,
-	};
-	if (auth_from) {
-		e.endpoint = auth_from->endpoint;
-		e.payload_type = auth_from->payload_format == PAYLOAD_BINARY ? 2 : 1;
-		e.headers = auth_from->headers;
-		e.n_headers = auth_from->n_headers;
-		e.subscription_id = auth_from->id;
-	}
-	return envelope_encode(&e, st->wire, st->schema_id, out, len);
 }
 
 static void kafka_send(void *priv, struct sink_round *sj)
@@ -208,7 +242,7 @@ static void kafka_send(void *priv, struct sink_round *sj)
 	snprintf(r->topic, sizeof(r->topic), "%s", s->endpoint + 8);
 	if (s->payload_format == PAYLOAD_ENVELOPE) {
 		/* never with credentials: the subscriber gets the event, not our secrets */
-		if (claim_envelope(c, NULL, ks->settings, &envelope, &value_len)) {
+		if (kafka_claim_envelope(c, NULL, ks->settings, &envelope, &value_len)) {
 			free(r);
 			sj->code = 520;
 			sj->end_round = 1;
@@ -220,12 +254,50 @@ static void kafka_send(void *priv, struct sink_round *sj)
 		value = envelope;
 	}
 	ks->in_flight++;
-	err = produce(ks, r, c, value, value_len, message_headers(c, s, sj->span_id));
+	r->deadline_us = clock_mono_us() + (sj->timeout_ms > 0 ? sj->timeout_ms : 1000) * 1000;
+	if (!ks->next_deadline_us || r->deadline_us < ks->next_deadline_us)
+		ks->next_deadline_us = r->deadline_us;
+	if (!ks->rk && producer_reopen(ks)) {
+		free(envelope);
+		record_report(r, RD_KAFKA_RESP_ERR__FATAL, -1, -1);
+		free(r);
+		return;
+	}
+	err = produce(ks, r, c, value, value_len, kafka_message_headers(c, s, sj->span_id));
 	free(envelope);
 	if (err) { /* not queued: the record is still ours */
 		record_report(r, err, -1, -1);
 		free(r);
 	}
+}
+
+/* Ends with 504 the attempts whose timeout passed without a report; their records stay
+ * with librdkafka, whose late report then finds no round and is dropped. */
+static void attempts_time_out(struct kafka_sink *ks, int64_t now_us)
+{
+	if (!ks->next_deadline_us || now_us < ks->next_deadline_us)
+		return;
+	int64_t next = 0;
+	struct kafka_record *r = ks->records;
+	while (r) {
+		struct kafka_record *following = r->next;
+		struct sink_round *sj = r->sj;
+		if (sj && now_us >= r->deadline_us) {
+			r->sj = NULL;
+			ks->in_flight--;
+			sj->code = 504;
+			sj->retry_after_ms = -1;
+			snprintf(sj->message, SINK_MSG_LEN, "timed out");
+			snprintf(sj->cause, SINK_CAUSE_LEN, "topic %s: no acknowledgement from Kafka "
+				 "within the attempt's timeout (%lld ms); a later one is ignored",
+				 r->topic, (long long)sj->timeout_ms);
+			ks->env.done(ks->env.ctx, sj);
+		} else if (sj && (!next || r->deadline_us < next)) {
+			next = r->deadline_us;
+		}
+		r = following;
+	}
+	ks->next_deadline_us = next;
 }
 
 static int kafka_fd(void *priv)
@@ -239,15 +311,34 @@ static void kafka_run(void *priv)
 	char drain[64];
 	while (read(ks->pipe_rd, drain, sizeof(drain)) > 0)
 		;
+	if (!ks->rk) {
+		producer_reopen(ks);
+		return;
+	}
 	rd_kafka_poll(ks->rk, 0);
+	if (kafka_client_fatal(ks->rk, NULL, 0))
+		producer_recreate(ks);
+	else
+		attempts_time_out(ks, clock_mono_us());
 }
 
 /* The pipe says when reports arrive; a slow poll besides keeps librdkafka's other
- * callbacks (errors, statistics) served while messages are out. */
+ * callbacks (errors, statistics) served while messages are out. Without a producer
+ * (its recreation failed), run is due when the next try to open one is. */
 static int64_t kafka_wait_us(void *priv, int64_t now_us)
 {
+	struct kafka_sink *ks = priv;
 	(void)now_us;
-	return ((struct kafka_sink *)priv)->in_flight ? 100 * 1000 : -1;
+	if (!ks->rk) {
+		int64_t left = ks->reopen_at_ms - clock_mono_ms();
+		return left > 0 ? left * 1000 : 0;
+	}
+	if (!ks->in_flight)
+		return -1;
+	int64_t wait = 100 * 1000;
+	if (ks->next_deadline_us && ks->next_deadline_us - now_us < wait)
+		wait = ks->next_deadline_us > now_us ? ks->next_deadline_us - now_us : 0;
+	return wait;
 }
 
 static int kafka_busy(void *priv)
@@ -273,22 +364,12 @@ static void kafka_abort(void *priv)
 static void kafka_close(void *priv)
 {
 	struct kafka_sink *ks = priv;
-	/* dead-letter messages still queued get a moment to leave */
-	if (rd_kafka_flush(ks->rk, 3000) != RD_KAFKA_RESP_ERR_NO_ERROR)
-		log_warn("kafka: %d messages were not acknowledged before shutdown",
-			 rd_kafka_outq_len(ks->rk));
-	rd_kafka_purge(ks->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	rd_kafka_poll(ks->rk, 0); /* reports of purged messages free their records */
-	rd_kafka_queue_destroy(ks->mainq);
-	rd_kafka_destroy(ks->rk);
-	/* the dispatcher stopped before: no record has a round; free what got no report */
-	while (ks->records) {
-		struct kafka_record *r = ks->records;
-		record_unlink(r);
-		free(r);
-	}
+	/* the dispatcher stopped: the attempts still out were handed back (their deliveries
+	 * are sent again), so what is left in the producer is purged, not waited for */
+	producer_close(ks);
 	close(ks->pipe_rd);
 	close(ks->pipe_wr);
+	kafka_client_destroy(&ks->client);
 	free(ks);
 }
 
@@ -309,39 +390,24 @@ struct sink *sink_kafka_open(const struct kafka_settings *st, char *err, size_t 
 {
 	struct sink *s = calloc(1, sizeof(*s));
 	struct kafka_sink *ks = calloc(1, sizeof(*ks));
-	rd_kafka_conf_t *conf = NULL;
-	char why[512];
 	int fds[2] = {-1, -1};
 
 	if (!s || !ks || pipe2(fds, O_NONBLOCK | O_CLOEXEC)) {
 		snprintf(err, errlen, "kafka producer: out of memory or pipes (errno %d)", errno);
 		goto fail;
 	}
+	kafka_client_init(&ks->client, "producer");
 	ks->settings = st;
 	ks->pipe_rd = fds[0];
 	ks->pipe_wr = fds[1];
-	/* acks=all and idempotence: a message is acknowledged once, by every in-sync
-	 * replica; message.timeout.ms bounds how long an attempt waits for its report */
-	static const char *const defaults[] = {
-		"enable.idempotence", "true", "acks", "all", "linger.ms", "2",
-		"message.timeout.ms", "30000", NULL,
-	};
-	if (!(conf = kafka_conf_new(st, "producer", defaults, err, errlen)))
-		goto fail;
-	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
-	if (!(ks->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why)))) {
-		snprintf(err, errlen, "kafka producer: %s", why);
+	if (producer_open(ks, err, errlen)) {
+		kafka_client_destroy(&ks->client);
 		goto fail;
 	}
-	conf = NULL; /* the handle owns it */
-	ks->mainq = rd_kafka_queue_get_main(ks->rk);
-	rd_kafka_queue_io_event_enable(ks->mainq, ks->pipe_wr, "1", 1);
 	s->ops = &kafka_ops;
 	s->priv = ks;
 	return s;
 fail:
-	if (conf)
-		rd_kafka_conf_destroy(conf);
 	if (fds[0] >= 0) {
 		close(fds[0]);
 		close(fds[1]);
@@ -351,50 +417,8 @@ fail:
 	return NULL;
 }
 
-void sink_kafka_dead_letter(void *ctx, const struct store_claim *c, const struct subscription *s,
-			    const struct store_result *r)
+int sink_kafka_ready(void *sink, char *why, size_t whylen)
 {
-	struct sink *sk = ctx;
-	struct kafka_sink *ks = sk->priv;
-	const struct kafka_settings *st = ks->settings;
-	char topic[TOPIC_MAX], code[16], attempts[16];
-	void *value = NULL;
-	size_t len = 0;
-
-	if (!st->dead_letter || !*st->dead_letter || !c->source ||
-	    strncmp(c->source, "kafka:", 6) != 0)
-		return;
-	if (kafka_dead_letter_topic(st->dead_letter, c->source + 6, topic, sizeof(topic))) {
-		log_error("kafka: the dead-letter topic for %s is too long", c->source + 6);
-		return;
-	}
-	struct kafka_record *rec = calloc(1, sizeof(*rec));
-	if (!rec || claim_envelope(c, s, st, &value, &len)) {
-		log_error("kafka: delivery %s could not be encoded for the dead-letter topic %s",
-			  c->delivery_id, topic);
-		free(rec);
-		return;
-	}
-	rec->ks = ks;
-	snprintf(rec->topic, sizeof(rec->topic), "%s", topic);
-	snprintf(code, sizeof(code), "%d", r->last_code > 0 ? r->last_code : 0);
-	snprintf(attempts, sizeof(attempts), "%d", r->attempt_count);
-	/* a span id of its own: the dead-letter publish is no attempt */
-	rd_kafka_headers_t *h =
-		message_headers(c, NULL, hash_fnv1a(c->delivery_id) * 0x9E3779B97F4A7C15ULL | 1);
-	rd_kafka_header_add(h, "outboxd-error-code", -1, code, -1);
-	rd_kafka_header_add(h, "outboxd-error-message", -1, r->last_message ? r->last_message : "", -1);
-	rd_kafka_header_add(h, "outboxd-error-cause", -1, r->last_cause ? r->last_cause : "", -1);
-	rd_kafka_header_add(h, "outboxd-attempts", -1, attempts, -1);
-	rd_kafka_header_add(h, "outboxd-source-topic", -1, c->source + 6, -1);
-	rd_kafka_resp_err_t err = produce(ks, rec, c, value, len, h);
-	free(value);
-	if (err) {
-		log_warn("kafka: delivery %s could not be queued for the dead-letter topic %s: %s",
-			 c->delivery_id, topic, rd_kafka_err2str(err));
-		metrics_kafka_produce_error(topic);
-		free(rec);
-		return;
-	}
-	log_info("kafka: delivery %s dead-lettered to %s", c->delivery_id, topic);
+	struct kafka_sink *ks = ((struct sink *)sink)->priv;
+	return kafka_client_ready(&ks->client, why, whylen);
 }

@@ -3,14 +3,17 @@
  * One consumer thread reads the kafka_intake topics in the consumer group kafka_group
  * (earliest offset, manual commit). Each batch of messages becomes events and deliveries
  * in one store transaction; only then are the offsets committed, so a crash or a
- * rebalance re-reads, and the store's idempotency on (source "kafka:TOPIC", the
- * envelope's id) drops the repeats (DESIGN §7). Formats per topic:
+ * rebalance re-reads, and the store's idempotency on (source "kafka:TOPIC", a key made of
+ * the envelope's event id and its target, or of the message's place) drops the repeats
+ * while each copy of one event for another target is its own delivery
+ * (docs/kafka.md, "The idempotency key"). Formats per topic:
  *  - envelope: an OutboxEvent. With an endpoint it is delivered there with its own auth,
  *    through a subscription outboxd derives from the envelope's target (origin
  *    "kafka_envelope": same target, same subscription; never matched by fan-out); without
  *    one it fans out to the subscriptions that want its type.
- *  - dlt: the same, but the delivery starts at the scheduled layer (FAILED, due after
- *    retry_interval), as seed 000's DLT Processor does.
+ *  - dlt: the same, but the delivery starts at the scheduled layer: stored NEW, due
+ *    after retry_interval, its first round a scheduled retry (store_event_in
+ *    starts_scheduled), as a dead-letter processor does.
  *  - event: a JSON object or batch as POST /v1/events takes it, fanned out.
  * A message that cannot be decoded (or names a target that cannot be a subscription) is
  * stored as a dead delivery (422 undecodable, the reason as cause, the raw bytes as the

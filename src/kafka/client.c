@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/metrics.h"
 #include "util/log.h"
 
 /* librdkafka's own log lines (broker down, metadata errors) at outboxd's levels. They
@@ -14,6 +15,8 @@
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
 	(void)rk;
+	if (strcmp(fac, "FATAL") == 0)
+		return; /* the error callback logs it, once, with what follows */
 	if (level <= 3)
 		log_error("kafka: %s: %s", fac, buf);
 	else if (level <= 4)
@@ -22,6 +25,71 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
 		log_info("kafka: %s: %s", fac, buf);
 	else
 		log_debug("kafka: %s: %s", fac, buf);
+}
+
+/* librdkafka's errors (with an error callback set it no longer logs them itself): a
+ * broker down is a warning, librdkafka keeps reconnecting; a fatal error is logged once
+ * and counted, and the client's owner recreates it (kafka_client_fatal). Reasons name
+ * brokers and topics, never property values. */
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	const struct kafka_client *c = opaque;
+	const char *role = c ? c->role : "client";
+	if (err == RD_KAFKA_RESP_ERR__FATAL) {
+		char why[512];
+		rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
+		log_error("kafka %s: fatal error %s: %s; the client is recreated", role,
+			  rd_kafka_err2name(orig), why);
+		metrics_kafka_fatal_error(role);
+		return;
+	}
+	log_warn("kafka %s: %s: %s", role, rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+void kafka_client_init(struct kafka_client *c, const char *role)
+{
+	c->role = role;
+	atomic_store(&c->down, 0);
+	pthread_mutex_init(&c->mu, NULL);
+	c->why[0] = '\0';
+}
+
+void kafka_client_destroy(struct kafka_client *c)
+{
+	pthread_mutex_destroy(&c->mu);
+}
+
+void kafka_client_down(struct kafka_client *c, rd_kafka_t *rk)
+{
+	char why[400] = "";
+	if (rk)
+		kafka_client_fatal(rk, why, sizeof(why));
+	pthread_mutex_lock(&c->mu);
+	snprintf(c->why, sizeof(c->why), "kafka %s: recreating it after a fatal error: %s",
+		 c->role, why);
+	pthread_mutex_unlock(&c->mu);
+	atomic_store(&c->down, 1);
+}
+
+void kafka_client_up(struct kafka_client *c)
+{
+	if (atomic_exchange(&c->down, 0))
+		log_info("kafka %s: recreated after a fatal error; working again", c->role);
+}
+
+int kafka_client_ready(struct kafka_client *c, char *why, size_t whylen)
+{
+	if (!atomic_load(&c->down))
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	snprintf(why, whylen, "%s", c->why);
+	pthread_mutex_unlock(&c->mu);
+	return -1;
+}
+
+int kafka_client_fatal(rd_kafka_t *rk, char *why, size_t whylen)
+{
+	return rd_kafka_fatal_error(rk, why, why ? whylen : 0) != RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *err,
@@ -66,15 +134,19 @@ static int apply_properties(rd_kafka_conf_t *conf, const char *text, char *err, 
 	return rc;
 }
 
-rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *role,
+rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, struct kafka_client *client,
 				const char *const *defaults, char *err, size_t errlen)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char client_id[96], host[64] = "localhost";
 	gethostname(host, sizeof(host) - 1);
-	snprintf(client_id, sizeof(client_id), "outboxd-%s-%s", role, host);
+	snprintf(client_id, sizeof(client_id), "outboxd-%s-%s", client->role, host);
+	/* reconnect.backoff.max.ms: librdkafka backs off up to 10 s between attempts to
+	 * reach a broker that went down; 1 s lets the clients (and readiness) follow its
+	 * return within seconds, for one connection attempt a second while it is away */
 	if (kafka_conf_set(conf, "bootstrap.servers", ks->brokers, err, errlen) ||
-	    kafka_conf_set(conf, "client.id", client_id, err, errlen)) {
+	    kafka_conf_set(conf, "client.id", client_id, err, errlen) ||
+	    kafka_conf_set(conf, "reconnect.backoff.max.ms", "1000", err, errlen)) {
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
@@ -90,7 +162,33 @@ rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, const char *rol
 		return NULL;
 	}
 	rd_kafka_conf_set_log_cb(conf, log_cb);
+	rd_kafka_conf_set_error_cb(conf, error_cb);
+	rd_kafka_conf_set_opaque(conf, client);
 	return conf;
+}
+
+rd_kafka_t *kafka_producer_new(const struct kafka_settings *ks, struct kafka_client *client,
+			       void (*dr_msg_cb)(rd_kafka_t *rk, const rd_kafka_message_t *m,
+						 void *opaque),
+			       char *err, size_t errlen)
+{
+	/* acks=all and idempotence: a message is acknowledged once, by every in-sync
+	 * replica; message.timeout.ms bounds how long librdkafka keeps trying one */
+	static const char *const defaults[] = {
+		"enable.idempotence", "true", "acks", "all", "linger.ms", "2",
+		"message.timeout.ms", "30000", NULL,
+	};
+	char why[512];
+	rd_kafka_conf_t *conf = kafka_conf_new(ks, client, defaults, err, errlen);
+	if (!conf)
+		return NULL;
+	rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
+	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+	if (!rk) {
+		snprintf(err, errlen, "kafka %s: %s", client->role, why);
+		rd_kafka_conf_destroy(conf);
+	}
+	return rk; /* the handle owns conf */
 }
 
 int kafka_error_code(rd_kafka_resp_err_t err)
@@ -105,6 +203,9 @@ int kafka_error_code(rd_kafka_resp_err_t err)
 	case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
 	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
 	case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+	case RD_KAFKA_RESP_ERR__FATAL:         /* the producer is recreated: try again */
+	case RD_KAFKA_RESP_ERR__PURGE_QUEUE:   /* ... its messages were purged */
+	case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
 		return 503;
 	case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
 	case RD_KAFKA_RESP_ERR__TIMED_OUT:

@@ -28,6 +28,8 @@ struct store_ops {
 	int (*leases_renew)(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
 			    size_t n, unsigned char *renewed);
 	int (*record_results)(store *st, const struct store_result *results, size_t n);
+	int (*dead_letters)(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
+	int (*dead_letters_done)(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
 	int (*reap_leases)(store *st, int64_t now_ms, size_t *n);
 	int (*release_all)(store *st, size_t *n);
 	int (*order_sweep)(store *st, int64_t now_ms, int full, size_t *parked,
@@ -116,8 +118,9 @@ int store_take_one(void *rows, size_t n, size_t size, void *out);
 /* The event part of a claim, as a backend read it (or the writer holds it): texts with
  * their lengths (source_event_id and partition_key NULL when absent, source never). */
 struct store_claim_event {
-	const char *event_type, *content_type, *source, *source_event_id, *partition_key;
-	size_t type_len, ctype_len, source_len, seid_len, pkey_len;
+	const char *event_type, *content_type, *source, *source_event_id, *partition_key,
+		*webhook_id; /* NULL: absent */
+	size_t type_len, ctype_len, source_len, seid_len, pkey_len, wid_len;
 	const void *payload;
 	size_t payload_len;
 };

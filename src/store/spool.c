@@ -663,8 +663,10 @@ bad:
 	return -1;
 }
 
+#define SPOOL_DEAD_LETTER_BIT 0x100 /* a result's dead_letter, beside its status */
+
 /* Results: u32 count, then per result: delivery id (UUID_STR_LEN bytes, NUL-padded), i32
- * status, replay, attempt_count, retry_count, delay_actions, i64 next_attempt_at,
+ * status (bit 8: dead_letter, absent from spools written before it), replay, attempt_count, retry_count, delay_actions, i64 next_attempt_at,
  * processed_at, i32 last_code, two optional strings (last_message, last_cause), u32
  * attempt count, and per attempt: i32 n, kind, i64 started_at, duration_ms, i32 code,
  * two optional strings (message, cause). */
@@ -684,7 +686,8 @@ int spool_encode_results(const struct store_result *results, size_t n, void **ou
 		if (!r->delivery_id || strlen(r->delivery_id) >= UUID_STR_LEN)
 			goto out;
 		memcpy(id, r->delivery_id, strlen(r->delivery_id));
-		if (put(&b, id, UUID_STR_LEN) || put_u32(&b, (uint32_t)r->status) ||
+		uint32_t status = (uint32_t)r->status | (r->dead_letter ? SPOOL_DEAD_LETTER_BIT : 0);
+		if (put(&b, id, UUID_STR_LEN) || put_u32(&b, status) ||
 		    put_u32(&b, (uint32_t)r->replay) || put_u32(&b, (uint32_t)r->attempt_count) ||
 		    put_u32(&b, (uint32_t)r->retry_count) ||
 		    put_u32(&b, (uint32_t)r->delay_actions) ||
@@ -746,7 +749,8 @@ int spool_decode_results(const void *data, size_t len, struct store_result **res
 		    take_str(&r, &res->last_cause) || take_u32(&r, &n_att) || n_att > r.left)
 			goto bad;
 		res->delivery_id = id;
-		res->status = (enum delivery_status)status;
+		res->dead_letter = (status & SPOOL_DEAD_LETTER_BIT) != 0;
+		res->status = (enum delivery_status)(status & ~SPOOL_DEAD_LETTER_BIT);
 		if (n_att) {
 			struct store_attempt *atts = calloc(n_att, sizeof(*atts));
 

@@ -291,7 +291,7 @@ void store_claims_free(struct store_claim *items, size_t n)
 int store_claim_fill(struct store_claim *c, const struct store_claim_event *e)
 {
 	char *at = malloc(e->type_len + e->ctype_len + e->source_len + e->seid_len + e->pkey_len +
-			  5 + e->payload_len + 1);
+			  e->wid_len + 6 + e->payload_len + 1);
 
 	if (!at) {
 		log_error("store: out of memory");
@@ -320,6 +320,11 @@ int store_claim_fill(struct store_claim *c, const struct store_claim_event *e)
 		memcpy(at, e->partition_key, e->pkey_len);
 	at[e->pkey_len] = '\0';
 	at += e->pkey_len + 1;
+	c->webhook_id = e->webhook_id ? at : NULL;
+	if (e->webhook_id)
+		memcpy(at, e->webhook_id, e->wid_len);
+	at[e->wid_len] = '\0';
+	at += e->wid_len + 1;
 	c->payload = at;
 	c->payload_len = e->payload_len;
 	if (e->payload_len)
@@ -342,6 +347,8 @@ int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store
 		.seid_len = ev->source_event_id ? strlen(ev->source_event_id) : 0,
 		.partition_key = ev->partition_key,
 		.pkey_len = ev->partition_key ? strlen(ev->partition_key) : 0,
+		.webhook_id = ev->webhook_id,
+		.wid_len = ev->webhook_id ? strlen(ev->webhook_id) : 0,
 		.payload = ev->payload,
 		.payload_len = ev->payload_len,
 	};
@@ -352,6 +359,7 @@ int store_claim_of_event(const struct store_event_in *ev, size_t k, struct store
 	memcpy(out->subscription_id, ev->subscription_ids[k], UUID_STR_LEN);
 	out->status = DELIVERY_NEW;
 	out->lease_until = ev->lease_until;
+	out->starts_scheduled = ev->starts_scheduled;
 	out->event_created_at = ev->created_at;
 	if (ev->traceparent)
 		snprintf(out->traceparent, sizeof(out->traceparent), "%s", ev->traceparent);
@@ -394,6 +402,34 @@ int store_record_results(store *st, const struct store_result *results, size_t n
 	if (fault_hit(st, STORE_FAULT_RESULTS, &frc))
 		return frc;
 	return st->ops->record_results(st, results, n);
+}
+
+int store_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n || limit < 1 || limit > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	return st->ops->dead_letters(st, limit, items, n);
+}
+
+int store_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	if (!st || (!ids && n) || n > STORE_MAX_BATCH)
+		return STORE_INVALID;
+	return n ? st->ops->dead_letters_done(st, ids, n) : STORE_OK;
+}
+
+void store_dead_letters_free(struct store_dead_letter *items, size_t n)
+{
+	for (size_t i = 0; items && i < n; i++) {
+		free(items[i].claim.event_type); /* the claim's one allocation */
+		free(items[i].last_message);
+		free(items[i].last_cause);
+	}
+	free(items);
 }
 
 int store_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked)
@@ -444,6 +480,7 @@ void store_event_free(struct store_event *ev)
 	free(ev->source);
 	free(ev->source_event_id);
 	free(ev->partition_key);
+	free(ev->webhook_id);
 	free(ev->content_type);
 	free(ev->payload);
 	memset(ev, 0, sizeof(*ev));

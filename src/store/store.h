@@ -89,6 +89,9 @@ struct store_event_in {
 	const char *partition_key;    /* borrowed, NULL when absent */
 	const char *traceparent;      /* borrowed, W3C trace context of the ingest request
 	                                 (validated), NULL when absent */
+	const char *webhook_id;       /* borrowed, the event's id upstream (an envelope's
+	                                 event.id): the webhook-id its deliveries carry;
+	                                 NULL: the event's own id */
 	const char *content_type;     /* borrowed, required */
 	const void *payload;          /* borrowed */
 	size_t payload_len;
@@ -99,16 +102,21 @@ struct store_event_in {
 	                                 nothing was inserted for this event */
 	/* Initial state of this event's deliveries; all zero is the usual: NEW, due at
 	 * created_at. DELIVERY_FAILED with first_due_at > 0: a scheduled retry is pending
-	 * then (a dead-letter topic's message starts at the scheduled layer); with
-	 * first_due_at 0: dead at once (an undecodable Kafka message). NEW with first_due_at
-	 * > 0: due then. A FAILED delivery carries initial_code/message/cause (borrowed,
-	 * may be NULL) as its last error. The spool never carries these: only the Kafka
-	 * intake sets them, and it never spools (Kafka keeps what is not committed). */
+	 * then; with first_due_at 0: dead at once (an undecodable Kafka message). NEW with
+	 * first_due_at > 0: due then (a dead-letter topic's message, with
+	 * starts_scheduled). The deliveries carry initial_code/message/cause (borrowed, may
+	 * be NULL) as their last error (a dead-letter topic's message: the upstream error).
+	 * The spool never carries these: only the Kafka intake sets them, and it never
+	 * spools (Kafka keeps what is not committed). */
 	enum delivery_status initial_status;
 	int64_t first_due_at;
 	int initial_code;
 	const char *initial_message;
 	const char *initial_cause;
+	/* 1: the first round of this event's deliveries is a scheduled retry, not an
+	 * immediate round (a dead-letter topic's message: NEW, due at first_due_at, first
+	 * tried by the scheduled layer). Carried in the claim (store_claim). */
+	int starts_scheduled;
 	int dedupe_by_id;             /* set by the wrappers, not the caller: 1 during
 	                                 store_ingest_replay */
 	/* The hand-off (writer.h): with lease_until > 0 this event's deliveries are inserted
@@ -120,10 +128,11 @@ struct store_event_in {
 	char (*delivery_ids)[UUID_STR_LEN];
 };
 
-/* 1 when ev's deliveries start in another state than NEW-due-at-created_at. */
+/* 1 when ev's deliveries start in another state than NEW-due-at-created_at, for an
+ * immediate round. */
 static inline int store_event_initial(const struct store_event_in *ev)
 {
-	return ev->initial_status != DELIVERY_NEW || ev->first_due_at != 0;
+	return ev->initial_status != DELIVERY_NEW || ev->first_due_at != 0 || ev->starts_scheduled;
 }
 
 /* next_attempt_at of ev's new deliveries (0 = none: dead at once), created at created. */
@@ -163,6 +172,8 @@ struct store_claim {
 	char subscription_id[UUID_STR_LEN];
 	enum delivery_status status; /* NEW or FAILED at claim time */
 	int replay;                  /* 1 when put back by an operator replay */
+	int starts_scheduled;        /* 1: a NEW delivery whose first round is a scheduled
+	                                retry (store_event_in.starts_scheduled) */
 	int attempt_count;           /* HTTP attempts so far */
 	int retry_count;             /* scheduled retries so far */
 	int delay_actions;           /* circuit-breaker delay actions so far (seed 004) */
@@ -174,10 +185,19 @@ struct store_claim {
 	char *source;                /* the event's source ("" when none) */
 	char *source_event_id;       /* NULL when absent */
 	char *partition_key;         /* NULL when absent */
+	char *webhook_id;            /* the event's id upstream, NULL: event_id is the
+	                                webhook-id (store_event_in.webhook_id) */
 	char *content_type;
 	void *payload;
 	size_t payload_len;
 };
+
+/* The webhook-id of a claimed delivery's requests and publishes: the event's id
+ * upstream when it has one, else its own id. */
+static inline const char *store_claim_webhook_id(const struct store_claim *c)
+{
+	return c->webhook_id ? c->webhook_id : c->event_id;
+}
 
 /* Leases up to limit due deliveries (next_attempt_at <= now, no live lease), oldest
  * due first, for lease_ms. Returns them in *items (returned; free with
@@ -236,10 +256,29 @@ struct store_result {
 	size_t n_attempts;
 	int ordered_key;            /* a delivery of a key-ordered subscription with a key: a
 	                               final result lets the next one of its key go at once */
+	int dead_letter;            /* 1: the delivery is dead and to be published to its
+	                               Kafka dead-letter topic: marked in the same write,
+	                               until store_dead_letters_done (store_dead_letters) */
 };
 
 /* Writes n results and their attempt rows in one transaction (group commit). */
 int store_record_results(store *st, const struct store_result *results, size_t n);
+
+/* A dead delivery marked for its Kafka dead-letter topic (store_result.dead_letter):
+ * what a claim has of it (its event; attempt_count) and its last error. */
+struct store_dead_letter {
+	struct store_claim claim;
+	int last_code;              /* 0 = none */
+	char *last_message;         /* NULL when none */
+	char *last_cause;
+};
+
+/* Up to limit marked deliveries, oldest first (returned; store_dead_letters_free). The
+ * mark stays until store_dead_letters_done: a crash before that returns them again. */
+int store_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
+/* Clears the mark of n deliveries (published: the topic acknowledged them). */
+int store_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
+void store_dead_letters_free(struct store_dead_letter *items, size_t n);
 
 /* Clears leases that expired before now_ms (crash recovery). *n = leases cleared. */
 int store_reap_leases(store *st, int64_t now_ms, size_t *n);
@@ -267,6 +306,7 @@ struct store_event {
 	char *source;
 	char *source_event_id;      /* NULL when absent */
 	char *partition_key;        /* NULL when absent */
+	char *webhook_id;           /* the id upstream, NULL when none (store_event_in) */
 	char *content_type;
 	void *payload;
 	size_t payload_len;

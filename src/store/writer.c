@@ -21,6 +21,7 @@
 struct pending {
 	struct store_event_in *events;
 	size_t n;
+	int no_spool;                 /* writer_ingest_stored: never to the spool */
 	int done;
 	int rc;
 	struct pending *next;
@@ -316,7 +317,16 @@ static void ingest_group(struct writer *w, struct pending *first, struct pending
 	size_t reserved = handoff_plan(w, w->group, total);
 	int rc = store_ingest(w->st, w->group, total);
 	size_t handed = handoff_done(w, w->group, total, reserved, rc == STORE_OK);
-	if (rc == STORE_UNAVAILABLE && w->spool)
+	/* The store refused the group: to the spool, but a request that must not be spooled
+	 * (writer_ingest_stored) is answered with the store's error, and the others are
+	 * spooled each on its own. */
+	int spool_each = 0;
+	for (struct pending *p = first; rc == STORE_UNAVAILABLE && w->spool; p = p->next) {
+		spool_each |= p->no_spool;
+		if (p == last)
+			break;
+	}
+	if (rc == STORE_UNAVAILABLE && w->spool && !spool_each)
 		rc = spool_events(w, w->group, total, rc);
 	else if (rc == STORE_OK) {
 		/* the commit callback makes the client claim: not needed when every new
@@ -333,12 +343,14 @@ static void ingest_group(struct writer *w, struct pending *first, struct pending
 	}
 	off = 0;
 	for (struct pending *p = first;; p = p->next) {
+		p->rc = rc;
+		if (spool_each && !p->no_spool)
+			p->rc = spool_events(w, w->group + off, p->n, rc);
 		for (size_t i = 0; i < p->n; i++) {
 			memcpy(p->events[i].id, w->group[off + i].id, UUID_STR_LEN);
 			p->events[i].duplicate = w->group[off + i].duplicate;
 		}
 		off += p->n;
-		p->rc = rc;
 		if (p == last)
 			break;
 	}
@@ -757,9 +769,10 @@ void writer_on_commit(struct writer *w, void (*cb)(void *ctx), void *ctx)
 	pthread_mutex_unlock(&w->mu);
 }
 
-int writer_ingest(struct writer *w, struct store_event_in *events, size_t n)
+/* Queues one ingest request and waits until it is done. */
+static int ingest_wait(struct writer *w, struct store_event_in *events, size_t n, int no_spool)
 {
-	struct pending p = {events, n, 0, STORE_ERROR, NULL};
+	struct pending p = {events, n, no_spool, 0, STORE_ERROR, NULL};
 
 	pthread_mutex_lock(&w->mu);
 	if (w->stopping) {
@@ -776,6 +789,16 @@ int writer_ingest(struct writer *w, struct store_event_in *events, size_t n)
 		pthread_cond_wait(&w->finished, &w->mu);
 	pthread_mutex_unlock(&w->mu);
 	return p.rc;
+}
+
+int writer_ingest(struct writer *w, struct store_event_in *events, size_t n)
+{
+	return ingest_wait(w, events, n, 0);
+}
+
+int writer_ingest_stored(struct writer *w, struct store_event_in *events, size_t n)
+{
+	return ingest_wait(w, events, n, 1);
 }
 
 void writer_attach(struct writer *w, void (*ready_cb)(void *ctx), void *ctx)

@@ -102,6 +102,14 @@ void writer_on_commit(struct writer *w, void (*cb)(void *ctx), void *ctx);
  * writer_stop began. */
 int writer_ingest(struct writer *w, struct store_event_in *events, size_t n);
 
+/* writer_ingest for a caller whose source keeps what it was not told is stored (the
+ * Kafka intake: a message stays in its topic until its offset is committed): never
+ * spooled, STORE_UNAVAILABLE while the store cannot take the events (other requests of
+ * the same group still go to the spool). Only what the store committed is STORE_OK, so
+ * events that need what the spool does not carry (store_event_initial, webhook_id) are
+ * never written there. */
+int writer_ingest_stored(struct writer *w, struct store_event_in *events, size_t n);
+
 /* The dispatcher's side. One client at a time: writer_attach before the first call,
  * ready(ctx) runs on the writer thread whenever writer_take has something new. */
 void writer_attach(struct writer *w, void (*ready)(void *ctx), void *ctx);

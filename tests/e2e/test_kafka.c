@@ -3,29 +3,28 @@
  * A real Kafka protocol peer: librdkafka's mock cluster served over TCP by
  * tests/support/kafka_mock.c, with kcat as the outside producer and consumer, the real
  * daemon and the test receiver as subscriber and OAuth2 token endpoint. Envelopes are
- * encoded here with protobuf-c's code for proto/outboxd/v1/outbox_event.proto, not with
- * outboxd's own encoder, so both sides of the contract are checked.
+ * encoded with protobuf-c's code (kafka_e2e.h), not with outboxd's own encoder, so both
+ * sides of the contract are checked.
  *
  *  - Outbox Processor: 40 envelopes (half in the Schema Registry wire format) with basic
  *    and OAuth2 auth, JSON and binary payloads, delivered byte for byte; a poison message
  *    is a dead delivery with its raw bytes while its partition keeps flowing.
  *  - Event Hub relay: a kafka:// subscription publishes 30 events that kcat reads back
  *    with their keys and headers.
- *  - kill -9 while consuming 300 envelopes: after a restart every one is delivered.
+ *  - kill -9 while consuming 300 envelopes: after a restart (the same static member of
+ *    its group, its instance id kept in the data directory) consumption resumes and
+ *    every one is delivered, and the 20 produced after the restart too.
  *  - a broker down mid-publish: failed attempts, retries, recovery, nothing lost.
  *  - the DLT round trip: exhausted -> DLT topic -> dlt intake -> scheduled retry ->
  *    PROCESSED.
  *  - bad input: an unknown intake format stops the start; an unreachable broker leaves
- *    outboxd up but not ready; oversized payloads and unknown auth types are dead
- *    deliveries with their reason, and the partition goes on. */
-#include "e2e.h"
-#include "harness_kafka.h"
+ *    outboxd up but not ready; oversized payloads, unknown auth types and an event.id
+ *    that cannot be a webhook-id are dead deliveries with their reason, and the
+ *    partition goes on (the next envelope's requests carry its event.id as webhook-id). */
+#include "kafka_e2e.h"
 #include "harness_pg.h"
 
 #include <libpq-fe.h>
-#include <openssl/evp.h>
-
-#include "outboxd/v1/outbox_event.pb-c.h"
 
 static struct kafka_mock *mock;
 static struct receiver rcv;
@@ -34,106 +33,15 @@ static struct daemon dmn;
 static int setup(void **state)
 {
 	(void)state;
-	assert_non_null(mock = kafka_mock_start(1));
-	assert_int_equal(receiver_start(&rcv), 0);
-	memset(&dmn, 0, sizeof(dmn));
+	kafka_e2e_setup(&mock, &rcv, &dmn, 1);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	daemon_cleanup(&dmn);
-	receiver_stop(&rcv);
-	kafka_mock_stop(mock);
-	mock = NULL;
+	kafka_e2e_teardown(&mock, &rcv, &dmn, 1);
 	return 0;
-}
-
-/* ---- envelopes --------------------------------------------------------------------------- */
-
-struct env_spec {
-	const char *id;
-	const char *type;
-	const char *endpoint;
-	const void *payload;
-	size_t payload_len;
-	int binary;
-	Outboxd__V1__AuthType auth;
-	const char *user, *pass, *token_url, *client_id, *client_secret;
-	int confluent;      /* Schema Registry framing: 0, schema id 7, index list [0] */
-};
-
-/* Encodes s; returned (free it), *len set. */
-static void *encode(const struct env_spec *s, size_t *len)
-{
-	Outboxd__V1__Event ev = OUTBOXD__V1__EVENT__INIT;
-	Outboxd__V1__Auth auth = OUTBOXD__V1__AUTH__INIT;
-	Outboxd__V1__OutboxEvent oe = OUTBOXD__V1__OUTBOX_EVENT__INIT;
-	Outboxd__V1__OutboxEvent__HeadersEntry hdr = OUTBOXD__V1__OUTBOX_EVENT__HEADERS_ENTRY__INIT;
-	Outboxd__V1__OutboxEvent__HeadersEntry *hdrs[1] = {&hdr};
-
-	ev.id = (char *)s->id;
-	ev.type = (char *)s->type;
-	ev.source = "billing";
-	ev.payload.data = (uint8_t *)s->payload;
-	ev.payload.len = s->payload_len;
-	oe.event = &ev;
-	oe.endpoint = (char *)(s->endpoint ? s->endpoint : "");
-	oe.payload_type = s->binary ? OUTBOXD__V1__PAYLOAD_TYPE__PAYLOAD_TYPE_BINARY
-				    : OUTBOXD__V1__PAYLOAD_TYPE__PAYLOAD_TYPE_JSON;
-	hdr.key = "X-Envelope";
-	hdr.value = "yes";
-	oe.n_headers = 1;
-	oe.headers = hdrs;
-	if (s->auth) {
-		auth.type = s->auth;
-		if (s->user)
-			auth.username = (char *)s->user;
-		if (s->pass)
-			auth.password = (char *)s->pass;
-		if (s->token_url)
-			auth.token_url = (char *)s->token_url;
-		if (s->client_id)
-			auth.client_id = (char *)s->client_id;
-		if (s->client_secret)
-			auth.client_secret = (char *)s->client_secret;
-		if (s->auth == OUTBOXD__V1__AUTH_TYPE__OAUTH)
-			auth.grant_type = "client_credentials";
-		oe.auth = &auth;
-	}
-	size_t plen = outboxd__v1__outbox_event__get_packed_size(&oe), off = s->confluent ? 6 : 0;
-	uint8_t *out = malloc(plen + off);
-	assert_non_null(out);
-	if (s->confluent) {
-		out[0] = 0;
-		out[1] = out[2] = out[3] = 0;
-		out[4] = 7;  /* schema id 7, big-endian */
-		out[5] = 0;  /* message indexes: [0] */
-	}
-	outboxd__v1__outbox_event__pack(&oe, out + off);
-	*len = plen + off;
-	return out;
-}
-
-static char *b64(const void *data, size_t len)
-{
-	char *out = malloc(4 * ((len + 2) / 3) + 1);
-	assert_non_null(out);
-	EVP_EncodeBlock((unsigned char *)out, data, (int)len);
-	return out;
-}
-
-static const char *header_of(json_t *req, const char *name)
-{
-	return json_string_value(json_object_get(json_object_get(req, "headers"), name));
-}
-
-/* The environment of a daemon consuming intake with Kafka at the mock. */
-static void kafka_env(char brokers[256], const char *intake)
-{
-	snprintf(brokers, 256, "OUTBOXD_KAFKA_BROKERS=%s", kafka_mock_bootstrap(mock));
-	(void)intake;
 }
 
 /* ---- Outbox Processor ---------------------------------------------------------------------- */
@@ -192,13 +100,13 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 			lens[k] = strlen(values[k]);
 			k++;
 		}
-		values[k] = encode(&s, &lens[k]);
+		values[k] = kafka_e2e_encode(&s, &lens[k]);
 		k++;
 	}
 	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "orders", k,
 					   (const void *const *)values, lens, NULL), 0);
 
-	kafka_env(brokers, "orders");
+	kafka_e2e_brokers(mock, brokers);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=orders", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	assert_int_equal(receiver_wait_count(&rcv, "/basic", ENVELOPES / 2, 30000), 0);
@@ -208,7 +116,7 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 	 * concurrently, so requests are matched to envelopes by their webhook-id's event and
 	 * body, not by arrival order. */
 	json_t *basic = receiver_requests(&rcv, "/basic"), *oauth = receiver_requests(&rcv, "/oauth");
-	char *expect_basic = b64("alice:s3cret-basic", 18);
+	char *expect_basic = kafka_e2e_b64("alice:s3cret-basic", 18);
 	char want_basic[128];
 	int matched[ENVELOPES] = {0};
 	snprintf(want_basic, sizeof(want_basic), "Basic %s", expect_basic);
@@ -219,21 +127,21 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 		for (size_t r = 0; r < json_array_size(list); r++) {
 			json_t *req = json_array_get(list, r);
 			const char *got = json_string_value(json_object_get(req, "body_base64"));
-			assert_string_equal(header_of(req, "authorization"),
+			assert_string_equal(kafka_e2e_header(req, "authorization"),
 					    list_no == 0 ? want_basic : "Bearer tok-kafka");
-			assert_string_equal(header_of(req, "x-envelope"), "yes");
+			assert_string_equal(kafka_e2e_header(req, "x-envelope"), "yes");
 			int hit = -1;
 			for (int i = list_no; i < ENVELOPES && hit < 0; i += 2) {
 				int bin = i % 4 == 3;
-				char *want = bin ? b64(binary, sizeof(binary))
-						 : b64(payloads[i], strlen(payloads[i]));
+				char *want = bin ? kafka_e2e_b64(binary, sizeof(binary))
+						 : kafka_e2e_b64(payloads[i], strlen(payloads[i]));
 				if (!matched[i] && strcmp(got, want) == 0)
 					hit = i;
 				free(want);
 			}
 			assert_true(hit >= 0); /* a body that no envelope of this auth carried */
 			matched[hit] = 1;
-			assert_string_equal(header_of(req, "content-type"), hit % 4 == 3
+			assert_string_equal(kafka_e2e_header(req, "content-type"), hit % 4 == 3
 					    ? "application/octet-stream" : "application/json");
 		}
 	}
@@ -276,7 +184,7 @@ static void test_envelopes_delivered_with_their_auth(void **state)
 	assert_non_null(json_string_value(json_object_get(err, "cause")));
 	json_t *ev = e2e_get(&dmn, "/v1/events/%s",
 			     json_string_value(json_object_get(dead, "event_id")));
-	char *raw = b64("this is not protobuf \x01\x02", 23);
+	char *raw = kafka_e2e_b64("this is not protobuf \x01\x02", 23);
 	assert_string_equal(json_string_value(json_object_get(ev, "payload_base64")), raw);
 	free(raw);
 	json_decref(ev);
@@ -302,7 +210,7 @@ static void test_subscription_publishes_to_topic(void **state)
 {
 	(void)state;
 	char brokers[256], sub[64];
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	const char *env[] = {brokers, NULL};
 	assert_int_equal(kafka_mock_command(mock, "topic relay 3"), 0);
 	assert_int_equal(daemon_start(&dmn, env), 0);
@@ -356,6 +264,18 @@ static void test_subscription_publishes_to_topic(void **state)
 /* ---- kill -9 while consuming ----------------------------------------------------------------- */
 
 #define BULK 300
+#define AFTER 20
+
+/* The first line of the file at path into out ("" when none). */
+static void read_line(const char *path, char *out, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	out[0] = '\0';
+	if (f && fgets(out, (int)len, f))
+		out[strcspn(out, "\r\n")] = '\0';
+	if (f)
+		fclose(f);
+}
 
 static void test_kill9_while_consuming(void **state)
 {
@@ -378,38 +298,66 @@ static void test_kill9_while_consuming(void **state)
 		s.endpoint = url;
 		s.payload = payload[i];
 		s.payload_len = strlen(payload[i]);
-		values[i] = encode(&s, &lens[i]);
+		values[i] = kafka_e2e_encode(&s, &lens[i]);
 	}
 	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "bulk", BULK,
 					   (const void *const *)values, lens, NULL), 0);
-	kafka_env(brokers, NULL);
-	/* The killed consumer holds its partitions until the group's session timeout ends
-	 * (45 s by default): a shorter one keeps the test's wait short on a loaded machine. */
+	kafka_e2e_brokers(mock, brokers);
+	/* outboxd's consumer settings as they come: the restarted instance must get its
+	 * partitions back without the test shortening the group's session */
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=bulk", "OUTBOXD_MAX_IN_FLIGHT=16",
-			     "OUTBOXD_KAFKA_CONFIG=session.timeout.ms=6000;heartbeat.interval.ms=500",
 			     "OUTBOXD_REAP_INTERVAL=500ms",
 			     harness_pg_wanted() ? "OUTBOXD_LEASE=3s" : NULL, NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
+	char instance_path[512], instance[128] = "", again[128] = "";
+	snprintf(instance_path, sizeof(instance_path), "%s/instance.id", dmn.dir);
+	read_line(instance_path, instance, sizeof(instance));
+	assert_non_null(strstr(instance, "outboxd-"));
 	assert_int_equal(receiver_wait_count(&rcv, "/bulk", 30, 20000), 0);
 	daemon_kill9(&dmn);
 	long at_kill = receiver_count(&rcv, "/bulk");
 	assert_true(at_kill < BULK);
 	assert_int_equal(daemon_start(&dmn, env), 0);
+	int64_t restarted = harness_now_ms();
+	read_line(instance_path, again, sizeof(again));
+	assert_string_equal(again, instance); /* the same static member of the group */
 
+	/* Consumption resumes: messages produced after the restart arrive. A generous
+	 * deadline (the target is 10 s; librdkafka's defaults took about 100 s). */
+	for (int i = 0; i < AFTER; i++) {
+		struct env_spec s = {.type = "bulk.after", .endpoint = url};
+		snprintf(ids[i], sizeof(ids[i]), "0190a0b0-0000-7000-8011-%012d", i);
+		s.id = ids[i];
+		s.payload = "{}";
+		s.payload_len = 2;
+		free(values[i]);
+		values[i] = kafka_e2e_encode(&s, &lens[i]);
+	}
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "bulk", AFTER,
+					   (const void *const *)values, lens, NULL), 0);
 	long unique = 0;
-	for (int i = 0; i < 600 && unique < BULK; i++) {
+	int64_t resumed = 0;
+	for (int i = 0; i < 600 && unique < BULK + AFTER; i++) {
 		json_t *st = receiver_stats(&rcv, "/bulk");
 		unique = (long)json_integer_value(json_object_get(st, "unique_ids"));
 		json_decref(st);
-		if (unique < BULK)
+		json_t *reqs = resumed ? NULL : receiver_requests(&rcv, "/bulk");
+		for (size_t k = 0; reqs && k < json_array_size(reqs) && !resumed; k++)
+			if (strstr(json_string_value(json_object_get(json_array_get(reqs, k),
+								     "body")), "{}"))
+				resumed = harness_now_ms();
+		json_decref(reqs);
+		if (unique < BULK + AFTER)
 			usleep(100 * 1000);
 	}
-	assert_int_equal(unique, BULK);
+	assert_int_equal(unique, BULK + AFTER);
 	/* each envelope is one event, however often it was read */
 	json_t *page = e2e_get(&dmn, "/v1/deliveries?source=kafka:bulk&limit=1000");
-	assert_int_equal(json_array_size(json_object_get(page, "items")), BULK);
+	assert_int_equal(json_array_size(json_object_get(page, "items")), BULK + AFTER);
 	json_decref(page);
-	fprintf(stderr, "kill -9 while consuming: %ld delivered before the kill\n", at_kill);
+	fprintf(stderr, "kill -9 while consuming: %ld delivered before the kill; a message "
+		"produced after the restart delivered %lld ms after it\n", at_kill,
+		(long long)(resumed - restarted));
 	for (int i = 0; i < BULK; i++)
 		free(values[i]);
 }
@@ -422,9 +370,11 @@ static void test_broker_down_mid_publish(void **state)
 {
 	(void)state;
 	char brokers[256], sub[64];
-	kafka_env(brokers, NULL);
-	const char *env[] = {brokers, "OUTBOXD_KAFKA_CONFIG=message.timeout.ms=1500",
-			     "OUTBOXD_RETRY_INTERVAL=500ms", "OUTBOXD_MAX_RETRIES=0", NULL};
+	kafka_e2e_brokers(mock, brokers);
+	/* librdkafka keeps a message up to message.timeout.ms (30 s): each attempt still
+	 * ends at the subscription's timeout, 1 s for the immediate tries */
+	const char *env[] = {brokers, "OUTBOXD_RETRY_INTERVAL=500ms", "OUTBOXD_MAX_RETRIES=0",
+			     NULL};
 	assert_int_equal(kafka_mock_command(mock, "topic outage 1"), 0);
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	e2e_create_sub(&dmn, sub, "{\"name\":\"outage\",\"event_types\":[\"*\"],"
@@ -447,6 +397,21 @@ static void test_broker_down_mid_publish(void **state)
 	assert_true(code == 503 || code == 504);
 	assert_non_null(json_string_value(json_object_get(err, "message")));
 	assert_non_null(json_object_get(d, "next_attempt_at"));
+	json_decref(d);
+	/* an attempt with no acknowledgement ends at its timeout, recorded as 504 */
+	d = e2e_get(&dmn, "/v1/deliveries/%s", dids[0]);
+	json_t *att = json_object_get(d, "attempts");
+	int timed_out = 0;
+	for (size_t i = 0; i < json_array_size(att); i++) {
+		json_t *a = json_array_get(att, i);
+		if (json_integer_value(json_object_get(a, "code")) != 504)
+			continue;
+		timed_out = 1;
+		assert_non_null(strstr(json_string_value(json_object_get(a, "cause")),
+				       "within the attempt's timeout"));
+		assert_true(json_integer_value(json_object_get(a, "duration_ms")) < 10000);
+	}
+	assert_true(timed_out);
 	json_decref(d);
 
 	assert_int_equal(kafka_mock_command(mock, "up 1"), 0);
@@ -486,25 +451,18 @@ static void test_dead_letter_topic_round_trip(void **state)
 	struct env_spec s = {.id = "0190a0b0-0000-7000-8002-000000000001", .type = "job.done",
 			     .endpoint = url, .payload = "{\"job\":1}", .payload_len = 9,
 			     .auth = OUTBOXD__V1__AUTH_TYPE__BASIC_AUTH, .user = "u", .pass = "dlt-pass"};
-	void *v = encode(&s, &len);
+	void *v = kafka_e2e_encode(&s, &len);
 	assert_int_equal(kcat_produce(kafka_mock_bootstrap(mock), "jobs", NULL, v, len, NULL), 0);
 	free(v);
 
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=jobs,jobs.dlt:dlt",
 			     "OUTBOXD_KAFKA_DEAD_LETTER={topic}.dlt", "OUTBOXD_IMMEDIATE_TRIES=1",
 			     "OUTBOXD_MAX_RETRIES=1", "OUTBOXD_RETRY_INTERVAL=500ms", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 
 	/* the first delivery is exhausted: dead in outboxd's DLQ */
-	json_t *page = NULL;
-	for (int i = 0; i < 200; i++) {
-		json_decref(page);
-		page = e2e_get(&dmn, "/v1/dlq?source=kafka:jobs");
-		if (json_array_size(json_object_get(page, "items")) == 1)
-			break;
-		usleep(100 * 1000);
-	}
+	json_t *page = kafka_e2e_wait_items(&dmn, 1, 20000, "/v1/dlq?source=kafka:jobs");
 	assert_int_equal(json_array_size(json_object_get(page, "items")), 1);
 	json_decref(page);
 
@@ -517,14 +475,8 @@ static void test_dead_letter_topic_round_trip(void **state)
 	kcat_msgs_free(msgs, got);
 
 	/* ... consumed by the dlt intake, retried on the schedule, and PROCESSED */
-	json_t *dl = NULL;
-	for (int i = 0; i < 200; i++) {
-		json_decref(dl);
-		dl = e2e_get(&dmn, "/v1/deliveries?source=kafka:jobs.dlt&status=PROCESSED");
-		if (json_array_size(json_object_get(dl, "items")) == 1)
-			break;
-		usleep(100 * 1000);
-	}
+	json_t *dl = kafka_e2e_wait_items(&dmn, 1, 20000,
+					  "/v1/deliveries?source=kafka:jobs.dlt&status=PROCESSED");
 	assert_int_equal(json_array_size(json_object_get(dl, "items")), 1);
 	const char *id = json_string_value(json_object_get(json_array_get(json_object_get(dl, "items"), 0), "id"));
 	json_t *d = e2e_get(&dmn, "/v1/deliveries/%s", id);
@@ -536,9 +488,9 @@ static void test_dead_letter_topic_round_trip(void **state)
 	/* the envelope's own auth went along all the way */
 	json_t *reqs = receiver_requests(&rcv, "/flaky");
 	assert_int_equal(json_array_size(reqs), 3);
-	char *basic = b64("u:dlt-pass", 10), want[64];
+	char *basic = kafka_e2e_b64("u:dlt-pass", 10), want[64];
 	snprintf(want, sizeof(want), "Basic %s", basic);
-	assert_string_equal(header_of(json_array_get(reqs, 2), "authorization"), want);
+	assert_string_equal(kafka_e2e_header(json_array_get(reqs, 2), "authorization"), want);
 	free(basic);
 	json_decref(reqs);
 }
@@ -550,7 +502,7 @@ static void test_bad_input(void **state)
 	(void)state;
 	char brokers[256], url[128], log[512];
 	/* an unknown intake format stops the start, naming it */
-	kafka_env(brokers, NULL);
+	kafka_e2e_brokers(mock, brokers);
 	const char *bad[] = {brokers, "OUTBOXD_KAFKA_INTAKE=orders:xml", NULL};
 	assert_int_equal(daemon_start(&dmn, bad), -1);
 	FILE *f = fopen(daemon_log_path(&dmn, log, sizeof(log)), "r");
@@ -593,33 +545,42 @@ static void test_bad_input(void **state)
 	struct env_spec u = {.id = "0190a0b0-0000-7000-8003-000000000002", .type = "odd.auth",
 			     .endpoint = url, .payload = "{}", .payload_len = 2,
 			     .auth = (Outboxd__V1__AuthType)9};
+	/* an event.id that could not be a webhook-id header (it would split the request) */
+	struct env_spec h = {.id = "evil\r\nX-Injected: 1", .type = "odd.id", .endpoint = url,
+			     .payload = "{}", .payload_len = 2};
 	struct env_spec ok = {.id = "0190a0b0-0000-7000-8003-000000000003", .type = "odd.fine",
 			      .endpoint = url, .payload = "{\"fine\":1}", .payload_len = 10};
-	size_t lens[3];
-	void *values[3] = {encode(&s, &lens[0]), encode(&u, &lens[1]), encode(&ok, &lens[2])};
-	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 3,
+	size_t lens[4];
+	void *values[4] = {kafka_e2e_encode(&s, &lens[0]), kafka_e2e_encode(&u, &lens[1]),
+			   kafka_e2e_encode(&h, &lens[2]), kafka_e2e_encode(&ok, &lens[3])};
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 4,
 					   (const void *const *)values, lens, NULL), 0);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=odd", "OUTBOXD_MAX_PAYLOAD=1024", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	assert_int_equal(receiver_wait_count(&rcv, "/odd", 1, 20000), 0);
 	json_t *dlq = e2e_get(&dmn, "/v1/dlq?source=kafka:odd");
 	json_t *items = json_object_get(dlq, "items");
-	assert_int_equal(json_array_size(items), 2);
-	int saw_big = 0, saw_auth = 0;
-	for (size_t i = 0; i < 2; i++) {
+	assert_int_equal(json_array_size(items), 3);
+	int saw_big = 0, saw_auth = 0, saw_id = 0;
+	for (size_t i = 0; i < 3; i++) {
 		json_t *err = json_object_get(json_array_get(items, i), "last_error");
 		const char *cause = json_string_value(json_object_get(err, "cause"));
 		assert_int_equal(json_integer_value(json_object_get(err, "code")), 422);
 		saw_big |= strstr(cause, "over max_payload") != NULL;
 		saw_auth |= strstr(cause, "auth.type 9 is not a known AuthType") != NULL;
+		saw_id |= strstr(cause, "event.id must be") != NULL;
 	}
-	assert_true(saw_big && saw_auth);
+	assert_true(saw_big && saw_auth && saw_id);
+	json_t *fine = receiver_requests(&rcv, "/odd");
+	assert_int_equal(json_array_size(fine), 1);
+	assert_string_equal(kafka_e2e_header(json_array_get(fine, 0), "webhook-id"), ok.id);
+	json_decref(fine);
 	json_decref(dlq);
 	/* the subscriptions of envelopes are outboxd's own */
 	json_decref(api_call(&dmn, "POST", "/v1/subscriptions",
 			     "{\"name\":\"x\",\"event_types\":[],\"endpoint\":\"https://h.example/\","
 			     "\"origin\":\"kafka_envelope\"}", 400));
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		free(values[i]);
 }
 

@@ -399,8 +399,11 @@ static void test_exponential_burst_and_default_retries(void **state)
 	}
 	fprintf(stderr, "burst: 200 retries spread over %lld ms, at most %d in one second\n",
 		(long long)(hi - lo), most);
-	assert_true(hi - lo >= 8000); /* the window is 10 s wide */
-	assert_true(hi - lo <= 11000);
+	/* the window is 10 s wide; the burst's first tries themselves take a moment more
+	 * (flow control starts a new endpoint at a few requests at once, and a busy machine
+	 * is slower) */
+	assert_true(hi - lo >= 8000);
+	assert_true(hi - lo <= 13000);
 	assert_true(most <= 40);
 	json_decref(page);
 

@@ -586,7 +586,7 @@ static void test_codec_results(void **state)
 		 .last_code = -1, .attempts = atts, .n_attempts = 2},
 		{.delivery_id = "0190a000-0000-7000-8000-000000000004", .status = DELIVERY_FAILED,
 		 .replay = 1, .attempt_count = 7, .retry_count = 3, .next_attempt_at = 1700000000000,
-		 .last_code = 410, .last_message = "gone"},
+		 .last_code = 410, .last_message = "gone", .dead_letter = 1},
 	};
 	struct store_result *out = NULL;
 	void *rec = NULL;
@@ -608,7 +608,9 @@ static void test_codec_results(void **state)
 	assert_string_equal(out[0].attempts[0].cause, "upstream down");
 	assert_int_equal(out[0].attempts[1].duration_ms, 3);
 	assert_null(out[0].attempts[1].message);
+	assert_int_equal(out[0].dead_letter, 0);
 	assert_int_equal(out[1].status, DELIVERY_FAILED);
+	assert_int_equal(out[1].dead_letter, 1);
 	assert_int_equal(out[1].replay, 1);
 	assert_int_equal(out[1].retry_count, 3);
 	assert_int_equal(out[1].next_attempt_at, 1700000000000);

@@ -675,6 +675,128 @@ static void test_claim_leases(void **state)
 	assert_int_equal(store_claim_due(t->st, now, MINUTE_MS, 0, &c3, &n3), STORE_INVALID);
 }
 
+/* An event's id upstream (webhook_id) and a delivery whose first round is scheduled
+ * (starts_scheduled): stored, read back, and carried in claims and hand-off claims; an
+ * event without them reads NULL and 0. */
+static void test_event_identity_and_scheduled_start(void **state)
+{
+	struct t *t = *state;
+	int64_t now = clock_now_ms();
+	struct store_event_in ev[3] = {
+		{ /* a dead-letter topic's message: NEW, first tried by the scheduled layer */
+			.event_type = "user.created", .source = "kafka:users.dlt",
+			.source_event_id = "up-1/sub-a", .webhook_id = "up-1",
+			.content_type = "application/json", .payload = "{}", .payload_len = 2,
+			.created_at = now - 10, .first_due_at = now - 5, .starts_scheduled = 1,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+		{ /* an envelope's event with no key of its own and no other state */
+			.event_type = "user.created", .source = "kafka:users",
+			.webhook_id = "up-2", .content_type = "application/json", .payload = "{}",
+			.payload_len = 2, .created_at = now - 10,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+		{
+			.event_type = "user.created", .content_type = "application/json",
+			.payload = "{}", .payload_len = 2, .created_at = now - 10,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+	};
+	struct store_claim *c = NULL, handed;
+	struct store_event got;
+	size_t n;
+
+	for (int i = 0; i < 3; i++)
+		uuid_v7(ev[i].id);
+	assert_int_equal(store_ingest(t->st, ev, 3), STORE_OK);
+	struct store_delivery *d = deliveries_of(t, ev[0].id, 1);
+	assert_int_equal(d[0].status, DELIVERY_NEW);
+	assert_int_equal(d[0].next_attempt_at, now - 5);
+	store_deliveries_free(d, 1);
+
+	n = claim_n(t, now, MINUTE_MS, 10, &c);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		int k = strcmp(c[i].event_id, ev[0].id) == 0 ? 0
+			: strcmp(c[i].event_id, ev[1].id) == 0 ? 1 : 2;
+		assert_int_equal(c[i].status, DELIVERY_NEW);
+		assert_int_equal(c[i].starts_scheduled, k == 0);
+		if (k == 2) {
+			assert_null(c[i].webhook_id);
+			assert_string_equal(store_claim_webhook_id(&c[i]), ev[2].id);
+		} else {
+			assert_string_equal(c[i].webhook_id, k == 0 ? "up-1" : "up-2");
+			assert_string_equal(store_claim_webhook_id(&c[i]), c[i].webhook_id);
+		}
+		assert_memory_equal(c[i].payload, "{}", 2);
+	}
+	store_claims_free(c, n);
+
+	assert_int_equal(store_event_get(t->st, ev[0].id, &got), STORE_OK);
+	assert_string_equal(got.webhook_id, "up-1");
+	assert_string_equal(got.source_event_id, "up-1/sub-a");
+	store_event_free(&got);
+	assert_int_equal(store_event_get(t->st, ev[2].id, &got), STORE_OK);
+	assert_null(got.webhook_id);
+	store_event_free(&got);
+
+	/* the hand-off builds its claim from the event in memory, alike */
+	char did[1][UUID_STR_LEN] = {"0190a0b0-0000-7000-8000-00000000d001"};
+	ev[1].delivery_ids = did;
+	assert_int_equal(store_claim_of_event(&ev[1], 0, &handed), 0);
+	assert_string_equal(handed.webhook_id, "up-2");
+	assert_int_equal(handed.starts_scheduled, 0);
+	free(handed.event_type); /* the start of the claim's one allocation */
+}
+
+/* A dead result marked for the dead-letter topic is listed, with its event and last
+ * error, until it is marked done; other results are not listed. */
+static void test_dead_letter_marks(void **state)
+{
+	struct t *t = *state;
+	char ids[2][UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_dead_letter *dl = NULL;
+	size_t n;
+
+	ingest_one(t, "job.done", t->t0, 1, ids[0]);
+	ingest_one(t, "job.done", t->t0 + 1, 1, ids[1]);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 2);
+	struct store_attempt a = {.n = 1, .kind = ATTEMPT_IMMEDIATE, .started_at = t->t0,
+				  .duration_ms = 5, .code = 500, .message = "HTTP 500"};
+	struct store_result r[2] = {
+		{.delivery_id = c[0].delivery_id, .status = DELIVERY_FAILED, .attempt_count = 1,
+		 .last_code = 500, .last_message = "HTTP 500", .last_cause = "busy",
+		 .attempts = &a, .n_attempts = 1, .dead_letter = 1},
+		{.delivery_id = c[1].delivery_id, .status = DELIVERY_PROCESSED, .attempt_count = 1,
+		 .processed_at = clock_now_ms(), .attempts = &a, .n_attempts = 1},
+	};
+	assert_int_equal(store_record_results(t->st, r, 2), STORE_OK);
+	assert_int_equal(store_dead_letters(t->st, 10, &dl, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(dl[0].claim.delivery_id, c[0].delivery_id);
+	assert_string_equal(dl[0].claim.event_id, c[0].event_id);
+	assert_string_equal(dl[0].claim.subscription_id, t->subs[0]);
+	assert_string_equal(dl[0].claim.event_type, "job.done");
+	assert_memory_equal(dl[0].claim.payload, "{\"n\":1}", 7);
+	assert_int_equal(dl[0].claim.attempt_count, 1);
+	assert_int_equal(dl[0].last_code, 500);
+	assert_string_equal(dl[0].last_message, "HTTP 500");
+	assert_string_equal(dl[0].last_cause, "busy");
+	const char done[1][UUID_STR_LEN];
+	memcpy((char *)done[0], dl[0].claim.delivery_id, UUID_STR_LEN);
+	store_dead_letters_free(dl, n);
+	assert_int_equal(store_dead_letters_done(t->st, done, 1), STORE_OK);
+	assert_int_equal(store_dead_letters(t->st, 10, &dl, &n), STORE_OK);
+	assert_int_equal(n, 0);
+	store_dead_letters_free(dl, n);
+	store_claims_free(c, 2);
+}
+
 static void test_expired_lease_is_reclaimable(void **state)
 {
 	struct t *t = *state;
@@ -1675,7 +1797,11 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	/* Make it look like a database from before migration 6 (without what later
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-	sqlite_exec_ok(conn, "DROP TABLE store_meta; DROP TABLE tokens; DROP INDEX deliveries_order;"
+	sqlite_exec_ok(conn, "DROP INDEX deliveries_dead_letter_pending;"
+			     "ALTER TABLE deliveries DROP COLUMN dead_letter_pending;"
+			     "ALTER TABLE events DROP COLUMN webhook_id;"
+			     "ALTER TABLE deliveries DROP COLUMN starts_scheduled;"
+			     "DROP TABLE store_meta; DROP TABLE tokens; DROP INDEX deliveries_order;"
 			     "DROP INDEX deliveries_failing;"
 			     "ALTER TABLE deliveries DROP COLUMN failing_since;"
 			     "DROP INDEX deliveries_blocked;"
@@ -2723,6 +2849,8 @@ int main(void)
 		T(test_ingest_many),
 		T(test_ingest_is_atomic),
 		T(test_claim_leases),
+		T(test_event_identity_and_scheduled_start),
+		T(test_dead_letter_marks),
 		T(test_expired_lease_is_reclaimable),
 		T(test_record_success),
 		T(test_record_many),

@@ -14,6 +14,9 @@
  *   down ID / up ID         take broker ID (1..N) down or bring it back: down closes its
  *                           connections and refuses new ones, so clients see transport
  *                           errors until `up`
+ *   produce-error CODE [N]  the next N (1) Produce requests fail with Kafka error CODE
+ *                           (45, OUT_OF_ORDER_SEQUENCE_NUMBER: fatal to an idempotent
+ *                           producer whose first request in flight it answers)
  *   quit                    exit (so does EOF on stdin, and SIGTERM)
  * Topics not created first are created on first use by a producer or a consumer's
  * metadata request, with the mock's default partition count. */
@@ -88,7 +91,7 @@ int main(int argc, char **argv)
 
 	while (!stop && fgets(line, sizeof(line), stdin)) {
 		char name[256];
-		int a = 0;
+		int a = 0, count = 1;
 		line[strcspn(line, "\r\n")] = '\0';
 		if (strcmp(line, "quit") == 0)
 			break;
@@ -98,11 +101,21 @@ int main(int argc, char **argv)
 		} else if (sscanf(line, "down %d", &a) == 1 && a >= 1 && a <= brokers) {
 			rd_kafka_resp_err_t err = rd_kafka_mock_broker_set_down(mc, a);
 			printf(err ? "error: %s\n" : "ok\n", rd_kafka_err2str(err));
+		} else if (sscanf(line, "produce-error %d %d", &a, &count) >= 1 && a > 0) {
+			rd_kafka_resp_err_t errs[16];
+			if (count < 1 || count > 16)
+				count = 1;
+			for (int i = 0; i < count; i++)
+				errs[i] = (rd_kafka_resp_err_t)a;
+			rd_kafka_mock_push_request_errors_array(mc, 0 /* Produce */, (size_t)count,
+								errs);
+			printf("ok\n");
 		} else if (sscanf(line, "up %d", &a) == 1 && a >= 1 && a <= brokers) {
 			rd_kafka_resp_err_t err = rd_kafka_mock_broker_set_up(mc, a);
 			printf(err ? "error: %s\n" : "ok\n", rd_kafka_err2str(err));
 		} else {
-			printf("error: unknown command \"%s\" (topic NAME N, down ID, up ID, quit)\n",
+			printf("error: unknown command \"%s\" (topic NAME N, down ID, up ID, "
+			       "produce-error CODE [N], quit)\n",
 			       line);
 		}
 	}

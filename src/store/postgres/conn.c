@@ -70,10 +70,12 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  AND next_attempt_at <= $3 AND " ORDERING_SQL
 		"  ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)"
 		" RETURNING d.id, d.event_id, d.subscription_id, d.status, d.replay,"
-		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions)"
+		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions,"
+		"  d.starts_scheduled)"
 		" SELECT c.id, c.event_id, c.subscription_id, c.status, c.replay, c.attempt_count,"
 		" c.retry_count, e.event_type, e.content_type, e.payload, e.created_at,"
-		" e.traceparent, c.delay_actions, e.source, e.source_event_id, e.partition_key"
+		" e.traceparent, c.delay_actions, e.source, e.source_event_id, e.partition_key,"
+		" c.starts_scheduled, e.webhook_id"
 		" FROM c JOIN outboxd.events e ON e.id = c.event_id"
 		" ORDER BY c.next_attempt_at, c.id",
 	/* Deliveries waiting for an earlier one of their key do not count: the claim
@@ -89,9 +91,10 @@ const char *const pg_sql_of[S_COUNT] = {
 		"WITH r AS ("
 		" SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int4[], $5::int4[],"
 		"  $6::int8[], $7::int8[], $8::bool[], $9::int4[], $10::text[], $11::text[],"
-		"  $22::int4[])"
+		"  $22::int4[], $23::bool[])"
 		"  AS u(id, status, replay, attempt_count, retry_count, next_attempt_at,"
-		"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions)),"
+		"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions,"
+		"  dead_letter)),"
 		" upd AS ("
 		" UPDATE outboxd.deliveries d SET status = r.status, replay = r.replay,"
 		"  attempt_count = r.attempt_count, retry_count = r.retry_count,"
@@ -102,6 +105,7 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  lease_owner = NULL, lease_until = NULL, delay_actions = r.delay_actions,"
 		"  failing_since = CASE WHEN r.status = 'FAILED'"
 		"   THEN COALESCE(d.failing_since, $12) END,"
+		"  dead_letter_pending = d.dead_letter_pending OR r.dead_letter,"
 		"  updated_at = $12"
 		" FROM r WHERE d.id = r.id AND d.lease_owner = $13"
 		" RETURNING d.id, d.subscription_id, d.order_key, d.status, d.next_attempt_at),"
@@ -155,7 +159,7 @@ const char *const pg_sql_of[S_COUNT] = {
 		" WHERE lease_until IS NOT NULL AND (lease_owner = $1 OR lease_until < $2)",
 	[S_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
-		" payload, created_at FROM outboxd.events WHERE id = $1",
+		" payload, created_at, webhook_id FROM outboxd.events WHERE id = $1",
 	[S_EVENT_DELIVERIES] =
 		"SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE event_id = $1"
 		" ORDER BY created_at, id",
@@ -570,6 +574,8 @@ const struct store_ops store_pg_ops = {
 	.claim_due = pg_claim_due,
 	.next_due = pg_next_due,
 	.record_results = pg_record_results,
+	.dead_letters = pg_dead_letters,
+	.dead_letters_done = pg_dead_letters_done,
 	.reap_leases = pg_reap_leases,
 	.order_sweep = pg_order_sweep,
 	.release_all = pg_release_all,

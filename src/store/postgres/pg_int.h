@@ -115,26 +115,27 @@ enum stmt {
 #define INGEST_SQL(CONFLICT) \
 		"WITH ev AS (" \
 		" INSERT INTO outboxd.events(id, event_type, source, source_event_id," \
-		"  partition_key, content_type, payload, created_at, traceparent)" \
+		"  partition_key, content_type, payload, created_at, traceparent, webhook_id)" \
 		" SELECT u.id, u.event_type, u.source, u.source_event_id, u.partition_key," \
-		"  u.content_type, u.payload, u.created_at, u.traceparent" \
+		"  u.content_type, u.payload, u.created_at, u.traceparent, u.webhook_id" \
 		" FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]," \
-		"  $6::text[], $7::bytea[], $8::int8[], $15::text[]) WITH ORDINALITY AS u(id," \
-		"  event_type, source, source_event_id, partition_key, content_type, payload," \
-		"  created_at, traceparent, ord)" \
+		"  $6::text[], $7::bytea[], $8::int8[], $15::text[], $23::text[]) WITH ORDINALITY" \
+		"  AS u(id, event_type, source, source_event_id, partition_key, content_type," \
+		"  payload, created_at, traceparent, webhook_id, ord)" \
 		" ORDER BY u.ord" \
 		CONFLICT " DO NOTHING RETURNING id)," \
 		" dl AS (" \
 		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status," \
 		"  next_attempt_at, last_code, last_message, last_cause, created_at, updated_at," \
-		"  order_key, lease_until, lease_owner)" \
+		"  order_key, lease_until, lease_owner, starts_scheduled)" \
 		" SELECT v.id, v.event_id, v.subscription_id, v.event_type, v.status, v.next," \
 		"  v.code, v.message, v.cause, v.due, v.due, k.partition_key, v.lease," \
-		"  CASE WHEN v.lease IS NULL THEN NULL ELSE $22::text END" \
+		"  CASE WHEN v.lease IS NULL THEN NULL ELSE $22::text END, v.sched" \
 		" FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::int8[]," \
-		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[], $21::int8[])" \
+		"  $16::text[], $17::int8[], $18::int4[], $19::text[], $20::text[], $21::int8[]," \
+		"  $24::bool[])" \
 		"  AS v(id, event_id, subscription_id, event_type, due, status, next, code," \
-		"  message, cause, lease)" \
+		"  message, cause, lease, sched)" \
 		" JOIN unnest($1::text[], $5::text[]) AS k(id, partition_key) ON k.id = v.event_id" \
 		" WHERE v.event_id IN (SELECT id FROM ev))," \
 		" moved AS (DELETE FROM outboxd.outbox WHERE id = ANY($14::int8[]))" \
@@ -212,6 +213,8 @@ struct ingest_arrays {
 	                                hand-off's lease_until, NULL when not leased) */
 	struct pgarr outbox_ids;     /* $14 */
 	struct pgarr traceparent;    /* $15: the events' trace context */
+	struct pgarr webhook_id;     /* $23: the events' upstream ids */
+	struct pgarr starts_scheduled; /* $24: per delivery */
 };
 
 
@@ -408,6 +411,10 @@ int pg_tx_end(struct pg *pg, struct pgconn *c, int rc);
 /* ---- write.c --------------------------------------------------------------- */
 
 int pg_ingest(store *st, struct store_event_in *events, size_t n);
+
+int pg_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
+
+int pg_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
 
 int pg_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 			   size_t *relayed);

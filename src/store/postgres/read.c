@@ -127,7 +127,8 @@ static int read_event(const PGresult *res, int row, void *out)
 	ev->payload = malloc(ev->payload_len + 1);
 	if (!ev->payload || pg_get_dup(res, row, 1, &ev->event_type) ||
 	    pg_get_dup(res, row, 2, &ev->source) || pg_get_dup(res, row, 3, &ev->source_event_id) ||
-	    pg_get_dup(res, row, 4, &ev->partition_key) || pg_get_dup(res, row, 5, &ev->content_type)) {
+	    pg_get_dup(res, row, 4, &ev->partition_key) || pg_get_dup(res, row, 5, &ev->content_type) ||
+	    pg_get_dup(res, row, 8, &ev->webhook_id)) {
 		store_event_free(ev);
 		return -1;
 	}

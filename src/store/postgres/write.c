@@ -34,6 +34,8 @@ static void ingest_arrays_init(struct ingest_arrays *a)
 		pg_arr_init(&a->dl[i], dl_oids[i]);
 	pg_arr_init(&a->outbox_ids, OID_INT8);
 	pg_arr_init(&a->traceparent, OID_TEXT);
+	pg_arr_init(&a->webhook_id, OID_TEXT);
+	pg_arr_init(&a->starts_scheduled, OID_BOOL);
 }
 
 static void ingest_arrays_free(struct ingest_arrays *a)
@@ -44,6 +46,8 @@ static void ingest_arrays_free(struct ingest_arrays *a)
 		pg_arr_free(&a->dl[i]);
 	pg_arr_free(&a->outbox_ids);
 	pg_arr_free(&a->traceparent);
+	pg_arr_free(&a->webhook_id);
+	pg_arr_free(&a->starts_scheduled);
 }
 
 /* Appends one event and its deliveries (created and due at due_at). The subscription
@@ -59,6 +63,7 @@ static void ingest_add(struct ingest_arrays *a, struct store_event_in *ev, int64
 	pg_arr_add(&a->ev[6], ev->payload, ev->payload_len);
 	pg_arr_i64(&a->ev[7], ev->created_at);
 	pg_arr_text(&a->traceparent, ev->traceparent);
+	pg_arr_text(&a->webhook_id, ev->webhook_id);
 	for (size_t i = 0; i < ev->n_subscriptions; i++) {
 		char id[UUID_STR_LEN];
 
@@ -87,12 +92,14 @@ static void ingest_add(struct ingest_arrays *a, struct store_event_in *ev, int64
 		} else {
 			pg_arr_null(&a->dl[10]);
 		}
+		pg_arr_bool(&a->starts_scheduled, ev->starts_scheduled);
 	}
 }
 
 static int ingest_arrays_failed(const struct ingest_arrays *a)
 {
-	int failed = a->outbox_ids.failed | a->traceparent.failed;
+	int failed = a->outbox_ids.failed | a->traceparent.failed | a->webhook_id.failed |
+		     a->starts_scheduled.failed;
 
 	for (int i = 0; i < 8; i++)
 		failed |= a->ev[i].failed;
@@ -187,6 +194,8 @@ static int ingest_run(struct pg *pg, struct pgconn *c, const char *owner,
 	for (int i = 5; i < 11; i++)
 		pg_p_arr(&p, &a->dl[i]);
 	pg_p_text(&p, owner);
+	pg_p_arr(&p, &a->webhook_id);
+	pg_p_arr(&p, &a->starts_scheduled);
 	if (ingest_arrays_failed(a))
 		return STORE_ERROR;
 	res = pg_run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);
@@ -316,6 +325,8 @@ static int fill_claim(const PGresult *r, int row, struct store_claim *c)
 		.seid_len = PQgetisnull(r, row, 14) ? 0 : (size_t)PQgetlength(r, row, 14),
 		.partition_key = PQgetisnull(r, row, 15) ? NULL : PQgetvalue(r, row, 15),
 		.pkey_len = PQgetisnull(r, row, 15) ? 0 : (size_t)PQgetlength(r, row, 15),
+		.webhook_id = PQgetisnull(r, row, 17) ? NULL : PQgetvalue(r, row, 17),
+		.wid_len = PQgetisnull(r, row, 17) ? 0 : (size_t)PQgetlength(r, row, 17),
 	};
 
 	pg_get_id(r, row, 0, c->delivery_id);
@@ -330,6 +341,7 @@ static int fill_claim(const PGresult *r, int row, struct store_claim *c)
 	snprintf(c->traceparent, sizeof(c->traceparent), "%s",
 		 PQgetisnull(r, row, 11) ? "" : PQgetvalue(r, row, 11));
 	c->delay_actions = (int)pg_get_int(r, row, 12);
+	c->starts_scheduled = (int)pg_get_int(r, row, 16);
 	return store_claim_fill(c, &e);
 }
 
@@ -396,7 +408,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	static const uint32_t a_oids[8] = {OID_TEXT, OID_INT4, OID_TEXT, OID_INT8, OID_INT8,
 		OID_INT4, OID_TEXT, OID_TEXT};
 	struct pg *pg = pg_of(st);
-	struct pgarr r[11], a[8], delays;
+	struct pgarr r[11], a[8], delays, dead_letter;
 	struct params p = {0};
 	PGresult *res = NULL;
 	struct pgconn *c;
@@ -408,6 +420,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	for (int i = 0; i < 8; i++)
 		pg_arr_init(&a[i], a_oids[i]);
 	pg_arr_init(&delays, OID_INT4);
+	pg_arr_init(&dead_letter, OID_BOOL);
 	for (size_t i = 0; i < n; i++) {
 		const struct store_result *x = &results[i];
 
@@ -417,6 +430,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 		pg_arr_i32(&r[3], x->attempt_count);
 		pg_arr_i32(&r[4], x->retry_count);
 		pg_arr_i32(&delays, x->delay_actions);
+		pg_arr_bool(&dead_letter, x->dead_letter);
 		pg_arr_time(&r[5], x->next_attempt_at);
 		pg_arr_time(&r[6], x->processed_at);
 		/* No error code means no error: message and cause are not kept either; -1
@@ -455,7 +469,8 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 		failed |= a[i].failed;
 	}
 	pg_p_arr(&p, &delays);
-	failed |= delays.failed;
+	pg_p_arr(&p, &dead_letter);
+	failed |= delays.failed | dead_letter.failed;
 	rc = STORE_ERROR;
 	if (!failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
 		res = pg_run(pg, c, S_RESULTS, &p, &rc);
@@ -474,6 +489,97 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	for (int i = 0; i < 8; i++)
 		pg_arr_free(&a[i]);
 	pg_arr_free(&delays);
+	pg_arr_free(&dead_letter);
+	return rc;
+}
+
+/* ---- dead-letter marks ----------------------------------------------------- */
+
+int pg_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n)
+{
+	static const char sql[] =
+		"SELECT d.id, d.event_id, d.subscription_id, d.attempt_count, d.last_code,"
+		" d.last_message, d.last_cause, e.event_type, e.content_type, e.payload,"
+		" e.created_at, e.traceparent, e.source, e.source_event_id, e.partition_key,"
+		" e.webhook_id FROM outboxd.deliveries d JOIN outboxd.events e ON e.id = d.event_id"
+		" WHERE d.dead_letter_pending ORDER BY d.id LIMIT $1";
+	struct pg *pg = pg_of(st);
+	struct store_dead_letter *out = NULL;
+	struct params p = {0};
+	struct pgconn *c;
+	size_t count = 0, filled = 0;
+	int rc;
+
+	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+		return rc;
+	pg_p_i64(&p, (int64_t)limit);
+	PGresult *res = pg_run_sql(pg, c, sql, &p, &rc);
+	pg_give(c);
+	if (!res)
+		return rc;
+	count = (size_t)PQntuples(res);
+	if (count && !(out = calloc(count, sizeof(*out))))
+		rc = STORE_ERROR;
+	for (int r = 0; out && filled < count; filled++, r++) {
+		struct store_dead_letter *x = &out[filled];
+		struct store_claim *cl = &x->claim;
+#define OPT(col) (PQgetisnull(res, r, col) ? NULL : PQgetvalue(res, r, col))
+#define LEN(col) (PQgetisnull(res, r, col) ? 0 : (size_t)PQgetlength(res, r, col))
+		struct store_claim_event e = {
+			.event_type = PQgetvalue(res, r, 7), .type_len = LEN(7),
+			.content_type = PQgetvalue(res, r, 8), .ctype_len = LEN(8),
+			.payload = PQgetvalue(res, r, 9), .payload_len = LEN(9),
+			.source = PQgetvalue(res, r, 12), .source_len = LEN(12),
+			.source_event_id = OPT(13), .seid_len = LEN(13),
+			.partition_key = OPT(14), .pkey_len = LEN(14),
+			.webhook_id = OPT(15), .wid_len = LEN(15),
+		};
+#undef OPT
+#undef LEN
+		pg_get_id(res, r, 0, cl->delivery_id);
+		pg_get_id(res, r, 1, cl->event_id);
+		pg_get_id(res, r, 2, cl->subscription_id);
+		cl->status = DELIVERY_FAILED;
+		cl->attempt_count = (int)pg_get_int(res, r, 3);
+		x->last_code = (int)pg_get_int(res, r, 4);
+		cl->event_created_at = pg_get_int(res, r, 10);
+		snprintf(cl->traceparent, sizeof(cl->traceparent), "%s",
+			 PQgetisnull(res, r, 11) ? "" : PQgetvalue(res, r, 11));
+		if (store_claim_fill(cl, &e) || pg_get_dup(res, r, 5, &x->last_message) ||
+		    pg_get_dup(res, r, 6, &x->last_cause)) {
+			filled++;
+			rc = STORE_ERROR;
+			break;
+		}
+	}
+	PQclear(res);
+	if (rc != STORE_OK) {
+		store_dead_letters_free(out, filled);
+		return rc;
+	}
+	*items = out;
+	*n = count;
+	return STORE_OK;
+}
+
+int pg_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	struct pgarr arr;
+	struct pgconn *c;
+	int rc = STORE_ERROR;
+
+	pg_arr_init(&arr, OID_TEXT);
+	for (size_t i = 0; i < n; i++)
+		pg_arr_text(&arr, ids[i]);
+	pg_p_arr(&p, &arr);
+	if (!arr.failed && (c = pg_take(pg, ROLE_JOBS, &rc))) {
+		PQclear(pg_run_sql(pg, c, "UPDATE outboxd.deliveries SET dead_letter_pending = false"
+				   " WHERE id = ANY($1::text[])", &p, &rc));
+		pg_give(c);
+	}
+	pg_arr_free(&arr);
 	return rc;
 }
 

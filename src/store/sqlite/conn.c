@@ -108,8 +108,8 @@ static const char *const wsql[W_COUNT] = {
 	[W_EVENT_FIND_ID] = "SELECT id FROM events WHERE id = ?1",
 	[W_EVENT_INSERT] =
 		"INSERT INTO events(id, event_type, source, source_event_id, partition_key,"
-		" content_type, payload, created_at, traceparent)"
-		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+		" content_type, payload, created_at, traceparent, webhook_id)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
 	[W_DELIVERY_INSERT] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
 		" next_attempt_at, created_at, updated_at, order_key, lease_owner, lease_until)"
@@ -118,8 +118,8 @@ static const char *const wsql[W_COUNT] = {
 	[W_DELIVERY_INSERT_STATE] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
 		" next_attempt_at, last_code, last_message, last_cause, created_at, updated_at,"
-		" order_key)"
-		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
+		" order_key, starts_scheduled)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
 	/* A delivery of an ordered subscription waits while an earlier one of its key is
 	 * not done (ORDERING_SQL, sqlite_int.h). */
 	[W_CLAIM] =
@@ -129,10 +129,10 @@ static const char *const wsql[W_COUNT] = {
 		"  AND next_attempt_at <= ?3 AND " ORDERING_SQL
 		"  ORDER BY next_attempt_at LIMIT ?4)"
 		" RETURNING id, event_id, subscription_id, status, replay, attempt_count,"
-		" retry_count, next_attempt_at, delay_actions",
+		" retry_count, next_attempt_at, delay_actions, starts_scheduled",
 	[W_CLAIM_EVENT] =
 		"SELECT event_type, content_type, payload, created_at, traceparent, source,"
-		" source_event_id, partition_key FROM events WHERE id = ?1",
+		" source_event_id, partition_key, webhook_id FROM events WHERE id = ?1",
 	[W_RESULT] =
 		"UPDATE deliveries SET status = ?2, replay = ?3, attempt_count = ?4,"
 		" retry_count = ?5, next_attempt_at = ?6, processed_at = ?7,"
@@ -141,6 +141,7 @@ static const char *const wsql[W_COUNT] = {
 		" last_cause = CASE WHEN ?13 THEN last_cause ELSE ?10 END,"
 		" lease_owner = NULL, lease_until = NULL, delay_actions = ?14,"
 		" failing_since = CASE WHEN ?2 = 'FAILED' THEN COALESCE(failing_since, ?11) END,"
+		" dead_letter_pending = CASE WHEN ?15 THEN 1 ELSE dead_letter_pending END,"
 		" updated_at = ?11 WHERE id = ?1 AND lease_owner = ?12",
 	/* Per-key ordering: delivery ?1 is done (delivered or dead); the next one of its
 	 * key, when it is parked waiting its turn, is due at ?2. */
@@ -209,7 +210,7 @@ static const char *const rsql[R_COUNT] = {
 		" ORDER BY next_attempt_at LIMIT 1)",
 	[R_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
-		" payload, created_at FROM events WHERE id = ?1",
+		" payload, created_at, webhook_id FROM events WHERE id = ?1",
 	[R_EVENT_DELIVERIES] =
 		"SELECT " DELIVERY_COLUMNS " FROM deliveries WHERE event_id = ?1"
 		" ORDER BY created_at, id",
@@ -618,6 +619,8 @@ const struct store_ops store_sqlite_ops = {
 	.claim_due = sq_claim_due,
 	.next_due = sq_next_due,
 	.record_results = sq_record_results,
+	.dead_letters = sq_dead_letters,
+	.dead_letters_done = sq_dead_letters_done,
 	.reap_leases = sq_reap_leases,
 	.order_sweep = sq_order_sweep,
 	.release_all = sq_release_all,

@@ -30,7 +30,7 @@ static int read_event(sqlite3_stmt *s, void *row)
 	ev->payload = malloc(ev->payload_len + 1);
 	if (!ev->payload || sq_col_dup(s, 1, &ev->event_type) || sq_col_dup(s, 2, &ev->source) ||
 	    sq_col_dup(s, 3, &ev->source_event_id) || sq_col_dup(s, 4, &ev->partition_key) ||
-	    sq_col_dup(s, 5, &ev->content_type)) {
+	    sq_col_dup(s, 5, &ev->content_type) || sq_col_dup(s, 8, &ev->webhook_id)) {
 		if (!ev->payload)
 			sq_log_nomem();
 		store_event_free(ev);

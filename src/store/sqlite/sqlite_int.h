@@ -328,6 +328,10 @@ int sq_record_results(store *st, const struct store_result *results, size_t n);
 
 int sq_reap_leases(store *st, int64_t now_ms, size_t *n);
 
+int sq_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
+
+int sq_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
+
 int sq_release_all(store *st, size_t *n);
 
 #endif

@@ -68,6 +68,7 @@ static int insert_event(struct sq *sq, const char *owner, struct store_event_in 
 	sq_bind_payload(s, 7, ev->payload, ev->payload_len);
 	sqlite3_bind_int64(s, 8, ev->created_at);
 	sq_bind_text(s, 9, ev->traceparent);
+	sq_bind_text(s, 10, ev->webhook_id);
 	rc = sq_step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;
@@ -98,6 +99,7 @@ static int insert_event(struct sq *sq, const char *owner, struct store_event_in 
 			sq_bind_text(s, 9, ev->initial_cause);
 			sqlite3_bind_int64(s, 10, due_at);
 			sq_bind_text(s, 11, ev->partition_key);
+			sqlite3_bind_int(s, 12, ev->starts_scheduled ? 1 : 0);
 		} else {
 			sqlite3_bind_int64(s, 5, due_at);
 			sq_bind_text(s, 6, ev->partition_key);
@@ -223,7 +225,9 @@ int sq_ingest(store *st, struct store_event_in *events, size_t n)
 
 		if (!ev->created_at)
 			ev->created_at = now;
-		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev)) {
+		/* the grouped INSERT has no webhook_id: such an event goes alone */
+		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev) ||
+		    ev->webhook_id) {
 			rc = insert_event(sq, st->owner, ev, ev->created_at);
 			continue;
 		}
@@ -359,6 +363,8 @@ static int load_claim_event(struct sq *sq, struct store_claim *c)
 	e.seid_len = e.source_event_id ? (size_t)sqlite3_column_bytes(s, 6) : 0;
 	e.partition_key = (const char *)sqlite3_column_text(s, 7);
 	e.pkey_len = e.partition_key ? (size_t)sqlite3_column_bytes(s, 7) : 0;
+	e.webhook_id = (const char *)sqlite3_column_text(s, 8);
+	e.wid_len = e.webhook_id ? (size_t)sqlite3_column_bytes(s, 8) : 0;
 	if (!e.event_type || !e.content_type || store_claim_fill(c, &e)) {
 		sq_stmt_end(s);
 		return SQLITE_NOMEM;
@@ -409,6 +415,7 @@ int sq_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 		c->retry_count = sqlite3_column_int(s, 6);
 		rows[count].due = sqlite3_column_int64(s, 7);
 		c->delay_actions = sqlite3_column_int(s, 8);
+		c->starts_scheduled = sqlite3_column_int(s, 9);
 		count++;
 	}
 	if (rc != SQLITE_DONE) {
@@ -517,6 +524,7 @@ static int record_one(struct sq *sq, const char *owner, const struct store_resul
 	sqlite3_bind_int64(s, 11, now);
 	sqlite3_bind_text(s, 12, owner, -1, SQLITE_STATIC);
 	sqlite3_bind_int(s, 14, r->delay_actions);
+	sqlite3_bind_int(s, 15, r->dead_letter ? 1 : 0);
 	rc = sq_step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;
@@ -578,6 +586,111 @@ int sq_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *u
 	pthread_mutex_unlock(&sq->wmu);
 	if (rc != STORE_OK)
 		memset(renewed, 0, n);
+	return rc;
+}
+
+/* ---- dead-letter marks ----------------------------------------------------- */
+
+int sq_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n)
+{
+	static const char sql[] =
+		"SELECT d.id, d.event_id, d.subscription_id, d.attempt_count, d.last_code,"
+		" d.last_message, d.last_cause, e.event_type, e.content_type, e.payload,"
+		" e.created_at, e.traceparent, e.source, e.source_event_id, e.partition_key,"
+		" e.webhook_id FROM deliveries d JOIN events e ON e.id = d.event_id"
+		" WHERE d.dead_letter_pending = 1 ORDER BY d.id LIMIT ?1";
+	struct sq *sq = sq_of(st);
+	struct store_dead_letter *out = NULL;
+	sqlite3_stmt *s = NULL;
+	size_t count = 0, cap = 0;
+	int rc;
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
+	}
+	sqlite3_bind_int64(s, 1, (int64_t)limit);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_dead_letter *more = sq_grow(out, &cap, count, sizeof(*out));
+		if (!more) {
+			rc = sq_log_nomem();
+			goto out;
+		}
+		out = more;
+		struct store_dead_letter *x = &out[count];
+		struct store_claim *c = &x->claim;
+		memset(x, 0, sizeof(*x));
+		sq_col_id(s, 0, c->delivery_id);
+		sq_col_id(s, 1, c->event_id);
+		sq_col_id(s, 2, c->subscription_id);
+		c->status = DELIVERY_FAILED;
+		c->attempt_count = sqlite3_column_int(s, 3);
+		x->last_code = sqlite3_column_int(s, 4);
+		c->event_created_at = sqlite3_column_int64(s, 10);
+		if (sqlite3_column_type(s, 11) == SQLITE_TEXT)
+			snprintf(c->traceparent, sizeof(c->traceparent), "%s",
+				 (const char *)sqlite3_column_text(s, 11));
+		struct store_claim_event e = {
+			.event_type = (const char *)sqlite3_column_text(s, 7),
+			.type_len = (size_t)sqlite3_column_bytes(s, 7),
+			.content_type = (const char *)sqlite3_column_text(s, 8),
+			.ctype_len = (size_t)sqlite3_column_bytes(s, 8),
+			.payload = sqlite3_column_blob(s, 9),
+			.payload_len = (size_t)sqlite3_column_bytes(s, 9),
+			.source = (const char *)sqlite3_column_text(s, 12),
+			.source_len = (size_t)sqlite3_column_bytes(s, 12),
+			.source_event_id = (const char *)sqlite3_column_text(s, 13),
+			.seid_len = (size_t)sqlite3_column_bytes(s, 13),
+			.partition_key = (const char *)sqlite3_column_text(s, 14),
+			.pkey_len = (size_t)sqlite3_column_bytes(s, 14),
+			.webhook_id = (const char *)sqlite3_column_text(s, 15),
+			.wid_len = (size_t)sqlite3_column_bytes(s, 15),
+		};
+		if (!e.event_type || !e.content_type || store_claim_fill(c, &e) ||
+		    sq_col_dup(s, 5, &x->last_message) || sq_col_dup(s, 6, &x->last_cause)) {
+			count++; /* freed below with what it holds */
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		count++;
+	}
+	if (rc != SQLITE_DONE)
+		sq_log_stmt_error(s, rc);
+	else
+		rc = SQLITE_OK;
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_dead_letters_free(out, count);
+		return sq_store_code(rc);
+	}
+	*items = out;
+	*n = count;
+	return STORE_OK;
+}
+
+int sq_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	int rc;
+
+	rc = sq_wlock(sq);
+	if (rc == SQLITE_OK)
+		rc = sq_tx_begin(sq);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(sq->wdb, "UPDATE deliveries SET dead_letter_pending = 0"
+						 " WHERE id = ?1", -1, &s, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+		sqlite3_bind_text(s, 1, ids[i], -1, SQLITE_STATIC);
+		rc = sq_step_done(s);
+	}
+	sqlite3_finalize(s);
+	rc = sq_tx_end(sq, rc);
+	pthread_mutex_unlock(&sq->wmu);
 	return rc;
 }
 

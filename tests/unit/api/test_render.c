@@ -39,7 +39,13 @@ static void test_event_json_and_binary(void **state)
 	assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "payload"), "id")), 7);
 	assert_null(json_object_get(o, "payload_base64"));
 	assert_string_equal(str(o, "created_at"), "2025-11-21T10:04:15.123Z");
+	assert_string_equal(str(o, "webhook_id"), ev.id); /* no id upstream: its own */
 	json_decref(o);
+	ev.webhook_id = "upstream-7";
+	o = render_event(&ev);
+	assert_string_equal(str(o, "webhook_id"), "upstream-7");
+	json_decref(o);
+	ev.webhook_id = NULL;
 
 	/* bytes that are not JSON (a NUL, 0xff) travel as base64, byte for byte */
 	static const unsigned char bin[] = {0x00, 0xff, 'a', 0x10};

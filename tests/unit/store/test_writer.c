@@ -6,7 +6,8 @@
  * stopped and started again on the same store stores again. Outages come from the
  * store's fault injection (store_fault_set): refused result groups are kept and
  * retried, a refused claim is answered with the error, a refused ingest group is
- * acknowledged from the spool and replayed into the store. */
+ * acknowledged from the spool and replayed into the store (but one that must not be
+ * spooled, writer_ingest_stored, hears the refusal). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -368,6 +369,11 @@ static void test_ingest_goes_to_the_spool_and_back(void **state)
 	 * spool thread's replays are refused too while the fault holds (so what follows does
 	 * not race it), and once it clears the event reaches the store. */
 	store_fault_set(f->st, STORE_FAULT_INGEST, STORE_UNAVAILABLE, 1000000);
+	/* a caller whose source keeps its events (the Kafka intake) is never spooled: it
+	 * hears the store's answer and keeps them */
+	event_for(f, &ev, "writer.kept");
+	assert_int_equal(writer_ingest_stored(f->w, &ev, 1), STORE_UNAVAILABLE);
+	assert_int_equal(spool_size(sp), 0);
 	event_for(f, &ev, "writer.spooled");
 	assert_int_equal(writer_ingest(f->w, &ev, 1), STORE_OK);
 	assert_true(spool_size(sp) > 0);
