@@ -83,8 +83,9 @@ json_t *render_delivery(const struct store_delivery *d)
 
 json_t *render_attempt(const struct store_attempt_row *a)
 {
-	return json_pack("{s:i, s:s, s:o, s:I, s:i, s:o, s:o}", "n", a->n, "kind",
+	return json_pack("{s:i, s:s, s:o, s:I, s:i, s:o, s:o, s:b}", "n", a->n, "kind",
 			 attempt_kind_name(a->kind), "started_at", render_time(a->started_at),
 			 "duration_ms", (json_int_t)a->duration_ms, "code", a->code, "message",
-			 str_or_null(a->message), "cause", str_or_null(a->cause));
+			 str_or_null(a->message), "cause", str_or_null(a->cause), "sent",
+			 !a->not_sent);
 }

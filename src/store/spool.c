@@ -664,12 +664,14 @@ bad:
 }
 
 #define SPOOL_DEAD_LETTER_BIT 0x100 /* a result's dead_letter, beside its status */
+#define SPOOL_NOT_SENT_BIT 0x100    /* an attempt's not_sent, beside its kind */
 
 /* Results: u32 count, then per result: delivery id (UUID_STR_LEN bytes, NUL-padded), i32
  * status (bit 8: dead_letter, absent from spools written before it), replay, attempt_count, retry_count, delay_actions, i64 next_attempt_at,
  * processed_at, i32 last_code, two optional strings (last_message, last_cause), u32
- * attempt count, and per attempt: i32 n, kind, i64 started_at, duration_ms, i32 code,
- * two optional strings (message, cause). */
+ * attempt count, and per attempt: i32 n, kind (bit 8: not_sent, absent from spools
+ * written before it), i64 started_at, duration_ms, i32 code, two optional strings
+ * (message, cause). */
 
 int spool_encode_results(const struct store_result *results, size_t n, void **out, size_t *len)
 {
@@ -699,7 +701,8 @@ int spool_encode_results(const struct store_result *results, size_t n, void **ou
 		for (size_t k = 0; k < r->n_attempts; k++) {
 			const struct store_attempt *a = &r->attempts[k];
 
-			if (put_u32(&b, (uint32_t)a->n) || put_u32(&b, (uint32_t)a->kind) ||
+			uint32_t kind = (uint32_t)a->kind | (a->not_sent ? SPOOL_NOT_SENT_BIT : 0);
+			if (put_u32(&b, (uint32_t)a->n) || put_u32(&b, kind) ||
 			    put_u64(&b, (uint64_t)a->started_at) ||
 			    put_u64(&b, (uint64_t)a->duration_ms) || put_u32(&b, (uint32_t)a->code) ||
 			    put_str(&b, a->message) || put_str(&b, a->cause))
@@ -767,7 +770,8 @@ int spool_decode_results(const void *data, size_t len, struct store_result **res
 				    take_i32(&r, &atts[k].code) || take_str(&r, &atts[k].message) ||
 				    take_str(&r, &atts[k].cause))
 					goto bad;
-				atts[k].kind = (enum attempt_kind)kind;
+				atts[k].not_sent = (kind & SPOOL_NOT_SENT_BIT) != 0;
+				atts[k].kind = (enum attempt_kind)(kind & ~SPOOL_NOT_SENT_BIT);
 			}
 		}
 	}

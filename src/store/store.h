@@ -341,6 +341,7 @@ struct store_attempt_row {
 	int64_t started_at;
 	int64_t duration_ms;
 	int code;
+	int not_sent;               /* it failed before its request reached the receiver */
 	char *message;
 	char *cause;
 };

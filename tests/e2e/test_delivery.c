@@ -135,6 +135,7 @@ static void test_503_twice_then_200(void **state)
 		assert_int_equal(json_integer_value(json_object_get(a, "code")), codes[i]);
 		assert_int_equal(json_integer_value(json_object_get(a, "n")), i + 1);
 		assert_string_equal(json_string_value(json_object_get(a, "kind")), "immediate");
+		assert_true(json_is_true(json_object_get(a, "sent"))); /* a 503 answer was sent */
 	}
 	/* The subscriber's answer is kept as the cause. */
 	assert_string_equal(json_string_value(json_object_get(json_array_get(attempts, 0), "cause")),
@@ -222,6 +223,8 @@ static void test_connection_refused_is_503(void **state)
 		assert_string_equal(json_string_value(json_object_get(a, "message")),
 				    "connection refused");
 		assert_non_null(json_string_value(json_object_get(a, "cause")));
+		/* the request never reached anyone: the history says so */
+		assert_true(json_is_false(json_object_get(a, "sent")));
 	}
 	json_decref(d);
 }

@@ -1801,6 +1801,7 @@ static void test_sqlite_checks_without_in_lists(void **state)
 			     "ALTER TABLE deliveries DROP COLUMN dead_letter_pending;"
 			     "ALTER TABLE events DROP COLUMN webhook_id;"
 			     "ALTER TABLE deliveries DROP COLUMN starts_scheduled;"
+			     "ALTER TABLE attempts DROP COLUMN not_sent;"
 			     "DROP TABLE store_meta; DROP TABLE tokens; DROP INDEX deliveries_order;"
 			     "DROP INDEX deliveries_failing;"
 			     "ALTER TABLE deliveries DROP COLUMN failing_since;"

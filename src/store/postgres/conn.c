@@ -121,12 +121,13 @@ const char *const pg_sql_of[S_COUNT] = {
 		" WHERE w.id = n.id AND n.blocked = 2),"
 		" att AS ("
 		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
-		"  message, cause, instance)"
+		"  message, cause, instance, not_sent)"
 		" SELECT a.delivery_id, a.n, a.kind, a.started_at, a.duration_ms, a.code,"
-		"  a.message, a.cause, $13"
+		"  a.message, a.cause, $13, a.not_sent"
 		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
-		"  $19::int4[], $20::text[], $21::text[])"
-		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause)"
+		"  $19::int4[], $20::text[], $21::text[], $24::bool[])"
+		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause,"
+		"  not_sent)"
 		" WHERE a.delivery_id IN (SELECT id FROM upd)"
 		" ON CONFLICT (delivery_id, n) DO NOTHING),"
 		/* a round whose lease was lost changes nothing but its history: its attempts
@@ -134,14 +135,15 @@ const char *const pg_sql_of[S_COUNT] = {
 		 * numbers) */
 		" lost AS ("
 		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
-		"  message, cause, instance)"
+		"  message, cause, instance, not_sent)"
 		" SELECT a.delivery_id, (SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x"
 		"  WHERE x.delivery_id = a.delivery_id)"
 		"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n),"
-		"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13"
+		"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent"
 		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
-		"  $19::int4[], $20::text[], $21::text[])"
-		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause)"
+		"  $19::int4[], $20::text[], $21::text[], $24::bool[])"
+		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause,"
+		"  not_sent)"
 		" WHERE a.delivery_id NOT IN (SELECT id FROM upd)"
 		" AND EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.id = a.delivery_id)"
 		" ON CONFLICT (delivery_id, n) DO NOTHING)"
@@ -165,7 +167,7 @@ const char *const pg_sql_of[S_COUNT] = {
 		" ORDER BY created_at, id",
 	[S_DELIVERY_GET] = "SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE id = $1",
 	[S_ATTEMPTS] =
-		"SELECT n, kind, started_at, duration_ms, code, message, cause"
+		"SELECT n, kind, started_at, duration_ms, code, message, cause, not_sent"
 		" FROM outboxd.attempts WHERE delivery_id = $1 ORDER BY n",
 	[S_REPLAY_CHECK] =
 		"SELECT id, status, lease_until FROM outboxd.deliveries WHERE id = ANY($1::text[])"

@@ -175,6 +175,7 @@ static int read_attempt(const PGresult *res, int r, void *out)
 	a->started_at = pg_get_int(res, r, 2);
 	a->duration_ms = pg_get_int(res, r, 3);
 	a->code = (int)pg_get_int(res, r, 4);
+	a->not_sent = (int)pg_get_int(res, r, 7); /* binary: one byte */
 	if (pg_get_dup(res, r, 5, &a->message) || pg_get_dup(res, r, 6, &a->cause)) {
 		free(a->message);
 		free(a->cause);

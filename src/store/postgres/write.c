@@ -408,7 +408,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	static const uint32_t a_oids[8] = {OID_TEXT, OID_INT4, OID_TEXT, OID_INT8, OID_INT8,
 		OID_INT4, OID_TEXT, OID_TEXT};
 	struct pg *pg = pg_of(st);
-	struct pgarr r[11], a[8], delays, dead_letter;
+	struct pgarr r[11], a[8], delays, dead_letter, not_sent;
 	struct params p = {0};
 	PGresult *res = NULL;
 	struct pgconn *c;
@@ -421,6 +421,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 		pg_arr_init(&a[i], a_oids[i]);
 	pg_arr_init(&delays, OID_INT4);
 	pg_arr_init(&dead_letter, OID_BOOL);
+	pg_arr_init(&not_sent, OID_BOOL);
 	for (size_t i = 0; i < n; i++) {
 		const struct store_result *x = &results[i];
 
@@ -456,6 +457,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 			pg_arr_i32(&a[5], t->code);
 			pg_arr_error_text(&a[6], t->message);
 			pg_arr_error_text(&a[7], t->cause);
+			pg_arr_bool(&not_sent, t->not_sent);
 		}
 	}
 	for (int i = 0; i < 11; i++) {
@@ -470,7 +472,8 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	}
 	pg_p_arr(&p, &delays);
 	pg_p_arr(&p, &dead_letter);
-	failed |= delays.failed | dead_letter.failed;
+	pg_p_arr(&p, &not_sent);
+	failed |= delays.failed | dead_letter.failed | not_sent.failed;
 	rc = STORE_ERROR;
 	if (!failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
 		res = pg_run(pg, c, S_RESULTS, &p, &rc);
@@ -490,6 +493,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 		pg_arr_free(&a[i]);
 	pg_arr_free(&delays);
 	pg_arr_free(&dead_letter);
+	pg_arr_free(&not_sent);
 	return rc;
 }
 

@@ -153,14 +153,14 @@ static const char *const wsql[W_COUNT] = {
 		"  ORDER BY w.id LIMIT 1)",
 	[W_ATTEMPT_INSERT] =
 		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
-		" message, cause) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+		" message, cause, not_sent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
 		" ON CONFLICT (delivery_id, n) DO NOTHING",
 	/* an attempt of a round whose lease was lost: recorded after the last one */
 	[W_ATTEMPT_APPEND] =
 		"INSERT INTO attempts(delivery_id, n, kind, started_at, duration_ms, code,"
-		" message, cause) SELECT ?1,"
+		" message, cause, not_sent) SELECT ?1,"
 		" (SELECT COALESCE(MAX(n), 0) + 1 FROM attempts WHERE delivery_id = ?1),"
-		" ?3, ?4, ?5, ?6, ?7, ?8 WHERE ?2 > 0"
+		" ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE ?2 > 0"
 		" AND EXISTS (SELECT 1 FROM deliveries WHERE id = ?1)",
 	[W_LEASE_RENEW] =
 		"UPDATE deliveries SET lease_until = ?2 WHERE id = ?1 AND lease_owner = ?3",
@@ -216,8 +216,8 @@ static const char *const rsql[R_COUNT] = {
 		" ORDER BY created_at, id",
 	[R_DELIVERY_GET] = "SELECT " DELIVERY_COLUMNS " FROM deliveries WHERE id = ?1",
 	[R_ATTEMPTS] =
-		"SELECT n, kind, started_at, duration_ms, code, message, cause FROM attempts"
-		" WHERE delivery_id = ?1 ORDER BY n",
+		"SELECT n, kind, started_at, duration_ms, code, message, cause, not_sent"
+		" FROM attempts WHERE delivery_id = ?1 ORDER BY n",
 	/* A bounded slice of events, flagging those left without deliveries. */
 	[R_EVENT_SCAN] =
 		"SELECT e.rowid, e.id,"

@@ -86,6 +86,7 @@ static int read_attempt(sqlite3_stmt *s, void *row)
 	a->started_at = sqlite3_column_int64(s, 2);
 	a->duration_ms = sqlite3_column_int64(s, 3);
 	a->code = sqlite3_column_int(s, 4);
+	a->not_sent = sqlite3_column_int(s, 7);
 	if (sq_col_dup(s, 5, &a->message) || sq_col_dup(s, 6, &a->cause)) {
 		free(a->message);
 		free(a->cause);

@@ -489,6 +489,7 @@ static int record_attempt(struct sq *sq, const char *delivery_id, const struct s
 	sqlite3_bind_int(s, 6, a->code);
 	sq_bind_error_text(s, 7, a->message);
 	sq_bind_error_text(s, 8, a->cause);
+	sqlite3_bind_int(s, 9, a->not_sent ? 1 : 0);
 	rc = sq_step_done(s);
 	if (rc == SQLITE_OK && !append && sqlite3_changes(sq->wdb) == 0)
 		log_warn("store: attempt %d of delivery %s already recorded, kept the first", a->n,
