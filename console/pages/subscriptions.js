@@ -43,6 +43,18 @@ function mergePatch(before, after) {
   return patch;
 }
 
+// How many requests this instance sends the subscription's endpoint at once, and why.
+function FlowControl({ id, refresh }) {
+  const [stats] = useAsync(() => api('GET', '/v1/stats'), [id, refresh]);
+  const mine = stats.data && stats.data.subscriptions.find((x) => x.id === id);
+  const flow = mine && mine.concurrency;
+  if (!flow) return html`<tr><th>Concurrency</th><td class="muted">—</td></tr>`;
+  if (flow.mode === 'fixed') return html`<tr><th>Concurrency</th><td>fixed: ${flow.limit} at once</td></tr>`;
+  const ep = stats.data.endpoints.find((e) => e.endpoint === flow.endpoint);
+  if (!ep) return html`<tr><th>Concurrency</th><td>adaptive (nothing sent yet from this instance)</td></tr>`;
+  return html`<tr><th>Concurrency</th><td>adaptive: limit <strong>${ep.limit}</strong> · ${ep.in_flight} in flight · ${ep.queued} waiting · latency ${ep.latency_ms.toFixed(1)} ms (unloaded ${ep.latency_min_ms.toFixed(1)} ms)</td></tr>`;
+}
+
 export function SubscriptionDetail({ id, can, refresh }) {
   const [sub, reload] = useAsync(() => api('GET', `/v1/subscriptions/${id}`), [id, refresh]);
   const [text, setText] = useState(null);
@@ -80,6 +92,7 @@ export function SubscriptionDetail({ id, can, refresh }) {
         <tr><th>Event types</th><td>${s.event_types.join(', ') || '—'}</td></tr>
         <tr><th>Auth</th><td>${s.auth ? s.auth.type : 'none'}</td></tr>
         <tr><th>Signing secret</th><td>${s.secret ? html`<code>${s.secret}</code>` : 'none'}</td></tr>
+        <${FlowControl} id=${id} refresh=${refresh} />
         ${s.disabled_reason && html`<tr><th>Disabled</th><td>${s.disabled_reason} (${fmtTime(s.disabled_at)})</td></tr>`}
         <tr><th>Created · updated</th><td>${fmtTime(s.created_at)} · ${fmtTime(s.updated_at)}</td></tr>
       </tbody></table>

@@ -7,6 +7,7 @@
 #include "api/render.h"
 #include "core/metrics.h"
 #include "core/breaker.h"
+#include "deliver/endpoints.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/uuid.h"
@@ -192,6 +193,42 @@ static json_t *render_spool(struct api *api)
 			 last);
 }
 
+#define STATS_ENDPOINTS_MAX 256 /* the endpoints core/metrics keeps */
+
+/* The flow control of the endpoints this instance delivers to (deliver/endpoints.h,
+ * published through the metrics): its adaptive limit, what is open and waiting, and the
+ * latency it judges by. Instance-local, like the circuit breakers. */
+static json_t *render_endpoints(const struct metrics_endpoint_view *v, size_t n)
+{
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:I}",
+						      "endpoint", v[i].key, "limit", v[i].limit,
+						      "in_flight", v[i].in_flight, "queued",
+						      v[i].queued, "latency_ms",
+						      (double)v[i].latency_us / 1000.0, "latency_min_ms",
+						      (double)v[i].latency_min_us / 1000.0, "cuts",
+						      (json_int_t)v[i].cuts));
+	return list;
+}
+
+/* The subscription's side of it: its endpoint, and whether its limit adapts there or is
+ * the fixed concurrency it pins. */
+static json_t *render_sub_flow(const struct subscription *sub,
+			       const struct metrics_endpoint_view *v, size_t n)
+{
+	char key[ENDPOINT_KEY_MAX];
+	if (sub->concurrency > 0)
+		return json_pack("{s:s, s:i}", "mode", "fixed", "limit", sub->concurrency);
+	if (endpoint_key(sub->endpoint, key))
+		return json_null(); /* not an http(s) endpoint */
+	json_t *o = json_pack("{s:s, s:s}", "mode", "adaptive", "endpoint", key);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i].key, key) == 0)
+			json_object_set_new(o, "limit", json_integer(v[i].limit));
+	return o;
+}
+
 void api_stats(struct api *api, struct api_response *res)
 {
 	struct store_stats s;
@@ -202,6 +239,8 @@ void api_stats(struct api *api, struct api_response *res)
 		return;
 	}
 	json_t *subs = json_array();
+	struct metrics_endpoint_view *eps = calloc(STATS_ENDPOINTS_MAX, sizeof(*eps));
+	size_t n_eps = eps ? metrics_endpoints(eps, STATS_ENDPOINTS_MAX) : 0;
 	struct sub_set *set = sub_registry_acquire(api->reg);
 	for (size_t i = 0; i < set->n; i++) {
 		const struct subscription *sub = set->items[i];
@@ -230,6 +269,7 @@ void api_stats(struct api *api, struct api_response *res)
 				metrics_circuit_state(sub->id, clock_now_ms()))));
 		if (sub->disabled_reason) /* disabled by outboxd after disable_after */
 			json_object_set_new(o, "disabled_reason", json_string(sub->disabled_reason));
+		json_object_set_new(o, "concurrency", render_sub_flow(sub, eps, n_eps));
 		json_array_append_new(subs, o);
 	}
 	sub_registry_release(api->reg, set);
@@ -264,6 +304,8 @@ void api_stats(struct api *api, struct api_response *res)
 						      (json_int_t)s.blocked_count, "keys",
 						      (json_int_t)s.blocked_keys));
 	json_object_set_new(out, "spool", render_spool(api));
+	json_object_set_new(out, "endpoints", render_endpoints(eps, n_eps));
+	free(eps);
 	store_stats_free(&s);
 	api_reply_json(res, 200, out);
 }

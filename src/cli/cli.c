@@ -869,6 +869,19 @@ static int cmd_stats(struct cli *c, const struct opts *o)
 		if (json_is_string(json_object_get(x, "disabled_reason")))
 			printf("%-20s  disabled by outboxd: %s\n", "", str(x, "disabled_reason"));
 	}
+	/* flow control: each endpoint's adaptive limit in this instance */
+	json_t *eps = json_object_get(r, "endpoints");
+	if (json_array_size(eps)) {
+		printf("\n%-40s  %6s  %9s  %6s  %10s  %10s\n", "ENDPOINT (this instance)", "LIMIT",
+		       "IN FLIGHT", "QUEUED", "LATENCY", "UNLOADED");
+		json_array_foreach(eps, i, x)
+			printf("%-40.40s  %6lld  %9lld  %6lld  %8.1fms  %8.1fms\n", str(x, "endpoint"),
+			       (long long)json_integer_value(json_object_get(x, "limit")),
+			       (long long)json_integer_value(json_object_get(x, "in_flight")),
+			       (long long)json_integer_value(json_object_get(x, "queued")),
+			       json_number_value(json_object_get(x, "latency_ms")),
+			       json_number_value(json_object_get(x, "latency_min_ms")));
+	}
 	json_decref(r);
 	return CLI_OK;
 }

@@ -299,7 +299,7 @@ static void *dispatcher_main(void *arg)
 			leases_renew(d, clock_now_ms());
 		rounds_run_timers(d, now_us);
 		metrics_in_flight(d->active);
-		endpoints_tick(&d->endpoints, now_us / 1000);
+		int64_t publish_ms = endpoints_tick(&d->endpoints, now_us / 1000);
 
 		sinks_run(d);
 		/* after the completions, which free places under max_in_flight */
@@ -346,6 +346,8 @@ static void *dispatcher_main(void *arg)
 			if (renew_us < wait_us)
 				wait_us = renew_us > 0 ? renew_us : 0;
 		}
+		if (publish_ms >= 0 && publish_ms * 1000 < wait_us)
+			wait_us = publish_ms * 1000; /* stats of the endpoints stay fresh */
 		int64_t stagger_us = rounds_wait_us(d, now_us);
 		if (stagger_us >= 0 && stagger_us < wait_us)
 			wait_us = stagger_us;

@@ -160,10 +160,15 @@ static void publish(const struct endpoint *e)
 			 e->conc.latency_min_us, e->conc.latency_smooth_us, (long)e->conc.cuts);
 }
 
-void endpoints_tick(struct endpoint_table *t, int64_t now_ms)
+int64_t endpoints_tick(struct endpoint_table *t, int64_t now_ms)
 {
-	if (now_ms - t->published_ms < PUBLISH_MS)
-		return;
+	if (now_ms - t->published_ms < PUBLISH_MS) {
+		for (int i = 0; i < ENDPOINTS_BUCKETS; i++)
+			for (struct endpoint *e = t->buckets[i]; e; e = e->next)
+				if (e->dirty)
+					return t->published_ms + PUBLISH_MS - now_ms;
+		return -1;
+	}
 	t->published_ms = now_ms;
 	for (int i = 0; i < ENDPOINTS_BUCKETS; i++) {
 		struct endpoint **pp = &t->buckets[i];
@@ -182,6 +187,7 @@ void endpoints_tick(struct endpoint_table *t, int64_t now_ms)
 			pp = &e->next;
 		}
 	}
+	return -1;
 }
 
 void endpoints_free_all(struct endpoint_table *t)

@@ -77,8 +77,9 @@ void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
 		     enum concurrency_outcome outcome, int in_flight);
 
 /* Publishes what changed to core/metrics (at most every 100 ms), drops endpoints nobody
- * used for an hour. now_ms monotonic. */
-void endpoints_tick(struct endpoint_table *t, int64_t now_ms);
+ * used for an hour. now_ms monotonic. Returns the ms until a change not published yet
+ * is due, -1 when none waits. */
+int64_t endpoints_tick(struct endpoint_table *t, int64_t now_ms);
 
 void endpoints_free_all(struct endpoint_table *t);
 

@@ -108,6 +108,12 @@ async function main() {
       await page.getByRole('heading', { name: 'Configuration', exact: true }).waitFor();
       const html = await page.content();
       check(!html.includes('p4ss-w0rd') && html.includes('********'), 'the password is masked');
+      // flow control: the endpoint's adaptive limit, once something was sent there
+      await ox.api('POST', '/v1/events', { event_type: 'crm.created', payload: { id: 1 } });
+      await waitFor('a delivery to crm-sync', async () =>
+        (await ox.api('GET', `/v1/deliveries?subscription_id=${created.id}&status=PROCESSED`)).items.length > 0);
+      await page.reload();
+      await page.getByText(/adaptive: limit \d+/).waitFor();
       await shot(page, 'subscription');
     });
 
