@@ -220,10 +220,16 @@ static void latency_update(struct concurrency *c, int64_t latency_us)
 	}
 }
 
+/* Inflated: above tolerance x the minimum, and by more than INFLATION_SLACK_US. Against
+ * a receiver that answers in microseconds the latency measured is mostly the sender's own
+ * loop (it reads thousands of answers per turn under load): a millisecond there says
+ * nothing of the receiver's queue, and a ratio alone would cut the limit for them. */
+#define INFLATION_SLACK_US 1000
 static int latency_inflated(const struct concurrency *c, double latency_us)
 {
 	return c->latency_min_us > 0 &&
-	       latency_us > c->p.latency_tolerance * (double)c->latency_min_us;
+	       latency_us > c->p.latency_tolerance * (double)c->latency_min_us &&
+	       latency_us > (double)c->latency_min_us + INFLATION_SLACK_US;
 }
 
 static int in_slow_start(const struct concurrency *c)

@@ -482,10 +482,36 @@ static void conn_lost(struct wire *w, struct wire_conn *c, int err)
 			  "transfer closed with outstanding read data remaining");
 }
 
+/* Reads into the wire's buffer; for the first bytes of an answer also when the kernel
+ * received them (SO_TIMESTAMP), into the round. */
+static ssize_t conn_recv(struct wire *w, struct wire_conn *c)
+{
+	if (c->got_bytes)
+		return recv(c->fd, w->rbuf, sizeof(w->rbuf), 0);
+	union {
+		char buf[CMSG_SPACE(sizeof(struct timeval))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {.iov_base = w->rbuf, .iov_len = sizeof(w->rbuf)};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf)};
+	ssize_t n = recvmsg(c->fd, &msg, 0);
+	if (n <= 0 || !c->h)
+		return n;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMP) {
+			struct timeval tv;
+			memcpy(&tv, CMSG_DATA(cm), sizeof(tv));
+			c->h->answer_real_us = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+		}
+	}
+	return n;
+}
+
 static void conn_read(struct wire *w, struct wire_conn *c)
 {
 	for (;;) {
-		ssize_t n = recv(c->fd, w->rbuf, sizeof(w->rbuf), 0);
+		ssize_t n = conn_recv(w, c);
 		if (n == 0) {
 			conn_lost(w, c, 0);
 			return;
@@ -634,6 +660,9 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 		int one = 1;
 		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+		/* when an answer reached the kernel: flow control judges the receiver, not
+		 * how long the answer waited for this thread */
+		setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMP, &one, sizeof(one));
 	}
 	c->h = h;
 	h->conn = c;
@@ -798,6 +827,7 @@ int wire_send(struct wire *w, struct http_round *h, const char *url)
 	w->hs->in_flight++;
 	http_flying_add(h);
 	h->start_us = clock_mono_us();
+	h->start_real_us = clock_now_us();
 	conn_start(w, h, wu->t, 0);
 	return 1;
 }

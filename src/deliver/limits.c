@@ -217,12 +217,15 @@ int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t 
 	return 0;
 }
 
-int limits_parked_cap(int pool_size, const struct subscription *s, int adaptive)
+int limits_parked_cap(int pool_size, const struct subscription *s, int ep_limit)
 {
 	int cap = PARKED_MIN_CAP, share = pool_size / 4, held = limits_cap(s);
 
-	if (adaptive)
-		cap = share;
+	if (ep_limit > 0) {
+		share = pool_size / 2;
+		if (ep_limit < INT32_MAX / 8 && ep_limit * 8 > cap)
+			cap = ep_limit * 8;
+	}
 	if (held > 0 && held < INT32_MAX / 4 && held * 4 > cap)
 		cap = held * 4;
 	if (s->rate_limit * 2 > cap)

@@ -571,7 +571,8 @@ static void round_park(struct round *j)
 	struct dispatcher *d = j->d;
 	struct sub_limits *x = j->limits;
 
-	if (x->parked >= limits_parked_cap(d->cfg.max_in_flight, j->sub, j->ep != NULL)) {
+	if (x->parked >= limits_parked_cap(d->cfg.max_in_flight, j->sub,
+					   j->ep ? concurrency_limit(&j->ep->conc) : 0)) {
 		round_release(j, RELEASE_MIN_MS + (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
 		return;
 	}

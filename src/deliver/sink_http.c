@@ -64,7 +64,9 @@ void http_report(struct http_round *h)
 	h->state = HTTP_IDLE;
 	sj->sent = h->wrote;
 	sj->local = h->local;
-	if (h->start_us)
+	if (h->answer_real_us > h->start_real_us && h->start_real_us)
+		sj->latency_us = h->answer_real_us - h->start_real_us;
+	else if (h->start_us)
 		sj->latency_us = clock_mono_us() - h->start_us;
 	h->hs->env.done(h->hs->env.ctx, sj);
 }
@@ -376,6 +378,7 @@ static void http_send(void *priv, struct sink_round *sj)
 	}
 	h->reauthed = 0;
 	h->start_us = 0;
+	h->start_real_us = h->answer_real_us = 0;
 	h->wrote = 0;
 	h->local = 0;
 	sj->flow = CONCURRENCY_NOT_SENT; /* until a transfer says otherwise */

@@ -91,6 +91,11 @@ struct http_round {
 	struct wire_url *wurl;       /* the URL last looked up: its parts and target */
 	/* the attempt's transfer, for the dispatcher's flow control (sink.h) */
 	int64_t start_us;            /* when its transfer began (connect included) */
+	int64_t start_real_us;       /* the same on the wall clock */
+	int64_t answer_real_us;      /* when the first byte of the answer reached the kernel
+	                                (lean client, SO_TIMESTAMP; 0 = not known): the
+	                                receiver's latency without the time the answer
+	                                waited for this thread */
 	int wrote;                   /* a byte of the request was written */
 	int local;                   /* it failed for want of a local resource */
 	struct dheap_node answer_by; /* libcurl: the attempt's timeout, from when it was

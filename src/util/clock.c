@@ -31,6 +31,14 @@ int64_t clock_mono_ms(void)
 	return clock_ms(CLOCK_MONOTONIC);
 }
 
+int64_t clock_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t clock_mono_us(void)
 {
 	struct timespec ts;

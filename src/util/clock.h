@@ -10,6 +10,8 @@
 int64_t clock_now_ms(void);      /* CLOCK_REALTIME, ms since the epoch */
 int64_t clock_mono_ms(void);     /* CLOCK_MONOTONIC, ms */
 int64_t clock_mono_us(void);     /* CLOCK_MONOTONIC, µs */
+int64_t clock_now_us(void);      /* CLOCK_REALTIME, µs since the epoch (the clock of the
+                                    kernel's socket timestamps, SO_TIMESTAMP) */
 
 /* "2026-11-21T23:04:15.123Z" into buf (at least RFC3339_LEN bytes). Returns buf. */
 char *clock_format_rfc3339(int64_t ms, char *buf);
