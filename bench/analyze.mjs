@@ -19,7 +19,7 @@ const readJson = (p) => JSON.parse(readFileSync(p, "utf8"));
 const maybeJson = (p) => (existsSync(p) ? readJson(p) : null);
 const pct = (sorted, p) => (sorted.length ? sorted[Math.floor((sorted.length - 1) * p)] : null);
 
-const ORDER = ["ceiling", "sqlite", "sqlite-fanout", "postgres", "peer", "slow"];
+const ORDER = ["ceiling", "sqlite", "sqlite-fanout", "postgres", "peer", "slow", "small"];
 
 function latency(ratePath, receiptsPath, rateJsonPath) {
   const first = new Map();
@@ -58,6 +58,7 @@ const LABELS = {
   postgres: "outboxd, PostgreSQL, 1 subscription",
   peer: "peer: graphile-worker + undici, PostgreSQL",
   slow: "outboxd, SQLite, slow receivers",
+  small: "outboxd, SQLite, Python http.server (default settings)",
 };
 
 // What every delivering row reports of its throughput run (tp: the run's .tp.json; secs:
@@ -125,6 +126,27 @@ function row(name, kind, work) {
     return out;
   }
   if (kind === "slow") return slowRow(out, work);
+  if (kind === "small") {
+    // a small receiver: outboxd's goodput against what wrk gets from the same program
+    const tp = readJson(join(work, "small.tp.json"));
+    const rx = tp.receiver ?? {};
+    Object.assign(out, {
+      label: "outboxd, SQLite, Python http.server (default settings)",
+      events: tp.events,
+      deliveries: rx.unique_ids ?? 0,
+      deliveries_expected: tp.events,
+      complete: (rx.unique_ids ?? 0) >= tp.events,
+      deliveries_per_s: (rx.unique_ids ?? 0) / tp.seconds,
+      duplicates: rx.duplicates ?? null,
+      duplicates_retried: rx.duplicates_retried ?? null,
+      dead: tp.dead,
+      wrk_best_per_s: tp.wrk.best_rate,
+      wrk_best_connections: tp.wrk.best_connections,
+      process: "outboxd",
+    });
+    out.vs_wrk = out.wrk_best_per_s ? out.deliveries_per_s / out.wrk_best_per_s : null;
+    return out;
+  }
   const tp = readJson(join(work, `${name}.tp.json`));
   const secs = (tp.last_receipt_us - tp.ingest.start_us) / 1e6;
   Object.assign(out, {
@@ -232,9 +254,16 @@ function report(work, results) {
       t("slow receivers: ≤ 16 KiB per request in flight", `${f1(r.kib_per_request)} KiB`, r.kib_per_request <= 16, 17);
   }
 
+  if (rows.small?.available && rows.small.vs_wrk != null) {
+    const r = rows.small;
+    t("small receiver (Python http.server): goodput ≥ 0.8 of wrk's best, 0 duplicates, 0 dead",
+      `${r.vs_wrk.toFixed(2)}, ${r.duplicates} dup, ${r.dead} dead`,
+      r.vs_wrk >= 0.8 && r.duplicates === 0 && r.dead === 0, 25);
+  }
+
   const json = { machine: m, rows: names.map((n) => rows[n]), targets };
-  // The slow row has columns of its own: a table of its own, and no bar in the chart.
-  const main = names.filter((n) => n !== "slow");
+  // The slow and small rows have columns of their own: tables of their own, no bar.
+  const main = names.filter((n) => n !== "slow" && n !== "small");
   writeFileSync(join(results, "latest.json"), JSON.stringify(json, null, 2) + "\n");
 
   // ---- the table ----
@@ -319,6 +348,28 @@ function report(work, results) {
     );
   }
   targetTable(17);
+  if (rows.small) {
+    const r = rows.small;
+    L.push(
+      "",
+      "Small receiver: Python's http.server as a user writes it (ThreadingHTTPServer, HTTP/1.0, " +
+        "listen backlog 5), outboxd at default settings (adaptive concurrency, " +
+        "docs/flow-control.md); wrk's best over 4 to 512 connections against the same program " +
+        "(bench/small_receiver.sh).",
+      "",
+      "| row | deliveries/s | wrk's best /s (connections) | outboxd/wrk | duplicates (recorded retries) | dead |",
+      "|---|--:|--:|--:|--:|--:|",
+    );
+    if (!r.available) L.push(`| ${r.label ?? "small"} | not available (${r.reason}) | | | | |`);
+    else
+      L.push(
+        `| ${r.label} | ${f0(r.deliveries_per_s)}` +
+          `${r.complete === false ? ` (incomplete: ${f0(r.deliveries)} of ${f0(r.deliveries_expected)})` : ""} | ` +
+          `${f0(r.wrk_best_per_s)} (${r.wrk_best_connections}) | ` +
+          `${r.vs_wrk != null ? r.vs_wrk.toFixed(2) : "–"} | ${r.duplicates} (${r.duplicates_retried}) | ${r.dead} |`,
+      );
+  }
+  targetTable(25);
   const notes = [];
   for (const n of names) {
     const r = rows[n];

@@ -42,6 +42,7 @@ SLOW_SUBS=${SLOW_SUBS:-16}
 SLOW_IN_FLIGHT=${SLOW_IN_FLIGHT:-8192} # outboxd's max_in_flight setting in row 6
 SLOW_DELAY_MS=${SLOW_DELAY_MS:-1000} # the slow sink's answer delay
 SLOW_TIMEOUT=${SLOW_TIMEOUT:-5s}     # the subscriptions' timeout and retry.timeout
+SMALL_EVENTS=${SMALL_EVENTS:-4000}   # row 7: events to Python's http.server, default settings
 PEER_CONCURRENCY=${PEER_CONCURRENCY:-64}
 PEER_LOCAL_QUEUE=${PEER_LOCAL_QUEUE:-500}
 PEER_COMPLETE_DELAY=${PEER_COMPLETE_DELAY:-50}
@@ -53,7 +54,7 @@ PERF=${PERF:-}                       # a file: perf record -g the outboxd of row
 PERF_ROW=${PERF_ROW:-sqlite}
 PERF_OPTS=${PERF_OPTS:--g -F 999}    # e.g. "--call-graph dwarf,16384 -F 499" to see into libraries
 RESULTS=${RESULTS:-bench/results}
-ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres peer slow}
+ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres peer slow small}
 export PEER_CONCURRENCY PEER_LOCAL_QUEUE PEER_COMPLETE_DELAY
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -439,6 +440,50 @@ row_slow() {
   row_assemble slow slow
 }
 
+# row 7, a small receiver: Python's http.server as a user writes it (one thread per
+# connection, listen backlog 5). First what wrk gets from it at best (bench/small_receiver.sh),
+# then outboxd at default settings delivering SMALL_EVENTS to a fresh one: goodput (first
+# ingest to the last distinct webhook-id recorded) and duplicates.
+row_small() {
+  local port cport rpid i t0 t1 st uniq=0 deadline
+  log "small: wrk's best against Python's http.server, then $SMALL_EVENTS events through outboxd"
+  bash bench/small_receiver.sh >"$work/small.wrk.json" 2>"$work/small.wrk.log" ||
+    { log "small: $(tail -1 "$work/small.wrk.log")"; return 1; }
+  port=$(free_port) || return 1
+  cport=$(free_port) || return 1
+  python3 -B tests/support/receivers/python_http_server.py --port "$port" --control-port "$cport" \
+    2>"$work/small-rx.log" &
+  rpid=$!
+  pids+=("$rpid")
+  for _ in $(seq 100); do curl -sf "127.0.0.1:$cport/_control/stats" >/dev/null && break; sleep 0.05; done
+  if ! outboxd_start small "sqlite:$work/small/o.db"; then
+    stop_pid "$DPID"; stop_pid "$rpid"; return 1
+  fi
+  api -X POST "127.0.0.1:$DPORT/v1/subscriptions" -d "{\"name\":\"small\",\"event_types\":[\"*\"],
+    \"endpoint\":\"http://127.0.0.1:$port/hook\"}" >/dev/null ||
+    { stop_pid "$DPID"; stop_pid "$rpid"; return 1; }
+  t0=$EPOCHREALTIME
+  "$BUILD/bench_loadgen" ingest --url "http://127.0.0.1:$DPORT/v1/events" --token bench \
+    --events "$SMALL_EVENTS" --batch 100 --conns 1 >"$work/small.ingest.json" || true
+  deadline=$(($(date +%s) + ROW_TIMEOUT))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    st=$(curl -sf "127.0.0.1:$cport/_control/stats" || echo '{}')
+    uniq=$(node -e 'const s=JSON.parse(process.argv[1]);process.stdout.write(String(s.unique_ids||0))' "$st")
+    [ "$uniq" -ge "$SMALL_EVENTS" ] && break
+    sleep 0.1
+  done
+  t1=$EPOCHREALTIME
+  sleep 0.5 # a late duplicate would be in by now
+  st=$(curl -sf "127.0.0.1:$cport/_control/stats" || echo '{}')
+  dead=$(api "127.0.0.1:$DPORT/v1/stats" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(String(JSON.parse(s).dlq_depth)))')
+  printf '{"events":%d,"seconds":%s,"receiver":%s,"dead":%s,"wrk":%s}\n' "$SMALL_EVENTS" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" "$st" "${dead:-null}" \
+    "$(cat "$work/small.wrk.json")" >"$work/small.tp.json"
+  stop_pid "$DPID"
+  stop_pid "$rpid"
+  row_assemble small small
+}
+
 run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed bench
   local name=$1 rc=0
   case $name in
@@ -448,6 +493,7 @@ run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed 
     sqlite-fanout) row_outboxd sqlite-fanout "sqlite:$work/sqlite-fanout/o.db" "" \
               "$FANOUT_EVENTS" "$FANOUT_SUBS" || rc=$? ;;
     slow) row_slow || rc=$? ;;
+    small) row_small || rc=$? ;;
     postgres|peer)
       if [ -z "$PGPORT" ] && ! pg_start; then
         row_unavailable "$name" "PostgreSQL could not be started" \
