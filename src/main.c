@@ -485,6 +485,7 @@ static int serve(int argc, char **argv)
 		.max_in_flight = cfg.max_in_flight,
 		.batch = cfg.retry_batch,
 		.lease_ms = cfg.lease_ms,
+		.connect_timeout_ms = cfg.connect_timeout_ms,
 		.shutdown_grace_ms = cfg.shutdown_grace_ms,
 		.disabled_delay_ms = 5000,
 		.sinks = {http_sink, kafka_sink},

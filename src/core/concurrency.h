@@ -52,7 +52,7 @@ enum concurrency_outcome {
  * quick 500 or 404 is as much a sign of capacity as a 200: the receiver answered). */
 enum concurrency_outcome concurrency_classify_status(long status);
 
-/* "success", "timeout", "refused", "rejected", "neutral", "not_sent". */
+/* "success", "timeout", "refused", "rejected", "neutral", "not_sent", "stalled". */
 const char *concurrency_outcome_name(enum concurrency_outcome o);
 
 /* Settings; concurrency_params_default gives the documented defaults. */
@@ -125,8 +125,9 @@ void concurrency_init(struct concurrency *c, const struct concurrency_params *p,
 
 /* Reports one finished attempt and returns the limit from now on.
  *   now_us      when it finished
- *   latency_us  from the request being written to its answer (for a timeout: to the
- *               moment it was given up); now_us - latency_us is when it was sent
+ *   latency_us  from the start of its transfer (connect included) to its answer (for
+ *               a timeout: to the moment it was given up); now_us - latency_us is when
+ *               it was sent
  *   outcome     its class; CONCURRENCY_NOT_SENT and CONCURRENCY_NEUTRAL change nothing
  *   in_flight   requests open to the endpoint when it started, itself included */
 int concurrency_record(struct concurrency *c, int64_t now_us, int64_t latency_us,

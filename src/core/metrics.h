@@ -61,7 +61,7 @@ void metrics_kafka_lag(const char *topic, int partition, long long lag);
 
 /* Flow control (deliver/endpoints.h): what one endpoint's adaptive concurrency is now. */
 struct metrics_endpoint_view {
-	char key[512];               /* "host:port/path" */
+	char key[280];               /* "host:port#pathhash" (deliver/endpoints.h) */
 	int limit;                   /* requests it may have open at once */
 	int in_flight;               /* open now */
 	int queued;                  /* deliveries waiting for room */

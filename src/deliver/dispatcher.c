@@ -83,12 +83,6 @@ static size_t recycle_list(struct dispatcher *d, struct writer_result *l, int *k
 
 /* ---- leases ------------------------------------------------------------------------------ */
 
-/* What a round's attempts need of its lease: their timeout and the margin. */
-static int64_t lease_need_ms(const struct round *j)
-{
-	return j->timeout_ms + LEASE_MARGIN_MS;
-}
-
 /* Asks the writer to renew the leases that will soon be too short for the next attempt
  * (or are past half their term), every RENEW_EVERY_MS, or at once when a round waits for
  * one. A renewal runs to max(lease, the attempt's need and a few turns more), so a round
@@ -104,7 +98,7 @@ static void leases_renew(struct dispatcher *d, int64_t now_ms)
 		struct round *j = &d->rounds[i];
 		if (j->state == ROUND_FREE || j->state == ROUND_DONE || j->lease_lost)
 			continue;
-		int64_t need = lease_need_ms(j), ahead = d->cfg.lease_ms / 2;
+		int64_t need = round_lease_need_ms(j), ahead = d->cfg.lease_ms / 2;
 		if (need + 2 * RENEW_EVERY_MS > ahead)
 			ahead = need + 2 * RENEW_EVERY_MS;
 		if (j->lease_until_ms - now_ms >= ahead)

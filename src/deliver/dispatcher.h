@@ -19,6 +19,8 @@ struct dispatcher_config {
 	int max_in_flight;        /* concurrent deliveries of this instance */
 	int batch;                /* deliveries per claim */
 	int64_t lease_ms;
+	int64_t connect_timeout_ms; /* an attempt may take this to connect before its own
+	                             timeout starts: its lease must cover both */
 	int64_t shutdown_grace_ms;
 	int64_t disabled_delay_ms; /* how long a disabled subscription's deliveries wait */
 	struct sink *sinks[SINKS_MAX]; /* borrowed, opened by the caller and closed after

@@ -24,9 +24,9 @@
 #define RELEASE_MIN_MS 500    /* a round handed back for a limit is due again after 0.5-1.5 s */
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
 /* Leases (docs/reliability.md, "Leases"): an attempt starts only when the lease outlasts
- * its timeout by LEASE_MARGIN_MS (clock differences between instances, the result's way
- * to the store); rounds are looked at every RENEW_EVERY_MS and renewed well before that
- * stops being true. */
+ * its connect and its timeout by LEASE_MARGIN_MS (clock differences between instances,
+ * the result's way to the store); rounds are looked at every RENEW_EVERY_MS and renewed
+ * well before that stops being true. */
 #define LEASE_MARGIN_MS 1000
 #define RENEW_EVERY_MS 500
 #define LEASE_WAIT_US (100 * 1000) /* a round waiting for its renewal looks again */
@@ -128,6 +128,12 @@ struct dispatcher {
 	int64_t next_renew_ms;
 	struct sub_limits *parked_subs; /* those with parked rounds */
 };
+
+/* What an attempt of j needs of its lease: its connect, its timeout and the margin. */
+static inline int64_t round_lease_need_ms(const struct round *j)
+{
+	return j->d->cfg.connect_timeout_ms + j->timeout_ms + LEASE_MARGIN_MS;
+}
 
 /* ---- round.c -------------------------------------------------------------------------- */
 

@@ -68,11 +68,12 @@ int endpoint_key(const char *url, char key[ENDPOINT_KEY_MAX])
 	for (size_t i = 0; i < hlen; i++)
 		key[i] = (char)tolower((unsigned char)host[i]);
 	const char *path = a + alen;
-	int plen = (int)strcspn(path, "?#");
-	if (*path == '/')
-		snprintf(key + hlen, ENDPOINT_KEY_MAX - hlen, ":%d%.*s", port, plen, path);
+	size_t plen = strcspn(path, "?#");
+	if (*path == '/' && plen > 1)
+		snprintf(key + hlen, ENDPOINT_KEY_MAX - hlen, ":%d#%08x", port,
+			 hash_fnv1a_n(path, plen));
 	else
-		snprintf(key + hlen, ENDPOINT_KEY_MAX - hlen, ":%d/", port);
+		snprintf(key + hlen, ENDPOINT_KEY_MAX - hlen, ":%d", port);
 	return 0;
 }
 
@@ -148,7 +149,7 @@ void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
 					   CONCURRENCY_STALLED, e->in_flight);
 	}
 	e->dirty = 1;
-	if (after < before / 2 && before >= 8)
+	if (after <= before / 2 && before >= 8)
 		log_info("endpoint %s: concurrency limit %d -> %d after a %s answer (%lld ms)",
 			 e->key, before, after, concurrency_outcome_name(outcome),
 			 (long long)(latency_us / 1000));

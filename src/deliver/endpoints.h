@@ -6,7 +6,9 @@
  *
  * The path is part of the endpoint because one host often serves handlers of very
  * different speeds: one limit for the host would read a slow handler's usual latency as
- * the fast one's queueing, and hold the fast one behind the slow one.
+ * the fast one's queueing, and hold the fast one behind the slow one. The key shows the
+ * path only as a hash ("host:port#1a2b3c4d"): webhook URLs often carry a token in their
+ * path, and the key is a metric label.
  *
  * No locks: only the dispatcher's thread touches a table. What stats show is published to
  * core/metrics, where other threads read it. This file never looks inside a round. */
@@ -18,7 +20,7 @@
 #include "core/concurrency.h"
 
 #define ENDPOINTS_BUCKETS 256
-#define ENDPOINT_KEY_MAX 512  /* "host:port/path"; a longer path is cut here */
+#define ENDPOINT_KEY_MAX 280  /* "host:port#pathhash": a host of at most 255 bytes */
 
 /* One request open to an endpoint (embedded in the dispatcher's round). */
 struct endpoint_req {
@@ -49,9 +51,10 @@ struct endpoint_table {
  * max_in_flight). */
 void endpoints_init(struct endpoint_table *t, int max_limit);
 
-/* "host:port/path" of an http:// or https:// URL (lowercase host, default ports 80 and
- * 443, no user info, query or fragment) into key; 0, or -1 when url is not one (another
- * scheme, no host, a host over 255 bytes). */
+/* The key of an http:// or https:// URL's endpoint: lowercase host, port (default 80 or
+ * 443) and, for a path other than "/", "#" and 8 hex digits of the path's FNV-1a hash
+ * (no user info, query or fragment). 0, or -1 when url is not one (another scheme, no
+ * host, a host over 255 bytes). */
 int endpoint_key(const char *url, char key[ENDPOINT_KEY_MAX]);
 
 /* The state of url's endpoint, made on first use; NULL when url has none (not http(s))

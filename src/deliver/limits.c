@@ -222,6 +222,7 @@ int limits_parked_cap(int pool_size, const struct subscription *s, int ep_limit)
 	int cap = PARKED_MIN_CAP, share = pool_size / 4, held = limits_cap(s);
 
 	if (ep_limit > 0) {
+		cap = share; /* a new endpoint's limit is small for a few round trips only */
 		share = pool_size / 2;
 		if (ep_limit < INT32_MAX / 8 && ep_limit * 8 > cap)
 			cap = ep_limit * 8;

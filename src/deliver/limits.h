@@ -102,9 +102,9 @@ int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t 
 
 /* How many rounds s may keep parked in a pool of pool_size: enough to keep its limits
  * busy, never more than a quarter of the pool, so other subscriptions find room. With
- * adaptive flow control (ep_limit > 0: its endpoint's current limit) eight times that
- * limit, up to half the pool: what the endpoint takes in a few round trips, and not
- * hundreds of rounds for a receiver that takes four at a time. */
+ * adaptive flow control (ep_limit > 0: its endpoint's current limit) a quarter of the pool
+ * (a new endpoint starts at a few requests and takes many a few round trips later), or
+ * eight times the limit, up to half the pool, once the endpoint takes that many. */
 int limits_parked_cap(int pool_size, const struct subscription *s, int ep_limit);
 
 #endif

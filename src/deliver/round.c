@@ -474,7 +474,7 @@ static void round_go(struct round *j)
 	 * (or a claim of this one) could start a second round of the delivery while this one
 	 * still sends: it waits for the lease's renewal (dispatcher.c), or stops if the
 	 * lease is gone. */
-	if (j->lease_until_ms - clock_now_ms() < j->timeout_ms + LEASE_MARGIN_MS) {
+	if (j->lease_until_ms - clock_now_ms() < round_lease_need_ms(j)) {
 		round_slot_put(j);
 		if (j->lease_lost) {
 			round_release(j, 0);
