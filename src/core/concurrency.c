@@ -157,11 +157,23 @@ static void limit_cut(struct concurrency *c, int64_t now_us, double factor)
  * sent before the last cut was caused by the limit that cut already corrected; only when
  * it is stronger than that cut does it deepen it to its own factor (a timeout caught in
  * the burst of a mild latency cut still halves the limit). */
+static int latency_inflated(const struct concurrency *c, double latency_us);
+
+/* A timeout while the other answers still come back near the unloaded latency is one
+ * request that hung (a receiver's stray slow path), not a queue: a gentle cut and no
+ * ceiling, or a receiver with a few percent of such requests would be held at one
+ * request at a time. With the latency inflated (or not known yet) it is the strongest
+ * sign of a queue. */
+#define STRAY_TIMEOUT_FACTOR 0.9
+
 static void signal_overload(struct concurrency *c, int64_t now_us, int64_t sent_us,
 			    enum concurrency_outcome outcome, int in_flight)
 {
-	double factor = outcome == CONCURRENCY_TIMEOUT ? c->p.backoff_timeout
-						       : c->p.backoff_overload;
+	int queueing = outcome == CONCURRENCY_TIMEOUT &&
+		       (c->latency_smooth_us == 0 ||
+			latency_inflated(c, (double)c->latency_smooth_us));
+	double factor = outcome != CONCURRENCY_TIMEOUT ? c->p.backoff_overload
+			: queueing ? c->p.backoff_timeout : STRAY_TIMEOUT_FACTOR;
 	double before;
 	int repeated;
 
@@ -181,7 +193,7 @@ static void signal_overload(struct concurrency *c, int64_t now_us, int64_t sent_
 	} else {
 		return;
 	}
-	if (outcome != CONCURRENCY_TIMEOUT)
+	if (!queueing)
 		return;
 	/* The receiver could not answer in time with in_flight requests open: growing back
 	 * to that many would time out again, so stay below it for a while (never below the

@@ -245,6 +245,15 @@ static void test_timeout_ceiling(void **state)
 		table_round(&c, &r, 1 << 20, &now, &seed);
 	c.limit = 40;
 	c.slow_start_until = 40;
+	/* a stray timeout (the other answers as fast as ever): a gentle cut, no ceiling */
+	concurrency_record(&c, now, 1 * SEC, CONCURRENCY_TIMEOUT, 30);
+	assert_int_equal(concurrency_limit(&c), 36);
+	assert_true(c.ceiling == 0);
+	c.limit = 40;
+	c.slow_start_until = 40;
+	now += 2 * SEC;
+	/* a timeout while the answers queue (latency 4x the minimum): halved, and a ceiling */
+	c.latency_smooth_us = 4 * c.latency_min_us;
 	concurrency_record(&c, now, 1 * SEC, CONCURRENCY_TIMEOUT, 30);
 	assert_int_equal(concurrency_limit(&c), 20);
 	assert_true(c.ceiling == 29);
@@ -272,6 +281,7 @@ static void test_timeout_ceiling(void **state)
 	struct table_receiver fast = {10 * MS, 0, 0, CONCURRENCY_SUCCESS};
 
 	table_round(&c, &slow, 1 << 20, &now, &seed);
+	c.latency_smooth_us = 4 * c.latency_min_us; /* queueing: the timeout sets a ceiling */
 	concurrency_record(&c, now, 1 * SEC, CONCURRENCY_TIMEOUT, 6);
 	assert_true(c.ceiling > 0);
 	for (int k = 0; k < 200; k++)
