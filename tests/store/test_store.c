@@ -1172,6 +1172,21 @@ static void test_leases_renew(void **state)
 	assert_int_equal(d.status, DELIVERY_FAILED);
 	store_delivery_free(&d);
 
+	/* the other instance's next round numbers its try 2 (its claim knew of one): taken
+	 * by the lost round's, so it goes after, as 3; no request drops out of the history */
+	store_claims_free(other_c, 1);
+	other_c = NULL;
+	assert_int_equal(store_claim_due(other, clock_now_ms() + 1000, 30000, 10, &other_c, &n),
+			 STORE_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(other_c[0].attempt_count, 1);
+	record_through(other, c[1].delivery_id, DELIVERY_PROCESSED, 2, 200);
+	assert_int_equal(store_delivery_attempts(t->st, c[1].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 3);
+	assert_int_equal(a[2].n, 3);
+	assert_int_equal(a[2].code, 200);
+	store_attempts_free(a, na);
+
 	/* our renewed one still takes its result */
 	record_through(t->st, c[0].delivery_id, DELIVERY_PROCESSED, 1, 200);
 	d = get_delivery(t, c[0].delivery_id);

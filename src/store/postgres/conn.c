@@ -129,6 +129,23 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause,"
 		"  not_sent)"
 		" WHERE a.delivery_id IN (SELECT id FROM upd)"
+		" ON CONFLICT (delivery_id, n) DO NOTHING RETURNING delivery_id, n),"
+		/* a number taken already (by a round whose lease was lost, recorded first):
+		 * after the last one instead, so every request sent stays in the history */
+		" moved AS ("
+		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
+		"  message, cause, instance, not_sent)"
+		" SELECT a.delivery_id, GREATEST((SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x"
+		"  WHERE x.delivery_id = a.delivery_id), (SELECT COALESCE(max(t.n), 0) FROM att t"
+		"  WHERE t.delivery_id = a.delivery_id))"
+		"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n),"
+		"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent"
+		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
+		"  $19::int4[], $20::text[], $21::text[], $24::bool[])"
+		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause,"
+		"  not_sent)"
+		" WHERE a.delivery_id IN (SELECT id FROM upd)"
+		" AND (a.delivery_id, a.n) NOT IN (SELECT delivery_id, n FROM att)"
 		" ON CONFLICT (delivery_id, n) DO NOTHING),"
 		/* a round whose lease was lost changes nothing but its history: its attempts
 		 * are recorded after the delivery's last one (another round may hold their

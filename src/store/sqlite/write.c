@@ -474,7 +474,8 @@ int sq_next_due(store *st, int64_t *at_ms)
  * results: the first row is kept, with a warning. */
 /* Records attempt a of delivery_id under its number; append: after the delivery's last
  * recorded attempt instead (a round whose lease was lost, whose numbers another round may
- * have taken). */
+ * have taken). A number already taken (by such a round, recorded first) also appends:
+ * every request sent stays in the history. */
 static int record_attempt(struct sq *sq, const char *delivery_id, const struct store_attempt *a,
 			  int append)
 {
@@ -492,8 +493,7 @@ static int record_attempt(struct sq *sq, const char *delivery_id, const struct s
 	sqlite3_bind_int(s, 9, a->not_sent ? 1 : 0);
 	rc = sq_step_done(s);
 	if (rc == SQLITE_OK && !append && sqlite3_changes(sq->wdb) == 0)
-		log_warn("store: attempt %d of delivery %s already recorded, kept the first", a->n,
-			 delivery_id);
+		return record_attempt(sq, delivery_id, a, 1);
 	return rc;
 }
 
