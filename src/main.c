@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <openssl/rand.h>
 
 #include "api/api.h"
 #include "api/http.h"
@@ -26,6 +27,7 @@
 #include "cli/secret_key.h"
 #include "cli/service.h"
 #include "cli/spool_cmd.h"
+#include "core/authlimit.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/ssrf.h"
@@ -359,6 +361,7 @@ static int serve(int argc, char **argv)
 	struct jobs *jobs = NULL;
 	struct http_server *http = NULL;
 	struct api_tokens *tokens = NULL;
+	struct authlimit *authlimit = NULL;
 	struct ops_events *ops = NULL;
 	int rc = 1;
 
@@ -562,6 +565,12 @@ static int serve(int argc, char **argv)
 
 	if (!(tokens = api_tokens_new(st)))
 		goto out;
+	uint32_t seed;
+	if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1 ||
+	    !(authlimit = authlimit_new(seed))) {
+		log_error("cannot set up the API's limit of failed authentications");
+		goto out;
+	}
 	struct kafka_readiness kafka_readiness = {intake, kafka_sink, dead_letter};
 	struct api api = {
 		.st = st,
@@ -578,6 +587,7 @@ static int serve(int argc, char **argv)
 		.admin_token = token,
 		.ingest_token = cfg.ingest_token,
 		.tokens = tokens,
+		.authlimit = authlimit,
 		.max_payload = cfg.max_payload,
 		.max_request = cfg.max_request,
 		.retry_defaults = defaults,
@@ -587,7 +597,10 @@ static int serve(int argc, char **argv)
 	struct http_limits limits = {
 		.threads = cfg.api_threads,
 		.max_connections = cfg.api_max_connections,
+		.max_connections_per_ip = cfg.api_max_connections_per_ip,
 		.idle_timeout_ms = cfg.api_idle_timeout_ms,
+		.request_timeout_ms = cfg.api_request_timeout_ms,
+		.body_memory = cfg.api_body_memory,
 	};
 	struct http_tls tls = {cfg.tls_cert, cfg.tls_key};
 	int tls_on = cfg.tls_cert && *cfg.tls_cert;
@@ -667,6 +680,7 @@ out:
 	sub_registry_destroy(&reg);
 	curl_global_cleanup();
 	api_tokens_free(tokens);
+	authlimit_free(authlimit);
 	free(token);
 	free(kafka_instance);
 	config_free(&cfg);

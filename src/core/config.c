@@ -52,6 +52,19 @@ const struct config_setting config_settings[] = {
 	 "30s", S(api_idle_timeout_ms),
 	 "an API connection that sends nothing for this long (an idle keep-alive, or a client "
 	 "that stalls mid-request) is closed"},
+	{"api_max_connections_per_ip", "--api-max-connections-per-ip",
+	 "OUTBOXD_API_MAX_CONNECTIONS_PER_IP", CONFIG_INT, "128", S(api_max_connections_per_ip),
+	 "open API connections one client address may hold (more are refused at accept); "
+	 "behind a reverse proxy every client has the proxy's address: raise it; 0 = no limit"},
+	{"api_request_timeout", "--api-request-timeout", "OUTBOXD_API_REQUEST_TIMEOUT",
+	 CONFIG_DURATION, "60s", S(api_request_timeout_ms),
+	 "a request must arrive whole (headers and body) within this long of its first line, "
+	 "and that line within this long of the connection being ready for it, however "
+	 "steadily it trickles in; else its connection is closed"},
+	{"api_body_memory", "--api-body-memory", "OUTBOXD_API_BODY_MEMORY", CONFIG_SIZE, "128MiB",
+	 S(api_body_memory),
+	 "request bodies held in memory at once by the requests in progress, together; a "
+	 "request that would go past it is answered 503 (at least max_request)"},
 	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "3",
 	 S(immediate_tries), "default tries in the first (immediate) round (seed 001: 3)"},
 	{"immediate_delay", "--immediate-delay", "OUTBOXD_IMMEDIATE_DELAY", CONFIG_DURATION,
@@ -510,6 +523,12 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	if (cfg->api_max_connections < 16 || cfg->api_idle_timeout_ms < 1000)
 		return fail(err, errlen, "api_max_connections must be at least 16 and api_idle_timeout "
 			    "at least 1s");
+	if (cfg->api_request_timeout_ms < 1000)
+		return fail(err, errlen, "api_request_timeout must be at least 1s");
+	if (cfg->api_body_memory < cfg->max_request)
+		return fail(err, errlen, "api_body_memory (%lld) must be at least max_request (%lld): "
+			    "a request of max_request bytes could never be read",
+			    (long long)cfg->api_body_memory, (long long)cfg->max_request);
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");

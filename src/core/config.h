@@ -24,6 +24,9 @@ struct config {
 	int api_threads;
 	int api_max_connections;    /* open API connections at most */
 	int64_t api_idle_timeout_ms; /* an API connection silent this long is closed */
+	int api_max_connections_per_ip; /* of which one client address holds; 0 = no limit */
+	int64_t api_request_timeout_ms; /* a request must arrive whole within this */
+	int64_t api_body_memory;    /* request bodies in memory at once, bytes */
 	/* delivery and retries (seed defaults) */
 	int immediate_tries;
 	int64_t immediate_delay_ms;

@@ -53,6 +53,8 @@ static struct {
 	_Atomic long kafka_consumed;
 	_Atomic long kafka_undecodable;
 	_Atomic int kafka_paused;
+	_Atomic long auth_failures[METRICS_AUTH_FAILURES];
+	_Atomic long api_refused[METRICS_API_REFUSALS];
 } m;
 
 /* Consumer lag by topic and partition: written by the intake thread only, read by the
@@ -203,6 +205,18 @@ void metrics_ops_events(long stored, long suppressed, long dropped)
 	atomic_fetch_add_explicit(&m.ops_stored, stored, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_suppressed, suppressed, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_dropped, dropped, memory_order_relaxed);
+}
+
+void metrics_api_auth_failure(enum metrics_auth_failure why)
+{
+	if (why < METRICS_AUTH_FAILURES)
+		atomic_fetch_add_explicit(&m.auth_failures[why], 1, memory_order_relaxed);
+}
+
+void metrics_api_refused(enum metrics_api_refusal why)
+{
+	if (why < METRICS_API_REFUSALS)
+		atomic_fetch_add_explicit(&m.api_refused[why], 1, memory_order_relaxed);
 }
 
 void metrics_otlp_spans(long exported, long dropped, long failed)
@@ -424,6 +438,27 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_ingest_rejected_total{class=\"4xx\"} %ld\n"
 	  "outboxd_ingest_rejected_total{class=\"5xx\"} %ld\n",
 	  atomic_load(&m.rejected_4xx), atomic_load(&m.rejected_5xx));
+	A("# HELP outboxd_api_auth_failures_total API requests refused for their token: none "
+	  "(missing), unknown (invalid), expired; limited: answered 429 because the address "
+	  "failed too often.\n# TYPE outboxd_api_auth_failures_total counter\n"
+	  "outboxd_api_auth_failures_total{reason=\"missing\"} %ld\n"
+	  "outboxd_api_auth_failures_total{reason=\"invalid\"} %ld\n"
+	  "outboxd_api_auth_failures_total{reason=\"expired\"} %ld\n"
+	  "outboxd_api_auth_failures_total{reason=\"limited\"} %ld\n",
+	  atomic_load(&m.auth_failures[METRICS_AUTH_MISSING]),
+	  atomic_load(&m.auth_failures[METRICS_AUTH_INVALID]),
+	  atomic_load(&m.auth_failures[METRICS_AUTH_EXPIRED]),
+	  atomic_load(&m.auth_failures[METRICS_AUTH_LIMITED]));
+	A("# HELP outboxd_api_refused_total API requests refused to protect the server: a "
+	  "declared body over max_request (too_large), requests in progress holding "
+	  "api_body_memory (memory), a request not whole within api_request_timeout "
+	  "(deadline: its connection closed).\n# TYPE outboxd_api_refused_total counter\n"
+	  "outboxd_api_refused_total{reason=\"too_large\"} %ld\n"
+	  "outboxd_api_refused_total{reason=\"memory\"} %ld\n"
+	  "outboxd_api_refused_total{reason=\"deadline\"} %ld\n",
+	  atomic_load(&m.api_refused[METRICS_API_TOO_LARGE]),
+	  atomic_load(&m.api_refused[METRICS_API_MEMORY]),
+	  atomic_load(&m.api_refused[METRICS_API_DEADLINE]));
 	A("# HELP outboxd_subscriptions_disabled_total Subscriptions this instance disabled "
 	  "after failing for disable_after.\n"
 	  "# TYPE outboxd_subscriptions_disabled_total counter\n"

@@ -4,7 +4,9 @@
  * ones answer 403 with the scope named; the audit log's actor is the token's name; a
  * revoked token is refused at once; GET /v1/tokens never shows a token and the store keeps
  * only hashes (the raw SQLite file is searched); tokens survive a restart; bad input is
- * refused naming the field; the CLI creates, lists and revokes. */
+ * refused naming the field; the CLI creates, lists and revokes. Failed authentications
+ * are audited with the client's address and limited per address. */
+#include <string.h>
 #include <sys/stat.h>
 
 #include "e2e.h"
@@ -200,8 +202,9 @@ static void test_list_revoke_restart(void **state)
 	char path[128];
 	snprintf(path, sizeof(path), "/v1/tokens/%s", gone.id);
 	json_decref(api_call(&dmn, "DELETE", path, NULL, 204));
-	json_decref(api_call_as(&dmn, gone.value, "GET", "/v1/stats", NULL, 401));
 	expect_audit("admin", "token.revoke");
+	json_decref(api_call_as(&dmn, gone.value, "GET", "/v1/stats", NULL, 401));
+	expect_audit("unauthenticated", "auth.failed");
 	json_decref(api_call(&dmn, "DELETE", path, NULL, 404));
 
 	/* tokens are kept in the store: they work after a restart */
@@ -264,6 +267,72 @@ static void test_bad_input(void **state)
 	json_decref(api_call(&dmn, "DELETE", "/v1/tokens/not-a-uuid", NULL, 400));
 }
 
+/* GET /v1/stats from the loopback address src with token (NULL: none); the whole answer
+ * into out. Returns its status. */
+static int stats_from(const char *src, const char *token, char *out, size_t len)
+{
+	char req[256];
+	int closed, fd = e2e_connect_from(src, dmn.port, 0);
+	int n = snprintf(req, sizeof(req), "GET /v1/stats HTTP/1.1\r\nHost: x\r\n%s%s%s"
+			 "Connection: close\r\n\r\n", token ? "Authorization: Bearer " : "",
+			 token ? token : "", token ? "\r\n" : "");
+	assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+	e2e_read_answer(fd, out, len, 10000, &closed);
+	close(fd);
+	return e2e_answer_status(out);
+}
+
+/* Failed authentications are counted, audited with the address (never the token) and,
+ * past 10 a minute from one address, answered 429 for that address only; a valid token
+ * from it is still served. */
+static void test_failed_authentications(void **state)
+{
+	static const char wrong[] = "obx_0000000000000000000000000000000000000000deadbeef";
+	char answer[4096], log[512];
+
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(stats_from("127.0.0.5", wrong, answer, sizeof(answer)), 401);
+	assert_int_equal(stats_from("127.0.0.5", wrong, answer, sizeof(answer)), 429);
+	assert_non_null(strcasestr(answer, "\r\nRetry-After: "));
+	assert_int_equal(stats_from("127.0.0.5", NULL, answer, sizeof(answer)), 429);
+	/* the right token from the same address, and a wrong one from another, as usual */
+	assert_int_equal(stats_from("127.0.0.5", HARNESS_ADMIN_TOKEN, answer, sizeof(answer)),
+			 200);
+	assert_int_equal(stats_from("127.0.0.6", wrong, answer, sizeof(answer)), 401);
+
+	json_t *a = e2e_get(&dmn, "/v1/audit?limit=20");
+	size_t i;
+	json_t *item;
+	int failed = 0, limited = 0;
+	json_array_foreach(json_object_get(a, "items"), i, item) {
+		const char *action = json_string_value(json_object_get(item, "action"));
+		const char *target = json_string_value(json_object_get(item, "target"));
+		if (strcmp(action, "auth.failed") == 0 && strcmp(target, "127.0.0.5") == 0) {
+			json_t *detail = json_object_get(item, "detail");
+			assert_string_equal(json_string_value(json_object_get(detail, "reason")),
+					    "invalid_token");
+			assert_string_equal(json_string_value(json_object_get(detail, "path")),
+					    "/v1/stats");
+			assert_string_equal(json_string_value(json_object_get(item, "actor")),
+					    "unauthenticated");
+			failed++;
+		}
+		limited += strcmp(action, "auth.rate_limited") == 0 &&
+			   strcmp(target, "127.0.0.5") == 0;
+	}
+	assert_int_equal(failed, 10);
+	assert_int_equal(limited, 1);
+	char *text = json_dumps(a, 0);
+	assert_null(strstr(text, "deadbeef"));
+	free(text);
+	json_decref(a);
+	assert_true(e2e_metric(&dmn, "outboxd_api_auth_failures_total{reason=\"invalid\"}") >= 12);
+	assert_true(e2e_metric(&dmn, "outboxd_api_auth_failures_total{reason=\"limited\"}") >= 2);
+	/* the log says who failed, never with what */
+	assert_false(e2e_file_contains(daemon_log_path(&dmn, log, sizeof(log)), "deadbeef"));
+	assert_true(e2e_file_contains(log, "failed authentication from 127.0.0.5"));
+}
+
 static int run_cli(char *out, size_t len, const char *args)
 {
 	return e2e_cli(&dmn, out, len, args);
@@ -310,6 +379,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_list_revoke_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_authentications, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
