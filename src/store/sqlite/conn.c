@@ -644,6 +644,7 @@ const struct store_ops store_sqlite_ops = {
 	.token_create = sq_token_create,
 	.token_delete = sq_token_delete,
 	.token_list = sq_token_list,
+	.token_touch = sq_token_touch,
 	.stats = sq_stats,
 	.attempt_series = sq_attempt_series,
 	.sub_create = sq_sub_create,
