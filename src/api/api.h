@@ -61,14 +61,18 @@ typedef void (*api_wake_cb)(void *ctx);
 struct api_caller {
 	unsigned scopes;
 	char name[65];
+	int64_t expires_at;                /* a named token's expiry (ms), 0 for none */
 };
 
 /* The named tokens the router authenticates against (routes_tokens.c). */
 struct api_tokens;
 struct api_tokens *api_tokens_new(store *st);   /* returned; NULL when out of memory */
 void api_tokens_free(struct api_tokens *t);
-/* Finds token among the named tokens: 0 with *out filled, -1 when unknown. Any thread. */
-int api_tokens_lookup(struct api_tokens *t, const char *token, size_t len,
+/* Finds token among the named tokens at now_ms: 0 with *out filled; -1 when unknown;
+ * API_TOKEN_EXPIRED when it expired (out->name and out->expires_at filled). A token found
+ * has its last use recorded in the store at most once a minute. Any thread. */
+#define API_TOKEN_EXPIRED (-2)
+int api_tokens_lookup(struct api_tokens *t, const char *token, size_t len, int64_t now_ms,
 		      struct api_caller *out);
 
 struct authlimit;

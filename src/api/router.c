@@ -96,10 +96,11 @@ static int token_equal(const char *given, size_t len, const char *want)
 	return want && strlen(want) == len && CRYPTO_memcmp(given, want, len) == 0;
 }
 
-enum auth_result { AUTH_OK, AUTH_MISSING, AUTH_INVALID };
+enum auth_result { AUTH_OK, AUTH_MISSING, AUTH_INVALID, AUTH_EXPIRED };
 
 /* Fills who from the Authorization header: the configured admin token (every scope), the
- * configured ingest token, or a named token. */
+ * configured ingest token, or a named token that has not expired (who->name and
+ * who->expires_at say which one did). */
 static enum auth_result authenticate(const struct api *api, const char *header,
 				     struct api_caller *who)
 {
@@ -120,7 +121,8 @@ static enum auth_result authenticate(const struct api *api, const char *header,
 		strcpy(who->name, "ingest");
 		return AUTH_OK;
 	}
-	return api_tokens_lookup(api->tokens, tok, len, who) == 0 ? AUTH_OK : AUTH_INVALID;
+	int rc = api_tokens_lookup(api->tokens, tok, len, clock_now_ms(), who);
+	return rc == 0 ? AUTH_OK : rc == API_TOKEN_EXPIRED ? AUTH_EXPIRED : AUTH_INVALID;
 }
 
 /* A failed authentication: counted, audited and logged within core/authlimit.h's bounds
@@ -129,12 +131,14 @@ static enum auth_result authenticate(const struct api *api, const char *header,
 static void refuse_caller(struct api *api, const struct api_request *req, enum auth_result why,
 			  const struct api_caller *who, const char *what, struct api_response *res)
 {
-	static const char *const reasons[] = {"", "missing_token", "invalid_token"};
+	static const char *const reasons[] = {"", "missing_token", "invalid_token",
+					      "expired_token"};
 	struct authlimit_verdict v = {0};
 	const char *addr = req->remote_addr ? req->remote_addr : "unknown";
 	int64_t now = clock_now_ms();
 
-	metrics_api_auth_failure(why == AUTH_MISSING ? METRICS_AUTH_MISSING : METRICS_AUTH_INVALID);
+	metrics_api_auth_failure(why == AUTH_MISSING ? METRICS_AUTH_MISSING :
+				 why == AUTH_EXPIRED ? METRICS_AUTH_EXPIRED : METRICS_AUTH_INVALID);
 	if (api->authlimit)
 		authlimit_fail(api->authlimit, addr, now, &v);
 	if (v.unaudited)
@@ -161,17 +165,27 @@ static void refuse_caller(struct api *api, const struct api_request *req, enum a
 	}
 	if (v.audit && why != AUTH_MISSING) {
 		/* The token itself, or any part of it, is never written: it may be a secret
-		 * pasted in the wrong place. */
+		 * pasted in the wrong place. An expired token is named (its name is no secret:
+		 * GET /v1/tokens lists it). */
 		json_t *d = json_pack("{s:s, s:s, s:s}", "reason", reasons[why], "method",
 				      req->method, "path", req->path);
+		if (why == AUTH_EXPIRED)
+			json_object_set_new(d, "token", json_string(who->name));
 		char *detail = json_dumps(d, JSON_COMPACT);
 		json_decref(d);
-		log_warn("api: failed authentication from %s: %s on %s %.128s", addr, reasons[why],
-			 req->method, req->path);
+		log_warn("api: failed authentication from %s: %s on %s %.128s%s%s", addr,
+			 reasons[why], req->method, req->path, why == AUTH_EXPIRED ? ", token " : "",
+			 why == AUTH_EXPIRED ? who->name : "");
 		api_audit_as(api, "unauthenticated", "auth.failed", addr, detail);
 		free(detail);
 	}
-	if (why == AUTH_MISSING) {
+	if (why == AUTH_EXPIRED) {
+		char at[RFC3339_LEN];
+		clock_format_rfc3339(who->expires_at, at);
+		api_reply_errorf(res, 401, "token_expired", NULL,
+				 "the token \"%s\" expired at %s; an admin can make a new one "
+				 "(POST /v1/tokens)", who->name, at);
+	} else if (why == AUTH_MISSING) {
 		api_reply_errorf(res, 401, "unauthenticated", NULL,
 				 "%s needs Authorization: Bearer <token>", what);
 	} else {

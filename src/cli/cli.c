@@ -919,22 +919,26 @@ static void print_token_row(json_t *t)
 		snprintf(scopes + used, sizeof(scopes) - used, "%s%s", i ? "," : "",
 			 json_string_value(s));
 	}
-	printf("%-36s  %-20s  %-22s  %-8s  %s\n", str(t, "id"), str(t, "name"), scopes,
-	       str(t, "prefix"), str(t, "created_at"));
+	json_t *expires = json_object_get(t, "expires_at"), *used = json_object_get(t, "last_used_at");
+	printf("%-36s  %-20s  %-22s  %-8s  %-24s  %-24s  %s%s\n", str(t, "id"), str(t, "name"),
+	       scopes, str(t, "prefix"), str(t, "created_at"),
+	       json_is_string(expires) ? json_string_value(expires) : "never",
+	       json_is_string(used) ? json_string_value(used) : "never",
+	       json_is_true(json_object_get(t, "expired")) ? "  (expired)" : "");
 }
 
-/* tokens create NAME --scopes a,b | list | revoke ID */
+/* tokens create NAME --scopes a,b [--ttl D | --expires-at T] | list | revoke ID */
 static int cmd_tokens(struct cli *c, const char *cmd, const struct opts *o)
 {
-	static const char *const create_opts[] = {"--scopes", NULL};
+	static const char *const create_opts[] = {"--scopes", "--ttl", "--expires-at", NULL};
 	char path[128];
 	json_t *r = NULL;
 	int rc;
 
 	if (strcmp(cmd, "list") == 0) {
-		char header[160];
-		snprintf(header, sizeof(header), "%-36s  %-20s  %-22s  %-8s  %s\n", "ID", "NAME",
-			 "SCOPES", "PREFIX", "CREATED");
+		char header[256];
+		snprintf(header, sizeof(header), "%-36s  %-20s  %-22s  %-8s  %-24s  %-24s  %s\n",
+			 "ID", "NAME", "SCOPES", "PREFIX", "CREATED", "EXPIRES", "LAST USED");
 		return print_list(c, "/v1/tokens", header, print_token_row);
 	}
 	if (strcmp(cmd, "revoke") == 0 && o->nargs == 1) {
@@ -954,6 +958,11 @@ static int cmd_tokens(struct cli *c, const char *cmd, const struct opts *o)
 			json_array_append_new(scopes, json_string(t));
 		free(copy);
 		json_t *doc = json_pack("{s:s, s:o}", "name", o->args[0], "scopes", scopes);
+		/* the API checks them and names the field at fault */
+		if (opt(o, "--ttl"))
+			json_object_set_new(doc, "ttl", json_string(opt(o, "--ttl")));
+		if (opt(o, "--expires-at"))
+			json_object_set_new(doc, "expires_at", json_string(opt(o, "--expires-at")));
 		char *body = json_dumps(doc, JSON_COMPACT);
 		json_decref(doc);
 		rc = call(c, "POST", "/v1/tokens", body, &r);
@@ -1021,8 +1030,9 @@ static const struct cli_group {
 	 "                              replay jobs, newest first: progress, who started them\n"
 	 "  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n", cmd_jobs},
 	{"tokens", "named API tokens with scopes: create, list, revoke",
-	 "  tokens create NAME --scopes ingest,read,operate,admin\n"
-	 "                              a named token (printed once; the audit log's actor)\n"
+	 "  tokens create NAME --scopes ingest,read,operate,admin [--ttl 90d | --expires-at T]\n"
+	 "                              a named token (printed once; the audit log's actor),\n"
+	 "                              refused once it expires (never unless asked)\n"
 	 "  tokens list | revoke ID\n",
 	 cmd_tokens},
 	{"stats", "counts, DLQ depth, per-subscription health",
