@@ -602,7 +602,7 @@ static int serve(int argc, char **argv)
 		.request_timeout_ms = cfg.api_request_timeout_ms,
 		.body_memory = cfg.api_body_memory,
 	};
-	struct http_tls tls = {cfg.tls_cert, cfg.tls_key};
+	struct http_tls tls = {cfg.tls_cert, cfg.tls_key, cfg.tls_priorities};
 	int tls_on = cfg.tls_cert && *cfg.tls_cert;
 	const char *scheme = tls_on ? "https" : "http";
 	if (!(http = http_server_start(&api, cfg.listen, &limits, tls_on ? &tls : NULL, err,

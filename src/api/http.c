@@ -406,9 +406,10 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	/* MHD takes its options from a varargs list; TLS adds two, or none (the list ends
+	/* MHD takes its options from a varargs list; TLS adds three, or none (the list ends
 	 * early with MHD_OPTION_END standing in for them). */
 	enum MHD_OPTION cert_opt = MHD_OPTION_END, key_opt = MHD_OPTION_END;
+	enum MHD_OPTION prio_opt = MHD_OPTION_END;
 	if (tls) {
 		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
 			snprintf(err, errlen, "tls_cert: this libmicrohttpd has no TLS support");
@@ -418,6 +419,8 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 		    !(s->tls_key = read_pem("tls_key", tls->key_file, err, errlen)))
 			goto fail;
 		flags |= MHD_USE_TLS;
+		/* without tls_priorities GnuTLS's "NORMAL" would accept TLS 1.0 and 1.1 too */
+		prio_opt = MHD_OPTION_HTTPS_PRIORITIES;
 		cert_opt = MHD_OPTION_HTTPS_MEM_CERT;
 		key_opt = MHD_OPTION_HTTPS_MEM_KEY;
 	}
@@ -436,10 +439,12 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)limits->max_connections,
 				  MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 				  (unsigned)limits->max_connections_per_ip,
-				  cert_opt, s->tls_cert, key_opt, s->tls_key, MHD_OPTION_END);
+				  prio_opt, tls ? tls->priorities : NULL, cert_opt, s->tls_cert,
+				  key_opt, s->tls_key, MHD_OPTION_END);
 	if (!s->mhd) {
-		snprintf(err, errlen, tls ? "cannot listen on %s with TLS (address in use, or "
-					    "tls_cert and tls_key do not make a usable pair: see "
+		snprintf(err, errlen, tls ? "cannot listen on %s with TLS (address in use, "
+					    "tls_cert and tls_key do not make a usable pair, or "
+					    "tls_priorities is not a GnuTLS priority string: see "
 					    "the warning above)"
 					  : "cannot listen on %s (address in use or not allowed)",
 			 listen);

@@ -26,6 +26,7 @@ struct http_limits {
 struct http_tls {
 	const char *cert_file;     /* certificate, with its chain */
 	const char *key_file;      /* its private key */
+	const char *priorities;    /* GnuTLS priority string: versions and ciphers offered */
 };
 
 /* Listens on listen ("host:port", host may be a name or address), with TLS when tls is

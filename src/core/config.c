@@ -159,6 +159,10 @@ const struct config_setting config_settings[] = {
 	 "PEM certificate (with its chain) the API serves HTTPS with; empty = plain HTTP"},
 	{"tls_key", "--tls-key", "OUTBOXD_TLS_KEY", CONFIG_STRING, NULL, S(tls_key),
 	 "PEM private key of tls_cert (read once at start)"},
+	{"tls_priorities", "--tls-priorities", "OUTBOXD_TLS_PRIORITIES", CONFIG_STRING,
+	 "SECURE:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2", S(tls_priorities),
+	 "GnuTLS priority string of the API's HTTPS: protocol versions and ciphers; the "
+	 "default accepts TLS 1.3 and 1.2 only"},
 	/* Kafka (DESIGN §7, docs/kafka.md): off unless kafka_brokers is set. */
 	{"kafka_brokers", "--kafka-brokers", "OUTBOXD_KAFKA_BROKERS", CONFIG_STRING, NULL,
 	 S(kafka_brokers), "Kafka bootstrap servers, host:port,...; empty = Kafka off"},
@@ -537,6 +541,9 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;
+	if (!is_set(cfg->tls_priorities))
+		return fail(err, errlen, "tls_priorities must not be empty (default: "
+			    "SECURE:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2)");
 	if ((cfg->tls_cert && *cfg->tls_cert) != (cfg->tls_key && *cfg->tls_key))
 		return fail(err, errlen, "%s is set without %s: the API's TLS needs both",
 			    cfg->tls_cert && *cfg->tls_cert ? "tls_cert" : "tls_key",

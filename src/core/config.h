@@ -64,6 +64,7 @@ struct config {
 	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
 	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
 	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */
+	char *tls_priorities;     /* GnuTLS priority string of the API's HTTPS */
 	/* Kafka (DESIGN §7) */
 	char *kafka_brokers;      /* NULL or "" = Kafka off */
 	char *kafka_config;       /* extra librdkafka properties, "k=v;k=v" (secrets) */

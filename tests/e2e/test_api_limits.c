@@ -10,9 +10,10 @@
  * in progress hold at most api_body_memory (503 beyond, with Retry-After). A connection
  * that stays silent is closed after api_idle_timeout, and headers larger than a
  * connection's memory are refused with 431. With tls_cert/tls_key the API speaks HTTPS
- * only (a certificate made here with the openssl CLI): verified clients get answers,
- * plain HTTP and unverified clients do not, and a half-configured or unreadable pair stops
- * the start naming the setting. */
+ * only (a certificate made here with the openssl CLI), TLS 1.2 and 1.3 (openssl s_client
+ * with -tls1 or -tls1_1 is refused): verified clients get answers, plain HTTP and
+ * unverified clients do not, and a half-configured or unreadable pair, or priorities
+ * GnuTLS does not take, stop the start naming the setting. */
 #include "e2e.h"
 
 #include <sys/resource.h>
@@ -338,6 +339,17 @@ static void read_log(char *text, size_t len)
 		fclose(f);
 }
 
+/* 1 when `openssl s_client` completes a handshake with the daemon at protocol version
+ * flag ("-tls1_1"); its own minimum lowered, so that a refusal is the daemon's. */
+static int handshake(const char *flag)
+{
+	char cmd[512], out[16384];
+	snprintf(cmd, sizeof(cmd), "openssl s_client -connect 127.0.0.1:%d %s -cipher "
+		 "'DEFAULT:@SECLEVEL=0' </dev/null 2>&1", dmn.port, flag);
+	int rc = e2e_run(cmd, out, sizeof(out));
+	return rc == 0 && strstr(out, "Cipher is ") && !strstr(out, "Cipher is (NONE)");
+}
+
 static void test_tls(void **state)
 {
 	static char log[65536];
@@ -362,6 +374,11 @@ static void test_tls(void **state)
 	assert_int_equal(daemon_start(&dmn, missing), -1);
 	read_log(log, sizeof(log));
 	assert_non_null(strstr(log, "tls_key: cannot read /nonexistent/api.key"));
+	const char *bad_priorities[] = {env_cert, env_key, "OUTBOXD_TLS_PRIORITIES=NOT-A-PRIORITY",
+					NULL};
+	assert_int_equal(daemon_start(&dmn, bad_priorities), -1);
+	read_log(log, sizeof(log));
+	assert_non_null(strstr(log, "tls_priorities"));
 	daemon_cleanup(&dmn);
 
 	/* HTTPS with the certificate trusted: the API answers as usual */
@@ -373,6 +390,12 @@ static void test_tls(void **state)
 	json_decref(api_call(&dmn, "POST", "/v1/events",
 			     "{\"event_type\":\"tls.event\",\"payload\":{}}", 202));
 	json_decref(api_call(&dmn, "GET", "/v1/stats", NULL, 200));
+
+	/* TLS 1.2 and 1.3 only: 1.0 and 1.1 are refused in the handshake */
+	assert_false(handshake("-tls1"));
+	assert_false(handshake("-tls1_1"));
+	assert_true(handshake("-tls1_2"));
+	assert_true(handshake("-tls1_3"));
 
 	/* a client that does not trust the certificate stops at the handshake */
 	unsetenv("HARNESS_CA_FILE");
