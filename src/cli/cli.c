@@ -497,6 +497,15 @@ static void print_sub_row(json_t *s)
 	       json_is_true(json_object_get(s, "enabled")) ? "yes" : "no", types, str(s, "endpoint"));
 }
 
+/* Every user of the machine can read a process's arguments (/proc/PID/cmdline, ps): a
+ * secret given as flag is named in a warning with the form that keeps it out. */
+static void warn_secret_flag(const char *flag, const char *instead)
+{
+	fprintf(stderr, "outboxd: warning: %s holds a secret, and arguments are visible to every "
+			"user of this machine in /proc/%d/cmdline (ps); use %s instead\n", flag,
+		(int)getpid(), instead);
+}
+
 /* Reads a JSON document from --body (inline, @FILE, or - for stdin). */
 static json_t *read_body(const struct opts *o)
 {
@@ -505,14 +514,20 @@ static json_t *read_body(const struct opts *o)
 		return NULL;
 	json_error_t err;
 	json_t *doc;
-	if (strcmp(b, "-") == 0)
+	int inline_body = 0;
+	if (strcmp(b, "-") == 0) {
 		doc = json_loadf(stdin, 0, &err);
-	else if (b[0] == '@')
+	} else if (b[0] == '@') {
 		doc = json_load_file(b + 1, 0, &err);
-	else
+	} else {
 		doc = json_loads(b, 0, &err);
+		inline_body = 1;
+	}
 	if (!doc)
 		fprintf(stderr, "outboxd: --body is not valid JSON: %s\n", err.text);
+	else if (inline_body && (json_object_get(doc, "auth") || json_object_get(doc, "secret") ||
+				 json_object_get(doc, "previous_secret")))
+		warn_secret_flag("--body", "--body @FILE or --body - (standard input)");
 	return doc;
 }
 
@@ -570,8 +585,12 @@ static int cmd_subs(struct cli *c, const char *cmd, const struct opts *o)
 			json_object_set_new(doc, "name", json_string(opt(o, "--name")));
 		if (opt(o, "--endpoint"))
 			json_object_set_new(doc, "endpoint", json_string(opt(o, "--endpoint")));
-		if (opt(o, "--secret"))
+		if (opt(o, "--secret")) {
+			if (strcmp(opt(o, "--secret"), "generate") != 0)
+				warn_secret_flag("--secret", "--secret generate, or \"secret\" in "
+						 "--body @FILE");
 			json_object_set_new(doc, "secret", json_string(opt(o, "--secret")));
+		}
 		if (opt(o, "--format"))
 			json_object_set_new(doc, "payload_format", json_string(opt(o, "--format")));
 		if (opt(o, "--enabled"))
@@ -1124,7 +1143,9 @@ int cli_main(int argc, char **argv)
 	if (ul && c.url[ul - 1] == '/')
 		c.url[ul - 1] = '\0';
 	const char *tok = opt(&o, "--token");
-	if (!tok)
+	if (tok)
+		warn_secret_flag("--token", "OUTBOXD_TOKEN in the environment");
+	else
 		tok = getenv("OUTBOXD_TOKEN");
 	c.token = tok ? strdup(tok) : token_from_file("var/admin.token");
 	c.json = opt(&o, "--json") != NULL;

@@ -784,6 +784,33 @@ char *config_mask_value(const char *key, const char *value)
 	return strdup(value);
 }
 
+size_t config_secret_flags(int argc, char *const *argv, const struct config_setting **out,
+			   size_t max)
+{
+	size_t n = 0;
+	for (int i = 0; i < argc; i++) {
+		const char *arg = argv[i], *eq = strchr(arg, '=');
+		size_t fl = eq ? (size_t)(eq - arg) : strlen(arg);
+		const struct config_setting *s = find_flag(arg, fl);
+		if (!s || s->type != CONFIG_STRING)
+			continue;
+		const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+		if (!value || !*value)
+			continue;
+		char *masked = config_mask_value(s->key, value);
+		int secret = !masked || strcmp(masked, value) != 0;
+		free(masked);
+		for (size_t k = 0; k < n && k < max && secret; k++)
+			secret = out[k] != s; /* named once */
+		if (!secret)
+			continue;
+		if (n < max)
+			out[n] = s;
+		n++;
+	}
+	return n;
+}
+
 void config_print_effective(FILE *out, const struct config *cfg)
 {
 	fprintf(out, "# outboxd: effective settings (secrets masked)%s%s\n",

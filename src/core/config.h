@@ -141,4 +141,12 @@ void config_print_effective(FILE *out, const struct config *cfg);
  * setting key; returned (free it), NULL when out of memory. */
 char *config_mask_value(const char *key, const char *value);
 
+/* The settings argv (the flags after the command, as config_load takes them) gives a
+ * secret value as a flag: a token or key, or a value config_mask_value would mask (a
+ * password in db, a kafka_config secret, otlp_headers). Such a value is visible to every
+ * user of the machine in /proc/PID/cmdline; the caller says so. Fills out with up to max
+ * of them (borrowed from config_settings) and returns how many there are. */
+size_t config_secret_flags(int argc, char *const *argv, const struct config_setting **out,
+			   size_t max);
+
 #endif
