@@ -601,9 +601,9 @@ static int serve(int argc, char **argv)
 
 	if (!(tokens = api_tokens_new(st)))
 		goto out;
-	uint32_t seed;
-	if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1 ||
-	    !(authlimit = authlimit_new(seed))) {
+	uint32_t hash_key;
+	if (RAND_bytes((unsigned char *)&hash_key, sizeof(hash_key)) != 1 ||
+	    !(authlimit = authlimit_new(hash_key))) {
 		log_error("cannot set up the API's limit of failed authentications");
 		goto out;
 	}

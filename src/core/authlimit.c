@@ -19,20 +19,20 @@ struct slot {
 
 struct authlimit {
 	pthread_mutex_t mu;
-	uint32_t seed;            /* keys the hash: an address's place cannot be aimed at */
+	uint32_t hash_key;        /* keys the hash: an address's place cannot be aimed at */
 	struct slot slots[AUTHLIMIT_SLOTS];
 	int64_t minute_start;     /* the global audit budget's minute */
 	long audited;             /* in that minute */
 	long unaudited;
 };
 
-struct authlimit *authlimit_new(uint32_t seed)
+struct authlimit *authlimit_new(uint32_t hash_key)
 {
 	struct authlimit *l = calloc(1, sizeof(*l));
 	if (!l)
 		return NULL;
 	pthread_mutex_init(&l->mu, NULL);
-	l->seed = seed;
+	l->hash_key = hash_key;
 	return l;
 }
 
@@ -48,7 +48,7 @@ void authlimit_free(struct authlimit *l)
  * PROBE places (forgotten). */
 static struct slot *slot_of(struct authlimit *l, const char *addr)
 {
-	uint32_t h = l->seed;
+	uint32_t h = l->hash_key;
 	for (const char *p = addr; *p; p++)
 		h = (h ^ (unsigned char)*p) * 16777619u;
 	struct slot *oldest = NULL, *free_slot = NULL;

@@ -35,10 +35,10 @@ struct authlimit_verdict {
 	                             so once; 0 otherwise */
 };
 
-/* A table with nothing recorded (returned; NULL when out of memory). seed keys the
+/* A table with nothing recorded (returned; NULL when out of memory). hash_key keys the
  * table's hash: pass a random value, so that addresses cannot be chosen to push others
  * out. */
-struct authlimit *authlimit_new(uint32_t seed);
+struct authlimit *authlimit_new(uint32_t hash_key);
 void authlimit_free(struct authlimit *l);
 
 /* Records one failed authentication from addr (borrowed; NULL or "" counts as one
