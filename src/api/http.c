@@ -47,7 +47,8 @@ struct conn_ctx {
 	char remote_addr[INET6_ADDRSTRLEN];
 	int64_t content_length;
 	struct buf body;
-	int64_t charged;    /* bytes of api_body_memory this request holds */
+	int64_t charged;    /* bytes of api_body_memory this request holds: its body may
+	                       grow to that (its buffer holds one byte more, the NUL) */
 	int too_large;      /* past max_request: the rest is read and dropped, then 413 */
 	int over_memory;    /* api_body_memory ran out: the rest is dropped, then 503 */
 };
@@ -183,21 +184,15 @@ static enum MHD_Result begin_request(struct http_server *s, struct MHD_Connectio
 		goto answer;
 	if (!c->head.wants_body)
 		return MHD_YES;
-	if (c->content_length >= 0) {
-		/* the whole declared body at once (api_begin refused it over max_request) */
-		if (body_memory_take(s, c->content_length + 1) == 0) {
-			c->charged = c->content_length + 1;
-			c->body.max = (size_t)c->content_length;
-			return MHD_YES;
-		}
-		goto no_memory;
-	}
-	if (body_memory_take(s, BODY_STEP) == 0) {
-		c->charged = BODY_STEP;
-		c->body.max = BODY_STEP - 1;
+	/* the whole declared body at once (api_begin refused it over max_request), or a
+	 * first step of one of unknown length */
+	int64_t first = c->content_length >= 0 ? c->content_length :
+			s->api->max_request < BODY_STEP ? s->api->max_request : BODY_STEP;
+	if (body_memory_take(s, first) == 0) {
+		c->charged = first;
+		c->body.max = (size_t)first;
 		return MHD_YES;
 	}
-no_memory:
 	metrics_api_refused(METRICS_API_MEMORY);
 	res.retry_after = 1;
 	api_reply_errorf(&res, 503, "unavailable", NULL,
@@ -215,21 +210,21 @@ static void body_append(struct http_server *s, struct conn_ctx *c, const char *d
 	if (c->too_large || c->over_memory || buf_append(&c->body, data, n) == 0)
 		return;
 	int64_t max_request = s->api->max_request;
-	int64_t need = (int64_t)c->body.len + (int64_t)n + 1;
-	if (c->content_length >= 0 || need > max_request + 1) {
+	int64_t need = (int64_t)c->body.len + (int64_t)n;
+	if (c->content_length >= 0 || need > max_request) {
 		c->too_large = 1;
 		return;
 	}
 	int64_t want = c->charged * 2 > need ? c->charged * 2 : need;
-	if (want > max_request + 1)
-		want = max_request + 1;
+	if (want > max_request)
+		want = max_request;
 	if (body_memory_take(s, want - c->charged)) {
 		c->over_memory = 1;
 		metrics_api_refused(METRICS_API_MEMORY);
 		return;
 	}
 	c->charged = want;
-	c->body.max = (size_t)(want - 1);
+	c->body.max = (size_t)want;
 	if (buf_append(&c->body, data, n))
 		c->too_large = 1; /* out of memory: answered as too large */
 }

@@ -261,6 +261,17 @@ static void test_body_memory(void **state)
 	assert_non_null(strstr(r.body, "api_body_memory"));
 	http_resp_free(&r);
 	assert_true(e2e_metric(&dmn, "outboxd_api_refused_total{reason=\"memory\"}") >= 1);
+	/* a body of unknown length (chunked) is refused the same way */
+	char chunked[1024], answer[4096];
+	int closed, fd = e2e_connect_from("127.0.0.1", dmn.port, 0);
+	int n = snprintf(chunked, sizeof(chunked), "POST /v1/events HTTP/1.1\r\nHost: x\r\n"
+			 "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+			 "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n",
+			 HARNESS_ADMIN_TOKEN, strlen(event), event);
+	assert_int_equal(send(fd, chunked, (size_t)n, MSG_NOSIGNAL), n);
+	e2e_read_answer(fd, answer, sizeof(answer), 10000, &closed);
+	assert_int_equal(e2e_answer_status(answer), 503);
+	close(fd);
 
 	/* one upload gives up: its memory is free again */
 	close(stalled[0]);
