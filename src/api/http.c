@@ -51,6 +51,8 @@ struct conn_ctx {
 	                       grow to that (its buffer holds one byte more, the NUL) */
 	int too_large;      /* past max_request: the rest is read and dropped, then 413 */
 	int over_memory;    /* api_body_memory ran out: the rest is dropped, then 503 */
+	int decided;        /* answer holds what api_begin answered, sent at the end */
+	struct api_response answer;
 };
 
 /* Takes n bytes of api_body_memory; 0, or -1 when that would go past it. */
@@ -169,8 +171,10 @@ static void request_of(struct MHD_Connection *conn, const char *url, const char 
 	};
 }
 
-/* The head of a request: answered at once (the body, if any, is never read: MHD closes
- * the connection after the answer), or admitted with the memory its declared body needs. */
+/* The head of a request: answered from it, or admitted with the memory its declared body
+ * needs. An answer to a request with a body to come is sent at once: the body is never
+ * read, and MHD closes the connection after the answer. One without a body is kept for
+ * the end of the request, as any answer, so the connection stays alive for the next. */
 static enum MHD_Result begin_request(struct http_server *s, struct MHD_Connection *conn,
 				     const char *url, const char *method, struct conn_ctx *c)
 {
@@ -199,8 +203,14 @@ static enum MHD_Result begin_request(struct http_server *s, struct MHD_Connectio
 			 "the requests in progress hold all the memory the API gives request "
 			 "bodies (api_body_memory); retry");
 answer:
-	deadline_pause(s->deadlines, deadline_handle(conn));
-	return send_answer(conn, &res);
+	if (c->content_length > 0 ||
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding")) {
+		deadline_pause(s->deadlines, deadline_handle(conn));
+		return send_answer(conn, &res);
+	}
+	c->decided = 1;
+	c->answer = res;
+	return MHD_YES;
 }
 
 /* Appends a piece of a body: within what the request was given of api_body_memory,
@@ -258,7 +268,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 	if (*upload_data_size) {
 		/* Past a limit the rest is read and dropped, so the 413 or 503 can be sent; a
 		 * body the route does not read is dropped whole. */
-		if (c->head.wants_body)
+		if (c->head.wants_body && !c->decided)
 			body_append(s, c, upload_data, *upload_data_size);
 		*upload_data_size = 0;
 		return MHD_YES;
@@ -266,7 +276,10 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 
 	deadline_pause(s->deadlines, deadline_handle(conn));
 	struct api_response res = {0};
-	if (c->over_memory) {
+	if (c->decided) {
+		res = c->answer;
+		c->decided = 0;
+	} else if (c->over_memory) {
 		res.retry_after = 1;
 		api_reply_errorf(&res, 503, "unavailable", NULL,
 				 "the requests in progress hold all the memory the API gives "
@@ -288,6 +301,8 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 		return;
 	body_memory_give_back(s, c->charged);
 	buf_free(&c->body);
+	if (c->decided)
+		free(c->answer.body); /* the connection went before the answer */
 	free(c);
 	*con_cls = NULL;
 	/* the next request on a kept-alive connection: until its line arrives */
