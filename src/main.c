@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <openssl/rand.h>
 
 #include "api/api.h"
 #include "api/http.h"
@@ -26,6 +27,7 @@
 #include "cli/secret_key.h"
 #include "cli/service.h"
 #include "cli/spool_cmd.h"
+#include "core/authlimit.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/ssrf.h"
@@ -82,8 +84,6 @@ static char *read_file(const char *path, char *err, size_t errlen)
 	return text;
 }
 
-/* The admin token: configured, or kept in DATA_DIR/admin.token, or generated there once
- * (DESIGN §5) and printed that one time. Returns it (caller frees) or NULL. */
 /* The first line of the data directory's file name (what, for messages), or when there
  * is none, the value make writes into out (size bytes), kept there (mode, fsynced; *made
  * set). Returned (free it), path filled; NULL after logging why. */
@@ -127,17 +127,29 @@ static int make_token(char *out, size_t size)
 	return size > TOKEN_LEN ? token_generate(out) : -1;
 }
 
+/* The admin token: configured, or kept in DATA_DIR/admin.token, or generated there once.
+ * A generated token is shown only on a terminal: a log (journald, a file) would keep it
+ * where whoever reads the log finds it. Returns it (caller frees) or NULL. */
 static char *admin_token(const struct config *cfg)
 {
 	char path[4096];
+	struct stat sb;
 	int made = 0;
 	if (cfg->admin_token)
 		return strdup(cfg->admin_token);
 	char *token = data_dir_value(cfg, "admin.token", "an admin token", 0600, make_token,
 				     &made, path);
-	if (token && made)
+	if (!token)
+		return NULL;
+	if (made && isatty(STDERR_FILENO))
 		fprintf(stderr, "\nGenerated an admin token (shown once, kept in %s with mode "
 				"0600):\n  %s\n\n", path, token);
+	else if (made)
+		log_info("generated an admin token into %s (mode 0600); read it there (it is "
+			 "printed only on a terminal, never to a log)", path);
+	else if (stat(path, &sb) == 0 && (sb.st_mode & 077))
+		log_warn("the admin token file %s can be read by others (mode %03o): chmod 600 it",
+			 path, (unsigned)(sb.st_mode & 0777));
 	return token;
 }
 
@@ -182,12 +194,32 @@ static int kafka_ready(void *ctx, char *why, size_t whylen)
 	return 0;
 }
 
+/* A secret given as a flag is in /proc/PID/cmdline, which every local user can read (ps):
+ * say so, and which form keeps it out. Once per process (SIGHUP reads argv again). */
+static void warn_secret_flags(int argc, char **argv)
+{
+	static int warned;
+	const struct config_setting *s[16];
+	size_t n = config_secret_flags(argc, argv, s, sizeof(s) / sizeof(s[0]));
+
+	if (warned)
+		return;
+	warned = 1;
+	for (size_t i = 0; i < n && i < sizeof(s) / sizeof(s[0]); i++)
+		log_warn("%s holds a secret, and flags are visible to every user of this machine in "
+			 "/proc/%d/cmdline (ps): set %s in the environment, or %s in a config file "
+			 "only outboxd's user can read, instead", s[i]->flag, (int)getpid(), s[i]->env,
+			 s[i]->key);
+}
+
 /* The settings of serve from the config file, the environment and argv (the flags
  * after the command) into cfg. 0, or -1 after printing why (cfg freed). */
 static int load_settings(int argc, char **argv, struct config *cfg)
 {
 	char err[512], *file_text = NULL;
 	const char *path = config_file_path(environ, argc, argv);
+
+	warn_secret_flags(argc, argv);
 
 	if (path && !(file_text = read_file(path, err, sizeof(err)))) {
 		fprintf(stderr, "outboxd: %s\n", err);
@@ -251,7 +283,7 @@ static int rotate_key(int argc, char **argv)
 {
 	const char *new_key = getenv("OUTBOXD_NEW_SECRET_KEY");
 	struct config cfg;
-	int n = 0;
+	int n = 0, from_flag = 0;
 
 	for (int i = 0; i < argc; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -259,8 +291,10 @@ static int rotate_key(int argc, char **argv)
 			return 0;
 		} else if (strcmp(argv[i], "--new-secret-key") == 0 && i + 1 < argc) {
 			new_key = argv[++i];
+			from_flag = 1;
 		} else if (strncmp(argv[i], "--new-secret-key=", 17) == 0) {
 			new_key = argv[i] + 17;
+			from_flag = 1;
 		} else if (strcmp(argv[i], "--new-secret-key") == 0) {
 			fprintf(stderr, "outboxd: --new-secret-key needs a value\n");
 			return 2;
@@ -268,6 +302,10 @@ static int rotate_key(int argc, char **argv)
 			argv[n++] = argv[i];
 		}
 	}
+	if (from_flag)
+		log_warn("--new-secret-key holds a secret, and flags are visible to every user of "
+			 "this machine in /proc/%d/cmdline (ps): set OUTBOXD_NEW_SECRET_KEY in the "
+			 "environment instead", (int)getpid());
 	if (load_settings(n, argv, &cfg))
 		return 2;
 	int rc = secret_key_rotate(&cfg, new_key && *new_key ? new_key : NULL);
@@ -359,6 +397,7 @@ static int serve(int argc, char **argv)
 	struct jobs *jobs = NULL;
 	struct http_server *http = NULL;
 	struct api_tokens *tokens = NULL;
+	struct authlimit *authlimit = NULL;
 	struct ops_events *ops = NULL;
 	int rc = 1;
 
@@ -562,6 +601,12 @@ static int serve(int argc, char **argv)
 
 	if (!(tokens = api_tokens_new(st)))
 		goto out;
+	uint32_t hash_key;
+	if (RAND_bytes((unsigned char *)&hash_key, sizeof(hash_key)) != 1 ||
+	    !(authlimit = authlimit_new(hash_key))) {
+		log_error("cannot set up the API's limit of failed authentications");
+		goto out;
+	}
 	struct kafka_readiness kafka_readiness = {intake, kafka_sink, dead_letter};
 	struct api api = {
 		.st = st,
@@ -578,6 +623,7 @@ static int serve(int argc, char **argv)
 		.admin_token = token,
 		.ingest_token = cfg.ingest_token,
 		.tokens = tokens,
+		.authlimit = authlimit,
 		.max_payload = cfg.max_payload,
 		.max_request = cfg.max_request,
 		.retry_defaults = defaults,
@@ -587,9 +633,12 @@ static int serve(int argc, char **argv)
 	struct http_limits limits = {
 		.threads = cfg.api_threads,
 		.max_connections = cfg.api_max_connections,
+		.max_connections_per_ip = cfg.api_max_connections_per_ip,
 		.idle_timeout_ms = cfg.api_idle_timeout_ms,
+		.request_timeout_ms = cfg.api_request_timeout_ms,
+		.body_memory = cfg.api_body_memory,
 	};
-	struct http_tls tls = {cfg.tls_cert, cfg.tls_key};
+	struct http_tls tls = {cfg.tls_cert, cfg.tls_key, cfg.tls_priorities};
 	int tls_on = cfg.tls_cert && *cfg.tls_cert;
 	const char *scheme = tls_on ? "https" : "http";
 	if (!(http = http_server_start(&api, cfg.listen, &limits, tls_on ? &tls : NULL, err,
@@ -667,6 +716,7 @@ out:
 	sub_registry_destroy(&reg);
 	curl_global_cleanup();
 	api_tokens_free(tokens);
+	authlimit_free(authlimit);
 	free(token);
 	free(kafka_instance);
 	config_free(&cfg);

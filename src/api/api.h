@@ -1,8 +1,11 @@
-/* api.h: the HTTP API of outboxd (DESIGN §4, contract), independent of the HTTP server.
+/* api.h: the HTTP API of outboxd (docs/api.md), independent of the HTTP server.
  *
  * http.c (libmicrohttpd glue) turns each request into a struct api_request and sends
  * back the struct api_response; everything between is plain C, so handlers can be tested
- * without sockets. */
+ * without sockets. A request is decided in two halves: api_begin sees only its head
+ * (method, path, headers, source address) and answers everything that needs no body —
+ * authentication included — so the server reads a body only for a caller it knows;
+ * api_finish runs the route's handler with the body. */
 #ifndef OUTBOXD_API_API_H
 #define OUTBOXD_API_API_H
 
@@ -24,6 +27,9 @@ struct api_request {
 	const char *authorization;         /* header value or NULL */
 	const char *content_type;          /* header value or NULL */
 	const char *traceparent;           /* W3C trace context header or NULL */
+	const char *remote_addr;           /* the client's address as text ("192.0.2.7",
+	                                      "2001:db8::1"), or NULL when unknown */
+	int64_t content_length;            /* the Content-Length header, -1 when absent */
 	const char *body;
 	size_t body_len;
 	int body_too_large;                /* the server stopped reading at the limit */
@@ -45,6 +51,7 @@ struct api_response {
 	const char *cache_control;
 	const char *csp;                   /* Content-Security-Policy, with nosniff and
 	                                      frame and referrer headers */
+	int retry_after;                   /* seconds for a Retry-After header, 0 for none */
 };
 
 typedef void (*api_wake_cb)(void *ctx);
@@ -54,15 +61,21 @@ typedef void (*api_wake_cb)(void *ctx);
 struct api_caller {
 	unsigned scopes;
 	char name[65];
+	int64_t expires_at;                /* a named token's expiry (ms), 0 for none */
 };
 
 /* The named tokens the router authenticates against (routes_tokens.c). */
 struct api_tokens;
 struct api_tokens *api_tokens_new(store *st);   /* returned; NULL when out of memory */
 void api_tokens_free(struct api_tokens *t);
-/* Finds token among the named tokens: 0 with *out filled, -1 when unknown. Any thread. */
-int api_tokens_lookup(struct api_tokens *t, const char *token, size_t len,
+/* Finds token among the named tokens at now_ms: 0 with *out filled; -1 when unknown;
+ * API_TOKEN_EXPIRED when it expired (out->name and out->expires_at filled). A token found
+ * has its last use recorded in the store at most once a minute. Any thread. */
+#define API_TOKEN_EXPIRED (-2)
+int api_tokens_lookup(struct api_tokens *t, const char *token, size_t len, int64_t now_ms,
 		      struct api_caller *out);
+
+struct authlimit;
 
 /* What the handlers work with; all borrowed and alive while the API serves. */
 struct api {
@@ -77,6 +90,8 @@ struct api {
 	const char *admin_token;
 	const char *ingest_token;          /* may be NULL */
 	struct api_tokens *tokens;         /* named tokens (routes_tokens.c), or NULL */
+	struct authlimit *authlimit;       /* failed authentications per address
+	                                      (core/authlimit.h), or NULL: not limited */
 	int64_t max_payload;
 	int64_t max_request;
 	struct retry_policy retry_defaults;
@@ -89,7 +104,29 @@ struct api {
 	void *ready_ctx;
 };
 
-/* Answers one request. res->body is returned to the caller (free it). */
+/* What api_begin decided for a request that goes on to its handler. */
+struct api_head {
+	const struct api_route *route;
+	const char *id;                    /* the {id} path segment (in id_buf), or NULL */
+	char id_buf[64];
+	struct api_caller who;
+	int wants_body;                    /* POST or PATCH: read the body for the handler */
+};
+
+/* The first half of a request, from its head alone (req's body is not looked at):
+ * health, readiness, metrics and the console's files, unknown routes (404), the
+ * authentication (401, or 429 for an address over its failure limit), methods (405),
+ * scopes (403), and for a body to come its declared size (413 over max_request) and type
+ * (415). Returns 1 when res holds the answer; 0 when head is filled and api_finish is to
+ * be called once the body is read. */
+int api_begin(struct api *api, const struct api_request *req, struct api_head *head,
+	      struct api_response *res);
+/* The second half: a body the server stopped reading (413), then the route's handler.
+ * head is what api_begin filled for the same request. */
+void api_finish(struct api *api, const struct api_request *req, const struct api_head *head,
+		struct api_response *res);
+/* Both halves at once, for a request whose body is already there. res->body is returned
+ * to the caller (free it). */
 void api_handle(struct api *api, const struct api_request *req, struct api_response *res);
 
 /* ---- shared by the route files ------------------------------------------------------------ */
@@ -163,5 +200,9 @@ void api_metrics(struct api *api, struct api_response *res);
 /* Records an operator action in the audit log (failures are logged, not fatal). */
 void api_audit(struct api *api, const struct api_request *req, const char *action,
 	       const char *target, long long count, const char *detail);
+/* The same for what no authenticated caller did (a failed authentication): actor names
+ * who it was ("unauthenticated"), count is 0. All borrowed. */
+void api_audit_as(struct api *api, const char *actor, const char *action, const char *target,
+		  const char *detail);
 
 #endif

@@ -3,22 +3,30 @@
 #define OUTBOXD_API_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "api/api.h"
 
 struct http_server;
 
-/* How the server protects itself from slow or idle clients. */
+/* How the server protects itself from slow, idle, many or large clients. */
 struct http_limits {
 	int threads;               /* worker threads */
 	int max_connections;       /* open connections at most (more are refused at accept) */
+	int max_connections_per_ip; /* of which one client address may hold; 0 = no limit */
 	int64_t idle_timeout_ms;   /* a connection silent this long is closed */
+	int64_t request_timeout_ms; /* a request (headers and body) not whole this long after
+	                               its connection was ready for it: the connection is
+	                               closed, however steadily it trickles in */
+	int64_t body_memory;       /* request bodies held at once by requests in progress,
+	                              bytes; a request that needs more is answered 503 */
 };
 
 /* HTTPS for the API: PEM files, read once at start. */
 struct http_tls {
 	const char *cert_file;     /* certificate, with its chain */
 	const char *key_file;      /* its private key */
+	const char *priorities;    /* GnuTLS priority string: versions and ciphers offered */
 };
 
 /* Listens on listen ("host:port", host may be a name or address), with TLS when tls is

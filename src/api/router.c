@@ -1,4 +1,7 @@
-/* router.c: authentication, routing and error bodies of the API (DESIGN §4). */
+/* router.c: authentication, routing and error bodies of the API (docs/api.md). A request
+ * is decided from its head first (api_begin): nothing but health, readiness, metrics and
+ * the console's files answers without a valid token, and a body is read only for a caller
+ * the route admits. */
 #include "api/api.h"
 
 #include <jansson.h>
@@ -9,8 +12,11 @@
 
 #include <openssl/crypto.h>
 
+#include "core/authlimit.h"
 #include "core/metrics.h"
 #include "core/token.h"
+#include "util/clock.h"
+#include "util/log.h"
 #include "util/uuid.h"
 
 void api_reply_json(struct api_response *res, int status, json_t *body)
@@ -90,25 +96,101 @@ static int token_equal(const char *given, size_t len, const char *want)
 	return want && strlen(want) == len && CRYPTO_memcmp(given, want, len) == 0;
 }
 
+enum auth_result { AUTH_OK, AUTH_MISSING, AUTH_INVALID, AUTH_EXPIRED };
+
 /* Fills who from the Authorization header: the configured admin token (every scope), the
- * configured ingest token, or a named token. Returns 0, or -1 when none matches. */
-static int authenticate(const struct api *api, const char *header, struct api_caller *who)
+ * configured ingest token, or a named token that has not expired (who->name and
+ * who->expires_at say which one did). */
+static enum auth_result authenticate(const struct api *api, const char *header,
+				     struct api_caller *who)
 {
-	if (!header || strncasecmp(header, "Bearer ", 7) != 0)
-		return -1;
+	memset(who, 0, sizeof(*who));
+	if (!header)
+		return AUTH_MISSING;
+	if (strncasecmp(header, "Bearer ", 7) != 0)
+		return AUTH_INVALID;
 	const char *tok = header + 7;
 	size_t len = strlen(tok);
 	if (token_equal(tok, len, api->admin_token)) {
 		who->scopes = TOKEN_SCOPE_ALL;
 		strcpy(who->name, "admin");
-		return 0;
+		return AUTH_OK;
 	}
 	if (token_equal(tok, len, api->ingest_token)) {
 		who->scopes = TOKEN_SCOPE_INGEST;
 		strcpy(who->name, "ingest");
-		return 0;
+		return AUTH_OK;
 	}
-	return api_tokens_lookup(api->tokens, tok, len, who);
+	int rc = api_tokens_lookup(api->tokens, tok, len, clock_now_ms(), who);
+	return rc == 0 ? AUTH_OK : rc == API_TOKEN_EXPIRED ? AUTH_EXPIRED : AUTH_INVALID;
+}
+
+/* A failed authentication: counted, audited and logged within core/authlimit.h's bounds
+ * (with the source address, never the token), answered 401 — or 429 with Retry-After
+ * while the address is over its limit. what names the resource for the message. */
+static void refuse_caller(struct api *api, const struct api_request *req, enum auth_result why,
+			  const struct api_caller *who, const char *what, struct api_response *res)
+{
+	static const char *const reasons[] = {"", "missing_token", "invalid_token",
+					      "expired_token"};
+	struct authlimit_verdict v = {0};
+	const char *addr = req->remote_addr ? req->remote_addr : "unknown";
+	int64_t now = clock_now_ms();
+
+	metrics_api_auth_failure(why == AUTH_MISSING ? METRICS_AUTH_MISSING :
+				 why == AUTH_EXPIRED ? METRICS_AUTH_EXPIRED : METRICS_AUTH_INVALID);
+	if (api->authlimit)
+		authlimit_fail(api->authlimit, addr, now, &v);
+	if (v.unaudited)
+		log_warn("api: %ld failed authentications in the last minute were not audited "
+			 "(at most %d a minute are; outboxd_api_auth_failures_total counts them all)",
+			 v.unaudited, AUTHLIMIT_AUDIT_PER_MINUTE);
+	if (v.limited) {
+		metrics_api_auth_failure(METRICS_AUTH_LIMITED);
+		if (v.started && v.audit) {
+			char detail[160];
+			snprintf(detail, sizeof(detail), "{\"failures\":%d,\"window_ms\":%d,"
+				 "\"retry_after_s\":%d}", AUTHLIMIT_FAILURES + 1, AUTHLIMIT_WINDOW_MS,
+				 v.retry_after_s);
+			log_warn("api: %s failed to authenticate %d times within %d s: its failing "
+				 "requests are answered 429 for %d s", addr, AUTHLIMIT_FAILURES + 1,
+				 AUTHLIMIT_WINDOW_MS / 1000, v.retry_after_s);
+			api_audit_as(api, "unauthenticated", "auth.rate_limited", addr, detail);
+		}
+		res->retry_after = v.retry_after_s;
+		api_reply_errorf(res, 429, "too_many_requests", NULL,
+				 "too many failed authentications from %s; retry in %d s with a valid "
+				 "token", addr, v.retry_after_s);
+		return;
+	}
+	if (v.audit && why != AUTH_MISSING) {
+		/* The token itself, or any part of it, is never written: it may be a secret
+		 * pasted in the wrong place. An expired token is named (its name is no secret:
+		 * GET /v1/tokens lists it). */
+		json_t *d = json_pack("{s:s, s:s, s:s}", "reason", reasons[why], "method",
+				      req->method, "path", req->path);
+		if (why == AUTH_EXPIRED)
+			json_object_set_new(d, "token", json_string(who->name));
+		char *detail = json_dumps(d, JSON_COMPACT);
+		json_decref(d);
+		log_warn("api: failed authentication from %s: %s on %s %.128s%s%s", addr,
+			 reasons[why], req->method, req->path, why == AUTH_EXPIRED ? ", token " : "",
+			 why == AUTH_EXPIRED ? who->name : "");
+		api_audit_as(api, "unauthenticated", "auth.failed", addr, detail);
+		free(detail);
+	}
+	if (why == AUTH_EXPIRED) {
+		char at[RFC3339_LEN];
+		clock_format_rfc3339(who->expires_at, at);
+		api_reply_errorf(res, 401, "token_expired", NULL,
+				 "the token \"%s\" expired at %s; an admin can make a new one "
+				 "(POST /v1/tokens)", who->name, at);
+	} else if (why == AUTH_MISSING) {
+		api_reply_errorf(res, 401, "unauthenticated", NULL,
+				 "%s needs Authorization: Bearer <token>", what);
+	} else {
+		api_reply_errorf(res, 401, "unauthenticated", NULL, "invalid bearer token");
+	}
 }
 
 /* 403 naming the scope the route needs (as a member too, for programs) and those the
@@ -125,12 +207,16 @@ static void reply_scope(struct api_response *res, const struct api_request *req,
 					   "message", message, "scope", need));
 }
 
-static int body_is_json(const struct api *api, const struct api_request *req,
-			struct api_response *res)
+/* The declared body of a POST or PATCH: its size (413 over max_request, before a byte of
+ * it is read) and its type (415). Returns 1 when it may be read. */
+static int body_acceptable(const struct api *api, const struct api_request *req,
+			   struct api_response *res)
 {
-	if (req->body_too_large) {
+	if (req->content_length > api->max_request) {
+		metrics_api_refused(METRICS_API_TOO_LARGE);
 		api_reply_errorf(res, 413, "payload_too_large", NULL,
-				 "the request body is larger than %lld bytes",
+				 "the request body (Content-Length %lld) is larger than %lld bytes "
+				 "(max_request)", (long long)req->content_length,
 				 (long long)api->max_request);
 		return 0;
 	}
@@ -140,7 +226,7 @@ static int body_is_json(const struct api *api, const struct api_request *req,
 			n--;
 		if (!(n == 16 && strncasecmp(req->content_type, "application/json", 16) == 0)) {
 			api_reply_errorf(res, 415, "unsupported_media_type", NULL,
-					 "Content-Type must be application/json, got %s",
+					 "Content-Type must be application/json, got %.100s",
 					 req->content_type);
 			return 0;
 		}
@@ -384,15 +470,17 @@ static int route_match(const char *pattern, const char *path, const char **id)
 	return 1;
 }
 
-void api_handle(struct api *api, const struct api_request *req, struct api_response *res)
+int api_begin(struct api *api, const struct api_request *req, struct api_head *head,
+	      struct api_response *res)
 {
 	const char *path = req->path;
+	memset(head, 0, sizeof(*head));
 	res->status = 500;
 	res->body = NULL;
 
 	if (strcmp(path, "/healthz") == 0) {
 		api_reply_json(res, 200, json_pack("{s:s}", "status", "ok"));
-		return;
+		return 1;
 	}
 	if (strcmp(path, "/readyz") == 0) {
 		int rc = store_ping(api->st);
@@ -408,31 +496,33 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 		else
 			api_reply_json(res, 200, json_pack("{s:s, s:s}", "status", "ready", "store",
 							   store_backend_name(api->st)));
-		return;
+		return 1;
 	}
 
 	if (api_console(req, res))
-		return;
+		return 1;
 
 	if (strcmp(path, "/metrics") == 0) {
 		struct api_caller who;
-		if (api->metrics_private &&
-		    (authenticate(api, req->authorization, &who) ||
-		     !(token_scope_grants(who.scopes) & TOKEN_SCOPE_READ))) {
-			api_reply_errorf(res, 401, "unauthenticated", NULL,
+		enum auth_result ar = api->metrics_private ?
+			authenticate(api, req->authorization, &who) : AUTH_OK;
+		if (ar != AUTH_OK) {
+			refuse_caller(api, req, ar, &who, "/metrics (metrics_public = false)", res);
+		} else if (api->metrics_private &&
+			   !(token_scope_grants(who.scopes) & TOKEN_SCOPE_READ)) {
+			api_reply_errorf(res, 403, "forbidden", NULL,
 					 "metrics need a token with the read scope (metrics_public "
 					 "= false)");
-			return;
+		} else {
+			api_metrics(api, res);
 		}
-		api_metrics(api, res);
-		return;
+		return 1;
 	}
 
 	/* Find the route first, so unknown paths are 404 and known ones with another
 	 * method 405, both before authentication says anything about the caller. */
 	const struct api_route *hit = NULL;
-	char allowed[64] = "", id_buf[64];
-	const char *id = NULL;
+	char allowed[64] = "";
 	int known = 0;
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
 		const char *seg = NULL;
@@ -444,38 +534,63 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 			 routes[i].method);
 		if (strcmp(routes[i].method, req->method) == 0) {
 			hit = &routes[i];
-			id = NULL;
+			head->id = NULL;
 			if (seg) {
 				/* The {id} segment alone, without what follows it. */
-				snprintf(id_buf, sizeof(id_buf), "%.*s", (int)strcspn(seg, "/"), seg);
-				id = id_buf;
+				snprintf(head->id_buf, sizeof(head->id_buf), "%.*s",
+					 (int)strcspn(seg, "/"), seg);
+				head->id = head->id_buf;
 			}
 		}
 	}
 	if (!known) {
-		api_reply_errorf(res, 404, "not_found", NULL, "no route %s %s", req->method, path);
-		return;
+		api_reply_errorf(res, 404, "not_found", NULL, "no route %s %.200s", req->method, path);
+		return 1;
 	}
 
-	struct api_caller who;
-	if (authenticate(api, req->authorization, &who)) {
-		api_reply_errorf(res, 401, "unauthenticated", NULL,
-				 req->authorization ? "invalid bearer token"
-						    : "missing Authorization: Bearer <token>");
-		return;
+	enum auth_result ar = authenticate(api, req->authorization, &head->who);
+	if (ar != AUTH_OK) {
+		refuse_caller(api, req, ar, &head->who, "this route", res);
+		return 1;
 	}
 	if (!hit) {
 		api_reply_errorf(res, 405, "method_not_allowed", NULL, "allowed methods: %s", allowed);
+		return 1;
+	}
+	if (hit->scope && !(token_scope_grants(head->who.scopes) & hit->scope)) {
+		reply_scope(res, req, hit, &head->who);
+		return 1;
+	}
+	head->wants_body = is(req, "POST") || is(req, "PATCH");
+	if (head->wants_body && !body_acceptable(api, req, res))
+		return 1;
+	head->route = hit;
+	return 0;
+}
+
+void api_finish(struct api *api, const struct api_request *req, const struct api_head *head,
+		struct api_response *res)
+{
+	if (head->wants_body && req->body_too_large) {
+		api_reply_errorf(res, 413, "payload_too_large", NULL,
+				 "the request body is larger than %lld bytes (max_request)",
+				 (long long)api->max_request);
 		return;
 	}
-	if (hit->scope && !(token_scope_grants(who.scopes) & hit->scope)) {
-		reply_scope(res, req, hit, &who);
-		return;
-	}
-	if ((is(req, "POST") || is(req, "PATCH")) && !body_is_json(api, req, res))
-		return;
 	struct api_request named = *req;
-	named.actor = who.name;
-	named.scopes = who.scopes;
-	hit->handler(api, &named, id, res);
+	named.actor = head->who.name;
+	named.scopes = head->who.scopes;
+	head->route->handler(api, &named, head->id, res);
+}
+
+void api_handle(struct api *api, const struct api_request *req, struct api_response *res)
+{
+	struct api_head head;
+	struct api_request whole = *req;
+
+	/* a body already in memory declares its own size */
+	if (whole.content_length <= 0 && whole.body_len)
+		whole.content_length = (int64_t)whole.body_len;
+	if (!api_begin(api, &whole, &head, res))
+		api_finish(api, &whole, &head, res);
 }

@@ -12,13 +12,14 @@
 #include "util/log.h"
 #include "util/uuid.h"
 
-void api_audit(struct api *api, const struct api_request *req, const char *action,
-	       const char *target, long long count, const char *detail)
+/* One audit row by actor (borrowed, like the rest). */
+static void audit_row(struct api *api, const char *actor, const char *action,
+		      const char *target, long long count, const char *detail)
 {
 	struct store_audit a = {0};
 	uuid_v7(a.id);
 	a.at = clock_now_ms();
-	a.actor = (char *)(req->actor ? req->actor : "unknown");
+	a.actor = (char *)actor;
 	a.action = (char *)action;
 	a.target = (char *)target;
 	a.count = count;
@@ -26,6 +27,18 @@ void api_audit(struct api *api, const struct api_request *req, const char *actio
 	int rc = store_audit_append(api->st, &a);
 	if (rc)
 		log_error("audit: cannot record %s by %s: %s", action, a.actor, store_strerror(rc));
+}
+
+void api_audit(struct api *api, const struct api_request *req, const char *action,
+	       const char *target, long long count, const char *detail)
+{
+	audit_row(api, req->actor ? req->actor : "unknown", action, target, count, detail);
+}
+
+void api_audit_as(struct api *api, const char *actor, const char *action, const char *target,
+		  const char *detail)
+{
+	audit_row(api, actor, action, target, 0, detail);
 }
 
 static json_t *render_job(const struct store_job *j)
@@ -165,6 +178,9 @@ void api_audit_list(struct api *api, const struct api_request *req, struct api_r
 			json_t *t = json_loads(a->target, JSON_DECODE_ANY, NULL);
 			json_object_set_new(o, "target", t ? t : json_string(a->target));
 		}
+		json_t *detail = a->detail ? json_loads(a->detail, 0, NULL) : NULL;
+		if (detail)
+			json_object_set_new(o, "detail", detail);
 		json_array_append_new(list, o);
 	}
 	json_t *next = n > (size_t)limit ? json_string(items[shown - 1].id) : json_null();

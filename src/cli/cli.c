@@ -497,6 +497,15 @@ static void print_sub_row(json_t *s)
 	       json_is_true(json_object_get(s, "enabled")) ? "yes" : "no", types, str(s, "endpoint"));
 }
 
+/* Every user of the machine can read a process's arguments (/proc/PID/cmdline, ps): a
+ * secret given as flag is named in a warning with the form that keeps it out. */
+static void warn_secret_flag(const char *flag, const char *instead)
+{
+	fprintf(stderr, "outboxd: warning: %s holds a secret, and arguments are visible to every "
+			"user of this machine in /proc/%d/cmdline (ps); use %s instead\n", flag,
+		(int)getpid(), instead);
+}
+
 /* Reads a JSON document from --body (inline, @FILE, or - for stdin). */
 static json_t *read_body(const struct opts *o)
 {
@@ -505,14 +514,20 @@ static json_t *read_body(const struct opts *o)
 		return NULL;
 	json_error_t err;
 	json_t *doc;
-	if (strcmp(b, "-") == 0)
+	int inline_body = 0;
+	if (strcmp(b, "-") == 0) {
 		doc = json_loadf(stdin, 0, &err);
-	else if (b[0] == '@')
+	} else if (b[0] == '@') {
 		doc = json_load_file(b + 1, 0, &err);
-	else
+	} else {
 		doc = json_loads(b, 0, &err);
+		inline_body = 1;
+	}
 	if (!doc)
 		fprintf(stderr, "outboxd: --body is not valid JSON: %s\n", err.text);
+	else if (inline_body && (json_object_get(doc, "auth") || json_object_get(doc, "secret") ||
+				 json_object_get(doc, "previous_secret")))
+		warn_secret_flag("--body", "--body @FILE or --body - (standard input)");
 	return doc;
 }
 
@@ -570,8 +585,12 @@ static int cmd_subs(struct cli *c, const char *cmd, const struct opts *o)
 			json_object_set_new(doc, "name", json_string(opt(o, "--name")));
 		if (opt(o, "--endpoint"))
 			json_object_set_new(doc, "endpoint", json_string(opt(o, "--endpoint")));
-		if (opt(o, "--secret"))
+		if (opt(o, "--secret")) {
+			if (strcmp(opt(o, "--secret"), "generate") != 0)
+				warn_secret_flag("--secret", "--secret generate, or \"secret\" in "
+						 "--body @FILE");
 			json_object_set_new(doc, "secret", json_string(opt(o, "--secret")));
+		}
 		if (opt(o, "--format"))
 			json_object_set_new(doc, "payload_format", json_string(opt(o, "--format")));
 		if (opt(o, "--enabled"))
@@ -919,22 +938,26 @@ static void print_token_row(json_t *t)
 		snprintf(scopes + used, sizeof(scopes) - used, "%s%s", i ? "," : "",
 			 json_string_value(s));
 	}
-	printf("%-36s  %-20s  %-22s  %-8s  %s\n", str(t, "id"), str(t, "name"), scopes,
-	       str(t, "prefix"), str(t, "created_at"));
+	json_t *expires = json_object_get(t, "expires_at"), *used = json_object_get(t, "last_used_at");
+	printf("%-36s  %-20s  %-22s  %-8s  %-24s  %-24s  %s%s\n", str(t, "id"), str(t, "name"),
+	       scopes, str(t, "prefix"), str(t, "created_at"),
+	       json_is_string(expires) ? json_string_value(expires) : "never",
+	       json_is_string(used) ? json_string_value(used) : "never",
+	       json_is_true(json_object_get(t, "expired")) ? "  (expired)" : "");
 }
 
-/* tokens create NAME --scopes a,b | list | revoke ID */
+/* tokens create NAME --scopes a,b [--ttl D | --expires-at T] | list | revoke ID */
 static int cmd_tokens(struct cli *c, const char *cmd, const struct opts *o)
 {
-	static const char *const create_opts[] = {"--scopes", NULL};
+	static const char *const create_opts[] = {"--scopes", "--ttl", "--expires-at", NULL};
 	char path[128];
 	json_t *r = NULL;
 	int rc;
 
 	if (strcmp(cmd, "list") == 0) {
-		char header[160];
-		snprintf(header, sizeof(header), "%-36s  %-20s  %-22s  %-8s  %s\n", "ID", "NAME",
-			 "SCOPES", "PREFIX", "CREATED");
+		char header[256];
+		snprintf(header, sizeof(header), "%-36s  %-20s  %-22s  %-8s  %-24s  %-24s  %s\n",
+			 "ID", "NAME", "SCOPES", "PREFIX", "CREATED", "EXPIRES", "LAST USED");
 		return print_list(c, "/v1/tokens", header, print_token_row);
 	}
 	if (strcmp(cmd, "revoke") == 0 && o->nargs == 1) {
@@ -954,6 +977,11 @@ static int cmd_tokens(struct cli *c, const char *cmd, const struct opts *o)
 			json_array_append_new(scopes, json_string(t));
 		free(copy);
 		json_t *doc = json_pack("{s:s, s:o}", "name", o->args[0], "scopes", scopes);
+		/* the API checks them and names the field at fault */
+		if (opt(o, "--ttl"))
+			json_object_set_new(doc, "ttl", json_string(opt(o, "--ttl")));
+		if (opt(o, "--expires-at"))
+			json_object_set_new(doc, "expires_at", json_string(opt(o, "--expires-at")));
 		char *body = json_dumps(doc, JSON_COMPACT);
 		json_decref(doc);
 		rc = call(c, "POST", "/v1/tokens", body, &r);
@@ -1021,8 +1049,9 @@ static const struct cli_group {
 	 "                              replay jobs, newest first: progress, who started them\n"
 	 "  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n", cmd_jobs},
 	{"tokens", "named API tokens with scopes: create, list, revoke",
-	 "  tokens create NAME --scopes ingest,read,operate,admin\n"
-	 "                              a named token (printed once; the audit log's actor)\n"
+	 "  tokens create NAME --scopes ingest,read,operate,admin [--ttl 90d | --expires-at T]\n"
+	 "                              a named token (printed once; the audit log's actor),\n"
+	 "                              refused once it expires (never unless asked)\n"
 	 "  tokens list | revoke ID\n",
 	 cmd_tokens},
 	{"stats", "counts, DLQ depth, per-subscription health",
@@ -1114,7 +1143,9 @@ int cli_main(int argc, char **argv)
 	if (ul && c.url[ul - 1] == '/')
 		c.url[ul - 1] = '\0';
 	const char *tok = opt(&o, "--token");
-	if (!tok)
+	if (tok)
+		warn_secret_flag("--token", "OUTBOXD_TOKEN in the environment");
+	else
 		tok = getenv("OUTBOXD_TOKEN");
 	c.token = tok ? strdup(tok) : token_from_file("var/admin.token");
 	c.json = opt(&o, "--json") != NULL;

@@ -52,6 +52,19 @@ const struct config_setting config_settings[] = {
 	 "30s", S(api_idle_timeout_ms),
 	 "an API connection that sends nothing for this long (an idle keep-alive, or a client "
 	 "that stalls mid-request) is closed"},
+	{"api_max_connections_per_ip", "--api-max-connections-per-ip",
+	 "OUTBOXD_API_MAX_CONNECTIONS_PER_IP", CONFIG_INT, "128", S(api_max_connections_per_ip),
+	 "open API connections one client address may hold (more are refused at accept); "
+	 "behind a reverse proxy every client has the proxy's address: raise it; 0 = no limit"},
+	{"api_request_timeout", "--api-request-timeout", "OUTBOXD_API_REQUEST_TIMEOUT",
+	 CONFIG_DURATION, "60s", S(api_request_timeout_ms),
+	 "a request must arrive whole (headers and body) within this long of its first line, "
+	 "and that line within this long of the connection being ready for it, however "
+	 "steadily it trickles in; else its connection is closed"},
+	{"api_body_memory", "--api-body-memory", "OUTBOXD_API_BODY_MEMORY", CONFIG_SIZE, "128MiB",
+	 S(api_body_memory),
+	 "request bodies held in memory at once by the requests in progress, together; a "
+	 "request that would go past it is answered 503 (at least max_request)"},
 	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "3",
 	 S(immediate_tries), "default tries in the first (immediate) round (seed 001: 3)"},
 	{"immediate_delay", "--immediate-delay", "OUTBOXD_IMMEDIATE_DELAY", CONFIG_DURATION,
@@ -146,6 +159,10 @@ const struct config_setting config_settings[] = {
 	 "PEM certificate (with its chain) the API serves HTTPS with; empty = plain HTTP"},
 	{"tls_key", "--tls-key", "OUTBOXD_TLS_KEY", CONFIG_STRING, NULL, S(tls_key),
 	 "PEM private key of tls_cert (read once at start)"},
+	{"tls_priorities", "--tls-priorities", "OUTBOXD_TLS_PRIORITIES", CONFIG_STRING,
+	 "SECURE:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2", S(tls_priorities),
+	 "GnuTLS priority string of the API's HTTPS: protocol versions and ciphers; the "
+	 "default accepts TLS 1.3 and 1.2 only"},
 	/* Kafka (DESIGN §7, docs/kafka.md): off unless kafka_brokers is set. */
 	{"kafka_brokers", "--kafka-brokers", "OUTBOXD_KAFKA_BROKERS", CONFIG_STRING, NULL,
 	 S(kafka_brokers), "Kafka bootstrap servers, host:port,...; empty = Kafka off"},
@@ -510,6 +527,12 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	if (cfg->api_max_connections < 16 || cfg->api_idle_timeout_ms < 1000)
 		return fail(err, errlen, "api_max_connections must be at least 16 and api_idle_timeout "
 			    "at least 1s");
+	if (cfg->api_request_timeout_ms < 1000)
+		return fail(err, errlen, "api_request_timeout must be at least 1s");
+	if (cfg->api_body_memory < cfg->max_request)
+		return fail(err, errlen, "api_body_memory (%lld) must be at least max_request (%lld): "
+			    "a request of max_request bytes could never be read",
+			    (long long)cfg->api_body_memory, (long long)cfg->max_request);
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
@@ -518,6 +541,9 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;
+	if (!is_set(cfg->tls_priorities))
+		return fail(err, errlen, "tls_priorities must not be empty (default: "
+			    "SECURE:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2)");
 	if ((cfg->tls_cert && *cfg->tls_cert) != (cfg->tls_key && *cfg->tls_key))
 		return fail(err, errlen, "%s is set without %s: the API's TLS needs both",
 			    cfg->tls_cert && *cfg->tls_cert ? "tls_cert" : "tls_key",
@@ -756,6 +782,33 @@ char *config_mask_value(const char *key, const char *value)
 	if (!strcmp(key, "otlp_headers"))
 		return mask_pairs(value, ',', 1);
 	return strdup(value);
+}
+
+size_t config_secret_flags(int argc, char *const *argv, const struct config_setting **out,
+			   size_t max)
+{
+	size_t n = 0;
+	for (int i = 0; i < argc; i++) {
+		const char *arg = argv[i], *eq = strchr(arg, '=');
+		size_t fl = eq ? (size_t)(eq - arg) : strlen(arg);
+		const struct config_setting *s = find_flag(arg, fl);
+		if (!s || s->type != CONFIG_STRING)
+			continue;
+		const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+		if (!value || !*value)
+			continue;
+		char *masked = config_mask_value(s->key, value);
+		int secret = !masked || strcmp(masked, value) != 0;
+		free(masked);
+		for (size_t k = 0; k < n && k < max && secret; k++)
+			secret = out[k] != s; /* named once */
+		if (!secret)
+			continue;
+		if (n < max)
+			out[n] = s;
+		n++;
+	}
+	return n;
 }
 
 void config_print_effective(FILE *out, const struct config *cfg)

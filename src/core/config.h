@@ -24,6 +24,9 @@ struct config {
 	int api_threads;
 	int api_max_connections;    /* open API connections at most */
 	int64_t api_idle_timeout_ms; /* an API connection silent this long is closed */
+	int api_max_connections_per_ip; /* of which one client address holds; 0 = no limit */
+	int64_t api_request_timeout_ms; /* a request must arrive whole within this */
+	int64_t api_body_memory;    /* request bodies in memory at once, bytes */
 	/* delivery and retries (seed defaults) */
 	int immediate_tries;
 	int64_t immediate_delay_ms;
@@ -61,6 +64,7 @@ struct config {
 	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
 	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
 	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */
+	char *tls_priorities;     /* GnuTLS priority string of the API's HTTPS */
 	/* Kafka (DESIGN §7) */
 	char *kafka_brokers;      /* NULL or "" = Kafka off */
 	char *kafka_config;       /* extra librdkafka properties, "k=v;k=v" (secrets) */
@@ -136,5 +140,13 @@ void config_print_effective(FILE *out, const struct config *cfg);
 /* The text of value with its secrets masked as config_print_effective does for the
  * setting key; returned (free it), NULL when out of memory. */
 char *config_mask_value(const char *key, const char *value);
+
+/* The settings argv (the flags after the command, as config_load takes them) gives a
+ * secret value as a flag: a token or key, or a value config_mask_value would mask (a
+ * password in db, a kafka_config secret, otlp_headers). Such a value is visible to every
+ * user of the machine in /proc/PID/cmdline; the caller says so. Fills out with up to max
+ * of them (borrowed from config_settings) and returns how many there are. */
+size_t config_secret_flags(int argc, char *const *argv, const struct config_setting **out,
+			   size_t max);
 
 #endif

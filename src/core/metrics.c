@@ -19,6 +19,10 @@ static const double buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 static const char *const outcome_names[METRICS_OUTCOMES] = {"processed", "retrying", "dead",
 							 "released", "delayed"};
+static const char *const auth_failure_names[METRICS_AUTH_FAILURES] = {"missing", "invalid",
+								      "expired", "limited"};
+static const char *const api_refusal_names[METRICS_API_REFUSALS] = {"too_large", "memory",
+								    "deadline"};
 
 struct sub_slot {
 	_Atomic int used;                 /* 0 free, 1 claiming, 2 ready */
@@ -53,6 +57,8 @@ static struct {
 	_Atomic long kafka_consumed;
 	_Atomic long kafka_undecodable;
 	_Atomic int kafka_paused;
+	_Atomic long auth_failures[METRICS_AUTH_FAILURES];
+	_Atomic long api_refused[METRICS_API_REFUSALS];
 } m;
 
 /* Consumer lag by topic and partition: written by the intake thread only, read by the
@@ -203,6 +209,18 @@ void metrics_ops_events(long stored, long suppressed, long dropped)
 	atomic_fetch_add_explicit(&m.ops_stored, stored, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_suppressed, suppressed, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m.ops_dropped, dropped, memory_order_relaxed);
+}
+
+void metrics_api_auth_failure(enum metrics_auth_failure why)
+{
+	if (why < METRICS_AUTH_FAILURES)
+		atomic_fetch_add_explicit(&m.auth_failures[why], 1, memory_order_relaxed);
+}
+
+void metrics_api_refused(enum metrics_api_refusal why)
+{
+	if (why < METRICS_API_REFUSALS)
+		atomic_fetch_add_explicit(&m.api_refused[why], 1, memory_order_relaxed);
 }
 
 void metrics_otlp_spans(long exported, long dropped, long failed)
@@ -424,6 +442,29 @@ int metrics_render(char **out, size_t *len)
 	  "outboxd_ingest_rejected_total{class=\"4xx\"} %ld\n"
 	  "outboxd_ingest_rejected_total{class=\"5xx\"} %ld\n",
 	  atomic_load(&m.rejected_4xx), atomic_load(&m.rejected_5xx));
+	static const struct {
+		const char *name, *help;
+		const char *const *reasons;
+		_Atomic long *counts;
+		int n;
+	} by_reason[] = {
+		{"outboxd_api_auth_failures_total",
+		 "API requests refused for their token: none (missing), unknown (invalid), "
+		 "expired; limited: answered 429 because the address failed too often.",
+		 auth_failure_names, m.auth_failures, METRICS_AUTH_FAILURES},
+		{"outboxd_api_refused_total",
+		 "API requests refused to protect the server: a declared body over max_request "
+		 "(too_large), requests in progress holding api_body_memory (memory), a request "
+		 "not whole within api_request_timeout (deadline: its connection closed).",
+		 api_refusal_names, m.api_refused, METRICS_API_REFUSALS},
+	};
+	for (size_t f = 0; f < sizeof(by_reason) / sizeof(by_reason[0]); f++) {
+		A("# HELP %s %s\n# TYPE %s counter\n", by_reason[f].name, by_reason[f].help,
+		  by_reason[f].name);
+		for (int r = 0; r < by_reason[f].n; r++)
+			A("%s{reason=\"%s\"} %ld\n", by_reason[f].name, by_reason[f].reasons[r],
+			  atomic_load(&by_reason[f].counts[r]));
+	}
 	A("# HELP outboxd_subscriptions_disabled_total Subscriptions this instance disabled "
 	  "after failing for disable_after.\n"
 	  "# TYPE outboxd_subscriptions_disabled_total counter\n"

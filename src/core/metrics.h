@@ -76,6 +76,28 @@ void metrics_endpoint_gone(const char *key);
  * thread. */
 size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max);
 
+/* The API refused a request for its credentials: no token, an unknown one, an expired
+ * one; or answered 429 because the address is over its failure limit (core/authlimit.h). */
+enum metrics_auth_failure {
+	METRICS_AUTH_MISSING = 0,
+	METRICS_AUTH_INVALID,
+	METRICS_AUTH_EXPIRED,
+	METRICS_AUTH_LIMITED,
+	METRICS_AUTH_FAILURES
+};
+void metrics_api_auth_failure(enum metrics_auth_failure why);
+
+/* The API protected itself from a request: refused for its declared size (413 before its
+ * body), refused because requests in progress hold api_body_memory (503), or its
+ * connection closed at api_request_timeout before the request had arrived whole. */
+enum metrics_api_refusal {
+	METRICS_API_TOO_LARGE = 0,
+	METRICS_API_MEMORY,
+	METRICS_API_DEADLINE,
+	METRICS_API_REFUSALS
+};
+void metrics_api_refused(enum metrics_api_refusal why);
+
 /* OpenTelemetry export (otel/otlp.h): attempt spans sent to the collector, dropped
  * because the export queue was full, or lost with a failed export request. */
 void metrics_otlp_spans(long exported, long dropped, long failed);

@@ -63,6 +63,7 @@ struct store_ops {
 	int (*token_create)(store *st, const struct store_token *t);
 	int (*token_delete)(store *st, const char *id);
 	int (*token_list)(store *st, struct store_token **items, size_t *n);
+	int (*token_touch)(store *st, const char *id, int64_t at_ms);
 	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
 	int (*attempt_series)(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
 			      struct store_series_bucket *out);

@@ -779,7 +779,8 @@ void store_audits_free(struct store_audit *items, size_t n)
 
 int store_token_create(store *st, const struct store_token *t)
 {
-	if (!st || !t || !t->id[0] || !t->name || !t->scopes || strlen(t->hash) != 64)
+	if (!st || !t || !t->id[0] || !t->name || !t->scopes || strlen(t->hash) != 64 ||
+	    t->expires_at < 0)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, token_create);
 	return st->ops->token_create(st, t);
@@ -791,6 +792,14 @@ int store_token_delete(store *st, const char *id)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, token_delete);
 	return st->ops->token_delete(st, id);
+}
+
+int store_token_touch(store *st, const char *id, int64_t at_ms)
+{
+	if (!st || !id || at_ms <= 0)
+		return STORE_INVALID;
+	OPTIONAL_OP(st, token_touch);
+	return st->ops->token_touch(st, id, at_ms);
 }
 
 int store_meta_get(store *st, const char *name, struct store_meta_value *out)

@@ -464,10 +464,16 @@ struct store_token {
 	char prefix[16];
 	char *actor;                /* who created it, or NULL */
 	int64_t created_at;
+	int64_t expires_at;         /* refused from then on (ms); 0 = never */
+	int64_t last_used_at;       /* last recorded use (ms), 0 = never (store_token_touch) */
 };
 
 int store_token_create(store *st, const struct store_token *t);  /* CONFLICT: same name */
 int store_token_delete(store *st, const char *id);                 /* NOT_FOUND */
+/* Records a use of token id at at_ms: last_used_at becomes at_ms unless it is later
+ * already. One write: callers record a token's use at most once a minute, not per
+ * request. NOT_FOUND when the token is gone. */
+int store_token_touch(store *st, const char *id, int64_t at_ms);
 /* All tokens ordered by created_at (returned array). */
 int store_token_list(store *st, struct store_token **items, size_t *n);
 void store_tokens_free(struct store_token *items, size_t n);

@@ -8,10 +8,17 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <string.h>
 #include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -246,6 +253,61 @@ static inline size_t e2e_deliveries_of(struct daemon *d, const char *event_id, c
 			 json_string_value(json_object_get(json_array_get(list, i), "id")));
 	json_decref(ev);
 	return n;
+}
+
+/* A TCP connection to 127.0.0.1:port from the loopback address src ("127.0.0.2": every
+ * 127.x address is this machine's, so a test can be several clients), non-blocking when
+ * nonblock is set. Returns the fd; fails the test when it cannot connect. */
+static inline int e2e_connect_from(const char *src, int port, int nonblock)
+{
+	struct sockaddr_in from = {.sin_family = AF_INET};
+	struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, src, &from.sin_addr);
+	inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+	assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof(from)), 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&to, sizeof(to)), 0);
+	if (nonblock)
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	return fd;
+}
+
+/* What the server sends on fd until it closes the connection or timeout_ms pass, into
+ * out (NUL-terminated, cut at len - 1). Returns the bytes read; *closed set when the
+ * server closed (or reset) the connection. */
+static inline size_t e2e_read_answer(int fd, char *out, size_t len, int timeout_ms,
+				     int *closed)
+{
+	size_t have = 0;
+	int64_t until = harness_now_ms() + timeout_ms;
+	*closed = 0;
+	for (;;) {
+		int64_t left = until - harness_now_ms();
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			break;
+		char chunk[4096];
+		ssize_t n = recv(fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+		if (n <= 0) {
+			if (n < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			*closed = 1;
+			break;
+		}
+		size_t take = (size_t)n < len - 1 - have ? (size_t)n : len - 1 - have;
+		memcpy(out + have, chunk, take);
+		have += take;
+	}
+	out[have] = '\0';
+	return have;
+}
+
+/* The status of an HTTP answer's first line ("HTTP/1.1 401 ..."), or 0. */
+static inline int e2e_answer_status(const char *answer)
+{
+	return strncmp(answer, "HTTP/1.", 7) == 0 && strlen(answer) > 12 ? atoi(answer + 9) : 0;
 }
 
 #endif

@@ -4,8 +4,12 @@
  * ones answer 403 with the scope named; the audit log's actor is the token's name; a
  * revoked token is refused at once; GET /v1/tokens never shows a token and the store keeps
  * only hashes (the raw SQLite file is searched); tokens survive a restart; bad input is
- * refused naming the field; the CLI creates, lists and revokes. */
+ * refused naming the field; the CLI creates, lists and revokes. Failed authentications
+ * are audited with the client's address and limited per address. A token may expire; its
+ * last use is kept, written at most once a minute. */
+#include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "e2e.h"
 
@@ -200,8 +204,9 @@ static void test_list_revoke_restart(void **state)
 	char path[128];
 	snprintf(path, sizeof(path), "/v1/tokens/%s", gone.id);
 	json_decref(api_call(&dmn, "DELETE", path, NULL, 204));
-	json_decref(api_call_as(&dmn, gone.value, "GET", "/v1/stats", NULL, 401));
 	expect_audit("admin", "token.revoke");
+	json_decref(api_call_as(&dmn, gone.value, "GET", "/v1/stats", NULL, 401));
+	expect_audit("unauthenticated", "auth.failed");
 	json_decref(api_call(&dmn, "DELETE", path, NULL, 404));
 
 	/* tokens are kept in the store: they work after a restart */
@@ -244,6 +249,16 @@ static void test_bad_input(void **state)
 		{"{\"scopes\":[\"read\"]}", 400, "name"},
 		{"{\"name\":\"admin\",\"scopes\":[\"read\"]}", 400, "name"},
 		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"token\":\"mine\"}", 400, "token"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"ttl\":\"0s\"}", 400, "ttl"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"ttl\":\"soon\"}", 400, "ttl"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"ttl\":3600}", 400, "ttl"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"ttl\":\"3651d\"}", 400, "ttl"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"expires_at\":\"2001-01-01T00:00:00Z\"}",
+		 400, "expires_at"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"expires_at\":\"tomorrow\"}", 400,
+		 "expires_at"},
+		{"{\"name\":\"x\",\"scopes\":[\"read\"],\"ttl\":\"1h\","
+		 "\"expires_at\":\"2099-01-01T00:00:00Z\"}", 400, "ttl"},
 		{"[1]", 400, NULL},
 		{"{\"name\":", 400, NULL},
 	};
@@ -264,9 +279,190 @@ static void test_bad_input(void **state)
 	json_decref(api_call(&dmn, "DELETE", "/v1/tokens/not-a-uuid", NULL, 400));
 }
 
+/* The token named name in GET /v1/tokens (returned; json_decref it). */
+static json_t *listed(const char *name)
+{
+	json_t *list = e2e_get(&dmn, "/v1/tokens"), *found = NULL, *t;
+	size_t i;
+	json_array_foreach(json_object_get(list, "items"), i, t)
+		if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0)
+			found = json_incref(t);
+	json_decref(list);
+	assert_non_null(found);
+	return found;
+}
+
+/* RFC 3339 of now + seconds, in UTC. */
+static void time_from_now(int seconds, char *out, size_t len)
+{
+	time_t at = time(NULL) + seconds;
+	struct tm tm;
+	gmtime_r(&at, &tm);
+	strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+struct refused {
+	struct token *t;
+	json_t *answer;
+};
+
+static int refused_expired(void *arg)
+{
+	struct refused *r = arg;
+	struct http_resp resp;
+	char url[160];
+	snprintf(url, sizeof(url), "%s/v1/stats", dmn.url);
+	http_do("GET", url, r->t->value, NULL, NULL, 0, &resp);
+	int done = resp.status == 401;
+	if (done)
+		r->answer = json_incref(resp.json);
+	http_resp_free(&resp);
+	return done;
+}
+
+/* A token may expire (ttl or expires_at at creation): until then it works, after it is
+ * refused with 401 token_expired naming it, audited and counted; the list shows the
+ * expiry and the last use, which is written at most once a minute, not per request. */
+static void test_expiry_and_last_use(void **state)
+{
+	struct token lasting, brief, unused;
+	char body[256], at[64];
+
+	json_t *t = api_call(&dmn, "POST", "/v1/tokens",
+			     "{\"name\":\"lasting\",\"scopes\":[\"read\"],\"ttl\":\"90d\"}", 201);
+	snprintf(lasting.value, sizeof(lasting.value), "%s",
+		 json_string_value(json_object_get(t, "token")));
+	assert_true(json_is_string(json_object_get(t, "expires_at")));
+	assert_true(json_is_null(json_object_get(t, "last_used_at")));
+	json_decref(t);
+	time_from_now(3, at, sizeof(at));
+	snprintf(body, sizeof(body), "{\"name\":\"brief\",\"scopes\":[\"read\"],"
+		 "\"expires_at\":\"%s\"}", at);
+	t = api_call(&dmn, "POST", "/v1/tokens", body, 201);
+	snprintf(brief.value, sizeof(brief.value), "%s", json_string_value(json_object_get(t, "token")));
+	json_decref(t);
+	create_token("unused", "[\"read\"]", &unused);
+
+	/* used: the list says when; used again within the minute: the same time (no write) */
+	allowed(&lasting, "GET", "/v1/stats", NULL, 200);
+	json_t *l = listed("lasting");
+	const char *first = json_string_value(json_object_get(l, "last_used_at"));
+	assert_non_null(first);
+	char first_use[64];
+	snprintf(first_use, sizeof(first_use), "%s", first);
+	assert_false(json_is_true(json_object_get(l, "expired")));
+	json_decref(l);
+	usleep(1100 * 1000); /* past the token cache's reload */
+	for (int i = 0; i < 20; i++)
+		allowed(&lasting, "GET", "/v1/stats", NULL, 200);
+	l = listed("lasting");
+	assert_string_equal(json_string_value(json_object_get(l, "last_used_at")), first_use);
+	json_decref(l);
+	l = listed("unused");
+	assert_true(json_is_null(json_object_get(l, "last_used_at")));
+	assert_true(json_is_null(json_object_get(l, "expires_at")));
+	json_decref(l);
+
+	/* past its expiry the brief token is refused, with a message that says so */
+	struct refused r = {&brief, NULL};
+	assert_int_equal(harness_wait(refused_expired, &r, 20000), 0);
+	json_t *err = json_object_get(r.answer, "error");
+	assert_string_equal(json_string_value(json_object_get(err, "code")), "token_expired");
+	assert_non_null(strstr(json_string_value(json_object_get(err, "message")), "\"brief\" expired"));
+	json_decref(r.answer);
+	l = listed("brief");
+	assert_true(json_is_true(json_object_get(l, "expired")));
+	json_decref(l);
+	expect_audit("unauthenticated", "auth.failed");
+	json_t *a = e2e_get(&dmn, "/v1/audit?limit=1");
+	json_t *detail = json_object_get(json_array_get(json_object_get(a, "items"), 0), "detail");
+	assert_string_equal(json_string_value(json_object_get(detail, "reason")), "expired_token");
+	assert_string_equal(json_string_value(json_object_get(detail, "token")), "brief");
+	json_decref(a);
+	assert_true(e2e_metric(&dmn, "outboxd_api_auth_failures_total{reason=\"expired\"}") >= 1);
+	/* the others are not touched */
+	allowed(&lasting, "GET", "/v1/stats", NULL, 200);
+	allowed(&unused, "GET", "/v1/stats", NULL, 200);
+}
+
+/* GET /v1/stats from the loopback address src with token (NULL: none); the whole answer
+ * into out. Returns its status. */
+static int stats_from(const char *src, const char *token, char *out, size_t len)
+{
+	char req[256];
+	int closed, fd = e2e_connect_from(src, dmn.port, 0);
+	int n = snprintf(req, sizeof(req), "GET /v1/stats HTTP/1.1\r\nHost: x\r\n%s%s%s"
+			 "Connection: close\r\n\r\n", token ? "Authorization: Bearer " : "",
+			 token ? token : "", token ? "\r\n" : "");
+	assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+	e2e_read_answer(fd, out, len, 10000, &closed);
+	close(fd);
+	return e2e_answer_status(out);
+}
+
+/* Failed authentications are counted, audited with the address (never the token) and,
+ * past 10 a minute from one address, answered 429 for that address only; a valid token
+ * from it is still served. */
+static void test_failed_authentications(void **state)
+{
+	static const char wrong[] = "obx_0000000000000000000000000000000000000000deadbeef";
+	char answer[4096], log[512];
+
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(stats_from("127.0.0.5", wrong, answer, sizeof(answer)), 401);
+	assert_int_equal(stats_from("127.0.0.5", wrong, answer, sizeof(answer)), 429);
+	assert_non_null(strcasestr(answer, "\r\nRetry-After: "));
+	assert_int_equal(stats_from("127.0.0.5", NULL, answer, sizeof(answer)), 429);
+	/* the right token from the same address, and a wrong one from another, as usual */
+	assert_int_equal(stats_from("127.0.0.5", HARNESS_ADMIN_TOKEN, answer, sizeof(answer)),
+			 200);
+	assert_int_equal(stats_from("127.0.0.6", wrong, answer, sizeof(answer)), 401);
+
+	json_t *a = e2e_get(&dmn, "/v1/audit?limit=20");
+	size_t i;
+	json_t *item;
+	int failed = 0, limited = 0;
+	json_array_foreach(json_object_get(a, "items"), i, item) {
+		const char *action = json_string_value(json_object_get(item, "action"));
+		const char *target = json_string_value(json_object_get(item, "target"));
+		if (strcmp(action, "auth.failed") == 0 && strcmp(target, "127.0.0.5") == 0) {
+			json_t *detail = json_object_get(item, "detail");
+			assert_string_equal(json_string_value(json_object_get(detail, "reason")),
+					    "invalid_token");
+			assert_string_equal(json_string_value(json_object_get(detail, "path")),
+					    "/v1/stats");
+			assert_string_equal(json_string_value(json_object_get(item, "actor")),
+					    "unauthenticated");
+			failed++;
+		}
+		limited += strcmp(action, "auth.rate_limited") == 0 &&
+			   strcmp(target, "127.0.0.5") == 0;
+	}
+	assert_int_equal(failed, 10);
+	assert_int_equal(limited, 1);
+	char *text = json_dumps(a, 0);
+	assert_null(strstr(text, "deadbeef"));
+	free(text);
+	json_decref(a);
+	assert_true(e2e_metric(&dmn, "outboxd_api_auth_failures_total{reason=\"invalid\"}") >= 12);
+	assert_true(e2e_metric(&dmn, "outboxd_api_auth_failures_total{reason=\"limited\"}") >= 2);
+	/* the log says who failed, never with what */
+	assert_false(e2e_file_contains(daemon_log_path(&dmn, log, sizeof(log)), "deadbeef"));
+	assert_true(e2e_file_contains(log, "failed authentication from 127.0.0.5"));
+}
+
 static int run_cli(char *out, size_t len, const char *args)
 {
 	return e2e_cli(&dmn, out, len, args);
+}
+
+static void revoke_named(const char *name)
+{
+	char path[128];
+	json_t *t = listed(name);
+	snprintf(path, sizeof(path), "/v1/tokens/%s", json_string_value(json_object_get(t, "id")));
+	json_decref(t);
+	json_decref(api_call(&dmn, "DELETE", path, NULL, 204));
 }
 
 static void test_cli(void **state)
@@ -284,8 +480,17 @@ static void test_cli(void **state)
 	expect_forbidden(&cli, "POST", "/v1/events", "{\"event_type\":\"a\",\"payload\":1}",
 			 "ingest");
 
+	assert_int_equal(run_cli(out, sizeof(out), "tokens create cli-brief --scopes read --ttl 90d"),
+			 0);
+	assert_int_equal(run_cli(out, sizeof(out), "tokens create cli-bad --scopes read --ttl x"),
+			 1);
 	assert_int_equal(run_cli(out, sizeof(out), "tokens list"), 0);
 	assert_non_null(strstr(out, "cli-bot"));
+	assert_non_null(strstr(out, "LAST USED"));
+	char *brief = strstr(out, "cli-brief");
+	assert_non_null(brief);
+	assert_null(strstr(brief, "never  never")); /* it expires */
+	revoke_named("cli-brief");
 	assert_non_null(strstr(out, "operate,read") ? strstr(out, "operate,read")
 						    : strstr(out, "read,operate"));
 	assert_null(strstr(out, cli.value));
@@ -310,6 +515,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_list_revoke_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_authentications, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_expiry_and_last_use, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2601,13 +2601,13 @@ static void test_key_ordering(void **state)
 	assert_true(freed);
 }
 
-/* Named API tokens: kept with their hash and scopes, a name once, listed oldest first,
- * revoked once. */
+/* Named API tokens: kept with their hash, scopes and expiry, a name once, listed oldest
+ * first, their last use recorded (never moved back), revoked once. */
 static void test_tokens(void **state)
 {
 	struct t *t = *state;
 	struct store_token a = {.name = "ci", .scopes = "ingest", .prefix = "obx_aaaa",
-				.actor = "admin", .created_at = 1000};
+				.actor = "admin", .created_at = 1000, .expires_at = 90000};
 	struct store_token b = {.name = "grafana", .scopes = "read", .prefix = "obx_bbbb",
 				.created_at = 2000};
 	struct store_token *list = NULL;
@@ -2638,11 +2638,27 @@ static void test_tokens(void **state)
 	assert_string_equal(list[0].prefix, "obx_aaaa");
 	assert_string_equal(list[0].actor, "admin");
 	assert_int_equal(list[0].created_at, 1000);
+	assert_int_equal(list[0].expires_at, 90000);
+	assert_int_equal(list[0].last_used_at, 0);
 	assert_null(list[1].actor);
+	assert_int_equal(list[1].expires_at, 0);
 	store_tokens_free(list, n);
+
+	/* a last use is recorded; an older one (another instance, late) does not move it
+	 * back */
+	assert_int_equal(store_token_touch(t->st, a.id, 5000), STORE_OK);
+	assert_int_equal(store_token_touch(t->st, a.id, 4000), STORE_OK);
+	assert_int_equal(store_token_touch(t->st, a.id, 0), STORE_INVALID);
+	assert_int_equal(store_token_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(list[0].last_used_at, 5000);
+	assert_int_equal(list[1].last_used_at, 0);
+	store_tokens_free(list, n);
+	dup.expires_at = -1;
+	assert_int_equal(store_token_create(t->st, &dup), STORE_INVALID);
 
 	assert_int_equal(store_token_delete(t->st, a.id), STORE_OK);
 	assert_int_equal(store_token_delete(t->st, a.id), STORE_NOT_FOUND);
+	assert_int_equal(store_token_touch(t->st, a.id, 6000), STORE_NOT_FOUND);
 	assert_int_equal(store_token_list(t->st, &list, &n), STORE_OK);
 	assert_int_equal(n, 1);
 	assert_string_equal(list[0].name, "grafana");

@@ -630,8 +630,23 @@ int pg_token_create(store *st, const struct store_token *t)
 	pg_p_text(&p, t->prefix);
 	pg_p_text(&p, t->actor);
 	pg_p_i64(&p, t->created_at ? t->created_at : clock_now_ms());
+	if (t->expires_at)
+		pg_p_i64(&p, t->expires_at);
+	else
+		pg_p_text(&p, NULL);
 	return api_write(pg_of(st), "INSERT INTO outboxd.tokens(id, name, scopes, hash, prefix,"
-			 " actor, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)", &p);
+			 " actor, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+			 &p);
+}
+
+int pg_token_touch(store *st, const char *id, int64_t at_ms)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, id);
+	pg_p_i64(&p, at_ms);
+	return api_write(pg_of(st), "UPDATE outboxd.tokens SET last_used_at ="
+			 " GREATEST(last_used_at, $2::bigint) WHERE id = $1", &p);
 }
 
 int pg_token_delete(store *st, const char *id)
@@ -652,6 +667,8 @@ static int read_token(const PGresult *res, int r, void *out)
 	snprintf(t->hash, sizeof(t->hash), "%s", PQgetvalue(res, r, 3));
 	snprintf(t->prefix, sizeof(t->prefix), "%s", PQgetvalue(res, r, 4));
 	t->created_at = pg_get_int(res, r, 6);
+	t->expires_at = pg_get_int(res, r, 7);          /* NULL reads as 0 */
+	t->last_used_at = pg_get_int(res, r, 8);
 	if (pg_get_dup(res, r, 1, &t->name) || pg_get_dup(res, r, 2, &t->scopes) ||
 	    pg_get_dup(res, r, 5, &t->actor)) {
 		free(t->name);
@@ -664,8 +681,9 @@ static int read_token(const PGresult *res, int r, void *out)
 int pg_token_list(store *st, struct store_token **items, size_t *n)
 {
 	struct params p = {0};
-	int rc = query_rows(pg_of(st), "SELECT id, name, scopes, hash, prefix, actor, created_at"
-			    " FROM outboxd.tokens ORDER BY created_at, id", &p, sizeof(**items),
+	int rc = query_rows(pg_of(st), "SELECT id, name, scopes, hash, prefix, actor, created_at,"
+			    " expires_at, last_used_at FROM outboxd.tokens ORDER BY created_at, id", &p,
+			    sizeof(**items),
 			    read_token, (void **)items, n);
 	if (rc != STORE_OK) {
 		store_tokens_free(*items, *n);

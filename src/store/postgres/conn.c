@@ -618,6 +618,7 @@ const struct store_ops store_pg_ops = {
 	.token_create = pg_token_create,
 	.token_delete = pg_token_delete,
 	.token_list = pg_token_list,
+	.token_touch = pg_token_touch,
 	.stats = pg_stats,
 	.attempt_series = pg_attempt_series,
 	.sub_create = pg_sub_create,

@@ -255,6 +255,7 @@ int pg_audit_list(store *st, const char *before_id, size_t limit,
 int pg_token_create(store *st, const struct store_token *t);
 int pg_token_delete(store *st, const char *id);
 int pg_token_list(store *st, struct store_token **items, size_t *n);
+int pg_token_touch(store *st, const char *id, int64_t at_ms);
 
 int pg_sub_create(store *st, const struct sub_row *sub);
 

@@ -749,12 +749,33 @@ static void bind_token(sqlite3_stmt *s, const void *ctx)
 	sqlite3_bind_text(s, 5, t->prefix, -1, SQLITE_STATIC);
 	bind_text_or_null(s, 6, t->actor);
 	sqlite3_bind_int64(s, 7, t->created_at ? t->created_at : clock_now_ms());
+	sq_bind_time(s, 8, t->expires_at);
 }
 
 int sq_token_create(store *st, const struct store_token *t)
 {
 	return write_once(sq_of(st), "INSERT INTO tokens(id, name, scopes, hash, prefix, actor,"
-			  " created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", bind_token, t);
+			  " created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+			  bind_token, t);
+}
+
+struct token_use {
+	const char *id;
+	int64_t at;
+};
+
+static void bind_token_use(sqlite3_stmt *s, const void *ctx)
+{
+	const struct token_use *u = ctx;
+	sqlite3_bind_text(s, 1, u->id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, u->at);
+}
+
+int sq_token_touch(store *st, const char *id, int64_t at_ms)
+{
+	struct token_use u = {id, at_ms};
+	return write_once(sq_of(st), "UPDATE tokens SET last_used_at ="
+			  " max(coalesce(last_used_at, 0), ?2) WHERE id = ?1", bind_token_use, &u);
 }
 
 int sq_token_delete(store *st, const char *id)
@@ -772,6 +793,8 @@ static int read_token(sqlite3_stmt *s, void *row)
 	snprintf(t->hash, sizeof(t->hash), "%s", (const char *)sqlite3_column_text(s, 3));
 	snprintf(t->prefix, sizeof(t->prefix), "%s", (const char *)sqlite3_column_text(s, 4));
 	t->created_at = sqlite3_column_int64(s, 6);
+	t->expires_at = sqlite3_column_int64(s, 7);     /* NULL reads as 0 */
+	t->last_used_at = sqlite3_column_int64(s, 8);
 	if (sq_col_dup(s, 1, &t->name) || sq_col_dup(s, 2, &t->scopes) ||
 	    sq_col_dup(s, 5, &t->actor)) {
 		free(t->name);
@@ -783,8 +806,9 @@ static int read_token(sqlite3_stmt *s, void *row)
 
 int sq_token_list(store *st, struct store_token **items, size_t *n)
 {
-	int rc = query_rows(sq_of(st), "SELECT id, name, scopes, hash, prefix, actor, created_at"
-			    " FROM tokens ORDER BY created_at, id", NULL, NULL, sizeof(**items),
+	int rc = query_rows(sq_of(st), "SELECT id, name, scopes, hash, prefix, actor, created_at,"
+			    " expires_at, last_used_at FROM tokens ORDER BY created_at, id", NULL, NULL,
+			    sizeof(**items),
 			    read_token, (void **)items, n);
 	if (rc != STORE_OK) {
 		store_tokens_free(*items, *n);

@@ -243,7 +243,9 @@ static void set_db_err(char *err, size_t errlen, sqlite3 *db, const char *what)
 	snprintf(err, errlen, "sqlite: %s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
 }
 
-/* mkdir -p of the directory part of path. */
+/* mkdir -p of the directory part of path; what it creates is the owner's alone (0700: the
+ * store's folder is also the default data directory, which holds the admin token and the
+ * secret key). */
 static int make_parent_dirs(const char *path, char *err, size_t errlen)
 {
 	char *dir = strdup(path);
@@ -257,7 +259,7 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 			snprintf(err, errlen, "cannot create directory %s: %s", dir,
 				 strerror(errno));
 			rc = STORE_UNAVAILABLE;
@@ -268,6 +270,30 @@ static int make_parent_dirs(const char *path, char *err, size_t errlen)
 out:
 	free(dir);
 	return rc;
+}
+
+/* The database file, created 0600 before SQLite opens it: SQLite would create it 0644
+ * less the umask, and gives its -wal and -shm files the database's own mode. A file that
+ * exists keeps its mode (an operator may share it with a producer's group); one others
+ * can read is named in a warning. */
+static int create_private(const char *path, char *err, size_t errlen)
+{
+	struct stat sb;
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+	if (fd >= 0) {
+		close(fd);
+		return STORE_OK;
+	}
+	if (errno != EEXIST) {
+		snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+		return STORE_UNAVAILABLE;
+	}
+	if (stat(path, &sb) == 0 && (sb.st_mode & 007))
+		log_warn("sqlite: %s can be read by every user of this machine (mode %03o): chmod "
+			 "600 it and its -wal and -shm files (outboxd creates them 0600)", path,
+			 (unsigned)(sb.st_mode & 0777));
+	return STORE_OK;
 }
 
 static int take_owner_lock(struct sq *sq, char *err, size_t errlen)
@@ -563,6 +589,8 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 	st->priv = sq;
 
 	rc = make_parent_dirs(sq->path, err, errlen);
+	if (rc == STORE_OK && strcmp(sq->path, ":memory:") != 0)
+		rc = create_private(sq->path, err, errlen);
 	/* A tool beside the daemon (store_open_shared) leaves the lock to it. */
 	if (rc == STORE_OK && !st->shared)
 		rc = take_owner_lock(sq, err, errlen);
@@ -644,6 +672,7 @@ const struct store_ops store_sqlite_ops = {
 	.token_create = sq_token_create,
 	.token_delete = sq_token_delete,
 	.token_list = sq_token_list,
+	.token_touch = sq_token_touch,
 	.stats = sq_stats,
 	.attempt_series = sq_attempt_series,
 	.sub_create = sq_sub_create,

@@ -205,6 +205,7 @@ int sq_audit_list(store *st, const char *before_id, size_t limit,
 int sq_token_create(store *st, const struct store_token *t);
 int sq_token_delete(store *st, const char *id);
 int sq_token_list(store *st, struct store_token **items, size_t *n);
+int sq_token_touch(store *st, const char *id, int64_t at_ms);
 
 /* ---- conn.c ---------------------------------------------------------------- */
 

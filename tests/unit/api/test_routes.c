@@ -1,6 +1,7 @@
 /* test_routes.c: the route table against docs/openapi.json (every route the server
  * answers is documented, and nothing documented is missing a route), and routing
- * decisions that need no store: 404, 405, 401, 403, health. */
+ * decisions that need no store: 404, 405, 401, 403, health, and what api_begin decides
+ * from a request's head before its body (401, 413, 415). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,12 +159,62 @@ static void test_console(void **state)
 	expect("GET", "/v1/stats/series", "Bearer ing", 403, "forbidden");
 }
 
+/* api_begin decides from the head alone: the body is never looked at for a request it
+ * answers, and a request it admits has its route, id and caller. */
+static void test_begin_from_the_head(void **state)
+{
+	struct api api = {.admin_token = "adm", .ingest_token = "ing", .max_request = 1024};
+	static const struct {
+		const char *method, *path, *auth, *type;
+		int64_t length;
+		int status;                 /* 0: admitted */
+	} cases[] = {
+		{"POST", "/v1/events", NULL, "application/json", 1 << 30, 401},
+		{"POST", "/v1/events", "Bearer nope", "application/json", 1 << 30, 401},
+		{"POST", "/v1/events", "Bearer ing", "application/json", 1025, 413},
+		{"POST", "/v1/events", "Bearer ing", "text/plain", 10, 415},
+		{"POST", "/v1/subscriptions", "Bearer ing", "application/json", 10, 403},
+		{"POST", "/v1/nowhere", "Bearer adm", "application/json", 10, 404},
+		{"POST", "/v1/events", "Bearer ing", "application/json", 1024, 0},
+		{"POST", "/v1/events", "Bearer ing", NULL, -1, 0},
+		{"GET", "/v1/deliveries/0190d3e4-0000-7000-8000-000000000000", "Bearer adm", NULL, -1,
+		 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct api_request req = {.method = cases[i].method, .path = cases[i].path,
+					  .query = no_query, .authorization = cases[i].auth,
+					  .content_type = cases[i].type,
+					  .content_length = cases[i].length};
+		struct api_response res = {0};
+		struct api_head head;
+		int answered = api_begin(&api, &req, &head, &res);
+		if (answered != (cases[i].status != 0) || (answered && res.status != cases[i].status))
+			fprintf(stderr, "case %zu: %d %s\n", i, res.status, res.body ? res.body : "");
+		assert_int_equal(answered, cases[i].status != 0);
+		if (answered)
+			assert_int_equal(res.status, cases[i].status);
+		else
+			assert_non_null(head.route);
+		free(res.body);
+	}
+	struct api_request get = {.method = "GET", .path =
+				  "/v1/deliveries/0190d3e4-0000-7000-8000-000000000000/request",
+				  .query = no_query, .authorization = "Bearer adm", .content_length = -1};
+	struct api_response res = {0};
+	struct api_head head;
+	assert_int_equal(api_begin(&api, &get, &head, &res), 0);
+	assert_string_equal(head.id, "0190d3e4-0000-7000-8000-000000000000");
+	assert_string_equal(head.who.name, "admin");
+	assert_false(head.wants_body);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_route_documented),
 		cmocka_unit_test(test_routing),
 		cmocka_unit_test(test_console),
+		cmocka_unit_test(test_begin_from_the_head),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

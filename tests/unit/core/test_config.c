@@ -260,6 +260,28 @@ static void test_effective_round_trip(void **state)
 	config_free(&b);
 }
 
+/* The flags that give a secret: tokens and keys whatever their value, the rest when
+ * their value holds a password or a key; each named once. */
+static void test_secret_flags(void **state)
+{
+	char *argv[] = {"--admin-token", "a", "--listen", "127.0.0.1:1", "--db=postgres://u:p@h/d",
+			"--kafka-config", "security.protocol=SSL", "--otlp-headers", "K=v",
+			"--secret-key=00", "--admin-token", "b", "--kafka-brokers", "k:9092",
+			"--ingest-token"};
+	const struct config_setting *s[8];
+	size_t n = config_secret_flags(15, argv, s, 8);
+	assert_int_equal(n, 4);
+	assert_string_equal(s[0]->key, "admin_token");
+	assert_string_equal(s[1]->key, "db");
+	assert_string_equal(s[2]->key, "otlp_headers");
+	assert_string_equal(s[3]->key, "secret_key");
+	char *plain[] = {"--db", "sqlite:/var/lib/outboxd/outboxd.db", "--kafka-config",
+			 "sasl.password=p", "--otlp-endpoint", "http://otel:4318"};
+	n = config_secret_flags(6, plain, s, 8);
+	assert_int_equal(n, 1);
+	assert_string_equal(s[0]->key, "kafka_config");
+}
+
 static void test_otlp_settings(void **state)
 {
 	struct config c;
@@ -326,6 +348,7 @@ int main(void)
 		cmocka_unit_test(test_mask),
 		cmocka_unit_test(test_effective_round_trip),
 		cmocka_unit_test(test_otlp_settings),
+		cmocka_unit_test(test_secret_flags),
 		cmocka_unit_test(test_reload_classes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

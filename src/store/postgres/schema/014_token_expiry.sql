@@ -1,0 +1,5 @@
+-- 14: a named token may expire (expires_at, ms since the epoch; NULL: never), and its
+-- last use is kept (last_used_at, written at most once a minute per token by each
+-- instance, so authenticating a request is not a write).
+ALTER TABLE outboxd.tokens ADD COLUMN expires_at bigint;
+ALTER TABLE outboxd.tokens ADD COLUMN last_used_at bigint;
