@@ -14,8 +14,9 @@
 #     once); each is restarted at once by its supervisor loop;
 #   - PostgreSQL is restarted every PG_EVERY s on average (`pg_ctl restart` or a stop, a
 #     pause and a start; -m immediate and -m fast in turn);
-#   - every broker of the mock cluster goes down for 3-10 s every BROKER_EVERY s on
-#     average, and comes back with its data;
+#   - every broker of the mock cluster goes down for 3-6 s every BROKER_EVERY s on
+#     average, and comes back with its data (at least KAFKA_SETTLE s after a SIGKILL,
+#     for the mock cluster's sake: see the killer below);
 #   - the subscribers (test_receiver in chaos mode, one path per subscription) switch at
 #     random between profiles that answer slowly, 5xx, 429 with Retry-After, reset the
 #     connection, or answer only after the delivery timeout.
@@ -98,7 +99,7 @@ cleanup() {
     [ -f "$work/outboxd-$name.pid" ] && kill -9 "$(cat "$work/outboxd-$name.pid")" 2>/dev/null
   done
   if [ -n "$kafka_pid" ]; then   # the mock cluster exits on "quit"
-    { echo quit >&8; } 2>/dev/null
+    mock_cmd quit
     for _ in $(seq 20); do kill -0 "$kafka_pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$kafka_pid" 2>/dev/null
     wait "$kafka_pid" 2>/dev/null
@@ -156,6 +157,8 @@ log "PostgreSQL $PGVERSION on 127.0.0.1:$PGPORT (fsync=$(pg_sql -d soak -Atc 'sh
 # librdkafka's mock cluster keeps every message and committed offset in memory for as long
 # as it runs, across the outages below. Its commands (down ID, up ID, quit) go through a
 # FIFO held open on fd 8 by this shell and the chaos loops; its answers to kafka.out.
+# mock_cmd writes in a subshell: should the mock be gone, the SIGPIPE ends only that.
+mock_cmd() { ( echo "$1" >&8 ) 2>/dev/null; }
 mkfifo "$work/kafka.in"
 "$BUILD/kafka_mock" --brokers "$BROKERS" --topic "soak.in:$PARTITIONS" \
   <"$work/kafka.in" >"$work/kafka.out" 2>"$work/kafka.log" &
@@ -276,21 +279,44 @@ done
 for s in "${SUBS[@]}"; do set_profile "/$s" calm; done
 
 # ---- chaos --------------------------------------------------------------------------------
+# SIGKILLs and broker restarts keep apart, for the mock cluster's sake: librdkafka 2.0.2's
+# mock names a consumer group member after its memory address and re-creates a member
+# that rejoins with an id it has evicted. A member evicted while alive (no request for
+# session.timeout.ms, 10 s) that rejoins, once a newcomer got its old address, makes two
+# consumers one member, and the mock aborts on an assertion (rdkafka_mock_cgrp.c,
+# `!member->resp`). A broker restart evicts live members when it catches the group
+# rebalancing, which the mock does for about 20 s after a SIGKILL: 9 s waiting for the
+# killed member when its successor joins, its eviction 10 s after its last heartbeat, 9 s
+# more (a restart on a settled group makes no rebalance). So a broker restart waits until
+# the last SIGKILL is KAFKA_SETTLE s old, and no SIGKILL falls in a broker restart or the
+# 5 s after it. chaos.lock orders the two; last-kill and kafka-quiet-until hold the times
+# (ms).
+KAFKA_SETTLE=${KAFKA_SETTLE:-25}
 killer() {
   set +e
   RANDOM=$((SEED + 1))
-  local r t pid
+  local r t pid targets names=(A B C) killed
   while r=$RANDOM; nap "$(jitter "$KILL_EVERY" "$r")"; [ ! -e "$work/stop-chaos" ]; do
     # one of the three, and one time in twenty all of them at once
-    local names=(A B C) targets
     r=$((RANDOM % 20))
     if [ "$r" -eq 0 ]; then targets=(A B C); else targets=("${names[r % 3]}"); fi
-    for t in "${targets[@]}"; do
-      pid=$(cat "$work/outboxd-$t.pid" 2>/dev/null)
-      if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = outboxd ] &&
-        kill -9 "$pid" 2>/dev/null; then
-        echo "$(stamp) SIGKILL $t pid $pid" >>"$work/kills.log"
-      fi
+    killed=0
+    while [ "$killed" -eq 0 ] && [ ! -e "$work/stop-chaos" ]; do
+      {
+        flock 9
+        if [ "$(now_ms)" -ge "$(cat "$work/kafka-quiet-until" 2>/dev/null || echo 0)" ]; then
+          for t in "${targets[@]}"; do
+            pid=$(cat "$work/outboxd-$t.pid" 2>/dev/null)
+            if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = outboxd ] &&
+              kill -9 "$pid" 2>/dev/null; then
+              echo "$(stamp) SIGKILL $t pid $pid" >>"$work/kills.log"
+            fi
+          done
+          now_ms >"$work/last-kill"
+          killed=1
+        fi
+      } 9>"$work/chaos.lock"
+      [ "$killed" -eq 1 ] || sleep 0.5
     done
   done
 }
@@ -317,19 +343,32 @@ pg_chaos() {
     echo "$(stamp) PG -m $mode ($how) rc $? took $(( $(now_ms) - t0 )) ms" >>"$work/pg_restarts.log"
   done
 }
-# Broker restarts: every broker down at once for 3-10 s (clients see refused connections),
+# Broker restarts: every broker down at once for 3-6 s (clients see refused connections),
 # then all back up, with every message and committed offset they had.
 broker_chaos() {
   set +e
   RANDOM=$((SEED + 4))
-  local pause r t0 b at
+  local pause r t0 b at ok
   while r=$RANDOM; nap "$(jitter "$BROKER_EVERY" "$r")"; [ ! -e "$work/stop-chaos" ]; do
-    pause=$((3 + RANDOM % 8))
+    pause=$((3 + RANDOM % 4))
+    # not while the group may still be rebalancing after a SIGKILL (see the killer)
+    ok=0
+    while [ "$ok" -eq 0 ] && [ ! -e "$work/stop-chaos" ]; do
+      {
+        flock 9
+        if [ $(( $(now_ms) - $(cat "$work/last-kill" 2>/dev/null || echo 0) )) -ge $((KAFKA_SETTLE * 1000)) ]; then
+          echo $(( $(now_ms) + (pause + 5) * 1000 )) >"$work/kafka-quiet-until"
+          ok=1
+        fi
+      } 9>"$work/chaos.lock"
+      [ "$ok" -eq 1 ] || sleep 0.5
+    done
+    [ "$ok" -eq 1 ] || break
     t0=$(now_ms)
     at=$(stamp)
-    for ((b = 1; b <= BROKERS; b++)); do echo "down $b" >&8; done
+    for ((b = 1; b <= BROKERS; b++)); do mock_cmd "down $b"; done
     sleep "$pause"
-    for ((b = 1; b <= BROKERS; b++)); do echo "up $b" >&8; done
+    for ((b = 1; b <= BROKERS; b++)); do mock_cmd "up $b"; done
     echo "$at brokers 1-$BROKERS down for $pause s (up again after $(( $(now_ms) - t0 )) ms)" >>"$work/broker_restarts.log"
   done
 }
@@ -407,6 +446,10 @@ while :; do
   alive=0
   for p in "${loadgen_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
   [ "$alive" -eq 1 ] || break
+  if ! kill -0 "$kafka_pid" 2>/dev/null; then
+    keep_work=1
+    die "the Kafka mock cluster exited, and what its topic held with it: $(tail -3 "$work/kafka.log")"
+  fi
   el=$(( $(date +%s) - T_START ))
   if [ $((el % 60)) -eq 0 ] && [ "$el" -gt 0 ]; then
     backlog=$(api "$APORT" GET /v1/stats 2>/dev/null | jq -r '"NEW \(.deliveries.NEW), retrying \(.deliveries.FAILED_RETRYING), dead \(.deliveries.FAILED_DEAD)"' 2>/dev/null) ||
@@ -428,7 +471,7 @@ KILLS=$(wc -l <"$work/kills.log")
 PG_RESTARTS=$(wc -l <"$work/pg_restarts.log")
 BROKER_RESTARTS=$(wc -l <"$work/broker_restarts.log")
 log "chaos over: $KILLS kills, $PG_RESTARTS PostgreSQL restarts, $BROKER_RESTARTS broker restarts; healing and draining"
-kill -0 "$kafka_pid" 2>/dev/null || die "the Kafka mock cluster exited: $(tail -3 "$work/kafka.log")"
+kill -0 "$kafka_pid" 2>/dev/null || { keep_work=1; die "the Kafka mock cluster exited: $(tail -3 "$work/kafka.log")"; }
 as_pg "$PGBIN/pg_ctl" -D "$pg_data" status >/dev/null 2>&1 ||
   as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w -o "$PGOPTS" start >/dev/null
 for s in "${SUBS[@]}"; do set_profile "/$s" healthy; done
@@ -598,6 +641,24 @@ read -r UNACKED_STORED KAFKA_UNACKED_STORED < <(awk '
   !($1 in a) { n++ }
   END { print n + 0, kn + 0 }' "$work/kafka-acked.txt" "$work/acked.txt" "$work/events.txt")
 RX_2XX=$(awk '{ s += $3 } END { print s + 0 }' "$work/acks.txt")
+# A request the history misses was made by an instance killed before it wrote the round's
+# attempts: then a SIGKILL falls between the event's creation and the first request the
+# history records (the lease of the killed instance expires, another one sends again).
+# unrecorded-times.txt: event, subscription, created, first recorded request (ms), and
+# whether a SIGKILL falls between.
+UNREC_KILLED=0
+if [ -s "$work/unrecorded.txt" ]; then
+  pairs=$(awk '{ printf "%s(\x27%s\x27,\x27%s\x27)", (NR > 1 ? "," : ""), $1, $2 }' "$work/unrecorded.txt")
+  while read -r at _; do date -d "$at" +%s%3N; done <"$work/kills.log" >"$work/kill-times.txt"
+  pg_sql -d soak -AtF ' ' -c "SELECT d.event_id, s.name, e.created_at, min(a.started_at)
+    FROM outboxd.deliveries d JOIN outboxd.subscriptions s ON s.id = d.subscription_id
+    JOIN outboxd.events e ON e.id = d.event_id JOIN outboxd.attempts a ON a.delivery_id = d.id
+    WHERE (d.event_id, s.name) IN ($pairs) GROUP BY d.event_id, s.name, e.created_at" |
+    awk 'FILENAME ~ /kill-times.txt$/ { k[++n] = $1; next }
+      { y = 0; for (i = 1; i <= n; i++) if (k[i] >= $3 && k[i] <= $4) y = 1; print $0, (y ? "killed" : "NO-KILL") }' \
+      "$work/kill-times.txt" - >"$work/unrecorded-times.txt"
+  UNREC_KILLED=$(grep -c ' killed$' "$work/unrecorded-times.txt" || true)
+fi
 
 # ---- the API's view -----------------------------------------------------------------------
 STATS=$(api "$APORT" GET /v1/stats || echo '{}')
@@ -675,7 +736,7 @@ fmt() { printf "%'d" "$1" 2>/dev/null || echo "$1"; }
 {
   echo "# outboxd chaos soak — latest run"
   echo
-  echo "Command: \`SOAK_MINUTES=$SOAK_MINUTES make soak\` (RATE=$RATE, KAFKA_RATE=$KAFKA_RATE, KAFKA_BATCH=$KAFKA_BATCH, KILL_EVERY=$KILL_EVERY, PG_EVERY=$PG_EVERY, BROKER_EVERY=$BROKER_EVERY, CHAOS_EVERY=$CHAOS_EVERY, LEASE=$LEASE, SEED=$SEED)  "
+  echo "Command: \`SOAK_MINUTES=$SOAK_MINUTES make soak\` (RATE=$RATE, KAFKA_RATE=$KAFKA_RATE, KAFKA_BATCH=$KAFKA_BATCH, KILL_EVERY=$KILL_EVERY, PG_EVERY=$PG_EVERY, BROKER_EVERY=$BROKER_EVERY, KAFKA_SETTLE=$KAFKA_SETTLE, CHAOS_EVERY=$CHAOS_EVERY, LEASE=$LEASE, SEED=$SEED)  "
   echo "Commit: $COMMIT · started $START_ISO · chaos $((T_CHAOS_END - T_START)) s, drain $DRAIN_TOOK s$([ "$drained" -eq 1 ] || echo ' (gave up: not drained)')  "
   echo "Machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; PostgreSQL $PGVERSION (fsync on, synchronous_commit on); 3 outboxd instances sharing one secret key (B with a spool), the Kafka intake on in each (soak.in:event, $PARTITIONS partitions, librdkafka's mock cluster with $BROKERS brokers); Release build"
   echo
@@ -684,7 +745,7 @@ fmt() { printf "%'d" "$1" 2>/dev/null || echo "$1"; }
   echo "| minutes of chaos | $SOAK_MINUTES |"
   echo "| SIGKILLs of outboxd | $KILLS |"
   echo "| PostgreSQL restarts | $PG_RESTARTS ($PG_MODES) |"
-  echo "| broker restarts (all $BROKERS brokers down for 3–10 s, then up with their data) | $BROKER_RESTARTS |"
+  echo "| broker restarts (all $BROKERS brokers down for 3–6 s, then up with their data) | $BROKER_RESTARTS |"
   echo "| HTTP: events sent / acknowledged (202) | $(fmt "$SENT") / $(fmt "$ACKED_HTTP") |"
   echo "| HTTP: not acknowledged (503, refused, reset) | $(fmt "$NOT_ACKED") |"
   echo "| Kafka: events produced / acknowledged by the broker | $(fmt "$KAFKA_PRODUCED") / $(fmt "$KAFKA_ACKED") |"
@@ -720,7 +781,7 @@ fmt() { printf "%'d" "$1" 2>/dev/null || echo "$1"; }
   echo "- \`GET /v1/deliveries?status=NEW|FAILED\`: $API_OPEN open deliveries listed"
   echo "- events stored: $(fmt "$STORED_EVENTS"); over HTTP but never acknowledged to the client (committed, but the answer was lost: a SIGKILL or a reset mid-request): $(fmt "$UNACKED_STORED")"
   echo "- Kafka: $(fmt "$KAFKA_ON_TOPIC") events on soak.in at the end (read back by key), $(fmt "$KAFKA_STORED") stored, $(fmt "$KAFKA_TOPIC_UNSTORED") on the topic but not stored; $(fmt "$KAFKA_UNACKED_STORED") stored without the broker's acknowledgement to the producer (a kcat run that failed part way); $(fmt "$KAFKA_ACKED_OFF_TOPIC") acknowledged but not on the topic (lost by the broker, not by outboxd)"
-  echo "- 2xx answers beyond the requests the attempt history records: $(fmt "$UNREC_PAIRS") deliveries, $(fmt "$UNREC_EXTRA") answers (a request outboxd made but could not record: see unrecorded.txt; every other duplicate is a recorded retry)"
+  echo "- 2xx answers beyond the requests the attempt history records: $(fmt "$UNREC_PAIRS") deliveries, $(fmt "$UNREC_EXTRA") answers; for $(fmt "$UNREC_KILLED") of them a SIGKILL fell between the event's creation and the first request recorded (the killed instance's round, never written; unrecorded-times.txt). Every other duplicate is a recorded retry"
   echo "- 2xx answers written by the receiver: $(fmt "$RX_2XX"); acknowledged ids repeated by the load generators: $(acct acked_repeated)"
   echo "- DLQ replays through \`POST /v1/dlq/replay\` during the drain: $replays, $(fmt "$replayed") deliveries"
   echo "- B's spool: $SPOOL"
