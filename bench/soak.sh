@@ -39,7 +39,8 @@ SOAK_MINUTES=${SOAK_MINUTES:-10}
 RATE=${RATE:-100}                 # events/s offered in all (each load generator: half)
 KILL_EVERY=${KILL_EVERY:-25}      # mean s between SIGKILLs (uniform in 0.4x..1.6x)
 PG_EVERY=${PG_EVERY:-}            # mean s between PostgreSQL restarts (SOAK/8, 30..240 s)
-BROKER_EVERY=${BROKER_EVERY:-}    # mean s between restarts of the Kafka brokers (the same)
+BROKER_EVERY=${BROKER_EVERY:-}    # mean s between broker restarts (half that, at least 30 s;
+                                  # each also waits KAFKA_SETTLE s after a SIGKILL)
 KAFKA_RATE=${KAFKA_RATE:-20}      # events/s produced to the Kafka intake topic
 KAFKA_BATCH=${KAFKA_BATCH:-10}    # events per kcat run: acknowledged together or not at all
 BROKERS=${BROKERS:-3}             # brokers of the mock cluster
@@ -54,7 +55,7 @@ KEEP=${KEEP:-0}
 
 SOAK_SECONDS=$(awk -v m="$SOAK_MINUTES" 'BEGIN { s = int(m * 60 + 0.5); print (s < 30 ? 30 : s) }')
 [ -n "$PG_EVERY" ] || PG_EVERY=$(( SOAK_SECONDS / 8 < 30 ? 30 : (SOAK_SECONDS / 8 > 240 ? 240 : SOAK_SECONDS / 8) ))
-[ -n "$BROKER_EVERY" ] || BROKER_EVERY=$PG_EVERY
+[ -n "$BROKER_EVERY" ] || BROKER_EVERY=$(( PG_EVERY / 2 < 30 ? 30 : PG_EVERY / 2 ))
 TOKEN=soak
 
 log() { printf '[soak %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
