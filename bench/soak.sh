@@ -645,16 +645,18 @@ RX_2XX=$(awk '{ s += $3 } END { print s + 0 }' "$work/acks.txt")
 # A request the history misses was made by an instance killed before it wrote the round's
 # attempts: then a SIGKILL falls between the event's creation and the first request the
 # history records (the lease of the killed instance expires, another one sends again).
-# unrecorded-times.txt: event, subscription, created, first recorded request (ms), and
-# whether a SIGKILL falls between.
+# unrecorded-times.txt: event, subscription, created, first recorded request (ms, 0 for
+# none), requests recorded, the delivery's status, the event's source, and whether a
+# SIGKILL falls between.
 UNREC_KILLED=0
 if [ -s "$work/unrecorded.txt" ]; then
   pairs=$(awk '{ printf "%s(\x27%s\x27,\x27%s\x27)", (NR > 1 ? "," : ""), $1, $2 }' "$work/unrecorded.txt")
   while read -r at _; do date -d "$at" +%s%3N; done <"$work/kills.log" >"$work/kill-times.txt"
-  pg_sql -d soak -AtF ' ' -c "SELECT d.event_id, s.name, e.created_at, min(a.started_at)
+  pg_sql -d soak -AtF ' ' -c "SELECT d.event_id, s.name, e.created_at,
+      COALESCE(min(a.started_at), 0), count(a.n), d.status, COALESCE(NULLIF(e.source, ''), '-')
     FROM outboxd.deliveries d JOIN outboxd.subscriptions s ON s.id = d.subscription_id
-    JOIN outboxd.events e ON e.id = d.event_id JOIN outboxd.attempts a ON a.delivery_id = d.id
-    WHERE (d.event_id, s.name) IN ($pairs) GROUP BY d.event_id, s.name, e.created_at" |
+    JOIN outboxd.events e ON e.id = d.event_id LEFT JOIN outboxd.attempts a ON a.delivery_id = d.id
+    WHERE (d.event_id, s.name) IN ($pairs) GROUP BY d.event_id, s.name, e.created_at, d.status, e.source" |
     awk 'FILENAME ~ /kill-times.txt$/ { k[++n] = $1; next }
       { y = 0; for (i = 1; i <= n; i++) if (k[i] >= $3 && k[i] <= $4) y = 1; print $0, (y ? "killed" : "NO-KILL") }' \
       "$work/kill-times.txt" - >"$work/unrecorded-times.txt"
@@ -817,8 +819,9 @@ echo "$SUMMARY"
 echo "- $SUMMARY" >>"$report"
 log "report: $report"
 rc=0
+# (a 2xx the attempt history misses with no SIGKILL to explain it keeps the evidence too)
 if [ "$LOST" -gt 0 ] || [ "$UNEXPECTED" -gt 0 ] || [ "$PENDING" -gt 0 ] || [ "$DLQ" -gt 0 ] ||
-  [ "$KAFKA_TOPIC_UNSTORED" -gt 0 ]; then
+  [ "$KAFKA_TOPIC_UNSTORED" -gt 0 ] || [ "$UNREC_PAIRS" -gt "$UNREC_KILLED" ]; then
   keep_work=1
   grep -E ' lost' "$work/verdicts.txt" | head -20 >&2 || true
 fi
