@@ -71,10 +71,11 @@ bench:
 bench-kafka:
 	@bash bench/kafka.sh
 
-# The chaos soak of issue 14 (docs/reliability.md): SOAK_MINUTES (default 10) of random
-# SIGKILLs of two outboxd instances, PostgreSQL restarts and misbehaving subscribers, then
-# an accounting of every acknowledged event by webhook-id; bench/results/soak-latest.md.
-# Fails when an acknowledged event was lost.
+# The chaos soak (docs/reliability.md): SOAK_MINUTES (default 10) of random SIGKILLs of
+# three outboxd instances sharing one key, PostgreSQL restarts, Kafka broker restarts under
+# the Kafka intake, and misbehaving subscribers, then an accounting of every acknowledged
+# event (HTTP and Kafka) by webhook-id; bench/results/soak-latest.md. Fails when an
+# acknowledged event was lost.
 SOAK_MINUTES ?= 10
 soak: deps
 	@SOAK_MINUTES=$(SOAK_MINUTES) bash bench/soak.sh

@@ -19,7 +19,9 @@
  *                           producer whose first request in flight it answers)
  *   quit                    exit (so does EOF on stdin, and SIGTERM)
  * Topics not created first are created on first use by a producer or a consumer's
- * metadata request, with the mock's default partition count. */
+ * metadata request, with the mock's default partition count. With KAFKA_MOCK_DEBUG set
+ * (librdkafka debug contexts, e.g. `mock`) the cluster logs every request and every
+ * consumer group change on stderr, to see what a client did. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +66,10 @@ int main(int argc, char **argv)
 	}
 	/* the handle only hosts the cluster: it sends nothing itself */
 	rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof(errstr));
+	if (getenv("KAFKA_MOCK_DEBUG")) {
+		rd_kafka_conf_set(conf, "debug", getenv("KAFKA_MOCK_DEBUG"), errstr, sizeof(errstr));
+		rd_kafka_conf_set(conf, "log_level", "7", errstr, sizeof(errstr));
+	}
 	rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (!rk) {
 		fprintf(stderr, "kafka_mock: %s\n", errstr);
