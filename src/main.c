@@ -453,8 +453,14 @@ static int serve(int argc, char **argv)
 	}
 	if (ssrf.n_allow)
 		log_info("SSRF guard: deliveries may also go to %s (ssrf_allow)", cfg.ssrf_allow);
-	if (!(http_sink = sink_http_open(cfg.max_in_flight, cfg.lean_http, cfg.connect_timeout_ms,
-						 &ssrf, err, sizeof(err)))) {
+	struct sink_http_settings http_set = {
+		.max_connections = cfg.max_in_flight,
+		.lean = cfg.lean_http,
+		.connect_timeout_ms = cfg.connect_timeout_ms,
+		.ssrf = &ssrf,
+		.tls_dir = cfg.tls_dir,
+	};
+	if (!(http_sink = sink_http_open(&http_set, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
 	}
@@ -581,6 +587,7 @@ static int serve(int argc, char **argv)
 		.max_payload = cfg.max_payload,
 		.max_request = cfg.max_request,
 		.retry_defaults = defaults,
+		.tls_dir = cfg.tls_dir,
 		.ready = kafka_on ? kafka_ready : NULL,
 		.ready_ctx = &kafka_readiness,
 	};

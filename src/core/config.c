@@ -142,6 +142,9 @@ const struct config_setting config_settings[] = {
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
 	 "e.g. 127.0.0.0/8,10.1.0.0/16; empty = none"},
+	{"tls_dir", "--tls-dir", "OUTBOXD_TLS_DIR", CONFIG_STRING, "/etc/outboxd", S(tls_dir),
+	 "directory the TLS files of subscriptions (tls.ca_file, tls.client_cert, "
+	 "tls.client_key) must lie in, symbolic links and .. resolved; empty = none accepted"},
 	{"tls_cert", "--tls-cert", "OUTBOXD_TLS_CERT", CONFIG_STRING, NULL, S(tls_cert),
 	 "PEM certificate (with its chain) the API serves HTTPS with; empty = plain HTTP"},
 	{"tls_key", "--tls-key", "OUTBOXD_TLS_KEY", CONFIG_STRING, NULL, S(tls_key),
@@ -518,6 +521,8 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;
+	if (is_set(cfg->tls_dir) && cfg->tls_dir[0] != '/')
+		return fail(err, errlen, "tls_dir must be an absolute path, got \"%s\"", cfg->tls_dir);
 	if ((cfg->tls_cert && *cfg->tls_cert) != (cfg->tls_key && *cfg->tls_key))
 		return fail(err, errlen, "%s is set without %s: the API's TLS needs both",
 			    cfg->tls_cert && *cfg->tls_cert ? "tls_cert" : "tls_key",

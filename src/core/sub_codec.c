@@ -2,11 +2,9 @@
 #include "core/sub_codec.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -17,6 +15,7 @@
 #include "util/clock.h"
 #include "util/duration.h"
 #include "util/log.h"
+#include "util/path.h"
 
 #define MASK "********"
 #define SECRET_MASK "whsec_" MASK
@@ -885,7 +884,7 @@ static char *secret_generate(void)
 
 
 int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
-		      char **generated, struct input_error *err)
+		      const char *tls_dir, char **generated, struct input_error *err)
 {
 	static const char *const managed[] = {"previous_secret", "previous_secret_expires_at", NULL};
 	static const char *const auto_disabled[] = {"disabled_reason", "disabled_at", NULL};
@@ -952,20 +951,22 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
 	}
 
 	/* TLS files are read when a request is made; refusing an unreadable one now beats a
-	 * 525 on every delivery. */
+	 * 525 on every delivery. They must lie inside tls_dir, so the API cannot point
+	 * outboxd at its own files or anyone else's; the answer is the same for a file that
+	 * is missing, unreadable or outside, so it tells nothing of other paths. */
 	json_t *tls = json_object_get(doc, "tls");
 	for (const char *const *k = tls_keys; json_is_object(tls) && *k; k++) {
 		v = json_object_get(tls, *k);
 		if (json_is_string(v) && json_string_value(v)[0] == '/' &&
-		    access(json_string_value(v), R_OK) != 0) {
+		    !path_readable_inside(tls_dir, json_string_value(v))) {
 			char field[32];
 			snprintf(field, sizeof(field), "tls.%s", *k);
-			int e = errno;
 			free(*generated);
 			*generated = NULL;
 			return input_error_set(err, 422, "invalid_argument", field,
-					       "%s: outboxd cannot read %s: %s", field,
-					       json_string_value(v), strerror(e));
+					       "%s must name a file outboxd can read inside the "
+					       "tls_dir directory (%s)", field,
+					       tls_dir && *tls_dir ? tls_dir : "not set");
 		}
 	}
 	return 0;

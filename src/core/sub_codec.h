@@ -37,10 +37,12 @@ json_t *sub_codec_public(const struct sub_row *row);
  *    secret_grace (default 24h; "0s" keeps none); removing the secret removes both;
  *  - previous_secret and previous_secret_expires_at belong to outboxd: input may only
  *    remove them (null in a patch); an expired one is dropped;
- *  - tls files must be readable by outboxd (422 otherwise).
+ *  - tls files must be readable by outboxd and inside tls_dir (borrowed; NULL or "":
+ *    none is accepted), symbolic links and ".." resolved (422 otherwise, the same answer
+ *    for a missing, unreadable or outside file).
  * Returns 0, or -1 with err filled (and *generated NULL). */
 int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
-		      char **generated, struct input_error *err);
+		      const char *tls_dir, char **generated, struct input_error *err);
 
 /* Applies a PATCH document to a stored one (RFC 7396 merge for objects, null deletes a
  * key; auth is replaced whole, but a credential sent back masked ("********") with the

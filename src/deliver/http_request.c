@@ -25,6 +25,7 @@
 #include "util/base64.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/path.h"
 
 /* Header lines are written into the round's own buffer and list nodes, reused from attempt
  * to attempt (curl reads CURLOPT_HTTPHEADER as a plain list and copies nothing), so an
@@ -382,6 +383,17 @@ static int prereq_cb(void *ctx, char *primary_ip, char *local_ip, int primary_po
 	return CURL_PREREQFUNC_OK;
 }
 
+/* 1 when every TLS file s names lies inside tls_dir (util/path.h): the API refuses
+ * others, and a subscription stored before the setting was set is held to it here. */
+static int tls_files_inside(const char *tls_dir, const struct subscription *s)
+{
+	const char *files[] = {s->tls_ca_file, s->tls_client_cert, s->tls_client_key};
+	for (size_t i = 0; i < 3; i++)
+		if (files[i] && !path_readable_inside(tls_dir, files[i]))
+			return 0;
+	return 1;
+}
+
 /* Sends the attempt's request. bearer (borrowed, copied into the headers): the oauth2
  * access token, NULL for other auth types. */
 void http_send_request(struct http_round *h, const char *bearer)
@@ -393,6 +405,12 @@ void http_send_request(struct http_round *h, const char *bearer)
 
 	if (build_headers(h, h->sj->attempt_no, clock_now_ms(), bearer)) {
 		http_fail_local(h, "a header is too long or memory ran out");
+		return;
+	}
+	if (!tls_files_inside(hs->tls_dir, s)) {
+		http_fail_refused(h, "a TLS file of the subscription (tls.ca_file, "
+				     "tls.client_cert, tls.client_key) is not a file outboxd can "
+				     "read inside the tls_dir directory");
 		return;
 	}
 	if (!(url = build_url(h))) {

@@ -98,6 +98,14 @@ void http_fail_local(struct http_round *h, const char *why)
 	http_report(h);
 }
 
+/* The request must never be made as the subscription or event stands (a header value
+ * with a control character, a TLS file outside tls_dir): no retry can change that, so
+ * the delivery goes to the dead-letter queue at once. */
+void http_fail_refused(struct http_round *h, const char *why)
+{
+	h->sj->permanent = 1;
+	http_fail_local(h, why);
+}
 
 /* errbuf: curl's message, which tells a TLS alert after the handshake (a TLS 1.3 server
  * refusing our client certificate) from other receive errors. */
@@ -594,15 +602,16 @@ static const struct sink_ops http_ops = {
 	.close = http_close,
 };
 
-struct sink *sink_http_open(int max_connections, int lean, int64_t connect_timeout_ms,
-			    const struct ssrf_policy *ssrf, char *err, size_t errlen)
+struct sink *sink_http_open(const struct sink_http_settings *set, char *err, size_t errlen)
 {
 	struct sink *s = calloc(1, sizeof(*s));
 	struct http_sink *hs = calloc(1, sizeof(*hs));
+	int max_connections = set->max_connections, lean = set->lean;
 	if (!s || !hs)
 		goto fail;
-	hs->ssrf = ssrf;
-	hs->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 3000;
+	hs->ssrf = set->ssrf;
+	hs->tls_dir = set->tls_dir;
+	hs->connect_timeout_ms = set->connect_timeout_ms > 0 ? set->connect_timeout_ms : 3000;
 	hs->curl_due_us = -1;
 	hs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))

@@ -142,6 +142,7 @@ struct http_sink {
 	int64_t connect_timeout_ms;  /* a delivery's connect (TLS included) may take this */
 	struct dheap answers;        /* libcurl requests connected: their answer deadlines */
 	const struct ssrf_policy *ssrf; /* borrowed: which addresses may be connected to */
+	const char *tls_dir;         /* borrowed: where a subscription's TLS files may be */
 	CURLM *multi;
 	int epfd;                    /* curl's sockets */
 	int64_t curl_due_us;         /* curl's timer (monotonic), -1 = none */
@@ -177,6 +178,8 @@ void http_finish(struct http_round *h, enum transport_error te, long status, con
 void http_failed(struct http_round *h, int code, const char *message, const char *cause);
 /* Ends the attempt with a local failure (no request was made): 520 with why. */
 void http_fail_local(struct http_round *h, const char *why);
+/* The same, and permanent: the request must never be made as things stand. */
+void http_fail_refused(struct http_round *h, const char *why);
 /* The transport error class of a failed transfer (core/errmap.h). */
 enum transport_error http_classify(CURLcode rc, const char *errbuf);
 /* CURLOPT_WRITEFUNCTION of deliveries: keeps the start of the response body. */

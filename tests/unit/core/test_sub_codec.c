@@ -1,11 +1,15 @@
 /* test_sub_codec.c: subscription validation (every field named in errors), defaults,
- * masking of credentials, PATCH merging, and what outboxd does itself before storing a
- * document (generated secrets, secret rotation, TLS file checks). */
+ * masking of credentials, PATCH merging, and what outboxd does itself
+ * before storing a document (generated secrets, secret rotation, TLS files inside
+ * tls_dir). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <jansson.h>
@@ -330,7 +334,7 @@ static json_t *patch_doc(const char *stored_text, const char *patch_text, int64_
 	assert_non_null(patch);
 	json_t *merged = sub_codec_merge(stored, patch, &err);
 	assert_non_null(merged);
-	int rc = sub_codec_prepare(merged, patch, stored, now, generated, &err);
+	int rc = sub_codec_prepare(merged, patch, stored, now, NULL, generated, &err);
 	if (rc == 0)
 		rc = sub_codec_parse(merged, &defaults, NULL, &err);
 	if (rc != expect_rc)
@@ -353,7 +357,7 @@ static void test_generate_secret(void **state)
 	json_t *doc = json_loads("{" BASE ",\"secret\":\"generate\"}", 0, NULL);
 	struct input_error err;
 	char *gen = NULL;
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, &gen, &err), 0);
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, NULL, &gen, &err), 0);
 	assert_non_null(gen);
 	/* whsec_ + base64 of 32 bytes */
 	assert_int_equal(strlen(gen), 6 + 44);
@@ -362,7 +366,7 @@ static void test_generate_secret(void **state)
 	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), 0);
 	char *gen2 = NULL;
 	json_t *doc2 = json_loads("{" BASE ",\"secret\":\"generate\"}", 0, NULL);
-	assert_int_equal(sub_codec_prepare(doc2, doc2, NULL, 1000, &gen2, &err), 0);
+	assert_int_equal(sub_codec_prepare(doc2, doc2, NULL, 1000, NULL, &gen2, &err), 0);
 	assert_string_not_equal(gen, gen2);
 	free(gen);
 	free(gen2);
@@ -371,7 +375,7 @@ static void test_generate_secret(void **state)
 
 	/* without "generate", nothing is generated; a create may not set rotation fields */
 	doc = json_loads("{" BASE ",\"secret\":\"" OLD_SECRET "\",\"previous_secret\":null}", 0, NULL);
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, &gen, &err), -1);
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, NULL, &gen, &err), -1);
 	assert_null(gen);
 	assert_string_equal(err.field, "previous_secret");
 	json_decref(doc);
@@ -468,19 +472,93 @@ static void test_masked_auth_kept_on_patch(void **state)
 	json_decref(m);
 }
 
-static void test_tls_files_must_be_readable(void **state)
+/* tls_dir/NAME's TLS document. */
+static json_t *tls_doc(const char *path)
 {
-	json_t *doc = json_loads("{" BASE ",\"tls\":{\"ca_file\":\"/nonexistent/ca.pem\"}}", 0, NULL);
+	char text[1024];
+	snprintf(text, sizeof(text), "{" BASE ",\"tls\":{\"ca_file\":\"%s\"}}", path);
+	json_t *doc = json_loads(text, 0, NULL);
+	assert_non_null(doc);
+	return doc;
+}
+
+/* prepare's answer for a document naming path, with tls_dir dir: 0, or -1 with the
+ * message in msg. */
+static int tls_prepare(const char *dir, const char *path, char msg[256])
+{
+	json_t *doc = tls_doc(path);
 	struct input_error err;
 	char *gen = NULL;
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 0, &gen, &err), -1);
-	assert_string_equal(err.field, "tls.ca_file");
-	assert_int_equal(err.status, 422);
-	assert_non_null(strstr(err.message, "No such file"));
+	int rc = sub_codec_prepare(doc, doc, NULL, 0, dir, &gen, &err);
 	json_decref(doc);
-	doc = json_loads("{" BASE ",\"tls\":{\"ca_file\":\"/dev/null\"}}", 0, NULL);
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 0, &gen, &err), 0);
-	json_decref(doc);
+	msg[0] = '\0';
+	if (rc) {
+		assert_string_equal(err.field, "tls.ca_file");
+		assert_int_equal(err.status, 422);
+		snprintf(msg, 256, "%s", err.message);
+	}
+	return rc;
+}
+
+static void test_tls_files_inside_tls_dir(void **state)
+{
+	char base[] = "/tmp/outboxd-tlsdir-XXXXXX", dir[128], out[128], path[256], other[256];
+	char msg[256], first[256];
+	assert_non_null(mkdtemp(base));
+	snprintf(dir, sizeof(dir), "%s/conf", base);
+	snprintf(out, sizeof(out), "%s/elsewhere", base);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	assert_int_equal(mkdir(out, 0700), 0);
+	snprintf(path, sizeof(path), "%s/ca.pem", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	snprintf(other, sizeof(other), "%s/secret.pem", out);
+	f = fopen(other, "w");
+	assert_non_null(f);
+	fclose(f);
+
+	/* inside, readable: taken; with tls_dir unset, nothing is */
+	assert_int_equal(tls_prepare(dir, path, msg), 0);
+	assert_int_equal(tls_prepare(NULL, path, msg), -1);
+	assert_int_equal(tls_prepare("", path, msg), -1);
+
+	/* a file outside that exists, one that does not, one inside that does not, a
+	 * ".." out of the directory, a symbolic link inside that leads out, and a
+	 * directory next to it whose name starts alike: one answer for all, naming no path
+	 * but tls_dir */
+	assert_int_equal(tls_prepare(dir, other, first), -1);
+	assert_null(strstr(first, other));
+	assert_non_null(strstr(first, dir));
+	char cases[6][256];
+	snprintf(cases[0], 256, "%s/missing.pem", out);
+	snprintf(cases[1], 256, "%s/missing.pem", dir);
+	snprintf(cases[2], 256, "%s/../elsewhere/secret.pem", dir);
+	snprintf(cases[3], 256, "%s/link.pem", dir);
+	assert_int_equal(symlink(other, cases[3]), 0);
+	snprintf(cases[4], 256, "%s2/ca.pem", dir);
+	snprintf(cases[5], 256, "%s", dir); /* the directory itself is no file */
+	char sibling[160];
+	snprintf(sibling, sizeof(sibling), "%s2", dir);
+	assert_int_equal(mkdir(sibling, 0700), 0);
+	f = fopen(cases[4], "w");
+	assert_non_null(f);
+	fclose(f);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(tls_prepare(dir, cases[i], msg), -1);
+		assert_string_equal(msg, first);
+	}
+	/* a link inside to a file inside, and ".." that stays inside, are fine */
+	char inner[256];
+	snprintf(inner, sizeof(inner), "%s/inner.pem", dir);
+	assert_int_equal(symlink(path, inner), 0);
+	assert_int_equal(tls_prepare(dir, inner, msg), 0);
+	snprintf(inner, sizeof(inner), "%s/../conf/ca.pem", dir);
+	assert_int_equal(tls_prepare(dir, inner, msg), 0);
+
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+	assert_int_equal(system(cmd), 0);
 }
 
 /* The retry fields of issue 7, the circuit breaker and the limits, parsed with their
@@ -613,7 +691,7 @@ int main(void)
 		cmocka_unit_test(test_generate_secret),
 		cmocka_unit_test(test_rotation),
 		cmocka_unit_test(test_masked_auth_kept_on_patch),
-		cmocka_unit_test(test_tls_files_must_be_readable),
+		cmocka_unit_test(test_tls_files_inside_tls_dir),
 		cmocka_unit_test(test_retry_breaker_limits_parsed),
 		cmocka_unit_test(test_retry_breaker_limits_errors),
 	};

@@ -297,7 +297,9 @@ static void client_open(struct client *c, int lean, const char *allow, const cha
 	char err[256];
 	memset(c, 0, sizeof(*c));
 	assert_int_equal(ssrf_policy_parse(allow, &c->ssrf, err, sizeof(err)), 0);
-	c->s = sink_http_open(8, lean, 3000, &c->ssrf, err, sizeof(err));
+	struct sink_http_settings set = {.max_connections = 8, .lean = lean,
+					 .connect_timeout_ms = 3000, .ssrf = &c->ssrf};
+	c->s = sink_http_open(&set, err, sizeof(err));
 	assert_non_null(c->s);
 	struct sink_env env = {.done = done_cb, .abandoned = abandoned_cb, .ctx = c, .slot = 0};
 	sink_attach(c->s, &env);
