@@ -8,6 +8,7 @@
 
 #include <openssl/crypto.h>
 
+#include "core/header.h"
 #include "core/pattern.h"
 #include "core/whsec.h"
 #include "core/retry.h"
@@ -249,6 +250,19 @@ static int get_optional(const json_t *obj, const char *key, const char *field, s
 	return 0;
 }
 
+/* Every credential and header value goes into a header line (or, for a query credential,
+ * a URL): none may hold a control character that could end the line early. values[] and
+ * fields[] pair up, n of them; NULL values are skipped. */
+static int check_header_texts(const char *const *fields, const char *const *values, size_t n,
+			      struct input_error *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (values[i] && !header_value_valid(values[i], strlen(values[i])))
+			return input_error_set(err, 400, "invalid_argument", fields[i],
+					       "%s " HEADER_VALUE_RULE, fields[i]);
+	return 0;
+}
+
 static int parse_oauth2(const json_t *auth, struct subscription *out, struct input_error *err)
 {
 	static const char *const keys[] = {
@@ -269,6 +283,12 @@ static int parse_oauth2(const json_t *auth, struct subscription *out, struct inp
 	    get_optional(auth, "username", "auth.username", 256, &user, err) ||
 	    get_optional(auth, "password", "auth.password", 1024, &pass, err) ||
 	    get_optional(auth, "client_auth", "auth.client_auth", 16, &client_auth, err))
+		return -1;
+	static const char *const fields[] = {"auth.client_id", "auth.client_secret",
+					     "auth.scope",     "auth.audience",
+					     "auth.username",  "auth.password"};
+	const char *const values[] = {id, secret, scope, audience, user, pass};
+	if (check_header_texts(fields, values, 6, err))
 		return -1;
 	if (!endpoint_valid(url, &why) || strncasecmp(url, "kafka://", 8) == 0)
 		return input_error_set(err, 400, "invalid_argument", "auth.token_url",
@@ -375,6 +395,10 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 		    get_string(auth, "username", "auth.username", 1, 256, &a, err) ||
 		    get_string(auth, "password", "auth.password", 1, 1024, &b, err))
 			return -1;
+		static const char *const fields[] = {"auth.username", "auth.password"};
+		const char *const values[] = {a, b};
+		if (check_header_texts(fields, values, 2, err))
+			return -1;
 		if (strchr(a, ':'))
 			return input_error_set(err, 400, "invalid_argument", "auth.username",
 					       "auth.username must not contain ':'");
@@ -385,7 +409,8 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 	}
 	if (strcmp(type, "bearer") == 0) {
 		if (check_keys(auth, keys_bearer, "auth.", err) ||
-		    get_string(auth, "token", "auth.token", 1, 8192, &b, err))
+		    get_string(auth, "token", "auth.token", 1, 8192, &b, err) ||
+		    check_header_texts((const char *const[]){"auth.token"}, &b, 1, err))
 			return -1;
 		out->auth_type = AUTH_BEARER;
 		out->auth_secret = strdup(b);
@@ -394,12 +419,12 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 	if (strcmp(type, "api_key") == 0) {
 		if (check_keys(auth, keys_api_key, "auth.", err) ||
 		    get_string(auth, "header", "auth.header", 1, 128, &a, err) ||
-		    get_string(auth, "value", "auth.value", 1, 8192, &b, err))
+		    get_string(auth, "value", "auth.value", 1, 8192, &b, err) ||
+		    check_header_texts((const char *const[]){"auth.value"}, &b, 1, err))
 			return -1;
-		for (const char *p = a; *p; p++)
-			if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_')
-				return input_error_set(err, 400, "invalid_argument", "auth.header",
-						       "auth.header must be a header name (letters, digits, '-', '_')");
+		if (!header_name_valid(a))
+			return input_error_set(err, 400, "invalid_argument", "auth.header",
+					       "auth.header must be a header name (letters, digits, '-', '_')");
 		out->auth_type = AUTH_API_KEY;
 		out->auth_name = strdup(a);
 		out->auth_secret = strdup(b);
@@ -408,7 +433,8 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 	if (strcmp(type, "query") == 0) {
 		if (check_keys(auth, keys_query, "auth.", err) ||
 		    get_string(auth, "param", "auth.param", 1, 128, &a, err) ||
-		    get_string(auth, "value", "auth.value", 1, 8192, &b, err))
+		    get_string(auth, "value", "auth.value", 1, 8192, &b, err) ||
+		    check_header_texts((const char *const[]){"auth.value"}, &b, 1, err))
 			return -1;
 		out->auth_type = AUTH_QUERY;
 		out->auth_name = strdup(a);
@@ -443,14 +469,15 @@ static int parse_headers(const json_t *headers, const struct subscription *parti
 	json_object_foreach((json_t *)headers, key, v) {
 		snprintf(field, sizeof(field), "headers.%s", key);
 		size_t kl = strlen(key);
-		if (kl == 0 || kl > 128)
+		if (kl == 0 || kl > HEADER_NAME_MAX)
 			return input_error_set(err, 400, "invalid_argument", field,
-					       "header names must be 1 to 128 characters");
-		for (const char *p = key; *p; p++)
-			if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_')
-				return input_error_set(err, 400, "invalid_argument", field,
-						       "%s is not a valid header name", field);
-		char lower[129];
+					       "header names must be 1 to %d characters",
+					       HEADER_NAME_MAX);
+		if (!header_name_valid(key))
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s is not a valid header name (letters, digits, "
+					       "'-', '_')", field);
+		char lower[HEADER_NAME_MAX + 1];
 		for (size_t i = 0; i <= kl; i++)
 			lower[i] = (char)tolower((unsigned char)key[i]);
 		if (in_list(denied_headers, lower) || strncmp(lower, "webhook-", 8) == 0 ||
@@ -462,10 +489,9 @@ static int parse_headers(const json_t *headers, const struct subscription *parti
 		if (!json_is_string(v) || json_string_length(v) > 4096)
 			return input_error_set(err, 400, "invalid_argument", field,
 					       "%s must be a string of at most 4096 characters", field);
-		for (const char *p = json_string_value(v); *p; p++)
-			if ((unsigned char)*p < ' ' && *p != '\t')
-				return input_error_set(err, 400, "invalid_argument", field,
-						       "%s must not contain control characters", field);
+		if (!header_value_valid(json_string_value(v), json_string_length(v)))
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s " HEADER_VALUE_RULE, field);
 		if (out) {
 			out->headers[out->n_headers].name = strdup(key);
 			out->headers[out->n_headers].value = strdup(json_string_value(v));

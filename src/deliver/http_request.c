@@ -1,5 +1,5 @@
-/* http_request.c: builds one attempt's HTTP request for the HTTP sink — the DESIGN §3
- * headers (webhook-id, timestamp, signature, traceparent), the subscription's headers
+/* http_request.c: builds one attempt's HTTP request for the HTTP sink — the Standard
+ * Webhooks headers (webhook-id, timestamp, signature) and traceparent, the subscription's headers
  * and auth (basic, bearer, api key, query credential, mutual TLS files), the URL — and
  * the redaction that keeps those credentials out of every cause.
  *
@@ -18,6 +18,7 @@
 #include <openssl/crypto.h>
 
 
+#include "core/header.h"
 #include "core/metrics.h"
 #include "core/retry.h"
 #include "core/trace.h"
@@ -122,12 +123,20 @@ static const char *decimal(int64_t v, char buf[21])
 	return p;
 }
 
-/* Links the lines of hbuf into hnodes: h->headers. */
+/* Links the lines of hbuf into hnodes: h->headers. Returns 0, -1 when memory ran out,
+ * or -2 when a line holds a control character (core/header.h): the API, the intake and
+ * the Kafka envelopes refuse such values, and this keeps what came another way (a
+ * producer's outbox row, a stored subscription older than that rule) from ever
+ * reaching a receiver as a header of its own. */
 static int headers_link(struct http_round *h)
 {
 	size_t lines = 0;
-	for (size_t o = 0; o < h->hbuf_len; o += strlen(h->hbuf + o) + 1)
+	for (size_t o = 0, len; o < h->hbuf_len; o += len + 1) {
+		len = strlen(h->hbuf + o);
+		if (!header_value_valid(h->hbuf + o, len))
+			return -2;
 		lines++;
+	}
 	if (lines > h->hnodes_cap) {
 		size_t cap = lines < 16 ? 16 : lines * 2;
 		struct curl_slist *nn = realloc(h->hnodes, cap * sizeof(*nn));
@@ -209,8 +218,10 @@ void http_redact(const struct http_round *h, char *text, size_t size)
 	curl_free(escaped);
 }
 
-/* The request headers of DESIGN §3 for the round's next attempt. bearer (borrowed) is the
- * oauth2 access token, NULL for other auth types. */
+/* The request headers for the round's next attempt: Standard Webhooks', outboxd's, the
+ * auth and the subscription's own. bearer (borrowed) is the oauth2 access token, NULL for
+ * other auth types. Returns 0, -1 (a line too long, or memory), or -2 (a control
+ * character in a value: see headers_link). */
 static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, const char *bearer)
 {
 	const struct subscription *s = h->sj->sub;
@@ -239,7 +250,7 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 	    append_line(h, "Expect", NULL))
 		goto fail;
 	if (s->secret) {
-		/* During a rotation's grace period the old secret signs too (DESIGN §3). */
+		/* During a rotation's grace period the old secret signs too. */
 		const char *prev = s->previous_secret && now_ms < s->previous_secret_until
 					   ? s->previous_secret : NULL;
 		char sig[SIGN_HEADER_LEN];
@@ -278,9 +289,11 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 	for (size_t i = 0; i < s->n_headers; i++)
 		if (append_header(h, "%s: %s", s->headers[i].name, s->headers[i].value))
 			goto fail;
-	if (headers_link(h))
-		goto fail;
-	return 0;
+	int rc = headers_link(h);
+	if (rc == 0)
+		return 0;
+	http_headers_clear(h);
+	return rc;
 fail:
 	http_headers_clear(h);
 	return -1;
@@ -403,7 +416,13 @@ void http_send_request(struct http_round *h, const char *bearer)
 	const struct subscription *s = h->sj->sub;
 	const char *url;
 
-	if (build_headers(h, h->sj->attempt_no, clock_now_ms(), bearer)) {
+	int built = build_headers(h, h->sj->attempt_no, clock_now_ms(), bearer);
+	if (built == -2) {
+		http_fail_refused(h, "a header value holds a control character (CR, LF, NUL, ...): "
+				     "the event's type or content type, or the subscription's");
+		return;
+	}
+	if (built) {
 		http_fail_local(h, "a header is too long or memory ran out");
 		return;
 	}

@@ -561,6 +561,66 @@ static void test_tls_files_inside_tls_dir(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Every value that ends up in a header line (credentials, headers) refuses CR, LF, NUL
+ * and the other control characters, naming the field. */
+static void test_header_injection_refused(void **state)
+{
+#define INJ "abc\\r\\nX-Injected: 1\\r\\nHost: evil"
+	static const struct {
+		const char *json;
+		const char *field;
+	} cases[] = {
+		{"{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"" INJ "\"}}", "auth.token"},
+		{"{" BASE ",\"auth\":{\"type\":\"api_key\",\"header\":\"X-K\",\"value\":\"" INJ "\"}}",
+		 "auth.value"},
+		{"{" BASE ",\"auth\":{\"type\":\"query\",\"param\":\"k\",\"value\":\"a\\nb\"}}",
+		 "auth.value"},
+		{"{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\\r\",\"password\":\"p\"}}",
+		 "auth.username"},
+		{"{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\",\"password\":\"p\\n\"}}",
+		 "auth.password"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\\r\\nX: 1\",\"client_secret\":\"s\"}}", "auth.client_id"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\",\"client_secret\":\"s\\u0001\"}}", "auth.client_secret"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\",\"client_secret\":\"s\",\"scope\":\"a\\rb\"}}", "auth.scope"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\",\"client_secret\":\"s\",\"audience\":\"a\\u007f\"}}",
+		 "auth.audience"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\",\"token_url\":"
+		 "\"https://i/t\",\"client_id\":\"c\",\"username\":\"u\\n\",\"password\":\"p\"}}",
+		 "auth.username"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\",\"token_url\":"
+		 "\"https://i/t\",\"client_id\":\"c\",\"username\":\"u\",\"password\":\"" INJ "\"}}",
+		 "auth.password"},
+		{"{" BASE ",\"headers\":{\"X-A\":\"" INJ "\"}}", "headers.X-A"},
+		{"{" BASE ",\"headers\":{\"X-A\":{\"value\":\"" INJ "\",\"secret\":true}}}",
+		 "headers.X-A"},
+		{"{" BASE ",\"headers\":{\"X-A\":\"a\\u007f\"}}", "headers.X-A"},
+		{"{" BASE ",\"headers\":{\"X-A\\r\\nHost\":\"v\"}}", "headers.X-A\r\nHost"},
+		{"{" BASE ",\"auth\":{\"type\":\"api_key\",\"header\":\"X-K\\r\\nHost\",\"value\":\"v\"}}",
+		 "auth.header"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_field(cases[i].json, 400, cases[i].field);
+	/* a NUL, in a document a parser let through (the API's refuses it) */
+	json_t *nul = json_loads("{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":"
+				 "\"a\\u0000b\"}}", JSON_ALLOW_NUL, NULL);
+	struct input_error nul_err;
+	assert_non_null(nul);
+	assert_int_equal(sub_codec_parse(nul, &defaults, NULL, &nul_err), -1);
+	assert_string_equal(nul_err.field, "auth.token");
+	json_decref(nul);
+	/* a tab and UTF-8 are fine */
+	json_t *doc = json_loads("{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"a\\tb\"},"
+				 "\"headers\":{\"X-A\":\"caf\\u00e9\"}}", 0, NULL);
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), 0);
+	json_decref(doc);
+#undef INJ
+}
+
 /* The retry fields of issue 7, the circuit breaker and the limits, parsed with their
  * defaults. */
 static void test_retry_breaker_limits_parsed(void **state)
@@ -692,6 +752,7 @@ int main(void)
 		cmocka_unit_test(test_rotation),
 		cmocka_unit_test(test_masked_auth_kept_on_patch),
 		cmocka_unit_test(test_tls_files_inside_tls_dir),
+		cmocka_unit_test(test_header_injection_refused),
 		cmocka_unit_test(test_retry_breaker_limits_parsed),
 		cmocka_unit_test(test_retry_breaker_limits_errors),
 	};

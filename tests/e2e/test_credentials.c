@@ -1,0 +1,162 @@
+/* test_credentials.c: the attacks on a subscription's credentials, seen from outside and
+ * failing — real daemon, real receivers: `sub` plays the subscribers, `idp` a token
+ * endpoint, both able to echo what they got.
+ *
+ *  - header injection: CR/LF in every value that becomes a header line (credentials,
+ *    headers, an event's content type) is refused on create, on PATCH and at ingest,
+ *    naming the field; a producer's outbox row that carries one never reaches a receiver.
+ */
+#include "e2e.h"
+
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include "harness_pg.h"
+
+static struct receiver sub, idp;
+static struct daemon dmn;
+
+#define INJ "abc\\r\\nX-Injected: 1\\r\\nHost: evil"
+
+static int setup(void **state)
+{
+	assert_int_equal(receiver_start(&sub), 0);
+	assert_int_equal(receiver_start(&idp), 0);
+	memset(&dmn, 0, sizeof(dmn));
+	assert_int_equal(daemon_start(&dmn, NULL), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	assert_int_equal(daemon_stop(&dmn), 0);
+	daemon_cleanup(&dmn);
+	receiver_stop(&sub);
+	receiver_stop(&idp);
+	return 0;
+}
+
+static const char *str(json_t *obj, const char *key)
+{
+	return json_string_value(json_object_get(obj, key));
+}
+
+/* The error field of a refused request. */
+static void expect_refused(const char *method, const char *path, const char *body, int status,
+			   const char *field)
+{
+	json_t *err = api_call(&dmn, method, path, body, status);
+	assert_non_null(err);
+	const char *got = str(json_object_get(err, "error"), "field");
+	if (!got || strcmp(got, field) != 0)
+		fail_msg("%s %s %s: field %s, want %s", method, path, body, got ? got : "(none)",
+			 field);
+	json_decref(err);
+}
+
+/* ---- header injection ------------------------------------------------------------------ */
+
+static void test_header_injection_refused(void **state)
+{
+	static const struct {
+		const char *fields; /* the subscription's auth and headers */
+		const char *field;
+	} attacks[] = {
+		{"\"auth\":{\"type\":\"bearer\",\"token\":\"" INJ "\"}", "auth.token"},
+		{"\"auth\":{\"type\":\"api_key\",\"header\":\"X-Key\",\"value\":\"" INJ "\"}",
+		 "auth.value"},
+		{"\"auth\":{\"type\":\"basic\",\"username\":\"u\",\"password\":\"" INJ "\"}",
+		 "auth.password"},
+		{"\"auth\":{\"type\":\"oauth2\",\"token_url\":\"http://127.0.0.1:1/t\","
+		 "\"client_id\":\"c\",\"client_secret\":\"" INJ "\"}", "auth.client_secret"},
+		{"\"headers\":{\"X-A\":\"" INJ "\"}", "headers.X-A"},
+		{"\"headers\":{\"X-A\":{\"value\":\"" INJ "\",\"secret\":true}}", "headers.X-A"},
+		{"\"headers\":{\"X-A\\r\\nHost\":\"v\"}", "headers.X-A\r\nHost"},
+	};
+	char body[1024], path[128], id[64], ev[64];
+
+	e2e_create_sub(&dmn, id, "{\"name\":\"inj-ok\",\"event_types\":[\"inj.*\"],"
+				 "\"endpoint\":\"%s/inj\",\"auth\":{\"type\":\"bearer\","
+				 "\"token\":\"good-token\"}}", sub.url);
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	for (size_t i = 0; i < sizeof(attacks) / sizeof(attacks[0]); i++) {
+		snprintf(body, sizeof(body), "{\"name\":\"inj-%zu\",\"event_types\":[\"inj.*\"],"
+					     "\"endpoint\":\"%s/inj\",%s}", i, sub.url,
+			 attacks[i].fields);
+		expect_refused("POST", "/v1/subscriptions", body, 400, attacks[i].field);
+		snprintf(body, sizeof(body), "{%s}", attacks[i].fields);
+		expect_refused("PATCH", path, body, 400, attacks[i].field);
+	}
+	/* the subscription is as it was, and nothing else was made */
+	json_t *s = e2e_get(&dmn, "%s", path);
+	assert_string_equal(str(json_object_get(s, "auth"), "type"), "bearer");
+	assert_null(json_object_get(s, "headers"));
+	json_decref(s);
+	json_t *list = e2e_get(&dmn, "/v1/subscriptions");
+	assert_int_equal(json_array_size(json_object_get(list, "items")), 1);
+	json_decref(list);
+
+	/* an event's content type is the Content-Type header of its requests */
+	expect_refused("POST", "/v1/events",
+		       "{\"event_type\":\"inj.one\",\"payload\":{},\"content_type\":"
+		       "\"application/json" "\\r\\nX-Injected: 1\"}", 400, "content_type");
+	e2e_send(&dmn, ev, "{\"event_type\":\"inj.one\",\"payload\":{}}");
+	assert_int_equal(receiver_wait_count(&sub, "/inj", 1, 5000), 0);
+
+	/* A producer's outbox row bypasses the API: its request is never made, and the
+	 * delivery is dead at once with the reason. */
+	const char *row = "INSERT INTO %soutbox(event_type, payload, content_type) VALUES "
+			  "('inj.row', '{}', 'application/json' || char(13) || char(10) || "
+			  "'X-Injected: 1')";
+	char sql[512];
+	if (harness_pg_wanted()) {
+		snprintf(sql, sizeof(sql), row, "outboxd.");
+		/* PostgreSQL has chr(), not char() */
+		for (char *p = strstr(sql, "char("); p; p = strstr(p, "char("))
+			memcpy(p, "chr( ", 5);
+		PGconn *c = PQconnectdb(dmn.db);
+		PGresult *r = PQexec(c, sql);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			fail_msg("%s: %s", sql, PQerrorMessage(c));
+		PQclear(r);
+		PQfinish(c);
+	} else {
+		sqlite3 *db;
+		snprintf(sql, sizeof(sql), row, "");
+		assert_int_equal(sqlite3_open(e2e_db_path(&dmn), &db), SQLITE_OK);
+		sqlite3_busy_timeout(db, 5000);
+		assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+		sqlite3_close(db);
+	}
+	json_t *dead = NULL;
+	for (int waited = 0; waited < 10000; waited += 100) {
+		json_decref(dead);
+		dead = e2e_get(&dmn, "/v1/dlq?event_type=inj.row");
+		if (json_array_size(json_object_get(dead, "items")) == 1)
+			break;
+		usleep(100 * 1000);
+	}
+	json_t *d = json_array_get(json_object_get(dead, "items"), 0);
+	assert_non_null(d);
+	json_t *last = json_object_get(d, "last_error");
+	assert_int_equal(json_integer_value(json_object_get(last, "code")), 520);
+	assert_non_null(strstr(str(last, "cause"), "control character"));
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 1);
+	json_decref(dead);
+
+	/* no request ever carried an injected header */
+	json_t *reqs = receiver_requests(&sub, NULL);
+	assert_int_equal(json_array_size(reqs), 1);
+	for (size_t i = 0; i < json_array_size(reqs); i++)
+		assert_null(json_object_get(json_object_get(json_array_get(reqs, i), "headers"),
+					    "x-injected"));
+	json_decref(reqs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_header_injection_refused),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
