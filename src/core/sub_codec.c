@@ -447,16 +447,70 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 			       "auth.type must be one of none, basic, bearer, api_key, query, oauth2");
 }
 
+/* Is the header name "Authorization" (any case)? Its value is a credential however it
+ * is written, so it is handled as a secret header even as a plain string. */
+static int name_is_authorization(const char *name)
+{
+	return strcasecmp(name, "authorization") == 0;
+}
+
+/* A headers entry: "value", or {"value": "...", "secret": true|false}. Sets *value
+ * (borrowed) and *secret; -1 with err filled when v is neither. */
+static int header_entry(const char *name, const json_t *v, const char *field, const char **value,
+			int *secret, struct input_error *err)
+{
+	json_t *sv = NULL;
+	*secret = name_is_authorization(name);
+	if (json_is_object(v)) {
+		static const char *const keys[] = {"value", "secret", NULL};
+		char prefix[176];
+		snprintf(prefix, sizeof(prefix), "%s.", field);
+		if (check_keys(v, keys, prefix, err))
+			return -1;
+		sv = json_object_get(v, "secret");
+		if (sv && !json_is_boolean(sv))
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s.secret must be true or false", field);
+		*secret |= json_is_true(sv);
+		v = json_object_get(v, "value");
+	}
+	if (!json_is_string(v) || json_string_length(v) > 4096 ||
+	    strlen(json_string_value(v)) != json_string_length(v))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s must be a string of at most 4096 characters, or "
+				       "{\"value\": \"...\", \"secret\": true}", field);
+	*value = json_string_value(v);
+	if (!header_value_valid(*value, json_string_length(v)))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s " HEADER_VALUE_RULE, field);
+	return 0;
+}
+
+/* Whether the headers entry v of name is a secret one (masked in reads). */
+static int header_is_secret(const char *name, const json_t *v)
+{
+	return name_is_authorization(name) ||
+	       (json_is_object(v) && json_is_true(json_object_get(v, "secret")));
+}
+
+/* Whether a headers entry is the masked value a read shows: "********" or
+ * {"value": "********", ...}. */
+static int header_masked(const json_t *v)
+{
+	return string_is(v, MASK) || (json_is_object(v) && string_is(json_object_get(v, "value"), MASK));
+}
+
 static int parse_headers(const json_t *headers, const struct subscription *partial,
 			 struct subscription *out, struct input_error *err)
 {
-	const char *key;
+	const char *key, *value;
 	json_t *v;
 	char field[160];
+	int secret;
 
 	if (!json_is_object(headers))
 		return input_error_set(err, 400, "invalid_argument", "headers",
-				       "headers must be an object of strings");
+				       "headers must be an object of header names and values");
 	size_t n = json_object_size(headers);
 	if (n > 64)
 		return input_error_set(err, 422, "invalid_argument", "headers",
@@ -486,16 +540,16 @@ static int parse_headers(const json_t *headers, const struct subscription *parti
 			return input_error_set(err, 422, "invalid_argument", field,
 					       "header %s is set by outboxd and cannot be overridden",
 					       key);
-		if (!json_is_string(v) || json_string_length(v) > 4096)
-			return input_error_set(err, 400, "invalid_argument", field,
-					       "%s must be a string of at most 4096 characters", field);
-		if (!header_value_valid(json_string_value(v), json_string_length(v)))
-			return input_error_set(err, 400, "invalid_argument", field,
-					       "%s " HEADER_VALUE_RULE, field);
+		if (header_entry(key, v, field, &value, &secret, err))
+			return -1;
 		if (out) {
-			out->headers[out->n_headers].name = strdup(key);
-			out->headers[out->n_headers].value = strdup(json_string_value(v));
+			struct header_kv *h = &out->headers[out->n_headers];
+			h->name = strdup(key);
+			h->value = strdup(value);
+			h->secret = secret;
 			out->n_headers++;
+			if (!h->name || !h->value)
+				return input_error_set(err, 500, "internal", "", "out of memory");
 		}
 	}
 	return 0;
@@ -884,6 +938,17 @@ json_t *sub_codec_public(const struct sub_row *row)
 	json_t *auth = json_object_get(doc, "auth");
 	for (const char *const *k = auth_secret_keys; *k; k++)
 		mask_key(auth, *k);
+	const char *name;
+	json_t *hv, *headers = json_object_get(doc, "headers");
+	json_object_foreach(headers, name, hv) {
+		/* replacing the value of the current key leaves the iteration alone */
+		if (!header_is_secret(name, hv))
+			continue;
+		if (json_is_object(hv))
+			json_object_set_new(hv, "value", json_string(MASK));
+		else
+			json_object_set_new(headers, name, json_string(MASK));
+	}
 	if (json_object_get(doc, "secret"))
 		json_object_set_new(doc, "secret", json_string(SECRET_MASK));
 	if (json_object_get(doc, "previous_secret") && !previous_expired(doc, clock_now_ms())) {
@@ -1038,6 +1103,15 @@ json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_
 					json_object_set(copy, *k, json_object_get(old, *k));
 		}
 		json_object_set_new(out, "auth", copy);
+	}
+	/* A secret header sent back masked keeps its stored value (and shape). */
+	const char *name;
+	json_t *v, *sent = json_object_get(patch, "headers");
+	json_t *had = json_object_get(stored, "headers"), *now = json_object_get(out, "headers");
+	json_object_foreach(sent, name, v) {
+		json_t *old = json_object_get(had, name);
+		if (old && header_is_secret(name, old) && header_masked(v) && json_is_object(now))
+			json_object_set(now, name, old);
 	}
 	return out;
 }

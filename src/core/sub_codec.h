@@ -24,7 +24,9 @@ struct subscription *sub_codec_from_row(const struct sub_row *row,
 					const struct retry_policy *defaults);
 
 /* The API view of a stored row: the document with id, timestamps, enabled, and every
- * credential and secret masked (returned). */
+ * credential and secret masked (returned): auth's credentials, the signing secrets, and
+ * the value of every secret header — one written {"value": "...", "secret": true}, and
+ * Authorization however it is written. */
 json_t *sub_codec_public(const struct sub_row *row);
 
 /* What outboxd itself does to a document from the API before it is validated and stored.
@@ -46,8 +48,8 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
 
 /* Applies a PATCH document to a stored one (RFC 7396 merge for objects, null deletes a
  * key; auth is replaced whole, but a credential sent back masked ("********") with the
- * same auth.type keeps the stored one). Returns the merged document (returned), or NULL
- * with err filled. */
+ * same auth.type keeps the stored one; so does a secret header sent back masked).
+ * Returns the merged document (returned), or NULL with err filled. */
 json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_error *err);
 
 

@@ -4,8 +4,10 @@
  *
  *  - header injection: CR/LF in every value that becomes a header line (credentials,
  *    headers, an event's content type) is refused on create, on PATCH and at ingest,
- *    naming the field; a producer's outbox row that carries one never reaches a receiver.
- */
+ *    naming the field; a producer's outbox row that carries one never reaches a receiver;
+ *  - secret headers: {"value", "secret": true} and Authorization are sent in clear and
+ *    shown masked (subscription reads, a delivery's request); the mask sent back keeps
+ *    them. */
 #include "e2e.h"
 
 #include <libpq-fe.h>
@@ -53,6 +55,57 @@ static void expect_refused(const char *method, const char *path, const char *bod
 			 field);
 	json_decref(err);
 }
+
+/* ---- what must never show ---------------------------------------------------------- */
+
+/* Every credential used below, as given. */
+static const char *const secrets[] = {
+	"b4sic-pw!", "bearer-t0ken-xyz", "k3y-value-777", "q v&l=ue/x", "ACCESS-tok-LEAK-42",
+	"client s3cret/1", "usr-passw0rd", "hdr-s3cret-9", "Bearer plain-auth-hdr", NULL,
+};
+
+/* Percent-encoding of s as outboxd writes URLs and forms (returned; free it). */
+static char *pct(const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *out = malloc(3 * strlen(s) + 1), *o = out;
+	assert_non_null(out);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		    strchr("-._~", *p)) {
+			*o++ = (char)*p;
+		} else {
+			*o++ = '%';
+			*o++ = hex[*p >> 4];
+			*o++ = hex[*p & 15];
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+/* Fails when text holds a credential as given, percent-encoded, or any 8 characters of
+ * the base64 forms in b64s (a cut-off Basic header counts too). */
+static void assert_no_credential(const char *where, const char *text, const char *const *b64s)
+{
+	for (const char *const *s = secrets; *s; s++) {
+		char *esc = pct(*s);
+		if (strstr(text, *s) || strstr(text, esc))
+			fail_msg("%s shows the credential \"%s\":\n%s", where, *s, text);
+		free(esc);
+	}
+	for (const char *const *b = b64s; b && *b; b++) {
+		for (size_t i = 0; i + 8 <= strlen(*b); i++) {
+			char piece[9];
+			memcpy(piece, *b + i, 8);
+			piece[8] = '\0';
+			if (strstr(text, piece))
+				fail_msg("%s shows 8 characters (%s) of the base64 \"%s\":\n%s",
+					 where, piece, *b, text);
+		}
+	}
+}
+
 
 /* ---- header injection ------------------------------------------------------------------ */
 
@@ -153,10 +206,82 @@ static void test_header_injection_refused(void **state)
 	json_decref(reqs);
 }
 
+/* ---- secret headers ------------------------------------------------------------------- */
+
+static void test_secret_headers_masked(void **state)
+{
+	char id[64], ev[64], dids[1][64], path[128];
+	e2e_create_sub(&dmn, id, "{\"name\":\"sh\",\"event_types\":[\"sh.*\"],"
+				 "\"endpoint\":\"%s/sh\",\"headers\":{\"X-Key\":{\"value\":"
+				 "\"hdr-s3cret-9\",\"secret\":true},\"Authorization\":"
+				 "\"Bearer plain-auth-hdr\",\"X-Team\":\"growth\"}}", sub.url);
+	e2e_send(&dmn, ev, "{\"event_type\":\"sh.one\",\"payload\":{}}");
+	assert_int_equal(receiver_wait_count(&sub, "/sh", 1, 5000), 0);
+	json_t *r = receiver_requests(&sub, "/sh");
+	json_t *h = json_object_get(json_array_get(r, 0), "headers");
+	assert_string_equal(str(h, "x-key"), "hdr-s3cret-9");
+	assert_string_equal(str(h, "authorization"), "Bearer plain-auth-hdr");
+	assert_string_equal(str(h, "x-team"), "growth");
+	json_decref(r);
+
+	/* reads: the subscription, and the request of one of its deliveries */
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	json_t *s = e2e_get(&dmn, "%s", path);
+	json_t *sh = json_object_get(s, "headers");
+	assert_string_equal(str(json_object_get(sh, "X-Key"), "value"), "********");
+	assert_true(json_is_true(json_object_get(json_object_get(sh, "X-Key"), "secret")));
+	assert_string_equal(str(sh, "Authorization"), "********");
+	assert_string_equal(str(sh, "X-Team"), "growth");
+	char *text = json_dumps(s, 0);
+	assert_no_credential("GET /v1/subscriptions/{id}", text, NULL);
+	free(text);
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, dids, 1), 1);
+	json_t *req = e2e_get(&dmn, "/v1/deliveries/%s/request", dids[0]);
+	text = json_dumps(req, 0);
+	assert_no_credential("GET /v1/deliveries/{id}/request", text, NULL);
+	int masked = 0, team = 0;
+	json_t *list = json_object_get(req, "headers");
+	for (size_t i = 0; i < json_array_size(list); i++) {
+		json_t *e = json_array_get(list, i);
+		if (strcmp(str(e, "name"), "X-Key") == 0 || strcmp(str(e, "name"), "Authorization") == 0)
+			masked += strcmp(str(e, "value"), "********") == 0;
+		if (strcmp(str(e, "name"), "X-Team") == 0)
+			team = strcmp(str(e, "value"), "growth") == 0;
+	}
+	assert_int_equal(masked, 2);
+	assert_true(team);
+	free(text);
+	json_decref(req);
+
+	/* what a read showed, sent back with a change: the headers keep their values */
+	json_t *patch = json_pack("{s:s, s:O}", "name", "sh-renamed", "headers", sh);
+	text = json_dumps(patch, JSON_COMPACT);
+	json_decref(api_call(&dmn, "PATCH", path, text, 200));
+	free(text);
+	json_decref(patch);
+	json_decref(s);
+	e2e_send(&dmn, ev, "{\"event_type\":\"sh.two\",\"payload\":{}}");
+	assert_int_equal(receiver_wait_count(&sub, "/sh", 2, 5000), 0);
+	r = receiver_requests(&sub, "/sh");
+	h = json_object_get(json_array_get(r, 1), "headers");
+	assert_string_equal(str(h, "x-key"), "hdr-s3cret-9");
+	assert_string_equal(str(h, "authorization"), "Bearer plain-auth-hdr");
+	json_decref(r);
+	/* sealed at rest like the credentials: not in the SQLite file's bytes */
+	if (!harness_pg_wanted()) {
+		char file[600];
+		snprintf(file, sizeof(file), "%s", e2e_db_path(&dmn));
+		assert_false(e2e_file_contains(file, "hdr-s3cret-9"));
+		snprintf(file, sizeof(file), "%s-wal", e2e_db_path(&dmn));
+		assert_false(e2e_file_contains(file, "hdr-s3cret-9"));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_injection_refused),
+		cmocka_unit_test(test_secret_headers_masked),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,5 +1,5 @@
 /* test_sub_codec.c: subscription validation (every field named in errors), defaults,
- * masking of credentials, PATCH merging, and what outboxd does itself
+ * masking of credentials and secret headers, PATCH merging, and what outboxd does itself
  * before storing a document (generated secrets, secret rotation, TLS files inside
  * tls_dir). */
 #include <setjmp.h>
@@ -621,6 +621,75 @@ static void test_header_injection_refused(void **state)
 #undef INJ
 }
 
+/* "headers": {"X-Key": {"value": "...", "secret": true}}: parsed as a secret, masked in the
+ * public view in the same shape, and kept by a PATCH that sends the mask back; an
+ * Authorization header is a secret written either way. */
+static void test_secret_headers(void **state)
+{
+	const char *stored_text = "{" BASE ",\"headers\":{\"X-Key\":{\"value\":\"k-s3cret\","
+				  "\"secret\":true},\"X-Plain\":\"p\",\"authorization\":\"Bearer az\","
+				  "\"X-Not\":{\"value\":\"n\",\"secret\":false}}}";
+	json_t *doc = json_loads(stored_text, 0, NULL);
+	struct subscription s;
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_int_equal(s.n_headers, 4);
+	for (size_t i = 0; i < s.n_headers; i++) {
+		int want = strcmp(s.headers[i].name, "X-Key") == 0 ||
+			   strcmp(s.headers[i].name, "authorization") == 0;
+		assert_int_equal(s.headers[i].secret, want);
+	}
+	assert_string_equal(s.headers[0].value, "k-s3cret");
+	subscription_clear(&s);
+	json_decref(doc);
+
+	struct sub_row row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "n",
+			      .config = (char *)stored_text, .enabled = 1};
+	json_t *v = sub_codec_public(&row);
+	json_t *h = json_object_get(v, "headers");
+	assert_string_equal(str(json_object_get(h, "X-Key"), "value"), "********");
+	assert_true(json_is_true(json_object_get(json_object_get(h, "X-Key"), "secret")));
+	assert_string_equal(str(h, "authorization"), "********");
+	assert_string_equal(str(h, "X-Plain"), "p");
+	assert_string_equal(str(json_object_get(h, "X-Not"), "value"), "n");
+	char *text = json_dumps(v, 0);
+	assert_null(strstr(text, "k-s3cret"));
+	assert_null(strstr(text, "Bearer az"));
+	free(text);
+
+	/* what a read showed, sent back: the stored values stay */
+	char *gen = NULL;
+	json_t *sent = json_pack("{s:O}", "headers", h);
+	char *patch = json_dumps(sent, JSON_COMPACT);
+	json_decref(sent);
+	json_t *m = patch_doc(stored_text, patch, 0, &gen, 0, NULL);
+	json_t *mh = json_object_get(m, "headers");
+	assert_string_equal(str(json_object_get(mh, "X-Key"), "value"), "k-s3cret");
+	assert_true(json_is_true(json_object_get(json_object_get(mh, "X-Key"), "secret")));
+	assert_string_equal(str(mh, "authorization"), "Bearer az");
+	json_decref(m);
+	free(patch);
+	json_decref(v);
+	/* the bare mask keeps it too; a new value replaces it */
+	m = patch_doc(stored_text, "{\"headers\":{\"X-Key\":\"********\"}}", 0, &gen, 0, NULL);
+	assert_string_equal(str(json_object_get(json_object_get(m, "headers"), "X-Key"), "value"),
+			    "k-s3cret");
+	json_decref(m);
+	m = patch_doc(stored_text, "{\"headers\":{\"X-Key\":{\"value\":\"new\"}}}", 0, &gen, 0, NULL);
+	assert_string_equal(str(json_object_get(json_object_get(m, "headers"), "X-Key"), "value"),
+			    "new");
+	json_decref(m);
+	/* a plain header's mask is just a value */
+	m = patch_doc(stored_text, "{\"headers\":{\"X-Plain\":\"********\"}}", 0, &gen, 0, NULL);
+	assert_string_equal(str(json_object_get(m, "headers"), "X-Plain"), "********");
+	json_decref(m);
+	expect_field("{" BASE ",\"headers\":{\"X-A\":{\"value\":\"v\",\"secret\":1}}}", 400,
+		     "headers.X-A");
+	expect_field("{" BASE ",\"headers\":{\"X-A\":{\"value\":\"v\",\"other\":1}}}", 400,
+		     "headers.X-A.other");
+	expect_field("{" BASE ",\"headers\":{\"X-A\":{\"secret\":true}}}", 400, "headers.X-A");
+}
+
 /* The retry fields of issue 7, the circuit breaker and the limits, parsed with their
  * defaults. */
 static void test_retry_breaker_limits_parsed(void **state)
@@ -753,6 +822,7 @@ int main(void)
 		cmocka_unit_test(test_masked_auth_kept_on_patch),
 		cmocka_unit_test(test_tls_files_inside_tls_dir),
 		cmocka_unit_test(test_header_injection_refused),
+		cmocka_unit_test(test_secret_headers),
 		cmocka_unit_test(test_retry_breaker_limits_parsed),
 		cmocka_unit_test(test_retry_breaker_limits_errors),
 	};
