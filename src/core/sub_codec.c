@@ -212,6 +212,11 @@ static int endpoint_valid(const char *url, const char **why)
 		*why = "endpoint must name a host";
 		return 0;
 	}
+	/* user:password@host would be a credential in clear, in every read and cause */
+	if (memchr(rest, '@', strcspn(rest, "/?#"))) {
+		*why = "endpoint must not carry user info (user:password@): credentials go in auth";
+		return 0;
+	}
 	if (strchr(url, '#')) {
 		*why = "endpoint must not contain a fragment";
 		return 0;
@@ -292,7 +297,8 @@ static int parse_oauth2(const json_t *auth, struct subscription *out, struct inp
 		return -1;
 	if (!endpoint_valid(url, &why) || strncasecmp(url, "kafka://", 8) == 0)
 		return input_error_set(err, 400, "invalid_argument", "auth.token_url",
-				       "auth.token_url must be an http:// or https:// URL");
+				       "auth.token_url must be an http:// or https:// URL without "
+				       "user info");
 	if (!grant || strcmp(grant, "client_credentials") == 0) {
 		p->grant = OAUTH2_CLIENT_CREDENTIALS;
 		if (!secret)
@@ -974,6 +980,104 @@ static char *secret_generate(void)
 }
 
 
+/* The origin of an http(s):// URL (scheme, host and port, lowercased, the default port
+ * filled in) into out[ORIGIN_LEN]; "" for anything else. A credential is sent to an
+ * origin: a change of any of the three sends it to someone else. */
+#define ORIGIN_LEN 2100
+static void url_origin(const char *url, char out[ORIGIN_LEN])
+{
+	out[0] = '\0';
+	if (!url || strlen(url) > 2048)
+		return;
+	int https = strncasecmp(url, "https://", 8) == 0;
+	if (!https && strncasecmp(url, "http://", 7) != 0)
+		return;
+	const char *a = url + (https ? 8 : 7);
+	size_t alen = strcspn(a, "/?#");
+	for (size_t i = alen; i > 0; i--) { /* user info is not the host */
+		if (a[i - 1] == '@') {
+			alen -= i;
+			a += i;
+			break;
+		}
+	}
+	size_t hlen = alen;
+	const char *port = NULL;
+	const char *close = a[0] == '[' ? memchr(a, ']', alen) : NULL;
+	const char *colon = memchr(close ? close : a, ':', alen - (size_t)((close ? close : a) - a));
+	if (colon) {
+		hlen = (size_t)(colon - a);
+		port = colon + 1;
+	}
+	int n = snprintf(out, ORIGIN_LEN, "%s://%.*s:%.*s", https ? "https" : "http", (int)hlen, a,
+			 port ? (int)(alen - hlen - 1) : 3, port ? port : (https ? "443" : "80"));
+	for (int i = 0; i < n && i < ORIGIN_LEN; i++)
+		out[i] = (char)tolower((unsigned char)out[i]);
+}
+
+/* Does in, a credential's value in the request (NULL when absent), give it in clear: not
+ * masked, not left out? */
+static int given_in_clear(const json_t *in)
+{
+	return in && !json_is_null(in) && !header_masked(in);
+}
+
+/* A credential kept from the stored document (sent back masked, or left out) must not
+ * follow endpoint or auth.token_url to another origin: a PATCH that moves either sends
+ * the credentials they carry again, in clear. 0, or -1 with err naming the first one
+ * missing. */
+static int credentials_stay(const json_t *doc, const json_t *input, const json_t *stored,
+			    struct input_error *err)
+{
+	static const char *const token_secrets[] = {"client_secret", "password", NULL};
+	char before[ORIGIN_LEN], after[ORIGIN_LEN], field[160];
+	const json_t *auth = json_object_get(doc, "auth"), *in_auth = json_object_get(input, "auth");
+	const char *key;
+	json_t *v;
+
+	if (!stored)
+		return 0;
+	url_origin(json_string_value(json_object_get(stored, "endpoint")), before);
+	url_origin(json_string_value(json_object_get(doc, "endpoint")), after);
+	if (strcmp(before, after) != 0) {
+		for (const char *const *k = auth_secret_keys; json_is_object(auth) && *k; k++) {
+			if (json_object_get(auth, *k) &&
+			    !given_in_clear(json_object_get(in_auth, *k))) {
+				snprintf(field, sizeof(field), "auth.%s", *k);
+				goto moved;
+			}
+		}
+		json_object_foreach(json_object_get(doc, "headers"), key, v) {
+			if (header_is_secret(key, v) &&
+			    !given_in_clear(json_object_get(json_object_get(input, "headers"), key))) {
+				snprintf(field, sizeof(field), "headers.%s", key);
+				goto moved;
+			}
+		}
+	}
+	url_origin(json_string_value(json_object_get(json_object_get(stored, "auth"), "token_url")),
+		   before);
+	url_origin(json_string_value(json_object_get(auth, "token_url")), after);
+	if (before[0] && strcmp(before, after) != 0) {
+		for (const char *const *k = token_secrets; json_is_object(auth) && *k; k++) {
+			if (json_object_get(auth, *k) &&
+			    !given_in_clear(json_object_get(in_auth, *k))) {
+				snprintf(field, sizeof(field), "auth.%s", *k);
+				return input_error_set(err, 422, "invalid_argument", field,
+						       "%s must be sent again in clear: auth.token_url "
+						       "moves to another host, and a kept credential "
+						       "(masked or left out) does not follow it", field);
+			}
+		}
+	}
+	return 0;
+moved:
+	return input_error_set(err, 422, "invalid_argument", field,
+			       "%s must be sent again in clear: endpoint moves to another scheme, "
+			       "host or port, and a kept credential (masked or left out) does not "
+			       "follow it", field);
+}
+
 int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
 		      const char *tls_dir, char **generated, struct input_error *err)
 {
@@ -1003,6 +1107,8 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
 					       "%s is set by outboxd when it disables a failing "
 					       "subscription; enable it to clear it", *k);
 	}
+	if (credentials_stay(doc, input, stored, err))
+		return -1;
 	if (json_is_true(json_object_get(input, "enabled")) || json_object_get(input, "disabled_reason")) {
 		json_object_del(doc, "disabled_reason");
 		json_object_del(doc, "disabled_at");

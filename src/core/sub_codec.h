@@ -39,6 +39,10 @@ json_t *sub_codec_public(const struct sub_row *row);
  *    secret_grace (default 24h; "0s" keeps none); removing the secret removes both;
  *  - previous_secret and previous_secret_expires_at belong to outboxd: input may only
  *    remove them (null in a patch); an expired one is dropped;
+ *  - a patch that moves endpoint to another origin (scheme, host, port) gives every
+ *    credential of auth and every secret header again in clear, and one that moves
+ *    auth.token_url gives client_secret and password again (422 naming the first one
+ *    masked or left out): a stored credential never follows a URL to another host;
  *  - tls files must be readable by outboxd and inside tls_dir (borrowed; NULL or "":
  *    none is accepted), symbolic links and ".." resolved (422 otherwise, the same answer
  *    for a missing, unreadable or outside file).

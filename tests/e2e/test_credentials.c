@@ -7,7 +7,9 @@
  *    naming the field; a producer's outbox row that carries one never reaches a receiver;
  *  - secret headers: {"value", "secret": true} and Authorization are sent in clear and
  *    shown masked (subscription reads, a delivery's request); the mask sent back keeps
- *    them. */
+ *    them;
+ *  - moved hosts: a PATCH that points endpoint or token_url elsewhere while keeping a
+ *    credential is refused (422 naming it). */
 #include "e2e.h"
 
 #include <libpq-fe.h>
@@ -277,11 +279,64 @@ static void test_secret_headers_masked(void **state)
 	}
 }
 
+/* ---- moved hosts ------------------------------------------------------------------------ */
+
+static void test_moved_host_needs_credentials(void **state)
+{
+	char id[64], path[128], body[1024], elsewhere[128];
+	e2e_create_sub(&dmn, id, "{\"name\":\"mv\",\"event_types\":[\"mv.*\"],"
+				 "\"endpoint\":\"%s/mv\",\"auth\":{\"type\":\"bearer\","
+				 "\"token\":\"bearer-t0ken-xyz\"},\"headers\":{\"X-Key\":{\"value\":"
+				 "\"hdr-s3cret-9\",\"secret\":true}}}", sub.url);
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	/* another host (127.0.0.2 is not 127.0.0.1), the same port */
+	snprintf(elsewhere, sizeof(elsewhere), "http://127.0.0.2:%d/mv", sub.port);
+	snprintf(body, sizeof(body), "{\"endpoint\":\"%s\"}", elsewhere);
+	expect_refused("PATCH", path, body, 422, "auth.token");
+	snprintf(body, sizeof(body), "{\"endpoint\":\"%s\",\"auth\":{\"type\":\"bearer\","
+				     "\"token\":\"********\"}}", elsewhere);
+	expect_refused("PATCH", path, body, 422, "auth.token");
+	snprintf(body, sizeof(body), "{\"endpoint\":\"%s\",\"auth\":{\"type\":\"bearer\","
+				     "\"token\":\"new-token\"}}", elsewhere);
+	expect_refused("PATCH", path, body, 422, "headers.X-Key");
+	snprintf(body, sizeof(body), "{\"endpoint\":\"https://127.0.0.1:%d/mv\"}", sub.port);
+	expect_refused("PATCH", path, body, 422, "auth.token"); /* another scheme */
+	json_t *s = e2e_get(&dmn, "%s", path);
+	char want[128];
+	snprintf(want, sizeof(want), "%s/mv", sub.url);
+	assert_string_equal(str(s, "endpoint"), want);
+	json_decref(s);
+	/* another path on the same host keeps them; given again, they may move */
+	snprintf(body, sizeof(body), "{\"endpoint\":\"%s/mv2\",\"auth\":{\"type\":\"bearer\","
+				     "\"token\":\"********\"}}", sub.url);
+	json_decref(api_call(&dmn, "PATCH", path, body, 200));
+	snprintf(body, sizeof(body), "{\"endpoint\":\"%s\",\"auth\":{\"type\":\"bearer\","
+				     "\"token\":\"new-token\"},\"headers\":{\"X-Key\":{\"value\":"
+				     "\"new-hdr\",\"secret\":true}}}", elsewhere);
+	json_decref(api_call(&dmn, "PATCH", path, body, 200));
+
+	/* OAuth2: token_url to another host needs the client secret again */
+	e2e_create_sub(&dmn, id, "{\"name\":\"mv-oauth\",\"event_types\":[\"mv.*\"],"
+				 "\"endpoint\":\"%s/mv\",\"auth\":{\"type\":\"oauth2\","
+				 "\"token_url\":\"%s/token\",\"client_id\":\"c\","
+				 "\"client_secret\":\"client s3cret/1\"}}", sub.url, idp.url);
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	snprintf(body, sizeof(body), "{\"auth\":{\"type\":\"oauth2\",\"token_url\":"
+				     "\"http://127.0.0.2:%d/token\",\"client_id\":\"c\","
+				     "\"client_secret\":\"********\"}}", idp.port);
+	expect_refused("PATCH", path, body, 422, "auth.client_secret");
+	snprintf(body, sizeof(body), "{\"auth\":{\"type\":\"oauth2\",\"token_url\":"
+				     "\"%s/token2\",\"client_id\":\"c\","
+				     "\"client_secret\":\"********\"}}", idp.url);
+	json_decref(api_call(&dmn, "PATCH", path, body, 200));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_injection_refused),
 		cmocka_unit_test(test_secret_headers_masked),
+		cmocka_unit_test(test_moved_host_needs_credentials),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

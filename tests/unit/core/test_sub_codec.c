@@ -1,7 +1,7 @@
 /* test_sub_codec.c: subscription validation (every field named in errors), defaults,
  * masking of credentials and secret headers, PATCH merging, and what outboxd does itself
- * before storing a document (generated secrets, secret rotation, TLS files inside
- * tls_dir). */
+ * before storing a document (generated secrets, secret rotation, credentials that may
+ * not follow a moved endpoint, TLS files inside tls_dir). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -690,6 +690,83 @@ static void test_secret_headers(void **state)
 	expect_field("{" BASE ",\"headers\":{\"X-A\":{\"secret\":true}}}", 400, "headers.X-A");
 }
 
+/* A stored credential does not follow endpoint or auth.token_url to another origin: the
+ * PATCH that moves one sends the credentials again. */
+static void test_credentials_do_not_move(void **state)
+{
+	const char *bearer = "{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"t0k\"},"
+			     "\"headers\":{\"X-K\":{\"value\":\"hk\",\"secret\":true},\"X-P\":\"p\"}}";
+	static const struct {
+		const char *patch;
+		const char *field; /* NULL: accepted */
+	} cases[] = {
+		{"{\"endpoint\":\"https://evil.example/x\"}", "auth.token"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"********\"}}", "auth.token"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"new\"}}", "headers.X-K"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"new\"},\"headers\":{\"X-K\":{\"value\":\"********\",\"secret\":true}}}",
+		 "headers.X-K"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"new\"},\"headers\":{\"X-K\":{\"value\":\"hk2\",\"secret\":true}}}", NULL},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":null,\"headers\":{\"X-K\":null}}",
+		 NULL},
+		{"{\"endpoint\":\"http://h.example/x\"}", "auth.token"},          /* scheme */
+		{"{\"endpoint\":\"https://h.example:8443/x\"}", "auth.token"},    /* port */
+		{"{\"endpoint\":\"https://h.example@evil.example/x\"}", "auth.token"},
+		{"{\"endpoint\":\"https://h.example.evil.example/x\"}", "auth.token"},
+		{"{\"endpoint\":\"https://h.example/other?q=1\"}", NULL},         /* path only */
+		{"{\"endpoint\":\"https://H.Example:443/y\"}", NULL},             /* same origin */
+		{"{\"name\":\"renamed\"}", NULL},
+	};
+	char *gen = NULL;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		json_t *m = patch_doc(bearer, cases[i].patch, 0, &gen, cases[i].field ? -1 : 0,
+				      cases[i].field);
+		json_decref(m);
+	}
+	/* the status is 422 */
+	json_t *stored = json_loads(bearer, 0, NULL);
+	json_t *patch = json_loads(cases[0].patch, 0, NULL);
+	struct input_error err;
+	json_t *m = sub_codec_merge(stored, patch, &err);
+	assert_int_equal(sub_codec_prepare(m, patch, stored, 0, NULL, &gen, &err), -1);
+	assert_int_equal(err.status, 422);
+	assert_non_null(strstr(err.message, "again"));
+	json_decref(m);
+	json_decref(patch);
+	json_decref(stored);
+
+	/* token_url moves: client_secret (and password) again; endpoint moves: all of them */
+	const char *oauth = "{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			    "\"token_url\":\"https://idp.example/t\",\"client_id\":\"c\","
+			    "\"client_secret\":\"cs\",\"username\":\"u\",\"password\":\"pw\"}}";
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://evil.example/t\",\"client_id\":\"c\","
+			     "\"client_secret\":\"********\",\"username\":\"u\",\"password\":\"pw2\"}}",
+		      0, &gen, -1, "auth.client_secret");
+	json_decref(m);
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://evil.example/t\",\"client_id\":\"c\","
+			     "\"client_secret\":\"cs2\",\"username\":\"u\",\"password\":\"********\"}}",
+		      0, &gen, -1, "auth.password");
+	json_decref(m);
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://evil.example/t\",\"client_id\":\"c\","
+			     "\"client_secret\":\"cs2\",\"username\":\"u\",\"password\":\"pw2\"}}",
+		      0, &gen, 0, NULL);
+	json_decref(m);
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://idp.example/t2\",\"client_id\":\"c\","
+			     "\"client_secret\":\"********\",\"username\":\"u\",\"password\":\"********\"}}",
+		      0, &gen, 0, NULL);
+	json_decref(m);
+	m = patch_doc(oauth, "{\"endpoint\":\"https://evil.example/x\"}", 0, &gen, -1,
+		      "auth.password");
+	json_decref(m);
+}
+
 /* The retry fields of issue 7, the circuit breaker and the limits, parsed with their
  * defaults. */
 static void test_retry_breaker_limits_parsed(void **state)
@@ -823,6 +900,7 @@ int main(void)
 		cmocka_unit_test(test_tls_files_inside_tls_dir),
 		cmocka_unit_test(test_header_injection_refused),
 		cmocka_unit_test(test_secret_headers),
+		cmocka_unit_test(test_credentials_do_not_move),
 		cmocka_unit_test(test_retry_breaker_limits_parsed),
 		cmocka_unit_test(test_retry_breaker_limits_errors),
 	};
