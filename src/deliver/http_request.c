@@ -154,68 +154,30 @@ static int headers_link(struct http_round *h)
 	return 0;
 }
 
-/* Replaces every occurrence of each of the n secrets (NULL and "" skipped) in text (a
- * NUL-terminated string in a buffer of size <= SINK_CAUSE_LEN bytes) with REDACTED, truncating
- * if the text grows. Subscribers echo requests in error bodies, and curl's messages may
+/* Replaces every credential the round's request carried, in every encoding it travels
+ * in (redact.h), in text (size bytes): the subscription's and the access token of its
+ * Authorization line. Subscribers echo requests in error bodies, and curl's messages may
  * quote a URL: whatever lands in a cause goes through here. */
-void http_redact_secrets(char *text, size_t size, const char *const *secrets, size_t n)
-{
-	char tmp[SINK_CAUSE_LEN];
-	for (size_t i = 0; i < n; i++) {
-		const char *sec = secrets[i];
-		size_t slen = sec ? strlen(sec) : 0;
-		if (!slen || !strstr(text, sec))
-			continue;
-		size_t o = 0;
-		const char *p = text, *hit;
-		while ((hit = strstr(p, sec))) {
-			size_t pre = (size_t)(hit - p);
-			if (o + pre + sizeof(REDACTED) > sizeof(tmp))
-				break;
-			memcpy(tmp + o, p, pre);
-			memcpy(tmp + o + pre, REDACTED, sizeof(REDACTED) - 1);
-			o += pre + sizeof(REDACTED) - 1;
-			p = hit + slen;
-		}
-		if (hit) /* out of room: cut the text before the secret */
-			p = "";
-		size_t rest = strlen(p);
-		if (o + rest >= sizeof(tmp))
-			rest = sizeof(tmp) - 1 - o;
-		memcpy(tmp + o, p, rest);
-		o += rest;
-		if (o >= size)
-			o = size - 1;
-		memcpy(text, tmp, o);
-		text[o] = '\0';
-	}
-}
-
-/* http_redact_secrets() with every credential the round's request carried. */
 void http_redact(const struct http_round *h, char *text, size_t size)
 {
-	const struct subscription *s = h->sj->sub;
-	const char *list[8];
-	size_t n = 0;
-	char *escaped = NULL;
+	struct redact_set r;
 
 	if (!text[0])
 		return;
-	list[n++] = s->auth_secret;
-	if (s->auth_type == AUTH_QUERY && s->auth_secret)
-		list[n++] = escaped = curl_easy_escape(NULL, s->auth_secret, 0);
-	list[n++] = s->oauth2.client_secret;
-	list[n++] = s->oauth2.password;
-	/* the credential part of Authorization (encoded Basic, a bearer token) */
-	for (const struct curl_slist *l = h->headers; l && n < 8; l = l->next) {
+	redact_init(&r);
+	int rc = redact_add_subscription(&r, h->sj->sub);
+	for (const struct curl_slist *l = h->headers; l; l = l->next) {
 		if (strncasecmp(l->data, "Authorization:", 14) == 0) {
 			const char *cred = strrchr(l->data, ' ');
-			if (cred && strlen(cred + 1) >= 4)
-				list[n++] = cred + 1;
+			if (cred)
+				rc |= redact_add_secret(&r, cred + 1);
 		}
 	}
-	http_redact_secrets(text, size, list, n);
-	curl_free(escaped);
+	if (rc)
+		text[0] = '\0'; /* out of memory: nothing shown beats a credential shown */
+	else
+		redact_apply(&r, text, size);
+	redact_clear(&r);
 }
 
 /* The request headers for the round's next attempt: Standard Webhooks', outboxd's, the

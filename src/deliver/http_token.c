@@ -51,12 +51,10 @@ static void token_fetch_free(struct token_fetch *f)
 	if (f->form.data)
 		OPENSSL_cleanse(f->form.data, f->form.len);
 	buf_free(&f->form);
+	if (f->response.data)
+		OPENSSL_cleanse(f->response.data, f->response.len); /* may echo the request */
 	buf_free(&f->response);
-	for (int i = 0; i < 2; i++) {
-		if (f->secrets[i])
-			OPENSSL_cleanse(f->secrets[i], strlen(f->secrets[i]));
-		free(f->secrets[i]);
-	}
+	redact_clear(&f->redact);
 	free(f);
 }
 
@@ -101,8 +99,7 @@ static void token_fetch_start(struct http_sink *hs, struct oauth2_entry *e,
 	buf_init(&f->response, OAUTH2_RESPONSE_MAX);
 	snprintf(f->url_shown, sizeof(f->url_shown), "%.*s", (int)strcspn(p->token_url, "?#"),
 		 p->token_url);
-	if ((p->client_secret && !(f->secrets[0] = strdup(p->client_secret))) ||
-	    (p->password && !(f->secrets[1] = strdup(p->password))))
+	if (redact_add_oauth2(&f->redact, p))
 		goto fail;
 	if (oauth2_request_body(p, &f->form)) {
 		why = "the token request body is too large";
@@ -201,6 +198,35 @@ void http_authorize(struct http_round *h)
 	}
 }
 
+/* Why the token endpoint's answer (f->response, status) gave no token, into why. The
+ * answer may quote the request (an endpoint that echoes it in its error): what is
+ * quoted of it is taken from a copy with the request's credentials redacted first, so
+ * no cut of the quote can leave a piece of one. */
+static void answer_refused(struct token_fetch *f, long status, char *why, size_t whylen)
+{
+	char detail[512], *token = NULL;
+	int64_t expires_in;
+	size_t len = f->response.len, cap = 8 * len + 1; /* a mask may be 8 times a match */
+	char *clean = malloc(cap);
+
+	if (clean)
+		len = redact_copy(&f->redact, f->response.data ? f->response.data : "", len, clean,
+				  cap);
+	if (!clean) {
+		snprintf(why, whylen, "%s: token endpoint answered HTTP %ld (out of memory to "
+			 "say more)", f->url_shown, status);
+		return;
+	}
+	oauth2_parse_response(status, clean, len, &token, &expires_in, detail, sizeof(detail));
+	snprintf(why, whylen, "%s: %s", f->url_shown, token ? "token response was refused" : detail);
+	if (token) { /* the redacted copy parsed where the answer did not: keep neither */
+		OPENSSL_cleanse(token, strlen(token));
+		free(token);
+	}
+	OPENSSL_cleanse(clean, cap);
+	free(clean);
+}
+
 /* A token request finished: cache the token or the failure, then every delivery that
  * waited for it goes on. */
 void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
@@ -230,7 +256,7 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 		if (oauth2_parse_response(status, f->response.data ? f->response.data : "",
 					  f->response.len, &token, &expires_in, detail,
 					  sizeof(detail)))
-			snprintf(why, sizeof(why), "%s: %s", f->url_shown, detail);
+			answer_refused(f, status, why, sizeof(why));
 	}
 	int64_t now = clock_mono_ms();
 	if (token) {
@@ -239,7 +265,7 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 			log_info("subscription %s: oauth2 token request works again", e->sub_id);
 		e->failing = 0;
 	} else {
-		http_redact_secrets(why, sizeof(why), (const char *const *)f->secrets, 2);
+		redact_apply(&f->redact, why, sizeof(why));
 		oauth2_cache_fail(&e->cache, why, now);
 		if (!e->failing)
 			log_warn("subscription %s: oauth2 token request failed: %s", e->sub_id, why);

@@ -71,8 +71,6 @@ void http_report(struct http_round *h)
 	h->hs->env.done(h->hs->env.ctx, sj);
 }
 
-/* http_redact_secrets() with every credential the round's request carried. */
-
 /* The attempt failed before a request was answered (no token, a failed token request):
  * the usual retries follow. */
 void http_failed(struct http_round *h, int code, const char *message, const char *cause)

@@ -16,13 +16,13 @@
 #include "core/errmap.h"
 #include "core/ssrf.h"
 #include "deliver/oauth2.h"
+#include "deliver/redact.h"
 #include "deliver/sink.h"
 #include "util/buf.h"
 #include "util/dheap.h"
 
 #define TOKEN_FORM_MAX 16384  /* token request bodies (credentials, scope, audience) */
 #define OAUTH_IDLE_MS (3600 * 1000LL) /* a token cache unused this long is dropped */
-#define REDACTED "********"
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
 /* libcurl 7.88 walks connections per request: every connection of its cache when a
  * finished transfer is removed (curl_multi_remove_handle's close_connect_only pass,
@@ -118,7 +118,7 @@ struct token_fetch {
 	struct buf form;             /* the request body; wiped when freed */
 	struct buf response;         /* capped at OAUTH2_RESPONSE_MAX */
 	int too_big;
-	char *secrets[2];            /* client_secret and password copies, to redact causes */
+	struct redact_set redact;    /* the request's credentials, to redact its failure */
 	char url_shown[256];         /* token_url without its query, for causes */
 	char errbuf[CURL_ERROR_SIZE];
 	struct http_guard guard;     /* the SSRF guard of its connections */
@@ -187,11 +187,9 @@ size_t http_body_cb(char *data, size_t size, size_t nmemb, void *ctx);
 
 /* ---- http_request.c ------------------------------------------------------------------- */
 
-/* Replaces every credential of the round's subscription in text (size bytes) with
- * ********, so no cause or log line carries one. */
+/* Replaces every credential of the round's request in text (size bytes) with ********,
+ * in every encoding (redact.h), so no cause or log line carries one. */
 void http_redact(const struct http_round *h, char *text, size_t size);
-/* Replaces each of the n secrets (NULL or short ones skipped) in text with ********. */
-void http_redact_secrets(char *text, size_t size, const char *const *secrets, size_t n);
 /* Wipes the round's header lines (they may carry credentials) and empties the list. */
 void http_headers_clear(struct http_round *h);
 /* Options every transfer of this sink shares (owner in CURLOPT_PRIVATE), the SSRF guard

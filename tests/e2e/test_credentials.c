@@ -5,6 +5,9 @@
  *  - header injection: CR/LF in every value that becomes a header line (credentials,
  *    headers, an event's content type) is refused on create, on PATCH and at ingest,
  *    naming the field; a producer's outbox row that carries one never reaches a receiver;
+ *  - echoes: a subscriber and a token endpoint that answer with the request they got
+ *    (Basic, bearer, API key, query credential, OAuth2 access token and client secret,
+ *    secret headers) leave no credential, in any encoding, in an API read or the log;
  *  - secret headers: {"value", "secret": true} and Authorization are sent in clear and
  *    shown masked (subscription reads, a delivery's request); the mask sent back keeps
  *    them;
@@ -208,6 +211,133 @@ static void test_header_injection_refused(void **state)
 	json_decref(reqs);
 }
 
+/* ---- echoes ------------------------------------------------------------------------------ */
+
+/* base64 of text into out (512 bytes). */
+static void b64(const char *text, char out[512])
+{
+	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)text, (int)strlen(text));
+}
+
+static const char *token_json(const char *token)
+{
+	static char buf[512];
+	snprintf(buf, sizeof(buf),
+		 "{\"default\":{\"status\":200,\"headers\":{\"Content-Type\":\"application/json\"},"
+		 "\"body\":\"{\\\"access_token\\\":\\\"%s\\\",\\\"token_type\\\":\\\"Bearer\\\"}\"}}",
+		 token);
+	return buf;
+}
+
+/* A subscriber and two token endpoints that answer with the request they got: every
+ * credential reaches them, none comes back through the API or the log. */
+static void test_echoes_redacted(void **state)
+{
+	char id[64], ev[64], basic_b64[512], client_b64[512], plain[256];
+	assert_int_equal(receiver_script(&sub, "/echo/basic", "{\"default\":{\"status\":500,"
+							     "\"echo\":true}}"), 0);
+	const char *paths[] = {"/echo/bearer", "/echo/key", "/echo/query", "/echo/oauth",
+			       "/echo/hdr"};
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(receiver_script(&sub, paths[i], "{\"default\":{\"status\":500,"
+								 "\"echo\":true}}"), 0);
+	assert_int_equal(receiver_script(&idp, "/token", token_json("ACCESS-tok-LEAK-42")), 0);
+	assert_int_equal(receiver_script(&idp, "/echo-basic", "{\"default\":{\"status\":401,"
+							      "\"echo\":true}}"), 0);
+	assert_int_equal(receiver_script(&idp, "/echo-body", "{\"default\":{\"status\":400,"
+							     "\"echo\":\"body\"}}"), 0);
+	const char *retry = "\"retry\":{\"immediate\":1,\"max_retries\":1,\"interval\":\"100ms\","
+			    "\"permanent\":[500,520]}";
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-basic\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/echo/basic\",\"auth\":{\"type\":\"basic\","
+				 "\"username\":\"ann\",\"password\":\"b4sic-pw!\"},%s}", sub.url, retry);
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-bearer\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/echo/bearer\",\"auth\":{\"type\":\"bearer\","
+				 "\"token\":\"bearer-t0ken-xyz\"},%s}", sub.url, retry);
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-key\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/echo/key\",\"auth\":{\"type\":\"api_key\","
+				 "\"header\":\"X-Api-Key\",\"value\":\"k3y-value-777\"},%s}", sub.url, retry);
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-query\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/echo/query\",\"auth\":{\"type\":\"query\","
+				 "\"param\":\"k\",\"value\":\"q v&l=ue/x\"},%s}", sub.url, retry);
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-oauth\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/echo/oauth\",\"auth\":{\"type\":\"oauth2\","
+				 "\"token_url\":\"%s/token\",\"client_id\":\"c\","
+				 "\"client_secret\":\"client s3cret/1\"},%s}", sub.url, idp.url, retry);
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-hdr\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/echo/hdr\",\"headers\":{\"X-Key\":{\"value\":"
+				 "\"hdr-s3cret-9\",\"secret\":true},\"Authorization\":"
+				 "\"Bearer plain-auth-hdr\"},%s}", sub.url, retry);
+	/* token endpoints that echo: the Basic header (cut off where the cause ends), and
+	 * the form with the password and the client secret */
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-idp-basic\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/never\",\"auth\":{\"type\":\"oauth2\","
+				 "\"token_url\":\"%s/echo-basic\",\"client_id\":\"c\","
+				 "\"client_secret\":\"client s3cret/1\"},%s}", sub.url, idp.url, retry);
+	e2e_create_sub(&dmn, id, "{\"name\":\"e-idp-body\",\"event_types\":[\"echo.all\"],"
+				 "\"endpoint\":\"%s/never\",\"auth\":{\"type\":\"oauth2\","
+				 "\"grant_type\":\"password\",\"client_auth\":\"body\","
+				 "\"token_url\":\"%s/echo-body\",\"client_id\":\"c\","
+				 "\"client_secret\":\"client s3cret/1\",\"username\":\"u\","
+				 "\"password\":\"usr-passw0rd\"},%s}", sub.url, idp.url, retry);
+	e2e_send(&dmn, ev, "{\"event_type\":\"echo.all\",\"payload\":{\"n\":1}}");
+
+	char ids[8][64];
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 8), 8);
+	b64("ann:b4sic-pw!", basic_b64);
+	char *cs = pct("client s3cret/1");
+	snprintf(plain, sizeof(plain), "c:%s", cs);
+	free(cs);
+	b64(plain, client_b64);
+	const char *b64s[] = {basic_b64, client_b64, NULL};
+	int echoed_basic = 0, echoed_form = 0, echoed_idp_basic = 0;
+	for (int i = 0; i < 8; i++) {
+		json_t *d = e2e_wait_dead(&dmn, ids[i], 10000);
+		assert_true(json_is_true(json_object_get(d, "dead")));
+		char *text = json_dumps(d, 0);
+		assert_no_credential("a dead delivery", text, b64s);
+		const char *cause = str(json_object_get(d, "last_error"), "cause");
+		/* the echoes are there, with the credentials masked */
+		echoed_basic |= strstr(cause, "authorization: Basic ********") != NULL;
+		echoed_form |= strstr(cause, "password=********&client_id=c&client_secret=********") != NULL;
+		echoed_idp_basic |= strstr(cause, "token endpoint answered HTTP 401: POST /echo-basic") != NULL;
+		free(text);
+		json_decref(d);
+	}
+	assert_true(echoed_basic && echoed_form && echoed_idp_basic);
+	/* they were sent, in clear, to those they belong to */
+	json_t *r = receiver_requests(&sub, "/echo/oauth");
+	assert_string_equal(str(json_object_get(json_array_get(r, 0), "headers"), "authorization"),
+			    "Bearer ACCESS-tok-LEAK-42");
+	json_decref(r);
+	r = receiver_requests(&sub, "/echo/hdr");
+	assert_string_equal(str(json_object_get(json_array_get(r, 0), "headers"), "x-key"),
+			    "hdr-s3cret-9");
+	json_decref(r);
+
+	json_t *page = e2e_get(&dmn, "/v1/deliveries?limit=100");
+	char *text = json_dumps(page, 0);
+	assert_no_credential("GET /v1/deliveries", text, b64s);
+	free(text);
+	json_decref(page);
+	page = e2e_get(&dmn, "/v1/subscriptions");
+	text = json_dumps(page, 0);
+	assert_no_credential("GET /v1/subscriptions", text, b64s);
+	free(text);
+	json_decref(page);
+
+	char log[512];
+	daemon_log_path(&dmn, log, sizeof(log));
+	FILE *f = fopen(log, "r");
+	assert_non_null(f);
+	static char buf[1 << 20];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	assert_no_credential("daemon.log", buf, b64s);
+	assert_non_null(strstr(buf, "oauth2 token request failed"));
+}
+
 /* ---- secret headers ------------------------------------------------------------------- */
 
 static void test_secret_headers_masked(void **state)
@@ -335,6 +465,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_injection_refused),
+		cmocka_unit_test(test_echoes_redacted),
 		cmocka_unit_test(test_secret_headers_masked),
 		cmocka_unit_test(test_moved_host_needs_credentials),
 	};
