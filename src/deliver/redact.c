@@ -52,15 +52,8 @@ int redact_add_exact(struct redact_set *r, const char *text, size_t len)
 		return -1;
 	memcpy(copy, text, len);
 	copy[len] = '\0';
-	/* longest first: a credential inside another's encoding must not break it up */
-	size_t at = r->n;
-	while (at > 0 && r->len[at - 1] < len) {
-		r->text[at] = r->text[at - 1];
-		r->len[at] = r->len[at - 1];
-		at--;
-	}
-	r->text[at] = copy;
-	r->len[at] = len;
+	r->text[r->n] = copy;
+	r->len[r->n] = len;
 	r->n++;
 	return 0;
 }
@@ -201,30 +194,32 @@ static size_t cut_off_start(const struct redact_set *r, const char *text, size_t
 
 size_t redact_copy(const struct redact_set *r, const char *in, size_t len, char *out, size_t size)
 {
-	size_t o = 0, i = 0;
+	size_t o = 0, covered_to = 0;
+	int masked = 0;
 	if (!size)
 		return 0;
-	while (i < len && o + 1 < size) {
-		size_t hit = 0;
+	/* Every byte inside any occurrence of any text is covered, and a run of covered
+	 * bytes becomes one mask: occurrences that overlap (one credential's end being
+	 * another's start) leave nothing of either behind. */
+	for (size_t i = 0; i < len && o + 1 < size; i++) {
 		for (size_t k = 0; k < r->n; k++) {
-			if (r->len[k] <= len - i && in[i] == r->text[k][0] &&
-			    memcmp(in + i, r->text[k], r->len[k]) == 0) {
-				hit = r->len[k];
-				break; /* longest first */
-			}
+			if (i + r->len[k] > covered_to && r->len[k] <= len - i &&
+			    in[i] == r->text[k][0] && memcmp(in + i, r->text[k], r->len[k]) == 0)
+				covered_to = i + r->len[k];
 		}
-		if (!hit) {
-			out[o++] = in[i++];
-			continue;
+		if (i >= covered_to) {
+			out[o++] = in[i];
+			masked = 0;
+		} else if (!masked) {
+			if (o + MASK_LEN + 1 > size)
+				break; /* no room for the mask: the text ends before the credential */
+			memcpy(out + o, REDACT_MASK, MASK_LEN);
+			o += MASK_LEN;
+			masked = 1;
 		}
-		if (o + MASK_LEN + 1 > size)
-			break; /* no room for the mask: the text ends before the credential */
-		memcpy(out + o, REDACT_MASK, MASK_LEN);
-		o += MASK_LEN;
-		i += hit;
 	}
 	/* cut short (by len or by size): a credential may begin at the end */
-	size_t tail = cut_off_start(r, out, o);
+	size_t tail = masked ? 0 : cut_off_start(r, out, o);
 	if (tail) {
 		o -= tail;
 		size_t room = size - 1 - o;

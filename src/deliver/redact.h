@@ -7,9 +7,9 @@
  * encoded as outboxd sends it in a URL or a form (and with lower-case hex digits, and
  * '+' for a space, as other encoders write it), as a JSON string (escaped as jansson,
  * Python or Go write one), and as the base64 of the Basic credentials that carry it
- * (user:password, the OAuth2 client's form-encoded id:secret). The longest is replaced
- * first, so a credential inside another's encoding leaves nothing of it behind. A text
- * cut short (a cause keeps the first KiB of a body) may end inside a credential: a tail
+ * (user:password, the OAuth2 client's form-encoded id:secret). Every byte of every
+ * occurrence is covered, and a run of covered bytes becomes one mask, so occurrences
+ * that overlap or nest leave nothing of either behind. A text cut short (a cause keeps the first KiB of a body) may end inside a credential: a tail
  * of REDACT_TAIL_MIN or more characters that begins one is replaced too.
  *
  * Pure: no I/O. A set owns copies of what it holds and wipes them when cleared. */
@@ -24,7 +24,7 @@
 #define REDACT_TAIL_MIN 4  /* shortest cut-off start of a credential replaced at the end */
 
 struct redact_set {
-	char **text;            /* owned, longest first */
+	char **text;            /* owned */
 	size_t *len;
 	size_t n, cap;
 };

@@ -1,8 +1,8 @@
 /* test_redact.c: deliver/redact.c, the one redaction of causes and log lines — each
  * credential of a subscription in each encoding it travels in (as given, percent-encoded,
  * '+' for spaces, JSON-escaped, the base64 of Basic credentials, OAuth2's Basic value),
- * secret headers, the longest first, a credential cut off at the end of a text, and a
- * buffer too small for the mask. Pure: no sockets. */
+ * secret headers, overlapping occurrences, a credential cut off at the end of a text,
+ * and a buffer too small for the mask. Pure: no sockets. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -88,7 +88,7 @@ static void test_subscription_credentials(void **state)
 	redact_clear(&r);
 }
 
-static void test_longest_first_and_cut_off(void **state)
+static void test_overlaps_and_cut_off(void **state)
 {
 	struct redact_set r;
 	redact_init(&r);
@@ -96,6 +96,10 @@ static void test_longest_first_and_cut_off(void **state)
 	assert_int_equal(redact_add_secret(&r, "my-s3cret-long"), 0);
 	/* the longer one whole, not "my-********-long" */
 	assert_string_equal(redacted(&r, "[my-s3cret-long] [s3cret]", 512), "[********] [********]");
+	/* overlapping occurrences: one mask over both, no end of either left */
+	assert_int_equal(redact_add_secret(&r, "xxab"), 0);
+	assert_int_equal(redact_add_secret(&r, "absecret!"), 0);
+	assert_string_equal(redacted(&r, "<xxabsecret!>", 512), "<********>");
 	/* a text that ends inside a credential: its start goes too (4 characters or more) */
 	assert_string_equal(redacted(&r, "cut here: my-s3cr", 512), "cut here: ********");
 	assert_string_equal(redacted(&r, "cut here: s3cr", 512), "cut here: ********");
@@ -116,7 +120,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_encodings_of_a_secret),
 		cmocka_unit_test(test_subscription_credentials),
-		cmocka_unit_test(test_longest_first_and_cut_off),
+		cmocka_unit_test(test_overlaps_and_cut_off),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
