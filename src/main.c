@@ -459,7 +459,14 @@ static int serve(int argc, char **argv)
 		.connect_timeout_ms = cfg.connect_timeout_ms,
 		.ssrf = &ssrf,
 		.tls_dir = cfg.tls_dir,
+		.egress_proxy = cfg.egress_proxy,
 	};
+	if (cfg.egress_proxy && *cfg.egress_proxy) {
+		char *shown = config_mask_value("egress_proxy", cfg.egress_proxy);
+		log_info("deliveries and OAuth2 token requests go through the egress proxy %s "
+			 "(CONNECT to addresses the SSRF guard checked)", shown ? shown : "");
+		free(shown);
+	}
 	if (!(http_sink = sink_http_open(&http_set, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;

@@ -142,6 +142,11 @@ const struct config_setting config_settings[] = {
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
 	 "e.g. 127.0.0.0/8,10.1.0.0/16; empty = none"},
+	{"egress_proxy", "--egress-proxy", "OUTBOXD_EGRESS_PROXY", CONFIG_STRING, NULL,
+	 S(egress_proxy), "HTTP proxy every delivery and OAuth2 token request goes through, as a "
+	 "CONNECT tunnel to the address the SSRF guard checked (http://host:port, user info "
+	 "allowed and never logged); plain http:// deliveries then go over libcurl too; "
+	 "empty = connect directly"},
 	{"tls_dir", "--tls-dir", "OUTBOXD_TLS_DIR", CONFIG_STRING, "/etc/outboxd", S(tls_dir),
 	 "directory the TLS files of subscriptions (tls.ca_file, tls.client_cert, "
 	 "tls.client_key) must lie in, symbolic links and .. resolved; empty = none accepted"},
@@ -521,6 +526,10 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;
+	if (is_set(cfg->egress_proxy) && (strncmp(cfg->egress_proxy, "http://", 7) != 0 ||
+					  strpbrk(cfg->egress_proxy, " \t\r\n")))
+		return fail(err, errlen, "egress_proxy must be an http:// URL such as "
+			    "http://proxy.internal:3128");
 	if (is_set(cfg->tls_dir) && cfg->tls_dir[0] != '/')
 		return fail(err, errlen, "tls_dir must be an absolute path, got \"%s\"", cfg->tls_dir);
 	if ((cfg->tls_cert && *cfg->tls_cert) != (cfg->tls_key && *cfg->tls_key))
@@ -754,7 +763,7 @@ char *config_mask_value(const char *key, const char *value)
 {
 	if (is_secret_key(key))
 		return strdup(MASK);
-	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint"))
+	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint") || !strcmp(key, "egress_proxy"))
 		return mask_url(value);
 	if (!strcmp(key, "kafka_config"))
 		return mask_pairs(value, ';', 0);

@@ -284,15 +284,14 @@ static const char *build_url(struct http_round *h)
 }
 
 
-/* What every request of the dispatcher sets: a POST, no signals, no redirects, HTTP(S)
- * only, errors into errbuf, the body to write_cb; owner is CURLOPT_PRIVATE and the
- * write callback's data (a struct round or a struct token_fetch). */
 /* CURLOPT_OPENSOCKETFUNCTION: every connection of a delivery or token request is opened
- * here, after DNS resolution, to the address checked (core/ssrf.h): no rebinding window. */
+ * here, after DNS resolution, to the address checked (core/ssrf.h): no rebinding window.
+ * Behind the egress proxy every socket goes to the proxy, and the target's address was
+ * checked before (http_proxy.c). */
 static curl_socket_t guard_open_cb(void *ctx, curlsocktype purpose, struct curl_sockaddr *a)
 {
 	struct http_guard *g = ctx;
-	const char *class = ssrf_refused(g->policy, &a->addr);
+	const char *class = g->via_proxy ? NULL : ssrf_refused(g->policy, &a->addr);
 
 	if (class) {
 		char ip[64];
@@ -303,14 +302,18 @@ static curl_socket_t guard_open_cb(void *ctx, curlsocktype purpose, struct curl_
 	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
-void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb,
-		      struct http_guard *guard)
+/* What every request of the dispatcher sets: a POST, no signals, no redirects, HTTP(S)
+ * only, errors into errbuf, the body to write_cb; owner is CURLOPT_PRIVATE and the
+ * write callback's data (a struct round or a struct token_fetch). */
+void http_easy_common(const struct http_sink *hs, CURL *e, void *owner, char *errbuf,
+		      curl_write_callback write_cb, struct http_guard *guard)
 {
 	curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, guard_open_cb);
 	curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, guard);
 	/* A proxy from the environment would make the guard check the proxy, not the
-	 * target: deliveries connect directly. */
+	 * target: deliveries connect directly, or through the egress proxy set. */
 	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+	http_proxy_options(hs, e, guard);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, owner);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -356,6 +359,55 @@ static int prereq_cb(void *ctx, char *primary_ip, char *local_ip, int primary_po
 	    dheap_set(&h->hs->answers, &h->answer_by, clock_mono_us() + h->sj->timeout_ms * 1000))
 		log_warn("http: out of memory: an attempt keeps libcurl's own timeout");
 	return CURL_PREREQFUNC_OK;
+}
+
+/* Hands the round's request to libcurl's multi; counted: it is in flight already
+ * (it waited for the egress proxy's lookup). */
+static void transfer_add(struct http_round *h, int counted)
+{
+	struct http_sink *hs = h->hs;
+	CURLMcode mrc = curl_multi_add_handle(hs->multi, h->easy);
+	if (mrc != CURLM_OK) {
+		if (counted)
+			http_transfer_done(h);
+		http_fail_local(h, curl_multi_strerror(mrc));
+		return;
+	}
+	metrics_http_request(0);
+	h->state = HTTP_IN_FLIGHT;
+	if (!counted) {
+		hs->in_flight++;
+		http_flying_add(h);
+	}
+}
+
+/* The lookup the round waited for ended (proxy_wait.resume). */
+static void proxy_resumed(struct http_sink *hs, struct proxy_wait *w, enum transport_error te,
+			  const char *failure)
+{
+	struct http_round *h = (struct http_round *)((char *)w - offsetof(struct http_round, pwait));
+	char why[160];
+	if (failure) {
+		http_transfer_done(h);
+		http_finish(h, te, 0, failure);
+		return;
+	}
+	switch (http_proxy_prepare(hs, h->easy, build_url(h), &h->guard, &h->connect_to, w, why,
+				   sizeof(why))) {
+	case PROXY_GO:
+		transfer_add(h, 1);
+		return;
+	case PROXY_WAIT: /* what it found could not be kept: it looks again */
+		return;
+	case PROXY_REFUSED:
+		http_transfer_done(h);
+		http_finish(h, TRANSPORT_REFUSED, 0, "refused by the SSRF guard");
+		return;
+	case PROXY_FAILED:
+		http_transfer_done(h);
+		http_fail_local(h, why);
+		return;
+	}
 }
 
 /* 1 when every TLS file s names lies inside tls_dir (util/path.h): the API refuses
@@ -417,7 +469,7 @@ void http_send_request(struct http_round *h, const char *bearer)
 	if (!h->easy_ready || tls || h->easy_tls) {
 		curl_easy_reset(e);
 		h->guard.policy = h->hs->ssrf;
-		http_easy_common(e, h, h->errbuf, http_body_cb, &h->guard);
+		http_easy_common(hs, e, h, h->errbuf, http_body_cb, &h->guard);
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, h);
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -447,13 +499,25 @@ void http_send_request(struct http_round *h, const char *bearer)
 								       : s->tls_client_cert);
 	}
 	h->start_us = clock_mono_us();
-	CURLMcode mrc = curl_multi_add_handle(hs->multi, e);
-	if (mrc != CURLM_OK) {
-		http_fail_local(h, curl_multi_strerror(mrc));
-		return;
+	if (hs->proxy) {
+		char why[160];
+		switch (http_proxy_prepare(hs, e, url, &h->guard, &h->connect_to, &h->pwait, why,
+					   sizeof(why))) {
+		case PROXY_GO:
+			break;
+		case PROXY_WAIT: /* in flight already: abort and the slot's end find it */
+			h->pwait.resume = proxy_resumed;
+			h->state = HTTP_RESOLVING;
+			hs->in_flight++;
+			http_flying_add(h);
+			return;
+		case PROXY_REFUSED:
+			http_finish(h, TRANSPORT_REFUSED, 0, "refused by the SSRF guard");
+			return;
+		case PROXY_FAILED:
+			http_fail_local(h, why);
+			return;
+		}
 	}
-	metrics_http_request(0);
-	h->state = HTTP_IN_FLIGHT;
-	hs->in_flight++;
-	http_flying_add(h);
+	transfer_add(h, 0);
 }

@@ -169,6 +169,8 @@ struct sink_http_settings {
 	                                   connect to (core/ssrf.h) */
 	const char *tls_dir;         /* a subscription's TLS files are used only from inside
 	                                it (NULL or "": none is) */
+	const char *egress_proxy;    /* http://host:port: every request through its CONNECT
+	                                tunnels, over libcurl (NULL or "": connect directly) */
 };
 
 /* The HTTP sink; NULL with err filled when it cannot be set up. */
