@@ -174,9 +174,9 @@ static int kafka_topic_valid(const char *t, const char **why)
 	return 1;
 }
 
-/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls;
- * kafka://TOPIC. */
-static int endpoint_valid(const char *url, const char **why)
+/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls, and
+ * (strict: new input) no user info; kafka://TOPIC. */
+static int endpoint_valid(const char *url, int strict, const char **why)
 {
 	const char *rest;
 	if (strncasecmp(url, "http://", 7) == 0) {
@@ -213,7 +213,7 @@ static int endpoint_valid(const char *url, const char **why)
 		return 0;
 	}
 	/* user:password@host would be a credential in clear, in every read and cause */
-	if (memchr(rest, '@', strcspn(rest, "/?#"))) {
+	if (strict && memchr(rest, '@', strcspn(rest, "/?#"))) {
 		*why = "endpoint must not carry user info (user:password@): credentials go in auth";
 		return 0;
 	}
@@ -257,18 +257,21 @@ static int get_optional(const json_t *obj, const char *key, const char *field, s
 
 /* Every credential and header value goes into a header line (or, for a query credential,
  * a URL): none may hold a control character that could end the line early. values[] and
- * fields[] pair up, n of them; NULL values are skipped. */
-static int check_header_texts(const char *const *fields, const char *const *values, size_t n,
-			      struct input_error *err)
+ * fields[] pair up, n of them; NULL values are skipped. Only new input (strict) is held
+ * to it: a stored document from before the rule still loads (a subscription that fails
+ * to load would stop ingest for all), and the HTTP sink refuses to send such a line. */
+static int check_header_texts(int strict, const char *const *fields, const char *const *values,
+			      size_t n, struct input_error *err)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; strict && i < n; i++)
 		if (values[i] && !header_value_valid(values[i], strlen(values[i])))
 			return input_error_set(err, 400, "invalid_argument", fields[i],
 					       "%s " HEADER_VALUE_RULE, fields[i]);
 	return 0;
 }
 
-static int parse_oauth2(const json_t *auth, struct subscription *out, struct input_error *err)
+static int parse_oauth2(const json_t *auth, int strict, struct subscription *out,
+			struct input_error *err)
 {
 	static const char *const keys[] = {
 		"type", "grant_type", "token_url", "client_id", "client_secret", "scope",
@@ -293,9 +296,9 @@ static int parse_oauth2(const json_t *auth, struct subscription *out, struct inp
 					     "auth.scope",     "auth.audience",
 					     "auth.username",  "auth.password"};
 	const char *const values[] = {id, secret, scope, audience, user, pass};
-	if (check_header_texts(fields, values, 6, err))
+	if (check_header_texts(strict, fields, values, 6, err))
 		return -1;
-	if (!endpoint_valid(url, &why) || strncasecmp(url, "kafka://", 8) == 0)
+	if (!endpoint_valid(url, strict, &why) || strncasecmp(url, "kafka://", 8) == 0)
 		return input_error_set(err, 400, "invalid_argument", "auth.token_url",
 				       "auth.token_url must be an http:// or https:// URL without "
 				       "user info");
@@ -378,7 +381,8 @@ static int parse_tls(const json_t *tls, const char *endpoint, struct subscriptio
 	return 0;
 }
 
-static int parse_auth(const json_t *auth, struct subscription *out, struct input_error *err)
+static int parse_auth(const json_t *auth, int strict, struct subscription *out,
+		      struct input_error *err)
 {
 	static const char *const keys_none[] = {"type", NULL};
 	static const char *const keys_basic[] = {"type", "username", "password", NULL};
@@ -403,7 +407,7 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 			return -1;
 		static const char *const fields[] = {"auth.username", "auth.password"};
 		const char *const values[] = {a, b};
-		if (check_header_texts(fields, values, 2, err))
+		if (check_header_texts(strict, fields, values, 2, err))
 			return -1;
 		if (strchr(a, ':'))
 			return input_error_set(err, 400, "invalid_argument", "auth.username",
@@ -416,7 +420,7 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 	if (strcmp(type, "bearer") == 0) {
 		if (check_keys(auth, keys_bearer, "auth.", err) ||
 		    get_string(auth, "token", "auth.token", 1, 8192, &b, err) ||
-		    check_header_texts((const char *const[]){"auth.token"}, &b, 1, err))
+		    check_header_texts(strict, (const char *const[]){"auth.token"}, &b, 1, err))
 			return -1;
 		out->auth_type = AUTH_BEARER;
 		out->auth_secret = strdup(b);
@@ -426,7 +430,7 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 		if (check_keys(auth, keys_api_key, "auth.", err) ||
 		    get_string(auth, "header", "auth.header", 1, 128, &a, err) ||
 		    get_string(auth, "value", "auth.value", 1, 8192, &b, err) ||
-		    check_header_texts((const char *const[]){"auth.value"}, &b, 1, err))
+		    check_header_texts(strict, (const char *const[]){"auth.value"}, &b, 1, err))
 			return -1;
 		if (!header_name_valid(a))
 			return input_error_set(err, 400, "invalid_argument", "auth.header",
@@ -440,7 +444,7 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 		if (check_keys(auth, keys_query, "auth.", err) ||
 		    get_string(auth, "param", "auth.param", 1, 128, &a, err) ||
 		    get_string(auth, "value", "auth.value", 1, 8192, &b, err) ||
-		    check_header_texts((const char *const[]){"auth.value"}, &b, 1, err))
+		    check_header_texts(strict, (const char *const[]){"auth.value"}, &b, 1, err))
 			return -1;
 		out->auth_type = AUTH_QUERY;
 		out->auth_name = strdup(a);
@@ -448,7 +452,7 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 		return 0;
 	}
 	if (strcmp(type, "oauth2") == 0)
-		return parse_oauth2(auth, out, err);
+		return parse_oauth2(auth, strict, out, err);
 	return input_error_set(err, 400, "invalid_argument", "auth.type",
 			       "auth.type must be one of none, basic, bearer, api_key, query, oauth2");
 }
@@ -462,8 +466,8 @@ static int name_is_authorization(const char *name)
 
 /* A headers entry: "value", or {"value": "...", "secret": true|false}. Sets *value
  * (borrowed) and *secret; -1 with err filled when v is neither. */
-static int header_entry(const char *name, const json_t *v, const char *field, const char **value,
-			int *secret, struct input_error *err)
+static int header_entry(const char *name, const json_t *v, const char *field, int strict,
+			const char **value, int *secret, struct input_error *err)
 {
 	json_t *sv = NULL;
 	*secret = name_is_authorization(name);
@@ -486,7 +490,7 @@ static int header_entry(const char *name, const json_t *v, const char *field, co
 				       "%s must be a string of at most 4096 characters, or "
 				       "{\"value\": \"...\", \"secret\": true}", field);
 	*value = json_string_value(v);
-	if (!header_value_valid(*value, json_string_length(v)))
+	if (strict && !header_value_valid(*value, json_string_length(v)))
 		return input_error_set(err, 400, "invalid_argument", field,
 				       "%s " HEADER_VALUE_RULE, field);
 	return 0;
@@ -506,7 +510,7 @@ static int header_masked(const json_t *v)
 	return string_is(v, MASK) || (json_is_object(v) && string_is(json_object_get(v, "value"), MASK));
 }
 
-static int parse_headers(const json_t *headers, const struct subscription *partial,
+static int parse_headers(const json_t *headers, int strict, const struct subscription *partial,
 			 struct subscription *out, struct input_error *err)
 {
 	const char *key, *value;
@@ -546,7 +550,7 @@ static int parse_headers(const json_t *headers, const struct subscription *parti
 			return input_error_set(err, 422, "invalid_argument", field,
 					       "header %s is set by outboxd and cannot be overridden",
 					       key);
-		if (header_entry(key, v, field, &value, &secret, err))
+		if (header_entry(key, v, field, strict, &value, &secret, err))
 			return -1;
 		if (out) {
 			struct header_kv *h = &out->headers[out->n_headers];
@@ -744,8 +748,9 @@ static int parse_rotation(const json_t *doc, struct subscription *s, struct inpu
 	return 0;
 }
 
-int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
-		    struct subscription *out, struct input_error *err)
+/* sub_codec_parse, with strict 0 for a stored document (check_header_texts). */
+static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int strict,
+		     struct subscription *out, struct input_error *err)
 {
 	struct subscription tmp;
 	struct subscription *s = out ? out : &tmp;
@@ -767,7 +772,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 	    get_string(doc, "secret", "secret", 0, 300, &secret, err) ||
 	    get_string(doc, "origin", "origin", 0, 32, &origin, err))
 		goto fail;
-	if (!endpoint_valid(endpoint, &why)) {
+	if (!endpoint_valid(endpoint, strict, &why)) {
 		input_error_set(err, 400, "invalid_argument", "endpoint", "%s", why);
 		goto fail;
 	}
@@ -838,10 +843,10 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 			goto fail;
 		}
 	}
-	if ((v = json_object_get(doc, "auth")) && !json_is_null(v) && parse_auth(v, s, err))
+	if ((v = json_object_get(doc, "auth")) && !json_is_null(v) && parse_auth(v, strict, s, err))
 		goto fail;
 	if ((v = json_object_get(doc, "headers")) && !json_is_null(v) &&
-	    parse_headers(v, s, out, err))
+	    parse_headers(v, strict, s, out, err))
 		goto fail;
 	if (secret && !secret_valid(secret)) {
 		input_error_set(err, 400, "invalid_argument", "secret",
@@ -891,6 +896,12 @@ fail:
 	return -1;
 }
 
+int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
+		    struct subscription *out, struct input_error *err)
+{
+	return parse_doc(doc, defaults, 1, out, err);
+}
+
 struct subscription *sub_codec_from_row(const struct sub_row *row,
 					const struct retry_policy *defaults)
 {
@@ -903,7 +914,7 @@ struct subscription *sub_codec_from_row(const struct sub_row *row,
 		return NULL;
 	}
 	struct subscription *s = calloc(1, sizeof(*s));
-	if (!s || sub_codec_parse(doc, defaults, s, &err)) {
+	if (!s || parse_doc(doc, defaults, 0, s, &err)) {
 		if (s)
 			log_error("subscription %s: stored configuration is invalid: %s", row->id,
 				  err.message);

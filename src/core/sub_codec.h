@@ -19,7 +19,10 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 		    struct subscription *out, struct input_error *err);
 
 /* Builds the subscription struct of a stored row (returned, NULL on a corrupt row,
- * which is logged). */
+ * which is logged). A row stored before a rule on new input was added (no control
+ * character in a credential or header value, no user info in a URL) still loads: one
+ * that failed would stop ingest for every subscription; the HTTP sink refuses to send a
+ * header line with a control character. */
 struct subscription *sub_codec_from_row(const struct sub_row *row,
 					const struct retry_policy *defaults);
 

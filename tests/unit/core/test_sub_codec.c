@@ -621,6 +621,27 @@ static void test_header_injection_refused(void **state)
 #undef INJ
 }
 
+/* A row stored before the rules on new input (control characters in credentials, user
+ * info in URLs) still loads, so the set of subscriptions keeps loading; new input with
+ * the same document is refused. */
+static void test_stored_rows_load_under_older_rules(void **state)
+{
+	const char *text = "{\"name\":\"old\",\"event_types\":[\"*\"],\"endpoint\":"
+			   "\"https://u@h.example/x\",\"auth\":{\"type\":\"bearer\",\"token\":"
+			   "\"a\\r\\nX-Injected: 1\"},\"headers\":{\"X-A\":\"b\\u007f\"}}";
+	struct sub_row row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "old",
+			      .config = (char *)text, .enabled = 1};
+	struct subscription *s = sub_codec_from_row(&row, &defaults);
+	assert_non_null(s);
+	assert_string_equal(s->auth_secret, "a\r\nX-Injected: 1");
+	subscription_free(s);
+	json_t *doc = json_loads(text, 0, NULL);
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), -1);
+	assert_string_equal(err.field, "endpoint");
+	json_decref(doc);
+}
+
 /* "headers": {"X-Key": {"value": "...", "secret": true}}: parsed as a secret, masked in the
  * public view in the same shape, and kept by a PATCH that sends the mask back; an
  * Authorization header is a secret written either way. */
@@ -899,6 +920,7 @@ int main(void)
 		cmocka_unit_test(test_masked_auth_kept_on_patch),
 		cmocka_unit_test(test_tls_files_inside_tls_dir),
 		cmocka_unit_test(test_header_injection_refused),
+		cmocka_unit_test(test_stored_rows_load_under_older_rules),
 		cmocka_unit_test(test_secret_headers),
 		cmocka_unit_test(test_credentials_do_not_move),
 		cmocka_unit_test(test_retry_breaker_limits_parsed),
