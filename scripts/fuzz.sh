@@ -49,14 +49,14 @@ for t in $TARGETS; do
       src/kafka/envelope.c "$OUT/proto/outboxd/v1/outbox_event.pb-c.c" -lprotobuf-c ;;
     spool) build spool -DFUZZ_TARGET=4 tests/fuzz/fuzz_parsers.c src/store/spool.c ;;
     wire | url)
-      n=1
-      [ "$t" = url ] && n=2
-      build "$t" -DFUZZ_TARGET=$n tests/fuzz/fuzz_deliver.c src/deliver/sink_http.c \
-        src/deliver/http_request.c src/deliver/http_token.c src/deliver/oauth2.c \
-        src/deliver/redact.c src/deliver/sign.c -lcurl -lhttp_parser ;;
-    oauth2) build oauth2 -DFUZZ_TARGET=3 tests/fuzz/fuzz_deliver.c src/deliver/oauth2.c \
+      n=5
+      [ "$t" = url ] && n=6
+      build "$t" -DFUZZ_TARGET=$n tests/fuzz/fuzz_parsers.c src/deliver/sink_http.c \
+        src/deliver/http_request.c src/deliver/http_token.c src/deliver/http_proxy.c \
+        src/deliver/oauth2.c src/deliver/redact.c src/deliver/sign.c -lcurl -lhttp_parser ;;
+    oauth2) build oauth2 -DFUZZ_TARGET=7 tests/fuzz/fuzz_parsers.c src/deliver/oauth2.c \
       src/deliver/redact.c ;;
-    merge) build merge -DFUZZ_TARGET=4 tests/fuzz/fuzz_deliver.c ;;
+    merge) build merge -DFUZZ_TARGET=8 tests/fuzz/fuzz_parsers.c ;;
     query)
       CC=clang cmake -S . -B "$OUT/cmake" -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON \
         -DOUTBOXD_TESTS=OFF -DOUTBOXD_FUZZ=ON -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" \

@@ -27,18 +27,14 @@ static struct daemon dmn;
 
 static int setup(void **state)
 {
-	assert_int_equal(receiver_start(&sub), 0);
 	assert_int_equal(receiver_start(&idp), 0);
-	memset(&dmn, 0, sizeof(dmn));
-	assert_int_equal(daemon_start(&dmn, NULL), 0);
+	e2e_setup(&sub, &dmn, NULL);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	assert_int_equal(daemon_stop(&dmn), 0);
-	daemon_cleanup(&dmn);
-	receiver_stop(&sub);
+	e2e_teardown(&sub, &dmn);
 	receiver_stop(&idp);
 	return 0;
 }
@@ -246,40 +242,38 @@ static void test_echoes_redacted(void **state)
 							      "\"echo\":true}}"), 0);
 	assert_int_equal(receiver_script(&idp, "/echo-body", "{\"default\":{\"status\":400,"
 							     "\"echo\":\"body\"}}"), 0);
-	const char *retry = "\"retry\":{\"immediate\":1,\"max_retries\":1,\"interval\":\"100ms\","
-			    "\"permanent\":[500,520]}";
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-basic\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/echo/basic\",\"auth\":{\"type\":\"basic\","
-				 "\"username\":\"ann\",\"password\":\"b4sic-pw!\"},%s}", sub.url, retry);
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-bearer\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/echo/bearer\",\"auth\":{\"type\":\"bearer\","
-				 "\"token\":\"bearer-t0ken-xyz\"},%s}", sub.url, retry);
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-key\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/echo/key\",\"auth\":{\"type\":\"api_key\","
-				 "\"header\":\"X-Api-Key\",\"value\":\"k3y-value-777\"},%s}", sub.url, retry);
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-query\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/echo/query\",\"auth\":{\"type\":\"query\","
-				 "\"param\":\"k\",\"value\":\"q v&l=ue/x\"},%s}", sub.url, retry);
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-oauth\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/echo/oauth\",\"auth\":{\"type\":\"oauth2\","
-				 "\"token_url\":\"%s/token\",\"client_id\":\"c\","
-				 "\"client_secret\":\"client s3cret/1\"},%s}", sub.url, idp.url, retry);
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-hdr\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/echo/hdr\",\"headers\":{\"X-Key\":{\"value\":"
-				 "\"hdr-s3cret-9\",\"secret\":true},\"Authorization\":"
-				 "\"Bearer plain-auth-hdr\"},%s}", sub.url, retry);
-	/* token endpoints that echo: the Basic header (cut off where the cause ends), and
-	 * the form with the password and the client secret */
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-idp-basic\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/never\",\"auth\":{\"type\":\"oauth2\","
-				 "\"token_url\":\"%s/echo-basic\",\"client_id\":\"c\","
-				 "\"client_secret\":\"client s3cret/1\"},%s}", sub.url, idp.url, retry);
-	e2e_create_sub(&dmn, id, "{\"name\":\"e-idp-body\",\"event_types\":[\"echo.all\"],"
-				 "\"endpoint\":\"%s/never\",\"auth\":{\"type\":\"oauth2\","
-				 "\"grant_type\":\"password\",\"client_auth\":\"body\","
-				 "\"token_url\":\"%s/echo-body\",\"client_id\":\"c\","
-				 "\"client_secret\":\"client s3cret/1\",\"username\":\"u\","
-				 "\"password\":\"usr-passw0rd\"},%s}", sub.url, idp.url, retry);
+	/* each subscription: its path, and its auth or headers (%s: the token endpoint) */
+	static const struct {
+		const char *path, *fields;
+	} subs[] = {
+		{"/echo/basic", "\"auth\":{\"type\":\"basic\",\"username\":\"ann\","
+				"\"password\":\"b4sic-pw!\"}"},
+		{"/echo/bearer", "\"auth\":{\"type\":\"bearer\",\"token\":\"bearer-t0ken-xyz\"}"},
+		{"/echo/key", "\"auth\":{\"type\":\"api_key\",\"header\":\"X-Api-Key\","
+			      "\"value\":\"k3y-value-777\"}"},
+		{"/echo/query", "\"auth\":{\"type\":\"query\",\"param\":\"k\","
+				"\"value\":\"q v&l=ue/x\"}"},
+		{"/echo/oauth", "\"auth\":{\"type\":\"oauth2\",\"token_url\":\"%s/token\","
+				"\"client_id\":\"c\",\"client_secret\":\"client s3cret/1\"}"},
+		{"/echo/hdr", "\"headers\":{\"X-Key\":{\"value\":\"hdr-s3cret-9\",\"secret\":true},"
+			      "\"Authorization\":\"Bearer plain-auth-hdr\"}"},
+		/* token endpoints that echo: the Basic header, and the form with the password
+		 * and the client secret */
+		{"/never", "\"auth\":{\"type\":\"oauth2\",\"token_url\":\"%s/echo-basic\","
+			   "\"client_id\":\"c\",\"client_secret\":\"client s3cret/1\"}"},
+		{"/never", "\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			   "\"client_auth\":\"body\",\"token_url\":\"%s/echo-body\","
+			   "\"client_id\":\"c\",\"client_secret\":\"client s3cret/1\","
+			   "\"username\":\"u\",\"password\":\"usr-passw0rd\"}"},
+	};
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+		char fields[512];
+		snprintf(fields, sizeof(fields), subs[i].fields, idp.url);
+		e2e_create_sub(&dmn, id, "{\"name\":\"e-%zu\",\"event_types\":[\"echo.all\"],"
+					 "\"endpoint\":\"%s%s\",%s,\"retry\":{\"immediate\":1,"
+					 "\"max_retries\":1,\"interval\":\"100ms\","
+					 "\"permanent\":[500,520]}}", i, sub.url, subs[i].path, fields);
+	}
 	e2e_send(&dmn, ev, "{\"event_type\":\"echo.all\",\"payload\":{\"n\":1}}");
 
 	char ids[8][64];
@@ -326,16 +320,10 @@ static void test_echoes_redacted(void **state)
 	free(text);
 	json_decref(page);
 
-	char log[512];
-	daemon_log_path(&dmn, log, sizeof(log));
-	FILE *f = fopen(log, "r");
-	assert_non_null(f);
-	static char buf[1 << 20];
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
+	char *buf = e2e_daemon_log(&dmn);
 	assert_no_credential("daemon.log", buf, b64s);
 	assert_non_null(strstr(buf, "oauth2 token request failed"));
+	free(buf);
 }
 
 /* ---- secret headers ------------------------------------------------------------------- */
