@@ -81,7 +81,8 @@ soak: deps
 	@SOAK_MINUTES=$(SOAK_MINUTES) bash bench/soak.sh
 
 # libFuzzer with ASan+UBSan over every parser a user can reach (tests/fuzz/: ingest,
-# subscriptions, filters, the config file, Kafka envelopes, spool records):
+# subscriptions, filters, the config file, Kafka envelopes, spool records, the lean
+# client's answers and URLs, OAuth2 token answers, PATCH merges, API request targets):
 # installs clang if missing, runs FUZZ_SECONDS (default 60), fails on a crashing input.
 fuzz:
 	@bash scripts/fuzz.sh

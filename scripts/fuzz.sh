@@ -3,7 +3,12 @@
 # UndefinedBehaviorSanitizer. Targets (tests/fuzz/): input (ingest bodies, subscription
 # documents), filter (query strings and JSON filters), config (the configuration file),
 # envelope (Kafka OutboxEvent envelopes and the subscriptions they derive), spool (spool
-# records, with an encode/decode round trip). Installs clang when missing (apt, quiet
+# records, with an encode/decode round trip), wire (the lean HTTP client's answer
+# parsing: status line, headers, chunked bodies, Retry-After), url (its URL parser,
+# against libcurl's), oauth2 (token endpoint answers, and their redaction), merge (a
+# PATCH on a stored subscription), query (the API's request targets: paths and query
+# strings through api_handle on a SQLite store; built with CMake, option OUTBOXD_FUZZ,
+# in $OUT/cmake). Installs clang when missing (apt, quiet
 # when present), builds build-fuzz/fuzz_TARGET, seeds build-fuzz/corpus-TARGET from
 # tests/fuzz/seeds/TARGET and runs each for FUZZ_SECONDS (default 60); FUZZ_TARGETS picks
 # some ("filter envelope"). Exits non-zero when an input crashes; the input is saved as
@@ -22,7 +27,7 @@ if ! command -v clang >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends clang >/dev/null
 fi
 
-TARGETS=${FUZZ_TARGETS:-input filter config envelope spool}
+TARGETS=${FUZZ_TARGETS:-input filter config envelope spool wire url oauth2 merge query}
 CFLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -Isrc"
 LIBS="-ljansson -lcrypto -lz -lpthread"
 mkdir -p "$OUT/proto"
@@ -43,6 +48,21 @@ for t in $TARGETS; do
     envelope) build envelope -DFUZZ_TARGET=3 -I"$OUT/proto" tests/fuzz/fuzz_parsers.c \
       src/kafka/envelope.c "$OUT/proto/outboxd/v1/outbox_event.pb-c.c" -lprotobuf-c ;;
     spool) build spool -DFUZZ_TARGET=4 tests/fuzz/fuzz_parsers.c src/store/spool.c ;;
+    wire | url)
+      n=5
+      [ "$t" = url ] && n=6
+      build "$t" -DFUZZ_TARGET=$n tests/fuzz/fuzz_parsers.c src/deliver/sink_http.c \
+        src/deliver/http_request.c src/deliver/http_token.c src/deliver/http_proxy.c \
+        src/deliver/oauth2.c src/deliver/redact.c src/deliver/sign.c -lcurl -lhttp_parser ;;
+    oauth2) build oauth2 -DFUZZ_TARGET=7 tests/fuzz/fuzz_parsers.c src/deliver/oauth2.c \
+      src/deliver/redact.c ;;
+    merge) build merge -DFUZZ_TARGET=8 tests/fuzz/fuzz_parsers.c ;;
+    query)
+      CC=clang cmake -S . -B "$OUT/cmake" -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON \
+        -DOUTBOXD_TESTS=OFF -DOUTBOXD_FUZZ=ON -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" \
+        >/dev/null
+      cmake --build "$OUT/cmake" -j "${JOBS:-2}" --target fuzz_query >/dev/null
+      cp "$OUT/cmake/fuzz_query" "$OUT/fuzz_query" ;;
     *) echo "fuzz: unknown target $t" >&2; exit 2 ;;
   esac
 done

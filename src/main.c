@@ -492,8 +492,21 @@ static int serve(int argc, char **argv)
 	}
 	if (ssrf.n_allow)
 		log_info("SSRF guard: deliveries may also go to %s (ssrf_allow)", cfg.ssrf_allow);
-	if (!(http_sink = sink_http_open(cfg.max_in_flight, cfg.lean_http, cfg.connect_timeout_ms,
-						 &ssrf, err, sizeof(err)))) {
+	struct sink_http_settings http_set = {
+		.max_connections = cfg.max_in_flight,
+		.lean = cfg.lean_http,
+		.connect_timeout_ms = cfg.connect_timeout_ms,
+		.ssrf = &ssrf,
+		.tls_dir = cfg.tls_dir,
+		.egress_proxy = cfg.egress_proxy,
+	};
+	if (cfg.egress_proxy && *cfg.egress_proxy) {
+		char *shown = config_mask_value("egress_proxy", cfg.egress_proxy);
+		log_info("deliveries and OAuth2 token requests go through the egress proxy %s "
+			 "(CONNECT to addresses the SSRF guard checked)", shown ? shown : "");
+		free(shown);
+	}
+	if (!(http_sink = sink_http_open(&http_set, err, sizeof(err)))) {
 		log_error("%s", err);
 		goto out;
 	}
@@ -627,6 +640,7 @@ static int serve(int argc, char **argv)
 		.max_payload = cfg.max_payload,
 		.max_request = cfg.max_request,
 		.retry_defaults = defaults,
+		.tls_dir = cfg.tls_dir,
 		.ready = kafka_on ? kafka_ready : NULL,
 		.ready_ctx = &kafka_readiness,
 	};

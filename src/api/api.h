@@ -95,6 +95,7 @@ struct api {
 	int64_t max_payload;
 	int64_t max_request;
 	struct retry_policy retry_defaults;
+	const char *tls_dir;               /* subscriptions' TLS files must lie inside it */
 	int replay_rate;                   /* default pace of filter replays */
 	int metrics_private;               /* /metrics needs the admin token */
 	int64_t stats_window_ms;

@@ -66,8 +66,9 @@ static void add_header(json_t *list, const char *name, const char *value, const 
 	json_array_append_new(list, h);
 }
 
-/* The headers of DESIGN §3 as deliver/http_request.c builds them, for the subscription
- * as it is now; values that change with each attempt are described, credentials masked. */
+/* The headers as deliver/http_request.c builds them, for the subscription as it is now;
+ * values that change with each attempt are described, credentials and secret headers
+ * masked. */
 static json_t *http_request(const struct subscription *s, const struct store_delivery *d,
 			    const struct store_event *ev)
 {
@@ -116,9 +117,10 @@ static json_t *http_request(const struct subscription *s, const struct store_del
 		break;
 	}
 	for (size_t i = 0; i < s->n_headers; i++)
-		add_header(h, s->headers[i].name, s->headers[i].value, NULL);
+		add_header(h, s->headers[i].name, s->headers[i].secret ? MASK : s->headers[i].value,
+			   s->headers[i].secret ? "a secret header" : NULL);
 	json_t *out = json_pack("{s:s, s:s, s:o}", "method", "POST", "url", url, "headers", h);
-	/* The body is the payload byte for byte (no transformation, DESIGN §3): base64, so
+	/* The body is the payload byte for byte (no transformation): base64, so
 	 * the console can show JSON exactly as sent (GET /v1/deliveries/{id} re-encodes it). */
 	char *b64 = ev ? malloc(base64_encoded_size(ev->payload_len)) : NULL;
 	if (b64) {

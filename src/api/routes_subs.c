@@ -97,7 +97,7 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 	char *generated = NULL;
 	uuid_v7(row.id);
 	row.created_at = clock_now_ms();
-	if (sub_codec_prepare(doc, doc, NULL, row.created_at, &generated, &err)) {
+	if (sub_codec_prepare(doc, doc, NULL, row.created_at, api->tls_dir, &generated, &err)) {
 		api_reply_error(res, &err);
 	} else if (store_doc(api, doc, &row, 1, res) == 0) {
 		reload(api);
@@ -153,7 +153,8 @@ void api_subs_patch(struct api *api, const char *id, const struct api_request *r
 			api_reply_error(res, &err);
 		else
 			api_reply_errorf(res, 500, "internal", NULL, "stored subscription is corrupt");
-	} else if (sub_codec_prepare(merged, patch, stored, clock_now_ms(), &generated, &err)) {
+	} else if (sub_codec_prepare(merged, patch, stored, clock_now_ms(), api->tls_dir,
+				     &generated, &err)) {
 		api_reply_error(res, &err);
 	} else {
 		char *keep_name = row.name;

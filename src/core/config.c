@@ -155,6 +155,14 @@ const struct config_setting config_settings[] = {
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
 	 "e.g. 127.0.0.0/8,10.1.0.0/16; empty = none"},
+	{"egress_proxy", "--egress-proxy", "OUTBOXD_EGRESS_PROXY", CONFIG_STRING, NULL,
+	 S(egress_proxy), "HTTP proxy every delivery and OAuth2 token request goes through, as a "
+	 "CONNECT tunnel to the address the SSRF guard checked (http://host:port, user info "
+	 "allowed and never logged); plain http:// deliveries then go over libcurl too; "
+	 "empty = connect directly"},
+	{"tls_dir", "--tls-dir", "OUTBOXD_TLS_DIR", CONFIG_STRING, "/etc/outboxd", S(tls_dir),
+	 "directory the TLS files of subscriptions (tls.ca_file, tls.client_cert, "
+	 "tls.client_key) must lie in, symbolic links and .. resolved; empty = none accepted"},
 	{"tls_cert", "--tls-cert", "OUTBOXD_TLS_CERT", CONFIG_STRING, NULL, S(tls_cert),
 	 "PEM certificate (with its chain) the API serves HTTPS with; empty = plain HTTP"},
 	{"tls_key", "--tls-key", "OUTBOXD_TLS_KEY", CONFIG_STRING, NULL, S(tls_key),
@@ -544,6 +552,12 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 	if (!is_set(cfg->tls_priorities))
 		return fail(err, errlen, "tls_priorities must not be empty (default: "
 			    "SECURE:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2)");
+	if (is_set(cfg->egress_proxy) && (strncmp(cfg->egress_proxy, "http://", 7) != 0 ||
+					  strpbrk(cfg->egress_proxy, " \t\r\n")))
+		return fail(err, errlen, "egress_proxy must be an http:// URL such as "
+			    "http://proxy.internal:3128");
+	if (is_set(cfg->tls_dir) && cfg->tls_dir[0] != '/')
+		return fail(err, errlen, "tls_dir must be an absolute path, got \"%s\"", cfg->tls_dir);
 	if ((cfg->tls_cert && *cfg->tls_cert) != (cfg->tls_key && *cfg->tls_key))
 		return fail(err, errlen, "%s is set without %s: the API's TLS needs both",
 			    cfg->tls_cert && *cfg->tls_cert ? "tls_cert" : "tls_key",
@@ -775,7 +789,7 @@ char *config_mask_value(const char *key, const char *value)
 {
 	if (is_secret_key(key))
 		return strdup(MASK);
-	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint"))
+	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint") || !strcmp(key, "egress_proxy"))
 		return mask_url(value);
 	if (!strcmp(key, "kafka_config"))
 		return mask_pairs(value, ';', 0);

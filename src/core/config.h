@@ -62,6 +62,8 @@ struct config {
 	int64_t ops_events_window_ms;
 	int log_deliveries;       /* an audit log line per delivery outcome */
 	char *ssrf_allow;         /* CIDRs the SSRF guard lets through; NULL or "" = none */
+	char *egress_proxy;       /* http://host:port of a CONNECT proxy for deliveries; NULL = none */
+	char *tls_dir;            /* subscriptions' TLS files lie inside it; "" = none */
 	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
 	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */
 	char *tls_priorities;     /* GnuTLS priority string of the API's HTTPS */

@@ -139,6 +139,7 @@ struct oauth2_params {
 struct header_kv {
 	char *name;
 	char *value;
+	int secret;   /* a credential: masked in reads, redacted from causes (sub_codec.h) */
 };
 
 /* A subscription as the dispatcher and fan-out use it. Parsed from the stored JSON

@@ -20,7 +20,10 @@ static const struct range {
 	{"198.18.0.0/15", "reserved"},      {"224.0.0.0/4", "multicast"},
 	{"255.255.255.255/32", "broadcast"}, {"240.0.0.0/4", "reserved"},
 	{"::/128", "unspecified"},          {"::1/128", "loopback"},
-	{"64:ff9b::/96", "reserved"},       {"100::/64", "reserved"},
+	/* IPv4-compatible (deprecated: RFC 4291 §2.5.5.1), local-use NAT64 (RFC 8215: what
+	 * it reaches is the site's choice), Teredo (RFC 4380: a tunnel to anywhere) */
+	{"::/96", "reserved"},              {"64:ff9b:1::/48", "reserved"},
+	{"2001::/32", "reserved"},          {"100::/64", "reserved"},
 	{"fc00::/7", "private"},            {"fe80::/10", "link-local"},
 	{"fec0::/10", "private"},           {"ff00::/8", "multicast"},
 };
@@ -131,19 +134,48 @@ static int to_v6(const struct sockaddr *sa, uint8_t out[16])
 	return -1;
 }
 
-const char *ssrf_refused(const struct ssrf_policy *p, const struct sockaddr *sa)
+/* The IPv4 address an IPv6 address carries and reaches, as IPv4-mapped, into v4: the
+ * well-known NAT64 prefix 64:ff9b::/96 (RFC 6052: its last 32 bits) and 6to4 2002::/16
+ * (RFC 3056: the 32 bits after the prefix). 1 when a carries one, else 0. */
+static int embedded_v4(const uint8_t a[16], uint8_t v4[16])
 {
-	uint8_t a[16];
+	static const uint8_t nat64[12] = {0x00, 0x64, 0xff, 0x9b};
+	const uint8_t *in;
 
-	if (to_v6(sa, a))
-		return "unsupported";
+	if (memcmp(a, nat64, sizeof(nat64)) == 0)
+		in = a + 12;
+	else if (a[0] == 0x20 && a[1] == 0x02)
+		in = a + 2;
+	else
+		return 0;
+	memset(v4, 0, 16);
+	v4[10] = v4[11] = 0xff;
+	memcpy(v4 + 12, in, 4);
+	return 1;
+}
+
+/* The rule over the 16-byte form: the allowlist first, then the refused ranges; an
+ * address that carries an IPv4 address is judged as that address too. */
+static const char *refused_v6(const struct ssrf_policy *p, const uint8_t a[16])
+{
+	uint8_t v4[16];
+
 	for (int i = 0; i < p->n_allow; i++)
 		if (cidr_contains(&p->allow[i], a))
 			return NULL;
 	for (int i = 0; i < p->n_refused; i++)
 		if (cidr_contains(&p->refused[i], a))
 			return p->refused_class[i];
-	return NULL;
+	return embedded_v4(a, v4) ? refused_v6(p, v4) : NULL;
+}
+
+const char *ssrf_refused(const struct ssrf_policy *p, const struct sockaddr *sa)
+{
+	uint8_t a[16];
+
+	if (to_v6(sa, a))
+		return "unsupported";
+	return refused_v6(p, a);
 }
 
 const char *ssrf_address_text(const struct sockaddr *sa, char *buf, size_t size)

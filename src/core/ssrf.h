@@ -4,8 +4,11 @@
  * Refused unless an operator allows them (setting ssrf_allow: comma-separated CIDRs):
  * loopback, private (RFC 1918, IPv6 unique-local), link-local (which holds the cloud
  * metadata address 169.254.169.254), CGNAT (100.64.0.0/10), multicast, unspecified,
- * broadcast, the reserved 240.0.0.0/4, and the IPv6 forms of all of these (IPv4-mapped
- * ::ffff:a.b.c.d is judged as a.b.c.d). The check runs on the address curl is about to
+ * broadcast, the reserved 240.0.0.0/4, and the IPv6 forms of all of these. An IPv6
+ * address that reaches an IPv4 one is judged as that one: IPv4-mapped ::ffff:a.b.c.d,
+ * NAT64 64:ff9b::a.b.c.d and 6to4 2002:AABB:CCDD::/48; IPv4-compatible ::a.b.c.d,
+ * local-use NAT64 64:ff9b:1::/48 and Teredo 2001::/32, whose target outboxd cannot tell,
+ * are refused whole ("reserved"). The check runs on the address curl is about to
  * connect to, after DNS resolution, so a name that resolves to 127.0.0.1 is refused and
  * there is no window for DNS rebinding.
  *

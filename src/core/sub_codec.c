@@ -2,14 +2,13 @@
 #include "core/sub_codec.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include <openssl/crypto.h>
 
+#include "core/header.h"
 #include "core/pattern.h"
 #include "core/whsec.h"
 #include "core/retry.h"
@@ -17,6 +16,7 @@
 #include "util/clock.h"
 #include "util/duration.h"
 #include "util/log.h"
+#include "util/path.h"
 
 #define MASK "********"
 #define SECRET_MASK "whsec_" MASK
@@ -174,9 +174,9 @@ static int kafka_topic_valid(const char *t, const char **why)
 	return 1;
 }
 
-/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls;
- * kafka://TOPIC. */
-static int endpoint_valid(const char *url, const char **why)
+/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls, and
+ * (strict: new input) no user info; kafka://TOPIC. */
+static int endpoint_valid(const char *url, int strict, const char **why)
 {
 	const char *rest;
 	if (strncasecmp(url, "http://", 7) == 0) {
@@ -210,6 +210,11 @@ static int endpoint_valid(const char *url, const char **why)
 	}
 	if (host == 0) {
 		*why = "endpoint must name a host";
+		return 0;
+	}
+	/* user:password@host would be a credential in clear, in every read and cause */
+	if (strict && memchr(rest, '@', strcspn(rest, "/?#"))) {
+		*why = "endpoint must not carry user info (user:password@): credentials go in auth";
 		return 0;
 	}
 	if (strchr(url, '#')) {
@@ -250,7 +255,23 @@ static int get_optional(const json_t *obj, const char *key, const char *field, s
 	return 0;
 }
 
-static int parse_oauth2(const json_t *auth, struct subscription *out, struct input_error *err)
+/* Every credential and header value goes into a header line (or, for a query credential,
+ * a URL): none may hold a control character that could end the line early. values[] and
+ * fields[] pair up, n of them; NULL values are skipped. Only new input (strict) is held
+ * to it: a stored document from before the rule still loads (a subscription that fails
+ * to load would stop ingest for all), and the HTTP sink refuses to send such a line. */
+static int check_header_texts(int strict, const char *const *fields, const char *const *values,
+			      size_t n, struct input_error *err)
+{
+	for (size_t i = 0; strict && i < n; i++)
+		if (values[i] && !header_value_valid(values[i], strlen(values[i])))
+			return input_error_set(err, 400, "invalid_argument", fields[i],
+					       "%s " HEADER_VALUE_RULE, fields[i]);
+	return 0;
+}
+
+static int parse_oauth2(const json_t *auth, int strict, struct subscription *out,
+			struct input_error *err)
 {
 	static const char *const keys[] = {
 		"type", "grant_type", "token_url", "client_id", "client_secret", "scope",
@@ -271,9 +292,16 @@ static int parse_oauth2(const json_t *auth, struct subscription *out, struct inp
 	    get_optional(auth, "password", "auth.password", 1024, &pass, err) ||
 	    get_optional(auth, "client_auth", "auth.client_auth", 16, &client_auth, err))
 		return -1;
-	if (!endpoint_valid(url, &why) || strncasecmp(url, "kafka://", 8) == 0)
+	static const char *const fields[] = {"auth.client_id", "auth.client_secret",
+					     "auth.scope",     "auth.audience",
+					     "auth.username",  "auth.password"};
+	const char *const values[] = {id, secret, scope, audience, user, pass};
+	if (check_header_texts(strict, fields, values, 6, err))
+		return -1;
+	if (!endpoint_valid(url, strict, &why) || strncasecmp(url, "kafka://", 8) == 0)
 		return input_error_set(err, 400, "invalid_argument", "auth.token_url",
-				       "auth.token_url must be an http:// or https:// URL");
+				       "auth.token_url must be an http:// or https:// URL without "
+				       "user info");
 	if (!grant || strcmp(grant, "client_credentials") == 0) {
 		p->grant = OAUTH2_CLIENT_CREDENTIALS;
 		if (!secret)
@@ -353,7 +381,8 @@ static int parse_tls(const json_t *tls, const char *endpoint, struct subscriptio
 	return 0;
 }
 
-static int parse_auth(const json_t *auth, struct subscription *out, struct input_error *err)
+static int parse_auth(const json_t *auth, int strict, struct subscription *out,
+		      struct input_error *err)
 {
 	static const char *const keys_none[] = {"type", NULL};
 	static const char *const keys_basic[] = {"type", "username", "password", NULL};
@@ -376,6 +405,10 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 		    get_string(auth, "username", "auth.username", 1, 256, &a, err) ||
 		    get_string(auth, "password", "auth.password", 1, 1024, &b, err))
 			return -1;
+		static const char *const fields[] = {"auth.username", "auth.password"};
+		const char *const values[] = {a, b};
+		if (check_header_texts(strict, fields, values, 2, err))
+			return -1;
 		if (strchr(a, ':'))
 			return input_error_set(err, 400, "invalid_argument", "auth.username",
 					       "auth.username must not contain ':'");
@@ -386,7 +419,8 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 	}
 	if (strcmp(type, "bearer") == 0) {
 		if (check_keys(auth, keys_bearer, "auth.", err) ||
-		    get_string(auth, "token", "auth.token", 1, 8192, &b, err))
+		    get_string(auth, "token", "auth.token", 1, 8192, &b, err) ||
+		    check_header_texts(strict, (const char *const[]){"auth.token"}, &b, 1, err))
 			return -1;
 		out->auth_type = AUTH_BEARER;
 		out->auth_secret = strdup(b);
@@ -395,12 +429,12 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 	if (strcmp(type, "api_key") == 0) {
 		if (check_keys(auth, keys_api_key, "auth.", err) ||
 		    get_string(auth, "header", "auth.header", 1, 128, &a, err) ||
-		    get_string(auth, "value", "auth.value", 1, 8192, &b, err))
+		    get_string(auth, "value", "auth.value", 1, 8192, &b, err) ||
+		    check_header_texts(strict, (const char *const[]){"auth.value"}, &b, 1, err))
 			return -1;
-		for (const char *p = a; *p; p++)
-			if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_')
-				return input_error_set(err, 400, "invalid_argument", "auth.header",
-						       "auth.header must be a header name (letters, digits, '-', '_')");
+		if (!header_name_valid(a))
+			return input_error_set(err, 400, "invalid_argument", "auth.header",
+					       "auth.header must be a header name (letters, digits, '-', '_')");
 		out->auth_type = AUTH_API_KEY;
 		out->auth_name = strdup(a);
 		out->auth_secret = strdup(b);
@@ -409,7 +443,8 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 	if (strcmp(type, "query") == 0) {
 		if (check_keys(auth, keys_query, "auth.", err) ||
 		    get_string(auth, "param", "auth.param", 1, 128, &a, err) ||
-		    get_string(auth, "value", "auth.value", 1, 8192, &b, err))
+		    get_string(auth, "value", "auth.value", 1, 8192, &b, err) ||
+		    check_header_texts(strict, (const char *const[]){"auth.value"}, &b, 1, err))
 			return -1;
 		out->auth_type = AUTH_QUERY;
 		out->auth_name = strdup(a);
@@ -417,21 +452,75 @@ static int parse_auth(const json_t *auth, struct subscription *out, struct input
 		return 0;
 	}
 	if (strcmp(type, "oauth2") == 0)
-		return parse_oauth2(auth, out, err);
+		return parse_oauth2(auth, strict, out, err);
 	return input_error_set(err, 400, "invalid_argument", "auth.type",
 			       "auth.type must be one of none, basic, bearer, api_key, query, oauth2");
 }
 
-static int parse_headers(const json_t *headers, const struct subscription *partial,
+/* Is the header name "Authorization" (any case)? Its value is a credential however it
+ * is written, so it is handled as a secret header even as a plain string. */
+static int name_is_authorization(const char *name)
+{
+	return strcasecmp(name, "authorization") == 0;
+}
+
+/* A headers entry: "value", or {"value": "...", "secret": true|false}. Sets *value
+ * (borrowed) and *secret; -1 with err filled when v is neither. */
+static int header_entry(const char *name, const json_t *v, const char *field, int strict,
+			const char **value, int *secret, struct input_error *err)
+{
+	json_t *sv = NULL;
+	*secret = name_is_authorization(name);
+	if (json_is_object(v)) {
+		static const char *const keys[] = {"value", "secret", NULL};
+		char prefix[176];
+		snprintf(prefix, sizeof(prefix), "%s.", field);
+		if (check_keys(v, keys, prefix, err))
+			return -1;
+		sv = json_object_get(v, "secret");
+		if (sv && !json_is_boolean(sv))
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s.secret must be true or false", field);
+		*secret |= json_is_true(sv);
+		v = json_object_get(v, "value");
+	}
+	if (!json_is_string(v) || json_string_length(v) > 4096 ||
+	    strlen(json_string_value(v)) != json_string_length(v))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s must be a string of at most 4096 characters, or "
+				       "{\"value\": \"...\", \"secret\": true}", field);
+	*value = json_string_value(v);
+	if (strict && !header_value_valid(*value, json_string_length(v)))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s " HEADER_VALUE_RULE, field);
+	return 0;
+}
+
+/* Whether the headers entry v of name is a secret one (masked in reads). */
+static int header_is_secret(const char *name, const json_t *v)
+{
+	return name_is_authorization(name) ||
+	       (json_is_object(v) && json_is_true(json_object_get(v, "secret")));
+}
+
+/* Whether a headers entry is the masked value a read shows: "********" or
+ * {"value": "********", ...}. */
+static int header_masked(const json_t *v)
+{
+	return string_is(v, MASK) || (json_is_object(v) && string_is(json_object_get(v, "value"), MASK));
+}
+
+static int parse_headers(const json_t *headers, int strict, const struct subscription *partial,
 			 struct subscription *out, struct input_error *err)
 {
-	const char *key;
+	const char *key, *value;
 	json_t *v;
 	char field[160];
+	int secret;
 
 	if (!json_is_object(headers))
 		return input_error_set(err, 400, "invalid_argument", "headers",
-				       "headers must be an object of strings");
+				       "headers must be an object of header names and values");
 	size_t n = json_object_size(headers);
 	if (n > 64)
 		return input_error_set(err, 422, "invalid_argument", "headers",
@@ -444,14 +533,15 @@ static int parse_headers(const json_t *headers, const struct subscription *parti
 	json_object_foreach((json_t *)headers, key, v) {
 		snprintf(field, sizeof(field), "headers.%s", key);
 		size_t kl = strlen(key);
-		if (kl == 0 || kl > 128)
+		if (kl == 0 || kl > HEADER_NAME_MAX)
 			return input_error_set(err, 400, "invalid_argument", field,
-					       "header names must be 1 to 128 characters");
-		for (const char *p = key; *p; p++)
-			if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_')
-				return input_error_set(err, 400, "invalid_argument", field,
-						       "%s is not a valid header name", field);
-		char lower[129];
+					       "header names must be 1 to %d characters",
+					       HEADER_NAME_MAX);
+		if (!header_name_valid(key))
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s is not a valid header name (letters, digits, "
+					       "'-', '_')", field);
+		char lower[HEADER_NAME_MAX + 1];
 		for (size_t i = 0; i <= kl; i++)
 			lower[i] = (char)tolower((unsigned char)key[i]);
 		if (in_list(denied_headers, lower) || strncmp(lower, "webhook-", 8) == 0 ||
@@ -460,17 +550,16 @@ static int parse_headers(const json_t *headers, const struct subscription *parti
 			return input_error_set(err, 422, "invalid_argument", field,
 					       "header %s is set by outboxd and cannot be overridden",
 					       key);
-		if (!json_is_string(v) || json_string_length(v) > 4096)
-			return input_error_set(err, 400, "invalid_argument", field,
-					       "%s must be a string of at most 4096 characters", field);
-		for (const char *p = json_string_value(v); *p; p++)
-			if ((unsigned char)*p < ' ' && *p != '\t')
-				return input_error_set(err, 400, "invalid_argument", field,
-						       "%s must not contain control characters", field);
+		if (header_entry(key, v, field, strict, &value, &secret, err))
+			return -1;
 		if (out) {
-			out->headers[out->n_headers].name = strdup(key);
-			out->headers[out->n_headers].value = strdup(json_string_value(v));
+			struct header_kv *h = &out->headers[out->n_headers];
+			h->name = strdup(key);
+			h->value = strdup(value);
+			h->secret = secret;
 			out->n_headers++;
+			if (!h->name || !h->value)
+				return input_error_set(err, 500, "internal", "", "out of memory");
 		}
 	}
 	return 0;
@@ -659,8 +748,9 @@ static int parse_rotation(const json_t *doc, struct subscription *s, struct inpu
 	return 0;
 }
 
-int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
-		    struct subscription *out, struct input_error *err)
+/* sub_codec_parse, with strict 0 for a stored document (check_header_texts). */
+static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int strict,
+		     struct subscription *out, struct input_error *err)
 {
 	struct subscription tmp;
 	struct subscription *s = out ? out : &tmp;
@@ -682,7 +772,7 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 	    get_string(doc, "secret", "secret", 0, 300, &secret, err) ||
 	    get_string(doc, "origin", "origin", 0, 32, &origin, err))
 		goto fail;
-	if (!endpoint_valid(endpoint, &why)) {
+	if (!endpoint_valid(endpoint, strict, &why)) {
 		input_error_set(err, 400, "invalid_argument", "endpoint", "%s", why);
 		goto fail;
 	}
@@ -753,10 +843,10 @@ int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 			goto fail;
 		}
 	}
-	if ((v = json_object_get(doc, "auth")) && !json_is_null(v) && parse_auth(v, s, err))
+	if ((v = json_object_get(doc, "auth")) && !json_is_null(v) && parse_auth(v, strict, s, err))
 		goto fail;
 	if ((v = json_object_get(doc, "headers")) && !json_is_null(v) &&
-	    parse_headers(v, s, out, err))
+	    parse_headers(v, strict, s, out, err))
 		goto fail;
 	if (secret && !secret_valid(secret)) {
 		input_error_set(err, 400, "invalid_argument", "secret",
@@ -806,6 +896,12 @@ fail:
 	return -1;
 }
 
+int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
+		    struct subscription *out, struct input_error *err)
+{
+	return parse_doc(doc, defaults, 1, out, err);
+}
+
 struct subscription *sub_codec_from_row(const struct sub_row *row,
 					const struct retry_policy *defaults)
 {
@@ -818,7 +914,7 @@ struct subscription *sub_codec_from_row(const struct sub_row *row,
 		return NULL;
 	}
 	struct subscription *s = calloc(1, sizeof(*s));
-	if (!s || sub_codec_parse(doc, defaults, s, &err)) {
+	if (!s || parse_doc(doc, defaults, 0, s, &err)) {
 		if (s)
 			log_error("subscription %s: stored configuration is invalid: %s", row->id,
 				  err.message);
@@ -859,6 +955,17 @@ json_t *sub_codec_public(const struct sub_row *row)
 	json_t *auth = json_object_get(doc, "auth");
 	for (const char *const *k = auth_secret_keys; *k; k++)
 		mask_key(auth, *k);
+	const char *name;
+	json_t *hv, *headers = json_object_get(doc, "headers");
+	json_object_foreach(headers, name, hv) {
+		/* replacing the value of the current key leaves the iteration alone */
+		if (!header_is_secret(name, hv))
+			continue;
+		if (json_is_object(hv))
+			json_object_set_new(hv, "value", json_string(MASK));
+		else
+			json_object_set_new(headers, name, json_string(MASK));
+	}
 	if (json_object_get(doc, "secret"))
 		json_object_set_new(doc, "secret", json_string(SECRET_MASK));
 	if (json_object_get(doc, "previous_secret") && !previous_expired(doc, clock_now_ms())) {
@@ -884,8 +991,106 @@ static char *secret_generate(void)
 }
 
 
+/* The origin of an http(s):// URL (scheme, host and port, lowercased, the default port
+ * filled in) into out[ORIGIN_LEN]; "" for anything else. A credential is sent to an
+ * origin: a change of any of the three sends it to someone else. */
+#define ORIGIN_LEN 2100
+static void url_origin(const char *url, char out[ORIGIN_LEN])
+{
+	out[0] = '\0';
+	if (!url || strlen(url) > 2048)
+		return;
+	int https = strncasecmp(url, "https://", 8) == 0;
+	if (!https && strncasecmp(url, "http://", 7) != 0)
+		return;
+	const char *a = url + (https ? 8 : 7);
+	size_t alen = strcspn(a, "/?#");
+	for (size_t i = alen; i > 0; i--) { /* user info is not the host */
+		if (a[i - 1] == '@') {
+			alen -= i;
+			a += i;
+			break;
+		}
+	}
+	size_t hlen = alen;
+	const char *port = NULL;
+	const char *close = a[0] == '[' ? memchr(a, ']', alen) : NULL;
+	const char *colon = memchr(close ? close : a, ':', alen - (size_t)((close ? close : a) - a));
+	if (colon) {
+		hlen = (size_t)(colon - a);
+		port = colon + 1;
+	}
+	int n = snprintf(out, ORIGIN_LEN, "%s://%.*s:%.*s", https ? "https" : "http", (int)hlen, a,
+			 port ? (int)(alen - hlen - 1) : 3, port ? port : (https ? "443" : "80"));
+	for (int i = 0; i < n && i < ORIGIN_LEN; i++)
+		out[i] = (char)tolower((unsigned char)out[i]);
+}
+
+/* Does in, a credential's value in the request (NULL when absent), give it in clear: not
+ * masked, not left out? */
+static int given_in_clear(const json_t *in)
+{
+	return in && !json_is_null(in) && !header_masked(in);
+}
+
+/* A credential kept from the stored document (sent back masked, or left out) must not
+ * follow endpoint or auth.token_url to another origin: a PATCH that moves either sends
+ * the credentials they carry again, in clear. 0, or -1 with err naming the first one
+ * missing. */
+static int credentials_stay(const json_t *doc, const json_t *input, const json_t *stored,
+			    struct input_error *err)
+{
+	static const char *const token_secrets[] = {"client_secret", "password", NULL};
+	char before[ORIGIN_LEN], after[ORIGIN_LEN], field[160];
+	const json_t *auth = json_object_get(doc, "auth"), *in_auth = json_object_get(input, "auth");
+	const char *key;
+	json_t *v;
+
+	if (!stored)
+		return 0;
+	url_origin(json_string_value(json_object_get(stored, "endpoint")), before);
+	url_origin(json_string_value(json_object_get(doc, "endpoint")), after);
+	if (strcmp(before, after) != 0) {
+		for (const char *const *k = auth_secret_keys; json_is_object(auth) && *k; k++) {
+			if (json_object_get(auth, *k) &&
+			    !given_in_clear(json_object_get(in_auth, *k))) {
+				snprintf(field, sizeof(field), "auth.%s", *k);
+				goto moved;
+			}
+		}
+		json_object_foreach(json_object_get(doc, "headers"), key, v) {
+			if (header_is_secret(key, v) &&
+			    !given_in_clear(json_object_get(json_object_get(input, "headers"), key))) {
+				snprintf(field, sizeof(field), "headers.%s", key);
+				goto moved;
+			}
+		}
+	}
+	url_origin(json_string_value(json_object_get(json_object_get(stored, "auth"), "token_url")),
+		   before);
+	url_origin(json_string_value(json_object_get(auth, "token_url")), after);
+	if (before[0] && strcmp(before, after) != 0) {
+		for (const char *const *k = token_secrets; json_is_object(auth) && *k; k++) {
+			if (json_object_get(auth, *k) &&
+			    !given_in_clear(json_object_get(in_auth, *k))) {
+				snprintf(field, sizeof(field), "auth.%s", *k);
+				return input_error_set(err, 422, "invalid_argument", field,
+						       "%s must be sent again in clear: auth.token_url "
+						       "moves to another host, and a kept credential "
+						       "(masked or left out) does not follow it", field);
+			}
+		}
+	}
+	return 0;
+moved:
+	return input_error_set(err, 422, "invalid_argument", field,
+			       "%s must be sent again in clear: endpoint moves to another scheme, "
+			       "host or port, and a kept credential (masked or left out) does not "
+			       "follow it", field);
+}
+
 int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
-		      char **generated, struct input_error *err)
+		      const char *tls_dir, char **generated, struct input_error *err)
 {
 	static const char *const managed[] = {"previous_secret", "previous_secret_expires_at", NULL};
 	static const char *const auto_disabled[] = {"disabled_reason", "disabled_at", NULL};
@@ -913,6 +1118,8 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
 					       "%s is set by outboxd when it disables a failing "
 					       "subscription; enable it to clear it", *k);
 	}
+	if (credentials_stay(doc, input, stored, err))
+		return -1;
 	if (json_is_true(json_object_get(input, "enabled")) || json_object_get(input, "disabled_reason")) {
 		json_object_del(doc, "disabled_reason");
 		json_object_del(doc, "disabled_at");
@@ -952,20 +1159,22 @@ int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, in
 	}
 
 	/* TLS files are read when a request is made; refusing an unreadable one now beats a
-	 * 525 on every delivery. */
+	 * 525 on every delivery. They must lie inside tls_dir, so the API cannot point
+	 * outboxd at its own files or anyone else's; the answer is the same for a file that
+	 * is missing, unreadable or outside, so it tells nothing of other paths. */
 	json_t *tls = json_object_get(doc, "tls");
 	for (const char *const *k = tls_keys; json_is_object(tls) && *k; k++) {
 		v = json_object_get(tls, *k);
 		if (json_is_string(v) && json_string_value(v)[0] == '/' &&
-		    access(json_string_value(v), R_OK) != 0) {
+		    !path_readable_inside(tls_dir, json_string_value(v))) {
 			char field[32];
 			snprintf(field, sizeof(field), "tls.%s", *k);
-			int e = errno;
 			free(*generated);
 			*generated = NULL;
 			return input_error_set(err, 422, "invalid_argument", field,
-					       "%s: outboxd cannot read %s: %s", field,
-					       json_string_value(v), strerror(e));
+					       "%s must name a file outboxd can read inside the "
+					       "tls_dir directory (%s)", field,
+					       tls_dir && *tls_dir ? tls_dir : "not set");
 		}
 	}
 	return 0;
@@ -1011,6 +1220,15 @@ json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_
 					json_object_set(copy, *k, json_object_get(old, *k));
 		}
 		json_object_set_new(out, "auth", copy);
+	}
+	/* A secret header sent back masked keeps its stored value (and shape). */
+	const char *name;
+	json_t *v, *sent = json_object_get(patch, "headers");
+	json_t *had = json_object_get(stored, "headers"), *now = json_object_get(out, "headers");
+	json_object_foreach(sent, name, v) {
+		json_t *old = json_object_get(had, name);
+		if (old && header_is_secret(name, old) && header_masked(v) && json_is_object(now))
+			json_object_set(now, name, old);
 	}
 	return out;
 }

@@ -1,5 +1,5 @@
-/* http_request.c: builds one attempt's HTTP request for the HTTP sink — the DESIGN §3
- * headers (webhook-id, timestamp, signature, traceparent), the subscription's headers
+/* http_request.c: builds one attempt's HTTP request for the HTTP sink — the Standard
+ * Webhooks headers (webhook-id, timestamp, signature) and traceparent, the subscription's headers
  * and auth (basic, bearer, api key, query credential, mutual TLS files), the URL — and
  * the redaction that keeps those credentials out of every cause.
  *
@@ -18,6 +18,7 @@
 #include <openssl/crypto.h>
 
 
+#include "core/header.h"
 #include "core/metrics.h"
 #include "core/retry.h"
 #include "core/trace.h"
@@ -25,6 +26,7 @@
 #include "util/base64.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/path.h"
 
 /* Header lines are written into the round's own buffer and list nodes, reused from attempt
  * to attempt (curl reads CURLOPT_HTTPHEADER as a plain list and copies nothing), so an
@@ -121,12 +123,20 @@ static const char *decimal(int64_t v, char buf[21])
 	return p;
 }
 
-/* Links the lines of hbuf into hnodes: h->headers. */
+/* Links the lines of hbuf into hnodes: h->headers. Returns 0, -1 when memory ran out,
+ * or -2 when a line holds a control character (core/header.h): the API, the intake and
+ * the Kafka envelopes refuse such values, and this keeps what came another way (a
+ * producer's outbox row, a stored subscription older than that rule) from ever
+ * reaching a receiver as a header of its own. */
 static int headers_link(struct http_round *h)
 {
 	size_t lines = 0;
-	for (size_t o = 0; o < h->hbuf_len; o += strlen(h->hbuf + o) + 1)
+	for (size_t o = 0, len; o < h->hbuf_len; o += len + 1) {
+		len = strlen(h->hbuf + o);
+		if (!header_value_valid(h->hbuf + o, len))
+			return -2;
 		lines++;
+	}
 	if (lines > h->hnodes_cap) {
 		size_t cap = lines < 16 ? 16 : lines * 2;
 		struct curl_slist *nn = realloc(h->hnodes, cap * sizeof(*nn));
@@ -144,72 +154,36 @@ static int headers_link(struct http_round *h)
 	return 0;
 }
 
-/* Replaces every occurrence of each of the n secrets (NULL and "" skipped) in text (a
- * NUL-terminated string in a buffer of size <= SINK_CAUSE_LEN bytes) with REDACTED, truncating
- * if the text grows. Subscribers echo requests in error bodies, and curl's messages may
+/* Replaces every credential the round's request carried, in every encoding it travels
+ * in (redact.h), in text (size bytes): the subscription's and the access token of its
+ * Authorization line. Subscribers echo requests in error bodies, and curl's messages may
  * quote a URL: whatever lands in a cause goes through here. */
-void http_redact_secrets(char *text, size_t size, const char *const *secrets, size_t n)
-{
-	char tmp[SINK_CAUSE_LEN];
-	for (size_t i = 0; i < n; i++) {
-		const char *sec = secrets[i];
-		size_t slen = sec ? strlen(sec) : 0;
-		if (!slen || !strstr(text, sec))
-			continue;
-		size_t o = 0;
-		const char *p = text, *hit;
-		while ((hit = strstr(p, sec))) {
-			size_t pre = (size_t)(hit - p);
-			if (o + pre + sizeof(REDACTED) > sizeof(tmp))
-				break;
-			memcpy(tmp + o, p, pre);
-			memcpy(tmp + o + pre, REDACTED, sizeof(REDACTED) - 1);
-			o += pre + sizeof(REDACTED) - 1;
-			p = hit + slen;
-		}
-		if (hit) /* out of room: cut the text before the secret */
-			p = "";
-		size_t rest = strlen(p);
-		if (o + rest >= sizeof(tmp))
-			rest = sizeof(tmp) - 1 - o;
-		memcpy(tmp + o, p, rest);
-		o += rest;
-		if (o >= size)
-			o = size - 1;
-		memcpy(text, tmp, o);
-		text[o] = '\0';
-	}
-}
-
-/* http_redact_secrets() with every credential the round's request carried. */
 void http_redact(const struct http_round *h, char *text, size_t size)
 {
-	const struct subscription *s = h->sj->sub;
-	const char *list[8];
-	size_t n = 0;
-	char *escaped = NULL;
+	struct redact_set r;
 
 	if (!text[0])
 		return;
-	list[n++] = s->auth_secret;
-	if (s->auth_type == AUTH_QUERY && s->auth_secret)
-		list[n++] = escaped = curl_easy_escape(NULL, s->auth_secret, 0);
-	list[n++] = s->oauth2.client_secret;
-	list[n++] = s->oauth2.password;
-	/* the credential part of Authorization (encoded Basic, a bearer token) */
-	for (const struct curl_slist *l = h->headers; l && n < 8; l = l->next) {
+	redact_init(&r);
+	int rc = redact_add_subscription(&r, h->sj->sub);
+	for (const struct curl_slist *l = h->headers; l; l = l->next) {
 		if (strncasecmp(l->data, "Authorization:", 14) == 0) {
 			const char *cred = strrchr(l->data, ' ');
-			if (cred && strlen(cred + 1) >= 4)
-				list[n++] = cred + 1;
+			if (cred)
+				rc |= redact_add_secret(&r, cred + 1);
 		}
 	}
-	http_redact_secrets(text, size, list, n);
-	curl_free(escaped);
+	if (rc)
+		text[0] = '\0'; /* out of memory: nothing shown beats a credential shown */
+	else
+		redact_apply(&r, text, size);
+	redact_clear(&r);
 }
 
-/* The request headers of DESIGN §3 for the round's next attempt. bearer (borrowed) is the
- * oauth2 access token, NULL for other auth types. */
+/* The request headers for the round's next attempt: Standard Webhooks', outboxd's, the
+ * auth and the subscription's own. bearer (borrowed) is the oauth2 access token, NULL for
+ * other auth types. Returns 0, -1 (a line too long, or memory), or -2 (a control
+ * character in a value: see headers_link). */
 static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, const char *bearer)
 {
 	const struct subscription *s = h->sj->sub;
@@ -238,7 +212,7 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 	    append_line(h, "Expect", NULL))
 		goto fail;
 	if (s->secret) {
-		/* During a rotation's grace period the old secret signs too (DESIGN §3). */
+		/* During a rotation's grace period the old secret signs too. */
 		const char *prev = s->previous_secret && now_ms < s->previous_secret_until
 					   ? s->previous_secret : NULL;
 		char sig[SIGN_HEADER_LEN];
@@ -277,9 +251,11 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 	for (size_t i = 0; i < s->n_headers; i++)
 		if (append_header(h, "%s: %s", s->headers[i].name, s->headers[i].value))
 			goto fail;
-	if (headers_link(h))
-		goto fail;
-	return 0;
+	int rc = headers_link(h);
+	if (rc == 0)
+		return 0;
+	http_headers_clear(h);
+	return rc;
 fail:
 	http_headers_clear(h);
 	return -1;
@@ -308,15 +284,14 @@ static const char *build_url(struct http_round *h)
 }
 
 
-/* What every request of the dispatcher sets: a POST, no signals, no redirects, HTTP(S)
- * only, errors into errbuf, the body to write_cb; owner is CURLOPT_PRIVATE and the
- * write callback's data (a struct round or a struct token_fetch). */
 /* CURLOPT_OPENSOCKETFUNCTION: every connection of a delivery or token request is opened
- * here, after DNS resolution, to the address checked (core/ssrf.h): no rebinding window. */
+ * here, after DNS resolution, to the address checked (core/ssrf.h): no rebinding window.
+ * Behind the egress proxy every socket goes to the proxy, and the target's address was
+ * checked before (http_proxy.c). */
 static curl_socket_t guard_open_cb(void *ctx, curlsocktype purpose, struct curl_sockaddr *a)
 {
 	struct http_guard *g = ctx;
-	const char *class = ssrf_refused(g->policy, &a->addr);
+	const char *class = g->via_proxy ? NULL : ssrf_refused(g->policy, &a->addr);
 
 	if (class) {
 		char ip[64];
@@ -327,14 +302,18 @@ static curl_socket_t guard_open_cb(void *ctx, curlsocktype purpose, struct curl_
 	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
-void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb,
-		      struct http_guard *guard)
+/* What every request of the dispatcher sets: a POST, no signals, no redirects, HTTP(S)
+ * only, errors into errbuf, the body to write_cb; owner is CURLOPT_PRIVATE and the
+ * write callback's data (a struct round or a struct token_fetch). */
+void http_easy_common(const struct http_sink *hs, CURL *e, void *owner, char *errbuf,
+		      curl_write_callback write_cb, struct http_guard *guard)
 {
 	curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, guard_open_cb);
 	curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, guard);
 	/* A proxy from the environment would make the guard check the proxy, not the
-	 * target: deliveries connect directly. */
+	 * target: deliveries connect directly, or through the egress proxy set. */
 	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+	http_proxy_options(hs, e, guard);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, owner);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -382,6 +361,66 @@ static int prereq_cb(void *ctx, char *primary_ip, char *local_ip, int primary_po
 	return CURL_PREREQFUNC_OK;
 }
 
+/* Hands the round's request to libcurl's multi; counted: it is in flight already
+ * (it waited for the egress proxy's lookup). */
+static void transfer_add(struct http_round *h, int counted)
+{
+	struct http_sink *hs = h->hs;
+	CURLMcode mrc = curl_multi_add_handle(hs->multi, h->easy);
+	if (mrc != CURLM_OK) {
+		if (counted)
+			http_transfer_done(h);
+		http_fail_local(h, curl_multi_strerror(mrc));
+		return;
+	}
+	metrics_http_request(0);
+	h->state = HTTP_IN_FLIGHT;
+	if (!counted) {
+		hs->in_flight++;
+		http_flying_add(h);
+	}
+}
+
+/* The lookup the round waited for ended (proxy_wait.resume). */
+static void proxy_resumed(struct http_sink *hs, struct proxy_wait *w, enum transport_error te,
+			  const char *failure)
+{
+	struct http_round *h = (struct http_round *)((char *)w - offsetof(struct http_round, pwait));
+	char why[160];
+	if (failure) {
+		http_transfer_done(h);
+		http_finish(h, te, 0, failure);
+		return;
+	}
+	switch (http_proxy_prepare(hs, h->easy, build_url(h), &h->guard, &h->connect_to, w, why,
+				   sizeof(why))) {
+	case PROXY_GO:
+		transfer_add(h, 1);
+		return;
+	case PROXY_WAIT: /* what it found could not be kept: it looks again */
+		return;
+	case PROXY_REFUSED:
+		http_transfer_done(h);
+		http_finish(h, TRANSPORT_REFUSED, 0, "refused by the SSRF guard");
+		return;
+	case PROXY_FAILED:
+		http_transfer_done(h);
+		http_fail_local(h, why);
+		return;
+	}
+}
+
+/* 1 when every TLS file s names lies inside tls_dir (util/path.h): the API refuses
+ * others, and a subscription stored before the setting was set is held to it here. */
+static int tls_files_inside(const char *tls_dir, const struct subscription *s)
+{
+	const char *files[] = {s->tls_ca_file, s->tls_client_cert, s->tls_client_key};
+	for (size_t i = 0; i < 3; i++)
+		if (files[i] && !path_readable_inside(tls_dir, files[i]))
+			return 0;
+	return 1;
+}
+
 /* Sends the attempt's request. bearer (borrowed, copied into the headers): the oauth2
  * access token, NULL for other auth types. */
 void http_send_request(struct http_round *h, const char *bearer)
@@ -391,8 +430,20 @@ void http_send_request(struct http_round *h, const char *bearer)
 	const struct subscription *s = h->sj->sub;
 	const char *url;
 
-	if (build_headers(h, h->sj->attempt_no, clock_now_ms(), bearer)) {
+	int built = build_headers(h, h->sj->attempt_no, clock_now_ms(), bearer);
+	if (built == -2) {
+		http_fail_refused(h, "a header value holds a control character (CR, LF, NUL, ...): "
+				     "the event's type or content type, or the subscription's");
+		return;
+	}
+	if (built) {
 		http_fail_local(h, "a header is too long or memory ran out");
+		return;
+	}
+	if (!tls_files_inside(hs->tls_dir, s)) {
+		http_fail_refused(h, "a TLS file of the subscription (tls.ca_file, "
+				     "tls.client_cert, tls.client_key) is not a file outboxd can "
+				     "read inside the tls_dir directory");
 		return;
 	}
 	if (!(url = build_url(h))) {
@@ -418,7 +469,7 @@ void http_send_request(struct http_round *h, const char *bearer)
 	if (!h->easy_ready || tls || h->easy_tls) {
 		curl_easy_reset(e);
 		h->guard.policy = h->hs->ssrf;
-		http_easy_common(e, h, h->errbuf, http_body_cb, &h->guard);
+		http_easy_common(hs, e, h, h->errbuf, http_body_cb, &h->guard);
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, h);
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -448,13 +499,25 @@ void http_send_request(struct http_round *h, const char *bearer)
 								       : s->tls_client_cert);
 	}
 	h->start_us = clock_mono_us();
-	CURLMcode mrc = curl_multi_add_handle(hs->multi, e);
-	if (mrc != CURLM_OK) {
-		http_fail_local(h, curl_multi_strerror(mrc));
-		return;
+	if (hs->proxy) {
+		char why[160];
+		switch (http_proxy_prepare(hs, e, url, &h->guard, &h->connect_to, &h->pwait, why,
+					   sizeof(why))) {
+		case PROXY_GO:
+			break;
+		case PROXY_WAIT: /* in flight already: abort and the slot's end find it */
+			h->pwait.resume = proxy_resumed;
+			h->state = HTTP_RESOLVING;
+			hs->in_flight++;
+			http_flying_add(h);
+			return;
+		case PROXY_REFUSED:
+			http_finish(h, TRANSPORT_REFUSED, 0, "refused by the SSRF guard");
+			return;
+		case PROXY_FAILED:
+			http_fail_local(h, why);
+			return;
+		}
 	}
-	metrics_http_request(0);
-	h->state = HTTP_IN_FLIGHT;
-	hs->in_flight++;
-	http_flying_add(h);
+	transfer_add(h, 0);
 }

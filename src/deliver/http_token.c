@@ -48,15 +48,15 @@ static void token_fetch_free(struct token_fetch *f)
 	if (f->easy)
 		curl_easy_cleanup(f->easy);
 	curl_slist_free_all(f->headers); /* the Basic line is wiped before this (start) */
+	curl_slist_free_all(f->connect_to);
 	if (f->form.data)
 		OPENSSL_cleanse(f->form.data, f->form.len);
 	buf_free(&f->form);
+	if (f->response.data)
+		OPENSSL_cleanse(f->response.data, f->response.len); /* may echo the request */
 	buf_free(&f->response);
-	for (int i = 0; i < 2; i++) {
-		if (f->secrets[i])
-			OPENSSL_cleanse(f->secrets[i], strlen(f->secrets[i]));
-		free(f->secrets[i]);
-	}
+	redact_clear(&f->redact);
+	free(f->entry_url);
 	free(f);
 }
 
@@ -65,7 +65,10 @@ void http_token_abort(struct http_sink *hs, struct oauth2_entry *e)
 {
 	if (!e->fetch)
 		return;
-	curl_multi_remove_handle(hs->multi, e->fetch->easy);
+	if (e->fetch->pwait.lookup)
+		http_proxy_wait_cancel(hs, &e->fetch->pwait);
+	else
+		curl_multi_remove_handle(hs->multi, e->fetch->easy);
 	token_fetch_free(e->fetch);
 	e->fetch = NULL;
 	e->cache.fetching = 0;
@@ -82,8 +85,43 @@ static size_t token_body_cb(char *data, size_t size, size_t nmemb, void *ctx)
 	return size * nmemb;
 }
 
+static void token_end(struct http_sink *hs, struct token_fetch *f, CURLcode rc);
+
+/* The lookup a token request behind the egress proxy waited for ended
+ * (proxy_wait.resume): it goes to the multi, or ends as a failed request. */
+static void token_resumed(struct http_sink *hs, struct proxy_wait *w, enum transport_error te,
+			  const char *failure)
+{
+	struct token_fetch *f = (struct token_fetch *)((char *)w - offsetof(struct token_fetch, pwait));
+	char why[160];
+	if (failure) {
+		snprintf(f->errbuf, sizeof(f->errbuf), "%s", failure);
+		token_end(hs, f, te == TRANSPORT_DNS ? CURLE_COULDNT_RESOLVE_HOST : CURLE_COULDNT_CONNECT);
+		return;
+	}
+	switch (http_proxy_prepare(hs, f->easy, f->entry_url, &f->guard, &f->connect_to, w, why,
+				   sizeof(why))) {
+	case PROXY_GO:
+		if (curl_multi_add_handle(hs->multi, f->easy) == CURLM_OK)
+			return;
+		snprintf(f->errbuf, sizeof(f->errbuf), "the token request could not be started");
+		token_end(hs, f, CURLE_FAILED_INIT);
+		return;
+	case PROXY_WAIT:
+		return;
+	case PROXY_REFUSED:
+		token_end(hs, f, CURLE_COULDNT_CONNECT); /* f->guard.refused says why */
+		return;
+	case PROXY_FAILED:
+		snprintf(f->errbuf, sizeof(f->errbuf), "%s", why);
+		token_end(hs, f, CURLE_FAILED_INIT);
+		return;
+	}
+}
+
 /* Starts the token request of e with the parameters of s (borrowed; everything needed
- * later is copied). On failure the cache records it and e->fetch stays NULL. */
+ * later is copied). On failure the cache records it and e->fetch stays NULL (and
+ * e->refused is set when the SSRF guard refused the token endpoint). */
 static void token_fetch_start(struct http_sink *hs, struct oauth2_entry *e,
 			      const struct subscription *s, int64_t timeout_ms)
 {
@@ -101,8 +139,7 @@ static void token_fetch_start(struct http_sink *hs, struct oauth2_entry *e,
 	buf_init(&f->response, OAUTH2_RESPONSE_MAX);
 	snprintf(f->url_shown, sizeof(f->url_shown), "%.*s", (int)strcspn(p->token_url, "?#"),
 		 p->token_url);
-	if ((p->client_secret && !(f->secrets[0] = strdup(p->client_secret))) ||
-	    (p->password && !(f->secrets[1] = strdup(p->password))))
+	if (redact_add_oauth2(&f->redact, p))
 		goto fail;
 	if (oauth2_request_body(p, &f->form)) {
 		why = "the token request body is too large";
@@ -133,13 +170,42 @@ static void token_fetch_start(struct http_sink *hs, struct oauth2_entry *e,
 		goto fail;
 	}
 	CURL *c = f->easy;
-	curl_easy_setopt(c, CURLOPT_URL, p->token_url);
+	if (!(f->entry_url = strdup(p->token_url)))
+		goto fail;
+	curl_easy_setopt(c, CURLOPT_URL, f->entry_url);
 	f->guard.policy = hs->ssrf;
-	http_easy_common(c, f, f->errbuf, token_body_cb, &f->guard);
+	http_easy_common(hs, c, f, f->errbuf, token_body_cb, &f->guard);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, f->form.data);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f->form.len);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, f->headers);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	e->refused = 0;
+	if (hs->proxy) {
+		char pwhy[160];
+		switch (http_proxy_prepare(hs, c, f->entry_url, &f->guard, &f->connect_to, &f->pwait,
+					   pwhy, sizeof(pwhy))) {
+		case PROXY_GO:
+			break;
+		case PROXY_WAIT:
+			f->pwait.resume = token_resumed;
+			e->fetch = f;
+			hs->token_fetches++;
+			return;
+		case PROXY_REFUSED:
+			snprintf(cause, sizeof(cause), "%s: the SSRF guard refused to connect to %s; "
+				 "an operator can allow it with the ssrf_allow setting", f->url_shown,
+				 f->guard.refused);
+			e->refused = 1;
+			token_fetch_free(f);
+			oauth2_cache_fail(&e->cache, cause, clock_mono_ms());
+			return;
+		case PROXY_FAILED:
+			snprintf(cause, sizeof(cause), "%s: %s", f->url_shown, pwhy);
+			token_fetch_free(f);
+			oauth2_cache_fail(&e->cache, cause, clock_mono_ms());
+			return;
+		}
+	}
 	CURLMcode mrc = curl_multi_add_handle(hs->multi, c);
 	if (mrc != CURLM_OK) {
 		why = curl_multi_strerror(mrc);
@@ -186,6 +252,7 @@ void http_authorize(struct http_round *h)
 		return;
 	case OAUTH2_FETCH:
 		if (!e->fetch) { /* it could not even start */
+			h->sj->permanent = e->refused;
 			http_token_failed(h, e->cache.failure);
 			return;
 		}
@@ -201,9 +268,44 @@ void http_authorize(struct http_round *h)
 	}
 }
 
-/* A token request finished: cache the token or the failure, then every delivery that
- * waited for it goes on. */
+/* Why the token endpoint's answer (f->response, status) gave no token, into why. The
+ * answer may quote the request (an endpoint that echoes it in its error): what is
+ * quoted of it is taken from a copy with the request's credentials redacted first, so
+ * no cut of the quote can leave a piece of one. */
+static void answer_refused(struct token_fetch *f, long status, char *why, size_t whylen)
+{
+	char detail[512], *token = NULL;
+	int64_t expires_in;
+	size_t len = f->response.len, cap = 8 * len + 1; /* a mask may be 8 times a match */
+	char *clean = malloc(cap);
+
+	if (clean)
+		len = redact_copy(&f->redact, f->response.data ? f->response.data : "", len, clean,
+				  cap);
+	if (!clean) {
+		snprintf(why, whylen, "%s: token endpoint answered HTTP %ld (out of memory to "
+			 "say more)", f->url_shown, status);
+		return;
+	}
+	oauth2_parse_response(status, clean, len, &token, &expires_in, detail, sizeof(detail));
+	snprintf(why, whylen, "%s: %s", f->url_shown, token ? "token response was refused" : detail);
+	if (token) { /* the redacted copy parsed where the answer did not: keep neither */
+		OPENSSL_cleanse(token, strlen(token));
+		free(token);
+	}
+	OPENSSL_cleanse(clean, cap);
+	free(clean);
+}
+
 void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
+{
+	curl_multi_remove_handle(hs->multi, f->easy);
+	token_end(hs, f, rc);
+}
+
+/* A token request ended (its handle out of the multi, or never in it): cache the token
+ * or the failure, then every delivery that waited for it goes on. */
+static void token_end(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 {
 	struct oauth2_entry *e = f->entry;
 	char why[OAUTH2_FAILURE_LEN], detail[512];
@@ -211,7 +313,6 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 	int64_t expires_in = -1;
 	long status = 0;
 
-	curl_multi_remove_handle(hs->multi, f->easy);
 	hs->token_fetches--;
 	e->fetch = NULL;
 	if (rc != CURLE_OK && f->too_big) {
@@ -230,7 +331,7 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 		if (oauth2_parse_response(status, f->response.data ? f->response.data : "",
 					  f->response.len, &token, &expires_in, detail,
 					  sizeof(detail)))
-			snprintf(why, sizeof(why), "%s: %s", f->url_shown, detail);
+			answer_refused(f, status, why, sizeof(why));
 	}
 	int64_t now = clock_mono_ms();
 	if (token) {
@@ -239,13 +340,14 @@ void http_token_done(struct http_sink *hs, struct token_fetch *f, CURLcode rc)
 			log_info("subscription %s: oauth2 token request works again", e->sub_id);
 		e->failing = 0;
 	} else {
-		http_redact_secrets(why, sizeof(why), (const char *const *)f->secrets, 2);
+		redact_apply(&f->redact, why, sizeof(why));
 		oauth2_cache_fail(&e->cache, why, now);
 		if (!e->failing)
 			log_warn("subscription %s: oauth2 token request failed: %s", e->sub_id, why);
 		e->failing = 1;
 	}
 	int ssrf_refused_token = f->guard.refused[0] != '\0';
+	e->refused = !token && rc != CURLE_OK && ssrf_refused_token;
 	token_fetch_free(f);
 
 	struct http_round *w = e->waiters;

@@ -123,7 +123,8 @@ static int conn_deadline(struct wire *w, struct wire_conn *c, int64_t at_us)
 
 /* The parts of a plain http:// URL this client sends as libcurl would: 0 and the
  * authority, host and path spans, or -1 when libcurl should take it (another scheme,
- * user info, a byte libcurl would escape, a dot segment it would remove, a bad port). */
+ * user info, a byte libcurl would escape, a dot segment it would remove, a bad port, a
+ * host it would decode or an address it would rewrite). */
 struct url_parts {
 	const char *auth, *host, *path;
 	size_t auth_len, host_len, path_len;
@@ -137,6 +138,32 @@ struct wire_url {
 	struct url_parts u;
 	struct wire_target *t;
 };
+
+/* 0 when the len bytes at host are an IP address spelt another way than libcurl
+ * writes it: IPv4 other than dotted-decimal (063.0.0.1, 127.1, 0x7f.0.0.1, 2130706433),
+ * IPv6 (v6: between brackets) other than inet_ntop's form ([::0], [::FFFF:7f00:1]), or
+ * with a zone. libcurl sends the address it reads in Host, so this client must leave
+ * those to it. 1 for a canonical address or a name. */
+static int ip_canonical(const char *host, size_t len, int v6)
+{
+	char ip[INET6_ADDRSTRLEN], back[INET6_ADDRSTRLEN];
+	struct in6_addr a;
+
+	if (!v6) {
+		if (host[0] < '0' || host[0] > '9')
+			return 1; /* a name: libcurl reads a number only from its first character */
+		for (size_t i = 0; i < len; i++)
+			if (!strchr("0123456789abcdefABCDEFxX.", host[i]))
+				return 1;
+	}
+	if (len >= sizeof(ip))
+		return 0;
+	memcpy(ip, host, len);
+	ip[len] = '\0';
+	int af = v6 ? AF_INET6 : AF_INET;
+	return inet_pton(af, ip, &a) == 1 && inet_ntop(af, &a, back, sizeof(back)) &&
+	       strcmp(ip, back) == 0;
+}
 
 static int url_split(const char *url, struct url_parts *u)
 {
@@ -182,7 +209,9 @@ static int url_split(const char *url, struct url_parts *u)
 			return -1;
 		u->port = (int)v;
 	}
-	if (!u->host_len)
+	/* libcurl decodes %XX in a host name */
+	if (!u->host_len || memchr(u->host, '%', u->host_len) ||
+	    !ip_canonical(u->host, u->host_len, a[0] == '['))
 		return -1;
 	const char *path = a + alen;
 	u->path = path;

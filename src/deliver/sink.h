@@ -158,12 +158,22 @@ void sink_close(struct sink *s);
 
 /* The members. Each returns NULL (with a message in err) when it cannot start. */
 struct ssrf_policy;
-/* The HTTP sink; ssrf (borrowed, outlives the sink) says which addresses its deliveries
- * and token requests may connect to (core/ssrf.h); lean: plain http:// deliveries go over
- * its own HTTP/1.1 client (http_wire.c) when they can, else everything over libcurl;
- * connect_timeout_ms: how long a connect may take before the attempt's own timeout (from
- * when its request is written) starts. */
-struct sink *sink_http_open(int max_connections, int lean, int64_t connect_timeout_ms,
-			    const struct ssrf_policy *ssrf, char *err, size_t errlen);
+/* What the HTTP sink is opened with (pointers borrowed: they outlive the sink). */
+struct sink_http_settings {
+	int max_connections;         /* kept-alive connections at most */
+	int lean;                    /* plain http:// deliveries over its own HTTP/1.1 client
+	                                (http_wire.c) when they can, else all over libcurl */
+	int64_t connect_timeout_ms;  /* how long a connect may take before the attempt's own
+	                                timeout (from when its request is written) starts */
+	const struct ssrf_policy *ssrf; /* which addresses deliveries and token requests may
+	                                   connect to (core/ssrf.h) */
+	const char *tls_dir;         /* a subscription's TLS files are used only from inside
+	                                it (NULL or "": none is) */
+	const char *egress_proxy;    /* http://host:port: every request through its CONNECT
+	                                tunnels, over libcurl (NULL or "": connect directly) */
+};
+
+/* The HTTP sink; NULL with err filled when it cannot be set up. */
+struct sink *sink_http_open(const struct sink_http_settings *set, char *err, size_t errlen);
 
 #endif

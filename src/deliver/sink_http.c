@@ -1,6 +1,6 @@
 /* sink_http.c: the HTTP member of the sink family (sink.h) — webhooks over libcurl.
  *
- * Owns everything HTTP about an attempt: the request (DESIGN §3 headers, signature,
+ * Owns everything HTTP about an attempt: the request (Standard Webhooks headers, signature,
  * auth, query credential), the libcurl multi handle and its sockets (an epoll set of its
  * own, which the dispatcher watches as one fd), OAuth2 tokens (one request per
  * subscription however many deliveries wait for it; oauth2.h has the cache rules; a
@@ -14,7 +14,8 @@
  *
  * This file: the sink interface, libcurl's multi handle and its sockets, completions;
  * requests are built in http_request.c and sent over plain http:// by the lean client of
- * http_wire.c when it can, OAuth2 tokens fetched in http_token.c. */
+ * http_wire.c when it can, OAuth2 tokens fetched in http_token.c, and everything goes
+ * through the egress proxy with http_proxy.c when one is set. */
 #include "deliver/sink_http_int.h"
 
 #include <errno.h>
@@ -71,8 +72,6 @@ void http_report(struct http_round *h)
 	h->hs->env.done(h->hs->env.ctx, sj);
 }
 
-/* http_redact_secrets() with every credential the round's request carried. */
-
 /* The attempt failed before a request was answered (no token, a failed token request):
  * the usual retries follow. */
 void http_failed(struct http_round *h, int code, const char *message, const char *cause)
@@ -98,6 +97,14 @@ void http_fail_local(struct http_round *h, const char *why)
 	http_report(h);
 }
 
+/* The request must never be made as the subscription or event stands (a header value
+ * with a control character, a TLS file outside tls_dir): no retry can change that, so
+ * the delivery goes to the dead-letter queue at once. */
+void http_fail_refused(struct http_round *h, const char *why)
+{
+	h->sj->permanent = 1;
+	http_fail_local(h, why);
+}
 
 /* errbuf: curl's message, which tells a TLS alert after the handshake (a TLS 1.3 server
  * refusing our client certificate) from other receive errors. */
@@ -325,8 +332,11 @@ static void read_completions(struct http_sink *hs)
 		CURLcode rc = m->data.result;
 		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&owner);
 		/* m is invalid once its handle is removed: rc is read before */
-		if (*(enum transfer_kind *)owner == TRANSFER_TOKEN)
+		enum transfer_kind kind = *(enum transfer_kind *)owner;
+		if (kind == TRANSFER_TOKEN)
 			http_token_done(hs, owner, rc);
+		else if (kind == TRANSFER_LOOKUP)
+			http_proxy_lookup_done(hs, owner, rc);
 		else
 			http_completed(owner, rc);
 	}
@@ -479,7 +489,7 @@ static int64_t http_wait_us(void *priv, int64_t now_us)
 static int http_busy(void *priv)
 {
 	struct http_sink *hs = priv;
-	return hs->in_flight + hs->token_fetches;
+	return hs->in_flight + hs->token_fetches + http_proxy_busy(hs);
 }
 
 /* Stops every running request and token request; the deliveries in them and those
@@ -502,6 +512,8 @@ static void http_abort(void *priv)
 		struct http_round *h = hs->flying;
 		if (h->conn)
 			wire_cancel(hs->wire, h);
+		else if (h->state == HTTP_RESOLVING)
+			http_proxy_wait_cancel(hs, &h->pwait);
 		else
 			curl_multi_remove_handle(hs->multi, h->easy);
 		http_transfer_done(h);
@@ -529,13 +541,16 @@ static void http_round_free(void *priv, struct sink_round *sj)
 	struct http_round *h = sj->state[hs->env.slot];
 	if (!h)
 		return;
-	if (h->state == HTTP_IN_FLIGHT) {
+	if (h->state == HTTP_IN_FLIGHT || h->state == HTTP_RESOLVING) {
 		if (h->conn)
 			wire_cancel(hs->wire, h);
+		else if (h->state == HTTP_RESOLVING)
+			http_proxy_wait_cancel(hs, &h->pwait);
 		else
 			curl_multi_remove_handle(hs->multi, h->easy);
 		http_transfer_done(h);
 	}
+	curl_slist_free_all(h->connect_to);
 	wire_round_free(h);
 	if (h->easy)
 		curl_easy_cleanup(h->easy);
@@ -567,6 +582,7 @@ static void http_close(void *priv)
 	}
 	/* The round slots are freed (dispatcher_stop): no handle uses a pool any more, and
 	 * the pools close their connections. */
+	http_proxy_close(hs); /* its lookups' handles leave the multi */
 	for (int i = 0; i < hs->n_pools; i++)
 		curl_share_cleanup(hs->pools[i]);
 	free(hs->pools);
@@ -594,15 +610,22 @@ static const struct sink_ops http_ops = {
 	.close = http_close,
 };
 
-struct sink *sink_http_open(int max_connections, int lean, int64_t connect_timeout_ms,
-			    const struct ssrf_policy *ssrf, char *err, size_t errlen)
+struct sink *sink_http_open(const struct sink_http_settings *set, char *err, size_t errlen)
 {
 	struct sink *s = calloc(1, sizeof(*s));
 	struct http_sink *hs = calloc(1, sizeof(*hs));
+	int max_connections = set->max_connections, lean = set->lean;
 	if (!s || !hs)
 		goto fail;
-	hs->ssrf = ssrf;
-	hs->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 3000;
+	/* behind a proxy every request goes through libcurl's CONNECT tunnel */
+	if (set->egress_proxy && *set->egress_proxy) {
+		if (!(hs->proxy = http_proxy_open(set->egress_proxy)))
+			goto fail;
+		lean = 0;
+	}
+	hs->ssrf = set->ssrf;
+	hs->tls_dir = set->tls_dir;
+	hs->connect_timeout_ms = set->connect_timeout_ms > 0 ? set->connect_timeout_ms : 3000;
 	hs->curl_due_us = -1;
 	hs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))
@@ -635,6 +658,8 @@ fail:
 				curl_share_cleanup(hs->pools[i]);
 		free(hs->pools);
 	}
+	if (hs && hs->proxy)
+		http_proxy_close(hs);
 	if (hs && hs->multi)
 		curl_multi_cleanup(hs->multi);
 	if (hs)

@@ -1,8 +1,8 @@
 /* sink_http_int.h: what the files of the HTTP sink share (sink_http.c: the sink and
  * libcurl's multi interface; http_request.c: building a request, redaction;
  * http_wire.c: the lean HTTP/1.1 client of plain http:// requests; http_token.c: OAuth2
- * token requests). Nobody else includes it: the dispatcher sees
- * the HTTP sink only through sink.h. */
+ * token requests; http_proxy.c: requests through the egress proxy). Nobody else
+ * includes it: the dispatcher sees the HTTP sink only through sink.h. */
 #ifndef OUTBOXD_DELIVER_SINK_HTTP_INT_H
 #define OUTBOXD_DELIVER_SINK_HTTP_INT_H
 
@@ -16,13 +16,13 @@
 #include "core/errmap.h"
 #include "core/ssrf.h"
 #include "deliver/oauth2.h"
+#include "deliver/redact.h"
 #include "deliver/sink.h"
 #include "util/buf.h"
 #include "util/dheap.h"
 
 #define TOKEN_FORM_MAX 16384  /* token request bodies (credentials, scope, audience) */
 #define OAUTH_IDLE_MS (3600 * 1000LL) /* a token cache unused this long is dropped */
-#define REDACTED "********"
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
 /* libcurl 7.88 walks connections per request: every connection of its cache when a
  * finished transfer is removed (curl_multi_remove_handle's close_connect_only pass,
@@ -39,12 +39,16 @@
 #define CURL_EVENT_TAG(fd) ((uint64_t)(fd) << 1)
 #define WIRE_EVENT_TAG(ptr) ((uint64_t)(ptr) | 1)
 
-/* What CURLOPT_PRIVATE of an easy handle points at: the first member of either struct. */
-enum transfer_kind { TRANSFER_DELIVERY, TRANSFER_TOKEN };
+/* What CURLOPT_PRIVATE of an easy handle points at: the first member of each struct. */
+enum transfer_kind { TRANSFER_DELIVERY, TRANSFER_TOKEN, TRANSFER_LOOKUP };
 
-enum http_state { HTTP_IDLE, HTTP_IN_FLIGHT, HTTP_TOKEN_WAIT };
+/* HTTP_RESOLVING: behind the egress proxy, waiting for its target's address (counted
+ * in flight, in the flying list, no transfer in the multi). */
+enum http_state { HTTP_IDLE, HTTP_IN_FLIGHT, HTTP_TOKEN_WAIT, HTTP_RESOLVING };
 
 struct http_sink;
+struct http_proxy;
+struct proxy_lookup;
 struct oauth2_entry;
 struct wire;
 struct wire_conn;
@@ -57,7 +61,20 @@ struct wire_url;
 
 struct http_guard {
 	const struct ssrf_policy *policy;
+	int via_proxy;               /* every socket goes to the egress proxy: its target was
+	                                checked before (http_proxy.c), the proxy is not */
 	char refused[128];           /* "" or "loopback address 127.0.0.1" */
+};
+
+/* A request behind the egress proxy waiting for its target's address (http_proxy.c):
+ * resume is called once, with te TRANSPORT_OK and failure NULL when the address is
+ * known (checked or refused: http_proxy_prepare says which), else with why it could not
+ * be found. */
+struct proxy_wait {
+	struct proxy_wait *next;
+	struct proxy_lookup *lookup; /* the one it waits for, NULL when none */
+	void (*resume)(struct http_sink *hs, struct proxy_wait *w, enum transport_error te,
+		       const char *failure);
 };
 
 /* One round slot's HTTP state (sink_round.state[slot]). */
@@ -78,6 +95,8 @@ struct http_round {
 	char *url;                   /* owned when query auth rewrote it, else NULL */
 	char errbuf[CURL_ERROR_SIZE];
 	struct http_guard guard;       /* the SSRF guard of its connections */
+	struct proxy_wait pwait;     /* behind the egress proxy: waiting for an address */
+	struct curl_slist *connect_to; /* behind it: CURLOPT_CONNECT_TO, owned */
 	size_t body_len;             /* response bytes kept in sj->cause */
 	struct oauth2_entry *oauth;  /* oauth2: the subscription's token cache */
 	uint64_t token_gen;          /* oauth2: generation of the token sent */
@@ -118,10 +137,13 @@ struct token_fetch {
 	struct buf form;             /* the request body; wiped when freed */
 	struct buf response;         /* capped at OAUTH2_RESPONSE_MAX */
 	int too_big;
-	char *secrets[2];            /* client_secret and password copies, to redact causes */
+	struct redact_set redact;    /* the request's credentials, to redact its failure */
+	char *entry_url;             /* token_url (owned) */
 	char url_shown[256];         /* token_url without its query, for causes */
 	char errbuf[CURL_ERROR_SIZE];
 	struct http_guard guard;     /* the SSRF guard of its connections */
+	struct proxy_wait pwait;     /* behind the egress proxy: waiting for an address */
+	struct curl_slist *connect_to; /* behind it: CURLOPT_CONNECT_TO, owned */
 };
 
 /* The token cache of one subscription's oauth2 configuration (a changed configuration
@@ -134,6 +156,7 @@ struct oauth2_entry {
 	struct http_round *waiters;    /* HTTP_TOKEN_WAIT rounds; non-empty only while fetch runs */
 	int64_t last_used_ms;        /* monotonic */
 	int failing;                 /* the last request failed (logged once) */
+	int refused;                 /* ... and the SSRF guard refused its address */
 	struct oauth2_entry *next;
 };
 
@@ -142,6 +165,7 @@ struct http_sink {
 	int64_t connect_timeout_ms;  /* a delivery's connect (TLS included) may take this */
 	struct dheap answers;        /* libcurl requests connected: their answer deadlines */
 	const struct ssrf_policy *ssrf; /* borrowed: which addresses may be connected to */
+	const char *tls_dir;         /* borrowed: where a subscription's TLS files may be */
 	CURLM *multi;
 	int epfd;                    /* curl's sockets */
 	int64_t curl_due_us;         /* curl's timer (monotonic), -1 = none */
@@ -158,6 +182,7 @@ struct http_sink {
 	int n_pools;
 	int next_pool;               /* the pool of the next round made */
 	struct wire *wire;           /* the lean client of plain http://, NULL when off */
+	struct http_proxy *proxy;    /* the egress proxy (http_proxy.c), NULL when none */
 };
 
 /* ---- sink_http.c ---------------------------------------------------------------------- */
@@ -177,6 +202,8 @@ void http_finish(struct http_round *h, enum transport_error te, long status, con
 void http_failed(struct http_round *h, int code, const char *message, const char *cause);
 /* Ends the attempt with a local failure (no request was made): 520 with why. */
 void http_fail_local(struct http_round *h, const char *why);
+/* The same, and permanent: the request must never be made as things stand. */
+void http_fail_refused(struct http_round *h, const char *why);
 /* The transport error class of a failed transfer (core/errmap.h). */
 enum transport_error http_classify(CURLcode rc, const char *errbuf);
 /* CURLOPT_WRITEFUNCTION of deliveries: keeps the start of the response body. */
@@ -184,17 +211,15 @@ size_t http_body_cb(char *data, size_t size, size_t nmemb, void *ctx);
 
 /* ---- http_request.c ------------------------------------------------------------------- */
 
-/* Replaces every credential of the round's subscription in text (size bytes) with
- * ********, so no cause or log line carries one. */
+/* Replaces every credential of the round's request in text (size bytes) with ********,
+ * in every encoding (redact.h), so no cause or log line carries one. */
 void http_redact(const struct http_round *h, char *text, size_t size);
-/* Replaces each of the n secrets (NULL or short ones skipped) in text with ********. */
-void http_redact_secrets(char *text, size_t size, const char *const *secrets, size_t n);
 /* Wipes the round's header lines (they may carry credentials) and empties the list. */
 void http_headers_clear(struct http_round *h);
-/* Options every transfer of this sink shares (owner in CURLOPT_PRIVATE), the SSRF guard
- * (guard->policy set by the caller) among them. */
-void http_easy_common(CURL *e, void *owner, char *errbuf, curl_write_callback write_cb,
-		      struct http_guard *guard);
+/* Options every transfer of hs shares (owner in CURLOPT_PRIVATE), the SSRF guard
+ * (guard->policy set by the caller) and the egress proxy among them. */
+void http_easy_common(const struct http_sink *hs, CURL *e, void *owner, char *errbuf,
+		      curl_write_callback write_cb, struct http_guard *guard);
 /* Builds the attempt's request (headers, signature, auth; bearer borrowed, may be NULL)
  * and adds it to the multi handle, or fails the attempt. */
 void http_send_request(struct http_round *h, const char *bearer);
@@ -223,6 +248,34 @@ void wire_round_free(struct http_round *h);
 void wire_reap(struct wire *w);
 /* Closes kept-alive connections unused for too long. */
 void wire_prune(struct wire *w, int64_t now_ms);
+
+/* ---- http_proxy.c --------------------------------------------------------------------- */
+
+enum proxy_step {
+	PROXY_GO,       /* e is set to reach the checked address through the proxy */
+	PROXY_WAIT,     /* w waits for the lookup of the target's name */
+	PROXY_REFUSED,  /* the SSRF guard refused the target: guard->refused says why */
+	PROXY_FAILED,   /* why says why nothing can be asked */
+};
+
+/* The egress proxy at url (borrowed, copied); NULL when out of memory. */
+struct http_proxy *http_proxy_open(const char *url);
+/* Stops its lookups (their waiters must be gone: abort first) and frees it. */
+void http_proxy_close(struct http_sink *hs);
+/* Lookups in flight. */
+int http_proxy_busy(const struct http_sink *hs);
+/* The proxy's options on e (none without a proxy); guard->via_proxy follows. */
+void http_proxy_options(const struct http_sink *hs, CURL *e, struct http_guard *guard);
+/* Makes e (a delivery's or token request's, borrowed) reach url through the proxy, to an
+ * address the SSRF guard checked: see enum proxy_step. *connect_to (owned by the caller,
+ * replaced here) must outlive the transfer; w is the caller's place in a lookup's list. */
+enum proxy_step http_proxy_prepare(struct http_sink *hs, CURL *e, const char *url,
+				   struct http_guard *guard, struct curl_slist **connect_to,
+				   struct proxy_wait *w, char *why, size_t whylen);
+/* Takes w out of its lookup's list (abort, slot freed); nothing when it waits for none. */
+void http_proxy_wait_cancel(struct http_sink *hs, struct proxy_wait *w);
+/* A lookup ended with rc: its answer is kept, and every waiter resumed. */
+void http_proxy_lookup_done(struct http_sink *hs, struct proxy_lookup *l, CURLcode rc);
 
 /* ---- http_token.c --------------------------------------------------------------------- */
 

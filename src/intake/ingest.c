@@ -1,6 +1,7 @@
 /* ingest.c: validation of ingested events and their fan-out (see ingest.h). */
 #include "intake/ingest.h"
 
+#include "core/header.h"
 #include "core/ops_event.h"
 
 #include <jansson.h>
@@ -201,6 +202,12 @@ static int parse_event(json_t *obj, const char *body, const struct span *span,
 	    opt_string(member[KEY_PAYLOAD_BASE64], at, KEY_PAYLOAD_BASE64,
 		       (size_t)max_payload * 4 / 3 + 4, &b64, err))
 		return -1;
+	/* the content type is the Content-Type header of the event's requests */
+	if (ev->content_type && !header_value_valid(ev->content_type, strlen(ev->content_type))) {
+		event_field(field, sizeof(field), at, "content_type");
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s " HEADER_VALUE_RULE, field);
+	}
 	if (!ev->source)
 		ev->source = "";
 	if (ev->source_event_id && !*ev->source_event_id)

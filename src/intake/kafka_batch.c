@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/header.h"
 #include "core/sub_codec.h"
 #include "core/trace.h"
 #include "util/clock.h"
@@ -231,6 +232,11 @@ static int from_envelope(struct kafka_batch *b, const struct topic_conf *tc, str
 		snprintf(it->why, sizeof(it->why), "event.id must be at most %d visible ASCII "
 			 "characters (a UUID): it is the webhook-id of the event's requests",
 			 UPSTREAM_ID_MAX);
+		return -1;
+	}
+	if (!header_value_valid(e->type, strlen(e->type))) {
+		snprintf(it->why, sizeof(it->why), "event.type " HEADER_VALUE_RULE ": it is the "
+			 "outboxd-event-type header of the event's requests");
 		return -1;
 	}
 	if ((int64_t)e->payload_len > b->cfg.max_payload) {

@@ -105,6 +105,21 @@ static inline int e2e_file_contains(const char *path, const char *needle)
 	return found;
 }
 
+/* The daemon's log so far (its first MiB), returned (free it). */
+static inline char *e2e_daemon_log(const struct daemon *d)
+{
+	char path[512];
+	size_t cap = 1 << 20;
+	char *buf = malloc(cap);
+	FILE *f = fopen(daemon_log_path(d, path, sizeof(path)), "r");
+	assert_non_null(buf);
+	assert_non_null(f);
+	size_t n = fread(buf, 1, cap - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
 /* Standard Webhooks, recomputed independently of outboxd: base64(HMAC-SHA256(key,
  * id.timestamp.body)) with key the base64-decoded part of the whsec_ secret. */
 static inline void e2e_expected_signature(const char *secret, const char *id, const char *ts,

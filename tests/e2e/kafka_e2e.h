@@ -58,11 +58,14 @@ struct env_spec {
 	int binary;
 	Outboxd__V1__AuthType auth;
 	const char *user, *pass, *token_url, *client_id, *client_secret;
+	const char *token;          /* HEADER_TOKEN, API_KEY, ... */
+	const char *header_value;   /* of the header X-Envelope; NULL: "yes" */
 	const char *subscription_id;
 	int confluent;      /* Schema Registry framing: 0, schema id 7, index list [0] */
 };
 
-/* Encodes s with the header X-Envelope: yes; returned (free it), *len set. */
+/* Encodes s with the header X-Envelope (yes, or s->header_value); returned (free it),
+ * *len set. */
 static inline void *kafka_e2e_encode(const struct env_spec *s, size_t *len)
 {
 	Outboxd__V1__Event ev = OUTBOXD__V1__EVENT__INIT;
@@ -83,7 +86,7 @@ static inline void *kafka_e2e_encode(const struct env_spec *s, size_t *len)
 	if (s->subscription_id)
 		oe.subscription_id = (char *)s->subscription_id;
 	hdr.key = "X-Envelope";
-	hdr.value = "yes";
+	hdr.value = (char *)(s->header_value ? s->header_value : "yes");
 	oe.n_headers = 1;
 	oe.headers = hdrs;
 	if (s->auth) {
@@ -98,6 +101,8 @@ static inline void *kafka_e2e_encode(const struct env_spec *s, size_t *len)
 			auth.client_id = (char *)s->client_id;
 		if (s->client_secret)
 			auth.client_secret = (char *)s->client_secret;
+		if (s->token)
+			auth.token = (char *)s->token;
 		if (s->auth == OUTBOXD__V1__AUTH_TYPE__OAUTH)
 			auth.grant_type = "client_credentials";
 		oe.auth = &auth;

@@ -2,8 +2,9 @@
  * real local server, OAuth2 tokens (one token request for many deliveries, expiry, the
  * 401 refresh, a failing token endpoint), Standard Webhooks signatures recomputed here
  * (generated secrets, rotation), TLS with a CA, a certificate and a client certificate made
- * by this test with the openssl CLI, and credentials that never show up in the API, in
- * attempt causes or in the log. Real daemon, real receivers: `sub` plays the subscribers,
+ * by this test with the openssl CLI (inside tls_dir; files outside it refused alike
+ * whether they exist or not), and credentials that never show up in the API, in attempt
+ * causes or in the log. Real daemon, real receivers: `sub` plays the subscribers,
  * `idp` a token endpoint. */
 #include "e2e.h"
 
@@ -62,7 +63,10 @@ static int setup(void **state)
 	make_pki(pki);
 	assert_int_equal(receiver_start(&sub), 0);
 	assert_int_equal(receiver_start(&idp), 0);
-	const char *env[] = {"OUTBOXD_RETRY_INTERVAL=200ms", NULL};
+	/* the TLS files of subscriptions must lie in tls_dir: this test's own */
+	char tls_dir[600];
+	snprintf(tls_dir, sizeof(tls_dir), "OUTBOXD_TLS_DIR=%s", pki);
+	const char *env[] = {"OUTBOXD_RETRY_INTERVAL=200ms", tls_dir, NULL};
 	memset(&dmn, 0, sizeof(dmn));
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	return 0;
@@ -536,13 +540,50 @@ static void test_tls_untrusted_then_trusted(void **state)
 	assert_true(json_is_true(json_object_get(json_array_get(reqs, 0), "tls")));
 	json_decref(reqs);
 
-	/* A CA file outboxd cannot read is refused when the subscription is made. */
-	json_t *err = api_call(&dmn, "POST", "/v1/subscriptions",
-			       "{\"name\":\"tls-bad\",\"event_types\":[\"x\"],\"endpoint\":"
-			       "\"https://127.0.0.1:1/\",\"tls\":{\"ca_file\":\"/nonexistent/ca.pem\"}}",
-			       422);
-	assert_string_equal(str(json_object_get(err, "error"), "field"), "tls.ca_file");
-	json_decref(err);
+	/* A CA file outboxd cannot read, or one outside tls_dir, is refused when the
+	 * subscription is made — with one answer whether or not the file exists, so the API
+	 * tells nothing of paths outside tls_dir. */
+	char outside[4][600], first[512] = "";
+	snprintf(outside[0], 600, "/nonexistent/ca.pem");
+	snprintf(outside[1], 600, "/etc/passwd");          /* exists, readable, outside */
+	snprintf(outside[2], 600, "%s/../../etc/passwd", pki);
+	snprintf(outside[3], 600, "%s/passwd-link.pem", pki);
+	assert_int_equal(symlink("/etc/passwd", outside[3]), 0);
+	for (int i = 0; i < 4; i++) {
+		char body[1024];
+		snprintf(body, sizeof(body), "{\"name\":\"tls-bad\",\"event_types\":[\"x\"],"
+					     "\"endpoint\":\"https://127.0.0.1:1/\",\"tls\":{"
+					     "\"ca_file\":\"%s\"}}", outside[i]);
+		json_t *err = api_call(&dmn, "POST", "/v1/subscriptions", body, 422);
+		json_t *e = json_object_get(err, "error");
+		assert_string_equal(str(e, "field"), "tls.ca_file");
+		if (!first[0])
+			snprintf(first, sizeof(first), "%s", str(e, "message"));
+		assert_string_equal(str(e, "message"), first);
+		assert_null(strstr(first, "passwd"));
+		json_decref(err);
+	}
+	unlink(outside[3]);
+
+	/* A file that leaves tls_dir after the subscription was made (here: replaced by a
+	 * link to a file outside) is not used: its attempts end for good, nothing sent. */
+	char moved[600];
+	snprintf(moved, sizeof(moved), "%s/moved-ca.pem", pki);
+	sh("cp %s %s", ca, moved);
+	e2e_create_sub(&dmn, id, "{\"name\":\"tls-moved\",\"event_types\":[\"tls.moved\"],"
+				 "\"endpoint\":\"%s/moved\",\"tls\":{\"ca_file\":\"%s\"}}", tls.url,
+		       moved);
+	unlink(moved);
+	assert_int_equal(symlink("/etc/passwd", moved), 0);
+	e2e_send(&dmn, ev, "{\"event_type\":\"tls.moved\",\"payload\":{}}");
+	d = wait_dead(ev, 10000);
+	json_t *last = json_object_get(d, "last_error");
+	assert_int_equal(json_integer_value(json_object_get(last, "code")), 520);
+	assert_non_null(strstr(str(last, "cause"), "tls_dir"));
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 1);
+	json_decref(d);
+	assert_int_equal(receiver_count(&tls, "/moved"), 0);
+	unlink(moved);
 	receiver_stop(&tls);
 }
 
@@ -613,17 +654,11 @@ static void test_credentials_never_shown(void **state)
 	free(text);
 	json_decref(list);
 
-	char log[512];
-	daemon_log_path(&dmn, log, sizeof(log));
-	FILE *f = fopen(log, "r");
-	assert_non_null(f);
-	static char buf[1 << 20];
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
+	char *buf = e2e_daemon_log(&dmn);
 	assert_no_secret("daemon.log", buf);
 	/* the token endpoint failures were logged, once per outage, without credentials */
 	assert_non_null(strstr(buf, "oauth2 token request failed"));
+	free(buf);
 }
 
 int main(void)

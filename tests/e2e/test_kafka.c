@@ -18,9 +18,10 @@
  *  - the DLT round trip: exhausted -> DLT topic -> dlt intake -> scheduled retry ->
  *    PROCESSED.
  *  - bad input: an unknown intake format stops the start; an unreachable broker leaves
- *    outboxd up but not ready; oversized payloads, unknown auth types and an event.id
- *    that cannot be a webhook-id are dead deliveries with their reason, and the
- *    partition goes on (the next envelope's requests carry its event.id as webhook-id). */
+ *    outboxd up but not ready; oversized payloads, unknown auth types, an event.id that
+ *    cannot be a webhook-id, and a token, header or event.type with CR/LF in it are dead
+ *    deliveries with their reason, and the partition goes on (the next envelope's
+ *    requests carry its event.id as webhook-id). */
 #include "kafka_e2e.h"
 #include "harness_pg.h"
 
@@ -551,39 +552,58 @@ static void test_bad_input(void **state)
 	/* an event.id that could not be a webhook-id header (it would split the request) */
 	struct env_spec h = {.id = "evil\r\nX-Injected: 1", .type = "odd.id", .endpoint = url,
 			     .payload = "{}", .payload_len = 2};
+	/* a target whose credential, header or the event's type would split the request */
+	struct env_spec t = {.id = "0190a0b0-0000-7000-8003-000000000004", .type = "odd.token",
+			     .endpoint = url, .payload = "{}", .payload_len = 2,
+			     .auth = OUTBOXD__V1__AUTH_TYPE__HEADER_TOKEN,
+			     .token = "abc\r\nX-Injected: 1\r\nHost: evil"};
+	struct env_spec v = {.id = "0190a0b0-0000-7000-8003-000000000005", .type = "odd.header",
+			     .endpoint = url, .payload = "{}", .payload_len = 2,
+			     .header_value = "yes\r\nX-Injected: 1"};
+	struct env_spec y = {.id = "0190a0b0-0000-7000-8003-000000000006",
+			     .type = "odd.type\r\nX-Injected: 1", .endpoint = url, .payload = "{}",
+			     .payload_len = 2};
 	struct env_spec ok = {.id = "0190a0b0-0000-7000-8003-000000000003", .type = "odd.fine",
 			      .endpoint = url, .payload = "{\"fine\":1}", .payload_len = 10};
-	size_t lens[4];
-	void *values[4] = {kafka_e2e_encode(&s, &lens[0]), kafka_e2e_encode(&u, &lens[1]),
-			   kafka_e2e_encode(&h, &lens[2]), kafka_e2e_encode(&ok, &lens[3])};
-	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 4,
+	size_t lens[7];
+	void *values[7] = {kafka_e2e_encode(&s, &lens[0]), kafka_e2e_encode(&u, &lens[1]),
+			   kafka_e2e_encode(&h, &lens[2]), kafka_e2e_encode(&t, &lens[3]),
+			   kafka_e2e_encode(&v, &lens[4]), kafka_e2e_encode(&y, &lens[5]),
+			   kafka_e2e_encode(&ok, &lens[6])};
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "odd", 7,
 					   (const void *const *)values, lens, NULL), 0);
 	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=odd", "OUTBOXD_MAX_PAYLOAD=1024", NULL};
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	assert_int_equal(receiver_wait_count(&rcv, "/odd", 1, 20000), 0);
 	json_t *dlq = e2e_get(&dmn, "/v1/dlq?source=kafka:odd");
 	json_t *items = json_object_get(dlq, "items");
-	assert_int_equal(json_array_size(items), 3);
-	int saw_big = 0, saw_auth = 0, saw_id = 0;
-	for (size_t i = 0; i < 3; i++) {
+	assert_int_equal(json_array_size(items), 6);
+	int saw_big = 0, saw_auth = 0, saw_id = 0, saw_token = 0, saw_header = 0, saw_type = 0;
+	for (size_t i = 0; i < 6; i++) {
 		json_t *err = json_object_get(json_array_get(items, i), "last_error");
 		const char *cause = json_string_value(json_object_get(err, "cause"));
 		assert_int_equal(json_integer_value(json_object_get(err, "code")), 422);
 		saw_big |= strstr(cause, "over max_payload") != NULL;
 		saw_auth |= strstr(cause, "auth.type 9 is not a known AuthType") != NULL;
 		saw_id |= strstr(cause, "event.id must be") != NULL;
+		saw_token |= strstr(cause, "auth.token must not contain control characters") != NULL;
+		saw_header |= strstr(cause, "headers.X-Envelope must not contain control") != NULL;
+		saw_type |= strstr(cause, "event.type must not contain control characters") != NULL;
+		/* the refused credential is not quoted back */
+		assert_null(strstr(cause, "X-Injected"));
 	}
-	assert_true(saw_big && saw_auth && saw_id);
+	assert_true(saw_big && saw_auth && saw_id && saw_token && saw_header && saw_type);
 	json_t *fine = receiver_requests(&rcv, "/odd");
 	assert_int_equal(json_array_size(fine), 1);
 	assert_string_equal(kafka_e2e_header(json_array_get(fine, 0), "webhook-id"), ok.id);
+	assert_null(kafka_e2e_header(json_array_get(fine, 0), "x-injected"));
 	json_decref(fine);
 	json_decref(dlq);
 	/* the subscriptions of envelopes are outboxd's own */
 	json_decref(api_call(&dmn, "POST", "/v1/subscriptions",
 			     "{\"name\":\"x\",\"event_types\":[],\"endpoint\":\"https://h.example/\","
 			     "\"origin\":\"kafka_envelope\"}", 400));
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 7; i++)
 		free(values[i]);
 }
 

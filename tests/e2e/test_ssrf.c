@@ -1,7 +1,9 @@
 /* test_ssrf.c: the SSRF guard as a user sees it. With the default settings (nothing
  * allowed), a subscription to each refused address class — loopback, private, link-local
  * (the cloud metadata address), CGNAT, multicast, unspecified, IPv6 loopback and
- * unique-local, IPv4-mapped IPv6, and a name that resolves to loopback — gets one attempt,
+ * unique-local, IPv4-mapped IPv6, NAT64 and 6to4 forms of refused IPv4 addresses,
+ * IPv4-compatible, local-use NAT64 and Teredo addresses, and a name that resolves to
+ * loopback — gets one attempt,
  * dead at once, with a message saying the SSRF guard refused it and the address; the
  * receiver on loopback sees nothing. ssrf_allow lets one address through (delivered)
  * while its neighbours stay refused, and an OAuth2 token request to a refused address is
@@ -84,6 +86,13 @@ static void test_refused_by_default(void **state)
 		{"v6loopback", "http://[::1]:%d/hook", "loopback", "::1"},
 		{"v6private", "http://[fd00::1]:%d/hook", "private", "fd00::1"},
 		{"mapped", "http://[::ffff:127.0.0.1]:%d/hook", "loopback", "::ffff:127.0.0.1"},
+		/* IPv6 forms that reach an IPv4 address, or tunnel to one outboxd cannot tell */
+		{"nat64", "http://[64:ff9b::7f00:1]:%d/hook", "loopback", "64:ff9b::7f00:1"},
+		{"sixtofour", "http://[2002:a9fe:a9fe::1]:%d/hook", "link-local", "2002:a9fe:a9fe::1"},
+		{"v4compat", "http://[::7f00:1]:%d/hook", "reserved", "::127.0.0.1"},
+		{"nat64local", "http://[64:ff9b:1::1]:%d/hook", "reserved", "64:ff9b:1::1"},
+		{"teredo", "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]:%d/hook", "reserved",
+		 "2001:0:4136:e378:8000:63bf:3fff:fdd2"},
 		{"localname", "http://localhost:%d/hook", "loopback", ""},
 	};
 	const char *env[] = {"OUTBOXD_SSRF_ALLOW=", NULL};

@@ -139,7 +139,9 @@ int receiver_restart(struct receiver *r);
 
 /* Replaces the script of path. script_json (borrowed) is either a JSON array of responses,
  * or an object {"responses":[...],"default":{...}}; a response is {"status":int,
- * "delay_ms":int, "drop":bool, "body":string, "headers":{...}}, every field optional.
+ * "delay_ms":int, "drop":bool, "body":string, "headers":{...}, "echo":true|"body"},
+ * every field optional; "echo" answers with the request as received (request line,
+ * headers, blank line, body), or with its body alone, as the body.
  * Returns 0, or -1 (printed to stderr). */
 int receiver_script(struct receiver *r, const char *path, const char *script_json);
 

@@ -2,7 +2,8 @@
  *
  * It records every request it gets (method, raw path with query, lowercased headers, body)
  * together with webhook-id deduplication counters, and answers from a per-path script of
- * responses (status, delay, dropped connection, body, headers). Tests drive it through the
+ * responses (status, delay, dropped connection, body, headers, or an echo of the request
+ * as received). Tests drive it through the
  * JSON control API under /_control/; the benchmark runs it with --no-bodies --threads N as
  * a sink that only counts, plus --timestamps to keep (webhook-id, receipt time) pairs for
  * the latency join, read back as text from GET /_control/timestamps.
@@ -96,6 +97,10 @@ struct scripted_response {
 	int status;
 	int delay_ms;
 	bool drop;
+	int echo;               /* 1: the body is the request as received (request line,
+	                           headers, blank line, body), 2: the request's body alone;
+	                           an endpoint that quotes what it got in its error,
+	                           credentials and all */
 	char *body;             /* owned; NULL means "ok" */
 	size_t body_len;
 	json_t *headers;        /* owned reference, or NULL */
@@ -366,6 +371,15 @@ static int response_parse(json_t *j, struct scripted_response *out, char *err, s
 		}
 		out->drop = json_is_true(v);
 	}
+	v = json_object_get(j, "echo");
+	if (v) {
+		if (!json_is_boolean(v) && !(json_is_string(v) &&
+					     strcmp(json_string_value(v), "body") == 0)) {
+			snprintf(err, errlen, "echo must be true or \"body\"");
+			return -1;
+		}
+		out->echo = json_is_string(v) ? 2 : json_is_true(v);
+	}
 	v = json_object_get(j, "body");
 	if (v) {
 		if (!json_is_string(v)) {
@@ -534,11 +548,48 @@ static struct MHD_Response *chaos_next(struct path_state *ps, int *status, int *
 	return resp;
 }
 
+/* The answer r with the request rec (its record) as body: "METHOD PATH HTTP/1.1", each
+ * header as "name: value", a blank line, the body, lines ending in CRLF (echo 1); or the
+ * request's body alone (echo 2). Returned to the caller; NULL when out of memory. */
+static struct MHD_Response *echo_build(const struct scripted_response *r, json_t *rec)
+{
+	struct scripted_response e = *r;
+	const char *name;
+	json_t *value;
+	size_t cap = 256, len;
+	char *text;
+
+	json_object_foreach(json_object_get(rec, "headers"), name, value)
+		cap += strlen(name) + json_string_length(value) + 4;
+	json_t *body = json_object_get(rec, "body");
+	cap += strlen(json_string_value(json_object_get(rec, "path"))) + json_string_length(body);
+	if (!(text = malloc(cap)))
+		return NULL;
+	len = 0;
+	if (r->echo == 1) {
+		len = (size_t)snprintf(text, cap, "%s %s HTTP/1.1\r\n",
+				       json_string_value(json_object_get(rec, "method")),
+				       json_string_value(json_object_get(rec, "path")));
+		json_object_foreach(json_object_get(rec, "headers"), name, value)
+			len += (size_t)snprintf(text + len, cap - len, "%s: %s\r\n", name,
+						json_string_value(value));
+		len += (size_t)snprintf(text + len, cap - len, "\r\n");
+	}
+	len += (size_t)snprintf(text + len, cap - len, "%s",
+				json_is_string(body) ? json_string_value(body) : "");
+	e.body = text;
+	e.body_len = len;
+	struct MHD_Response *resp = response_build(&e);
+	free(text);
+	return resp;
+}
+
 /* Caller holds rx.lock. Pops the next scripted answer for path (or draws one in chaos
  * mode) and turns it into a response (returned to the caller), or sets *drop (and
- * *reset: end the connection with an RST). */
-static struct MHD_Response *script_next(struct path_state *ps, int *status, int *delay_ms,
-					bool *drop, bool *reset)
+ * *reset: end the connection with an RST). rec: the request's record (NULL when bodies
+ * are not kept: an echo then answers "ok"). */
+static struct MHD_Response *script_next(struct path_state *ps, json_t *rec, int *status,
+					int *delay_ms, bool *drop, bool *reset)
 {
 	struct scripted_response *r = NULL;
 
@@ -555,6 +606,8 @@ static struct MHD_Response *script_next(struct path_state *ps, int *status, int 
 	*drop = r ? r->drop : false;
 	if (*drop)
 		return NULL;
+	if (r && r->echo && rec)
+		return echo_build(r, rec);
 	return response_build(r);
 }
 
@@ -1292,7 +1345,7 @@ static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *meth
 	ps = path_state_get(ctx->uri, path_len);
 	if (ps)
 		ps->count++;
-	resp = script_next(ps, &status, &delay_ms, &drop, &reset);
+	resp = script_next(ps, rec, &status, &delay_ms, &drop, &reset);
 	if (rec) /* what the subscriber answered (0: the connection was dropped or reset) */
 		json_object_set_new(rec, "status",
 				    json_integer(drop || reset || !resp ? 0 : status));

@@ -225,6 +225,7 @@ static void test_mask(void **state)
 		      "security.protocol=SASL_SSL;sasl.username=u;sasl.password=********;"
 		      "ssl.key.pem=********;sasl.oauthbearer.client.secret=********");
 	assert_masked("otlp_endpoint", "https://u:p@otel:4318", "https://u:********@otel:4318");
+	assert_masked("egress_proxy", "http://u:pw@proxy:3128", "http://u:********@proxy:3128");
 	assert_masked("otlp_headers", "X-Api-Key=k1,X-Tenant=t", "X-Api-Key=********,X-Tenant=********");
 	assert_masked("listen", "127.0.0.1:8080", "127.0.0.1:8080");
 }
@@ -303,6 +304,35 @@ static void test_otlp_settings(void **state)
 	config_free(&c);
 }
 
+/* egress_proxy: an http:// URL or nothing; tls_dir: an absolute path, /etc/outboxd by
+ * default. */
+static void test_egress_proxy_and_tls_dir(void **state)
+{
+	struct config c;
+	char err[256];
+	static const char *const bad[] = {"proxy:3128", "https://proxy:3128", "socks5://p:1080",
+					  "http://proxy :3128"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *argv[] = {"--egress-proxy", (char *)bad[i]};
+		assert_int_equal(config_load(&c, NULL, NULL, 2, argv, err, sizeof(err)), -1);
+		assert_non_null(strstr(err, "egress_proxy"));
+		config_free(&c);
+	}
+	char *ok[] = {"--egress-proxy", "http://proxy.internal:3128", "--tls-dir", "/srv/tls"};
+	assert_int_equal(config_load(&c, NULL, NULL, 4, ok, err, sizeof(err)), 0);
+	assert_string_equal(c.egress_proxy, "http://proxy.internal:3128");
+	assert_string_equal(c.tls_dir, "/srv/tls");
+	config_free(&c);
+	char *relative[] = {"--tls-dir", "etc/outboxd"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, relative, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "tls_dir"));
+	config_free(&c);
+	assert_int_equal(config_load(&c, NULL, NULL, 0, NULL, err, sizeof(err)), 0);
+	assert_null(c.egress_proxy); /* direct by default */
+	assert_string_equal(c.tls_dir, "/etc/outboxd");
+	config_free(&c);
+}
+
 /* SIGHUP: which settings changed, and which of them a running daemon can take. */
 static void test_reload_classes(void **state)
 {
@@ -349,6 +379,7 @@ int main(void)
 		cmocka_unit_test(test_effective_round_trip),
 		cmocka_unit_test(test_otlp_settings),
 		cmocka_unit_test(test_secret_flags),
+		cmocka_unit_test(test_egress_proxy_and_tls_dir),
 		cmocka_unit_test(test_reload_classes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,8 @@
 /* test_ssrf.c: core/ssrf.c as a table — every address class the SSRF guard refuses, in
- * IPv4, IPv6 and IPv4-mapped form, public addresses let through, the allowlist's CIDRs
- * (edges included), and the allowlists it refuses to read. */
+ * IPv4, IPv6 and IPv4-mapped form, the IPv6 ranges that carry or tunnel to an IPv4
+ * address (IPv4-compatible, NAT64, local-use NAT64, 6to4, Teredo) at their edges, public
+ * addresses let through, the allowlist's CIDRs (edges included), and the allowlists it
+ * refuses to read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,7 +48,25 @@ static const struct {
 	{"fe80::1", "link-local"},        {"ff02::1", "multicast"},
 	{"::ffff:127.0.0.1", "loopback"}, {"::ffff:169.254.169.254", "link-local"},
 	{"::ffff:10.1.2.3", "private"},   {"::ffff:8.8.8.8", NULL},
-	{"64:ff9b::7f00:1", "reserved"},  {"2606:4700::1111", NULL},
+	{"2606:4700::1111", NULL},
+	/* IPv4-compatible ::/96: refused whole, whatever it carries */
+	{"::7f00:1", "reserved"},         {"::808:808", "reserved"},
+	{"::1:0:0", NULL},                /* past ::/96 */
+	/* NAT64 64:ff9b::/96: judged as the IPv4 address it carries */
+	{"64:ff9b::7f00:1", "loopback"},  {"64:ff9b::a00:1", "private"},
+	{"64:ff9b::a9fe:a9fe", "link-local"}, {"64:ff9b::6440:1", "cgnat"},
+	{"64:ff9b::808:808", NULL},       {"64:ff9b::1:0:0:1", NULL}, /* past the /96 */
+	/* local-use NAT64 64:ff9b:1::/48: refused whole */
+	{"64:ff9b:1::808:808", "reserved"}, {"64:ff9b:1:ffff:ffff::1", "reserved"},
+	{"64:ff9b:2::1", NULL},
+	/* 6to4 2002::/16: judged as the IPv4 address in its next 32 bits */
+	{"2002:7f00:1::1", "loopback"},   {"2002:a00:1::1", "private"},
+	{"2002:c0a8:101::1", "private"},  {"2002:a9fe:a9fe::", "link-local"},
+	{"2002:e000:1::1", "multicast"},  {"2002:808:808::1", NULL},
+	/* Teredo 2001::/32: refused whole; the rest of 2001::/16 is not */
+	{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "reserved"}, {"2001::1", "reserved"},
+	{"2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"}, {"2001:1::1", NULL},
+	{"2001:4860:4860::8888", NULL},
 };
 
 static void test_refused_classes(void **state)
@@ -82,6 +102,16 @@ static void test_allowlist(void **state)
 	assert_null(ssrf_refused(&p, sa_of("192.168.1.7", &ss)));
 	assert_string_equal(ssrf_refused(&p, sa_of("192.168.1.8", &ss)), "private");
 	assert_string_equal(ssrf_refused(&p, sa_of("::1", &ss)), "loopback"); /* v4 range only */
+	/* an allowed IPv4 range lets its NAT64 and 6to4 forms through, and only those */
+	assert_null(ssrf_refused(&p, sa_of("64:ff9b::a01:203", &ss)));
+	assert_null(ssrf_refused(&p, sa_of("2002:a01:203::1", &ss)));
+	assert_string_equal(ssrf_refused(&p, sa_of("64:ff9b::a02:0", &ss)), "private");
+	assert_string_equal(ssrf_refused(&p, sa_of("::a01:203", &ss)), "reserved");
+	/* an allowed IPv6 range of those forms is taken as it is */
+	assert_int_equal(ssrf_policy_parse("64:ff9b::/96, 2001::/32", &p, err, sizeof(err)), 0);
+	assert_null(ssrf_refused(&p, sa_of("64:ff9b::7f00:1", &ss)));
+	assert_null(ssrf_refused(&p, sa_of("2001::1", &ss)));
+	assert_string_equal(ssrf_refused(&p, sa_of("2002:7f00:1::1", &ss)), "loopback");
 	assert_string_equal(ssrf_address_text(sa_of("fd00::5", &ss), text, sizeof(text)), "fd00::5");
 	assert_string_equal(ssrf_address_text(sa_of("10.1.2.3", &ss), text, sizeof(text)),
 			    "10.1.2.3");

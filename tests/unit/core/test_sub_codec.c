@@ -1,11 +1,15 @@
 /* test_sub_codec.c: subscription validation (every field named in errors), defaults,
- * masking of credentials, PATCH merging, and what outboxd does itself before storing a
- * document (generated secrets, secret rotation, TLS file checks). */
+ * masking of credentials and secret headers, PATCH merging, and what outboxd does itself
+ * before storing a document (generated secrets, secret rotation, credentials that may
+ * not follow a moved endpoint, TLS files inside tls_dir). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <jansson.h>
@@ -330,7 +334,7 @@ static json_t *patch_doc(const char *stored_text, const char *patch_text, int64_
 	assert_non_null(patch);
 	json_t *merged = sub_codec_merge(stored, patch, &err);
 	assert_non_null(merged);
-	int rc = sub_codec_prepare(merged, patch, stored, now, generated, &err);
+	int rc = sub_codec_prepare(merged, patch, stored, now, NULL, generated, &err);
 	if (rc == 0)
 		rc = sub_codec_parse(merged, &defaults, NULL, &err);
 	if (rc != expect_rc)
@@ -353,7 +357,7 @@ static void test_generate_secret(void **state)
 	json_t *doc = json_loads("{" BASE ",\"secret\":\"generate\"}", 0, NULL);
 	struct input_error err;
 	char *gen = NULL;
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, &gen, &err), 0);
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, NULL, &gen, &err), 0);
 	assert_non_null(gen);
 	/* whsec_ + base64 of 32 bytes */
 	assert_int_equal(strlen(gen), 6 + 44);
@@ -362,7 +366,7 @@ static void test_generate_secret(void **state)
 	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), 0);
 	char *gen2 = NULL;
 	json_t *doc2 = json_loads("{" BASE ",\"secret\":\"generate\"}", 0, NULL);
-	assert_int_equal(sub_codec_prepare(doc2, doc2, NULL, 1000, &gen2, &err), 0);
+	assert_int_equal(sub_codec_prepare(doc2, doc2, NULL, 1000, NULL, &gen2, &err), 0);
 	assert_string_not_equal(gen, gen2);
 	free(gen);
 	free(gen2);
@@ -371,7 +375,7 @@ static void test_generate_secret(void **state)
 
 	/* without "generate", nothing is generated; a create may not set rotation fields */
 	doc = json_loads("{" BASE ",\"secret\":\"" OLD_SECRET "\",\"previous_secret\":null}", 0, NULL);
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, &gen, &err), -1);
+	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 1000, NULL, &gen, &err), -1);
 	assert_null(gen);
 	assert_string_equal(err.field, "previous_secret");
 	json_decref(doc);
@@ -468,19 +472,320 @@ static void test_masked_auth_kept_on_patch(void **state)
 	json_decref(m);
 }
 
-static void test_tls_files_must_be_readable(void **state)
+/* tls_dir/NAME's TLS document. */
+static json_t *tls_doc(const char *path)
 {
-	json_t *doc = json_loads("{" BASE ",\"tls\":{\"ca_file\":\"/nonexistent/ca.pem\"}}", 0, NULL);
+	char text[1024];
+	snprintf(text, sizeof(text), "{" BASE ",\"tls\":{\"ca_file\":\"%s\"}}", path);
+	json_t *doc = json_loads(text, 0, NULL);
+	assert_non_null(doc);
+	return doc;
+}
+
+/* prepare's answer for a document naming path, with tls_dir dir: 0, or -1 with the
+ * message in msg. */
+static int tls_prepare(const char *dir, const char *path, char msg[256])
+{
+	json_t *doc = tls_doc(path);
 	struct input_error err;
 	char *gen = NULL;
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 0, &gen, &err), -1);
-	assert_string_equal(err.field, "tls.ca_file");
+	int rc = sub_codec_prepare(doc, doc, NULL, 0, dir, &gen, &err);
+	json_decref(doc);
+	msg[0] = '\0';
+	if (rc) {
+		assert_string_equal(err.field, "tls.ca_file");
+		assert_int_equal(err.status, 422);
+		snprintf(msg, 256, "%s", err.message);
+	}
+	return rc;
+}
+
+static void test_tls_files_inside_tls_dir(void **state)
+{
+	char base[] = "/tmp/outboxd-tlsdir-XXXXXX", dir[128], out[128], path[256], other[256];
+	char msg[256], first[256];
+	assert_non_null(mkdtemp(base));
+	snprintf(dir, sizeof(dir), "%s/conf", base);
+	snprintf(out, sizeof(out), "%s/elsewhere", base);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	assert_int_equal(mkdir(out, 0700), 0);
+	snprintf(path, sizeof(path), "%s/ca.pem", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	snprintf(other, sizeof(other), "%s/secret.pem", out);
+	f = fopen(other, "w");
+	assert_non_null(f);
+	fclose(f);
+
+	/* inside, readable: taken; with tls_dir unset, nothing is */
+	assert_int_equal(tls_prepare(dir, path, msg), 0);
+	assert_int_equal(tls_prepare(NULL, path, msg), -1);
+	assert_int_equal(tls_prepare("", path, msg), -1);
+
+	/* a file outside that exists, one that does not, one inside that does not, a
+	 * ".." out of the directory, a symbolic link inside that leads out, and a
+	 * directory next to it whose name starts alike: one answer for all, naming no path
+	 * but tls_dir */
+	assert_int_equal(tls_prepare(dir, other, first), -1);
+	assert_null(strstr(first, other));
+	assert_non_null(strstr(first, dir));
+	char cases[6][256];
+	snprintf(cases[0], 256, "%s/missing.pem", out);
+	snprintf(cases[1], 256, "%s/missing.pem", dir);
+	snprintf(cases[2], 256, "%s/../elsewhere/secret.pem", dir);
+	snprintf(cases[3], 256, "%s/link.pem", dir);
+	assert_int_equal(symlink(other, cases[3]), 0);
+	snprintf(cases[4], 256, "%s2/ca.pem", dir);
+	snprintf(cases[5], 256, "%s", dir); /* the directory itself is no file */
+	char sibling[160];
+	snprintf(sibling, sizeof(sibling), "%s2", dir);
+	assert_int_equal(mkdir(sibling, 0700), 0);
+	f = fopen(cases[4], "w");
+	assert_non_null(f);
+	fclose(f);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(tls_prepare(dir, cases[i], msg), -1);
+		assert_string_equal(msg, first);
+	}
+	/* a link inside to a file inside, and ".." that stays inside, are fine */
+	char inner[256];
+	snprintf(inner, sizeof(inner), "%s/inner.pem", dir);
+	assert_int_equal(symlink(path, inner), 0);
+	assert_int_equal(tls_prepare(dir, inner, msg), 0);
+	snprintf(inner, sizeof(inner), "%s/../conf/ca.pem", dir);
+	assert_int_equal(tls_prepare(dir, inner, msg), 0);
+
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* Every value that ends up in a header line (credentials, headers) refuses CR, LF, NUL
+ * and the other control characters, naming the field. */
+static void test_header_injection_refused(void **state)
+{
+#define INJ "abc\\r\\nX-Injected: 1\\r\\nHost: evil"
+	static const struct {
+		const char *json;
+		const char *field;
+	} cases[] = {
+		{"{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"" INJ "\"}}", "auth.token"},
+		{"{" BASE ",\"auth\":{\"type\":\"api_key\",\"header\":\"X-K\",\"value\":\"" INJ "\"}}",
+		 "auth.value"},
+		{"{" BASE ",\"auth\":{\"type\":\"query\",\"param\":\"k\",\"value\":\"a\\nb\"}}",
+		 "auth.value"},
+		{"{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\\r\",\"password\":\"p\"}}",
+		 "auth.username"},
+		{"{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\",\"password\":\"p\\n\"}}",
+		 "auth.password"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\\r\\nX: 1\",\"client_secret\":\"s\"}}", "auth.client_id"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\",\"client_secret\":\"s\\u0001\"}}", "auth.client_secret"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\",\"client_secret\":\"s\",\"scope\":\"a\\rb\"}}", "auth.scope"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"token_url\":\"https://i/t\","
+		 "\"client_id\":\"c\",\"client_secret\":\"s\",\"audience\":\"a\\u007f\"}}",
+		 "auth.audience"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\",\"token_url\":"
+		 "\"https://i/t\",\"client_id\":\"c\",\"username\":\"u\\n\",\"password\":\"p\"}}",
+		 "auth.username"},
+		{"{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\",\"token_url\":"
+		 "\"https://i/t\",\"client_id\":\"c\",\"username\":\"u\",\"password\":\"" INJ "\"}}",
+		 "auth.password"},
+		{"{" BASE ",\"headers\":{\"X-A\":\"" INJ "\"}}", "headers.X-A"},
+		{"{" BASE ",\"headers\":{\"X-A\":{\"value\":\"" INJ "\",\"secret\":true}}}",
+		 "headers.X-A"},
+		{"{" BASE ",\"headers\":{\"X-A\":\"a\\u007f\"}}", "headers.X-A"},
+		{"{" BASE ",\"headers\":{\"X-A\\r\\nHost\":\"v\"}}", "headers.X-A\r\nHost"},
+		{"{" BASE ",\"auth\":{\"type\":\"api_key\",\"header\":\"X-K\\r\\nHost\",\"value\":\"v\"}}",
+		 "auth.header"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_field(cases[i].json, 400, cases[i].field);
+	/* a NUL, in a document a parser let through (the API's refuses it) */
+	json_t *nul = json_loads("{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":"
+				 "\"a\\u0000b\"}}", JSON_ALLOW_NUL, NULL);
+	struct input_error nul_err;
+	assert_non_null(nul);
+	assert_int_equal(sub_codec_parse(nul, &defaults, NULL, &nul_err), -1);
+	assert_string_equal(nul_err.field, "auth.token");
+	json_decref(nul);
+	/* a tab and UTF-8 are fine */
+	json_t *doc = json_loads("{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"a\\tb\"},"
+				 "\"headers\":{\"X-A\":\"caf\\u00e9\"}}", 0, NULL);
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), 0);
+	json_decref(doc);
+#undef INJ
+}
+
+/* A row stored before the rules on new input (control characters in credentials, user
+ * info in URLs) still loads, so the set of subscriptions keeps loading; new input with
+ * the same document is refused. */
+static void test_stored_rows_load_under_older_rules(void **state)
+{
+	const char *text = "{\"name\":\"old\",\"event_types\":[\"*\"],\"endpoint\":"
+			   "\"https://u@h.example/x\",\"auth\":{\"type\":\"bearer\",\"token\":"
+			   "\"a\\r\\nX-Injected: 1\"},\"headers\":{\"X-A\":\"b\\u007f\"}}";
+	struct sub_row row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "old",
+			      .config = (char *)text, .enabled = 1};
+	struct subscription *s = sub_codec_from_row(&row, &defaults);
+	assert_non_null(s);
+	assert_string_equal(s->auth_secret, "a\r\nX-Injected: 1");
+	subscription_free(s);
+	json_t *doc = json_loads(text, 0, NULL);
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), -1);
+	assert_string_equal(err.field, "endpoint");
+	json_decref(doc);
+}
+
+/* "headers": {"X-Key": {"value": "...", "secret": true}}: parsed as a secret, masked in the
+ * public view in the same shape, and kept by a PATCH that sends the mask back; an
+ * Authorization header is a secret written either way. */
+static void test_secret_headers(void **state)
+{
+	const char *stored_text = "{" BASE ",\"headers\":{\"X-Key\":{\"value\":\"k-s3cret\","
+				  "\"secret\":true},\"X-Plain\":\"p\",\"authorization\":\"Bearer az\","
+				  "\"X-Not\":{\"value\":\"n\",\"secret\":false}}}";
+	json_t *doc = json_loads(stored_text, 0, NULL);
+	struct subscription s;
+	struct input_error err;
+	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);
+	assert_int_equal(s.n_headers, 4);
+	for (size_t i = 0; i < s.n_headers; i++) {
+		int want = strcmp(s.headers[i].name, "X-Key") == 0 ||
+			   strcmp(s.headers[i].name, "authorization") == 0;
+		assert_int_equal(s.headers[i].secret, want);
+	}
+	assert_string_equal(s.headers[0].value, "k-s3cret");
+	subscription_clear(&s);
+	json_decref(doc);
+
+	struct sub_row row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "n",
+			      .config = (char *)stored_text, .enabled = 1};
+	json_t *v = sub_codec_public(&row);
+	json_t *h = json_object_get(v, "headers");
+	assert_string_equal(str(json_object_get(h, "X-Key"), "value"), "********");
+	assert_true(json_is_true(json_object_get(json_object_get(h, "X-Key"), "secret")));
+	assert_string_equal(str(h, "authorization"), "********");
+	assert_string_equal(str(h, "X-Plain"), "p");
+	assert_string_equal(str(json_object_get(h, "X-Not"), "value"), "n");
+	char *text = json_dumps(v, 0);
+	assert_null(strstr(text, "k-s3cret"));
+	assert_null(strstr(text, "Bearer az"));
+	free(text);
+
+	/* what a read showed, sent back: the stored values stay */
+	char *gen = NULL;
+	json_t *sent = json_pack("{s:O}", "headers", h);
+	char *patch = json_dumps(sent, JSON_COMPACT);
+	json_decref(sent);
+	json_t *m = patch_doc(stored_text, patch, 0, &gen, 0, NULL);
+	json_t *mh = json_object_get(m, "headers");
+	assert_string_equal(str(json_object_get(mh, "X-Key"), "value"), "k-s3cret");
+	assert_true(json_is_true(json_object_get(json_object_get(mh, "X-Key"), "secret")));
+	assert_string_equal(str(mh, "authorization"), "Bearer az");
+	json_decref(m);
+	free(patch);
+	json_decref(v);
+	/* the bare mask keeps it too; a new value replaces it */
+	m = patch_doc(stored_text, "{\"headers\":{\"X-Key\":\"********\"}}", 0, &gen, 0, NULL);
+	assert_string_equal(str(json_object_get(json_object_get(m, "headers"), "X-Key"), "value"),
+			    "k-s3cret");
+	json_decref(m);
+	m = patch_doc(stored_text, "{\"headers\":{\"X-Key\":{\"value\":\"new\"}}}", 0, &gen, 0, NULL);
+	assert_string_equal(str(json_object_get(json_object_get(m, "headers"), "X-Key"), "value"),
+			    "new");
+	json_decref(m);
+	/* a plain header's mask is just a value */
+	m = patch_doc(stored_text, "{\"headers\":{\"X-Plain\":\"********\"}}", 0, &gen, 0, NULL);
+	assert_string_equal(str(json_object_get(m, "headers"), "X-Plain"), "********");
+	json_decref(m);
+	expect_field("{" BASE ",\"headers\":{\"X-A\":{\"value\":\"v\",\"secret\":1}}}", 400,
+		     "headers.X-A");
+	expect_field("{" BASE ",\"headers\":{\"X-A\":{\"value\":\"v\",\"other\":1}}}", 400,
+		     "headers.X-A.other");
+	expect_field("{" BASE ",\"headers\":{\"X-A\":{\"secret\":true}}}", 400, "headers.X-A");
+}
+
+/* A stored credential does not follow endpoint or auth.token_url to another origin: the
+ * PATCH that moves one sends the credentials again. */
+static void test_credentials_do_not_move(void **state)
+{
+	const char *bearer = "{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"t0k\"},"
+			     "\"headers\":{\"X-K\":{\"value\":\"hk\",\"secret\":true},\"X-P\":\"p\"}}";
+	static const struct {
+		const char *patch;
+		const char *field; /* NULL: accepted */
+	} cases[] = {
+		{"{\"endpoint\":\"https://evil.example/x\"}", "auth.token"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"********\"}}", "auth.token"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"new\"}}", "headers.X-K"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"new\"},\"headers\":{\"X-K\":{\"value\":\"********\",\"secret\":true}}}",
+		 "headers.X-K"},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":{\"type\":\"bearer\","
+		 "\"token\":\"new\"},\"headers\":{\"X-K\":{\"value\":\"hk2\",\"secret\":true}}}", NULL},
+		{"{\"endpoint\":\"https://evil.example/x\",\"auth\":null,\"headers\":{\"X-K\":null}}",
+		 NULL},
+		{"{\"endpoint\":\"http://h.example/x\"}", "auth.token"},          /* scheme */
+		{"{\"endpoint\":\"https://h.example:8443/x\"}", "auth.token"},    /* port */
+		{"{\"endpoint\":\"https://h.example@evil.example/x\"}", "auth.token"},
+		{"{\"endpoint\":\"https://h.example.evil.example/x\"}", "auth.token"},
+		{"{\"endpoint\":\"https://h.example/other?q=1\"}", NULL},         /* path only */
+		{"{\"endpoint\":\"https://H.Example:443/y\"}", NULL},             /* same origin */
+		{"{\"name\":\"renamed\"}", NULL},
+	};
+	char *gen = NULL;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		json_t *m = patch_doc(bearer, cases[i].patch, 0, &gen, cases[i].field ? -1 : 0,
+				      cases[i].field);
+		json_decref(m);
+	}
+	/* the status is 422 */
+	json_t *stored = json_loads(bearer, 0, NULL);
+	json_t *patch = json_loads(cases[0].patch, 0, NULL);
+	struct input_error err;
+	json_t *m = sub_codec_merge(stored, patch, &err);
+	assert_int_equal(sub_codec_prepare(m, patch, stored, 0, NULL, &gen, &err), -1);
 	assert_int_equal(err.status, 422);
-	assert_non_null(strstr(err.message, "No such file"));
-	json_decref(doc);
-	doc = json_loads("{" BASE ",\"tls\":{\"ca_file\":\"/dev/null\"}}", 0, NULL);
-	assert_int_equal(sub_codec_prepare(doc, doc, NULL, 0, &gen, &err), 0);
-	json_decref(doc);
+	assert_non_null(strstr(err.message, "again"));
+	json_decref(m);
+	json_decref(patch);
+	json_decref(stored);
+
+	/* token_url moves: client_secret (and password) again; endpoint moves: all of them */
+	const char *oauth = "{" BASE ",\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			    "\"token_url\":\"https://idp.example/t\",\"client_id\":\"c\","
+			    "\"client_secret\":\"cs\",\"username\":\"u\",\"password\":\"pw\"}}";
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://evil.example/t\",\"client_id\":\"c\","
+			     "\"client_secret\":\"********\",\"username\":\"u\",\"password\":\"pw2\"}}",
+		      0, &gen, -1, "auth.client_secret");
+	json_decref(m);
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://evil.example/t\",\"client_id\":\"c\","
+			     "\"client_secret\":\"cs2\",\"username\":\"u\",\"password\":\"********\"}}",
+		      0, &gen, -1, "auth.password");
+	json_decref(m);
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://evil.example/t\",\"client_id\":\"c\","
+			     "\"client_secret\":\"cs2\",\"username\":\"u\",\"password\":\"pw2\"}}",
+		      0, &gen, 0, NULL);
+	json_decref(m);
+	m = patch_doc(oauth, "{\"auth\":{\"type\":\"oauth2\",\"grant_type\":\"password\","
+			     "\"token_url\":\"https://idp.example/t2\",\"client_id\":\"c\","
+			     "\"client_secret\":\"********\",\"username\":\"u\",\"password\":\"********\"}}",
+		      0, &gen, 0, NULL);
+	json_decref(m);
+	m = patch_doc(oauth, "{\"endpoint\":\"https://evil.example/x\"}", 0, &gen, -1,
+		      "auth.password");
+	json_decref(m);
 }
 
 /* The retry fields of issue 7, the circuit breaker and the limits, parsed with their
@@ -613,7 +918,11 @@ int main(void)
 		cmocka_unit_test(test_generate_secret),
 		cmocka_unit_test(test_rotation),
 		cmocka_unit_test(test_masked_auth_kept_on_patch),
-		cmocka_unit_test(test_tls_files_must_be_readable),
+		cmocka_unit_test(test_tls_files_inside_tls_dir),
+		cmocka_unit_test(test_header_injection_refused),
+		cmocka_unit_test(test_stored_rows_load_under_older_rules),
+		cmocka_unit_test(test_secret_headers),
+		cmocka_unit_test(test_credentials_do_not_move),
 		cmocka_unit_test(test_retry_breaker_limits_parsed),
 		cmocka_unit_test(test_retry_breaker_limits_errors),
 	};

@@ -297,7 +297,9 @@ static void client_open(struct client *c, int lean, const char *allow, const cha
 	char err[256];
 	memset(c, 0, sizeof(*c));
 	assert_int_equal(ssrf_policy_parse(allow, &c->ssrf, err, sizeof(err)), 0);
-	c->s = sink_http_open(8, lean, 3000, &c->ssrf, err, sizeof(err));
+	struct sink_http_settings set = {.max_connections = 8, .lean = lean,
+					 .connect_timeout_ms = 3000, .ssrf = &c->ssrf};
+	c->s = sink_http_open(&set, err, sizeof(err));
 	assert_non_null(c->s);
 	struct sink_env env = {.done = done_cb, .abandoned = abandoned_cb, .ctx = c, .slot = 0};
 	sink_attach(c->s, &env);
@@ -776,6 +778,32 @@ static void test_libcurl(void **state)
 	assert_request_basics(srv->seen[0].bytes);
 }
 
+/* An address spelt another way than libcurl writes it (127.1 is 127.0.0.1) is left to
+ * libcurl, every time: the two clients send the same Host. */
+static void test_other_spellings_to_libcurl(void **state)
+{
+	static const struct reply replies[] = {{.parts = {OK_200}}, {.parts = {OK_200}}};
+	struct fixture *f = *state;
+	struct server *srv = &f->srv;
+	struct client *c = &f->c;
+	server_start(srv, replies, 2);
+	f->srv_on = 1;
+	client_open(c, 1, "127.0.0.0/8", "http://127.1:%d/path?q=1", srv->port);
+	f->c_on = 1;
+	long lean = http_requests(1), curl = http_requests(0);
+
+	for (int i = 0; i < 2; i++) {
+		client_send(c, 5000);
+		assert_ok_outputs(c, 200);
+	}
+	assert_int_equal(http_requests(1), lean);
+	assert_int_equal(http_requests(0), curl + 2);
+	char line[64];
+	snprintf(line, sizeof(line), "\r\nHost: 127.0.0.1:%d\r\n", srv->port);
+	for (int i = 0; i < 2; i++)
+		assert_non_null(strstr(srv->seen[i].bytes, line));
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -795,6 +823,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ssrf_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_libcurl, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_other_spellings_to_libcurl, setup, teardown),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
 	curl_global_cleanup();

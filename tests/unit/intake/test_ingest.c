@@ -73,6 +73,11 @@ static void test_errors_name_the_field(void **state)
 	expect_error("{\"events\":[{\"event_type\":\"a\",\"payload\":1},{\"payload\":1}]}", 400,
 		     "events[1].event_type");
 	expect_error("{\"events\":[1]}", 400, "events[0]");
+	/* the content type is a header of the event's requests: no line breaks in it */
+	expect_error("{\"event_type\":\"a\",\"payload\":1,\"content_type\":"
+		     "\"application/json\\r\\nX-Injected: 1\"}", 400, "content_type");
+	expect_error("{\"events\":[{\"event_type\":\"a\",\"payload\":1,\"content_type\":"
+		     "\"text/plain\\n\"}]}", 400, "events[0].content_type");
 	expect_error("{\"events\":[],\"more\":1}", 400, "more");
 	expect_error("{\"event_type\":\"a\",\"payload\":1,\"payload\":2}", 400, "");
 }

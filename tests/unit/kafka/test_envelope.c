@@ -136,7 +136,7 @@ static void test_round_trip(void **state)
 	unsigned char payload[256];
 	for (int i = 0; i < 256; i++)
 		payload[i] = (unsigned char)i;
-	struct header_kv hdr = {"x-k", "v"};
+	struct header_kv hdr = {"x-k", "v", 0};
 	struct subscription basic = {.auth_type = AUTH_BASIC, .auth_user = "alice",
 				     .auth_secret = "pw"};
 	struct envelope_out out = {
