@@ -510,9 +510,10 @@ int api_begin(struct api *api, const struct api_request *req, struct api_head *h
 			refuse_caller(api, req, ar, &who, "/metrics (metrics_public = false)", res);
 		} else if (api->metrics_private &&
 			   !(token_scope_grants(who.scopes) & TOKEN_SCOPE_READ)) {
-			api_reply_errorf(res, 403, "forbidden", NULL,
-					 "metrics need a token with the read scope (metrics_public "
-					 "= false)");
+			/* metrics_public = false: /metrics answers like a read route */
+			static const struct api_route metrics_route = {"GET", "/metrics", NULL,
+								       TOKEN_SCOPE_READ};
+			reply_scope(res, req, &metrics_route, &who);
 		} else {
 			api_metrics(api, res);
 		}

@@ -128,7 +128,7 @@ const struct config_setting config_settings[] = {
 	{"replay_rate", "--replay-rate", "OUTBOXD_REPLAY_RATE", CONFIG_INT, "100", S(replay_rate),
 	 "default pace of a filter replay job, deliveries per second"},
 	{"metrics_public", "--metrics-public", "OUTBOXD_METRICS_PUBLIC", CONFIG_BOOL, "true",
-	 S(metrics_public), "serve /metrics without a token (false: the admin token is needed)"},
+	 S(metrics_public), "serve /metrics without a token (false: a token with the read scope is needed)"},
 	{"stats_window", "--stats-window", "OUTBOXD_STATS_WINDOW", CONFIG_DURATION, "15m",
 	 S(stats_window_ms), "window of the per-subscription success rate in /v1/stats"},
 	{"spool", "--spool", "OUTBOXD_SPOOL", CONFIG_STRING, NULL, S(spool),

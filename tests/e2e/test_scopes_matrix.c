@@ -455,7 +455,7 @@ static void test_private_metrics(void **state)
 		int ok = a.status == want;
 		if (ok && want == 403)
 			ok = error_member(&a, "code") && strcmp(error_member(&a, "code"), "forbidden") == 0 &&
-			     error_member(&a, "message") && strstr(error_member(&a, "message"), "read");
+			     error_member(&a, "scope") && strcmp(error_member(&a, "scope"), "read") == 0;
 		if (ok && want == 200)
 			ok = strstr(a.body, "# TYPE ") != NULL;
 		if (!ok) {
