@@ -410,19 +410,18 @@ static int serve(int argc, char **argv)
 	}
 	if (load_settings(argc, argv, &cfg))
 		return 2;
-	enum log_level level;
-	if (log_level_parse(cfg.log_level, &level)) {
-		fprintf(stderr, "outboxd: log_level must be debug, info, warn or error\n");
+	/* the checks check-config makes: a setting that fails them exits 2, which the unit's
+	 * RestartPreventExitStatus keeps from a restart loop */
+	if (admin_settings_check(&cfg, err, sizeof(err))) {
+		fprintf(stderr, "outboxd: %s\n", err);
 		config_free(&cfg);
 		return 2;
 	}
+	enum log_level level;
+	log_level_parse(cfg.log_level, &level);
 	log_set_level(level);
 	enum log_format format;
-	if (log_format_parse(cfg.log_format, &format)) {
-		fprintf(stderr, "outboxd: log_format must be json, text or auto\n");
-		config_free(&cfg);
-		return 2;
-	}
+	log_format_parse(cfg.log_format, &format);
 	log_set_format(format);
 
 	/* Signals are taken by sigwait below; every thread started after this inherits

@@ -22,6 +22,7 @@
 #include <openssl/crypto.h>
 
 #include "api/deadline.h"
+#include "core/config.h"
 #include "core/metrics.h"
 #include "util/buf.h"
 #include "util/log.h"
@@ -378,24 +379,15 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 				      const struct http_limits *limits,
 				      const struct http_tls *tls, char *err, size_t errlen)
 {
-	char host[256];
-	const char *colon = strrchr(listen, ':');
+	char host[256], port[8];
 	struct addrinfo hints = {0}, *ai = NULL;
 
-	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host)) {
-		snprintf(err, errlen, "listen: expected host:port, got \"%s\"", listen);
+	if (config_listen_split(listen, host, sizeof(host), port, sizeof(port), err, errlen))
 		return NULL;
-	}
-	memcpy(host, listen, (size_t)(colon - listen));
-	host[colon - listen] = '\0';
-	if (host[0] == '[') { /* [::1]:8080 */
-		memmove(host, host + 1, strlen(host));
-		host[strcspn(host, "]")] = '\0';
-	}
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	int gai = getaddrinfo(host, colon + 1, &hints, &ai);
+	int gai = getaddrinfo(host, port, &hints, &ai);
 	if (gai) {
 		snprintf(err, errlen, "listen: cannot resolve \"%s\": %s", listen, gai_strerror(gai));
 		return NULL;

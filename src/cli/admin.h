@@ -8,12 +8,20 @@
 #ifndef OUTBOXD_CLI_ADMIN_H
 #define OUTBOXD_CLI_ADMIN_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "core/config.h"
 
-/* Checks what config_load cannot (log_level, log_format, the db URL's scheme, that the
- * TLS files can be read) and prints the effective settings to out. Returns 0, or 1 after
+/* What serve checks of its settings before it opens anything, beyond config_load:
+ * log_level, log_format, the db URL's scheme, that listen's host resolves to an address
+ * of this machine's kind, that the API's TLS files can be read, and that librdkafka
+ * accepts kafka_config. serve and check-config both call it, so check-config is valid
+ * exactly when serve would start past its settings. 0, or -1 with a message naming the
+ * setting in err (never a secret). */
+int admin_settings_check(const struct config *cfg, char *err, size_t errlen);
+
+/* admin_settings_check, then the effective settings printed to out. Returns 0, or 1 after
  * a message on stderr naming the bad setting. cfg is borrowed. */
 int admin_check_config(const struct config *cfg, FILE *out);
 

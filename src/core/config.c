@@ -463,6 +463,37 @@ const char *config_file_path(char *const *envp, int argc, char *const *argv)
 	return path;
 }
 
+int config_listen_split(const char *listen, char *host, size_t hostlen, char *port,
+			size_t portlen, char *err, size_t errlen)
+{
+	const char *colon = listen ? strrchr(listen, ':') : NULL;
+	if (!colon || colon == listen)
+		return fail(err, errlen, "listen: expected host:port (127.0.0.1:8080, [::1]:8080), "
+			    "got \"%s\"", listen ? listen : "");
+	const char *h = listen, *h_end = colon;
+	if (*h == '[') { /* [::1]:8080 */
+		if (h_end[-1] != ']' || h_end - h < 3)
+			return fail(err, errlen, "listen: an IPv6 address goes in brackets with the "
+				    "port after them ([::1]:8080), got \"%s\"", listen);
+		h++;
+		h_end--;
+	} else if (memchr(h, ':', (size_t)(h_end - h))) {
+		return fail(err, errlen, "listen: an IPv6 address goes in brackets ([::1]:8080), "
+			    "got \"%s\"", listen);
+	}
+	const char *p = colon + 1;
+	size_t digits = strspn(p, "0123456789");
+	if (digits == 0 || p[digits] != '\0' || digits > 5 || atol(p) > 65535)
+		return fail(err, errlen, "listen: the port must be a number from 0 to 65535, got "
+			    "\"%s\"", p);
+	if ((size_t)(h_end - h) >= hostlen || digits >= portlen)
+		return fail(err, errlen, "listen: the host is too long in \"%s\"", listen);
+	memcpy(host, h, (size_t)(h_end - h));
+	host[h_end - h] = '\0';
+	memcpy(port, p, digits + 1);
+	return 0;
+}
+
 int config_load(struct config *cfg, const char *file_text, char *const *envp, int argc,
 		char *const *argv, char *err, size_t errlen)
 {
@@ -546,6 +577,10 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
 	if (cfg->connect_timeout_ms < 100 || cfg->connect_timeout_ms > 300000)
 		return fail(err, errlen, "connect_timeout must be from 100ms to 5m");
+	char listen_host[256], listen_port[8];
+	if (config_listen_split(cfg->listen, listen_host, sizeof(listen_host), listen_port,
+				sizeof(listen_port), err, errlen))
+		return -1;
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;

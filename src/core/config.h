@@ -106,6 +106,12 @@ extern const struct config_setting config_settings[];
 int config_load(struct config *cfg, const char *file_text, char *const *envp, int argc,
 		char *const *argv, char *err, size_t errlen);
 
+/* Splits listen ("host:port", "[v6]:port") into host (brackets removed) and port
+ * (decimal, 0 to 65535; 0 asks the system for a free port). 0, or -1 with a message in
+ * err naming the setting. */
+int config_listen_split(const char *listen, char *host, size_t hostlen, char *port,
+			size_t portlen, char *err, size_t errlen);
+
 /* The --config flag or OUTBOXD_CONFIG, or NULL. Borrowed from argv/envp. */
 const char *config_file_path(char *const *envp, int argc, char *const *argv);
 

@@ -1,6 +1,7 @@
 /* client.c: the librdkafka configuration every outboxd Kafka client starts from (see
  * client.h). Property values are never logged: kafka_config may carry SASL passwords. */
 #include "kafka/client.h"
+#include "kafka/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +166,19 @@ rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, struct kafka_cl
 	rd_kafka_conf_set_error_cb(conf, error_cb);
 	rd_kafka_conf_set_opaque(conf, client);
 	return conf;
+}
+
+int kafka_properties_check(const char *brokers, const char *properties, char *err,
+			   size_t errlen)
+{
+	struct kafka_settings ks = {.brokers = brokers, .properties = properties};
+	struct kafka_client client;
+	kafka_client_init(&client, "check");
+	rd_kafka_conf_t *conf = kafka_conf_new(&ks, &client, NULL, err, errlen);
+	if (conf)
+		rd_kafka_conf_destroy(conf);
+	kafka_client_destroy(&client);
+	return conf ? 0 : -1;
 }
 
 rd_kafka_t *kafka_producer_new(const struct kafka_settings *ks, struct kafka_client *client,

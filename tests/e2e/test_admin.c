@@ -105,11 +105,48 @@ static void test_check_config(void **state)
 	assert_non_null(strstr(out, "missing.conf"));
 }
 
+/* check-config refuses what serve refuses, and serve exits 2 on it (a systemd unit's
+ * RestartPreventExitStatus=2 stops there instead of restarting in a loop): a listen
+ * that is not host:port, a port over 65535 (which the resolver would wrap into another
+ * port), a host that does not resolve, a Kafka property librdkafka refuses. */
+static void test_check_config_as_serve(void **state)
+{
+	char out[16384];
+	static const struct {
+		const char *flags;
+		const char *named;
+	} bad[] = {
+		{"--listen nope", "listen"},
+		{"--listen 127.0.0.1:99999", "65535"},
+		{"--listen 127.0.0.1:80a", "port"},
+		{"--listen ::1:8080", "brackets"},
+		{"--listen no-such-host.invalid:8080", "cannot resolve"},
+		{"--kafka-brokers 127.0.0.1:9 --kafka-config bogus.property=1", "bogus.property"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int check = run(out, sizeof(out), "check-config --db sqlite:%s/cc.db %s", dir,
+				bad[i].flags);
+		if (check != 2 || !strstr(out, bad[i].named))
+			fprintf(stderr, "check-config %s: exit %d, %s\n", bad[i].flags, check, out);
+		assert_int_equal(check, 2);
+		assert_non_null(strstr(out, bad[i].named));
+		int serve = run(out, sizeof(out), "serve --db sqlite:%s/cc.db %s", dir, bad[i].flags);
+		if (serve != 2 || !strstr(out, bad[i].named))
+			fprintf(stderr, "serve %s: exit %d, %s\n", bad[i].flags, serve, out);
+		assert_int_equal(serve, 2);
+		assert_non_null(strstr(out, bad[i].named));
+	}
+	/* the forms serve takes */
+	assert_int_equal(run(out, sizeof(out), "check-config --listen [::1]:8080"), 0);
+	assert_int_equal(run(out, sizeof(out), "check-config --listen localhost:0"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_migrate_then_serve),
 		cmocka_unit_test(test_check_config),
+		cmocka_unit_test(test_check_config_as_serve),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -263,6 +263,31 @@ static void test_effective_round_trip(void **state)
 
 /* The flags that give a secret: tokens and keys whatever their value, the rest when
  * their value holds a password or a key; each named once. */
+/* listen: host:port or [v6]:port, a port from 0 to 65535, nothing else. */
+static void test_listen_split(void **state)
+{
+	char host[64], port[8], err[256];
+	assert_int_equal(config_listen_split("127.0.0.1:8080", host, sizeof(host), port,
+					     sizeof(port), err, sizeof(err)), 0);
+	assert_string_equal(host, "127.0.0.1");
+	assert_string_equal(port, "8080");
+	assert_int_equal(config_listen_split("[::1]:65535", host, sizeof(host), port,
+					     sizeof(port), err, sizeof(err)), 0);
+	assert_string_equal(host, "::1");
+	assert_string_equal(port, "65535");
+	assert_int_equal(config_listen_split("localhost:0", host, sizeof(host), port,
+					     sizeof(port), err, sizeof(err)), 0);
+	static const char *const bad[] = {"nope", ":8080", "127.0.0.1:", "127.0.0.1:65536",
+					  "127.0.0.1:99999", "127.0.0.1:8o80", "::1:8080",
+					  "[::1:8080", "[]:80", "127.0.0.1:-1", "127.0.0.1:000008080"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(config_listen_split(bad[i], host, sizeof(host), port, sizeof(port),
+						     err, sizeof(err)), -1);
+		assert_non_null(strstr(err, "listen"));
+	}
+}
+
 static void test_secret_flags(void **state)
 {
 	char *argv[] = {"--admin-token", "a", "--listen", "127.0.0.1:1", "--db=postgres://u:p@h/d",
@@ -379,6 +404,7 @@ int main(void)
 		cmocka_unit_test(test_effective_round_trip),
 		cmocka_unit_test(test_otlp_settings),
 		cmocka_unit_test(test_secret_flags),
+		cmocka_unit_test(test_listen_split),
 		cmocka_unit_test(test_egress_proxy_and_tls_dir),
 		cmocka_unit_test(test_reload_classes),
 	};
