@@ -13,7 +13,7 @@ deps:
 	@bash scripts/deps.sh
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTBOXD_DEFAULT_CONFIG= >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target outboxd
 
 # The SSRF guard refuses loopback addresses by default; the quickstart's receiver runs on
@@ -34,7 +34,13 @@ test: deps
 # in $(BUILD)/installed_files.txt for make uninstall (same BUILD). docs/deployment.md.
 PREFIX  ?= /usr/local
 DESTDIR ?=
-install: build
+# The installed binary reads that configuration when given none (OUTBOXD_DEFAULT_CONFIG);
+# the build of make run is rebuilt without it afterwards (one file recompiles).
+SYSCONFDIR = $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+install: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DOUTBOXD_DEFAULT_CONFIG=$(SYSCONFDIR)/outboxd/outboxd.conf >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target outboxd
 	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 	@sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt > $(BUILD)/installed_files.txt
 	@echo "make install: $$(grep -c "" $(BUILD)/installed_files.txt) files, listed in $(BUILD)/installed_files.txt"

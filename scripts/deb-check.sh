@@ -2,7 +2,9 @@
 # deb-check.sh (make deb-check, after make deb): installs build-deb/outboxd_*.deb on this
 # machine with dpkg -i and checks that it gives a working outboxd: the user, the
 # configuration's owner and mode, the store directory, the unit accepted by
-# systemd-analyze verify, man outboxd, check-config of the packaged configuration, and
+# systemd-analyze verify, man outboxd, check-config of the packaged configuration (and
+# with no flags: the installed binary reads it by default), root's migrate refused on the
+# service's store while the service user's works, and
 # the packaged service's command line serving (as user outboxd, on the packaged
 # configuration and /var/lib/outboxd) until SIGTERM. Then purges the package again and
 # removes the store it made, unless KEEP_INSTALLED=1; a machine that had outboxd
@@ -52,6 +54,27 @@ bash tests/install/man_sync.sh /usr/bin/outboxd "$(man -w outboxd)"
 run_as() { setpriv --reuid=outboxd --regid=outboxd --init-groups -- "$@"; }
 run_as /usr/bin/outboxd check-config --config /etc/outboxd/outboxd.conf >/dev/null ||
 	fail "check-config refuses the packaged configuration"
+# with no flags, from any directory, the installed binary reads the packaged configuration
+here=$(mktemp -d)
+cd "$here"
+out=$(run_as /usr/bin/outboxd check-config) || fail "check-config with no flags fails"
+grep -q 'config file /etc/outboxd/outboxd.conf' <<<"$out" ||
+	fail "check-config with no flags does not read /etc/outboxd/outboxd.conf"
+grep -q '^db = "sqlite:/var/lib/outboxd/outboxd.db"' <<<"$out" ||
+	fail "check-config with no flags does not use the packaged store"
+# root's migrate cannot leave a store the service cannot open: refused, naming the user
+rc=0
+out=$(/usr/bin/outboxd migrate 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q 'sudo -u outboxd outboxd migrate' <<<"$out" ||
+	fail "root's outboxd migrate was not refused (exit $rc): $out"
+[ ! -e /var/lib/outboxd/outboxd.db ] || [ "$(stat -c %U /var/lib/outboxd/outboxd.db)" = outboxd ] ||
+	fail "root's outboxd migrate left a store owned by $(stat -c %U /var/lib/outboxd/outboxd.db)"
+[ -z "$(ls -A "$here")" ] || fail "a command with no flags wrote into the current directory: $(ls -A "$here")"
+# the service user's migrate, with no flags, makes the store it will serve
+run_as /usr/bin/outboxd migrate >/dev/null || fail "outboxd migrate as outboxd fails"
+[ "$(stat -c %U /var/lib/outboxd/outboxd.db)" = outboxd ] || fail "migrate's store is not owned by outboxd"
+cd - >/dev/null
+rmdir "$here"
 
 # what the unit runs, as the unit runs it (the listen port moved off 8080 for the check)
 port=$(free_port) || fail "no free port"

@@ -237,6 +237,26 @@ static int load_settings(int argc, char **argv, struct config *cfg)
 	return rc;
 }
 
+/* load_settings for a command that writes the store (command names it in messages):
+ * as root, refused on a store that belongs to the service's user (cli/admin.h). */
+static int load_store_settings(int argc, char **argv, struct config *cfg, const char *command)
+{
+	char err[768];
+	if (load_settings(argc, argv, cfg))
+		return -1;
+	if (admin_store_owner_check(cfg, command, err, sizeof(err))) {
+		fprintf(stderr, "outboxd %s: %s\n", command, err);
+		config_free(cfg);
+		return -1;
+	}
+	return 0;
+}
+
+static int load_spool_replay_settings(int argc, char **argv, struct config *cfg)
+{
+	return load_store_settings(argc, argv, cfg, "spool replay");
+}
+
 static int wants_help(int argc, char **argv)
 {
 	for (int i = 0; i < argc; i++)
@@ -267,7 +287,7 @@ static int migrate(int argc, char **argv)
 		admin_migrate_usage(stdout);
 		return 0;
 	}
-	if (load_settings(argc, argv, &cfg))
+	if (load_store_settings(argc, argv, &cfg, "migrate"))
 		return 2;
 	enum log_level level;
 	if (log_level_parse(cfg.log_level, &level) == 0)
@@ -306,7 +326,7 @@ static int rotate_key(int argc, char **argv)
 		log_warn("--new-secret-key holds a secret, and flags are visible to every user of "
 			 "this machine in /proc/%d/cmdline (ps): set OUTBOXD_NEW_SECRET_KEY in the "
 			 "environment instead", (int)getpid());
-	if (load_settings(n, argv, &cfg))
+	if (load_store_settings(n, argv, &cfg, "rotate-key"))
 		return 2;
 	int rc = secret_key_rotate(&cfg, new_key && *new_key ? new_key : NULL);
 	config_free(&cfg);
@@ -408,7 +428,7 @@ static int serve(int argc, char **argv)
 			return 0;
 		}
 	}
-	if (load_settings(argc, argv, &cfg))
+	if (load_store_settings(argc, argv, &cfg, "serve"))
 		return 2;
 	/* the checks check-config makes: a setting that fails them exits 2, which the unit's
 	 * RestartPreventExitStatus keeps from a restart loop */
@@ -753,7 +773,7 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "migrate") == 0)
 		return migrate(argc - 2, argv + 2);
 	if (strcmp(argv[1], "spool") == 0)
-		return spool_cmd_main(argc - 2, argv + 2, load_settings);
+		return spool_cmd_main(argc - 2, argv + 2, load_spool_replay_settings);
 	/* CLI: the group may follow global options (outboxd --url U dlq list). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {

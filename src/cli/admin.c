@@ -3,9 +3,13 @@
 #include "cli/admin.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kafka/check.h"
@@ -71,6 +75,55 @@ int admin_check_config(const struct config *cfg, FILE *out)
 	}
 	config_print_effective(out, cfg);
 	return 0;
+}
+
+/* The owner of path (or of its folder, when it does not exist yet): 0 when root or
+ * unknown, else its uid. */
+static uid_t owner_of(const char *path)
+{
+	struct stat sb;
+	if (stat(path, &sb) == 0)
+		return sb.st_uid;
+	char *copy = strdup(path);
+	uid_t uid = copy && stat(dirname(copy), &sb) == 0 ? sb.st_uid : 0;
+	free(copy);
+	return uid;
+}
+
+int admin_store_owner_check(const struct config *cfg, const char *command, char *err,
+			    size_t errlen)
+{
+	if (geteuid() != 0)
+		return 0;
+	char *data_dir = config_data_dir(cfg);
+	const char *paths[2] = {data_dir, NULL};
+	char sqlite_path[4096] = "";
+	if (strncmp(cfg->db, "sqlite:", 7) == 0) {
+		snprintf(sqlite_path, sizeof(sqlite_path), "%s", cfg->db + 7);
+		sqlite_path[strcspn(sqlite_path, "?")] = '\0';
+		paths[1] = sqlite_path;
+	}
+	int rc = 0;
+	for (size_t i = 0; i < 2 && !rc; i++) {
+		if (!paths[i] || !*paths[i])
+			continue;
+		uid_t uid = owner_of(paths[i]);
+		if (uid == 0)
+			continue;
+		struct passwd *pw = getpwuid(uid);
+		char user[64];
+		if (pw)
+			snprintf(user, sizeof(user), "%s", pw->pw_name);
+		else
+			snprintf(user, sizeof(user), "#%u", (unsigned)uid);
+		snprintf(err, errlen, "%s belongs to the user %s, and files root made there could "
+			 "not be opened by outboxd running as %s: run it as that user, e.g. "
+			 "`sudo -u %s outboxd %s`", paths[i], user, user, pw ? user : "#uid",
+			 command);
+		rc = -1;
+	}
+	free(data_dir);
+	return rc;
 }
 
 int admin_migrate(const struct config *cfg)

@@ -25,6 +25,15 @@ int admin_settings_check(const struct config *cfg, char *err, size_t errlen);
  * a message on stderr naming the bad setting. cfg is borrowed. */
 int admin_check_config(const struct config *cfg, FILE *out);
 
+/* As root, refuses (-1, the reason and the command to run instead in err) to work on a
+ * store that belongs to another user: the data directory, or the SQLite file or the
+ * folder it would be created in, owned by that user. Files root made there (a migrated
+ * store, its journal, secret.key) could not be opened by the service afterwards, and
+ * the unit would restart in a loop. 0 when not root, or when root owns them. command
+ * is the subcommand, for the message ("migrate"). */
+int admin_store_owner_check(const struct config *cfg, const char *command, char *err,
+			    size_t errlen);
+
 /* Opens the store of cfg->db, which applies the migrations it lacks (each is logged),
  * and closes it: no thread is started, nothing is served. SQLite: refused while another
  * outboxd holds the store. Returns 0, or 1 after a message on stderr. */

@@ -448,19 +448,33 @@ static int load_file(struct config *cfg, const char *text, char *err, size_t err
 	return rc;
 }
 
+/* The configuration file of an installed outboxd (make install, the Debian package set
+ * it at build time); "" in a development build, which keeps everything under ./var. */
+#ifndef OUTBOXD_DEFAULT_CONFIG
+#define OUTBOXD_DEFAULT_CONFIG ""
+#endif
+
+const char *config_default_file(void)
+{
+	return OUTBOXD_DEFAULT_CONFIG[0] ? OUTBOXD_DEFAULT_CONFIG : NULL;
+}
+
 const char *config_file_path(char *const *envp, int argc, char *const *argv)
 {
 	const char *path = NULL;
+	int given = 0;
 	for (char *const *e = envp; e && *e; e++)
 		if (strncmp(*e, "OUTBOXD_CONFIG=", 15) == 0)
-			path = *e + 15;
+			path = *e + 15, given = 1;
 	for (int i = 0; i < argc; i++) {
 		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-			path = argv[i + 1];
+			path = argv[i + 1], given = 1;
 		else if (strncmp(argv[i], "--config=", 9) == 0)
-			path = argv[i] + 9;
+			path = argv[i] + 9, given = 1;
 	}
-	return path;
+	if (!given)
+		path = config_default_file();
+	return path && *path ? path : NULL; /* "" (given empty): no file */
 }
 
 int config_listen_split(const char *listen, char *host, size_t hostlen, char *port,

@@ -112,8 +112,14 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 int config_listen_split(const char *listen, char *host, size_t hostlen, char *port,
 			size_t portlen, char *err, size_t errlen);
 
-/* The --config flag or OUTBOXD_CONFIG, or NULL. Borrowed from argv/envp. */
+/* The --config flag or OUTBOXD_CONFIG; without either, the installed default
+ * (config_default_file); NULL when there is none or it was given empty (--config "").
+ * Borrowed from argv/envp. */
 const char *config_file_path(char *const *envp, int argc, char *const *argv);
+
+/* The configuration file an installed outboxd reads when given none (fixed at build
+ * time: /etc/outboxd/outboxd.conf for the package), or NULL for a development build. */
+const char *config_default_file(void);
 
 void config_free(struct config *cfg);
 

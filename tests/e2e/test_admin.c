@@ -6,6 +6,8 @@
 #include "e2e.h"
 #include "harness_pg.h"
 
+#include <sys/stat.h>
+
 static struct daemon dmn;
 static char dir[256], dsn[300];
 
@@ -141,12 +143,58 @@ static void test_check_config_as_serve(void **state)
 	assert_int_equal(run(out, sizeof(out), "check-config --listen localhost:0"), 0);
 }
 
+/* As root, the commands that write a store refuse one that belongs to another user (the
+ * service's): files root made there could not be opened by the service. The owner itself
+ * migrates it. Needs root (to own files as another user); skipped otherwise. */
+static void test_root_refused_on_service_store(void **state)
+{
+	char out[16384], svc[300];
+	if (geteuid() != 0) {
+		skip();
+		return;
+	}
+	snprintf(svc, sizeof(svc), "%s/service", dir);
+	assert_int_equal(mkdir(svc, 0700), 0);
+	assert_int_equal(chown(dir, 0, 0), 0);
+	assert_int_equal(chmod(dir, 0755), 0);
+	assert_int_equal(chown(svc, 65534, 65534), 0); /* nobody */
+	static const char *const commands[] = {"migrate", "serve", "rotate-key"};
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		int rc = run(out, sizeof(out), "%s --db sqlite:%s/outboxd.db --data-dir %s",
+			     commands[i], svc, svc);
+		if (rc != 2 || !strstr(out, "belongs to the user"))
+			fprintf(stderr, "%s as root on nobody's store: exit %d: %s\n", commands[i],
+				rc, out);
+		assert_int_equal(rc, 2);
+		assert_non_null(strstr(out, "belongs to the user"));
+		assert_non_null(strstr(out, commands[i]));
+	}
+	struct stat sb;
+	assert_int_equal(stat(svc, &sb), 0);
+	assert_int_equal(sb.st_uid, 65534);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/outboxd.db", svc);
+	assert_int_equal(access(path, F_OK), -1); /* root made nothing there */
+	/* the owner migrates it */
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "env -u OUTBOXD_DB setpriv --reuid=65534 --regid=65534 "
+		 "--clear-groups %s migrate --db sqlite:%s --data-dir %s 2>&1",
+		 getenv("OUTBOXD_BIN"), path, svc);
+	int rc = e2e_run(cmd, out, sizeof(out));
+	if (rc != 0)
+		fprintf(stderr, "migrate as nobody: exit %d: %s\n", rc, out);
+	assert_int_equal(rc, 0);
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_uid, 65534);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_migrate_then_serve),
 		cmocka_unit_test(test_check_config),
 		cmocka_unit_test(test_check_config_as_serve),
+		cmocka_unit_test(test_root_refused_on_service_store),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -196,6 +196,10 @@ static void test_config_path(void **state)
 	char *argv[] = {"--config", "/etc/b.conf"};
 	assert_string_equal(config_file_path(envp, 0, NULL), "/etc/a.conf");
 	assert_string_equal(config_file_path(envp, 2, argv), "/etc/b.conf");
+	/* a development build has no default file: ./var and the defaults */
+	char *none[] = {NULL};
+	assert_null(config_default_file());
+	assert_null(config_file_path(none, 0, none));
 }
 
 static void assert_masked(const char *key, const char *value, const char *want)
