@@ -28,6 +28,8 @@ DESTDIR=$root cmake --install "$build" --prefix /usr >"$work/install.log"
 sed "s|^|$root|" "$build/install_manifest.txt" >"$work/installed_files.txt"
 for f in usr/bin/outboxd usr/share/man/man8/outboxd.8 etc/outboxd/outboxd.conf \
 	usr/lib/systemd/system/outboxd.service usr/share/doc/outboxd/deployment.md \
+	usr/share/doc/outboxd/api.md usr/share/doc/outboxd/console.md usr/share/doc/outboxd/kafka.md \
+	usr/share/doc/outboxd/retries.md usr/share/doc/outboxd/console/overview.png \
 	usr/share/doc/outboxd/outboxd.json; do
 	[ -f "$root/$f" ] || fail "make install did not install /$f"
 done
