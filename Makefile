@@ -65,14 +65,14 @@ receiver: deps
 	@cmake --build $(BUILD) -j $(JOBS) --target test_receiver
 	./$(BUILD)/test_receiver --port 9000 --print
 
-# The benchmark of issue 4 (docs/performance.md): installs wrk, gnuplot, PostgreSQL and the
+# The benchmark (docs/performance.md): installs wrk, gnuplot, PostgreSQL and the
 # peer's npm packages, builds Release binaries in build-bench, and writes
 # bench/results/latest.{md,json,png}. About 4 minutes on 2 cores.
 bench:
 	@bash scripts/bench-deps.sh
 	@bash bench/run.sh
 
-# The Kafka benchmark of issue 12 (docs/kafka.md, docs/performance.md#kafka): consumed
+# The Kafka benchmark (docs/kafka.md, docs/performance.md#kafka): consumed
 # envelopes/s and published events/s against HTTP ingest, on librdkafka's mock cluster.
 bench-kafka:
 	@bash bench/kafka.sh

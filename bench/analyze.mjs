@@ -75,7 +75,7 @@ function runFigures(tp, secs) {
   };
 }
 
-// The slow-receivers row (issue 17): at most in_flight requests can be answered per delay,
+// The slow-receivers row: at most in_flight requests can be answered per delay,
 // so in_flight / delay is the rate a perfect client reaches; the row is the fraction of it.
 function slowRow(out, work) {
   const tp = readJson(join(work, "slow.tp.json"));
@@ -213,8 +213,10 @@ function report(work, results) {
     `${m.cpu_model}, ${m.cores} cores, kernel ${m.kernel}; load ${m.load_before} before, ` +
     `${m.load_after} after; commit ${m.commit}; ${m.date}`;
   const targets = [];
-  const t = (what, measured, good, issue = 4) =>
-    targets.push({ target: what, measured, met: measured === "–" ? null : good, issue });
+  // Each target belongs to a set: the first performance targets ("round 1"), those of
+  // performance round 2 ("round 2"), and the small receiver's ("small receiver").
+  const t = (what, measured, good, set = "round 1") =>
+    targets.push({ target: what, measured, met: measured === "–" ? null : good, set });
   if (rows.sqlite?.available) {
     const r = rows.sqlite;
     t("SQLite, 1 subscription: ≥ 25,000 deliveries/s", f0(r.deliveries_per_s), r.deliveries_per_s >= 25000);
@@ -231,34 +233,34 @@ function report(work, results) {
     t("PostgreSQL: ≥ 15,000 deliveries/s", "–", null);
   }
 
-  // Issue 17's table (performance round 2): ratios from this same run.
+  // Performance round 2's table: ratios from this same run.
   if (rows.sqlite?.available) {
     const r = rows.sqlite;
-    t("SQLite 1 subscription, ÷ ceiling: ≥ 0.25×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.25, 17);
-    t("SQLite outboxd CPU per delivery: ≤ 35 µs", `${f1(r.cpu_us_per_delivery)} µs`, r.cpu_us_per_delivery <= 35, 17);
-    t("SQLite ÷ peer: ≥ 5×", r.vs_peer ? `${r.vs_peer.toFixed(2)}×` : "–", (r.vs_peer ?? 0) >= 5, 17);
+    t("SQLite 1 subscription, ÷ ceiling: ≥ 0.25×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.25, "round 2");
+    t("SQLite outboxd CPU per delivery: ≤ 35 µs", `${f1(r.cpu_us_per_delivery)} µs`, r.cpu_us_per_delivery <= 35, "round 2");
+    t("SQLite ÷ peer: ≥ 5×", r.vs_peer ? `${r.vs_peer.toFixed(2)}×` : "–", (r.vs_peer ?? 0) >= 5, "round 2");
   }
   if (rows.postgres?.available) {
     const r = rows.postgres;
-    t("PostgreSQL 1 subscription, ÷ ceiling: ≥ 0.20×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.2, 17);
+    t("PostgreSQL 1 subscription, ÷ ceiling: ≥ 0.20×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.2, "round 2");
   }
   if (rows.sqlite?.latency && rows.postgres?.latency) {
     const a = rows.sqlite.latency.p99_us, b = rows.postgres.latency.p99_us;
-    t("p99 at 1,000 events/s, SQLite ≤ 5 ms / PostgreSQL ≤ 10 ms", `${ms(a)} / ${ms(b)} ms`, a <= 5000 && b <= 10000, 17);
+    t("p99 at 1,000 events/s, SQLite ≤ 5 ms / PostgreSQL ≤ 10 ms", `${ms(a)} / ${ms(b)} ms`, a <= 5000 && b <= 10000, "round 2");
   }
   if (rows.slow?.available) {
     const r = rows.slow;
-    t(`slow receivers: deliveries/s ≥ 0.85 of max_in_flight ÷ delay`, r.fraction.toFixed(2), r.fraction >= 0.85, 17);
-    t("slow receivers: peak RSS ≤ 160 MiB", `${f1(r.peak_rss_mib)} MiB`, r.peak_rss_mib <= 160, 17);
+    t(`slow receivers: deliveries/s ≥ 0.85 of max_in_flight ÷ delay`, r.fraction.toFixed(2), r.fraction >= 0.85, "round 2");
+    t("slow receivers: peak RSS ≤ 160 MiB", `${f1(r.peak_rss_mib)} MiB`, r.peak_rss_mib <= 160, "round 2");
     if (r.kib_per_request != null)
-      t("slow receivers: ≤ 16 KiB per request in flight", `${f1(r.kib_per_request)} KiB`, r.kib_per_request <= 16, 17);
+      t("slow receivers: ≤ 16 KiB per request in flight", `${f1(r.kib_per_request)} KiB`, r.kib_per_request <= 16, "round 2");
   }
 
   if (rows.small?.available && rows.small.vs_wrk != null) {
     const r = rows.small;
     t("small receiver (Python http.server): goodput ≥ 0.8 of wrk's best, 0 duplicates, 0 dead",
       `${r.vs_wrk.toFixed(2)}, ${r.duplicates} dup, ${r.dead} dead`,
-      r.vs_wrk >= 0.8 && r.duplicates === 0 && r.dead === 0, 25);
+      r.vs_wrk >= 0.8 && r.duplicates === 0 && r.dead === 0, "small receiver");
   }
 
   const json = { machine: m, rows: names.map((n) => rows[n]), targets };
@@ -310,14 +312,14 @@ function report(work, results) {
       "Peak RSS: VmHWM. Latency: receipt at the sink − intended send time of the event, " +
       "joined by webhook-id, on a fresh store.",
   );
-  const targetTable = (issue) => {
-    const xs = targets.filter((x) => x.issue === issue);
+  const targetTable = (set) => {
+    const xs = targets.filter((x) => x.set === set);
     if (!xs.length) return;
-    L.push("", `| target (issue ${issue}) | measured | met |`, "|---|--:|:-:|");
+    L.push("", `| target (${set}) | measured | met |`, "|---|--:|:-:|");
     for (const x of xs)
       L.push(`| ${x.target} | ${x.measured} | ${x.met == null ? "–" : x.met ? "yes" : "no"} |`);
   };
-  targetTable(4);
+  targetTable("round 1");
   if (rows.slow) {
     const r = rows.slow;
     if (main.length) L.push("");
@@ -347,7 +349,7 @@ function report(work, results) {
         "the sink was answering at once.",
     );
   }
-  targetTable(17);
+  targetTable("round 2");
   if (rows.small) {
     const r = rows.small;
     L.push(
@@ -369,7 +371,7 @@ function report(work, results) {
           `${r.vs_wrk != null ? r.vs_wrk.toFixed(2) : "–"} | ${r.duplicates} (${r.duplicates_retried}) | ${r.dead} |`,
       );
   }
-  targetTable(25);
+  targetTable("small receiver");
   const notes = [];
   for (const n of names) {
     const r = rows[n];

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kafka.sh: the Kafka benchmark of issue 12 (docs/kafka.md, docs/performance.md). In one
+# kafka.sh: the Kafka benchmark of `make bench-kafka` (docs/kafka.md, docs/performance.md). In one
 # run, on this machine, one outboxd on SQLite and librdkafka's mock cluster (one broker,
 # in memory, over local TCP), with the test receiver as the subscriber:
 #

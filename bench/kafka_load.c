@@ -1,5 +1,5 @@
 /* kafka_load.c: bench_kafka, the producer of bench/kafka.sh — N OutboxEvent envelopes
- * (plain protobuf, DESIGN §7) addressed to one HTTP endpoint, produced as fast as
+ * (plain protobuf, proto/outboxd/v1/outbox_event.proto) addressed to one HTTP endpoint, produced as fast as
  * librdkafka takes them, then flushed. Uses protobuf-c's code for the .proto directly,
  * not outboxd's encoder.
  *

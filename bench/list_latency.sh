@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # list_latency.sh: latency of the operator's list queries with 1,000,000 deliveries in
-# the SQLite store (issue 6). Fills a store directly with SQL (90% PROCESSED, 9% dead,
+# the SQLite store. Fills a store directly with SQL (90% PROCESSED, 9% dead,
 # 1% NEW, 20 subscriptions, 50 event types), starts outboxd on it, and times each query
 # 50 times with curl. Prints p50/p99 in milliseconds per query.
 # Usage: bench/list_latency.sh [deliveries]

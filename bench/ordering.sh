@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ordering.sh: what per-key ordering costs (issue 15), in one run: bench/quick.sh N events
+# ordering.sh: what per-key ordering costs, in one run: bench/quick.sh N events
 # (default 20,000) on SQLite to one subscription — unordered without keys, unordered with
 # 1,000 partition keys, and ordered by partition_key over 1,000 and over 50 keys — with
 # deliveries/s and outboxd CPU per delivery, and each row's ratio to the first.

@@ -124,7 +124,7 @@ for p in "${opids[@]}"; do
   ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat")))
 done
 hz=$(getconf CLK_TCK)
-# how the rounds started: handed over by the ingest commit, or claimed (issue 17)
+# how the rounds started: handed over by the ingest commit, or claimed
 handed=0; claimed=0; lean=0; curl=0
 for port in "${ports[@]}"; do
   m=$(curl -sf -H "Authorization: Bearer bench" "127.0.0.1:$port/metrics" || true)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh: the benchmark of `make bench` (issue 4). Builds a Release outboxd, the load
+# run.sh: the benchmark of `make bench` (docs/performance.md). Builds a Release outboxd, the load
 # generator and the sink, then measures in one run, on this machine:
 #
 #   1. ceiling       wrk POSTing the same ~200-byte body to the sink (keep-alive)
@@ -10,7 +10,7 @@
 #   4. postgres      as 2, on a PostgreSQL this script starts (not available when outboxd
 #                    refuses a postgres:// store)
 #   5. peer          graphile-worker + undici on the same PostgreSQL, as 2
-#   6. slow          slow receivers (issue 17): outboxd on SQLite with max_in_flight
+#   6. slow          slow receivers: outboxd on SQLite with max_in_flight
 #                    SLOW_IN_FLIGHT, SLOW_SUBS subscriptions to bench_slow_sink, which answers
 #                    every request after SLOW_DELAY_MS; SLOW_EVENTS events each. Deliveries/s
 #                    as a fraction of max_in_flight / delay, peak RSS, memory per request

@@ -1,5 +1,5 @@
 /* slow_sink.c: bench_slow_sink, the subscriber of the "slow receivers" row of `make bench`
- * (bench/run.sh, issue 17): an HTTP/1.1 server that answers every POST with 200 after a
+ * (bench/run.sh): an HTTP/1.1 server that answers every POST with 200 after a
  * fixed delay (--delay-ms, default 1000) and holds thousands of such requests at once.
  *
  * One thread, one epoll set, non-blocking sockets, keep-alive. Since the delay is the same

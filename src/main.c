@@ -489,8 +489,8 @@ static int serve(int argc, char **argv)
 	}
 
 	if (cfg.spool && *cfg.spool) {
-		/* Seed 004's catastrophic-failure spool: opened (and checked) before any
-		 * request is accepted; what an earlier run left is replayed soon after. */
+		/* The catastrophic-failure spool (store/spool.h): opened (and checked) before
+		 * any request is accepted; what an earlier run left is replayed soon after. */
 		struct spool_report rep;
 		int src = spool_open(cfg.spool, &spool, &rep);
 		if (src != SPOOL_OK) {
@@ -529,7 +529,7 @@ static int serve(int argc, char **argv)
 		log_error("%s", err);
 		goto out;
 	}
-	/* Kafka (DESIGN §7): the sink publishes kafka:// subscriptions and dead-letter
+	/* Kafka (docs/kafka.md): the sink publishes kafka:// subscriptions and dead-letter
 	 * topics; the intake consumes kafka_intake. Off unless kafka_brokers is set. */
 	struct kafka_settings kafka = {
 		.brokers = cfg.kafka_brokers,

@@ -72,7 +72,8 @@ json_t *render_delivery(const struct store_delivery *d)
 	json_object_set_new(o, "created_at", render_time(d->created_at));
 	json_object_set_new(o, "updated_at", render_time(d->updated_at));
 	json_object_set_new(o, "processed_at", render_time(d->processed_at));
-	/* when its current run of failures began (FAILED only): seed 002's implicit DLQ */
+	/* when its current run of failures began (FAILED only): how what keeps failing is
+	 * found when max_retries 0 keeps it out of the DLQ */
 	json_object_set_new(o, "failing_since", d->status == DELIVERY_FAILED ?
 							render_time(d->failing_since) : json_null());
 	json_object_set_new(o, "in_flight", json_boolean(d->lease_owner != NULL));

@@ -38,7 +38,8 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 		rc = writer_ingest(api->writer, b.events, b.n);
 	sub_registry_release(api->reg, set);
 	if (rc != STORE_OK) {
-		/* Nothing acknowledged that is not durable (DESIGN §3). */
+		/* Nothing is acknowledged that is not durable: a 202 means committed and
+		 * synced. */
 		if (rc == STORE_ERROR)
 			rc = STORE_UNAVAILABLE;
 		metrics_ingest_rejected(503);

@@ -188,7 +188,8 @@ void api_audit_list(struct api *api, const struct api_request *req, struct api_r
 	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_before", next));
 }
 
-/* The spool of this instance (seed 004's catastrophic-failure layer): what waits in it,
+/* The spool of this instance (store/spool.h: accepted work kept while the store cannot be
+ * written): what waits in it,
  * and the damaged tails found since start, the last one's details. */
 static json_t *render_spool(struct api *api)
 {
@@ -306,8 +307,9 @@ void api_stats(struct api *api, struct api_response *res)
 			    json_pack("{s:I, s:I, s:I}", "stored", (json_int_t)ops_stored,
 				      "suppressed", (json_int_t)ops_suppressed, "dropped",
 				      (json_int_t)ops_dropped));
-	/* Seed 002's implicit DLQ: deliveries still being retried, and how long the one
-	 * failing longest has been failing (with max_retries 0 nothing is ever dead). */
+	/* Deliveries still being retried, and how long the one failing longest has been
+	 * failing: with max_retries 0 retries never run out, so this, not the DLQ's depth,
+	 * shows a subscriber that stays down. */
 	json_object_set_new(out, "failing",
 			    json_pack("{s:I, s:o, s:o}", "deliveries", (json_int_t)s.retrying_count,
 				      "oldest_since", render_time(s.oldest_failing_since),

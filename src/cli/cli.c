@@ -281,7 +281,8 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 	snprintf(path, sizeof(path), "%s", base);
 	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
 		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
-	/* --failing: everything failing now (seed 002's implicit DLQ), oldest first */
+	/* --failing: everything failing now, dead or still retried, oldest first (with
+	 * max_retries 0 retries never run out: what keeps failing shows here, not in the DLQ) */
 	if (opt(o, "--failing") && !opt(o, "--failing-since"))
 		append_query(path, sizeof(path), "failing_since", "0s");
 	append_query(path, sizeof(path), "sort", opt(o, "--sort"));
@@ -1030,8 +1031,9 @@ static const struct cli_group {
 	 "  deliveries list [filters] [--sort created_at|updated_at|attempt_count]\n"
 	 "              [--order asc|desc] [--limit N] [--all]\n"
 	 "  deliveries list --failing [filters]\n"
-	 "                              what is failing now, dead or still retried (seed\n"
-	 "                              002's implicit DLQ with max_retries 0)\n"
+	 "                              what is failing now, dead or still retried\n"
+	 "                              (with max_retries 0 retries never run out: what\n"
+	 "                              keeps failing shows here, not in the DLQ)\n"
 	 "  deliveries show ID          one delivery with every attempt\n",
 	 cmd_deliveries},
 	{"dlq", "the dead-letter queue: list, replay, purge",

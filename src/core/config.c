@@ -65,30 +65,32 @@ const struct config_setting config_settings[] = {
 	 S(api_body_memory),
 	 "request bodies held in memory at once by the requests in progress, together; a "
 	 "request that would go past it is answered 503 (at least max_request)"},
+	/* The retry and cleanup defaults are the reference architecture's, each quoted in
+	 * docs/design/reference.md ("Immediate retries", "Scheduled retries", "Backoff retry
+	 * and the circuit breaker", "Cleanup and retention"). */
 	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "3",
-	 S(immediate_tries), "default tries in the first (immediate) round (seed 001: 3)"},
+	 S(immediate_tries), "default tries in the first (immediate) round"},
 	{"immediate_delay", "--immediate-delay", "OUTBOXD_IMMEDIATE_DELAY", CONFIG_DURATION,
 	 "100ms", S(immediate_delay_ms),
 	 "default stagger between immediate tries (grows linearly; round capped at 1 minute)"},
 	{"delivery_timeout", "--delivery-timeout", "OUTBOXD_DELIVERY_TIMEOUT", CONFIG_DURATION,
-	 "1s", S(delivery_timeout_ms), "default timeout of an immediate try (seed 001: 1s)"},
+	 "1s", S(delivery_timeout_ms), "default timeout of an immediate try"},
 	{"retry_interval", "--retry-interval", "OUTBOXD_RETRY_INTERVAL", CONFIG_DURATION, "3s",
-	 S(retry_interval_ms), "default interval between scheduled retries (seed 000: 3s)"},
+	 S(retry_interval_ms), "default interval between scheduled retries"},
 	{"max_retries", "--max-retries", "OUTBOXD_MAX_RETRIES", CONFIG_INT, NULL, S(max_retries),
-	 "default scheduled retries before the DLQ; 0 = retry forever; unset: 3 (seed 000), "
-	 "or 5 when the policy is exponential (seed 004 MaxNumberOfRetries)"},
+	 "default scheduled retries before the DLQ; 0 = retry forever; unset: 3, or 5 when "
+	 "the policy is exponential"},
 	{"retry_timeout", "--retry-timeout", "OUTBOXD_RETRY_TIMEOUT", CONFIG_DURATION, "5s",
-	 S(retry_timeout_ms), "default timeout of a scheduled or manual try (seed 000: 5s)"},
+	 S(retry_timeout_ms), "default timeout of a scheduled or manual try"},
 	{"retry_policy", "--retry-policy", "OUTBOXD_RETRY_POLICY", CONFIG_STRING, "fixed",
-	 S(retry_policy), "default scheduled-retry policy: fixed, linear or exponential (seed 004)"},
+	 S(retry_policy), "default scheduled-retry policy: fixed, linear or exponential"},
 	{"retry_min_delay", "--retry-min-delay", "OUTBOXD_RETRY_MIN_DELAY", CONFIG_DURATION, "10s",
 	 S(retry_min_delay_ms),
 	 "default lower end of the random re-queue window: exponential retries and delay "
-	 "actions (seed 004 ReQueueMinDelaySeconds: 10s)"},
+	 "actions"},
 	{"retry_max_delay", "--retry-max-delay", "OUTBOXD_RETRY_MAX_DELAY", CONFIG_DURATION, "60s",
 	 S(retry_max_delay_ms),
-	 "default upper end of that window, and the cap of linear retries (seed 004 "
-	 "ReQueueMaxDelaySeconds: 60s)"},
+	 "default upper end of that window, and the cap of linear retries"},
 	{"retry_factor", "--retry-factor", "OUTBOXD_RETRY_FACTOR", CONFIG_NUMBER, "2",
 	 S(retry_factor), "default growth factor of exponential retries, 1 to 10"},
 	{"retry_jitter", "--retry-jitter", "OUTBOXD_RETRY_JITTER", CONFIG_NUMBER, "0",
@@ -99,7 +101,7 @@ const struct config_setting config_settings[] = {
 	 S(retry_after_max_ms),
 	 "default longest Retry-After (on 429 and 503) that postpones a scheduled retry"},
 	{"retry_batch", "--retry-batch", "OUTBOXD_RETRY_BATCH", CONFIG_INT, "100", S(retry_batch),
-	 "deliveries claimed per batch (seed 000: 100)"},
+	 "deliveries claimed per batch"},
 	{"max_in_flight", "--max-in-flight", "OUTBOXD_MAX_IN_FLIGHT", CONFIG_INT, "512",
 	 S(max_in_flight), "deliveries being sent at once by this instance"},
 	{"lean_http", "--lean-http", "OUTBOXD_LEAN_HTTP", CONFIG_BOOL, "true", S(lean_http),
@@ -116,13 +118,13 @@ const struct config_setting config_settings[] = {
 	{"reap_interval", "--reap-interval", "OUTBOXD_REAP_INTERVAL", CONFIG_DURATION, "10s",
 	 S(reap_interval_ms), "how often expired leases are returned to the pool"},
 	{"cleanup_enabled", "--cleanup-enabled", "OUTBOXD_CLEANUP_ENABLED", CONFIG_BOOL, "false",
-	 S(cleanup_enabled), "delete PROCESSED deliveries periodically (seeds 000/002: off)"},
+	 S(cleanup_enabled), "delete PROCESSED deliveries periodically"},
 	{"cleanup_interval", "--cleanup-interval", "OUTBOXD_CLEANUP_INTERVAL", CONFIG_DURATION,
-	 "60m", S(cleanup_interval_ms), "how often the cleanup job runs (seed 000: 60m)"},
+	 "60m", S(cleanup_interval_ms), "how often the cleanup job runs"},
 	{"cleanup_after", "--cleanup-after", "OUTBOXD_CLEANUP_AFTER", CONFIG_DURATION, "0s",
 	 S(cleanup_after_ms),
 	 "retention: the cleanup keeps PROCESSED deliveries at least this long after they "
-	 "were delivered (seed 003); 0s deletes them at the next run (seeds 000/002)"},
+	 "were delivered; 0s deletes them at the next run"},
 	{"shutdown_grace", "--shutdown-grace", "OUTBOXD_SHUTDOWN_GRACE", CONFIG_DURATION, "10s",
 	 S(shutdown_grace_ms), "how long SIGTERM waits for in-flight requests"},
 	{"replay_rate", "--replay-rate", "OUTBOXD_REPLAY_RATE", CONFIG_INT, "100", S(replay_rate),
@@ -133,7 +135,7 @@ const struct config_setting config_settings[] = {
 	 S(stats_window_ms), "window of the per-subscription success rate in /v1/stats"},
 	{"spool", "--spool", "OUTBOXD_SPOOL", CONFIG_STRING, NULL, S(spool),
 	 "local file that keeps accepted events and delivery results while the store is "
-	 "unavailable, replayed when it returns (seed 004); empty = off: ingest answers 503"},
+	 "unavailable, replayed when it returns; empty = off: ingest answers 503"},
 	{"disable_after", "--disable-after", "OUTBOXD_DISABLE_AFTER", CONFIG_DURATION, "5d",
 	 S(disable_after_ms),
 	 "a subscription whose every attempt failed this long is disabled (its deliveries "
@@ -149,8 +151,8 @@ const struct config_setting config_settings[] = {
 	{"log_deliveries", "--log-deliveries", "OUTBOXD_LOG_DELIVERIES", CONFIG_BOOL, "false",
 	 S(log_deliveries),
 	 "one audit log line per delivery outcome once it is stored: EXECUTED, FAILED (a retry "
-	 "follows) or DEAD, with delivery, event, subscription, code and duration (seeds "
-	 "001/003), whatever log_level says; never a credential"},
+	 "follows) or DEAD, with delivery, event, subscription, code and duration, whatever "
+	 "log_level says; never a credential"},
 	{"ssrf_allow", "--ssrf-allow", "OUTBOXD_SSRF_ALLOW", CONFIG_STRING, NULL, S(ssrf_allow),
 	 "addresses deliveries and OAuth2 token requests may go to although the SSRF guard "
 	 "refuses them (loopback, private, link-local, metadata, ...): comma-separated CIDRs, "
@@ -171,7 +173,7 @@ const struct config_setting config_settings[] = {
 	 "SECURE:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2", S(tls_priorities),
 	 "GnuTLS priority string of the API's HTTPS: protocol versions and ciphers; the "
 	 "default accepts TLS 1.3 and 1.2 only"},
-	/* Kafka (DESIGN §7, docs/kafka.md): off unless kafka_brokers is set. */
+	/* Kafka (docs/kafka.md): off unless kafka_brokers is set. */
 	{"kafka_brokers", "--kafka-brokers", "OUTBOXD_KAFKA_BROKERS", CONFIG_STRING, NULL,
 	 S(kafka_brokers), "Kafka bootstrap servers, host:port,...; empty = Kafka off"},
 	{"kafka_config", "--kafka-config", "OUTBOXD_KAFKA_CONFIG", CONFIG_STRING, NULL,

@@ -1,4 +1,5 @@
-/* config.h: every setting of `outboxd serve`, with its three forms (DESIGN §5, contract).
+/* config.h: every setting of `outboxd serve`, with its three forms (their names are a
+ * contract: docs/design/contracts.md).
  *
  * Precedence: command-line flag (--db) > environment (OUTBOXD_DB) > config file (db =)
  * > default. Parsing is pure: the caller hands over argv, the environment and the file
@@ -27,7 +28,7 @@ struct config {
 	int api_max_connections_per_ip; /* of which one client address holds; 0 = no limit */
 	int64_t api_request_timeout_ms; /* a request must arrive whole within this */
 	int64_t api_body_memory;    /* request bodies in memory at once, bytes */
-	/* delivery and retries (seed defaults) */
+	/* delivery and retries (the defaults of subscriptions) */
 	int immediate_tries;
 	int64_t immediate_delay_ms;
 	int64_t delivery_timeout_ms;
@@ -50,7 +51,7 @@ struct config {
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;
-	int64_t cleanup_after_ms;   /* retention of PROCESSED deliveries (seed 003) */
+	int64_t cleanup_after_ms;   /* retention of PROCESSED deliveries */
 	int64_t shutdown_grace_ms;
 	/* operations */
 	int replay_rate;          /* default pace of filter replays, deliveries/s */
@@ -67,7 +68,7 @@ struct config {
 	char *tls_cert;           /* PEM certificate (chain) of the API; NULL = plain HTTP */
 	char *tls_key;            /* its PEM private key; set with tls_cert or not at all */
 	char *tls_priorities;     /* GnuTLS priority string of the API's HTTPS */
-	/* Kafka (DESIGN §7) */
+	/* Kafka (docs/kafka.md) */
 	char *kafka_brokers;      /* NULL or "" = Kafka off */
 	char *kafka_config;       /* extra librdkafka properties, "k=v;k=v" (secrets) */
 	char *kafka_group;

@@ -1,4 +1,5 @@
-/* errmap.h: map transport failures to the HTTP-like codes of seed 001.
+/* errmap.h: map transport failures to HTTP-like codes (DNS 502, refused 503, timeout 504,
+ * TLS 525, other 520), as the reference architecture's delivery client does.
  * The dispatcher turns a libcurl result into one of these classes; this file knows no
  * curl. */
 #ifndef OUTBOXD_CORE_ERRMAP_H

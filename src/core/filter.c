@@ -92,7 +92,7 @@ int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_re
 			return fail(err, prefix, "min_attempts", "must be an integer from 1");
 		f->min_attempts = (int)n;
 	}
-	/* Seed 002's implicit DLQ: what has been failing for at least this long. */
+	/* What has been failing for at least this long, dead or still retried. */
 	if ((v = get(ctx, "failing_since"))) {
 		int64_t ago;
 		if (clock_parse_rfc3339(v, &f->failing_since_ms) == 0) {

@@ -1,6 +1,6 @@
 /* input_error.h: what went wrong with a user's input, in the shape of the API's error
- * body {"error":{"code","message","field"}} (DESIGN §4). Filled by validators in intake/
- * and api/; turned into JSON only by the API. */
+ * body {"error":{"code","message","field"}} (a contract: docs/design/contracts.md).
+ * Filled by validators in intake/ and api/; turned into JSON only by the API. */
 #ifndef OUTBOXD_CORE_INPUT_ERROR_H
 #define OUTBOXD_CORE_INPUT_ERROR_H
 

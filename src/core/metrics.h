@@ -41,7 +41,7 @@ void metrics_leases(long renewed, long lost);
 void metrics_http_request(int lean);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);
-/* Endpoint health (issue 15): a subscription disabled after disable_after, one recovered. */
+/* Endpoint health: a subscription disabled after disable_after, one recovered. */
 void metrics_subscription_disabled(void);
 void metrics_subscription_recovered(void);
 /* Operational events (intake/ops_events.c): counts to add, and the totals so far. */

@@ -1,4 +1,5 @@
-/* model.c: names of statuses and kinds, seed defaults, and freeing model structs. */
+/* model.c: names of statuses and kinds, the default retry policy and circuit breaker, and
+ * freeing model structs. */
 #include "core/model.h"
 
 #include <stdlib.h>
@@ -38,8 +39,9 @@ enum attempt_kind attempt_kind_parse(const char *name)
 
 void retry_policy_defaults(struct retry_policy *p)
 {
-	/* Seed 001: 3 immediate tries, 1 s timeout. Seed 000: scheduled retry every 3 s,
-	 * at most 3, 5 s timeout. Seed 004: backoff window 10–60 s. */
+	/* The reference architecture's (docs/design/reference.md): 3 immediate tries
+	 * with a 1 s timeout; a scheduled retry every 3 s, at most 3, with a 5 s timeout;
+	 * a backoff window of 10–60 s. */
 	p->immediate = 3;
 	p->immediate_delay_ms = 100;
 	p->immediate_timeout_ms = 1000;
@@ -54,7 +56,7 @@ void retry_policy_defaults(struct retry_policy *p)
 	p->jitter = 0.0;
 	p->retry_after_max_ms = 3600 * 1000LL;
 	for (int i = 0; i < 4; i++)
-		p->permanent[i] = 0; /* seeds: every non-2xx is retried */
+		p->permanent[i] = 0; /* every non-2xx is retried */
 }
 
 void retry_policy_settle(struct retry_policy *p)
@@ -66,8 +68,8 @@ void retry_policy_settle(struct retry_policy *p)
 
 void circuit_breaker_defaults(struct circuit_breaker_config *c)
 {
-	/* Seed 004: MaxErrorsPerInterval 1000, FailureCountIntervalMinutes 3,
-	 * MaxDelayActions 5. */
+	/* Connxio's backoff variables (docs/design/reference.md): MaxErrorsPerInterval
+	 * 1000, FailureCountIntervalMinutes 3, MaxDelayActions 5. */
 	c->enabled = 1;
 	c->max_errors = 1000;
 	c->failure_window_ms = 3 * 60 * 1000LL;

@@ -1,7 +1,7 @@
 /* model.h: the plain data of outboxd — events, subscriptions, deliveries, attempts.
  *
  * No I/O and no library types here: every layer (store, API, dispatcher) speaks in these
- * structs. Names and statuses follow DESIGN.md §2 (a contract). */
+ * structs. Names and statuses are a contract (docs/design/contracts.md). */
 #ifndef OUTBOXD_CORE_MODEL_H
 #define OUTBOXD_CORE_MODEL_H
 
@@ -10,7 +10,7 @@
 
 #define UUID_STR_LEN 37 /* 36 characters and the NUL */
 
-/* Delivery status (seed 000/002): NEW, PROCESSED, FAILED. A FAILED delivery with no
+/* Delivery status: NEW, PROCESSED, FAILED. A FAILED delivery with no
  * next attempt is dead-lettered (in the DLQ). */
 enum delivery_status {
 	DELIVERY_NEW = 0,
@@ -22,7 +22,7 @@ const char *delivery_status_name(enum delivery_status s);
 /* Returns 0 and sets *out when name is a status name, -1 otherwise. */
 int delivery_status_parse(const char *name, enum delivery_status *out);
 
-/* Which retry layer an attempt belongs to (DESIGN §3). */
+/* Which retry layer an attempt belongs to. */
 enum attempt_kind {
 	ATTEMPT_IMMEDIATE = 0,
 	ATTEMPT_SCHEDULED = 1,
@@ -34,7 +34,7 @@ const char *attempt_kind_name(enum attempt_kind k);
  * unknown or NULL name reads as scheduled (a stored row is never refused). */
 enum attempt_kind attempt_kind_parse(const char *name);
 
-/* Per-key ordering of a subscription's deliveries (issue 15). With a key ordering, the
+/* Per-key ordering of a subscription's deliveries. With a key ordering, the
  * deliveries of events with the same partition_key go one at a time in ingest order; a
  * dead one blocks the later ones of its key (KEY_BLOCK) or is passed over (KEY_SKIP).
  * Stored as a column of the subscription, which the store's claim reads. */
@@ -50,7 +50,7 @@ enum payload_format {
 	PAYLOAD_ENVELOPE = 2,
 };
 
-/* Scheduled retry policy (seed 000 fixed interval; seed 004 linear/backoff). */
+/* Scheduled retry policy: a fixed interval, a linear step, or exponential backoff. */
 enum retry_policy_kind {
 	RETRY_FIXED = 0,
 	RETRY_LINEAR = 1,
@@ -58,18 +58,18 @@ enum retry_policy_kind {
 };
 
 struct retry_policy {
-	int immediate;             /* tries in the first round, >= 1 (seed 001: 3) */
+	int immediate;             /* tries in the first round, >= 1 (default 3) */
 	int64_t immediate_delay_ms; /* stagger between immediate tries (grows linearly) */
-	int64_t immediate_timeout_ms; /* per-try timeout in the first round (seed 001: 1 s) */
+	int64_t immediate_timeout_ms; /* per-try timeout in the first round (default 1 s) */
 	enum retry_policy_kind policy;
-	int64_t interval_ms;       /* fixed: the interval; linear: the step (seed 000: 3 s) */
-	int64_t min_delay_ms;      /* exponential: random window lower bound (seed 004: 10 s) */
-	int64_t max_delay_ms;      /* exponential: upper bound / cap (seed 004: 60 s) */
+	int64_t interval_ms;       /* fixed: the interval; linear: the step (default 3 s) */
+	int64_t min_delay_ms;      /* exponential: random window's lower end (default 10 s) */
+	int64_t max_delay_ms;      /* exponential: upper bound / cap (default 60 s) */
 	double factor;             /* exponential growth factor */
-	int max_retries;           /* scheduled retries; 0 = forever (seed 002) */
+	int max_retries;           /* scheduled retries; 0 = forever */
 	int max_retries_auto;      /* 1: nobody set max_retries, so it follows the policy
 	                              (retry_policy_settle): 3, or 5 for exponential */
-	int64_t timeout_ms;        /* per-try timeout for scheduled and manual tries (seed 000: 5 s) */
+	int64_t timeout_ms;        /* timeout of a scheduled or manual try (default 5 s) */
 	double jitter;             /* fixed/linear: up to this fraction of a delay is drawn off
 	                              at random, 0..1 (default 0) */
 	int64_t retry_after_max_ms; /* longest Retry-After (429/503) honoured (default 1 h) */
@@ -78,11 +78,12 @@ struct retry_policy {
 	uint64_t permanent[4];
 };
 
-/* Seed defaults for a retry policy. */
+/* The default retry policy, the reference architecture's (docs/design/reference.md). */
 void retry_policy_defaults(struct retry_policy *p);
 
-/* Scheduled retries when nobody set max_retries: seed 000's 3 for fixed and linear,
- * seed 004's MaxNumberOfRetries 5 for exponential (backoff). */
+/* Scheduled retries when nobody set max_retries: 3 for fixed and linear (the scheduled
+ * retry's maximum), 5 for exponential (backoff's MaxNumberOfRetries): both the reference
+ * architecture's, docs/design/reference.md. */
 #define RETRY_DEFAULT_MAX_RETRIES 3
 #define RETRY_DEFAULT_MAX_RETRIES_EXPONENTIAL 5
 
@@ -90,8 +91,8 @@ void retry_policy_defaults(struct retry_policy *p);
  * the policy is known, wherever a policy is read. */
 void retry_policy_settle(struct retry_policy *p);
 
-/* Circuit breaker of a subscription (seed 004's MaxErrorsPerInterval and delay
- * actions; core/breaker.h has the state machine). */
+/* Circuit breaker of a subscription (error-rate breaking with delay actions;
+ * core/breaker.h has the state machine). */
 struct circuit_breaker_config {
 	int enabled;               /* default 1 */
 	int max_errors;            /* failed rounds within failure_window that open it (1000) */
@@ -99,7 +100,7 @@ struct circuit_breaker_config {
 	int max_delay_actions;     /* delay actions a delivery takes before the DLQ (5) */
 };
 
-/* Seed defaults for a circuit breaker. */
+/* The default circuit breaker, the reference architecture's (docs/design/reference.md). */
 void circuit_breaker_defaults(struct circuit_breaker_config *c);
 
 enum auth_type {

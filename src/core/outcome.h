@@ -1,5 +1,5 @@
-/* outcome.h: what one attempt, or one refused round, makes of a delivery (DESIGN §3: the
- * retry layers, the circuit breaker's delay actions, the dead-letter queue).
+/* outcome.h: what one attempt, or one refused round, makes of a delivery (the retry
+ * layers, the circuit breaker's delay actions, the dead-letter queue: docs/retries.md).
  *
  * One pure function, outcome_decide(): no clock, no I/O, no allocation; the time and the
  * random source come in, so tests/unit/core/test_outcome.c can walk every rule as a table.
@@ -35,7 +35,7 @@
 /* A scheduled retry is never set further out than this (10 years). */
 #define OUTCOME_DELAY_MAX_MS (3650LL * 86400 * 1000)
 
-/* last_error of a delivery the breaker dead-lettered (seed 004's delay actions). */
+/* last_error of a delivery the breaker dead-lettered after its delay actions. */
 #define OUTCOME_CIRCUIT_OPEN_CODE 503
 #define OUTCOME_CIRCUIT_OPEN_MESSAGE "circuit_open"
 

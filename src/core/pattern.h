@@ -1,4 +1,4 @@
-/* pattern.h: event-type glob matching for subscriptions (DESIGN §2: "user.*", "*").
+/* pattern.h: event-type glob matching for subscriptions ("user.*"; "*" is all).
  * Pure: no allocation, no I/O. */
 #ifndef OUTBOXD_CORE_PATTERN_H
 #define OUTBOXD_CORE_PATTERN_H

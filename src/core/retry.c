@@ -54,7 +54,7 @@ static int64_t mul_saturate(int64_t a, int64_t b)
 	return a * b;
 }
 
-/* Seed 004's backoff: every retry is re-queued at a random point of a window that starts at
+/* Backoff: every retry is re-queued at a random point of a window that starts at
  * min_delay, so a burst of failures comes back spread out, never at one instant. The
  * window's upper end grows with the retry, min_delay * factor^retry_no capped at
  * max_delay (10 s, factor 2: retry 1 in [10 s, 20 s], retry 2 in [10 s, 40 s], then
@@ -129,7 +129,7 @@ int64_t retry_scheduled_delay(const struct retry_policy *p, int retry_no,
 
 bool retry_may_schedule(const struct retry_policy *p, int retries_done)
 {
-	/* 0 is the seed's "retry forever"; a negative count is a broken policy and gets no
+	/* 0 is "retry forever"; a negative count is a broken policy and gets no
 	 * scheduled retries rather than infinitely many. */
 	if (p->max_retries == 0)
 		return true;

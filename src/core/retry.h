@@ -1,4 +1,5 @@
-/* retry.h: the retry decision after a failed attempt (DESIGN §3, seeds 000 and 004).
+/* retry.h: the retry decision after a failed attempt (docs/retries.md; the defaults'
+ * origin in docs/design/reference.md).
  * Pure: no clock and no I/O; the random source and the current time are passed in, so
  * tests are deterministic. docs/retries.md describes the rules for users. */
 #ifndef OUTBOXD_CORE_RETRY_H
@@ -30,18 +31,19 @@ enum retry_rule retry_policy_check(const struct retry_policy *p, const char *pre
 /* Random number source: returns a uniformly distributed value in [0, 1). */
 typedef double (*retry_rand_cb)(void *ctx);
 
-/* Seed 004: the immediate round, every stagger included, fits in one minute. */
+/* The immediate round, every stagger included, fits in one minute (endpoint retry
+ * staggers "inside an interval of 1 minute or less": docs/design/reference.md). */
 #define RETRY_IMMEDIATE_ROUND_CAP_MS 60000
 
 /* Delay before immediate try number `next_try` (2 = the second try of the round):
- * immediate_delay_ms * (next_try - 1), the whole round capped to 60 s (seed 004). */
+ * immediate_delay_ms * (next_try - 1), the whole round capped to 60 s. */
 int64_t retry_immediate_delay(const struct retry_policy *p, int next_try);
 
 /* Delay before scheduled retry number `retry_no` (1 = first scheduled retry).
  *  fixed:       interval_ms
  *  linear:      interval_ms * retry_no, capped at max(max_delay_ms, interval_ms)
  *  exponential: a random value drawn in [min_delay_ms, min(max_delay_ms,
- *               min_delay_ms * factor^retry_no)] (seed 004's random re-queue window,
+ *               min_delay_ms * factor^retry_no)] (a random re-queue window,
  *               growing with the retry); factor 1: [min_delay_ms, max_delay_ms]
  * fixed and linear then lose a random part of up to jitter * delay: the result is drawn
  * in [delay * (1 - jitter), delay], so jitter spreads retries out but never makes one

@@ -1,4 +1,4 @@
-/* token.h: API tokens and their scopes (issue 14). One place for what a scope grants,
+/* token.h: API tokens and their scopes. One place for what a scope grants,
  * how scopes are written (JSON lists in the API, "a,b" text in the store) and how a token
  * is made and hashed; the router and the token routes only call these. */
 #ifndef OUTBOXD_CORE_TOKEN_H

@@ -62,9 +62,10 @@ static struct round *round_of(struct writer_result *r)
 	return (struct round *)((char *)r - offsetof(struct round, wr));
 }
 
-/* Recycles the rounds of a writer_result list; returns how many. */
-/* Recycles the written rounds. *keyed is set when one was of a key-ordered subscription
- * and had a partition key: the next delivery of that key may be claimable now. */
+/* Recycles the rounds of a writer_result list — those the writer wrote, or at shutdown
+ * those it could not — and returns how many. *keyed is set when one was of a key-ordered
+ * subscription and had a partition key: the next delivery of that key may be claimable
+ * now. */
 static size_t recycle_list(struct dispatcher *d, struct writer_result *l, int *keyed)
 {
 	size_t n = 0;

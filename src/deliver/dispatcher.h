@@ -32,7 +32,7 @@ struct dispatcher_config {
 	 * dead-letter relay (kafka/dead_letter.h), which publishes it to its dead-letter
 	 * topic. */
 	int dead_letter_kafka;
-	/* Endpoint health (issue 15): disable_after when a subscription sets none (0 =
+	/* Endpoint health: disable_after when a subscription sets none (0 =
 	 * never); disable is called on the dispatcher's thread, once per failure streak, to
 	 * disable a subscription whose every attempt failed that long (reason borrowed). */
 	int64_t disable_after_ms;
@@ -41,8 +41,8 @@ struct dispatcher_config {
 	/* Operational events (core/ops_event.h): dead deliveries, circuits opened and
 	 * closed, subscriptions disabled and recovered. */
 	struct ops_event_hook ops;
-	/* log_deliveries (seeds 001/003's EXECUTED records): one audit log line per round
-	 * outcome once it is written, EXECUTED, FAILED (a retry follows) or DEAD. */
+	/* log_deliveries: one audit log line per round outcome once it is written,
+	 * EXECUTED, FAILED (a retry follows) or DEAD. */
 	int log_deliveries;
 };
 

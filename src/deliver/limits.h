@@ -62,8 +62,8 @@ void limits_free_all(struct limits_table *t);
 enum breaker_admission limits_admit(struct sub_limits *x, const struct subscription *s,
 				    const char *delivery_id, int *probe);
 
-/* A round with attempts ended: the breaker counts it. probe is reset to 0. */
-/* What a recorded round means for the subscription's health (issue 15): a mask. */
+/* What a recorded round means for the subscription's health: limits_record's answer,
+ * a mask. */
 enum limits_health {
 	LIMITS_DISABLE = 1,        /* every attempt failed for disable_after: disable it */
 	LIMITS_RECOVERED = 2,      /* a success after failing for at least its failure window */
@@ -71,8 +71,9 @@ enum limits_health {
 	LIMITS_CIRCUIT_CLOSED = 8, /* a probe succeeded: the breaker closed */
 };
 
-/* disable_after_ms: the subscription's, resolved (0 = never). Returns enum
- * limits_health bits. */
+/* A round with attempts ended: the breaker counts it, and the subscription's health is
+ * judged. probe is reset to 0. disable_after_ms: the subscription's, resolved (0 =
+ * never). Returns enum limits_health bits. */
 unsigned limits_record(struct sub_limits *x, const struct subscription *s, int success,
 		       int *probe, int64_t disable_after_ms);
 

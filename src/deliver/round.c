@@ -346,9 +346,9 @@ static void round_stop(struct round *j)
 
 /* The subscription's breaker is open: nothing is sent. The outcome core re-queues the
  * delivery at a random time in the retry policy's [min_delay, max_delay] window (a delay
- * action, seed 004), or, once it has taken max_delay_actions of them, dead-letters it
- * with last_error {503, "circuit_open"}. Attempts and retries are not counted: no
- * request was made. */
+ * action: no request, the delivery comes back later), or, once it has taken
+ * max_delay_actions of them, dead-letters it with last_error {503, "circuit_open"}.
+ * Attempts and retries are not counted: no request was made. */
 static void round_delay_action(struct round *j)
 {
 	struct dispatcher *d = j->d;

@@ -21,7 +21,7 @@
 #include "store/store.h"
 
 #define SINK_MSG_LEN 128     /* an attempt's short message */
-#define SINK_CAUSE_LEN 1024  /* an attempt's cause: DESIGN §2, the first KiB of a body */
+#define SINK_CAUSE_LEN 1024  /* an attempt's cause: the first KiB of a body */
 #define SINKS_MAX 4          /* members a dispatcher can hold */
 
 /* What a sink sees of one round (the dispatcher's struct round starts with it). The inputs are

@@ -304,11 +304,11 @@ static int consumer_open(struct kafka_intake *ki, char *err, size_t errlen)
 	rd_kafka_conf_t *conf;
 	char why[512], instance[8] = "";
 	size_t len = sizeof(instance);
-	/* The seeds' consumer: earliest offset, manual commit (after the store's). A 10 s
-	 * session with a heartbeat a second: a member that died without leaving is out of
-	 * the group 10 s after its last heartbeat (librdkafka's 45 s held its partitions
-	 * that long). group.instance.id (last: absent when there is none) makes it a
-	 * static member. */
+	/* Earliest offset (a new group reads what is already there), manual commit (after
+	 * the store's). A 10 s session with a heartbeat a second: a member that died
+	 * without leaving is out of the group 10 s after its last heartbeat (librdkafka's
+	 * 45 s held its partitions that long). group.instance.id (last: absent when there
+	 * is none) makes it a static member. */
 	const char *const defaults[] = {
 		"group.id", ks->group, "enable.auto.commit", "false",
 		"auto.offset.reset", "earliest", "enable.partition.eof", "false",

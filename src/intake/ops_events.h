@@ -1,4 +1,4 @@
-/* ops_events.h: outboxd's operational events (issue 15) go into its own store, like any
+/* ops_events.h: outboxd's operational events go into its own store, like any
  * event: `outboxd.delivery.dead`, `outboxd.subscription.disabled`, `...recovered`,
  * `outboxd.circuit.opened`, `...closed`, `outboxd.replay_job.finished`. Subscriptions whose
  * patterns start with "outboxd." receive them, signed, retried and dead-lettered like any

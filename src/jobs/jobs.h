@@ -1,8 +1,10 @@
 /* jobs.h: the periodic work of outboxd, on one thread:
  *  - relay: moves rows producers inserted into the `outbox` table into events and
- *    deliveries (seed 003's transactional outbox), every relay_interval;
+ *    deliveries, up to RELAY_BATCH (1,000) rows per transaction, every relay_interval
+ *    (the transactional outbox: producers insert in their own transactions);
  *  - lease reaper: returns deliveries whose lease expired to the pool (crash recovery);
- *  - cleanup: deletes PROCESSED deliveries when enabled (seeds 000/002; off by default);
+ *  - cleanup: deletes PROCESSED deliveries when enabled (off by default), never FAILED
+ *    ones;
  *  - replay jobs: paced filter replays started from the API (jobs/replay.c).
  * Scheduled retries need no job of their own: a FAILED delivery with next_attempt_at is
  * simply due work for the dispatcher. */

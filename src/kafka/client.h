@@ -1,5 +1,6 @@
-/* client.h: what every Kafka client of outboxd shares — the settings of DESIGN §7 and the
- * librdkafka configuration built from them (the intake's consumer, the sink's producer).
+/* client.h: what every Kafka client of outboxd shares — the kafka_* settings
+ * (docs/kafka.md) and the librdkafka configuration built from them (the intake's
+ * consumer, the sink's producer).
  *
  * Only src/kafka, intake/kafka_intake.c and deliver/sink_kafka.c include librdkafka. */
 #ifndef OUTBOXD_KAFKA_CLIENT_H

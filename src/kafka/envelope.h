@@ -1,5 +1,6 @@
-/* envelope.h: the OutboxEvent envelope of the seeds' Kafka topics (DESIGN §7,
- * proto/outboxd/v1/outbox_event.proto) between bytes and plain structs.
+/* envelope.h: the OutboxEvent envelope of the Kafka topics
+ * (proto/outboxd/v1/outbox_event.proto, a contract: docs/design/contracts.md) between
+ * bytes and plain structs.
  *
  * Only envelope.c sees protobuf-c's generated types. Reading accepts plain protobuf and
  * the Schema Registry wire format (a protobuf message never starts with byte 0); writing

@@ -1,4 +1,5 @@
-/* secrets.c: subscription configs sealed at rest — the store's half of issue 14.
+/* secrets.c: subscription configs sealed at rest — the store's half (core/secretbox.c
+ * the cipher).
  *
  * The store.c wrappers call store_config_seal on the way in and store_config_open on the
  * way out, so both backends keep only sealed texts (core/secretbox.h) and every layer

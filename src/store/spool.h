@@ -1,5 +1,5 @@
-/* spool.h: an append-only local file of checksummed records (seed 004's catastrophic-
- * failure layer).
+/* spool.h: an append-only local file of checksummed records: the catastrophic-failure
+ * layer, which keeps accepted work while the store cannot be written.
  *
  * When the store cannot be written, work that was already accepted goes here instead and
  * is replayed into the store when it returns. Every record is fdatasync()ed before

@@ -158,7 +158,8 @@ typedef void (*store_fanout_cb)(void *ctx, const char *event_type,
 				const char (**ids)[UUID_STR_LEN], size_t *n);
 
 /* Moves up to limit rows from the producer `outbox` table into events and deliveries,
- * and deletes them, in one transaction (seed 003's outbox pattern). New event ids are
+ * and deletes them, in one transaction (the transactional outbox: a crash leaves either
+ * the rows or the events, never both or neither). New event ids are
  * UUIDv7. *relayed is set to the number of rows moved. */
 int store_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 		       size_t *relayed);
@@ -176,7 +177,7 @@ struct store_claim {
 	                                retry (store_event_in.starts_scheduled) */
 	int attempt_count;           /* HTTP attempts so far */
 	int retry_count;             /* scheduled retries so far */
-	int delay_actions;           /* circuit-breaker delay actions so far (seed 004) */
+	int delay_actions;           /* circuit-breaker delay actions so far */
 	int64_t lease_until;         /* ms since the epoch: when the lease taken with this
 	                                claim runs out unless renewed (store_leases_renew) */
 	int64_t event_created_at;
@@ -223,7 +224,7 @@ int store_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t
 /* Earliest next_attempt_at among unleased deliveries, or 0 when none is pending. */
 int store_next_due(store *st, int64_t *at_ms);
 
-/* One HTTP attempt for the history (retry history of seed 000). */
+/* One attempt, as the delivery's retry history keeps it. */
 struct store_attempt {
 	int n;                      /* 1-based attempt number of the delivery */
 	enum attempt_kind kind;
@@ -283,7 +284,7 @@ void store_dead_letters_free(struct store_dead_letter *items, size_t n);
 /* Clears leases that expired before now_ms (crash recovery). *n = leases cleared. */
 int store_reap_leases(store *st, int64_t now_ms, size_t *n);
 
-/* Per-key ordering (issue 15): the claim already keeps a delivery of an ordered
+/* Per-key ordering: the claim already keeps a delivery of an ordered
  * subscription waiting while an earlier one of its key is not done, so this is about
  * cost, not correctness. Due deliveries that wait their turn behind an unfinished one of
  * their key are parked — no next_attempt_at — so claims stop scanning them (a final
@@ -395,7 +396,7 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 			     size_t *purged);
 
 /* Deletes PROCESSED deliveries processed at or before before_ms (and their attempts),
- * then events left with no deliveries (seed 000/002 cleanup job; seed 003's retention).
+ * then events left with no deliveries (the cleanup job; before_ms applies cleanup_after).
  * Works in transactions of at most CLEANUP_BATCH deliveries, so writers wait at most
  * one batch. *deleted = deliveries removed. */
 int store_cleanup(store *st, int64_t before_ms, size_t *deleted);
@@ -528,7 +529,7 @@ int store_sub_create(store *st, const struct sub_row *sub);  /* CONFLICT: same n
 int store_sub_update(store *st, const struct sub_row *sub);  /* NOT_FOUND, CONFLICT */
 int store_sub_delete(store *st, const char *id);               /* NOT_FOUND */
 /* Disables subscription id, noting why and when in its document (disabled_reason,
- * disabled_at: endpoint health, issue 15); its pending deliveries wait. */
+ * disabled_at: endpoint health); its pending deliveries wait. */
 int store_sub_disable(store *st, const char *id, const char *reason, int64_t at_ms);
 int store_sub_get(store *st, const char *id, struct sub_row *out);
 /* All subscriptions ordered by created_at (returned array). */

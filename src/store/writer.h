@@ -1,11 +1,11 @@
 /* writer.h: the one component that makes the delivery pipeline's writes to the store.
  *
- * DESIGN §3: one writer owns the store's writes, and group commit makes one sync serve
- * many of them. Three kinds of work queue up here and the writer takes them in rounds,
- * each kind grouped into one store call:
- *   - ingest: parsed events from the API threads and the Kafka intake
- *     (writer_ingest blocks its caller until the events are durable: DESIGN §3, an
- *     event is acknowledged only once committed);
+ * The writer makes the pipeline's frequent writes, and group commit makes one sync serve
+ * many of them (so durability does not cost throughput). Three kinds of work queue up
+ * here and the writer takes them in rounds, each kind grouped into one store call:
+ *   - ingest: parsed events from the API threads, the Kafka intake and outboxd's own
+ *     operational events (writer_ingest blocks its caller until the events are durable:
+ *     an event is acknowledged only once committed and synced);
  *   - results: finished delivery rounds from the dispatcher (writer_results hands them
  *     over and returns; written ones come back through writer_take, to be recycled);
  *   - claims: the dispatcher's requests for due deliveries (leases are writes too),
@@ -27,12 +27,32 @@
  * (measured: one thread for both cost PostgreSQL about 15% of its deliveries/s while
  * events were arriving; docs/performance.md).
  *
- * With a spool (seed 004's catastrophic-failure layer, opt-in), a group the store
+ * With a spool (the catastrophic-failure layer, opt-in: store/spool.h), a group the store
  * answers STORE_UNAVAILABLE for is written to the spool instead, fsynced, and counts as
  * durable. A second thread replays the spool into the store every 500 ms until it is
- * empty (store_ingest_replay: an event already stored is not stored twice): the only
- * writes outside the writer thread besides operator actions (subscriptions, replays,
- * jobs), which are single-row writes made by the API and job threads themselves.
+ * empty (store_ingest_replay: an event already stored is not stored twice).
+ *
+ * Other writes do not go through the writer: each is made on the thread that wants it,
+ * in transactions of its own, beside the writer's:
+ *   - the spool replay thread (above);
+ *   - the jobs thread: the outbox relay (up to 1,000 outbox rows become events and
+ *     deliveries, and are deleted, per transaction), the lease reaper, per-key
+ *     ordering's sweep, cleanup (up to 1,000 deliveries per transaction) and the pages
+ *     of paced replay jobs;
+ *   - the API threads: operator actions (subscriptions, tokens, replays and purges by
+ *     ids or by filter, replay jobs, audit rows);
+ *   - the dispatcher's thread when it disables a failing subscription (main.c's
+ *     callback), and the Kafka dead-letter relay clearing the marks of what its topic
+ *     acknowledged;
+ *   - the start, before any of these threads runs: migrations, the leases an earlier
+ *     run of an SQLite store's owner left, the sealing of clear subscription configs.
+ * The relay in particular stays outside: its input is already durable (producers
+ * committed the rows in their own transactions), so nobody waits on its commit and group
+ * commit would save it nothing; and the rows it reads and deletes must be in the same
+ * transaction as the events it makes of them, which the writer's queues of in-memory
+ * groups do not carry. On SQLite it takes the one write lock between the writer's
+ * groups, like every writer here; on PostgreSQL it runs on the jobs connection beside
+ * the writer's.
  *
  * Must not acknowledge anything that is neither committed nor fsynced in the spool. */
 #ifndef OUTBOXD_STORE_WRITER_H

@@ -1,7 +1,7 @@
 /* jsonspan.h: byte spans of JSON values inside a request body.
  *
- * outboxd delivers payloads exactly as the producer sent them (DESIGN §3: "the payload
- * as-is, no transformation"); re-encoding with jansson would change numbers such as 0.1.
+ * outboxd delivers payloads exactly as the producer sent them (a contract: the payload
+ * as-is, no transformation); re-encoding with jansson would change numbers such as 0.1.
  * These walkers report where each member or element value starts and ends.
  *
  * They are for text already validated by a JSON parser (ingest parses the body with

@@ -1,5 +1,5 @@
 // test_console.mjs: the operator console in Chromium, as an operator uses it in an
-// incident (issue 18): sign in; the overview shows the failing subscription first; filter
+// incident: sign in; the overview shows the failing subscription first; filter
 // the dead-letter queue by subscription and date (the filter is in the URL, and survives
 // a reload); open a delivery and see its attempts, payload and request headers; replay by
 // filter after the dry-run count, watch the job's progress complete, see the items leave

@@ -1,5 +1,5 @@
 /* test_delivery.c: what a subscriber sees — fan-out with exact bodies and headers,
- * signatures, immediate retries, and the error mapping of seed 001 (timeout 504,
+ * signatures, immediate retries, and the error mapping (timeout 504,
  * connection refused 503). Real daemon, real receiver. */
 #include "e2e.h"
 

@@ -1,4 +1,4 @@
-/* test_failing.c: seed 002's implicit dead-letter queue as an operator sees it (issue 16).
+/* test_failing.c: the implicit dead-letter queue (max_retries 0) as an operator sees it.
  * With max_retries 0 a delivery is retried forever and never dead, so the operator finds
  * what keeps failing by how often (min_attempts) and how long (failing_since): in the
  * API, in /v1/stats and /metrics (the age of the oldest failing delivery, for alerting)

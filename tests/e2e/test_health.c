@@ -1,4 +1,4 @@
-/* test_health.c: endpoint health (issue 15) as an operator sees it. A subscription whose
+/* test_health.c: endpoint health as an operator sees it. A subscription whose
  * every attempt fails for disable_after is disabled, with the reason and time in the API;
  * nothing it had pending is dropped (no delivery goes to the dead-letter queue for it);
  * `outboxd subs enable` lets every waiting delivery through and the recovery (a success

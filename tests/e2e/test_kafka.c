@@ -1,4 +1,4 @@
-/* test_kafka.c: the seeds' Kafka roles, seen from outside (DESIGN §7, docs/kafka.md).
+/* test_kafka.c: outboxd's three Kafka roles, seen from outside (docs/kafka.md).
  *
  * A real Kafka protocol peer: librdkafka's mock cluster served over TCP by
  * tests/support/kafka_mock.c, with kcat as the outside producer and consumer, the real

@@ -1,4 +1,4 @@
-/* test_kafka_chain.c: the seeds' Kafka deployment with one outboxd per role, seen from
+/* test_kafka_chain.c: the reference Kafka deployment with one outboxd per role, seen from
  * outside (docs/kafka.md): a hub publishing envelopes, a processor delivering them and
  * dead-lettering what it cannot, a dead-letter processor retrying on its schedule, each
  * its own daemon with its own store, librdkafka's mock cluster between them

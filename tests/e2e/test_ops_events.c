@@ -1,4 +1,4 @@
-/* test_ops_events.c: outboxd's operational events (issue 15) as a subscriber sees them.
+/* test_ops_events.c: outboxd's operational events as a subscriber sees them.
  *
  * An operations subscription ("outboxd.*", with a signing secret) receives, signed like any
  * delivery: outboxd.delivery.dead for each dead delivery of a failing subscription, then

@@ -1,4 +1,4 @@
-/* test_ordering.c: per-key ordering (issue 15) as a subscriber sees it.
+/* test_ordering.c: per-key ordering as a subscriber sees it.
  *
  * A subscription with "ordering": "partition_key" gets 2,000 events over 50 keys while
  * its receiver fails one request in five at random: every key arrives complete and in

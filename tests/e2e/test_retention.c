@@ -1,7 +1,7 @@
-/* test_retention.c: what outboxd keeps and what it writes down (issue 16).
- * Retention (seed 003, cleanup_after): the cleanup keeps a PROCESSED delivery at least
+/* test_retention.c: what outboxd keeps and what it writes down.
+ * Retention (cleanup_after): the cleanup keeps a PROCESSED delivery at least
  * cleanup_after after it was delivered, deletes it at a run after that, and never deletes
- * a FAILED one. Audit records (seeds 001/003, log_deliveries): one log line per outcome
+ * a FAILED one. Audit records (log_deliveries): one log line per outcome
  * once it is stored, EXECUTED, FAILED (a retry follows) or DEAD, with delivery, event,
  * subscription, code and duration, and no credential. */
 #include "e2e.h"

@@ -1,4 +1,4 @@
-/* test_retries.c: the retry layers as a subscriber sees them (issue 7, seed 004): each
+/* test_retries.c: the retry layers as a subscriber sees them (docs/retries.md): each
  * policy's real schedule measured at the receiver, Retry-After honoured, a permanent code
  * dead-lettered at once, the circuit breaker opening under a failure storm (delay
  * actions, then circuit_open in the DLQ) and closing after recovery, and head-of-line
@@ -354,7 +354,7 @@ static void test_breaker_storm_and_recovery(void **state)
 	assert_int_equal(receiver_wait_count(&rcv, "/storm", before + 6, 5000), 0);
 }
 
-/* Seed 004's backoff: a burst of 200 failures is re-queued at random points of the window
+/* Backoff: a burst of 200 failures is re-queued at random points of the window
  * (here the first retry's [10 s, 20 s]), so they do not come back at one instant: no
  * second of next_attempt_at holds more than 20% of them (an even spread puts 10% in
  * each; a fixed interval would put all 200 in one). An exponential policy that sets no max_retries makes 5 (MaxNumberOfRetries). */
@@ -420,8 +420,8 @@ static void test_exponential_burst_and_default_retries(void **state)
 	assert_int_equal(receiver_count(&rcv, "/five"), 6);
 }
 
-/* The breaker opens when max_errors failed rounds are reached within the window (seed
- * 004: delaying starts when MaxErrorsPerInterval "is hit"): after 2 of 3 it is closed,
+/* The breaker opens when max_errors failed rounds are reached within the window
+ * (delaying starts when MaxErrorsPerInterval "is hit": docs/design/reference.md): after 2 of 3 it is closed,
  * the 3rd opens it. */
 static void test_breaker_opens_at_max_errors(void **state)
 {

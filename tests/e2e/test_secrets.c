@@ -1,4 +1,4 @@
-/* test_secrets.c: subscription credentials sealed at rest (issue 14), seen from outside.
+/* test_secrets.c: subscription credentials sealed at rest seen from outside.
  *
  *  - a basic password, an OAuth2 client secret, a bearer token, an API key, a query
  *    value and a signing secret are nowhere in the database's bytes (SQLite: the file

@@ -1,4 +1,4 @@
-/* test_spool.c: the catastrophic-failure spool (seed 004) against a real outage, on both
+/* test_spool.c: the catastrophic-failure spool against a real outage, on both
  * backends (e2e/test_spool and e2e-pg/test_spool). The outage: PostgreSQL halted; for
  * SQLite, another process holding the database's write lock longer than outboxd waits
  * for it (busy_timeout, 5 s), as a stuck producer or a backup tool could.

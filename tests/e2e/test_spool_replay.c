@@ -1,5 +1,5 @@
-/* test_spool_replay.c: the operator's side of the spool (seed 004: spooled work is
- * re-inserted "manually after the fault is fixed"), on both backends.
+/* test_spool_replay.c: the operator's side of the spool (spooled work re-inserted by
+ * hand after the fault is fixed: `outboxd spool inspect|replay`), on both backends.
  *
  *  - a spool file left by a stopped instance (written here with spool_append, as the
  *    writer does during an outage) is listed by `outboxd spool inspect` (text and

@@ -1,4 +1,4 @@
-/* test_tokens.c: named API tokens with scopes (issue 14), as an operator sees them.
+/* test_tokens.c: named API tokens with scopes, as an operator sees them.
  *
  * The admin creates a token per scope; each token's allowed routes answer and its refused
  * ones answer 403 with the scope named; the audit log's actor is the token's name; a

@@ -98,12 +98,11 @@ enum stmt {
 };
 
 
-/* The ingest statement; CONFLICT says which unique keys make an event a duplicate. */
-/* The claim's ordering rule for a candidate delivery d (issue 15): it has no key, or its
- * subscription is not ordered, or no earlier delivery of its key to that subscription is
- * still to be done — a dead one excepted when the subscription passes dead ones over
- * (ORDERING_KEY_SKIP). An earlier one another instance holds locked still counts: the
- * subquery reads rows, it does not lock them. */
+/* The claim's ordering rule for a candidate delivery d (per-key ordering): it has no
+ * key, or its subscription is not ordered, or no earlier delivery of its key to that
+ * subscription is still to be done — a dead one excepted when the subscription passes
+ * dead ones over (ORDERING_KEY_SKIP). An earlier one another instance holds locked still
+ * counts: the subquery reads rows, it does not lock them. */
 #define ORDERING_SQL                                                                      \
 	"(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM outboxd.subscriptions s"      \
 	"  WHERE s.id = d.subscription_id AND s.ordering > 0 AND EXISTS ("              \
@@ -112,6 +111,7 @@ enum stmt {
 	"   AND NOT (s.ordering = 2 AND p.status = 'FAILED' AND p.next_attempt_at IS NULL"\
 	"    AND p.lease_until IS NULL))))"
 
+/* The ingest statement; CONFLICT says which unique keys make an event a duplicate. */
 #define INGEST_SQL(CONFLICT) \
 		"WITH ev AS (" \
 		" INSERT INTO outboxd.events(id, event_type, source, source_event_id," \

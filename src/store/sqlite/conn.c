@@ -359,7 +359,7 @@ static int open_conn(const char *path, sqlite3 **db, int cache_kib, char *err, s
 	/* Producers insert into outbox from other processes: wait for them, briefly. */
 	sqlite3_busy_timeout(*db, BUSY_WAIT_MS);
 	/* WAL: readers never block the writer. synchronous=FULL: a commit is on disk when
-	 * it returns, so an acknowledged event survives a power cut (DESIGN §3). */
+	 * it returns, so an acknowledged event survives a power cut. */
 	snprintf(pragmas, sizeof(pragmas),
 		 "PRAGMA journal_mode = WAL;"
 		 "PRAGMA synchronous = FULL;"

@@ -34,10 +34,10 @@
 	"failing_since"
 
 
-/* The claim's ordering rule for a candidate delivery d (issue 15): it has no key, or its
- * subscription is not ordered, or no earlier delivery of its key to that subscription is
- * still to be done — a dead one excepted when the subscription passes dead ones over
- * (ORDERING_KEY_SKIP). The same text serves the parking sweep. */
+/* The claim's ordering rule for a candidate delivery d (per-key ordering): it has no
+ * key, or its subscription is not ordered, or no earlier delivery of its key to that
+ * subscription is still to be done — a dead one excepted when the subscription passes
+ * dead ones over (ORDERING_KEY_SKIP). The same text serves the parking sweep. */
 #define ORDERING_SQL                                                                      \
 	"(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM subscriptions s"              \
 	"  WHERE s.id = d.subscription_id AND s.ordering > 0 AND EXISTS ("              \

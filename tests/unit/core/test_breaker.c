@@ -47,8 +47,8 @@ static void test_defaults_and_names(void **state)
 	assert_string_equal(breaker_state_name((enum breaker_state)9), "unknown");
 }
 
-/* Reaching max_errors failures within one window opens it until that window ends (seed
- * 004: delaying starts when MaxErrorsPerInterval "is hit"). */
+/* Reaching max_errors failures within one window opens it until that window ends
+ * (delaying starts when MaxErrorsPerInterval "is hit": docs/design/reference.md). */
 static void test_opens_at_max_errors(void **state)
 {
 	struct circuit_breaker_config c = config(3, 1000);

@@ -118,7 +118,7 @@ static void test_retry_policy_settings(void **state)
 	assert_int_equal(config_load(&c, file, envp, 4, argv, err, sizeof(err)), 0);
 	config_retry_defaults(&c, &p);
 	assert_int_equal(p.policy, RETRY_EXPONENTIAL); /* env beats file */
-	assert_int_equal(p.max_retries, 5);            /* unset: seed 004's MaxNumberOfRetries */
+	assert_int_equal(p.max_retries, 5);            /* unset: exponential's default */
 	assert_true(p.factor == 3.0);
 	assert_true(p.jitter == 0.25);                 /* flag beats file */
 	assert_int_equal(p.min_delay_ms, 1000);

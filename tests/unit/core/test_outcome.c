@@ -1,4 +1,4 @@
-/* test_outcome.c: core/outcome.c as a table: every rule of DESIGN §3 (immediate round,
+/* test_outcome.c: core/outcome.c as a table: every rule of docs/retries.md (immediate round,
  * scheduled layer, manual replay, permanent codes, Retry-After, the breaker's delay
  * actions, the dead-letter queue) with its edges (the last try of a round, max_retries
  * reached vs one left, retry forever, Retry-After longer than the stagger or than
@@ -23,7 +23,7 @@ static double rand_half_cb(void *ctx)
 }
 
 enum policy_change {
-	P_DEFAULT = 0,   /* seeds: 3 immediate tries 100 ms apart, fixed 3 s, max 3 retries */
+	P_DEFAULT = 0,   /* defaults: 3 immediate tries 100 ms apart, fixed 3 s, max 3 retries */
 	P_PERMANENT_400, /* 400 is permanent */
 	P_FOREVER,       /* max_retries 0 */
 	P_LINEAR,        /* linear, 3 s steps */
@@ -76,7 +76,7 @@ static const struct row rows[] = {
 	 {IMM, 0, 1, 3, 403, NO_RA, 0, 1, 0, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 0, 0},
 	{"SSRF guard refusal in a scheduled round", P_DEFAULT,
 	 {SCH, 0, 1, 1, 403, NO_RA, 0, 1, 1, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 2, 0},
-	{"400 is retried by default (the seeds' rule)", P_DEFAULT,
+	{"400 is retried by default (every non-2xx is)", P_DEFAULT,
 	 {IMM, 0, 1, 3, 400, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_TRY, 0, 100, 0, 0},
 	{"permanent 400 dead-letters at once", P_PERMANENT_400,
 	 {IMM, 0, 1, 3, 400, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 0, 0},

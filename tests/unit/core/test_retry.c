@@ -428,7 +428,7 @@ static void test_permanent_set(void **state)
 
 	retry_policy_defaults(&p);
 	for (int code = 0; code < 700; code++)
-		assert_false(retry_is_permanent(&p, code)); /* seeds: everything is retried */
+		assert_false(retry_is_permanent(&p, code)); /* by default everything is retried */
 	assert_int_equal(retry_permanent_add(&p, 410), 0);
 	assert_int_equal(retry_permanent_add(&p, 400), 0);
 	assert_int_equal(retry_permanent_add(&p, 599), 0);

@@ -67,7 +67,7 @@ static void test_valid_with_defaults(void **state)
 	json_decref(doc);
 }
 
-/* max_retries left unset follows the policy: 3 (seed 000), 5 for exponential (seed 004
+/* max_retries left unset follows the policy: 3, or 5 for exponential (backoff's
  * MaxNumberOfRetries); set anywhere (subscription or setting), it is kept as given. */
 static void test_max_retries_follows_policy(void **state)
 {
@@ -788,8 +788,8 @@ static void test_credentials_do_not_move(void **state)
 	json_decref(m);
 }
 
-/* The retry fields of issue 7, the circuit breaker and the limits, parsed with their
- * defaults. */
+/* The retry fields (policy, jitter, permanent codes, retry_after_max), the circuit breaker
+ * and the limits, parsed with their defaults. */
 static void test_retry_breaker_limits_parsed(void **state)
 {
 	json_t *doc = json_loads("{" BASE ",\"retry\":{\"policy\":\"linear\",\"jitter\":0.25,"
@@ -818,7 +818,8 @@ static void test_retry_breaker_limits_parsed(void **state)
 	subscription_clear(&s);
 	json_decref(doc);
 
-	/* defaults: seed 004's breaker, no limits, nothing permanent, Retry-After up to 1 h */
+	/* defaults: 1000 errors in 3 min, 5 delay actions; no limits, nothing permanent,
+	 * Retry-After up to 1 h */
 	doc = json_loads("{" BASE ",\"max_in_flight\":null,\"rate_limit\":null,"
 			 "\"circuit_breaker\":{\"enabled\":false}}", 0, NULL);
 	assert_int_equal(sub_codec_parse(doc, &defaults, &s, &err), 0);

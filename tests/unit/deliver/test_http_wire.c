@@ -1,6 +1,6 @@
 /* test_http_wire.c: the HTTP sink's lean HTTP/1.1 client (deliver/http_wire.c), driven
  * through the sink's ops against a scripted raw TCP server on 127.0.0.1: the request it
- * writes (request line, Host, Content-Length, the DESIGN §3 headers, no Expect, the body),
+ * writes (request line, Host, Content-Length, the webhook headers, no Expect, the body),
  * keep-alive reuse, chunked and read-until-close bodies (the cause keeps the first KiB),
  * an interim 100 before the answer, Retry-After (also on a reused connection), a stale
  * kept-alive connection retried once on a fresh one, empty and malformed replies, the

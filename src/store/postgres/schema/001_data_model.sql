@@ -1,4 +1,5 @@
--- 1: the data model of DESIGN.md §2 and the producer contract.
+-- 1: the data model (its names and statuses are a contract: docs/design/contracts.md)
+-- and the producer contract, the outbox table.
 
 CREATE TABLE outboxd.events (
   id text COLLATE "C" PRIMARY KEY,

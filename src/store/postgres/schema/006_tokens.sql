@@ -1,4 +1,4 @@
--- 6: named API tokens with scopes (issue 14). Only a SHA-256 of each token is kept; the
+-- 6: named API tokens with scopes. Only a SHA-256 of each token is kept; the
 -- token itself is shown once, in the response that created it. prefix (the first
 -- characters) lets an operator tell tokens apart without holding them.
 

@@ -1,9 +1,9 @@
--- 8: the implicit dead-letter queue (seed 002, issue 16). With max_retries 0 nothing is
--- ever dead, so operators find what keeps failing by how long it has: failing_since is
--- when the delivery's current run of failures began (its first failed round), kept while
--- it stays FAILED and cleared by a success. The index holds only deliveries that are
--- still being retried, so the stats' "oldest failing" is one probe and deliveries that
--- succeed never enter it.
+-- 8: the implicit dead-letter queue. With max_retries 0 retries never run out, so
+-- nothing is dead for want of them: operators find what keeps failing by how long it
+-- has. failing_since is when the delivery's current run of failures began (its first
+-- failed round), kept while it stays FAILED and cleared by a success. The index holds
+-- only deliveries that are still being retried, so the stats' "oldest failing" is one
+-- probe and deliveries that succeed never enter it.
 
 ALTER TABLE outboxd.deliveries ADD COLUMN failing_since bigint;
 UPDATE outboxd.deliveries d SET failing_since = COALESCE(

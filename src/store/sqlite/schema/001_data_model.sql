@@ -1,4 +1,4 @@
--- 1: the data model of DESIGN.md §2.
+-- 1: the data model (its names and statuses are a contract: docs/design/contracts.md).
 
 CREATE TABLE events (
   id TEXT PRIMARY KEY,

@@ -1,4 +1,4 @@
--- 8: per-key ordering (issue 15). A subscription's ordering (0 none, 1 by partition key,
+-- 8: per-key ordering. A subscription's ordering (0 none, 1 by partition key,
 -- a dead delivery blocks its key; 2 by partition key, a dead one is passed over) is a
 -- column the claim reads. Each delivery carries its event's partition_key as order_key;
 -- blocked parks a delivery (next_attempt_at NULL) so claims do not scan it: 1 behind a
