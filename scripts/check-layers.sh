@@ -1,56 +1,195 @@
 #!/usr/bin/env bash
-# check-layers.sh: fails when a file under src/ includes a header from a layer above its
-# own, or from a sibling folder of the same layer. Run by `make test` (ctest: layering).
+# check-layers.sh: the include rules of src/, checked over every .c and .h under it,
+# nested folders included (store/sqlite/, store/postgres/). Run by `make test` (ctest:
+# layering); docs/ARCHITECTURE.md states the same rules in prose. Fails naming the file,
+# what it includes and the rule it breaks.
 #
-# Layers, bottom up (docs/ARCHITECTURE.md):
-#   0 util      buffers, time, uuid, logging
-#   1 core      pure logic: model, outcome rules, breaker, filter, subscription codec
-#   2 store     the storage interface, its backends, the one writer, the spool
-#   3 kafka     what the Kafka intake and sink share (envelope codec, client settings)
-#   3 otel      the OpenTelemetry exporter (OTLP/HTTP JSON) the dispatcher reports to
-#   4 deliver, intake, jobs   the engines: sinks and dispatcher, ways in, background jobs
-#   5 api, cli  the HTTP API and the command line
-#   main.c      wiring: may include anything
-# The generated protobuf-c header (outboxd/v1/...) belongs to kafka.
+# 1. Includes point down. Layers, bottom up:
+#      0 util      buffers, time, uuid, logging
+#      1 core      pure logic: model, outcome rules, breaker, filter, subscription codec
+#      2 store     the storage interface, its backends, the one writer, the spool
+#      3 kafka     what the Kafka intake and sink share (envelope codec, client settings)
+#      3 otel      the OpenTelemetry exporter (OTLP/HTTP JSON) the dispatcher reports to
+#      4 deliver, intake, jobs   the engines: sinks and dispatcher, ways in, background jobs
+#      5 api, cli  the HTTP API and the command line
+#      main.c      wiring: may include any layer
+#    A file includes headers of its own folder and of lower layers, never of a sibling
+#    (another folder of its level) or of a higher layer. A folder not in the table, or a
+#    file directly under src/ other than main.c, fails until it is given a layer here.
+# 2. The store's backends stay apart: store/sqlite/ and store/postgres/ never include
+#    each other, and a backend's headers are included only by its own files (the rest of
+#    outboxd reaches a backend through store/store.h and store/backend.h).
+# 3. A library's headers reach only the glue files listed for it in LIBRARIES below,
+#    directly or through a project header (a header that includes <curl/curl.h> hands
+#    libcurl to every file that includes it, and each of those must be listed too). So
+#    route handlers, retry logic and the rest keep taking plain structs. A listed file
+#    that no longer exists fails too, so the lists stay true.
 set -euo pipefail
+set -f # patterns below are matched with [[ == ]], never expanded against files
 cd "$(dirname "$0")/../src"
 
-level() {
+# name | the #include names that are this library (bash patterns; "..." for a quoted
+# include) | the files that may reach them (bash patterns, paths under src/)
+LIBRARIES=(
+	"libcurl|<curl/*>|deliver/sink_http_int.h deliver/sink_http.c deliver/http_request.c deliver/http_token.c deliver/http_proxy.c deliver/http_wire.c otel/otlp.c cli/cli.c main.c"
+	"libmicrohttpd|<microhttpd.h>|api/http.c"
+	"SQLite|<sqlite3.h>|store/sqlite/*"
+	"libpq|<libpq-fe.h> <libpq/*> <postgresql/*>|store/postgres/*"
+	"librdkafka|<librdkafka/*>|kafka/client_rdkafka.h kafka/client.c kafka/message.h kafka/message.c kafka/dead_letter.c intake/kafka_intake_int.h intake/kafka_intake.c intake/kafka_batch.c deliver/sink_kafka.c"
+	"protobuf-c|<protobuf-c/*> \"outboxd/v1/*\"|kafka/envelope.c"
+	"OpenSSL|<openssl/*>|util/base64.c util/uuid.c core/secretbox.c core/sub_codec.c core/token.c core/whsec.c store/secrets.c kafka/envelope.c deliver/sign.c deliver/sink_http.c deliver/http_request.c deliver/http_token.c deliver/http_wire.c deliver/oauth2.c deliver/redact.c api/http.c api/router.c api/routes_tokens.c main.c"
+	"libsystemd|<systemd/*>|cli/service.c"
+	"http_parser|<http_parser.h>|deliver/http_wire.c"
+	"GnuTLS|<gnutls/*>|"
+)
+
+declare -A LEVEL=([util]=0 [core]=1 [store]=2 [kafka]=3 [otel]=3 [deliver]=4 [intake]=4
+	[jobs]=4 [api]=5 [cli]=5 [main.c]=6)
+
+# Sets backend to sqlite or postgres for a path inside that backend's folder, else "".
+backend_of() {
 	case "$1" in
-	util) echo 0 ;; core) echo 1 ;; store) echo 2 ;; kafka | otel) echo 3 ;;
-	deliver | intake | jobs) echo 4 ;; api | cli) echo 5 ;;
-	outboxd) echo 3 ;; # generated protobuf-c code
-	*) echo "unknown" ;;
+	store/sqlite/*) backend=sqlite ;; store/postgres/*) backend=postgres ;; *) backend="" ;;
 	esac
 }
 
+mapfile -t files < <(find . -type f \( -name '*.c' -o -name '*.h' \) | sed 's|^\./||' | sort)
+
 bad=0
-for f in */*.c */*.h; do
-	from=${f%%/*}
-	lf=$(level "$from")
+fail() {
+	echo "layering: $*"
+	bad=1
+}
+
+declare -A direct incs
+for f in "${files[@]}"; do
+	direct[$f]=""
+	incs[$f]=""
+	while IFS= read -r inc; do
+		# the library this include belongs to, if any
+		for rule in "${LIBRARIES[@]}"; do
+			IFS='|' read -r name pats _ <<<"$rule"
+			read -ra patlist <<<"$pats"
+			for p in "${patlist[@]}"; do
+				# shellcheck disable=SC2053
+				if [[ $inc == $p ]]; then
+					direct[$f]+="$name=$inc "
+					continue 3
+				fi
+			done
+		done
+		case $inc in
+		\"*/*\")
+			h=${inc#\"}
+			h=${h%\"}
+			[ -f "$h" ] && incs[$f]+="$h "
+			;;
+		esac
+	done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*\([<"][^>"]*[>"]\).*/\1/p' "$f")
+done
+
+# ---- 1 and 2: the layers, and the backends ----------------------------------------------
+for f in "${files[@]}"; do
+	case $f in
+	*/*) from=${f%%/*} ;;
+	*) from=$f ;;
+	esac
+	lf=${LEVEL[$from]-unknown}
 	if [ "$lf" = unknown ]; then
-		echo "layering: $f: folder $from has no layer (add it to scripts/check-layers.sh)"
-		bad=1
+		if [[ $f == */* ]]; then
+			fail "$f: folder $from has no layer (add it to scripts/check-layers.sh)"
+		else
+			fail "$f: a file directly under src/ has no layer (only main.c wires; move it into a layer's folder)"
+		fi
 		continue
 	fi
+	backend_of "$f"
+	fb=$backend
 	while IFS= read -r line; do
-		to=${line#*\"}
-		to=${to%%/*}
+		inc=${line#*\"}
+		inc=${inc%%\"*}
+		to=${inc%%/*}
+		[ "$to" = outboxd ] && continue # generated protobuf-c code: rule 3
+		backend_of "$inc"
+		tb=$backend
+		if [ -n "$tb" ] && [ "$tb" != "$fb" ]; then
+			if [ -n "$fb" ]; then
+				fail "$f includes \"$inc\": one store backend ($fb) includes the other ($tb); what both need belongs in store/backend.h"
+			else
+				fail "$f includes \"$inc\": a store backend's headers are its own ($tb); go through store/store.h or store/backend.h"
+			fi
+		fi
 		[ "$to" = "$from" ] && continue
-		[ "$to" = outboxd ] && [ "$from" = kafka ] && continue
-		lt=$(level "$to")
-		if [ "$lt" = unknown ]; then
-			echo "layering: $f includes \"${line#*\"}: $to is not a layer"
-			bad=1
+		lt=${LEVEL[$to]-unknown}
+		if [ "$lt" = unknown ] || [ "$to" = main.c ]; then
+			fail "$f includes \"$inc\": $to is not a layer"
 		elif [ "$lt" -ge "$lf" ]; then
 			if [ "$lt" -eq "$lf" ]; then why="a sibling layer"; else why="a higher layer"; fi
-			echo "layering: $f (layer $lf, $from) includes ${line#\#include } from $why ($to, layer $lt)"
-			bad=1
+			fail "$f (layer $lf, $from) includes \"$inc\" from $why ($to, layer $lt): includes point down"
 		fi
-	done < <(grep -E '^#include "[a-z_]+/' "$f" | sed 's/[[:space:]]*$//')
+	done < <(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_]+/' "$f" | sed 's/[[:space:]]*$//')
 done
+
+# ---- 3: the libraries' glue files ----------------------------------------------------------
+# reach[f]: " name=include ..." of every library f reaches; via[f|name]: the chain of
+# project headers it comes through ("" when f includes it itself).
+declare -A reach via seen
+visit() {
+	local f=$1 h entry name
+	[ -n "${seen[$f]+x}" ] && return
+	seen[$f]=1
+	local got=" "
+	for entry in ${direct[$f]}; do
+		name=${entry%%=*}
+		[[ $got == *" $name="* ]] && continue
+		got+="$entry "
+		via["$f|$name"]=""
+	done
+	for h in ${incs[$f]}; do
+		visit "$h"
+		for entry in ${reach[$h]-}; do
+			name=${entry%%=*}
+			[[ $got == *" $name="* ]] && continue
+			got+="$entry "
+			via["$f|$name"]="$h${via[$h|$name]:+ -> ${via[$h|$name]}}"
+		done
+	done
+	reach[$f]=$got
+}
+
+for rule in "${LIBRARIES[@]}"; do
+	IFS='|' read -r name _ allowed <<<"$rule"
+	for a in $allowed; do
+		[[ $a == *\** ]] && continue
+		[ -f "$a" ] || fail "$a is listed for $name in scripts/check-layers.sh but does not exist: take it off the list"
+	done
+done
+
+for f in "${files[@]}"; do
+	visit "$f"
+	for entry in ${reach[$f]}; do
+		name=${entry%%=*}
+		inc=${entry#*=}
+		allowed=""
+		for rule in "${LIBRARIES[@]}"; do
+			IFS='|' read -r n _ list <<<"$rule"
+			[ "$n" = "$name" ] && allowed=$list
+		done
+		ok=0
+		for a in $allowed; do
+			# shellcheck disable=SC2053
+			[[ $f == $a ]] && ok=1
+		done
+		[ "$ok" -eq 1 ] && continue
+		chain=${via[$f|$name]}
+		how="includes $inc"
+		[ -n "$chain" ] && how="reaches $inc through $chain"
+		fail "$f $how, but only ${allowed:-no file} may use $name (only a library's glue files see its types; list a new glue file in scripts/check-layers.sh and docs/ARCHITECTURE.md)"
+	done
+done
+
 if [ "$bad" -ne 0 ]; then
-	echo "layering: includes must point down: util < core < store < kafka|otel < deliver|intake|jobs < api|cli"
+	echo "layering: rules in scripts/check-layers.sh and docs/ARCHITECTURE.md (Layers)"
 	exit 1
 fi
-echo "layering: every include under src/ points down"
+echo "layering: ${#files[@]} files under src/: includes point down, the store backends stay apart, libraries only in their glue files"

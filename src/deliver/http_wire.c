@@ -740,8 +740,8 @@ static int name_is_own(const char *name)
 }
 
 /* A subscription that sets such a header itself (its headers, an api-key auth's name) goes
- * through libcurl, which replaces its own; the webhook-* and outboxd-* lines every request
- * carries never do. */
+ * through libcurl, which replaces its own; the lines every webhook request carries
+ * (Content-Type, webhook-*, outboxd-*, traceparent) never are such a header. */
 static int sub_sets_own_header(const struct subscription *s)
 {
 	if (s->auth_type == AUTH_API_KEY && s->auth_name && name_is_own(s->auth_name))

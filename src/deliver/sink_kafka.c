@@ -28,6 +28,7 @@
 
 #include "core/metrics.h"
 #include "core/trace.h"
+#include "kafka/client_rdkafka.h"
 #include "kafka/envelope.h"
 #include "kafka/message.h"
 #include "util/clock.h"

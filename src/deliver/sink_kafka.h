@@ -3,8 +3,8 @@
  *
  * A subscription whose endpoint is kafka://TOPIC publishes each delivery to TOPIC with an
  * idempotent producer (acks=all). The attempt ends with librdkafka's delivery report: 200
- * and PROCESSED on the broker's acknowledgement, a mapped code (kafka/client.h) with
- * librdkafka's error name and text otherwise, so broker errors take the normal retries,
+ * and PROCESSED on the broker's acknowledgement, a mapped code (kafka_error_code,
+ * kafka/client_rdkafka.h) with librdkafka's error name and text otherwise, so broker errors take the normal retries,
  * breaker and DLQ. (Dead-letter topics are written by the relay of kafka/dead_letter.h,
  * with its own producer.) */
 #ifndef OUTBOXD_DELIVER_SINK_KAFKA_H

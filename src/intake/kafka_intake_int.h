@@ -7,6 +7,7 @@
 
 #include "intake/ingest.h"
 #include "intake/kafka_intake.h"
+#include "kafka/client_rdkafka.h"
 #include "kafka/envelope.h"
 
 #define BATCH_MAX 500          /* messages per store transaction at most */

@@ -1,6 +1,7 @@
 /* client.c: the librdkafka configuration every outboxd Kafka client starts from (see
- * client.h). Property values are never logged: kafka_config may carry SASL passwords. */
-#include "kafka/client.h"
+ * client.h, client_rdkafka.h and check.h). Property values are never logged: kafka_config may
+ * carry SASL passwords. */
+#include "kafka/client_rdkafka.h"
 #include "kafka/check.h"
 
 #include <stdio.h>

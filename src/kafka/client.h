@@ -1,8 +1,9 @@
 /* client.h: what every Kafka client of outboxd shares — the kafka_* settings
- * (docs/kafka.md) and the librdkafka configuration built from them (the intake's
- * consumer, the sink's producer).
- *
- * Only src/kafka, intake/kafka_intake.c and deliver/sink_kafka.c include librdkafka. */
+ * (docs/kafka.md) and each client's readiness — without librdkafka's types, so that
+ * main.c and the headers of the intake, the sink and the dead-letter relay can name them
+ * without including librdkafka. The librdkafka half (configurations, producers, error
+ * mapping) is kafka/client_rdkafka.h, for the glue files only (scripts/check-layers.sh
+ * lists them). */
 #ifndef OUTBOXD_KAFKA_CLIENT_H
 #define OUTBOXD_KAFKA_CLIENT_H
 
@@ -10,8 +11,6 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <librdkafka/rdkafka.h>
 
 #include "kafka/envelope.h"
 
@@ -42,46 +41,11 @@ struct kafka_client {
 
 void kafka_client_init(struct kafka_client *c, const char *role);
 void kafka_client_destroy(struct kafka_client *c);
-/* rk (c's handle) raised a fatal error: c is down, with the reason, until
- * kafka_client_up. Owner's thread. */
-void kafka_client_down(struct kafka_client *c, rd_kafka_t *rk);
+/* c's client was recreated after a fatal error (kafka_client_down): up again. Owner's
+ * thread. */
 void kafka_client_up(struct kafka_client *c);
 /* 0 when c is up; -1 with the reason in why while it is down. Any thread. */
 int kafka_client_ready(struct kafka_client *c, char *why, size_t whylen);
-
-/* A new librdkafka configuration with bootstrap.servers, client.id, the log callback
- * (librdkafka's lines go to outboxd's log), the error callback (errors logged; a fatal
- * one logged once and counted: its owner must recreate the client, see
- * kafka_client_fatal), client as the opaque (borrowed, outlives the handle; the owner's
- * struct may extend it), then defaults (NULL-terminated name, value pairs: outboxd's
- * choices for this client), then the operator's kafka_config, which may override any of
- * them (returned; owned by the caller until rd_kafka_new takes it). NULL with a message
- * in err when a property is refused: the message names the property, never its value. */
-rd_kafka_conf_t *kafka_conf_new(const struct kafka_settings *ks, struct kafka_client *client,
-				const char *const *defaults, char *err, size_t errlen);
-
-/* A producer (outboxd's producer choices: idempotence, acks=all; kafka_config on top)
- * for client, whose delivery reports go to dr_msg_cb (served by rd_kafka_poll). NULL with
- * a message in err. */
-rd_kafka_t *kafka_producer_new(const struct kafka_settings *ks, struct kafka_client *client,
-			       void (*dr_msg_cb)(rd_kafka_t *rk, const rd_kafka_message_t *m,
-						 void *opaque),
-			       char *err, size_t errlen);
-
-/* 1 when rk raised a fatal error (librdkafka: the handle can do nothing more; an
- * idempotent producer that lost its sequence, a consumer fenced by another with its
- * group.instance.id), with its reason in why; its owner destroys and recreates it. */
-int kafka_client_fatal(rd_kafka_t *rk, char *why, size_t whylen);
-
-/* Sets one property on conf; -1 with err naming it when librdkafka refuses it. */
-int kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *err,
-		   size_t errlen);
-
-/* The status code an attempt records for a librdkafka error (the mapped codes of
- * docs/kafka.md: 503 brokers unreachable or the producer being recreated after a fatal
- * error, 504 timed out, 404 unknown topic, 413 too large, 403 not authorized, 520
- * anything else). */
-int kafka_error_code(rd_kafka_resp_err_t err);
 
 /* The dead-letter topic for a source topic: pattern with {topic} replaced. Returns 0, or
  * -1 when it does not fit out. */

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/metrics.h"
+#include "kafka/client_rdkafka.h"
 #include "kafka/message.h"
 #include "util/clock.h"
 #include "util/hash.h"

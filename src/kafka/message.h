@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "kafka/client.h"
+#include "kafka/client_rdkafka.h"
 #include "store/store.h"
 
 /* The message key of c (borrowed from it): the event's partition key, else its id. */
