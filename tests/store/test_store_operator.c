@@ -183,7 +183,7 @@ static void test_cleanup_keeps_failed(void **state)
 	store_claims_free(c, n);
 }
 
-/* Retention (seed 003, cleanup_after): only PROCESSED deliveries processed at or before
+/* Retention (the cleanup_after setting): only PROCESSED deliveries processed at or before
  * the cut are deleted; younger ones stay until a later run. */
 static void test_cleanup_keeps_young(void **state)
 {
@@ -225,9 +225,9 @@ static void test_cleanup_keeps_young(void **state)
 	store_claims_free(c, n);
 }
 
-/* Seed 002's implicit DLQ: a delivery that keeps failing is found by how often and how
- * long; failing_since is set by its first failure, kept by later ones, cleared by a
- * success; stats show the oldest still retried. */
+/* The implicit dead-letter queue: a delivery that keeps failing is found by how often
+ * and how long; failing_since is set by its first failure, kept by later ones, cleared by
+ * a success; stats show the oldest still retried. */
 static void test_failing_since(void **state)
 {
 	struct t *t = *state;
