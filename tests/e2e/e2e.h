@@ -20,10 +20,10 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <time.h>
 
 #include "harness.h"
+#include "standard_webhooks.h"
 
 /* One secret key for instances that share a PostgreSQL database: each seals and opens the
  * subscriptions the others wrote (each has its own data directory, so none would share a
@@ -120,21 +120,38 @@ static inline char *e2e_daemon_log(const struct daemon *d)
 	return buf;
 }
 
-/* Standard Webhooks, recomputed independently of outboxd: base64(HMAC-SHA256(key,
- * id.timestamp.body)) with key the base64-decoded part of the whsec_ secret. */
-static inline void e2e_expected_signature(const char *secret, const char *id, const char *ts,
-					  const char *body, char out[128])
+/* Fails the current test at the caller's line, saying why, unless the request the
+ * receiver recorded (req, borrowed) carries a Standard Webhooks signature made with secret
+ * and a webhook-timestamp within 5 minutes of now (tests/support/standard_webhooks.h).
+ * match (may be NULL) gets which of the header's signatures matched and how many it
+ * holds. The body checked is the recorded text; a body that is not UTF-8 fails. */
+#define e2e_assert_signed(req, secret, match) \
+	e2e_assert_signed_at((req), (secret), (match), __FILE__, __LINE__)
+static inline void e2e_assert_signed_at(json_t *req, const char *secret,
+					struct standard_webhooks_match *match,
+					const char *file, int line)
 {
-	const char *b64 = secret + strlen("whsec_");
-	unsigned char key[128], mac[32];
-	unsigned int mac_len = 0;
-	int klen = EVP_DecodeBlock(key, (const unsigned char *)b64, (int)strlen(b64));
-	klen -= (b64[strlen(b64) - 1] == '=') + (b64[strlen(b64) - 2] == '=');
-	char msg[4096];
-	snprintf(msg, sizeof(msg), "%s.%s.%s", id, ts, body);
-	HMAC(EVP_sha256(), key, klen, (unsigned char *)msg, strlen(msg), mac, &mac_len);
-	strcpy(out, "v1,");
-	EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len);
+	json_t *h = json_object_get(req, "headers");
+	json_t *body = json_object_get(req, "body");
+	struct standard_webhooks_request r = {
+		.id = json_string_value(json_object_get(h, "webhook-id")),
+		.timestamp = json_string_value(json_object_get(h, "webhook-timestamp")),
+		.signature = json_string_value(json_object_get(h, "webhook-signature")),
+		.body = json_is_string(body) ? json_string_value(body) : "",
+		.body_len = json_string_length(body),
+	};
+	enum standard_webhooks_result rc;
+
+	rc = standard_webhooks_verify(&r, secret, (int64_t)time(NULL),
+				      STANDARD_WEBHOOKS_TOLERANCE_S, match);
+	if (rc != SWH_OK || !json_is_string(body)) {
+		print_error("%s:%d: webhook-signature \"%s\" (webhook-id %s, webhook-timestamp %s): "
+			    "%s\n", file, line, r.signature ? r.signature : "(none)",
+			    r.id ? r.id : "(none)", r.timestamp ? r.timestamp : "(none)",
+			    json_is_string(body) ? standard_webhooks_strerror(rc)
+						 : "the recorded body is not UTF-8 text");
+		_fail(file, line);
+	}
 }
 
 /* A batch body of n events of type "load.event" with payloads {"n":first...}. Returned

@@ -18,6 +18,8 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
+#include <openssl/evp.h>
+
 #include "harness_pg.h"
 
 static struct receiver sub, idp;

@@ -1,0 +1,318 @@
+/* test_store_claims.c: the conformance suite on claims and leases: a claim leases what is
+ * due, an expired lease is claimed again, a result from a round whose lease was lost is
+ * ignored or goes after its successor's attempts, a renewed lease outlives its first
+ * term, and claims made at once never share a delivery.
+ *
+ * Every test runs once per backend (store_suite.h); none knows which. */
+#include "store_suite.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/clock.h"
+
+static void test_claim_leases(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c1 = NULL, *c2 = NULL, *c3 = NULL;
+	char ids[5][UUID_STR_LEN];
+	int64_t now = clock_now_ms();
+	struct store_delivery d;
+	size_t n1, n2, n3;
+
+	/* Created newest first so that claim order (by due time) differs from insert
+	 * order; the sixth is due in the future. */
+	for (int i = 4; i >= 0; i--)
+		ingest_one(t, "user.updated", t->t0 + i * 1000, 1, ids[i]);
+	ingest_one(t, "user.updated", now + HOUR_MS, 1, NULL);
+
+	n1 = claim_n(t, now, MINUTE_MS, 3, &c1);
+	assert_int_equal(n1, 3);
+	for (size_t i = 0; i < n1; i++) {
+		assert_string_equal(c1[i].event_id, ids[i]);
+		assert_string_equal(c1[i].subscription_id, t->subs[0]);
+		assert_int_equal(c1[i].status, DELIVERY_NEW);
+		assert_int_equal(c1[i].event_created_at, t->t0 + (int64_t)i * 1000);
+		assert_string_equal(c1[i].event_type, "user.updated");
+		assert_string_equal(c1[i].content_type, "application/json");
+		assert_int_equal(c1[i].payload_len, 7);
+		assert_memory_equal(c1[i].payload, "{\"n\":1}", 7);
+	}
+	d = get_delivery(t, c1[0].delivery_id);
+	assert_string_equal(d.lease_owner, "test-owner");
+	assert_int_equal(d.lease_until, now + MINUTE_MS);
+	store_delivery_free(&d);
+
+	/* A second claim gets only the others, never a leased one nor a future one. */
+	n2 = claim_n(t, now, MINUTE_MS, 10, &c2);
+	assert_int_equal(n2, 2);
+	assert_string_equal(c2[0].event_id, ids[3]);
+	assert_string_equal(c2[1].event_id, ids[4]);
+	for (size_t i = 0; i < n1; i++)
+		for (size_t j = 0; j < n2; j++)
+			assert_string_not_equal(c1[i].delivery_id, c2[j].delivery_id);
+	n3 = claim_n(t, now, MINUTE_MS, 10, &c3);
+	assert_int_equal(n3, 0);
+	assert_null(c3);
+
+	store_claims_free(c1, n1);
+	store_claims_free(c2, n2);
+	assert_int_equal(store_claim_due(t->st, now, MINUTE_MS, 0, &c3, &n3), STORE_INVALID);
+}
+
+static void test_expired_lease_is_reclaimable(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL, *again = NULL;
+	int64_t now = clock_now_ms();
+	size_t n, m, reaped;
+	int64_t due;
+
+	ingest_one(t, "a", t->t0, 2, NULL);
+	n = claim_n(t, now, 1000, 10, &c);
+	assert_int_equal(n, 2);
+	/* Leased deliveries are not pending for the scheduler either. */
+	assert_int_equal(store_next_due(t->st, &due), STORE_OK);
+	assert_int_equal(due, 0);
+
+	assert_int_equal(store_reap_leases(t->st, now + 500, &reaped), STORE_OK);
+	assert_int_equal(reaped, 0);
+	assert_int_equal(claim_n(t, now + 500, 1000, 10, &again), 0);
+
+	assert_int_equal(store_reap_leases(t->st, now + 1001, &reaped), STORE_OK);
+	assert_int_equal(reaped, 2);
+	m = claim_n(t, now + 1001, 1000, 10, &again);
+	assert_int_equal(m, 2);
+	for (size_t i = 0; i < m; i++)
+		assert_true(strcmp(again[i].delivery_id, c[0].delivery_id) == 0 ||
+			    strcmp(again[i].delivery_id, c[1].delivery_id) == 0);
+	store_claims_free(again, m);
+
+	/* At start the single owner drops every lease it held before a crash. */
+	assert_int_equal(store_release_all(t->st, &reaped), STORE_OK);
+	assert_int_equal(reaped, 2);
+	m = claim_n(t, now, 1000, 10, &again);
+	assert_int_equal(m, 2);
+	store_claims_free(again, m);
+	store_claims_free(c, n);
+}
+
+static void test_result_after_lost_lease_is_ignored(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_attempt_row *a = NULL;
+	struct store_delivery d;
+	int64_t now = clock_now_ms();
+	size_t n, na, reaped;
+
+	ingest_one(t, "a", t->t0, 2, NULL);
+	n = claim_n(t, now, 1000, 10, &c);
+	assert_int_equal(n, 2);
+	/* The lease of both expires and is reaped before the results come in. */
+	assert_int_equal(store_reap_leases(t->st, now + 5000, &reaped), STORE_OK);
+	assert_int_equal(reaped, 2);
+
+	record(t, c[0].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_NEW);
+	assert_int_equal(d.attempt_count, 0);
+	assert_int_equal(d.next_attempt_at, t->t0);
+	store_delivery_free(&d);
+	/* ... but the request it made is in the history all the same */
+	assert_int_equal(store_delivery_attempts(t->st, c[0].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 1);
+	assert_int_equal(a[0].n, 1);
+	store_attempts_free(a, na);
+
+	/* A batch mixing a lost lease and a held one applies only the held one. */
+	store_claims_free(c, n);
+	n = claim_n(t, now + 5000, 1000, 1, &c);
+	assert_int_equal(n, 1);
+	{
+		struct store_result r[2] = {
+			{.delivery_id = c[0].delivery_id, .status = DELIVERY_PROCESSED,
+			 .attempt_count = 1, .processed_at = now},
+			{.delivery_id = "0190f000-0000-7000-8000-000000000000",
+			 .status = DELIVERY_PROCESSED, .attempt_count = 1, .processed_at = now},
+		};
+
+		assert_int_equal(store_record_results(t->st, r, 2), STORE_OK);
+	}
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	store_delivery_free(&d);
+	store_claims_free(c, n);
+}
+
+/* One result of a single attempt numbered n, written through st (another instance). */
+static void record_through(store *st, const char *delivery_id, enum delivery_status status,
+			   int n, int code)
+{
+	struct store_attempt a = {.n = n, .kind = ATTEMPT_IMMEDIATE,
+				  .started_at = clock_now_ms() - 20, .duration_ms = 20,
+				  .code = code, .message = code == 200 ? "OK" : "HTTP 503"};
+	struct store_result r = {.delivery_id = delivery_id, .status = status, .attempt_count = n,
+				 .next_attempt_at = status == DELIVERY_FAILED ? clock_now_ms() : 0,
+				 .processed_at = status == DELIVERY_PROCESSED ? clock_now_ms() : 0,
+				 .last_code = code == 200 ? 0 : code, .attempts = &a, .n_attempts = 1};
+	assert_int_equal(store_record_results(st, &r, 1), STORE_OK);
+}
+
+/* A renewed lease outlives its first term: the reaper leaves it and no other instance's
+ * claim takes it; a lease that is not the owner's is not renewed. A round whose lease was
+ * lost adds its attempts after the ones its successor recorded, and changes nothing else. */
+static void test_leases_renew(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL, *other_c = NULL;
+	struct store_attempt_row *a = NULL;
+	struct store_delivery d;
+	store *other = NULL;
+	int64_t now = clock_now_ms();
+	size_t n, na, reaped;
+	unsigned char ok[3] = {9, 9, 9};
+	char ids[3][UUID_STR_LEN], err[256];
+	int64_t until[3] = {now + 60000, now + 70000, now + 70000};
+
+	ingest_one(t, "a", t->t0, 2, NULL);
+	n = claim_n(t, now, 1000, 10, &c);
+	assert_int_equal(n, 2);
+	assert_int_equal(c[0].lease_until, now + 1000);
+	assert_int_equal(store_open_shared(t->db.dsn, "other-owner", &other, err, sizeof(err)),
+			 STORE_OK);
+
+	/* c[0] renewed: the reaper takes only c[1], which the other instance claims */
+	memcpy(ids[0], c[0].delivery_id, UUID_STR_LEN);
+	assert_int_equal(store_leases_renew(t->st, (const char (*)[UUID_STR_LEN])ids, until, 1,
+					    ok), STORE_OK);
+	assert_int_equal(ok[0], 1);
+	assert_int_equal(store_reap_leases(t->st, now + 5000, &reaped), STORE_OK);
+	assert_int_equal(reaped, 1);
+	assert_int_equal(store_claim_due(other, now + 5000, 30000, 10, &other_c, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(other_c[0].delivery_id, c[1].delivery_id);
+
+	/* ours renews; one that does not exist and one that is the other's do not */
+	memcpy(ids[1], "0190f000-0000-7000-8000-000000000000", UUID_STR_LEN);
+	memcpy(ids[2], c[1].delivery_id, UUID_STR_LEN);
+	until[0] = now + 70000;
+	assert_int_equal(store_leases_renew(t->st, (const char (*)[UUID_STR_LEN])ids, until, 3,
+					    ok), STORE_OK);
+	assert_int_equal(ok[0], 1);
+	assert_int_equal(ok[1], 0);
+	assert_int_equal(ok[2], 0);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.lease_until, now + 70000);
+	store_delivery_free(&d);
+	d = get_delivery(t, c[1].delivery_id);
+	assert_string_equal(d.lease_owner, "other-owner");
+	store_delivery_free(&d);
+
+	/* the other's round of c[1] records attempt 1; our lost round's late result adds
+	 * its attempt as number 2 and leaves the state alone */
+	record_through(other, c[1].delivery_id, DELIVERY_FAILED, 1, 503);
+	record_through(t->st, c[1].delivery_id, DELIVERY_PROCESSED, 1, 200);
+	assert_int_equal(store_delivery_attempts(t->st, c[1].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 2);
+	assert_int_equal(a[0].n, 1);
+	assert_int_equal(a[0].code, 503);
+	assert_int_equal(a[1].n, 2);
+	assert_int_equal(a[1].code, 200);
+	store_attempts_free(a, na);
+	d = get_delivery(t, c[1].delivery_id);
+	assert_int_equal(d.status, DELIVERY_FAILED);
+	store_delivery_free(&d);
+
+	/* the other instance's next round numbers its try 2 (its claim knew of one): taken
+	 * by the lost round's, so it goes after, as 3; no request drops out of the history */
+	store_claims_free(other_c, 1);
+	other_c = NULL;
+	assert_int_equal(store_claim_due(other, clock_now_ms() + 1000, 30000, 10, &other_c, &n),
+			 STORE_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(other_c[0].attempt_count, 1);
+	record_through(other, c[1].delivery_id, DELIVERY_PROCESSED, 2, 200);
+	assert_int_equal(store_delivery_attempts(t->st, c[1].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 3);
+	assert_int_equal(a[2].n, 3);
+	assert_int_equal(a[2].code, 200);
+	store_attempts_free(a, na);
+
+	/* our renewed one still takes its result */
+	record_through(t->st, c[0].delivery_id, DELIVERY_PROCESSED, 1, 200);
+	d = get_delivery(t, c[0].delivery_id);
+	assert_int_equal(d.status, DELIVERY_PROCESSED);
+	store_delivery_free(&d);
+	store_claims_free(other_c, 1);
+	store_claims_free(c, 2);
+	store_close(other);
+}
+
+/* Many threads claiming at once never share a delivery. */
+struct claimer {
+	struct t *t;
+	char (*got)[UUID_STR_LEN];
+	size_t n;
+};
+
+static void *claimer_main(void *arg)
+{
+	struct claimer *cl = arg;
+	struct store_claim *c;
+	size_t n;
+
+	for (;;) {
+		c = NULL;
+		n = 0;
+		if (store_claim_due(cl->t->st, clock_now_ms(), MINUTE_MS, 7, &c, &n) != STORE_OK ||
+		    n == 0)
+			break;
+		for (size_t i = 0; i < n; i++)
+			memcpy(cl->got[cl->n++], c[i].delivery_id, UUID_STR_LEN);
+		store_claims_free(c, n);
+	}
+	return NULL;
+}
+
+static void test_concurrent_claims_are_disjoint(void **state)
+{
+	struct t *t = *state;
+	enum { THREADS = 4, EVENTS = 100 };
+	struct claimer cl[THREADS];
+	pthread_t th[THREADS];
+	char (*all)[UUID_STR_LEN] = calloc(EVENTS * 2, UUID_STR_LEN);
+	size_t total = 0;
+
+	for (int i = 0; i < EVENTS; i++)
+		ingest_one(t, "a", t->t0 + i, 2, NULL);
+	for (int i = 0; i < THREADS; i++) {
+		cl[i] = (struct claimer){t, calloc(EVENTS * 2, UUID_STR_LEN), 0};
+		assert_int_equal(pthread_create(&th[i], NULL, claimer_main, &cl[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		memcpy(all[total], cl[i].got, cl[i].n * UUID_STR_LEN);
+		total += cl[i].n;
+		free(cl[i].got);
+	}
+	assert_int_equal(total, EVENTS * 2);
+	qsort(all, total, UUID_STR_LEN, id_cmp);
+	for (size_t i = 1; i < total; i++)
+		assert_string_not_equal(all[i - 1], all[i]);
+	free(all);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_claim_leases),
+		T(test_expired_lease_is_reclaimable),
+		T(test_result_after_lost_lease_is_ignored),
+		T(test_leases_renew),
+		T(test_concurrent_claims_are_disjoint),
+	};
+
+	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));
+}

@@ -1,0 +1,290 @@
+/* test_store_listing.c: the conformance suite on reading the history back: keyset pages
+ * over every sort key (each row once, in order), the delivery filters, and the attempt
+ * series of the console's chart.
+ *
+ * Every test runs once per backend (store_suite.h); none knows which. */
+#include "store_suite.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/clock.h"
+
+/* 45 deliveries over 3 subscriptions and 15 events, with ties in every sort key. */
+static void make_history(struct t *t)
+{
+	struct store_claim *c = NULL;
+	size_t n;
+
+	for (int i = 0; i < 15; i++)
+		ingest_one(t, i % 2 ? "user.created" : "order.paid", t->t0 + (i / 3) * 1000, 3,
+			   NULL);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 1000, &c);
+	assert_int_equal(n, 45);
+	/* A third succeed, a third are dead, the rest stay scheduled; attempt counts
+	 * 1..4 repeat. */
+	for (size_t i = 0; i < n; i++) {
+		int attempts = (int)(i % 4) + 1;
+
+		if (i % 3 == 0)
+			record(t, c[i].delivery_id, DELIVERY_PROCESSED, attempts, 0, 0, NULL,
+			       NULL);
+		else if (i % 3 == 1)
+			record(t, c[i].delivery_id, DELIVERY_FAILED, attempts, 0,
+			       i % 2 ? 404 : 503, i % 2 ? "Not Found" : "Service Unavailable",
+			       i % 2 ? "no route 100%_match" : "connection refused");
+		else
+			record(t, c[i].delivery_id, DELIVERY_FAILED, attempts,
+			       clock_now_ms() + HOUR_MS, 504, "Gateway Timeout", "timed out");
+	}
+	store_claims_free(c, n);
+}
+
+static int64_t key_of(const struct store_delivery *d, enum delivery_sort sort)
+{
+	return sort == DELIVERY_SORT_UPDATED ? d->updated_at :
+	       sort == DELIVERY_SORT_ATTEMPTS ? d->attempt_count : d->created_at;
+}
+
+/* Walks every page of f and checks that each row comes exactly once, in order. */
+static size_t walk_pages(struct t *t, struct delivery_filter f)
+{
+	char (*seen)[UUID_STR_LEN] = calloc(1000, UUID_STR_LEN);
+	char *cursor = NULL;
+	size_t total = 0, pages = 0;
+	int64_t prev_key = 0;
+	char prev_id[UUID_STR_LEN] = "";
+
+	do {
+		struct store_delivery *items = NULL;
+		char *next = NULL;
+		size_t n = 0;
+
+		f.cursor = cursor;
+		assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &next), STORE_OK);
+		assert_true(n <= f.limit);
+		if (next)
+			assert_int_equal(n, f.limit);
+		for (size_t i = 0; i < n; i++) {
+			int64_t key = key_of(&items[i], f.sort);
+
+			if (total) {
+				int cmp = key != prev_key ? (key > prev_key ? 1 : -1) :
+							    strcmp(items[i].id, prev_id);
+
+				assert_true(f.descending ? cmp < 0 : cmp > 0);
+			}
+			prev_key = key;
+			memcpy(prev_id, items[i].id, UUID_STR_LEN);
+			assert_true(total < 1000);
+			memcpy(seen[total++], items[i].id, UUID_STR_LEN);
+		}
+		store_deliveries_free(items, n);
+		free(cursor);
+		cursor = next;
+		pages++;
+	} while (cursor);
+	qsort(seen, total, UUID_STR_LEN, id_cmp);
+	for (size_t i = 1; i < total; i++)
+		assert_string_not_equal(seen[i - 1], seen[i]);
+	free(seen);
+	return total;
+}
+
+static void test_pagination(void **state)
+{
+	struct t *t = *state;
+	enum delivery_sort sorts[] = {DELIVERY_SORT_CREATED, DELIVERY_SORT_UPDATED, DELIVERY_SORT_ATTEMPTS};
+
+	make_history(t);
+	for (size_t s = 0; s < 3; s++) {
+		for (int desc = 0; desc < 2; desc++) {
+			struct delivery_filter f = {.sort = sorts[s], .descending = desc};
+
+			f.limit = 7;
+			assert_int_equal(walk_pages(t, f), 45);
+			f.limit = 45;
+			assert_int_equal(walk_pages(t, f), 45);
+			f.limit = 1000;
+			assert_int_equal(walk_pages(t, f), 45);
+			f.limit = 4;
+			f.has_status = 1;
+			f.status = DELIVERY_FAILED;
+			assert_int_equal(walk_pages(t, f), 30);
+		}
+	}
+}
+
+static size_t count_matching(struct t *t, const struct delivery_filter *f)
+{
+	struct store_delivery *items = NULL;
+	char *cursor = NULL;
+	size_t n = 0;
+
+	assert_int_equal(store_deliveries_list(t->st, f, &items, &n, &cursor), STORE_OK);
+	for (size_t i = 0; i < n; i++) {
+		if (f->has_status)
+			assert_int_equal(items[i].status, f->status);
+		if (f->dead_only)
+			assert_true(items[i].status == DELIVERY_FAILED &&
+				    items[i].next_attempt_at == 0);
+		if (f->subscription_id)
+			assert_string_equal(items[i].subscription_id, f->subscription_id);
+		if (f->event_type)
+			assert_string_equal(items[i].event_type, f->event_type);
+		if (f->from_ms)
+			assert_true(items[i].created_at >= f->from_ms);
+		if (f->to_ms)
+			assert_true(items[i].created_at < f->to_ms);
+	}
+	store_deliveries_free(items, n);
+	free(cursor);
+	return n;
+}
+
+static void test_filters(void **state)
+{
+	struct t *t = *state;
+	struct delivery_filter f = {.limit = 1000};
+	struct store_delivery *items = NULL;
+	char *cursor = NULL;
+	size_t n;
+
+	make_history(t);
+	assert_int_equal(count_matching(t, &f), 45);
+	f.has_status = 1;
+	f.status = DELIVERY_PROCESSED;
+	assert_int_equal(count_matching(t, &f), 15);
+	f.status = DELIVERY_FAILED;
+	assert_int_equal(count_matching(t, &f), 30);
+	f.has_status = 0;
+	f.dead_only = 1;
+	assert_int_equal(count_matching(t, &f), 15);
+	f.status = DELIVERY_PROCESSED;
+	f.has_status = 1;
+	assert_int_equal(count_matching(t, &f), 0);
+	f.has_status = 0;
+
+	/* Error text search: plain substring, '%' and '_' are not wildcards. */
+	f.q = "refused";
+	n = count_matching(t, &f);
+	assert_true(n > 0 && n < 15);
+	f.q = "100%_match";
+	assert_int_equal(count_matching(t, &f) + n, 15);
+	f.q = "100%%";
+	assert_int_equal(count_matching(t, &f), 0);
+	f.q = "Not Found";
+	assert_int_equal(count_matching(t, &f), 15 - n);
+	f.q = NULL;
+	f.dead_only = 0;
+
+	f.subscription_id = t->subs[1];
+	assert_int_equal(count_matching(t, &f), 15);
+	f.event_type = "user.created";
+	assert_int_equal(count_matching(t, &f), 7);
+	f.event_type = "user.*";
+	assert_int_equal(count_matching(t, &f), 0);
+	f.event_type = NULL;
+
+	/* created_at in [t0 + 1000, t0 + 3000): events 3..8, nine per second. */
+	f.from_ms = t->t0 + 1000;
+	f.to_ms = t->t0 + 3000;
+	assert_int_equal(count_matching(t, &f), 6);
+	f.subscription_id = NULL;
+	assert_int_equal(count_matching(t, &f), 18);
+	f.event_type = "order.paid";
+	f.has_status = 1;
+	f.status = DELIVERY_FAILED;
+	n = count_matching(t, &f);
+	assert_true(n > 0 && n < 9);
+	f = (struct delivery_filter){.limit = 1000, .to_ms = t->t0};
+	assert_int_equal(count_matching(t, &f), 0);
+
+	/* Malformed or mismatched cursors and bad limits are refused. */
+	f = (struct delivery_filter){.limit = 10};
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor), STORE_OK);
+	assert_non_null(cursor);
+	store_deliveries_free(items, n);
+	f.sort = DELIVERY_SORT_UPDATED;
+	f.cursor = cursor;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
+			 STORE_INVALID);
+	f.sort = DELIVERY_SORT_CREATED;
+	f.descending = 1;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
+			 STORE_INVALID);
+	free((char *)f.cursor);
+	f.descending = 0;
+	{
+		static const char *const bad[] = {"", "garbage", "ca:", "ca:12", "ca:x:abc",
+			"ca:12:", "ca:12:not a uuid'; DROP TABLE deliveries; --",
+			"ca:99999999999999999999999:0190f000-0000-7000-8000-000000000000"};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			f.cursor = bad[i];
+			assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor),
+					 STORE_INVALID);
+		}
+	}
+	f.cursor = NULL;
+	f.limit = 0;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor), STORE_INVALID);
+	f.limit = 1001;
+	assert_int_equal(store_deliveries_list(t->st, &f, &items, &n, &cursor), STORE_INVALID);
+}
+
+/* Attempts counted in the minute they started, by outcome; outside the range not at all. */
+static void test_attempt_series(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_series_bucket b[3];
+	int64_t from = (clock_now_ms() / MINUTE_MS - 5) * MINUTE_MS;
+	struct store_attempt tries[6] = {
+		{1, ATTEMPT_IMMEDIATE, from - 1, 5, 503, "HTTP 503", NULL, 0},          /* before */
+		{2, ATTEMPT_IMMEDIATE, from, 5, 200, "HTTP 200", NULL, 0},              /* bucket 0 */
+		{3, ATTEMPT_SCHEDULED, from + MINUTE_MS + 10, 5, 404, "HTTP 404", NULL, 0},
+		{4, ATTEMPT_SCHEDULED, from + 2 * MINUTE_MS, 5, 503, "HTTP 503", NULL, 0},
+		{5, ATTEMPT_SCHEDULED, from + 3 * MINUTE_MS - 1, 5, 302, "HTTP 302", NULL, 0},
+		{6, ATTEMPT_MANUAL, from + 3 * MINUTE_MS, 5, 200, "HTTP 200", NULL, 0}, /* after */
+	};
+	struct store_result r = {
+		.status = DELIVERY_PROCESSED,
+		.attempt_count = 6,
+		.attempts = tries,
+		.n_attempts = 6,
+	};
+
+	ingest_one(t, "a", t->t0, 1, NULL);
+	assert_int_equal(claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c), 1);
+	r.delivery_id = c[0].delivery_id;
+	r.processed_at = clock_now_ms();
+	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+	store_claims_free(c, 1);
+
+	assert_int_equal(store_attempt_series(t->st, from, MINUTE_MS, 3, b), STORE_OK);
+	assert_int_equal(b[0].succeeded, 1);
+	assert_int_equal(b[0].client_error + b[0].server_error, 0);
+	assert_int_equal(b[1].client_error, 1);
+	assert_int_equal(b[1].succeeded + b[1].server_error, 0);
+	assert_int_equal(b[2].server_error, 2); /* 503 and the 302 */
+	assert_int_equal(b[2].succeeded + b[2].client_error, 0);
+
+	/* Nothing there: zeros. Bad arguments: refused. */
+	assert_int_equal(store_attempt_series(t->st, from - 100 * MINUTE_MS, MINUTE_MS, 3, b), STORE_OK);
+	assert_int_equal(b[0].succeeded + b[1].server_error + b[2].client_error, 0);
+	assert_int_equal(store_attempt_series(t->st, from, 0, 3, b), STORE_INVALID);
+	assert_int_equal(store_attempt_series(t->st, from, MINUTE_MS, STORE_SERIES_MAX + 1, b),
+			 STORE_INVALID);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_pagination),
+		T(test_filters),
+		T(test_attempt_series),
+	};
+
+	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));
+}

@@ -1,0 +1,321 @@
+/* test_store_subscriptions.c: the conformance suite on configuration rows: subscriptions,
+ * named API tokens, subscription configs sealed at rest, and the record of the secret key
+ * the store was first started with.
+ *
+ * Every test runs once per backend (store_suite.h); none knows which. */
+#include "store_suite.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/secretbox.h"
+
+static void test_subscriptions(void **state)
+{
+	struct t *t = *state;
+	struct sub_row a = {.name = "analytics", .config = "{\"endpoint\":\"https://a\"}",
+			      .enabled = 1, .created_at = 1000, .updated_at = 1000};
+	struct sub_row b = {.name = "billing", .config = "{}", .enabled = 0,
+			      .created_at = 2000, .updated_at = 2000};
+	struct sub_row got, *list = NULL;
+	size_t n = 0;
+
+	uuid_v7(a.id);
+	uuid_v7(b.id);
+	assert_int_equal(store_sub_create(t->st, &b), STORE_OK);
+	assert_int_equal(store_sub_create(t->st, &a), STORE_OK);
+
+	assert_int_equal(store_sub_get(t->st, a.id, &got), STORE_OK);
+	assert_string_equal(got.id, a.id);
+	assert_string_equal(got.name, "analytics");
+	assert_string_equal(got.config, a.config);
+	assert_int_equal(got.enabled, 1);
+	assert_int_equal(got.created_at, 1000);
+	store_sub_free(&got);
+
+	/* Ordered by created_at. */
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].name, "analytics");
+	assert_string_equal(list[1].name, "billing");
+	assert_int_equal(list[1].enabled, 0);
+	store_subs_free(list, n);
+
+	/* Names are unique, on create and on rename. */
+	{
+		struct sub_row dup = a;
+
+		uuid_v7(dup.id);
+		assert_int_equal(store_sub_create(t->st, &dup), STORE_CONFLICT);
+		assert_int_equal(store_sub_create(t->st, &a), STORE_CONFLICT);
+	}
+	b.name = "analytics";
+	assert_int_equal(store_sub_update(t->st, &b), STORE_CONFLICT);
+	b.name = "billing-v2";
+	b.config = "{\"v\":2}";
+	b.enabled = 1;
+	b.updated_at = 3000;
+	assert_int_equal(store_sub_update(t->st, &b), STORE_OK);
+	assert_int_equal(store_sub_get(t->st, b.id, &got), STORE_OK);
+	assert_string_equal(got.name, "billing-v2");
+	assert_string_equal(got.config, "{\"v\":2}");
+	assert_int_equal(got.enabled, 1);
+	assert_int_equal(got.created_at, 2000);
+	assert_int_equal(got.updated_at, 3000);
+	store_sub_free(&got);
+
+	assert_int_equal(store_sub_delete(t->st, a.id), STORE_OK);
+	assert_int_equal(store_sub_delete(t->st, a.id), STORE_NOT_FOUND);
+	assert_int_equal(store_sub_get(t->st, a.id, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_sub_update(t->st, &a), STORE_NOT_FOUND);
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	store_subs_free(list, n);
+
+	/* A deleted subscription's deliveries stay for the record. */
+	memcpy(t->subs[0], b.id, UUID_STR_LEN);
+	{
+		char ev[UUID_STR_LEN];
+		struct store_delivery *d;
+
+		ingest_one(t, "a", t->t0, 1, ev);
+		assert_int_equal(store_sub_delete(t->st, b.id), STORE_OK);
+		d = deliveries_of(t, ev, 1);
+		assert_string_equal(d->subscription_id, b.id);
+		store_deliveries_free(d, 1);
+	}
+}
+
+/* Named API tokens: kept with their hash, scopes and expiry, a name once, listed oldest
+ * first, their last use recorded (never moved back), revoked once. */
+static void test_tokens(void **state)
+{
+	struct t *t = *state;
+	struct store_token a = {.name = "ci", .scopes = "ingest", .prefix = "obx_aaaa",
+				.actor = "admin", .created_at = 1000, .expires_at = 90000};
+	struct store_token b = {.name = "grafana", .scopes = "read", .prefix = "obx_bbbb",
+				.created_at = 2000};
+	struct store_token *list = NULL;
+	size_t n = 0;
+
+	uuid_v7(a.id);
+	uuid_v7(b.id);
+	memset(a.hash, 'a', 64);
+	memset(b.hash, 'b', 64);
+	assert_int_equal(store_token_create(t->st, &b), STORE_OK);
+	assert_int_equal(store_token_create(t->st, &a), STORE_OK);
+
+	/* a name is unique; a short hash is refused before the backend */
+	struct store_token dup = b;
+	uuid_v7(dup.id);
+	memset(dup.hash, 'c', 64);
+	assert_int_equal(store_token_create(t->st, &dup), STORE_CONFLICT);
+	dup.name = "other";
+	dup.hash[10] = '\0';
+	assert_int_equal(store_token_create(t->st, &dup), STORE_INVALID);
+
+	assert_int_equal(store_token_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].id, a.id);
+	assert_string_equal(list[0].name, "ci");
+	assert_string_equal(list[0].scopes, "ingest");
+	assert_string_equal(list[0].hash, a.hash);
+	assert_string_equal(list[0].prefix, "obx_aaaa");
+	assert_string_equal(list[0].actor, "admin");
+	assert_int_equal(list[0].created_at, 1000);
+	assert_int_equal(list[0].expires_at, 90000);
+	assert_int_equal(list[0].last_used_at, 0);
+	assert_null(list[1].actor);
+	assert_int_equal(list[1].expires_at, 0);
+	store_tokens_free(list, n);
+
+	/* a last use is recorded; an older one (another instance, late) does not move it
+	 * back */
+	assert_int_equal(store_token_touch(t->st, a.id, 5000), STORE_OK);
+	assert_int_equal(store_token_touch(t->st, a.id, 4000), STORE_OK);
+	assert_int_equal(store_token_touch(t->st, a.id, 0), STORE_INVALID);
+	assert_int_equal(store_token_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(list[0].last_used_at, 5000);
+	assert_int_equal(list[1].last_used_at, 0);
+	store_tokens_free(list, n);
+	dup.expires_at = -1;
+	assert_int_equal(store_token_create(t->st, &dup), STORE_INVALID);
+
+	assert_int_equal(store_token_delete(t->st, a.id), STORE_OK);
+	assert_int_equal(store_token_delete(t->st, a.id), STORE_NOT_FOUND);
+	assert_int_equal(store_token_touch(t->st, a.id, 6000), STORE_NOT_FOUND);
+	assert_int_equal(store_token_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(list[0].name, "grafana");
+	store_tokens_free(list, n);
+}
+
+/* ---- subscription configs sealed at rest (store/secrets.c) ------------------------------ */
+
+static struct secretbox_key test_key(unsigned char fill)
+{
+	unsigned char raw[SECRETBOX_KEY_LEN];
+	struct secretbox_key k;
+
+	memset(raw, fill, sizeof(raw));
+	secretbox_key_from_bytes(raw, &k);
+	return k;
+}
+
+static void expect_config(struct t *t, const char *id, const char *config)
+{
+	struct sub_row got;
+
+	assert_int_equal(store_sub_get(t->st, id, &got), STORE_OK);
+	assert_string_equal(got.config, config);
+	store_sub_free(&got);
+}
+
+static void test_sealed_subscriptions(void **state)
+{
+	struct t *t = *state;
+	struct secretbox_key k1 = test_key(1), k2 = test_key(2), k3 = test_key(3);
+	struct sub_row old = {.name = "old", .config = "{\"auth\":{\"password\":\"pw-1\"}}",
+			      .enabled = 1, .created_at = 1000, .updated_at = 1000};
+	struct sub_row new = {.name = "new", .config = "{\"secret\":\"whsec_x\"}", .enabled = 1};
+	struct sub_row got, *list = NULL;
+	size_t n = 0, migrated = 9, resealed = 9, skipped = 9;
+	char err[1024], dsn[sizeof(t->db.dsn)];
+
+	/* Written in clear before the store had a key (an older outboxd). */
+	uuid_v7(old.id);
+	assert_int_equal(store_sub_create(t->st, &old), STORE_OK);
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	expect_config(t, old.id, old.config); /* a clear row reads as it is */
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	assert_int_equal(migrated, 1);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	assert_int_equal(migrated, 0);
+	/* sealing is not a change of the subscription */
+	assert_int_equal(store_sub_get(t->st, old.id, &got), STORE_OK);
+	assert_string_equal(got.config, old.config);
+	assert_int_equal(got.updated_at, 1000);
+	store_sub_free(&got);
+
+	/* Sealed on the way in, opened on the way out. */
+	uuid_v7(new.id);
+	assert_int_equal(store_sub_create(t->st, &new), STORE_OK);
+	new.config = "{\"secret\":\"whsec_y\"}";
+	assert_int_equal(store_sub_update(t->st, &new), STORE_OK);
+	expect_config(t, new.id, new.config);
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(list[0].config, old.config);
+	store_subs_free(list, n);
+
+	/* Another key opens nothing, and the start check says which row, which key. */
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	assert_int_equal(store_sub_get(t->st, old.id, &got), STORE_ERROR);
+	assert_null(got.config);
+	assert_int_equal(store_sub_list(t->st, &list, &n), STORE_ERROR);
+	assert_null(list);
+	assert_int_equal(n, 0);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_ERROR);
+	assert_non_null(strstr(err, old.id));
+	assert_non_null(strstr(err, k1.id));
+	assert_non_null(strstr(err, k2.id));
+	assert_null(strstr(err, "pw-1"));
+
+	/* Rotation k1 -> k2, then again, as after an interruption: nothing left to do. */
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(resealed, 2);
+	assert_int_equal(skipped, 0);
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(resealed, 0);
+	assert_int_equal(skipped, 2);
+	/* From a key that sealed nothing here: refused before any row changes. */
+	assert_int_equal(store_set_secret_key(t->st, &k3), STORE_OK);
+	assert_int_equal(store_secrets_rotate(t->st, &k1, &resealed, &skipped, err, sizeof(err)),
+			 STORE_ERROR);
+	assert_non_null(strstr(err, k2.id));
+	assert_int_equal(resealed, 0);
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	expect_config(t, old.id, old.config);
+	expect_config(t, new.id, new.config);
+
+	/* What is stored is sealed: a store without the key cannot read it. */
+	snprintf(dsn, sizeof(dsn), "%s", t->db.dsn);
+	store_close(t->st);
+	assert_int_equal(store_open(dsn, "test-owner", &t->st, err, sizeof(err)), STORE_OK);
+	assert_int_equal(store_sub_get(t->st, old.id, &got), STORE_ERROR);
+	assert_int_equal(store_sub_get(t->st, new.id, &got), STORE_ERROR);
+}
+
+/* The store records the key of its first start; another key is refused before anything
+ * changes, and a rotation moves the record along. */
+static void test_store_records_its_key(void **state)
+{
+	struct t *t = *state;
+	struct secretbox_key k1 = test_key(1), k2 = test_key(2);
+	struct sub_row clear = {.name = "clear", .config = "{\"secret\":\"whsec_c\"}", .enabled = 1};
+	struct store_meta_value v;
+	size_t migrated = 9, resealed = 9, skipped = 9;
+	char err[1024];
+
+	/* a row from before the store had a key (an older outboxd) */
+	uuid_v7(clear.id);
+	assert_int_equal(store_sub_create(t->st, &clear), STORE_OK);
+
+	/* the facts themselves: set once, then only from what they are */
+	assert_int_equal(store_meta_get(t->st, "test_fact", &v), STORE_NOT_FOUND);
+	assert_int_equal(store_meta_swap(t->st, "test_fact", NULL, "a", &v), STORE_OK);
+	assert_int_equal(store_meta_swap(t->st, "test_fact", NULL, "b", &v), STORE_CONFLICT);
+	assert_string_equal(v.value, "a");
+	assert_int_equal(store_meta_swap(t->st, "test_fact", "x", "b", &v), STORE_CONFLICT);
+	assert_string_equal(v.value, "a");
+	assert_int_equal(store_meta_swap(t->st, "test_fact", "a", "b", NULL), STORE_OK);
+	assert_int_equal(store_meta_get(t->st, "test_fact", &v), STORE_OK);
+	assert_string_equal(v.value, "b");
+
+	/* the first start records its key (here another instance, a moment earlier) */
+	assert_int_equal(store_meta_swap(t->st, STORE_META_SEALING_KEY, NULL, k1.id, NULL),
+			 STORE_OK);
+
+	/* another key is refused, naming both, before the clear row is sealed under it */
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_CONFLICT);
+	assert_int_equal(migrated, 0);
+	assert_non_null(strstr(err, k1.id));
+	assert_non_null(strstr(err, k2.id));
+	expect_config(t, clear.id, clear.config);
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	assert_int_equal(migrated, 1);
+	assert_int_equal(store_meta_get(t->st, STORE_META_SEALING_KEY, &v), STORE_OK);
+	assert_string_equal(v.value, k1.id);
+
+	/* a rotation moves the record; the old key is refused afterwards */
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(store_meta_get(t->st, STORE_META_SEALING_KEY, &v), STORE_OK);
+	assert_string_equal(v.value, k2.id);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_ERROR);
+	assert_int_equal(store_set_secret_key(t->st, &k2), STORE_OK);
+	assert_int_equal(store_secrets_prepare(t->st, &migrated, err, sizeof(err)), STORE_OK);
+	/* run again (as after an interruption): the record is the new key already */
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	assert_int_equal(store_secrets_rotate(t->st, &k2, &resealed, &skipped, err, sizeof(err)),
+			 STORE_OK);
+	assert_int_equal(skipped, 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_subscriptions),
+		T(test_tokens),
+		T(test_sealed_subscriptions),
+		T(test_store_records_its_key),
+	};
+
+	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));
+}
