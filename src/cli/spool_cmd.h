@@ -19,7 +19,7 @@
 #include "core/config.h"
 
 /* Loads serve's settings from argv's flags (the config file and environment too) into
- * cfg: 0, or -1 after printing why (cfg freed). main.c's load_settings. */
+ * cfg: 0, or -1 after printing why (cfg freed). cli/settings.h's settings_load_for_store. */
 typedef int (*spool_cmd_settings_fn)(int argc, char **argv, struct config *cfg);
 
 /* Runs `outboxd spool <argv...>` (argv[0] is inspect or replay). Returns the exit code:

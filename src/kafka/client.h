@@ -1,6 +1,6 @@
 /* client.h: what every Kafka client of outboxd shares — the kafka_* settings
  * (docs/kafka.md) and each client's readiness — without librdkafka's types, so that
- * main.c and the headers of the intake, the sink and the dead-letter relay can name them
+ * serve.c and the headers of the intake, the sink and the dead-letter relay can name them
  * without including librdkafka. The librdkafka half (configurations, producers, error
  * mapping) is kafka/client_rdkafka.h, for the glue files only (scripts/check-layers.sh
  * lists them). */

@@ -41,7 +41,7 @@
  *     of paced replay jobs;
  *   - the API threads: operator actions (subscriptions, tokens, replays and purges by
  *     ids or by filter, replay jobs, audit rows);
- *   - the dispatcher's thread when it disables a failing subscription (main.c's
+ *   - the dispatcher's thread when it disables a failing subscription (serve.c's
  *     callback), and the Kafka dead-letter relay clearing the marks of what its topic
  *     acknowledged;
  *   - the start, before any of these threads runs: migrations, the leases an earlier
