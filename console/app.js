@@ -162,4 +162,8 @@ function App() {
 }
 
 applyTheme(localStorage.getItem('outboxd.theme') || 'auto');
-render(html`<${App} />`, document.getElementById('app'));
+// The boot text ("Loading the outboxd console…") is the container's placeholder: it goes
+// before the first render, which would otherwise keep it above the console.
+const root = document.getElementById('app');
+root.replaceChildren();
+render(html`<${App} />`, root);

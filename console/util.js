@@ -79,3 +79,26 @@ export function b64ToBytes(b64) {
 }
 
 export function navigate(path) { location.hash = path; }
+
+// A table cell that carries its column's name: hidden beside a header row on a wide
+// screen, shown as the field's label when a narrow screen lays rows out as cards
+// (style.css, table.rows). One value element, so the card's label/value grid keeps
+// the cell's content together; inline, so a wide row reads as before.
+export function Cell({ label, cls, children }) {
+  return html`<td class=${cls}><span class="lbl">${label}</span><span class="val">${children}</span></td>`;
+}
+
+// The width of an element in CSS pixels, following resizes (the chart is drawn at the
+// size it is shown, so its labels keep their font size on a phone).
+export function useWidth() {
+  const ref = useRef(null);
+  const [width, setWidth] = useState(0);
+  useEffect(() => {
+    const el = ref.current;
+    if (!el || typeof ResizeObserver !== 'function') return undefined;
+    const ro = new ResizeObserver((entries) => setWidth(Math.floor(entries[0].contentRect.width)));
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, []);
+  return [ref, width];
+}

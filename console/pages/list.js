@@ -4,7 +4,7 @@
 // then a paced replay job with live progress and cancel).
 import { html, useEffect, useRef, useState } from '../vendor/htm-preact.js';
 import { api, qs } from '../api.js';
-import { ErrorNote, fmtTime, fromRfc3339, navigate, shortId, toRfc3339, useAsync } from '../util.js';
+import { Cell, ErrorNote, fmtTime, fromRfc3339, navigate, shortId, toRfc3339, useAsync } from '../util.js';
 
 const FILTER_KEYS = ['status', 'subscription_id', 'event_type', 'q', 'code', 'source', 'event_id', 'min_attempts', 'failing_since', 'from', 'to'];
 const PAGE_KEYS = ['sort', 'order', 'limit'];
@@ -225,22 +225,22 @@ export function DeliveryList({ dead, can, query, refresh }) {
       <p>Delete ${selected.size} dead ${selected.size === 1 ? 'delivery' : 'deliveries'} and their attempt history? This cannot be undone.</p>
       <button class="danger" onClick=${purgeSelected}>Purge ${selected.size}</button> <button onClick=${() => setConfirmPurge(false)}>Keep them</button></div>`}
     <${ErrorNote} error=${list.error} />
-    <div class="scroll"><table class="list" data-testid="deliveries">
+    <div class="scroll"><table class="list rows" data-testid="deliveries">
       <thead><tr>
-        ${can.operate && html`<th><input type="checkbox" aria-label="Select all on this page" checked=${allOn}
-          onChange=${() => setSelected(allOn ? new Set() : new Set(items.map((d) => d.id)))} /></th>`}
+        ${can.operate && html`<th class="sel"><label class="all"><input type="checkbox" aria-label="Select all on this page" checked=${allOn}
+          onChange=${() => setSelected(allOn ? new Set() : new Set(items.map((d) => d.id)))} /><span class="lbl">All on this page</span></label></th>`}
         <th>Delivery</th><th>Event type</th><th>Subscription</th><th>Status</th><th>Attempts</th><th>Last error</th><th>Created (UTC)</th>
       </tr></thead>
       <tbody>
         ${items.map((d) => html`<tr data-id=${d.id}>
-          ${can.operate && html`<td><input type="checkbox" aria-label=${`Select ${d.id}`} checked=${selected.has(d.id)} onChange=${() => toggle(d.id)} /></td>`}
-          <td><a href=${`#/deliveries/${d.id}`}><code>${shortId(d.id)}</code></a></td>
-          <td>${d.event_type}</td>
-          <td>${subName(d.subscription_id)}</td>
-          <td><span class=${`pill st-${d.dead ? 'dead' : d.status}`}>${d.dead ? 'DEAD' : d.status}</span>${d.blocked ? html` <span class="badge">blocked</span>` : ''}</td>
-          <td class="num">${d.attempt_count}</td>
-          <td class="err">${d.last_error ? html`<b>${d.last_error.code}</b> ${d.last_error.message}` : '—'}</td>
-          <td>${fmtTime(d.created_at)}</td>
+          ${can.operate && html`<td class="sel"><input type="checkbox" aria-label=${`Select ${d.id}`} checked=${selected.has(d.id)} onChange=${() => toggle(d.id)} /></td>`}
+          <${Cell} label="Delivery"><a href=${`#/deliveries/${d.id}`}><code>${shortId(d.id)}</code></a><//>
+          <${Cell} label="Event type">${d.event_type}<//>
+          <${Cell} label="Subscription">${subName(d.subscription_id)}<//>
+          <${Cell} label="Status"><span class=${`pill st-${d.dead ? 'dead' : d.status}`}>${d.dead ? 'DEAD' : d.status}</span>${d.blocked ? html` <span class="badge">blocked</span>` : ''}<//>
+          <${Cell} label="Attempts" cls="num">${d.attempt_count}<//>
+          <${Cell} label="Last error" cls="err">${d.last_error ? html`<b>${d.last_error.code}</b> ${d.last_error.message}` : '—'}<//>
+          <${Cell} label="Created (UTC)">${fmtTime(d.created_at)}<//>
         </tr>`)}
         ${!list.loading && items.length === 0 && html`<tr><td colspan="8" class="muted" data-testid="empty">Nothing matches.</td></tr>`}
       </tbody>

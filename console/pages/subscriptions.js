@@ -2,7 +2,7 @@
 // create, edit (a JSON merge patch), enable/disable and delete (admin scope).
 import { html, useState } from '../vendor/htm-preact.js';
 import { api } from '../api.js';
-import { ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
+import { Cell, ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
 
 const READ_ONLY_FIELDS = ['id', 'created_at', 'updated_at', 'origin', 'previous_secret', 'previous_secret_expires_at', 'disabled_at', 'disabled_reason'];
 
@@ -13,16 +13,16 @@ export function Subscriptions({ can, refresh }) {
     <h1>Subscriptions</h1>
     ${can.admin && html`<p><a class="button primary" href="#/subscriptions/new">New subscription</a></p>`}
     <${ErrorNote} error=${subs.error} />
-    <div class="scroll"><table class="list">
+    <div class="scroll"><table class="list rows" data-testid="subscriptions">
       <thead><tr><th>Name</th><th>Endpoint</th><th>Event types</th><th>Enabled</th><th>Circuit</th><th>Success</th></tr></thead>
       <tbody>
-        ${subs.data && subs.data[0].items.map((s) => html`<tr>
-          <td><a href=${`#/subscriptions/${s.id}`}>${s.name}</a></td>
-          <td><code>${s.endpoint}</code></td>
-          <td>${s.event_types.join(', ') || '—'}</td>
-          <td>${s.enabled ? 'yes' : html`<span class="badge warn">no</span>`}</td>
-          <td><span class=${`pill circuit-${health(s.id).circuit}`}>${health(s.id).circuit || '—'}</span></td>
-          <td class="num">${fmtRate(health(s.id).success_rate)}</td>
+        ${subs.data && subs.data[0].items.map((s) => html`<tr data-sub=${s.name}>
+          <${Cell} label="Name"><a href=${`#/subscriptions/${s.id}`}>${s.name}</a><//>
+          <${Cell} label="Endpoint" cls="target"><code>${s.endpoint}</code><//>
+          <${Cell} label="Event types">${s.event_types.join(', ') || '—'}<//>
+          <${Cell} label="Enabled">${s.enabled ? 'yes' : html`<span class="badge warn">no</span>`}<//>
+          <${Cell} label="Circuit"><span class=${`pill circuit-${health(s.id).circuit}`}>${health(s.id).circuit || '—'}</span><//>
+          <${Cell} label="Success" cls="num">${fmtRate(health(s.id).success_rate)}<//>
         </tr>`)}
       </tbody>
     </table></div>
