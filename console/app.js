@@ -1,6 +1,6 @@
 // app.js: the console's shell: sign-in, navigation (hash routes, so every view and its
 // filter is a shareable URL), theme, keyboard shortcuts. Pages live in pages/.
-import { html, render, useEffect, useState } from './vendor/htm-preact.js';
+import { html, render, useEffect, useRef, useState } from './vendor/htm-preact.js';
 import { api, token, setUnauthenticatedHandler } from './api.js';
 import { ErrorNote, navigate } from './util.js';
 import { Overview } from './pages/overview.js';
@@ -15,6 +15,8 @@ function parseHash() {
   const [p, q] = h.split('?');
   return { path: p ? p.split('/').filter(Boolean).map(decodeURIComponent) : [], query: new URLSearchParams(q || '') };
 }
+
+const REFRESH_MS = 5000;
 
 const NAV = [
   ['overview', 'Overview', 'o'],
@@ -86,6 +88,21 @@ function App() {
   const [theme, setTheme] = useState(localStorage.getItem('outboxd.theme') || 'auto');
   const [help, setHelp] = useState(false);
   const [refresh, setRefresh] = useState(0);
+  // Lists and pages reload every 5 s while the tab is shown, unless paused (kept in local
+  // storage); r reloads at once either way.
+  // The timer reads the ref, set in the click handler: a pause holds from the click on,
+  // not from the effect that stops the timer after the next paint.
+  const [live, setLiveState] = useState(localStorage.getItem('outboxd.refresh') !== 'paused');
+  const liveRef = useRef(live);
+  const setLive = (on) => { liveRef.current = on; setLiveState(on); };
+  useEffect(() => {
+    localStorage.setItem('outboxd.refresh', live ? 'on' : 'paused');
+    if (!live) return undefined;
+    const t = setInterval(() => {
+      if (liveRef.current && document.visibilityState === 'visible') setRefresh((n) => n + 1);
+    }, REFRESH_MS);
+    return () => clearInterval(t);
+  }, [live]);
 
   useEffect(() => {
     const on = () => setRoute(parseHash());
@@ -153,6 +170,7 @@ function App() {
         <select aria-label="Theme" value=${theme} onChange=${(e) => setTheme(e.target.value)}>
           <option value="auto">Auto</option><option value="light">Light</option><option value="dark">Dark</option>
         </select>
+        <button aria-pressed=${live} onClick=${() => setLive(!live)} title=${live ? 'Pages reload every 5 s: pause that' : 'Paused: pages reload only with r'}>${live ? 'Pause refresh' : 'Resume refresh'}</button>
         <button onClick=${() => setHelp(true)} title="Keyboard shortcuts (?)">?</button>
         <button onClick=${signOut}>Sign out</button>
       </div>

@@ -1,6 +1,6 @@
 // overview.js: what an operator looks at first in an incident: attempts per minute by
 // outcome, the dead-letter queue, the backlog, and each subscription's health, failing
-// ones first. Refreshes every 5 seconds.
+// ones first. Refreshed with the console's auto-refresh (app.js).
 import { html, useState } from '../vendor/htm-preact.js';
 import { api } from '../api.js';
 import { Cell, ErrorNote, fmtAge, fmtRate, fmtTime, usePoll, useWidth } from '../util.js';
@@ -70,7 +70,7 @@ export function Overview({ refresh }) {
       if (!alive()) return;
       setStats(s); setSeries(t); setError(null);
     } catch (e) { if (alive()) setError(e); }
-  }, 5000, [refresh]);
+  }, 0, [refresh]);
 
   const subs = stats ? [...stats.subscriptions].sort((a, b) => failing(a) - failing(b) || a.name.localeCompare(b.name)) : [];
   return html`<main>

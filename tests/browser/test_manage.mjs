@@ -64,7 +64,7 @@ async function main() {
     });
 
     await step('a binary payload as hex and base64', async () => {
-      await rows.first().locator('a').click();
+      await rows.first().locator('a').first().click();
       const payload = page.getByTestId('payload');
       await waitFor('hex dump', async () => (await payload.innerText()).includes('00 01 02 03 04 68 6c 6c 6f'));
       check((await payload.innerText()).includes('.....hllo'), 'printable column');
