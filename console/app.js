@@ -8,6 +8,7 @@ import { DeliveryList } from './pages/list.js';
 import { DeliveryDetail } from './pages/delivery.js';
 import { Subscriptions, SubscriptionDetail, SubscriptionNew } from './pages/subscriptions.js';
 import { Audit } from './pages/audit.js';
+import { Jobs } from './pages/jobs.js';
 
 // "#/dlq?subscription_id=..." -> { path: ['dlq'], query: URLSearchParams }
 function parseHash() {
@@ -23,6 +24,7 @@ const NAV = [
   ['dlq', 'Dead letters', 'q'],
   ['deliveries', 'Deliveries', 'd'],
   ['subscriptions', 'Subscriptions', 's'],
+  ['jobs', 'Jobs', 'j'],
   ['audit', 'Audit log', 'a'],
 ];
 
@@ -154,6 +156,7 @@ function App() {
   else if (first === 'subscriptions' && second === 'new') page = html`<${SubscriptionNew} ...${props} />`;
   else if (first === 'subscriptions' && second) page = html`<${SubscriptionDetail} key=${second} id=${second} ...${props} />`;
   else if (first === 'subscriptions') page = html`<${Subscriptions} ...${props} />`;
+  else if (first === 'jobs') page = html`<${Jobs} ...${props} />`;
   else if (first === 'audit') page = html`<${Audit} ...${props} />`;
   else page = html`<main><h1>Not found</h1><p>No console page <code>${location.hash}</code>. <a href="#/overview">Overview</a></p></main>`;
 
