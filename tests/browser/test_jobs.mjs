@@ -23,12 +23,12 @@ async function main() {
     name: 'quick-partner', event_types: ['quick.*'], endpoint: `${rx.url}/quick-partner`, retry: { immediate: 1, permanent: [503] },
   });
   await ox.api('POST', '/v1/events', { events: [
-    ...Array.from({ length: 6 }, (_, n) => ({ event_type: 'slow.thing', payload: { n } })),
+    ...Array.from({ length: 60 }, (_, n) => ({ event_type: 'slow.thing', payload: { n } })),
     { event_type: 'quick.thing', payload: { n: 0 } },
   ] });
-  await waitFor('7 dead', async () => (await ox.api('GET', '/v1/dlq')).items.length === 7);
-  // The quick job ends at once; the slow one replays one a second: still running when the
-  // test cancels it.
+  await waitFor('61 dead', async () => (await ox.api('GET', '/v1/dlq?limit=1000')).items.length === 61);
+  // The quick job ends at once; the slow one replays one a second (a minute for all 60):
+  // still running when the test cancels it, however busy the machine.
   const done = await ox.api('POST', '/v1/dlq/replay', { filter: { subscription_id: quick.id } });
   await waitFor('the quick job done', async () => (await ox.api('GET', `/v1/jobs/${done.job_id}`)).state === 'done');
   const running = await ox.api('POST', '/v1/dlq/replay', { filter: { subscription_id: slow.id }, rate: 1 });
@@ -45,7 +45,7 @@ async function main() {
       await waitFor('2 jobs', async () => (await rows.count()) === 2);
       check(await rows.nth(0).getAttribute('data-job') === running.job_id, 'the running job first');
       const r = await rows.nth(0).innerText();
-      check(r.includes('running') && /of 6 replayed/.test(r) && r.includes('subscription slow-partner') && r.includes('admin') && r.includes('1/s'), `running row: ${r}`);
+      check(r.includes('running') && /of 60 replayed/.test(r) && r.includes('subscription slow-partner') && r.includes('admin') && r.includes('1/s'), `running row: ${r}`);
       const d = await rows.nth(1).innerText();
       check(d.includes('done') && d.includes('1 of 1 replayed') && d.includes('subscription quick-partner'), `done row: ${d}`);
       check(await rows.nth(1).getByRole('button', { name: 'Cancel job' }).count() === 0, 'no cancel on a done job');
