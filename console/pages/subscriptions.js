@@ -61,6 +61,7 @@ export function SubscriptionDetail({ id, can, refresh }) {
   const [sub, reload] = useAsync(() => api('GET', `/v1/subscriptions/${id}`), [id, refresh]);
   const [text, setText] = useState(null);
   const [form, setForm] = useState(false);
+  const [sent, setSent] = useState(null);
   const [error, setError] = useState(null);
   const [message, setMessage] = useState(null);
   const [confirm, setConfirm] = useState(false);
@@ -75,6 +76,13 @@ export function SubscriptionDetail({ id, can, refresh }) {
       setText(null);
       reload();
     } catch (e) { setError(e); }
+  };
+  // A test event (POST /v1/subscriptions/{id}/test): a real delivery, shown with the
+  // deliveries of its event.
+  const sendTest = async () => {
+    setError(null);
+    setMessage(null);
+    try { setSent(await api('POST', `/v1/subscriptions/${id}/test`)); } catch (e) { setError(e); }
   };
   // The form's save: errors go back to the form, which shows them at their field.
   const saveForm = async (body) => {
@@ -112,10 +120,13 @@ export function SubscriptionDetail({ id, can, refresh }) {
       </tbody></table>
       <p><a href=${`#/dlq?subscription_id=${s.id}`}>Its dead letters</a> · <a href=${`#/deliveries?subscription_id=${s.id}&order=desc`}>Its deliveries</a></p>
       ${message && html`<p class="notice" role="status">${message}</p>`}
+      ${sent && html`<p class="notice" role="status" data-testid="test-sent">Test event sent: <a href=${`#/deliveries?event_id=${sent.event_id}`}>its delivery</a> (event <code>${sent.event_id}</code>).</p>`}
       <${ErrorNote} error=${error} />
+      ${can.operate && html`<div class="actions"><button onClick=${sendTest} disabled=${!s.enabled}
+          title=${s.enabled ? 'A real event (test.ping), delivered to this subscription only' : 'Enable it first: a test event would only wait'}>Send a test event</button></div>`}
       ${can.admin && html`<div class="actions">
         <button onClick=${() => patch({ enabled: !s.enabled }, s.enabled ? 'Disabled' : 'Enabled')}>${s.enabled ? 'Disable' : 'Enable'}</button>
-        <button onClick=${() => { setError(null); setText(null); setForm(true); }}>Edit…</button>
+        <button onClick=${() => { setError(null); setMessage(null); setText(null); setForm(true); }}>Edit…</button>
         <button onClick=${() => { setError(null); setForm(false); setText(JSON.stringify(editable(s), null, 2)); }}>Edit as JSON…</button>
         <button class="danger" onClick=${() => setConfirm(true)}>Delete…</button>
       </div>`}

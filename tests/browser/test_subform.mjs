@@ -4,6 +4,7 @@
 // receiver), and moved to another host, where the API wants the password again: the
 // form warns first, shows the API's 422 at the password field, and saves once it is
 // entered. The password never appears in the page. The form laid out at 1280 and 390 px.
+// Send a test event: one real delivery to that subscription only, shown in the list.
 import path from 'node:path';
 import {
   ADMIN_TOKEN, ARTIFACTS, check, inBrowser, layoutProblems, run, startOutboxd, startReceiver, step,
@@ -92,6 +93,7 @@ async function main() {
 
     await step('moved to another host: the password is asked for again', async () => {
       await page.getByRole('button', { name: 'Edit…', exact: true }).click();
+      check(await page.locator('.notice').count() === 0, 'the last notice is gone');
       const moved = rx.url.replace('127.0.0.1', 'localhost');
       await page.getByLabel('Endpoint URL').fill(`${moved}/crm`);
       await page.getByTestId('moved').waitFor();
@@ -108,12 +110,37 @@ async function main() {
       await page.getByLabel('Password').fill('second-p4ss');
       await page.getByRole('button', { name: 'Save' }).click();
       await waitFor('saved', async () => (await page.locator('.notice').innerText()).includes('Saved'));
-      const after = await ox.api('GET', `/v1/subscriptions/${sub.id}`);
-      check(after.endpoint === `${moved}/crm` && after.auth.password === '********', `moved: ${JSON.stringify(after)}`);
+      const after = await waitFor('moved', async () => {
+        const s = await ox.api('GET', `/v1/subscriptions/${sub.id}`);
+        return s.endpoint === `${moved}/crm` ? s : null;
+      });
+      check(after.auth.password === '********', `the password masked: ${JSON.stringify(after)}`);
       await ox.api('POST', '/v1/events', { event_type: 'crm.created', payload: { n: 2 } });
       await waitFor('the receiver got the new password', async () =>
         (await received()).some((r) => r.headers.authorization === basic('svc', 'second-p4ss')));
       check(!(await page.content()).includes('second-p4ss'), 'the password is not in the page after saving');
+    });
+
+    await step('send a test event: a real delivery, to this subscription only, in the deliveries list', async () => {
+      const other = await ox.api('POST', '/v1/subscriptions', { name: 'catch-all', event_types: ['*'], endpoint: `${rx.url}/other` });
+      await page.getByRole('button', { name: 'Send a test event' }).click();
+      const sent = page.getByTestId('test-sent');
+      await sent.waitFor();
+      await sent.getByRole('link', { name: 'its delivery' }).click();
+      await page.getByRole('heading', { name: 'Deliveries', exact: true }).waitFor();
+      const rows = page.locator('table.list tbody tr[data-id]');
+      await waitFor('one delivery, processed', async () => {
+        await page.keyboard.press('r');
+        return (await rows.count()) === 1 && (await rows.first().getByTestId('status').innerText()) === 'PROCESSED';
+      });
+      const row = await rows.first().innerText();
+      check(row.includes('test.ping') && row.includes('crm-form'), `the test delivery: ${row}`);
+      const got = (await received()).filter((r) => r.headers['webhook-id'] && JSON.parse(r.body || '{}').test === true);
+      check(got.length === 1 && JSON.parse(got[0].body).subscription === 'crm-form', `the receiver got the test event: ${JSON.stringify(got.map((r) => r.body))}`);
+      check((await ox.api('GET', `/v1/deliveries?subscription_id=${other.id}`)).items.length === 0, 'no delivery to the catch-all subscription');
+      const audit = await ox.api('GET', '/v1/audit?limit=5');
+      check(audit.items.some((a) => a.action === 'subscription.test' && a.target === sub.id), 'audited');
+      await shot(page, 'subscription-test-event');
     });
   });
 }
