@@ -1,6 +1,6 @@
 // app.js: the console's shell: sign-in, navigation (hash routes, so every view and its
 // filter is a shareable URL), theme, keyboard shortcuts. Pages live in pages/.
-import { html, render, useEffect, useState } from './vendor/htm-preact.js';
+import { html, render, useEffect, useRef, useState } from './vendor/htm-preact.js';
 import { api, token, setUnauthenticatedHandler } from './api.js';
 import { ErrorNote, navigate } from './util.js';
 import { Overview } from './pages/overview.js';
@@ -8,6 +8,7 @@ import { DeliveryList } from './pages/list.js';
 import { DeliveryDetail } from './pages/delivery.js';
 import { Subscriptions, SubscriptionDetail, SubscriptionNew } from './pages/subscriptions.js';
 import { Audit } from './pages/audit.js';
+import { Jobs } from './pages/jobs.js';
 
 // "#/dlq?subscription_id=..." -> { path: ['dlq'], query: URLSearchParams }
 function parseHash() {
@@ -16,11 +17,14 @@ function parseHash() {
   return { path: p ? p.split('/').filter(Boolean).map(decodeURIComponent) : [], query: new URLSearchParams(q || '') };
 }
 
+const REFRESH_MS = 5000;
+
 const NAV = [
   ['overview', 'Overview', 'o'],
   ['dlq', 'Dead letters', 'q'],
   ['deliveries', 'Deliveries', 'd'],
   ['subscriptions', 'Subscriptions', 's'],
+  ['jobs', 'Jobs', 'j'],
   ['audit', 'Audit log', 'a'],
 ];
 
@@ -86,6 +90,21 @@ function App() {
   const [theme, setTheme] = useState(localStorage.getItem('outboxd.theme') || 'auto');
   const [help, setHelp] = useState(false);
   const [refresh, setRefresh] = useState(0);
+  // Lists and pages reload every 5 s while the tab is shown, unless paused (kept in local
+  // storage); r reloads at once either way.
+  // The timer reads the ref, set in the click handler: a pause holds from the click on,
+  // not from the effect that stops the timer after the next paint.
+  const [live, setLiveState] = useState(localStorage.getItem('outboxd.refresh') !== 'paused');
+  const liveRef = useRef(live);
+  const setLive = (on) => { liveRef.current = on; setLiveState(on); };
+  useEffect(() => {
+    localStorage.setItem('outboxd.refresh', live ? 'on' : 'paused');
+    if (!live) return undefined;
+    const t = setInterval(() => {
+      if (liveRef.current && document.visibilityState === 'visible') setRefresh((n) => n + 1);
+    }, REFRESH_MS);
+    return () => clearInterval(t);
+  }, [live]);
 
   useEffect(() => {
     const on = () => setRoute(parseHash());
@@ -137,6 +156,7 @@ function App() {
   else if (first === 'subscriptions' && second === 'new') page = html`<${SubscriptionNew} ...${props} />`;
   else if (first === 'subscriptions' && second) page = html`<${SubscriptionDetail} key=${second} id=${second} ...${props} />`;
   else if (first === 'subscriptions') page = html`<${Subscriptions} ...${props} />`;
+  else if (first === 'jobs') page = html`<${Jobs} ...${props} />`;
   else if (first === 'audit') page = html`<${Audit} ...${props} />`;
   else page = html`<main><h1>Not found</h1><p>No console page <code>${location.hash}</code>. <a href="#/overview">Overview</a></p></main>`;
 
@@ -153,6 +173,7 @@ function App() {
         <select aria-label="Theme" value=${theme} onChange=${(e) => setTheme(e.target.value)}>
           <option value="auto">Auto</option><option value="light">Light</option><option value="dark">Dark</option>
         </select>
+        <button aria-pressed=${live} onClick=${() => setLive(!live)} title=${live ? 'Pages reload every 5 s: pause that' : 'Paused: pages reload only with r'}>${live ? 'Pause refresh' : 'Resume refresh'}</button>
         <button onClick=${() => setHelp(true)} title="Keyboard shortcuts (?)">?</button>
         <button onClick=${signOut}>Sign out</button>
       </div>
@@ -162,4 +183,8 @@ function App() {
 }
 
 applyTheme(localStorage.getItem('outboxd.theme') || 'auto');
-render(html`<${App} />`, document.getElementById('app'));
+// The boot text ("Loading the outboxd console…") is the container's placeholder: it goes
+// before the first render, which would otherwise keep it above the console.
+const root = document.getElementById('app');
+root.replaceChildren();
+render(html`<${App} />`, root);

@@ -24,6 +24,44 @@ export function fmtRate(r) {
 
 export function shortId(id) { return id ? id.slice(-12) : ''; }
 
+// A subscription's name from a list of subscriptions, or the end of its id while the list
+// is loading or when it was deleted.
+export function subName(subs, id) {
+  const s = subs && subs.find((x) => x.id === id);
+  return s ? s.name : shortId(id);
+}
+
+// A delivery filter (GET /v1/deliveries' parameters, a replay job's filter) in words, with
+// the subscription's name instead of its id.
+export function describeFilter(filter, subs) {
+  const words = {
+    status: (v) => `status ${v}`,
+    subscription_id: (v) => `subscription ${subName(subs, v)}`,
+    name: (v) => `subscription ${v}`,
+    event_type: (v) => `event type ${v}`,
+    q: (v) => `error text "${v}"`,
+    code: (v) => `code ${v}`,
+    source: (v) => `source ${v}`,
+    event_id: (v) => `event ${v}`,
+    min_attempts: (v) => `at least ${v} attempts`,
+    failing_since: (v) => `failing since ${v}`,
+    from: (v) => `created from ${fmtTime(v)}`,
+    to: (v) => `created before ${fmtTime(v)}`,
+  };
+  const parts = Object.entries(filter || {}).filter(([, v]) => v !== '' && v !== null && v !== undefined)
+    .map(([k, v]) => (words[k] ? words[k](v) : `${k}=${v}`));
+  return parts.length ? parts.join(', ') : 'the whole dead-letter queue';
+}
+
+// Why a pending delivery is not moving, when it is its subscription's doing: a disabled
+// subscription (by an operator or by disable_after) keeps its deliveries waiting until it
+// is enabled again. Null otherwise.
+export function waitingOn(delivery, subs) {
+  if (delivery.dead || delivery.status === 'PROCESSED') return null;
+  const s = subs && subs.find((x) => x.id === delivery.subscription_id);
+  return s && !s.enabled ? 'waiting: subscription disabled' : null;
+}
+
 // Runs fn now and every `ms` while mounted (and again when deps change); fn gets an
 // AbortSignal-like `alive()` to drop late answers.
 export function usePoll(fn, ms, deps) {
@@ -79,3 +117,26 @@ export function b64ToBytes(b64) {
 }
 
 export function navigate(path) { location.hash = path; }
+
+// A table cell that carries its column's name: hidden beside a header row on a wide
+// screen, shown as the field's label when a narrow screen lays rows out as cards
+// (style.css, table.rows). One value element, so the card's label/value grid keeps
+// the cell's content together; inline, so a wide row reads as before.
+export function Cell({ label, cls, children }) {
+  return html`<td class=${cls}><span class="lbl">${label}</span><span class="val">${children}</span></td>`;
+}
+
+// The width of an element in CSS pixels, following resizes (the chart is drawn at the
+// size it is shown, so its labels keep their font size on a phone).
+export function useWidth() {
+  const ref = useRef(null);
+  const [width, setWidth] = useState(0);
+  useEffect(() => {
+    const el = ref.current;
+    if (!el || typeof ResizeObserver !== 'function') return undefined;
+    const ro = new ResizeObserver((entries) => setWidth(Math.floor(entries[0].contentRect.width)));
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, []);
+  return [ref, width];
+}

@@ -4,7 +4,7 @@
 import { html, useState } from '../vendor/htm-preact.js';
 import { api } from '../api.js';
 import { ErrorNote, b64ToBytes, fmtTime, hexDump, navigate, useAsync } from '../util.js';
-import { useSubscriptions } from './list.js';
+import { Status, useSubscriptions } from './list.js';
 
 // JSON.parse reviver keeping a number's text when a double would change it (0.10,
 // integers past 2^53), so the pretty-printed payload shows what was sent. Browsers without
@@ -60,7 +60,7 @@ function Request({ r }) {
 export function DeliveryDetail({ id, can, refresh }) {
   const [d, reload] = useAsync(() => api('GET', `/v1/deliveries/${id}`), [id, refresh]);
   const [req] = useAsync(() => api('GET', `/v1/deliveries/${id}/request`), [id]);
-  const subs = useSubscriptions();
+  const subs = useSubscriptions(refresh);
   const [message, setMessage] = useState(null);
   const [error, setError] = useState(null);
   const [confirm, setConfirm] = useState(false);
@@ -84,7 +84,8 @@ export function DeliveryDetail({ id, can, refresh }) {
     <h1>Delivery <code class="small">${x.id}</code></h1>
     <section class="card">
       <table class="kv"><tbody>
-        <tr><th>Status</th><td><span class=${`pill st-${x.dead ? 'dead' : x.status}`} data-testid="status">${x.dead ? 'DEAD (in the dead-letter queue)' : x.status}</span>${x.replay ? ' (replayed)' : ''}</td></tr>
+        <tr><th>Status</th><td><${Status} d=${x} subs=${subs} long=${true} />${x.replay ? ' (replayed)' : ''}
+          ${sub && !sub.enabled && !x.dead && x.status !== 'PROCESSED' && html`<br /><small class="muted">${x.status}; ${sub.name} is disabled${sub.disabled_reason ? ` (${sub.disabled_reason})` : ''}: this delivery is sent again once it is enabled.</small>`}</td></tr>
         <tr><th>Event type</th><td>${x.event_type}</td></tr>
         <tr><th>Subscription</th><td>${sub ? html`<a href=${`#/subscriptions/${sub.id}`}>${sub.name}</a>` : x.subscription_id}</td></tr>
         <tr><th>Event</th><td><a href=${`#/deliveries?event_id=${x.event_id}`} title="every delivery of this event"><code>${x.event_id}</code></a>${x.event && x.event.source ? ` from ${x.event.source}` : ''}</td></tr>

@@ -4,7 +4,9 @@
 // then a paced replay job with live progress and cancel).
 import { html, useEffect, useRef, useState } from '../vendor/htm-preact.js';
 import { api, qs } from '../api.js';
-import { ErrorNote, fmtTime, fromRfc3339, navigate, shortId, toRfc3339, useAsync } from '../util.js';
+import {
+  Cell, ErrorNote, describeFilter, fmtTime, fromRfc3339, navigate, shortId, subName, toRfc3339, useAsync, waitingOn,
+} from '../util.js';
 
 const FILTER_KEYS = ['status', 'subscription_id', 'event_type', 'q', 'code', 'source', 'event_id', 'min_attempts', 'failing_since', 'from', 'to'];
 const PAGE_KEYS = ['sort', 'order', 'limit'];
@@ -15,8 +17,9 @@ function readQuery(query) {
   return f;
 }
 
-export function useSubscriptions() {
-  const [s] = useAsync(() => api('GET', '/v1/subscriptions'), []);
+// The subscriptions (names for ids, enabled for "waiting"), reloaded with the page.
+export function useSubscriptions(refresh = 0) {
+  const [s] = useAsync(() => api('GET', '/v1/subscriptions'), [refresh]);
   return s.data ? s.data.items : [];
 }
 
@@ -59,7 +62,7 @@ function Filters({ dead, current, subs, onApply }) {
 }
 
 // A replay job's progress, polled every second until it ends; cancel while running.
-export function JobProgress({ jobId, can, onDone, onClose }) {
+export function JobProgress({ jobId, can, subs, onDone, onClose }) {
   const [job, setJob] = useState(null);
   const [error, setError] = useState(null);
   const done = useRef(false);
@@ -85,6 +88,7 @@ export function JobProgress({ jobId, can, onDone, onClose }) {
     <h2>Replay job <code>${shortId(jobId)}</code> <span class=${`pill job-${job ? job.state : 'running'}`} data-testid="job-state">${job ? job.state : 'starting'}</span></h2>
     <progress max="100" value=${pct} aria-label="Replay progress"></progress>
     <p data-testid="job-progress">${job ? `${job.replayed} of ${job.matched} replayed at ${job.rate}/s` : 'Starting…'}${job && job.error ? ` — ${job.error}` : ''}</p>
+    ${job && job.filter && html`<p class="muted small" data-testid="job-filter">Filter: ${describeFilter(job.filter, subs)}</p>`}
     <${ErrorNote} error=${error} />
     <div class="actions">
       ${job && job.state === 'running' && can.operate && html`<button onClick=${cancel}>Cancel job</button>`}
@@ -93,8 +97,18 @@ export function JobProgress({ jobId, can, onDone, onClose }) {
   </section>`;
 }
 
+// A delivery's state: DEAD for the dead-letter queue, else its status, or why it waits
+// when that is its subscription being disabled (the status would read plain FAILED or NEW).
+export function Status({ d, subs, long }) {
+  const waiting = waitingOn(d, subs);
+  if (waiting) {
+    return html`<span class="pill st-waiting" data-testid="status" title=${`${d.status}: sent again once the subscription is enabled`}>${waiting}</span>`;
+  }
+  return html`<span class=${`pill st-${d.dead ? 'dead' : d.status}`} data-testid="status">${d.dead ? (long ? 'DEAD (in the dead-letter queue)' : 'DEAD') : d.status}</span>${d.blocked ? html` <span class="badge">blocked</span>` : ''}`;
+}
+
 // Replay or purge everything the filter matches: the dry-run count first.
-function BulkAction({ kind, filter, onClose, onJob, onPurged }) {
+function BulkAction({ kind, filter, subs, onClose, onJob, onPurged }) {
   const [matched, setMatched] = useState(null);
   const [rate, setRate] = useState('');
   const [error, setError] = useState(null);
@@ -117,10 +131,10 @@ function BulkAction({ kind, filter, onClose, onJob, onPurged }) {
       }
     } catch (e) { setError(e); setBusy(false); }
   };
-  const desc = Object.entries(filter).map(([k, v]) => `${k}=${v}`).join(', ') || 'the whole dead-letter queue';
+  const desc = describeFilter(filter, subs);
   return html`<section class=${`card bulk ${kind}`} role="dialog" aria-label=${kind === 'replay' ? 'Replay matching' : 'Purge matching'}>
     <h2>${kind === 'replay' ? 'Replay' : 'Purge'} everything this filter matches</h2>
-    <p class="muted">Filter: ${desc}</p>
+    <p class="muted" data-testid="bulk-filter">Filter: ${desc}</p>
     <p data-testid="dry-run">${matched === null ? 'Counting (dry run)…' : html`Dry run: <b>${matched}</b> dead ${matched === 1 ? 'delivery matches' : 'deliveries match'}.`}</p>
     ${kind === 'replay' && html`<label for="rate">Pace (deliveries per second, empty: the server's default)</label>
       <input id="rate" type="number" min="1" max="100000" value=${rate} onInput=${(e) => setRate(e.target.value)} />`}
@@ -137,8 +151,7 @@ function BulkAction({ kind, filter, onClose, onJob, onPurged }) {
 export function DeliveryList({ dead, can, query, refresh }) {
   const current = readQuery(query);
   const base = dead ? 'dlq' : 'deliveries';
-  const subs = useSubscriptions();
-  const subName = (id) => (subs.find((s) => s.id === id) || {}).name || shortId(id);
+  const subs = useSubscriptions(refresh);
   const [selected, setSelected] = useState(new Set());
   const [bulk, setBulk] = useState(null);
   // A running replay job is in the URL too (&job=ID): a reload or a colleague follows it.
@@ -205,10 +218,10 @@ export function DeliveryList({ dead, can, query, refresh }) {
   return html`<main>
     <h1>${dead ? 'Dead-letter queue' : 'Deliveries'}</h1>
     <${Filters} dead=${dead} current=${current} subs=${subs} onApply=${apply} />
-    ${jobId && html`<${JobProgress} key=${jobId} jobId=${jobId} can=${can}
+    ${jobId && html`<${JobProgress} key=${jobId} jobId=${jobId} can=${can} subs=${subs}
         onClose=${() => navigate(`/${base}${qs(current)}`)}
         onDone=${(j) => { setMessage(`Replay job ${j.state}: ${j.replayed} of ${j.matched} replayed.`); reload(); }} />`}
-    ${bulk && html`<${BulkAction} kind=${bulk} filter=${filter} onClose=${() => setBulk(null)}
+    ${bulk && html`<${BulkAction} kind=${bulk} filter=${filter} subs=${subs} onClose=${() => setBulk(null)}
         onJob=${(id) => { setBulk(null); navigate(`/${base}${qs({ ...current, cursor: '', job: id })}`); }}
         onPurged=${(n) => { setBulk(null); setMessage(`Purged ${n} dead deliveries.`); reload(); }} />`}
     ${message && html`<p class="notice" role="status">${message}</p>`}
@@ -219,28 +232,28 @@ export function DeliveryList({ dead, can, query, refresh }) {
         ${dead && html`<button class="danger" onClick=${() => setConfirmPurge(true)} disabled=${!selected.size}>Purge selected</button>`}
         ${dead && html`<button onClick=${() => { setMessage(null); setBulk('replay'); }}>Replay all matching…</button>`}
         ${dead && html`<button class="danger" onClick=${() => { setMessage(null); setBulk('purge'); }}>Purge all matching…</button>`}`}
-      <span class="muted">${list.loading ? 'Loading…' : `${items.length} shown${list.data && list.data.next_cursor ? ', more on the next page' : ''}`}</span>
+      <span class="muted">${list.loading && !list.data ? 'Loading…' : `${items.length} shown${list.data && list.data.next_cursor ? ', more on the next page' : ''}`}</span>
     </div>
     ${confirmPurge && html`<div class="card confirm" role="alertdialog" aria-label="Confirm purge">
       <p>Delete ${selected.size} dead ${selected.size === 1 ? 'delivery' : 'deliveries'} and their attempt history? This cannot be undone.</p>
       <button class="danger" onClick=${purgeSelected}>Purge ${selected.size}</button> <button onClick=${() => setConfirmPurge(false)}>Keep them</button></div>`}
     <${ErrorNote} error=${list.error} />
-    <div class="scroll"><table class="list" data-testid="deliveries">
+    <div class="scroll"><table class="list rows" data-testid="deliveries">
       <thead><tr>
-        ${can.operate && html`<th><input type="checkbox" aria-label="Select all on this page" checked=${allOn}
-          onChange=${() => setSelected(allOn ? new Set() : new Set(items.map((d) => d.id)))} /></th>`}
+        ${can.operate && html`<th class="sel"><label class="all"><input type="checkbox" aria-label="Select all on this page" checked=${allOn}
+          onChange=${() => setSelected(allOn ? new Set() : new Set(items.map((d) => d.id)))} /><span class="lbl">All on this page</span></label></th>`}
         <th>Delivery</th><th>Event type</th><th>Subscription</th><th>Status</th><th>Attempts</th><th>Last error</th><th>Created (UTC)</th>
       </tr></thead>
       <tbody>
         ${items.map((d) => html`<tr data-id=${d.id}>
-          ${can.operate && html`<td><input type="checkbox" aria-label=${`Select ${d.id}`} checked=${selected.has(d.id)} onChange=${() => toggle(d.id)} /></td>`}
-          <td><a href=${`#/deliveries/${d.id}`}><code>${shortId(d.id)}</code></a></td>
-          <td>${d.event_type}</td>
-          <td>${subName(d.subscription_id)}</td>
-          <td><span class=${`pill st-${d.dead ? 'dead' : d.status}`}>${d.dead ? 'DEAD' : d.status}</span>${d.blocked ? html` <span class="badge">blocked</span>` : ''}</td>
-          <td class="num">${d.attempt_count}</td>
-          <td class="err">${d.last_error ? html`<b>${d.last_error.code}</b> ${d.last_error.message}` : '—'}</td>
-          <td>${fmtTime(d.created_at)}</td>
+          ${can.operate && html`<td class="sel"><input type="checkbox" aria-label=${`Select ${d.id}`} checked=${selected.has(d.id)} onChange=${() => toggle(d.id)} /></td>`}
+          <${Cell} label="Delivery"><a href=${`#/deliveries/${d.id}`}><code>${shortId(d.id)}</code></a><//>
+          <${Cell} label="Event type">${d.event_type}<//>
+          <${Cell} label="Subscription"><a href=${`#/subscriptions/${d.subscription_id}`}>${subName(subs, d.subscription_id)}</a><//>
+          <${Cell} label="Status"><${Status} d=${d} subs=${subs} /><//>
+          <${Cell} label="Attempts" cls="num">${d.attempt_count}<//>
+          <${Cell} label="Last error" cls="err">${d.last_error ? html`<b>${d.last_error.code}</b> ${d.last_error.message}` : '—'}<//>
+          <${Cell} label="Created (UTC)">${fmtTime(d.created_at)}<//>
         </tr>`)}
         ${!list.loading && items.length === 0 && html`<tr><td colspan="8" class="muted" data-testid="empty">Nothing matches.</td></tr>`}
       </tbody>

@@ -1,8 +1,10 @@
 // subscriptions.js: subscriptions list, detail (credentials as the API masks them),
-// create, edit (a JSON merge patch), enable/disable and delete (admin scope).
+// create and edit (a form, subform.js, or the document as JSON; saved as a merge patch),
+// enable/disable and delete (admin scope).
 import { html, useState } from '../vendor/htm-preact.js';
 import { api } from '../api.js';
-import { ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
+import { Cell, ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
+import { SubscriptionForm, describeAuth, describeRetry } from './subform.js';
 
 const READ_ONLY_FIELDS = ['id', 'created_at', 'updated_at', 'origin', 'previous_secret', 'previous_secret_expires_at', 'disabled_at', 'disabled_reason'];
 
@@ -13,16 +15,16 @@ export function Subscriptions({ can, refresh }) {
     <h1>Subscriptions</h1>
     ${can.admin && html`<p><a class="button primary" href="#/subscriptions/new">New subscription</a></p>`}
     <${ErrorNote} error=${subs.error} />
-    <div class="scroll"><table class="list">
+    <div class="scroll"><table class="list rows" data-testid="subscriptions">
       <thead><tr><th>Name</th><th>Endpoint</th><th>Event types</th><th>Enabled</th><th>Circuit</th><th>Success</th></tr></thead>
       <tbody>
-        ${subs.data && subs.data[0].items.map((s) => html`<tr>
-          <td><a href=${`#/subscriptions/${s.id}`}>${s.name}</a></td>
-          <td><code>${s.endpoint}</code></td>
-          <td>${s.event_types.join(', ') || '—'}</td>
-          <td>${s.enabled ? 'yes' : html`<span class="badge warn">no</span>`}</td>
-          <td><span class=${`pill circuit-${health(s.id).circuit}`}>${health(s.id).circuit || '—'}</span></td>
-          <td class="num">${fmtRate(health(s.id).success_rate)}</td>
+        ${subs.data && subs.data[0].items.map((s) => html`<tr data-sub=${s.name}>
+          <${Cell} label="Name"><a href=${`#/subscriptions/${s.id}`}>${s.name}</a><//>
+          <${Cell} label="Endpoint" cls="target"><code>${s.endpoint}</code><//>
+          <${Cell} label="Event types">${s.event_types.join(', ') || '—'}<//>
+          <${Cell} label="Enabled">${s.enabled ? 'yes' : html`<span class="badge warn">no</span>`}<//>
+          <${Cell} label="Circuit"><span class=${`pill circuit-${health(s.id).circuit}`}>${health(s.id).circuit || '—'}</span><//>
+          <${Cell} label="Success" cls="num">${fmtRate(health(s.id).success_rate)}<//>
         </tr>`)}
       </tbody>
     </table></div>
@@ -58,6 +60,8 @@ function FlowControl({ id, refresh }) {
 export function SubscriptionDetail({ id, can, refresh }) {
   const [sub, reload] = useAsync(() => api('GET', `/v1/subscriptions/${id}`), [id, refresh]);
   const [text, setText] = useState(null);
+  const [form, setForm] = useState(false);
+  const [sent, setSent] = useState(null);
   const [error, setError] = useState(null);
   const [message, setMessage] = useState(null);
   const [confirm, setConfirm] = useState(false);
@@ -72,6 +76,21 @@ export function SubscriptionDetail({ id, can, refresh }) {
       setText(null);
       reload();
     } catch (e) { setError(e); }
+  };
+  // A test event (POST /v1/subscriptions/{id}/test): a real delivery, shown with the
+  // deliveries of its event.
+  const sendTest = async () => {
+    setError(null);
+    setMessage(null);
+    try { setSent(await api('POST', `/v1/subscriptions/${id}/test`)); } catch (e) { setError(e); }
+  };
+  // The form's save: errors go back to the form, which shows them at their field.
+  const saveForm = async (body) => {
+    setError(null);
+    await api('PATCH', `/v1/subscriptions/${id}`, body);
+    setMessage('Saved.');
+    setForm(false);
+    reload();
   };
   const save = () => {
     let doc;
@@ -90,7 +109,10 @@ export function SubscriptionDetail({ id, can, refresh }) {
       <table class="kv"><tbody>
         <tr><th>Endpoint</th><td><code>${s.endpoint}</code></td></tr>
         <tr><th>Event types</th><td>${s.event_types.join(', ') || '—'}</td></tr>
-        <tr><th>Auth</th><td>${s.auth ? s.auth.type : 'none'}</td></tr>
+        <tr><th>Auth</th><td data-testid="auth">${describeAuth(s.auth)}</td></tr>
+        <tr><th>Retries</th><td data-testid="retry">${describeRetry(s.retry)}${s.timeout ? `; immediate tries time out after ${s.timeout}` : ''}</td></tr>
+        <tr><th>Ordering</th><td data-testid="ordering">${s.ordering === 'partition_key' ? `per partition_key; a dead delivery ${s.ordering_on_dead === 'skip' ? 'is skipped' : 'blocks its key'}` : 'none'}</td></tr>
+        <tr><th>Disable after</th><td data-testid="disable-after">${s.disable_after ? (s.disable_after === '0s' ? 'never' : `${s.disable_after} of failing`) : "the server's disable_after"}</td></tr>
         <tr><th>Signing secret</th><td>${s.secret ? html`<code>${s.secret}</code>` : 'none'}</td></tr>
         <${FlowControl} id=${id} refresh=${refresh} />
         ${s.disabled_reason && html`<tr><th>Disabled</th><td>${s.disabled_reason} (${fmtTime(s.disabled_at)})</td></tr>`}
@@ -98,15 +120,20 @@ export function SubscriptionDetail({ id, can, refresh }) {
       </tbody></table>
       <p><a href=${`#/dlq?subscription_id=${s.id}`}>Its dead letters</a> · <a href=${`#/deliveries?subscription_id=${s.id}&order=desc`}>Its deliveries</a></p>
       ${message && html`<p class="notice" role="status">${message}</p>`}
+      ${sent && html`<p class="notice" role="status" data-testid="test-sent">Test event sent: <a href=${`#/deliveries?event_id=${sent.event_id}`}>its delivery</a> (event <code>${sent.event_id}</code>).</p>`}
       <${ErrorNote} error=${error} />
+      ${can.operate && html`<div class="actions"><button onClick=${sendTest} disabled=${!s.enabled}
+          title=${s.enabled ? 'A real event (test.ping), delivered to this subscription only' : 'Enable it first: a test event would only wait'}>Send a test event</button></div>`}
       ${can.admin && html`<div class="actions">
         <button onClick=${() => patch({ enabled: !s.enabled }, s.enabled ? 'Disabled' : 'Enabled')}>${s.enabled ? 'Disable' : 'Enable'}</button>
-        <button onClick=${() => { setError(null); setText(JSON.stringify(editable(s), null, 2)); }}>Edit…</button>
+        <button onClick=${() => { setError(null); setMessage(null); setText(null); setForm(true); }}>Edit…</button>
+        <button onClick=${() => { setError(null); setForm(false); setText(JSON.stringify(editable(s), null, 2)); }}>Edit as JSON…</button>
         <button class="danger" onClick=${() => setConfirm(true)}>Delete…</button>
       </div>`}
       ${confirm && html`<div class="confirm" role="alertdialog" aria-label="Confirm delete"><p>Delete ${s.name}? Its pending deliveries go to the dead-letter queue (410 subscription deleted).</p>
         <button class="danger" onClick=${del}>Delete</button> <button onClick=${() => setConfirm(false)}>Keep it</button></div>`}
     </section>
+    ${form && html`<section><h2>Edit</h2><${SubscriptionForm} stored=${s} onSave=${saveForm} onCancel=${() => setForm(false)} /></section>`}
     ${text !== null && html`<section class="card">
       <h2>Edit</h2>
       <p class="muted small">The subscription as JSON; masked credentials (********) left as they are keep the stored value. Saved as a merge patch of what you changed.</p>
@@ -118,19 +145,23 @@ export function SubscriptionDetail({ id, can, refresh }) {
 }
 
 export function SubscriptionNew({ can }) {
-  const [f, setF] = useState({ name: '', endpoint: 'https://', event_types: '*', secret: true, extra: '{}' });
-  const [error, setError] = useState(null);
+  const [secret, setSecret] = useState(true);
+  const [more, setMore] = useState('{}');
   const [created, setCreated] = useState(null);
   if (!can.admin) return html`<main><h1>New subscription</h1><p>Creating subscriptions needs the admin scope.</p></main>`;
-  const bind = (k) => ({ id: `n-${k}`, value: f[k], onInput: (e) => setF({ ...f, [k]: e.target.value }) });
-  const submit = async (e) => {
-    e.preventDefault();
-    setError(null);
-    let extra;
-    try { extra = JSON.parse(f.extra || '{}'); } catch (err) { setError(new Error(`More settings: not JSON: ${err.message}`)); return; }
-    const body = { ...extra, name: f.name, endpoint: f.endpoint, event_types: f.event_types.split(',').map((x) => x.trim()).filter(Boolean) };
-    if (f.secret) body.secret = 'generate';
-    try { setCreated(await api('POST', '/v1/subscriptions', body)); } catch (err) { setError(err); }
+  // What the form does not cover (headers, tls, circuit_breaker, rate_limit, ...) as JSON,
+  // and the generated signing secret.
+  const extra = {
+    parse: () => {
+      let doc;
+      try { doc = JSON.parse(more || '{}'); } catch (err) { throw new Error(`More settings: not JSON: ${err.message}`); }
+      if (secret) doc.secret = 'generate';
+      return doc;
+    },
+    render: () => html`<fieldset><legend>More</legend>
+      <label class="check"><input type="checkbox" checked=${secret} onChange=${(e) => setSecret(e.target.checked)} /> Generate a signing secret</label>
+      <label for="n-extra">More settings (JSON: headers, tls, circuit_breaker, rate_limit, … — see docs/api.md)</label>
+      <textarea id="n-extra" class="json" rows="5" value=${more} onInput=${(e) => setMore(e.target.value)}></textarea></fieldset>`,
   };
   if (created) {
     return html`<main><h1>Created ${created.name}</h1>
@@ -138,14 +169,7 @@ export function SubscriptionNew({ can }) {
       <p><a href=${`#/subscriptions/${created.id}`}>Open it</a></p></main>`;
   }
   return html`<main><h1>New subscription</h1>
-    <form class="card form" onSubmit=${submit}>
-      <label for="n-name">Name</label><input required ...${bind('name')} />
-      <label for="n-endpoint">Endpoint</label><input required ...${bind('endpoint')} />
-      <label for="n-event_types">Event types (comma-separated patterns)</label><input required ...${bind('event_types')} />
-      <label><input type="checkbox" checked=${f.secret} onChange=${(e) => setF({ ...f, secret: e.target.checked })} /> Generate a signing secret</label>
-      <label for="n-extra">More settings (JSON: auth, headers, retry, circuit_breaker, … — see docs/api.md)</label>
-      <textarea class="json" rows="8" ...${bind('extra')}></textarea>
-      <${ErrorNote} error=${error} />
-      <div class="actions"><button type="submit" class="primary">Create</button> <a class="button" href="#/subscriptions">Cancel</a></div>
-    </form></main>`;
+    <${SubscriptionForm} stored=${null} extra=${extra}
+      onSave=${async (body) => setCreated(await api('POST', '/v1/subscriptions', body))}
+      onCancel=${() => navigate('/subscriptions')} /></main>`;
 }

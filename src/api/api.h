@@ -163,6 +163,8 @@ const struct api_route *api_routes(size_t *n);
 /* Route handlers (routes_*.c). `id` is the path parameter or NULL. */
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res);
 void api_events_get(struct api *api, const char *id, struct api_response *res);
+void api_events_test(struct api *api, const char *sub_id, const struct api_request *req,
+		     struct api_response *res);
 void api_subs_create(struct api *api, const struct api_request *req, struct api_response *res);
 void api_subs_list(struct api *api, struct api_response *res);
 void api_subs_get(struct api *api, const char *id, struct api_response *res);

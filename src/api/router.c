@@ -289,6 +289,13 @@ static void h_subs_patch(struct api *api, const struct api_request *req, const c
 		api_subs_patch(api, id, req, res);
 }
 
+static void h_subs_test(struct api *api, const struct api_request *req, const char *id,
+			struct api_response *res)
+{
+	if (check_id(id, "subscription", res))
+		api_events_test(api, id, req, res);
+}
+
 static void h_subs_delete(struct api *api, const struct api_request *req, const char *id,
 			  struct api_response *res)
 {
@@ -425,6 +432,7 @@ static const struct api_route routes[] = {
 	{"GET", "/v1/subscriptions/{id}", h_subs_get, TOKEN_SCOPE_READ},
 	{"PATCH", "/v1/subscriptions/{id}", h_subs_patch, TOKEN_SCOPE_ADMIN},
 	{"DELETE", "/v1/subscriptions/{id}", h_subs_delete, TOKEN_SCOPE_ADMIN},
+	{"POST", "/v1/subscriptions/{id}/test", h_subs_test, TOKEN_SCOPE_OPERATE},
 	{"GET", "/v1/deliveries", h_deliveries_list, TOKEN_SCOPE_READ},
 	{"GET", "/v1/deliveries/{id}", h_deliveries_get, TOKEN_SCOPE_READ},
 	{"GET", "/v1/dlq", h_dlq_list, TOKEN_SCOPE_READ},

@@ -1,12 +1,15 @@
-/* routes_events.c: POST /v1/events (ingest) and GET /v1/events/{id}. */
+/* routes_events.c: POST /v1/events (ingest), GET /v1/events/{id}, and
+ * POST /v1/subscriptions/{id}/test (one event for one subscription). */
 #include <jansson.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/api.h"
 #include "api/render.h"
 #include "core/metrics.h"
 #include "core/trace.h"
 #include "intake/ingest.h"
+#include "util/clock.h"
 
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res)
 {
@@ -93,4 +96,77 @@ void api_events_get(struct api *api, const char *id, struct api_response *res)
 	store_deliveries_free(ds, n);
 	store_event_free(&ev);
 	api_reply_json(res, 200, out);
+}
+
+/* A test event: an event like any other (stored, with its delivery, attempts and
+ * history), given to this one subscription only, whatever its event_types match. The
+ * body is one event as POST /v1/events takes it ({"events":[...]} is refused), or empty:
+ * then event_type "test.ping" and a payload naming the subscription, the token that
+ * sent it and when. A disabled subscription is refused (409): its delivery would only
+ * wait. */
+void api_events_test(struct api *api, const char *sub_id, const struct api_request *req,
+		     struct api_response *res)
+{
+	struct ingest_batch b = {0};
+	struct input_error err;
+	char *made = NULL;
+	const char *body = req->body;
+	size_t len = req->body_len;
+	char ids[1][UUID_STR_LEN];
+
+	struct sub_set *set = sub_registry_acquire(api->reg);
+	const struct subscription *s = sub_set_find(set, sub_id);
+	if (!s) {
+		api_reply_errorf(res, 404, "not_found", "id", "no subscription %s", sub_id);
+		goto out;
+	}
+	if (!s->enabled) {
+		api_reply_errorf(res, 409, "conflict", "enabled",
+				 "subscription %s is disabled: a test event would wait until it is "
+				 "enabled", s->name);
+		goto out;
+	}
+	if (!body || len == 0 || strspn(body, " \t\r\n") == len) {
+		json_t *doc = json_pack("{s:s, s:{s:b, s:s, s:s, s:s, s:o}}", "event_type",
+					"test.ping", "payload", "test", 1, "subscription_id",
+					s->id, "subscription", s->name, "sent_by",
+					req->actor ? req->actor : "unknown", "sent_at",
+					render_time(clock_now_ms()));
+		made = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+		json_decref(doc);
+		if (!made) {
+			api_reply_errorf(res, 500, "internal", NULL, "out of memory");
+			goto out;
+		}
+		body = made;
+		len = strlen(made);
+	}
+	if (ingest_parse(body, len, api->max_payload, &b, &err)) {
+		api_reply_error(res, &err);
+		goto out;
+	}
+	if (b.is_batch) {
+		api_reply_errorf(res, 400, "invalid_argument", "events",
+				 "a test event is one event: events (a batch) is not taken here");
+		goto out;
+	}
+	if (trace_valid(req->traceparent))
+		b.events[0].traceparent = req->traceparent;
+	memcpy(ids[0], s->id, UUID_STR_LEN);
+	b.events[0].subscription_ids = (const char(*)[UUID_STR_LEN])ids;
+	b.events[0].n_subscriptions = 1;
+	int rc = writer_ingest(api->writer, b.events, 1);
+	if (rc != STORE_OK) {
+		api_reply_store_error(res, rc == STORE_ERROR ? STORE_UNAVAILABLE : rc, "event");
+		goto out;
+	}
+	metrics_ingested(1);
+	api_audit(api, req, "subscription.test", s->id, 1, NULL);
+	api_reply_json(res, 202, json_pack("{s:s, s:s, s:b}", "event_id", b.events[0].id,
+					   "subscription_id", s->id, "duplicate",
+					   b.events[0].duplicate));
+out:
+	sub_registry_release(api->reg, set);
+	ingest_batch_free(&b);
+	free(made);
 }

@@ -212,3 +212,62 @@ export async function step(name, fn) {
     throw e;
   }
 }
+
+// What a page must look like at any width, checked in the page as laid out: the page
+// does not scroll sideways (document.scrollingElement.scrollWidth <= innerWidth); no
+// two visible pieces of text overlap (the client rectangles of every text node, and of
+// the chart's SVG labels, more than 1 px into each other); every piece of text lies
+// within the viewport's width, also inside sideways-scrolling boxes (a column pushed
+// off-screen fails); no text is squeezed into a column so narrow that it wraps at
+// fewer than 6 characters a line; and the boot text "Loading the outboxd console…" is
+// gone. Returns the list of what is wrong (empty when nothing is).
+export async function layoutProblems(page) {
+  await page.evaluate(() => window.scrollTo(0, 0));
+  return page.evaluate(() => {
+    const wrong = [];
+    const vw = window.innerWidth;
+    const se = document.scrollingElement;
+    if (se.scrollWidth > vw) wrong.push(`the page scrolls sideways: scrollWidth ${se.scrollWidth} > innerWidth ${vw}`);
+    if (document.body.innerText.includes('Loading the outboxd console')) wrong.push('the boot text "Loading the outboxd console…" is still shown');
+    const pieces = [];
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const text = n.textContent.trim();
+      const el = n.parentElement;
+      if (!text || !el || el.closest('select, option, title, script, style, noscript')) continue;
+      // not rendered: display none, or inside a closed <details> (content-visibility)
+      if (!el.checkVisibility({ opacityProperty: true, visibilityProperty: true, contentVisibilityAuto: true })) continue;
+      let rects;
+      if (el.closest('svg')) {
+        const r = el.getBoundingClientRect();
+        rects = [r];
+      } else {
+        const range = document.createRange();
+        range.selectNodeContents(n);
+        rects = [...range.getClientRects()];
+      }
+      rects = rects.filter((r) => r.width > 0.5 && r.height > 0.5);
+      if (!rects.length) continue;
+      pieces.push({ text, rects, el });
+    }
+    const name = (p) => JSON.stringify(p.text.slice(0, 40));
+    for (const p of pieces) {
+      const lines = new Set(p.rects.map((r) => Math.round(r.top))).size;
+      if (lines > 1 && p.text.length / lines < 6) wrong.push(`${name(p)} is squeezed: ${lines} lines for ${p.text.length} characters`);
+      for (const r of p.rects) {
+        if (r.left < -1 || r.right > vw + 1) { wrong.push(`${name(p)} lies outside the viewport's width (${Math.round(r.left)}..${Math.round(r.right)} of ${vw})`); break; }
+      }
+    }
+    const over = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1;
+    for (let i = 0; i < pieces.length && wrong.length < 20; i++) {
+      for (let j = i + 1; j < pieces.length; j++) {
+        const a = pieces[i], b = pieces[j];
+        if (a.rects.some((ra) => b.rects.some((rb) => over(ra, rb)))) {
+          wrong.push(`${name(a)} overlaps ${name(b)}`);
+          break;
+        }
+      }
+    }
+    return wrong;
+  });
+}

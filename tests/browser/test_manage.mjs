@@ -64,7 +64,7 @@ async function main() {
     });
 
     await step('a binary payload as hex and base64', async () => {
-      await rows.first().locator('a').click();
+      await rows.first().locator('a').first().click();
       const payload = page.getByTestId('payload');
       await waitFor('hex dump', async () => (await payload.innerText()).includes('00 01 02 03 04 68 6c 6c 6f'));
       check((await payload.innerText()).includes('.....hllo'), 'printable column');
@@ -94,8 +94,8 @@ async function main() {
     await step('create a subscription: the secret shown once, credentials masked after', async () => {
       await page.getByRole('link', { name: 'Subscriptions' }).click();
       await page.getByRole('link', { name: 'New subscription' }).click();
-      await page.getByLabel('Name').fill('crm-sync');
-      await page.getByLabel('Endpoint').fill(`${rx.url}/crm`);
+      await page.getByLabel('Name', { exact: true }).fill('crm-sync');
+      await page.getByLabel('Endpoint URL').fill(`${rx.url}/crm`);
       await page.getByLabel(/Event types/).fill('crm.*');
       await page.getByLabel(/More settings/).fill('{"auth":{"type":"basic","username":"u","password":"p4ss-w0rd"}}');
       await page.getByRole('button', { name: 'Create' }).click();
@@ -121,7 +121,7 @@ async function main() {
       await page.getByRole('button', { name: 'Disable' }).click();
       await waitFor('disabled', async () => (await ox.api('GET', `/v1/subscriptions/${created.id}`)).enabled === false);
       await page.getByRole('heading', { name: /crm-sync/ }).getByText('disabled').waitFor();
-      await page.getByRole('button', { name: 'Edit…' }).click();
+      await page.getByRole('button', { name: 'Edit as JSON…' }).click();
       const box = page.getByLabel('Subscription JSON');
       const doc = JSON.parse(await box.inputValue());
       check(doc.auth.password === '********', 'the editor shows the password masked');

@@ -2,7 +2,8 @@
  * t/00unit drives its handlers: no sockets and no daemon, but a real SQLite store in a
  * temporary directory and the real writer behind POST /v1/events. What a client sees:
  * status codes, error bodies naming the field, events stored and readable, subscription
- * secrets masked on the way out, the DLQ filter parsed and answered. */
+ * secrets masked on the way out, the DLQ filter parsed and answered, a test event given to
+ * one subscription. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -205,6 +206,75 @@ static void test_dlq_filter_is_checked(void **state)
 	json_decref(body);
 }
 
+/* Creates a subscription from doc; its id into id. */
+static void create_sub(struct fixture *f, const char *doc, char id[64])
+{
+	json_t *body;
+	assert_int_equal(call(f, "POST", "/v1/subscriptions", doc, NULL, &body), 201);
+	snprintf(id, 64, "%s", json_string_value(json_object_get(body, "id")));
+	json_decref(body);
+}
+
+/* POST /v1/subscriptions/{id}/test: an event stored with one delivery, to that
+ * subscription only (another whose event_types match gets none, and the named one gets it
+ * though its own do not match); the default event when the body is empty; errors naming
+ * the field: a batch, a bad event, an unknown or a disabled subscription. */
+static void test_test_event_goes_to_one_subscription(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+	char a[64], b[64], path[160], ev[160];
+
+	create_sub(f, "{\"name\":\"a\",\"endpoint\":\"https://a.example/h\",\"event_types\":[\"order.*\"]}", a);
+	create_sub(f, "{\"name\":\"b\",\"endpoint\":\"https://b.example/h\",\"event_types\":[\"*\"]}", b);
+
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s/test", a);
+	assert_int_equal(call(f, "POST", path, "{\"event_type\":\"ping\",\"payload\":{\"n\":1}}", NULL,
+			      &body), 202);
+	assert_string_equal(json_string_value(json_object_get(body, "subscription_id")), a);
+	snprintf(ev, sizeof(ev), "/v1/events/%s", json_string_value(json_object_get(body, "event_id")));
+	json_decref(body);
+	assert_int_equal(call(f, "GET", ev, NULL, NULL, &body), 200);
+	json_t *ds = json_object_get(body, "deliveries");
+	assert_int_equal(json_array_size(ds), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(ds, 0), "subscription_id")), a);
+	assert_string_equal(json_string_value(json_object_get(body, "event_type")), "ping");
+	json_decref(body);
+
+	/* an empty body: the default event, naming the subscription */
+	assert_int_equal(call(f, "POST", path, NULL, NULL, &body), 202);
+	snprintf(ev, sizeof(ev), "/v1/events/%s", json_string_value(json_object_get(body, "event_id")));
+	json_decref(body);
+	assert_int_equal(call(f, "GET", ev, NULL, NULL, &body), 200);
+	assert_string_equal(json_string_value(json_object_get(body, "event_type")), "test.ping");
+	json_t *payload = json_object_get(body, "payload");
+	assert_string_equal(json_string_value(json_object_get(payload, "subscription")), "a");
+	assert_string_equal(json_string_value(json_object_get(payload, "sent_by")), "admin");
+	assert_true(json_is_true(json_object_get(payload, "test")));
+	assert_int_equal(json_array_size(json_object_get(body, "deliveries")), 1);
+	json_decref(body);
+
+	assert_int_equal(call(f, "POST", path, "{\"events\":[{\"event_type\":\"x\",\"payload\":1}]}",
+			      NULL, &body), 400);
+	assert_string_equal(error_field(body), "events");
+	json_decref(body);
+	assert_int_equal(call(f, "POST", path, "{\"payload\":{}}", NULL, &body), 400);
+	assert_string_equal(error_field(body), "event_type");
+	json_decref(body);
+	assert_int_equal(call(f, "POST", "/v1/subscriptions/0190a0b0-0000-7000-8000-000000000000/test",
+			      NULL, NULL, &body), 404);
+	assert_string_equal(error_field(body), "id");
+	json_decref(body);
+
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", b);
+	assert_int_equal(call(f, "PATCH", path, "{\"enabled\":false}", NULL, &body), 200);
+	json_decref(body);
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s/test", b);
+	assert_int_equal(call(f, "POST", path, NULL, NULL, &body), 409);
+	assert_string_equal(error_field(body), "enabled");
+	json_decref(body);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERROR);
@@ -213,6 +283,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_event_is_stored_and_fanned_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dlq_filter_is_checked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_test_event_goes_to_one_subscription, setup,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
