@@ -1,7 +1,8 @@
 /* otlp.c: the exporter thread of otlp.h — a bounded queue of attempt spans filled by
  * the dispatcher, emptied in batches to ENDPOINT/v1/traces, and the counters sent to
- * ENDPOINT/v1/metrics every interval, with libcurl. Must never make a delivery wait: the
- * only thing otlp_attempt shares with this thread is a short mutex around a copy. */
+ * ENDPOINT/v1/metrics every interval, encoded by otlp_encode.c and sent with libcurl.
+ * Must never make a delivery wait: the only thing otlp_attempt shares with this thread is
+ * a short mutex around a copy. */
 #include "otel/otlp.h"
 
 #include <errno.h>
@@ -24,6 +25,7 @@
 struct otlp {
 	char *traces_url, *metrics_url;
 	char *instance, *version;
+	enum otlp_protocol protocol;
 	int64_t metrics_interval_ms;
 	int64_t start_ns;
 	pthread_t thread;
@@ -40,14 +42,14 @@ struct otlp {
 static struct otlp *_Atomic running;
 
 void otlp_attempt(const struct store_claim *c, const struct store_attempt *a, uint64_t span_id,
-		  int64_t duration_us)
+		  int64_t start_ns, int64_t duration_ns)
 {
 	struct otlp *o = atomic_load_explicit(&running, memory_order_acquire);
 	struct otlp_span s;
 
 	if (!o)
 		return;
-	otlp_span_from_attempt(&s, c, a, span_id, duration_us);
+	otlp_span_from_attempt(&s, c, a, span_id, start_ns, duration_ns);
 	pthread_mutex_lock(&o->lock);
 	if (o->count == OTLP_QUEUE_MAX) {
 		pthread_mutex_unlock(&o->lock);
@@ -66,14 +68,16 @@ static size_t discard_cb(char *p, size_t size, size_t n, void *ctx)
 	return size * n;
 }
 
-/* POSTs body (borrowed) to url. 0 on a 2xx, -1 otherwise (logged, rate-limited). */
-static int post(struct otlp *o, const char *url, const char *body, long timeout_ms)
+/* POSTs body (borrowed, len bytes) to url. 0 on a 2xx, -1 otherwise (logged,
+ * rate-limited). */
+static int post(struct otlp *o, const char *url, const char *body, size_t len, long timeout_ms)
 {
 	long status = 0;
 
 	curl_easy_reset(o->curl);
 	curl_easy_setopt(o->curl, CURLOPT_URL, url);
 	curl_easy_setopt(o->curl, CURLOPT_HTTPHEADER, o->headers);
+	curl_easy_setopt(o->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
 	curl_easy_setopt(o->curl, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(o->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(o->curl, CURLOPT_NOSIGNAL, 1L);
@@ -112,8 +116,10 @@ static size_t flush_spans(struct otlp *o, long timeout_ms)
 	pthread_mutex_unlock(&o->lock);
 	if (!n)
 		return 0;
-	char *body = otlp_traces_json(batch, n, o->instance, o->version);
-	if (body && post(o, o->traces_url, body, timeout_ms) == 0)
+	char *body = NULL;
+	size_t len = 0;
+	if (otlp_encode_traces(o->protocol, batch, n, o->instance, o->version, &body, &len) == 0 &&
+	    post(o, o->traces_url, body, len, timeout_ms) == 0)
 		metrics_otlp_spans((long)n, 0, 0);
 	else
 		metrics_otlp_spans(0, 0, (long)n);
@@ -123,15 +129,13 @@ static size_t flush_spans(struct otlp *o, long timeout_ms)
 
 static void export_metrics(struct otlp *o, long timeout_ms)
 {
-	char *text = NULL;
+	char *text = NULL, *body = NULL;
 	size_t len = 0;
-	if (metrics_render(&text, &len) == 0) {
-		char *body = otlp_metrics_json(text, o->instance, o->version, o->start_ns,
-					       clock_now_ms() * 1000000);
-		if (body)
-			post(o, o->metrics_url, body, timeout_ms);
-		free(body);
-	}
+	if (metrics_render(&text, &len) == 0 &&
+	    otlp_encode_metrics(o->protocol, text, o->instance, o->version, o->start_ns,
+				clock_now_ns(), &body, &len) == 0)
+		post(o, o->metrics_url, body, len, timeout_ms);
+	free(body);
 	free(text);
 }
 
@@ -202,11 +206,13 @@ static char *join(const char *base, const char *path)
 	return url;
 }
 
-/* Content-Type, then each Name=value of list (checked by config_load) as "Name: value".
- * NULL when out of memory. */
-static struct curl_slist *header_list(const char *list)
+/* Content-Type of protocol p, then each Name=value of list (checked by config_load) as
+ * "Name: value". NULL when out of memory. */
+static struct curl_slist *header_list(enum otlp_protocol p, const char *list)
 {
-	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	struct curl_slist *h = curl_slist_append(NULL, p == OTLP_JSON
+							       ? "Content-Type: application/json"
+							       : "Content-Type: application/x-protobuf");
 	while (h && list && *list) {
 		size_t len = strcspn(list, ",");
 		const char *eq = memchr(list, '=', len);
@@ -226,15 +232,22 @@ static struct curl_slist *header_list(const char *list)
 	return h;
 }
 
-int otlp_start(const char *endpoint, const char *headers, const char *service_instance,
-	       const char *version, int64_t metrics_interval_ms, char *err, size_t errlen)
+int otlp_start(const char *endpoint, const char *headers, const char *protocol,
+	       const char *service_instance, const char *version, int64_t metrics_interval_ms,
+	       char *err, size_t errlen)
 {
+	enum otlp_protocol p;
+	if (otlp_protocol_parse(protocol, &p)) {
+		snprintf(err, errlen, "otlp: otlp_protocol must be http/protobuf or http/json, got "
+			 "\"%s\"", protocol ? protocol : "");
+		return -1;
+	}
 	struct otlp *o = calloc(1, sizeof(*o));
 	if (!o || !(o->queue = calloc(OTLP_QUEUE_MAX, sizeof(*o->queue))) ||
 	    !(o->traces_url = join(endpoint, "/v1/traces")) ||
 	    !(o->metrics_url = join(endpoint, "/v1/metrics")) ||
 	    !(o->instance = strdup(service_instance)) || !(o->version = strdup(version)) ||
-	    !(o->headers = header_list(headers))) {
+	    !(o->headers = header_list(p, headers))) {
 		snprintf(err, errlen, "otlp: out of memory");
 		otlp_free(o);
 		return -1;
@@ -244,8 +257,9 @@ int otlp_start(const char *endpoint, const char *headers, const char *service_in
 		otlp_free(o);
 		return -1;
 	}
+	o->protocol = p;
 	o->metrics_interval_ms = metrics_interval_ms;
-	o->start_ns = clock_now_ms() * 1000000;
+	o->start_ns = clock_now_ns();
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
