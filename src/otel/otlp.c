@@ -6,6 +6,8 @@
 #include "otel/otlp.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #define EXPORT_TIMEOUT_MS 5000     /* one export request at most */
 #define STOP_TIMEOUT_MS 2000       /* the last flush at shutdown */
 #define FAILURE_LOG_MS 60000       /* a failing collector is logged at most this often */
+#define RESPONSE_MAX 65536         /* bytes of a collector's answer read; the rest is dropped */
 
 struct otlp {
 	char *traces_url, *metrics_url;
@@ -37,6 +40,8 @@ struct otlp {
 	CURL *curl;
 	struct curl_slist *headers;   /* Content-Type and otlp_headers, for every request */
 	int64_t failure_logged_ms;
+	char response[RESPONSE_MAX];  /* the answer to the last export, cut at RESPONSE_MAX */
+	size_t response_len;
 };
 
 static struct otlp *_Atomic running;
@@ -63,13 +68,53 @@ void otlp_attempt(const struct store_claim *c, const struct store_attempt *a, ui
 	pthread_mutex_unlock(&o->lock);
 }
 
-static size_t discard_cb(char *p, size_t size, size_t n, void *ctx)
+/* Keeps the first RESPONSE_MAX bytes of the answer: a partial success is small. */
+static size_t response_cb(char *p, size_t size, size_t n, void *ctx)
 {
+	struct otlp *o = ctx;
+	size_t room = RESPONSE_MAX - o->response_len, take = size * n < room ? size * n : room;
+	memcpy(o->response + o->response_len, p, take);
+	o->response_len += take;
 	return size * n;
 }
 
-/* POSTs body (borrowed, len bytes) to url. 0 on a 2xx, -1 otherwise (logged,
- * rate-limited). */
+/* A warning about the collector, logged at most once every FAILURE_LOG_MS. */
+static void log_limited(struct otlp *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void log_limited(struct otlp *o, const char *fmt, ...)
+{
+	int64_t now = clock_mono_ms();
+	char text[512];
+	va_list ap;
+
+	if (o->failure_logged_ms && now - o->failure_logged_ms < FAILURE_LOG_MS)
+		return;
+	o->failure_logged_ms = now;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	log_warn("otlp: %s (logged at most once a minute)", text);
+}
+
+/* How many of what the last export sent the collector's 2xx answer says it rejected
+ * (logged, rate-limited); spans 1 for a trace export, 0 for metrics. */
+static int64_t rejected(struct otlp *o, const char *url, int spans)
+{
+	int64_t n = 0;
+	char why[256];
+
+	otlp_response_rejected(o->protocol, spans, o->response, o->response_len, &n, why,
+			       sizeof(why));
+	if (n)
+		log_limited(o, "the collector at %s did not take %lld of the %s sent: %s", url,
+			    (long long)n, spans ? "spans" : "data points", why[0] ? why : "(no message)");
+	else if (why[0])
+		log_limited(o, "the collector at %s took everything but warns: %s", url, why);
+	return n;
+}
+
+/* POSTs body (borrowed, len bytes) to url; the answer is kept in o->response. 0 on a
+ * 2xx, -1 otherwise (logged, rate-limited). */
 static int post(struct otlp *o, const char *url, const char *body, size_t len, long timeout_ms)
 {
 	long status = 0;
@@ -81,23 +126,19 @@ static int post(struct otlp *o, const char *url, const char *body, size_t len, l
 	curl_easy_setopt(o->curl, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(o->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(o->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(o->curl, CURLOPT_WRITEFUNCTION, discard_cb);
+	curl_easy_setopt(o->curl, CURLOPT_WRITEFUNCTION, response_cb);
+	curl_easy_setopt(o->curl, CURLOPT_WRITEDATA, o);
 	curl_easy_setopt(o->curl, CURLOPT_USERAGENT, "outboxd-otlp");
+	o->response_len = 0;
 	CURLcode rc = curl_easy_perform(o->curl);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(o->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (rc == CURLE_OK && status >= 200 && status < 300)
 		return 0;
-	int64_t now = clock_mono_ms();
-	if (!o->failure_logged_ms || now - o->failure_logged_ms >= FAILURE_LOG_MS) {
-		o->failure_logged_ms = now;
-		if (rc != CURLE_OK)
-			log_warn("otlp: export to %s failed: %s (logged at most once a minute)", url,
-				 curl_easy_strerror(rc));
-		else
-			log_warn("otlp: export to %s answered HTTP %ld (logged at most once a minute)",
-				 url, status);
-	}
+	if (rc != CURLE_OK)
+		log_limited(o, "export to %s failed: %s", url, curl_easy_strerror(rc));
+	else
+		log_limited(o, "export to %s answered HTTP %ld", url, status);
 	return -1;
 }
 
@@ -119,10 +160,14 @@ static size_t flush_spans(struct otlp *o, long timeout_ms)
 	char *body = NULL;
 	size_t len = 0;
 	if (otlp_encode_traces(o->protocol, batch, n, o->instance, o->version, &body, &len) == 0 &&
-	    post(o, o->traces_url, body, len, timeout_ms) == 0)
-		metrics_otlp_spans((long)n, 0, 0);
-	else
+	    post(o, o->traces_url, body, len, timeout_ms) == 0) {
+		/* a partial success: what the collector rejected counts as failed */
+		int64_t lost = rejected(o, o->traces_url, 1);
+		lost = lost < (int64_t)n ? lost : (int64_t)n;
+		metrics_otlp_spans((long)n - (long)lost, 0, (long)lost);
+	} else {
 		metrics_otlp_spans(0, 0, (long)n);
+	}
 	free(body);
 	return n;
 }
@@ -133,8 +178,9 @@ static void export_metrics(struct otlp *o, long timeout_ms)
 	size_t len = 0;
 	if (metrics_render(&text, &len) == 0 &&
 	    otlp_encode_metrics(o->protocol, text, o->instance, o->version, o->start_ns,
-				clock_now_ns(), &body, &len) == 0)
-		post(o, o->metrics_url, body, len, timeout_ms);
+				clock_now_ns(), &body, &len) == 0 &&
+	    post(o, o->metrics_url, body, len, timeout_ms) == 0)
+		rejected(o, o->metrics_url, 0);
 	free(body);
 	free(text);
 }

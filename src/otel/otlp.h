@@ -96,6 +96,15 @@ int otlp_encode_metrics(enum otlp_protocol p, const char *prometheus_text,
 			const char *service_instance, const char *version, int64_t start_ns,
 			int64_t now_ns, char **body, size_t *len);
 
+/* What a collector's 2xx answer to an export says it did not take: the partial_success of
+ * an ExportTraceServiceResponse (spans 1) or ExportMetricsServiceResponse (spans 0) in
+ * body[0..len) (borrowed), encoded as protocol p. The count of rejected spans or data
+ * points into *rejected and the collector's error_message into message (msglen bytes,
+ * "" when none); both stay 0 and "" for an empty body, a full success, or a body that
+ * does not decode (the export was taken). */
+void otlp_response_rejected(enum otlp_protocol p, int spans, const char *body, size_t len,
+			    int64_t *rejected, char *message, size_t msglen);
+
 /* The OpenTelemetry name of a Prometheus family of GET /metrics, with its unit into
  * *unit; NULL for a family outboxd does not know (it is then exported under a name made
  * from its own: outboxd_foo_total as outboxd.foo, without a unit). */

@@ -1,8 +1,8 @@
 /* otlp_encode.c: the export requests of otlp.h — attempt spans and the counters built as
  * the messages of the OTLP definitions (proto/opentelemetry, compiled with protoc-c), then
  * packed as binary protobuf or written as OTLP JSON (otlp_json.c). Both encodings come
- * from the one message, so they cannot say different things. Also the request's arena.
- * Pure: no I/O, no clock. */
+ * from the one message, so they cannot say different things. Also the request's arena,
+ * and what the collector's answer says it rejected. Pure: no I/O, no clock. */
 #include "otel/otlp.h"
 #include "otel/otlp_int.h"
 
@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "core/model.h"
 #include "core/trace.h"
@@ -336,4 +338,62 @@ int otlp_encode_metrics(enum otlp_protocol p, const char *prometheus_text,
 out:
 	otlp_arena_free(&a);
 	return rc;
+}
+
+/* ---- the collector's answer ------------------------------------------------------------- */
+
+/* The partial success of an OTLP JSON answer: rejectedSpans or rejectedDataPoints (a
+ * decimal string, or a number) and errorMessage. */
+static void json_rejected(const char *body, size_t len, const char *count_key, int64_t *rejected,
+			  char *message, size_t msglen)
+{
+	json_t *root = json_loadb(body, len, 0, NULL);
+	json_t *ps = json_object_get(root, "partialSuccess");
+	json_t *count = json_object_get(ps, count_key);
+
+	if (json_is_string(count))
+		*rejected = strtoll(json_string_value(count), NULL, 10);
+	else if (json_is_integer(count))
+		*rejected = json_integer_value(count);
+	if (json_is_string(json_object_get(ps, "errorMessage")))
+		snprintf(message, msglen, "%s", json_string_value(json_object_get(ps, "errorMessage")));
+	json_decref(root);
+}
+
+void otlp_response_rejected(enum otlp_protocol p, int spans, const char *body, size_t len,
+			    int64_t *rejected, char *message, size_t msglen)
+{
+	*rejected = 0;
+	if (msglen)
+		message[0] = '\0';
+	if (!len)
+		return;
+	if (p == OTLP_JSON) {
+		json_rejected(body, len, spans ? "rejectedSpans" : "rejectedDataPoints", rejected,
+			      message, msglen);
+	} else if (spans) {
+		Opentelemetry__Proto__Collector__Trace__V1__ExportTraceServiceResponse *r =
+			opentelemetry__proto__collector__trace__v1__export_trace_service_response__unpack(
+				NULL, len, (const uint8_t *)body);
+		if (r && r->partial_success) {
+			*rejected = r->partial_success->rejected_spans;
+			snprintf(message, msglen, "%s", r->partial_success->error_message);
+		}
+		if (r)
+			opentelemetry__proto__collector__trace__v1__export_trace_service_response__free_unpacked(
+				r, NULL);
+	} else {
+		Opentelemetry__Proto__Collector__Metrics__V1__ExportMetricsServiceResponse *r =
+			opentelemetry__proto__collector__metrics__v1__export_metrics_service_response__unpack(
+				NULL, len, (const uint8_t *)body);
+		if (r && r->partial_success) {
+			*rejected = r->partial_success->rejected_data_points;
+			snprintf(message, msglen, "%s", r->partial_success->error_message);
+		}
+		if (r)
+			opentelemetry__proto__collector__metrics__v1__export_metrics_service_response__free_unpacked(
+				r, NULL);
+	}
+	if (*rejected < 0)
+		*rejected = 0;
 }

@@ -22,10 +22,21 @@ struct otel_case {
 	const char *protocol;      /* OUTBOXD_OTLP_PROTOCOL, NULL: unset (the default) */
 	const char *content_type;  /* what the exports must carry */
 	const char *prefix;        /* the collector's path on the receiver */
+	const char *partial;       /* the receiver's script for /v1/traces: each export is
+	                              answered with a partial success (1 span rejected:
+	                              "nope"), in the case's encoding */
 };
 
-static const struct otel_case protobuf_case = {NULL, "application/x-protobuf", "/otel-pb"};
-static const struct otel_case json_case = {"http/json", "application/json", "/otel-json"};
+static const struct otel_case protobuf_case = {
+	NULL, "application/x-protobuf", "/otel-pb",
+	/* ExportTraceServiceResponse{partial_success{rejected_spans: 1, error_message: "nope"}} */
+	"{\"default\":{\"status\":200,\"headers\":{\"Content-Type\":\"application/x-protobuf\"},"
+	"\"body\":\"\\n\\b\\b\\u0001\\u0012\\u0004nope\"}}"};
+static const struct otel_case json_case = {
+	"http/json", "application/json", "/otel-json",
+	"{\"default\":{\"status\":200,\"headers\":{\"Content-Type\":\"application/json\"},"
+	"\"body\":\"{\\\"partialSuccess\\\":{\\\"rejectedSpans\\\":\\\"1\\\","
+	"\\\"errorMessage\\\":\\\"nope\\\"}}\"}}"};
 
 static struct receiver rcv;
 static struct daemon dmn;
@@ -379,10 +390,19 @@ static void test_export(void **state)
 	const char *trace = "0af7651916cd43dd8448eb211c80319c", *parent = "b7ad6b7169203331";
 	char tp[64], sub[64], delivery[64];
 	snprintf(tp, sizeof(tp), "00-%s-%s-01", trace, parent);
+	char traces[80];
+	snprintf(traces, sizeof(traces), "%s/v1/traces", c->prefix);
 	assert_int_equal(receiver_reset(&rcv), 0);
+	assert_int_equal(receiver_script(&rcv, traces, c->partial), 0);
 	deliver_twice(tp, sub, delivery);
 	check_spans(c, sub, delivery, trace, parent);
 	check_counters(c, sub);
+	/* the collector's partial success: what it rejected is counted as failed, and its
+	 * message logged */
+	assert_true(e2e_metric(&dmn, "outboxd_otlp_spans_total{outcome=\"failed\"}") >= 1);
+	char log[512];
+	assert_true(e2e_file_contains(daemon_log_path(&dmn, log, sizeof(log)),
+				      "did not take 1 of the spans sent: nope"));
 }
 
 /* otlp_protocol unset: binary protobuf, the OpenTelemetry Collector's default */

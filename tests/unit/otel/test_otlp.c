@@ -413,6 +413,44 @@ static void test_every_family_named(void **state)
 	free(text);
 }
 
+/* A collector's partial success: what it rejected, and why; anything else rejects nothing. */
+static void test_partial_success(void **state)
+{
+	int64_t n;
+	char why[64];
+	Opentelemetry__Proto__Collector__Trace__V1__ExportTraceServiceResponse r =
+		OPENTELEMETRY__PROTO__COLLECTOR__TRACE__V1__EXPORT_TRACE_SERVICE_RESPONSE__INIT;
+	Opentelemetry__Proto__Collector__Trace__V1__ExportTracePartialSuccess ps =
+		OPENTELEMETRY__PROTO__COLLECTOR__TRACE__V1__EXPORT_TRACE_PARTIAL_SUCCESS__INIT;
+	ps.rejected_spans = 3;
+	ps.error_message = "spans too old";
+	r.partial_success = &ps;
+	uint8_t buf[128];
+	size_t len = opentelemetry__proto__collector__trace__v1__export_trace_service_response__pack(&r, buf);
+	otlp_response_rejected(OTLP_PROTOBUF, 1, (const char *)buf, len, &n, why, sizeof(why));
+	assert_int_equal(n, 3);
+	assert_string_equal(why, "spans too old");
+
+	const char *json = "{\"partialSuccess\":{\"rejectedDataPoints\":\"2\","
+			   "\"errorMessage\":\"no such unit\"}}";
+	otlp_response_rejected(OTLP_JSON, 0, json, strlen(json), &n, why, sizeof(why));
+	assert_int_equal(n, 2);
+	assert_string_equal(why, "no such unit");
+	const char *warning = "{\"partialSuccess\":{\"errorMessage\":\"deprecated\"}}";
+	otlp_response_rejected(OTLP_JSON, 1, warning, strlen(warning), &n, why, sizeof(why));
+	assert_int_equal(n, 0);
+	assert_string_equal(why, "deprecated");
+
+	/* a full success (empty, {}), or an answer that is not OTLP at all */
+	otlp_response_rejected(OTLP_PROTOBUF, 1, "", 0, &n, why, sizeof(why));
+	assert_int_equal(n, 0);
+	otlp_response_rejected(OTLP_JSON, 1, "{}", 2, &n, why, sizeof(why));
+	assert_int_equal(n, 0);
+	assert_string_equal(why, "");
+	otlp_response_rejected(OTLP_PROTOBUF, 0, "<html>ok</html>", 15, &n, why, sizeof(why));
+	assert_int_equal(n, 0);
+}
+
 static void test_protocol_names(void **state)
 {
 	enum otlp_protocol p;
@@ -434,6 +472,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_protobuf),
 		cmocka_unit_test(test_metrics_json),
 		cmocka_unit_test(test_every_family_named),
+		cmocka_unit_test(test_partial_success),
 		cmocka_unit_test(test_protocol_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
