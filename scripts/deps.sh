@@ -16,6 +16,7 @@ packages=(
   zlib1g-dev
   librdkafka-dev
   libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+  python3-protobuf    # e2e/test_otel decodes the OTLP exports with the definitions as released
   kcat
   libcmocka-dev
   libsystemd-dev      # sd_notify: Type=notify readiness, watchdog, reload (src/cli/service.c)

@@ -198,8 +198,12 @@ const struct config_setting config_settings[] = {
 	/* OpenTelemetry (otel/otlp.h, docs/operations.md): off unless otlp_endpoint is set. */
 	{"otlp_endpoint", "--otlp-endpoint", "OUTBOXD_OTLP_ENDPOINT", CONFIG_STRING, NULL,
 	 S(otlp_endpoint), "OTLP/HTTP collector (http(s)://host:4318): a span per delivery "
-	 "attempt goes to /v1/traces and the counters to /v1/metrics, as OTLP JSON; set by "
-	 "the operator, so the SSRF guard does not apply; empty = off"},
+	 "attempt goes to /v1/traces and the counters to /v1/metrics; set by the operator, so "
+	 "the SSRF guard does not apply; empty = off"},
+	{"otlp_protocol", "--otlp-protocol", "OUTBOXD_OTLP_PROTOCOL", CONFIG_STRING,
+	 "http/protobuf", S(otlp_protocol), "encoding of the exports to otlp_endpoint: "
+	 "http/protobuf (binary protobuf, the OpenTelemetry Collector's default) or http/json "
+	 "(OTLP JSON), as OTEL_EXPORTER_OTLP_PROTOCOL"},
 	{"otlp_interval", "--otlp-interval", "OUTBOXD_OTLP_INTERVAL", CONFIG_DURATION, "10s",
 	 S(otlp_interval_ms), "how often the counters are exported to otlp_endpoint (at least "
 	 "1s)"},
@@ -627,6 +631,10 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 			    cfg->otlp_endpoint);
 	if (cfg->otlp_interval_ms < 1000)
 		return fail(err, errlen, "otlp_interval must be at least 1s");
+	if (strcmp(cfg->otlp_protocol, "http/protobuf") != 0 &&
+	    strcmp(cfg->otlp_protocol, "http/json") != 0)
+		return fail(err, errlen, "otlp_protocol must be http/protobuf or http/json, got \"%s\"",
+			    cfg->otlp_protocol);
 	for (const char *h = is_set(cfg->otlp_headers) ? cfg->otlp_headers : NULL; h;) {
 		size_t len = strcspn(h, ",");
 		const char *eq = memchr(h, '=', len);

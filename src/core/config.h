@@ -79,6 +79,7 @@ struct config {
 	int kafka_max_backlog;
 	/* OpenTelemetry (otel/otlp.h): off unless otlp_endpoint is set */
 	char *otlp_endpoint;      /* base URL of an OTLP/HTTP collector, e.g. http://host:4318 */
+	char *otlp_protocol;      /* http/protobuf or http/json */
 	int64_t otlp_interval_ms; /* how often the counters are exported */
 	char *otlp_headers;       /* Name=value,... sent with every export (secrets) */
 	char *config_file;        /* the file that was read, if any */

@@ -60,7 +60,8 @@ struct round {
 	char *causes[MAX_TRIES];     /* the causes kept for the history (heap, only those
 	                                not empty), until the result is written */
 	struct writer_result wr;     /* the round's result, queued to the writer when done */
-	int64_t started_us;          /* monotonic start of the current attempt */
+	int64_t started_mono_ns;     /* monotonic start of the current attempt */
+	int64_t started_wall_ns;     /* ... and on the wall clock, ns since the epoch (its span) */
 	int64_t wake_us;             /* ROUND_WAITING: when to send again */
 	struct sub_limits *limits;   /* the subscription's breaker and limits, or NULL */
 	struct endpoint *ep;         /* its endpoint's flow control, NULL: none (pinned,

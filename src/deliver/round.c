@@ -435,7 +435,7 @@ static void round_fail_attempt(struct round *j, int code, const char *message, c
 	snprintf(j->messages[0], MSG_LEN, "%s", message);
 	a->message = j->messages[0];
 	a->cause = keep_cause(j, 0, cause);
-	otlp_attempt(j->claim, a, 0, 0);
+	otlp_attempt(j->claim, a, 0, clock_now_ns(), 0);
 	j->tries = 1;
 	j->retry_after_ms = -1;
 	round_stop(j);
@@ -486,8 +486,9 @@ static void round_go(struct round *j)
 		waiting_push(j->d, j);
 		return;
 	}
-	j->attempts[j->tries].started_at = clock_now_ms();
-	j->started_us = clock_mono_us();
+	j->started_wall_ns = clock_now_ns();
+	j->attempts[j->tries].started_at = j->started_wall_ns / 1000000;
+	j->started_mono_ns = clock_mono_ns();
 	j->retry_after_ms = -1;
 	sj->attempt_no = j->claim->attempt_count + j->tries + 1;
 	sj->span_id = (uint64_t)(dispatcher_rng_next(&j->d->rng) * 18446744073709551615.0) | 1;
@@ -515,7 +516,8 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	struct dispatcher *d = ctx;
 	struct round *j = (struct round *)sj;
 	struct store_attempt *a = &j->attempts[j->tries];
-	int64_t now_us = clock_mono_us(), took_us = now_us - j->started_us;
+	int64_t now_ns = clock_mono_ns(), took_ns = now_ns - j->started_mono_ns;
+	int64_t now_us = now_ns / 1000, took_us = took_ns / 1000;
 
 	d->in_flight--;
 	if (sj->latency_us <= 0)
@@ -546,7 +548,7 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	a->not_sent = !sj->sent;
 	j->retry_after_ms = sj->retry_after_ms;
 	metrics_attempt(a->code, took_us);
-	otlp_attempt(j->claim, a, sj->span_id, took_us);
+	otlp_attempt(j->claim, a, sj->span_id, j->started_wall_ns, took_ns);
 	j->tries++;
 	if (sj->end_round) {
 		round_slot_put(j);

@@ -1,10 +1,13 @@
 /* otlp.c: the exporter thread of otlp.h — a bounded queue of attempt spans filled by
  * the dispatcher, emptied in batches to ENDPOINT/v1/traces, and the counters sent to
- * ENDPOINT/v1/metrics every interval, with libcurl. Must never make a delivery wait: the
- * only thing otlp_attempt shares with this thread is a short mutex around a copy. */
+ * ENDPOINT/v1/metrics every interval, encoded by otlp_encode.c and sent with libcurl.
+ * Must never make a delivery wait: the only thing otlp_attempt shares with this thread is
+ * a short mutex around a copy. */
 #include "otel/otlp.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,10 +23,12 @@
 #define EXPORT_TIMEOUT_MS 5000     /* one export request at most */
 #define STOP_TIMEOUT_MS 2000       /* the last flush at shutdown */
 #define FAILURE_LOG_MS 60000       /* a failing collector is logged at most this often */
+#define RESPONSE_MAX 65536         /* bytes of a collector's answer read; the rest is dropped */
 
 struct otlp {
 	char *traces_url, *metrics_url;
 	char *instance, *version;
+	enum otlp_protocol protocol;
 	int64_t metrics_interval_ms;
 	int64_t start_ns;
 	pthread_t thread;
@@ -35,19 +40,21 @@ struct otlp {
 	CURL *curl;
 	struct curl_slist *headers;   /* Content-Type and otlp_headers, for every request */
 	int64_t failure_logged_ms;
+	char response[RESPONSE_MAX];  /* the answer to the last export, cut at RESPONSE_MAX */
+	size_t response_len;
 };
 
 static struct otlp *_Atomic running;
 
 void otlp_attempt(const struct store_claim *c, const struct store_attempt *a, uint64_t span_id,
-		  int64_t duration_us)
+		  int64_t start_ns, int64_t duration_ns)
 {
 	struct otlp *o = atomic_load_explicit(&running, memory_order_acquire);
 	struct otlp_span s;
 
 	if (!o)
 		return;
-	otlp_span_from_attempt(&s, c, a, span_id, duration_us);
+	otlp_span_from_attempt(&s, c, a, span_id, start_ns, duration_ns);
 	pthread_mutex_lock(&o->lock);
 	if (o->count == OTLP_QUEUE_MAX) {
 		pthread_mutex_unlock(&o->lock);
@@ -61,39 +68,77 @@ void otlp_attempt(const struct store_claim *c, const struct store_attempt *a, ui
 	pthread_mutex_unlock(&o->lock);
 }
 
-static size_t discard_cb(char *p, size_t size, size_t n, void *ctx)
+/* Keeps the first RESPONSE_MAX bytes of the answer: a partial success is small. */
+static size_t response_cb(char *p, size_t size, size_t n, void *ctx)
 {
+	struct otlp *o = ctx;
+	size_t room = RESPONSE_MAX - o->response_len, take = size * n < room ? size * n : room;
+	memcpy(o->response + o->response_len, p, take);
+	o->response_len += take;
 	return size * n;
 }
 
-/* POSTs body (borrowed) to url. 0 on a 2xx, -1 otherwise (logged, rate-limited). */
-static int post(struct otlp *o, const char *url, const char *body, long timeout_ms)
+/* A warning about the collector, logged at most once every FAILURE_LOG_MS. */
+static void log_limited(struct otlp *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void log_limited(struct otlp *o, const char *fmt, ...)
+{
+	int64_t now = clock_mono_ms();
+	char text[512];
+	va_list ap;
+
+	if (o->failure_logged_ms && now - o->failure_logged_ms < FAILURE_LOG_MS)
+		return;
+	o->failure_logged_ms = now;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	log_warn("otlp: %s (logged at most once a minute)", text);
+}
+
+/* How many of what the last export sent the collector's 2xx answer says it rejected
+ * (logged, rate-limited); spans 1 for a trace export, 0 for metrics. */
+static int64_t rejected(struct otlp *o, const char *url, int spans)
+{
+	int64_t n = 0;
+	char why[256];
+
+	otlp_response_rejected(o->protocol, spans, o->response, o->response_len, &n, why,
+			       sizeof(why));
+	if (n)
+		log_limited(o, "the collector at %s did not take %lld of the %s sent: %s", url,
+			    (long long)n, spans ? "spans" : "data points", why[0] ? why : "(no message)");
+	else if (why[0])
+		log_limited(o, "the collector at %s took everything but warns: %s", url, why);
+	return n;
+}
+
+/* POSTs body (borrowed, len bytes) to url; the answer is kept in o->response. 0 on a
+ * 2xx, -1 otherwise (logged, rate-limited). */
+static int post(struct otlp *o, const char *url, const char *body, size_t len, long timeout_ms)
 {
 	long status = 0;
 
 	curl_easy_reset(o->curl);
 	curl_easy_setopt(o->curl, CURLOPT_URL, url);
 	curl_easy_setopt(o->curl, CURLOPT_HTTPHEADER, o->headers);
+	curl_easy_setopt(o->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
 	curl_easy_setopt(o->curl, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(o->curl, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(o->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(o->curl, CURLOPT_WRITEFUNCTION, discard_cb);
+	curl_easy_setopt(o->curl, CURLOPT_WRITEFUNCTION, response_cb);
+	curl_easy_setopt(o->curl, CURLOPT_WRITEDATA, o);
 	curl_easy_setopt(o->curl, CURLOPT_USERAGENT, "outboxd-otlp");
+	o->response_len = 0;
 	CURLcode rc = curl_easy_perform(o->curl);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(o->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (rc == CURLE_OK && status >= 200 && status < 300)
 		return 0;
-	int64_t now = clock_mono_ms();
-	if (!o->failure_logged_ms || now - o->failure_logged_ms >= FAILURE_LOG_MS) {
-		o->failure_logged_ms = now;
-		if (rc != CURLE_OK)
-			log_warn("otlp: export to %s failed: %s (logged at most once a minute)", url,
-				 curl_easy_strerror(rc));
-		else
-			log_warn("otlp: export to %s answered HTTP %ld (logged at most once a minute)",
-				 url, status);
-	}
+	if (rc != CURLE_OK)
+		log_limited(o, "export to %s failed: %s", url, curl_easy_strerror(rc));
+	else
+		log_limited(o, "export to %s answered HTTP %ld", url, status);
 	return -1;
 }
 
@@ -112,26 +157,31 @@ static size_t flush_spans(struct otlp *o, long timeout_ms)
 	pthread_mutex_unlock(&o->lock);
 	if (!n)
 		return 0;
-	char *body = otlp_traces_json(batch, n, o->instance, o->version);
-	if (body && post(o, o->traces_url, body, timeout_ms) == 0)
-		metrics_otlp_spans((long)n, 0, 0);
-	else
+	char *body = NULL;
+	size_t len = 0;
+	if (otlp_encode_traces(o->protocol, batch, n, o->instance, o->version, &body, &len) == 0 &&
+	    post(o, o->traces_url, body, len, timeout_ms) == 0) {
+		/* a partial success: what the collector rejected counts as failed */
+		int64_t lost = rejected(o, o->traces_url, 1);
+		lost = lost < (int64_t)n ? lost : (int64_t)n;
+		metrics_otlp_spans((long)n - (long)lost, 0, (long)lost);
+	} else {
 		metrics_otlp_spans(0, 0, (long)n);
+	}
 	free(body);
 	return n;
 }
 
 static void export_metrics(struct otlp *o, long timeout_ms)
 {
-	char *text = NULL;
+	char *text = NULL, *body = NULL;
 	size_t len = 0;
-	if (metrics_render(&text, &len) == 0) {
-		char *body = otlp_metrics_json(text, o->instance, o->version, o->start_ns,
-					       clock_now_ms() * 1000000);
-		if (body)
-			post(o, o->metrics_url, body, timeout_ms);
-		free(body);
-	}
+	if (metrics_render(&text, &len) == 0 &&
+	    otlp_encode_metrics(o->protocol, text, o->instance, o->version, o->start_ns,
+				clock_now_ns(), &body, &len) == 0 &&
+	    post(o, o->metrics_url, body, len, timeout_ms) == 0)
+		rejected(o, o->metrics_url, 0);
+	free(body);
 	free(text);
 }
 
@@ -202,11 +252,13 @@ static char *join(const char *base, const char *path)
 	return url;
 }
 
-/* Content-Type, then each Name=value of list (checked by config_load) as "Name: value".
- * NULL when out of memory. */
-static struct curl_slist *header_list(const char *list)
+/* Content-Type of protocol p, then each Name=value of list (checked by config_load) as
+ * "Name: value". NULL when out of memory. */
+static struct curl_slist *header_list(enum otlp_protocol p, const char *list)
 {
-	struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+	struct curl_slist *h = curl_slist_append(NULL, p == OTLP_JSON
+							       ? "Content-Type: application/json"
+							       : "Content-Type: application/x-protobuf");
 	while (h && list && *list) {
 		size_t len = strcspn(list, ",");
 		const char *eq = memchr(list, '=', len);
@@ -226,15 +278,22 @@ static struct curl_slist *header_list(const char *list)
 	return h;
 }
 
-int otlp_start(const char *endpoint, const char *headers, const char *service_instance,
-	       const char *version, int64_t metrics_interval_ms, char *err, size_t errlen)
+int otlp_start(const char *endpoint, const char *headers, const char *protocol,
+	       const char *service_instance, const char *version, int64_t metrics_interval_ms,
+	       char *err, size_t errlen)
 {
+	enum otlp_protocol p;
+	if (otlp_protocol_parse(protocol, &p)) {
+		snprintf(err, errlen, "otlp: otlp_protocol must be http/protobuf or http/json, got "
+			 "\"%s\"", protocol ? protocol : "");
+		return -1;
+	}
 	struct otlp *o = calloc(1, sizeof(*o));
 	if (!o || !(o->queue = calloc(OTLP_QUEUE_MAX, sizeof(*o->queue))) ||
 	    !(o->traces_url = join(endpoint, "/v1/traces")) ||
 	    !(o->metrics_url = join(endpoint, "/v1/metrics")) ||
 	    !(o->instance = strdup(service_instance)) || !(o->version = strdup(version)) ||
-	    !(o->headers = header_list(headers))) {
+	    !(o->headers = header_list(p, headers))) {
 		snprintf(err, errlen, "otlp: out of memory");
 		otlp_free(o);
 		return -1;
@@ -244,8 +303,9 @@ int otlp_start(const char *endpoint, const char *headers, const char *service_in
 		otlp_free(o);
 		return -1;
 	}
+	o->protocol = p;
 	o->metrics_interval_ms = metrics_interval_ms;
-	o->start_ns = clock_now_ms() * 1000000;
+	o->start_ns = clock_now_ns();
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);

@@ -1,219 +1,231 @@
-/* otlp_json.c: the OTLP JSON encoding (the protobuf JSON mapping of the OTLP trace and
- * metrics services: ids as lowercase hex, 64-bit integers as strings, enums as numbers)
- * of attempt spans and of the Prometheus counters. Pure: no I/O, no clock. */
-#include "otel/otlp.h"
+/* otlp_json.c: the OTLP JSON encoding of any message of the OTLP definitions, read
+ * through protobuf-c's descriptors, so the JSON says exactly what the protobuf does.
+ *
+ * proto3's JSON mapping: keys are the field names in lowerCamelCase, a singular field at
+ * its default value is left out (a member of a oneof that is set is not), 64-bit integers
+ * are decimal strings, bytes base64. OTLP's deviations (its specification, "JSON Protobuf
+ * Encoding"): trace and span ids are hex, enums are integers. Pure: no I/O. */
+#include "otel/otlp_int.h"
 
-#include <ctype.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
-#include "core/model.h"
-#include "core/trace.h"
+#include "util/base64.h"
 
-#define SPAN_KIND_CLIENT 3      /* opentelemetry.proto.trace.v1.Span.SpanKind */
-#define STATUS_OK 1             /* Status.StatusCode */
-#define STATUS_ERROR 2
-#define TEMPORALITY_CUMULATIVE 2
+static json_t *message_json(const ProtobufCMessage *m);
 
-static void copy(char *dst, size_t size, const char *src)
-{
-	snprintf(dst, size, "%s", src ? src : "");
-}
-
-void otlp_span_from_attempt(struct otlp_span *s, const struct store_claim *c,
-			    const struct store_attempt *a, uint64_t span_id, int64_t duration_us)
-{
-	char tp[TRACEPARENT_LEN];
-
-	memset(s, 0, sizeof(*s));
-	/* the same trace id the attempt's traceparent header carried (core/trace.h) */
-	trace_child(c->traceparent, c->event_id, span_id, tp);
-	memcpy(s->trace_id, tp + 3, 32);
-	memcpy(s->span_id, tp + 36, 16);
-	if (trace_valid(c->traceparent))
-		memcpy(s->parent_span_id, c->traceparent + 36, 16);
-	copy(s->delivery_id, sizeof(s->delivery_id), c->delivery_id);
-	copy(s->event_id, sizeof(s->event_id), c->event_id);
-	copy(s->subscription_id, sizeof(s->subscription_id), c->subscription_id);
-	copy(s->event_type, sizeof(s->event_type), c->event_type);
-	copy(s->kind, sizeof(s->kind), attempt_kind_name(a->kind));
-	copy(s->message, sizeof(s->message), a->message);
-	s->attempt = a->n;
-	s->code = a->code;
-	s->start_ns = a->started_at * 1000000;
-	s->end_ns = s->start_ns + (duration_us > 0 ? duration_us : 0) * 1000;
-}
-
-static json_t *attr_str(const char *key, const char *value)
-{
-	return json_pack("{s:s, s:{s:s}}", "key", key, "value", "stringValue", value);
-}
-
-static json_t *attr_int(const char *key, long long value)
+static json_t *int64_json(int64_t v)
 {
 	char text[24];
-	snprintf(text, sizeof(text), "%lld", value);
-	return json_pack("{s:s, s:{s:s}}", "key", key, "value", "intValue", text);
-}
-
-static json_t *nanos(int64_t ns)
-{
-	char text[24];
-	snprintf(text, sizeof(text), "%" PRId64, ns);
+	snprintf(text, sizeof(text), "%" PRId64, v);
 	return json_string(text);
 }
 
-static json_t *resource(const char *service_instance, const char *version)
+static json_t *uint64_json(uint64_t v)
 {
-	json_t *attrs = json_array();
-	json_array_append_new(attrs, attr_str("service.name", "outboxd"));
-	json_array_append_new(attrs, attr_str("service.version", version));
-	json_array_append_new(attrs, attr_str("service.instance.id", service_instance));
-	return json_pack("{s:o}", "attributes", attrs);
+	char text[24];
+	snprintf(text, sizeof(text), "%" PRIu64, v);
+	return json_string(text);
 }
 
-static char *dump(json_t *root)
+/* proto3 JSON writes the IEEE specials as strings; JSON has no numbers for them. */
+static json_t *double_json(double v)
 {
-	char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
+	if (isnan(v))
+		return json_string("NaN");
+	if (isinf(v))
+		return json_string(v > 0 ? "Infinity" : "-Infinity");
+	return json_real(v);
+}
+
+/* Trace and span ids (trace_id, span_id, parent_span_id, in every OTLP message that has
+ * them) are hex in OTLP JSON; other bytes are base64. */
+static int is_id_field(const char *name)
+{
+	size_t n = strlen(name);
+	return (n >= 8 && strcmp(name + n - 8, "trace_id") == 0) ||
+	       (n >= 7 && strcmp(name + n - 7, "span_id") == 0);
+}
+
+static json_t *bytes_json(const ProtobufCFieldDescriptor *f, const ProtobufCBinaryData *b)
+{
+	static const char digits[] = "0123456789abcdef";
+	char *text = malloc(is_id_field(f->name) ? 2 * b->len + 1 : base64_encoded_size(b->len));
+	json_t *out;
+
+	if (!text)
+		return NULL;
+	if (is_id_field(f->name)) {
+		for (size_t i = 0; i < b->len; i++) {
+			text[2 * i] = digits[b->data[i] >> 4];
+			text[2 * i + 1] = digits[b->data[i] & 0xf];
+		}
+		text[2 * b->len] = '\0';
+	} else {
+		base64_encode(b->data, b->len, text);
+	}
+	out = json_string(text);
+	free(text);
+	return out;
+}
+
+/* The value at p of field f's type (one element of a repeated field). */
+static json_t *value_json(const ProtobufCFieldDescriptor *f, const void *p)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_INT32:
+	case PROTOBUF_C_TYPE_SINT32:
+	case PROTOBUF_C_TYPE_SFIXED32:
+	case PROTOBUF_C_TYPE_ENUM:
+		return json_integer(*(const int32_t *)p);
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32:
+		return json_integer(*(const uint32_t *)p);
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+		return int64_json(*(const int64_t *)p);
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		return uint64_json(*(const uint64_t *)p);
+	case PROTOBUF_C_TYPE_FLOAT:
+		return double_json(*(const float *)p);
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return double_json(*(const double *)p);
+	case PROTOBUF_C_TYPE_BOOL:
+		return json_boolean(*(const protobuf_c_boolean *)p);
+	case PROTOBUF_C_TYPE_STRING:
+		return json_string(*(char *const *)p ? *(char *const *)p : "");
+	case PROTOBUF_C_TYPE_BYTES:
+		return bytes_json(f, p);
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return message_json(*(ProtobufCMessage *const *)p);
+	}
+	return NULL;
+}
+
+static size_t value_size(const ProtobufCFieldDescriptor *f)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		return 8;
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return sizeof(double);
+	case PROTOBUF_C_TYPE_BOOL:
+		return sizeof(protobuf_c_boolean);
+	case PROTOBUF_C_TYPE_STRING:
+		return sizeof(char *);
+	case PROTOBUF_C_TYPE_BYTES:
+		return sizeof(ProtobufCBinaryData);
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return sizeof(ProtobufCMessage *);
+	default:
+		return 4;
+	}
+}
+
+/* True when the singular field at p holds its proto3 default (0, false, "", no bytes, no
+ * message): such a field is not written. */
+static int is_default(const ProtobufCFieldDescriptor *f, const void *p)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_STRING:
+		return !*(char *const *)p || !**(char *const *)p;
+	case PROTOBUF_C_TYPE_BYTES:
+		return ((const ProtobufCBinaryData *)p)->len == 0;
+	case PROTOBUF_C_TYPE_MESSAGE:
+		return !*(ProtobufCMessage *const *)p;
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return *(const double *)p == 0 && !signbit(*(const double *)p);
+	case PROTOBUF_C_TYPE_FLOAT:
+		return *(const float *)p == 0 && !signbit(*(const float *)p);
+	case PROTOBUF_C_TYPE_BOOL:
+		return !*(const protobuf_c_boolean *)p;
+	default: {
+		static const unsigned char zero[8];
+		return memcmp(p, zero, value_size(f)) == 0;
+	}
+	}
+}
+
+/* "start_time_unix_nano" -> "startTimeUnixNano" into out (size bytes). */
+static void camel(const char *name, char *out, size_t size)
+{
+	size_t o = 0;
+	int upper = 0;
+	for (; *name && o + 1 < size; name++) {
+		if (*name == '_') {
+			upper = 1;
+			continue;
+		}
+		out[o++] = upper && *name >= 'a' && *name <= 'z' ? (char)(*name - 'a' + 'A') : *name;
+		upper = 0;
+	}
+	out[o] = '\0';
+}
+
+static json_t *message_json(const ProtobufCMessage *m)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	json_t *obj = json_object();
+
+	for (unsigned i = 0; obj && i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		const char *base = (const char *)m;
+		const void *p = base + f->offset;
+		char key[64];
+		json_t *v = NULL;
+
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			size_t n = *(const size_t *)(base + f->quantifier_offset);
+			const char *items = *(const char *const *)p;
+			if (!n)
+				continue;
+			v = json_array();
+			for (size_t k = 0; v && k < n; k++)
+				if (json_array_append_new(v, value_json(f, items + k * value_size(f)))) {
+					json_decref(v);
+					v = NULL;
+				}
+		} else if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+			/* the member the oneof's case names is written even at its default */
+			if (*(const uint32_t *)(base + f->quantifier_offset) != f->id)
+				continue;
+			v = value_json(f, p);
+		} else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_STRING &&
+			   f->type != PROTOBUF_C_TYPE_MESSAGE) {
+			/* a field with presence (protobuf-c's has_ flag) */
+			if (!*(const protobuf_c_boolean *)(base + f->quantifier_offset))
+				continue;
+			v = value_json(f, p);
+		} else {
+			if (is_default(f, p))
+				continue;
+			v = value_json(f, p);
+		}
+		camel(f->name, key, sizeof(key));
+		if (json_object_set_new(obj, key, v)) {
+			json_decref(obj);
+			obj = NULL;
+		}
+	}
+	return obj;
+}
+
+int otlp_json_encode(const ProtobufCMessage *m, char **out, size_t *len)
+{
+	json_t *root = message_json(m);
+	*out = root ? json_dumps(root, JSON_COMPACT) : NULL;
 	json_decref(root);
-	return text;
-}
-
-static json_t *span_json(const struct otlp_span *s)
-{
-	int ok = s->code >= 200 && s->code < 300;
-	char name[128];
-	snprintf(name, sizeof(name), "deliver %s", s->event_type[0] ? s->event_type : "event");
-	json_t *attrs = json_array();
-	json_array_append_new(attrs, attr_str("outboxd.delivery.id", s->delivery_id));
-	json_array_append_new(attrs, attr_str("outboxd.event.id", s->event_id));
-	json_array_append_new(attrs, attr_str("outboxd.event.type", s->event_type));
-	json_array_append_new(attrs, attr_str("outboxd.subscription.id", s->subscription_id));
-	json_array_append_new(attrs, attr_str("outboxd.attempt.kind", s->kind));
-	json_array_append_new(attrs, attr_int("outboxd.attempt.number", s->attempt));
-	json_array_append_new(attrs, attr_int("outboxd.attempt.code", s->code));
-	json_array_append_new(attrs, attr_str("outboxd.attempt.outcome", ok ? "success" : "failure"));
-	if (s->code >= 100 && s->code < 600)
-		json_array_append_new(attrs, attr_int("http.response.status_code", s->code));
-	json_t *status = ok ? json_pack("{s:i}", "code", STATUS_OK)
-			    : json_pack("{s:i, s:s}", "code", STATUS_ERROR, "message", s->message);
-	json_t *span = json_pack("{s:s, s:s, s:s, s:i, s:o, s:o, s:o, s:o}", "traceId", s->trace_id,
-				 "spanId", s->span_id, "name", name, "kind", SPAN_KIND_CLIENT,
-				 "startTimeUnixNano", nanos(s->start_ns), "endTimeUnixNano",
-				 nanos(s->end_ns), "attributes", attrs, "status", status);
-	if (span && s->parent_span_id[0])
-		json_object_set_new(span, "parentSpanId", json_string(s->parent_span_id));
-	return span;
-}
-
-char *otlp_traces_json(const struct otlp_span *spans, size_t n, const char *service_instance,
-		       const char *version)
-{
-	json_t *list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, span_json(&spans[i]));
-	return dump(json_pack("{s:[{s:o, s:[{s:{s:s, s:s}, s:o}]}]}", "resourceSpans", "resource",
-			      resource(service_instance, version), "scopeSpans", "scope", "name",
-			      "outboxd", "version", version, "spans", list));
-}
-
-/* ---- Prometheus text -> OTLP metrics ------------------------------------------------- */
-
-/* name{k="v",...} value: the labels as OTLP attributes into attrs. 0, or -1 when the
- * line is not a sample. */
-static int parse_sample(const char *line, char *name, size_t name_size, json_t *attrs,
-			double *value)
-{
-	size_t n = strcspn(line, "{ ");
-	if (n == 0 || n >= name_size)
-		return -1;
-	memcpy(name, line, n);
-	name[n] = '\0';
-	const char *p = line + n;
-	if (*p == '{') {
-		p++;
-		while (*p && *p != '}') {
-			char key[128], val[256];
-			size_t kl = strcspn(p, "=");
-			if (kl == 0 || kl >= sizeof(key) || p[kl] != '=' || p[kl + 1] != '"')
-				return -1;
-			memcpy(key, p, kl);
-			key[kl] = '\0';
-			p += kl + 2;
-			size_t vl = 0;
-			while (*p && *p != '"' && vl < sizeof(val) - 1) {
-				if (*p == '\\' && p[1])
-					p++;
-				val[vl++] = *p++;
-			}
-			val[vl] = '\0';
-			if (*p != '"')
-				return -1;
-			p++;
-			json_array_append_new(attrs, attr_str(key, val));
-			if (*p == ',')
-				p++;
-		}
-		if (*p != '}')
-			return -1;
-		p++;
-	}
-	char *end;
-	*value = strtod(p, &end);
-	return end == p ? -1 : 0;
-}
-
-char *otlp_metrics_json(const char *text, const char *service_instance, const char *version,
-			int64_t start_ns, int64_t now_ns)
-{
-	json_t *metrics = json_array();
-	json_t *points = NULL;     /* data points of the current family */
-	char family[128] = "", type[16] = "";
-	const char *line = text;
-
-	while (line && *line) {
-		const char *eol = strchr(line, '\n');
-		size_t len = eol ? (size_t)(eol - line) : strlen(line);
-		char buf[1024];
-		if (len < sizeof(buf)) {
-			memcpy(buf, line, len);
-			buf[len] = '\0';
-			char name[128];
-			if (sscanf(buf, "# TYPE %127s %15s", name, type) == 2) {
-				snprintf(family, sizeof(family), "%s", name);
-				points = NULL;
-				if (!strcmp(type, "counter") || !strcmp(type, "gauge")) {
-					points = json_array();
-					json_t *m = !strcmp(type, "counter")
-						? json_pack("{s:s, s:{s:o, s:i, s:b}}", "name", name, "sum",
-							    "dataPoints", points, "aggregationTemporality",
-							    TEMPORALITY_CUMULATIVE, "isMonotonic", 1)
-						: json_pack("{s:s, s:{s:o}}", "name", name, "gauge",
-							    "dataPoints", points);
-					json_array_append_new(metrics, m);
-				}
-			} else if (buf[0] != '#' && buf[0] && points) {
-				json_t *attrs = json_array();
-				double v;
-				if (parse_sample(buf, name, sizeof(name), attrs, &v) == 0 &&
-				    strcmp(name, family) == 0) {
-					json_t *pt = json_pack("{s:o, s:o, s:f}", "attributes", attrs,
-							       "timeUnixNano", nanos(now_ns), "asDouble", v);
-					if (pt && !strcmp(type, "counter"))
-						json_object_set_new(pt, "startTimeUnixNano", nanos(start_ns));
-					json_array_append_new(points, pt);
-				} else {
-					json_decref(attrs);
-				}
-			}
-		}
-		line = eol ? eol + 1 : NULL;
-	}
-	return dump(json_pack("{s:[{s:o, s:[{s:{s:s, s:s}, s:o}]}]}", "resourceMetrics",
-			      "resource", resource(service_instance, version), "scopeMetrics",
-			      "scope", "name", "outboxd", "version", version, "metrics", metrics));
+	*len = *out ? strlen(*out) : 0;
+	return *out ? 0 : -1;
 }

@@ -48,6 +48,24 @@ int64_t clock_mono_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static int64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t clock_now_ns(void)
+{
+	return clock_ns(CLOCK_REALTIME);
+}
+
+int64_t clock_mono_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
 /* Writes v as exactly n decimal digits (v < 10^n). */
 static char *put_digits(char *p, int v, int n)
 {

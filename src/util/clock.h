@@ -1,4 +1,5 @@
-/* clock.h: wall and monotonic time in milliseconds, RFC 3339 formatting. */
+/* clock.h: wall and monotonic time in milliseconds (and finer where a protocol wants it),
+ * RFC 3339 formatting. */
 #ifndef OUTBOXD_UTIL_CLOCK_H
 #define OUTBOXD_UTIL_CLOCK_H
 
@@ -12,6 +13,8 @@ int64_t clock_mono_ms(void);     /* CLOCK_MONOTONIC, ms */
 int64_t clock_mono_us(void);     /* CLOCK_MONOTONIC, µs */
 int64_t clock_now_us(void);      /* CLOCK_REALTIME, µs since the epoch (the clock of the
                                     kernel's socket timestamps, SO_TIMESTAMP) */
+int64_t clock_now_ns(void);      /* CLOCK_REALTIME, ns since the epoch (OTLP span times) */
+int64_t clock_mono_ns(void);     /* CLOCK_MONOTONIC, ns */
 
 /* "2026-11-21T23:04:15.123Z" into buf (at least RFC3339_LEN bytes). Returns buf. */
 char *clock_format_rfc3339(int64_t ms, char *buf);

@@ -15,6 +15,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/utf8.h"
 #include "util/uuid.h"
 
 /* ---- parameters and results ---------------------------------------------- */
@@ -150,26 +151,6 @@ void pg_arr_bool(struct pgarr *a, int b)
 	pg_arr_add(a, &v, 1);
 }
 
-/* Length of the longest prefix of t (at most max bytes) that is valid UTF-8. */
-static size_t utf8_prefix(const unsigned char *t, size_t len)
-{
-	size_t i = 0;
-
-	while (i < len) {
-		unsigned char c = t[i];
-		size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 :
-			   (c & 0xf8) == 0xf0 ? 4 : 0;
-
-		if (!k || i + k > len || (k == 2 && c < 0xc2))
-			break;
-		for (size_t j = 1; j < k; j++)
-			if ((t[i + j] & 0xc0) != 0x80)
-				return i;
-		i += k;
-	}
-	return i;
-}
-
 /* Error text (attempt message and cause, last_message/last_cause): at most
  * ERROR_TEXT_MAX bytes cut on a character boundary, and valid UTF-8, which PostgreSQL
  * insists on where SQLite does not: a response body in another encoding must not make
@@ -186,7 +167,7 @@ void pg_arr_error_text(struct pgarr *a, const char *t)
 	}
 	len = strnlen(t, ERROR_TEXT_MAX);
 	while (i < len) {
-		size_t ok = utf8_prefix(s + i, len - i);
+		size_t ok = utf8_valid_prefix(s + i, len - i);
 
 		memcpy(out + o, s + i, ok);
 		o += ok;
@@ -195,7 +176,7 @@ void pg_arr_error_text(struct pgarr *a, const char *t)
 			/* A character cut by the length cap ends the text; anything else invalid
 			 * is replaced. */
 			if (len == ERROR_TEXT_MAX && len - i < 4 && (s[i] & 0xc0) == 0xc0 &&
-			    utf8_prefix(s + i, len - i) == 0) {
+			    utf8_valid_prefix(s + i, len - i) == 0) {
 				int cut = 1;
 
 				for (size_t j = i + 1; j < len; j++)

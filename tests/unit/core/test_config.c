@@ -328,8 +328,17 @@ static void test_otlp_settings(void **state)
 	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_headers, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "otlp_headers"));
 	config_free(&c);
+	char *bad_protocol[] = {"--otlp-protocol", "grpc"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_protocol, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "otlp_protocol must be http/protobuf or http/json"));
+	config_free(&c);
+	char *json[] = {"--otlp-protocol", "http/json"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, json, err, sizeof(err)), 0);
+	assert_string_equal(c.otlp_protocol, "http/json");
+	config_free(&c);
 	assert_int_equal(config_load(&c, NULL, NULL, 0, NULL, err, sizeof(err)), 0);
 	assert_null(c.otlp_endpoint); /* off by default */
+	assert_string_equal(c.otlp_protocol, "http/protobuf"); /* the Collector's default */
 	config_free(&c);
 }
 

@@ -146,6 +146,25 @@ static void test_clocks(void **state)
 	assert_true(clock_mono_us() / 1000 >= a);
 }
 
+/* The nanosecond readings are the same clocks, to the nanosecond: over a thousand
+ * readings some do not end in 000 (a microsecond clock scaled up always would). */
+static void test_nanosecond_clocks(void **state)
+{
+	int64_t us = clock_now_us(), ns = clock_now_ns();
+	int64_t mono_us = clock_mono_us(), mono_ns = clock_mono_ns();
+	int finer = 0;
+
+	assert_true(ns / 1000 >= us && ns / 1000 - us < 5000000);
+	assert_true(mono_ns / 1000 >= mono_us && mono_ns / 1000 - mono_us < 5000000);
+	for (int i = 0; i < 1000; i++) {
+		int64_t next = clock_mono_ns();
+		assert_true(next >= mono_ns);
+		mono_ns = next;
+		finer |= next % 1000 != 0 || clock_now_ns() % 1000 != 0;
+	}
+	assert_true(finer);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -155,6 +174,7 @@ int main(void)
 		cmocka_unit_test(test_parse_rejects),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_clocks),
+		cmocka_unit_test(test_nanosecond_clocks),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
