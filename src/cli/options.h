@@ -51,6 +51,7 @@ extern const struct cli_option cli_global_options[];
 
 /* A parsed command line. Every string is borrowed from argv or from the tables. */
 struct cli_args {
+	const struct cli_group *group;
 	const struct cli_command *command;
 	const char *names[CLI_MAX_OPTS];   /* the options given, as the table spells them */
 	const char *values[CLI_MAX_OPTS];  /* their values; "true" for a flag */
