@@ -18,6 +18,7 @@
 
 #include "cli/options.h"
 #include "core/model.h"
+#include "util/duration.h"
 #include "util/uuid.h"
 
 struct cli {
@@ -921,6 +922,14 @@ static int run_jobs_wait(struct cli *c, const struct cli_args *o)
 	return follow_job(c, o->args[0]);
 }
 
+/* An age for a person: whole seconds under an hour, whole minutes under two days, whole
+ * hours beyond, written as a duration ("45s", "62m", "3d"). Returns buf. */
+static const char *age_text(long long ms, char *buf, size_t len)
+{
+	long long unit = ms < 3600000 ? 1000 : ms < 2 * 86400000LL ? 60000 : 3600000;
+	return duration_format(ms < 0 ? 0 : ms / unit * unit, buf, len);
+}
+
 static int run_stats(struct cli *c, const struct cli_args *o)
 {
 	json_t *r;
@@ -942,12 +951,14 @@ static int run_stats(struct cli *c, const struct cli_args *o)
 	       (long long)json_integer_value(json_object_get(r, "in_flight")),
 	       (long long)json_integer_value(json_object_get(r, "due_backlog")), str(r, "oldest_dead_at"));
 	json_t *fl = json_object_get(r, "failing");
+	char age[32];
 	if (json_is_string(json_object_get(fl, "oldest_since")))
 		printf("failing      %lld deliveries still retried, the oldest failing since %s "
-		       "(%lld s)\n",
+		       "(%s)\n",
 		       (long long)json_integer_value(json_object_get(fl, "deliveries")),
 		       str(fl, "oldest_since"),
-		       (long long)json_integer_value(json_object_get(fl, "oldest_age_ms")) / 1000);
+		       age_text(json_integer_value(json_object_get(fl, "oldest_age_ms")), age,
+				sizeof(age)));
 	json_t *bl = json_object_get(r, "blocked"), *ops = json_object_get(r, "ops_events");
 	printf("blocked      %lld deliveries behind dead ones, %lld keys   ops events stored %lld, "
 	       "held back %lld, dropped %lld (this instance)\n\n",
