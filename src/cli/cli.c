@@ -1113,6 +1113,11 @@ static const struct cli_option list_options[] = {
 	{"--failing", NULL, "what is failing now, dead or still retried"},
 	{"--sort", "created_at|updated_at|attempt_count", "the order (default created_at)"},
 	{"--order", "asc|desc", "ascending (default) or descending"},
+	END,
+};
+
+/* The pages of a list: one, or every page (--json gathers every page anyway). */
+static const struct cli_option paging_options[] = {
 	{"--limit", "N", "rows per page (default 50)"},
 	{"--all", NULL, "every page"},
 	END,
@@ -1160,8 +1165,6 @@ static const struct cli_option enabled_option[] = {
 
 static const struct cli_option jobs_options[] = {
 	{"--state", "running|done|cancelled|failed", "only jobs in this state"},
-	{"--limit", "N", "rows per page (default 50)"},
-	{"--all", NULL, "every page"},
 	END,
 };
 
@@ -1202,14 +1205,14 @@ static const struct cli_command subs_commands[] = {
 
 static const struct cli_command deliveries_commands[] = {
 	{"list", "[filters] [options]", "deliveries, one page (every page: --all)", 0, 0,
-	 {status_option, filter_options, list_options}, run_deliveries_list},
+	 {status_option, filter_options, list_options, paging_options}, run_deliveries_list},
 	{"show", "ID", "one delivery with every attempt", 1, 1, NO_OPTIONS, run_deliveries_show},
 	LAST,
 };
 
 static const struct cli_command dlq_commands[] = {
 	{"list", "[filters] [options]", "dead-lettered deliveries", 0, 0,
-	 {status_option, filter_options, list_options}, run_dlq_list},
+	 {status_option, filter_options, list_options, paging_options}, run_dlq_list},
 	{"replay", "ID... | [filters] [options]",
 	 "replay deliveries now, or by filter as a paced job", 0, -1,
 	 {status_option, filter_options, replay_options}, run_dlq_replay},
@@ -1221,7 +1224,7 @@ static const struct cli_command dlq_commands[] = {
 
 static const struct cli_command jobs_commands[] = {
 	{"list", NULL, "replay jobs, newest first: progress, who started them", 0, 0,
-	 {jobs_options}, run_jobs_list},
+	 {jobs_options, paging_options}, run_jobs_list},
 	{"show", "ID", "a replay job's progress", 1, 1, NO_OPTIONS, run_jobs_show},
 	{"wait", "ID", "follow a replay job until it ends", 1, 1, NO_OPTIONS, run_jobs_wait},
 	{"cancel", "ID", "stop a replay job", 1, 1, NO_OPTIONS, run_jobs_cancel},
