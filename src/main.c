@@ -32,7 +32,8 @@ static void usage(FILE *out)
 		     "  spool        inspect a spool file, or re-insert it into the store (outboxd spool --help)\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
-		     "outboxd <group> --help shows a group's commands and options.\n");
+		     "outboxd <group> --help lists a group's commands, outboxd <group> <command>\n"
+		     "--help a command's options.\n");
 }
 
 static int spool_replay_settings(int argc, char **argv, struct config *cfg)

@@ -1,9 +1,13 @@
 /* cli.c: `outboxd <group> <command>` — the operator CLI over the HTTP API.
  *
  * Each command builds one API call (list commands follow next_cursor for every page),
- * prints a table or, with --json, the API's JSON, and exits with enum cli_exit. */
+ * prints a table or, with --json, the API's JSON, and exits with enum cli_exit. Every
+ * command is one row of the tables at the end of this file (cli/options.h): its options,
+ * its arguments and its handler; the parser checks a command line against the row before
+ * the handler runs, so a handler reads only options its row names. */
 #include "cli/cli.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,20 +16,10 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#define MAX_OPTS 32
-#define MAX_ARGS 1024
-
-/* Flags that take no value. */
-static const char *const bool_flags[] = {"--json", "--force", "--all", "--help", "-h",
-					 "--dry-run", "--no-wait", "--failing", NULL};
-
-struct opts {
-	const char *keys[MAX_OPTS];
-	const char *values[MAX_OPTS];
-	int n;
-	const char *args[MAX_ARGS];      /* positional arguments */
-	int nargs;
-};
+#include "cli/options.h"
+#include "core/model.h"
+#include "util/duration.h"
+#include "util/uuid.h"
 
 struct cli {
 	char url[512];
@@ -33,70 +27,26 @@ struct cli {
 	int json;
 };
 
-static int is_bool_flag(const char *a)
+/* The value of option key ("--status") on the command line, NULL when not given. */
+static const char *opt(const struct cli_args *o, const char *key)
 {
-	for (const char *const *f = bool_flags; *f; f++)
-		if (strcmp(*f, a) == 0)
-			return 1;
-	return 0;
+	return cli_args_get(o, key);
 }
 
-static int parse_opts(int argc, char **argv, struct opts *o)
+/* A command line the parser let through that the command still cannot run (a required
+ * option missing, two that exclude each other): says why on stderr with the command's
+ * usage line. Returns CLI_USAGE. */
+static int usage_error(const struct cli_args *o, const char *fmt, ...)
 {
-	memset(o, 0, sizeof(*o));
-	for (int i = 0; i < argc; i++) {
-		const char *a = argv[i];
-		if (strncmp(a, "--", 2) != 0 && strcmp(a, "-h") != 0) {
-			if (o->nargs == MAX_ARGS)
-				return -1;
-			o->args[o->nargs++] = a;
-			continue;
-		}
-		if (o->n == MAX_OPTS)
-			return -1;
-		const char *eq = strchr(a, '=');
-		if (eq) {
-			char *key = strndup(a, (size_t)(eq - a));
-			o->keys[o->n] = key; /* leaked deliberately: lives until exit */
-			o->values[o->n++] = eq + 1;
-		} else if (is_bool_flag(a)) {
-			o->keys[o->n] = a;
-			o->values[o->n++] = "true";
-		} else if (i + 1 < argc) {
-			o->keys[o->n] = a;
-			o->values[o->n++] = argv[++i];
-		} else {
-			fprintf(stderr, "outboxd: %s needs a value\n", a);
-			return -1;
-		}
-	}
-	return 0;
-}
-
-static const char *opt(const struct opts *o, const char *key)
-{
-	for (int i = o->n - 1; i >= 0; i--)
-		if (strcmp(o->keys[i], key) == 0)
-			return o->values[i];
-	return NULL;
-}
-
-/* Fails on options the command does not know, so typos are not silently ignored. */
-static int check_opts(const struct opts *o, const char *const *allowed)
-{
-	static const char *const global[] = {"--url", "--token", "--json", "--help", "-h", NULL};
-	for (int i = 0; i < o->n; i++) {
-		int ok = 0;
-		for (const char *const *a = global; *a && !ok; a++)
-			ok = strcmp(*a, o->keys[i]) == 0;
-		for (const char *const *a = allowed; a && *a && !ok; a++)
-			ok = strcmp(*a, o->keys[i]) == 0;
-		if (!ok) {
-			fprintf(stderr, "outboxd: unknown option %s (see --help)\n", o->keys[i]);
-			return -1;
-		}
-	}
-	return 0;
+	char usage[256];
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("outboxd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nusage: %s\n",
+		cli_command_usage(o->group, o->command, usage, sizeof(usage)));
+	return CLI_USAGE;
 }
 
 /* ---- HTTP ------------------------------------------------------------------------------ */
@@ -259,11 +209,6 @@ static void append_query(char *q, size_t len, const char *key, const char *value
 	curl_free(esc);
 }
 
-static const char *const list_opts[] = {"--status", "--subscription", "--name", "--type", "--q",
-					"--code", "--source", "--event-id", "--from", "--to",
-					"--min-attempts", "--failing-since", "--failing",
-					"--sort", "--order", "--limit", "--all", NULL};
-
 /* Command-line filter options and the API's filter names. */
 static const char *const filter_map[][2] = {
 	{"--status", "status"}, {"--subscription", "subscription_id"}, {"--name", "name"},
@@ -271,16 +216,92 @@ static const char *const filter_map[][2] = {
 	{"--event-id", "event_id"}, {"--from", "from"}, {"--to", "to"},
 	{"--min-attempts", "min_attempts"}, {"--failing-since", "failing_since"},
 };
+#define N_FILTERS (sizeof(filter_map) / sizeof(filter_map[0]))
+
+/* The id of what arg names among GET list's items ("/v1/subscriptions", "/v1/tokens",
+ * every item at once): arg itself when it is a UUID, else the item whose name is exactly
+ * arg. Names are unique in the store, so a name is one item or none; an unknown one is
+ * reported with the closest name when there is a close one. id[UUID_STR_LEN] receives
+ * the id. Returns CLI_OK, CLI_API_ERROR (no such name) or the failed call's code. */
+static int resolve_name(struct cli *c, const char *list, const char *what, const char *arg,
+			char *id)
+{
+	json_t *r, *item;
+	size_t i, n = 0;
+	const char *names[256];
+	int rc;
+
+	if (uuid_valid(arg)) {
+		snprintf(id, UUID_STR_LEN, "%s", arg);
+		return CLI_OK;
+	}
+	if ((rc = call(c, "GET", list, NULL, &r)))
+		return rc;
+	rc = CLI_API_ERROR;
+	json_array_foreach(json_object_get(r, "items"), i, item) {
+		const char *name = json_string_value(json_object_get(item, "name"));
+		const char *item_id = json_string_value(json_object_get(item, "id"));
+		if (!name || !item_id)
+			continue;
+		if (strcmp(name, arg) == 0) {
+			snprintf(id, UUID_STR_LEN, "%s", item_id);
+			rc = CLI_OK;
+			break;
+		}
+		if (n < sizeof(names) / sizeof(names[0]))
+			names[n++] = name;
+	}
+	if (rc) {
+		const char *close = cli_suggest(arg, names, n);
+		fprintf(stderr, "outboxd: no %s is named \"%s\"%s%s%s\n", what, arg,
+			close ? "; did you mean \"" : "", close ? close : "", close ? "\"?" : "");
+	}
+	json_decref(r); /* names point into it */
+	return rc;
+}
+
+static int subscription_id(struct cli *c, const char *arg, char *id)
+{
+	return resolve_name(c, "/v1/subscriptions", "subscription", arg, id);
+}
+
+/* The API's value of filter i in o (NULL when not given); sub_id is --subscription's
+ * value resolved to an id. */
+static const char *filter_value(const struct cli_args *o, size_t i, const char *sub_id)
+{
+	if (!opt(o, filter_map[i][0]))
+		return NULL;
+	return strcmp(filter_map[i][0], "--subscription") == 0 ? sub_id : opt(o, filter_map[i][0]);
+}
+
+/* Resolves --subscription (an id or a name) into sub_id[UUID_STR_LEN]; nothing to do
+ * without it. Returns CLI_OK or resolve_name's code. */
+static int filter_subscription(struct cli *c, const struct cli_args *o, char *sub_id)
+{
+	const char *sub = opt(o, "--subscription");
+	sub_id[0] = '\0';
+	return sub ? subscription_id(c, sub, sub_id) : CLI_OK;
+}
+
+/* True when o gives any of the delivery filters. */
+static int has_filters(const struct cli_args *o)
+{
+	for (size_t i = 0; i < N_FILTERS; i++)
+		if (opt(o, filter_map[i][0]))
+			return 1;
+	return 0;
+}
 
 /* deliveries list / dlq list: one page, or every page with --all or --json. */
-static int list_deliveries(struct cli *c, const struct opts *o, const char *base)
+static int list_deliveries(struct cli *c, const struct cli_args *o, const char *base)
 {
-	char path[2048];
-	if (check_opts(o, list_opts))
-		return CLI_USAGE;
+	char path[2048], sub_id[UUID_STR_LEN];
+	int rc = filter_subscription(c, o, sub_id);
+	if (rc)
+		return rc;
 	snprintf(path, sizeof(path), "%s", base);
-	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
-		append_query(path, sizeof(path), filter_map[i][1], opt(o, filter_map[i][0]));
+	for (size_t i = 0; i < N_FILTERS; i++)
+		append_query(path, sizeof(path), filter_map[i][1], filter_value(o, i, sub_id));
 	/* --failing: everything failing now, dead or still retried, oldest first (with
 	 * max_retries 0 retries never run out: what keeps failing shows here, not in the DLQ) */
 	if (opt(o, "--failing") && !opt(o, "--failing-since"))
@@ -291,7 +312,7 @@ static int list_deliveries(struct cli *c, const struct opts *o, const char *base
 	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
 							: all ? "1000" : "50");
 	size_t shown = 0;
-	int rc = list_pages(c, path, all, print_delivery_header, print_delivery_row, &shown);
+	rc = list_pages(c, path, all, print_delivery_header, print_delivery_row, &shown);
 	if (rc)
 		return rc;
 	if (!c->json)
@@ -394,95 +415,89 @@ static int show_delivery(struct cli *c, const char *id)
 	return CLI_OK;
 }
 
-/* Prints the usage lines of one group (from the table below) and returns CLI_USAGE. */
-static int group_usage(const char *name);
-
-static int cmd_events(struct cli *c, const char *cmd, const struct opts *o)
+static int run_events_send(struct cli *c, const struct cli_args *o)
 {
-	static const char *const send_opts[] = {"--type", "--source", "--source-event-id",
-						"--partition-key", "--data", "--data-file",
-						"--base64", NULL};
+	json_t *r;
+	int rc;
+	const char *type = opt(o, "--type"), *data = opt(o, "--data");
+	const char *file = opt(o, "--data-file"), *b64 = opt(o, "--base64");
+
+	if (!type || (!!data + !!file + !!b64) != 1)
+		return usage_error(o, "events send needs --type and one of --data, --data-file "
+				   "and --base64");
+	char *text = NULL;
+	if (file) {
+		FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "r");
+		if (!f) {
+			perror(file);
+			return CLI_USAGE;
+		}
+		size_t len = 0;
+		FILE *m = open_memstream(&text, &len);
+		char chunk[4096];
+		size_t n;
+		while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+			fwrite(chunk, 1, n, m);
+		fclose(m);
+		if (f != stdin)
+			fclose(f);
+		data = text;
+	}
+	json_t *payload = NULL;
+	if (data && !(payload = json_loads(data, JSON_DECODE_ANY, NULL))) {
+		fprintf(stderr, "outboxd: --data is not valid JSON\n");
+		free(text);
+		return CLI_USAGE;
+	}
+	json_t *ev = json_pack("{s:s}", "event_type", type);
+	if (payload)
+		json_object_set_new(ev, "payload", payload);
+	else
+		json_object_set_new(ev, "payload_base64", json_string(b64));
+	if (opt(o, "--source"))
+		json_object_set_new(ev, "source", json_string(opt(o, "--source")));
+	if (opt(o, "--source-event-id"))
+		json_object_set_new(ev, "source_event_id", json_string(opt(o, "--source-event-id")));
+	if (opt(o, "--partition-key"))
+		json_object_set_new(ev, "partition_key", json_string(opt(o, "--partition-key")));
+	char *body = json_dumps(ev, JSON_COMPACT);
+	json_decref(ev);
+	free(text);
+	rc = call(c, "POST", "/v1/events", body, &r);
+	free(body);
+	if (rc)
+		return rc;
+	if (c->json)
+		print_json(r);
+	else
+		printf("%s%s\n", json_string_value(json_array_get(json_object_get(r, "ids"), 0)),
+		       json_is_true(json_object_get(r, "duplicate")) ? " (duplicate: already stored)" : "");
+	json_decref(r);
+	return CLI_OK;
+}
+
+static int run_events_show(struct cli *c, const struct cli_args *o)
+{
+	char path[256];
 	json_t *r;
 	int rc;
 
-	if (strcmp(cmd, "send") == 0) {
-		if (check_opts(o, send_opts))
-			return CLI_USAGE;
-		const char *type = opt(o, "--type"), *data = opt(o, "--data");
-		const char *file = opt(o, "--data-file"), *b64 = opt(o, "--base64");
-		if (!type || (!!data + !!file + !!b64) != 1) {
-			return group_usage("events");
-		}
-		char *text = NULL;
-		if (file) {
-			FILE *f = strcmp(file, "-") == 0 ? stdin : fopen(file, "r");
-			if (!f) {
-				perror(file);
-				return CLI_USAGE;
-			}
-			size_t len = 0;
-			FILE *m = open_memstream(&text, &len);
-			char chunk[4096];
-			size_t n;
-			while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-				fwrite(chunk, 1, n, m);
-			fclose(m);
-			if (f != stdin)
-				fclose(f);
-			data = text;
-		}
-		json_t *payload = NULL;
-		if (data && !(payload = json_loads(data, JSON_DECODE_ANY, NULL))) {
-			fprintf(stderr, "outboxd: --data is not valid JSON\n");
-			free(text);
-			return CLI_USAGE;
-		}
-		json_t *ev = json_pack("{s:s}", "event_type", type);
-		if (payload)
-			json_object_set_new(ev, "payload", payload);
-		else
-			json_object_set_new(ev, "payload_base64", json_string(b64));
-		if (opt(o, "--source"))
-			json_object_set_new(ev, "source", json_string(opt(o, "--source")));
-		if (opt(o, "--source-event-id"))
-			json_object_set_new(ev, "source_event_id", json_string(opt(o, "--source-event-id")));
-		if (opt(o, "--partition-key"))
-			json_object_set_new(ev, "partition_key", json_string(opt(o, "--partition-key")));
-		char *body = json_dumps(ev, JSON_COMPACT);
-		json_decref(ev);
-		free(text);
-		rc = call(c, "POST", "/v1/events", body, &r);
-		free(body);
-		if (rc)
-			return rc;
-		if (c->json)
-			print_json(r);
-		else
-			printf("%s%s\n", json_string_value(json_array_get(json_object_get(r, "ids"), 0)),
-			       json_is_true(json_object_get(r, "duplicate")) ? " (duplicate: already stored)" : "");
-		json_decref(r);
-		return CLI_OK;
+	snprintf(path, sizeof(path), "/v1/events/%s", o->args[0]);
+	if ((rc = call(c, "GET", path, NULL, &r)))
+		return rc;
+	if (c->json) {
+		print_json(r);
+	} else {
+		printf("event    %s\ntype     %s\nsource   %s\ncreated  %s\n\n", str(r, "id"),
+		       str(r, "event_type"), str(r, "source"), str(r, "created_at"));
+		print_delivery_header();
+		json_t *d;
+		size_t i;
+		json_array_foreach(json_object_get(r, "deliveries"), i, d)
+			print_delivery_row(d);
 	}
-	if (strcmp(cmd, "show") == 0 && o->nargs == 1) {
-		char path[256];
-		snprintf(path, sizeof(path), "/v1/events/%s", o->args[0]);
-		if ((rc = call(c, "GET", path, NULL, &r)))
-			return rc;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("event    %s\ntype     %s\nsource   %s\ncreated  %s\n\n", str(r, "id"),
-			       str(r, "event_type"), str(r, "source"), str(r, "created_at"));
-			print_delivery_header();
-			json_t *d;
-			size_t i;
-			json_array_foreach(json_object_get(r, "deliveries"), i, d)
-				print_delivery_row(d);
-		}
-		json_decref(r);
-		return CLI_OK;
-	}
-	return group_usage("events");
+	json_decref(r);
+	return CLI_OK;
 }
 
 static void print_sub_row(json_t *s)
@@ -508,7 +523,7 @@ static void warn_secret_flag(const char *flag, const char *instead)
 }
 
 /* Reads a JSON document from --body (inline, @FILE, or - for stdin). */
-static json_t *read_body(const struct opts *o)
+static json_t *read_body(const struct cli_args *o)
 {
 	const char *b = opt(o, "--body");
 	if (!b)
@@ -532,117 +547,174 @@ static json_t *read_body(const struct opts *o)
 	return doc;
 }
 
-static int cmd_subs(struct cli *c, const char *cmd, const struct opts *o)
+static int run_subs_list(struct cli *c, const struct cli_args *o)
 {
-	static const char *const create_opts[] = {"--name", "--endpoint", "--types", "--secret",
-						  "--format", "--body", NULL};
-	static const char *const update_opts[] = {"--name", "--endpoint", "--types", "--secret",
-						  "--format", "--body", "--enabled", NULL};
-	char path[256];
+	char header[160];
+	snprintf(header, sizeof(header), "%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME",
+		 "ENABLED", "EVENT TYPES", "ENDPOINT");
+	return print_list(c, "/v1/subscriptions", header, print_sub_row);
+}
+
+/* "billing (01a2...)" for a subscription named on the command line, its id alone for one
+ * given by id. */
+static const char *named(const char *arg, const char *id, char *buf, size_t len)
+{
+	if (strcmp(arg, id) == 0)
+		snprintf(buf, len, "%s", id);
+	else
+		snprintf(buf, len, "%s (%s)", arg, id);
+	return buf;
+}
+
+static int subs_enable(struct cli *c, const struct cli_args *o, int on)
+{
+	char path[256], id[UUID_STR_LEN], shown[320];
+	json_t *r = NULL;
+	int rc = subscription_id(c, o->args[0], id);
+	if (rc)
+		return rc;
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	if ((rc = call(c, "PATCH", path, on ? "{\"enabled\":true}" : "{\"enabled\":false}", &r)))
+		return rc;
+	if (c->json)
+		print_json(r);
+	else
+		printf("%s %s\n", on ? "enabled" : "disabled", named(o->args[0], id, shown, sizeof(shown)));
+	json_decref(r);
+	return CLI_OK;
+}
+
+static int run_subs_enable(struct cli *c, const struct cli_args *o)
+{
+	return subs_enable(c, o, 1);
+}
+
+static int run_subs_disable(struct cli *c, const struct cli_args *o)
+{
+	return subs_enable(c, o, 0);
+}
+
+static int run_subs_show(struct cli *c, const struct cli_args *o)
+{
+	char path[256], id[UUID_STR_LEN];
+	json_t *r = NULL;
+	int rc = subscription_id(c, o->args[0], id);
+	if (rc)
+		return rc;
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	if ((rc = call(c, "GET", path, NULL, &r)))
+		return rc;
+	print_json(r);
+	json_decref(r);
+	return CLI_OK;
+}
+
+static int run_subs_delete(struct cli *c, const struct cli_args *o)
+{
+	char path[256], id[UUID_STR_LEN], shown[320];
+	json_t *r = NULL;
+	int rc = subscription_id(c, o->args[0], id);
+	if (rc)
+		return rc;
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	if ((rc = call(c, "DELETE", path, NULL, &r)))
+		return rc;
+	printf("deleted %s\n", named(o->args[0], id, shown, sizeof(shown)));
+	json_decref(r);
+	return CLI_OK;
+}
+
+/* subs create, and subs update of the subscription the first argument names. */
+static int subs_write(struct cli *c, const struct cli_args *o, int create)
+{
+	char path[256], id[UUID_STR_LEN];
 	json_t *r = NULL;
 	int rc;
 
-	if (strcmp(cmd, "list") == 0) {
-		char header[160];
-		snprintf(header, sizeof(header), "%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME",
-			 "ENABLED", "EVENT TYPES", "ENDPOINT");
-		return print_list(c, "/v1/subscriptions", header, print_sub_row);
+	if (!create && (rc = subscription_id(c, o->args[0], id)))
+		return rc;
+	json_t *doc = read_body(o);
+	if (opt(o, "--body") && !doc)
+		return CLI_USAGE;
+	if (!doc)
+		doc = json_object();
+	if (opt(o, "--name"))
+		json_object_set_new(doc, "name", json_string(opt(o, "--name")));
+	if (opt(o, "--endpoint"))
+		json_object_set_new(doc, "endpoint", json_string(opt(o, "--endpoint")));
+	if (opt(o, "--secret")) {
+		if (strcmp(opt(o, "--secret"), "generate") != 0)
+			warn_secret_flag("--secret", "--secret generate, or \"secret\" in "
+					 "--body @FILE");
+		json_object_set_new(doc, "secret", json_string(opt(o, "--secret")));
 	}
-	if ((strcmp(cmd, "enable") == 0 || strcmp(cmd, "disable") == 0) && o->nargs == 1) {
-		int on = strcmp(cmd, "enable") == 0;
-		snprintf(path, sizeof(path), "/v1/subscriptions/%s", o->args[0]);
-		if ((rc = call(c, "PATCH", path, on ? "{\"enabled\":true}" : "{\"enabled\":false}",
-			       &r)))
-			return rc;
-		if (c->json)
-			print_json(r);
-		else
-			printf("%s %s\n", on ? "enabled" : "disabled", o->args[0]);
-		json_decref(r);
-		return CLI_OK;
+	if (opt(o, "--format"))
+		json_object_set_new(doc, "payload_format", json_string(opt(o, "--format")));
+	if (opt(o, "--enabled"))
+		json_object_set_new(doc, "enabled", json_boolean(strcmp(opt(o, "--enabled"), "true") == 0));
+	if (opt(o, "--types")) {
+		json_t *types = json_array();
+		char *copy = strdup(opt(o, "--types")), *save = NULL;
+		for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			json_array_append_new(types, json_string(t));
+		free(copy);
+		json_object_set_new(doc, "event_types", types);
 	}
-	if ((strcmp(cmd, "show") == 0 || strcmp(cmd, "delete") == 0) && o->nargs == 1) {
-		snprintf(path, sizeof(path), "/v1/subscriptions/%s", o->args[0]);
-		int del = strcmp(cmd, "delete") == 0;
-		if ((rc = call(c, del ? "DELETE" : "GET", path, NULL, &r)))
-			return rc;
-		if (del)
-			printf("deleted %s\n", o->args[0]);
-		else
-			print_json(r);
-		json_decref(r);
-		return CLI_OK;
+	char *body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (create)
+		snprintf(path, sizeof(path), "/v1/subscriptions");
+	else
+		snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	rc = call(c, create ? "POST" : "PATCH", path, body, &r);
+	free(body);
+	if (rc)
+		return rc;
+	if (c->json) {
+		print_json(r);
+	} else {
+		printf("%s\n", create ? "created" : "updated");
+		print_sub_row(r);
 	}
-	if (strcmp(cmd, "create") == 0 || (strcmp(cmd, "update") == 0 && o->nargs == 1)) {
-		int create = strcmp(cmd, "create") == 0;
-		if (check_opts(o, create ? create_opts : update_opts))
-			return CLI_USAGE;
-		json_t *doc = read_body(o);
-		if (opt(o, "--body") && !doc)
-			return CLI_USAGE;
-		if (!doc)
-			doc = json_object();
-		if (opt(o, "--name"))
-			json_object_set_new(doc, "name", json_string(opt(o, "--name")));
-		if (opt(o, "--endpoint"))
-			json_object_set_new(doc, "endpoint", json_string(opt(o, "--endpoint")));
-		if (opt(o, "--secret")) {
-			if (strcmp(opt(o, "--secret"), "generate") != 0)
-				warn_secret_flag("--secret", "--secret generate, or \"secret\" in "
-						 "--body @FILE");
-			json_object_set_new(doc, "secret", json_string(opt(o, "--secret")));
-		}
-		if (opt(o, "--format"))
-			json_object_set_new(doc, "payload_format", json_string(opt(o, "--format")));
-		if (opt(o, "--enabled"))
-			json_object_set_new(doc, "enabled", json_boolean(strcmp(opt(o, "--enabled"), "true") == 0));
-		if (opt(o, "--types")) {
-			json_t *types = json_array();
-			char *copy = strdup(opt(o, "--types")), *save = NULL;
-			for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
-				json_array_append_new(types, json_string(t));
-			free(copy);
-			json_object_set_new(doc, "event_types", types);
-		}
-		char *body = json_dumps(doc, JSON_COMPACT);
-		json_decref(doc);
-		if (create)
-			snprintf(path, sizeof(path), "/v1/subscriptions");
-		else
-			snprintf(path, sizeof(path), "/v1/subscriptions/%s", o->args[0]);
-		rc = call(c, create ? "POST" : "PATCH", path, body, &r);
-		free(body);
-		if (rc)
-			return rc;
-		if (c->json) {
-			print_json(r);
-		} else {
-			printf("%s\n", create ? "created" : "updated");
-			print_sub_row(r);
-		}
-		json_decref(r);
-		return CLI_OK;
-	}
-	return group_usage("subs");
+	json_decref(r);
+	return CLI_OK;
 }
 
-static int cmd_deliveries(struct cli *c, const char *cmd, const struct opts *o)
+static int run_subs_create(struct cli *c, const struct cli_args *o)
 {
-	if (strcmp(cmd, "list") == 0)
-		return list_deliveries(c, o, "/v1/deliveries");
-	if (strcmp(cmd, "show") == 0 && o->nargs == 1)
-		return show_delivery(c, o->args[0]);
-	return group_usage("deliveries");
+	return subs_write(c, o, 1);
 }
 
-/* The filter object of a replay or purge from the command-line filter options. */
-static json_t *filter_from_opts(const struct opts *o)
+static int run_subs_update(struct cli *c, const struct cli_args *o)
 {
+	return subs_write(c, o, 0);
+}
+
+static int run_deliveries_list(struct cli *c, const struct cli_args *o)
+{
+	return list_deliveries(c, o, "/v1/deliveries");
+}
+
+static int run_deliveries_show(struct cli *c, const struct cli_args *o)
+{
+	return show_delivery(c, o->args[0]);
+}
+
+/* The filter object of a replay or purge from the command-line filter options, into
+ * *out (returned to the caller). Returns CLI_OK, or the code of resolving --subscription. */
+static int filter_from_opts(struct cli *c, const struct cli_args *o, json_t **out)
+{
+	char sub_id[UUID_STR_LEN];
+	int rc = filter_subscription(c, o, sub_id);
+	*out = NULL;
+	if (rc)
+		return rc;
 	json_t *f = json_object();
-	for (size_t i = 0; i < sizeof(filter_map) / sizeof(filter_map[0]); i++)
-		if (opt(o, filter_map[i][0]))
-			json_object_set_new(f, filter_map[i][1], json_string(opt(o, filter_map[i][0])));
-	return f;
+	for (size_t i = 0; i < N_FILTERS; i++)
+		if (filter_value(o, i, sub_id))
+			json_object_set_new(f, filter_map[i][1], json_string(filter_value(o, i, sub_id)));
+	*out = f;
+	return CLI_OK;
 }
 
 static void print_job_line(json_t *j, int tty)
@@ -681,16 +753,16 @@ static int follow_job(struct cli *c, const char *id)
 	}
 }
 
-static int dlq_replay(struct cli *c, const struct opts *o)
+/* dlq replay ID... (at once) or dlq replay [filters] (a paced job, followed unless
+ * --no-wait). */
+static int run_dlq_replay(struct cli *c, const struct cli_args *o)
 {
-	static const char *const replay_opts[] = {"--status", "--subscription", "--name", "--type",
-						  "--q", "--code", "--source", "--event-id",
-						  "--from", "--to", "--min-attempts",
-						  "--failing-since", "--force", "--dry-run", "--rate",
-						  "--no-wait", NULL};
-	json_t *r;
-	if (check_opts(o, replay_opts))
-		return CLI_USAGE;
+	json_t *r, *filter;
+	int rc;
+	/* ids and a filter are two kinds of replay: one must not quietly drop the other */
+	if (o->nargs && (has_filters(o) || opt(o, "--dry-run") || opt(o, "--rate")))
+		return usage_error(o, "dlq replay takes ids or filters (with --dry-run, --rate), "
+				   "not both");
 	json_t *req = json_object();
 	if (o->nargs) {
 		json_t *ids = json_array();
@@ -698,7 +770,11 @@ static int dlq_replay(struct cli *c, const struct opts *o)
 			json_array_append_new(ids, json_string(o->args[i]));
 		json_object_set_new(req, "ids", ids);
 	} else {
-		json_object_set_new(req, "filter", filter_from_opts(o));
+		if ((rc = filter_from_opts(c, o, &filter))) {
+			json_decref(req);
+			return rc;
+		}
+		json_object_set_new(req, "filter", filter);
 		if (opt(o, "--dry-run"))
 			json_object_set_new(req, "dry_run", json_true());
 		if (opt(o, "--rate"))
@@ -708,7 +784,7 @@ static int dlq_replay(struct cli *c, const struct opts *o)
 		json_object_set_new(req, "force", json_true());
 	char *body = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
-	int rc = call(c, "POST", "/v1/dlq/replay", body, &r);
+	rc = call(c, "POST", "/v1/dlq/replay", body, &r);
 	free(body);
 	if (rc)
 		return rc;
@@ -738,27 +814,34 @@ static int dlq_replay(struct cli *c, const struct opts *o)
 	return CLI_OK;
 }
 
-static int dlq_purge_filter(struct cli *c, const struct opts *o)
+/* dlq purge ID (one dead delivery) or dlq purge [filters] | --all. */
+static int run_dlq_purge(struct cli *c, const struct cli_args *o)
 {
-	static const char *const purge_opts[] = {"--subscription", "--name", "--type", "--q",
-						 "--code", "--source", "--event-id", "--from", "--to",
-						 "--min-attempts", "--failing-since", "--dry-run", "--all",
-						 NULL};
-	json_t *r;
-	if (check_opts(o, purge_opts))
-		return CLI_USAGE;
-	json_t *f = filter_from_opts(o);
-	if (json_object_size(f) == 0 && !opt(o, "--all") && !opt(o, "--dry-run")) {
-		fprintf(stderr, "outboxd: give filters, or --all to purge the whole dead-letter queue\n");
-		json_decref(f);
-		return CLI_USAGE;
+	json_t *r, *f;
+	int rc;
+
+	if (o->nargs == 1) {
+		char path[256];
+		if (has_filters(o) || opt(o, "--dry-run") || opt(o, "--all"))
+			return usage_error(o, "dlq purge takes an id or filters (with --dry-run, "
+					   "--all), not both");
+		snprintf(path, sizeof(path), "/v1/dlq/%s", o->args[0]);
+		if ((rc = call(c, "DELETE", path, NULL, &r)))
+			return rc;
+		printf("purged %s\n", o->args[0]);
+		json_decref(r);
+		return CLI_OK;
 	}
+	if (!has_filters(o) && !opt(o, "--all") && !opt(o, "--dry-run"))
+		return usage_error(o, "give filters, or --all to purge the whole dead-letter queue");
+	if ((rc = filter_from_opts(c, o, &f)))
+		return rc;
 	json_t *req = json_pack("{s:o}", "filter", f);
 	if (opt(o, "--dry-run"))
 		json_object_set_new(req, "dry_run", json_true());
 	char *body = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
-	int rc = call(c, "POST", "/v1/dlq/purge", body, &r);
+	rc = call(c, "POST", "/v1/dlq/purge", body, &r);
 	free(body);
 	if (rc)
 		return rc;
@@ -790,15 +873,12 @@ static void print_job_row(json_t *j)
 }
 
 /* jobs list: newest first, one page, or every page with --all or --json. */
-static int list_jobs(struct cli *c, const struct opts *o)
+static int run_jobs_list(struct cli *c, const struct cli_args *o)
 {
-	static const char *const jobs_opts[] = {"--state", "--limit", "--all", NULL};
 	char path[512] = "/v1/jobs";
 	int all = c->json || opt(o, "--all");
 	size_t shown = 0;
 
-	if (check_opts(o, jobs_opts))
-		return CLI_USAGE;
 	append_query(path, sizeof(path), "state", opt(o, "--state"));
 	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
 							: all ? "1000" : "50");
@@ -810,33 +890,48 @@ static int list_jobs(struct cli *c, const struct opts *o)
 	return CLI_OK;
 }
 
-static int cmd_jobs(struct cli *c, const char *cmd, const struct opts *o)
+/* jobs show ID, jobs cancel ID: the job's line after the call. */
+static int job_call(struct cli *c, const struct cli_args *o, int cancel)
 {
 	char path[160];
 	json_t *r;
 	int rc;
 
-	if (strcmp(cmd, "list") == 0)
-		return list_jobs(c, o);
-	if ((strcmp(cmd, "show") == 0 || strcmp(cmd, "cancel") == 0 || strcmp(cmd, "wait") == 0) &&
-	    o->nargs == 1) {
-		if (strcmp(cmd, "wait") == 0)
-			return follow_job(c, o->args[0]);
-		int cancel = strcmp(cmd, "cancel") == 0;
-		snprintf(path, sizeof(path), "/v1/jobs/%s%s", o->args[0], cancel ? "/cancel" : "");
-		if ((rc = call(c, cancel ? "POST" : "GET", path, cancel ? "{}" : NULL, &r)))
-			return rc;
-		if (c->json)
-			print_json(r);
-		else
-			print_job_line(r, 0);
-		json_decref(r);
-		return CLI_OK;
-	}
-	return group_usage("jobs");
+	snprintf(path, sizeof(path), "/v1/jobs/%s%s", o->args[0], cancel ? "/cancel" : "");
+	if ((rc = call(c, cancel ? "POST" : "GET", path, cancel ? "{}" : NULL, &r)))
+		return rc;
+	if (c->json)
+		print_json(r);
+	else
+		print_job_line(r, 0);
+	json_decref(r);
+	return CLI_OK;
 }
 
-static int cmd_stats(struct cli *c, const struct opts *o)
+static int run_jobs_show(struct cli *c, const struct cli_args *o)
+{
+	return job_call(c, o, 0);
+}
+
+static int run_jobs_cancel(struct cli *c, const struct cli_args *o)
+{
+	return job_call(c, o, 1);
+}
+
+static int run_jobs_wait(struct cli *c, const struct cli_args *o)
+{
+	return follow_job(c, o->args[0]);
+}
+
+/* An age for a person: whole seconds under an hour, whole minutes under two days, whole
+ * hours beyond, written as a duration ("45s", "62m", "3d"). Returns buf. */
+static const char *age_text(long long ms, char *buf, size_t len)
+{
+	long long unit = ms < 3600000 ? 1000 : ms < 2 * 86400000LL ? 60000 : 3600000;
+	return duration_format(ms < 0 ? 0 : ms / unit * unit, buf, len);
+}
+
+static int run_stats(struct cli *c, const struct cli_args *o)
 {
 	json_t *r;
 	int rc = call(c, "GET", "/v1/stats", NULL, &r);
@@ -857,12 +952,14 @@ static int cmd_stats(struct cli *c, const struct opts *o)
 	       (long long)json_integer_value(json_object_get(r, "in_flight")),
 	       (long long)json_integer_value(json_object_get(r, "due_backlog")), str(r, "oldest_dead_at"));
 	json_t *fl = json_object_get(r, "failing");
+	char age[32];
 	if (json_is_string(json_object_get(fl, "oldest_since")))
 		printf("failing      %lld deliveries still retried, the oldest failing since %s "
-		       "(%lld s)\n",
+		       "(%s)\n",
 		       (long long)json_integer_value(json_object_get(fl, "deliveries")),
 		       str(fl, "oldest_since"),
-		       (long long)json_integer_value(json_object_get(fl, "oldest_age_ms")) / 1000);
+		       age_text(json_integer_value(json_object_get(fl, "oldest_age_ms")), age,
+				sizeof(age)));
 	json_t *bl = json_object_get(r, "blocked"), *ops = json_object_get(r, "ops_events");
 	printf("blocked      %lld deliveries behind dead ones, %lld keys   ops events stored %lld, "
 	       "held back %lld, dropped %lld (this instance)\n\n",
@@ -906,27 +1003,9 @@ static int cmd_stats(struct cli *c, const struct opts *o)
 	return CLI_OK;
 }
 
-static int cmd_dlq(struct cli *c, const char *cmd, const struct opts *o)
+static int run_dlq_list(struct cli *c, const struct cli_args *o)
 {
-	json_t *r;
-	int rc;
-
-	if (strcmp(cmd, "list") == 0)
-		return list_deliveries(c, o, "/v1/dlq");
-	if (strcmp(cmd, "purge") == 0 && o->nargs == 1) {
-		char path[256];
-		snprintf(path, sizeof(path), "/v1/dlq/%s", o->args[0]);
-		if ((rc = call(c, "DELETE", path, NULL, &r)))
-			return rc;
-		printf("purged %s\n", o->args[0]);
-		json_decref(r);
-		return CLI_OK;
-	}
-	if (strcmp(cmd, "replay") == 0)
-		return dlq_replay(c, o);
-	if (strcmp(cmd, "purge") == 0 && o->nargs == 0)
-		return dlq_purge_filter(c, o);
-	return group_usage("dlq");
+	return list_deliveries(c, o, "/v1/dlq");
 }
 
 static void print_token_row(json_t *t)
@@ -947,118 +1026,239 @@ static void print_token_row(json_t *t)
 	       json_is_true(json_object_get(t, "expired")) ? "  (expired)" : "");
 }
 
-/* tokens create NAME --scopes a,b [--ttl D | --expires-at T] | list | revoke ID */
-static int cmd_tokens(struct cli *c, const char *cmd, const struct opts *o)
+static int run_tokens_list(struct cli *c, const struct cli_args *o)
 {
-	static const char *const create_opts[] = {"--scopes", "--ttl", "--expires-at", NULL};
-	char path[128];
+	char header[256];
+	snprintf(header, sizeof(header), "%-36s  %-20s  %-22s  %-8s  %-24s  %-24s  %s\n", "ID",
+		 "NAME", "SCOPES", "PREFIX", "CREATED", "EXPIRES", "LAST USED");
+	return print_list(c, "/v1/tokens", header, print_token_row);
+}
+
+/* tokens revoke ID|NAME (token names are unique like subscription names) */
+static int run_tokens_revoke(struct cli *c, const struct cli_args *o)
+{
+	char path[128], id[UUID_STR_LEN], shown[320];
+	json_t *r = NULL;
+	int rc = resolve_name(c, "/v1/tokens", "token", o->args[0], id);
+	if (rc)
+		return rc;
+	snprintf(path, sizeof(path), "/v1/tokens/%s", id);
+	if ((rc = call(c, "DELETE", path, NULL, &r)))
+		return rc;
+	printf("revoked %s\n", named(o->args[0], id, shown, sizeof(shown)));
+	json_decref(r);
+	return CLI_OK;
+}
+
+/* tokens create NAME --scopes a,b [--ttl D | --expires-at T] */
+static int run_tokens_create(struct cli *c, const struct cli_args *o)
+{
 	json_t *r = NULL;
 	int rc;
 
-	if (strcmp(cmd, "list") == 0) {
-		char header[256];
-		snprintf(header, sizeof(header), "%-36s  %-20s  %-22s  %-8s  %-24s  %-24s  %s\n",
-			 "ID", "NAME", "SCOPES", "PREFIX", "CREATED", "EXPIRES", "LAST USED");
-		return print_list(c, "/v1/tokens", header, print_token_row);
+	if (!opt(o, "--scopes"))
+		return usage_error(o, "tokens create needs --scopes");
+	json_t *scopes = json_array();
+	char *copy = strdup(opt(o, "--scopes")), *save = NULL;
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		json_array_append_new(scopes, json_string(t));
+	free(copy);
+	json_t *doc = json_pack("{s:s, s:o}", "name", o->args[0], "scopes", scopes);
+	/* the API checks them and names the field at fault */
+	if (opt(o, "--ttl"))
+		json_object_set_new(doc, "ttl", json_string(opt(o, "--ttl")));
+	if (opt(o, "--expires-at"))
+		json_object_set_new(doc, "expires_at", json_string(opt(o, "--expires-at")));
+	char *body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	rc = call(c, "POST", "/v1/tokens", body, &r);
+	free(body);
+	if (rc)
+		return rc;
+	if (c->json) {
+		print_json(r);
+	} else {
+		print_token_row(r);
+		printf("\ntoken (shown this once; only its hash is kept):\n%s\n", str(r, "token"));
 	}
-	if (strcmp(cmd, "revoke") == 0 && o->nargs == 1) {
-		snprintf(path, sizeof(path), "/v1/tokens/%s", o->args[0]);
-		if ((rc = call(c, "DELETE", path, NULL, &r)))
-			return rc;
-		printf("revoked %s\n", o->args[0]);
-		json_decref(r);
-		return CLI_OK;
-	}
-	if (strcmp(cmd, "create") == 0 && o->nargs == 1 && opt(o, "--scopes")) {
-		if (check_opts(o, create_opts))
-			return CLI_USAGE;
-		json_t *scopes = json_array();
-		char *copy = strdup(opt(o, "--scopes")), *save = NULL;
-		for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
-			json_array_append_new(scopes, json_string(t));
-		free(copy);
-		json_t *doc = json_pack("{s:s, s:o}", "name", o->args[0], "scopes", scopes);
-		/* the API checks them and names the field at fault */
-		if (opt(o, "--ttl"))
-			json_object_set_new(doc, "ttl", json_string(opt(o, "--ttl")));
-		if (opt(o, "--expires-at"))
-			json_object_set_new(doc, "expires_at", json_string(opt(o, "--expires-at")));
-		char *body = json_dumps(doc, JSON_COMPACT);
-		json_decref(doc);
-		rc = call(c, "POST", "/v1/tokens", body, &r);
-		free(body);
-		if (rc)
-			return rc;
-		if (c->json) {
-			print_json(r);
-		} else {
-			print_token_row(r);
-			printf("\ntoken (shown this once; only its hash is kept):\n%s\n",
-			       str(r, "token"));
-		}
-		json_decref(r);
-		return CLI_OK;
-	}
-	return group_usage("tokens");
+	json_decref(r);
+	return CLI_OK;
 }
 
-static int cmd_stats_show(struct cli *c, const char *cmd, const struct opts *o)
-{
-	return cmd_stats(c, o);
-}
+/* ---- the command tables ------------------------------------------------------------------ */
 
-/* The command groups: the one list that dispatch, the usage text, cli_is_group and
- * `outboxd help` (cli_print_groups) read. */
-static const struct cli_group {
-	const char *name;
-	const char *summary;   /* one line for `outboxd help` */
-	const char *usage;     /* the group's lines in the usage text */
-	int (*run)(struct cli *c, const char *cmd, const struct opts *o);
-} groups[] = {
-	{"events", "send and show events",
-	 "  events send --type TYPE (--data JSON | --data-file FILE | --base64 B64)\n"
-	 "              [--source S] [--source-event-id ID] [--partition-key K]\n"
-	 "  events show ID\n",
-	 cmd_events},
-	{"subs", "manage subscriptions",
-	 "  subs create --name N --endpoint URL --types a.*,b [--secret whsec_...|generate]\n"
-	 "              [--format json|binary] [--body JSON|@FILE|-]\n"
-	 "  subs list | show ID | delete ID | enable ID | disable ID\n"
-	 "  subs update ID [--name N] [--endpoint URL] [--types ...] [--enabled true|false]\n"
-	 "              [--body JSON|@FILE|-]\n",
-	 cmd_subs},
-	{"deliveries", "list and inspect deliveries",
-	 "  deliveries list [filters] [--sort created_at|updated_at|attempt_count]\n"
-	 "              [--order asc|desc] [--limit N] [--all]\n"
-	 "  deliveries list --failing [filters]\n"
-	 "                              what is failing now, dead or still retried\n"
-	 "                              (with max_retries 0 retries never run out: what\n"
-	 "                              keeps failing shows here, not in the DLQ)\n"
-	 "  deliveries show ID          one delivery with every attempt\n",
-	 cmd_deliveries},
-	{"dlq", "the dead-letter queue: list, replay, purge",
-	 "  dlq list [filters as above] dead-lettered deliveries\n"
-	 "  dlq replay ID...            replay these deliveries at once\n"
-	 "  dlq replay [filters] [--rate N] [--dry-run] [--force] [--no-wait]\n"
-	 "                              replay every dead delivery that matches, paced (a job;\n"
-	 "                              progress is shown until it ends unless --no-wait)\n"
-	 "  dlq purge ID                delete one dead delivery and its history\n"
-	 "  dlq purge [filters] [--dry-run] | --all\n"
-	 "                              delete every dead delivery that matches\n",
-	 cmd_dlq},
-	{"jobs", "list, follow or cancel replay jobs",
-	 "  jobs list [--state running|done|cancelled|failed] [--limit N] [--all]\n"
-	 "                              replay jobs, newest first: progress, who started them\n"
-	 "  jobs show|wait|cancel ID    a replay job's progress; follow it; stop it\n", cmd_jobs},
-	{"tokens", "named API tokens with scopes: create, list, revoke",
-	 "  tokens create NAME --scopes ingest,read,operate,admin [--ttl 90d | --expires-at T]\n"
-	 "                              a named token (printed once; the audit log's actor),\n"
-	 "                              refused once it expires (never unless asked)\n"
-	 "  tokens list | revoke ID\n",
-	 cmd_tokens},
-	{"stats", "counts, DLQ depth, per-subscription health",
-	 "  stats                       counts, DLQ depth, per-subscription success rate\n",
-	 cmd_stats_show},
+#define END {NULL, NULL, NULL}
+
+static const struct cli_option status_option[] = {
+	{"--status", "S", "NEW, PROCESSED or FAILED"},
+	END,
+};
+
+/* The delivery filters of lists, replays and purges (filter_map gives their API names). */
+static const struct cli_option filter_options[] = {
+	{"--subscription", "ID|NAME", "one subscription, by id or name"},
+	{"--name", "NAME", "one subscription, by name"},
+	{"--type", "T", "the event type, or a glob (order.*)"},
+	{"--q", "TEXT", "text in the last error's message or cause"},
+	{"--code", "N", "the last error's code (503)"},
+	{"--source", "S", "the event's source"},
+	{"--event-id", "ID", "the deliveries of one event"},
+	{"--from", "RFC3339", "created at or after"},
+	{"--to", "RFC3339", "created before"},
+	{"--min-attempts", "N", "tried at least N times"},
+	{"--failing-since", "RFC3339|DURATION", "failing at least since then, or that long (1h)"},
+	END,
+};
+
+static const struct cli_option list_options[] = {
+	{"--failing", NULL, "what is failing now, dead or still retried"},
+	{"--sort", "created_at|updated_at|attempt_count", "the order (default created_at)"},
+	{"--order", "asc|desc", "ascending (default) or descending"},
+	END,
+};
+
+/* The pages of a list: one, or every page (--json gathers every page anyway). */
+static const struct cli_option paging_options[] = {
+	{"--limit", "N", "rows per page (default 50)"},
+	{"--all", NULL, "every page"},
+	END,
+};
+
+static const struct cli_option replay_options[] = {
+	{"--rate", "N", "deliveries per second of a filter replay (replay_rate)"},
+	{"--dry-run", NULL, "count what a filter replay would take; change nothing"},
+	{"--force", NULL, "also PROCESSED deliveries: a deliberate re-send"},
+	{"--no-wait", NULL, "start the job, do not follow it"},
+	END,
+};
+
+static const struct cli_option purge_options[] = {
+	{"--dry-run", NULL, "count what would be purged; delete nothing"},
+	{"--all", NULL, "the whole dead-letter queue (without filters)"},
+	END,
+};
+
+static const struct cli_option send_options[] = {
+	{"--type", "TYPE", "the event type"},
+	{"--data", "JSON", "the payload"},
+	{"--data-file", "FILE", "the payload from a file (- for standard input)"},
+	{"--base64", "B64", "a binary payload, base64"},
+	{"--source", "S", "who produced it"},
+	{"--source-event-id", "ID", "the producer's id: sent again, it is a duplicate"},
+	{"--partition-key", "K", "the key deliveries are ordered by"},
+	END,
+};
+
+static const struct cli_option sub_options[] = {
+	{"--name", "N", "its name, unique"},
+	{"--endpoint", "URL", "where its deliveries go"},
+	{"--types", "a.*,b", "the event types it takes (globs)"},
+	{"--secret", "whsec_...|generate", "the signing secret (generate: outboxd makes one)"},
+	{"--format", "json|binary", "the payload format"},
+	{"--body", "JSON|@FILE|-", "the API's JSON (@FILE, - for stdin); options override it"},
+	END,
+};
+
+static const struct cli_option enabled_option[] = {
+	{"--enabled", "true|false", "enable or disable it"},
+	END,
+};
+
+static const struct cli_option jobs_options[] = {
+	{"--state", "running|done|cancelled|failed", "only jobs in this state"},
+	END,
+};
+
+static const struct cli_option token_options[] = {
+	{"--scopes", "LIST", "ingest,read,operate,admin: what it may do"},
+	{"--ttl", "DURATION", "it expires after this long (90d)"},
+	{"--expires-at", "TIME", "it expires then (RFC 3339)"},
+	END,
+};
+
+#define NO_OPTIONS {NULL}
+#define LAST {NULL, NULL, NULL, 0, 0, NO_OPTIONS, NULL}
+
+static const struct cli_command events_commands[] = {
+	{"send", "--type TYPE (--data JSON | --data-file FILE | --base64 B64) [options]",
+	 "send one event", 0, 0, {send_options}, run_events_send},
+	{"show", "ID", "an event and its deliveries", 1, 1, NO_OPTIONS, run_events_show},
+	LAST,
+};
+
+static const struct cli_command subs_commands[] = {
+	{"create", "--name N --endpoint URL --types a.*,b [options]",
+	 "create a subscription (options, a JSON body, or both)", 0, 0, {sub_options},
+	 run_subs_create},
+	{"list", NULL, "every subscription", 0, 0, NO_OPTIONS, run_subs_list},
+	{"show", "ID|NAME", "one subscription's JSON (credentials masked)", 1, 1, NO_OPTIONS,
+	 run_subs_show},
+	{"update", "ID|NAME [options]", "change a subscription (a JSON merge patch)",
+	 1, 1, {sub_options, enabled_option}, run_subs_update},
+	{"enable", "ID|NAME", "enable one (also after outboxd disabled it)", 1, 1,
+	 NO_OPTIONS, run_subs_enable},
+	{"disable", "ID|NAME", "disable one; its deliveries wait", 1, 1,
+	 NO_OPTIONS, run_subs_disable},
+	{"delete", "ID|NAME", "delete one; its pending deliveries go to the DLQ",
+	 1, 1, NO_OPTIONS, run_subs_delete},
+	LAST,
+};
+
+static const struct cli_command deliveries_commands[] = {
+	{"list", "[filters] [options]", "deliveries, one page (every page: --all)", 0, 0,
+	 {status_option, filter_options, list_options, paging_options}, run_deliveries_list},
+	{"show", "ID", "one delivery with every attempt", 1, 1, NO_OPTIONS, run_deliveries_show},
+	LAST,
+};
+
+static const struct cli_command dlq_commands[] = {
+	{"list", "[filters] [options]", "dead-lettered deliveries", 0, 0,
+	 {status_option, filter_options, list_options, paging_options}, run_dlq_list},
+	{"replay", "ID... | [filters] [options]",
+	 "replay deliveries now, or by filter as a paced job", 0, -1,
+	 {status_option, filter_options, replay_options}, run_dlq_replay},
+	{"purge", "ID | [filters] [--dry-run] | --all",
+	 "delete dead deliveries and their history", 0, 1,
+	 {filter_options, purge_options}, run_dlq_purge},
+	LAST,
+};
+
+static const struct cli_command jobs_commands[] = {
+	{"list", NULL, "replay jobs, newest first: progress, who started them", 0, 0,
+	 {jobs_options, paging_options}, run_jobs_list},
+	{"show", "ID", "a replay job's progress", 1, 1, NO_OPTIONS, run_jobs_show},
+	{"wait", "ID", "follow a replay job until it ends", 1, 1, NO_OPTIONS, run_jobs_wait},
+	{"cancel", "ID", "stop a replay job", 1, 1, NO_OPTIONS, run_jobs_cancel},
+	LAST,
+};
+
+static const struct cli_command tokens_commands[] = {
+	{"create", "NAME --scopes LIST [--ttl DURATION | --expires-at TIME]",
+	 "a named token, printed once (expires only if asked)", 1, 1,
+	 {token_options}, run_tokens_create},
+	{"list", NULL, "named tokens with their scopes, expiry and last use", 0, 0, NO_OPTIONS,
+	 run_tokens_list},
+	{"revoke", "ID|NAME", "revoke one", 1, 1, NO_OPTIONS, run_tokens_revoke},
+	LAST,
+};
+
+/* `outboxd stats` is the group's only command: no command word. */
+static const struct cli_command stats_commands[] = {
+	{NULL, NULL, "counts, DLQ depth, per-subscription success, endpoints", 0,
+	 0, NO_OPTIONS, run_stats},
+	LAST,
+};
+
+/* The command groups: what dispatch, the help texts, cli_is_group and `outboxd help`
+ * (cli_print_groups) read. */
+static const struct cli_group groups[] = {
+	{"events", "send and show events", events_commands},
+	{"subs", "manage subscriptions", subs_commands},
+	{"deliveries", "list and inspect deliveries", deliveries_commands},
+	{"dlq", "the dead-letter queue: list, replay, purge", dlq_commands},
+	{"jobs", "list, follow or cancel replay jobs", jobs_commands},
+	{"tokens", "named API tokens with scopes: create, list, revoke", tokens_commands},
+	{"stats", "counts, DLQ depth, per-subscription health", stats_commands},
 };
 #define N_GROUPS (sizeof(groups) / sizeof(groups[0]))
 
@@ -1070,32 +1270,20 @@ static const struct cli_group *group_find(const char *name)
 	return NULL;
 }
 
-static void usage_print(FILE *out)
+/* What the help texts end with: where the API and the token are found (the group's
+ * help), and the exit codes (every help). */
+static void help_footer(FILE *out, int group)
 {
-	fputs("usage: outboxd [--url URL] [--token TOKEN] [--json] <group> <command> [options]\n\n",
-	      out);
-	for (size_t i = 0; i < N_GROUPS; i++)
-		fputs(groups[i].usage, out);
-	fputs("\n"
-	      "filters: --status S --subscription ID --name NAME --type T (glob ok) --q TEXT\n"
-	      "         --code N --source S --event-id ID --from RFC3339 --to RFC3339\n"
-	      "         --min-attempts N --failing-since RFC3339|DURATION (failing at least since\n"
-	      "         then, or for that long: 1h)\n"
-	      "\n"
-	      "The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080 (an https:// API with\n"
-	      "a private CA: OUTBOXD_CA_FILE names the CA); the token is --token,\n"
-	      "OUTBOXD_TOKEN, or ./var/admin.token. --json prints the API's JSON (every page for\n"
-	      "list commands). Exit codes: 0 ok, 1 the API answered with an error, 2 bad usage,\n"
-	      "3 the API cannot be reached.\n",
-	      out);
-}
-
-static int group_usage(const char *name)
-{
-	const struct cli_group *g = group_find(name);
-	fprintf(stderr, "usage: outboxd [--url URL] [--token TOKEN] [--json] ...\n%s",
-		g ? g->usage : "");
-	return CLI_USAGE;
+	if (group)
+		fputs("\n"
+		      "The API is found at --url, OUTBOXD_URL or http://127.0.0.1:8080 (an https:// API\n"
+		      "with a private CA: OUTBOXD_CA_FILE names the CA); the token is --token,\n"
+		      "OUTBOXD_TOKEN, or ./var/admin.token. A subscription's name will do wherever its\n"
+		      "ID is asked for, and a token's for tokens revoke.\n",
+		      out);
+	fputs(group ? "" : "\n", out);
+	fputs("Exit codes: 0 ok, 1 the API answered with an error, 2 bad usage, 3 the API cannot\n"
+	      "be reached.\n", out);
 }
 
 int cli_is_group(const char *name)
@@ -1122,20 +1310,55 @@ static char *token_from_file(const char *path)
 	return t;
 }
 
+static int wants_help(int argc, char *const *argv)
+{
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+			return 1;
+	return 0;
+}
+
 int cli_main(int argc, char **argv)
 {
-	struct opts o;
+	static struct cli_args o; /* large; one per process */
 	struct cli c = {0};
-	int rc;
+	char err[512];
+	int at, n = 0, rc;
 
-	if (argc < 1 || parse_opts(argc - 1, argv + 1, &o))
+	const struct cli_group *g = argc >= 1 ? group_find(argv[0]) : NULL;
+	if (!g)
 		return CLI_USAGE;
-	const char *group = argv[0];
-	if (strcmp(group, "stats") == 0 && !opt(&o, "--help") && !opt(&o, "-h"))
-		o.args[o.nargs++] = "show"; /* `outboxd stats` has no sub-command */
-	if (opt(&o, "--help") || opt(&o, "-h") || o.nargs == 0) {
-		usage_print(o.nargs == 0 && !opt(&o, "--help") && !opt(&o, "-h") ? stderr : stdout);
-		return opt(&o, "--help") || opt(&o, "-h") ? CLI_OK : CLI_USAGE;
+	const struct cli_command *cmd = cli_command_find(g, argc - 1, argv + 1, &at, err,
+							 sizeof(err));
+	if (!cmd) {
+		int help = wants_help(argc - 1, argv + 1);
+		if (err[0] && !help) {
+			fprintf(stderr, "outboxd: %s\n", err);
+			return CLI_USAGE;
+		}
+		cli_print_group_help(help ? stdout : stderr, g);
+		help_footer(help ? stdout : stderr, 1);
+		return help ? CLI_OK : CLI_USAGE;
+	}
+	/* the command's words: all but the group and the command's own name */
+	char **words = calloc((size_t)argc, sizeof(*words));
+	if (!words)
+		return CLI_USAGE;
+	for (int i = 1; i < argc; i++)
+		if (i - 1 != at)
+			words[n++] = argv[i];
+	enum cli_parse_result parsed = cli_args_parse(g, cmd, n, words, &o, err, sizeof(err));
+	free(words); /* o keeps pointers to the strings, which are argv's */
+	switch (parsed) {
+	case CLI_PARSE_HELP:
+		cli_print_command_help(stdout, g, cmd);
+		help_footer(stdout, !cmd->name); /* stats: the group's help */
+		return CLI_OK;
+	case CLI_PARSE_ERROR:
+		fprintf(stderr, "outboxd: %s\n", err);
+		return CLI_USAGE;
+	case CLI_PARSE_OK:
+		break;
 	}
 	const char *url = opt(&o, "--url");
 	if (!url)
@@ -1152,14 +1375,8 @@ int cli_main(int argc, char **argv)
 	c.token = tok ? strdup(tok) : token_from_file("var/admin.token");
 	c.json = opt(&o, "--json") != NULL;
 
-	/* The command is the first positional argument; the rest are its arguments. */
-	const char *cmd = o.args[0];
-	memmove(o.args, o.args + 1, (size_t)(o.nargs - 1) * sizeof(o.args[0]));
-	o.nargs--;
-
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	const struct cli_group *g = group_find(group);
-	rc = g ? g->run(&c, cmd, &o) : CLI_USAGE;
+	rc = cmd->run(&c, &o);
 	curl_global_cleanup();
 	free(c.token);
 	return rc;

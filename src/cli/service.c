@@ -9,6 +9,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "util/clock.h"
+#include "util/duration.h"
 #include "util/log.h"
 
 void service_ready(const char *scheme, const char *listen, const char *backend)
@@ -71,7 +72,7 @@ static void value_text(const struct config *c, const struct config_setting *s, c
 		snprintf(out, size, "%s", *(const int *)base ? "true" : "false");
 		break;
 	case CONFIG_DURATION:
-		snprintf(out, size, "%lldms", (long long)*(const int64_t *)base);
+		duration_format(*(const int64_t *)base, out, size);
 		break;
 	case CONFIG_SIZE:
 		snprintf(out, size, "%lld", (long long)*(const int64_t *)base);

@@ -909,9 +909,13 @@ void config_print_effective(FILE *out, const struct config *cfg)
 			else
 				fprintf(out, "%s = %d\n", s->key, *(const int *)base);
 			break;
-		case CONFIG_DURATION:
-			fprintf(out, "%s = %lldms\n", s->key, (long long)*(const int64_t *)base);
+		case CONFIG_DURATION: {
+			/* written as a config file takes it: "5d", not "432000000ms" */
+			char text[32];
+			fprintf(out, "%s = %s\n", s->key,
+				duration_format(*(const int64_t *)base, text, sizeof(text)));
 			break;
+		}
 		case CONFIG_SIZE:
 			fprintf(out, "%s = %lld\n", s->key, (long long)*(const int64_t *)base);
 			break;

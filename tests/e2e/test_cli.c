@@ -1,5 +1,7 @@
 /* test_cli.c: the operator CLI as a script or a person uses it — readable tables,
- * --json with every page, exit codes 0/1/2/3, replay and purge from the command line. */
+ * --json with every page, exit codes 0/1/2/3, replay and purge from the command line,
+ * unknown options refused with a suggestion, help per group and per command, names
+ * wherever ids are asked for, durations printed as they are written. */
 #include "e2e.h"
 
 #include <sys/wait.h>
@@ -31,6 +33,19 @@ static int run(char *out, size_t len, const char *fmt, ...)
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
 	return e2e_cli(&dmn, out, len, args);
+}
+
+/* The same with stderr after stdout in out: what a person sees. */
+static int run_seen(char *out, size_t len, const char *fmt, ...)
+{
+	char args[2048], cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "OUTBOXD_URL=%s OUTBOXD_TOKEN=%s %s %s 2>&1", dmn.url, dmn.token,
+		 getenv("OUTBOXD_BIN"), args);
+	return e2e_run(cmd, out, len);
 }
 
 static char out[1 << 20];
@@ -121,10 +136,167 @@ static void test_cli_flow(void **state)
 	assert_non_null(strstr(out, "Exit codes"));
 }
 
+/* Every command reads its options from one table: an option it does not know is an
+ * error naming it (with the closest known one when it is close), never ignored. */
+static void test_cli_unknown_options(void **state)
+{
+	assert_int_equal(run_seen(out, sizeof(out), "subs list --bogus x"), 2);
+	assert_non_null(strstr(out, "unknown option --bogus for `subs list`"));
+	assert_null(strstr(out, "ENDPOINT")); /* nothing listed */
+	assert_int_equal(run_seen(out, sizeof(out), "subs list --bogus=1"), 2);
+	assert_non_null(strstr(out, "unknown option --bogus for `subs list`"));
+	assert_int_equal(run_seen(out, sizeof(out), "dlq list --stauts FAILED"), 2);
+	assert_non_null(strstr(out, "unknown option --stauts for `dlq list`; did you mean --status?"));
+	assert_int_equal(run_seen(out, sizeof(out), "deliveries list --subscriptoin x"), 2);
+	assert_non_null(strstr(out, "did you mean --subscription?"));
+	/* a flag it does not know is not taken for an option waiting for its value */
+	assert_int_equal(run_seen(out, sizeof(out), "stats --verbose"), 2);
+	assert_non_null(strstr(out, "unknown option --verbose for `stats`"));
+	assert_null(strstr(out, "needs a value"));
+	/* a flag never takes the next word; a value option without one says so */
+	assert_int_equal(run_seen(out, sizeof(out), "subs list --json extra"), 2);
+	assert_non_null(strstr(out, "unexpected argument \"extra\""));
+	assert_int_equal(run_seen(out, sizeof(out), "dlq list --status"), 2);
+	assert_non_null(strstr(out, "--status needs a value"));
+	assert_int_equal(run_seen(out, sizeof(out), "dlq list --all=1"), 2);
+	assert_non_null(strstr(out, "--all takes no value"));
+	assert_int_equal(run_seen(out, sizeof(out), "subs lst"), 2);
+	assert_non_null(strstr(out, "did you mean `subs list`?"));
+	assert_int_equal(run_seen(out, sizeof(out), "subs show"), 2);
+	assert_int_equal(run_seen(out, sizeof(out), "subs show a b"), 2);
+	/* the global options go before the group, after it, or after the command */
+	assert_int_equal(run(out, sizeof(out), "--json subs list"), 0);
+	assert_int_equal(run(out, sizeof(out), "subs --json list"), 0);
+	assert_int_equal(run(out, sizeof(out), "subs list --json"), 0);
+	assert_non_null(strstr(out, "\"items\""));
+}
+
+/* outboxd --help lists the groups, outboxd GROUP --help that group's commands only,
+ * outboxd GROUP COMMAND --help that command's options. */
+static void test_cli_help(void **state)
+{
+	assert_int_equal(run(out, sizeof(out), "--help"), 0);
+	assert_non_null(strstr(out, "  subs "));
+	assert_non_null(strstr(out, "  dlq "));
+	assert_int_equal(run(out, sizeof(out), "subs --help"), 0);
+	assert_non_null(strstr(out, "subs create"));
+	assert_non_null(strstr(out, "subs enable ID|NAME"));
+	assert_null(strstr(out, "dlq replay"));
+	assert_null(strstr(out, "events send"));
+	assert_null(strstr(out, "--endpoint URL  ")); /* options are each command's help */
+	assert_non_null(strstr(out, "Exit codes"));
+	assert_int_equal(run(out, sizeof(out), "subs create --help"), 0);
+	assert_non_null(strstr(out, "usage: outboxd subs create"));
+	assert_non_null(strstr(out, "--endpoint URL"));
+	assert_non_null(strstr(out, "--url URL"));
+	assert_null(strstr(out, "subs delete"));
+	assert_int_equal(run(out, sizeof(out), "dlq replay -h"), 0);
+	assert_non_null(strstr(out, "--rate N"));
+	assert_non_null(strstr(out, "--subscription ID|NAME"));
+	assert_int_equal(run(out, sizeof(out), "stats --help"), 0);
+	assert_non_null(strstr(out, "usage: outboxd stats"));
+	/* help wins over what else is wrong on the line */
+	assert_int_equal(run(out, sizeof(out), "subs list --bogus --help"), 0);
+	/* a group without a command: its help, on stderr, exit 2 */
+	assert_int_equal(run_seen(out, sizeof(out), "jobs"), 2);
+	assert_non_null(strstr(out, "jobs wait ID"));
+	assert_null(strstr(out, "tokens create"));
+}
+
+/* A subscription's name does wherever its id does; a token's for revoke. */
+static void test_cli_names(void **state)
+{
+	int port = harness_free_port();
+	assert_int_equal(run(out, sizeof(out),
+			     "subs create --name by-name --endpoint http://127.0.0.1:%d/x "
+			     "--types 'named.*'", port), 0);
+	assert_int_equal(run(out, sizeof(out), "--json subs show by-name"), 0);
+	json_t *sub = json_loads(out, 0, NULL);
+	assert_non_null(sub);
+	char id[64];
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(sub, "id")));
+	json_decref(sub);
+
+	assert_int_equal(run(out, sizeof(out), "subs disable by-name"), 0);
+	assert_non_null(strstr(out, "disabled by-name"));
+	assert_non_null(strstr(out, id));
+	json_t *got = e2e_get(&dmn, "/v1/subscriptions/%s", id);
+	assert_true(json_is_false(json_object_get(got, "enabled")));
+	json_decref(got);
+	assert_int_equal(run(out, sizeof(out), "subs enable by-name"), 0);
+	got = e2e_get(&dmn, "/v1/subscriptions/%s", id);
+	assert_true(json_is_true(json_object_get(got, "enabled")));
+	json_decref(got);
+	assert_int_equal(run(out, sizeof(out), "subs update by-name --types 'named.*,other'"), 0);
+	assert_non_null(strstr(out, "named.*,other"));
+
+	/* the --subscription filter: one event for it, listed by name */
+	assert_int_equal(run(out, sizeof(out), "events send --type named.one --data '{}'"), 0);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(run(out, sizeof(out), "--json deliveries list --subscription by-name"), 0);
+		json_t *l = json_loads(out, 0, NULL);
+		size_t n = json_array_size(json_object_get(l, "items"));
+		const char *sid = json_string_value(
+			json_object_get(json_array_get(json_object_get(l, "items"), 0), "subscription_id"));
+		int found = n == 1 && sid && strcmp(sid, id) == 0;
+		json_decref(l);
+		if (found)
+			break;
+		assert_true(i < 99);
+		usleep(100 * 1000);
+	}
+	assert_int_equal(run(out, sizeof(out), "dlq replay --subscription by-name --dry-run"), 0);
+	assert_non_null(strstr(out, "(dry run)"));
+
+	/* an unknown name: exit 1, named, with the close one */
+	assert_int_equal(run_seen(out, sizeof(out), "subs show by-nam"), 1);
+	assert_non_null(strstr(out, "no subscription is named \"by-nam\"; did you mean \"by-name\"?"));
+	assert_int_equal(run_seen(out, sizeof(out), "dlq list --subscription nobody"), 1);
+	assert_non_null(strstr(out, "no subscription is named \"nobody\""));
+
+	assert_int_equal(run(out, sizeof(out), "tokens create cli-reader --scopes read"), 0);
+	assert_int_equal(run(out, sizeof(out), "tokens revoke cli-reader"), 0);
+	assert_non_null(strstr(out, "revoked cli-reader"));
+	assert_int_equal(run(out, sizeof(out), "tokens revoke cli-reader"), 1);
+
+	assert_int_equal(run(out, sizeof(out), "subs delete by-name"), 0);
+	assert_int_equal(run(out, sizeof(out), "subs show %s", id), 1); /* 404 */
+}
+
+/* Durations as they are written: a subscription shows what it was given, check-config
+ * the settings in the largest exact unit, not in milliseconds. */
+static void test_cli_durations(void **state)
+{
+	int port = harness_free_port();
+	assert_int_equal(run(out, sizeof(out),
+			     "subs create --name timed --endpoint http://127.0.0.1:%d/x --types t "
+			     "--body '{\"disable_after\":\"5d\",\"retry\":{\"interval\":\"90s\"}}'",
+			     port), 0);
+	assert_int_equal(run(out, sizeof(out), "subs show timed"), 0);
+	assert_non_null(strstr(out, "\"5d\""));
+	assert_non_null(strstr(out, "\"90s\""));
+	assert_int_equal(run(out, sizeof(out), "subs delete timed"), 0);
+
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "env -u OUTBOXD_DB %s check-config --retry-after-max 90m "
+		 "--retry-interval 250ms --delivery-timeout 90s 2>&1", getenv("OUTBOXD_BIN"));
+	assert_int_equal(e2e_run(cmd, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "disable_after = 5d\n"));
+	assert_non_null(strstr(out, "retry_after_max = 90m\n"));
+	assert_non_null(strstr(out, "retry_interval = 250ms\n"));
+	assert_non_null(strstr(out, "delivery_timeout = 90s\n"));
+	assert_non_null(strstr(out, "lease = 2m\n"));
+	assert_null(strstr(out, "000ms\n"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cli_flow),
+		cmocka_unit_test(test_cli_unknown_options),
+		cmocka_unit_test(test_cli_help),
+		cmocka_unit_test(test_cli_names),
+		cmocka_unit_test(test_cli_durations),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

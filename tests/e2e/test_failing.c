@@ -115,6 +115,13 @@ static void test_forever_failing_is_found(void **state)
 	json_decref(listed);
 	assert_int_equal(e2e_cli(&dmn, out, sizeof(out), "stats"), 0);
 	assert_non_null(strstr(out, "failing      3 deliveries still retried"));
+	/* the age written as a duration ("(1s)", "(62m)"), not as a count of seconds */
+	char *age = strstr(out, "failing since ");
+	assert_non_null(age);
+	age = strchr(age, '(');
+	assert_non_null(age);
+	assert_true(age[1] >= '0' && age[1] <= '9');
+	assert_null(strstr(out, " s)"));
 
 	/* the subscriber recovers: nothing is failing any more */
 	assert_int_equal(receiver_script(&rcv, "/down", "{\"default\":{\"status\":200}}"), 0);

@@ -2,8 +2,9 @@
 # man_sync.sh OUTBOXD MANPAGE: the man page renders (man -l) and names everything the
 # binary's help texts name: every command, every --flag, every OUTBOXD_* variable and
 # every configuration key of `outboxd --help`, `outboxd serve --help`, the operator
-# groups' --help and the --help of rotate-key, check-config and migrate. Fails listing
-# what is missing. (ctest: install/man_sync)
+# groups' --help and each of their commands' (`outboxd dlq replay --help`), and the --help
+# of rotate-key, check-config and migrate. Fails listing what is missing.
+# (ctest: install/man_sync)
 set -euo pipefail
 bin=$1
 page=$2
@@ -27,7 +28,15 @@ texts+=$'\n'$("$bin" serve --help)
 for c in $commands; do
 	case $c in
 	serve | version) ;;
-	*) texts+=$'\n'$("$bin" "$c" --help) ;;
+	*)
+		group_help=$("$bin" "$c" --help)
+		texts+=$'\n'$group_help
+		# an operator group lists its commands as "  GROUP COMMAND ...": their options
+		# are in each command's own --help
+		for sub in $(printf '%s\n' "$group_help" | sed -n "s/^  $c \([a-z][a-z-]*\).*/\1/p"); do
+			texts+=$'\n'$("$bin" "$c" "$sub" --help)
+		done
+		;;
 	esac
 done
 

@@ -251,6 +251,11 @@ static void test_effective_round_trip(void **state)
 	assert_null(strstr(text, "hunter2"));
 	assert_null(strstr(text, "hunter3"));
 	assert_non_null(strstr(text, "otlp_endpoint = \"http://otel:4318\"\n"));
+	/* durations as a config file writes them, not in milliseconds */
+	assert_non_null(strstr(text, "retry_interval = 750ms\n"));
+	assert_non_null(strstr(text, "disable_after = 5d\n"));
+	assert_non_null(strstr(text, "retry_after_max = 1h\n"));
+	assert_non_null(strstr(text, "cleanup_after = 0s\n"));
 	assert_int_equal(config_load(&b, text, NULL, 0, NULL, err, sizeof(err)), 0);
 	assert_int_equal(b.retry_interval_ms, 750);
 	assert_int_equal(b.max_payload, 2 * 1048576);

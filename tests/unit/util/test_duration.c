@@ -91,6 +91,8 @@ static void test_format(void **state)
 	assert_formats(1500, "1500ms");
 	assert_formats(3000, "3s");
 	assert_formats(90000, "90s");
+	assert_formats(250, "250ms");
+	assert_formats(432000000, "5d");
 	assert_formats(60000, "1m");
 	assert_formats(3600000, "1h");     /* "60m" is written "1h" */
 	assert_formats(5400000, "90m");
