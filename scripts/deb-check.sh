@@ -106,7 +106,7 @@ rm -f "$log"
 dpkg -r outboxd >/dev/null
 test -f /var/lib/outboxd/outboxd.db || fail "dpkg -r removed the store"
 [ ! -e /usr/bin/outboxd ] || fail "dpkg -r left /usr/bin/outboxd"
-echo "deb-check: $deb installs a working outboxd (user, conffile 0640, /var/lib/outboxd, unit verified, man page, serve as outboxd, removal keeps the store)"
+echo "deb-check: $deb installs a working outboxd (user, conffile 0640, /var/lib/outboxd, unit verified, man page, /etc/outboxd/outboxd.conf read with no flags, root's migrate refused, migrate and serve as outboxd, removal keeps the store)"
 if [ "${KEEP_INSTALLED:-0}" = 1 ]; then
 	dpkg -i "$deb" >/dev/null
 	echo "deb-check: left installed (KEEP_INSTALLED=1)"
