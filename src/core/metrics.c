@@ -360,19 +360,14 @@ static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
 
 #define A(...)                                          \
 	do {                                            \
-		if (appendf(out, len, &cap, __VA_ARGS__)) \
+		if (appendf(out, len, cap, __VA_ARGS__))  \
 			return -1;                      \
 	} while (0)
 
-int metrics_render(char **out, size_t *len)
+/* The per-subscription round outcomes, attempts by class and duration, circuit states,
+ * rounds in flight and started, and leases. */
+static int render_rounds(char **out, size_t *len, size_t *cap)
 {
-	size_t cap = 4096;
-	*len = 0;
-	*out = malloc(cap);
-	if (!*out)
-		return -1;
-	(*out)[0] = '\0';
-
 	A("# HELP outboxd_deliveries_total Delivery rounds by outcome and subscription.\n"
 	  "# TYPE outboxd_deliveries_total counter\n");
 	for (int i = 0; i < SUB_SLOTS; i++) {
@@ -428,6 +423,13 @@ int metrics_render(char **out, size_t *len)
 	  "renewed (the store was unreachable): they stop before another attempt.\n"
 	  "# TYPE outboxd_leases_lost_total counter\noutboxd_leases_lost_total %ld\n",
 	  atomic_load(&m.leases_renewed), atomic_load(&m.leases_lost));
+	return 0;
+}
+
+/* The instance's clients and queues: HTTP clients, ingest, the API's refusals,
+ * subscriptions disabled and recovered, operational events, OTLP spans, store errors. */
+static int render_instance(char **out, size_t *len, size_t *cap)
+{
 	A("# HELP outboxd_http_requests_total Delivery requests sent, by client: outboxd's lean "
 	  "HTTP/1.1 client (plain http:// to a known address) or libcurl (https://, the rest).\n"
 	  "# TYPE outboxd_http_requests_total counter\n"
@@ -490,6 +492,12 @@ int metrics_render(char **out, size_t *len)
 	A("# HELP outboxd_store_errors_total Store calls that failed.\n"
 	  "# TYPE outboxd_store_errors_total counter\noutboxd_store_errors_total %ld\n",
 	  atomic_load(&m.store_errors));
+	return 0;
+}
+
+/* Kafka: produce and fatal errors, dead-lettered, consumed, the intake's pause and lag. */
+static int render_kafka(char **out, size_t *len, size_t *cap)
+{
 	A("# HELP outboxd_kafka_produce_errors_total Kafka messages not acknowledged (attempts "
 	  "and dead-letter publishes).\n# TYPE outboxd_kafka_produce_errors_total counter\n"
 	  "outboxd_kafka_produce_errors_total %ld\n", atomic_load(&m.kafka_produce_errors));
@@ -519,13 +527,20 @@ int metrics_render(char **out, size_t *len)
 	  "position.\n# TYPE outboxd_kafka_consumer_lag gauge\n");
 	pthread_mutex_lock(&lag_mu);
 	for (int i = 0; i < n_lags; i++) {
-		if (appendf(out, len, &cap, "outboxd_kafka_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n",
+		if (appendf(out, len, cap, "outboxd_kafka_consumer_lag{topic=\"%s\",partition=\"%d\"} %lld\n",
 			    lags[i].topic, lags[i].partition, lags[i].lag)) {
 			pthread_mutex_unlock(&lag_mu);
 			return -1;
 		}
 	}
 	pthread_mutex_unlock(&lag_mu);
+	return 0;
+}
+
+/* Each endpoint's flow control (docs/flow-control.md): limit, in flight, queued, latency,
+ * cuts. */
+static int render_endpoints(char **out, size_t *len, size_t *cap)
+{
 	static const char *const ep_series[] = {
 		"# HELP outboxd_endpoint_concurrency_limit Requests this instance may have open to "
 		"the endpoint at once: its adaptive limit (docs/flow-control.md).\n"
@@ -551,16 +566,32 @@ int metrics_render(char **out, size_t *len)
 	pthread_mutex_lock(&ep_mu);
 	int bad = 0;
 	for (int k = 0; k < 6 && !bad; k++) {
-		bad |= appendf(out, len, &cap, "%s", ep_series[k]);
+		bad |= appendf(out, len, cap, "%s", ep_series[k]);
 		for (int i = 0; i < n_eps && !bad; i++) {
 			const struct metrics_endpoint_view *e = &eps[i];
-			double v = k == 0 ? e->limit : k == 1 ? e->in_flight : k == 2 ? e->queued :
-				   k == 3 ? e->latency_us / 1e6 : k == 4 ? e->latency_min_us / 1e6 :
-				   (double)e->cuts;
-			bad |= appendf(out, len, &cap, "%s{endpoint=\"%s\"} %g\n", ep_names[k], e->key,
-				       v);
+			if (k == 3 || k == 4) /* seconds */
+				bad |= appendf(out, len, cap, "%s{endpoint=\"%s\"} %.6f\n", ep_names[k],
+					       e->key, (k == 3 ? e->latency_us : e->latency_min_us) / 1e6);
+			else /* counts, exact however large */
+				bad |= appendf(out, len, cap, "%s{endpoint=\"%s\"} %lld\n", ep_names[k],
+					       e->key, (long long)(k == 0 ? e->limit : k == 1 ? e->in_flight :
+								   k == 2 ? e->queued : e->cuts));
 		}
 	}
 	pthread_mutex_unlock(&ep_mu);
 	return bad ? -1 : 0;
+}
+
+int metrics_render(char **out, size_t *len)
+{
+	size_t cap = 4096;
+	*len = 0;
+	*out = malloc(cap);
+	if (!*out)
+		return -1;
+	(*out)[0] = '\0';
+	if (render_rounds(out, len, &cap) || render_instance(out, len, &cap) ||
+	    render_kafka(out, len, &cap) || render_endpoints(out, len, &cap))
+		return -1;
+	return 0;
 }
