@@ -438,6 +438,84 @@ static void wait_until(struct writer *w, int64_t at_us, int64_t now_us)
 	pthread_cond_timedwait(&w->work, &w->mu, &ts);
 }
 
+/* The lease renewal the dispatcher asked for, answered through renew. Unlocked. */
+static void renew_leases(struct writer *w, struct writer_renewal *renew, int was_down)
+{
+	renew->rc = store_leases_renew(w->st, renew->ids, renew->until, renew->n, renew->renewed);
+	if (renew->rc != STORE_OK && !was_down)
+		log_error("writer: cannot renew the leases of %zu deliveries in progress: %s",
+			  renew->n, store_strerror(renew->rc));
+	pthread_mutex_lock(&w->mu);
+	w->renew_done = 1;
+	ready(w);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* The claim the dispatcher asked for, handed to it; after a short one, when the next
+ * delivery is due (so the dispatcher claims then, not at its idle poll). Unlocked.
+ * Returns the claim's store code. */
+static int claim_and_hand(struct writer *w, size_t want, int64_t lease_ms, int was_down)
+{
+	struct store_claim *claims = NULL;
+	size_t got = 0;
+	int rc = claim(w, want, lease_ms, was_down, &claims, &got);
+	pthread_mutex_lock(&w->mu);
+	w->claim_done = 1;
+	w->claim_rc = rc;
+	w->claims = claims;
+	w->claim_n = got;
+	w->down = rc != STORE_OK;
+	ready(w);
+	pthread_mutex_unlock(&w->mu);
+	/* the answer went out first; the due time is a hint for later */
+	int64_t due = 0;
+	if (rc == STORE_OK && got < want && store_next_due(w->st, &due) == STORE_OK) {
+		pthread_mutex_lock(&w->mu);
+		w->due_hint_set = 1;
+		w->due_hint_ms = due;
+		ready(w);
+		pthread_mutex_unlock(&w->mu);
+	}
+	return rc;
+}
+
+/* A run of ingest requests, first to last, stored in one group; their callers woken.
+ * Unlocked. */
+static void ingest_run(struct writer *w, struct pending *first, struct pending *last)
+{
+	ingest_group(w, first, last);
+	pthread_mutex_lock(&w->mu);
+	for (struct pending *p = first;; p = p->next) {
+		p->done = 1;
+		if (p == last)
+			break;
+	}
+	pthread_cond_broadcast(&w->finished);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* A group of rn results (rhead..rlast) after its write: on the written list when ok, else
+ * back in front of the queue, in order, for another try in a while. Locked. */
+static void results_written(struct writer *w, struct writer_result *rhead,
+			    struct writer_result *rlast, size_t rn, int ok)
+{
+	if (ok) {
+		if (w->written_tail)
+			w->written_tail->next = rhead;
+		else
+			w->written_head = rhead;
+		w->written_tail = rlast;
+		w->written_count += rn;
+		return;
+	}
+	rlast->next = w->todo_head;
+	w->todo_head = rhead;
+	if (!w->todo_tail)
+		w->todo_tail = rlast;
+	w->todo_count += rn;
+	w->retry_at_us = clock_mono_us() + RETRY_WRITE_US;
+}
+
 static void *writer_main(void *arg)
 {
 	struct lane *ln = arg;
@@ -503,73 +581,18 @@ static void *writer_main(void *arg)
 			w->busy = rhead || want || renew;
 		pthread_mutex_unlock(&w->mu);
 
-		/* Leases of rounds in progress first: their deliveries are being sent. */
-		if (renew) {
-			renew->rc = store_leases_renew(w->st, renew->ids, renew->until, renew->n,
-						       renew->renewed);
-			if (renew->rc != STORE_OK && !was_down)
-				log_error("writer: cannot renew the leases of %zu deliveries in "
-					  "progress: %s", renew->n, store_strerror(renew->rc));
-			pthread_mutex_lock(&w->mu);
-			w->renew_done = 1;
-			ready(w);
-			pthread_mutex_unlock(&w->mu);
-		}
-		/* The claim next: new work waits on it, results only on their group. */
-		int claim_rc = STORE_OK;
-		if (want) {
-			struct store_claim *claims = NULL;
-			size_t got = 0;
-			claim_rc = claim(w, want, lease_ms, was_down, &claims, &got);
-			pthread_mutex_lock(&w->mu);
-			w->claim_done = 1;
-			w->claim_rc = claim_rc;
-			w->claims = claims;
-			w->claim_n = got;
-			w->down = claim_rc != STORE_OK;
-			ready(w);
-			pthread_mutex_unlock(&w->mu);
-			/* A short claim: the answer went out first; now find when the next
-			 * delivery is due, so the dispatcher claims then, not at its idle poll. */
-			int64_t due = 0;
-			if (claim_rc == STORE_OK && got < want && store_next_due(w->st, &due) == STORE_OK) {
-				pthread_mutex_lock(&w->mu);
-				w->due_hint_set = 1;
-				w->due_hint_ms = due;
-				ready(w);
-				pthread_mutex_unlock(&w->mu);
-			}
-		}
-		if (first) {
-			ingest_group(w, first, last);
-			pthread_mutex_lock(&w->mu);
-			for (struct pending *p = first;; p = p->next) {
-				p->done = 1;
-				if (p == last)
-					break;
-			}
-			pthread_cond_broadcast(&w->finished);
-			pthread_mutex_unlock(&w->mu);
-		}
+		/* Leases of rounds in progress first: their deliveries are being sent. Then
+		 * the claim: new work waits on it, results only on their group. */
+		if (renew)
+			renew_leases(w, renew, was_down);
+		int claim_rc = want ? claim_and_hand(w, want, lease_ms, was_down) : STORE_OK;
+		if (first)
+			ingest_run(w, first, last);
 		int wrote = rhead ? results_group(w, rhead, rn, was_down) : 0;
 
 		pthread_mutex_lock(&w->mu);
-		if (rhead && wrote == 0) {
-			if (w->written_tail)
-				w->written_tail->next = rhead;
-			else
-				w->written_head = rhead;
-			w->written_tail = rlast;
-			w->written_count += rn;
-		} else if (rhead) {
-			/* back in front, in order; try again in a while */
-			rlast->next = w->todo_head;
-			w->todo_head = rhead;
-			if (!w->todo_tail)
-				w->todo_tail = rlast;
-			w->todo_count += rn;
-			w->retry_at_us = clock_mono_us() + RETRY_WRITE_US;
-		}
+		if (rhead)
+			results_written(w, rhead, rlast, rn, wrote == 0);
 		if (rhead)
 			w->down = wrote != 0 || (want && claim_rc != STORE_OK);
 		if (ln->pipeline)
