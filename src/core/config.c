@@ -514,18 +514,9 @@ int config_listen_split(const char *listen, char *host, size_t hostlen, char *po
 	return 0;
 }
 
-int config_load(struct config *cfg, const char *file_text, char *const *envp, int argc,
-		char *const *argv, char *err, size_t errlen)
+/* The OUTBOXD_* variables of envp over cfg. 0, or -1 with err naming the variable. */
+static int load_env(struct config *cfg, char *const *envp, char *err, size_t errlen)
 {
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->max_retries = -1; /* unset: the retry policy's own default */
-	for (const struct config_setting *s = config_settings; s->key; s++)
-		if (s->def && set_value(cfg, s, s->def, "default", err, errlen))
-			return -1;
-
-	if (file_text && load_file(cfg, file_text, err, errlen))
-		return -1;
-
 	for (char *const *e = envp; e && *e; e++) {
 		if (strncmp(*e, "OUTBOXD_", 8) != 0)
 			continue;
@@ -540,6 +531,13 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		}
 	}
 
+	return 0;
+}
+
+/* The flags after the command (argv[0..argc)) over cfg; --config is skipped (read
+ * before). 0, or -1 with err naming the flag. */
+static int load_flags(struct config *cfg, int argc, char *const *argv, char *err, size_t errlen)
+{
 	for (int i = 0; i < argc; i++) {
 		const char *arg = argv[i];
 		if (strncmp(arg, "--", 2) != 0)
@@ -569,6 +567,14 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 			return -1;
 	}
 
+	return 0;
+}
+
+/* The values together: ranges, settings that need each other, formats of URLs and
+ * headers, the retry policy they make, the Kafka settings. 0, or -1 with err naming the
+ * setting. */
+static int check_values(struct config *cfg, char *err, size_t errlen)
+{
 	if (cfg->immediate_tries < 1)
 		return fail(err, errlen, "immediate_tries must be at least 1");
 	enum retry_policy_kind kind;
@@ -645,6 +651,21 @@ int config_load(struct config *cfg, const char *file_text, char *const *envp, in
 		h = h[len] ? h + len + 1 : NULL;
 	}
 	return check_kafka(cfg, err, errlen);
+}
+
+int config_load(struct config *cfg, const char *file_text, char *const *envp, int argc,
+		char *const *argv, char *err, size_t errlen)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->max_retries = -1; /* unset: the retry policy's own default */
+	for (const struct config_setting *s = config_settings; s->key; s++)
+		if (s->def && set_value(cfg, s, s->def, "default", err, errlen))
+			return -1;
+	if (file_text && load_file(cfg, file_text, err, errlen))
+		return -1;
+	if (load_env(cfg, envp, err, errlen) || load_flags(cfg, argc, argv, err, errlen))
+		return -1;
+	return check_values(cfg, err, errlen);
 }
 
 void config_free(struct config *cfg)
