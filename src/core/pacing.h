@@ -1,0 +1,68 @@
+/* pacing.h: when the dispatcher asks the writer for a claim of due deliveries, and for
+ * how many. Pure: the clock and the dispatcher's counts come in, a decision goes out, so
+ * tests/unit/core/test_pacing.c walks the rules as a table.
+ *
+ * The rules:
+ *   - room is max_in_flight less the rounds active and a claim asked and not answered;
+ *     a claim asks for min(room, batch)
+ *   - a claim is worth asking for when nothing is active, when a whole batch fits, or
+ *     when a quarter of max_in_flight is free: under load, claims stay large batches
+ *     instead of one small transaction per finished round
+ *   - after an answer: the store failed -> the next claim in store_down_us (a probe);
+ *     it found as many as asked -> at once (more may be due); fewer -> at the idle poll,
+ *     remembered as a short claim
+ *   - the store's hint of when the next delivery is due brings the next claim forward
+ *   - a wake-up (an ingest commit, a replay) brings it forward to now, but not sooner than
+ *     gap_us after a short claim: a steady stream of commits is claimed in batches
+ *   - a scheduled retry written just now that is due (retry_due) is claimed now
+ *   - never while stopping, nor while a claim is asked */
+#ifndef OUTBOXD_CORE_PACING_H
+#define OUTBOXD_CORE_PACING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pacing_config {
+	int max_in_flight;       /* rounds at once */
+	int batch;               /* the most a claim asks for (retry_batch) */
+	int64_t idle_poll_us;    /* after a short claim: look again this much later */
+	int64_t gap_us;          /* after a short claim, a wake-up waits this long */
+	int64_t store_down_us;   /* after a failed claim: probe again this much later */
+};
+
+/* What pacing keeps between the dispatcher's turns (monotonic microseconds). */
+struct pacing {
+	int64_t next_claim_us;   /* the next claim is not asked before this */
+	int64_t short_claim_us;  /* the last claim that found fewer than it asked */
+};
+
+/* A claim of asked deliveries was answered with got of them (ok: the store answered). */
+void pacing_answered(struct pacing *p, const struct pacing_config *c, int64_t now_us, bool ok,
+		     size_t asked, size_t got);
+
+/* The store says the next delivery is due in wait_ms (0 or less: due now). */
+void pacing_due_hint(struct pacing *p, int64_t now_us, int64_t wait_ms);
+
+/* New work was committed (the dispatcher was woken), while the store is up. */
+void pacing_woken(struct pacing *p, const struct pacing_config *c, int64_t now_us);
+
+/* The dispatcher's turn. */
+struct pacing_turn {
+	int active;              /* rounds in progress */
+	size_t asked;            /* deliveries of a claim asked and not answered, 0: none */
+	bool stopping;
+	bool retry_due;          /* a retry written just now is due */
+};
+
+struct pacing_decision {
+	size_t claim;            /* deliveries to ask for now; 0: no claim this turn */
+	bool worth;              /* a claim would be worth its transaction now */
+	int64_t wait_us;         /* until the next claim may be asked (-1: not before an
+	                            answer or free room; the dispatcher waits on those) */
+};
+
+struct pacing_decision pacing_decide(const struct pacing *p, const struct pacing_config *c,
+				     const struct pacing_turn *t, int64_t now_us);
+
+#endif
