@@ -2,6 +2,7 @@
 #include "deliver/oauth2.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,18 +209,31 @@ static int token_printable(const char *t)
 	return 1;
 }
 
+/* A lifetime longer than this (ten years) is taken as this: it keeps the expiry time
+ * (now + expires_in, in milliseconds) far from overflowing, whatever the provider sends
+ * (6e20 once reached a float-to-integer conversion that C leaves undefined). */
+#define EXPIRES_IN_MAX_S (3650LL * 86400)
+
+static int64_t expires_clamp(long double s)
+{
+	if (!(s > 0)) /* negative, zero or NaN */
+		return 0;
+	return s > EXPIRES_IN_MAX_S ? EXPIRES_IN_MAX_S : (int64_t)s;
+}
+
 static int64_t expires_in_value(const json_t *v)
 {
 	if (json_is_integer(v))
-		return json_integer_value(v) < 0 ? 0 : json_integer_value(v);
+		return expires_clamp((long double)json_integer_value(v));
 	if (json_is_real(v))
-		return json_real_value(v) < 0 ? 0 : (int64_t)json_real_value(v);
+		return expires_clamp((long double)json_real_value(v));
 	if (json_is_string(v)) { /* some providers send "3600" */
 		const char *s = json_string_value(v);
 		char *end;
+		errno = 0;
 		long long n = strtoll(s, &end, 10);
 		if (end != s && !*end)
-			return n < 0 ? 0 : n;
+			return errno == ERANGE && n > 0 ? EXPIRES_IN_MAX_S : expires_clamp((long double)n);
 	}
 	return -1;
 }

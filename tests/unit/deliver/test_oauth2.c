@@ -4,6 +4,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -242,6 +243,26 @@ static void test_parse_response(void **state)
 	assert_int_equal(parse(201, "{\"access_token\":\"t\"}", &token, &exp, why), 0);
 	assert_int_equal(exp, -1);
 	free(token);
+	/* lifetimes out of range: negative is expired, absurdly long is ten years (6e20 once
+	 * reached an undefined float-to-integer conversion; found by make fuzz) */
+	static const struct {
+		const char *expires_in;
+		int64_t want;
+	} odd[] = {{"6e20", 3650LL * 86400}, {"-5", 0}, {"1e400", 3650LL * 86400},
+		   {"\"99999999999999999999999\"", 3650LL * 86400}, {"9223372036854775807",
+		   3650LL * 86400}, {"2.5", 2}};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		char body[128];
+		snprintf(body, sizeof(body), "{\"access_token\":\"t\",\"expires_in\":%s}",
+			 odd[i].expires_in);
+		int rc = parse(200, body, &token, &exp, why);
+		if (rc == 0 && exp != odd[i].want)
+			fprintf(stderr, "expires_in %s: %lld\n", odd[i].expires_in, (long long)exp);
+		if (rc == 0) {
+			assert_int_equal(exp, odd[i].want);
+			free(token);
+		}
+	}
 
 	assert_int_equal(parse(200, "not json", &token, &exp, why), -1);
 	assert_null(token);
