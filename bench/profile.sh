@@ -32,7 +32,7 @@ if [ "$MODE" = callgrind ]; then
 		total=$((total + ir))
 		# the thread's busiest function of outboxd names it (dispatcher_main, ...)
 		who=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-			grep -oE '(dispatcher_main|writer_main|replay_main|intake_main|jobs_main|api_[a-z_]+|listener_main|main)\b' |
+			grep -oE '(dispatcher_main|writer_main|replay_main|intake_main|janitor_main|api_[a-z_]+|listener_main|main)\b' |
 			head -1)
 		printf '  %-16s %9d instructions per delivery\n' "${who:-?}" $((ir / N))
 	done

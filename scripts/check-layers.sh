@@ -10,7 +10,7 @@
 #      2 store     the storage interface, its backends, the one writer, the spool
 #      3 kafka     what the Kafka intake and sink share (envelope codec, client settings)
 #      3 otel      the OpenTelemetry exporter (OTLP/HTTP) the dispatcher reports to
-#      4 deliver, intake, jobs   the engines: sinks and dispatcher, ways in, background jobs
+#      4 deliver, intake, janitor   the engines: sinks and dispatcher, ways in, periodic maintenance
 #      5 api, cli  the HTTP API and the command line
 #      main.c, serve.c, serve.h   the commands and the daemon's wiring: may include any layer
 #    A file includes headers of its own folder and of lower layers, never of a sibling
@@ -44,7 +44,7 @@ LIBRARIES=(
 )
 
 declare -A LEVEL=([util]=0 [core]=1 [store]=2 [kafka]=3 [otel]=3 [deliver]=4 [intake]=4
-	[jobs]=4 [api]=5 [cli]=5 [main.c]=6 [serve.c]=6 [serve.h]=6)
+	[janitor]=4 [api]=5 [cli]=5 [main.c]=6 [serve.c]=6 [serve.h]=6)
 
 # Sets backend to sqlite or postgres for a path inside that backend's folder, else "".
 backend_of() {

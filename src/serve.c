@@ -43,7 +43,7 @@
 #include "deliver/sink_kafka.h"
 #include "intake/kafka_intake.h"
 #include "intake/ops_events.h"
-#include "jobs/jobs.h"
+#include "janitor/janitor.h"
 #include "kafka/dead_letter.h"
 #include "otel/otlp.h"
 #include "store/store.h"
@@ -205,7 +205,7 @@ static void disable_subscription(void *ctx, const char *id, const char *reason)
 
 static void wake_jobs(void *ctx)
 {
-	jobs_wake(ctx);
+	janitor_wake(ctx);
 }
 
 /* Each delivery in flight holds a connection, each API client another: the soft limit of
@@ -256,7 +256,7 @@ struct server {
 	struct dispatcher *disp;
 	struct kafka_dead_letter *dead_letter;
 	struct kafka_intake *intake;
-	struct jobs *jobs;
+	struct janitor *jobs;
 	struct api_tokens *tokens;
 	struct authlimit *authlimit;
 	struct kafka_readiness kafka_readiness;
@@ -526,7 +526,7 @@ static int serve_start(struct server *s)
 			return 1;
 		}
 	}
-	struct jobs_config jcfg = {
+	struct janitor_config jcfg = {
 		.relay_interval_ms = cfg->relay_interval_ms,
 		.reap_interval_ms = cfg->reap_interval_ms,
 		.cleanup_enabled = cfg->cleanup_enabled,
@@ -536,7 +536,7 @@ static int serve_start(struct server *s)
 		.reload_subs = reload_subscriptions,
 		.reload_ctx = &s->reload,
 	};
-	if (!(s->jobs = jobs_start(s->st, &s->reg, &jcfg, wake_dispatcher, s->disp)))
+	if (!(s->jobs = janitor_start(s->st, &s->reg, &jcfg, wake_dispatcher, s->disp)))
 		return 1;
 	return start_api(s);
 }
@@ -585,7 +585,7 @@ static void serve_stop(struct server *s)
 {
 	http_server_stop(s->http);
 	kafka_intake_stop(s->intake); /* stored batches are committed, the rest is read again */
-	jobs_stop(s->jobs);
+	janitor_stop(s->jobs);
 	if (s->writer)
 		writer_on_commit(s->writer, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
 	store_on_work(s->st, NULL, NULL);

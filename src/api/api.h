@@ -85,7 +85,7 @@ struct api {
 	struct spool *spool;               /* the spool, or NULL when off (stats, metrics) */
 	api_wake_cb wake;                  /* new due work (replay): wake the dispatcher */
 	void *wake_ctx;
-	api_wake_cb wake_jobs;             /* a new replay job: wake the jobs thread */
+	api_wake_cb wake_jobs;             /* a new replay job: wake the janitor thread */
 	void *wake_jobs_ctx;
 	const char *admin_token;
 	const char *ingest_token;          /* may be NULL */

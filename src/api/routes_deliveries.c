@@ -95,7 +95,7 @@ void api_deliveries_get(struct api *api, const char *id, struct api_response *re
 }
 
 /* A replayed or purged dead delivery may have held up later ones of its key (per-key
- * ordering): the jobs thread's full sweep lets them go now, not at reap_interval. */
+ * ordering): the janitor thread's full sweep lets them go now, not at reap_interval. */
 static void keys_may_unblock(struct api *api)
 {
 	if (api->wake_jobs)

@@ -1,5 +1,5 @@
 /* ops_event.h: outboxd's own operational events — the hook the dispatcher and
- * the jobs thread report through, and the rules every layer shares: their event types
+ * the janitor thread report through, and the rules every layer shares: their event types
  * start with "outboxd.", only patterns starting with "outboxd." match them (so "*" does
  * not), and clients may not send such types. intake/ops_events.c stores them. */
 #ifndef OUTBOXD_CORE_OPS_EVENT_H

@@ -54,7 +54,7 @@ void sub_registry_stale(struct sub_registry *reg, int64_t now_ms, const char *wh
  * reason and since when in why (may be NULL). Any thread. */
 int sub_registry_current(struct sub_registry *reg, char *why, size_t whylen);
 
-/* Asks whoever reloads the set (the jobs thread) to read the store again soon; and takes
+/* Asks whoever reloads the set (the janitor thread) to read the store again soon; and takes
  * that request (1 when there was one, cleared). Any thread. */
 void sub_registry_want_reload(struct sub_registry *reg);
 int sub_registry_take_reload(struct sub_registry *reg);

@@ -4,7 +4,7 @@
  * patterns start with "outboxd." receive them, signed, retried and dead-lettered like any
  * delivery (core/ops_event.h has the matching rules).
  *
- * The dispatcher and the jobs thread hand events to ops_events_emit (any thread, never
+ * The dispatcher and the janitor thread hand events to ops_events_emit (any thread, never
  * blocks); a thread of this file writes them through the writer. Per subscription and
  * kind at most `limit` events go out in each `window`; the rest are counted and one
  * summary event ({"summary": true, "suppressed": n}) follows when the window ends. They

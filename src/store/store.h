@@ -292,7 +292,7 @@ int store_reap_leases(store *st, int64_t now_ms, size_t *n);
  * set also: pending ones behind a dead one of their key (ORDERING_KEY_BLOCK) are parked
  * as blocked (*parked counts them), and parked ones whose reason is gone (replayed,
  * purged, done, or the subscription's ordering changed) are due again at now
- * (*unparked). The jobs thread runs it every second, full at reap_interval and after a
+ * (*unparked). The janitor thread runs it every second, full at reap_interval and after a
  * replay or purge. */
 int store_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *unparked);
 /* Clears every lease held by this store's owner or by anyone whose lease is stale;

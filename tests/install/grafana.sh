@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # grafana.sh SOURCE_DIR: docs/grafana/outboxd.json is valid JSON, and every metric its
 # queries use is one outboxd exposes on GET /metrics (src/core/metrics.c, the store
-# gauges of src/api/routes_ops.c): a renamed metric fails here, not on an operator's
+# gauges of src/api/routes_operator.c): a renamed metric fails here, not on an operator's
 # empty panel. (ctest: install/grafana)
 set -euo pipefail
 src=$1
@@ -12,7 +12,7 @@ names=$(jq -r '.. | .expr? // empty' "$dash" | grep -oE 'outboxd_[a-z_]+' |
 [ -n "$names" ] || { echo "grafana: no outboxd metric in $dash"; exit 1; }
 bad=0
 for n in $names; do
-	if ! grep -q "# TYPE $n " "$src/src/core/metrics.c" "$src/src/api/routes_ops.c"; then
+	if ! grep -q "# TYPE $n " "$src/src/core/metrics.c" "$src/src/api/routes_operator.c"; then
 		echo "grafana: $dash queries $n, which outboxd does not expose"
 		bad=1
 	fi

@@ -205,7 +205,7 @@ static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t *deleted)
 	size_t count = 0;
 	int rc;
 
-	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
 	pg_arr_init(&events, OID_TEXT);
 	rc = pg_tx_begin(pg, c);
@@ -246,7 +246,7 @@ int pg_cleanup(store *st, int64_t before_ms, size_t *deleted)
 	pg_p_i64(&p, CLEANUP_CHUNK);
 	while (rc == STORE_OK) {
 		chunk = 0;
-		if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+		if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 			break;
 		rc = pg_run_done(pg, c, S_SWEEP_ORPHANS, &p, &chunk);
 		pg_give(c);

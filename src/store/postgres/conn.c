@@ -233,7 +233,7 @@ const char *const pg_sql_of[S_COUNT] = {
 
 /* ---- state --------------------------------------------------------------- */
 
-static const char *const role_names[ROLE_COUNT] = {"ingest", "dispatch", "jobs", "api"};
+static const char *const role_names[ROLE_COUNT] = {"ingest", "dispatch", "janitor", "api"};
 
 struct pg *pg_of(store *st)
 {
@@ -562,7 +562,7 @@ static int pg_open(store *st, const char *dsn, char *err, size_t errlen)
 		pg_close(st);
 		return rc;
 	}
-	pg->conns[ROLE_JOBS].conn = conn;
+	pg->conns[ROLE_JANITOR].conn = conn;
 	return STORE_OK;
 }
 

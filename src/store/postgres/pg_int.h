@@ -144,7 +144,7 @@ enum stmt {
 
 /* One connection per role: the hot paths (ingest group commit, the dispatcher's claims
  * and results) never wait behind each other or behind an operator's query. */
-enum role { ROLE_INGEST, ROLE_DISPATCH, ROLE_JOBS, ROLE_API, ROLE_COUNT };
+enum role { ROLE_INGEST, ROLE_DISPATCH, ROLE_JANITOR, ROLE_API, ROLE_COUNT };
 
 
 struct pgconn {

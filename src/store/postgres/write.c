@@ -247,7 +247,7 @@ int pg_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 	size_t count = 0;
 	int rc;
 
-	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
 	ingest_arrays_init(&a);
 	rc = pg_tx_begin(pg, c);
@@ -514,7 +514,7 @@ int pg_dead_letters(store *st, size_t limit, struct store_dead_letter **items, s
 	size_t count = 0, filled = 0;
 	int rc;
 
-	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
 	pg_p_i64(&p, (int64_t)limit);
 	PGresult *res = pg_run_sql(pg, c, sql, &p, &rc);
@@ -578,7 +578,7 @@ int pg_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
 	for (size_t i = 0; i < n; i++)
 		pg_arr_text(&arr, ids[i]);
 	pg_p_arr(&p, &arr);
-	if (!arr.failed && (c = pg_take(pg, ROLE_JOBS, &rc))) {
+	if (!arr.failed && (c = pg_take(pg, ROLE_JANITOR, &rc))) {
 		PQclear(pg_run_sql(pg, c, "UPDATE outboxd.deliveries SET dead_letter_pending = false"
 				   " WHERE id = ANY($1::text[])", &p, &rc));
 		pg_give(c);
@@ -628,7 +628,7 @@ int pg_reap_leases(store *st, int64_t now_ms, size_t *n)
 	struct pgconn *c;
 	int rc;
 
-	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
 	pg_p_i64(&p, now_ms);
 	rc = pg_run_done(pg, c, S_REAP, &p, n);
@@ -644,7 +644,7 @@ int pg_release_all(store *st, size_t *n)
 	struct pgconn *c;
 	int rc;
 
-	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
 	pg_p_text(&p, st->owner);
 	pg_p_i64(&p, clock_now_ms());
@@ -722,7 +722,7 @@ int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *
 	int rc = STORE_OK;
 
 	*parked = *unparked = 0;
-	if (!(c = pg_take(pg, ROLE_JOBS, &rc)))
+	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
 	if (full)
 		rc = run_sweep(pg, c, park_dead_sql, now_ms, parked);

@@ -113,7 +113,7 @@ struct sq {
 
 /* Another process holding the write lock past the busy timeout (BUSY_WAIT_MS) is an
  * outage. The writer that waited it out latches it for BUSY_LATCH_MS: the writers queued
- * behind it on wmu (the writer, the jobs, the API) then fail at once — ingest goes to the
+ * behind it on wmu (the writer, the janitor, the API) then fail at once — ingest goes to the
  * spool — instead of each waiting its own timeout in turn. Until a write gets through
  * again, the one that tries after each latch waits only BUSY_PROBE_MS, so the others are
  * not held up behind it either. */

@@ -1,7 +1,7 @@
 /* jobs.c: relay, lease reaper, cleanup and the reload of a stale subscription set, on one
  * thread (see jobs.h). */
-#include "jobs/jobs.h"
-#include "jobs/replay.h"
+#include "janitor/janitor.h"
+#include "janitor/replay.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -12,17 +12,17 @@
 
 #define RELAY_BATCH 1000
 
-struct jobs {
+struct janitor {
 	store *st;
 	struct sub_registry *reg;
-	struct jobs_config cfg;
-	jobs_work_cb work;
+	struct janitor_config cfg;
+	janitor_work_cb work;
 	void *ctx;
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
 	int stopping;
-	int woken;           /* jobs_wake: look at replay jobs now */
+	int woken;           /* janitor_wake: look at replay jobs now */
 	int relay_failing;   /* logged once per outage */
 	struct replay_runner replay;
 };
@@ -52,7 +52,7 @@ static void relay_fanout_cb(void *ctx, const char *event_type, const char (**ids
 	*n = (size_t)m;
 }
 
-static void run_relay(struct jobs *j)
+static void run_relay(struct janitor *j)
 {
 	struct relay_fanout f = {sub_registry_acquire(j->reg), NULL, 0};
 	size_t moved;
@@ -75,11 +75,11 @@ static void run_relay(struct jobs *j)
 	sub_registry_release(j->reg, (struct sub_set *)f.set);
 }
 
-static void *jobs_main(void *arg)
+static void *janitor_main(void *arg)
 {
-	struct jobs *j = arg;
+	struct janitor *j = arg;
 
-	pthread_setname_np(pthread_self(), "jobs");
+	pthread_setname_np(pthread_self(), "janitor");
 	int64_t now = clock_mono_ms();
 	int64_t next_relay = now, next_reap = now + j->cfg.reap_interval_ms;
 	int64_t next_cleanup = now + j->cfg.cleanup_interval_ms;
@@ -183,10 +183,10 @@ static void *jobs_main(void *arg)
 	return NULL;
 }
 
-struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_config *cfg,
-			jobs_work_cb work, void *ctx)
+struct janitor *janitor_start(store *st, struct sub_registry *reg, const struct janitor_config *cfg,
+			janitor_work_cb work, void *ctx)
 {
-	struct jobs *j = calloc(1, sizeof(*j));
+	struct janitor *j = calloc(1, sizeof(*j));
 	if (!j)
 		return NULL;
 	j->st = st;
@@ -199,15 +199,15 @@ struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_c
 	j->replay.ops = cfg->ops;
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_cond_init(&j->cond, NULL);
-	if (pthread_create(&j->thread, NULL, jobs_main, j)) {
-		log_error("jobs: cannot start thread");
+	if (pthread_create(&j->thread, NULL, janitor_main, j)) {
+		log_error("janitor: cannot start thread");
 		free(j);
 		return NULL;
 	}
 	return j;
 }
 
-void jobs_wake(struct jobs *j)
+void janitor_wake(struct janitor *j)
 {
 	pthread_mutex_lock(&j->mu);
 	j->woken = 1;
@@ -215,7 +215,7 @@ void jobs_wake(struct jobs *j)
 	pthread_mutex_unlock(&j->mu);
 }
 
-void jobs_stop(struct jobs *j)
+void janitor_stop(struct janitor *j)
 {
 	if (!j)
 		return;

@@ -1,8 +1,8 @@
 /* replay.h: runs paced replay jobs (POST /v1/dlq/replay with a filter). Each tick
  * replays as many matching deliveries as the job's rate allows since its last tick, and
  * saves its progress (count and cursor) so a restart resumes where it stopped. */
-#ifndef OUTBOXD_JOBS_REPLAY_H
-#define OUTBOXD_JOBS_REPLAY_H
+#ifndef OUTBOXD_JANITOR_REPLAY_H
+#define OUTBOXD_JANITOR_REPLAY_H
 
 #include <stdint.h>
 

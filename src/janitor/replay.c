@@ -1,5 +1,5 @@
 /* replay.c: the paced replay job runner (see replay.h). */
-#include "jobs/replay.h"
+#include "janitor/replay.h"
 
 #include <jansson.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* routes_ops.c: what operators watch — replay jobs, the audit log, stats. */
+/* routes_operator.c: what operators watch — replay jobs, the audit log, stats. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,11 +5,11 @@
  *  - lease reaper: returns deliveries whose lease expired to the pool (crash recovery);
  *  - cleanup: deletes PROCESSED deliveries when enabled (off by default), never FAILED
  *    ones;
- *  - replay jobs: paced filter replays started from the API (jobs/replay.c).
+ *  - replay jobs: paced filter replays started from the API (janitor/replay.c).
  * Scheduled retries need no job of their own: a FAILED delivery with next_attempt_at is
  * simply due work for the dispatcher. */
-#ifndef OUTBOXD_JOBS_JOBS_H
-#define OUTBOXD_JOBS_JOBS_H
+#ifndef OUTBOXD_JANITOR_JANITOR_H
+#define OUTBOXD_JANITOR_JANITOR_H
 
 #include <stdint.h>
 
@@ -17,7 +17,7 @@
 #include "core/subscriptions.h"
 #include "store/store.h"
 
-struct jobs_config {
+struct janitor_config {
 	int64_t relay_interval_ms;
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
@@ -32,14 +32,14 @@ struct jobs_config {
 };
 
 /* Called when a job created or returned due work (to wake the dispatcher). */
-typedef void (*jobs_work_cb)(void *ctx);
+typedef void (*janitor_work_cb)(void *ctx);
 
-struct jobs;
+struct janitor;
 
-struct jobs *jobs_start(store *st, struct sub_registry *reg, const struct jobs_config *cfg,
-			jobs_work_cb work, void *ctx);
+struct janitor *janitor_start(store *st, struct sub_registry *reg, const struct janitor_config *cfg,
+			janitor_work_cb work, void *ctx);
 /* Look at replay jobs now (one was just created). Thread-safe. */
-void jobs_wake(struct jobs *j);
-void jobs_stop(struct jobs *j);
+void janitor_wake(struct janitor *j);
+void janitor_stop(struct janitor *j);
 
 #endif
