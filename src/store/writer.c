@@ -44,7 +44,7 @@ struct writer {
 	int n_lanes;
 	pthread_mutex_t mu;
 	pthread_cond_t work;          /* signalled when work is queued or on stop */
-	pthread_cond_t finished;      /* broadcast after each round */
+	pthread_cond_t finished;      /* broadcast after each cycle */
 	int stopping;
 	int busy;                     /* a claim or result group is out of the lists */
 	void (*commit_cb)(void *ctx); /* after a commit that stored events */
@@ -548,7 +548,7 @@ static void *writer_main(void *arg)
 			continue;
 		}
 
-		/* Take this round's work: a run of ingest requests up to the group limit,
+		/* Take this cycle's work: a run of ingest requests up to the group limit,
 		 * a group of results, the claim request. Callers queue more meanwhile. */
 		struct pending *first = queued, *last = first;
 		if (first) {

@@ -2,7 +2,8 @@
  *
  * The writer makes the pipeline's frequent writes, and group commit makes one sync serve
  * many of them (so durability does not cost throughput). Three kinds of work queue up
- * here and the writer takes them in rounds, each kind grouped into one store call:
+ * here and the writer takes them in cycles, each kind grouped into one store call (a
+ * "round" is always a delivery's round of tries, never the writer's cycle):
  *   - ingest: parsed events from the API threads, the Kafka intake and outboxd's own
  *     operational events (writer_ingest blocks its caller until the events are durable:
  *     an event is acknowledged only once committed and synced);
@@ -16,7 +17,7 @@
  * fresh work needs no claim round trip. Claims remain for retries, the rest of a burst,
  * other instances' work and restarts; a handed delivery whose round never starts (a
  * crash) is claimed again when its lease expires.
- * A round does the claim first (new work waits on it), then the ingest group (callers
+ * A cycle does the claim first (new work waits on it), then the ingest group (callers
  * are blocked on it), then the results group (their items wait for company up to
  * WRITER_GROUP_WAIT_US, and up to WRITER_RESULTS_MAX of them go in one transaction).
  *
