@@ -32,115 +32,176 @@ enum policy_change {
 	P_ONE_TRY,       /* immediate 1 */
 };
 
-struct row {
-	const char *name;
-	enum policy_change policy;
-	struct outcome_in in;       /* now_ms is set to NOW */
+/* What a row expects of the decision; a field a row leaves out is expected to be 0. */
+struct expect {
 	enum outcome_next next;
 	enum outcome_why why;
-	int64_t delay_ms;
+	int64_t delay_ms;       /* at_ms is expected at NOW + delay_ms for TRY, RETRY and DELAY */
 	int retry_count;
 	int delay_actions;
+};
+
+struct row {
+	const char *name;
+	enum policy_change policy;  /* P_DEFAULT when left out */
+	struct outcome_in in;       /* now_ms is set to NOW; a retry_after_ms left out (0) is
+	                               read as none (-1): no row sends a Retry-After of 0 */
+	struct expect want;
 };
 
 #define IMM ATTEMPT_IMMEDIATE
 #define SCH ATTEMPT_SCHEDULED
 #define MAN ATTEMPT_MANUAL
-#define NO_RA -1
 
 static const struct row rows[] = {
 	/* the immediate round */
-	{"2xx on the first try", P_DEFAULT, {IMM, 0, 1, 3, 200, NO_RA, 0, 0, 0, 0, 0},
-	 OUTCOME_DONE, 0, 0, 0, 0},
-	{"204 is success too", P_DEFAULT, {IMM, 0, 2, 3, 204, NO_RA, 0, 0, 0, 0, 0},
-	 OUTCOME_DONE, 0, 0, 0, 0},
-	{"500, first of 3 tries: stagger 100 ms", P_DEFAULT, {IMM, 0, 1, 3, 500, NO_RA, 0, 0, 0, 0, 0},
-	 OUTCOME_TRY, 0, 100, 0, 0},
-	{"500, second of 3: stagger grows to 200 ms", P_DEFAULT,
-	 {IMM, 0, 2, 3, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_TRY, 0, 200, 0, 0},
-	{"500 on the last try of the round: scheduled retry in 3 s", P_DEFAULT,
-	 {IMM, 0, 3, 3, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 3000, 0, 0},
-	{"3xx is a failure (redirects are not followed)", P_DEFAULT,
-	 {IMM, 0, 1, 3, 301, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_TRY, 0, 100, 0, 0},
-	{"mapped transport code 504 is retried", P_DEFAULT, {IMM, 0, 1, 3, 504, NO_RA, 0, 0, 0, 0, 0},
-	 OUTCOME_TRY, 0, 100, 0, 0},
-	{"the sink ended the round early", P_DEFAULT, {IMM, 0, 1, 3, 500, NO_RA, 1, 0, 0, 0, 0},
-	 OUTCOME_RETRY, 0, 3000, 0, 0},
-	{"immediate 1: one try, then the schedule", P_ONE_TRY, {IMM, 0, 1, 1, 500, NO_RA, 0, 0, 0, 0, 0},
-	 OUTCOME_RETRY, 0, 3000, 0, 0},
-	{"half-open probe (max_tries 1) fails", P_DEFAULT, {IMM, 0, 1, 1, 503, NO_RA, 0, 0, 0, 0, 0},
-	 OUTCOME_RETRY, 0, 3000, 0, 0},
+	{.name = "2xx on the first try",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 200},
+	 .want = {.next = OUTCOME_DONE}},
+	{.name = "204 is success too",
+	 .in = {.kind = IMM, .tries = 2, .max_tries = 3, .code = 204},
+	 .want = {.next = OUTCOME_DONE}},
+	{.name = "500, first of 3 tries: stagger 100 ms",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 500},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100}},
+	{.name = "500, second of 3: stagger grows to 200 ms",
+	 .in = {.kind = IMM, .tries = 2, .max_tries = 3, .code = 500},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 200}},
+	{.name = "500 on the last try of the round: scheduled retry in 3 s",
+	 .in = {.kind = IMM, .tries = 3, .max_tries = 3, .code = 500},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000}},
+	{.name = "3xx is a failure (redirects are not followed)",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 301},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100}},
+	{.name = "mapped transport code 504 is retried",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 504},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100}},
+	{.name = "the sink ended the round early",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 500, .end_round = true},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000}},
+	{.name = "immediate 1: one try, then the schedule",
+	 .policy = P_ONE_TRY,
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 1, .code = 500},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000}},
+	{.name = "half-open probe (max_tries 1) fails",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 1, .code = 503},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000}},
 
 	/* permanent codes, and failures a sink calls permanent */
-	{"SSRF guard refusal (sink: permanent) on the first try", P_DEFAULT,
-	 {IMM, 0, 1, 3, 403, NO_RA, 0, 1, 0, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 0, 0},
-	{"SSRF guard refusal in a scheduled round", P_DEFAULT,
-	 {SCH, 0, 1, 1, 403, NO_RA, 0, 1, 1, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 2, 0},
-	{"400 is retried by default (every non-2xx is)", P_DEFAULT,
-	 {IMM, 0, 1, 3, 400, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_TRY, 0, 100, 0, 0},
-	{"permanent 400 dead-letters at once", P_PERMANENT_400,
-	 {IMM, 0, 1, 3, 400, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 0, 0},
-	{"permanent 400 in a scheduled round", P_PERMANENT_400,
-	 {SCH, 0, 1, 1, 400, NO_RA, 0, 0, 1, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 2, 0},
-	{"permanent 400 in a manual round", P_PERMANENT_400, {MAN, 0, 1, 3, 400, NO_RA, 0, 0, 3, 0, 0},
-	 OUTCOME_DLQ, OUTCOME_WHY_PERMANENT, 0, 3, 0},
-	{"401 with only 400 permanent is retried", P_PERMANENT_400,
-	 {IMM, 0, 1, 3, 401, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_TRY, 0, 100, 0, 0},
+	{.name = "SSRF guard refusal (sink: permanent) on the first try",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 403, .permanent = true},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_PERMANENT}},
+	{.name = "SSRF guard refusal in a scheduled round",
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 403, .permanent = true,
+		.retry_count = 1},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_PERMANENT, .retry_count = 2}},
+	{.name = "400 is retried by default (every non-2xx is)",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 400},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100}},
+	{.name = "permanent 400 dead-letters at once",
+	 .policy = P_PERMANENT_400,
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 400},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_PERMANENT}},
+	{.name = "permanent 400 in a scheduled round",
+	 .policy = P_PERMANENT_400,
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 400, .retry_count = 1},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_PERMANENT, .retry_count = 2}},
+	{.name = "permanent 400 in a manual round",
+	 .policy = P_PERMANENT_400,
+	 .in = {.kind = MAN, .tries = 1, .max_tries = 3, .code = 400, .retry_count = 3},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_PERMANENT, .retry_count = 3}},
+	{.name = "401 with only 400 permanent is retried",
+	 .policy = P_PERMANENT_400,
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 401},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100}},
 
 	/* Retry-After (429 and 503 only) */
-	{"429 Retry-After 5 s > stagger: round ends, retry waits 5 s", P_DEFAULT,
-	 {IMM, 0, 1, 3, 429, 5000, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 5000, 0, 0},
-	{"429 Retry-After 50 ms < stagger: the round goes on", P_DEFAULT,
-	 {IMM, 0, 1, 3, 429, 50, 0, 0, 0, 0, 0}, OUTCOME_TRY, 0, 100, 0, 0},
-	{"503 Retry-After 1 s < the 3 s interval: the policy wins", P_DEFAULT,
-	 {IMM, 0, 3, 3, 503, 1000, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 3000, 0, 0},
-	{"503 Retry-After 2 h is cut to retry_after_max 1 h", P_DEFAULT,
-	 {IMM, 0, 1, 3, 503, 2 * H, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, H, 0, 0},
-	{"500 with Retry-After: the header does not apply", P_DEFAULT,
-	 {IMM, 0, 1, 3, 500, 5000, 0, 0, 0, 0, 0}, OUTCOME_TRY, 0, 100, 0, 0},
-	{"429 Retry-After in a scheduled round", P_DEFAULT, {SCH, 0, 1, 1, 429, 9000, 0, 0, 0, 0, 0},
-	 OUTCOME_RETRY, 0, 9000, 1, 0},
+	{.name = "429 Retry-After 5 s > stagger: round ends, retry waits 5 s",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 429, .retry_after_ms = 5000},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 5000}},
+	{.name = "429 Retry-After 50 ms < stagger: the round goes on",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 429, .retry_after_ms = 50},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100}},
+	{.name = "503 Retry-After 1 s < the 3 s interval: the policy wins",
+	 .in = {.kind = IMM, .tries = 3, .max_tries = 3, .code = 503, .retry_after_ms = 1000},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000}},
+	{.name = "503 Retry-After 2 h is cut to retry_after_max 1 h",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 503, .retry_after_ms = 2 * H},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = H}},
+	{.name = "500 with Retry-After: the header does not apply",
+	 .in = {.kind = IMM, .tries = 1, .max_tries = 3, .code = 500, .retry_after_ms = 5000},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100}},
+	{.name = "429 Retry-After in a scheduled round",
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 429, .retry_after_ms = 9000},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 9000, .retry_count = 1}},
 
 	/* the scheduled layer */
-	{"first scheduled retry fails, 2 of 3 left", P_DEFAULT, {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 0, 0, 0},
-	 OUTCOME_RETRY, 0, 3000, 1, 0},
-	{"second scheduled retry fails, 1 left", P_DEFAULT, {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 1, 0, 0},
-	 OUTCOME_RETRY, 0, 3000, 2, 0},
-	{"third scheduled retry fails: max_retries reached, dead", P_DEFAULT,
-	 {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 2, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_EXHAUSTED, 0, 3, 0},
-	{"beyond max_retries (policy lowered meanwhile): dead", P_DEFAULT,
-	 {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 7, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_EXHAUSTED, 0, 8, 0},
-	{"scheduled retry succeeds: counted", P_DEFAULT, {SCH, 0, 1, 1, 200, NO_RA, 0, 0, 2, 0, 0},
-	 OUTCOME_DONE, 0, 0, 3, 0},
-	{"retry forever (max_retries 0) after 1000 retries", P_FOREVER,
-	 {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 1000, 0, 0}, OUTCOME_RETRY, 0, 3000, 1001, 0},
-	{"linear: the third retry waits 3 x 3 s", P_LINEAR, {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 1, 0, 0},
-	 OUTCOME_RETRY, 0, 9000, 2, 0},
-	{"exponential: retry 2 drawn in [10 s, 40 s] at 0.5", P_EXPONENTIAL,
-	 {SCH, 0, 1, 1, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 25000, 1, 0},
-	{"exponential: retry 1 drawn in [10 s, 20 s] at 0.5", P_EXPONENTIAL,
-	 {IMM, 0, 3, 3, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, 15000, 0, 0},
-	{"a 20-year interval is capped at 10 years", P_HUGE_INTERVAL,
-	 {IMM, 0, 3, 3, 500, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_RETRY, 0, OUTCOME_DELAY_MAX_MS, 0, 0},
+	{.name = "first scheduled retry fails, 2 of 3 left",
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 500},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000, .retry_count = 1}},
+	{.name = "second scheduled retry fails, 1 left",
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 500, .retry_count = 1},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000, .retry_count = 2}},
+	{.name = "third scheduled retry fails: max_retries reached, dead",
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 500, .retry_count = 2},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_EXHAUSTED, .retry_count = 3}},
+	{.name = "beyond max_retries (policy lowered meanwhile): dead",
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 500, .retry_count = 7},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_EXHAUSTED, .retry_count = 8}},
+	{.name = "scheduled retry succeeds: counted",
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 200, .retry_count = 2},
+	 .want = {.next = OUTCOME_DONE, .retry_count = 3}},
+	{.name = "retry forever (max_retries 0) after 1000 retries",
+	 .policy = P_FOREVER,
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 500, .retry_count = 1000},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 3000, .retry_count = 1001}},
+	{.name = "linear: the third retry waits 3 x 3 s",
+	 .policy = P_LINEAR,
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 500, .retry_count = 1},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 9000, .retry_count = 2}},
+	{.name = "exponential: retry 2 drawn in [10 s, 40 s] at 0.5",
+	 .policy = P_EXPONENTIAL,
+	 .in = {.kind = SCH, .tries = 1, .max_tries = 1, .code = 500},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 25000, .retry_count = 1}},
+	{.name = "exponential: retry 1 drawn in [10 s, 20 s] at 0.5",
+	 .policy = P_EXPONENTIAL,
+	 .in = {.kind = IMM, .tries = 3, .max_tries = 3, .code = 500},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = 15000}},
+	{.name = "a 20-year interval is capped at 10 years",
+	 .policy = P_HUGE_INTERVAL,
+	 .in = {.kind = IMM, .tries = 3, .max_tries = 3, .code = 500},
+	 .want = {.next = OUTCOME_RETRY, .delay_ms = OUTCOME_DELAY_MAX_MS}},
 
 	/* manual rounds (operator replay) */
-	{"replay, first of 3 tries fails: the round goes on", P_DEFAULT,
-	 {MAN, 0, 1, 3, 500, NO_RA, 0, 0, 3, 0, 0}, OUTCOME_TRY, 0, 100, 3, 0},
-	{"replay round fails: back to the DLQ, no schedule", P_DEFAULT,
-	 {MAN, 0, 3, 3, 500, NO_RA, 0, 0, 3, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_MANUAL, 0, 3, 0},
-	{"replay under retry-forever still ends in the DLQ", P_FOREVER,
-	 {MAN, 0, 3, 3, 500, NO_RA, 0, 0, 3, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_MANUAL, 0, 3, 0},
-	{"replay succeeds", P_DEFAULT, {MAN, 0, 2, 3, 200, NO_RA, 0, 0, 3, 0, 0}, OUTCOME_DONE, 0, 0, 3, 0},
-	{"deleted subscription: 410 in a manual round", P_ONE_TRY,
-	 {MAN, 0, 1, 1, 410, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_DLQ, OUTCOME_WHY_MANUAL, 0, 0, 0},
+	{.name = "replay, first of 3 tries fails: the round goes on",
+	 .in = {.kind = MAN, .tries = 1, .max_tries = 3, .code = 500, .retry_count = 3},
+	 .want = {.next = OUTCOME_TRY, .delay_ms = 100, .retry_count = 3}},
+	{.name = "replay round fails: back to the DLQ, no schedule",
+	 .in = {.kind = MAN, .tries = 3, .max_tries = 3, .code = 500, .retry_count = 3},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_MANUAL, .retry_count = 3}},
+	{.name = "replay under retry-forever still ends in the DLQ",
+	 .policy = P_FOREVER,
+	 .in = {.kind = MAN, .tries = 3, .max_tries = 3, .code = 500, .retry_count = 3},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_MANUAL, .retry_count = 3}},
+	{.name = "replay succeeds",
+	 .in = {.kind = MAN, .tries = 2, .max_tries = 3, .code = 200, .retry_count = 3},
+	 .want = {.next = OUTCOME_DONE, .retry_count = 3}},
+	{.name = "deleted subscription: 410 in a manual round",
+	 .policy = P_ONE_TRY,
+	 .in = {.kind = MAN, .tries = 1, .max_tries = 1, .code = 410},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_MANUAL}},
 
 	/* the circuit breaker's delay actions (max_delay_actions 5) */
-	{"breaker open: first delay action in [10 s, 60 s]", P_DEFAULT,
-	 {IMM, 1, 0, 3, 0, NO_RA, 0, 0, 0, 0, 0}, OUTCOME_DELAY, 0, 35000, 0, 1},
-	{"breaker open: fifth delay action", P_DEFAULT, {SCH, 1, 0, 1, 0, NO_RA, 0, 0, 2, 4, 0},
-	 OUTCOME_DELAY, 0, 35000, 2, 5},
-	{"breaker open after 5 delay actions: dead, circuit_open", P_DEFAULT,
-	 {SCH, 1, 0, 1, 0, NO_RA, 0, 0, 2, 5, 0}, OUTCOME_DLQ, OUTCOME_WHY_CIRCUIT_OPEN, 0, 2, 5},
+	{.name = "breaker open: first delay action in [10 s, 60 s]",
+	 .in = {.kind = IMM, .refused = true, .max_tries = 3},
+	 .want = {.next = OUTCOME_DELAY, .delay_ms = 35000, .delay_actions = 1}},
+	{.name = "breaker open: fifth delay action",
+	 .in = {.kind = SCH, .refused = true, .max_tries = 1, .retry_count = 2, .delay_actions = 4},
+	 .want = {.next = OUTCOME_DELAY, .delay_ms = 35000, .retry_count = 2, .delay_actions = 5}},
+	{.name = "breaker open after 5 delay actions: dead, circuit_open",
+	 .in = {.kind = SCH, .refused = true, .max_tries = 1, .retry_count = 2, .delay_actions = 5},
+	 .want = {.next = OUTCOME_DLQ, .why = OUTCOME_WHY_CIRCUIT_OPEN, .retry_count = 2,
+		  .delay_actions = 5}},
 };
 
 static void policy_for(enum policy_change c, struct retry_policy *p)
@@ -179,24 +240,27 @@ static void test_table(void **state)
 		struct retry_policy p;
 		struct circuit_breaker_config b;
 		struct outcome_in in = r->in;
+		const struct expect *w = &r->want;
 		struct outcome out;
 
 		policy_for(r->policy, &p);
 		circuit_breaker_defaults(&b);
 		in.now_ms = NOW;
+		if (in.retry_after_ms == 0)
+			in.retry_after_ms = -1;
 		outcome_decide(&p, &b, &in, rand_half_cb, NULL, &out);
-		int64_t want_at = r->next == OUTCOME_TRY || r->next == OUTCOME_RETRY ||
-						  r->next == OUTCOME_DELAY
-					  ? NOW + r->delay_ms : 0;
-		if (out.next != r->next || out.why != r->why || out.delay_ms != r->delay_ms ||
-		    out.at_ms != want_at || out.retry_count != r->retry_count ||
-		    out.delay_actions != r->delay_actions) {
+		int64_t want_at = w->next == OUTCOME_TRY || w->next == OUTCOME_RETRY ||
+						  w->next == OUTCOME_DELAY
+					  ? NOW + w->delay_ms : 0;
+		if (out.next != w->next || out.why != w->why || out.delay_ms != w->delay_ms ||
+		    out.at_ms != want_at || out.retry_count != w->retry_count ||
+		    out.delay_actions != w->delay_actions) {
 			print_error("row %zu \"%s\": got %s/%s delay %lld retries %d delay actions %d; "
 				    "want %s/%s delay %lld retries %d delay actions %d\n", i, r->name,
 				    outcome_next_name(out.next), outcome_why_name(out.why),
 				    (long long)out.delay_ms, out.retry_count, out.delay_actions,
-				    outcome_next_name(r->next), outcome_why_name(r->why),
-				    (long long)r->delay_ms, r->retry_count, r->delay_actions);
+				    outcome_next_name(w->next), outcome_why_name(w->why),
+				    (long long)w->delay_ms, w->retry_count, w->delay_actions);
 			failed++;
 		}
 	}
