@@ -105,30 +105,31 @@ static json_t *time_json(int64_t ms)
 	return json_string(clock_format_rfc3339(ms, ts));
 }
 
-/* A round with attempts ended: the breaker counts it, and the subscription's health
- * follows (disabled after disable_after of nothing but failures; a recovery is noted),
- * each change also an operational event. */
-static void circuit_record(struct round *j, int success)
+/* What the outcome core said a round did to its subscription (o, counted or handed
+ * back), applied: the state kept in limits.c, and each change made known — a breaker
+ * opened or closed, the subscription disabled (disable_after), a recovery — as logs,
+ * metrics and operational events. */
+static void round_apply_sub(struct round *j, const struct outcome *o)
 {
 	struct dispatcher *d = j->d;
+	char span[32], reason[160];
+	int64_t now = clock_now_ms();
+
+	j->probe = 0; /* the round was the probe, and its outcome (or abandon) is in o */
 	if (!j->limits)
 		return;
-	int64_t after = j->sub->disable_after_ms >= 0 ? j->sub->disable_after_ms
-						       : d->cfg.disable_after_ms;
-	int64_t failing_since = j->limits->failing_since_ms, now = clock_now_ms();
-	unsigned h = limits_record(j->limits, j->sub, success, &j->probe, after);
-	char span[32], reason[160];
-	if (h & LIMITS_CIRCUIT_OPENED)
+	limits_apply(j->limits, j->sub, o);
+	if (o->breaker == OUTCOME_BREAKER_OPENED || o->breaker == OUTCOME_BREAKER_REOPENED)
 		ops_about_sub(j, "circuit.opened",
 			      json_pack("{s:o, s:i, s:I}", "open_until",
-					time_json(j->limits->breaker.open_until_ms), "max_errors",
+					time_json(o->sub.breaker.open_until_ms), "max_errors",
 					j->sub->breaker.max_errors, "failure_window_ms",
 					(json_int_t)j->sub->breaker.failure_window_ms));
-	if (h & LIMITS_CIRCUIT_CLOSED)
+	if (o->breaker == OUTCOME_BREAKER_CLOSED)
 		ops_about_sub(j, "circuit.closed", json_pack("{s:o}", "closed_at", time_json(now)));
-	if ((h & LIMITS_DISABLE) && d->cfg.disable) {
+	if (o->disable.now && d->cfg.disable) {
 		snprintf(reason, sizeof(reason), "every attempt failed for %s (disable_after); "
-			 "the last: %d %s", duration_format(after, span, sizeof(span)),
+			 "the last: %d %s", duration_format(o->disable.after_ms, span, sizeof(span)),
 			 j->tries ? j->attempts[j->tries - 1].code : 0,
 			 j->tries && j->attempts[j->tries - 1].message ?
 				 j->attempts[j->tries - 1].message : "");
@@ -137,17 +138,18 @@ static void circuit_record(struct round *j, int success)
 		d->cfg.disable(d->cfg.disable_ctx, j->sub->id, reason);
 		ops_about_sub(j, "subscription.disabled",
 			      json_pack("{s:s, s:o, s:o}", "reason", reason, "disabled_at",
-					time_json(now), "failing_since", time_json(failing_since)));
+					time_json(now), "failing_since",
+					time_json(o->disable.failing_since_ms)));
 	}
-	if (h & LIMITS_RECOVERED) {
+	if (o->recovery.now) {
 		log_info("subscription %s (%s): recovered: an attempt succeeded after a failure "
 			 "streak of at least %s", j->sub->id, j->sub->name,
 			 duration_format(j->sub->breaker.failure_window_ms, span, sizeof(span)));
 		metrics_subscription_recovered();
 		ops_about_sub(j, "subscription.recovered",
 			      json_pack("{s:o, s:o, s:I}", "recovered_at", time_json(now),
-					"failing_since", time_json(failing_since), "failing_ms",
-					(json_int_t)(now - failing_since)));
+					"failing_since", time_json(o->recovery.failing_since_ms),
+					"failing_ms", (json_int_t)o->recovery.failing_ms));
 	}
 }
 
@@ -292,7 +294,8 @@ static void round_result(struct round *j, const struct outcome *o)
 		r->next_attempt_at = o->at_ms;
 }
 
-/* What outcome_decide needs to know of the round so far. */
+/* What the outcome core needs to know of the round so far, of its delivery and of its
+ * subscription's state. */
 static void outcome_input(const struct round *j, struct outcome_in *in)
 {
 	memset(in, 0, sizeof(*in));
@@ -304,7 +307,22 @@ static void outcome_input(const struct round *j, struct outcome_in *in)
 	in->permanent = j->tries && j->sj.permanent;
 	in->retry_count = j->claim->retry_count;
 	in->delay_actions = j->claim->delay_actions;
+	in->key_ordered = key_ordered(j);
+	if (j->limits && j->sub) {
+		in->tracked = true;
+		in->sub = j->limits->state;
+		in->probe = j->probe;
+		in->disable_after_ms = j->sub->disable_after_ms;
+		in->disable_after_default_ms = j->d->cfg.disable_after_ms;
+	}
 	in->now_ms = clock_now_ms();
+}
+
+/* The outcome core's decision for the round as it stands (in: outcome_input's, changed
+ * by the caller where it knows more). */
+static void round_decide(struct round *j, const struct outcome_in *in, struct outcome *o)
+{
+	outcome_decide(&j->sub->retry, &j->sub->breaker, in, dispatcher_rng_next, &j->d->rng, o);
 }
 
 /* The round is over with outcome o (not OUTCOME_TRY): the result goes to the writer. */
@@ -326,8 +344,7 @@ static void round_finish(struct round *j, const struct outcome *o)
 		dead_lettered(j);
 		j->audit = "DEAD";
 	}
-	if (j->tries > 0)
-		circuit_record(j, o->next == OUTCOME_DONE);
+	round_apply_sub(j, o);
 	done_push(j->d, j);
 }
 
@@ -340,7 +357,7 @@ static void round_stop(struct round *j)
 
 	outcome_input(j, &in);
 	in.end_round = true;
-	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, dispatcher_rng_next, &j->d->rng, &o);
+	round_decide(j, &in, &o);
 	round_finish(j, &o);
 }
 
@@ -361,7 +378,7 @@ static void round_delay_action(struct round *j)
 
 	outcome_input(j, &in);
 	in.refused = true;
-	outcome_decide(&s->retry, &s->breaker, &in, dispatcher_rng_next, &d->rng, &o);
+	round_decide(j, &in, &o);
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = c->delivery_id;
 	r->ordered_key = key_ordered(j);
@@ -402,8 +419,13 @@ static void round_delay_action(struct round *j)
 static void round_release(struct round *j, int64_t delay_ms)
 {
 	struct store_result *r = &j->wr.result;
+	struct outcome_in in;
+	struct outcome o;
+
 	round_slot_put(j);
-	limits_probe_abandoned(j->limits, &j->probe);
+	outcome_input(j, &in);
+	outcome_release(&in, delay_ms, &o);
+	round_apply_sub(j, &o); /* a probe handed back is abandoned */
 	memset(r, 0, sizeof(*r));
 	r->delivery_id = j->claim->delivery_id;
 	r->status = j->claim->status;
@@ -411,7 +433,7 @@ static void round_release(struct round *j, int64_t delay_ms)
 	r->attempt_count = j->claim->attempt_count + j->tries;
 	r->retry_count = j->claim->retry_count;
 	r->delay_actions = j->claim->delay_actions;
-	r->next_attempt_at = clock_now_ms() + delay_ms;
+	r->next_attempt_at = o.at_ms;
 	r->attempts = j->attempts;
 	r->n_attempts = (size_t)j->tries;
 	set_last_error(r, j);
@@ -451,7 +473,7 @@ static void round_after_attempt(struct round *j)
 
 	round_slot_put(j);
 	outcome_input(j, &in);
-	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, dispatcher_rng_next, &d->rng, &o);
+	round_decide(j, &in, &o);
 	if (o.next != OUTCOME_TRY) {
 		round_finish(j, &o);
 	} else if (atomic_load(&d->stopping)) {
@@ -752,8 +774,6 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 		j->timeout_ms = j->kind == ATTEMPT_MANUAL ? j->sub->retry.timeout_ms
 							  : j->sub->retry.immediate_timeout_ms;
 	}
-	if (j->probe)
-		j->max_tries = 1; /* a half-open probe is one request */
 	round_begin(j);
 }
 
