@@ -174,19 +174,6 @@ static void note_due(struct dispatcher *d, int64_t at_ms)
 		d->soonest_retry_ms = at_ms;
 }
 
-static void set_last_error(struct store_result *r, const struct round *j)
-{
-	if (j->tries == 0) {
-		r->last_code = 0;
-		r->last_message = r->last_cause = NULL;
-		return;
-	}
-	const struct store_attempt *a = &j->attempts[j->tries - 1];
-	r->last_code = a->code;
-	r->last_message = a->message;
-	r->last_cause = a->cause;
-}
-
 /* The rounds in their stagger, a binary min-heap on wake_us (room for max_in_flight, so a
  * push never fails). */
 static void waiting_push(struct dispatcher *d, struct round *j)
@@ -270,28 +257,74 @@ static int key_ordered(const struct round *j)
 	return j->claim->partition_key && j->sub && j->sub->ordering != ORDERING_NONE;
 }
 
-/* Fills the result of a round the outcome core decided (core/outcome.h). */
+/* The last error of a round the breaker refused (a delay action, or the DLQ after
+ * max_delay_actions of them), which has no attempt to take it from: why nothing was sent.
+ * Kept as the cause of try 0 until the result is written. */
+static const char *circuit_cause(struct round *j, const struct outcome *o)
+{
+	const struct subscription *s = j->sub;
+	char window[32], wait_text[32];
+
+	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
+	if (o->next == OUTCOME_DLQ)
+		snprintf(j->cause_buf, CAUSE_LEN,
+			 "the circuit breaker of subscription %s is open (%d failed "
+			 "deliveries within %s); after %d delay actions the delivery was stopped "
+			 "without a request", s->id, s->breaker.max_errors, window,
+			 j->claim->delay_actions);
+	else
+		snprintf(j->cause_buf, CAUSE_LEN,
+			 "delay action %d of %d: the circuit breaker of subscription %s is open "
+			 "(%d failed deliveries within %s); no request sent, due again "
+			 "in %s", o->delay_actions, s->breaker.max_delay_actions, s->id,
+			 s->breaker.max_errors, window,
+			 duration_format(o->delay_ms, wait_text, sizeof(wait_text)));
+	return keep_cause(j, 0, j->cause_buf);
+}
+
+/* The one place a round's result is made for the writer: from its claim, the attempts it
+ * made and what the outcome core decided (o, any but OUTCOME_TRY). */
 static void round_result(struct round *j, const struct outcome *o)
 {
+	const struct store_claim *c = j->claim;
 	struct store_result *r = &j->wr.result;
 
 	memset(r, 0, sizeof(*r));
-	r->delivery_id = j->claim->delivery_id;
-	r->ordered_key = key_ordered(j);
+	r->delivery_id = c->delivery_id;
+	r->ordered_key = o->release_key;
 	r->attempts = j->attempts;
 	r->n_attempts = (size_t)j->tries;
-	r->attempt_count = j->claim->attempt_count + j->tries;
+	r->attempt_count = c->attempt_count + j->tries;
 	r->retry_count = o->retry_count;
 	r->delay_actions = o->delay_actions;
 	if (o->next == OUTCOME_DONE) {
 		r->status = DELIVERY_PROCESSED;
 		r->processed_at = clock_now_ms();
-		return;
+		return; /* last_code 0: no error any more */
 	}
-	r->status = DELIVERY_FAILED;
-	set_last_error(r, j);
-	if (o->next == OUTCOME_RETRY)
+	if (o->next == OUTCOME_DELAY || o->next == OUTCOME_RELEASE) {
+		/* not decided by a request: the delivery stays as it was, due again */
+		r->status = c->status;
+		r->replay = c->replay;
 		r->next_attempt_at = o->at_ms;
+	} else {
+		/* RETRY at at_ms, or the dead-letter queue: no next attempt */
+		r->status = DELIVERY_FAILED;
+		if (o->next == OUTCOME_RETRY)
+			r->next_attempt_at = o->at_ms;
+	}
+	if (j->tries > 0) {
+		const struct store_attempt *a = &j->attempts[j->tries - 1];
+		r->last_code = a->code;
+		r->last_message = a->message;
+		r->last_cause = a->cause;
+	} else if (o->next == OUTCOME_DELAY || o->why == OUTCOME_WHY_CIRCUIT_OPEN) {
+		r->last_code = OUTCOME_CIRCUIT_OPEN_CODE;
+		r->last_message = OUTCOME_CIRCUIT_OPEN_MESSAGE;
+		r->last_cause = circuit_cause(j, o);
+	} else {
+		r->last_code = -1; /* handed back untried: keep the error it already shows */
+	}
 }
 
 /* What the outcome core needs to know of the round so far, of its delivery and of its
@@ -325,7 +358,9 @@ static void round_decide(struct round *j, const struct outcome_in *in, struct ou
 	outcome_decide(&j->sub->retry, &j->sub->breaker, in, dispatcher_rng_next, &j->d->rng, o);
 }
 
-/* The round is over with outcome o (not OUTCOME_TRY): the result goes to the writer. */
+/* The round is over with outcome o (any but OUTCOME_TRY): its result goes to the
+ * writer, and every other consequence is applied — the counts, the audit line, the Kafka
+ * dead-letter mark, the next claim's time, the subscription's state (round_apply_sub). */
 static void round_finish(struct round *j, const struct outcome *o)
 {
 	const char *sub_id = j->claim->subscription_id;
@@ -337,13 +372,19 @@ static void round_finish(struct round *j, const struct outcome *o)
 		j->audit = "EXECUTED";
 	} else if (o->next == OUTCOME_RETRY) {
 		metrics_delivery(sub_id, METRICS_RETRYING);
-		note_due(j->d, o->at_ms);
 		j->audit = "FAILED";
+	} else if (o->next == OUTCOME_DELAY) {
+		metrics_delivery(sub_id, METRICS_DELAYED);
+	} else if (o->next == OUTCOME_RELEASE) {
+		metrics_delivery(sub_id, METRICS_RELEASED);
 	} else {
 		metrics_delivery(sub_id, METRICS_DEAD);
 		dead_lettered(j);
-		j->audit = "DEAD";
+		/* the audit line is of rounds with attempts; the breaker's refusals have none */
+		if (o->why != OUTCOME_WHY_CIRCUIT_OPEN)
+			j->audit = "DEAD";
 	}
+	note_due(j->d, j->wr.result.next_attempt_at);
 	round_apply_sub(j, o);
 	done_push(j->d, j);
 }
@@ -368,80 +409,25 @@ static void round_stop(struct round *j)
  * Attempts and retries are not counted: no request was made. */
 static void round_delay_action(struct round *j)
 {
-	struct dispatcher *d = j->d;
-	const struct subscription *s = j->sub;
-	const struct store_claim *c = j->claim;
-	struct store_result *r = &j->wr.result;
 	struct outcome_in in;
 	struct outcome o;
-	char window[32], wait_text[32];
 
 	outcome_input(j, &in);
 	in.refused = true;
 	round_decide(j, &in, &o);
-	memset(r, 0, sizeof(*r));
-	r->delivery_id = c->delivery_id;
-	r->ordered_key = key_ordered(j);
-	r->attempt_count = c->attempt_count;
-	r->retry_count = c->retry_count;
-	r->delay_actions = o.delay_actions;
-	r->last_code = OUTCOME_CIRCUIT_OPEN_CODE;
-	r->last_message = OUTCOME_CIRCUIT_OPEN_MESSAGE;
-	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
-	if (o.next == OUTCOME_DLQ) {
-		r->status = DELIVERY_FAILED; /* no next attempt: the dead-letter queue */
-		snprintf(j->cause_buf, CAUSE_LEN,
-			 "the circuit breaker of subscription %s is open (%d failed "
-			 "deliveries within %s); after %d delay actions the delivery was stopped "
-			 "without a request", s->id, s->breaker.max_errors, window, c->delay_actions);
-		r->last_cause = keep_cause(j, 0, j->cause_buf);
-		metrics_delivery(c->subscription_id, METRICS_DEAD);
-		dead_lettered(j);
-	} else {
-		r->status = c->status;
-		r->replay = c->replay;
-		r->next_attempt_at = o.at_ms;
-		snprintf(j->cause_buf, CAUSE_LEN,
-			 "delay action %d of %d: the circuit breaker of subscription %s is open "
-			 "(%d failed deliveries within %s); no request sent, due again "
-			 "in %s", r->delay_actions, s->breaker.max_delay_actions, s->id,
-			 s->breaker.max_errors, window,
-			 duration_format(o.delay_ms, wait_text, sizeof(wait_text)));
-		r->last_cause = keep_cause(j, 0, j->cause_buf);
-		metrics_delivery(c->subscription_id, METRICS_DELAYED);
-		note_due(d, r->next_attempt_at);
-	}
-	done_push(d, j);
+	round_finish(j, &o);
 }
 
-/* Hands the delivery back untouched but for the attempts made (shutdown, disabled
- * subscription): due again at now + delay_ms. */
+/* Hands the delivery back untouched but for the attempts made (shutdown, a lost lease,
+ * a disabled subscription, a full queue): due again at now + delay_ms. */
 static void round_release(struct round *j, int64_t delay_ms)
 {
-	struct store_result *r = &j->wr.result;
 	struct outcome_in in;
 	struct outcome o;
 
-	round_slot_put(j);
 	outcome_input(j, &in);
 	outcome_release(&in, delay_ms, &o);
-	round_apply_sub(j, &o); /* a probe handed back is abandoned */
-	memset(r, 0, sizeof(*r));
-	r->delivery_id = j->claim->delivery_id;
-	r->status = j->claim->status;
-	r->replay = j->claim->replay;
-	r->attempt_count = j->claim->attempt_count + j->tries;
-	r->retry_count = j->claim->retry_count;
-	r->delay_actions = j->claim->delay_actions;
-	r->next_attempt_at = o.at_ms;
-	r->attempts = j->attempts;
-	r->n_attempts = (size_t)j->tries;
-	set_last_error(r, j);
-	if (j->tries == 0)
-		r->last_code = -1; /* keep the error the delivery already shows */
-	metrics_delivery(j->claim->subscription_id, METRICS_RELEASED);
-	note_due(j->d, r->next_attempt_at);
-	done_push(j->d, j);
+	round_finish(j, &o);
 }
 
 /* Records a first attempt that failed here, before any sink (code, message, cause
