@@ -8,7 +8,10 @@
  *        -> core/outcome.h decides: another try after a stagger (waiting), or the round
  *           is over -> its result goes on the done list, for the writer
  *
- * Must not block or touch the store: results leave through the done list only. */
+ * Every decision about a round's end is core/outcome.c's (what the delivery becomes, what
+ * the round did to its subscription's breaker and health); this file gathers its inputs
+ * (outcome_input) and applies its answer (round_finish), deciding nothing itself. Must
+ * not block or touch the store: results leave through the done list only. */
 #include "deliver/dispatcher_int.h"
 
 #include <stddef.h>
