@@ -33,8 +33,7 @@
 
 /* ---- the loop ------------------------------------------------------------------------------ */
 
-/* Starts the claimed deliveries: one batch, freed when its last round is written. */
-static void claims_start(struct dispatcher *d, struct store_claim *claims, size_t n)
+void dispatcher_claims_start(struct dispatcher *d, struct store_claim *claims, size_t n)
 {
 	if (n == 0) {
 		store_claims_free(claims, 0);
@@ -186,6 +185,11 @@ static void sinks_run(struct dispatcher *d)
 			sink_run(d->sinks[i]);
 }
 
+/* The dispatcher's thread. One turn of its loop takes the writer's news, claims, renews
+ * leases, runs the staggers, the sinks and the parked rounds, hands finished rounds to
+ * the writer and sleeps until something is due: longer than a function should be, kept
+ * whole so that the order of a turn, on which the wake-ups and the shutdown depend, reads
+ * top to bottom (each step's rules are in the function it calls). */
 static void *dispatcher_main(void *arg)
 {
 	struct dispatcher *d = arg;
@@ -247,12 +251,12 @@ static void *dispatcher_main(void *arg)
 				next_claim_us = now_us + IDLE_POLL_MS * 1000; /* or the hint's time */
 				d->short_claim_us = now_us;
 			}
-			claims_start(d, claims, got);
+			dispatcher_claims_start(d, claims, got);
 			metrics_started((long)got, 0);
 		}
 		/* the hand-off: deliveries leased at ingest start like claimed ones */
 		if (ans.n_handed) {
-			claims_start(d, ans.handed, ans.n_handed);
+			dispatcher_claims_start(d, ans.handed, ans.n_handed);
 			metrics_started(0, (long)ans.n_handed);
 		}
 		if (due_hint_ms > 0) {
@@ -381,13 +385,11 @@ static void dispatcher_free(struct dispatcher *d)
 	free(d);
 }
 
-struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
-				    const struct dispatcher_config *cfg)
+struct dispatcher *dispatcher_new(struct sub_registry *reg, const struct dispatcher_config *cfg)
 {
 	struct dispatcher *d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;
-	d->writer = w;
 	d->reg = reg;
 	d->cfg = *cfg;
 	atomic_init(&d->log_deliveries, cfg->log_deliveries);
@@ -428,12 +430,6 @@ struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 		d->rounds[i].next = d->free_list;
 		d->free_list = &d->rounds[i];
 	}
-	writer_attach(w, writer_ready_cb, d);
-	if (pthread_create(&d->thread, NULL, dispatcher_main, d)) {
-		log_error("dispatcher: cannot start thread");
-		writer_detach(w);
-		goto fail;
-	}
 	return d;
 fail:
 	if (d->epfd >= 0)
@@ -442,6 +438,37 @@ fail:
 		close(d->evfd);
 	dispatcher_free(d);
 	return NULL;
+}
+
+void dispatcher_delete(struct dispatcher *d)
+{
+	for (int i = 0; i < d->cfg.max_in_flight; i++) {
+		for (int k = 0; k < d->n_sinks; k++)
+			sink_slot_free(d->sinks[k], &d->rounds[i].sj);
+		round_causes_free(&d->rounds[i]);
+	}
+	limits_free_all(&d->limits);
+	endpoints_free_all(&d->endpoints);
+	close(d->epfd);
+	close(d->evfd);
+	dispatcher_free(d);
+}
+
+struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
+				    const struct dispatcher_config *cfg)
+{
+	struct dispatcher *d = dispatcher_new(reg, cfg);
+	if (!d)
+		return NULL;
+	d->writer = w;
+	writer_attach(w, writer_ready_cb, d);
+	if (pthread_create(&d->thread, NULL, dispatcher_main, d)) {
+		log_error("dispatcher: cannot start thread");
+		writer_detach(w);
+		dispatcher_delete(d);
+		return NULL;
+	}
+	return d;
 }
 
 /* Interrupts the dispatcher's epoll_wait (any thread; async-signal-safe). */
@@ -470,16 +497,7 @@ void dispatcher_stop(struct dispatcher *d)
 	atomic_store(&d->stopping, 1);
 	wake_fd(d);
 	pthread_join(d->thread, NULL);
-	for (int i = 0; i < d->cfg.max_in_flight; i++) {
-		for (int k = 0; k < d->n_sinks; k++)
-			sink_slot_free(d->sinks[k], &d->rounds[i].sj);
-		round_causes_free(&d->rounds[i]);
-	}
-	limits_free_all(&d->limits);
-	endpoints_free_all(&d->endpoints);
-	close(d->epfd);
-	close(d->evfd);
-	dispatcher_free(d);
+	dispatcher_delete(d);
 }
 
 int64_t dispatcher_beat_us(struct dispatcher *d)

@@ -1,6 +1,7 @@
 /* dispatcher_int.h: what the two files of the dispatcher share — dispatcher.c (the loop:
  * claims, the sinks' fds, the writer) and round.c (the life of one delivery's round:
- * attempts, outcomes, limits, parking). Nobody else includes it. */
+ * attempts, outcomes, limits, parking). Nobody else includes it but the dispatcher's unit
+ * tests (tests/unit/deliver/), which drive rounds without the loop's thread or a store. */
 #ifndef OUTBOXD_DELIVER_DISPATCHER_INT_H
 #define OUTBOXD_DELIVER_DISPATCHER_INT_H
 
@@ -135,6 +136,21 @@ static inline int64_t round_lease_need_ms(const struct round *j)
 {
 	return j->d->cfg.connect_timeout_ms + j->timeout_ms + LEASE_MARGIN_MS;
 }
+
+/* ---- dispatcher.c ----------------------------------------------------------------------- */
+
+/* A dispatcher with its round pool, sinks attached and no thread: what dispatcher_start
+ * runs, and what the unit tests drive by hand (round_start, the sinks' completions,
+ * rounds_run_timers; finished rounds wait on the done list). cfg is copied, reg borrowed.
+ * NULL when out of memory or descriptors. */
+struct dispatcher *dispatcher_new(struct sub_registry *reg, const struct dispatcher_config *cfg);
+
+/* Frees a dispatcher whose thread is not running (never started, or joined). */
+void dispatcher_delete(struct dispatcher *d);
+
+/* Starts the claimed deliveries (claims consumed): one batch, freed when its last round
+ * is written. */
+void dispatcher_claims_start(struct dispatcher *d, struct store_claim *claims, size_t n);
 
 /* ---- round.c -------------------------------------------------------------------------- */
 

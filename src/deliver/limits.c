@@ -1,5 +1,6 @@
 /* limits.c: per-subscription circuit breakers and limits for the dispatcher (see
- * limits.h). Must not block, allocate per attempt, or touch a round. */
+ * limits.h). Must not block, allocate per attempt, touch a round, or decide what a
+ * round's outcome does to the breaker (core/outcome.c does). */
 #include "deliver/limits.h"
 
 #include <stdint.h>
@@ -35,7 +36,7 @@ struct sub_limits *limits_get(struct limits_table *t, const struct subscription 
 			return NULL;
 		}
 		memcpy(x->sub_id, s->id, UUID_STR_LEN);
-		breaker_init(&x->breaker);
+		breaker_init(&x->state.breaker);
 		x->next = t->buckets[h];
 		t->buckets[h] = x;
 	}
@@ -78,13 +79,13 @@ void limits_free_all(struct limits_table *t)
 
 static void publish(const struct sub_limits *x)
 {
-	metrics_circuit(x->sub_id, (int)x->breaker.state, x->breaker.open_until_ms);
+	metrics_circuit(x->sub_id, (int)x->state.breaker.state, x->state.breaker.open_until_ms);
 }
 
 enum breaker_admission limits_admit(struct sub_limits *x, const struct subscription *s,
 				    const char *delivery_id, int *probe)
 {
-	enum breaker_admission a = breaker_admit(&x->breaker, &s->breaker, clock_now_ms());
+	enum breaker_admission a = breaker_admit(&x->state.breaker, &s->breaker, clock_now_ms());
 
 	if (a == BREAKER_PROBE) {
 		*probe = 1;
@@ -95,55 +96,23 @@ enum breaker_admission limits_admit(struct sub_limits *x, const struct subscript
 	return a;
 }
 
-unsigned limits_record(struct sub_limits *x, const struct subscription *s, int success,
-		       int *probe, int64_t disable_after_ms)
+void limits_apply(struct sub_limits *x, const struct subscription *s, const struct outcome *o)
 {
 	const struct circuit_breaker_config *c = &s->breaker;
-	enum breaker_state before = x->breaker.state;
-	unsigned health = 0;
 	char window[32], left[32];
-	int64_t now = clock_now_ms();
 
-	/* Endpoint health: how long every attempt has failed (this instance's view). */
-	if (success) {
-		if (x->failing_since_ms && now - x->failing_since_ms >= c->failure_window_ms)
-			health |= LIMITS_RECOVERED;
-		x->failing_since_ms = 0;
-		x->disable_asked = 0;
-	} else {
-		if (!x->failing_since_ms)
-			x->failing_since_ms = now;
-		if (disable_after_ms > 0 && !x->disable_asked &&
-		    now - x->failing_since_ms >= disable_after_ms) {
-			x->disable_asked = 1;
-			health |= LIMITS_DISABLE;
-		}
-	}
-	breaker_record(&x->breaker, c, now, success, *probe);
-	enum breaker_state after = x->breaker.state;
-	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || *probe))
-		health |= LIMITS_CIRCUIT_OPENED;
-	else if (after == BREAKER_CLOSED && before != BREAKER_CLOSED)
-		health |= LIMITS_CIRCUIT_CLOSED;
-	if (after == BREAKER_OPEN && (before != BREAKER_OPEN || *probe))
+	x->state = o->sub;
+	if (o->breaker == OUTCOME_BREAKER_OPENED || o->breaker == OUTCOME_BREAKER_REOPENED)
 		log_warn("subscription %s: circuit open%s: deliveries take delay actions for %s "
 			 "(%d failed deliveries within %s)", x->sub_id,
-			 *probe ? " again: the probe failed" : "",
-			 duration_format(x->breaker.open_until_ms - clock_now_ms(), left, sizeof(left)),
+			 o->breaker == OUTCOME_BREAKER_REOPENED ? " again: the probe failed" : "",
+			 duration_format(x->state.breaker.open_until_ms - clock_now_ms(), left,
+					 sizeof(left)),
 			 c->max_errors, duration_format(c->failure_window_ms, window, sizeof(window)));
-	else if (after == BREAKER_CLOSED && before != BREAKER_CLOSED)
+	else if (o->breaker == OUTCOME_BREAKER_CLOSED)
 		log_info("subscription %s: circuit closed: the probe succeeded", x->sub_id);
-	*probe = 0;
-	publish(x);
-	return health;
-}
-
-void limits_probe_abandoned(struct sub_limits *x, int *probe)
-{
-	if (!*probe || !x)
-		return;
-	breaker_probe_abandoned(&x->breaker);
-	*probe = 0;
+	if (o->counted)
+		publish(x);
 }
 
 static void bucket_sync(struct sub_limits *x, const struct subscription *s, int64_t now_us)

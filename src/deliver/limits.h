@@ -1,12 +1,14 @@
 /* limits.h: what the dispatcher keeps per subscription, on its own thread: the circuit
- * breaker (core/breaker.h: when rounds may start) and the limits (max_in_flight, and
- * rate_limit as a token bucket: when an attempt may go), with the queue of rounds those
- * limits hold back.
+ * breaker and the failing streak (core/outcome.h's struct outcome_sub_state: the breaker
+ * says when rounds may start, the outcome core what a round did to both), and the limits
+ * (max_in_flight, and rate_limit as a token bucket: when an attempt may go), with the
+ * queue of rounds those limits hold back.
  *
- * No locks: only the dispatcher thread touches a table. Breaker changes are logged here
- * and published to the metrics (core/metrics.h), where GET /v1/stats and /metrics read
- * them from other threads. The parked queue is the dispatcher's: this file only keeps
- * its head and counts, it never looks inside a round. */
+ * No locks: only the dispatcher thread touches a table. This file decides nothing about
+ * a round's outcome: it keeps the state core/outcome.c returns, logs the breaker's
+ * changes and publishes them to the metrics (core/metrics.h), where GET /v1/stats and
+ * /metrics read them from other threads. The parked queue is the dispatcher's: this file
+ * only keeps its head and counts, it never looks inside a round. */
 #ifndef OUTBOXD_DELIVER_LIMITS_H
 #define OUTBOXD_DELIVER_LIMITS_H
 
@@ -14,6 +16,7 @@
 
 #include "core/breaker.h"
 #include "core/model.h"
+#include "core/outcome.h"
 #include "core/ratelimit.h"
 #include "deliver/endpoints.h"
 #include "util/uuid.h"
@@ -24,7 +27,8 @@ struct round; /* the dispatcher's */
 
 struct sub_limits {
 	char sub_id[UUID_STR_LEN];
-	struct breaker breaker;
+	struct outcome_sub_state state; /* breaker and failing streak: read and returned
+	                                   whole by the outcome core (limits_apply) */
 	struct token_bucket bucket;
 	double bucket_rate;          /* the rate the bucket is set up for, 0 = none yet */
 	int in_flight;               /* attempts running (a request, or waiting for a token) */
@@ -33,9 +37,6 @@ struct sub_limits {
 	int parked;
 	int on_parked_list;
 	int64_t window_ms;           /* the breaker's failure window as last seen */
-	int64_t failing_since_ms;    /* wall clock: the first failure since the last
-	                                success, 0 while it succeeds (disable_after) */
-	int disable_asked;           /* the dispatcher was asked to disable it this streak */
 	int64_t last_used_ms;        /* monotonic */
 	struct endpoint *ep;         /* its endpoint's flow control (one ref), NULL: none */
 	char *ep_for;                /* the endpoint URL ep was found for */
@@ -62,23 +63,10 @@ void limits_free_all(struct limits_table *t);
 enum breaker_admission limits_admit(struct sub_limits *x, const struct subscription *s,
 				    const char *delivery_id, int *probe);
 
-/* What a recorded round means for the subscription's health: limits_record's answer,
- * a mask. */
-enum limits_health {
-	LIMITS_DISABLE = 1,        /* every attempt failed for disable_after: disable it */
-	LIMITS_RECOVERED = 2,      /* a success after failing for at least its failure window */
-	LIMITS_CIRCUIT_OPENED = 4, /* the breaker opened (or a half-open probe failed) */
-	LIMITS_CIRCUIT_CLOSED = 8, /* a probe succeeded: the breaker closed */
-};
-
-/* A round with attempts ended: the breaker counts it, and the subscription's health is
- * judged. probe is reset to 0. disable_after_ms: the subscription's, resolved (0 =
- * never). Returns enum limits_health bits. */
-unsigned limits_record(struct sub_limits *x, const struct subscription *s, int success,
-		       int *probe, int64_t disable_after_ms);
-
-/* The probe ended undecided (handed back): the next round asking is the probe. */
-void limits_probe_abandoned(struct sub_limits *x, int *probe);
+/* Keeps what the outcome core decided for a round of s (outcome_decide or
+ * outcome_release: o->sub is the state from now on), logs a breaker that opened or
+ * closed, and publishes the breaker's state when the round counted. o is borrowed. */
+void limits_apply(struct sub_limits *x, const struct subscription *s, const struct outcome *o);
 
 /* The cap on s's requests open at once: max_in_flight, or concurrency when that is
  * lower (a fixed limit instead of the endpoint's adaptive one); 0 = none. */

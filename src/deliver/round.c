@@ -8,7 +8,10 @@
  *        -> core/outcome.h decides: another try after a stagger (waiting), or the round
  *           is over -> its result goes on the done list, for the writer
  *
- * Must not block or touch the store: results leave through the done list only. */
+ * Every decision about a round's end is core/outcome.c's (what the delivery becomes, what
+ * the round did to its subscription's breaker and health); this file gathers its inputs
+ * (outcome_input) and applies its answer (round_finish), deciding nothing itself. Must
+ * not block or touch the store: results leave through the done list only. */
 #include "deliver/dispatcher_int.h"
 
 #include <stddef.h>
@@ -105,30 +108,31 @@ static json_t *time_json(int64_t ms)
 	return json_string(clock_format_rfc3339(ms, ts));
 }
 
-/* A round with attempts ended: the breaker counts it, and the subscription's health
- * follows (disabled after disable_after of nothing but failures; a recovery is noted),
- * each change also an operational event. */
-static void circuit_record(struct round *j, int success)
+/* What the outcome core said a round did to its subscription (o, counted or handed
+ * back), applied: the state kept in limits.c, and each change made known — a breaker
+ * opened or closed, the subscription disabled (disable_after), a recovery — as logs,
+ * metrics and operational events. */
+static void round_apply_sub(struct round *j, const struct outcome *o)
 {
 	struct dispatcher *d = j->d;
+	char span[32], reason[160];
+	int64_t now = clock_now_ms();
+
+	j->probe = 0; /* the round was the probe, and its outcome (or abandon) is in o */
 	if (!j->limits)
 		return;
-	int64_t after = j->sub->disable_after_ms >= 0 ? j->sub->disable_after_ms
-						       : d->cfg.disable_after_ms;
-	int64_t failing_since = j->limits->failing_since_ms, now = clock_now_ms();
-	unsigned h = limits_record(j->limits, j->sub, success, &j->probe, after);
-	char span[32], reason[160];
-	if (h & LIMITS_CIRCUIT_OPENED)
+	limits_apply(j->limits, j->sub, o);
+	if (o->breaker == OUTCOME_BREAKER_OPENED || o->breaker == OUTCOME_BREAKER_REOPENED)
 		ops_about_sub(j, "circuit.opened",
 			      json_pack("{s:o, s:i, s:I}", "open_until",
-					time_json(j->limits->breaker.open_until_ms), "max_errors",
+					time_json(o->sub.breaker.open_until_ms), "max_errors",
 					j->sub->breaker.max_errors, "failure_window_ms",
 					(json_int_t)j->sub->breaker.failure_window_ms));
-	if (h & LIMITS_CIRCUIT_CLOSED)
+	if (o->breaker == OUTCOME_BREAKER_CLOSED)
 		ops_about_sub(j, "circuit.closed", json_pack("{s:o}", "closed_at", time_json(now)));
-	if ((h & LIMITS_DISABLE) && d->cfg.disable) {
+	if (o->disable.now && d->cfg.disable) {
 		snprintf(reason, sizeof(reason), "every attempt failed for %s (disable_after); "
-			 "the last: %d %s", duration_format(after, span, sizeof(span)),
+			 "the last: %d %s", duration_format(o->disable.after_ms, span, sizeof(span)),
 			 j->tries ? j->attempts[j->tries - 1].code : 0,
 			 j->tries && j->attempts[j->tries - 1].message ?
 				 j->attempts[j->tries - 1].message : "");
@@ -137,17 +141,18 @@ static void circuit_record(struct round *j, int success)
 		d->cfg.disable(d->cfg.disable_ctx, j->sub->id, reason);
 		ops_about_sub(j, "subscription.disabled",
 			      json_pack("{s:s, s:o, s:o}", "reason", reason, "disabled_at",
-					time_json(now), "failing_since", time_json(failing_since)));
+					time_json(now), "failing_since",
+					time_json(o->disable.failing_since_ms)));
 	}
-	if (h & LIMITS_RECOVERED) {
+	if (o->recovery.now) {
 		log_info("subscription %s (%s): recovered: an attempt succeeded after a failure "
 			 "streak of at least %s", j->sub->id, j->sub->name,
 			 duration_format(j->sub->breaker.failure_window_ms, span, sizeof(span)));
 		metrics_subscription_recovered();
 		ops_about_sub(j, "subscription.recovered",
 			      json_pack("{s:o, s:o, s:I}", "recovered_at", time_json(now),
-					"failing_since", time_json(failing_since), "failing_ms",
-					(json_int_t)(now - failing_since)));
+					"failing_since", time_json(o->recovery.failing_since_ms),
+					"failing_ms", (json_int_t)o->recovery.failing_ms));
 	}
 }
 
@@ -170,19 +175,6 @@ static void note_due(struct dispatcher *d, int64_t at_ms)
 {
 	if (at_ms && (!d->soonest_retry_ms || at_ms < d->soonest_retry_ms))
 		d->soonest_retry_ms = at_ms;
-}
-
-static void set_last_error(struct store_result *r, const struct round *j)
-{
-	if (j->tries == 0) {
-		r->last_code = 0;
-		r->last_message = r->last_cause = NULL;
-		return;
-	}
-	const struct store_attempt *a = &j->attempts[j->tries - 1];
-	r->last_code = a->code;
-	r->last_message = a->message;
-	r->last_cause = a->cause;
 }
 
 /* The rounds in their stagger, a binary min-heap on wake_us (room for max_in_flight, so a
@@ -268,31 +260,78 @@ static int key_ordered(const struct round *j)
 	return j->claim->partition_key && j->sub && j->sub->ordering != ORDERING_NONE;
 }
 
-/* Fills the result of a round the outcome core decided (core/outcome.h). */
+/* The last error of a round the breaker refused (a delay action, or the DLQ after
+ * max_delay_actions of them), which has no attempt to take it from: why nothing was sent.
+ * Kept as the cause of try 0 until the result is written. */
+static const char *circuit_cause(struct round *j, const struct outcome *o)
+{
+	const struct subscription *s = j->sub;
+	char window[32], wait_text[32];
+
+	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
+	if (o->next == OUTCOME_DLQ)
+		snprintf(j->cause_buf, CAUSE_LEN,
+			 "the circuit breaker of subscription %s is open (%d failed "
+			 "deliveries within %s); after %d delay actions the delivery was stopped "
+			 "without a request", s->id, s->breaker.max_errors, window,
+			 j->claim->delay_actions);
+	else
+		snprintf(j->cause_buf, CAUSE_LEN,
+			 "delay action %d of %d: the circuit breaker of subscription %s is open "
+			 "(%d failed deliveries within %s); no request sent, due again "
+			 "in %s", o->delay_actions, s->breaker.max_delay_actions, s->id,
+			 s->breaker.max_errors, window,
+			 duration_format(o->delay_ms, wait_text, sizeof(wait_text)));
+	return keep_cause(j, 0, j->cause_buf);
+}
+
+/* The one place a round's result is made for the writer: from its claim, the attempts it
+ * made and what the outcome core decided (o, any but OUTCOME_TRY). */
 static void round_result(struct round *j, const struct outcome *o)
 {
+	const struct store_claim *c = j->claim;
 	struct store_result *r = &j->wr.result;
 
 	memset(r, 0, sizeof(*r));
-	r->delivery_id = j->claim->delivery_id;
-	r->ordered_key = key_ordered(j);
+	r->delivery_id = c->delivery_id;
+	r->ordered_key = o->release_key;
 	r->attempts = j->attempts;
 	r->n_attempts = (size_t)j->tries;
-	r->attempt_count = j->claim->attempt_count + j->tries;
+	r->attempt_count = c->attempt_count + j->tries;
 	r->retry_count = o->retry_count;
 	r->delay_actions = o->delay_actions;
 	if (o->next == OUTCOME_DONE) {
 		r->status = DELIVERY_PROCESSED;
 		r->processed_at = clock_now_ms();
-		return;
+		return; /* last_code 0: no error any more */
 	}
-	r->status = DELIVERY_FAILED;
-	set_last_error(r, j);
-	if (o->next == OUTCOME_RETRY)
+	if (o->next == OUTCOME_DELAY || o->next == OUTCOME_RELEASE) {
+		/* not decided by a request: the delivery stays as it was, due again */
+		r->status = c->status;
+		r->replay = c->replay;
 		r->next_attempt_at = o->at_ms;
+	} else {
+		/* RETRY at at_ms, or the dead-letter queue: no next attempt */
+		r->status = DELIVERY_FAILED;
+		if (o->next == OUTCOME_RETRY)
+			r->next_attempt_at = o->at_ms;
+	}
+	if (j->tries > 0) {
+		const struct store_attempt *a = &j->attempts[j->tries - 1];
+		r->last_code = a->code;
+		r->last_message = a->message;
+		r->last_cause = a->cause;
+	} else if (o->next == OUTCOME_DELAY || o->why == OUTCOME_WHY_CIRCUIT_OPEN) {
+		r->last_code = OUTCOME_CIRCUIT_OPEN_CODE;
+		r->last_message = OUTCOME_CIRCUIT_OPEN_MESSAGE;
+		r->last_cause = circuit_cause(j, o);
+	} else {
+		r->last_code = -1; /* handed back untried: keep the error it already shows */
+	}
 }
 
-/* What outcome_decide needs to know of the round so far. */
+/* What the outcome core needs to know of the round so far, of its delivery and of its
+ * subscription's state. */
 static void outcome_input(const struct round *j, struct outcome_in *in)
 {
 	memset(in, 0, sizeof(*in));
@@ -304,10 +343,27 @@ static void outcome_input(const struct round *j, struct outcome_in *in)
 	in->permanent = j->tries && j->sj.permanent;
 	in->retry_count = j->claim->retry_count;
 	in->delay_actions = j->claim->delay_actions;
+	in->key_ordered = key_ordered(j);
+	if (j->limits && j->sub) {
+		in->tracked = true;
+		in->sub = j->limits->state;
+		in->probe = j->probe;
+		in->disable_after_ms = j->sub->disable_after_ms;
+		in->disable_after_default_ms = j->d->cfg.disable_after_ms;
+	}
 	in->now_ms = clock_now_ms();
 }
 
-/* The round is over with outcome o (not OUTCOME_TRY): the result goes to the writer. */
+/* The outcome core's decision for the round as it stands (in: outcome_input's, changed
+ * by the caller where it knows more). */
+static void round_decide(struct round *j, const struct outcome_in *in, struct outcome *o)
+{
+	outcome_decide(&j->sub->retry, &j->sub->breaker, in, dispatcher_rng_next, &j->d->rng, o);
+}
+
+/* The round is over with outcome o (any but OUTCOME_TRY): its result goes to the
+ * writer, and every other consequence is applied — the counts, the audit line, the Kafka
+ * dead-letter mark, the next claim's time, the subscription's state (round_apply_sub). */
 static void round_finish(struct round *j, const struct outcome *o)
 {
 	const char *sub_id = j->claim->subscription_id;
@@ -319,15 +375,20 @@ static void round_finish(struct round *j, const struct outcome *o)
 		j->audit = "EXECUTED";
 	} else if (o->next == OUTCOME_RETRY) {
 		metrics_delivery(sub_id, METRICS_RETRYING);
-		note_due(j->d, o->at_ms);
 		j->audit = "FAILED";
+	} else if (o->next == OUTCOME_DELAY) {
+		metrics_delivery(sub_id, METRICS_DELAYED);
+	} else if (o->next == OUTCOME_RELEASE) {
+		metrics_delivery(sub_id, METRICS_RELEASED);
 	} else {
 		metrics_delivery(sub_id, METRICS_DEAD);
 		dead_lettered(j);
-		j->audit = "DEAD";
+		/* the audit line is of rounds with attempts; the breaker's refusals have none */
+		if (o->why != OUTCOME_WHY_CIRCUIT_OPEN)
+			j->audit = "DEAD";
 	}
-	if (j->tries > 0)
-		circuit_record(j, o->next == OUTCOME_DONE);
+	note_due(j->d, j->wr.result.next_attempt_at);
+	round_apply_sub(j, o);
 	done_push(j->d, j);
 }
 
@@ -340,7 +401,7 @@ static void round_stop(struct round *j)
 
 	outcome_input(j, &in);
 	in.end_round = true;
-	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, dispatcher_rng_next, &j->d->rng, &o);
+	round_decide(j, &in, &o);
 	round_finish(j, &o);
 }
 
@@ -351,75 +412,25 @@ static void round_stop(struct round *j)
  * Attempts and retries are not counted: no request was made. */
 static void round_delay_action(struct round *j)
 {
-	struct dispatcher *d = j->d;
-	const struct subscription *s = j->sub;
-	const struct store_claim *c = j->claim;
-	struct store_result *r = &j->wr.result;
 	struct outcome_in in;
 	struct outcome o;
-	char window[32], wait_text[32];
 
 	outcome_input(j, &in);
 	in.refused = true;
-	outcome_decide(&s->retry, &s->breaker, &in, dispatcher_rng_next, &d->rng, &o);
-	memset(r, 0, sizeof(*r));
-	r->delivery_id = c->delivery_id;
-	r->ordered_key = key_ordered(j);
-	r->attempt_count = c->attempt_count;
-	r->retry_count = c->retry_count;
-	r->delay_actions = o.delay_actions;
-	r->last_code = OUTCOME_CIRCUIT_OPEN_CODE;
-	r->last_message = OUTCOME_CIRCUIT_OPEN_MESSAGE;
-	duration_format(s->breaker.failure_window_ms, window, sizeof(window));
-	if (o.next == OUTCOME_DLQ) {
-		r->status = DELIVERY_FAILED; /* no next attempt: the dead-letter queue */
-		snprintf(j->cause_buf, CAUSE_LEN,
-			 "the circuit breaker of subscription %s is open (%d failed "
-			 "deliveries within %s); after %d delay actions the delivery was stopped "
-			 "without a request", s->id, s->breaker.max_errors, window, c->delay_actions);
-		r->last_cause = keep_cause(j, 0, j->cause_buf);
-		metrics_delivery(c->subscription_id, METRICS_DEAD);
-		dead_lettered(j);
-	} else {
-		r->status = c->status;
-		r->replay = c->replay;
-		r->next_attempt_at = o.at_ms;
-		snprintf(j->cause_buf, CAUSE_LEN,
-			 "delay action %d of %d: the circuit breaker of subscription %s is open "
-			 "(%d failed deliveries within %s); no request sent, due again "
-			 "in %s", r->delay_actions, s->breaker.max_delay_actions, s->id,
-			 s->breaker.max_errors, window,
-			 duration_format(o.delay_ms, wait_text, sizeof(wait_text)));
-		r->last_cause = keep_cause(j, 0, j->cause_buf);
-		metrics_delivery(c->subscription_id, METRICS_DELAYED);
-		note_due(d, r->next_attempt_at);
-	}
-	done_push(d, j);
+	round_decide(j, &in, &o);
+	round_finish(j, &o);
 }
 
-/* Hands the delivery back untouched but for the attempts made (shutdown, disabled
- * subscription): due again at now + delay_ms. */
+/* Hands the delivery back untouched but for the attempts made (shutdown, a lost lease,
+ * a disabled subscription, a full queue): due again at now + delay_ms. */
 static void round_release(struct round *j, int64_t delay_ms)
 {
-	struct store_result *r = &j->wr.result;
-	round_slot_put(j);
-	limits_probe_abandoned(j->limits, &j->probe);
-	memset(r, 0, sizeof(*r));
-	r->delivery_id = j->claim->delivery_id;
-	r->status = j->claim->status;
-	r->replay = j->claim->replay;
-	r->attempt_count = j->claim->attempt_count + j->tries;
-	r->retry_count = j->claim->retry_count;
-	r->delay_actions = j->claim->delay_actions;
-	r->next_attempt_at = clock_now_ms() + delay_ms;
-	r->attempts = j->attempts;
-	r->n_attempts = (size_t)j->tries;
-	set_last_error(r, j);
-	if (j->tries == 0)
-		r->last_code = -1; /* keep the error the delivery already shows */
-	metrics_delivery(j->claim->subscription_id, METRICS_RELEASED);
-	note_due(j->d, r->next_attempt_at);
-	done_push(j->d, j);
+	struct outcome_in in;
+	struct outcome o;
+
+	outcome_input(j, &in);
+	outcome_release(&in, delay_ms, &o);
+	round_finish(j, &o);
 }
 
 /* Records a first attempt that failed here, before any sink (code, message, cause
@@ -451,7 +462,7 @@ static void round_after_attempt(struct round *j)
 
 	round_slot_put(j);
 	outcome_input(j, &in);
-	outcome_decide(&j->sub->retry, &j->sub->breaker, &in, dispatcher_rng_next, &d->rng, &o);
+	round_decide(j, &in, &o);
 	if (o.next != OUTCOME_TRY) {
 		round_finish(j, &o);
 	} else if (atomic_load(&d->stopping)) {
@@ -752,8 +763,6 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 		j->timeout_ms = j->kind == ATTEMPT_MANUAL ? j->sub->retry.timeout_ms
 							  : j->sub->retry.immediate_timeout_ms;
 	}
-	if (j->probe)
-		j->max_tries = 1; /* a half-open probe is one request */
 	round_begin(j);
 }
 
