@@ -56,9 +56,9 @@ void dispatcher_claims_start(struct dispatcher *d, struct store_claim *claims, s
 }
 
 /* The round a writer_result belongs to. */
-static struct round *round_of(struct writer_result *r)
+static struct round *round_of(struct writer_result *wr)
 {
-	return (struct round *)((char *)r - offsetof(struct round, wr));
+	return (struct round *)((char *)wr - offsetof(struct round, wr));
 }
 
 /* Recycles the rounds of a writer_result list — those the writer wrote, or at shutdown
@@ -70,12 +70,12 @@ static size_t recycle_list(struct dispatcher *d, struct writer_result *l, int *k
 	size_t n = 0;
 	*keyed = 0;
 	while (l) {
-		struct round *j = round_of(l);
+		struct round *r = round_of(l);
 		l = l->next;
-		if (j->claim && j->claim->partition_key && j->sub &&
-		    j->sub->ordering != ORDERING_NONE)
+		if (r->claim && r->claim->partition_key && r->sub &&
+		    r->sub->ordering != ORDERING_NONE)
 			*keyed = 1;
-		round_recycle(d, j);
+		round_recycle(d, r);
 		n++;
 	}
 	return n;
@@ -95,21 +95,21 @@ static void leases_renew(struct dispatcher *d, int64_t now_ms)
 	d->renew_soon = 0;
 	size_t n = 0;
 	for (int i = 0; i < d->cfg.max_in_flight; i++) {
-		struct round *j = &d->rounds[i];
-		if (j->state == ROUND_FREE || j->state == ROUND_DONE || j->lease_lost)
+		struct round *r = &d->rounds[i];
+		if (r->state == ROUND_FREE || r->state == ROUND_DONE || r->lease_lost)
 			continue;
-		int64_t need = round_lease_need_ms(j), ahead = d->cfg.lease_ms / 2;
+		int64_t need = round_lease_need_ms(r), ahead = d->cfg.lease_ms / 2;
 		if (need + 2 * RENEW_EVERY_MS > ahead)
 			ahead = need + 2 * RENEW_EVERY_MS;
-		if (j->lease_until_ms - now_ms >= ahead)
+		if (r->lease_until_ms - now_ms >= ahead)
 			continue;
 		int64_t term = d->cfg.lease_ms;
 		if (need + 4 * RENEW_EVERY_MS > term)
 			term = need + 4 * RENEW_EVERY_MS;
-		memcpy(d->renew_ids[n], j->claim->delivery_id, UUID_STR_LEN);
+		memcpy(d->renew_ids[n], r->claim->delivery_id, UUID_STR_LEN);
 		d->renew_until[n] = now_ms + term;
-		d->renew_rounds[n] = j;
-		d->renew_seq[n] = j->seq;
+		d->renew_rounds[n] = r;
+		d->renew_seq[n] = r->seq;
 		n++;
 	}
 	if (!n)
@@ -128,23 +128,23 @@ static void leases_renew(struct dispatcher *d, int64_t now_ms)
  * that their lease is gone (another round may hold the delivery now: round.c makes no
  * more attempts and hands it back, recording the attempts made). A store error changes
  * nothing; the next turn tries again. */
-static void leases_renewed(struct dispatcher *d, const struct writer_renewal *r)
+static void leases_renewed(struct dispatcher *d, const struct writer_renewal *rn)
 {
 	long renewed = 0, lost = 0;
 	d->renew_asked = 0;
-	for (size_t i = 0; i < r->n; i++) {
-		struct round *j = d->renew_rounds[i];
-		if (j->seq != d->renew_seq[i] || j->state == ROUND_FREE || j->state == ROUND_DONE)
+	for (size_t i = 0; i < rn->n; i++) {
+		struct round *r = d->renew_rounds[i];
+		if (r->seq != d->renew_seq[i] || r->state == ROUND_FREE || r->state == ROUND_DONE)
 			continue; /* that round is over; the slot may hold another */
-		if (r->renewed[i]) {
-			j->lease_until_ms = r->until[i];
+		if (rn->renewed[i]) {
+			r->lease_until_ms = rn->until[i];
 			renewed++;
-		} else if (r->rc == STORE_OK) {
-			j->lease_lost = 1;
+		} else if (rn->rc == STORE_OK) {
+			r->lease_lost = 1;
 			lost++;
 			log_warn("delivery %s: its lease ran out before it could be renewed; this "
 				 "round makes no more attempts (docs/reliability.md, \"Leases\")",
-				 j->claim->delivery_id);
+				 r->claim->delivery_id);
 		}
 	}
 	metrics_leases(renewed, lost);
@@ -185,6 +185,41 @@ static void sinks_run(struct dispatcher *d)
 			sink_run(d->sinks[i]);
 }
 
+/* How long the turn may sleep: until a sink's fd is ready, a claim, a retry's claim, a
+ * lease renewal, a stagger, a parked round or the endpoints' stats are due, or a wake-up
+ * (the writer answering is one); 100 ms at most while waiting on room or an answer. */
+static int64_t turn_wait_us(struct dispatcher *d, int64_t now_us, bool worth, int stopping,
+			    int64_t publish_ms, int64_t parked_wait_us)
+{
+	int64_t claim_us = d->pace.next_claim_us;
+	if (d->claim_at_ms) {
+		int64_t at_us = now_us + (d->claim_at_ms - clock_now_ms()) * 1000;
+		if (at_us < claim_us)
+			claim_us = at_us;
+	}
+	int64_t wait_us = claim_us > now_us ? claim_us - now_us : 0;
+	if (d->active >= d->cfg.max_in_flight || stopping || !worth || d->claim_asked)
+		wait_us = 100 * 1000;
+	if (!stopping && d->active && !d->renew_asked) {
+		int64_t renew_us = (d->next_renew_ms - clock_now_ms()) * 1000;
+		if (renew_us < wait_us)
+			wait_us = renew_us > 0 ? renew_us : 0;
+	}
+	if (publish_ms >= 0 && publish_ms * 1000 < wait_us)
+		wait_us = publish_ms * 1000; /* stats of the endpoints stay fresh */
+	int64_t stagger_us = rounds_wait_us(d, now_us);
+	if (stagger_us >= 0 && stagger_us < wait_us)
+		wait_us = stagger_us;
+	if (parked_wait_us >= 0 && parked_wait_us < wait_us)
+		wait_us = parked_wait_us;
+	for (int i = 0; i < d->n_sinks; i++) {
+		int64_t w = sink_wait_us(d->sinks[i], now_us);
+		if (w >= 0 && w < wait_us)
+			wait_us = w;
+	}
+	return wait_us;
+}
+
 /* The dispatcher's thread. One turn of its loop takes the writer's news, claims, renews
  * leases, runs the staggers, the sinks and the parked rounds, hands finished rounds to
  * the writer and sleeps until something is due: longer than a function should be, kept
@@ -193,7 +228,7 @@ static void sinks_run(struct dispatcher *d)
 static void *dispatcher_main(void *arg)
 {
 	struct dispatcher *d = arg;
-	int64_t next_claim_us = 0, stop_deadline_us = 0, next_prune_us = 0;
+	int64_t stop_deadline_us = 0, next_prune_us = 0;
 
 	pthread_setname_np(pthread_self(), "dispatch");
 
@@ -241,16 +276,9 @@ static void *dispatcher_main(void *arg)
 		if (keyed)
 			d->claim_at_ms = clock_now_ms();
 		if (answered) {
-			size_t asked = d->claim_asked;
+			pacing_answered(&d->pace, &d->pace_cfg, now_us, claim_rc == STORE_OK,
+					d->claim_asked, got);
 			d->claim_asked = 0;
-			if (claim_rc != STORE_OK) {
-				next_claim_us = now_us + 500 * 1000; /* store down: probe again soon */
-			} else if (got == asked) {
-				next_claim_us = now_us; /* more may be due */
-			} else {
-				next_claim_us = now_us + IDLE_POLL_MS * 1000; /* or the hint's time */
-				d->short_claim_us = now_us;
-			}
 			dispatcher_claims_start(d, claims, got);
 			metrics_started((long)got, 0);
 		}
@@ -259,38 +287,25 @@ static void *dispatcher_main(void *arg)
 			dispatcher_claims_start(d, ans.handed, ans.n_handed);
 			metrics_started(0, (long)ans.n_handed);
 		}
-		if (due_hint_ms > 0) {
-			int64_t wait_ms = due_hint_ms - clock_now_ms();
-			if (wait_ms < 0)
-				wait_ms = 0;
-			if (now_us + wait_ms * 1000 < next_claim_us)
-				next_claim_us = now_us + wait_ms * 1000;
-		}
+		if (due_hint_ms > 0)
+			pacing_due_hint(&d->pace, now_us, due_hint_ms - clock_now_ms());
+		if (atomic_exchange(&d->woken, 0) && !d->store_down)
+			pacing_woken(&d->pace, &d->pace_cfg, now_us);
 
-		/* Claim when woken or when due work may be waiting, and when there is room
-		 * for a worthwhile batch (keeps batches large under load). Asked right after
-		 * an answer, so the writer claims the next batch while this one is sent; a
-		 * claim asked counts as taken room until answered. */
-		int room = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
-		int want = room < d->cfg.batch ? room : d->cfg.batch;
-		int worth = d->active == 0 || want == d->cfg.batch || room >= d->cfg.max_in_flight / 4;
-		/* New work (an ingest commit, a replay) is claimed at once, but not sooner than
-		 * CLAIM_GAP_US after a claim that found less than it asked for: under a steady
-		 * stream of commits, claims stay batches instead of one per commit (each is a
-		 * transaction; on PostgreSQL a round trip that competes with ingest). */
-		if (atomic_exchange(&d->woken, 0) && !d->store_down) {
-			int64_t at = d->short_claim_us + CLAIM_GAP_US;
-			if (at < now_us)
-				at = now_us;
-			if (at < next_claim_us)
-				next_claim_us = at;
-		}
-		int retry_due = d->claim_at_ms && clock_now_ms() >= d->claim_at_ms;
-		if (!stopping && !d->claim_asked && want > 0 && worth &&
-		    (now_us >= next_claim_us || retry_due)) {
-			writer_claim(d->writer, (size_t)want, d->cfg.lease_ms);
-			d->claim_asked = (size_t)want;
-			if (retry_due)
+		/* Claim when the pacing rules say so (core/pacing.h): asked right after an
+		 * answer, so the writer claims the next batch while this one is sent; a claim
+		 * asked counts as taken room until answered. */
+		struct pacing_turn turn = {
+			.active = d->active,
+			.asked = d->claim_asked,
+			.stopping = stopping,
+			.retry_due = d->claim_at_ms && clock_now_ms() >= d->claim_at_ms,
+		};
+		struct pacing_decision pace = pacing_decide(&d->pace, &d->pace_cfg, &turn, now_us);
+		if (pace.claim) {
+			writer_claim(d->writer, pace.claim, d->cfg.lease_ms);
+			d->claim_asked = pace.claim;
+			if (turn.retry_due)
 				d->claim_at_ms = 0;
 		}
 
@@ -329,34 +344,9 @@ static void *dispatcher_main(void *arg)
 			break;
 		}
 
-		/* Sleep until a sink's fd is ready, a timer or claim is due, or a wake-up (the
-		 * writer answering is one). */
-		int64_t claim_us = next_claim_us;
-		if (d->claim_at_ms) {
-			int64_t at_us = now_us + (d->claim_at_ms - clock_now_ms()) * 1000;
-			if (at_us < claim_us)
-				claim_us = at_us;
-		}
-		int64_t wait_us = claim_us > now_us ? claim_us - now_us : 0;
-		if (d->active >= d->cfg.max_in_flight || stopping || !worth || d->claim_asked)
-			wait_us = 100 * 1000;
-		if (!stopping && d->active && !d->renew_asked) {
-			int64_t renew_us = (d->next_renew_ms - clock_now_ms()) * 1000;
-			if (renew_us < wait_us)
-				wait_us = renew_us > 0 ? renew_us : 0;
-		}
-		if (publish_ms >= 0 && publish_ms * 1000 < wait_us)
-			wait_us = publish_ms * 1000; /* stats of the endpoints stay fresh */
-		int64_t stagger_us = rounds_wait_us(d, now_us);
-		if (stagger_us >= 0 && stagger_us < wait_us)
-			wait_us = stagger_us;
-		if (parked_wait_us >= 0 && parked_wait_us < wait_us)
-			wait_us = parked_wait_us;
-		for (int i = 0; i < d->n_sinks; i++) {
-			int64_t w = sink_wait_us(d->sinks[i], now_us);
-			if (w >= 0 && w < wait_us)
-				wait_us = w;
-		}
+		/* Sleep until something is due, or a wake-up. */
+		int64_t wait_us = turn_wait_us(d, now_us, pace.worth, stopping, publish_ms,
+					       parked_wait_us);
 		/* epoll_wait even when something is due now: the sockets ready meanwhile */
 		int n = epoll_wait(d->epfd, d->events, EPOLL_EVENTS,
 				   wait_us > 0 ? (int)((wait_us + 999) / 1000) : 0);
@@ -392,6 +382,13 @@ struct dispatcher *dispatcher_new(struct sub_registry *reg, const struct dispatc
 		return NULL;
 	d->reg = reg;
 	d->cfg = *cfg;
+	d->pace_cfg = (struct pacing_config){
+		.max_in_flight = cfg->max_in_flight,
+		.batch = cfg->batch,
+		.idle_poll_us = IDLE_POLL_MS * 1000,
+		.gap_us = CLAIM_GAP_US,
+		.store_down_us = STORE_DOWN_CLAIM_US,
+	};
 	atomic_init(&d->log_deliveries, cfg->log_deliveries);
 	d->rng = (uint64_t)clock_mono_us() * 0x9E3779B97F4A7C15ULL | 1;
 	endpoints_init(&d->endpoints, cfg->max_in_flight);
@@ -475,8 +472,8 @@ struct dispatcher *dispatcher_start(struct writer *w, struct sub_registry *reg,
 static void wake_fd(struct dispatcher *d)
 {
 	uint64_t one = 1;
-	ssize_t r = write(d->evfd, &one, sizeof(one)); /* EAGAIN: already pending */
-	(void)r;
+	ssize_t n = write(d->evfd, &one, sizeof(one)); /* EAGAIN: already pending */
+	(void)n;
 }
 
 static void writer_ready_cb(void *ctx)

@@ -11,6 +11,7 @@
 #include <sys/epoll.h>
 
 #include "core/outcome.h"
+#include "core/pacing.h"
 #include "deliver/dispatcher.h"
 #include "deliver/limits.h"
 #include "deliver/sink.h"
@@ -21,6 +22,7 @@
 #define CAUSE_LEN SINK_CAUSE_LEN
 #define IDLE_POLL_MS 1000     /* look for due work at least this often */
 #define CLAIM_GAP_US 2000     /* after a short claim, new work waits this long to batch */
+#define STORE_DOWN_CLAIM_US 500000 /* after a failed claim, the next one probes this late */
 #define PRUNE_US (60 * 1000000LL) /* caches are pruned this often */
 #define RELEASE_MIN_MS 500    /* a round handed back for a limit is due again after 0.5-1.5 s */
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
@@ -112,7 +114,8 @@ struct dispatcher {
 	struct writer *writer;       /* borrowed: claims and result writes (store/writer.h) */
 	size_t claim_asked;          /* deliveries asked of the writer, not yet answered */
 	int64_t claim_at_ms;         /* a written retry is due then: claim, 0 = none */
-	int64_t short_claim_us;      /* monotonic: the last claim that found fewer than asked */
+	struct pacing pace;          /* when the next claim may go (core/pacing.h) */
+	struct pacing_config pace_cfg;
 	int64_t soonest_retry_ms;    /* earliest next_attempt_at not yet written, 0 = none */
 	struct limits_table limits;  /* per subscription: breaker, limits, parked rounds */
 	struct endpoint_table endpoints; /* per endpoint: adaptive concurrency */
@@ -131,10 +134,10 @@ struct dispatcher {
 	struct sub_limits *parked_subs; /* those with parked rounds */
 };
 
-/* What an attempt of j needs of its lease: its connect, its timeout and the margin. */
-static inline int64_t round_lease_need_ms(const struct round *j)
+/* What an attempt of r needs of its lease: its connect, its timeout and the margin. */
+static inline int64_t round_lease_need_ms(const struct round *r)
 {
-	return j->d->cfg.connect_timeout_ms + j->timeout_ms + LEASE_MARGIN_MS;
+	return r->d->cfg.connect_timeout_ms + r->timeout_ms + LEASE_MARGIN_MS;
 }
 
 /* ---- dispatcher.c ----------------------------------------------------------------------- */
@@ -162,10 +165,10 @@ double dispatcher_rng_next(void *ctx);
 void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c);
 
 /* Frees the causes a round kept for its result. */
-void round_causes_free(struct round *j);
+void round_causes_free(struct round *r);
 
 /* The writer wrote the round's result: the slot goes back to the free list. */
-void round_recycle(struct dispatcher *d, struct round *j);
+void round_recycle(struct dispatcher *d, struct round *r);
 
 /* Drops one reference to b; the last one frees its claims. */
 void batch_release(struct dispatcher *d, struct batch *b);

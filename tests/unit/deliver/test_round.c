@@ -185,38 +185,38 @@ static void run_claim(struct fixture *t, struct store_claim *c)
  * it; 0 when none is finished. */
 static int take(struct fixture *t, struct got *g)
 {
-	struct round *j = t->d->done_head;
-	if (!j)
+	struct round *r = t->d->done_head;
+	if (!r)
 		return 0;
-	t->d->done_head = j->wr.next ? (struct round *)((char *)j->wr.next -
+	t->d->done_head = r->wr.next ? (struct round *)((char *)r->wr.next -
 							offsetof(struct round, wr))
 				     : NULL;
 	if (!t->d->done_head)
 		t->d->done_tail = NULL;
 	t->d->done_count--;
 
-	const struct store_result *r = &j->wr.result;
+	const struct store_result *res = &r->wr.result;
 	memset(g, 0, sizeof(*g));
-	assert_string_equal(r->delivery_id, j->claim->delivery_id);
-	g->status = r->status;
-	g->replay = r->replay;
-	g->attempt_count = r->attempt_count;
-	g->retry_count = r->retry_count;
-	g->delay_actions = r->delay_actions;
-	g->next_attempt_at = r->next_attempt_at;
-	g->processed_at = r->processed_at;
-	g->last_code = r->last_code;
+	assert_string_equal(res->delivery_id, r->claim->delivery_id);
+	g->status = res->status;
+	g->replay = res->replay;
+	g->attempt_count = res->attempt_count;
+	g->retry_count = res->retry_count;
+	g->delay_actions = res->delay_actions;
+	g->next_attempt_at = res->next_attempt_at;
+	g->processed_at = res->processed_at;
+	g->last_code = res->last_code;
 	snprintf(g->last_message, sizeof(g->last_message), "%s",
-		 r->last_message ? r->last_message : "");
-	snprintf(g->last_cause, sizeof(g->last_cause), "%s", r->last_cause ? r->last_cause : "");
-	g->n_attempts = r->n_attempts;
-	for (size_t i = 0; i < r->n_attempts && i < MAX_TRIES; i++) {
-		g->codes[i] = r->attempts[i].code;
-		g->kinds[i] = r->attempts[i].kind;
+		 res->last_message ? res->last_message : "");
+	snprintf(g->last_cause, sizeof(g->last_cause), "%s", res->last_cause ? res->last_cause : "");
+	g->n_attempts = res->n_attempts;
+	for (size_t i = 0; i < res->n_attempts && i < MAX_TRIES; i++) {
+		g->codes[i] = res->attempts[i].code;
+		g->kinds[i] = res->attempts[i].kind;
 	}
-	g->ordered_key = r->ordered_key;
-	g->dead_letter = r->dead_letter;
-	round_recycle(t->d, j);
+	g->ordered_key = res->ordered_key;
+	g->dead_letter = res->dead_letter;
+	round_recycle(t->d, r);
 	return 1;
 }
 
@@ -584,10 +584,10 @@ static void test_lost_lease(void **state)
 	dispatcher_claims_start(t->d, c, 1);
 	fake_sink_run(&t->fake);
 	assert_int_equal(t->d->n_waiting, 1);
-	struct round *j = t->d->waiting[0];
+	struct round *r = t->d->waiting[0];
 	/* what a renewal answer that found the lease gone does (dispatcher.c) */
-	j->lease_lost = 1;
-	j->lease_until_ms = clock_now_ms();
+	r->lease_lost = 1;
+	r->lease_until_ms = clock_now_ms();
 	int64_t before = clock_now_ms();
 	drive(t);
 	take_one(t, &g);
