@@ -174,7 +174,7 @@ static void inspect_damage_cb(void *ctx, const struct spool_damage *d)
 static int inspect(const char *path, int json)
 {
 	struct inspect in = {.json = json, .records = json_array(), .damage = json_array()};
-	struct spool_scan_ops ops = {inspect_record_cb, inspect_damage_cb};
+	struct spool_scan_handlers on = {inspect_record_cb, inspect_damage_cb};
 	struct spool_scan_summary sum;
 	int rc;
 
@@ -186,7 +186,7 @@ static int inspect(const char *path, int json)
 	}
 	if (!json)
 		printf("%-12s %-8s %6s\n", "OFFSET", "TYPE", "COUNT");
-	rc = spool_scan_file(path, &ops, &in, &sum);
+	rc = spool_scan_file(path, &on, &in, &sum);
 	if (rc != SPOOL_OK) {
 		fprintf(stderr, "outboxd: cannot read %s: %s\n", path, spool_strerror(rc));
 		json_decref(in.records);
@@ -341,7 +341,7 @@ static void replay_damage_cb(void *ctx, const struct spool_damage *d)
 static int replay(const char *path, const struct config *cfg, int json)
 {
 	struct replay r = {.store_rc = STORE_OK};
-	struct spool_scan_ops ops = {replay_record_cb, replay_damage_cb};
+	struct spool_scan_handlers on = {replay_record_cb, replay_damage_cb};
 	struct spool_scan_summary sum;
 	char err[1024], owner[192], host[128] = "localhost";
 	int rc, exit_code = 1;
@@ -366,7 +366,7 @@ static int replay(const char *path, const struct config *cfg, int json)
 		fprintf(stderr, "outboxd: cannot open the store: %s\n", err);
 		return 1;
 	}
-	rc = spool_scan_file(path, &ops, &r, &sum);
+	rc = spool_scan_file(path, &on, &r, &sum);
 	store_close(r.st);
 	r.inserted -= r.duplicates;
 	if (rc == SPOOL_IO || rc == SPOOL_NOMEM) {

@@ -12,7 +12,7 @@
 /* ---- backends ------------------------------------------------------------------------ */
 
 /* What a backend implements. The wrappers above check arguments and call these. */
-struct store_ops {
+struct store_methods {
 	const char *name;
 	const char *dsn_prefix;     /* "sqlite:", "postgres://" */
 	int concurrent_writers;     /* group writes that may run side by side (writer lanes) */
@@ -95,20 +95,21 @@ struct store_ops {
 
 /* The handle every backend receives; backends keep their state behind priv. */
 struct store {
-	const struct store_ops *ops;
+	const struct store_methods *methods;
 	void *priv;
 	char owner[128];
 	int shared;                 /* store_open_shared: SQLite takes no owner lock */
-	/* store_fault_set: the next fault_count calls of fault_ops answer fault_rc */
+	/* store_fault_set: the next fault_count calls of the kinds in fault_calls answer
+	 * fault_rc */
 	_Atomic int fault_count;
-	unsigned fault_ops;
+	unsigned fault_calls;
 	int fault_rc;
 	/* store_set_secret_key: seals subscription configs (store/secrets.c); NULL = clear */
 	struct secretbox_key *secret_key;
 };
 
-extern const struct store_ops store_sqlite_ops;
-extern const struct store_ops store_pg_ops;
+extern const struct store_methods store_sqlite_methods;
+extern const struct store_methods store_pg_methods;
 
 /* ---- small helpers every backend uses (store.c) --------------------------------------- */
 

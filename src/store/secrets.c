@@ -223,7 +223,7 @@ static int rewrite_row(store *st, struct rewrite *w, struct sub_row *row, char *
 			rc = STORE_ERROR;
 			goto out;
 		}
-		rc = st->ops->sub_config_swap(st, row->id, row->config, sealed);
+		rc = st->methods->sub_config_swap(st, row->id, row->config, sealed);
 		free(sealed);
 		if (rc == STORE_OK) {
 			w->rewritten++;
@@ -236,7 +236,7 @@ static int rewrite_row(store *st, struct rewrite *w, struct sub_row *row, char *
 		}
 		/* Changed or deleted meanwhile (another instance): read it again. */
 		store_sub_free(&fresh);
-		rc = st->ops->sub_get(st, id, &fresh);
+		rc = st->methods->sub_get(st, id, &fresh);
 		if (rc == STORE_NOT_FOUND) {
 			rc = STORE_OK;
 			goto out;
@@ -262,7 +262,7 @@ static int rewrite_all(store *st, struct rewrite *w, char *err, size_t errlen)
 {
 	struct sub_row *rows = NULL;
 	size_t n = 0;
-	int rc = st->ops->sub_list(st, &rows, &n);
+	int rc = st->methods->sub_list(st, &rows, &n);
 
 	if (rc != STORE_OK) {
 		snprintf(err, errlen, "cannot list the subscriptions: %s", store_strerror(rc));
@@ -282,8 +282,8 @@ static int rewrite_all(store *st, struct rewrite *w, char *err, size_t errlen)
 		goto out;
 	for (size_t i = 0; i < n && rc == STORE_OK; i++)
 		rc = rewrite_row(st, w, &rows[i], err, errlen);
-	if (w->rewritten && st->ops->sub_scrub)
-		st->ops->sub_scrub(st);
+	if (w->rewritten && st->methods->sub_scrub)
+		st->methods->sub_scrub(st);
 out:
 	store_subs_free(rows, n);
 	return rc;

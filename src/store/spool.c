@@ -416,7 +416,7 @@ static uint64_t resync(int fd, uint64_t from, uint64_t size, unsigned char **dat
 	return size;
 }
 
-int spool_scan_file(const char *path, const struct spool_scan_ops *ops, void *ctx,
+int spool_scan_file(const char *path, const struct spool_scan_handlers *on, void *ctx,
 		    struct spool_scan_summary *sum)
 {
 	unsigned char hdr[SPOOL_HEADER_LEN];
@@ -456,13 +456,13 @@ int spool_scan_file(const char *path, const struct spool_scan_ops *ops, void *ct
 			d.bytes = next - off;
 			sum->damaged++;
 			sum->bytes_skipped += d.bytes;
-			if (ops->damage)
-				ops->damage(ctx, &d);
+			if (on->damage)
+				on->damage(ctx, &d);
 			off = next;
 			continue;
 		}
 		uint32_t len = le_get32(hdr + 8);
-		if (ops->record && ops->record(ctx, off, hdr[5], data, len)) {
+		if (on->record && on->record(ctx, off, hdr[5], data, len)) {
 			rc = SPOOL_STOPPED;
 			break;
 		}

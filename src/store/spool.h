@@ -104,7 +104,7 @@ struct spool_damage {
 	const char *reason;
 };
 
-struct spool_scan_ops {
+struct spool_scan_handlers {
 	/* A good record whose header starts at offset; data borrowed for the call. Return 0
 	 * to go on, anything else to stop the scan (SPOOL_STOPPED). */
 	int (*record)(void *ctx, uint64_t offset, uint8_t type, const void *data, size_t len);
@@ -114,7 +114,7 @@ struct spool_scan_ops {
 
 struct spool_scan_summary {
 	uint64_t size;                /* the file's size when the scan began */
-	size_t records;               /* good records handed to ops->record */
+	size_t records;               /* good records handed to on->record */
 	size_t damaged;               /* damaged stretches */
 	uint64_t bytes_skipped;       /* their bytes */
 };
@@ -126,8 +126,8 @@ struct spool_scan_summary {
  * as damage, so the good records after damage can still be listed and re-inserted.
  * SPOOL_IO when it cannot be opened or is not a regular file (logged; a read error
  * later shows as damage, "unreadable ..."), SPOOL_STOPPED when
- * ops->record stopped it; *sum is filled either way. */
-int spool_scan_file(const char *path, const struct spool_scan_ops *ops, void *ctx,
+ * on->record stopped it; *sum is filled either way. */
+int spool_scan_file(const char *path, const struct spool_scan_handlers *on, void *ctx,
 		    struct spool_scan_summary *sum);
 
 /* ---- record codecs ------------------------------------------------------------------ */

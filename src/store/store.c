@@ -54,7 +54,7 @@ static int has_prefix(const char *s, const char *prefix)
 static int open_store(const char *dsn, const char *owner, int shared, store **out, char *err,
 		      size_t errlen)
 {
-	const struct store_ops *ops = NULL;
+	const struct store_methods *methods = NULL;
 	struct store *st = NULL;
 	int rc;
 
@@ -68,10 +68,10 @@ static int open_store(const char *dsn, const char *owner, int shared, store **ou
 		set_err(err, errlen, "store_open: owner name too long");
 		return STORE_INVALID;
 	}
-	if (has_prefix(dsn, store_sqlite_ops.dsn_prefix)) {
-		ops = &store_sqlite_ops;
-	} else if (has_prefix(dsn, store_pg_ops.dsn_prefix) || has_prefix(dsn, "postgresql://")) {
-		ops = &store_pg_ops;
+	if (has_prefix(dsn, store_sqlite_methods.dsn_prefix)) {
+		methods = &store_sqlite_methods;
+	} else if (has_prefix(dsn, store_pg_methods.dsn_prefix) || has_prefix(dsn, "postgresql://")) {
+		methods = &store_pg_methods;
 	} else {
 		set_err(err, errlen,
 			"unknown database URL (expected sqlite:PATH or postgres://...)");
@@ -83,11 +83,11 @@ static int open_store(const char *dsn, const char *owner, int shared, store **ou
 		set_err(err, errlen, "out of memory");
 		return STORE_ERROR;
 	}
-	st->ops = ops;
+	st->methods = methods;
 	st->shared = shared;
 	strcpy(st->owner, owner);
 	set_err(err, errlen, "");
-	rc = ops->open(st, dsn, err, errlen);
+	rc = methods->open(st, dsn, err, errlen);
 	if (rc != STORE_OK) {
 		free(st);
 		return rc;
@@ -119,7 +119,7 @@ void store_close(store *st)
 {
 	if (!st)
 		return;
-	st->ops->close(st);
+	st->methods->close(st);
 	if (st->secret_key)
 		secretbox_key_clear(st->secret_key);
 	free(st->secret_key);
@@ -128,7 +128,7 @@ void store_close(store *st)
 
 const char *store_backend_name(const store *st)
 {
-	return st ? st->ops->name : "none";
+	return st ? st->methods->name : "none";
 }
 
 const char *store_owner(const store *st)
@@ -140,19 +140,19 @@ int store_ping(store *st)
 {
 	if (!st)
 		return STORE_INVALID;
-	return st->ops->ping(st);
+	return st->methods->ping(st);
 }
 
 void store_on_work(store *st, void (*cb)(void *ctx), void *ctx)
 {
-	if (st && st->ops->on_work)
-		st->ops->on_work(st, cb, ctx);
+	if (st && st->methods->on_work)
+		st->methods->on_work(st, cb, ctx);
 }
 
 void store_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx)
 {
-	if (st && st->ops->on_subscriptions_changed)
-		st->ops->on_subscriptions_changed(st, cb, ctx);
+	if (st && st->methods->on_subscriptions_changed)
+		st->methods->on_subscriptions_changed(st, cb, ctx);
 }
 
 /* ---- ingest and fan-out ------------------------------------------------------------ */
@@ -172,13 +172,13 @@ static int event_in_valid(const struct store_event_in *ev)
 
 int store_concurrent_writers(store *st)
 {
-	return st && st->ops->concurrent_writers > 1 ? st->ops->concurrent_writers : 1;
+	return st && st->methods->concurrent_writers > 1 ? st->methods->concurrent_writers : 1;
 }
 
-void store_fault_set(store *st, unsigned ops, int rc, int count)
+void store_fault_set(store *st, unsigned calls, int rc, int count)
 {
 	atomic_store(&st->fault_count, 0);
-	st->fault_ops = ops;
+	st->fault_calls = calls;
 	st->fault_rc = rc;
 	atomic_store(&st->fault_count, count);
 }
@@ -187,7 +187,7 @@ void store_fault_set(store *st, unsigned ops, int rc, int count)
 static int fault_hit(store *st, unsigned op, int *rc)
 {
 	int left = atomic_load_explicit(&st->fault_count, memory_order_relaxed);
-	while (left > 0 && (st->fault_ops & op)) {
+	while (left > 0 && (st->fault_calls & op)) {
 		if (atomic_compare_exchange_weak(&st->fault_count, &left, left - 1)) {
 			*rc = st->fault_rc;
 			return 1;
@@ -219,7 +219,7 @@ static int ingest(store *st, struct store_event_in *events, size_t n, int by_id)
 		return STORE_OK;
 	if (fault_hit(st, STORE_FAULT_INGEST, &frc))
 		return frc;
-	return st->ops->ingest(st, events, n);
+	return st->methods->ingest(st, events, n);
 }
 
 int store_ingest(store *st, struct store_event_in *events, size_t n)
@@ -239,7 +239,7 @@ int store_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ct
 		*relayed = 0;
 	if (!st || !fanout || !relayed || limit < 1 || limit > STORE_MAX_BATCH)
 		return STORE_INVALID;
-	return st->ops->relay_outbox(st, limit, fanout, ctx, relayed);
+	return st->methods->relay_outbox(st, limit, fanout, ctx, relayed);
 }
 
 /* ---- the dispatcher's side --------------------------------------------------------- */
@@ -256,7 +256,7 @@ int store_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 	int frc;
 	if (fault_hit(st, STORE_FAULT_CLAIM, &frc))
 		return frc;
-	int rc = st->ops->claim_due(st, now_ms, lease_ms, limit, items, n);
+	int rc = st->methods->claim_due(st, now_ms, lease_ms, limit, items, n);
 	for (size_t i = 0; rc == STORE_OK && i < *n; i++)
 		(*items)[i].lease_until = now_ms + lease_ms;
 	return rc;
@@ -273,9 +273,9 @@ int store_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t
 	int frc;
 	if (fault_hit(st, STORE_FAULT_CLAIM, &frc))
 		return frc;
-	if (!st->ops->leases_renew)
+	if (!st->methods->leases_renew)
 		return STORE_ERROR;
-	return st->ops->leases_renew(st, ids, until, n, renewed);
+	return st->methods->leases_renew(st, ids, until, n, renewed);
 }
 
 void store_claims_free(struct store_claim *items, size_t n)
@@ -372,7 +372,7 @@ int store_next_due(store *st, int64_t *at_ms)
 		*at_ms = 0;
 	if (!st || !at_ms)
 		return STORE_INVALID;
-	return st->ops->next_due(st, at_ms);
+	return st->methods->next_due(st, at_ms);
 }
 
 static int result_valid(const struct store_result *r)
@@ -401,7 +401,7 @@ int store_record_results(store *st, const struct store_result *results, size_t n
 	int frc;
 	if (fault_hit(st, STORE_FAULT_RESULTS, &frc))
 		return frc;
-	return st->ops->record_results(st, results, n);
+	return st->methods->record_results(st, results, n);
 }
 
 int store_dead_letters(store *st, size_t limit, struct store_dead_letter **items, size_t *n)
@@ -412,14 +412,14 @@ int store_dead_letters(store *st, size_t limit, struct store_dead_letter **items
 		*n = 0;
 	if (!st || !items || !n || limit < 1 || limit > STORE_MAX_BATCH)
 		return STORE_INVALID;
-	return st->ops->dead_letters(st, limit, items, n);
+	return st->methods->dead_letters(st, limit, items, n);
 }
 
 int store_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n)
 {
 	if (!st || (!ids && n) || n > STORE_MAX_BATCH)
 		return STORE_INVALID;
-	return n ? st->ops->dead_letters_done(st, ids, n) : STORE_OK;
+	return n ? st->methods->dead_letters_done(st, ids, n) : STORE_OK;
 }
 
 void store_dead_letters_free(struct store_dead_letter *items, size_t n)
@@ -437,9 +437,9 @@ int store_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_
 	size_t ignored[2];
 	if (!st)
 		return STORE_INVALID;
-	if (!st->ops->order_sweep)
+	if (!st->methods->order_sweep)
 		return STORE_ERROR;
-	return st->ops->order_sweep(st, now_ms, full, parked ? parked : &ignored[0],
+	return st->methods->order_sweep(st, now_ms, full, parked ? parked : &ignored[0],
 				    unparked ? unparked : &ignored[1]);
 }
 
@@ -449,7 +449,7 @@ int store_reap_leases(store *st, int64_t now_ms, size_t *n)
 		*n = 0;
 	if (!st || !n)
 		return STORE_INVALID;
-	return st->ops->reap_leases(st, now_ms, n);
+	return st->methods->reap_leases(st, now_ms, n);
 }
 
 int store_release_all(store *st, size_t *n)
@@ -458,7 +458,7 @@ int store_release_all(store *st, size_t *n)
 		*n = 0;
 	if (!st || !n)
 		return STORE_INVALID;
-	return st->ops->release_all(st, n);
+	return st->methods->release_all(st, n);
 }
 
 /* ---- reading ------------------------------------------------------------------------ */
@@ -469,7 +469,7 @@ int store_event_get(store *st, const char *id, struct store_event *ev)
 		memset(ev, 0, sizeof(*ev));
 	if (!st || !id || !ev)
 		return STORE_INVALID;
-	return st->ops->event_get(st, id, ev);
+	return st->methods->event_get(st, id, ev);
 }
 
 void store_event_free(struct store_event *ev)
@@ -495,7 +495,7 @@ int store_event_deliveries(store *st, const char *event_id, struct store_deliver
 		*n = 0;
 	if (!st || !event_id || !items || !n)
 		return STORE_INVALID;
-	return st->ops->event_deliveries(st, event_id, items, n);
+	return st->methods->event_deliveries(st, event_id, items, n);
 }
 
 int store_delivery_get(store *st, const char *id, struct store_delivery *d)
@@ -504,7 +504,7 @@ int store_delivery_get(store *st, const char *id, struct store_delivery *d)
 		memset(d, 0, sizeof(*d));
 	if (!st || !id || !d)
 		return STORE_INVALID;
-	return st->ops->delivery_get(st, id, d);
+	return st->methods->delivery_get(st, id, d);
 }
 
 int store_delivery_attempts(store *st, const char *id, struct store_attempt_row **items,
@@ -516,7 +516,7 @@ int store_delivery_attempts(store *st, const char *id, struct store_attempt_row 
 		*n = 0;
 	if (!st || !id || !items || !n)
 		return STORE_INVALID;
-	return st->ops->delivery_attempts(st, id, items, n);
+	return st->methods->delivery_attempts(st, id, items, n);
 }
 
 void store_delivery_free(struct store_delivery *d)
@@ -569,13 +569,13 @@ int store_deliveries_list(store *st, const struct delivery_filter *f,
 		return STORE_INVALID;
 	if (f->from_ms < 0 || f->to_ms < 0)
 		return STORE_INVALID;
-	return st->ops->deliveries_list(st, f, items, n, next_cursor);
+	return st->methods->deliveries_list(st, f, items, n, next_cursor);
 }
 
 /* A backend that lacks an optional op answers STORE_ERROR (logged once by the caller). */
 #define OPTIONAL_OP(st, op) \
 	do { \
-		if (!(st)->ops->op) \
+		if (!(st)->methods->op) \
 			return STORE_ERROR; \
 	} while (0)
 
@@ -586,7 +586,7 @@ int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n
 	if (!st || !f || !n)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, deliveries_count);
-	return st->ops->deliveries_count(st, f, n);
+	return st->methods->deliveries_count(st, f, n);
 }
 
 /* ---- operator actions --------------------------------------------------------------- */
@@ -600,14 +600,14 @@ int store_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force
 		return STORE_INVALID;
 	if (!n)
 		return STORE_OK;
-	return st->ops->replay(st, ids, n, force, outcomes, replayed);
+	return st->methods->replay(st, ids, n, force, outcomes, replayed);
 }
 
 int store_dlq_purge(store *st, const char *delivery_id)
 {
 	if (!st || !delivery_id)
 		return STORE_INVALID;
-	return st->ops->dlq_purge(st, delivery_id);
+	return st->methods->dlq_purge(st, delivery_id);
 }
 
 int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
@@ -618,7 +618,7 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 	if (!st || !f || !purged || limit < 1 || limit > STORE_MAX_BATCH)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, dlq_purge_matching);
-	return st->ops->dlq_purge_matching(st, f, limit, purged);
+	return st->methods->dlq_purge_matching(st, f, limit, purged);
 }
 
 int store_cleanup(store *st, int64_t before_ms, size_t *deleted)
@@ -627,7 +627,7 @@ int store_cleanup(store *st, int64_t before_ms, size_t *deleted)
 		*deleted = 0;
 	if (!st || !deleted)
 		return STORE_INVALID;
-	return st->ops->cleanup(st, before_ms, deleted);
+	return st->methods->cleanup(st, before_ms, deleted);
 }
 
 /* ---- operator jobs and audit -------------------------------------------------------------- */
@@ -637,7 +637,7 @@ int store_job_create(store *st, const struct store_job *job)
 	if (!st || !job || !job->id[0] || !job->filter)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, job_create);
-	return st->ops->job_create(st, job);
+	return st->methods->job_create(st, job);
 }
 
 int store_job_update(store *st, const struct store_job *job)
@@ -645,7 +645,7 @@ int store_job_update(store *st, const struct store_job *job)
 	if (!st || !job || !job->id[0])
 		return STORE_INVALID;
 	OPTIONAL_OP(st, job_update);
-	return st->ops->job_update(st, job);
+	return st->methods->job_update(st, job);
 }
 
 int store_job_get(store *st, const char *id, struct store_job *out)
@@ -655,7 +655,7 @@ int store_job_get(store *st, const char *id, struct store_job *out)
 	if (!st || !id || !out)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, job_get);
-	return st->ops->job_get(st, id, out);
+	return st->methods->job_get(st, id, out);
 }
 
 int store_jobs_running(store *st, struct store_job **items, size_t *n)
@@ -667,7 +667,7 @@ int store_jobs_running(store *st, struct store_job **items, size_t *n)
 	if (!st || !items || !n)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, jobs_running);
-	return st->ops->jobs_running(st, items, n);
+	return st->methods->jobs_running(st, items, n);
 }
 
 /* Job cursors: "j:<created_at>:<id>" of the last job of the previous page. */
@@ -703,7 +703,7 @@ int store_jobs_list(store *st, const char *state, const char *cursor, size_t lim
 	}
 	OPTIONAL_OP(st, jobs_list);
 	/* One more than asked: whether a next page exists. */
-	rc = st->ops->jobs_list(st, state, before_at, cursor ? before_id : NULL, limit + 1, items,
+	rc = st->methods->jobs_list(st, state, before_at, cursor ? before_id : NULL, limit + 1, items,
 				n);
 	if (rc != STORE_OK || *n <= limit)
 		return rc;
@@ -746,7 +746,7 @@ int store_audit_append(store *st, const struct store_audit *a)
 	if (!st || !a || !a->id[0] || !a->actor || !a->action)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, audit_append);
-	return st->ops->audit_append(st, a);
+	return st->methods->audit_append(st, a);
 }
 
 int store_audit_list(store *st, const char *before_id, size_t limit, struct store_audit **items,
@@ -759,7 +759,7 @@ int store_audit_list(store *st, const char *before_id, size_t limit, struct stor
 	if (!st || !items || !n || limit < 1 || limit > STORE_MAX_PAGE + 1)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, audit_list);
-	return st->ops->audit_list(st, before_id, limit, items, n);
+	return st->methods->audit_list(st, before_id, limit, items, n);
 }
 
 void store_audits_free(struct store_audit *items, size_t n)
@@ -783,7 +783,7 @@ int store_token_create(store *st, const struct store_token *t)
 	    t->expires_at < 0)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, token_create);
-	return st->ops->token_create(st, t);
+	return st->methods->token_create(st, t);
 }
 
 int store_token_delete(store *st, const char *id)
@@ -791,7 +791,7 @@ int store_token_delete(store *st, const char *id)
 	if (!st || !id)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, token_delete);
-	return st->ops->token_delete(st, id);
+	return st->methods->token_delete(st, id);
 }
 
 int store_token_touch(store *st, const char *id, int64_t at_ms)
@@ -799,7 +799,7 @@ int store_token_touch(store *st, const char *id, int64_t at_ms)
 	if (!st || !id || at_ms <= 0)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, token_touch);
-	return st->ops->token_touch(st, id, at_ms);
+	return st->methods->token_touch(st, id, at_ms);
 }
 
 int store_meta_get(store *st, const char *name, struct store_meta_value *out)
@@ -807,7 +807,7 @@ int store_meta_get(store *st, const char *name, struct store_meta_value *out)
 	if (!st || !name || !out)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, meta_get);
-	return st->ops->meta_get(st, name, out);
+	return st->methods->meta_get(st, name, out);
 }
 
 int store_meta_swap(store *st, const char *name, const char *expect, const char *value,
@@ -818,7 +818,7 @@ int store_meta_swap(store *st, const char *name, const char *expect, const char 
 	if (!st || !name || !value || strlen(value) >= sizeof(now.value))
 		return STORE_INVALID;
 	OPTIONAL_OP(st, meta_swap);
-	int rc = st->ops->meta_swap(st, name, expect, value);
+	int rc = st->methods->meta_swap(st, name, expect, value);
 	if (rc != STORE_NOT_FOUND)
 		return rc;
 	/* not what was expected: say what it is (absent reads as "") */
@@ -843,7 +843,7 @@ int store_token_list(store *st, struct store_token **items, size_t *n)
 	if (!st || !items || !n)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, token_list);
-	return st->ops->token_list(st, items, n);
+	return st->methods->token_list(st, items, n);
 }
 
 void store_tokens_free(struct store_token *items, size_t n)
@@ -867,7 +867,7 @@ int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats
 	if (!st || !out || window_ms < 0)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, stats);
-	return st->ops->stats(st, now_ms, window_ms, out);
+	return st->methods->stats(st, now_ms, window_ms, out);
 }
 
 int store_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
@@ -877,7 +877,7 @@ int store_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n
 		return STORE_INVALID;
 	memset(out, 0, n_buckets * sizeof(*out));
 	OPTIONAL_OP(st, attempt_series);
-	return st->ops->attempt_series(st, from_ms, bucket_ms, n_buckets, out);
+	return st->methods->attempt_series(st, from_ms, bucket_ms, n_buckets, out);
 }
 
 void store_stats_free(struct store_stats *s)
@@ -920,12 +920,12 @@ static int sub_write(store *st, const struct sub_row *sub,
 
 int store_sub_create(store *st, const struct sub_row *sub)
 {
-	return sub_write(st, sub, st ? st->ops->sub_create : NULL);
+	return sub_write(st, sub, st ? st->methods->sub_create : NULL);
 }
 
 int store_sub_update(store *st, const struct sub_row *sub)
 {
-	return sub_write(st, sub, st ? st->ops->sub_update : NULL);
+	return sub_write(st, sub, st ? st->methods->sub_update : NULL);
 }
 
 int store_sub_disable(store *st, const char *id, const char *reason, int64_t at_ms)
@@ -965,7 +965,7 @@ int store_sub_delete(store *st, const char *id)
 {
 	if (!st || !id)
 		return STORE_INVALID;
-	return st->ops->sub_delete(st, id);
+	return st->methods->sub_delete(st, id);
 }
 
 int store_sub_get(store *st, const char *id, struct sub_row *out)
@@ -974,7 +974,7 @@ int store_sub_get(store *st, const char *id, struct sub_row *out)
 		memset(out, 0, sizeof(*out));
 	if (!st || !id || !out)
 		return STORE_INVALID;
-	int rc = st->ops->sub_get(st, id, out);
+	int rc = st->methods->sub_get(st, id, out);
 	if (rc == STORE_OK && (rc = store_config_open(st, out)) != STORE_OK)
 		store_sub_free(out);
 	return rc;
@@ -988,7 +988,7 @@ int store_sub_list(store *st, struct sub_row **items, size_t *n)
 		*n = 0;
 	if (!st || !items || !n)
 		return STORE_INVALID;
-	int rc = st->ops->sub_list(st, items, n);
+	int rc = st->methods->sub_list(st, items, n);
 	/* One row that does not open fails the list: a set without it would silently stop
 	 * delivering to it. */
 	for (size_t i = 0; rc == STORE_OK && i < *n; i++)

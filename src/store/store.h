@@ -1,6 +1,6 @@
 /* store.h: the storage interface of outboxd.
  *
- * One opaque handle, one `const struct store_ops` per backend (store/sqlite/,
+ * One opaque handle, one `const struct store_methods` per backend (store/sqlite/,
  * store/postgres/), reached only through the store_* wrappers below. Callers never see SQL
  * or library types. Every function is safe to call from any thread.
  *
@@ -598,11 +598,11 @@ enum store_fault_op {
 	STORE_FAULT_CLAIM = 4,    /* store_claim_due */
 };
 
-/* The next count calls of the operations in ops (a mask of enum store_fault_op) answer
+/* The next count calls of the operations in calls (a mask of enum store_fault_op) answer
  * rc without reaching the backend, the way SQLite's os.c lets its tests fail I/O: unit
  * tests reach the outage paths of the writer and the spool without stopping a database.
  * count 0 clears. Any thread; costs one atomic load per call when unused. */
-void store_fault_set(store *st, unsigned ops, int rc, int count);
+void store_fault_set(store *st, unsigned calls, int rc, int count);
 
 /* Rebuilds reg's set from the subscriptions in the store (core/sub_codec.h decodes each
  * row) and publishes it. When the store cannot be read or a row cannot be opened or

@@ -188,7 +188,7 @@ static void scan_damage(void *ctx, const struct spool_damage *d)
 static void scan_file(const uint8_t *data, size_t size)
 {
 	static char path[64];
-	struct spool_scan_ops ops = {scan_record, scan_damage};
+	struct spool_scan_handlers on = {scan_record, scan_damage};
 	struct scan_check c = {0, 0};
 	struct spool_scan_summary sum;
 	FILE *f;
@@ -202,7 +202,7 @@ static void scan_file(const uint8_t *data, size_t size)
 		return;
 	}
 	fclose(f);
-	int rc = spool_scan_file(path, &ops, &c, &sum);
+	int rc = spool_scan_file(path, &on, &c, &sum);
 	unlink(path);
 	if (rc == SPOOL_OK && (c.next > size || c.covered != size || sum.size != size))
 		abort(); /* every byte is a record's or a damaged stretch's, and no more */

@@ -354,7 +354,7 @@ static void scan_damage_cb(void *ctx, const struct spool_damage *d)
 	s->damage[s->n_damage++] = *d;
 }
 
-static const struct spool_scan_ops scan_ops = {scan_record_cb, scan_damage_cb};
+static const struct spool_scan_handlers scan_handlers = {scan_record_cb, scan_damage_cb};
 
 /* The whole file (returned, free it) and its length. */
 static char *slurp(const char *path, size_t *len)
@@ -393,7 +393,7 @@ static void test_scan_resyncs_past_damage(void **state)
 	flip_byte(f->path, at[3]);
 	char *before = slurp(f->path, &before_len);
 
-	assert_int_equal(spool_scan_file(f->path, &scan_ops, &seen, &sum), SPOOL_OK);
+	assert_int_equal(spool_scan_file(f->path, &scan_handlers, &seen, &sum), SPOOL_OK);
 	assert_int_equal(seen.n, 3);
 	assert_string_equal(seen.texts[0], "alpha");
 	assert_string_equal(seen.texts[1], "charlie");
@@ -448,7 +448,7 @@ static void test_scan_corrupt_copy(void **state)
 	assert_int_equal(rep.corrupt, 1);
 	spool_close(sp);
 
-	assert_int_equal(spool_scan_file(rep.moved_to, &scan_ops, &seen, &sum), SPOOL_OK);
+	assert_int_equal(spool_scan_file(rep.moved_to, &scan_handlers, &seen, &sum), SPOOL_OK);
 	assert_int_equal(seen.n, 1);
 	assert_string_equal(seen.texts[0], "three");
 	assert_int_equal(seen.offsets[0], (uint64_t)(third - bad));
@@ -468,7 +468,7 @@ static void test_scan_missing_file(void **state)
 	struct scanned seen = {0};
 	struct spool_scan_summary sum;
 
-	assert_int_equal(spool_scan_file(f->path, &scan_ops, &seen, &sum), SPOOL_IO);
+	assert_int_equal(spool_scan_file(f->path, &scan_handlers, &seen, &sum), SPOOL_IO);
 	assert_int_equal(seen.n, 0);
 	assert_int_equal(size_of(f->path), -1); /* not created either */
 }

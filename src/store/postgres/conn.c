@@ -1,6 +1,6 @@
 /* conn.c: the PostgreSQL backend of the storage interface (libpq): opening the
  * database, its schema migrations (schema/NNN_*.sql), the connections with their outage
- * handling and prepared statements, and the backend's table of functions (store_pg_ops).
+ * handling and prepared statements, and the backend's table of functions (store_pg_methods).
  *
  * Many outboxd instances may share one database: nothing here assumes a single owner.
  * Claims lease rows with FOR UPDATE SKIP LOCKED, results apply only while this instance
@@ -581,7 +581,7 @@ static int pg_ping(store *st)
 
 /* ---- the listener -------------------------------------------------------- */
 
-const struct store_ops store_pg_ops = {
+const struct store_methods store_pg_methods = {
 	.name = "postgres",
 	.dsn_prefix = "postgres://",
 	.concurrent_writers = 2,

@@ -1,6 +1,6 @@
 /* conn.c: the embedded SQLite backend of the storage interface: opening a database,
  * its schema migrations (schema/NNN_*.sql), the two connections and their prepared
- * statements, and the backend's table of functions (store_sqlite_ops).
+ * statements, and the backend's table of functions (store_sqlite_methods).
  *
  * One process owns a database file (an flock on PATH.lock); other processes may only
  * INSERT into the producer `outbox` table. Two connections: one writer behind a mutex
@@ -569,7 +569,7 @@ static void sq_close(store *st)
 
 static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 {
-	const char *path = dsn + strlen(store_sqlite_ops.dsn_prefix);
+	const char *path = dsn + strlen(store_sqlite_methods.dsn_prefix);
 	struct sq *sq;
 	int rc;
 
@@ -635,7 +635,7 @@ static int sq_ping(store *st)
 
 /* ---- stats --------------------------------------------------------------- */
 
-const struct store_ops store_sqlite_ops = {
+const struct store_methods store_sqlite_methods = {
 	.name = "sqlite",
 	.dsn_prefix = "sqlite:",
 	.concurrent_writers = 1,
