@@ -10,6 +10,7 @@
 
 #include "core/header.h"
 #include "core/pattern.h"
+#include "core/sink_caps.h"
 #include "core/whsec.h"
 #include "core/retry.h"
 #include "core/subscriptions.h"
@@ -161,76 +162,33 @@ static int string_is(const json_t *v, const char *s)
 	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
 }
 
-/* A Kafka topic name: 1 to 249 of [A-Za-z0-9._-], not "." or "..". */
-static int kafka_topic_valid(const char *t, const char **why)
+/* The endpoint's scheme has a member (core/sink_caps.h) and its address that member's
+ * form (strict: new input; a stored one loads under the rules it was written with).
+ * 0 with why filled when not. */
+static int endpoint_valid(const char *url, int strict, char *why, size_t whylen)
 {
-	size_t n = strlen(t);
-	if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0 ||
-	    strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n) {
-		*why = "a kafka:// endpoint names one topic: 1 to 249 letters, digits, '.', '_' "
-		       "or '-' (kafka://orders.events)";
+	const char *reason = "";
+	const struct sink_scheme *row = sink_scheme_of(url);
+	if (!row) {
+		char list[128];
+		sink_schemes_list(list, sizeof(list));
+		snprintf(why, whylen, "endpoint must start with %s", list);
+		return 0;
+	}
+	if (!row->address_valid(url + strlen(row->scheme) + 3, strict, &reason)) {
+		snprintf(why, whylen, "%s", reason);
 		return 0;
 	}
 	return 1;
 }
 
-/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls, and
- * (strict: new input) no user info; kafka://TOPIC. */
-static int endpoint_valid(const char *url, int strict, const char **why)
+/* A URL the HTTP member could request (auth.token_url): http:// or https://, in the form
+ * endpoint_valid holds an HTTP endpoint to. */
+static int http_url_valid(const char *url, int strict)
 {
-	const char *rest;
-	if (strncasecmp(url, "http://", 7) == 0) {
-		rest = url + 7;
-	} else if (strncasecmp(url, "https://", 8) == 0) {
-		rest = url + 8;
-	} else if (strncasecmp(url, "kafka://", 8) == 0) {
-		return kafka_topic_valid(url + 8, why);
-	} else {
-		*why = "endpoint must start with http:// or https://";
-		return 0;
-	}
-	for (const char *p = url; *p; p++) {
-		if ((unsigned char)*p <= ' ' || *p == 0x7f) {
-			*why = "endpoint must not contain spaces or control characters";
-			return 0;
-		}
-	}
-	size_t host;
-	if (rest[0] == '[') {
-		/* an IPv6 literal, http://[::1]:8080/ (RFC 3986 §3.2.2) */
-		const char *close = strchr(rest, ']');
-		if (!close || close == rest + 1 ||
-		    strspn(rest + 1, "0123456789abcdefABCDEF:.") != (size_t)(close - rest - 1)) {
-			*why = "endpoint has an invalid IPv6 address (write it as [2001:db8::1])";
-			return 0;
-		}
-		host = (size_t)(close - rest) + 1;
-	} else {
-		host = strcspn(rest, "/?#:");
-	}
-	if (host == 0) {
-		*why = "endpoint must name a host";
-		return 0;
-	}
-	/* user:password@host would be a credential in clear, in every read and cause */
-	if (strict && memchr(rest, '@', strcspn(rest, "/?#"))) {
-		*why = "endpoint must not carry user info (user:password@): credentials go in auth";
-		return 0;
-	}
-	if (strchr(url, '#')) {
-		*why = "endpoint must not contain a fragment";
-		return 0;
-	}
-	if (rest[host] == ':') {
-		const char *port = rest + host + 1;
-		size_t digits = strspn(port, "0123456789");
-		if (digits == 0 || digits > 5 || (port[digits] && port[digits] != '/' &&
-						   port[digits] != '?') || atoi(port) > 65535) {
-			*why = "endpoint has an invalid port";
-			return 0;
-		}
-	}
-	return 1;
+	char why[256];
+	const struct sink_scheme *row = sink_scheme_of(url);
+	return row && strcmp(row->member, "http") == 0 && endpoint_valid(url, strict, why, sizeof(why));
 }
 
 /* whsec_ followed by base64 of 16 to 192 bytes (Standard Webhooks; core/whsec.h). */
@@ -278,7 +236,6 @@ static int parse_oauth2(const json_t *auth, int strict, struct subscription *out
 		"audience", "username", "password", "client_auth", NULL,
 	};
 	const char *grant, *url, *id, *secret, *scope, *audience, *user, *pass, *client_auth;
-	const char *why = "";
 	struct oauth2_params *p = &out->oauth2;
 
 	if (check_keys(auth, keys, "auth.", err) ||
@@ -298,7 +255,7 @@ static int parse_oauth2(const json_t *auth, int strict, struct subscription *out
 	const char *const values[] = {id, secret, scope, audience, user, pass};
 	if (check_header_texts(strict, fields, values, 6, err))
 		return -1;
-	if (!endpoint_valid(url, strict, &why) || strncasecmp(url, "kafka://", 8) == 0)
+	if (!http_url_valid(url, strict))
 		return input_error_set(err, 400, "invalid_argument", "auth.token_url",
 				       "auth.token_url must be an http:// or https:// URL without "
 				       "user info");
@@ -754,7 +711,8 @@ static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int
 {
 	struct subscription tmp;
 	struct subscription *s = out ? out : &tmp;
-	const char *name, *endpoint, *format = NULL, *secret = NULL, *origin = NULL, *why = "";
+	const char *name, *endpoint, *format = NULL, *secret = NULL, *origin = NULL;
+	char why[256];
 	json_t *types, *v;
 
 	memset(s, 0, sizeof(*s));
@@ -772,7 +730,7 @@ static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int
 	    get_string(doc, "secret", "secret", 0, 300, &secret, err) ||
 	    get_string(doc, "origin", "origin", 0, 32, &origin, err))
 		goto fail;
-	if (!endpoint_valid(endpoint, strict, &why)) {
+	if (!endpoint_valid(endpoint, strict, why, sizeof(why))) {
 		input_error_set(err, 400, "invalid_argument", "endpoint", "%s", why);
 		goto fail;
 	}

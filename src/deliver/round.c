@@ -725,10 +725,7 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 		round_release(j, d->cfg.disabled_delay_ms);
 		return;
 	}
-	for (int i = 0; i < d->n_sinks && !j->sink; i++)
-		if (sink_accepts(d->sinks[i], j->sub->endpoint))
-			j->sink = d->sinks[i];
-	if (!j->sink) {
+	if (!(j->sink = sink_set_find(&d->sinks, j->sub->endpoint))) {
 		/* kafka:// without kafka_brokers: a failed attempt like any other, so the
 		 * delivery waits in the retries (and the DLQ) until the operator adds it. */
 		round_fail_attempt(j, 503, "no delivery target",
