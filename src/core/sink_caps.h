@@ -5,8 +5,9 @@
  * it (deliver/sink.h: http:// and https:// the HTTP member, kafka:// the Kafka member).
  * Members differ in what a subscription may ask of them: a Kafka message has no TLS files
  * of its own, no auth and no signature. Each scheme has one row here, with the
- * capabilities (SINK_CAN_*) its member supports and the form of its address, which the
- * subscription codec (core/sub_codec.c) checks endpoints against.
+ * capabilities (SINK_CAN_*) its member supports and the form of its address, so the
+ * subscription codec (core/sub_codec.c) refuses an option the member would ignore (422
+ * naming the field) instead of storing it.
  *
  * The rows are the subscription rules' copy of what the members declare themselves
  * (struct sink_type in deliver/sink.h): core cannot ask deliver, which sits above it, so

@@ -303,8 +303,7 @@ static int parse_oauth2(const json_t *auth, int strict, struct subscription *out
 	return 0;
 }
 
-static int parse_tls(const json_t *tls, const char *endpoint, struct subscription *s,
-		     struct input_error *err)
+static int parse_tls(const json_t *tls, struct subscription *s, struct input_error *err)
 {
 	const char *ca, *cert, *key;
 	char field[32];
@@ -327,9 +326,6 @@ static int parse_tls(const json_t *tls, const char *endpoint, struct subscriptio
 	if (key && !cert)
 		return input_error_set(err, 400, "invalid_argument", "tls.client_key",
 				       "tls.client_key needs tls.client_cert");
-	if (json_object_size(tls) && strncasecmp(endpoint, "https://", 8) != 0)
-		return input_error_set(err, 422, "invalid_argument", "tls",
-				       "tls applies to https:// endpoints only");
 	s->tls_ca_file = dup_or_null(ca);
 	s->tls_client_cert = dup_or_null(cert);
 	s->tls_client_key = dup_or_null(key);
@@ -705,6 +701,80 @@ static int parse_rotation(const json_t *doc, struct subscription *s, struct inpu
 	return 0;
 }
 
+/* The capability an option's value v needs of the endpoint's member (core/sink_caps.h),
+ * given the option's own (cap); 0 when this value needs none. */
+static unsigned cap_of_auth(const json_t *v, unsigned cap)
+{
+	static const char *const types[] = {"basic", "bearer", "api_key", "query", "oauth2", NULL};
+	static const enum auth_type enums[] = {AUTH_BASIC, AUTH_BEARER, AUTH_API_KEY, AUTH_QUERY,
+					       AUTH_OAUTH2};
+	const char *type = json_string_value(json_object_get(v, "type"));
+	(void)cap;
+	for (int i = 0; type && types[i]; i++)
+		if (strcmp(type, types[i]) == 0)
+			return sink_cap_of_auth(enums[i]);
+	return 0; /* none, or a type parse_auth refuses */
+}
+static unsigned cap_if_nonempty(const json_t *v, unsigned cap)
+{
+	return json_is_object(v) && json_object_size(v) == 0 ? 0 : cap;
+}
+static unsigned cap_if_not_none(const json_t *v, unsigned cap)
+{
+	return string_is(v, "none") ? 0 : cap;
+}
+static unsigned cap_if_envelope(const json_t *v, unsigned cap)
+{
+	return string_is(v, "envelope") ? cap : 0;
+}
+
+/* The options only some members take: set (present, not null) on an endpoint whose member
+ * lacks the capability, each is a 422. */
+static const struct {
+	const char *parent;          /* NULL: a top-level field; else the object it is in */
+	const char *key;
+	unsigned cap;                /* SINK_CAN_* */
+	unsigned (*cap_of)(const json_t *v, unsigned cap); /* NULL: cap whatever the value */
+} option_caps[] = {
+	{NULL, "payload_format", SINK_CAN_ENVELOPE, cap_if_envelope},
+	{NULL, "auth", SINK_CAN_AUTH_ANY, cap_of_auth},
+	{NULL, "headers", SINK_CAN_HEADERS, cap_if_nonempty},
+	{NULL, "secret", SINK_CAN_SIGN, NULL},
+	{NULL, "secret_grace", SINK_CAN_SIGN, NULL},
+	{NULL, "tls", SINK_CAN_TLS, cap_if_nonempty},
+	{NULL, "timeout", SINK_CAN_TIMEOUT, NULL},
+	{"retry", "timeout", SINK_CAN_TIMEOUT, NULL},
+	{NULL, "ordering", SINK_CAN_ORDERING, cap_if_not_none},
+	{NULL, "ordering_on_dead", SINK_CAN_ORDERING, NULL},
+};
+
+/* 0 when row's member supports every option doc sets; else -1 with a 422 naming the
+ * first one it does not ("auth: kafka:// endpoints take no auth; ..."). */
+static int options_supported(const json_t *doc, const struct sink_scheme *row,
+			     struct input_error *err)
+{
+	char field[64], why[256];
+	for (size_t i = 0; row && i < sizeof(option_caps) / sizeof(option_caps[0]); i++) {
+		const json_t *in = option_caps[i].parent ? json_object_get(doc, option_caps[i].parent)
+							 : doc;
+		const json_t *v = json_is_object(in) ? json_object_get(in, option_caps[i].key) : NULL;
+		if (!v || json_is_null(v))
+			continue;
+		unsigned need = option_caps[i].cap_of ? option_caps[i].cap_of(v, option_caps[i].cap)
+						      : option_caps[i].cap;
+		if (!need || (row->supports & need) == need)
+			continue;
+		if (option_caps[i].parent)
+			snprintf(field, sizeof(field), "%s.%s", option_caps[i].parent,
+				 option_caps[i].key);
+		else
+			snprintf(field, sizeof(field), "%s", option_caps[i].key);
+		sink_caps_refusal(row, need, why, sizeof(why));
+		return input_error_set(err, 422, "invalid_argument", field, "%s: %s", field, why);
+	}
+	return 0;
+}
+
 /* sub_codec_parse, with strict 0 for a stored document (check_header_texts). */
 static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int strict,
 		     struct subscription *out, struct input_error *err)
@@ -739,22 +809,10 @@ static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int
 				"origin must be kafka_envelope (it is set by outboxd)");
 		goto fail;
 	}
-	int kafka = strncasecmp(endpoint, "kafka://", 8) == 0;
-	if (kafka) {
-		/* a topic has no HTTP: these fields would be silently ignored */
-		static const char *const http_only[] = {"auth", "secret", "tls", NULL};
-		for (const char *const *k = http_only; *k; k++) {
-			json_t *x = json_object_get(doc, *k);
-			if (x && !json_is_null(x) &&
-			    !(strcmp(*k, "auth") == 0 &&
-			      string_is(json_object_get(x, "type"), "none"))) {
-				input_error_set(err, 400, "invalid_argument", *k,
-						"%s does not apply to a kafka:// endpoint (Kafka "
-						"credentials go in the kafka_config setting)", *k);
-				goto fail;
-			}
-		}
-	}
+	/* an option the endpoint's member would ignore is refused, not stored; a stored
+	 * document loads under the rules it was written with */
+	if (strict && options_supported(doc, sink_scheme_of(endpoint), err))
+		goto fail;
 	types = json_object_get(doc, "event_types");
 	if (!types) {
 		input_error_set(err, 400, "invalid_argument", "event_types",
@@ -791,13 +849,12 @@ static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int
 			s->payload_format = PAYLOAD_JSON;
 		} else if (strcmp(format, "binary") == 0) {
 			s->payload_format = PAYLOAD_BINARY;
-		} else if (strcmp(format, "envelope") == 0 && kafka) {
-			s->payload_format = PAYLOAD_ENVELOPE;
+		} else if (strcmp(format, "envelope") == 0) {
+			s->payload_format = PAYLOAD_ENVELOPE; /* kafka:// (options_supported) */
 		} else {
 			input_error_set(err, 400, "invalid_argument", "payload_format",
-					kafka ? "payload_format must be json, binary or envelope"
-					      : "payload_format must be json or binary (envelope is for "
-						"kafka:// endpoints)");
+					"payload_format must be json, binary or envelope (envelope "
+					"for kafka:// endpoints)");
 			goto fail;
 		}
 	}
@@ -814,7 +871,7 @@ static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int
 	}
 	if (parse_rotation(doc, s, err))
 		goto fail;
-	if ((v = json_object_get(doc, "tls")) && !json_is_null(v) && parse_tls(v, endpoint, s, err))
+	if ((v = json_object_get(doc, "tls")) && !json_is_null(v) && parse_tls(v, s, err))
 		goto fail;
 	if (get_duration(doc, "timeout", "timeout", 1, 300000, &s->retry.immediate_timeout_ms,
 			 err))

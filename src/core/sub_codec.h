@@ -14,15 +14,18 @@
 
 /* Validates doc (borrowed) and, when out is not NULL, fills *out (members returned to
  * the caller; free with subscription_free semantics). defaults supplies the retry
- * fields the document leaves out. Returns 0, or -1 with err filled. */
+ * fields the document leaves out. An option the endpoint's sink does not take (auth for
+ * kafka://, tls for http://: core/sink_caps.h) is a 422 naming the field. Returns 0, or
+ * -1 with err filled. */
 int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
 		    struct subscription *out, struct input_error *err);
 
 /* Builds the subscription struct of a stored row (returned, NULL on a corrupt row,
  * which is logged). A row stored before a rule on new input was added (no control
- * character in a credential or header value, no user info in a URL) still loads: one
- * that failed would stop ingest for every subscription; the HTTP sink refuses to send a
- * header line with a control character. */
+ * character in a credential or header value, no user info in a URL, no option its
+ * endpoint's sink does not take) still loads: one that failed would stop ingest for
+ * every subscription; the HTTP sink refuses to send a header line with a control
+ * character, and a sink ignores an option it does not take. */
 struct subscription *sub_codec_from_row(const struct sub_row *row,
 					const struct retry_policy *defaults);
 
