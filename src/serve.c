@@ -432,7 +432,6 @@ static int serve_start(struct server *s)
 		.shutdown_grace_ms = cfg->shutdown_grace_ms,
 		.disabled_delay_ms = 5000,
 		.sinks = &s->sinks,
-		.dead_letter_kafka = s->kafka_on && cfg->kafka_dead_letter && *cfg->kafka_dead_letter,
 		.disable_after_ms = cfg->disable_after_ms,
 		.disable = disable_subscription,
 		.disable_ctx = &s->reload,
@@ -469,7 +468,7 @@ static int serve_start(struct server *s)
 	store_on_subscriptions_changed(s->st, reload_subscriptions, &s->reload);
 	store_on_work(s->st, wake_dispatcher, s->disp);
 	/* dead deliveries marked for their dead-letter topic: published by their own relay */
-	if (s->dcfg.dead_letter_kafka &&
+	if (s->kafka_on && cfg->kafka_dead_letter && *cfg->kafka_dead_letter &&
 	    !(s->dead_letter = kafka_dead_letter_start(s->st, &s->reg, &s->kafka, err,
 						       sizeof(err)))) {
 		log_error("%s", err);

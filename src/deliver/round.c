@@ -238,16 +238,15 @@ void round_causes_free(struct round *j)
 	}
 }
 
-/* The delivery just went to the dead-letter queue (its result is filled): marked for its
- * Kafka dead-letter topic when its event came from an intake topic (the relay publishes
- * it after the result is written, kafka/dead_letter.h), and made an operational event of
- * unless it was one (no loops). */
+/* The delivery just went to the dead-letter queue (its result is filled): marked for a
+ * dead-letter topic when a sink owns its event's source (the Kafka sink: an intake topic,
+ * with kafka_dead_letter; the relay publishes it after the result is written,
+ * kafka/dead_letter.h), and made an operational event of unless it was one (no loops). */
 static void dead_lettered(struct round *j)
 {
 	const struct dispatcher_config *cfg = &j->d->cfg;
 	struct store_result *r = &j->wr.result;
-	r->dead_letter = cfg->dead_letter_kafka && j->sub && j->sub->endpoint &&
-			 j->claim->source && strncmp(j->claim->source, "kafka:", 6) == 0;
+	r->dead_letter = j->sub && j->sub->endpoint && sink_set_dead_letter(&j->d->sinks, j->claim);
 	if (ops_event_type(j->claim->event_type))
 		return;
 	json_t *p = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "delivery_id",

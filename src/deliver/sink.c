@@ -156,3 +156,11 @@ int sink_set_ready(const struct sink_set *set, char *why, size_t whylen)
 			return -1;
 	return 0;
 }
+
+int sink_set_dead_letter(const struct sink_set *set, const struct store_claim *c)
+{
+	for (int i = 0; i < set->n; i++)
+		if (sink_dead_letter(set->members[i], c))
+			return 1;
+	return 0;
+}

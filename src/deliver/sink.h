@@ -96,6 +96,7 @@ struct sink_ops {
 	void (*slot_free)(void *priv, struct sink_round *j);
 	void (*prune)(void *priv, int64_t now_ms);
 	int (*ready)(void *priv, char *why, size_t whylen);
+	int (*dead_letter)(void *priv, const struct store_claim *c);
 	void (*close)(void *priv);
 };
 
@@ -188,6 +189,14 @@ static inline int sink_ready(struct sink *s, char *why, size_t whylen)
 {
 	return s->type->ops->ready ? s->type->ops->ready(s->priv, why, whylen) : 0;
 }
+/* 1 when a delivery of c that goes dead is to be published to a dead-letter topic (the
+ * mark store_result.dead_letter, written with the result, which the relay of
+ * kafka/dead_letter.h publishes): s owns the source c's event came from. */
+static inline int sink_dead_letter(struct sink *s, const struct store_claim *c)
+{
+	return s->type->ops->dead_letter ? s->type->ops->dead_letter(s->priv, c) : 0;
+}
+
 /* ---- the registry (sink.c) ------------------------------------------------------------ */
 
 /* The members (each defined in its sink_NAME.c, listed in sink.c's sink_types[]). */
@@ -227,5 +236,7 @@ void sink_set_close(struct sink_set *set);
 struct sink *sink_set_find(const struct sink_set *set, const char *endpoint);
 /* 0 when every open member is ready; -1 with the first one's reason. Any thread. */
 int sink_set_ready(const struct sink_set *set, char *why, size_t whylen);
+/* 1 when an open member marks a dead delivery of c for its dead-letter topic. */
+int sink_set_dead_letter(const struct sink_set *set, const struct store_claim *c);
 
 #endif

@@ -6,8 +6,9 @@
  * and PROCESSED on the broker's acknowledgement, a mapped code (kafka_error_code,
  * kafka/client_rdkafka.h) with librdkafka's error name and text otherwise, so broker
  * errors take the normal retries, breaker and DLQ. Opened when kafka_brokers is set.
- * (Dead-letter topics are written by the relay of kafka/dead_letter.h, with its own
- * producer.)
+ * With kafka_dead_letter, it also says which dead deliveries go to a dead-letter topic:
+ * those of events from an intake topic (dead_letter op); the relay of
+ * kafka/dead_letter.h publishes them, with its own producer.
  *
  * One producer per process (enable.idempotence, acks=all). Each attempt is one message
  * with its own record (struct kafka_record) as librdkafka's opaque, so a delivery report
@@ -385,6 +386,15 @@ static int kafka_ready(void *priv, char *why, size_t whylen)
 	return kafka_client_ready(&((struct kafka_sink *)priv)->client, why, whylen);
 }
 
+/* kafka_dead_letter set: a delivery of an event from an intake topic (source
+ * "kafka:TOPIC") that goes dead is marked for that topic's dead-letter topic. */
+static int kafka_dead_letter(void *priv, const struct store_claim *c)
+{
+	const struct kafka_sink *ks = priv;
+	return ks->settings->dead_letter && *ks->settings->dead_letter && c->source &&
+	       strncmp(c->source, "kafka:", 6) == 0;
+}
+
 static const struct sink_ops kafka_ops = {
 	.attach = kafka_attach,
 	.send = kafka_send,
@@ -394,6 +404,7 @@ static const struct sink_ops kafka_ops = {
 	.busy = kafka_busy,
 	.abort = kafka_abort,
 	.ready = kafka_ready,
+	.dead_letter = kafka_dead_letter,
 	.close = kafka_close,
 };
 

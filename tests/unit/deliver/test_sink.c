@@ -1,7 +1,9 @@
 /* test_sink.c: the registry of the sink family (deliver/sink.c): members found by name and
  * by endpoint scheme, what each supports there, every member's declaration equal to the
  * subscription rules' rows (core/sink_caps.c) both ways, and a daemon's set opened from
- * the settings (a member without its settings stays closed, its scheme finds none). */
+ * the settings (a member without its settings stays closed, its scheme finds none; the
+ * Kafka member marks dead deliveries of intake topics for their dead-letter topic only
+ * with kafka_dead_letter). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,7 +147,19 @@ static void test_set_opens_configured_members(void **state)
 	struct sink *k = sink_set_find(&set, "KAFKA://orders");
 	assert_non_null(k);
 	assert_string_equal(k->type->name, "kafka");
+	/* no kafka_dead_letter: no dead delivery is marked for a dead-letter topic */
+	struct store_claim from_topic = {.source = "kafka:orders"}, from_api = {.source = NULL};
+	assert_int_equal(sink_set_dead_letter(&set, &from_topic), 0);
 	sink_set_close(&set);
+	/* with it: those of events from an intake topic are, and only those */
+	cfg.kafka_dead_letter = "{topic}.dlt";
+	assert_int_equal(sink_set_open(&set, &cfg, err, sizeof(err)), 0);
+	assert_int_equal(sink_set_dead_letter(&set, &from_topic), 1);
+	assert_int_equal(sink_set_dead_letter(&set, &from_api), 0);
+	struct store_claim from_outbox = {.source = "outbox"};
+	assert_int_equal(sink_set_dead_letter(&set, &from_outbox), 0);
+	sink_set_close(&set);
+	cfg.kafka_dead_letter = NULL;
 
 	/* a setting the member refuses: nothing stays open */
 	cfg.kafka_brokers = NULL;
