@@ -146,6 +146,17 @@ static void test_errors(void **state)
 	expect_field("{\"name\":\"n\",\"event_types\":[\"a b\"],\"endpoint\":\"http://h/\"}", 400,
 		     "event_types[0]");
 	expect_field("{" BASE ",\"payload_format\":\"xml\"}", 400, "payload_format");
+	/* the values of a field of a few, named in its message */
+	struct input_error err;
+	json_t *bad = json_loads("{" BASE ",\"payload_format\":\"xml\",\"ordering\":\"no\"}", 0,
+				 NULL);
+	assert_int_equal(sub_codec_parse(bad, &defaults, NULL, &err), -1);
+	assert_string_equal(err.message, "payload_format must be json, binary or envelope "
+					 "(envelope for kafka:// endpoints)");
+	json_object_del(bad, "payload_format");
+	assert_int_equal(sub_codec_parse(bad, &defaults, NULL, &err), -1);
+	assert_string_equal(err.message, "ordering must be none or partition_key");
+	json_decref(bad);
 	expect_field("{" BASE ",\"auth\":{\"type\":\"magic\"}}", 400, "auth.type");
 	expect_field("{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\"}}", 400, "auth.password");
 	expect_field("{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"t\",\"x\":1}}", 400, "auth.x");
