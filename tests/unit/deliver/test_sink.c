@@ -31,12 +31,22 @@ static void test_lookup_by_name_and_scheme(void **state)
 	assert_null(sink_type_for("amqp://q", &supports));
 	assert_null(sink_type_for("kafka:orders", &supports)); /* a scheme ends in :// */
 	assert_null(sink_type_for("httpx://h.example/", &supports));
-	/* the registry lists each member once, NULL after the last */
-	size_t n = 0;
+	/* the registry lists each member once, NULL after the last: as many as the
+	 * subscription rules name */
+	size_t n = 0, named = 0;
 	while (sink_type_at(n))
 		n++;
-	assert_int_equal(n, 2);
+	for (size_t i = 0; i < sink_schemes_n; i++) {
+		size_t k = 0;
+		while (strcmp(sink_schemes[k].member, sink_schemes[i].member) != 0)
+			k++;
+		named += k == i; /* the first row of its member */
+	}
+	assert_int_equal(n, named);
 	assert_true(n <= SINKS_MAX);
+	for (size_t i = 0; i < n; i++)
+		for (size_t k = i + 1; k < n; k++)
+			assert_string_not_equal(sink_type_at(i)->name, sink_type_at(k)->name);
 }
 
 /* What each member takes: TLS files only at https://, no auth, signature or TLS for a
