@@ -36,11 +36,10 @@
 #include "core/authlimit.h"
 #include "core/config.h"
 #include "core/metrics.h"
-#include "core/ssrf.h"
 #include "core/subscriptions.h"
 #include "core/token.h"
 #include "deliver/dispatcher.h"
-#include "deliver/sink_kafka.h"
+#include "deliver/sink.h"
 #include "intake/kafka_intake.h"
 #include "intake/ops_events.h"
 #include "janitor/janitor.h"
@@ -142,20 +141,20 @@ static char *instance_id(const struct config *cfg)
 	return id;
 }
 
-/* Readiness of the Kafka side: the intake's brokers answer, and no client is being
- * recreated after a fatal error (each says why not). */
-struct kafka_readiness {
+/* Readiness beyond the store: the Kafka intake's brokers answer, and no sink or relay is
+ * recreating its client after a fatal error (each says why not). */
+struct readiness {
 	struct kafka_intake *intake;          /* NULL: none */
-	struct sink *sink;                    /* the Kafka sink, NULL: none */
+	const struct sink_set *sinks;         /* the open sinks */
 	struct kafka_dead_letter *dead_letter; /* NULL: none */
 };
 
-static int kafka_ready(void *ctx, char *why, size_t whylen)
+static int daemon_ready(void *ctx, char *why, size_t whylen)
 {
-	const struct kafka_readiness *k = ctx;
+	const struct readiness *k = ctx;
 	if (k->intake && kafka_intake_ready(k->intake, why, whylen))
 		return -1;
-	if (k->sink && sink_kafka_ready(k->sink, why, whylen))
+	if (sink_set_ready(k->sinks, why, whylen))
 		return -1;
 	if (k->dead_letter && kafka_dead_letter_ready(k->dead_letter, why, whylen))
 		return -1;
@@ -245,9 +244,8 @@ struct server {
 	struct subs_reload reload;   /* reloads the set when another instance changed it, or
 	                                after a disable */
 	struct spool *spool;
-	struct ssrf_policy ssrf;
-	struct sink *http_sink, *kafka_sink;
-	struct kafka_settings kafka;
+	struct sink_set sinks;       /* every member of the sink family whose settings are set */
+	struct kafka_settings kafka; /* the intake's and the dead-letter relay's */
 	int kafka_on;
 	char *kafka_instance;
 	struct dispatcher_config dcfg;
@@ -259,64 +257,31 @@ struct server {
 	struct janitor *jobs;
 	struct api_tokens *tokens;
 	struct authlimit *authlimit;
-	struct kafka_readiness kafka_readiness;
+	struct readiness readiness;
 	struct api api;
 	struct http_server *http;
 	const char *scheme;
 };
 
-/* The HTTP sink, and the Kafka sink when kafka_brokers is set. 0, or 1 after logging. */
+/* The sinks (deliver/sink.h): every member of the family whose settings are present
+ * (HTTP always, Kafka with kafka_brokers), and the Kafka settings the intake and the
+ * dead-letter relay share. 0, or 1 after logging. */
 static int open_sinks(struct server *s)
 {
 	char err[512];
 	const struct config *cfg = &s->cfg;
-	/* The SSRF guard (core/ssrf.h): private, loopback, link-local and metadata addresses
-	 * are refused unless ssrf_allow lets them through. */
-	if (ssrf_policy_parse(cfg->ssrf_allow, &s->ssrf, err, sizeof(err))) {
+	if (sink_set_open(&s->sinks, cfg, err, sizeof(err))) {
 		log_error("%s", err);
 		return 1;
 	}
-	if (s->ssrf.n_allow)
-		log_info("SSRF guard: deliveries may also go to %s (ssrf_allow)", cfg->ssrf_allow);
-	struct sink_http_settings http_set = {
-		.max_connections = cfg->max_in_flight,
-		.lean = cfg->lean_http,
-		.connect_timeout_ms = cfg->connect_timeout_ms,
-		.ssrf = &s->ssrf,
-		.tls_dir = cfg->tls_dir,
-		.egress_proxy = cfg->egress_proxy,
-	};
-	if (cfg->egress_proxy && *cfg->egress_proxy) {
-		char *shown = config_mask_value("egress_proxy", cfg->egress_proxy);
-		log_info("deliveries and OAuth2 token requests go through the egress proxy %s "
-			 "(CONNECT to addresses the SSRF guard checked)", shown ? shown : "");
-		free(shown);
-	}
-	if (!(s->http_sink = sink_http_open(&http_set, err, sizeof(err)))) {
-		log_error("%s", err);
-		return 1;
-	}
-	/* Kafka (docs/kafka.md): the sink publishes kafka:// subscriptions and dead-letter
-	 * topics; the intake consumes kafka_intake. Off unless kafka_brokers is set. */
-	s->kafka = (struct kafka_settings){
-		.brokers = cfg->kafka_brokers,
-		.properties = cfg->kafka_config,
-		.group = cfg->kafka_group,
-		.intake = cfg->kafka_intake,
-		.dead_letter = cfg->kafka_dead_letter,
-		.wire = strcmp(cfg->kafka_wire_format, "confluent") == 0 ? ENVELOPE_WIRE_CONFLUENT
-									 : ENVELOPE_WIRE_PLAIN,
-		.schema_id = (uint32_t)cfg->kafka_schema_id,
-		.max_backlog = cfg->kafka_max_backlog,
-	};
-	s->kafka_on = cfg->kafka_brokers && *cfg->kafka_brokers;
+	/* Kafka (docs/kafka.md): the sink publishes kafka:// subscriptions, the relay
+	 * dead-letter topics, the intake consumes kafka_intake. Off unless kafka_brokers is
+	 * set. */
+	kafka_settings_from_config(cfg, &s->kafka);
+	s->kafka_on = kafka_settings_on(&s->kafka);
 	if (s->kafka_on && cfg->kafka_intake && *cfg->kafka_intake &&
 	    !(s->kafka.instance_id = s->kafka_instance = instance_id(cfg)))
 		return 1;
-	if (s->kafka_on && !(s->kafka_sink = sink_kafka_open(&s->kafka, err, sizeof(err)))) {
-		log_error("%s", err);
-		return 1;
-	}
 	return 0;
 }
 
@@ -398,7 +363,7 @@ static int start_api(struct server *s)
 		log_error("cannot set up the API's limit of failed authentications");
 		return 1;
 	}
-	s->kafka_readiness = (struct kafka_readiness){s->intake, s->kafka_sink, s->dead_letter};
+	s->readiness = (struct readiness){s->intake, &s->sinks, s->dead_letter};
 	s->api = (struct api){
 		.st = s->st,
 		.reg = &s->reg,
@@ -419,8 +384,8 @@ static int start_api(struct server *s)
 		.max_request = cfg->max_request,
 		.retry_defaults = s->defaults,
 		.tls_dir = cfg->tls_dir,
-		.ready = s->kafka_on ? kafka_ready : NULL,
-		.ready_ctx = &s->kafka_readiness,
+		.ready = daemon_ready,
+		.ready_ctx = &s->readiness,
 	};
 	struct http_limits limits = {
 		.threads = cfg->api_threads,
@@ -466,9 +431,7 @@ static int serve_start(struct server *s)
 		.connect_timeout_ms = cfg->connect_timeout_ms,
 		.shutdown_grace_ms = cfg->shutdown_grace_ms,
 		.disabled_delay_ms = 5000,
-		.sinks = {s->http_sink, s->kafka_sink},
-		.n_sinks = s->kafka_sink ? 2 : 1,
-		.dead_letter_kafka = s->kafka_on && cfg->kafka_dead_letter && *cfg->kafka_dead_letter,
+		.sinks = &s->sinks,
 		.disable_after_ms = cfg->disable_after_ms,
 		.disable = disable_subscription,
 		.disable_ctx = &s->reload,
@@ -505,7 +468,7 @@ static int serve_start(struct server *s)
 	store_on_subscriptions_changed(s->st, reload_subscriptions, &s->reload);
 	store_on_work(s->st, wake_dispatcher, s->disp);
 	/* dead deliveries marked for their dead-letter topic: published by their own relay */
-	if (s->dcfg.dead_letter_kafka &&
+	if (s->kafka_on && cfg->kafka_dead_letter && *cfg->kafka_dead_letter &&
 	    !(s->dead_letter = kafka_dead_letter_start(s->st, &s->reg, &s->kafka, err,
 						       sizeof(err)))) {
 		log_error("%s", err);
@@ -595,8 +558,7 @@ static void serve_stop(struct server *s)
 	ops_events_stop(s->ops); /* after what emits them, before the writer that stores them */
 	writer_stop(s->writer);
 	kafka_dead_letter_stop(s->dead_letter); /* after the last results (and marks) are written */
-	sink_close(s->http_sink); /* after the dispatcher, whose jobs they served */
-	sink_close(s->kafka_sink);
+	sink_set_close(&s->sinks); /* after the dispatcher, whose jobs they served */
 	spool_close(s->spool); /* after the dispatcher, which may spool its last results */
 	store_close(s->st);
 	sub_registry_destroy(&s->reg);

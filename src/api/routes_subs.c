@@ -17,16 +17,10 @@ static json_t *parse_body(const struct api_request *req, struct api_response *re
 	json_error_t jerr;
 	json_t *doc = json_loadb(req->body ? req->body : "", req->body_len,
 				 JSON_REJECT_DUPLICATES, &jerr);
-	if (!doc) {
+	if (!doc)
 		api_reply_errorf(res, 400, "invalid_json", NULL,
 				 "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
 				 jerr.line, jerr.column);
-	} else if (json_is_object(doc) && json_object_get(doc, "origin")) {
-		/* the subscriptions of Kafka envelopes are outboxd's own */
-		api_reply_errorf(res, 400, "invalid_argument", "origin", "origin is set by outboxd");
-		json_decref(doc);
-		doc = NULL;
-	}
 	return doc;
 }
 
@@ -64,9 +58,7 @@ static int store_doc(struct api *api, json_t *doc, struct sub_row *row, int crea
 		api_reply_error(res, &err);
 		return -1;
 	}
-	row->name = parsed.name;
-	row->enabled = parsed.enabled;
-	row->ordering = (int)parsed.ordering;
+	sub_codec_columns(&parsed, row);
 	row->config = json_dumps(doc, JSON_COMPACT);
 	row->updated_at = clock_now_ms();
 	int rc = row->config ? (create ? store_sub_create(api->st, row) : store_sub_update(api->st, row))

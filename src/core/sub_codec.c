@@ -1,4 +1,12 @@
-/* sub_codec.c: subscription validation, parsing and masking (see sub_codec.h). */
+/* sub_codec.c: subscription validation, parsing and masking (see sub_codec.h).
+ *
+ * A document's fields are one table, sub_fields[] below: a row names a field's kind and
+ * bounds (the generic parse of the scalar kinds), its member of struct subscription, the
+ * capability a sink needs to take it (core/sink_caps.h), its mask in reads, who writes it
+ * and its store column; fields with an object or a rule of their own (event_types,
+ * auth, headers, tls, retry, circuit_breaker, ordering_on_dead...) have a parse function
+ * of their own, named in their row. No I/O but the check that a subscription's TLS files can be read
+ * (sub_codec_prepare). */
 #include "core/sub_codec.h"
 
 #include <ctype.h>
@@ -10,6 +18,7 @@
 
 #include "core/header.h"
 #include "core/pattern.h"
+#include "core/sink_caps.h"
 #include "core/whsec.h"
 #include "core/retry.h"
 #include "core/subscriptions.h"
@@ -24,19 +33,7 @@
 #define SECRET_GRACE_MAX_MS (30 * 24 * 3600 * 1000LL)
 #define GENERATED_SECRET_BYTES 32
 
-/* previous_secret and previous_secret_expires_at are written by outboxd during a rotation
- * (sub_codec_prepare), never by the user; they live in the stored document because the
- * store keeps a subscription as one document. */
 #define DISABLE_AFTER_MAX_MS (365 * 86400000LL)
-
-static const char *const top_keys[] = {
-	"name", "event_types", "endpoint", "payload_format", "auth", "headers", "secret",
-	"secret_grace", "previous_secret", "previous_secret_expires_at", "tls",
-	"timeout", "retry", "circuit_breaker", "max_in_flight", "concurrency", "rate_limit",
-	"enabled",
-	"origin", "ordering", "ordering_on_dead", "disable_after", "disabled_reason",
-	"disabled_at", NULL,
-};
 
 static const char *const tls_keys[] = {"ca_file", "client_cert", "client_key", NULL};
 
@@ -161,76 +158,33 @@ static int string_is(const json_t *v, const char *s)
 	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
 }
 
-/* A Kafka topic name: 1 to 249 of [A-Za-z0-9._-], not "." or "..". */
-static int kafka_topic_valid(const char *t, const char **why)
+/* The endpoint's scheme has a member (core/sink_caps.h) and its address that member's
+ * form (strict: new input; a stored one loads under the rules it was written with).
+ * 0 with why filled when not. */
+static int endpoint_valid(const char *url, int strict, char *why, size_t whylen)
 {
-	size_t n = strlen(t);
-	if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0 ||
-	    strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n) {
-		*why = "a kafka:// endpoint names one topic: 1 to 249 letters, digits, '.', '_' "
-		       "or '-' (kafka://orders.events)";
+	const char *reason = "";
+	const struct sink_scheme *row = sink_scheme_of(url);
+	if (!row) {
+		char list[128];
+		sink_schemes_list(list, sizeof(list));
+		snprintf(why, whylen, "endpoint must start with %s", list);
+		return 0;
+	}
+	if (!row->address_valid(url + strlen(row->scheme) + 3, strict, &reason)) {
+		snprintf(why, whylen, "%s", reason);
 		return 0;
 	}
 	return 1;
 }
 
-/* http(s)://host[:port][/path][?query]: a host is required, no spaces or controls, and
- * (strict: new input) no user info; kafka://TOPIC. */
-static int endpoint_valid(const char *url, int strict, const char **why)
+/* A URL the HTTP member could request (auth.token_url): http:// or https://, in the form
+ * endpoint_valid holds an HTTP endpoint to. */
+static int http_url_valid(const char *url, int strict)
 {
-	const char *rest;
-	if (strncasecmp(url, "http://", 7) == 0) {
-		rest = url + 7;
-	} else if (strncasecmp(url, "https://", 8) == 0) {
-		rest = url + 8;
-	} else if (strncasecmp(url, "kafka://", 8) == 0) {
-		return kafka_topic_valid(url + 8, why);
-	} else {
-		*why = "endpoint must start with http:// or https://";
-		return 0;
-	}
-	for (const char *p = url; *p; p++) {
-		if ((unsigned char)*p <= ' ' || *p == 0x7f) {
-			*why = "endpoint must not contain spaces or control characters";
-			return 0;
-		}
-	}
-	size_t host;
-	if (rest[0] == '[') {
-		/* an IPv6 literal, http://[::1]:8080/ (RFC 3986 §3.2.2) */
-		const char *close = strchr(rest, ']');
-		if (!close || close == rest + 1 ||
-		    strspn(rest + 1, "0123456789abcdefABCDEF:.") != (size_t)(close - rest - 1)) {
-			*why = "endpoint has an invalid IPv6 address (write it as [2001:db8::1])";
-			return 0;
-		}
-		host = (size_t)(close - rest) + 1;
-	} else {
-		host = strcspn(rest, "/?#:");
-	}
-	if (host == 0) {
-		*why = "endpoint must name a host";
-		return 0;
-	}
-	/* user:password@host would be a credential in clear, in every read and cause */
-	if (strict && memchr(rest, '@', strcspn(rest, "/?#"))) {
-		*why = "endpoint must not carry user info (user:password@): credentials go in auth";
-		return 0;
-	}
-	if (strchr(url, '#')) {
-		*why = "endpoint must not contain a fragment";
-		return 0;
-	}
-	if (rest[host] == ':') {
-		const char *port = rest + host + 1;
-		size_t digits = strspn(port, "0123456789");
-		if (digits == 0 || digits > 5 || (port[digits] && port[digits] != '/' &&
-						   port[digits] != '?') || atoi(port) > 65535) {
-			*why = "endpoint has an invalid port";
-			return 0;
-		}
-	}
-	return 1;
+	char why[256];
+	const struct sink_scheme *row = sink_scheme_of(url);
+	return row && strcmp(row->member, "http") == 0 && endpoint_valid(url, strict, why, sizeof(why));
 }
 
 /* whsec_ followed by base64 of 16 to 192 bytes (Standard Webhooks; core/whsec.h). */
@@ -278,7 +232,6 @@ static int parse_oauth2(const json_t *auth, int strict, struct subscription *out
 		"audience", "username", "password", "client_auth", NULL,
 	};
 	const char *grant, *url, *id, *secret, *scope, *audience, *user, *pass, *client_auth;
-	const char *why = "";
 	struct oauth2_params *p = &out->oauth2;
 
 	if (check_keys(auth, keys, "auth.", err) ||
@@ -298,7 +251,7 @@ static int parse_oauth2(const json_t *auth, int strict, struct subscription *out
 	const char *const values[] = {id, secret, scope, audience, user, pass};
 	if (check_header_texts(strict, fields, values, 6, err))
 		return -1;
-	if (!endpoint_valid(url, strict, &why) || strncasecmp(url, "kafka://", 8) == 0)
+	if (!http_url_valid(url, strict))
 		return input_error_set(err, 400, "invalid_argument", "auth.token_url",
 				       "auth.token_url must be an http:// or https:// URL without "
 				       "user info");
@@ -346,8 +299,7 @@ static int parse_oauth2(const json_t *auth, int strict, struct subscription *out
 	return 0;
 }
 
-static int parse_tls(const json_t *tls, const char *endpoint, struct subscription *s,
-		     struct input_error *err)
+static int parse_tls(const json_t *tls, struct subscription *s, struct input_error *err)
 {
 	const char *ca, *cert, *key;
 	char field[32];
@@ -370,9 +322,6 @@ static int parse_tls(const json_t *tls, const char *endpoint, struct subscriptio
 	if (key && !cert)
 		return input_error_set(err, 400, "invalid_argument", "tls.client_key",
 				       "tls.client_key needs tls.client_cert");
-	if (json_object_size(tls) && strncasecmp(endpoint, "https://", 8) != 0)
-		return input_error_set(err, 422, "invalid_argument", "tls",
-				       "tls applies to https:// endpoints only");
 	s->tls_ca_file = dup_or_null(ca);
 	s->tls_client_cert = dup_or_null(cert);
 	s->tls_client_key = dup_or_null(key);
@@ -660,240 +609,437 @@ static int parse_breaker(const json_t *cb, struct circuit_breaker_config *c,
 	return 0;
 }
 
-/* max_in_flight and rate_limit: absent or null means no limit. concurrency: absent or
- * null means the endpoint's adaptive limit. */
-static int parse_limits(const json_t *doc, struct subscription *s, struct input_error *err)
-{
-	json_t *v;
+/* ---- the rows' own parsers ----------------------------------------------------------- */
 
-	if ((v = json_object_get(doc, "max_in_flight")) && !json_is_null(v) &&
-	    get_int(doc, "max_in_flight", "max_in_flight", 1, 100000, &s->max_in_flight, err))
-		return -1;
-	if ((v = json_object_get(doc, "concurrency")) && !json_is_null(v) &&
-	    get_int(doc, "concurrency", "concurrency", 1, 100000, &s->concurrency, err))
-		return -1;
-	if ((v = json_object_get(doc, "rate_limit")) && !json_is_null(v)) {
-		if (!json_is_number(v) || !(json_number_value(v) > 0.0) ||
-		    json_number_value(v) > RATE_LIMIT_MAX)
-			return input_error_set(err, 400, "invalid_argument", "rate_limit",
-					       "rate_limit must be a number of requests per second, "
-					       "above 0 and at most %.0f", RATE_LIMIT_MAX);
-		s->rate_limit = json_number_value(v);
-	}
+/* Each takes the document, its field's value v (NULL when absent; null counts as absent
+ * for a row flagged SF_NULLABLE), strict (new input) and the subscription being filled,
+ * whose members it owns. For a row of another kind, it checks what the row's kind did not
+ * (v present then). */
+
+static int check_endpoint(const json_t *doc, const json_t *v, int strict,
+			  struct subscription *s, struct input_error *err)
+{
+	char why[256];
+	if (!endpoint_valid(s->endpoint, strict, why, sizeof(why)))
+		return input_error_set(err, 400, "invalid_argument", "endpoint", "%s", why);
 	return 0;
 }
 
-/* disable_after (a duration; "0s": never), and why and when outboxd disabled the
- * subscription (disabled_reason, disabled_at: its own, see sub_codec_prepare). */
-static int parse_disable(const json_t *doc, struct subscription *s, struct input_error *err)
+static int check_origin(const json_t *doc, const json_t *v, int strict,
+			struct subscription *s, struct input_error *err)
 {
-	const char *reason, *at;
-
-	s->disable_after_ms = -1;
-	if (json_object_get(doc, "disable_after") &&
-	    get_duration(doc, "disable_after", "disable_after", 0, DISABLE_AFTER_MAX_MS,
-			 &s->disable_after_ms, err))
-		return -1;
-	if (get_string(doc, "disabled_reason", "disabled_reason", 0, 512, &reason, err) ||
-	    get_string(doc, "disabled_at", "disabled_at", 0, 64, &at, err))
-		return -1;
-	if (reason && !(s->disabled_reason = strdup(reason)))
-		return input_error_set(err, 500, "internal", "", "out of memory");
+	if (strcmp(s->origin, "kafka_envelope") != 0)
+		return input_error_set(err, 400, "invalid_argument", "origin",
+				       "origin must be kafka_envelope (it is set by outboxd)");
 	return 0;
 }
 
-/* ordering ("none" | "partition_key") and ordering_on_dead ("block" | "skip"). */
-static int parse_ordering(const json_t *doc, struct subscription *s, struct input_error *err)
+static int parse_event_types(const json_t *doc, const json_t *types, int strict,
+			     struct subscription *s, struct input_error *err)
 {
-	const char *ordering, *on_dead;
-
-	if (get_string(doc, "ordering", "ordering", 0, 32, &ordering, err) ||
-	    get_string(doc, "ordering_on_dead", "ordering_on_dead", 0, 32, &on_dead, err))
-		return -1;
-	if (ordering && strcmp(ordering, "none") != 0 && strcmp(ordering, "partition_key") != 0)
-		return input_error_set(err, 400, "invalid_argument", "ordering",
-				       "ordering must be none or partition_key");
-	if (on_dead && strcmp(on_dead, "block") != 0 && strcmp(on_dead, "skip") != 0)
-		return input_error_set(err, 400, "invalid_argument", "ordering_on_dead",
-				       "ordering_on_dead must be block or skip");
-	s->ordering = ORDERING_NONE;
-	if (ordering && strcmp(ordering, "partition_key") == 0)
-		s->ordering = on_dead && strcmp(on_dead, "skip") == 0 ? ORDERING_KEY_SKIP
-								      : ORDERING_KEY_BLOCK;
-	return 0;
-}
-
-/* secret_grace, and the previous secret a rotation keeps (written by sub_codec_prepare). */
-static int parse_rotation(const json_t *doc, struct subscription *s, struct input_error *err)
-{
-	const char *prev, *until;
-	int64_t grace = 0;
-
-	if (get_duration(doc, "secret_grace", "secret_grace", 0, SECRET_GRACE_MAX_MS, &grace, err) ||
-	    get_string(doc, "previous_secret", "previous_secret", 0, 300, &prev, err) ||
-	    get_string(doc, "previous_secret_expires_at", "previous_secret_expires_at", 0, 64,
-		       &until, err))
-		return -1;
-	if (!prev)
-		return 0;
-	if (!secret_valid(prev))
-		return input_error_set(err, 400, "invalid_argument", "previous_secret",
-				       "previous_secret must be a whsec_ secret");
-	if (!until || clock_parse_rfc3339(until, &s->previous_secret_until))
-		return input_error_set(err, 400, "invalid_argument", "previous_secret_expires_at",
-				       "previous_secret_expires_at must be an RFC 3339 time");
-	s->previous_secret = strdup(prev);
-	if (!s->previous_secret)
-		return input_error_set(err, 500, "internal", "", "out of memory");
-	return 0;
-}
-
-/* sub_codec_parse, with strict 0 for a stored document (check_header_texts). */
-static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int strict,
-		     struct subscription *out, struct input_error *err)
-{
-	struct subscription tmp;
-	struct subscription *s = out ? out : &tmp;
-	const char *name, *endpoint, *format = NULL, *secret = NULL, *origin = NULL, *why = "";
-	json_t *types, *v;
-
-	memset(s, 0, sizeof(*s));
-	s->retry = *defaults;
-	circuit_breaker_defaults(&s->breaker);
-	s->enabled = 1;
-
-	if (!json_is_object(doc))
-		return input_error_set(err, 400, "invalid_argument", "",
-				       "the body must be a JSON object");
-	if (check_keys(doc, top_keys, "", err) ||
-	    get_string(doc, "name", "name", 1, 200, &name, err) ||
-	    get_string(doc, "endpoint", "endpoint", 1, 2048, &endpoint, err) ||
-	    get_string(doc, "payload_format", "payload_format", 0, 16, &format, err) ||
-	    get_string(doc, "secret", "secret", 0, 300, &secret, err) ||
-	    get_string(doc, "origin", "origin", 0, 32, &origin, err))
-		goto fail;
-	if (!endpoint_valid(endpoint, strict, &why)) {
-		input_error_set(err, 400, "invalid_argument", "endpoint", "%s", why);
-		goto fail;
-	}
-	if (origin && strcmp(origin, "kafka_envelope") != 0) {
-		input_error_set(err, 400, "invalid_argument", "origin",
-				"origin must be kafka_envelope (it is set by outboxd)");
-		goto fail;
-	}
-	int kafka = strncasecmp(endpoint, "kafka://", 8) == 0;
-	if (kafka) {
-		/* a topic has no HTTP: these fields would be silently ignored */
-		static const char *const http_only[] = {"auth", "secret", "tls", NULL};
-		for (const char *const *k = http_only; *k; k++) {
-			json_t *x = json_object_get(doc, *k);
-			if (x && !json_is_null(x) &&
-			    !(strcmp(*k, "auth") == 0 &&
-			      string_is(json_object_get(x, "type"), "none"))) {
-				input_error_set(err, 400, "invalid_argument", *k,
-						"%s does not apply to a kafka:// endpoint (Kafka "
-						"credentials go in the kafka_config setting)", *k);
-				goto fail;
-			}
-		}
-	}
-	types = json_object_get(doc, "event_types");
-	if (!types) {
-		input_error_set(err, 400, "invalid_argument", "event_types",
-				"event_types is required (an array of patterns such as \"user.*\")");
-		goto fail;
-	}
+	if (!types)
+		return input_error_set(err, 400, "invalid_argument", "event_types",
+				       "event_types is required (an array of patterns such as "
+				       "\"user.*\")");
 	/* an envelope's subscription matches no event type: fan-out never picks it */
-	if (!json_is_array(types) || (json_array_size(types) == 0 && !origin) ||
-	    json_array_size(types) > 100) {
-		input_error_set(err, 400, "invalid_argument", "event_types",
-				"event_types must be an array of 1 to 100 patterns");
-		goto fail;
-	}
-	if (out) {
-		s->event_types = calloc(json_array_size(types), sizeof(char *));
-		if (!s->event_types)
-			goto oom;
-	}
+	if (!json_is_array(types) || (json_array_size(types) == 0 && !s->origin) ||
+	    json_array_size(types) > 100)
+		return input_error_set(err, 400, "invalid_argument", "event_types",
+				       "event_types must be an array of 1 to 100 patterns");
+	if (!(s->event_types = calloc(json_array_size(types) + 1, sizeof(char *))))
+		return input_error_set(err, 500, "internal", "", "out of memory");
 	for (size_t i = 0; i < json_array_size(types); i++) {
 		json_t *t = json_array_get(types, i);
 		if (!json_is_string(t) || !pattern_valid(json_string_value(t))) {
 			char field[48];
 			snprintf(field, sizeof(field), "event_types[%zu]", i);
-			input_error_set(err, 400, "invalid_argument", field,
-					"%s must be a pattern of printable characters without spaces",
-					field);
-			goto fail;
+			return input_error_set(err, 400, "invalid_argument", field,
+					       "%s must be a pattern of printable characters "
+					       "without spaces", field);
 		}
-		if (out)
-			s->event_types[s->n_event_types++] = strdup(json_string_value(t));
+		if (!(s->event_types[s->n_event_types] = strdup(json_string_value(t))))
+			return input_error_set(err, 500, "internal", "", "out of memory");
+		s->n_event_types++;
 	}
-	if (format) {
-		if (strcmp(format, "json") == 0) {
-			s->payload_format = PAYLOAD_JSON;
-		} else if (strcmp(format, "binary") == 0) {
-			s->payload_format = PAYLOAD_BINARY;
-		} else if (strcmp(format, "envelope") == 0 && kafka) {
-			s->payload_format = PAYLOAD_ENVELOPE;
-		} else {
-			input_error_set(err, 400, "invalid_argument", "payload_format",
-					kafka ? "payload_format must be json, binary or envelope"
-					      : "payload_format must be json or binary (envelope is for "
-						"kafka:// endpoints)");
-			goto fail;
-		}
+	return 0;
+}
+
+static int parse_auth_row(const json_t *doc, const json_t *v, int strict,
+			  struct subscription *s, struct input_error *err)
+{
+	return v ? parse_auth(v, strict, s, err) : 0;
+}
+
+static int parse_headers_row(const json_t *doc, const json_t *v, int strict,
+			     struct subscription *s, struct input_error *err)
+{
+	return v ? parse_headers(v, strict, s, s, err) : 0;
+}
+
+static int check_secret(const json_t *doc, const json_t *v, int strict,
+			struct subscription *s, struct input_error *err)
+{
+	if (!secret_valid(s->secret))
+		return input_error_set(err, 400, "invalid_argument", "secret",
+				       "secret must be \"whsec_\" followed by base64 of at least "
+				       "16 bytes, or \"generate\"");
+	return 0;
+}
+
+static int check_previous_secret(const json_t *doc, const json_t *v, int strict,
+				 struct subscription *s, struct input_error *err)
+{
+	if (!secret_valid(s->previous_secret))
+		return input_error_set(err, 400, "invalid_argument", "previous_secret",
+				       "previous_secret must be a whsec_ secret");
+	return 0;
+}
+
+/* Until when the previous secret signs too: required with previous_secret. */
+static int parse_previous_until(const json_t *doc, const json_t *v, int strict,
+				struct subscription *s, struct input_error *err)
+{
+	const char *until;
+	if (get_string(doc, "previous_secret_expires_at", "previous_secret_expires_at", 0, 64,
+		       &until, err))
+		return -1;
+	if (s->previous_secret &&
+	    (!until || clock_parse_rfc3339(until, &s->previous_secret_until)))
+		return input_error_set(err, 400, "invalid_argument", "previous_secret_expires_at",
+				       "previous_secret_expires_at must be an RFC 3339 time");
+	return 0;
+}
+
+static int parse_tls_row(const json_t *doc, const json_t *v, int strict,
+			 struct subscription *s, struct input_error *err)
+{
+	return v ? parse_tls(v, s, err) : 0;
+}
+
+static int parse_retry_row(const json_t *doc, const json_t *v, int strict,
+			   struct subscription *s, struct input_error *err)
+{
+	return v ? parse_retry(v, &s->retry, err) : 0;
+}
+
+static int parse_breaker_row(const json_t *doc, const json_t *v, int strict,
+			     struct subscription *s, struct input_error *err)
+{
+	return v ? parse_breaker(v, &s->breaker, err) : 0;
+}
+
+/* ordering_on_dead: with ordering partition_key (its row, before this one), a dead
+ * delivery blocks its key's later ones ("block", the default) or is passed over ("skip"). */
+static int parse_ordering_on_dead(const json_t *doc, const json_t *v, int strict,
+				  struct subscription *s, struct input_error *err)
+{
+	const char *on_dead;
+	if (get_string(doc, "ordering_on_dead", "ordering_on_dead", 0, 32, &on_dead, err))
+		return -1;
+	if (on_dead && strcmp(on_dead, "block") != 0 && strcmp(on_dead, "skip") != 0)
+		return input_error_set(err, 400, "invalid_argument", "ordering_on_dead",
+				       "ordering_on_dead must be block or skip");
+	if (s->ordering == ORDERING_KEY_BLOCK && on_dead && strcmp(on_dead, "skip") == 0)
+		s->ordering = ORDERING_KEY_SKIP;
+	return 0;
+}
+
+/* The capability an option's value v needs of the endpoint's member (core/sink_caps.h),
+ * given the row's own (cap); 0 when this value needs none. */
+static unsigned cap_of_auth(const json_t *v, unsigned cap)
+{
+	static const char *const types[] = {"basic", "bearer", "api_key", "query", "oauth2", NULL};
+	static const enum auth_type enums[] = {AUTH_BASIC, AUTH_BEARER, AUTH_API_KEY, AUTH_QUERY,
+					       AUTH_OAUTH2};
+	const char *type = json_string_value(json_object_get(v, "type"));
+	(void)cap;
+	for (int i = 0; type && types[i]; i++)
+		if (strcmp(type, types[i]) == 0)
+			return sink_cap_of_auth(enums[i]);
+	return 0; /* none, or a type parse_auth refuses */
+}
+static unsigned cap_if_nonempty(const json_t *v, unsigned cap)
+{
+	return json_is_object(v) && json_object_size(v) == 0 ? 0 : cap;
+}
+static unsigned cap_if_not_none(const json_t *v, unsigned cap)
+{
+	return string_is(v, "none") ? 0 : cap;
+}
+static unsigned cap_if_envelope(const json_t *v, unsigned cap)
+{
+	return string_is(v, "envelope") ? cap : 0;
+}
+
+/* ---- the table ----------------------------------------------------------------------- */
+
+/* 1-based, so that a row that names none (0) is no member and no column */
+#define MEMBER(m) (offsetof(struct subscription, m) + 1)
+_Static_assert(sizeof(enum payload_format) == sizeof(int) &&
+	       sizeof(enum delivery_ordering) == sizeof(int), "SF_ENUM members are ints");
+#define COLUMN(c) (offsetof(struct sub_row, c) + 1)
+
+/* In the order a document is checked (the first error is the one reported): endpoint
+ * before every row with a capability, origin before event_types, ordering before
+ * ordering_on_dead, previous_secret before its expiry (tests/unit/core/test_sub_fields.c
+ * checks the order). */
+const struct sub_field sub_fields[] = {
+	{.key = "name", .kind = SF_STRING, .flags = SF_REQUIRED, .max = 200,
+	 .member = MEMBER(name), .column = COLUMN(name)},
+	{.key = "endpoint", .kind = SF_STRING, .flags = SF_REQUIRED, .max = 2048,
+	 .member = MEMBER(endpoint), .parse = check_endpoint},
+	{.key = "origin", .kind = SF_STRING, .writer = SF_BY_DERIVATION, .max = 32,
+	 .member = MEMBER(origin), .parse = check_origin},
+	{.key = "event_types", .kind = SF_PARSED, .flags = SF_REQUIRED, .parse = parse_event_types},
+	{.key = "payload_format", .kind = SF_ENUM, .member = MEMBER(payload_format),
+	 .values = (const char *const[]){"json", "binary", "envelope", NULL},
+	 .what = "envelope for kafka:// endpoints", .cap = SINK_CAN_ENVELOPE,
+	 .cap_of = cap_if_envelope},
+	{.key = "auth", .kind = SF_PARSED, .flags = SF_NULLABLE, .parse = parse_auth_row,
+	 .cap = SINK_CAN_AUTH_ANY, .cap_of = cap_of_auth},
+	{.key = "headers", .kind = SF_PARSED, .flags = SF_NULLABLE, .parse = parse_headers_row,
+	 .cap = SINK_CAN_HEADERS, .cap_of = cap_if_nonempty},
+	{.key = "secret", .kind = SF_STRING, .max = 300, .member = MEMBER(secret),
+	 .parse = check_secret, .cap = SINK_CAN_SIGN, .mask = SECRET_MASK},
+	{.key = "secret_grace", .kind = SF_DURATION, .min = 0, .max = SECRET_GRACE_MAX_MS,
+	 .cap = SINK_CAN_SIGN},
+	{.key = "previous_secret", .kind = SF_STRING, .writer = SF_BY_ROTATION, .max = 300,
+	 .member = MEMBER(previous_secret), .parse = check_previous_secret, .mask = SECRET_MASK},
+	{.key = "previous_secret_expires_at", .kind = SF_PARSED, .writer = SF_BY_ROTATION,
+	 .parse = parse_previous_until},
+	{.key = "tls", .kind = SF_PARSED, .flags = SF_NULLABLE, .parse = parse_tls_row,
+	 .cap = SINK_CAN_TLS, .cap_of = cap_if_nonempty},
+	{.key = "timeout", .kind = SF_DURATION, .min = 1, .max = 300000,
+	 .member = MEMBER(retry.immediate_timeout_ms), .cap = SINK_CAN_TIMEOUT},
+	{.key = "retry.timeout", .kind = SF_INSIDE, .cap = SINK_CAN_TIMEOUT},
+	{.key = "retry", .kind = SF_PARSED, .flags = SF_NULLABLE, .parse = parse_retry_row},
+	{.key = "circuit_breaker", .kind = SF_PARSED, .flags = SF_NULLABLE,
+	 .parse = parse_breaker_row},
+	/* absent or null: no limit */
+	{.key = "max_in_flight", .kind = SF_INT, .flags = SF_NULLABLE, .min = 1, .max = 100000,
+	 .member = MEMBER(max_in_flight)},
+	/* absent or null: the endpoint's adaptive limit */
+	{.key = "concurrency", .kind = SF_INT, .flags = SF_NULLABLE, .min = 1, .max = 100000,
+	 .member = MEMBER(concurrency)},
+	/* absent or null: no limit; above RATE_LIMIT_MAX is no limit worth the name (and the
+	 * bucket arithmetic stays sane) */
+	{.key = "rate_limit", .kind = SF_NUMBER, .flags = SF_NULLABLE,
+	 .max = (int64_t)RATE_LIMIT_MAX, .what = "a number of requests per second",
+	 .member = MEMBER(rate_limit)},
+	/* "partition_key": ORDERING_KEY_BLOCK, made ORDERING_KEY_SKIP by ordering_on_dead */
+	{.key = "ordering", .kind = SF_ENUM, .member = MEMBER(ordering),
+	 .values = (const char *const[]){"none", "partition_key", NULL},
+	 .column = COLUMN(ordering), .cap = SINK_CAN_ORDERING, .cap_of = cap_if_not_none},
+	{.key = "ordering_on_dead", .kind = SF_PARSED, .parse = parse_ordering_on_dead,
+	 .cap = SINK_CAN_ORDERING},
+	/* "0s": never; absent: the setting disable_after (-1) */
+	{.key = "disable_after", .kind = SF_DURATION, .min = 0, .max = DISABLE_AFTER_MAX_MS,
+	 .member = MEMBER(disable_after_ms)},
+	{.key = "disabled_reason", .kind = SF_STRING, .writer = SF_BY_DISABLING, .max = 512,
+	 .member = MEMBER(disabled_reason)},
+	{.key = "disabled_at", .kind = SF_STRING, .writer = SF_BY_DISABLING, .max = 64},
+	{.key = "enabled", .kind = SF_BOOL, .member = MEMBER(enabled), .column = COLUMN(enabled)},
+};
+const size_t sub_fields_n = sizeof(sub_fields) / sizeof(sub_fields[0]);
+
+const struct sub_field *sub_field_named(const char *key)
+{
+	for (size_t i = 0; key && i < sub_fields_n; i++)
+		if (strcmp(sub_fields[i].key, key) == 0)
+			return &sub_fields[i];
+	return NULL;
+}
+
+/* A top-level field (not one inside an object another row parses). */
+static int field_top_level(const struct sub_field *f)
+{
+	return f->kind != SF_INSIDE;
+}
+
+static int check_top_keys(const json_t *doc, struct input_error *err)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)doc, key, v) {
+		const struct sub_field *f = sub_field_named(key);
+		if (!f || !field_top_level(f))
+			return input_error_set(err, 400, "invalid_argument", key,
+					       "unknown field \"%s\"", key);
 	}
-	if ((v = json_object_get(doc, "auth")) && !json_is_null(v) && parse_auth(v, strict, s, err))
-		goto fail;
-	if ((v = json_object_get(doc, "headers")) && !json_is_null(v) &&
-	    parse_headers(v, strict, s, out, err))
-		goto fail;
-	if (secret && !secret_valid(secret)) {
-		input_error_set(err, 400, "invalid_argument", "secret",
-				"secret must be \"whsec_\" followed by base64 of at least 16 bytes, "
-				"or \"generate\"");
-		goto fail;
+	return 0;
+}
+
+/* The value of f in doc: for an SF_INSIDE row ("retry.timeout"), inside its object. NULL
+ * when absent (or null). */
+static const json_t *field_value(const json_t *doc, const struct sub_field *f)
+{
+	const char *dot = strchr(f->key, '.');
+	const json_t *in = doc;
+	const json_t *v;
+	if (dot) {
+		char parent[64];
+		snprintf(parent, sizeof(parent), "%.*s", (int)(dot - f->key), f->key);
+		in = json_object_get(doc, parent);
+		if (!json_is_object(in))
+			return NULL;
+		v = json_object_get(in, dot + 1);
+	} else {
+		v = json_object_get(in, f->key);
 	}
-	if (parse_rotation(doc, s, err))
-		goto fail;
-	if ((v = json_object_get(doc, "tls")) && !json_is_null(v) && parse_tls(v, endpoint, s, err))
-		goto fail;
-	if (get_duration(doc, "timeout", "timeout", 1, 300000, &s->retry.immediate_timeout_ms,
-			 err))
-		goto fail;
-	if ((v = json_object_get(doc, "retry")) && !json_is_null(v) &&
-	    parse_retry(v, &s->retry, err))
-		goto fail;
-	if ((v = json_object_get(doc, "circuit_breaker")) && !json_is_null(v) &&
-	    parse_breaker(v, &s->breaker, err))
-		goto fail;
-	if (parse_limits(doc, s, err) || parse_ordering(doc, s, err) || parse_disable(doc, s, err))
-		goto fail;
-	if ((v = json_object_get(doc, "enabled"))) {
-		if (!json_is_boolean(v)) {
-			input_error_set(err, 400, "invalid_argument", "enabled",
-					"enabled must be true or false");
-			goto fail;
-		}
-		s->enabled = json_is_true(v);
-	}
-	if (!out) {
-		subscription_clear(s);
+	return v && json_is_null(v) ? NULL : v;
+}
+
+/* 0 when row's member (core/sink_caps.h) supports what v of f needs; else a 422 naming
+ * the field ("auth: kafka:// endpoints take no auth; ..."). */
+static int field_supported(const struct sub_field *f, const json_t *v,
+			   const struct sink_scheme *row, struct input_error *err)
+{
+	char why[256];
+	unsigned need = f->cap_of ? f->cap_of(v, f->cap) : f->cap;
+	if (!row || !need || (row->supports & need) == need)
+		return 0;
+	sink_caps_refusal(row, need, why, sizeof(why));
+	return input_error_set(err, 422, "invalid_argument", f->key, "%s: %s", f->key, why);
+}
+
+/* Parses f's value v (present, not null) into s by f's kind. */
+static int field_parse_scalar(const struct sub_field *f, const json_t *doc, const json_t *v,
+			      struct subscription *s, struct input_error *err)
+{
+	char *at = f->member ? (char *)s + f->member - 1 : NULL;
+	switch (f->kind) {
+	case SF_STRING: {
+		const char *str;
+		if (get_string(doc, f->key, f->key, (f->flags & SF_REQUIRED) != 0, (size_t)f->max,
+			       &str, err))
+			return -1;
+		if (at && str && !(*(char **)at = strdup(str)))
+			return input_error_set(err, 500, "internal", "", "out of memory");
 		return 0;
 	}
-	s->name = strdup(name);
-	s->endpoint = strdup(endpoint);
-	s->origin = origin ? strdup(origin) : NULL;
-	s->secret = dup_or_null(secret);
-	if (!s->name || !s->endpoint || (secret && !s->secret))
-		goto oom;
+	case SF_DURATION: {
+		int64_t ms = 0;
+		if (get_duration(doc, f->key, f->key, f->min, f->max, &ms, err))
+			return -1;
+		if (at)
+			*(int64_t *)at = ms;
+		return 0;
+	}
+	case SF_INT: {
+		int x = 0;
+		if (get_int(doc, f->key, f->key, f->min, f->max, &x, err))
+			return -1;
+		if (at)
+			*(int *)at = x;
+		return 0;
+	}
+	case SF_NUMBER:
+		if (!json_is_number(v) || !(json_number_value(v) > 0.0) ||
+		    json_number_value(v) > (double)f->max)
+			return input_error_set(err, 400, "invalid_argument", f->key,
+					       "%s must be %s, above 0 and at most %lld", f->key,
+					       f->what, (long long)f->max);
+		if (at)
+			*(double *)at = json_number_value(v);
+		return 0;
+	case SF_BOOL:
+		if (!json_is_boolean(v))
+			return input_error_set(err, 400, "invalid_argument", f->key,
+					       "%s must be true or false", f->key);
+		if (at)
+			*(int *)at = json_is_true(v);
+		return 0;
+	case SF_ENUM: {
+		const char *str;
+		if (get_string(doc, f->key, f->key, 0, 32, &str, err))
+			return -1;
+		for (int k = 0; str && f->values[k]; k++) {
+			if (strcmp(str, f->values[k]) == 0) {
+				*(int *)at = k;
+				return 0;
+			}
+		}
+		char list[128] = "";
+		for (int k = 0; f->values[k]; k++)
+			snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+				 k == 0 ? "" : f->values[k + 1] ? ", " : " or ", f->values[k]);
+		return input_error_set(err, 400, "invalid_argument", f->key, "%s must be %s%s%s%s",
+				       f->key, list, f->what ? " (" : "", f->what ? f->what : "",
+				       f->what ? ")" : "");
+	}
+	case SF_PARSED:
+	case SF_INSIDE:
+		break;
+	}
 	return 0;
-oom:
-	input_error_set(err, 500, "internal", "", "out of memory");
+}
+
+/* sub_codec_parse, with strict 0 for a stored document: the rules on new input only
+ * (control characters, user info, what the endpoint's member takes) are skipped. */
+static int parse_doc(const json_t *doc, const struct retry_policy *defaults, int strict,
+		     struct subscription *out, struct input_error *err)
+{
+	struct subscription tmp;
+	struct subscription *s = out ? out : &tmp;
+	const struct sink_scheme *scheme = NULL;
+
+	memset(s, 0, sizeof(*s));
+	s->retry = *defaults;
+	circuit_breaker_defaults(&s->breaker);
+	s->enabled = 1;
+	s->disable_after_ms = -1;
+
+	if (!json_is_object(doc))
+		return input_error_set(err, 400, "invalid_argument", "",
+				       "the body must be a JSON object");
+	if (check_top_keys(doc, err))
+		goto fail;
+	for (size_t i = 0; i < sub_fields_n; i++) {
+		const struct sub_field *f = &sub_fields[i];
+		const json_t *v = f->kind == SF_INSIDE ? field_value(doc, f)
+						       : json_object_get(doc, f->key);
+		if (v && json_is_null(v) && (f->flags & SF_NULLABLE))
+			v = NULL; /* null is absent (a PATCH's null removed it) */
+		/* an option the endpoint's member would ignore is refused, not stored; a stored
+		 * document loads under the rules it was written with */
+		if (strict && v && !json_is_null(v) && field_supported(f, v, scheme, err))
+			goto fail;
+		if (f->kind == SF_PARSED) {
+			if (f->parse(doc, v, strict, s, err))
+				goto fail;
+			continue;
+		}
+		if (f->kind == SF_INSIDE || !(v || (f->flags & SF_REQUIRED)))
+			continue;
+		if (field_parse_scalar(f, doc, v, s, err))
+			goto fail;
+		if (f->parse && v && !json_is_null(v) && f->parse(doc, v, strict, s, err))
+			goto fail;
+		if (strcmp(f->key, "endpoint") == 0)
+			scheme = sink_scheme_of(s->endpoint);
+	}
+	if (!out)
+		subscription_clear(s);
+	return 0;
 fail:
 	/* free members but keep the struct itself, which the caller owns */
 	subscription_clear(s);
 	return -1;
+}
+
+void sub_codec_columns(const struct subscription *s, struct sub_row *row)
+{
+	for (size_t i = 0; i < sub_fields_n; i++) {
+		const struct sub_field *f = &sub_fields[i];
+		if (!f->column)
+			continue;
+		const char *from = (const char *)s + f->member - 1;
+		char *to = (char *)row + f->column - 1;
+		if (f->kind == SF_STRING)
+			*(char **)to = *(char *const *)from; /* borrowed */
+		else
+			*(int *)to = *(const int *)from; /* a flag or an enum */
+	}
 }
 
 int sub_codec_parse(const json_t *doc, const struct retry_policy *defaults,
@@ -966,11 +1112,11 @@ json_t *sub_codec_public(const struct sub_row *row)
 		else
 			json_object_set_new(headers, name, json_string(MASK));
 	}
-	if (json_object_get(doc, "secret"))
-		json_object_set_new(doc, "secret", json_string(SECRET_MASK));
-	if (json_object_get(doc, "previous_secret") && !previous_expired(doc, clock_now_ms())) {
-		json_object_set_new(doc, "previous_secret", json_string(SECRET_MASK));
-	} else {
+	for (size_t i = 0; i < sub_fields_n; i++)
+		if (sub_fields[i].mask && json_object_get(doc, sub_fields[i].key))
+			json_object_set_new(doc, sub_fields[i].key, json_string(sub_fields[i].mask));
+	/* a rotated-out secret shows only while it still signs */
+	if (json_object_get(doc, "previous_secret") && previous_expired(doc, clock_now_ms())) {
 		json_object_del(doc, "previous_secret");
 		json_object_del(doc, "previous_secret_expires_at");
 	}
@@ -1092,31 +1238,31 @@ moved:
 int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
 		      const char *tls_dir, char **generated, struct input_error *err)
 {
-	static const char *const managed[] = {"previous_secret", "previous_secret_expires_at", NULL};
-	static const char *const auto_disabled[] = {"disabled_reason", "disabled_at", NULL};
 	const char *old = stored ? json_string_value(json_object_get(stored, "secret")) : NULL;
 	json_t *v;
 
 	*generated = NULL;
-	for (const char *const *k = managed; *k; k++) {
-		v = json_object_get(input, *k);
-		if (v && !(json_is_null(v) && stored))
-			return input_error_set(err, 400, "invalid_argument", *k,
+	/* The fields outboxd writes: each row says who (sub_codec.h, enum sub_field_writer). */
+	for (size_t i = 0; i < sub_fields_n; i++) {
+		const struct sub_field *f = &sub_fields[i];
+		v = json_object_get(input, f->key);
+		if (!v || f->writer == SF_BY_USER)
+			continue;
+		if (f->writer == SF_BY_DERIVATION)
+			return input_error_set(err, 400, "invalid_argument", f->key,
+					       "%s is set by outboxd", f->key);
+		if (f->writer == SF_BY_DISABLING && !json_is_null(v))
+			return input_error_set(err, 400, "invalid_argument", f->key,
+					       "%s is set by outboxd when it disables a failing "
+					       "subscription; enable it to clear it", f->key);
+		if (f->writer == SF_BY_ROTATION && !(json_is_null(v) && stored))
+			return input_error_set(err, 400, "invalid_argument", f->key,
 					       "%s is kept by outboxd while a secret is rotated; "
-					       "a PATCH may only remove it (null)", *k);
-		if (v) { /* null: end the grace period now */
+					       "a PATCH may only remove it (null)", f->key);
+		if (f->writer == SF_BY_ROTATION) { /* null: end the grace period now */
 			json_object_del(doc, "previous_secret");
 			json_object_del(doc, "previous_secret_expires_at");
 		}
-	}
-	/* outboxd writes why it disabled a subscription; input may not. Enabling it again
-	 * clears them. */
-	for (const char *const *k = auto_disabled; *k; k++) {
-		v = json_object_get(input, *k);
-		if (v && !json_is_null(v))
-			return input_error_set(err, 400, "invalid_argument", *k,
-					       "%s is set by outboxd when it disables a failing "
-					       "subscription; enable it to clear it", *k);
 	}
 	if (credentials_stay(doc, input, stored, err))
 		return -1;

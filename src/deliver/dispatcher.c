@@ -175,14 +175,14 @@ static void sinks_run(struct dispatcher *d)
 	int ready[SINKS_MAX] = {0};
 	for (int i = 0; i < d->n_events; i++) {
 		uint32_t tag = d->events[i].data.u32;
-		if (tag > 0 && tag <= (uint32_t)d->n_sinks)
+		if (tag > 0 && tag <= (uint32_t)d->sinks.n)
 			ready[tag - 1] = 1;
 	}
 	d->n_events = 0;
 	int64_t now_us = clock_mono_us();
-	for (int i = 0; i < d->n_sinks; i++)
-		if (ready[i] || sink_wait_us(d->sinks[i], now_us) == 0)
-			sink_run(d->sinks[i]);
+	for (int i = 0; i < d->sinks.n; i++)
+		if (ready[i] || sink_wait_us(d->sinks.members[i], now_us) == 0)
+			sink_run(d->sinks.members[i]);
 }
 
 /* How long the turn may sleep: until a sink's fd is ready, a claim, a retry's claim, a
@@ -212,8 +212,8 @@ static int64_t turn_wait_us(struct dispatcher *d, int64_t now_us, bool worth, in
 		wait_us = stagger_us;
 	if (parked_wait_us >= 0 && parked_wait_us < wait_us)
 		wait_us = parked_wait_us;
-	for (int i = 0; i < d->n_sinks; i++) {
-		int64_t w = sink_wait_us(d->sinks[i], now_us);
+	for (int i = 0; i < d->sinks.n; i++) {
+		int64_t w = sink_wait_us(d->sinks.members[i], now_us);
 		if (w >= 0 && w < wait_us)
 			wait_us = w;
 	}
@@ -241,11 +241,11 @@ static void *dispatcher_main(void *arg)
 		if (stopping && !stop_deadline_us)
 			stop_deadline_us = now_us + d->cfg.shutdown_grace_ms * 1000;
 		if (stopping && now_us >= stop_deadline_us && d->in_flight)
-			for (int i = 0; i < d->n_sinks; i++)
-				sink_abort(d->sinks[i]);
+			for (int i = 0; i < d->sinks.n; i++)
+				sink_abort(d->sinks.members[i]);
 		if (now_us >= next_prune_us) {
-			for (int i = 0; i < d->n_sinks; i++)
-				sink_prune(d->sinks[i], now_us / 1000);
+			for (int i = 0; i < d->sinks.n; i++)
+				sink_prune(d->sinks.members[i], now_us / 1000);
 			limits_prune(&d->limits, now_us / 1000);
 			next_prune_us = now_us + PRUNE_US;
 		}
@@ -408,16 +408,16 @@ struct dispatcher *dispatcher_new(struct sub_registry *reg, const struct dispatc
 	struct epoll_event wev = {.events = EPOLLIN, .data.u32 = 0};
 	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->evfd, &wev))
 		goto fail;
-	for (int i = 0; i < cfg->n_sinks && i < SINKS_MAX; i++) {
+	d->sinks = *cfg->sinks;
+	for (int i = 0; i < d->sinks.n; i++) {
 		struct sink_env env = {.done = round_attempt_done_cb, .abandoned = round_attempt_abandoned_cb,
 				       .ctx = d, .slot = i};
-		struct sink *s = cfg->sinks[i];
-		d->sinks[d->n_sinks++] = s;
+		struct sink *s = d->sinks.members[i];
 		sink_attach(s, &env);
 		int fd = sink_fd(s);
 		struct epoll_event sev = {.events = EPOLLIN, .data.u32 = (uint32_t)i + 1};
 		if (fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &sev)) {
-			log_error("dispatcher: cannot watch the %s sink (errno %d)", s->ops->name, errno);
+			log_error("dispatcher: cannot watch the %s sink (errno %d)", s->type->name, errno);
 			goto fail;
 		}
 	}
@@ -440,8 +440,8 @@ fail:
 void dispatcher_delete(struct dispatcher *d)
 {
 	for (int i = 0; i < d->cfg.max_in_flight; i++) {
-		for (int k = 0; k < d->n_sinks; k++)
-			sink_slot_free(d->sinks[k], &d->rounds[i].sj);
+		for (int k = 0; k < d->sinks.n; k++)
+			sink_slot_free(d->sinks.members[k], &d->rounds[i].sj);
 		round_causes_free(&d->rounds[i]);
 	}
 	limits_free_all(&d->limits);

@@ -23,15 +23,11 @@ struct dispatcher_config {
 	                             timeout starts: its lease must cover both */
 	int64_t shutdown_grace_ms;
 	int64_t disabled_delay_ms; /* how long a disabled subscription's deliveries wait */
-	struct sink *sinks[SINKS_MAX]; /* borrowed, opened by the caller and closed after
-	                             dispatcher_stop: the delivery targets, asked in order
-	                             which one takes an endpoint (sink.h) */
-	int n_sinks;
-	/* 1 (kafka_dead_letter set): a delivery whose event came from a Kafka intake topic
-	 * (source "kafka:TOPIC") is marked, in the result that makes it dead, for the
-	 * dead-letter relay (kafka/dead_letter.h), which publishes it to its dead-letter
-	 * topic. */
-	int dead_letter_kafka;
+	const struct sink_set *sinks; /* borrowed, opened by the caller (sink_set_open) and
+	                             closed after dispatcher_stop: the delivery targets, each
+	                             endpoint to the member of its scheme (sink.h); they also
+	                             say which dead deliveries are marked for a dead-letter
+	                             topic (sink_set_dead_letter) */
 	/* Endpoint health: disable_after when a subscription sets none (0 =
 	 * never); disable is called on the dispatcher's thread, once per failure streak, to
 	 * disable a subscription whose every attempt failed that long (reason borrowed). */

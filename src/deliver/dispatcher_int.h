@@ -89,8 +89,8 @@ struct dispatcher {
 	struct sub_registry *reg;
 	struct dispatcher_config cfg;
 	pthread_t thread;
-	struct sink *sinks[SINKS_MAX]; /* borrowed from cfg: where deliveries go */
-	int n_sinks;
+	struct sink_set sinks;       /* a copy of cfg's (the members borrowed): where
+	                                deliveries go, member i in state slot i */
 	int epfd;                    /* the sinks' fds and the wake-up eventfd */
 	int evfd;                    /* dispatcher_wake() writes here */
 	struct epoll_event events[EPOLL_EVENTS];

@@ -230,16 +230,14 @@ void round_causes_free(struct round *r)
 	}
 }
 
-/* The delivery just went to the dead-letter queue (its result is filled): marked for its
- * Kafka dead-letter topic when its event came from an intake topic (the relay publishes
- * it after the result is written, kafka/dead_letter.h), and made an operational event of
- * unless it was one (no loops). */
+/* The delivery just went to the dead-letter queue (its result is filled): marked for a
+ * dead-letter topic when a sink owns its event's source (the Kafka sink: an intake topic,
+ * with kafka_dead_letter; the relay publishes it after the result is written,
+ * kafka/dead_letter.h), and made an operational event of unless it was one (no loops). */
 static void dead_lettered(struct round *r)
 {
-	const struct dispatcher_config *cfg = &r->d->cfg;
 	struct store_result *res = &r->wr.result;
-	res->dead_letter = cfg->dead_letter_kafka && r->sub && r->sub->endpoint &&
-			 r->claim->source && strncmp(r->claim->source, "kafka:", 6) == 0;
+	res->dead_letter = r->sub && r->sub->endpoint && sink_set_dead_letter(&r->d->sinks, r->claim);
 	if (ops_event_type(r->claim->event_type))
 		return;
 	json_t *p = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o}", "delivery_id",
@@ -251,7 +249,7 @@ static void dead_lettered(struct round *r)
 			      "dead_at", time_json(clock_now_ms()));
 	if (r->sub)
 		json_object_set_new(p, "subscription_name", json_string(r->sub->name));
-	ops_event_emit(&cfg->ops, "delivery.dead", r->claim->subscription_id, p);
+	ops_event_emit(&r->d->cfg.ops, "delivery.dead", r->claim->subscription_id, p);
 }
 
 /* The delivery waits its turn among its key's (per-key ordering). */
@@ -736,10 +734,7 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 		round_release(r, d->cfg.disabled_delay_ms);
 		return;
 	}
-	for (int i = 0; i < d->n_sinks && !r->sink; i++)
-		if (sink_accepts(d->sinks[i], r->sub->endpoint))
-			r->sink = d->sinks[i];
-	if (!r->sink) {
+	if (!(r->sink = sink_set_find(&d->sinks, r->sub->endpoint))) {
 		/* kafka:// without kafka_brokers: a failed attempt like any other, so the
 		 * delivery waits in the retries (and the DLQ) until the operator adds it. */
 		round_fail_attempt(r, 503, "no delivery target",

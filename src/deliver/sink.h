@@ -1,28 +1,39 @@
-/* sink.h: where a delivery goes — the family of delivery targets (HTTP, Kafka).
+/* sink.h: where a delivery goes — the family of delivery targets (HTTP, Kafka) and its
+ * registry.
  *
  * The dispatcher (dispatcher.c) owns a delivery's round: claims, the immediate retries,
  * the circuit breaker and limits, the outcome and the result write. A sink owns one
  * transport and nothing else: it makes one attempt of a round and says how it ended. It
- * never decides a retry, never touches the store, and knows no other sink. Members:
- * sink_http.c (libcurl multi, a lean HTTP/1.1 client for plain http://, request
- * building, OAuth2 tokens) and sink_kafka.c
- * (librdkafka producer). A new target is a new member: an `ops` table and an open
- * function, picked by the endpoint's scheme (accepts).
+ * never decides a retry, never touches the store, and knows no other sink.
  *
- * Threads: everything but open and close runs on the dispatcher's thread. A sink that
- * waits on I/O exposes one pollable fd (an epoll set of its own, an eventfd); the
- * dispatcher watches it and calls run when it turns ready or when wait_us says so. */
+ * Members: sink_http.c (libcurl multi, a lean HTTP/1.1 client for plain http://, request
+ * building, OAuth2 tokens) and sink_kafka.c (librdkafka producer). Each is one `const
+ * struct sink_type`: its name, the endpoint schemes it delivers to with what it supports
+ * there (SINK_CAN_*, core/sink_caps.h), whether its settings are present, how it opens,
+ * and its ops. The registry (sink.c) lists them: serve.c opens every member whose
+ * settings are present (sink_set_open), the dispatcher finds an endpoint's member by its
+ * scheme (sink_set_find), and a member's declared capabilities must match the
+ * subscription rules' copy in core/sink_caps.c (sink_type_check) or nothing starts.
+ * Callers never call a member's ops directly: the wrappers below, one contract each.
+ *
+ * Threads: open, close and the registry's lookups run anywhere; the rest on the
+ * dispatcher's thread, except ready (any thread). A sink that waits on I/O exposes one
+ * pollable fd (an epoll set of its own, an eventfd); the dispatcher watches it and calls
+ * run when it turns ready or when wait_us says so. */
 #ifndef OUTBOXD_DELIVER_SINK_H
 #define OUTBOXD_DELIVER_SINK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/model.h"
+#include "core/sink_caps.h"
 #include "store/store.h"
 
 #define SINK_MSG_LEN 128     /* an attempt's short message */
 #define SINK_CAUSE_LEN 1024  /* an attempt's cause: the first KiB of a body */
-#define SINKS_MAX 4          /* members a dispatcher can hold */
+#define SINKS_MAX 4          /* members a registry lists, and a dispatcher can hold */
+#define SINK_SCHEMES_MAX 4   /* endpoint schemes of one member */
 
 /* What a sink sees of one round (the dispatcher's struct round starts with it). The inputs are
  * borrowed for the attempt; a sink writes the outputs before it reports. */
@@ -71,109 +82,161 @@ struct sink_env {
 	int slot;                         /* this sink's index into sink_round.state */
 };
 
+/* A member's operations on an open sink (priv: what its open returned). Only the
+ * wrappers below call them; a NULL slot is a no-op or "none". */
 struct sink_ops {
-	const char *name;
-	/* 1 when endpoint is this sink's to deliver to (by its scheme). */
-	int (*accepts)(const char *endpoint);
 	void (*attach)(void *priv, const struct sink_env *env);
-	/* Starts one attempt of j; env->done follows, now or from run. */
 	void (*send)(void *priv, struct sink_round *j);
-	/* The fd the dispatcher watches (readable = run has work), -1 for none. */
 	int (*fd)(void *priv);
-	/* Does whatever is ready: I/O, timers, completions (which call env->done). */
 	void (*run)(void *priv);
-	/* µs until run is due even if fd stays quiet (now_us monotonic), -1 = only the fd. */
 	int64_t (*wait_us)(void *priv, int64_t now_us);
-	/* Attempts and background work (token requests) still running. */
 	int (*busy)(void *priv);
-	/* Stops every running attempt: each is reported through env->abandoned. */
 	void (*abort)(void *priv);
-	/* The round of j is over: drop what belonged to it (its state slot stays). */
 	void (*round_end)(void *priv, struct sink_round *j);
-	/* The round slot goes away (dispatcher stop): free state[slot]. */
 	void (*slot_free)(void *priv, struct sink_round *j);
-	/* Drops caches nobody used for a while (now_ms monotonic). */
 	void (*prune)(void *priv, int64_t now_ms);
+	int (*ready)(void *priv, char *why, size_t whylen);
+	int (*dead_letter)(void *priv, const struct store_claim *c);
 	void (*close)(void *priv);
 };
 
-/* An open sink. Made by a member's open function (sink_http_open, sink_kafka_open). */
-struct sink {
+/* One endpoint scheme of a member and what the member supports there. */
+struct sink_type_scheme {
+	const char *scheme;          /* lowercase, without "://" ("https"); NULL ends the list */
+	unsigned supports;           /* SINK_CAN_* (core/sink_caps.h) */
+};
+
+struct config;
+
+/* A member of the family, defined once as a const in its sink_NAME.c. */
+struct sink_type {
+	const char *name;            /* "http", "kafka": log lines and messages */
+	struct sink_type_scheme schemes[SINK_SCHEMES_MAX]; /* where it delivers, and what it
+	                                supports there */
+	/* 1 when cfg has the settings the member needs (Kafka: kafka_brokers); NULL: always. */
+	int (*configured)(const struct config *cfg);
+	/* Its state from cfg (borrowed: cfg outlives the sink), or NULL with err filled. */
+	void *(*open)(const struct config *cfg, char *err, size_t errlen);
 	const struct sink_ops *ops;
+};
+
+/* An open member (made by sink_open). */
+struct sink {
+	const struct sink_type *type;
 	void *priv;
 };
 
-/* The wrappers the dispatcher calls (a NULL slot is a no-op or "none"). */
-static inline int sink_accepts(const struct sink *s, const char *endpoint)
-{
-	return s->ops->accepts(endpoint);
-}
+/* ---- the wrappers: one contract each ------------------------------------------------- */
+
+/* Gives s the dispatcher's callbacks and its state slot; before the first send. */
 static inline void sink_attach(struct sink *s, const struct sink_env *env)
 {
-	s->ops->attach(s->priv, env);
+	s->type->ops->attach(s->priv, env);
 }
+/* Starts one attempt of j; env->done follows, now (from inside send) or from run. */
 static inline void sink_send(struct sink *s, struct sink_round *j)
 {
-	s->ops->send(s->priv, j);
+	s->type->ops->send(s->priv, j);
 }
+/* The fd the dispatcher watches (readable = run has work), -1 for none. */
 static inline int sink_fd(struct sink *s)
 {
-	return s->ops->fd ? s->ops->fd(s->priv) : -1;
+	return s->type->ops->fd ? s->type->ops->fd(s->priv) : -1;
 }
+/* Does whatever is ready: I/O, timers, completions (which call env->done). */
 static inline void sink_run(struct sink *s)
 {
-	if (s->ops->run)
-		s->ops->run(s->priv);
+	if (s->type->ops->run)
+		s->type->ops->run(s->priv);
 }
+/* µs until run is due even if fd stays quiet (now_us monotonic), -1 = only the fd. */
 static inline int64_t sink_wait_us(struct sink *s, int64_t now_us)
 {
-	return s->ops->wait_us ? s->ops->wait_us(s->priv, now_us) : -1;
+	return s->type->ops->wait_us ? s->type->ops->wait_us(s->priv, now_us) : -1;
 }
+/* Attempts and background work (token requests) still running. */
 static inline int sink_busy(struct sink *s)
 {
-	return s->ops->busy ? s->ops->busy(s->priv) : 0;
+	return s->type->ops->busy ? s->type->ops->busy(s->priv) : 0;
 }
+/* Stops every running attempt: each is reported through env->abandoned. */
 static inline void sink_abort(struct sink *s)
 {
-	if (s->ops->abort)
-		s->ops->abort(s->priv);
+	if (s->type->ops->abort)
+		s->type->ops->abort(s->priv);
 }
+/* The round of j is over: drops what belonged to it (its state slot stays). */
 static inline void sink_round_end(struct sink *s, struct sink_round *j)
 {
-	if (s->ops->round_end)
-		s->ops->round_end(s->priv, j);
+	if (s->type->ops->round_end)
+		s->type->ops->round_end(s->priv, j);
 }
+/* The round slot goes away (dispatcher stop): frees state[slot]. */
 static inline void sink_slot_free(struct sink *s, struct sink_round *j)
 {
-	if (s->ops->slot_free)
-		s->ops->slot_free(s->priv, j);
+	if (s->type->ops->slot_free)
+		s->type->ops->slot_free(s->priv, j);
 }
+/* Drops caches nobody used for a while (now_ms monotonic). */
 static inline void sink_prune(struct sink *s, int64_t now_ms)
 {
-	if (s->ops->prune)
-		s->ops->prune(s->priv, now_ms);
+	if (s->type->ops->prune)
+		s->type->ops->prune(s->priv, now_ms);
 }
+/* 0 when s can deliver; -1 with the reason in why while it cannot (its client is being
+ * recreated after a fatal error). Any thread. */
+static inline int sink_ready(struct sink *s, char *why, size_t whylen)
+{
+	return s->type->ops->ready ? s->type->ops->ready(s->priv, why, whylen) : 0;
+}
+/* 1 when a delivery of c that goes dead is to be published to a dead-letter topic (the
+ * mark store_result.dead_letter, written with the result, which the relay of
+ * kafka/dead_letter.h publishes): s owns the source c's event came from. */
+static inline int sink_dead_letter(struct sink *s, const struct store_claim *c)
+{
+	return s->type->ops->dead_letter ? s->type->ops->dead_letter(s->priv, c) : 0;
+}
+
+/* ---- the registry (sink.c) ------------------------------------------------------------ */
+
+/* The members (each defined in its sink_NAME.c, listed in sink.c's sink_types[]). */
+extern const struct sink_type sink_type_http;
+extern const struct sink_type sink_type_kafka;
+
+/* The i-th member of the registry (0-based), NULL past the last. */
+const struct sink_type *sink_type_at(size_t i);
+/* The member called name ("kafka"), NULL when none. */
+const struct sink_type *sink_type_by_name(const char *name);
+/* The member that delivers to endpoint's scheme (case-insensitive), NULL when none;
+ * *supports (may be NULL) gets what it supports there. Opened or not. */
+const struct sink_type *sink_type_for(const char *endpoint, unsigned *supports);
+/* 0 when t's schemes and capabilities are exactly the subscription rules' rows for its
+ * name (core/sink_caps.c), both ways; -1 with the first difference in why. */
+int sink_type_check(const struct sink_type *t, char *why, size_t whylen);
+
+/* Opens one member from cfg (borrowed, outlives it). NULL with err filled. */
+struct sink *sink_open(const struct sink_type *t, const struct config *cfg, char *err,
+		       size_t errlen);
 /* Closes s and frees it (NULL is fine). Only after the dispatcher using it stopped. */
 void sink_close(struct sink *s);
 
-/* The members. Each returns NULL (with a message in err) when it cannot start. */
-struct ssrf_policy;
-/* What the HTTP sink is opened with (pointers borrowed: they outlive the sink). */
-struct sink_http_settings {
-	int max_connections;         /* kept-alive connections at most */
-	int lean;                    /* plain http:// deliveries over its own HTTP/1.1 client
-	                                (http_wire.c) when they can, else all over libcurl */
-	int64_t connect_timeout_ms;  /* how long a connect may take before the attempt's own
-	                                timeout (from when its request is written) starts */
-	const struct ssrf_policy *ssrf; /* which addresses deliveries and token requests may
-	                                   connect to (core/ssrf.h) */
-	const char *tls_dir;         /* a subscription's TLS files are used only from inside
-	                                it (NULL or "": none is) */
-	const char *egress_proxy;    /* http://host:port: every request through its CONNECT
-	                                tunnels, over libcurl (NULL or "": connect directly) */
+/* The open members of a daemon: what the dispatcher delivers with (owned by whoever
+ * opened it with sink_set_open). */
+struct sink_set {
+	struct sink *members[SINKS_MAX]; /* in the registry's order */
+	int n;
 };
 
-/* The HTTP sink; NULL with err filled when it cannot be set up. */
-struct sink *sink_http_open(const struct sink_http_settings *set, char *err, size_t errlen);
+/* Opens every member whose settings cfg has (configured), after checking each against
+ * the subscription rules (sink_type_check). 0; or -1 with err filled and nothing open. */
+int sink_set_open(struct sink_set *set, const struct config *cfg, char *err, size_t errlen);
+/* Closes every member (an empty or zeroed set is fine). After the dispatcher stopped. */
+void sink_set_close(struct sink_set *set);
+/* The open member for endpoint, NULL when none is (kafka:// without kafka_brokers). */
+struct sink *sink_set_find(const struct sink_set *set, const char *endpoint);
+/* 0 when every open member is ready; -1 with the first one's reason. Any thread. */
+int sink_set_ready(const struct sink_set *set, char *why, size_t whylen);
+/* 1 when an open member marks a dead delivery of c for its dead-letter topic. */
+int sink_set_dead_letter(const struct sink_set *set, const struct store_claim *c);
 
 #endif

@@ -23,12 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
 #include "core/concurrency.h"
+#include "core/config.h"
 #include "core/retry.h"
 #include "core/trace.h"
 #include "deliver/sign.h"
@@ -344,11 +344,6 @@ static void read_completions(struct http_sink *hs)
 
 /* ---- the sink interface ------------------------------------------------------------------- */
 
-static int http_accepts(const char *endpoint)
-{
-	return strncasecmp(endpoint, "http://", 7) == 0 || strncasecmp(endpoint, "https://", 8) == 0;
-}
-
 static void http_attach(void *priv, const struct sink_env *env)
 {
 	struct http_sink *hs = priv;
@@ -595,8 +590,6 @@ static void http_close(void *priv)
 }
 
 static const struct sink_ops http_ops = {
-	.name = "http",
-	.accepts = http_accepts,
 	.attach = http_attach,
 	.send = http_send,
 	.fd = http_fd,
@@ -610,22 +603,39 @@ static const struct sink_ops http_ops = {
 	.close = http_close,
 };
 
-struct sink *sink_http_open(const struct sink_http_settings *set, char *err, size_t errlen)
+/* From the settings max_in_flight (kept-alive connections at most), lean_http (plain
+ * http:// over the lean client when it can), connect_timeout (a connect may take this
+ * before the attempt's own timeout starts), ssrf_allow (the SSRF guard's allowlist,
+ * core/ssrf.h), tls_dir (where a subscription's TLS files may be) and egress_proxy
+ * (every request through its CONNECT tunnels, over libcurl). */
+static void *http_open(const struct config *cfg, char *err, size_t errlen)
 {
-	struct sink *s = calloc(1, sizeof(*s));
 	struct http_sink *hs = calloc(1, sizeof(*hs));
-	int max_connections = set->max_connections, lean = set->lean;
-	if (!s || !hs)
+	int max_connections = cfg->max_in_flight > 0 ? cfg->max_in_flight : 1;
+	int lean = cfg->lean_http;
+	if (!hs)
 		goto fail;
+	/* The SSRF guard: private, loopback, link-local and metadata addresses are refused
+	 * unless ssrf_allow lets them through. */
+	if (ssrf_policy_parse(cfg->ssrf_allow, &hs->ssrf_policy, err, errlen)) {
+		free(hs);
+		return NULL;
+	}
+	if (hs->ssrf_policy.n_allow)
+		log_info("SSRF guard: deliveries may also go to %s (ssrf_allow)", cfg->ssrf_allow);
+	hs->ssrf = &hs->ssrf_policy;
 	/* behind a proxy every request goes through libcurl's CONNECT tunnel */
-	if (set->egress_proxy && *set->egress_proxy) {
-		if (!(hs->proxy = http_proxy_open(set->egress_proxy)))
+	if (cfg->egress_proxy && *cfg->egress_proxy) {
+		if (!(hs->proxy = http_proxy_open(cfg->egress_proxy)))
 			goto fail;
+		char *shown = config_mask_value("egress_proxy", cfg->egress_proxy);
+		log_info("deliveries and OAuth2 token requests go through the egress proxy %s "
+			 "(CONNECT to addresses the SSRF guard checked)", shown ? shown : "");
+		free(shown);
 		lean = 0;
 	}
-	hs->ssrf = set->ssrf;
-	hs->tls_dir = set->tls_dir;
-	hs->connect_timeout_ms = set->connect_timeout_ms > 0 ? set->connect_timeout_ms : 3000;
+	hs->tls_dir = cfg->tls_dir;
+	hs->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 3000;
 	hs->curl_due_us = -1;
 	hs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))
@@ -647,9 +657,7 @@ struct sink *sink_http_open(const struct sink_http_settings *set, char *err, siz
 	curl_multi_setopt(hs->multi, CURLMOPT_SOCKETDATA, hs);
 	curl_multi_setopt(hs->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
 	curl_multi_setopt(hs->multi, CURLMOPT_TIMERDATA, hs);
-	s->ops = &http_ops;
-	s->priv = hs;
-	return s;
+	return hs;
 fail:
 	snprintf(err, errlen, "http sink: cannot set up curl multi, shares or epoll (errno %d)", errno);
 	if (hs && hs->pools) {
@@ -667,14 +675,18 @@ fail:
 	if (hs && hs->epfd > 0)
 		close(hs->epfd);
 	free(hs);
-	free(s);
 	return NULL;
 }
 
-void sink_close(struct sink *s)
-{
-	if (!s)
-		return;
-	s->ops->close(s->priv);
-	free(s);
-}
+/* Every webhook feature but TLS files, which only https:// has (core/sink_caps.c says
+ * the same: sink_type_check). */
+#define HTTP_CAN                                                                              \
+	(SINK_CAN_TIMEOUT | SINK_CAN_HEADERS | SINK_CAN_SIGN | SINK_CAN_ORDERING |            \
+	 SINK_CAN_AUTH_ANY)
+
+const struct sink_type sink_type_http = {
+	.name = "http",
+	.schemes = {{"http", HTTP_CAN}, {"https", HTTP_CAN | SINK_CAN_TLS}},
+	.open = http_open,
+	.ops = &http_ops,
+};

@@ -164,7 +164,8 @@ struct http_sink {
 	struct sink_env env;
 	int64_t connect_timeout_ms;  /* a delivery's connect (TLS included) may take this */
 	struct dheap answers;        /* libcurl requests connected: their answer deadlines */
-	const struct ssrf_policy *ssrf; /* borrowed: which addresses may be connected to */
+	struct ssrf_policy ssrf_policy; /* which addresses may be connected to (ssrf_allow) */
+	const struct ssrf_policy *ssrf; /* &ssrf_policy */
 	const char *tls_dir;         /* borrowed: where a subscription's TLS files may be */
 	CURLM *multi;
 	int epfd;                    /* curl's sockets */

@@ -1,4 +1,14 @@
-/* sink_kafka.c: the Kafka member of the sink family (see sink_kafka.h).
+/* sink_kafka.c: the Kafka member of the sink family (sink.h): publishes deliveries to
+ * topics, the reference architecture's Event Hub relay (docs/design/reference.md).
+ *
+ * A subscription whose endpoint is kafka://TOPIC publishes each delivery to TOPIC with an
+ * idempotent producer (acks=all). The attempt ends with librdkafka's delivery report: 200
+ * and PROCESSED on the broker's acknowledgement, a mapped code (kafka_error_code,
+ * kafka/client_rdkafka.h) with librdkafka's error name and text otherwise, so broker
+ * errors take the normal retries, breaker and DLQ. Opened when kafka_brokers is set.
+ * With kafka_dead_letter, it also says which dead deliveries go to a dead-letter topic:
+ * those of events from an intake topic (dead_letter op); the relay of
+ * kafka/dead_letter.h publishes them, with its own producer.
  *
  * One producer per process (enable.idempotence, acks=all). Each attempt is one message
  * with its own record (struct kafka_record) as librdkafka's opaque, so a delivery report
@@ -12,9 +22,9 @@
  * A fatal error (librdkafka: an idempotent producer that can no longer keep its
  * sequence) leaves the producer unusable: after the poll that reported it, the producer
  * is purged (the attempts waiting for a report end with 503 and take their retries),
- * destroyed and opened anew on the dispatcher's thread, and sink_kafka_ready answers
- * "not ready" until it is. */
-#include "deliver/sink_kafka.h"
+ * destroyed and opened anew on the dispatcher's thread, and the sink answers "not ready"
+ * (sink_ready) until it is. */
+#include "deliver/sink.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,11 +33,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/metrics.h"
 #include "core/trace.h"
+#include "kafka/client.h"
 #include "kafka/client_rdkafka.h"
 #include "kafka/envelope.h"
 #include "kafka/message.h"
@@ -52,7 +63,8 @@ struct kafka_record {
 struct kafka_sink {
 	struct kafka_client client;  /* first: librdkafka's opaque (kafka/client.h) */
 	struct sink_env env;
-	const struct kafka_settings *settings;
+	struct kafka_settings settings_of; /* from the settings (strings borrowed from them) */
+	const struct kafka_settings *settings; /* &settings_of */
 	rd_kafka_t *rk;              /* NULL while a fatal error's recreation failed */
 	rd_kafka_queue_t *mainq;
 	int pipe_rd, pipe_wr;        /* librdkafka writes a byte when its main queue has work */
@@ -206,11 +218,6 @@ static void producer_recreate(struct kafka_sink *ks)
 	producer_close(ks);
 	ks->reopen_at_ms = 0;
 	producer_reopen(ks);
-}
-
-static int kafka_accepts(const char *endpoint)
-{
-	return strncasecmp(endpoint, "kafka://", 8) == 0;
 }
 
 static void kafka_attach(void *priv, const struct sink_env *env)
@@ -374,9 +381,21 @@ static void kafka_close(void *priv)
 	free(ks);
 }
 
+static int kafka_ready(void *priv, char *why, size_t whylen)
+{
+	return kafka_client_ready(&((struct kafka_sink *)priv)->client, why, whylen);
+}
+
+/* kafka_dead_letter set: a delivery of an event from an intake topic (source
+ * "kafka:TOPIC") that goes dead is marked for that topic's dead-letter topic. */
+static int kafka_dead_letter(void *priv, const struct store_claim *c)
+{
+	const struct kafka_sink *ks = priv;
+	return ks->settings->dead_letter && *ks->settings->dead_letter && c->source &&
+	       strncmp(c->source, "kafka:", 6) == 0;
+}
+
 static const struct sink_ops kafka_ops = {
-	.name = "kafka",
-	.accepts = kafka_accepts,
 	.attach = kafka_attach,
 	.send = kafka_send,
 	.fd = kafka_fd,
@@ -384,42 +403,54 @@ static const struct sink_ops kafka_ops = {
 	.wait_us = kafka_wait_us,
 	.busy = kafka_busy,
 	.abort = kafka_abort,
+	.ready = kafka_ready,
+	.dead_letter = kafka_dead_letter,
 	.close = kafka_close,
 };
 
-struct sink *sink_kafka_open(const struct kafka_settings *st, char *err, size_t errlen)
+static int kafka_configured(const struct config *cfg)
 {
-	struct sink *s = calloc(1, sizeof(*s));
+	return cfg->kafka_brokers && *cfg->kafka_brokers;
+}
+
+/* Opens the producer from the kafka_* settings. A broker that cannot be reached now is
+ * not an error: librdkafka reconnects, attempts fail until it does. */
+static void *kafka_open(const struct config *cfg, char *err, size_t errlen)
+{
 	struct kafka_sink *ks = calloc(1, sizeof(*ks));
 	int fds[2] = {-1, -1};
 
-	if (!s || !ks || pipe2(fds, O_NONBLOCK | O_CLOEXEC)) {
+	if (!ks || pipe2(fds, O_NONBLOCK | O_CLOEXEC)) {
 		snprintf(err, errlen, "kafka producer: out of memory or pipes (errno %d)", errno);
 		goto fail;
 	}
 	kafka_client_init(&ks->client, "producer");
-	ks->settings = st;
+	kafka_settings_from_config(cfg, &ks->settings_of);
+	ks->settings = &ks->settings_of;
 	ks->pipe_rd = fds[0];
 	ks->pipe_wr = fds[1];
 	if (producer_open(ks, err, errlen)) {
 		kafka_client_destroy(&ks->client);
 		goto fail;
 	}
-	s->ops = &kafka_ops;
-	s->priv = ks;
-	return s;
+	return ks;
 fail:
 	if (fds[0] >= 0) {
 		close(fds[0]);
 		close(fds[1]);
 	}
 	free(ks);
-	free(s);
 	return NULL;
 }
 
-int sink_kafka_ready(void *sink, char *why, size_t whylen)
-{
-	struct kafka_sink *ks = ((struct sink *)sink)->priv;
-	return kafka_client_ready(&ks->client, why, whylen);
-}
+/* A message carries headers and waits for its acknowledgement as long as the attempt's
+ * timeout; credentials, TLS and signatures belong to the producer's connection
+ * (kafka_config), not to a subscription (core/sink_caps.c says the same). */
+const struct sink_type sink_type_kafka = {
+	.name = "kafka",
+	.schemes = {{"kafka", SINK_CAN_TIMEOUT | SINK_CAN_HEADERS | SINK_CAN_ORDERING |
+				      SINK_CAN_ENVELOPE}},
+	.configured = kafka_configured,
+	.open = kafka_open,
+	.ops = &kafka_ops,
+};

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/metrics.h"
 #include "util/log.h"
 
@@ -252,4 +253,24 @@ int kafka_dead_letter_topic(const char *pattern, const char *source_topic, char 
 				source_topic, mark + 7)
 		     : snprintf(out, outlen, "%s", pattern);
 	return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+void kafka_settings_from_config(const struct config *cfg, struct kafka_settings *out)
+{
+	*out = (struct kafka_settings){
+		.brokers = cfg->kafka_brokers,
+		.properties = cfg->kafka_config,
+		.group = cfg->kafka_group,
+		.intake = cfg->kafka_intake,
+		.dead_letter = cfg->kafka_dead_letter,
+		.wire = cfg->kafka_wire_format && strcmp(cfg->kafka_wire_format, "confluent") == 0
+				? ENVELOPE_WIRE_CONFLUENT : ENVELOPE_WIRE_PLAIN,
+		.schema_id = (uint32_t)cfg->kafka_schema_id,
+		.max_backlog = cfg->kafka_max_backlog,
+	};
+}
+
+int kafka_settings_on(const struct kafka_settings *ks)
+{
+	return ks->brokers && *ks->brokers;
 }

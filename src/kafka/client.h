@@ -28,6 +28,14 @@ struct kafka_settings {
 	                               outboxd's id, kept in its data directory); NULL: none */
 };
 
+struct config;
+
+/* The Kafka settings of cfg (borrowed: out points into it, so cfg must outlive out; no
+ * instance_id, which only the intake has). Kafka is on when out->brokers is not empty:
+ * kafka_settings_on. */
+void kafka_settings_from_config(const struct config *cfg, struct kafka_settings *out);
+int kafka_settings_on(const struct kafka_settings *ks);
+
 /* What the owner of an outboxd Kafka client puts first in the struct it hands librdkafka
  * as its opaque (kafka_conf_new): the shared error callback finds the client's role
  * there, and readiness whether the client is being recreated after a fatal error. */

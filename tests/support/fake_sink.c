@@ -10,11 +10,6 @@
 
 #include "core/concurrency.h"
 
-static int fake_accepts(const char *endpoint)
-{
-	return strncmp(endpoint, "fake://", 7) == 0;
-}
-
 static void fake_attach(void *priv, const struct sink_env *env)
 {
 	struct fake_sink *f = priv;
@@ -98,9 +93,14 @@ static void fake_abort(void *priv)
 		f->env.abandoned(f->env.ctx, f->pending[i]);
 }
 
+static int fake_dead_letter(void *priv, const struct store_claim *c)
+{
+	struct fake_sink *f = priv;
+	return f->dead_letter && c->source && strncmp(c->source, "kafka:", 6) == 0;
+}
+
 static const struct sink_ops fake_ops = {
-	.name = "fake",
-	.accepts = fake_accepts,
+	.dead_letter = fake_dead_letter,
 	.attach = fake_attach,
 	.send = fake_send,
 	.run = fake_run,
@@ -108,11 +108,21 @@ static const struct sink_ops fake_ops = {
 	.abort = fake_abort,
 };
 
+/* "fake://" endpoints, with every capability a subscription may ask for */
+static const struct sink_type fake_type = {
+	.name = "fake",
+	.schemes = {{"fake", SINK_CAN_TIMEOUT | SINK_CAN_HEADERS | SINK_CAN_SIGN |
+				     SINK_CAN_ORDERING | SINK_CAN_AUTH_ANY}},
+	.ops = &fake_ops,
+};
+
 void fake_sink_init(struct fake_sink *f)
 {
 	memset(f, 0, sizeof(*f));
-	f->sink.ops = &fake_ops;
+	f->sink.type = &fake_type;
 	f->sink.priv = f;
+	f->set.members[0] = &f->sink;
+	f->set.n = 1;
 }
 
 void fake_sink_script(struct fake_sink *f, const struct fake_step *steps, size_t n)

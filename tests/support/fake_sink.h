@@ -43,7 +43,11 @@ struct fake_sent {
 };
 
 struct fake_sink {
-	struct sink sink;        /* what the dispatcher holds (dispatcher_config.sinks) */
+	struct sink sink;        /* the open member */
+	struct sink_set set;     /* a set of it alone: dispatcher_config.sinks */
+	bool dead_letter;        /* marks dead deliveries of events from a "kafka:" source for
+	                            their dead-letter topic, as the Kafka sink does with
+	                            kafka_dead_letter */
 	struct sink_env env;     /* set by the dispatcher (sink_attach) */
 	struct fake_step script[FAKE_SINK_STEPS];
 	size_t n_script, next_step;

@@ -275,6 +275,39 @@ static void test_test_event_goes_to_one_subscription(void **state)
 	json_decref(body);
 }
 
+/* An option the endpoint's member does not take is a 422 naming the field, on create and
+ * on a PATCH that moves the endpoint to such a member; nothing is stored. */
+static void test_unsupported_option_is_422(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+	char id[64], path[128];
+
+	assert_int_equal(call(f, "POST", "/v1/subscriptions",
+			      "{\"name\":\"topic\",\"endpoint\":\"kafka://orders\",\"event_types\":"
+			      "[\"*\"],\"auth\":{\"type\":\"bearer\",\"token\":\"t\"}}",
+			      NULL, &body), 422);
+	assert_string_equal(error_field(body), "auth");
+	const char *message =
+		json_string_value(json_object_get(json_object_get(body, "error"), "message"));
+	assert_non_null(strstr(message, "auth: kafka:// endpoints take no auth"));
+	json_decref(body);
+	assert_int_equal(call(f, "GET", "/v1/subscriptions", NULL, NULL, &body), 200);
+	assert_int_equal(json_array_size(json_object_get(body, "items")), 0);
+	json_decref(body);
+
+	create_sub(f, "{\"name\":\"hook\",\"endpoint\":\"https://example.com/hook\","
+		      "\"event_types\":[\"*\"],\"tls\":{}}", id);
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", id);
+	assert_int_equal(call(f, "PATCH", path, "{\"endpoint\":\"kafka://orders\","
+			      "\"secret_grace\":\"1h\"}", NULL, &body), 422);
+	assert_string_equal(error_field(body), "secret_grace");
+	json_decref(body);
+	assert_int_equal(call(f, "PATCH", path, "{\"endpoint\":\"kafka://orders\","
+			      "\"timeout\":\"5s\"}", NULL, &body), 200);
+	json_decref(body);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERROR);
@@ -283,6 +316,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_event_is_stored_and_fanned_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dlq_filter_is_checked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unsupported_option_is_422, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_test_event_goes_to_one_subscription, setup,
 						teardown),
 	};

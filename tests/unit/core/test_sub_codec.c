@@ -146,6 +146,17 @@ static void test_errors(void **state)
 	expect_field("{\"name\":\"n\",\"event_types\":[\"a b\"],\"endpoint\":\"http://h/\"}", 400,
 		     "event_types[0]");
 	expect_field("{" BASE ",\"payload_format\":\"xml\"}", 400, "payload_format");
+	/* the values of a field of a few, named in its message */
+	struct input_error err;
+	json_t *bad = json_loads("{" BASE ",\"payload_format\":\"xml\",\"ordering\":\"no\"}", 0,
+				 NULL);
+	assert_int_equal(sub_codec_parse(bad, &defaults, NULL, &err), -1);
+	assert_string_equal(err.message, "payload_format must be json, binary or envelope "
+					 "(envelope for kafka:// endpoints)");
+	json_object_del(bad, "payload_format");
+	assert_int_equal(sub_codec_parse(bad, &defaults, NULL, &err), -1);
+	assert_string_equal(err.message, "ordering must be none or partition_key");
+	json_decref(bad);
 	expect_field("{" BASE ",\"auth\":{\"type\":\"magic\"}}", 400, "auth.type");
 	expect_field("{" BASE ",\"auth\":{\"type\":\"basic\",\"username\":\"u\"}}", 400, "auth.password");
 	expect_field("{" BASE ",\"auth\":{\"type\":\"bearer\",\"token\":\"t\",\"x\":1}}", 400, "auth.x");
@@ -889,9 +900,10 @@ static void test_kafka_endpoints(void **state)
 	expect_field("{\"name\":\"k\",\"event_types\":[\"*\"],\"endpoint\":\"kafka://..\"}", 400,
 		     "endpoint");
 	expect_field("{" KAFKA ",\"auth\":{\"type\":\"basic\",\"username\":\"u\",\"password\":\"p\"}}",
-		     400, "auth");
-	expect_field("{" KAFKA ",\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"}", 400, "secret");
-	expect_field("{" BASE ",\"payload_format\":\"envelope\"}", 400, "payload_format");
+		     422, "auth");
+	expect_field("{" KAFKA ",\"secret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"}", 422, "secret");
+	expect_field("{" BASE ",\"payload_format\":\"envelope\"}", 422, "payload_format");
+	expect_field("{" BASE ",\"payload_format\":\"xml\"}", 400, "payload_format");
 	/* origin: only outboxd's own value, and only then may event_types be empty */
 	expect_field("{" BASE ",\"origin\":\"mine\"}", 400, "origin");
 	expect_field("{\"name\":\"k\",\"event_types\":[],\"endpoint\":\"https://h.example/\"}", 400,
@@ -904,10 +916,87 @@ static void test_kafka_endpoints(void **state)
 	json_decref(doc);
 }
 
+/* An option the endpoint's member does not support is a 422 naming the field and what the
+ * member takes instead (core/sink_caps.c), never stored and ignored; what it supports
+ * passes. */
+static void test_options_by_capability(void **state)
+{
+	static const struct {
+		const char *json;
+		const char *field;
+		const char *message; /* NULL: not checked */
+	} refused[] = {
+		{"{" KAFKA ",\"auth\":{\"type\":\"bearer\",\"token\":\"t\"}}", "auth",
+		 "auth: kafka:// endpoints take no auth; Kafka credentials and TLS go in the "
+		 "kafka_config setting"},
+		{"{" KAFKA ",\"auth\":{\"type\":\"oauth2\"}}", "auth", NULL},
+		{"{" KAFKA ",\"tls\":{\"ca_file\":\"/ca.pem\"}}", "tls", NULL},
+		{"{" KAFKA ",\"secret\":\"generate\"}", "secret",
+		 "secret: kafka:// endpoints take no signing secret; remove secret and "
+		 "secret_grace"},
+		{"{" KAFKA ",\"secret_grace\":\"1h\"}", "secret_grace", NULL},
+		{"{\"name\":\"n\",\"event_types\":[\"*\"],\"endpoint\":\"http://h.example/\","
+		 "\"tls\":{\"ca_file\":\"/ca.pem\"}}", "tls",
+		 "tls: http:// endpoints take no tls; TLS files are for https:// endpoints"},
+		{"{" BASE ",\"payload_format\":\"envelope\"}", "payload_format",
+		 "payload_format: https:// endpoints take no payload_format envelope; use json or "
+		 "binary"},
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		json_t *doc = json_loads(refused[i].json, 0, NULL);
+		struct input_error err;
+		assert_non_null(doc);
+		assert_int_equal(sub_codec_parse(doc, &defaults, NULL, &err), -1);
+		assert_int_equal(err.status, 422);
+		assert_string_equal(err.field, refused[i].field);
+		if (refused[i].message)
+			assert_string_equal(err.message, refused[i].message);
+		json_decref(doc);
+	}
+	/* what Kafka takes: a timeout for its acknowledgement, headers, ordering, the
+	 * envelope, auth of type none */
+	static const char *const taken[] = {
+		"{" KAFKA ",\"timeout\":\"10s\",\"retry\":{\"timeout\":\"20s\"}}",
+		"{" KAFKA ",\"headers\":{\"x-team\":\"growth\"},\"payload_format\":\"envelope\"}",
+		"{" KAFKA ",\"ordering\":\"partition_key\",\"ordering_on_dead\":\"skip\"}",
+		"{" KAFKA ",\"auth\":{\"type\":\"none\"},\"tls\":{},\"headers\":{}}",
+		"{" BASE ",\"tls\":{\"ca_file\":\"/ca.pem\"},\"secret_grace\":\"1h\"}",
+	};
+	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++) {
+		json_t *doc = json_loads(taken[i], 0, NULL);
+		struct input_error err;
+		if (sub_codec_parse(doc, &defaults, NULL, &err))
+			fail_msg("%s: %s", taken[i], err.message);
+		json_decref(doc);
+	}
+}
+
+/* The capability rules bind new input only: a stored row with an option its member does
+ * not take (stored before the rule, or by an outboxd that took it) still loads, so
+ * the set of subscriptions keeps loading. */
+static void test_stored_rows_load_with_unsupported_options(void **state)
+{
+	const char *text = "{" KAFKA ",\"secret_grace\":\"1h\",\"timeout\":\"3s\"}";
+	struct sub_row row = {.id = "01890a5d-ac96-774b-bcce-b302099a8057", .name = "k",
+			      .config = (char *)text, .enabled = 1};
+	struct subscription *s = sub_codec_from_row(&row, &defaults);
+	assert_non_null(s);
+	assert_int_equal(s->retry.immediate_timeout_ms, 3000);
+	subscription_free(s);
+	text = "{\"name\":\"h\",\"event_types\":[\"*\"],\"endpoint\":\"http://h.example/\","
+	       "\"tls\":{\"ca_file\":\"/ca.pem\"}}";
+	row.config = (char *)text;
+	assert_non_null(s = sub_codec_from_row(&row, &defaults));
+	subscription_free(s);
+	expect_field(text, 422, "tls");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kafka_endpoints),
+		cmocka_unit_test(test_options_by_capability),
+		cmocka_unit_test(test_stored_rows_load_with_unsupported_options),
 		cmocka_unit_test(test_valid_with_defaults),
 		cmocka_unit_test(test_max_retries_follows_policy),
 		cmocka_unit_test(test_errors),

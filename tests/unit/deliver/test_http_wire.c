@@ -30,7 +30,7 @@
 #include <curl/curl.h>
 
 #include "core/metrics.h"
-#include "core/ssrf.h"
+#include "core/config.h"
 #include "deliver/sink.h"
 
 #define PAYLOAD "{\"order\":42,\"items\":[\"a\",\"b\"]}"
@@ -267,7 +267,7 @@ static int server_get(struct server *s, const int *field)
 
 struct client {
 	struct sink *s;
-	struct ssrf_policy ssrf;     /* borrowed by the sink: lives as long */
+	struct config cfg;           /* borrowed by the sink: lives as long */
 	struct store_claim claim;
 	struct subscription sub;
 	struct sink_round r;
@@ -296,10 +296,11 @@ static void client_open(struct client *c, int lean, const char *allow, const cha
 {
 	char err[256];
 	memset(c, 0, sizeof(*c));
-	assert_int_equal(ssrf_policy_parse(allow, &c->ssrf, err, sizeof(err)), 0);
-	struct sink_http_settings set = {.max_connections = 8, .lean = lean,
-					 .connect_timeout_ms = 3000, .ssrf = &c->ssrf};
-	c->s = sink_http_open(&set, err, sizeof(err));
+	c->cfg.max_in_flight = 8;
+	c->cfg.lean_http = lean;
+	c->cfg.connect_timeout_ms = 3000;
+	c->cfg.ssrf_allow = (char *)allow;
+	c->s = sink_open(sink_type_by_name("http"), &c->cfg, err, sizeof(err));
 	assert_non_null(c->s);
 	struct sink_env env = {.done = done_cb, .abandoned = abandoned_cb, .ctx = c, .slot = 0};
 	sink_attach(c->s, &env);

@@ -109,12 +109,11 @@ static int setup(void **state)
 		.connect_timeout_ms = 1000,
 		.shutdown_grace_ms = 1000,
 		.disabled_delay_ms = 5000,
-		.n_sinks = 1,
+		.sinks = &t->fake.set,
 		.disable = disable_cb,
 		.disable_ctx = t,
 		.ops = {.emit = ops_cb, .ctx = t},
 	};
-	cfg.sinks[0] = &t->fake.sink;
 	t->d = dispatcher_new(&t->reg, &cfg);
 	assert_non_null(t->d);
 	*state = t;
@@ -364,7 +363,7 @@ static void test_retries_exhausted_to_dlq(void **state)
 	struct store_claim *c = claim_new(t);
 	struct got g;
 
-	t->d->cfg.dead_letter_kafka = 1;
+	t->fake.dead_letter = true;
 	fake_sink_script(&t->fake, steps, 1);
 	c->status = DELIVERY_FAILED;
 	c->attempt_count = 5;
