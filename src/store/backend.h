@@ -47,6 +47,11 @@ struct store_ops {
 	int (*dlq_purge)(store *st, const char *delivery_id);
 	int (*cleanup)(store *st, int64_t before_ms, size_t *deleted);
 	int (*deliveries_count)(store *st, const struct delivery_filter *f, size_t *n);
+	/* Up to limit events matching f newest first, after the event (before_at,
+	 * before_id) when before_id is not NULL (f->cursor and f->limit are the wrapper's). */
+	int (*events_list)(store *st, const struct event_filter *f, int64_t before_at,
+			   const char *before_id, size_t limit, struct store_event_summary **items,
+			   size_t *n);
 	int (*dlq_purge_matching)(store *st, const struct delivery_filter *f, size_t limit,
 				  size_t *purged);
 	int (*job_create)(store *st, const struct store_job *job);

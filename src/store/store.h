@@ -370,6 +370,25 @@ int store_deliveries_list(store *st, const struct delivery_filter *f,
 /* How many deliveries match the filter (cursor and limit are ignored). */
 int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n);
 
+/* One event as the event search lists it: the event without its payload (payload is
+ * "", payload_len 0), and how many of its deliveries are in each state (the states of
+ * store_stats). */
+struct store_event_summary {
+	struct store_event event;
+	int64_t new_count;          /* its deliveries NEW */
+	int64_t processed_count;    /* PROCESSED */
+	int64_t retrying_count;     /* FAILED with a next attempt */
+	int64_t dead_count;         /* FAILED with none: in the DLQ */
+};
+
+/* One page of the events matching f (GET /v1/events), newest first: by created_at, then
+ * id, both descending. f->cursor (borrowed, NULL = the first page) is a *next_cursor of
+ * an earlier call, STORE_INVALID otherwise; f->limit 1..1000. *items is returned
+ * (store_event_summaries_free), *next_cursor too (NULL on the last page). */
+int store_events_list(store *st, const struct event_filter *f,
+		      struct store_event_summary **items, size_t *n, char **next_cursor);
+void store_event_summaries_free(struct store_event_summary *items, size_t n);
+
 /* ---- operator actions --------------------------------------------------------------- */
 
 enum store_replay_outcome {
