@@ -935,16 +935,6 @@ int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats
 	return st->ops->stats(st, now_ms, window_ms, out);
 }
 
-int store_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
-			 struct store_series_bucket *out)
-{
-	if (!st || !out || bucket_ms <= 0 || n_buckets == 0 || n_buckets > STORE_SERIES_MAX)
-		return STORE_INVALID;
-	memset(out, 0, n_buckets * sizeof(*out));
-	OPTIONAL_OP(st, attempt_series);
-	return st->ops->attempt_series(st, from_ms, bucket_ms, n_buckets, out);
-}
-
 void store_stats_free(struct store_stats *s)
 {
 	if (!s)

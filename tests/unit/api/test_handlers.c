@@ -3,7 +3,8 @@
  * temporary directory and the real writer behind POST /v1/events. What a client sees:
  * status codes, error bodies naming the field, events stored and readable, subscription
  * secrets masked on the way out, the DLQ filter parsed and answered, the event search
- * and its pages, a test event given to one subscription. */
+ * and its pages, one subscription's attempt series, a test event given to one
+ * subscription. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -287,6 +288,30 @@ static void test_event_search(void **state)
 	}
 }
 
+/* GET /v1/stats/series: one subscription's minutes (echoed), no latency in a minute
+ * without attempts; a subscription_id that is not a UUID is 400 naming it. */
+static void test_series_of_one_subscription(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+	const char *bad[] = {"subscription_id", "orders"};
+	const char *one[] = {"subscription_id", "0190a0b0-0000-7000-8000-000000000000", "minutes",
+			     "3", NULL};
+
+	assert_int_equal(call(f, "GET", "/v1/stats/series", NULL, bad, &body), 400);
+	assert_string_equal(error_field(body), "subscription_id");
+	json_decref(body);
+	assert_int_equal(call_q(f, "GET", "/v1/stats/series", NULL, pairs, one, &body), 200);
+	assert_string_equal(json_string_value(json_object_get(body, "subscription_id")), one[1]);
+	json_t *points = json_object_get(body, "points");
+	assert_int_equal(json_array_size(points), 3);
+	json_t *p = json_array_get(points, 2);
+	assert_int_equal(json_integer_value(json_object_get(p, "succeeded")), 0);
+	assert_true(json_is_null(json_object_get(p, "latency_p50_ms")));
+	assert_true(json_is_null(json_object_get(p, "latency_p99_ms")));
+	json_decref(body);
+}
+
 /* Creates a subscription from doc; its id into id. */
 static void create_sub(struct fixture *f, const char *doc, char id[64])
 {
@@ -365,6 +390,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dlq_filter_is_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_search, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_series_of_one_subscription, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_test_event_goes_to_one_subscription, setup,
 						teardown),
 	};
