@@ -6,6 +6,7 @@ import { html, useEffect, useState } from '../vendor/htm-preact.js';
 import { api, qs } from '../api.js';
 import {
   Cell, ErrorNote, fmtTime, fromRfc3339, navigate, shortId, subName, toRfc3339, useAsync,
+  useListKeys,
 } from '../util.js';
 import { Status, useSubscriptions } from './list.js';
 import { Payload } from './delivery.js';
@@ -69,6 +70,7 @@ export function Events({ query, refresh }) {
   const key = new URLSearchParams(query).toString();
   const [list] = useAsync(() => api('GET', `/v1/events${qs({ limit: 50, ...current })}`), [key, refresh]);
   const items = list.data ? list.data.items : [];
+  useListKeys();
   const search = { ...current };
   delete search.cursor;
   return html`<main>

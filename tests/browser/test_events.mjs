@@ -2,10 +2,10 @@
 // operator uses them: search events by type (exact and glob), by source and idempotency
 // key, with the search in the URL (a reload keeps it); open an event and find its
 // payload as sent and its deliveries, each linked to its page and its subscription;
-// follow a delivery back to its event; read a subscription's attempts per minute by
-// outcome and its latency (p50, p99). The events page, an event and a subscription laid
-// out at 1280 and 390 px with no sideways scrolling and no overlapping, squeezed or
-// off-screen text (lib.mjs, layoutProblems). No page error, no console error, no request
+// follow a delivery back to its event; move through the list with j / k; read a
+// subscription's attempts per minute by outcome and its latency (p50, p99). The events
+// page, an event and a subscription laid out at 1280 and 390 px with no sideways
+// scrolling and no overlapping, squeezed or off-screen text (lib.mjs, layoutProblems). No page error, no console error, no request
 // to another host. Full-page screenshots: $ARTIFACTS_DIR/layout-{events,event,
 // subscription-activity}-WIDTH.png.
 import path from 'node:path';
@@ -124,10 +124,15 @@ async function main() {
       check(new URL(page.url()).hash === `#/events/${paid}`, `back on the event: ${page.url()}`);
     });
 
-    await step('g e opens the events page', async () => {
+    await step('g e opens the events page; j j Enter opens the second event', async () => {
       await page.keyboard.press('g');
       await page.keyboard.press('e');
-      await waitFor('the events page', async () => new URL(page.url()).hash === '#/events');
+      await waitFor('the events page', async () => new URL(page.url()).hash === '#/events' && (await rows.count()) === 6);
+      const second = await rows.nth(1).getAttribute('data-id');
+      await page.keyboard.press('j');
+      await page.keyboard.press('j');
+      await page.keyboard.press('Enter');
+      await waitFor('the second event', async () => new URL(page.url()).hash === `#/events/${second}`);
     });
 
     const activity = page.getByTestId('activity');
