@@ -9,6 +9,7 @@ import { DeliveryDetail } from './pages/delivery.js';
 import { Subscriptions, SubscriptionDetail, SubscriptionNew } from './pages/subscriptions.js';
 import { Audit } from './pages/audit.js';
 import { Jobs } from './pages/jobs.js';
+import { Events, EventDetail } from './pages/events.js';
 
 // "#/dlq?subscription_id=..." -> { path: ['dlq'], query: URLSearchParams }
 function parseHash() {
@@ -23,6 +24,7 @@ const NAV = [
   ['overview', 'Overview', 'o'],
   ['dlq', 'Dead letters', 'q'],
   ['deliveries', 'Deliveries', 'd'],
+  ['events', 'Events', 'e'],
   ['subscriptions', 'Subscriptions', 's'],
   ['jobs', 'Jobs', 'j'],
   ['audit', 'Audit log', 'a'],
@@ -153,6 +155,8 @@ function App() {
   else if (first === 'dlq') page = html`<${DeliveryList} key="dlq" dead=${true} ...${props} />`;
   else if (first === 'deliveries' && second) page = html`<${DeliveryDetail} key=${second} id=${second} ...${props} />`;
   else if (first === 'deliveries') page = html`<${DeliveryList} key="deliveries" dead=${false} ...${props} />`;
+  else if (first === 'events' && second) page = html`<${EventDetail} key=${second} id=${second} ...${props} />`;
+  else if (first === 'events') page = html`<${Events} ...${props} />`;
   else if (first === 'subscriptions' && second === 'new') page = html`<${SubscriptionNew} ...${props} />`;
   else if (first === 'subscriptions' && second) page = html`<${SubscriptionDetail} key=${second} id=${second} ...${props} />`;
   else if (first === 'subscriptions') page = html`<${Subscriptions} ...${props} />`;

@@ -140,3 +140,26 @@ export function useWidth() {
   }, []);
   return [ref, width];
 }
+
+// A list's keys: j / k move between its rows (the focus is on the row's first link: Enter
+// opens it), x ticks the focused row when it has a checkbox.
+export function useListKeys() {
+  useEffect(() => {
+    const onKey = (e) => {
+      const t = e.target;
+      if (e.ctrlKey || e.metaKey || e.altKey || (t && /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName) && t.type !== 'checkbox')) return;
+      const links = [...document.querySelectorAll('table.list tbody tr[data-id] td:first-of-type a, table.list tbody tr[data-id] td.sel + td a')];
+      const row = document.activeElement && document.activeElement.closest('tr[data-id]');
+      const at = row ? links.findIndex((a) => a.closest('tr') === row) : -1;
+      if (e.key === 'j' || e.key === 'k') {
+        const next = e.key === 'j' ? Math.min(at + 1, links.length - 1) : Math.max(at - 1, 0);
+        if (links[next]) { e.preventDefault(); links[next].focus(); }
+      } else if (e.key === 'x' && row) {
+        const box = row.querySelector('input[type="checkbox"]');
+        if (box) { e.preventDefault(); box.click(); }
+      }
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, []);
+}

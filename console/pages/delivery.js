@@ -19,7 +19,7 @@ function keepNumberText(key, value, context) {
 // The payload from the exact bytes (the request's body_base64); JSON pretty-printed,
 // anything else as hex or base64. Without the bytes (the subscription is gone), the
 // event's payload as GET /v1/deliveries/{id} returns it.
-function Payload({ event, bodyBase64 }) {
+export function Payload({ event, bodyBase64 }) {
   const [view, setView] = useState('hex');
   if (!event && !bodyBase64) return html`<p class="muted">The event is gone (purged with its last delivery).</p>`;
   const b64 = bodyBase64 ?? (event && event.payload_base64);
@@ -88,7 +88,8 @@ export function DeliveryDetail({ id, can, refresh }) {
           ${sub && !sub.enabled && !x.dead && x.status !== 'PROCESSED' && html`<br /><small class="muted">${x.status}; ${sub.name} is disabled${sub.disabled_reason ? ` (${sub.disabled_reason})` : ''}: this delivery is sent again once it is enabled.</small>`}</td></tr>
         <tr><th>Event type</th><td>${x.event_type}</td></tr>
         <tr><th>Subscription</th><td>${sub ? html`<a href=${`#/subscriptions/${sub.id}`}>${sub.name}</a>` : x.subscription_id}</td></tr>
-        <tr><th>Event</th><td><a href=${`#/deliveries?event_id=${x.event_id}`} title="every delivery of this event"><code>${x.event_id}</code></a>${x.event && x.event.source ? ` from ${x.event.source}` : ''}</td></tr>
+        <tr><th>Event</th><td><a href=${`#/events/${x.event_id}`} title="the event, its payload and its deliveries"><code>${x.event_id}</code></a>${x.event && x.event.source ? ` from ${x.event.source}` : ''}
+          · <a href=${`#/deliveries?event_id=${x.event_id}`}>every delivery of it</a></td></tr>
         <tr><th>Attempts</th><td>${x.attempt_count} (${x.retry_count} scheduled retries)</td></tr>
         <tr><th>Next attempt</th><td>${fmtTime(x.next_attempt_at)}</td></tr>
         ${x.failing_since && html`<tr><th>Failing since</th><td>${fmtTime(x.failing_since)}</td></tr>`}

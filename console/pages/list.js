@@ -5,7 +5,8 @@
 import { html, useEffect, useRef, useState } from '../vendor/htm-preact.js';
 import { api, qs } from '../api.js';
 import {
-  Cell, ErrorNote, describeFilter, fmtTime, fromRfc3339, navigate, shortId, subName, toRfc3339, useAsync, waitingOn,
+  Cell, ErrorNote, describeFilter, fmtTime, fromRfc3339, navigate, shortId, subName, toRfc3339, useAsync,
+  useListKeys, waitingOn,
 } from '../util.js';
 
 const FILTER_KEYS = ['status', 'subscription_id', 'event_type', 'q', 'code', 'source', 'event_id', 'min_attempts', 'failing_since', 'from', 'to'];
@@ -165,26 +166,7 @@ export function DeliveryList({ dead, can, query, refresh }) {
   const [list, reload] = useAsync(() => api('GET', `/v1/${dead ? 'dlq' : 'deliveries'}${qs({ limit: 50, ...current })}`), [key, refresh]);
   useEffect(() => setSelected(new Set()), [key]);
 
-  // j / k move between rows (the focus is on the row's link: Enter opens it), x ticks
-  // the focused row.
-  useEffect(() => {
-    const onKey = (e) => {
-      const t = e.target;
-      if (e.ctrlKey || e.metaKey || e.altKey || (t && /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName) && t.type !== 'checkbox')) return;
-      const links = [...document.querySelectorAll('table.list tbody tr[data-id] td a')];
-      const row = document.activeElement && document.activeElement.closest('tr[data-id]');
-      const at = row ? links.findIndex((a) => a.closest('tr') === row) : -1;
-      if (e.key === 'j' || e.key === 'k') {
-        const next = e.key === 'j' ? Math.min(at + 1, links.length - 1) : Math.max(at - 1, 0);
-        if (links[next]) { e.preventDefault(); links[next].focus(); }
-      } else if (e.key === 'x' && row) {
-        const box = row.querySelector('input[type="checkbox"]');
-        if (box) { e.preventDefault(); box.click(); }
-      }
-    };
-    window.addEventListener('keydown', onKey);
-    return () => window.removeEventListener('keydown', onKey);
-  }, []);
+  useListKeys();
 
   const apply = (f) => navigate(`/${base}${qs(f)}`);
   const filter = {};

@@ -3,54 +3,8 @@
 // ones first. Refreshed with the console's auto-refresh (app.js).
 import { html, useState } from '../vendor/htm-preact.js';
 import { api } from '../api.js';
-import { Cell, ErrorNote, fmtAge, fmtRate, fmtTime, usePoll, useWidth } from '../util.js';
-
-const SERIES = [
-  ['succeeded', 'succeeded (2xx)'],
-  ['client_error', 'client error (4xx)'],
-  ['server_error', 'server or network error'],
-];
-
-// A stacked bar per minute, drawn as SVG by Preact (no chart library: 60 bars need none),
-// at the width it is shown: scaling a fixed drawing down to a phone would shrink its
-// labels to a few pixels.
-function Chart({ series }) {
-  const [ref, width] = useWidth();
-  return html`<div ref=${ref}>${series ? html`<${Bars} series=${series} width=${width} />` : html`<p class="chart muted">Loading…</p>`}</div>`;
-}
-
-function Bars({ series, width }) {
-  const pts = series.points;
-  const narrow = width > 0 && width < 520;
-  const W = Math.max(260, width || 720), H = narrow ? 150 : 180, pad = { l: 36, r: 4, t: 8, b: 22 };
-  const totals = pts.map((p) => p.succeeded + p.client_error + p.server_error);
-  const max = Math.max(1, ...totals);
-  const step = (W - pad.l - pad.r) / pts.length;
-  const y = (v) => ((H - pad.t - pad.b) * v) / max;
-  const ticks = [...new Set([0, Math.round(max / 2), max])];
-  const sum = (k) => pts.reduce((a, p) => a + p[k], 0);
-  // Time labels at the start, middle and end, anchored so none runs past the edges.
-  const labels = [[0, 'start'], [Math.floor(pts.length / 2), 'middle'], [pts.length - 1, 'end']];
-  return html`<figure class="chart">
-    <svg viewBox=${`0 0 ${W} ${H}`} width=${W} height=${H} role="img" aria-label="Delivery attempts per minute by outcome, last hour">
-      ${ticks.map((t) => html`<g class="tick"><line x1=${pad.l} x2=${W - pad.r} y1=${H - pad.b - y(t)} y2=${H - pad.b - y(t)} /><text x=${pad.l - 4} y=${H - pad.b - y(t) + 4} text-anchor="end">${t}</text></g>`)}
-      ${pts.map((p, i) => {
-        let base = H - pad.b;
-        return html`<g><title>${`${fmtTime(p.at).slice(11, 16)}Z: ${p.succeeded} ok, ${p.client_error} 4xx, ${p.server_error} 5xx/network`}</title>
-          ${SERIES.map(([k]) => {
-            const h = y(p[k]);
-            base -= h;
-            return h > 0 ? html`<rect class=${`s-${k}`} x=${pad.l + i * step + 0.5} y=${base} width=${Math.max(1, step - 1)} height=${h} />` : null;
-          })}</g>`;
-      })}
-      ${labels.map(([i, anchor]) => html`<text class="tick" x=${anchor === 'start' ? pad.l : anchor === 'end' ? W - pad.r : pad.l + (i + 0.5) * step} y=${H - 6} text-anchor=${anchor}>${fmtTime(pts[i].at).slice(11, 16)}</text>`)}
-    </svg>
-    <figcaption>
-      ${SERIES.map(([k, label]) => html`<span class="legend"><i class=${`s-${k}`}></i>${label}: <b data-series=${k}>${sum(k)}</b></span>`)}
-      <span class="muted">last ${pts.length} min, UTC</span>
-    </figcaption>
-  </figure>`;
-}
+import { AttemptsChart } from '../chart.js';
+import { Cell, ErrorNote, fmtAge, fmtRate, fmtTime, usePoll } from '../util.js';
 
 function failing(s) {
   if (s.circuit === 'open') return 0;
@@ -88,7 +42,7 @@ export function Overview({ refresh }) {
     </section>
     <section class="card">
       <h2>Delivery attempts per minute</h2>
-      <${Chart} series=${series} />
+      <${AttemptsChart} series=${series} />
     </section>
     <section class="card">
       <h2>Subscriptions <small class="muted">${stats ? `attempts in the last ${fmtAge(stats.window.ms)}; failing first` : ''}</small></h2>

@@ -1,8 +1,9 @@
-// subscriptions.js: subscriptions list, detail (credentials as the API masks them),
-// create and edit (a form, subform.js, or the document as JSON; saved as a merge patch),
-// enable/disable and delete (admin scope).
+// subscriptions.js: subscriptions list, detail (credentials as the API masks them, its
+// attempts and latency per minute), create and edit (a form, subform.js, or the document
+// as JSON; saved as a merge patch), enable/disable and delete (admin scope).
 import { html, useState } from '../vendor/htm-preact.js';
 import { api } from '../api.js';
+import { AttemptsChart, LatencyChart } from '../chart.js';
 import { Cell, ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
 import { SubscriptionForm, describeAuth, describeRetry } from './subform.js';
 
@@ -55,6 +56,19 @@ function FlowControl({ id, refresh }) {
   const ep = stats.data.endpoints.find((e) => e.endpoint === flow.endpoint);
   if (!ep) return html`<tr><th>Concurrency</th><td>adaptive (nothing sent yet from this instance)</td></tr>`;
   return html`<tr><th>Concurrency</th><td>adaptive: limit <strong>${ep.limit}</strong> · ${ep.in_flight} in flight · ${ep.queued} waiting · latency ${ep.latency_ms.toFixed(1)} ms (unloaded ${ep.latency_min_ms.toFixed(1)} ms)</td></tr>`;
+}
+
+// This subscription's attempts per minute over the last hour, by outcome, and their
+// latency (p50, p99), from GET /v1/stats/series?subscription_id=.
+function Activity({ id, refresh }) {
+  const [series] = useAsync(() => api('GET', `/v1/stats/series?minutes=60&subscription_id=${id}`), [id, refresh]);
+  return html`<section class="card" data-testid="activity">
+    <h2>Attempts per minute</h2>
+    <${ErrorNote} error=${series.error} />
+    <${AttemptsChart} series=${series.data} label="This subscription's delivery attempts per minute by outcome, last hour" />
+    <h2 class="sub">Latency</h2>
+    <${LatencyChart} series=${series.data} label="This subscription's attempt latency per minute, p50 and p99, last hour" />
+  </section>`;
 }
 
 export function SubscriptionDetail({ id, can, refresh }) {
@@ -133,6 +147,7 @@ export function SubscriptionDetail({ id, can, refresh }) {
       ${confirm && html`<div class="confirm" role="alertdialog" aria-label="Confirm delete"><p>Delete ${s.name}? Its pending deliveries go to the dead-letter queue (410 subscription deleted).</p>
         <button class="danger" onClick=${del}>Delete</button> <button onClick=${() => setConfirm(false)}>Keep it</button></div>`}
     </section>
+    <${Activity} id=${id} refresh=${refresh} />
     ${form && html`<section><h2>Edit</h2><${SubscriptionForm} stored=${s} onSave=${saveForm} onCancel=${() => setForm(false)} /></section>`}
     ${text !== null && html`<section class="card">
       <h2>Edit</h2>

@@ -142,6 +142,9 @@ void api_reply_errorf(struct api_response *res, int status, const char *code, co
 		      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Maps a store error to 404/409/503/500 with a message. */
 void api_reply_store_error(struct api_response *res, int rc, const char *what);
+/* The query parameter name of req (a const struct api_request *), NULL when absent: the
+ * lookup core/filter.h's parsers take. */
+const char *api_query_get(const void *req, const char *name);
 /* The integer query parameter name into *out (def when absent). 0, or -1 with res set to
  * a 400 naming the parameter when it is not an integer from min to max. */
 int api_query_int(const struct api_request *req, const char *name, long def, long min,
@@ -163,6 +166,7 @@ const struct api_route *api_routes(size_t *n);
 /* Route handlers (routes_*.c). `id` is the path parameter or NULL. */
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res);
 void api_events_get(struct api *api, const char *id, struct api_response *res);
+void api_events_list(struct api *api, const struct api_request *req, struct api_response *res);
 void api_events_test(struct api *api, const char *sub_id, const struct api_request *req,
 		     struct api_response *res);
 void api_subs_create(struct api *api, const struct api_request *req, struct api_response *res);

@@ -27,7 +27,8 @@ static int is_json_type(const char *ct)
 	       (n > 5 && strncasecmp(ct + n - 5, "+json", 5) == 0);
 }
 
-json_t *render_event(const struct store_event *ev)
+/* An event without its payload. */
+static json_t *event_head(const struct store_event *ev)
 {
 	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:o}", "id", ev->id, "event_type",
 			      ev->event_type, "source", ev->source ? ev->source : "",
@@ -36,6 +37,12 @@ json_t *render_event(const struct store_event *ev)
 			      "created_at", render_time(ev->created_at));
 	/* the webhook-id its deliveries carry: its id upstream, else its own */
 	json_object_set_new(o, "webhook_id", json_string(ev->webhook_id ? ev->webhook_id : ev->id));
+	return o;
+}
+
+json_t *render_event(const struct store_event *ev)
+{
+	json_t *o = event_head(ev);
 	json_t *payload = NULL;
 	if (is_json_type(ev->content_type))
 		payload = json_loadb(ev->payload, ev->payload_len, JSON_DECODE_ANY, NULL);
@@ -49,6 +56,19 @@ json_t *render_event(const struct store_event *ev)
 			free(b64);
 		}
 	}
+	return o;
+}
+
+/* An event of the search (GET /v1/events): render_event without the payload, with its
+ * deliveries counted by state (the names of GET /v1/stats). */
+json_t *render_event_summary(const struct store_event_summary *e)
+{
+	json_t *o = event_head(&e->event);
+	json_object_set_new(o, "delivery_counts",
+			    json_pack("{s:I, s:I, s:I, s:I}", "NEW", (json_int_t)e->new_count,
+				      "PROCESSED", (json_int_t)e->processed_count,
+				      "FAILED_RETRYING", (json_int_t)e->retrying_count,
+				      "FAILED_DEAD", (json_int_t)e->dead_count));
 	return o;
 }
 

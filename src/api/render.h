@@ -9,6 +9,7 @@
 
 json_t *render_time(int64_t ms);                 /* null for 0 */
 json_t *render_event(const struct store_event *ev);
+json_t *render_event_summary(const struct store_event_summary *e);
 json_t *render_delivery(const struct store_delivery *d);
 json_t *render_attempt(const struct store_attempt_row *a);
 

@@ -48,10 +48,16 @@ void api_reply_errorf(struct api_response *res, int status, const char *code, co
 	api_reply_error(res, &err);
 }
 
+const char *api_query_get(const void *ctx, const char *name)
+{
+	const struct api_request *req = ctx;
+	return req->query ? req->query(req->query_ctx, name) : NULL;
+}
+
 int api_query_int(const struct api_request *req, const char *name, long def, long min,
 		  long max, long *out, struct api_response *res)
 {
-	const char *v = req->query ? req->query(req->query_ctx, name) : NULL;
+	const char *v = api_query_get(req, name);
 	char *end;
 
 	*out = def;
@@ -263,6 +269,12 @@ static void h_events_get(struct api *api, const struct api_request *req, const c
 		api_events_get(api, id, res);
 }
 
+static void h_events_list(struct api *api, const struct api_request *req, const char *id,
+			  struct api_response *res)
+{
+	api_events_list(api, req, res);
+}
+
 static void h_subs_create(struct api *api, const struct api_request *req, const char *id,
 			  struct api_response *res)
 {
@@ -426,6 +438,7 @@ static void h_delivery_request(struct api *api, const struct api_request *req, c
  * "{id}" matches one path segment. Order matters only for readability. */
 static const struct api_route routes[] = {
 	{"POST", "/v1/events", h_events_post, TOKEN_SCOPE_INGEST},
+	{"GET", "/v1/events", h_events_list, TOKEN_SCOPE_READ},
 	{"GET", "/v1/events/{id}", h_events_get, TOKEN_SCOPE_READ},
 	{"POST", "/v1/subscriptions", h_subs_create, TOKEN_SCOPE_ADMIN},
 	{"GET", "/v1/subscriptions", h_subs_list, TOKEN_SCOPE_READ},

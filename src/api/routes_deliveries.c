@@ -16,12 +16,6 @@
 #define REPLAY_MAX_IDS 1000
 #define PURGE_CHUNK 1000
 
-static const char *query_get(const void *ctx, const char *name)
-{
-	const struct api_request *req = ctx;
-	return req->query ? req->query(req->query_ctx, name) : NULL;
-}
-
 void api_deliveries_list(struct api *api, const struct api_request *req, int dead_only,
 			 struct api_response *res)
 {
@@ -33,7 +27,7 @@ void api_deliveries_list(struct api *api, const struct api_request *req, int dea
 	size_t n = 0;
 
 	f.limit = LIST_DEFAULT;
-	if (filter_parse(query_get, req, 1, api->reg, "", clock_now_ms(), &f, &fb, &err)) {
+	if (filter_parse(api_query_get, req, 1, api->reg, "", clock_now_ms(), &f, &fb, &err)) {
 		api_reply_error(res, &err);
 		return;
 	}
@@ -41,7 +35,7 @@ void api_deliveries_list(struct api *api, const struct api_request *req, int dea
 	if (api_query_int(req, "limit", LIST_DEFAULT, 1, LIST_MAX, &limit, res))
 		return;
 	f.limit = (size_t)limit;
-	f.cursor = query_get(req, "cursor");
+	f.cursor = api_query_get(req, "cursor");
 	f.dead_only = dead_only;
 	int rc = store_deliveries_list(api->st, &f, &items, &n, &next);
 	if (rc == STORE_INVALID) {

@@ -1,11 +1,13 @@
-/* routes_events.c: POST /v1/events (ingest), GET /v1/events/{id}, and
- * POST /v1/subscriptions/{id}/test (one event for one subscription). */
+/* routes_events.c: POST /v1/events (ingest), the event search (GET /v1/events),
+ * GET /v1/events/{id}, and POST /v1/subscriptions/{id}/test (one event for one
+ * subscription). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "api/render.h"
+#include "core/filter.h"
 #include "core/metrics.h"
 #include "core/trace.h"
 #include "intake/ingest.h"
@@ -96,6 +98,45 @@ void api_events_get(struct api *api, const char *id, struct api_response *res)
 	store_deliveries_free(ds, n);
 	store_event_free(&ev);
 	api_reply_json(res, 200, out);
+}
+
+#define EVENTS_PAGE_DEFAULT 100
+#define EVENTS_PAGE_MAX 1000
+
+void api_events_list(struct api *api, const struct api_request *req, struct api_response *res)
+{
+	struct event_filter f = {0};
+	struct store_event_summary *items = NULL;
+	struct input_error err;
+	char *next = NULL;
+	size_t n = 0;
+	long limit;
+
+	if (event_filter_parse(api_query_get, req, &f, &err)) {
+		api_reply_error(res, &err);
+		return;
+	}
+	if (api_query_int(req, "limit", EVENTS_PAGE_DEFAULT, 1, EVENTS_PAGE_MAX, &limit, res))
+		return;
+	f.limit = (size_t)limit;
+	f.cursor = api_query_get(req, "cursor");
+	int rc = store_events_list(api->st, &f, &items, &n, &next);
+	if (rc == STORE_INVALID) {
+		api_reply_errorf(res, 400, "invalid_argument", "cursor",
+				 "cursor is not one this server returned for the events");
+		return;
+	}
+	if (rc) {
+		api_reply_store_error(res, rc, "events");
+		return;
+	}
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(list, render_event_summary(&items[i]));
+	store_event_summaries_free(items, n);
+	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_cursor",
+					   next ? json_string(next) : json_null()));
+	free(next);
 }
 
 /* A test event: an event like any other (stored, with its delivery, attempts and

@@ -1,7 +1,8 @@
 /* routes_overview.c: the reads the operator console needs besides the lists — who the
  * caller is (GET /v1/whoami: a read-only token gets a read-only console), attempts per
- * minute by outcome (GET /v1/stats/series), and the request outboxd sends for a delivery
- * with its credentials masked and its body exact (GET /v1/deliveries/{id}/request).
+ * minute by outcome with their latency, of every subscription or one
+ * (GET /v1/stats/series), and the request outboxd sends for a delivery with its
+ * credentials masked and its body exact (GET /v1/deliveries/{id}/request).
  *
  * Must not write, and must never put a credential in an answer. */
 #include <jansson.h>
@@ -13,6 +14,7 @@
 #include "core/token.h"
 #include "util/base64.h"
 #include "util/clock.h"
+#include "util/uuid.h"
 
 #define MASK "********"
 #define MINUTE_MS 60000
@@ -25,12 +27,25 @@ void api_whoami(struct api *api, const struct api_request *req, struct api_respo
 					   token_scopes_json(token_scope_grants(req->scopes))));
 }
 
+/* A percentile of a bucket's durations, null when the bucket has no attempt. */
+static json_t *latency(int64_t ms)
+{
+	return ms < 0 ? json_null() : json_integer((json_int_t)ms);
+}
+
 void api_stats_series(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	long minutes;
 	if (api_query_int(req, "minutes", SERIES_DEFAULT_MINUTES, 1, STORE_SERIES_MAX, &minutes,
 			  res))
 		return;
+	/* One subscription's attempts (a deleted one's history included), or everyone's. */
+	const char *sub = api_query_get(req, "subscription_id");
+	if (sub && !uuid_valid(sub)) {
+		api_reply_errorf(res, 400, "invalid_argument", "subscription_id",
+				 "subscription_id must be a UUID, got \"%.64s\"", sub);
+		return;
+	}
 	/* Whole minutes, the last one the current (partial) minute. */
 	int64_t now = clock_now_ms();
 	int64_t from = (now / MINUTE_MS - (minutes - 1)) * MINUTE_MS;
@@ -39,7 +54,7 @@ void api_stats_series(struct api *api, const struct api_request *req, struct api
 		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
 		return;
 	}
-	int rc = store_attempt_series(api->st, from, MINUTE_MS, (size_t)minutes, b);
+	int rc = store_attempt_series(api->st, sub, from, MINUTE_MS, (size_t)minutes, b);
 	if (rc) {
 		free(b);
 		api_reply_store_error(res, rc, "stats");
@@ -47,15 +62,20 @@ void api_stats_series(struct api *api, const struct api_request *req, struct api
 	}
 	json_t *points = json_array();
 	for (long i = 0; i < minutes; i++)
-		json_array_append_new(points, json_pack("{s:o, s:I, s:I, s:I}", "at",
+		json_array_append_new(points, json_pack("{s:o, s:I, s:I, s:I, s:o, s:o}", "at",
 							render_time(from + i * MINUTE_MS), "succeeded",
 							(json_int_t)b[i].succeeded, "client_error",
 							(json_int_t)b[i].client_error, "server_error",
-							(json_int_t)b[i].server_error));
+							(json_int_t)b[i].server_error, "latency_p50_ms",
+							latency(b[i].p50_ms), "latency_p99_ms",
+							latency(b[i].p99_ms)));
 	free(b);
-	api_reply_json(res, 200, json_pack("{s:I, s:o, s:o, s:o}", "bucket_ms", (json_int_t)MINUTE_MS,
-					   "from", render_time(from), "to",
-					   render_time(from + minutes * MINUTE_MS), "points", points));
+	json_t *out = json_pack("{s:I, s:o, s:o, s:o}", "bucket_ms", (json_int_t)MINUTE_MS, "from",
+				render_time(from), "to", render_time(from + minutes * MINUTE_MS),
+				"points", points);
+	if (sub)
+		json_object_set_new(out, "subscription_id", json_string(sub));
+	api_reply_json(res, 200, out);
 }
 
 static void add_header(json_t *list, const char *name, const char *value, const char *note)

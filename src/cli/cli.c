@@ -500,6 +500,56 @@ static int run_events_show(struct cli *c, const struct cli_args *o)
 	return CLI_OK;
 }
 
+static void print_event_header(void)
+{
+	printf("%-36s  %-24s  %-16s  %-16s  %-24s  %s\n", "ID", "EVENT TYPE", "SOURCE",
+	       "SOURCE EVENT ID", "CREATED", "DELIVERIES");
+}
+
+/* An event of the search with its deliveries by state, the states it has only. */
+static void print_event_row(json_t *e)
+{
+	static const char *const states[][2] = {{"PROCESSED", "processed"}, {"NEW", "new"},
+		{"FAILED_RETRYING", "retrying"}, {"FAILED_DEAD", "dead"}};
+	json_t *counts = json_object_get(e, "delivery_counts");
+	char by[128] = "";
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		long long n = (long long)json_integer_value(json_object_get(counts, states[i][0]));
+		size_t used = strlen(by);
+		if (n)
+			snprintf(by + used, sizeof(by) - used, "%s%lld %s", used ? ", " : "", n,
+				 states[i][1]);
+	}
+	printf("%-36s  %-24.24s  %-16.16s  %-16.16s  %-24s  %s\n", str(e, "id"),
+	       str(e, "event_type"), str(e, "source"), str(e, "source_event_id"),
+	       str(e, "created_at"), by[0] ? by : "none");
+}
+
+/* events list: the event search, newest first, one page, or every page with --all or
+ * --json. */
+static int run_events_list(struct cli *c, const struct cli_args *o)
+{
+	static const char *const search_map[][2] = {
+		{"--type", "event_type"}, {"--source", "source"},
+		{"--source-event-id", "source_event_id"}, {"--id", "id"}, {"--from", "from"},
+		{"--to", "to"},
+	};
+	char path[2048] = "/v1/events";
+	int all = c->json || opt(o, "--all");
+	size_t shown = 0;
+
+	for (size_t i = 0; i < sizeof(search_map) / sizeof(search_map[0]); i++)
+		append_query(path, sizeof(path), search_map[i][1], opt(o, search_map[i][0]));
+	append_query(path, sizeof(path), "limit", opt(o, "--limit") ? opt(o, "--limit")
+							: all ? "1000" : "50");
+	int rc = list_pages(c, path, all, print_event_header, print_event_row, &shown);
+	if (rc)
+		return rc;
+	if (!c->json)
+		printf("%zu events\n", shown);
+	return CLI_OK;
+}
+
 static void print_sub_row(json_t *s)
 {
 	char types[128] = "";
@@ -1110,6 +1160,16 @@ static const struct cli_option filter_options[] = {
 	END,
 };
 
+static const struct cli_option event_search_options[] = {
+	{"--type", "T", "the event type, or a glob (order.*)"},
+	{"--source", "S", "the event's source"},
+	{"--source-event-id", "ID", "the producer's idempotency key"},
+	{"--id", "ID", "one event"},
+	{"--from", "RFC3339", "created at or after"},
+	{"--to", "RFC3339", "created before"},
+	END,
+};
+
 static const struct cli_option list_options[] = {
 	{"--failing", NULL, "what is failing now, dead or still retried"},
 	{"--sort", "created_at|updated_at|attempt_count", "the order (default created_at)"},
@@ -1182,6 +1242,8 @@ static const struct cli_option token_options[] = {
 static const struct cli_command events_commands[] = {
 	{"send", "--type TYPE (--data JSON | --data-file FILE | --base64 B64) [options]",
 	 "send one event", 0, 0, {send_options}, run_events_send},
+	{"list", "[filters] [options]", "events newest first, their deliveries counted", 0, 0,
+	 {event_search_options, paging_options}, run_events_list},
 	{"show", "ID", "an event and its deliveries", 1, 1, NO_OPTIONS, run_events_show},
 	LAST,
 };
@@ -1252,7 +1314,7 @@ static const struct cli_command stats_commands[] = {
 /* The command groups: what dispatch, the help texts, cli_is_group and `outboxd help`
  * (cli_print_groups) read. */
 static const struct cli_group groups[] = {
-	{"events", "send and show events", events_commands},
+	{"events", "send, search and show events", events_commands},
 	{"subs", "manage subscriptions", subs_commands},
 	{"deliveries", "list and inspect deliveries", deliveries_commands},
 	{"dlq", "the dead-letter queue: list, replay, purge", dlq_commands},

@@ -19,6 +19,34 @@ static int fail(struct input_error *err, const char *prefix, const char *key, co
 	return input_error_set(err, 400, "invalid_argument", field, "%s %s", field, what);
 }
 
+/* event_type: exact, or a glob when it holds '*' or '?' (deliveries and events alike). */
+static int event_type_parse(filter_get_cb get, const void *ctx, const char *prefix,
+			    const char **type, int *glob, struct input_error *err)
+{
+	const char *v = get(ctx, "event_type");
+
+	if (!v)
+		return 0;
+	if (!*v || strlen(v) > 255)
+		return fail(err, prefix, "event_type", "must be 1 to 255 characters");
+	*type = v;
+	*glob = strpbrk(v, "*?") != NULL;
+	return 0;
+}
+
+/* from and to: a created_at range of RFC 3339 times, to exclusive. */
+static int range_parse(filter_get_cb get, const void *ctx, const char *prefix,
+		       int64_t *from_ms, int64_t *to_ms, struct input_error *err)
+{
+	const char *v;
+
+	if ((v = get(ctx, "from")) && clock_parse_rfc3339(v, from_ms))
+		return fail(err, prefix, "from", "must be an RFC 3339 time such as 2026-11-21T10:00:00Z");
+	if ((v = get(ctx, "to")) && clock_parse_rfc3339(v, to_ms))
+		return fail(err, prefix, "to", "must be an RFC 3339 time such as 2026-11-21T11:00:00Z");
+	return 0;
+}
+
 int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_registry *reg,
 		 const char *prefix, int64_t now_ms, struct delivery_filter *f,
 		 struct filter_buf *buf, struct input_error *err)
@@ -55,12 +83,8 @@ int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_re
 			return fail(err, prefix, "name", "names another subscription than subscription_id");
 		f->subscription_id = buf->subscription_id;
 	}
-	if ((v = get(ctx, "event_type"))) {
-		if (!*v || strlen(v) > 255)
-			return fail(err, prefix, "event_type", "must be 1 to 255 characters");
-		f->event_type = v;
-		f->event_type_glob = strpbrk(v, "*?") != NULL;
-	}
+	if (event_type_parse(get, ctx, prefix, &f->event_type, &f->event_type_glob, err))
+		return -1;
 	if ((v = get(ctx, "q"))) {
 		if (strlen(v) > 256)
 			return fail(err, prefix, "q", "must be at most 256 characters");
@@ -81,10 +105,8 @@ int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_re
 			return fail(err, prefix, "event_id", "must be a UUID");
 		f->event_id = v;
 	}
-	if ((v = get(ctx, "from")) && clock_parse_rfc3339(v, &f->from_ms))
-		return fail(err, prefix, "from", "must be an RFC 3339 time such as 2026-11-21T10:00:00Z");
-	if ((v = get(ctx, "to")) && clock_parse_rfc3339(v, &f->to_ms))
-		return fail(err, prefix, "to", "must be an RFC 3339 time such as 2026-11-21T11:00:00Z");
+	if (range_parse(get, ctx, prefix, &f->from_ms, &f->to_ms, err))
+		return -1;
 	if ((v = get(ctx, "min_attempts"))) {
 		char *end;
 		long n = strtol(v, &end, 10);
@@ -175,4 +197,29 @@ int filter_parse_json(const json_t *obj, struct sub_registry *reg, const char *p
 			return fail(err, prefix, key, "must be a string");
 	}
 	return filter_parse(json_get, obj, 0, reg, prefix, now_ms, f, buf, err);
+}
+
+int event_filter_parse(filter_get_cb get, const void *ctx, struct event_filter *f,
+		       struct input_error *err)
+{
+	const char *v;
+
+	if (event_type_parse(get, ctx, "", &f->event_type, &f->event_type_glob, err))
+		return -1;
+	if ((v = get(ctx, "source"))) {
+		if (strlen(v) > 1024)
+			return fail(err, "", "source", "must be at most 1024 characters");
+		f->source = v;
+	}
+	if ((v = get(ctx, "source_event_id"))) {
+		if (!*v || strlen(v) > 1024)
+			return fail(err, "", "source_event_id", "must be 1 to 1024 characters");
+		f->source_event_id = v;
+	}
+	if ((v = get(ctx, "id"))) {
+		if (!uuid_valid(v))
+			return fail(err, "", "id", "must be a UUID");
+		f->id = v;
+	}
+	return range_parse(get, ctx, "", &f->from_ms, &f->to_ms, err);
 }

@@ -1,6 +1,7 @@
 /* filter.h: which deliveries an operator means — the filter of GET /v1/deliveries,
  * GET /v1/dlq, filter replays, purges and replay jobs — and its one parser, from a query
- * string or a JSON object. The store answers a filter (store_deliveries_list); this
+ * string or a JSON object; and which events (the search of GET /v1/events), from a query
+ * string. The store answers a filter (store_deliveries_list, store_events_list); this
  * file only reads and checks one. Pure: no I/O. */
 #ifndef OUTBOXD_CORE_FILTER_H
 #define OUTBOXD_CORE_FILTER_H
@@ -59,5 +60,25 @@ int filter_parse(filter_get_cb get, const void *ctx, int sortable, struct sub_re
 int filter_parse_json(const json_t *obj, struct sub_registry *reg, const char *prefix,
 		      int64_t now_ms, struct delivery_filter *f, struct filter_buf *buf,
 		      struct input_error *err);
+
+/* The events an operator searches for (GET /v1/events), newest first. Every string points
+ * into the parameters it was parsed from. */
+struct event_filter {
+	const char *event_type;     /* exact, or a glob ('*', '?') when event_type_glob */
+	int event_type_glob;
+	const char *source;         /* exact ("" is the events sent without one) */
+	const char *source_event_id;
+	const char *id;             /* one event */
+	int64_t from_ms, to_ms;     /* created_at range, 0 = unbounded; to is exclusive */
+	const char *cursor;         /* from a previous page, NULL for the first */
+	size_t limit;               /* 1..1000 */
+};
+
+/* Fills f's conditions from the parameters event_type (a glob when it holds '*' or '?'),
+ * source, source_event_id, id, from and to, read the way filter_parse reads the
+ * deliveries' (cursor and limit are the caller's). Returns 0, or -1 with err naming the
+ * field (400). */
+int event_filter_parse(filter_get_cb get, const void *ctx, struct event_filter *f,
+		       struct input_error *err);
 
 #endif

@@ -11,6 +11,18 @@
 
 /* ---- backends ------------------------------------------------------------------------ */
 
+/* One group of the attempt series (store_ops.attempt_series): the attempts of one bucket
+ * that took duration_ms, by outcome, and how many attempts the whole bucket has. */
+struct store_series_group {
+	int64_t bucket;
+	int64_t duration_ms;
+	int64_t succeeded;          /* the outcomes of store_series_bucket */
+	int64_t client_error;
+	int64_t server_error;
+	int64_t bucket_total;       /* every attempt of the bucket, of any duration */
+};
+typedef int (*store_series_group_cb)(void *ctx, const struct store_series_group *g);
+
 /* What a backend implements. The wrappers above check arguments and call these. */
 struct store_methods {
 	const char *name;
@@ -47,6 +59,11 @@ struct store_methods {
 	int (*dlq_purge)(store *st, const char *delivery_id);
 	int (*cleanup)(store *st, int64_t before_ms, size_t *deleted);
 	int (*deliveries_count)(store *st, const struct delivery_filter *f, size_t *n);
+	/* Up to limit events matching f newest first, after the event (before_at,
+	 * before_id) when before_id is not NULL (f->cursor and f->limit are the wrapper's). */
+	int (*events_list)(store *st, const struct event_filter *f, int64_t before_at,
+			   const char *before_id, size_t limit, struct store_event_summary **items,
+			   size_t *n);
 	int (*dlq_purge_matching)(store *st, const struct delivery_filter *f, size_t limit,
 				  size_t *purged);
 	int (*job_create)(store *st, const struct store_job *job);
@@ -65,8 +82,14 @@ struct store_methods {
 	int (*token_list)(store *st, struct store_token **items, size_t *n);
 	int (*token_touch)(store *st, const char *id, int64_t at_ms);
 	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
-	int (*attempt_series)(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
-			      struct store_series_bucket *out);
+	/* The attempts started in [from_ms, from_ms + bucket_ms * n_buckets) (of
+	 * subscription_id's deliveries, NULL = all) grouped by bucket and duration_ms: one
+	 * call of group per group, ordered by bucket, then duration (store/series.c turns
+	 * them into store_attempt_series' buckets). A nonzero return of group stops it:
+	 * STORE_ERROR. */
+	int (*attempt_series)(store *st, const char *subscription_id, int64_t from_ms,
+			      int64_t bucket_ms, size_t n_buckets, store_series_group_cb group,
+			      void *ctx);
 	int (*sub_create)(store *st, const struct sub_row *sub);
 	int (*sub_update)(store *st, const struct sub_row *sub);
 	int (*sub_delete)(store *st, const char *id);

@@ -589,6 +589,86 @@ int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n
 	return st->methods->deliveries_count(st, f, n);
 }
 
+/* A cursor of a newest-first list ("<tag>:<created_at>:<id>", the last row of the
+ * previous page) into *at and id. 0, or -1 when it is not one. */
+static int newest_first_cursor_parse(const char *c, char tag, long long *at,
+				     char id[UUID_STR_LEN])
+{
+	char *end;
+	size_t len;
+
+	if (c[0] != tag || c[1] != ':')
+		return -1;
+	errno = 0;
+	*at = strtoll(c + 2, &end, 10);
+	if (errno || end == c + 2 || *end != ':')
+		return -1;
+	len = strlen(end + 1);
+	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
+		return -1;
+	memcpy(id, end + 1, len + 1);
+	return 0;
+}
+
+/* The cursor of the page after the row (at, id) of a newest-first list (returned), or
+ * NULL when out of memory. */
+static char *newest_first_cursor(char tag, int64_t at, const char *id)
+{
+	size_t len = 2 + 21 + 1 + UUID_STR_LEN;
+	char *c = malloc(len);
+
+	if (c)
+		snprintf(c, len, "%c:%lld:%s", tag, (long long)at, id);
+	return c;
+}
+
+/* Event cursors: "e:<created_at>:<id>" of the last event of the previous page. */
+int store_events_list(store *st, const struct event_filter *f,
+		      struct store_event_summary **items, size_t *n, char **next_cursor)
+{
+	char before_id[UUID_STR_LEN] = "";
+	long long before_at = 0;
+	int rc;
+
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (next_cursor)
+		*next_cursor = NULL;
+	if (!st || !f || !items || !n || !next_cursor || f->limit < 1 ||
+	    f->limit > STORE_MAX_PAGE || f->from_ms < 0 || f->to_ms < 0)
+		return STORE_INVALID;
+	if (f->cursor && newest_first_cursor_parse(f->cursor, 'e', &before_at, before_id))
+		return STORE_INVALID;
+	OPTIONAL_OP(st, events_list);
+	/* One more than asked: whether a next page exists. */
+	rc = st->ops->events_list(st, f, before_at, f->cursor ? before_id : NULL, f->limit + 1,
+				  items, n);
+	if (rc != STORE_OK || *n <= f->limit)
+		return rc;
+	const struct store_event_summary *last = &(*items)[f->limit - 1];
+	if (!(*next_cursor = newest_first_cursor('e', last->event.created_at, last->event.id))) {
+		store_event_summaries_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+		return STORE_ERROR;
+	}
+	for (size_t i = f->limit; i < *n; i++)
+		store_event_free(&(*items)[i].event);
+	*n = f->limit;
+	return STORE_OK;
+}
+
+void store_event_summaries_free(struct store_event_summary *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		store_event_free(&items[i].event);
+	free(items);
+}
+
 /* ---- operator actions --------------------------------------------------------------- */
 
 int store_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
@@ -686,21 +766,8 @@ int store_jobs_list(store *st, const char *state, const char *cursor, size_t lim
 		*next_cursor = NULL;
 	if (!st || !items || !n || !next_cursor || limit < 1 || limit > STORE_MAX_PAGE)
 		return STORE_INVALID;
-	if (cursor) {
-		char *end;
-		size_t len;
-		if (strncmp(cursor, "j:", 2) != 0)
-			return STORE_INVALID;
-		errno = 0;
-		before_at = strtoll(cursor + 2, &end, 10);
-		if (errno || end == cursor + 2 || *end != ':')
-			return STORE_INVALID;
-		len = strlen(end + 1);
-		if (len == 0 || len >= UUID_STR_LEN ||
-		    strspn(end + 1, "0123456789abcdefABCDEF-") != len)
-			return STORE_INVALID;
-		memcpy(before_id, end + 1, len + 1);
-	}
+	if (cursor && newest_first_cursor_parse(cursor, 'j', &before_at, before_id))
+		return STORE_INVALID;
 	OPTIONAL_OP(st, jobs_list);
 	/* One more than asked: whether a next page exists. */
 	rc = st->methods->jobs_list(st, state, before_at, cursor ? before_id : NULL, limit + 1, items,
@@ -708,14 +775,12 @@ int store_jobs_list(store *st, const char *state, const char *cursor, size_t lim
 	if (rc != STORE_OK || *n <= limit)
 		return rc;
 	const struct store_job *last = &(*items)[limit - 1];
-	size_t clen = 2 + 21 + 1 + UUID_STR_LEN;
-	if (!(*next_cursor = malloc(clen))) {
+	if (!(*next_cursor = newest_first_cursor('j', last->created_at, last->id))) {
 		store_jobs_free(*items, *n);
 		*items = NULL;
 		*n = 0;
 		return STORE_ERROR;
 	}
-	snprintf(*next_cursor, clen, "j:%lld:%s", (long long)last->created_at, last->id);
 	store_job_free(&(*items)[limit]);
 	*n = limit;
 	return STORE_OK;
@@ -868,16 +933,6 @@ int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats
 		return STORE_INVALID;
 	OPTIONAL_OP(st, stats);
 	return st->methods->stats(st, now_ms, window_ms, out);
-}
-
-int store_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
-			 struct store_series_bucket *out)
-{
-	if (!st || !out || bucket_ms <= 0 || n_buckets == 0 || n_buckets > STORE_SERIES_MAX)
-		return STORE_INVALID;
-	memset(out, 0, n_buckets * sizeof(*out));
-	OPTIONAL_OP(st, attempt_series);
-	return st->methods->attempt_series(st, from_ms, bucket_ms, n_buckets, out);
 }
 
 void store_stats_free(struct store_stats *s)

@@ -370,6 +370,25 @@ int store_deliveries_list(store *st, const struct delivery_filter *f,
 /* How many deliveries match the filter (cursor and limit are ignored). */
 int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n);
 
+/* One event as the event search lists it: the event without its payload (payload is
+ * "", payload_len 0), and how many of its deliveries are in each state (the states of
+ * store_stats). */
+struct store_event_summary {
+	struct store_event event;
+	int64_t new_count;          /* its deliveries NEW */
+	int64_t processed_count;    /* PROCESSED */
+	int64_t retrying_count;     /* FAILED with a next attempt */
+	int64_t dead_count;         /* FAILED with none: in the DLQ */
+};
+
+/* One page of the events matching f (GET /v1/events), newest first: by created_at, then
+ * id, both descending. f->cursor (borrowed, NULL = the first page) is a *next_cursor of
+ * an earlier call, STORE_INVALID otherwise; f->limit 1..1000. *items is returned
+ * (store_event_summaries_free), *next_cursor too (NULL on the last page). */
+int store_events_list(store *st, const struct event_filter *f,
+		      struct store_event_summary **items, size_t *n, char **next_cursor);
+void store_event_summaries_free(struct store_event_summary *items, size_t n);
+
 /* ---- operator actions --------------------------------------------------------------- */
 
 enum store_replay_outcome {
@@ -510,17 +529,24 @@ struct store_stats {
 int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
 void store_stats_free(struct store_stats *s);
 
-/* Attempts per time bucket by outcome (the console's chart): bucket i counts the attempts
- * started in [from_ms + i * bucket_ms, from_ms + (i + 1) * bucket_ms). out is borrowed:
- * n_buckets entries the caller owns, zeroed and filled here. */
+/* Attempts per time bucket by outcome, and how long they took (the console's charts):
+ * bucket i counts the attempts started in [from_ms + i * bucket_ms, from_ms + (i + 1) *
+ * bucket_ms). subscription_id (borrowed; NULL = every subscription) keeps only the
+ * attempts of that subscription's deliveries. out is borrowed: n_buckets entries the
+ * caller owns, zeroed and filled here (store/series.c). */
 #define STORE_SERIES_MAX 1440     /* buckets at most: a day of minutes */
 struct store_series_bucket {
 	int64_t succeeded;          /* 2xx */
 	int64_t client_error;       /* 400-499 (the SSRF guard's 403 included) */
 	int64_t server_error;       /* everything else: 5xx, mapped transport errors, 3xx */
+	/* The bucket's attempt durations (duration_ms, whatever the outcome) at the 50th and
+	 * 99th percentile, exact: the nearest-rank percentile, the smallest duration at least
+	 * p% of the bucket's attempts did not exceed. -1 when the bucket has no attempt. */
+	int64_t p50_ms;
+	int64_t p99_ms;
 };
-int store_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
-			 struct store_series_bucket *out);
+int store_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
+			 int64_t bucket_ms, size_t n_buckets, struct store_series_bucket *out);
 
 /* ---- subscriptions ------------------------------------------------------------------ */
 

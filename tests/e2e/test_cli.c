@@ -88,6 +88,18 @@ static void test_cli_flow(void **state)
 		 json_string_value(json_object_get(json_array_get(json_object_get(all, "items"), 0), "id")));
 	json_decref(all);
 
+	/* The event search: a table with the deliveries counted, and every page as JSON. */
+	assert_int_equal(run(out, sizeof(out), "events list --type cli.one"), 0);
+	assert_non_null(strstr(out, "DELIVERIES"));
+	assert_non_null(strstr(out, "cli.one"));
+	assert_non_null(strstr(out, "1 dead"));
+	assert_non_null(strstr(out, "1 events"));
+	assert_int_equal(run(out, sizeof(out), "--json events list --type 'cli.*' --limit 50"), 0);
+	json_t *events = json_loads(out, 0, NULL);
+	assert_int_equal(json_array_size(json_object_get(events, "items")), 121);
+	json_decref(events);
+	assert_int_equal(run(out, sizeof(out), "events list --id nope"), 1);
+
 	/* The table: a header, rows with the mapped error, and a count. */
 	assert_int_equal(run(out, sizeof(out), "dlq list --limit 5"), 0);
 	assert_non_null(strstr(out, "LAST ERROR"));

@@ -1,7 +1,7 @@
 /* test_console_api.c: what the operator console (docs/console.md) reads from the daemon,
  * on each backend: the console's files over real HTTP (CSP, ETag and 304, no token),
  * GET /v1/whoami for each kind of token, GET /v1/stats/series counting a real failed
- * attempt in its minute, and GET /v1/deliveries/{id}/request showing the headers a
+ * attempt in its minute (in its subscription's series too, with its latency), and GET /v1/deliveries/{id}/request showing the headers a
  * delivery is sent with, credentials masked, and its exact body. The browser test (tests/browser) drives the
  * console itself. */
 #include "e2e.h"
@@ -130,6 +130,29 @@ static void test_series_and_request(void **state)
 	assert_int_equal(failed, 1);
 	assert_int_equal(other, 0);
 	json_decref(s);
+	/* the subscription's own series has that attempt, with its latency; another's none */
+	s = e2e_get(&dmn, "/v1/stats/series?minutes=5&subscription_id=%s", sub);
+	assert_string_equal(json_string_value(json_object_get(s, "subscription_id")), sub);
+	failed = 0;
+	json_array_foreach(json_object_get(s, "points"), i, p) {
+		json_t *p50 = json_object_get(p, "latency_p50_ms");
+		json_t *p99 = json_object_get(p, "latency_p99_ms");
+		failed += json_integer_value(json_object_get(p, "server_error"));
+		if (json_integer_value(json_object_get(p, "server_error"))) {
+			assert_true(json_is_integer(p50) && json_is_integer(p99));
+			assert_true(json_integer_value(p99) >= json_integer_value(p50));
+		} else {
+			assert_true(json_is_null(p50) && json_is_null(p99));
+		}
+	}
+	assert_int_equal(failed, 1);
+	json_decref(s);
+	s = e2e_get(&dmn, "/v1/stats/series?minutes=5&subscription_id=%s",
+		    "0190a0b0-0000-7000-8000-000000000000");
+	json_array_foreach(json_object_get(s, "points"), i, p)
+		assert_int_equal(json_integer_value(json_object_get(p, "server_error")), 0);
+	json_decref(s);
+	json_decref(api_call(&dmn, "GET", "/v1/stats/series?subscription_id=down", NULL, 400));
 	json_decref(api_call(&dmn, "GET", "/v1/stats/series?minutes=0", NULL, 400));
 	json_decref(api_call(&dmn, "GET", "/v1/stats/series?minutes=1441", NULL, 400));
 

@@ -1,6 +1,7 @@
 /* test_store_listing.c: the conformance suite on reading the history back: keyset pages
  * over every sort key (each row once, in order), the delivery filters, and the attempt
- * series of the console's chart.
+ * series of the console's charts (outcomes per minute, exact latency percentiles, one
+ * subscription's or everyone's).
  *
  * Every test runs once per backend (store_suite.h); none knows which. */
 #include "store_suite.h"
@@ -262,20 +263,115 @@ static void test_attempt_series(void **state)
 	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
 	store_claims_free(c, 1);
 
-	assert_int_equal(store_attempt_series(t->st, from, MINUTE_MS, 3, b), STORE_OK);
+	assert_int_equal(store_attempt_series(t->st, NULL, from, MINUTE_MS, 3, b), STORE_OK);
 	assert_int_equal(b[0].succeeded, 1);
+	assert_int_equal(b[0].p50_ms, 5);
+	assert_int_equal(b[0].p99_ms, 5);
 	assert_int_equal(b[0].client_error + b[0].server_error, 0);
 	assert_int_equal(b[1].client_error, 1);
 	assert_int_equal(b[1].succeeded + b[1].server_error, 0);
 	assert_int_equal(b[2].server_error, 2); /* 503 and the 302 */
 	assert_int_equal(b[2].succeeded + b[2].client_error, 0);
 
-	/* Nothing there: zeros. Bad arguments: refused. */
-	assert_int_equal(store_attempt_series(t->st, from - 100 * MINUTE_MS, MINUTE_MS, 3, b), STORE_OK);
+	/* Nothing there: zeros, and no latency. Bad arguments: refused. */
+	assert_int_equal(store_attempt_series(t->st, NULL, from - 100 * MINUTE_MS, MINUTE_MS, 3, b),
+			 STORE_OK);
 	assert_int_equal(b[0].succeeded + b[1].server_error + b[2].client_error, 0);
-	assert_int_equal(store_attempt_series(t->st, from, 0, 3, b), STORE_INVALID);
-	assert_int_equal(store_attempt_series(t->st, from, MINUTE_MS, STORE_SERIES_MAX + 1, b),
+	assert_int_equal(b[1].p50_ms, -1);
+	assert_int_equal(b[2].p99_ms, -1);
+	assert_int_equal(store_attempt_series(t->st, NULL, from, 0, 3, b), STORE_INVALID);
+	assert_int_equal(store_attempt_series(t->st, NULL, from, MINUTE_MS, STORE_SERIES_MAX + 1, b),
 			 STORE_INVALID);
+	assert_int_equal(store_attempt_series(t->st, "", from, MINUTE_MS, 3, b), STORE_INVALID);
+}
+
+/* Records n attempts for a claimed delivery: attempt i (from 1) started at at(i) and took
+ * took(i) ms, code 200 when i is even, else 503. */
+static void record_attempts(struct t *t, const char *delivery_id, int n, int64_t (*at)(int),
+			    int64_t (*took)(int))
+{
+	struct store_attempt *tries = calloc((size_t)n, sizeof(*tries));
+	struct store_result r = {
+		.delivery_id = delivery_id,
+		.status = DELIVERY_PROCESSED,
+		.attempt_count = n,
+		.processed_at = clock_now_ms(),
+		.attempts = tries,
+		.n_attempts = (size_t)n,
+	};
+
+	for (int i = 1; i <= n; i++)
+		tries[i - 1] = (struct store_attempt){i, ATTEMPT_IMMEDIATE, at(i), took(i),
+						      i % 2 ? 503 : 200, "HTTP", NULL, 0};
+	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+	free(tries);
+}
+
+static int64_t series_from;
+
+/* Subscription 0: attempts 1..100 in minute 0 taking 1..100 ms, attempt 101 in minute
+ * 1 taking 3 ms. Subscription 1: four in minute 0, taking 7, 1000, 1000 and 1000 ms. */
+static int64_t at_sub0(int i) { return series_from + (i <= 100 ? i * 100 : MINUTE_MS + 5); }
+static int64_t took_sub0(int i) { return i <= 100 ? i : 3; }
+static int64_t at_sub1(int i) { return series_from + 30000 + i; }
+static int64_t took_sub1(int i) { return i == 1 ? 7 : 1000; }
+
+/* The latency percentiles are exact (nearest rank over the bucket's attempts, equal
+ * durations counted each), and a subscription's series holds its deliveries' attempts
+ * only. */
+static void test_attempt_series_latency(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_series_bucket b[3];
+	size_t n;
+
+	series_from = (clock_now_ms() / MINUTE_MS - 5) * MINUTE_MS;
+	ingest_one(t, "a", t->t0, 2, NULL);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 2);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(c[i].subscription_id, t->subs[0]) == 0)
+			record_attempts(t, c[i].delivery_id, 101, at_sub0, took_sub0);
+		else
+			record_attempts(t, c[i].delivery_id, 4, at_sub1, took_sub1);
+	}
+	store_claims_free(c, n);
+
+	assert_int_equal(store_attempt_series(t->st, t->subs[0], series_from, MINUTE_MS, 3, b),
+			 STORE_OK);
+	assert_int_equal(b[0].succeeded, 50);
+	assert_int_equal(b[0].server_error, 50);
+	assert_int_equal(b[0].p50_ms, 50);  /* the 50th of 1..100 */
+	assert_int_equal(b[0].p99_ms, 99);
+	assert_int_equal(b[1].server_error, 1);
+	assert_int_equal(b[1].p50_ms, 3);
+	assert_int_equal(b[1].p99_ms, 3);
+	assert_int_equal(b[2].p50_ms, -1);
+
+	assert_int_equal(store_attempt_series(t->st, t->subs[1], series_from, MINUTE_MS, 3, b),
+			 STORE_OK);
+	assert_int_equal(b[0].succeeded + b[0].server_error, 4);
+	assert_int_equal(b[0].p50_ms, 1000); /* 7, 1000, 1000, 1000: rank 2 */
+	assert_int_equal(b[0].p99_ms, 1000);
+	assert_int_equal(b[1].succeeded + b[1].server_error, 0);
+	assert_int_equal(b[1].p50_ms, -1);
+
+	/* Everyone's: 104 in minute 0 (1..7, 7, 8..100, 1000 three times). */
+	assert_int_equal(store_attempt_series(t->st, NULL, series_from, MINUTE_MS, 3, b), STORE_OK);
+	assert_int_equal(b[0].succeeded + b[0].client_error + b[0].server_error, 104);
+	assert_int_equal(b[0].p50_ms, 51);   /* rank 52 */
+	assert_int_equal(b[0].p99_ms, 1000); /* rank 103 */
+	assert_int_equal(b[1].p50_ms, 3);
+
+	/* A subscription without attempts: nothing. */
+	assert_int_equal(store_attempt_series(t->st, t->subs[2], series_from, MINUTE_MS, 3, b),
+			 STORE_OK);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(b[i].succeeded + b[i].client_error + b[i].server_error, 0);
+		assert_int_equal(b[i].p50_ms, -1);
+		assert_int_equal(b[i].p99_ms, -1);
+	}
 }
 
 int main(void)
@@ -284,6 +380,7 @@ int main(void)
 		T(test_pagination),
 		T(test_filters),
 		T(test_attempt_series),
+		T(test_attempt_series_latency),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));

@@ -607,6 +607,7 @@ const struct store_methods store_pg_methods = {
 	.dlq_purge = pg_dlq_purge,
 	.cleanup = pg_cleanup,
 	.deliveries_count = pg_deliveries_count,
+	.events_list = pg_events_list,
 	.dlq_purge_matching = pg_dlq_purge_matching,
 	.job_create = pg_job_create,
 	.job_update = pg_job_update,

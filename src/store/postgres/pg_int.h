@@ -313,6 +313,9 @@ void pg_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx);
 /* Runs a reading statement on the API connection. */
 PGresult *pg_read_run(struct pg *pg, enum stmt k, const struct params *p, int *rc);
 
+/* Runs a reading statement made at run time (a filtered list) on the API connection. */
+PGresult *pg_read_sql(struct pg *pg, const char *sql, const struct params *p, int *rc);
+
 /* Reads row `row` of a result into out (zeroed here first). 0, or -1 with whatever the
  * row had allocated freed again. */
 typedef int (*pg_row_cb)(const PGresult *res, int row, void *out);
@@ -342,9 +345,14 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 
 int pg_deliveries_count(store *st, const struct delivery_filter *f, size_t *n);
 
+int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
+		   const char *before_id, size_t limit, struct store_event_summary **items,
+		   size_t *n);
+
 int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
-int pg_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
-		      struct store_series_bucket *out); /* series.c */
+int pg_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
+		      int64_t bucket_ms, size_t n_buckets, store_series_group_cb group,
+		      void *ctx); /* series.c */
 
 /* ---- rows.c ---------------------------------------------------------------- */
 

@@ -31,6 +31,19 @@ PGresult *pg_read_run(struct pg *pg, enum stmt k, const struct params *p, int *r
 	return res;
 }
 
+/* Runs a reading statement made at run time (a filtered list) on the API connection. */
+PGresult *pg_read_sql(struct pg *pg, const char *sql, const struct params *p, int *rc)
+{
+	struct pgconn *c;
+	PGresult *res;
+
+	if (!(c = pg_take(pg, ROLE_API, rc)))
+		return NULL;
+	res = pg_run_sql(pg, c, sql, p, rc);
+	pg_give(c);
+	return res;
+}
+
 int pg_get_one(struct pg *pg, enum stmt k, const char *id, pg_row_cb read, void *out)
 {
 	struct params p = {0};
@@ -308,7 +321,6 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 	char cursor_id[UUID_STR_LEN], sql[2048], frag[192];
 	int64_t cursor_value = 0;
 	struct params p = {0};
-	struct pgconn *c;
 	PGresult *res = NULL;
 	char *like = NULL;
 	size_t count = 0;
@@ -331,10 +343,7 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 	snprintf(frag, sizeof(frag), " ORDER BY %s %s, id %s LIMIT $%d", col, dir, dir, p.n);
 	strncat(sql, frag, sizeof(sql) - strlen(sql) - 1);
 
-	if ((c = pg_take(pg, ROLE_API, &rc))) {
-		res = pg_run_sql(pg, c, sql, &p, &rc);
-		pg_give(c);
-	}
+	res = pg_read_sql(pg, sql, &p, &rc);
 	free(like);
 	if (!res)
 		return rc;
@@ -361,21 +370,117 @@ int pg_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 	struct pg *pg = pg_of(st);
 	char sql[2048] = "SELECT count(*) FROM outboxd.deliveries WHERE true";
 	struct params p = {0};
-	struct pgconn *c;
 	PGresult *res = NULL;
 	char *like = NULL;
 	int rc;
 
 	if (filter_sql(f, sql, sizeof(sql), &p, &like))
 		return STORE_ERROR;
-	if ((c = pg_take(pg, ROLE_API, &rc))) {
-		res = pg_run_sql(pg, c, sql, &p, &rc);
-		pg_give(c);
-	}
+	res = pg_read_sql(pg, sql, &p, &rc);
 	free(like);
 	if (res)
 		*n = (size_t)pg_get_int(res, 0, 0);
 	PQclear(res);
+	return rc;
+}
+
+/* ---- the event search ---------------------------------------------------- */
+
+/* A pg_row_cb for struct store_event_summary: read_event's columns (the payload NULL),
+ * then the four counts. */
+static int read_event_summary(const PGresult *res, int row, void *out)
+{
+	struct store_event_summary *e = out;
+	int rc = read_event(res, row, &e->event);
+
+	e->new_count = pg_get_int(res, row, 9);
+	e->processed_count = pg_get_int(res, row, 10);
+	e->retrying_count = pg_get_int(res, row, 11);
+	e->dead_count = pg_get_int(res, row, 12);
+	return rc;
+}
+
+/* The page of events comes first (events_created or events_type give it in order, or
+ * the primary key and the idempotency key find the one event), then each one's
+ * deliveries are counted through deliveries_event: the counting never reads more than a
+ * page's deliveries. A type glob is a LIKE prefix range on events_type (text_pattern_ops,
+ * whatever the database's collation). */
+int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
+		   const char *before_id, size_t limit, struct store_event_summary **items,
+		   size_t *n)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	PGresult *res = NULL;
+	char sql[2048], *like = NULL;
+	int rc;
+
+	*items = NULL;
+	*n = 0;
+	snprintf(sql, sizeof(sql),
+		 "SELECT e.id, e.event_type, e.source, e.source_event_id, e.partition_key,"
+		 " e.content_type, NULL::bytea, e.created_at, e.webhook_id, c.n_new, c.n_processed,"
+		 " c.n_retrying, c.n_dead"
+		 " FROM (SELECT id, event_type, source, source_event_id, partition_key, content_type,"
+		 " created_at, webhook_id FROM outboxd.events WHERE true");
+	if (f->event_type && f->event_type_glob) {
+		if (!(like = malloc(2 * strlen(f->event_type) + 1)))
+			return STORE_ERROR;
+		glob_to_like(f->event_type, like);
+		pg_p_text(&p, like);
+		sql_add(sql, sizeof(sql), " AND event_type LIKE $%d", p.n, 0);
+	} else if (f->event_type) {
+		pg_p_text(&p, f->event_type);
+		sql_add(sql, sizeof(sql), " AND event_type = $%d", p.n, 0);
+	}
+	const struct {
+		const char *text;     /* a text value, or NULL */
+		int64_t ms;           /* else a time, 0 = none */
+		const char *sql;
+	} conds[] = {
+		{f->source, 0, " AND source = $%d"},
+		{f->source_event_id, 0, " AND source_event_id = $%d"},
+		{f->id, 0, " AND id = $%d"},
+		{NULL, f->from_ms, " AND created_at >= $%d"},
+		{NULL, f->to_ms, " AND created_at < $%d"},
+	};
+	for (size_t i = 0; i < sizeof(conds) / sizeof(conds[0]); i++) {
+		if (conds[i].text)
+			pg_p_text(&p, conds[i].text);
+		else if (conds[i].ms)
+			pg_p_i64(&p, conds[i].ms);
+		else
+			continue;
+		sql_add(sql, sizeof(sql), conds[i].sql, p.n, 0);
+	}
+	if (before_id) {
+		pg_p_i64(&p, before_at);
+		pg_p_text(&p, before_id);
+		sql_add(sql, sizeof(sql), " AND (created_at, id) < ($%d::bigint, $%d::text)",
+			p.n - 1, p.n);
+	}
+	pg_p_i64(&p, (int64_t)limit);
+	sql_add(sql, sizeof(sql), " ORDER BY created_at DESC, id DESC LIMIT $%d) e"
+		" CROSS JOIN LATERAL (SELECT"
+		" count(*) FILTER (WHERE d.status = 'NEW') AS n_new,"
+		" count(*) FILTER (WHERE d.status = 'PROCESSED') AS n_processed,"
+		" count(*) FILTER (WHERE d.status = 'FAILED' AND d.next_attempt_at IS NOT NULL)"
+		" AS n_retrying,"
+		" count(*) FILTER (WHERE d.status = 'FAILED' AND d.next_attempt_at IS NULL) AS n_dead"
+		" FROM outboxd.deliveries d WHERE d.event_id = e.id) c"
+		" ORDER BY e.created_at DESC, e.id DESC", p.n, 0);
+
+	res = pg_read_sql(pg, sql, &p, &rc);
+	free(like);
+	if (!res)
+		return rc;
+	rc = pg_read_rows(res, sizeof(**items), read_event_summary, (void **)items, n);
+	PQclear(res);
+	if (rc != STORE_OK) {
+		store_event_summaries_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
 	return rc;
 }
 

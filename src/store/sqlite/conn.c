@@ -661,6 +661,7 @@ const struct store_methods store_sqlite_methods = {
 	.dlq_purge = sq_dlq_purge,
 	.cleanup = sq_cleanup,
 	.deliveries_count = sq_deliveries_count,
+	.events_list = sq_events_list,
 	.dlq_purge_matching = sq_dlq_purge_matching,
 	.job_create = sq_job_create,
 	.job_update = sq_job_update,

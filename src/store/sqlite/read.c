@@ -247,6 +247,98 @@ out:
 	return STORE_OK;
 }
 
+/* ---- the event search ---------------------------------------------------- */
+
+/* An sq_row_cb for struct store_event_summary: read_event's columns (the payload NULL),
+ * then the four counts. */
+static int read_event_summary(sqlite3_stmt *s, void *row)
+{
+	struct store_event_summary *e = row;
+	int rc = read_event(s, &e->event);
+
+	e->new_count = sqlite3_column_int64(s, 9);
+	e->processed_count = sqlite3_column_int64(s, 10);
+	e->retrying_count = sqlite3_column_int64(s, 11);
+	e->dead_count = sqlite3_column_int64(s, 12);
+	return rc;
+}
+
+/* The page of events comes first (events_created or events_type give it in order, or
+ * the primary key and the idempotency key find the one event), then each one's
+ * deliveries are counted through deliveries_event: the counting never reads more than a
+ * page's deliveries. */
+int sq_events_list(store *st, const struct event_filter *f, int64_t before_at,
+		   const char *before_id, size_t limit, struct store_event_summary **items,
+		   size_t *n)
+{
+	struct sq *sq = sq_of(st);
+	sqlite3_stmt *s = NULL;
+	size_t cap = 0;
+	char sql[1536];
+	int rc, b = 1;
+
+	/* Only constant fragments go into the SQL; every value is bound. */
+	snprintf(sql, sizeof(sql),
+		 "SELECT e.id, e.event_type, e.source, e.source_event_id, e.partition_key,"
+		 " e.content_type, NULL, e.created_at, e.webhook_id,"
+		 " sum(d.status = 'NEW'), sum(d.status = 'PROCESSED'),"
+		 " sum(d.status = 'FAILED' AND d.next_attempt_at IS NOT NULL),"
+		 " sum(d.status = 'FAILED' AND d.next_attempt_at IS NULL)"
+		 " FROM (SELECT id, event_type, source, source_event_id, partition_key, content_type,"
+		 " created_at, webhook_id FROM events WHERE 1");
+	const struct {
+		const char *text;     /* a text value, or NULL */
+		int64_t ms;           /* else a time, 0 = none */
+		const char *sql;
+	} conds[] = {
+		{f->event_type, 0, f->event_type_glob ? " AND event_type GLOB ?" : " AND event_type = ?"},
+		{f->source, 0, " AND source = ?"},
+		{f->source_event_id, 0, " AND source_event_id = ?"},
+		{f->id, 0, " AND id = ?"},
+		{NULL, f->from_ms, " AND created_at >= ?"},
+		{NULL, f->to_ms, " AND created_at < ?"},
+	};
+	const size_t n_conds = sizeof(conds) / sizeof(conds[0]);
+
+	for (size_t i = 0; i < n_conds; i++)
+		if (conds[i].text || conds[i].ms)
+			sql_add(sql, sizeof(sql), conds[i].sql);
+	if (before_id)
+		sql_add(sql, sizeof(sql), " AND (created_at, id) < (?, ?)");
+	sql_add(sql, sizeof(sql), " ORDER BY created_at DESC, id DESC LIMIT ?) e"
+		" LEFT JOIN deliveries d ON d.event_id = e.id"
+		" GROUP BY e.id ORDER BY e.created_at DESC, e.id DESC");
+
+	pthread_mutex_lock(&sq->rmu);
+	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(sq->rdb), sql);
+		goto out;
+	}
+	for (size_t i = 0; i < n_conds; i++) {
+		if (conds[i].text)
+			sqlite3_bind_text(s, b++, conds[i].text, -1, SQLITE_STATIC);
+		else if (conds[i].ms)
+			sqlite3_bind_int64(s, b++, conds[i].ms);
+	}
+	if (before_id) {
+		sqlite3_bind_int64(s, b++, before_at);
+		sqlite3_bind_text(s, b++, before_id, -1, SQLITE_STATIC);
+	}
+	sqlite3_bind_int64(s, b++, (int64_t)limit);
+	rc = sq_read_rows(s, sizeof(**items), read_event_summary, (void **)items, n, &cap);
+out:
+	sqlite3_finalize(s);
+	pthread_mutex_unlock(&sq->rmu);
+	if (rc != SQLITE_OK) {
+		store_event_summaries_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+		return sq_store_code(rc);
+	}
+	return STORE_OK;
+}
+
 /* ---- stats --------------------------------------------------------------- */
 
 /* Runs a query whose single row holds int64 columns into out[0..ncols). */

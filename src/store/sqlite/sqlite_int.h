@@ -232,9 +232,14 @@ void sq_filter_bind(sqlite3_stmt *s, const struct delivery_filter *f, int *b);
 int sq_deliveries_list(store *st, const struct delivery_filter *f,
 			      struct store_delivery **items, size_t *n, char **next_cursor);
 
+int sq_events_list(store *st, const struct event_filter *f, int64_t before_at,
+		   const char *before_id, size_t limit, struct store_event_summary **items,
+		   size_t *n);
+
 int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
-int sq_attempt_series(store *st, int64_t from_ms, int64_t bucket_ms, size_t n_buckets,
-		      struct store_series_bucket *out); /* series.c */
+int sq_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
+		      int64_t bucket_ms, size_t n_buckets, store_series_group_cb group,
+		      void *ctx); /* series.c */
 
 /* ---- rows.c ---------------------------------------------------------------- */
 

@@ -2,8 +2,9 @@
  * t/00unit drives its handlers: no sockets and no daemon, but a real SQLite store in a
  * temporary directory and the real writer behind POST /v1/events. What a client sees:
  * status codes, error bodies naming the field, events stored and readable, subscription
- * secrets masked on the way out, the DLQ filter parsed and answered, a test event given to
- * one subscription. */
+ * secrets masked on the way out, the DLQ filter parsed and answered, the event search
+ * and its pages, one subscription's attempt series, a test event given to one
+ * subscription. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,14 +87,26 @@ static const char *one_param(void *ctx, const char *name)
 	return strcmp(kv[0], name) == 0 ? kv[1] : NULL;
 }
 
-/* Calls the API; returns the status and the body parsed (decref it), NULL for none. */
-static int call(struct fixture *f, const char *method, const char *path, const char *body,
-		const char *const *param, json_t **out)
+/* A query string of "name", "value" pairs ending with NULL. */
+static const char *pairs(void *ctx, const char *name)
+{
+	const char *const *kv = ctx;
+	for (; kv[0]; kv += 2)
+		if (strcmp(kv[0], name) == 0)
+			return kv[1];
+	return NULL;
+}
+
+/* Calls the API with the query lookup q (ctx param); returns the status and the body
+ * parsed (decref it), NULL for none. */
+static int call_q(struct fixture *f, const char *method, const char *path, const char *body,
+		  const char *(*q)(void *, const char *), const char *const *param,
+		  json_t **out)
 {
 	struct api_request req = {
 		.method = method,
 		.path = path,
-		.query = param ? one_param : no_query,
+		.query = q,
 		.query_ctx = (void *)param,
 		.authorization = "Bearer adm",
 		.content_type = body ? "application/json" : NULL,
@@ -108,6 +121,13 @@ static int call(struct fixture *f, const char *method, const char *path, const c
 		fail_msg("%s %s: not JSON: %s", method, path, res.body);
 	free(res.body);
 	return res.status;
+}
+
+/* call_q with one "name=value" pair (param: {name, value}) or none (NULL). */
+static int call(struct fixture *f, const char *method, const char *path, const char *body,
+		const char *const *param, json_t **out)
+{
+	return call_q(f, method, path, body, param ? one_param : no_query, param, out);
 }
 
 static const char *error_field(json_t *body)
@@ -203,6 +223,92 @@ static void test_dlq_filter_is_checked(void **state)
 	json_decref(body);
 	assert_int_equal(call(f, "GET", "/v1/dlq", NULL, good_code, &body), 200);
 	assert_int_equal(json_array_size(json_object_get(body, "items")), 0);
+	json_decref(body);
+}
+
+/* GET /v1/events: the search by type, source and key finds the event with its
+ * deliveries counted; pages follow next_cursor; a bad parameter is 400 naming it. */
+static void test_event_search(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+
+	assert_int_equal(call(f, "POST", "/v1/subscriptions",
+			      "{\"name\":\"orders\",\"endpoint\":\"https://example.com/hook\","
+			      "\"event_types\":[\"order.*\"]}", NULL, &body), 201);
+	json_decref(body);
+	assert_int_equal(call(f, "POST", "/v1/events",
+			      "{\"events\":[{\"event_type\":\"order.created\",\"source\":\"shop\","
+			      "\"source_event_id\":\"o-1\",\"payload\":{}},"
+			      "{\"event_type\":\"user.created\",\"payload\":{}},"
+			      "{\"event_type\":\"order.paid\",\"source\":\"shop\",\"payload\":{}}]}",
+			      NULL, &body), 202);
+	char first[64];
+	snprintf(first, sizeof(first), "%s",
+		 json_string_value(json_array_get(json_object_get(body, "ids"), 0)));
+	json_decref(body);
+
+	const char *by_type[] = {"event_type", "order.*", "source", "shop", "source_event_id",
+				 "o-1", NULL};
+	assert_int_equal(call_q(f, "GET", "/v1/events", NULL, pairs, by_type, &body), 200);
+	json_t *items = json_object_get(body, "items");
+	assert_int_equal(json_array_size(items), 1);
+	json_t *ev = json_array_get(items, 0);
+	assert_string_equal(json_string_value(json_object_get(ev, "id")), first);
+	assert_string_equal(json_string_value(json_object_get(ev, "event_type")), "order.created");
+	assert_null(json_object_get(ev, "payload"));
+	json_t *counts = json_object_get(ev, "delivery_counts");
+	assert_int_equal(json_integer_value(json_object_get(counts, "NEW")), 1);
+	assert_int_equal(json_integer_value(json_object_get(counts, "FAILED_DEAD")), 0);
+	assert_true(json_is_null(json_object_get(body, "next_cursor")));
+	json_decref(body);
+
+	/* two pages of one, then two, then none left */
+	const char *one[] = {"limit", "2", NULL};
+	assert_int_equal(call_q(f, "GET", "/v1/events", NULL, pairs, one, &body), 200);
+	assert_int_equal(json_array_size(json_object_get(body, "items")), 2);
+	char cursor[128];
+	snprintf(cursor, sizeof(cursor), "%s", json_string_value(json_object_get(body, "next_cursor")));
+	json_decref(body);
+	const char *next[] = {"limit", "2", "cursor", cursor, NULL};
+	assert_int_equal(call_q(f, "GET", "/v1/events", NULL, pairs, next, &body), 200);
+	assert_int_equal(json_array_size(json_object_get(body, "items")), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(
+				    json_object_get(body, "items"), 0), "id")), first);
+	assert_true(json_is_null(json_object_get(body, "next_cursor")));
+	json_decref(body);
+
+	static const char *const bad[][2] = {{"id", "nope"}, {"from", "yesterday"},
+		{"to", "soon"}, {"event_type", ""}, {"limit", "0"}, {"limit", "1001"},
+		{"cursor", "ca:1:0190a0b0-0000-7000-8000-000000000000"}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(call(f, "GET", "/v1/events", NULL, bad[i], &body), 400);
+		assert_string_equal(error_field(body), bad[i][0]);
+		json_decref(body);
+	}
+}
+
+/* GET /v1/stats/series: one subscription's minutes (echoed), no latency in a minute
+ * without attempts; a subscription_id that is not a UUID is 400 naming it. */
+static void test_series_of_one_subscription(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+	const char *bad[] = {"subscription_id", "orders"};
+	const char *one[] = {"subscription_id", "0190a0b0-0000-7000-8000-000000000000", "minutes",
+			     "3", NULL};
+
+	assert_int_equal(call(f, "GET", "/v1/stats/series", NULL, bad, &body), 400);
+	assert_string_equal(error_field(body), "subscription_id");
+	json_decref(body);
+	assert_int_equal(call_q(f, "GET", "/v1/stats/series", NULL, pairs, one, &body), 200);
+	assert_string_equal(json_string_value(json_object_get(body, "subscription_id")), one[1]);
+	json_t *points = json_object_get(body, "points");
+	assert_int_equal(json_array_size(points), 3);
+	json_t *p = json_array_get(points, 2);
+	assert_int_equal(json_integer_value(json_object_get(p, "succeeded")), 0);
+	assert_true(json_is_null(json_object_get(p, "latency_p50_ms")));
+	assert_true(json_is_null(json_object_get(p, "latency_p99_ms")));
 	json_decref(body);
 }
 
@@ -317,6 +423,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dlq_filter_is_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unsupported_option_is_422, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_event_search, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_series_of_one_subscription, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_test_event_goes_to_one_subscription, setup,
 						teardown),
 	};

@@ -157,6 +157,7 @@ static void test_console(void **state)
 	free(me.body);
 	expect("GET", "/v1/whoami", NULL, 401, "unauthenticated");
 	expect("GET", "/v1/stats/series", "Bearer ing", 403, "forbidden");
+	expect("GET", "/v1/events", "Bearer ing", 403, "forbidden");
 }
 
 /* api_begin decides from the head alone: the body is never looked at for a request it

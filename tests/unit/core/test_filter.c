@@ -1,6 +1,7 @@
 /* test_filter.c: core/filter.c as a table — each row a query string, with what the filter
  * must hold afterwards or the field and status its error must name; then the JSON form
- * (filter replays, purges) with its own rules: unknown keys, non-string values. */
+ * (filter replays, purges) with its own rules: unknown keys, non-string values; and the
+ * event search's filter (GET /v1/events) as a table of its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -229,10 +230,67 @@ static void test_json_form(void **state)
 	json_decref(obj);
 }
 
+/* The event search: each row a query string, with the field its error names (NULL:
+ * accepted). */
+static void test_event_filter(void **state)
+{
+	static const struct {
+		const char *query;
+		const char *field;
+	} table[] = {
+		{"", NULL},
+		{"event_type=order.*&source=crm&source_event_id=u-1", NULL},
+		{"source=", NULL},
+		{"id=" SUB_ID, NULL},
+		{"from=2026-11-21T10:00:00Z&to=2026-11-21T11:00:00Z", NULL},
+		{"event_type=", "event_type"},
+		{"source_event_id=", "source_event_id"},
+		{"id=42", "id"},
+		{"from=yesterday", "from"},
+		{"to=2026-13-01T00:00:00Z", "to"},
+	};
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		struct query q;
+		struct event_filter f = {0};
+		struct input_error err = {0};
+
+		query_parse(&q, table[i].query);
+		int rc = event_filter_parse(query_get, &q, &f, &err);
+		if (!table[i].field && rc != 0)
+			fail_msg("\"%s\": refused: %s", table[i].query, err.message);
+		if (table[i].field) {
+			if (rc == 0)
+				fail_msg("\"%s\": accepted", table[i].query);
+			assert_int_equal(err.status, 400);
+			assert_string_equal(err.field, table[i].field);
+		}
+	}
+
+	struct query q;
+	struct event_filter f = {0};
+	struct input_error err = {0};
+	query_parse(&q, "event_type=order.*&source=crm&source_event_id=u-1&id=" SUB_ID
+		    "&from=2026-11-21T10:00:00Z&to=2026-11-21T11:00:00Z");
+	assert_int_equal(event_filter_parse(query_get, &q, &f, &err), 0);
+	assert_string_equal(f.event_type, "order.*");
+	assert_true(f.event_type_glob);
+	assert_string_equal(f.source, "crm");
+	assert_string_equal(f.source_event_id, "u-1");
+	assert_string_equal(f.id, SUB_ID);
+	assert_int_equal(f.to_ms - f.from_ms, 3600 * 1000);
+	memset(&f, 0, sizeof(f));
+	query_parse(&q, "event_type=order.created&source=");
+	assert_int_equal(event_filter_parse(query_get, &q, &f, &err), 0);
+	assert_false(f.event_type_glob);
+	assert_string_equal(f.source, "");
+	assert_null(f.source_event_id);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_query_table),
+		cmocka_unit_test(test_event_filter),
 		cmocka_unit_test(test_prefix_and_unsortable),
 		cmocka_unit_test(test_json_form),
 	};
