@@ -59,8 +59,8 @@ int store_attempt_series(store *st, const char *subscription_id, int64_t from_ms
 	memset(out, 0, n_buckets * sizeof(*out));
 	for (size_t i = 0; i < n_buckets; i++)
 		out[i].p50_ms = out[i].p99_ms = -1;
-	if (!st->ops->attempt_series)
+	if (!st->methods->attempt_series)
 		return STORE_ERROR;
-	return st->ops->attempt_series(st, subscription_id, from_ms, bucket_ms, n_buckets,
+	return st->methods->attempt_series(st, subscription_id, from_ms, bucket_ms, n_buckets,
 				       fold_group, &f);
 }

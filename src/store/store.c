@@ -643,7 +643,7 @@ int store_events_list(store *st, const struct event_filter *f,
 		return STORE_INVALID;
 	OPTIONAL_OP(st, events_list);
 	/* One more than asked: whether a next page exists. */
-	rc = st->ops->events_list(st, f, before_at, f->cursor ? before_id : NULL, f->limit + 1,
+	rc = st->methods->events_list(st, f, before_at, f->cursor ? before_id : NULL, f->limit + 1,
 				  items, n);
 	if (rc != STORE_OK || *n <= f->limit)
 		return rc;
