@@ -111,7 +111,7 @@ void sink_close(struct sink *s)
 {
 	if (!s)
 		return;
-	s->type->ops->close(s->priv);
+	s->type->methods->close(s->priv);
 	free(s);
 }
 

@@ -84,7 +84,7 @@ struct sink_env {
 
 /* A member's operations on an open sink (priv: what its open returned). Only the
  * wrappers below call them; a NULL slot is a no-op or "none". */
-struct sink_ops {
+struct sink_methods {
 	void (*attach)(void *priv, const struct sink_env *env);
 	void (*send)(void *priv, struct sink_round *j);
 	int (*fd)(void *priv);
@@ -117,7 +117,7 @@ struct sink_type {
 	int (*configured)(const struct config *cfg);
 	/* Its state from cfg (borrowed: cfg outlives the sink), or NULL with err filled. */
 	void *(*open)(const struct config *cfg, char *err, size_t errlen);
-	const struct sink_ops *ops;
+	const struct sink_methods *methods;
 };
 
 /* An open member (made by sink_open). */
@@ -131,70 +131,70 @@ struct sink {
 /* Gives s the dispatcher's callbacks and its state slot; before the first send. */
 static inline void sink_attach(struct sink *s, const struct sink_env *env)
 {
-	s->type->ops->attach(s->priv, env);
+	s->type->methods->attach(s->priv, env);
 }
 /* Starts one attempt of j; env->done follows, now (from inside send) or from run. */
 static inline void sink_send(struct sink *s, struct sink_round *j)
 {
-	s->type->ops->send(s->priv, j);
+	s->type->methods->send(s->priv, j);
 }
 /* The fd the dispatcher watches (readable = run has work), -1 for none. */
 static inline int sink_fd(struct sink *s)
 {
-	return s->type->ops->fd ? s->type->ops->fd(s->priv) : -1;
+	return s->type->methods->fd ? s->type->methods->fd(s->priv) : -1;
 }
 /* Does whatever is ready: I/O, timers, completions (which call env->done). */
 static inline void sink_run(struct sink *s)
 {
-	if (s->type->ops->run)
-		s->type->ops->run(s->priv);
+	if (s->type->methods->run)
+		s->type->methods->run(s->priv);
 }
 /* µs until run is due even if fd stays quiet (now_us monotonic), -1 = only the fd. */
 static inline int64_t sink_wait_us(struct sink *s, int64_t now_us)
 {
-	return s->type->ops->wait_us ? s->type->ops->wait_us(s->priv, now_us) : -1;
+	return s->type->methods->wait_us ? s->type->methods->wait_us(s->priv, now_us) : -1;
 }
 /* Attempts and background work (token requests) still running. */
 static inline int sink_busy(struct sink *s)
 {
-	return s->type->ops->busy ? s->type->ops->busy(s->priv) : 0;
+	return s->type->methods->busy ? s->type->methods->busy(s->priv) : 0;
 }
 /* Stops every running attempt: each is reported through env->abandoned. */
 static inline void sink_abort(struct sink *s)
 {
-	if (s->type->ops->abort)
-		s->type->ops->abort(s->priv);
+	if (s->type->methods->abort)
+		s->type->methods->abort(s->priv);
 }
 /* The round of j is over: drops what belonged to it (its state slot stays). */
 static inline void sink_round_end(struct sink *s, struct sink_round *j)
 {
-	if (s->type->ops->round_end)
-		s->type->ops->round_end(s->priv, j);
+	if (s->type->methods->round_end)
+		s->type->methods->round_end(s->priv, j);
 }
 /* The round slot goes away (dispatcher stop): frees state[slot]. */
 static inline void sink_slot_free(struct sink *s, struct sink_round *j)
 {
-	if (s->type->ops->slot_free)
-		s->type->ops->slot_free(s->priv, j);
+	if (s->type->methods->slot_free)
+		s->type->methods->slot_free(s->priv, j);
 }
 /* Drops caches nobody used for a while (now_ms monotonic). */
 static inline void sink_prune(struct sink *s, int64_t now_ms)
 {
-	if (s->type->ops->prune)
-		s->type->ops->prune(s->priv, now_ms);
+	if (s->type->methods->prune)
+		s->type->methods->prune(s->priv, now_ms);
 }
 /* 0 when s can deliver; -1 with the reason in why while it cannot (its client is being
  * recreated after a fatal error). Any thread. */
 static inline int sink_ready(struct sink *s, char *why, size_t whylen)
 {
-	return s->type->ops->ready ? s->type->ops->ready(s->priv, why, whylen) : 0;
+	return s->type->methods->ready ? s->type->methods->ready(s->priv, why, whylen) : 0;
 }
 /* 1 when a delivery of c that goes dead is to be published to a dead-letter topic (the
  * mark store_result.dead_letter, written with the result, which the relay of
  * kafka/dead_letter.h publishes): s owns the source c's event came from. */
 static inline int sink_dead_letter(struct sink *s, const struct store_claim *c)
 {
-	return s->type->ops->dead_letter ? s->type->ops->dead_letter(s->priv, c) : 0;
+	return s->type->methods->dead_letter ? s->type->methods->dead_letter(s->priv, c) : 0;
 }
 
 /* ---- the registry (sink.c) ------------------------------------------------------------ */

@@ -589,7 +589,7 @@ static void http_close(void *priv)
 	free(hs);
 }
 
-static const struct sink_ops http_ops = {
+static const struct sink_methods http_methods = {
 	.attach = http_attach,
 	.send = http_send,
 	.fd = http_fd,
@@ -688,5 +688,5 @@ const struct sink_type sink_type_http = {
 	.name = "http",
 	.schemes = {{"http", HTTP_CAN}, {"https", HTTP_CAN | SINK_CAN_TLS}},
 	.open = http_open,
-	.ops = &http_ops,
+	.methods = &http_methods,
 };

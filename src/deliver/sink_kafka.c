@@ -395,7 +395,7 @@ static int kafka_dead_letter(void *priv, const struct store_claim *c)
 	       strncmp(c->source, "kafka:", 6) == 0;
 }
 
-static const struct sink_ops kafka_ops = {
+static const struct sink_methods kafka_methods = {
 	.attach = kafka_attach,
 	.send = kafka_send,
 	.fd = kafka_fd,
@@ -452,5 +452,5 @@ const struct sink_type sink_type_kafka = {
 				      SINK_CAN_ENVELOPE}},
 	.configured = kafka_configured,
 	.open = kafka_open,
-	.ops = &kafka_ops,
+	.methods = &kafka_methods,
 };

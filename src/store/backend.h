@@ -11,7 +11,7 @@
 
 /* ---- backends ------------------------------------------------------------------------ */
 
-/* One group of the attempt series (store_ops.attempt_series): the attempts of one bucket
+/* One group of the attempt series (store_methods.attempt_series): the attempts of one bucket
  * that took duration_ms, by outcome, and how many attempts the whole bucket has. */
 struct store_series_group {
 	int64_t bucket;

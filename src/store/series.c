@@ -1,6 +1,6 @@
 /* series.c: the attempt series of the console's charts (store_attempt_series): attempts
  * per bucket by outcome, and the 50th and 99th percentile of their durations, from the
- * groups a backend reads (store_ops.attempt_series: one per bucket and duration, in
+ * groups a backend reads (store_methods.attempt_series: one per bucket and duration, in
  * order). The percentile rule lives here only, so both backends answer alike. Must not
  * touch a backend's state: it only folds what the backend hands it. */
 #include "store/backend.h"

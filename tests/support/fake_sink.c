@@ -99,7 +99,7 @@ static int fake_dead_letter(void *priv, const struct store_claim *c)
 	return f->dead_letter && c->source && strncmp(c->source, "kafka:", 6) == 0;
 }
 
-static const struct sink_ops fake_ops = {
+static const struct sink_methods fake_methods = {
 	.dead_letter = fake_dead_letter,
 	.attach = fake_attach,
 	.send = fake_send,
@@ -113,7 +113,7 @@ static const struct sink_type fake_type = {
 	.name = "fake",
 	.schemes = {{"fake", SINK_CAN_TIMEOUT | SINK_CAN_HEADERS | SINK_CAN_SIGN |
 				     SINK_CAN_ORDERING | SINK_CAN_AUTH_ANY}},
-	.ops = &fake_ops,
+	.methods = &fake_methods,
 };
 
 void fake_sink_init(struct fake_sink *f)

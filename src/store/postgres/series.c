@@ -1,4 +1,4 @@
-/* series.c: the PostgreSQL backend's attempt series (store_ops.attempt_series): the
+/* series.c: the PostgreSQL backend's attempt series (store_methods.attempt_series): the
  * attempts of a time range grouped by bucket and duration, on the API connection through
  * the attempts_started index; store/series.c folds the groups into buckets. Must not
  * write. */

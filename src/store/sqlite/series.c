@@ -1,4 +1,4 @@
-/* series.c: the SQLite backend's attempt series (store_ops.attempt_series): the attempts
+/* series.c: the SQLite backend's attempt series (store_methods.attempt_series): the attempts
  * of a time range grouped by bucket and duration, read on the reader connection through
  * the attempts_started index; store/series.c folds the groups into buckets. Must not
  * write. */
