@@ -190,7 +190,9 @@ static void call_free(struct call *c)
  * OK), and reads the client's close: the call's last batch. err names what went wrong
  * (NULL for OK): its code and field travel as trailing metadata outboxd-error-code and
  * outboxd-error-field, so a program can tell them apart as it can in the HTTP API's
- * error body. Caller holds g->lock. */
+ * error body. The (empty) initial metadata goes first whatever the status: this gRPC
+ * core sends no status of a call that never sent it, and the client would wait for its
+ * deadline. Caller holds g->lock. */
 static void finish_locked(struct call *c, grpc_status_code code, const char *message,
 			  const struct input_error *err, grpc_byte_buffer *reply)
 {
