@@ -164,8 +164,10 @@ async function load(send) {
     result.duplicates += a.duplicates.length;
     result.ids.push(...a.ids);
   });
+  const cpu0 = process.cpuUsage();
   await pool(unaryJobs, concurrency);
   const t1 = Date.now();
+  const cpu1 = process.cpuUsage();
   const streamJobs = chunks(streamed, streamSize).map(([from, to]) => async () => {
     const events = [];
     for (let i = from; i < to; i++) events.push(event('s', i));
@@ -178,6 +180,10 @@ async function load(send) {
   await pool(streamJobs, concurrency);
   result.unary_ms = t1 - t0;
   result.stream_ms = Date.now() - t1;
+  // the client's own CPU (user + system, µs) in each half: what it costs to send
+  const cpu2 = process.cpuUsage();
+  result.unary_cpu_us = cpu1.user + cpu1.system - cpu0.user - cpu0.system;
+  result.stream_cpu_us = cpu2.user + cpu2.system - cpu1.user - cpu1.system;
   return result;
 }
 
