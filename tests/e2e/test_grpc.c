@@ -3,11 +3,13 @@
  * (tests/support/grpc/client.mjs) — on both stores: 10,000 events in Publish and
  * PublishStream calls all delivered to the receiver; bad envelopes INVALID_ARGUMENT
  * naming the field, a stream all or nothing; wrong and ingest-less tokens
- * UNAUTHENTICATED and PERMISSION_DENIED; idempotency by (source, source_event_id); a
- * stream still sending when SIGTERM comes refused UNAVAILABLE with a clean stop; TLS
- * with tls_cert. */
+ * UNAUTHENTICATED and PERMISSION_DENIED; idempotency by (source, source_event_id); the
+ * store down answered UNAVAILABLE with nothing stored; a stream still sending when
+ * SIGTERM comes refused UNAVAILABLE with a clean stop; TLS with tls_cert. */
 #include "e2e.h"
+#include "harness_pg.h"
 
+#include <sqlite3.h>
 #include <sys/stat.h>
 
 #define OUT_MAX (4 << 20)      /* the client's JSON: 10,000 ids fit */
@@ -257,6 +259,46 @@ static void test_idempotency(void **state)
 	json_decref(first);
 }
 
+/* The store taken away (PostgreSQL halted, or SQLite's write lock held by another
+ * connection, as tests/e2e/test_spool.c does): a call is answered UNAVAILABLE, and nothing
+ * of it was stored — once the store is back, the same event is new, not a duplicate. */
+static void test_store_down_is_unavailable(void **state)
+{
+	const char *args = "--token test-ingest-token publish '{\"event\":{\"type\":\"grpc.down\","
+			   "\"source\":\"t\",\"source_event_id\":\"while-down\",\"payload\":\"{}\"}}'";
+	sqlite3 *lock = NULL;
+	if (harness_pg_wanted()) {
+		assert_int_equal(pg_server_halt(harness_pg()), 0);
+	} else {
+		assert_int_equal(sqlite3_open_v2(e2e_db_path(&dmn), &lock, SQLITE_OPEN_READWRITE,
+						 NULL), SQLITE_OK);
+		sqlite3_busy_timeout(lock, 10000);
+		assert_int_equal(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+	}
+	json_t *a = client(args);
+	expect_code(a, GRPC_UNAVAILABLE, "store is unavailable");
+	assert_string_equal(trailer_of(a, "outboxd-error-code"), "unavailable");
+	json_decref(a);
+	if (lock) {
+		assert_int_equal(sqlite3_exec(lock, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+		sqlite3_close(lock);
+	} else {
+		assert_int_equal(pg_server_start(harness_pg()), 0);
+	}
+	/* back: the daemon may need a moment to find its store again (UNAVAILABLE meanwhile) */
+	int64_t until = harness_now_ms() + 30000;
+	for (;;) {
+		a = client(args);
+		if (code_of(a) != GRPC_UNAVAILABLE || harness_now_ms() > until)
+			break;
+		json_decref(a);
+		usleep(200 * 1000);
+	}
+	expect_code(a, GRPC_OK, "");
+	assert_int_equal(json_array_size(json_object_get(a, "duplicates")), 0);
+	json_decref(a);
+}
+
 /* SIGTERM while a stream is still sending: the stream is told UNAVAILABLE (nothing of it
  * stored, to be sent again), and the daemon stops cleanly. Runs last: it stops dmn. */
 static void test_sigterm_refuses_open_stream(void **state)
@@ -315,6 +357,7 @@ int main(void)
 		cmocka_unit_test(test_bad_envelopes_name_the_field),
 		cmocka_unit_test(test_tokens_and_scopes),
 		cmocka_unit_test(test_idempotency),
+		cmocka_unit_test(test_store_down_is_unavailable),
 		cmocka_unit_test(test_ten_thousand_events_delivered),
 		cmocka_unit_test(test_sigterm_refuses_open_stream),
 	};
