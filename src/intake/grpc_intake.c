@@ -190,9 +190,9 @@ static void call_free(struct call *c)
  * OK), and reads the client's close: the call's last batch. err names what went wrong
  * (NULL for OK): its code and field travel as trailing metadata outboxd-error-code and
  * outboxd-error-field, so a program can tell them apart as it can in the HTTP API's
- * error body. The (empty) initial metadata goes first whatever the status: this gRPC
- * core sends no status of a call that never sent it, and the client would wait for its
- * deadline. Caller holds g->lock. */
+ * error body. The (empty) initial metadata goes first whatever the status: without it,
+ * a refusal reached grpc-js clients of this libgrpc (1.51) only as their own deadline.
+ * Caller holds g->lock. */
 static void finish_locked(struct call *c, grpc_status_code code, const char *message,
 			  const struct input_error *err, grpc_byte_buffer *reply)
 {
@@ -581,11 +581,12 @@ static void *serve_cb(void *arg)
 				call_free(c);
 				break;
 			}
+			/* the next call of the method is asked for under the lock, so a stop
+			 * either sees it (and the server's shutdown cancels it) or prevents it */
 			pthread_mutex_lock(&g->lock);
-			int again = !g->stopping;
-			pthread_mutex_unlock(&g->lock);
-			if (again)
+			if (!g->stopping)
 				request_call(g, c->method);
+			pthread_mutex_unlock(&g->lock);
 			call_started(c);
 			break;
 		case TAG_RECV:
