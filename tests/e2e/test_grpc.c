@@ -3,7 +3,8 @@
  * (tests/support/grpc/client.mjs) — on both stores: 10,000 events in Publish and
  * PublishStream calls all delivered to the receiver; bad envelopes INVALID_ARGUMENT
  * naming the field, a stream all or nothing; wrong and ingest-less tokens
- * UNAUTHENTICATED and PERMISSION_DENIED; idempotency by (source, source_event_id); the
+ * UNAUTHENTICATED and PERMISSION_DENIED; idempotency by (source, source_event_id); trace
+ * contexts carried to the subscriber; the
  * store down answered UNAVAILABLE with nothing stored; a stream still sending when
  * SIGTERM comes refused UNAVAILABLE with a clean stop; TLS with tls_cert. */
 #include "e2e.h"
@@ -168,7 +169,8 @@ static void test_bad_envelopes_name_the_field(void **state)
 	json_decref(a);
 
 	/* a stream is all or nothing: its good first event is not stored either, so the
-	 * same stream with the bad one fixed stores both, neither a duplicate */
+	 * same stream with the bad one fixed stores both, neither a duplicate (the binary
+	 * payload has no NUL byte: the receiver's record of it stays JSON the harness reads) */
 	a = client("--token test-ingest-token stream '["
 		   "{\"event\":{\"type\":\"grpc.one\",\"source\":\"t\",\"source_event_id\":\"aon-1\","
 		   "\"payload\":\"{}\"}},"
@@ -180,13 +182,13 @@ static void test_bad_envelopes_name_the_field(void **state)
 		   "{\"event\":{\"type\":\"grpc.one\",\"source\":\"t\",\"source_event_id\":\"aon-1\","
 		   "\"payload\":\"{}\"}},"
 		   "{\"event\":{\"type\":\"grpc.two\",\"source\":\"t\",\"source_event_id\":\"aon-2\","
-		   "\"payload_base64\":\"AAEC\"},\"payload_type\":\"PAYLOAD_TYPE_BINARY\"}]'");
+		   "\"payload_base64\":\"AQID\"},\"payload_type\":\"PAYLOAD_TYPE_BINARY\"}]'");
 	expect_code(a, GRPC_OK, "");
 	assert_int_equal(json_array_size(json_object_get(a, "ids")), 2);
 	assert_int_equal(json_array_size(json_object_get(a, "duplicates")), 0);
 	json_t *ev = e2e_get(&dmn, "/v1/events/%s",
 			     json_string_value(json_array_get(json_object_get(a, "ids"), 1)));
-	assert_string_equal(json_string_value(json_object_get(ev, "payload_base64")), "AAEC");
+	assert_string_equal(json_string_value(json_object_get(ev, "payload_base64")), "AQID");
 	assert_string_equal(json_string_value(json_object_get(ev, "content_type")),
 			    "application/octet-stream");
 	json_decref(ev);
@@ -257,6 +259,53 @@ static void test_idempotency(void **state)
 	json_decref(third);
 	json_decref(second);
 	json_decref(first);
+}
+
+/* The webhook-id a request the receiver got on /grpc has, or NULL: that request's
+ * traceparent header (borrowed from reqs). */
+static const char *traceparent_of(json_t *reqs, const char *id)
+{
+	for (size_t i = 0; i < json_array_size(reqs); i++) {
+		json_t *h = json_object_get(json_array_get(reqs, i), "headers");
+		const char *wid = json_string_value(json_object_get(h, "webhook-id"));
+		if (wid && strcmp(wid, id) == 0)
+			return json_string_value(json_object_get(h, "traceparent"));
+	}
+	return NULL;
+}
+
+/* A trace context travels with the events to their subscriber, as POST /v1/events's
+ * header does: the envelope's own, else the call's traceparent metadata. */
+static void test_trace_context_travels(void **state)
+{
+	const char *own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+	json_t *a = client("--token test-ingest-token --traceparent "
+			   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 stream '["
+			   "{\"event\":{\"type\":\"grpc.trace\",\"payload\":\"1\"}},"
+			   "{\"event\":{\"type\":\"grpc.trace\",\"payload\":\"2\"},"
+			   "\"traceparent\":\"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}]'");
+	expect_code(a, GRPC_OK, "");
+	json_t *ids = json_object_get(a, "ids");
+	const char *from_call = json_string_value(json_array_get(ids, 0));
+	const char *from_event = json_string_value(json_array_get(ids, 1));
+	const char *tp_call = NULL, *tp_event = NULL;
+	json_t *reqs = NULL;
+	for (int64_t until = harness_now_ms() + 30000; harness_now_ms() < until;) {
+		json_decref(reqs);
+		reqs = receiver_requests(&rcv, "/grpc");
+		tp_call = traceparent_of(reqs, from_call);
+		tp_event = traceparent_of(reqs, from_event);
+		if (tp_call && tp_event)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_non_null(tp_call);
+	assert_non_null(tp_event);
+	/* the same trace id, a span id of the attempt's own */
+	assert_memory_equal(tp_call, "00-4bf92f3577b34da6a3ce929d0e0e4736-", 36);
+	assert_memory_equal(tp_event, own, 36);
+	json_decref(reqs);
+	json_decref(a);
 }
 
 /* The store taken away (PostgreSQL halted, or SQLite's write lock held by another
@@ -357,6 +406,7 @@ int main(void)
 		cmocka_unit_test(test_bad_envelopes_name_the_field),
 		cmocka_unit_test(test_tokens_and_scopes),
 		cmocka_unit_test(test_idempotency),
+		cmocka_unit_test(test_trace_context_travels),
 		cmocka_unit_test(test_store_down_is_unavailable),
 		cmocka_unit_test(test_ten_thousand_events_delivered),
 		cmocka_unit_test(test_sigterm_refuses_open_stream),

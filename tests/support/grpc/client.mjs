@@ -3,7 +3,8 @@
 // files loaded by @grpc/proto-loader, the token in the call's metadata. Used by
 // tests/e2e/test_grpc.c and bench/grpc.sh; prints one JSON line on stdout per command.
 //
-//   node client.mjs --target HOST:PORT [--token T] [--ca PEM] [--wait no] COMMAND ...
+//   node client.mjs --target HOST:PORT [--token T] [--ca PEM] [--wait no]
+//                   [--traceparent TP] COMMAND ...
 //     publish JSON          one Publish call with the OutboxEvent JSON
 //     stream JSON-ARRAY     one PublishStream call with these OutboxEvents
 //     load [--unary N] [--stream N] [--stream-size K] [--concurrency C] [--type T]
@@ -54,6 +55,7 @@ const ca = option('--ca');
 // --wait no: a call fails at once when the server cannot be reached (UNAVAILABLE) instead
 // of waiting for it until its deadline
 const waitForReady = option('--wait', 'yes') !== 'no';
+const traceparent = option('--traceparent'); // sent as the call's traceparent metadata
 const url = option('--url');
 const unary = Number(option('--unary', '0'));
 const streamed = Number(option('--stream', '0'));
@@ -83,6 +85,7 @@ function client() {
 function metadata() {
   const md = new grpc.Metadata();
   if (token !== undefined) md.set('authorization', `Bearer ${token}`);
+  if (traceparent !== undefined) md.set('traceparent', traceparent);
   return md;
 }
 
