@@ -6,7 +6,7 @@ BUILD      ?= build
 TESTBUILD  ?= build-test
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test build deps clean receiver bench bench-kafka fuzz soak install uninstall deb \
+.PHONY: run test build deps clean receiver bench bench-kafka bench-grpc fuzz soak install uninstall deb \
 	deb-check
 
 deps:
@@ -76,6 +76,12 @@ bench:
 # envelopes/s and published events/s against HTTP ingest, on librdkafka's mock cluster.
 bench-kafka:
 	@bash bench/kafka.sh
+
+# The gRPC ingest against the HTTP ingest (docs/grpc.md): events/s and outboxd's CPU per
+# event for one event a call and for batches, one outboxd on SQLite, one Node client;
+# bench/results/grpc.md.
+bench-grpc:
+	@bash bench/grpc.sh
 
 # The chaos soak (docs/reliability.md): SOAK_MINUTES (default 10) of random SIGKILLs of
 # three outboxd instances sharing one key, PostgreSQL restarts, Kafka broker restarts under

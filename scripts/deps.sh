@@ -16,6 +16,7 @@ packages=(
   zlib1g-dev
   librdkafka-dev
   libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+  libgrpc-dev         # gRPC's C core: the gRPC ingest (src/intake/grpc_intake.c, grpc_listen)
   python3-protobuf    # e2e/test_otel decodes the OTLP exports with the definitions as released
   kcat
   libcmocka-dev

@@ -6,7 +6,8 @@
 # records, with an encode/decode round trip), wire (the lean HTTP client's answer
 # parsing: status line, headers, chunked bodies, Retry-After), url (its URL parser,
 # against libcurl's), oauth2 (token endpoint answers, and their redaction), merge (a
-# PATCH on a stored subscription), query (the API's request targets: paths and query
+# PATCH on a stored subscription), publish (the gRPC ingest's OutboxEvent messages and
+# its PublishReply), query (the API's request targets: paths and query
 # strings through api_handle on a SQLite store; built with CMake, option OUTBOXD_FUZZ,
 # in $OUT/cmake). Installs clang when missing (apt, quiet
 # when present), builds build-fuzz/fuzz_TARGET, seeds build-fuzz/corpus-TARGET from
@@ -27,11 +28,12 @@ if ! command -v clang >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends clang >/dev/null
 fi
 
-TARGETS=${FUZZ_TARGETS:-input filter config envelope spool wire url oauth2 merge query}
+TARGETS=${FUZZ_TARGETS:-input filter config envelope spool wire url oauth2 merge publish query}
 CFLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -D_GNU_SOURCE -Isrc"
 LIBS="-ljansson -lcrypto -lz -lpthread"
 mkdir -p "$OUT/proto"
-protoc-c --proto_path=proto --c_out="$OUT/proto" proto/outboxd/v1/outbox_event.proto
+protoc-c --proto_path=proto --c_out="$OUT/proto" proto/outboxd/v1/outbox_event.proto \
+  proto/outboxd/v1/ingest.proto
 
 build() { # name, extra sources and flags...
   local name=$1
@@ -57,6 +59,9 @@ for t in $TARGETS; do
     oauth2) build oauth2 -DFUZZ_TARGET=7 tests/fuzz/fuzz_parsers.c src/deliver/oauth2.c \
       src/deliver/redact.c ;;
     merge) build merge -DFUZZ_TARGET=8 tests/fuzz/fuzz_parsers.c ;;
+    publish) build publish -DFUZZ_TARGET=9 -I"$OUT/proto" tests/fuzz/fuzz_parsers.c \
+      src/intake/grpc_publish.c src/intake/ingest.c "$OUT/proto/outboxd/v1/outbox_event.pb-c.c" \
+      "$OUT/proto/outboxd/v1/ingest.pb-c.c" -lprotobuf-c ;;
     query)
       CC=clang cmake -S . -B "$OUT/cmake" -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON \
         -DOUTBOXD_TESTS=OFF -DOUTBOXD_FUZZ=ON -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" \

@@ -40,6 +40,7 @@
 #include "core/token.h"
 #include "deliver/dispatcher.h"
 #include "deliver/sink.h"
+#include "intake/grpc_intake.h"
 #include "intake/kafka_intake.h"
 #include "intake/ops_events.h"
 #include "janitor/janitor.h"
@@ -260,6 +261,7 @@ struct server {
 	struct readiness readiness;
 	struct api api;
 	struct http_server *http;
+	struct grpc_intake *grpc;    /* the gRPC ingest, NULL: grpc_listen is off */
 	const char *scheme;
 };
 
@@ -501,7 +503,34 @@ static int serve_start(struct server *s)
 	};
 	if (!(s->jobs = janitor_start(s->st, &s->reg, &jcfg, wake_dispatcher, s->disp)))
 		return 1;
-	return start_api(s);
+	if (start_api(s))
+		return 1;
+	/* The gRPC ingest (docs/grpc.md), after the API: its calls are authorized by the
+	 * API's token rules (api_ingest_authorize), with the API's limits. */
+	if (cfg->grpc_listen && *cfg->grpc_listen) {
+		struct grpc_intake_config gcfg = {
+			.listen = cfg->grpc_listen,
+			.tls_cert = cfg->tls_cert,
+			.tls_key = cfg->tls_key,
+			.threads = cfg->api_threads,
+			.max_payload = cfg->max_payload,
+			.max_request = cfg->max_request,
+			.body_memory = cfg->api_body_memory,
+			.shutdown_grace_ms = cfg->shutdown_grace_ms,
+			.writer = s->writer,
+			.reg = &s->reg,
+			.authorize = api_ingest_authorize,
+			.authorize_ctx = &s->api,
+		};
+		if (!(s->grpc = grpc_intake_start(&gcfg, err, sizeof(err)))) {
+			log_error("%s", err);
+			return 1;
+		}
+		log_info("gRPC ingest (outboxd.v1.Ingest) listening on %s, port %d, %s",
+			 cfg->grpc_listen, grpc_intake_port(s->grpc),
+			 cfg->tls_cert && *cfg->tls_cert ? "TLS" : "plaintext");
+	}
+	return 0;
 }
 
 /* Until SIGTERM or SIGINT (returned); SIGHUP reloads the settings that can change live. */
@@ -547,6 +576,7 @@ static int serve_wait(struct server *s)
 static void serve_stop(struct server *s)
 {
 	http_server_stop(s->http);
+	grpc_intake_stop(s->grpc); /* streams still sending refused, stores finished */
 	kafka_intake_stop(s->intake); /* stored batches are committed, the rest is read again */
 	janitor_stop(s->jobs);
 	if (s->writer)

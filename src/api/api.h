@@ -204,6 +204,17 @@ void api_delivery_request(struct api *api, const char *id, struct api_response *
 /* GET /metrics: Prometheus text (res->content_type set). */
 void api_metrics(struct api *api, struct api_response *res);
 
+/* Decides whether a caller that did not come through the HTTP server (a gRPC ingest
+ * call, path its method's path) may ingest, by the rules of POST /v1/events: the same
+ * tokens (the admin and ingest tokens, named tokens with the ingest scope), and a failed
+ * authentication counted, audited, logged and limited per address (remote_addr, NULL
+ * when unknown) as api_begin does. authorization is the Bearer value as sent (NULL:
+ * none); all borrowed; ctx is the struct api. Returns 0 when the caller may ingest;
+ * otherwise -1 with err holding what the API would answer (status 401, 403 or 429, its
+ * code and message). Any thread. */
+int api_ingest_authorize(void *ctx, const char *authorization, const char *remote_addr,
+			 const char *path, struct input_error *err);
+
 /* Records an operator action in the audit log (failures are logged, not fatal). */
 void api_audit(struct api *api, const struct api_request *req, const char *action,
 	       const char *target, long long count, const char *detail);

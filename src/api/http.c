@@ -19,13 +19,13 @@
 #include <netinet/in.h>
 
 #include <microhttpd.h>
-#include <openssl/crypto.h>
 
 #include "api/deadline.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "util/buf.h"
 #include "util/log.h"
+#include "util/pem.h"
 
 /* What a body without a Content-Length (chunked) is first given of api_body_memory; it
  * takes more, doubling, as it grows. */
@@ -334,44 +334,11 @@ static void mhd_log_cb(void *cls, const char *fmt, va_list ap)
 	log_warn("http: %s", line);
 }
 
-/* Reads a PEM file whole (at most 1 MiB) into a NUL-terminated string (returned). */
-static char *read_pem(const char *what, const char *path, char *err, size_t errlen)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		snprintf(err, errlen, "%s: cannot read %s: %s", what, path, strerror(errno));
-		return NULL;
-	}
-	struct buf b;
-	char chunk[4096];
-	size_t n;
-	int too_big = 0;
-	buf_init(&b, 1 << 20);
-	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && !too_big)
-		too_big = buf_append(&b, chunk, n) != 0;
-	fclose(f);
-	if (too_big || buf_append(&b, "", 1)) {
-		snprintf(err, errlen, "%s: %s is larger than 1 MiB", what, path);
-		buf_free(&b);
-		return NULL;
-	}
-	if (!strstr(b.data, "-----BEGIN ")) {
-		snprintf(err, errlen, "%s: %s is not a PEM file", what, path);
-		OPENSSL_cleanse(b.data, b.len);
-		buf_free(&b);
-		return NULL;
-	}
-	return b.data;
-}
-
 static void server_free(struct http_server *s)
 {
 	deadlines_stop(s->deadlines);
-	free(s->tls_cert);
-	if (s->tls_key) {
-		OPENSSL_cleanse(s->tls_key, strlen(s->tls_key));
-		free(s->tls_key);
-	}
+	pem_free(s->tls_cert);
+	pem_free(s->tls_key);
 	free(s);
 }
 
@@ -417,8 +384,8 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 			snprintf(err, errlen, "tls_cert: this libmicrohttpd has no TLS support");
 			goto fail;
 		}
-		if (!(s->tls_cert = read_pem("tls_cert", tls->cert_file, err, errlen)) ||
-		    !(s->tls_key = read_pem("tls_key", tls->key_file, err, errlen)))
+		if (!(s->tls_cert = pem_read("tls_cert", tls->cert_file, err, errlen)) ||
+		    !(s->tls_key = pem_read("tls_key", tls->key_file, err, errlen)))
 			goto fail;
 		flags |= MHD_USE_TLS;
 		/* without tls_priorities GnuTLS's "NORMAL" would accept TLS 1.0 and 1.1 too */

@@ -616,3 +616,43 @@ void api_handle(struct api *api, const struct api_request *req, struct api_respo
 	if (!api_begin(api, &whole, &head, res))
 		api_finish(api, &whole, &head, res);
 }
+
+/* The API's error body in res (its own JSON) as err: the code and message a caller
+ * outside HTTP is told. */
+static void error_of_response(const struct api_response *res, struct input_error *err)
+{
+	json_t *doc = res->body ? json_loads(res->body, 0, NULL) : NULL;
+	json_t *e = json_object_get(doc, "error");
+	const char *code = json_string_value(json_object_get(e, "code"));
+	const char *message = json_string_value(json_object_get(e, "message"));
+	input_error_set(err, res->status, code ? code : "internal", "", "%s",
+			message ? message : "refused");
+	json_decref(doc);
+}
+
+int api_ingest_authorize(void *ctx, const char *authorization, const char *remote_addr,
+			 const char *path, struct input_error *err)
+{
+	struct api *api = ctx;
+	struct api_request req = {
+		.method = "POST",
+		.path = path,
+		.authorization = authorization,
+		.remote_addr = remote_addr,
+		.content_length = -1,
+	};
+	struct api_route route = {"POST", path, NULL, TOKEN_SCOPE_INGEST};
+	struct api_response res = {0};
+	struct api_caller who;
+
+	enum auth_result ar = authenticate(api, authorization, &who);
+	if (ar != AUTH_OK)
+		refuse_caller(api, &req, ar, &who, path, &res);
+	else if (!(token_scope_grants(who.scopes) & TOKEN_SCOPE_INGEST))
+		reply_scope(&res, &req, &route, &who);
+	else
+		return 0;
+	error_of_response(&res, err);
+	free(res.body);
+	return -1;
+}

@@ -24,6 +24,10 @@ const struct config_setting config_settings[] = {
 	 "store: sqlite:PATH (embedded) or postgres://..."},
 	{"listen", "--listen", "OUTBOXD_LISTEN", CONFIG_STRING, "127.0.0.1:8080", S(listen),
 	 "address of the HTTP API, host:port"},
+	{"grpc_listen", "--grpc-listen", "OUTBOXD_GRPC_LISTEN", CONFIG_STRING, NULL,
+	 S(grpc_listen), "address of the gRPC ingest (outboxd.v1.Ingest), host:port; TLS with "
+	 "tls_cert and tls_key when they are set, else plaintext, for a private network or a "
+	 "sidecar; empty = off"},
 	{"data_dir", "--data-dir", "OUTBOXD_DATA_DIR", CONFIG_STRING, NULL, S(data_dir),
 	 "where the generated admin token and secret key, and the instance id of the Kafka "
 	 "intake, are kept (default: the SQLite file's folder, or ./var)"},
@@ -607,6 +611,14 @@ static int check_values(struct config *cfg, char *err, size_t errlen)
 	if (config_listen_split(cfg->listen, listen_host, sizeof(listen_host), listen_port,
 				sizeof(listen_port), err, errlen))
 		return -1;
+	/* the same address rule as listen; its messages name listen, so they are renamed */
+	if (is_set(cfg->grpc_listen) &&
+	    config_listen_split(cfg->grpc_listen, listen_host, sizeof(listen_host), listen_port,
+				sizeof(listen_port), err, errlen)) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s", err);
+		return fail(err, errlen, "grpc_%s", why);
+	}
 	struct ssrf_policy ssrf;
 	if (ssrf_policy_parse(cfg->ssrf_allow, &ssrf, err, errlen))
 		return -1;

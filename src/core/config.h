@@ -14,6 +14,7 @@
 struct config {
 	char *db;                 /* sqlite:PATH or postgres://... */
 	char *listen;             /* host:port of the API */
+	char *grpc_listen;        /* host:port of the gRPC ingest; NULL or "" = off */
 	char *data_dir;           /* where the generated admin token and secret key are kept */
 	char *admin_token;
 	char *ingest_token;

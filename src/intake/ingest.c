@@ -113,6 +113,22 @@ static int valid_event_type(const char *s, size_t len)
 	return 1;
 }
 
+int ingest_check_event_type(const char *type, size_t len, const char *field,
+			    struct input_error *err)
+{
+	if (!type)
+		return input_error_set(err, 400, "invalid_argument", field, "%s is required", field);
+	if (!valid_event_type(type, len))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s must be a string of 1 to 255 printable characters without spaces, '*' or '?'",
+				       field);
+	if (ops_event_type(type))
+		return input_error_set(err, 400, "invalid_argument", field,
+				       "%s: event types starting with \"outboxd.\" are outboxd's "
+				       "own operational events", field);
+	return 0;
+}
+
 /* The first member of obj (in document order) that is not an event field, or NULL. */
 static const char *unknown_member(json_t *obj)
 {
@@ -174,23 +190,11 @@ static int parse_event(json_t *obj, const char *body, const struct span *span,
 	}
 
 	v = member[KEY_EVENT_TYPE];
-	if (!v || !json_is_string(v) ||
-	    !valid_event_type(json_string_value(v), json_string_length(v))) {
-		event_field(field, sizeof(field), at, "event_type");
-		if (!v)
-			return input_error_set(err, 400, "invalid_argument", field,
-					       "%s is required", field);
-		return input_error_set(err, 400, "invalid_argument", field,
-				       "%s must be a string of 1 to 255 printable characters without spaces, '*' or '?'",
-				       field);
-	}
-	if (ops_event_type(json_string_value(v))) {
-		event_field(field, sizeof(field), at, "event_type");
-		return input_error_set(err, 400, "invalid_argument", field,
-				       "%s: event types starting with \"outboxd.\" are outboxd's "
-				       "own operational events", field);
-	}
-	type = json_string_value(v);
+	/* a member that is not a string is refused like a bad one: "" has length 0 */
+	type = !v ? NULL : json_is_string(v) ? json_string_value(v) : "";
+	if (ingest_check_event_type(type, type && json_is_string(v) ? json_string_length(v) : 0,
+				    event_field(field, sizeof(field), at, "event_type"), err))
+		return -1;
 
 	if (opt_string(member[KEY_SOURCE], at, KEY_SOURCE, 255, &ev->source, err) ||
 	    opt_string(member[KEY_SOURCE_EVENT_ID], at, KEY_SOURCE_EVENT_ID, 255,

@@ -30,6 +30,13 @@ struct ingest_batch {
 int ingest_parse(const char *body, size_t len, int64_t max_payload, struct ingest_batch *b,
 		 struct input_error *err);
 
+/* The rule of an event type, whichever way the event came in: 1 to 255 printable ASCII
+ * characters without spaces, '*' or '?', not one of outboxd's own (outboxd.*). type NULL
+ * means absent; len is its length (a NUL inside makes it shorter than len: refused).
+ * Returns 0, or -1 with err (400 invalid_argument) naming field (borrowed). */
+int ingest_check_event_type(const char *type, size_t len, const char *field,
+			    struct input_error *err);
+
 /* Fills each event's subscriptions from set. Returns 0 or -1 when out of memory. */
 int ingest_fanout(struct ingest_batch *b, const struct sub_set *set);
 

@@ -73,6 +73,20 @@ static inline int e2e_cli(const struct daemon *d, char *out, size_t len, const c
 	return e2e_run(cmd, out, len);
 }
 
+/* A self-signed P-256 certificate for 127.0.0.1 (its subjectAltName too), valid 2 days,
+ * written by openssl into dir as api.pem and api.key: a server's tls_cert and tls_key.
+ * Their paths go into cert and key (512 bytes each). */
+static inline void e2e_self_signed(const char *dir, char cert[512], char key[512])
+{
+	char cmd[2048];
+	snprintf(cert, 512, "%s/api.pem", dir);
+	snprintf(key, 512, "%s/api.key", dir);
+	snprintf(cmd, sizeof(cmd), "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+		 "-nodes -keyout %s -out %s -days 2 -subj /CN=127.0.0.1 "
+		 "-addext subjectAltName=IP:127.0.0.1 2>/dev/null", key, cert);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* The SQLite file of a daemon (d->db is the DSN "sqlite:PATH"). */
 static inline const char *e2e_db_path(const struct daemon *d)
 {

@@ -365,13 +365,8 @@ static void test_tls(void **state)
 {
 	static char log[65536];
 	char *dir = harness_tmpdir("api-tls");
-	char cmd[2048], cert[512], key[512], env_cert[600], env_key[600], url[128];
-	snprintf(cert, sizeof(cert), "%s/api.pem", dir);
-	snprintf(key, sizeof(key), "%s/api.key", dir);
-	snprintf(cmd, sizeof(cmd), "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-		 "-nodes -keyout %s -out %s -days 2 -subj /CN=127.0.0.1 "
-		 "-addext subjectAltName=IP:127.0.0.1 2>/dev/null", key, cert);
-	assert_int_equal(system(cmd), 0);
+	char cert[512], key[512], env_cert[600], env_key[600], url[128];
+	e2e_self_signed(dir, cert, key);
 	snprintf(env_cert, sizeof(env_cert), "OUTBOXD_TLS_CERT=%s", cert);
 	snprintf(env_key, sizeof(env_key), "OUTBOXD_TLS_KEY=%s", key);
 

@@ -24,6 +24,10 @@
  *                  sub_codec_parse): the first line is the stored document, the rest the
  *                  patch; a merged document that parses shows every credential and
  *                  secret header masked in its public view
+ *   FUZZ_PUBLISH   the gRPC ingest's messages (intake/grpc_publish.c): the input as a
+ *                  Publish call's OutboxEvent, then twice into one stream's batch; an
+ *                  event taken keeps the limits (payload size, event type rule), and the
+ *                  batch packs into a PublishReply
  * http_wire.c is included whole so its file-local parser can be reached. Under
  * AddressSanitizer and UndefinedBehaviorSanitizer: no crash, no leak, no undefined
  * behaviour. fuzz_input.c covers ingest bodies and subscription documents, fuzz_query.c
@@ -51,6 +55,7 @@
 #define FUZZ_URL 6
 #define FUZZ_OAUTH2 7
 #define FUZZ_MERGE 8
+#define FUZZ_PUBLISH 9
 
 #if FUZZ_TARGET == FUZZ_WIRE || FUZZ_TARGET == FUZZ_URL
 #include "../../src/deliver/http_wire.c"
@@ -61,6 +66,9 @@
 #endif
 #if FUZZ_TARGET == FUZZ_MERGE
 #include "core/retry.h"
+#endif
+#if FUZZ_TARGET == FUZZ_PUBLISH
+#include "intake/grpc_publish.h"
 #endif
 
 /* A NUL-terminated copy of the input (returned; free it). */
@@ -459,8 +467,33 @@ static void run(const uint8_t *data, size_t size)
 	json_decref(stored);
 	json_decref(patch);
 }
+#elif FUZZ_TARGET == FUZZ_PUBLISH
+static void run(const uint8_t *data, size_t size)
+{
+	static const struct publish_limits lim = {4096, 1 << 20, 10};
+	struct publish_batch b = {0};
+	struct input_error err;
+	void *out;
+	size_t len;
+
+	for (long index = -1; index < 2; index++) {
+		if (publish_add(&b, data, size, &lim, index, &err) != 0) {
+			if (!err.message[0])
+				abort(); /* a refusal always says why */
+			continue;
+		}
+		const struct store_event_in *ev = &b.in.events[b.in.n - 1];
+		if ((int64_t)ev->payload_len > lim.max_payload || !ev->event_type[0] ||
+		    strlen(ev->event_type) > 255 || !ev->content_type)
+			abort();
+	}
+	if (publish_reply(&b, &out, &len) != 0)
+		abort();
+	free(out);
+	publish_batch_free(&b);
+}
 #else
-#error "FUZZ_TARGET must be FUZZ_FILTER, FUZZ_CONFIG, FUZZ_ENVELOPE, FUZZ_SPOOL, FUZZ_WIRE, FUZZ_URL, FUZZ_OAUTH2 or FUZZ_MERGE"
+#error "FUZZ_TARGET must be FUZZ_FILTER, FUZZ_CONFIG, FUZZ_ENVELOPE, FUZZ_SPOOL, FUZZ_WIRE, FUZZ_URL, FUZZ_OAUTH2, FUZZ_MERGE or FUZZ_PUBLISH"
 #endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

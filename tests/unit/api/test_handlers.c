@@ -4,7 +4,7 @@
  * status codes, error bodies naming the field, events stored and readable, subscription
  * secrets masked on the way out, the DLQ filter parsed and answered, the event search
  * and its pages, one subscription's attempt series, a test event given to one
- * subscription. */
+ * subscription; the gRPC ingest authorized by the rules of POST /v1/events. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -414,6 +414,46 @@ static void test_unsupported_option_is_422(void **state)
 	json_decref(body);
 }
 
+/* The gRPC ingest's authorization (api_ingest_authorize): the tokens and scope of
+ * POST /v1/events, and what it refuses as the API would answer it. */
+static void test_ingest_authorize_as_post_events(void **state)
+{
+	struct fixture *f = *state;
+	struct input_error err;
+	const char *path = "/outboxd.v1.Ingest/Publish";
+	json_t *tok;
+
+	assert_non_null(f->api.tokens = api_tokens_new(f->st));
+	f->api.ingest_token = "ing";
+	assert_int_equal(api_ingest_authorize(&f->api, "Bearer adm", "192.0.2.7", path, &err), 0);
+	assert_int_equal(api_ingest_authorize(&f->api, "Bearer ing", NULL, path, &err), 0);
+
+	assert_int_equal(api_ingest_authorize(&f->api, "Bearer nope", "192.0.2.7", path, &err), -1);
+	assert_int_equal(err.status, 401);
+	assert_string_equal(err.code, "unauthenticated");
+	assert_int_equal(api_ingest_authorize(&f->api, NULL, "192.0.2.7", path, &err), -1);
+	assert_int_equal(err.status, 401);
+	assert_non_null(strstr(err.message, path));
+
+	/* named tokens: with the ingest scope it may, with read only it may not */
+	assert_int_equal(call(f, "POST", "/v1/tokens", "{\"name\":\"producer\",\"scopes\":[\"ingest\"]}",
+			      NULL, &tok), 201);
+	char bearer[160];
+	snprintf(bearer, sizeof(bearer), "Bearer %s", json_string_value(json_object_get(tok, "token")));
+	json_decref(tok);
+	assert_int_equal(api_ingest_authorize(&f->api, bearer, NULL, path, &err), 0);
+	assert_int_equal(call(f, "POST", "/v1/tokens", "{\"name\":\"reader\",\"scopes\":[\"read\"]}",
+			      NULL, &tok), 201);
+	snprintf(bearer, sizeof(bearer), "Bearer %s", json_string_value(json_object_get(tok, "token")));
+	json_decref(tok);
+	assert_int_equal(api_ingest_authorize(&f->api, bearer, NULL, path, &err), -1);
+	assert_int_equal(err.status, 403);
+	assert_string_equal(err.code, "forbidden");
+	assert_non_null(strstr(err.message, "needs the ingest scope; the token \"reader\" has read"));
+	api_tokens_free(f->api.tokens);
+	f->api.tokens = NULL;
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERROR);
@@ -421,6 +461,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_event_names_the_field, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_is_stored_and_fanned_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ingest_authorize_as_post_events, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_dlq_filter_is_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unsupported_option_is_422, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_search, setup, teardown),
