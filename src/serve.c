@@ -416,8 +416,38 @@ static int start_api(struct server *s)
 			"Create a subscription first to have it delivered: see README.md, Quickstart.\n\n",
 			cfg->admin_token ? "" : ", kept in the data folder as admin.token", s->scheme,
 			cfg->listen);
-	/* Under systemd (Type=notify): ready now that the store is open and the API listens. */
-	service_ready(s->scheme, cfg->listen, store_backend_name(s->st));
+	return 0;
+}
+
+/* The gRPC ingest (docs/grpc.md) when grpc_listen is set, after the API: its calls are
+ * authorized by the API's token rules (api_ingest_authorize), with the API's limits.
+ * 0, or 1 after logging why. */
+static int start_grpc(struct server *s)
+{
+	char err[512];
+	const struct config *cfg = &s->cfg;
+	if (!cfg->grpc_listen || !*cfg->grpc_listen)
+		return 0;
+	struct grpc_intake_config gcfg = {
+		.listen = cfg->grpc_listen,
+		.tls_cert = cfg->tls_cert,
+		.tls_key = cfg->tls_key,
+		.threads = cfg->api_threads,
+		.max_payload = cfg->max_payload,
+		.max_request = cfg->max_request,
+		.body_memory = cfg->api_body_memory,
+		.shutdown_grace_ms = cfg->shutdown_grace_ms,
+		.writer = s->writer,
+		.reg = &s->reg,
+		.authorize = api_ingest_authorize,
+		.authorize_ctx = &s->api,
+	};
+	if (!(s->grpc = grpc_intake_start(&gcfg, err, sizeof(err)))) {
+		log_error("%s", err);
+		return 1;
+	}
+	log_info("gRPC ingest (outboxd.v1.Ingest) listening on %s, port %d, %s", cfg->grpc_listen,
+		 grpc_intake_port(s->grpc), cfg->tls_cert && *cfg->tls_cert ? "TLS" : "plaintext");
 	return 0;
 }
 
@@ -505,31 +535,11 @@ static int serve_start(struct server *s)
 		return 1;
 	if (start_api(s))
 		return 1;
-	/* The gRPC ingest (docs/grpc.md), after the API: its calls are authorized by the
-	 * API's token rules (api_ingest_authorize), with the API's limits. */
-	if (cfg->grpc_listen && *cfg->grpc_listen) {
-		struct grpc_intake_config gcfg = {
-			.listen = cfg->grpc_listen,
-			.tls_cert = cfg->tls_cert,
-			.tls_key = cfg->tls_key,
-			.threads = cfg->api_threads,
-			.max_payload = cfg->max_payload,
-			.max_request = cfg->max_request,
-			.body_memory = cfg->api_body_memory,
-			.shutdown_grace_ms = cfg->shutdown_grace_ms,
-			.writer = s->writer,
-			.reg = &s->reg,
-			.authorize = api_ingest_authorize,
-			.authorize_ctx = &s->api,
-		};
-		if (!(s->grpc = grpc_intake_start(&gcfg, err, sizeof(err)))) {
-			log_error("%s", err);
-			return 1;
-		}
-		log_info("gRPC ingest (outboxd.v1.Ingest) listening on %s, port %d, %s",
-			 cfg->grpc_listen, grpc_intake_port(s->grpc),
-			 cfg->tls_cert && *cfg->tls_cert ? "TLS" : "plaintext");
-	}
+	if (start_grpc(s))
+		return 1;
+	/* Under systemd (Type=notify): ready now that the store is open and every way in
+	 * listens. */
+	service_ready(s->scheme, cfg->listen, store_backend_name(s->st));
 	return 0;
 }
 
