@@ -4,7 +4,7 @@
  *                sealing key, the admin token, the subscriptions, the spool, the sinks
  *   serve_start  the threads, each after what it uses: OpenTelemetry, the writer,
  *                operational events, the dispatcher, the dead-letter relay, the Kafka
- *                intake, the housekeeping jobs, then the API (ready from here on)
+ *                intake, the janitor, then the API and the gRPC ingest (ready from here on)
  *   serve_wait   signals: SIGHUP reloads what can change live, SIGTERM or SIGINT ends
  *                the wait; the systemd watchdog is fed while the dispatcher turns
  *   serve_stop   the reverse: no new requests or rows, in-flight work finished or
