@@ -95,7 +95,8 @@ soak: deps
 # libFuzzer with ASan+UBSan over every parser a user can reach (tests/fuzz/: ingest,
 # subscriptions, filters, the config file, Kafka envelopes, spool records, the lean
 # client's answers and URLs, OAuth2 token answers, PATCH merges, API request targets):
-# installs clang if missing, runs FUZZ_SECONDS (default 60), fails on a crashing input.
+# installs clang if missing (scripts/deps.sh), runs FUZZ_SECONDS (default 60) per target,
+# fails on a crashing input. make test runs each for 3 s (ctest fuzz/smoke).
 fuzz:
 	@bash scripts/fuzz.sh
 

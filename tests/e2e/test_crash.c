@@ -37,9 +37,14 @@ static void test_kill9_mid_delivery(void **state)
 	/* On PostgreSQL the restarted outboxd is a new instance: the dead one's leases are
 	 * not released at start (other instances may hold live ones) but reclaimed when they
 	 * expire, which a short lease makes quick here. */
-	const char *env[] = {"OUTBOXD_MAX_IN_FLIGHT=64", "OUTBOXD_DELIVERY_TIMEOUT=5s",
-			     harness_pg_wanted() ? "OUTBOXD_LEASE=3s" : NULL,
-			     "OUTBOXD_REAP_INTERVAL=500ms", NULL};
+	const char *env[6];
+	size_t n_env = 0;
+	env[n_env++] = "OUTBOXD_MAX_IN_FLIGHT=64";
+	env[n_env++] = "OUTBOXD_DELIVERY_TIMEOUT=5s";
+	env[n_env++] = "OUTBOXD_REAP_INTERVAL=500ms";
+	if (harness_pg_wanted()) /* appended, not a NULL in the middle that ends the list */
+		env[n_env++] = "OUTBOXD_LEASE=3s";
+	env[n_env] = NULL;
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	e2e_create_sub(&dmn, sub, "{\"name\":\"slow\",\"event_types\":[\"*\"],\"endpoint\":\"%s/slow\"}",
 		       rcv.url);

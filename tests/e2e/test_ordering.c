@@ -223,15 +223,17 @@ static void dead_head(const char *type, const char *path, char out[64])
 						     "\"default\":{\"status\":200}}"), 0);
 	send_keyed(&dmn[0], type, keys, &seq, 1);
 	json_t *page = NULL;
-	for (int i = 0; i < 200; i++) {
+	int64_t deadline = harness_now_ms() + 20000;
+	for (;;) {
 		json_decref(page);
 		page = e2e_get(&dmn[0], "/v1/dlq?event_type=%s.e", type);
-		if (json_array_size(json_object_get(page, "items")) == 1)
+		if (json_array_size(json_object_get(page, "items")) == 1 ||
+		    harness_now_ms() >= deadline)
 			break;
 		usleep(50 * 1000);
 	}
+	assert_int_equal(json_array_size(json_object_get(page, "items")), 1);
 	json_t *d = json_array_get(json_object_get(page, "items"), 0);
-	assert_non_null(d);
 	snprintf(out, 64, "%s", json_string_value(json_object_get(d, "id")));
 	json_decref(page);
 }
@@ -309,9 +311,9 @@ static void run_ordered(int instances)
 	send_load("ord", instances);
 
 	if (instances > 1) {
-		/* kill -9 one instance while the keys are half way */
-		for (int i = 0; i < 600 && receiver_count(&rcv, "/ordered") < 1200; i++)
-			usleep(20 * 1000);
+		/* kill -9 one instance while the keys are half way: once 1,200 of the 2,000
+		 * requests and more (failures are tried again) have arrived */
+		assert_int_equal(receiver_wait_count(&rcv, "/ordered", 1200, 60000), 0);
 		daemon_kill9(&dmn[1]);
 	}
 	struct wait_ctx w = {"/ordered", names, KEYS, PER_KEY};

@@ -60,14 +60,6 @@ static void store_up(void)
 	lock_holder = NULL;
 }
 
-/* How long an outage under load lasts. SQLite's must outlast the daemon's busy wait:
- * the first writer waits 5 s for the lock before the store reports itself unavailable
- * (then the others fail at once for a while, and ingest goes to the spool). */
-static int outage_ms(void)
-{
-	return harness_pg_wanted() ? 2000 : 9000;
-}
-
 static int setup(void **state)
 {
 	const char *args[] = {"--no-bodies", "--threads", "4", NULL};
@@ -154,6 +146,34 @@ static int log_lines_with(const char *text)
 	return n;
 }
 
+static int logged(void *text)
+{
+	return log_lines_with(text) >= 1;
+}
+
+/* 1 once nothing is left that could be sent again: the store shows *(long *)want
+ * deliveries PROCESSED, none waiting or leased, and the spool is empty. Right after an
+ * outage the API may still answer 503 while it reconnects: not settled yet. */
+static int settled(void *want)
+{
+	char url[256];
+	struct http_resp r;
+	struct stat st;
+	int done = 0;
+
+	snprintf(url, sizeof(url), "%s/v1/stats", dmn.url);
+	if (http_do("GET", url, dmn.token, NULL, NULL, 0, &r) == 0 && r.status == 200) {
+		json_t *by = json_object_get(r.json, "deliveries");
+		done = json_integer_value(json_object_get(by, "PROCESSED")) == *(long *)want &&
+		       json_integer_value(json_object_get(by, "NEW")) == 0 &&
+		       json_integer_value(json_object_get(by, "FAILED_RETRYING")) == 0 &&
+		       json_integer_value(json_object_get(r.json, "in_flight")) == 0 &&
+		       stat(spool_file, &st) == 0 && st.st_size == 0;
+	}
+	http_resp_free(&r);
+	return done;
+}
+
 /* ---- an outage under load ------------------------------------------------------------ */
 
 struct ingest_loop {
@@ -185,7 +205,8 @@ static void *ingest_main(void *arg)
 		if (r.status == 202) {
 			l->accepted += (long)json_array_size(json_object_get(r.json, "ids"));
 		} else if (r.status == 503) {
-			l->unavailable++;
+			if (l->unavailable++ < 3) /* what refused it, for the log */
+				fprintf(stderr, "ingest during the outage: 503 %s\n", r.body);
 		} else {
 			l->other++;
 			fprintf(stderr, "ingest during the outage: %ld %s\n", r.status,
@@ -207,6 +228,38 @@ static long accepted_so_far(struct ingest_loop *l)
 	return n;
 }
 
+static void stop_ingest(struct ingest_loop *l, pthread_t th)
+{
+	pthread_mutex_lock(&l->mu);
+	l->stop = 1;
+	pthread_mutex_unlock(&l->mu);
+	pthread_join(th, NULL);
+}
+
+struct accepted_ctx {
+	struct ingest_loop *l;
+	long n;
+};
+
+static int accepted_at_least(void *arg)
+{
+	struct accepted_ctx *c = arg;
+	return accepted_so_far(c->l) >= c->n;
+}
+
+/* Waits up to timeout_ms for pred(arg) while the ingest thread runs; on a timeout stops
+ * the thread (it uses l) before failing the test. */
+static void await_ingesting(struct ingest_loop *l, pthread_t th, int (*pred)(void *), void *arg,
+			    int timeout_ms, const char *what)
+{
+	if (harness_wait(pred, arg, timeout_ms) == 0)
+		return;
+	stop_ingest(l, th);
+	fprintf(stderr, "spool outage: timed out waiting for %s (%ld acknowledged)\n", what,
+		l->accepted);
+	fail();
+}
+
 static void test_outage_is_spooled_and_replayed(void **state)
 {
 	struct ingest_loop l = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -220,26 +273,27 @@ static void test_outage_is_spooled_and_replayed(void **state)
 		       rcv_b.url);
 
 	assert_int_equal(pthread_create(&th, NULL, ingest_main, &l), 0);
-	while (accepted_so_far(&l) < 300)
-		usleep(20 * 1000);
-	/* Down for a while: PostgreSQL with a fast shutdown, as an operator's restart or a
-	 * failover does. */
+	struct accepted_ctx want = {&l, 300};
+	await_ingesting(&l, th, accepted_at_least, &want, 30000, "300 events before the outage");
+	/* Down for 2 s at least, and until ingest has gone to the spool and 50 more events
+	 * were acknowledged from there: PostgreSQL with a fast shutdown, as an operator's
+	 * restart or a failover does; SQLite's lock held past the first writer's 5 s busy
+	 * wait (the store reports itself unavailable after it, and the others fail at once
+	 * for a while). */
 	long before = accepted_so_far(&l);
-	if (harness_pg_wanted()) {
-		assert_int_equal(pg_server_restart(harness_pg(), outage_ms()), 0);
-	} else {
-		store_down();
-		usleep((useconds_t)outage_ms() * 1000);
-		store_up();
-	}
-	long during = accepted_so_far(&l) - before;
-	long after_restart = accepted_so_far(&l);
-	while (accepted_so_far(&l) < after_restart + 300)
+	int64_t down_at = harness_now_ms();
+	store_down();
+	await_ingesting(&l, th, logged, "accepting ingest into the spool", 60000,
+			"ingest to go to the spool");
+	want.n = accepted_so_far(&l) + 50;
+	await_ingesting(&l, th, accepted_at_least, &want, 30000, "50 events spooled");
+	while (harness_now_ms() < down_at + 2000)
 		usleep(20 * 1000);
-	pthread_mutex_lock(&l.mu);
-	l.stop = 1;
-	pthread_mutex_unlock(&l.mu);
-	pthread_join(th, NULL);
+	store_up();
+	long during = accepted_so_far(&l) - before;
+	want.n = accepted_so_far(&l) + 300;
+	await_ingesting(&l, th, accepted_at_least, &want, 60000, "300 events after the outage");
+	stop_ingest(&l, th);
 	fprintf(stderr, "spool outage: %ld events acknowledged (%ld during the outage), "
 			"%ld requests answered 503, %ld other answers\n",
 		l.accepted, during, l.unavailable, l.other);
@@ -250,7 +304,9 @@ static void test_outage_is_spooled_and_replayed(void **state)
 	/* Every acknowledged event reaches both subscriptions, and only once. */
 	assert_int_equal(wait_unique(&rcv_a, l.accepted, 60000), l.accepted);
 	assert_int_equal(wait_unique(&rcv_b, l.accepted, 60000), l.accepted);
-	usleep(1000 * 1000); /* a late duplicate would show up by now */
+	/* every delivery recorded and none left to send: no duplicate can come later */
+	long deliveries = 2 * l.accepted;
+	assert_int_equal(harness_wait(settled, &deliveries, 30000), 0);
 	fprintf(stderr, "spool outage: receiver a %ld unique, %ld duplicates; b %ld unique, "
 			"%ld duplicates\n",
 		stat_of(&rcv_a, "unique_ids"), stat_of(&rcv_a, "duplicates"),
@@ -288,15 +344,13 @@ static void test_results_are_spooled_during_outage(void **state)
 				  "\"endpoint\":\"%s/slow\"}", rcv_slow.url);
 	for (int i = 0; i < 40; i++)
 		e2e_send(&dmn, ev, "{\"event_type\":\"slow.event\",\"payload\":{}}");
-	/* All 40 are in flight (claimed, waiting on the receiver) when the database stops;
-	 * they finish while it is down. */
-	usleep(500 * 1000);
+	/* Requests are in flight (claimed, waiting 3 s on the receiver) when the database
+	 * stops; they finish while it is down, and their results go to the spool. */
+	assert_int_equal(receiver_wait_count(&rcv_slow, "/slow", 1, 20000), 0);
 	store_down();
-	deadline = harness_now_ms() + 40000; /* SQLite: 3 s answers, then busy waits */
-	while (log_lines_with("writing results to the spool") < 1 && harness_now_ms() < deadline)
-		usleep(100 * 1000);
+	/* SQLite: 3 s answers, then the first writer's busy wait */
+	assert_int_equal(harness_wait(logged, "writing results to the spool", 40000), 0);
 	assert_int_equal(log_lines_with("writing results to the spool"), 1);
-	usleep(500 * 1000);
 	store_up();
 
 	/* Once the results are replayed, nothing is left pending and nothing is sent again
@@ -322,7 +376,9 @@ static void test_results_are_spooled_during_outage(void **state)
 		assert_true(harness_now_ms() < deadline);
 		usleep(200 * 1000);
 	}
-	usleep(1000 * 1000);
+	/* every delivery recorded and none left to send: no duplicate can come later */
+	long deliveries = 40;
+	assert_int_equal(harness_wait(settled, &deliveries, 30000), 0);
 	fprintf(stderr, "results during the outage: %ld requests, %ld unique, %ld duplicates\n",
 		stat_of(&rcv_slow, "count"), stat_of(&rcv_slow, "unique_ids"),
 		stat_of(&rcv_slow, "duplicates"));
@@ -409,11 +465,14 @@ static void test_corrupt_tail_is_reported_not_replayed(void **state)
 		 (long long)bad_at);
 	assert_int_equal(log_lines_with(line), 1);
 	assert_int_equal(corrupt_files(), 1);
-	usleep(1500 * 1000);
-	assert_int_equal(receiver_count(&rcv_a, "/a"), 1);
-	assert_int_equal(stat_of(&rcv_a, "unique_ids"), 1);
+	/* the replay is over (one delivery, processed; the spool empty) and the damaged
+	 * event is not in the store: nothing can send it later */
+	long deliveries = 1;
+	assert_int_equal(harness_wait(settled, &deliveries, 20000), 0);
 	json_decref(api_call(&dmn, "GET", "/v1/events/0190a000-0000-7000-8000-000000000002",
 			     NULL, 404));
+	assert_int_equal(receiver_count(&rcv_a, "/a"), 1);
+	assert_int_equal(stat_of(&rcv_a, "unique_ids"), 1);
 	assert_int_equal(stat(spool_file, &st), 0);
 	assert_int_equal(st.st_size, 0);
 	assert_int_equal(daemon_stop(&dmn), 0);
