@@ -16,7 +16,7 @@
 # some ("filter envelope"). Exits non-zero when an input crashes; the input is saved as
 # $OUT/crash-* (replay: $OUT/fuzz_TARGET $OUT/crash-...). FUZZ_OPT is the optimisation
 # (default -O1; the smoke below takes -O0, which builds in half the time). `make test`
-# runs it too, 3 s a target in build-test/fuzz (ctest fuzz/smoke), so that no target
+# runs it too, 1 s a target in build-test/fuzz (ctest fuzz/smoke), so that no target
 # stops building or running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
