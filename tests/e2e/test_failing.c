@@ -1,5 +1,6 @@
 /* test_failing.c: the implicit dead-letter queue (max_retries 0) as an operator sees it.
- * With max_retries 0 a delivery is retried forever and never dead, so the operator finds
+ * With max_retries 0 a delivery's retries never run out (only a permanent code, an open
+ * circuit or a failed replay still dead-letter it), so the operator finds
  * what keeps failing by how often (min_attempts) and how long (failing_since): in the
  * API, in /v1/stats and /metrics (the age of the oldest failing delivery, for alerting)
  * and in the CLI (`outboxd deliveries list --failing`, `outboxd stats`). When the
