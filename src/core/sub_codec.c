@@ -462,7 +462,7 @@ static int header_masked(const json_t *v)
 static int parse_headers(const json_t *headers, int strict, const struct subscription *partial,
 			 struct subscription *out, struct input_error *err)
 {
-	const char *key, *value;
+	const char *key, *value = NULL;
 	json_t *v;
 	char field[160];
 	int secret;

@@ -410,8 +410,8 @@ static void call_started(struct call *c)
 	/* the trace context of the call travels with its events that have none of their
 	 * own; an invalid one is ignored, as W3C asks of a receiver */
 	const char *tp = metadata_value(c, "traceparent", trace, sizeof(trace));
-	if (tp && trace_valid(tp))
-		snprintf(c->traceparent, sizeof(c->traceparent), "%s", tp);
+	if (tp && trace_valid(tp) && strlen(tp) < sizeof(c->traceparent))
+		memcpy(c->traceparent, tp, strlen(tp) + 1); /* a valid one is 55 characters */
 	receive_next(c);
 }
 
