@@ -255,7 +255,7 @@ struct server {
 	struct dispatcher *disp;
 	struct kafka_dead_letter *dead_letter;
 	struct kafka_intake *intake;
-	struct janitor *jobs;
+	struct janitor *janitor;
 	struct api_tokens *tokens;
 	struct authlimit *authlimit;
 	struct readiness readiness;
@@ -374,7 +374,7 @@ static int start_api(struct server *s)
 		.wake = wake_dispatcher,
 		.wake_ctx = s->disp,
 		.wake_jobs = wake_jobs,
-		.wake_jobs_ctx = s->jobs,
+		.wake_jobs_ctx = s->janitor,
 		.replay_rate = cfg->replay_rate,
 		.metrics_private = !cfg->metrics_public,
 		.stats_window_ms = cfg->stats_window_ms,
@@ -531,7 +531,7 @@ static int serve_start(struct server *s)
 		.reload_subs = reload_subscriptions,
 		.reload_ctx = &s->reload,
 	};
-	if (!(s->jobs = janitor_start(s->st, &s->reg, &jcfg, wake_dispatcher, s->disp)))
+	if (!(s->janitor = janitor_start(s->st, &s->reg, &jcfg, wake_dispatcher, s->disp)))
 		return 1;
 	if (start_api(s))
 		return 1;
@@ -588,7 +588,7 @@ static void serve_stop(struct server *s)
 	http_server_stop(s->http);
 	grpc_intake_stop(s->grpc); /* streams still sending refused, stores finished */
 	kafka_intake_stop(s->intake); /* stored batches are committed, the rest is read again */
-	janitor_stop(s->jobs);
+	janitor_stop(s->janitor);
 	if (s->writer)
 		writer_on_commit(s->writer, NULL, NULL); /* no wake-up may reach a stopped dispatcher */
 	store_on_work(s->st, NULL, NULL);
@@ -598,7 +598,7 @@ static void serve_stop(struct server *s)
 	ops_events_stop(s->ops); /* after what emits them, before the writer that stores them */
 	writer_stop(s->writer);
 	kafka_dead_letter_stop(s->dead_letter); /* after the last results (and marks) are written */
-	sink_set_close(&s->sinks); /* after the dispatcher, whose jobs they served */
+	sink_set_close(&s->sinks); /* after the dispatcher, whose rounds they served */
 	spool_close(s->spool); /* after the dispatcher, which may spool its last results */
 	store_close(s->st);
 	sub_registry_destroy(&s->reg);
