@@ -523,6 +523,7 @@ static int serve_start(struct server *s)
 	}
 	struct janitor_config jcfg = {
 		.relay_interval_ms = cfg->relay_interval_ms,
+		.relay_batch = (size_t)cfg->relay_batch,
 		.reap_interval_ms = cfg->reap_interval_ms,
 		.cleanup_enabled = cfg->cleanup_enabled,
 		.cleanup_interval_ms = cfg->cleanup_interval_ms,

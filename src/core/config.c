@@ -119,6 +119,8 @@ const struct config_setting config_settings[] = {
 	 "how long a claimed delivery stays reserved before a crash returns it to the pool"},
 	{"relay_interval", "--relay-interval", "OUTBOXD_RELAY_INTERVAL", CONFIG_DURATION,
 	 "100ms", S(relay_interval_ms), "how often the producer outbox table is polled"},
+	{"relay_batch", "--relay-batch", "OUTBOXD_RELAY_BATCH", CONFIG_INT, "100", S(relay_batch),
+	 "outbox rows the relay moves per transaction (1 to 10000)"},
 	{"reap_interval", "--reap-interval", "OUTBOXD_REAP_INTERVAL", CONFIG_DURATION, "10s",
 	 S(reap_interval_ms), "how often expired leases are returned to the pool"},
 	{"cleanup_enabled", "--cleanup-enabled", "OUTBOXD_CLEANUP_ENABLED", CONFIG_BOOL, "false",
@@ -605,6 +607,8 @@ static int check_values(struct config *cfg, char *err, size_t errlen)
 	if (cfg->retry_batch < 1 || cfg->max_in_flight < 1 || cfg->api_threads < 1 ||
 	    cfg->replay_rate < 1)
 		return fail(err, errlen, "retry_batch, max_in_flight, api_threads and replay_rate must be at least 1");
+	if (cfg->relay_batch < 1 || cfg->relay_batch > 10000)
+		return fail(err, errlen, "relay_batch must be from 1 to 10000, got %d", cfg->relay_batch);
 	if (cfg->connect_timeout_ms < 100 || cfg->connect_timeout_ms > 300000)
 		return fail(err, errlen, "connect_timeout must be from 100ms to 5m");
 	char listen_host[256], listen_port[8];

@@ -49,6 +49,7 @@ struct config {
 	int64_t lease_ms;
 	/* jobs */
 	int64_t relay_interval_ms;
+	int relay_batch;
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;

@@ -10,7 +10,6 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-#define RELAY_BATCH 1000
 
 struct janitor {
 	store *st;
@@ -58,7 +57,7 @@ static void run_relay(struct janitor *j)
 	size_t moved;
 	do {
 		moved = 0;
-		int rc = store_relay_outbox(j->st, RELAY_BATCH, relay_fanout_cb, &f, &moved);
+		int rc = store_relay_outbox(j->st, j->cfg.relay_batch, relay_fanout_cb, &f, &moved);
 		if (rc != STORE_OK) {
 			if (!j->relay_failing)
 				log_error("relay: cannot move outbox rows: %s", store_strerror(rc));
@@ -70,7 +69,7 @@ static void run_relay(struct janitor *j)
 		j->relay_failing = 0;
 		if (moved && j->work)
 			j->work(j->ctx);
-	} while (moved == RELAY_BATCH);
+	} while (moved == j->cfg.relay_batch);
 	free(f.ids);
 	sub_registry_release(j->reg, (struct sub_set *)f.set);
 }

@@ -1,6 +1,6 @@
 /* jobs.h: the periodic work of outboxd, on one thread:
  *  - relay: moves rows producers inserted into the `outbox` table into events and
- *    deliveries, up to RELAY_BATCH (1,000) rows per transaction, every relay_interval
+ *    deliveries, up to relay_batch rows per transaction, every relay_interval
  *    (the transactional outbox: producers insert in their own transactions);
  *  - lease reaper: returns deliveries whose lease expired to the pool (crash recovery);
  *  - cleanup: deletes PROCESSED deliveries when enabled (off by default), never FAILED
@@ -19,6 +19,7 @@
 
 struct janitor_config {
 	int64_t relay_interval_ms;
+	size_t relay_batch;          /* outbox rows per transaction */
 	int64_t reap_interval_ms;
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;

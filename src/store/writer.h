@@ -36,7 +36,7 @@
  * Other writes do not go through the writer: each is made on the thread that wants it,
  * in transactions of its own, beside the writer's:
  *   - the spool replay thread (above);
- *   - the janitor thread: the outbox relay (up to 1,000 outbox rows become events and
+ *   - the janitor thread: the outbox relay (up to relay_batch outbox rows become events and
  *     deliveries, and are deleted, per transaction), the lease reaper, per-key
  *     ordering's sweep, cleanup (up to 1,000 deliveries per transaction) and the pages
  *     of paced replay jobs;

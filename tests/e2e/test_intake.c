@@ -17,7 +17,9 @@ static char sub_id[64];
 static int setup(void **state)
 {
 	assert_int_equal(receiver_start(&rcv), 0);
-	const char *env[] = {"OUTBOXD_MAX_PAYLOAD=1KiB", "OUTBOXD_MAX_REQUEST=64KiB", NULL};
+	/* relay_batch 2: the outbox test's five rows take three transactions of one poll */
+	const char *env[] = {"OUTBOXD_MAX_PAYLOAD=1KiB", "OUTBOXD_MAX_REQUEST=64KiB",
+			     "OUTBOXD_RELAY_BATCH=2", NULL};
 	memset(&dmn, 0, sizeof(dmn));
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	e2e_create_sub(&dmn, sub_id, "{\"name\":\"all\",\"event_types\":[\"*\"],\"endpoint\":\"%s/in\"}",
@@ -92,8 +94,9 @@ static void test_batch(void **state)
 	json_decref(r);
 }
 
-/* A producer writes its outbox row from its own process, as an application sharing the
- * SQLite file would, inserting only event_type and payload. */
+/* A producer writes its outbox rows from its own process, as an application sharing the
+ * SQLite file would, inserting only event_type and payload: five rows, more than
+ * relay_batch (2), all relayed. */
 static void test_outbox_table_from_another_process(void **state)
 {
 	if (harness_pg_wanted())
@@ -110,7 +113,10 @@ static void test_outbox_table_from_another_process(void **state)
 				      "BEGIN; CREATE TABLE IF NOT EXISTS app_users(name TEXT);"
 				      "INSERT INTO app_users VALUES('zoe');"
 				      "INSERT INTO outbox(event_type, payload) VALUES('user.created', "
-				      "'{\"name\":\"zoe\"}'); COMMIT;",
+				      "'{\"name\":\"zoe\"}');"
+				      "INSERT INTO outbox(event_type, payload) VALUES('user.batch', "
+				      "'{\"n\":1}'), ('user.batch', '{\"n\":2}'), ('user.batch', "
+				      "'{\"n\":3}'), ('user.batch', '{\"n\":4}'); COMMIT;",
 				      NULL, NULL, NULL);
 		sqlite3_close(db);
 		_exit(rc == SQLITE_OK ? 0 : 2);
@@ -138,6 +144,25 @@ static void test_outbox_table_from_another_process(void **state)
 	assert_non_null(found);
 	assert_string_equal(json_string_value(json_object_get(found, "body")), "{\"name\":\"zoe\"}");
 	json_decref(found);
+	/* the four others, each once */
+	int seen[5] = {0};
+	for (int i = 0; i < 100; i++) {
+		memset(seen, 0, sizeof(seen));
+		json_t *reqs = receiver_requests(&rcv, "/in");
+		for (size_t k = 0; k < json_array_size(reqs); k++) {
+			const char *body = json_string_value(json_object_get(json_array_get(reqs, k),
+									   "body"));
+			int n;
+			if (body && sscanf(body, "{\"n\":%d}", &n) == 1 && n >= 1 && n <= 4)
+				seen[n]++;
+		}
+		json_decref(reqs);
+		if (seen[1] && seen[2] && seen[3] && seen[4])
+			break;
+		usleep(50 * 1000);
+	}
+	for (int n = 1; n <= 4; n++)
+		assert_int_equal(seen[n], 1);
 	assert_true(receiver_count(&rcv, "/in") > before);
 
 	/* The row left the outbox table. */

@@ -272,6 +272,28 @@ static void test_effective_round_trip(void **state)
 
 /* The flags that give a secret: tokens and keys whatever their value, the rest when
  * their value holds a password or a key; each named once. */
+/* relay_batch: 100 by default (batches of a hundred rows), 1 to 10000. */
+static void test_relay_batch(void **state)
+{
+	struct config c;
+	char err[256];
+	char *none[] = {NULL};
+	assert_int_equal(config_load(&c, NULL, none, 0, none, err, sizeof(err)), 0);
+	assert_int_equal(c.relay_batch, 100);
+	config_free(&c);
+	char *ok[] = {"--relay-batch", "10000"};
+	assert_int_equal(config_load(&c, NULL, none, 2, ok, err, sizeof(err)), 0);
+	assert_int_equal(c.relay_batch, 10000);
+	config_free(&c);
+	char *zero[] = {"--relay-batch", "0"}, *big[] = {"--relay-batch", "10001"};
+	assert_int_equal(config_load(&c, NULL, none, 2, zero, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "relay_batch"));
+	config_free(&c); /* a failed load leaves what it had set to the caller */
+	assert_int_equal(config_load(&c, NULL, none, 2, big, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "relay_batch"));
+	config_free(&c);
+}
+
 /* listen: host:port or [v6]:port, a port from 0 to 65535, nothing else. */
 static void test_listen_split(void **state)
 {
@@ -423,6 +445,7 @@ int main(void)
 		cmocka_unit_test(test_otlp_settings),
 		cmocka_unit_test(test_secret_flags),
 		cmocka_unit_test(test_listen_split),
+		cmocka_unit_test(test_relay_batch),
 		cmocka_unit_test(test_egress_proxy_and_tls_dir),
 		cmocka_unit_test(test_reload_classes),
 	};
