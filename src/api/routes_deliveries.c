@@ -206,8 +206,10 @@ static void replay_job(struct api *api, const struct api_request *req, json_t *f
 					   (json_int_t)matched, "rate", rate));
 }
 
+/* Replays the dead deliveries listed in ids (with force, delivered ones too); extra, when
+ * not NULL, is appended to the results (replay_events: events without a delivery). */
 static void replay_ids(struct api *api, const struct api_request *req, json_t *ids, int force,
-		       struct api_response *res)
+		       json_t *extra, struct api_response *res)
 {
 	if (!json_is_array(ids) || json_array_size(ids) == 0 ||
 	    json_array_size(ids) > REPLAY_MAX_IDS) {
@@ -243,6 +245,8 @@ static void replay_ids(struct api *api, const struct api_request *req, json_t *i
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(results, json_pack("{s:s, s:s}", "id", list[i], "outcome",
 							 outcome_names[outcomes[i]]));
+	if (extra)
+		json_array_extend(results, extra);
 	if (replayed && api->wake)
 		api->wake(api->wake_ctx);
 	if (replayed)
@@ -258,9 +262,75 @@ out:
 	free(outcomes);
 }
 
+/* Replay by event (the reference's replay takes event ids): the dead deliveries of each
+ * event, with force its delivered ones too, replayed like a list of delivery ids (at most
+ * REPLAY_MAX_IDS in all). An event with none of those answers outcome "no_delivery". */
+static void replay_events(struct api *api, const struct api_request *req, json_t *event_ids,
+			  int force, struct api_response *res)
+{
+	if (!json_is_array(event_ids) || json_array_size(event_ids) == 0 ||
+	    json_array_size(event_ids) > REPLAY_MAX_IDS) {
+		api_reply_errorf(res, 400, "invalid_argument", "event_ids",
+				 "event_ids must be an array of 1 to %d event ids", REPLAY_MAX_IDS);
+		return;
+	}
+	json_t *ids = json_array(), *none = json_array();
+	for (size_t i = 0; i < json_array_size(event_ids); i++) {
+		json_t *id = json_array_get(event_ids, i);
+		if (!json_is_string(id) || !uuid_valid(json_string_value(id))) {
+			char field[40];
+			snprintf(field, sizeof(field), "event_ids[%zu]", i);
+			api_reply_errorf(res, 400, "invalid_argument", field, "%s must be a UUID",
+					 field);
+			goto out;
+		}
+		struct delivery_filter f = {.event_id = json_string_value(id), .limit = REPLAY_MAX_IDS,
+					    .dead_only = !force};
+		struct store_delivery *items = NULL;
+		size_t n = 0;
+		char *next = NULL;
+		int rc = store_deliveries_list(api->st, &f, &items, &n, &next);
+		free(next);
+		if (rc) {
+			api_reply_store_error(res, rc, "replay");
+			goto out;
+		}
+		size_t taken = 0;
+		for (size_t k = 0; k < n; k++) {
+			/* with force: what is dead or delivered; pending ones are not replayed */
+			if (force && !(items[k].status == DELIVERY_PROCESSED ||
+				       items[k].status == DELIVERY_FAILED))
+				continue;
+			json_array_append_new(ids, json_string(items[k].id));
+			taken++;
+		}
+		store_deliveries_free(items, n);
+		if (!taken)
+			json_array_append_new(none, json_pack("{s:s, s:s}", "event_id",
+							      json_string_value(id), "outcome",
+							      "no_delivery"));
+		if (json_array_size(ids) > REPLAY_MAX_IDS) {
+			api_reply_errorf(res, 422, "invalid_argument", "event_ids",
+					 "these events have more than %d deliveries to replay: replay "
+					 "them by filter (filter.event_id) as a paced job",
+					 REPLAY_MAX_IDS);
+			goto out;
+		}
+	}
+	if (json_array_size(ids) == 0) {
+		api_reply_json(res, 200, json_pack("{s:i, s:O}", "replayed", 0, "results", none));
+		goto out;
+	}
+	replay_ids(api, req, ids, force, none, res);
+out:
+	json_decref(ids);
+	json_decref(none);
+}
+
 void api_dlq_replay(struct api *api, const struct api_request *req, struct api_response *res)
 {
-	static const char *const keys[] = {"ids", "filter", "force", "dry_run", "rate", NULL};
+	static const char *const keys[] = {"ids", "event_ids", "filter", "force", "dry_run", "rate",
+					   NULL};
 	struct delivery_filter f = {0};
 	struct filter_buf fb;
 	int force, dry_run;
@@ -269,21 +339,25 @@ void api_dlq_replay(struct api *api, const struct api_request *req, struct api_r
 	if (!doc)
 		return;
 	json_t *ids = json_object_get(doc, "ids"), *filter = json_object_get(doc, "filter");
+	json_t *event_ids = json_object_get(doc, "event_ids");
 	json_t *rate_v = json_object_get(doc, "rate");
 	if (get_bool(doc, "force", &force, res) || get_bool(doc, "dry_run", &dry_run, res))
 		goto out;
-	if (!ids == !filter) {
+	if ((ids != NULL) + (event_ids != NULL) + (filter != NULL) != 1) {
 		api_reply_errorf(res, 400, "invalid_argument", "ids",
-				 "give exactly one of ids and filter");
+				 "give exactly one of ids, event_ids and filter");
 		goto out;
 	}
-	if (ids) {
+	if (ids || event_ids) {
 		if (dry_run || rate_v) {
 			api_reply_errorf(res, 400, "invalid_argument", dry_run ? "dry_run" : "rate",
 					 "dry_run and rate apply to filter replays");
 			goto out;
 		}
-		replay_ids(api, req, ids, force, res);
+		if (ids)
+			replay_ids(api, req, ids, force, NULL, res);
+		else
+			replay_events(api, req, event_ids, force, res);
 		goto out;
 	}
 	int rate = api->replay_rate;

@@ -93,6 +93,62 @@ static void test_down_then_dlq_then_replay(void **state)
 	json_decref(r);
 }
 
+/* Replay by event id: an event fanned out to two subscriptions that were both down gets
+ * both its dead deliveries replayed; an event without a dead delivery says so; bad ids
+ * are 400 naming the element. */
+static void test_replay_by_event_id(void **state)
+{
+	char a[64], b[64], ev[64], other[64], ids[2][64], body[512];
+	int port = harness_free_port(); /* nothing listens there yet: refused */
+	e2e_create_sub(&dmn, a, "{\"name\":\"ev-a\",\"event_types\":[\"byevent.*\"],"
+				"\"endpoint\":\"http://127.0.0.1:%d/a\"}", port);
+	e2e_create_sub(&dmn, b, "{\"name\":\"ev-b\",\"event_types\":[\"byevent.*\"],"
+				"\"endpoint\":\"http://127.0.0.1:%d/b\"}", port);
+	e2e_send(&dmn, ev, "{\"event_type\":\"byevent.one\",\"payload\":{}}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 2), 2);
+	json_decref(wait_dead(ids[0]));
+	json_decref(wait_dead(ids[1]));
+	/* an event none of the down subscriptions takes: nothing to replay */
+	e2e_send(&dmn, other, "{\"event_type\":\"unrelated.one\",\"payload\":{}}");
+
+	/* the subscriber is back (both endpoints on one receiver's port) */
+	for (int i = 0; i < 2; i++) {
+		char path[128];
+		snprintf(path, sizeof(path), "/v1/subscriptions/%s", i ? b : a);
+		snprintf(body, sizeof(body), "{\"endpoint\":\"%s/%s\"}", rcv.url, i ? "b" : "a");
+		json_decref(api_call(&dmn, "PATCH", path, body, 200));
+	}
+	snprintf(body, sizeof(body), "{\"event_ids\":[\"%s\",\"%s\"]}", ev, other);
+	json_t *r = api_call(&dmn, "POST", "/v1/dlq/replay", body, 200);
+	assert_int_equal(json_integer_value(json_object_get(r, "replayed")), 2);
+	json_t *results = json_object_get(r, "results");
+	assert_int_equal(json_array_size(results), 3);
+	int replayed = 0, none = 0;
+	for (size_t i = 0; i < 3; i++) {
+		json_t *x = json_array_get(results, i);
+		const char *outcome = json_string_value(json_object_get(x, "outcome"));
+		replayed += strcmp(outcome, "replayed") == 0;
+		if (strcmp(outcome, "no_delivery") == 0) {
+			none++;
+			assert_string_equal(json_string_value(json_object_get(x, "event_id")), other);
+		}
+	}
+	assert_int_equal(replayed, 2);
+	assert_int_equal(none, 1);
+	json_decref(r);
+	json_decref(e2e_wait_status(&dmn, ids[0], "PROCESSED", 5000));
+	json_decref(e2e_wait_status(&dmn, ids[1], "PROCESSED", 5000));
+
+	/* bad input: 400 naming the element; ids and event_ids together refused */
+	r = api_call(&dmn, "POST", "/v1/dlq/replay", "{\"event_ids\":[\"nope\"]}", 400);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(r, "error"), "field")),
+			    "event_ids[0]");
+	json_decref(r);
+	snprintf(body, sizeof(body), "{\"event_ids\":[\"%s\"],\"ids\":[\"%s\"]}", ev, ids[0]);
+	json_decref(api_call(&dmn, "POST", "/v1/dlq/replay", body, 400));
+	json_decref(api_call(&dmn, "POST", "/v1/dlq/replay", "{\"event_ids\":[]}", 400));
+}
+
 static void test_purge_only_dead(void **state)
 {
 	char sub[64], ev[64], ids[2][64], path[128];
@@ -129,6 +185,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_down_then_dlq_then_replay),
+		cmocka_unit_test(test_replay_by_event_id),
 		cmocka_unit_test(test_purge_only_dead),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
