@@ -309,10 +309,14 @@ static void round_result(struct round *r, const struct outcome *o)
 		res->replay = c->replay;
 		res->next_attempt_at = o->at_ms;
 	} else {
-		/* RETRY at at_ms, or the dead-letter queue: no next attempt */
+		/* RETRY at at_ms, or the dead-letter queue: no next attempt, and its processing
+		 * completed (processed_at: when processing ended, in success or failure; a
+		 * replay clears it) */
 		res->status = DELIVERY_FAILED;
 		if (o->next == OUTCOME_RETRY)
 			res->next_attempt_at = o->at_ms;
+		else
+			res->processed_at = clock_now_ms();
 	}
 	if (r->tries > 0) {
 		const struct store_attempt *a = &r->attempts[r->tries - 1];

@@ -38,6 +38,7 @@ static void test_down_then_dlq_then_replay(void **state)
 	assert_true(json_is_true(json_object_get(d, "dead")));
 	assert_string_equal(json_string_value(json_object_get(d, "status")), "FAILED");
 	assert_true(json_is_null(json_object_get(d, "next_attempt_at")));
+	assert_true(json_is_string(json_object_get(d, "processed_at"))); /* ended, in failure */
 	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 6);
 	assert_int_equal(json_integer_value(json_object_get(d, "retry_count")), 3);
 	json_t *attempts = json_object_get(d, "attempts");

@@ -377,6 +377,7 @@ static void test_retries_exhausted_to_dlq(void **state)
 	assert_int_equal(g.retry_count, 3);
 	assert_int_equal(g.attempt_count, 6);
 	assert_int_equal(g.dead_letter, 1);
+	assert_true(g.processed_at > 0); /* processing ended, in failure */
 	assert_int_equal(ops_seen(t, "delivery.dead"), 1);
 }
 
@@ -469,6 +470,7 @@ static void test_half_open_probe(void **state)
 	assert_int_equal(t->fake.n_sent, sent + 1);
 	assert_int_equal(g.status, DELIVERY_FAILED);
 	assert_true(g.next_attempt_at > 0); /* a scheduled retry, as any failed round */
+	assert_int_equal(g.processed_at, 0); /* not over yet */
 	assert_int_equal(sub_state(t)->state.breaker.state, BREAKER_OPEN);
 	assert_true(sub_state(t)->state.breaker.open_until_ms >=
 		    clock_now_ms() + t->sub->breaker.failure_window_ms - 1000);
