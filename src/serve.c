@@ -351,8 +351,8 @@ static int serve_open(struct server *s)
 	return open_sinks(s);
 }
 
-/* The API, last: from here on the daemon is ready (and says so to systemd). 0, or 1
- * after logging why. */
+/* The API, after every thread it hands work to; serve_start tells systemd the daemon is
+ * ready once the gRPC ingest listens too. 0, or 1 after logging why. */
 static int start_api(struct server *s)
 {
 	char err[512];
