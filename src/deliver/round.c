@@ -385,9 +385,10 @@ static void round_finish(struct round *r, const struct outcome *o)
 	} else {
 		metrics_delivery(sub_id, METRICS_DEAD);
 		dead_lettered(r);
-		/* the audit line is of rounds with attempts; the breaker's refusals have none */
-		if (o->why != OUTCOME_WHY_CIRCUIT_OPEN)
-			r->audit = "DEAD";
+		/* a DEAD line for every delivery that reaches the dead-letter queue, one the
+		 * open breaker sent there without a request too ("attempts": 0, its message
+		 * circuit_open) */
+		r->audit = "DEAD";
 	}
 	note_due(r->d, r->wr.result.next_attempt_at);
 	round_apply_sub(r, o);

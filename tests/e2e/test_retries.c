@@ -502,6 +502,26 @@ static void test_breaker_storm_and_recovery(void **state)
 	json_t *found = e2e_get(&dmn, "/v1/dlq?q=circuit_open&subscription_id=%s", sub);
 	assert_int_equal((int)json_array_size(json_object_get(found, "items")), circuit_open);
 	json_decref(found);
+	/* each has its DEAD audit line (log_deliveries), with no attempt and circuit_open;
+	 * lines are written once results are stored, so wait for them */
+	int dead_lines = 0;
+	for (int i = 0; i < 100 && dead_lines < circuit_open; i++) {
+		char *log = e2e_daemon_log(&dmn);
+		dead_lines = 0;
+		for (const char *p = log; p && (p = strstr(p, "\"msg\":\"DEAD\"")); p++) {
+			const char *eol = strchr(p, '\n');
+			size_t n = eol ? (size_t)(eol - p) : strlen(p);
+			char line[2048];
+			snprintf(line, sizeof(line), "%.*s", (int)(n < sizeof(line) ? n : sizeof(line) - 1), p);
+			if (strstr(line, sub) && strstr(line, "\"message\":\"circuit_open\"") &&
+			    strstr(line, "\"attempts\":0"))
+				dead_lines++;
+		}
+		free(log);
+		if (dead_lines < circuit_open)
+			usleep(50 * 1000);
+	}
+	assert_int_equal(dead_lines, circuit_open);
 
 	/* Recovery: the window passes (half-open); the next delivery is the probe, which
 	 * succeeds and closes the breaker; the ones after it go straight through. */
