@@ -20,6 +20,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#define OTLP_RETRIES 2             /* sends of an export again after a retryable answer */
 #define EXPORT_TIMEOUT_MS 5000     /* one export request at most */
 #define STOP_TIMEOUT_MS 2000       /* the last flush at shutdown */
 #define FAILURE_LOG_MS 60000       /* a failing collector is logged at most this often */
@@ -114,8 +115,10 @@ static int64_t rejected(struct otlp *o, const char *url, int spans)
 }
 
 /* POSTs body (borrowed, len bytes) to url; the answer is kept in o->response. 0 on a
- * 2xx, -1 otherwise (logged, rate-limited). */
-static int post(struct otlp *o, const char *url, const char *body, size_t len, long timeout_ms)
+ * 2xx; 1 when OTLP/HTTP says the same request may be sent again (no answer, 429, 502,
+ * 503, 504); -1 otherwise (logged, rate-limited). */
+static int post_once(struct otlp *o, const char *url, const char *body, size_t len,
+		     long timeout_ms)
 {
 	long status = 0;
 
@@ -139,7 +142,28 @@ static int post(struct otlp *o, const char *url, const char *body, size_t len, l
 		log_limited(o, "export to %s failed: %s", url, curl_easy_strerror(rc));
 	else
 		log_limited(o, "export to %s answered HTTP %ld", url, status);
-	return -1;
+	return rc != CURLE_OK || status == 429 || status == 502 || status == 503 || status == 504
+		       ? 1 : -1;
+}
+
+/* post_once, and again after 1 s then 2 s while the collector answers that it may be
+ * retried (OTLP/HTTP's retryable answers: a collector restarting or shedding load), unless
+ * outboxd is stopping. 0 when a try was taken, -1 otherwise. The exporter thread waits
+ * meanwhile; spans queued beyond OTLP_QUEUE_MAX are dropped and counted. */
+static int post(struct otlp *o, const char *url, const char *body, size_t len, long timeout_ms)
+{
+	for (int attempt = 0;; attempt++) {
+		int rc = post_once(o, url, body, len, timeout_ms);
+		if (rc <= 0)
+			return rc;
+		pthread_mutex_lock(&o->lock);
+		int stopping = o->stopping;
+		pthread_mutex_unlock(&o->lock);
+		if (stopping || attempt == OTLP_RETRIES)
+			return -1;
+		struct timespec wait = {1L << attempt, 0};
+		nanosleep(&wait, NULL);
+	}
 }
 
 /* Sends up to one batch of queued spans; returns how many were taken. */

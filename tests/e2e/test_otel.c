@@ -38,6 +38,12 @@ static const struct otel_case json_case = {
 	"\"body\":\"{\\\"partialSuccess\\\":{\\\"rejectedSpans\\\":\\\"1\\\","
 	"\\\"errorMessage\\\":\\\"nope\\\"}}\"}}"};
 
+/* A collector that sheds load: its first two trace exports answer 503 and 429, the
+ * next ones 200. */
+static const struct otel_case retry_case = {
+	NULL, "application/x-protobuf", "/otel-retry",
+	"{\"responses\":[{\"status\":503},{\"status\":429}],\"default\":{\"status\":200}}"};
+
 static struct receiver rcv;
 static struct daemon dmn;
 static uint64_t started_ns; /* just before the daemon started */
@@ -416,6 +422,30 @@ static void test_json(void **state)
 	test_export(state);
 }
 
+/* OTLP/HTTP's retryable answers (429, 502, 503, 504, none): the same export is sent again
+ * after 1 s, then 2 s; here the third send is taken, and the spans count as exported,
+ * none as failed. */
+static void test_retried_after_503_and_429(void **state)
+{
+	const struct otel_case *c = *state;
+	char tp[64], sub[64], delivery[64], traces[80];
+	snprintf(tp, sizeof(tp), "00-%s-%s-01", "4bf92f3577b34da6a3ce929d0e0e4736",
+		 "00f067aa0ba902b7");
+	snprintf(traces, sizeof(traces), "%s/v1/traces", c->prefix);
+	assert_int_equal(receiver_reset(&rcv), 0);
+	assert_int_equal(receiver_script(&rcv, traces, c->partial), 0);
+	deliver_twice(tp, sub, delivery);
+	double exported = 0;
+	for (int i = 0; i < 150 && exported < 2; i++) {
+		exported = e2e_metric(&dmn, "outboxd_otlp_spans_total{outcome=\"exported\"}");
+		if (exported < 2)
+			usleep(100 * 1000);
+	}
+	assert_true(exported >= 2); /* the two attempts' spans */
+	assert_true(e2e_metric(&dmn, "outboxd_otlp_spans_total{outcome=\"failed\"}") == 0);
+	assert_true(receiver_count(&rcv, traces) >= 3); /* 503, 429, then taken */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -423,6 +453,8 @@ int main(void)
 							 (void *)&protobuf_case),
 		cmocka_unit_test_prestate_setup_teardown(test_json, setup, teardown,
 							 (void *)&json_case),
+		cmocka_unit_test_prestate_setup_teardown(test_retried_after_503_and_429, setup,
+							 teardown, (void *)&retry_case),
 	};
 	return cmocka_run_group_tests(tests, setup_receiver, teardown_receiver);
 }
