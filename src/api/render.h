@@ -1,5 +1,5 @@
 /* render.h: store rows as the API's JSON (names and statuses are a contract,
- * docs/design/contracts.md; RFC 3339 UTC times). */
+ * docs/contracts.md; RFC 3339 UTC times). */
 #ifndef OUTBOXD_API_RENDER_H
 #define OUTBOXD_API_RENDER_H
 

@@ -2,7 +2,7 @@
  * operator's side of the catastrophic-failure spool (store/spool.h): the daemon that
  * wrote a spool puts it into the store by itself once the store is back; these commands
  * do it by hand when the failure persists or that daemon will not run again
- * (docs/design/reference.md, "Catastrophic-failure retry: the spool").
+ * (docs/reference.md, "Catastrophic-failure retry: the spool").
  *
  * inspect lists what a spool, or a `.corrupt-*` copy of a damaged tail, holds, without
  * changing it; replay re-inserts its good records into the store named by serve's

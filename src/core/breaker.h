@@ -1,6 +1,6 @@
 /* breaker.h: the circuit breaker of one subscription: max_errors failed rounds within a
  * failure_window open it, deliveries then take delay actions (docs/retries.md, "The
- * circuit breaker"; Connxio's error-rate breaking, docs/design/reference.md).
+ * circuit breaker"; Connxio's error-rate breaking, docs/reference.md).
  *
  * A pure state machine: the caller passes the time in and keeps the struct (the
  * dispatcher keeps one per subscription, on its own thread). It counts failed delivery

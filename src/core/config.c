@@ -70,7 +70,7 @@ const struct config_setting config_settings[] = {
 	 "request bodies held in memory at once by the requests in progress, together; a "
 	 "request that would go past it is answered 503 (at least max_request)"},
 	/* The retry and cleanup defaults are the reference architecture's, each quoted in
-	 * docs/design/reference.md ("Immediate retries", "Scheduled retries", "Backoff retry
+	 * docs/reference.md ("Immediate retries", "Scheduled retries", "Backoff retry
 	 * and the circuit breaker", "Cleanup and retention"). */
 	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "3",
 	 S(immediate_tries), "default tries in the first (immediate) round"},

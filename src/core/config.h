@@ -1,5 +1,5 @@
 /* config.h: every setting of `outboxd serve`, with its three forms (their names are a
- * contract: docs/design/contracts.md).
+ * contract: docs/contracts.md).
  *
  * Precedence: command-line flag (--db) > environment (OUTBOXD_DB) > config file (db =)
  * > default. Parsing is pure: the caller hands over argv, the environment and the file

@@ -1,6 +1,6 @@
 /* errmap.c: transport failure classes to their codes and messages.
  * The codes are a contract (DNS 502, refused 503, timeout 504, TLS 525, other 520:
- * docs/design/contracts.md); the messages are stable strings that land in
+ * docs/contracts.md); the messages are stable strings that land in
  * attempt history and the DLQ search, so do not reword them casually. */
 #include "core/errmap.h"
 

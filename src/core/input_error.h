@@ -1,5 +1,5 @@
 /* input_error.h: what went wrong with a user's input, in the shape of the API's error
- * body {"error":{"code","message","field"}} (a contract: docs/design/contracts.md).
+ * body {"error":{"code","message","field"}} (a contract: docs/contracts.md).
  * Filled by validators in intake/ and api/; turned into JSON only by the API. */
 #ifndef OUTBOXD_CORE_INPUT_ERROR_H
 #define OUTBOXD_CORE_INPUT_ERROR_H

@@ -39,7 +39,7 @@ enum attempt_kind attempt_kind_parse(const char *name)
 
 void retry_policy_defaults(struct retry_policy *p)
 {
-	/* The reference architecture's (docs/design/reference.md): 3 immediate tries
+	/* The reference architecture's (docs/reference.md): 3 immediate tries
 	 * with a 1 s timeout; a scheduled retry every 3 s, at most 3, with a 5 s timeout;
 	 * a backoff window of 10–60 s. */
 	p->immediate = 3;
@@ -68,7 +68,7 @@ void retry_policy_settle(struct retry_policy *p)
 
 void circuit_breaker_defaults(struct circuit_breaker_config *c)
 {
-	/* Connxio's backoff variables (docs/design/reference.md): MaxErrorsPerInterval
+	/* Connxio's backoff variables (docs/reference.md): MaxErrorsPerInterval
 	 * 1000, FailureCountIntervalMinutes 3, MaxDelayActions 5. */
 	c->enabled = 1;
 	c->max_errors = 1000;

@@ -1,7 +1,7 @@
 /* model.h: the plain data of outboxd — events, subscriptions, deliveries, attempts.
  *
  * No I/O and no library types here: every layer (store, API, dispatcher) speaks in these
- * structs. Names and statuses are a contract (docs/design/contracts.md). */
+ * structs. Names and statuses are a contract (docs/contracts.md). */
 #ifndef OUTBOXD_CORE_MODEL_H
 #define OUTBOXD_CORE_MODEL_H
 
@@ -78,12 +78,12 @@ struct retry_policy {
 	uint64_t permanent[4];
 };
 
-/* The default retry policy, the reference architecture's (docs/design/reference.md). */
+/* The default retry policy, the reference architecture's (docs/reference.md). */
 void retry_policy_defaults(struct retry_policy *p);
 
 /* Scheduled retries when nobody set max_retries: 3 for fixed and linear (the scheduled
  * retry's maximum), 5 for exponential (backoff's MaxNumberOfRetries): both the reference
- * architecture's, docs/design/reference.md. */
+ * architecture's, docs/reference.md. */
 #define RETRY_DEFAULT_MAX_RETRIES 3
 #define RETRY_DEFAULT_MAX_RETRIES_EXPONENTIAL 5
 
@@ -100,7 +100,7 @@ struct circuit_breaker_config {
 	int max_delay_actions;     /* delay actions a delivery takes before the DLQ (5) */
 };
 
-/* The default circuit breaker, the reference architecture's (docs/design/reference.md). */
+/* The default circuit breaker, the reference architecture's (docs/reference.md). */
 void circuit_breaker_defaults(struct circuit_breaker_config *c);
 
 enum auth_type {

@@ -1,5 +1,5 @@
 /* retry.h: the retry decision after a failed attempt (docs/retries.md; the defaults'
- * origin in docs/design/reference.md).
+ * origin in docs/reference.md).
  * Pure: no clock and no I/O; the random source and the current time are passed in, so
  * tests are deterministic. docs/retries.md describes the rules for users. */
 #ifndef OUTBOXD_CORE_RETRY_H
@@ -32,7 +32,7 @@ enum retry_rule retry_policy_check(const struct retry_policy *p, const char *pre
 typedef double (*retry_rand_cb)(void *ctx);
 
 /* The immediate round, every stagger included, fits in one minute (endpoint retry
- * staggers "inside an interval of 1 minute or less": docs/design/reference.md). */
+ * staggers "inside an interval of 1 minute or less": docs/reference.md). */
 #define RETRY_IMMEDIATE_ROUND_CAP_MS 60000
 
 /* Delay before immediate try number `next_try` (2 = the second try of the round):

@@ -5,8 +5,8 @@
  * capability a sink needs to take it (core/sink_caps.h), its mask in reads, who writes it
  * and its store column; fields with an object or a rule of their own (event_types,
  * auth, headers, tls, retry, circuit_breaker, ordering_on_dead...) have a parse function
- * of their own, named in their row. No I/O but the check that a subscription's TLS files can be read
- * (sub_codec_prepare). */
+ * of their own, named in their row. No I/O. Reads with their masks, the preparation of a
+ * create or PATCH and the merge patch are in sub_prepare.c. */
 #include "core/sub_codec.h"
 
 #include <ctype.h>
@@ -27,18 +27,12 @@
 #include "util/log.h"
 #include "util/path.h"
 
-#define MASK "********"
-#define SECRET_MASK "whsec_" MASK
-#define SECRET_GRACE_DEFAULT_MS (24 * 3600 * 1000LL)
-#define SECRET_GRACE_MAX_MS (30 * 24 * 3600 * 1000LL)
-#define GENERATED_SECRET_BYTES 32
+#include "core/sub_codec_int.h"
 
-#define DISABLE_AFTER_MAX_MS (365 * 86400000LL)
-
-static const char *const tls_keys[] = {"ca_file", "client_cert", "client_key", NULL};
+const char *const sub_tls_keys[] = {"ca_file", "client_cert", "client_key", NULL};
 
 /* auth fields that hold credentials: masked on every read */
-static const char *const auth_secret_keys[] = {"password", "token", "value", "client_secret",
+const char *const sub_auth_secret_keys[] = {"password", "token", "value", "client_secret",
 					       NULL};
 
 static const char *const retry_keys[] = {
@@ -153,7 +147,7 @@ static int get_int(const json_t *obj, const char *key, const char *field, long l
 	return 0;
 }
 
-static int string_is(const json_t *v, const char *s)
+int sub_string_is(const json_t *v, const char *s)
 {
 	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
 }
@@ -307,14 +301,14 @@ static int parse_tls(const json_t *tls, struct subscription *s, struct input_err
 	if (!json_is_object(tls))
 		return input_error_set(err, 400, "invalid_argument", "tls",
 				       "tls must be an object with ca_file, client_cert, client_key");
-	if (check_keys(tls, tls_keys, "tls.", err) ||
+	if (check_keys(tls, sub_tls_keys, "tls.", err) ||
 	    get_optional(tls, "ca_file", "tls.ca_file", 4096, &ca, err) ||
 	    get_optional(tls, "client_cert", "tls.client_cert", 4096, &cert, err) ||
 	    get_optional(tls, "client_key", "tls.client_key", 4096, &key, err))
 		return -1;
 	const char *paths[] = {ca, cert, key};
 	for (int i = 0; i < 3; i++) {
-		snprintf(field, sizeof(field), "tls.%s", tls_keys[i]);
+		snprintf(field, sizeof(field), "tls.%s", sub_tls_keys[i]);
 		if (paths[i] && paths[i][0] != '/')
 			return input_error_set(err, 400, "invalid_argument", field,
 					       "%s must be an absolute file path", field);
@@ -446,7 +440,7 @@ static int header_entry(const char *name, const json_t *v, const char *field, in
 }
 
 /* Whether the headers entry v of name is a secret one (masked in reads). */
-static int header_is_secret(const char *name, const json_t *v)
+int sub_header_is_secret(const char *name, const json_t *v)
 {
 	return name_is_authorization(name) ||
 	       (json_is_object(v) && json_is_true(json_object_get(v, "secret")));
@@ -454,9 +448,9 @@ static int header_is_secret(const char *name, const json_t *v)
 
 /* Whether a headers entry is the masked value a read shows: "********" or
  * {"value": "********", ...}. */
-static int header_masked(const json_t *v)
+int sub_header_masked(const json_t *v)
 {
-	return string_is(v, MASK) || (json_is_object(v) && string_is(json_object_get(v, "value"), MASK));
+	return sub_string_is(v, MASK) || (json_is_object(v) && sub_string_is(json_object_get(v, "value"), MASK));
 }
 
 static int parse_headers(const json_t *headers, int strict, const struct subscription *partial,
@@ -764,11 +758,11 @@ static unsigned cap_if_nonempty(const json_t *v, unsigned cap)
 }
 static unsigned cap_if_not_none(const json_t *v, unsigned cap)
 {
-	return string_is(v, "none") ? 0 : cap;
+	return sub_string_is(v, "none") ? 0 : cap;
 }
 static unsigned cap_if_envelope(const json_t *v, unsigned cap)
 {
-	return string_is(v, "envelope") ? cap : 0;
+	return sub_string_is(v, "envelope") ? cap : 0;
 }
 
 /* ---- the table ----------------------------------------------------------------------- */
@@ -1076,305 +1070,3 @@ struct subscription *sub_codec_from_row(const struct sub_row *row,
 	return s;
 }
 
-static void mask_key(json_t *obj, const char *key)
-{
-	if (json_is_object(obj) && json_object_get(obj, key))
-		json_object_set_new(obj, key, json_string(MASK));
-}
-
-/* Is the rotation's previous secret in doc over (or unreadable)? */
-static int previous_expired(const json_t *doc, int64_t now_ms)
-{
-	int64_t until;
-	json_t *v = json_object_get(doc, "previous_secret_expires_at");
-	return !json_is_string(v) || clock_parse_rfc3339(json_string_value(v), &until) ||
-	       until <= now_ms;
-}
-
-json_t *sub_codec_public(const struct sub_row *row)
-{
-	json_error_t jerr;
-	char ts[RFC3339_LEN];
-	json_t *doc = json_loads(row->config, 0, &jerr);
-	if (!doc)
-		doc = json_object();
-	json_t *auth = json_object_get(doc, "auth");
-	for (const char *const *k = auth_secret_keys; *k; k++)
-		mask_key(auth, *k);
-	const char *name;
-	json_t *hv, *headers = json_object_get(doc, "headers");
-	json_object_foreach(headers, name, hv) {
-		/* replacing the value of the current key leaves the iteration alone */
-		if (!header_is_secret(name, hv))
-			continue;
-		if (json_is_object(hv))
-			json_object_set_new(hv, "value", json_string(MASK));
-		else
-			json_object_set_new(headers, name, json_string(MASK));
-	}
-	for (size_t i = 0; i < sub_fields_n; i++)
-		if (sub_fields[i].mask && json_object_get(doc, sub_fields[i].key))
-			json_object_set_new(doc, sub_fields[i].key, json_string(sub_fields[i].mask));
-	/* a rotated-out secret shows only while it still signs */
-	if (json_object_get(doc, "previous_secret") && previous_expired(doc, clock_now_ms())) {
-		json_object_del(doc, "previous_secret");
-		json_object_del(doc, "previous_secret_expires_at");
-	}
-	json_object_set_new(doc, "id", json_string(row->id));
-	json_object_set_new(doc, "enabled", json_boolean(row->enabled));
-	json_object_set_new(doc, "created_at", json_string(clock_format_rfc3339(row->created_at, ts)));
-	json_object_set_new(doc, "updated_at", json_string(clock_format_rfc3339(row->updated_at, ts)));
-	return doc;
-}
-
-/* "whsec_" + base64 of GENERATED_SECRET_BYTES random bytes (returned), NULL on failure. */
-static char *secret_generate(void)
-{
-	char *out = whsec_generate(GENERATED_SECRET_BYTES);
-	if (!out)
-		log_error("subscriptions: no secret generated (random source or memory failed)");
-	return out;
-}
-
-
-/* The origin of an http(s):// URL (scheme, host and port, lowercased, the default port
- * filled in) into out[ORIGIN_LEN]; "" for anything else. A credential is sent to an
- * origin: a change of any of the three sends it to someone else. */
-#define ORIGIN_LEN 2100
-static void url_origin(const char *url, char out[ORIGIN_LEN])
-{
-	out[0] = '\0';
-	if (!url || strlen(url) > 2048)
-		return;
-	int https = strncasecmp(url, "https://", 8) == 0;
-	if (!https && strncasecmp(url, "http://", 7) != 0)
-		return;
-	const char *a = url + (https ? 8 : 7);
-	size_t alen = strcspn(a, "/?#");
-	for (size_t i = alen; i > 0; i--) { /* user info is not the host */
-		if (a[i - 1] == '@') {
-			alen -= i;
-			a += i;
-			break;
-		}
-	}
-	size_t hlen = alen;
-	const char *port = NULL;
-	const char *close = a[0] == '[' ? memchr(a, ']', alen) : NULL;
-	const char *colon = memchr(close ? close : a, ':', alen - (size_t)((close ? close : a) - a));
-	if (colon) {
-		hlen = (size_t)(colon - a);
-		port = colon + 1;
-	}
-	int n = snprintf(out, ORIGIN_LEN, "%s://%.*s:%.*s", https ? "https" : "http", (int)hlen, a,
-			 port ? (int)(alen - hlen - 1) : 3, port ? port : (https ? "443" : "80"));
-	for (int i = 0; i < n && i < ORIGIN_LEN; i++)
-		out[i] = (char)tolower((unsigned char)out[i]);
-}
-
-/* Does in, a credential's value in the request (NULL when absent), give it in clear: not
- * masked, not left out? */
-static int given_in_clear(const json_t *in)
-{
-	return in && !json_is_null(in) && !header_masked(in);
-}
-
-/* A credential kept from the stored document (sent back masked, or left out) must not
- * follow endpoint or auth.token_url to another origin: a PATCH that moves either sends
- * the credentials they carry again, in clear. 0, or -1 with err naming the first one
- * missing. */
-static int credentials_stay(const json_t *doc, const json_t *input, const json_t *stored,
-			    struct input_error *err)
-{
-	static const char *const token_secrets[] = {"client_secret", "password", NULL};
-	char before[ORIGIN_LEN], after[ORIGIN_LEN], field[160];
-	const json_t *auth = json_object_get(doc, "auth"), *in_auth = json_object_get(input, "auth");
-	const char *key;
-	json_t *v;
-
-	if (!stored)
-		return 0;
-	url_origin(json_string_value(json_object_get(stored, "endpoint")), before);
-	url_origin(json_string_value(json_object_get(doc, "endpoint")), after);
-	if (strcmp(before, after) != 0) {
-		for (const char *const *k = auth_secret_keys; json_is_object(auth) && *k; k++) {
-			if (json_object_get(auth, *k) &&
-			    !given_in_clear(json_object_get(in_auth, *k))) {
-				snprintf(field, sizeof(field), "auth.%s", *k);
-				goto moved;
-			}
-		}
-		json_object_foreach(json_object_get(doc, "headers"), key, v) {
-			if (header_is_secret(key, v) &&
-			    !given_in_clear(json_object_get(json_object_get(input, "headers"), key))) {
-				snprintf(field, sizeof(field), "headers.%s", key);
-				goto moved;
-			}
-		}
-	}
-	url_origin(json_string_value(json_object_get(json_object_get(stored, "auth"), "token_url")),
-		   before);
-	url_origin(json_string_value(json_object_get(auth, "token_url")), after);
-	if (before[0] && strcmp(before, after) != 0) {
-		for (const char *const *k = token_secrets; json_is_object(auth) && *k; k++) {
-			if (json_object_get(auth, *k) &&
-			    !given_in_clear(json_object_get(in_auth, *k))) {
-				snprintf(field, sizeof(field), "auth.%s", *k);
-				return input_error_set(err, 422, "invalid_argument", field,
-						       "%s must be sent again in clear: auth.token_url "
-						       "moves to another host, and a kept credential "
-						       "(masked or left out) does not follow it", field);
-			}
-		}
-	}
-	return 0;
-moved:
-	return input_error_set(err, 422, "invalid_argument", field,
-			       "%s must be sent again in clear: endpoint moves to another scheme, "
-			       "host or port, and a kept credential (masked or left out) does not "
-			       "follow it", field);
-}
-
-int sub_codec_prepare(json_t *doc, const json_t *input, const json_t *stored, int64_t now_ms,
-		      const char *tls_dir, char **generated, struct input_error *err)
-{
-	const char *old = stored ? json_string_value(json_object_get(stored, "secret")) : NULL;
-	json_t *v;
-
-	*generated = NULL;
-	/* The fields outboxd writes: each row says who (sub_codec.h, enum sub_field_writer). */
-	for (size_t i = 0; i < sub_fields_n; i++) {
-		const struct sub_field *f = &sub_fields[i];
-		v = json_object_get(input, f->key);
-		if (!v || f->writer == SF_BY_USER)
-			continue;
-		if (f->writer == SF_BY_DERIVATION)
-			return input_error_set(err, 400, "invalid_argument", f->key,
-					       "%s is set by outboxd", f->key);
-		if (f->writer == SF_BY_DISABLING && !json_is_null(v))
-			return input_error_set(err, 400, "invalid_argument", f->key,
-					       "%s is set by outboxd when it disables a failing "
-					       "subscription; enable it to clear it", f->key);
-		if (f->writer == SF_BY_ROTATION && !(json_is_null(v) && stored))
-			return input_error_set(err, 400, "invalid_argument", f->key,
-					       "%s is kept by outboxd while a secret is rotated; "
-					       "a PATCH may only remove it (null)", f->key);
-		if (f->writer == SF_BY_ROTATION) { /* null: end the grace period now */
-			json_object_del(doc, "previous_secret");
-			json_object_del(doc, "previous_secret_expires_at");
-		}
-	}
-	if (credentials_stay(doc, input, stored, err))
-		return -1;
-	if (json_is_true(json_object_get(input, "enabled")) || json_object_get(input, "disabled_reason")) {
-		json_object_del(doc, "disabled_reason");
-		json_object_del(doc, "disabled_at");
-	}
-	/* The masked value a read returned, sent back unchanged, keeps the secret. */
-	if (string_is(json_object_get(input, "secret"), SECRET_MASK) && old)
-		json_object_set_new(doc, "secret", json_string(old));
-
-	if (string_is(json_object_get(doc, "secret"), "generate")) {
-		if (!(*generated = secret_generate()))
-			return input_error_set(err, 500, "internal", "secret",
-					       "no random secret could be generated");
-		json_object_set_new(doc, "secret", json_string(*generated));
-	}
-
-	/* Rotation: the secret before a change keeps signing for secret_grace, so receivers
-	 * can switch to the new one without a window in which they refuse our requests. */
-	const char *now_secret = json_string_value(json_object_get(doc, "secret"));
-	if (old && (!now_secret || strcmp(now_secret, old) != 0)) {
-		int64_t grace = SECRET_GRACE_DEFAULT_MS;
-		v = json_object_get(doc, "secret_grace");
-		if (json_is_string(v) && duration_parse(json_string_value(v), &grace))
-			grace = SECRET_GRACE_DEFAULT_MS; /* invalid: sub_codec_parse reports it */
-		if (now_secret && grace > 0) {
-			char ts[RFC3339_LEN];
-			json_object_set_new(doc, "previous_secret", json_string(old));
-			json_object_set_new(doc, "previous_secret_expires_at",
-					    json_string(clock_format_rfc3339(now_ms + grace, ts)));
-		} else {
-			json_object_del(doc, "previous_secret");
-			json_object_del(doc, "previous_secret_expires_at");
-		}
-	}
-	if (json_object_get(doc, "previous_secret") && previous_expired(doc, now_ms)) {
-		json_object_del(doc, "previous_secret");
-		json_object_del(doc, "previous_secret_expires_at");
-	}
-
-	/* TLS files are read when a request is made; refusing an unreadable one now beats a
-	 * 525 on every delivery. They must lie inside tls_dir, so the API cannot point
-	 * outboxd at its own files or anyone else's; the answer is the same for a file that
-	 * is missing, unreadable or outside, so it tells nothing of other paths. */
-	json_t *tls = json_object_get(doc, "tls");
-	for (const char *const *k = tls_keys; json_is_object(tls) && *k; k++) {
-		v = json_object_get(tls, *k);
-		if (json_is_string(v) && json_string_value(v)[0] == '/' &&
-		    !path_readable_inside(tls_dir, json_string_value(v))) {
-			char field[32];
-			snprintf(field, sizeof(field), "tls.%s", *k);
-			free(*generated);
-			*generated = NULL;
-			return input_error_set(err, 422, "invalid_argument", field,
-					       "%s must name a file outboxd can read inside the "
-					       "tls_dir directory (%s)", field,
-					       tls_dir && *tls_dir ? tls_dir : "not set");
-		}
-	}
-	return 0;
-}
-
-static json_t *merge(const json_t *target, const json_t *patch)
-{
-	if (!json_is_object(patch))
-		return json_deep_copy(patch);
-	json_t *out = json_is_object(target) ? json_deep_copy(target) : json_object();
-	const char *key;
-	json_t *v;
-	json_object_foreach((json_t *)patch, key, v) {
-		if (json_is_null(v)) {
-			json_object_del(out, key);
-		} else {
-			json_t *merged = merge(json_object_get(out, key), v);
-			json_object_set_new(out, key, merged);
-		}
-	}
-	return out;
-}
-
-json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_error *err)
-{
-	if (!json_is_object(patch)) {
-		input_error_set(err, 400, "invalid_argument", "", "the body must be a JSON object");
-		return NULL;
-	}
-	/* auth is replaced whole: merging a new type into old credentials would mix them */
-	json_t *out = merge(stored, patch);
-	json_t *auth = json_object_get(patch, "auth");
-	if (auth && !json_is_null(auth)) {
-		json_t *copy = json_deep_copy(auth);
-		json_t *old = json_object_get(stored, "auth");
-		/* A credential sent back masked, as a read showed it, keeps the stored one
-		 * when the type is the same. */
-		if (json_is_object(copy) && json_is_object(old) &&
-		    json_equal(json_object_get(copy, "type"), json_object_get(old, "type"))) {
-			for (const char *const *k = auth_secret_keys; *k; k++)
-				if (string_is(json_object_get(copy, *k), MASK) &&
-				    json_object_get(old, *k))
-					json_object_set(copy, *k, json_object_get(old, *k));
-		}
-		json_object_set_new(out, "auth", copy);
-	}
-	/* A secret header sent back masked keeps its stored value (and shape). */
-	const char *name;
-	json_t *v, *sent = json_object_get(patch, "headers");
-	json_t *had = json_object_get(stored, "headers"), *now = json_object_get(out, "headers");
-	json_object_foreach(sent, name, v) {
-		json_t *old = json_object_get(had, name);
-		if (old && header_is_secret(name, old) && header_masked(v) && json_is_object(now))
-			json_object_set(now, name, old);
-	}
-	return out;
-}

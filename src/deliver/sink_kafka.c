@@ -1,5 +1,5 @@
 /* sink_kafka.c: the Kafka member of the sink family (sink.h): publishes deliveries to
- * topics, the reference architecture's Event Hub relay (docs/design/reference.md).
+ * topics, the reference architecture's Event Hub relay (docs/reference.md).
  *
  * A subscription whose endpoint is kafka://TOPIC publishes each delivery to TOPIC with an
  * idempotent producer (acks=all). The attempt ends with librdkafka's delivery report: 200

@@ -1,5 +1,5 @@
 /* kafka_intake.h: the Kafka intake — the reference architecture's Outbox Processor and
- * DLT Processor (docs/design/reference.md, "Kafka: the three roles").
+ * DLT Processor (docs/reference.md, "Kafka: the three roles").
  *
  * One consumer thread reads the kafka_intake topics in the consumer group kafka_group
  * (earliest offset, manual commit). Each batch of messages becomes events and deliveries

@@ -1,5 +1,5 @@
 /* envelope.h: the OutboxEvent envelope of the Kafka topics
- * (proto/outboxd/v1/outbox_event.proto, a contract: docs/design/contracts.md) between
+ * (proto/outboxd/v1/outbox_event.proto, a contract: docs/contracts.md) between
  * bytes and plain structs.
  *
  * Only envelope.c sees protobuf-c's generated types. Reading accepts plain protobuf and

@@ -1,7 +1,7 @@
 /* clock.c: wall and monotonic time in milliseconds, and RFC 3339 timestamps.
  *
  * Output is always UTC with exactly three fraction digits and 'Z' (the API's times are
- * a contract: docs/design/contracts.md), clamped to years 0000-9999 so it stays valid
+ * a contract: docs/contracts.md), clamped to years 0000-9999 so it stays valid
  * RFC 3339. Input accepts what RFC 3339 allows: any fraction length (truncated to ms),
  * 'Z' or a numeric offset. */
 #include "util/clock.h"

@@ -626,7 +626,7 @@ static void test_exponential_burst_and_default_retries(void **state)
 }
 
 /* The breaker opens when max_errors failed rounds are reached within the window
- * (delaying starts when MaxErrorsPerInterval "is hit": docs/design/reference.md): after 2 of 3 it is closed,
+ * (delaying starts when MaxErrorsPerInterval "is hit": docs/reference.md): after 2 of 3 it is closed,
  * the 3rd opens it. */
 static void test_breaker_opens_at_max_errors(void **state)
 {

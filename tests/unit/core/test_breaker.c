@@ -48,7 +48,7 @@ static void test_defaults_and_names(void **state)
 }
 
 /* Reaching max_errors failures within one window opens it until that window ends
- * (delaying starts when MaxErrorsPerInterval "is hit": docs/design/reference.md). */
+ * (delaying starts when MaxErrorsPerInterval "is hit": docs/reference.md). */
 static void test_opens_at_max_errors(void **state)
 {
 	struct circuit_breaker_config c = config(3, 1000);

@@ -1,4 +1,4 @@
--- 1: the data model (its names and statuses are a contract: docs/design/contracts.md).
+-- 1: the data model (its names and statuses are a contract: docs/contracts.md).
 
 CREATE TABLE events (
   id TEXT PRIMARY KEY,
