@@ -20,6 +20,7 @@
 #include "cli/options.h"
 #include "core/model.h"
 #include "util/duration.h"
+#include "util/file.h"
 #include "util/uuid.h"
 
 static int run_events_send(struct cli *c, const struct cli_args *o)
@@ -39,15 +40,13 @@ static int run_events_send(struct cli *c, const struct cli_args *o)
 			perror(file);
 			return CLI_USAGE;
 		}
-		size_t len = 0;
-		FILE *m = open_memstream(&text, &len);
-		char chunk[4096];
-		size_t n;
-		while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-			fwrite(chunk, 1, n, m);
-		fclose(m);
+		text = file_read_stream(f, NULL);
 		if (f != stdin)
 			fclose(f);
+		if (!text) {
+			fprintf(stderr, "outboxd: cannot read %s\n", file);
+			return CLI_USAGE;
+		}
 		data = text;
 	}
 	json_t *payload = NULL;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/admin.h"
+#include "util/file.h"
 #include "util/log.h"
 
 extern char **environ;
@@ -19,15 +20,9 @@ static char *read_file(const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
 		return NULL;
 	}
-	char *text = NULL;
-	size_t len = 0;
-	FILE *mem = open_memstream(&text, &len);
-	char chunk[4096];
-	size_t n;
-	while (mem && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		fwrite(chunk, 1, n, mem);
-	if (mem)
-		fclose(mem);
+	char *text = file_read_stream(f, NULL);
+	if (!text)
+		snprintf(err, errlen, "config file %s: cannot read it", path);
 	fclose(f);
 	return text;
 }
