@@ -16,6 +16,7 @@
 #define DEFAULT_BACKOFF_LATENCY 0.7
 #define DEFAULT_SMOOTHING       0.125
 #define DEFAULT_RELEARN_ROUNDS  5
+#define DEFAULT_QUEUE_ALLOWANCE 4.0
 #define DEFAULT_CEILING_HOLD_US (30 * 1000000LL)
 /* A round latency below this x the streak's first one (the cuts are working), or above
  * it / this (the receiver changed again): the streak starts over. */
@@ -55,6 +56,7 @@ void concurrency_params_default(struct concurrency_params *p)
 	p->latency_smoothing = DEFAULT_SMOOTHING;
 	p->relearn_rounds = DEFAULT_RELEARN_ROUNDS;
 	p->ceiling_hold_us = DEFAULT_CEILING_HOLD_US;
+	p->queue_allowance = DEFAULT_QUEUE_ALLOWANCE;
 }
 
 /* A factor strictly inside (0, 1), else fallback (NaN included). */
@@ -86,6 +88,8 @@ static void params_sanitize(struct concurrency_params *p)
 		p->relearn_rounds = DEFAULT_RELEARN_ROUNDS;
 	if (p->ceiling_hold_us < 0)
 		p->ceiling_hold_us = 0;
+	if (!(p->queue_allowance >= 0.0) || isinf(p->queue_allowance))
+		p->queue_allowance = DEFAULT_QUEUE_ALLOWANCE;
 }
 
 /* The limit back within its bounds: the caller's max, the ceiling a timeout left, and
@@ -103,6 +107,7 @@ static void limit_clamp(struct concurrency *c)
 static void round_clear(struct concurrency *c)
 {
 	c->round_latency_sum_us = 0;
+	c->round_in_flight_sum = 0;
 	c->round_samples = 0;
 	c->round_busiest = 0;
 }
@@ -157,7 +162,7 @@ static void limit_cut(struct concurrency *c, int64_t now_us, double factor)
  * sent before the last cut was caused by the limit that cut already corrected; only when
  * it is stronger than that cut does it deepen it to its own factor (a timeout caught in
  * the burst of a mild latency cut still halves the limit). */
-static int latency_inflated(const struct concurrency *c, double latency_us);
+static int latency_inflated(const struct concurrency *c, double latency_us, double in_flight);
 
 /* A timeout while the other answers still come back near the unloaded latency is one
  * request that hung (a receiver's stray slow path), not a queue: a gentle cut and no
@@ -171,7 +176,7 @@ static void signal_overload(struct concurrency *c, int64_t now_us, int64_t sent_
 {
 	int queueing = outcome == CONCURRENCY_TIMEOUT &&
 		       (c->latency_smooth_us == 0 ||
-			latency_inflated(c, (double)c->latency_smooth_us));
+			latency_inflated(c, (double)c->latency_smooth_us, in_flight));
 	double factor = outcome != CONCURRENCY_TIMEOUT ? c->p.backoff_overload
 			: queueing ? c->p.backoff_timeout : STRAY_TIMEOUT_FACTOR;
 	double before;
@@ -204,6 +209,13 @@ static void signal_overload(struct concurrency *c, int64_t now_us, int64_t sent_
 	if (c->ceiling > before)
 		c->ceiling = before;
 	c->ceiling_until_us = now_us + c->p.ceiling_hold_us;
+	/* A latency more times the minimum than requests were open cannot be a queue of
+	 * them (each would have to take the whole latency of the last): the receiver itself
+	 * became slower. Once it answers fast again, this ceiling says nothing of it
+	 * (latency_update lifts it). */
+	c->ceiling_latency_us = c->latency_min_us > 0 &&
+		c->latency_smooth_us > (int64_t)in_flight * c->latency_min_us
+		? c->latency_smooth_us : 0;
 }
 
 /* The smoothed latency and its minimum. A minimum well below the one of the last cut or
@@ -219,6 +231,16 @@ static void latency_update(struct concurrency *c, int64_t latency_us)
 	c->latency_smooth_us = smooth < 1.0 ? 1 : (int64_t)llround(smooth);
 	if (c->latency_min_us == 0 || c->latency_smooth_us < c->latency_min_us)
 		c->latency_min_us = c->latency_smooth_us;
+	/* Answers many times faster than when a receiver grown slower set the ceiling (see
+	 * signal_overload): it recovered (a few requests queued at a slow receiver do not
+	 * count as inflation, so no relearn marked the change), and the ceiling learned then
+	 * says nothing of it now. */
+	if (c->ceiling > 0 && c->ceiling_latency_us > 0 &&
+	    2.0 * c->p.latency_tolerance * (double)c->latency_smooth_us < (double)c->ceiling_latency_us) {
+		c->ceiling = 0;
+		c->ceiling_latency_us = 0;
+		c->slow_start_until = c->p.max_limit;
+	}
 	if (c->latency_ref_us > 0 &&
 	    (double)c->latency_min_us * c->p.latency_tolerance < (double)c->latency_ref_us) {
 		/* The smoothed latency still remembers the slow answers: start it afresh,
@@ -232,16 +254,24 @@ static void latency_update(struct concurrency *c, int64_t latency_us)
 	}
 }
 
-/* Inflated: above tolerance x the minimum, and by more than INFLATION_SLACK_US. Against
- * a receiver that answers in microseconds the latency measured is mostly the sender's own
- * loop (it reads thousands of answers per turn under load): a millisecond there says
- * nothing of the receiver's queue, and a ratio alone would cut the limit for them. */
+/* Inflated: above tolerance x the minimum, by more than INFLATION_SLACK_US, and with more
+ * than queue_allowance requests waiting at the receiver by Little's law (in_flight x the
+ * share of the latency that is not the unloaded one: Vegas's estimate).
+ *   - The slack: against a receiver that answers in microseconds the latency measured is
+ *     mostly the sender's own loop (it reads thousands of answers per turn under load); a
+ *     millisecond there says nothing of the receiver's queue.
+ *   - The allowance: a receiver that works on one request at a time (Python's
+ *     http.server under its interpreter lock) answers 4 requests in 4 x its unloaded
+ *     latency, yet it needs those few queued to stay busy while the sender turns each
+ *     answer into the next request. A few requests waiting is the receiver's own buffer,
+ *     not a flood; more is. */
 #define INFLATION_SLACK_US 1000
-static int latency_inflated(const struct concurrency *c, double latency_us)
+static int latency_inflated(const struct concurrency *c, double latency_us, double in_flight)
 {
-	return c->latency_min_us > 0 &&
-	       latency_us > c->p.latency_tolerance * (double)c->latency_min_us &&
-	       latency_us > (double)c->latency_min_us + INFLATION_SLACK_US;
+	if (c->latency_min_us <= 0 || latency_us <= c->p.latency_tolerance * (double)c->latency_min_us ||
+	    latency_us <= (double)c->latency_min_us + INFLATION_SLACK_US)
+		return 0;
+	return in_flight * (1.0 - (double)c->latency_min_us / latency_us) > c->p.queue_allowance;
 }
 
 static int in_slow_start(const struct concurrency *c)
@@ -272,7 +302,7 @@ static void round_end(struct concurrency *c, int64_t now_us, int64_t sent_us)
 	if (c->round_samples == 0)
 		return;
 	mean = (double)c->round_latency_sum_us / c->round_samples;
-	if (!latency_inflated(c, mean)) {
+	if (!latency_inflated(c, mean, (double)c->round_in_flight_sum / c->round_samples)) {
 		c->inflated_rounds = 0;
 		if (!in_slow_start(c) && c->round_busiest >= in_use) {
 			c->limit += sqrt(c->limit);
@@ -324,6 +354,7 @@ static void signal_success(struct concurrency *c, int64_t now_us, int64_t sent_u
 		c->ceiling = 0;
 	if (sent_us >= c->last_cut_us) {
 		c->round_latency_sum_us += latency_us;
+		c->round_in_flight_sum += in_flight;
 		c->round_samples++;
 		if (in_flight > c->round_busiest)
 			c->round_busiest = in_flight;
@@ -331,7 +362,7 @@ static void signal_success(struct concurrency *c, int64_t now_us, int64_t sent_u
 		 * limit was in use, so a full limit doubles per round trip (at most: a round
 		 * lasts long enough to see a stall, see round_long_enough). */
 		if (in_slow_start(c) && in_flight >= c->p.busy_fraction * c->round_limit &&
-		    c->limit < 2.0 * c->round_limit && !latency_inflated(c, (double)latency_us)) {
+		    c->limit < 2.0 * c->round_limit && !latency_inflated(c, (double)latency_us, in_flight)) {
 			c->limit += 1.0;
 			limit_clamp(c);
 		}

@@ -75,6 +75,9 @@ struct concurrency_params {
 				    * again */
 	int64_t ceiling_hold_us;   /* 30 s: how long growth stays below the in-flight count a
 				    * timeout happened at */
+	double queue_allowance;    /* 4: requests that may wait at the receiver (in flight x
+				    * the inflated share of the latency) before a latency
+				    * above tolerance counts as inflation */
 };
 
 void concurrency_params_default(struct concurrency_params *p);
@@ -98,6 +101,9 @@ struct concurrency {
 				    * in-flight count it happened at, less one, or the limit
 				    * after the cut if higher) until ceiling_until_us; 0 = none */
 	int64_t ceiling_until_us;
+	int64_t ceiling_latency_us; /* the smoothed latency when the ceiling was set, if it
+				     * was more times the minimum than requests were open
+				     * (the receiver itself slower, not queueing), else 0 */
 	/* the round trip under way: it ends when an answer to a request sent after
 	 * round_start_us arrives; its figures count only requests sent since the last cut */
 	int64_t round_start_us;
@@ -105,6 +111,7 @@ struct concurrency {
 				    * were sent with at most this much allowed, so "in use" is
 				    * judged against it */
 	int64_t round_latency_sum_us;
+	int64_t round_in_flight_sum;
 	int round_samples;
 	int round_busiest;         /* most in flight at the start of one of its attempts */
 	/* rounds in a row whose latency was inflated and stayed where it was; the streak

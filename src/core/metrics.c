@@ -44,7 +44,7 @@ static struct {
 	_Atomic long ingested;
 	_Atomic long claimed, handed;
 	_Atomic long leases_renewed, leases_lost;
-	_Atomic long http_lean, http_curl;
+	_Atomic long http_lean, http_curl, http_reconnects;
 	_Atomic long rejected_4xx, rejected_5xx;
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
@@ -181,6 +181,11 @@ void metrics_leases(long renewed, long lost)
 void metrics_http_request(int lean)
 {
 	atomic_fetch_add_explicit(lean ? &m.http_lean : &m.http_curl, 1, memory_order_relaxed);
+}
+
+void metrics_http_reconnect(void)
+{
+	atomic_fetch_add_explicit(&m.http_reconnects, 1, memory_order_relaxed);
 }
 
 void metrics_ingested(long events)
@@ -436,6 +441,11 @@ static int render_instance(char **out, size_t *len, size_t *cap)
 	  "outboxd_http_requests_total{client=\"lean\"} %ld\n"
 	  "outboxd_http_requests_total{client=\"libcurl\"} %ld\n",
 	  atomic_load(&m.http_lean), atomic_load(&m.http_curl));
+	A("# HELP outboxd_http_reconnects_total Connects the lean client abandoned and made again "
+	  "because the first took many times the endpoint's usual connect time (a SYN lost to a "
+	  "full accept queue, which the kernel would resend only a second later).\n"
+	  "# TYPE outboxd_http_reconnects_total counter\noutboxd_http_reconnects_total %ld\n",
+	  atomic_load(&m.http_reconnects));
 	A("# HELP outboxd_ingested_events_total Events accepted (202).\n"
 	  "# TYPE outboxd_ingested_events_total counter\noutboxd_ingested_events_total %ld\n",
 	  atomic_load(&m.ingested));

@@ -39,6 +39,8 @@ void metrics_started(long claimed, long handed);
 void metrics_leases(long renewed, long lost);
 /* An HTTP request sent by the lean client (lean 1, deliver/http_wire.c) or by libcurl. */
 void metrics_http_request(int lean);
+/* A connect of the lean client made again at once after its SYN went unanswered. */
+void metrics_http_reconnect(void);
 void metrics_ingest_rejected(int status);
 void metrics_store_error(void);
 /* Endpoint health: a subscription disabled after disable_after, one recovered. */

@@ -36,8 +36,11 @@ struct pacing_decision pacing_decide(const struct pacing *p, const struct pacing
 	struct pacing_decision d = {0, false, -1};
 	int room = c->max_in_flight - t->active - (int)t->asked;
 	int want = room < c->batch ? room : c->batch;
-	d.worth = t->active == 0 || want == c->batch || room >= c->max_in_flight / 4;
-	if (t->stopping || t->asked || want <= 0 || !d.worth)
+	d.worth = !t->saturated &&
+		  (t->active == 0 || want == c->batch || room >= c->max_in_flight / 4);
+	if (t->claim_max && (size_t)want > t->claim_max)
+		want = (int)t->claim_max;
+	if (t->stopping || t->asked || want <= 0 || (!d.worth && !(t->saturated && t->retry_due)))
 		return d;
 	if (now_us >= p->next_claim_us || t->retry_due) {
 		d.claim = (size_t)want;

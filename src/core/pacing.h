@@ -14,6 +14,9 @@
  *   - the store's hint of when the next delivery is due brings the next claim forward
  *   - a wake-up (an ingest commit, a replay) brings it forward to now, but not sooner than
  *     gap_us after a short claim: a steady stream of commits is claimed in batches
+ *   - while a subscription's queue in the dispatcher is full (saturated), no claim: it
+ *     would bring more of that queue's deliveries, oldest first, only to hand them back;
+ *     and a claim asks for no more than such queues have room for (claim_max)
  *   - a scheduled retry written just now that is due (retry_due) is claimed now
  *   - never while stopping, nor while a claim is asked */
 #ifndef OUTBOXD_CORE_PACING_H
@@ -53,6 +56,10 @@ struct pacing_turn {
 	size_t asked;            /* deliveries of a claim asked and not answered, 0: none */
 	bool stopping;
 	bool retry_due;          /* a retry written just now is due */
+	bool saturated;          /* a full queue waits to drain (the dispatcher bounds how
+	                            long it may hold claims back) */
+	size_t claim_max;        /* a claim asks for at most this many (the room left in
+	                            queues that overflowed), 0 = no such bound */
 };
 
 struct pacing_decision {

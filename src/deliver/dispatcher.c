@@ -20,6 +20,7 @@
 #include "deliver/dispatcher_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,30 @@ static int64_t turn_wait_us(struct dispatcher *d, int64_t now_us, bool worth, in
 	return wait_us;
 }
 
+/* The queues that overflowed and have not emptied since: *room is the least room left
+ * in them (INT_MAX when none), and the answer 1 when one of them has no room for a claim
+ * (of batch deliveries, or half its cap when that is less: a small queue, a pinned
+ * concurrency's, would otherwise never have room). A claim brings the oldest due
+ * deliveries first, so it may bring any queue's. */
+static int queues_full(const struct dispatcher *d, int batch, int *room)
+{
+	int full = 0;
+	*room = INT_MAX;
+	if (!d->n_saturated)
+		return 0;
+	for (const struct sub_limits *x = d->parked_subs; x; x = x->next_parked) {
+		if (!x->saturated)
+			continue;
+		int left = x->saturated > x->parked ? x->saturated - x->parked : 0;
+		int need = batch < x->saturated / 2 ? batch : x->saturated / 2;
+		if (left < *room)
+			*room = left;
+		if (left < need || left == 0)
+			full = 1;
+	}
+	return full;
+}
+
 /* The dispatcher's thread. One turn of its loop takes the writer's news, claims, renews
  * leases, runs the staggers, the sinks and the parked rounds, hands finished rounds to
  * the writer and sleeps until something is due: longer than a function should be, kept
@@ -279,7 +304,12 @@ static void *dispatcher_main(void *arg)
 			pacing_answered(&d->pace, &d->pace_cfg, now_us, claim_rc == STORE_OK,
 					d->claim_asked, got);
 			d->claim_asked = 0;
+			uint64_t overflowed = d->overflowed;
 			dispatcher_claims_start(d, claims, got);
+			/* A claim that overflowed a queue holds the next one back (while that
+			 * queue is full, for SATURATED_CLAIM_WAIT_US at most); one that did not
+			 * brought others' deliveries: the next may go at once. */
+			d->saturated_since_us = d->overflowed != overflowed ? now_us : 0;
 			metrics_started((long)got, 0);
 		}
 		/* the hand-off: deliveries leased at ingest start like claimed ones */
@@ -295,11 +325,16 @@ static void *dispatcher_main(void *arg)
 		/* Claim when the pacing rules say so (core/pacing.h): asked right after an
 		 * answer, so the writer claims the next batch while this one is sent; a claim
 		 * asked counts as taken room until answered. */
+		int gate;
+		int saturated = queues_full(d, d->pace_cfg.batch, &gate) &&
+				now_us - d->saturated_since_us < SATURATED_CLAIM_WAIT_US;
 		struct pacing_turn turn = {
 			.active = d->active,
 			.asked = d->claim_asked,
 			.stopping = stopping,
 			.retry_due = d->claim_at_ms && clock_now_ms() >= d->claim_at_ms,
+			.saturated = saturated,
+			.claim_max = gate < INT_MAX ? (size_t)(gate > 0 ? gate : 1) : 0,
 		};
 		struct pacing_decision pace = pacing_decide(&d->pace, &d->pace_cfg, &turn, now_us);
 		if (pace.claim) {
@@ -331,6 +366,8 @@ static void *dispatcher_main(void *arg)
 		/* the room the writer may fill with fresh deliveries of the next ingest
 		 * commits (the hand-off), none once stopping */
 		int free_rounds = d->cfg.max_in_flight - d->active - (int)d->claim_asked;
+		if (saturated && free_rounds > gate)
+			free_rounds = gate; /* like a claim: more for a full queue, handed back */
 		writer_handoff_room(d->writer, !stopping && free_rounds > 0 ? (size_t)free_rounds : 0,
 				    stopping ? 0 : (size_t)d->cfg.max_in_flight, d->cfg.lease_ms);
 

@@ -25,6 +25,13 @@
 #define STORE_DOWN_CLAIM_US 500000 /* after a failed claim, the next one probes this late */
 #define PRUNE_US (60 * 1000000LL) /* caches are pruned this often */
 #define RELEASE_MIN_MS 500    /* a round handed back for a limit is due again after 0.5-1.5 s */
+#define RELEASE_FULL_MS 100   /* ... for a full queue after 0.1-0.3 s (the claims that would
+                                 bring it back wait for room in that queue) */
+/* Once a queue overflowed, claims (and the ingest hand-off) wait for it to have room for
+ * a whole claim (a claim now would bring more of its deliveries, oldest first, only to
+ * hand them back: a write each), but no longer than this after an overflow: other
+ * subscriptions' deliveries come with claims too. */
+#define SATURATED_CLAIM_WAIT_US (250 * 1000)
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
 /* Leases (docs/reliability.md, "Leases"): an attempt starts only when the lease outlasts
  * its connect and its timeout by LEASE_MARGIN_MS (clock differences between instances,
@@ -132,6 +139,9 @@ struct dispatcher {
 	int renew_soon;              /* a round waits for its renewal: renew at the next turn */
 	int64_t next_renew_ms;
 	struct sub_limits *parked_subs; /* those with parked rounds */
+	int n_saturated;             /* queues that overflowed and have not emptied since */
+	int64_t saturated_since_us;  /* monotonic: when a claim or a queue last overflowed */
+	uint64_t overflowed;         /* rounds handed back because their queue was full */
 };
 
 /* What an attempt of r needs of its lease: its connect, its timeout and the margin. */

@@ -53,6 +53,14 @@
                                          request through libcurl resolves it anew */
 #define DNS_RETRY_MS (5 * 1000LL)     /* between those requests */
 #define IDLE_MAX_MS (118 * 1000LL)    /* libcurl's CURLOPT_MAXAGE_CONN default */
+/* A connect that a target usually completes in C µs and has not completed after
+ * CONNECT_RETRY_FACTOR x C (at least CONNECT_RETRY_MIN_US) lost its SYN, most often to a
+ * full accept queue (Python's http.server listens with a backlog of 5), and the kernel
+ * sends it again only a second later: a new connection is made at once instead,
+ * doubling the wait each time, within connect_timeout. Nothing reached the receiver. */
+#define CONNECT_RETRY_FACTOR 8
+#define CONNECT_RETRY_MIN_US 10000
+#define CONNECT_SMOOTHING 8           /* a new connect time weighs 1/8 in the average */
 #define TARGET_BUCKETS 256
 #define READ_BUF 65536
 
@@ -69,6 +77,7 @@ struct wire_target {
 	int literal;                  /* an IP address in the URL: never expires */
 	int64_t learned_ms;           /* when libcurl connected there (monotonic) */
 	int64_t refresh_ms;           /* when a request went to libcurl to resolve it anew */
+	int64_t connect_us;           /* smoothed time its connects take, 0 = none made yet */
 	struct wire_conn *idle;       /* kept-alive connections, newest first */
 	struct wire_target *next;     /* in the hash chain */
 };
@@ -90,6 +99,9 @@ struct wire_conn {
 	char ra[64];                  /* its value */
 	size_t ra_len;
 	int64_t start_us;             /* when the attempt started on this connection */
+	int64_t connect_us;           /* when its current connect() was issued */
+	int64_t connect_end_us;       /* connect_timeout from the first: the last moment */
+	int64_t connect_retry_us;     /* the wait before the next new connect, 0 = none */
 	struct dheap_node deadline;   /* in wire.deadlines while it has one */
 	int64_t idle_since_ms;
 	struct wire_conn *next, *prev; /* in its target's idle list, or the graveyard */
@@ -377,6 +389,8 @@ static void conn_fail(struct wire *w, struct wire_conn *c, enum transport_error 
 }
 
 static void conn_send(struct wire *w, struct wire_conn *c);
+static void conn_connected(struct wire *w, struct wire_conn *c);
+static void conn_reconnect(struct wire *w, struct wire_conn *c, int64_t now_us);
 static int conn_start(struct wire *w, struct http_round *h, struct wire_target *t, int fresh);
 
 /* The request on a kept-alive connection died before any byte of an answer: the server
@@ -631,8 +645,14 @@ static void conn_connected(struct wire *w, struct wire_conn *c)
 	}
 	/* The connect is done: the attempt's timeout runs from here, as its request is
 	 * written (a slow connect is outboxd's wait, not the receiver's answer). */
+	int64_t now_us = clock_mono_us(), took = now_us - c->connect_us;
+	struct wire_target *t = c->t;
+	t->connect_us = t->connect_us ? t->connect_us + (took - t->connect_us) / CONNECT_SMOOTHING
+				      : (took > 0 ? took : 1);
+	if (t->connect_us < 1)
+		t->connect_us = 1;
 	int64_t timeout_ms = c->h->sj->timeout_ms;
-	if (timeout_ms > 0 && conn_deadline(w, c, clock_mono_us() + timeout_ms * 1000)) {
+	if (timeout_ms > 0 && conn_deadline(w, c, now_us + timeout_ms * 1000)) {
 		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
 		return;
 	} else if (timeout_ms <= 0) {
@@ -640,6 +660,62 @@ static void conn_connected(struct wire *w, struct wire_conn *c)
 	}
 	c->state = CONN_SENDING;
 	conn_send(w, c);
+}
+
+/* Opens c's socket and starts its connect, with the deadline of this connect: the next
+ * new connect (connect_retry_us from now) or connect_timeout from the first, whichever
+ * comes first. 0 when under way (or connected and sent), -1 when it failed (reported). */
+static int conn_dial(struct wire *w, struct wire_conn *c, int64_t now_us)
+{
+	struct wire_target *t = c->t;
+	struct http_round *h = c->h;
+	int one = 1;
+
+	c->fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	c->watching = 0;
+	if (c->fd < 0) {
+		h->local = errno_is_local(errno);
+		conn_fail(w, c, TRANSPORT_OTHER, "socket: %s", strerror(errno));
+		return -1;
+	}
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	/* when an answer reached the kernel: flow control judges the receiver, not how long
+	 * the answer waited for this thread */
+	setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMP, &one, sizeof(one));
+	int64_t at_us = c->connect_end_us;
+	if (c->connect_retry_us && now_us + c->connect_retry_us < at_us)
+		at_us = now_us + c->connect_retry_us;
+	if (w->hs->connect_timeout_ms > 0 && conn_deadline(w, c, at_us)) {
+		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
+		return -1;
+	}
+	c->connect_us = now_us;
+	int rc = connect(c->fd, (const struct sockaddr *)&t->addr, t->addrlen);
+	if (rc < 0 && errno != EINPROGRESS) {
+		h->local = errno_is_local(errno);
+		conn_fail(w, c, TRANSPORT_REFUSED, "Failed to connect to %s port %d after %lld ms: %s",
+			  t->host, t->port, (long long)((now_us - c->start_us) / 1000), strerror(errno));
+		return -1;
+	}
+	if (conn_watch(w, c, EPOLLOUT)) {
+		conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+		return -1;
+	}
+	if (rc == 0)
+		conn_connected(w, c);
+	return 0;
+}
+
+/* c's connect has taken connect_retry_us: its SYN was most likely dropped (see
+ * CONNECT_RETRY_FACTOR). A new connection replaces it, and the next wait doubles. */
+static void conn_reconnect(struct wire *w, struct wire_conn *c, int64_t now_us)
+{
+	close(c->fd); /* the kernel takes it out of the epoll set */
+	c->fd = -1;
+	c->connect_retry_us *= 2;
+	metrics_http_reconnect();
+	conn_dial(w, c, now_us);
 }
 
 /* Starts h's request on a kept-alive connection to t (unless fresh) or a new one. 0 when
@@ -677,21 +753,8 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 			return -1;
 		}
 		c->t = t;
-		c->fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		c->fd = -1;
 		c->state = CONN_CONNECTING;
-		if (c->fd < 0) {
-			c->h = h;
-			h->conn = c;
-			h->local = errno_is_local(errno);
-			conn_fail(w, c, TRANSPORT_OTHER, "socket: %s", strerror(errno));
-			return -1;
-		}
-		int one = 1;
-		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-		/* when an answer reached the kernel: flow control judges the receiver, not
-		 * how long the answer waited for this thread */
-		setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMP, &one, sizeof(one));
 	}
 	c->h = h;
 	h->conn = c;
@@ -701,27 +764,16 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 	c->start_us = clock_mono_us();
 	http_parser_init(&c->parser, HTTP_RESPONSE);
 	c->parser.data = c;
-	int connecting = c->state == CONN_CONNECTING;
-	int64_t timeout_ms = connecting ? w->hs->connect_timeout_ms : h->sj->timeout_ms;
-	if (timeout_ms > 0 && conn_deadline(w, c, c->start_us + timeout_ms * 1000)) {
+	if (c->state == CONN_CONNECTING) {
+		c->connect_end_us = c->start_us + w->hs->connect_timeout_ms * 1000;
+		c->connect_retry_us = t->connect_us > 0 ? t->connect_us * CONNECT_RETRY_FACTOR : 0;
+		if (c->connect_retry_us && c->connect_retry_us < CONNECT_RETRY_MIN_US)
+			c->connect_retry_us = CONNECT_RETRY_MIN_US;
+		return conn_dial(w, c, c->start_us);
+	}
+	if (h->sj->timeout_ms > 0 && conn_deadline(w, c, c->start_us + h->sj->timeout_ms * 1000)) {
 		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
 		return -1;
-	}
-	if (connecting) {
-		int rc = connect(c->fd, (const struct sockaddr *)&t->addr, t->addrlen);
-		if (rc < 0 && errno != EINPROGRESS) {
-			h->local = errno_is_local(errno);
-			conn_fail(w, c, TRANSPORT_REFUSED, "Failed to connect to %s port %d after 0 ms: %s",
-				  t->host, t->port, strerror(errno));
-			return -1;
-		}
-		if (conn_watch(w, c, EPOLLOUT)) {
-			conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
-			return -1;
-		}
-		if (rc == 0)
-			conn_connected(w, c);
-		return 0;
 	}
 	c->state = CONN_SENDING;
 	conn_send(w, c);
@@ -900,6 +952,10 @@ void wire_expire(struct wire *w, int64_t now_us)
 	while ((top = dheap_top(&w->deadlines)) && top->at_us <= now_us) {
 		struct wire_conn *c = conn_of_node(top);
 		long long ms = (now_us - c->start_us) / 1000;
+		if (c->state == CONN_CONNECTING && now_us < c->connect_end_us) {
+			conn_reconnect(w, c, now_us);
+			continue;
+		}
 		if (c->state == CONN_CONNECTING)
 			conn_fail(w, c, TRANSPORT_TIMEOUT, "Connection timed out after %lld milliseconds",
 				  ms);

@@ -190,12 +190,8 @@ int limits_parked_cap(int pool_size, const struct subscription *s, int ep_limit)
 {
 	int cap = PARKED_MIN_CAP, share = pool_size / 4, held = limits_cap(s);
 
-	if (ep_limit > 0) {
-		cap = share; /* a new endpoint's limit is small for a few round trips only */
-		share = pool_size / 2;
-		if (ep_limit < INT32_MAX / 8 && ep_limit * 8 > cap)
-			cap = ep_limit * 8;
-	}
+	if (ep_limit > 0)
+		cap = share = pool_size / 2;
 	if (held > 0 && held < INT32_MAX / 4 && held * 4 > cap)
 		cap = held * 4;
 	if (s->rate_limit * 2 > cap)

@@ -36,6 +36,9 @@ struct sub_limits {
 	struct round *parked_head, *parked_tail; /* held back, in order (the dispatcher's) */
 	int parked;
 	int on_parked_list;
+	int saturated;               /* its queue overflowed at this cap (rounds were handed
+	                                back): until it empties, claims wait for room for a
+	                                whole claim in it; 0 = not */
 	int64_t window_ms;           /* the breaker's failure window as last seen */
 	int64_t last_used_ms;        /* monotonic */
 	struct endpoint *ep;         /* its endpoint's flow control (one ref), NULL: none */
@@ -91,9 +94,10 @@ int64_t limits_wait(struct sub_limits *x, const struct subscription *s, int64_t 
 
 /* How many rounds s may keep parked in a pool of pool_size: enough to keep its limits
  * busy, never more than a quarter of the pool, so other subscriptions find room. With
- * adaptive flow control (ep_limit > 0: its endpoint's current limit) a quarter of the pool
- * (a new endpoint starts at a few requests and takes many a few round trips later), or
- * eight times the limit, up to half the pool, once the endpoint takes that many. */
+ * adaptive flow control (ep_limit > 0: its endpoint's current limit) half the pool: the
+ * limit may grow many times over within a second, and a queue must hold more than a
+ * claim brings (once a queue overflowed, the dispatcher claims only when it has room for
+ * a whole claim). */
 int limits_parked_cap(int pool_size, const struct subscription *s, int ep_limit);
 
 #endif

@@ -587,9 +587,16 @@ static void round_park(struct round *r)
 	struct dispatcher *d = r->d;
 	struct sub_limits *x = r->limits;
 
-	if (x->parked >= limits_parked_cap(d->cfg.max_in_flight, r->sub,
-					   r->ep ? concurrency_limit(&r->ep->conc) : 0)) {
-		round_release(r, RELEASE_MIN_MS + (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
+	int cap = limits_parked_cap(d->cfg.max_in_flight, r->sub,
+				    r->ep ? concurrency_limit(&r->ep->conc) : 0);
+	if (x->parked >= cap) {
+		if (!x->saturated) {
+			x->saturated = cap;
+			d->n_saturated++;
+		}
+		d->overflowed++;
+		d->saturated_since_us = clock_mono_us();
+		round_release(r, RELEASE_FULL_MS + (int64_t)(dispatcher_rng_next(&d->rng) * RELEASE_FULL_MS * 2));
 		return;
 	}
 	r->state = ROUND_PARKED;
@@ -655,6 +662,10 @@ int64_t rounds_run_parked(struct dispatcher *d, int64_t now_us)
 				round_release(r, stopping ? 0 : RELEASE_MIN_MS);
 			else
 				round_go(r);
+		}
+		if (x->saturated && !x->parked_head) {
+			x->saturated = 0; /* drained: claims bring its deliveries again */
+			d->n_saturated--;
 		}
 		if (!x->parked_head) {
 			x->on_parked_list = 0;

@@ -39,6 +39,13 @@ static void test_decide_table(void **state)
 		{"not yet due: the wait until then", NOW + 300000, {.active = 0}, 0, true, 300000},
 		{"not yet due but a retry is: now", NOW + 300000, {.active = 0, .retry_due = true}, 10,
 		 true, 0},
+		{"a full queue waits to drain: no claim", NOW, {.active = 40, .saturated = true}, 0,
+		 false, -1},
+		{"a full queue, but a retry is due: claimed", NOW,
+		 {.active = 40, .saturated = true, .retry_due = true}, 10, false, 0},
+		{"a queue that overflowed has room for 3: a claim of 3", NOW,
+		 {.active = 40, .claim_max = 3}, 3, true, 0},
+		{"room for more than a batch: a batch", NOW, {.active = 0, .claim_max = 500}, 10, true, 0},
 		{"a retry due while stopping: none", NOW, {.stopping = true, .retry_due = true}, 0,
 		 true, -1},
 	};

@@ -163,8 +163,8 @@ static void test_cap_and_parked_cap(void **state)
 	s.rate_limit = 100;
 	assert_int_equal(limits_parked_cap(512, &s, 0), 128);
 	s.rate_limit = 0;
-	/* an adaptive endpoint: a quarter of the pool, or 8 x its limit up to half */
-	assert_int_equal(limits_parked_cap(512, &s, 4), 128);
+	/* an adaptive endpoint: half the pool, whatever its limit now */
+	assert_int_equal(limits_parked_cap(512, &s, 4), 256);
 	assert_int_equal(limits_parked_cap(512, &s, 40), 256);
 	assert_int_equal(limits_parked_cap(2, &s, 0), 1);
 }
