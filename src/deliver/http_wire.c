@@ -714,6 +714,7 @@ static void conn_reconnect(struct wire *w, struct wire_conn *c, int64_t now_us)
 	close(c->fd); /* the kernel takes it out of the epoll set */
 	c->fd = -1;
 	c->connect_retry_us *= 2;
+	c->h->sj->lost_syns++;
 	metrics_http_reconnect();
 	conn_dial(w, c, now_us);
 }

@@ -519,6 +519,7 @@ static void round_go(struct round *r)
 	sj->local = 0;
 	sj->latency_us = 0;
 	sj->flow = CONCURRENCY_NEUTRAL;
+	sj->lost_syns = 0;
 	r->state = ROUND_IN_FLIGHT;
 	r->d->in_flight++;
 	sink_send(r->sink, sj);
@@ -541,6 +542,11 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 		 * others */
 		endpoint_end(r->ep, &r->ep_req);
 		r->holds_ep = 0;
+		/* a SYN the receiver's full accept queue dropped says it has more than it
+		 * takes, even when the connect made again then went through */
+		if (sj->lost_syns)
+			endpoint_record(r->ep, now_us, sj->latency_us, CONCURRENCY_REFUSED,
+					r->ep_in_flight);
 		if (!sj->local)
 			endpoint_record(r->ep, now_us, sj->latency_us,
 					(enum concurrency_outcome)sj->flow, r->ep_in_flight);

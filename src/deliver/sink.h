@@ -68,6 +68,9 @@ struct sink_round {
 	int flow;                         /* out: enum concurrency_outcome, what the attempt
 	                                     says of the target's capacity (core/concurrency.h);
 	                                     preset to CONCURRENCY_NEUTRAL */
+	int lost_syns;                    /* out: connects made again because the target's
+	                                     accept queue dropped the first (an overload sign
+	                                     however the attempt ended); preset to 0 */
 	void *state[SINKS_MAX];           /* each sink's own per-round state (state[slot]); it
 	                                     lives as long as the round slot, across rounds */
 };
