@@ -221,25 +221,40 @@ static int64_t turn_wait_us(struct dispatcher *d, int64_t now_us, bool worth, in
 	return wait_us;
 }
 
-/* The queues that overflowed and have not emptied since: *room is the least room left
- * in them (INT_MAX when none), and the answer 1 when one of them has no room for a claim
- * (of batch deliveries, or half its cap when that is less: a small queue, a pinned
- * concurrency's, would otherwise never have room). A claim brings the oldest due
- * deliveries first, so it may bring any queue's. */
-static int queues_full(const struct dispatcher *d, int batch, int *room)
+/* The queues that overflowed and have not emptied since, but for stuck ones: *room is
+ * the least room left in them (INT_MAX when none), and the answer 1 when one of them has
+ * no room for a claim (of batch deliveries, or half its cap when that is less: a small
+ * queue, a pinned concurrency's, would otherwise never have room). A claim brings the
+ * oldest due deliveries first, so it may bring any queue's. A queue without that room
+ * that started fewer than half a claim's rounds in SATURATED_CLAIM_WAIT_US becomes stuck
+ * and is left out from then on. */
+static int queues_full(struct dispatcher *d, int batch, int64_t now_us, int *room)
 {
 	int full = 0;
 	*room = INT_MAX;
 	if (!d->n_saturated)
 		return 0;
-	for (const struct sub_limits *x = d->parked_subs; x; x = x->next_parked) {
-		if (!x->saturated)
+	for (struct sub_limits *x = d->parked_subs; x; x = x->next_parked) {
+		if (!x->saturated || x->stuck)
 			continue;
 		int left = x->saturated > x->parked ? x->saturated - x->parked : 0;
 		int need = batch < x->saturated / 2 ? batch : x->saturated / 2;
+		if (left >= need && left > 0) {
+			x->full_since_us = 0;
+		} else if (!x->full_since_us) {
+			x->full_since_us = now_us;
+			x->started_then = x->started;
+		} else if (now_us - x->full_since_us >= SATURATED_CLAIM_WAIT_US) {
+			if (x->started - x->started_then < (uint64_t)(need / 2 > 1 ? need / 2 : 1)) {
+				x->stuck = 1; /* it hardly moved: claims stop waiting for it */
+				continue;
+			}
+			x->full_since_us = now_us; /* it moves: wait on */
+			x->started_then = x->started;
+		}
 		if (left < *room)
 			*room = left;
-		if (left < need || left == 0)
+		if (x->full_since_us)
 			full = 1;
 	}
 	return full;
@@ -304,12 +319,7 @@ static void *dispatcher_main(void *arg)
 			pacing_answered(&d->pace, &d->pace_cfg, now_us, claim_rc == STORE_OK,
 					d->claim_asked, got);
 			d->claim_asked = 0;
-			uint64_t overflowed = d->overflowed;
 			dispatcher_claims_start(d, claims, got);
-			/* A claim that overflowed a queue holds the next one back (while that
-			 * queue is full, for SATURATED_CLAIM_WAIT_US at most); one that did not
-			 * brought others' deliveries: the next may go at once. */
-			d->saturated_since_us = d->overflowed != overflowed ? now_us : 0;
 			metrics_started((long)got, 0);
 		}
 		/* the hand-off: deliveries leased at ingest start like claimed ones */
@@ -326,8 +336,7 @@ static void *dispatcher_main(void *arg)
 		 * answer, so the writer claims the next batch while this one is sent; a claim
 		 * asked counts as taken room until answered. */
 		int gate;
-		int saturated = queues_full(d, d->pace_cfg.batch, &gate) &&
-				now_us - d->saturated_since_us < SATURATED_CLAIM_WAIT_US;
+		int saturated = queues_full(d, d->pace_cfg.batch, now_us, &gate);
 		struct pacing_turn turn = {
 			.active = d->active,
 			.asked = d->claim_asked,

@@ -29,8 +29,10 @@
                                  bring it back wait for room in that queue) */
 /* Once a queue overflowed, claims (and the ingest hand-off) wait for it to have room for
  * a whole claim (a claim now would bring more of its deliveries, oldest first, only to
- * hand them back: a write each), but no longer than this after an overflow: other
- * subscriptions' deliveries come with claims too. */
+ * hand them back: a write each), and then ask for no more than its room; but a queue
+ * that started fewer than half a claim's rounds in this long is "stuck" (its receiver
+ * takes too little for the wait to pay: the other subscriptions' deliveries come with
+ * claims too), and claims go on without it until it empties. */
 #define SATURATED_CLAIM_WAIT_US (250 * 1000)
 #define EPOLL_EVENTS 256      /* ready sockets taken per epoll_wait */
 /* Leases (docs/reliability.md, "Leases"): an attempt starts only when the lease outlasts
@@ -140,8 +142,6 @@ struct dispatcher {
 	int64_t next_renew_ms;
 	struct sub_limits *parked_subs; /* those with parked rounds */
 	int n_saturated;             /* queues that overflowed and have not emptied since */
-	int64_t saturated_since_us;  /* monotonic: when a claim or a queue last overflowed */
-	uint64_t overflowed;         /* rounds handed back because their queue was full */
 };
 
 /* What an attempt of r needs of its lease: its connect, its timeout and the margin. */

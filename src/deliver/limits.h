@@ -39,6 +39,13 @@ struct sub_limits {
 	int saturated;               /* its queue overflowed at this cap (rounds were handed
 	                                back): until it empties, claims wait for room for a
 	                                whole claim in it; 0 = not */
+	int64_t full_since_us;       /* monotonic: since when it has had less room than a
+	                                claim, 0 = it has room */
+	uint64_t started;            /* rounds it started from its queue, ever */
+	uint64_t started_then;       /* ... at full_since_us */
+	int stuck;                   /* it stayed full longer than claims may wait: claims
+	                                no longer wait for it (its receiver takes too little
+	                                to be worth it), until it empties */
 	int64_t window_ms;           /* the breaker's failure window as last seen */
 	int64_t last_used_ms;        /* monotonic */
 	struct endpoint *ep;         /* its endpoint's flow control (one ref), NULL: none */

@@ -598,11 +598,17 @@ static void round_park(struct round *r)
 	if (x->parked >= cap) {
 		if (!x->saturated) {
 			x->saturated = cap;
+			x->full_since_us = 0;
+			x->stuck = 0;
 			d->n_saturated++;
 		}
-		d->overflowed++;
-		d->saturated_since_us = clock_mono_us();
-		round_release(r, RELEASE_FULL_MS + (int64_t)(dispatcher_rng_next(&d->rng) * RELEASE_FULL_MS * 2));
+		/* a queue claims wait for is due back soon; a stuck one's as before */
+		if (x->stuck)
+			round_release(r, RELEASE_MIN_MS +
+						 (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
+		else
+			round_release(r, RELEASE_FULL_MS + (int64_t)(dispatcher_rng_next(&d->rng) *
+								     RELEASE_FULL_MS * 2));
 		return;
 	}
 	r->state = ROUND_PARKED;
@@ -664,13 +670,17 @@ int64_t rounds_run_parked(struct dispatcher *d, int64_t now_us)
 			x->parked--;
 			r->next = NULL;
 			round_queued(r, 0);
-			if (old)
+			if (old) {
 				round_release(r, stopping ? 0 : RELEASE_MIN_MS);
-			else
+			} else {
+				x->started++;
 				round_go(r);
+			}
 		}
 		if (x->saturated && !x->parked_head) {
 			x->saturated = 0; /* drained: claims bring its deliveries again */
+			x->stuck = 0;
+			x->full_since_us = 0;
 			d->n_saturated--;
 		}
 		if (!x->parked_head) {

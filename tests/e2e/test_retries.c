@@ -753,6 +753,48 @@ static void test_isolation_small_pool(void **state)
 	daemon_cleanup(&small);
 }
 
+/* A subscriber that takes one delivery a second, with a backlog of 1,500 ahead of
+ * everyone else's: its queue fills, and claims may wait for room in it only a moment.
+ * After that they go on without it (its deliveries, oldest first, come back to the store
+ * for a while), so 200 deliveries to a fast subscriber, stored right behind the backlog,
+ * are not held up behind it. */
+static void test_isolation_behind_a_backlog(void **state)
+{
+	struct daemon dd;
+	char body[512];
+	const char *env[] = {"OUTBOXD_SHUTDOWN_GRACE=3s", NULL};
+
+	(void)state;
+	memset(&dd, 0, sizeof(dd));
+	assert_int_equal(daemon_start(&dd, env), 0);
+	assert_int_equal(receiver_script(&rcv, "/slow-backlog",
+					 "{\"default\":{\"status\":200,\"delay_ms\":2000}}"), 0);
+	snprintf(body, sizeof(body),
+		 "{\"name\":\"slow-backlog\",\"event_types\":[\"backlog.slow\"],"
+		 "\"endpoint\":\"%s/slow-backlog\",\"timeout\":\"5s\",\"max_in_flight\":2}",
+		 rcv.url);
+	json_decref(api_call(&dd, "POST", "/v1/subscriptions", body, 201));
+	snprintf(body, sizeof(body),
+		 "{\"name\":\"fast-backlog\",\"event_types\":[\"backlog.fast\"],"
+		 "\"endpoint\":\"%s/fast-backlog\"}", rcv.url);
+	json_decref(api_call(&dd, "POST", "/v1/subscriptions", body, 201));
+
+	for (int i = 0; i < 3; i++)
+		send_many_to(&dd, "backlog.slow", 500);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	send_many_to(&dd, "backlog.fast", 200);
+	assert_int_equal(receiver_wait_count(&rcv, "/fast-backlog", 200, 30000), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	fprintf(stderr, "behind a backlog: 200 fast deliveries in %ld ms\n", ms);
+	assert_true(ms < 10000);
+	/* the slow one still gets its deliveries, two at a time */
+	assert_int_equal(receiver_wait_count(&rcv, "/slow-backlog", 4, 20000), 0);
+	assert_int_equal(daemon_stop(&dd), 0);
+	daemon_cleanup(&dd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -764,6 +806,7 @@ int main(void)
 		cmocka_unit_test(test_breaker_opens_at_max_errors),
 		cmocka_unit_test(test_head_of_line_isolation),
 		cmocka_unit_test(test_isolation_small_pool),
+		cmocka_unit_test(test_isolation_behind_a_backlog),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
