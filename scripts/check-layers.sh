@@ -31,7 +31,7 @@ cd "$(dirname "$0")/../src"
 # name | the #include names that are this library (bash patterns; "..." for a quoted
 # include) | the files that may reach them (bash patterns, paths under src/)
 LIBRARIES=(
-	"libcurl|<curl/*>|deliver/sink_http_int.h deliver/sink_http.c deliver/http_request.c deliver/http_token.c deliver/http_proxy.c deliver/http_wire.c otel/otlp.c cli/cli.c cli/client.c serve.c"
+	"libcurl|<curl/*>|deliver/sink_http_int.h deliver/sink_http.c deliver/http_request.c deliver/http_token.c deliver/http_proxy.c deliver/http_wire.c kafka/registry.c otel/otlp.c cli/cli.c cli/client.c serve.c"
 	"libmicrohttpd|<microhttpd.h>|api/http.c"
 	"SQLite|<sqlite3.h>|store/sqlite/*"
 	"libpq|<libpq-fe.h> <libpq/*> <postgresql/*>|store/postgres/*"

@@ -198,6 +198,11 @@ const struct config_setting config_settings[] = {
 	 "plain or confluent (Schema Registry wire format)"},
 	{"kafka_schema_id", "--kafka-schema-id", "OUTBOXD_KAFKA_SCHEMA_ID", CONFIG_INT, "1",
 	 S(kafka_schema_id), "schema id written with kafka_wire_format confluent"},
+	{"kafka_schema_registry", "--kafka-schema-registry", "OUTBOXD_KAFKA_SCHEMA_REGISTRY",
+	 CONFIG_STRING, NULL, S(kafka_schema_registry), "Schema Registry (Confluent REST API), "
+	 "http(s)://[user:password@]host:port: with kafka_wire_format confluent, the "
+	 "OutboxEvent schema is registered under TOPIC-value and its id written instead of "
+	 "kafka_schema_id; password never logged; empty = off"},
 	{"kafka_max_backlog", "--kafka-max-backlog", "OUTBOXD_KAFKA_MAX_BACKLOG", CONFIG_INT,
 	 "100000", S(kafka_max_backlog), "the intake pauses while more of its deliveries than "
 	 "this are not final, and resumes below half"},
@@ -246,10 +251,23 @@ static int check_kafka(const struct config *cfg, char *err, size_t errlen)
 			    cfg->kafka_wire_format);
 	if (cfg->kafka_max_backlog < 1)
 		return fail(err, errlen, "kafka_max_backlog must be at least 1");
+	if (is_set(cfg->kafka_schema_registry)) {
+		if (strncmp(cfg->kafka_schema_registry, "http://", 7) != 0 &&
+		    strncmp(cfg->kafka_schema_registry, "https://", 8) != 0)
+			return fail(err, errlen, "kafka_schema_registry must be an http:// or "
+				    "https:// URL");
+		/* the registry's ids only go into the Schema Registry framing */
+		if (strcmp(cfg->kafka_wire_format, "confluent") != 0)
+			return fail(err, errlen, "kafka_schema_registry needs kafka_wire_format "
+				    "confluent");
+	}
 	if (!is_set(cfg->kafka_brokers) && (is_set(cfg->kafka_intake) ||
-					    is_set(cfg->kafka_dead_letter)))
+					    is_set(cfg->kafka_dead_letter) ||
+					    is_set(cfg->kafka_schema_registry)))
 		return fail(err, errlen, "%s needs kafka_brokers",
-			    is_set(cfg->kafka_intake) ? "kafka_intake" : "kafka_dead_letter");
+			    is_set(cfg->kafka_intake) ? "kafka_intake"
+			    : is_set(cfg->kafka_dead_letter) ? "kafka_dead_letter"
+			    : "kafka_schema_registry");
 	if (!is_set(cfg->kafka_group))
 		return fail(err, errlen, "kafka_group must not be empty");
 	const char *p = is_set(cfg->kafka_intake) ? cfg->kafka_intake : NULL;
@@ -885,7 +903,8 @@ char *config_mask_value(const char *key, const char *value)
 {
 	if (is_secret_key(key))
 		return strdup(MASK);
-	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint") || !strcmp(key, "egress_proxy"))
+	if (!strcmp(key, "db") || !strcmp(key, "otlp_endpoint") || !strcmp(key, "egress_proxy") ||
+	    !strcmp(key, "kafka_schema_registry"))
 		return mask_url(value);
 	if (!strcmp(key, "kafka_config"))
 		return mask_pairs(value, ';', 0);

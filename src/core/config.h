@@ -78,6 +78,7 @@ struct config {
 	char *kafka_dead_letter;  /* topic, {topic} = the source topic; NULL = off */
 	char *kafka_wire_format;  /* plain or confluent */
 	int kafka_schema_id;
+	char *kafka_schema_registry; /* Schema Registry URL (confluent); NULL = kafka_schema_id */
 	int kafka_max_backlog;
 	/* OpenTelemetry (otel/otlp.h): off unless otlp_endpoint is set */
 	char *otlp_endpoint;      /* base URL of an OTLP/HTTP collector, e.g. http://host:4318 */

@@ -19,6 +19,14 @@
  * the message may still be published later (at least once: the retry sends a copy). librdkafka signals its main queue on a pipe that the dispatcher
  * watches; delivery reports are served by rd_kafka_poll on the dispatcher's thread.
  *
+ * With kafka_schema_registry (and kafka_wire_format confluent), an envelope's frame carries
+ * the schema id the registry gave its topic's subject (kafka/registry.h: registered once
+ * on the registry's own thread, then cached). An attempt of a subject not known yet waits
+ * for the registration (ks->waiting, within its timeout; the registry's answer wakes the
+ * pipe); while the registry cannot give an id, the attempt fails with 503 before anything
+ * is produced, and the delivery takes its retries: no message goes out without a valid
+ * id.
+ *
  * A fatal error (librdkafka: an idempotent producer that can no longer keep its
  * sequence) leaves the producer unusable: after the poll that reported it, the producer
  * is purged (the attempts waiting for a report end with 503 and take their retries),
@@ -42,6 +50,7 @@
 #include "kafka/client_rdkafka.h"
 #include "kafka/envelope.h"
 #include "kafka/message.h"
+#include "kafka/registry.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -50,14 +59,16 @@
 
 struct kafka_sink;
 
-/* One message handed to librdkafka, from producev to its delivery report. sj is NULL
- * once its attempt was abandoned (shutdown, its timeout). */
+/* One message handed to librdkafka, from producev to its delivery report; before that,
+ * while its topic's schema id is being registered, an attempt waiting in ks->waiting.
+ * sj is NULL once its attempt was abandoned (shutdown, its timeout). */
 struct kafka_record {
 	struct kafka_sink *ks;
 	struct sink_round *sj;
 	int64_t deadline_us;               /* sj: the attempt ends by then (monotonic) */
 	char topic[TOPIC_MAX];
-	struct kafka_record *prev, *next;  /* in ks->records until the report frees it */
+	struct kafka_record *prev, *next;  /* in ks->records until the report frees it (or
+	                                      next in ks->waiting) */
 };
 
 struct kafka_sink {
@@ -73,6 +84,9 @@ struct kafka_sink {
 	                                later (0: none known) */
 	struct kafka_record *records; /* every record librdkafka holds */
 	int64_t reopen_at_ms;        /* rk NULL: when to try opening it again (monotonic) */
+	schema_registry *registry;   /* kafka_schema_registry set; NULL: kafka_schema_id */
+	struct kafka_record *waiting; /* attempts waiting for their topic's schema id (each
+	                                 with a round; librdkafka has not seen them) */
 };
 
 static void record_link(struct kafka_record *r)
@@ -225,46 +239,62 @@ static void kafka_attach(void *priv, const struct sink_env *env)
 	((struct kafka_sink *)priv)->env = *env;
 }
 
-static void kafka_send(void *priv, struct sink_round *sj)
+/* Ends the attempt of r, which librdkafka never got, before anything was produced: code,
+ * message, cause; the round ends there (another immediate try would fail alike). r is
+ * freed. */
+static void record_fail(struct kafka_record *r, int code, const char *message,
+			const char *cause)
 {
-	struct kafka_sink *ks = priv;
+	struct kafka_sink *ks = r->ks;
+	struct sink_round *sj = r->sj;
+	free(r);
+	ks->in_flight--;
+	sj->code = code;
+	sj->end_round = 1;
+	sj->sent = 0;
+	snprintf(sj->message, SINK_MSG_LEN, "%s", message);
+	snprintf(sj->cause, SINK_CAUSE_LEN, "%s", cause);
+	ks->env.done(ks->env.ctx, sj);
+}
+
+/* Builds r's message and hands it to librdkafka; r waits in ks->waiting while its topic's
+ * schema id is being registered. Otherwise r's attempt ends here when the message cannot
+ * be built or produced (r freed). */
+static void record_publish(struct kafka_sink *ks, struct kafka_record *r)
+{
+	struct sink_round *sj = r->sj;
 	const struct store_claim *c = sj->claim;
 	const struct subscription *s = sj->sub;
-	struct kafka_record *r = calloc(1, sizeof(*r));
 	void *value = c->payload, *envelope = NULL;
 	size_t value_len = c->payload_len;
 	rd_kafka_resp_err_t err;
 
-	sj->retry_after_ms = -1;
-	sj->end_round = 0;
-	if (!r) {
-		sj->code = 520;
-		sj->end_round = 1;
-		snprintf(sj->message, SINK_MSG_LEN, "message could not be built");
-		snprintf(sj->cause, SINK_CAUSE_LEN, "out of memory");
-		ks->env.done(ks->env.ctx, sj);
-		return;
-	}
-	r->ks = ks;
-	r->sj = sj;
-	snprintf(r->topic, sizeof(r->topic), "%s", s->endpoint + 8);
 	if (s->payload_format == PAYLOAD_ENVELOPE) {
+		uint32_t id = ks->settings->schema_id, index = 0;
+		if (ks->registry) {
+			char why[SINK_CAUSE_LEN];
+			enum registry_err rerr = registry_schema_id(ks->registry, r->topic, &id, why,
+								    sizeof(why));
+			if (rerr == REGISTRY_PENDING) {
+				r->next = ks->waiting;
+				ks->waiting = r;
+				return;
+			}
+			if (rerr) { /* no message without a valid id: the retries ask again */
+				record_fail(r, 503, registry_strerror(rerr), why);
+				return;
+			}
+			index = registry_message_index(ks->registry);
+		}
 		/* never with credentials: the subscriber gets the event, not our secrets */
-		if (kafka_claim_envelope(c, NULL, ks->settings, &envelope, &value_len)) {
-			free(r);
-			sj->code = 520;
-			sj->end_round = 1;
-			snprintf(sj->message, SINK_MSG_LEN, "message could not be built");
-			snprintf(sj->cause, SINK_CAUSE_LEN, "the OutboxEvent could not be encoded");
-			ks->env.done(ks->env.ctx, sj);
+		if (kafka_claim_envelope_framed(c, NULL, ks->settings, id, index, &envelope,
+						&value_len)) {
+			record_fail(r, 520, "message could not be built",
+				    "the OutboxEvent could not be encoded");
 			return;
 		}
 		value = envelope;
 	}
-	ks->in_flight++;
-	r->deadline_us = clock_mono_us() + (sj->timeout_ms > 0 ? sj->timeout_ms : 1000) * 1000;
-	if (!ks->next_deadline_us || r->deadline_us < ks->next_deadline_us)
-		ks->next_deadline_us = r->deadline_us;
 	if (!ks->rk && producer_reopen(ks)) {
 		free(envelope);
 		record_report(r, RD_KAFKA_RESP_ERR__FATAL, -1, -1);
@@ -279,13 +309,87 @@ static void kafka_send(void *priv, struct sink_round *sj)
 	}
 }
 
+/* The registry answered (or a run came): the records waiting for a schema id go on. The
+ * list is detached first: an attempt that ends may start another one. */
+static void waiting_resume(struct kafka_sink *ks)
+{
+	struct kafka_record *r = ks->waiting;
+	ks->waiting = NULL;
+	while (r) {
+		struct kafka_record *next = r->next;
+		r->next = NULL;
+		record_publish(ks, r);
+		r = next;
+	}
+}
+
+static void kafka_send(void *priv, struct sink_round *sj)
+{
+	struct kafka_sink *ks = priv;
+	struct kafka_record *r = calloc(1, sizeof(*r));
+
+	sj->retry_after_ms = -1;
+	sj->end_round = 0;
+	if (!r) {
+		sj->code = 520;
+		sj->end_round = 1;
+		snprintf(sj->message, SINK_MSG_LEN, "message could not be built");
+		snprintf(sj->cause, SINK_CAUSE_LEN, "out of memory");
+		ks->env.done(ks->env.ctx, sj);
+		return;
+	}
+	r->ks = ks;
+	r->sj = sj;
+	snprintf(r->topic, sizeof(r->topic), "%s", sj->sub->endpoint + 8);
+	ks->in_flight++;
+	r->deadline_us = clock_mono_us() + (sj->timeout_ms > 0 ? sj->timeout_ms : 1000) * 1000;
+	if (!ks->next_deadline_us || r->deadline_us < ks->next_deadline_us)
+		ks->next_deadline_us = r->deadline_us;
+	record_publish(ks, r);
+}
+
+/* Ends with 503 the attempts whose timeout passed while they waited for their topic's
+ * schema id; returns the soonest deadline of those that still wait (0: none). */
+static int64_t waiting_time_out(struct kafka_sink *ks, int64_t now_us)
+{
+	struct kafka_record *r = ks->waiting, *keep = NULL;
+	int64_t next = 0;
+	ks->waiting = NULL; /* detached: an attempt that ends may start another one */
+	while (r) {
+		struct kafka_record *following = r->next;
+		if (now_us >= r->deadline_us) {
+			char cause[SINK_CAUSE_LEN];
+			snprintf(cause, sizeof(cause), "topic %s: no schema id from the registry within "
+				 "the attempt's timeout (%lld ms); its registration goes on",
+				 r->topic, (long long)r->sj->timeout_ms);
+			record_fail(r, 503, registry_strerror(REGISTRY_UNREACHABLE), cause);
+		} else {
+			if (!next || r->deadline_us < next)
+				next = r->deadline_us;
+			r->next = keep;
+			keep = r;
+		}
+		r = following;
+	}
+	while (keep) { /* back, with those a new attempt may have added */
+		struct kafka_record *following = keep->next;
+		keep->next = ks->waiting;
+		ks->waiting = keep;
+		keep = following;
+	}
+	for (r = ks->waiting; r; r = r->next)
+		if (!next || r->deadline_us < next)
+			next = r->deadline_us;
+	return next;
+}
+
 /* Ends with 504 the attempts whose timeout passed without a report; their records stay
  * with librdkafka, whose late report then finds no round and is dropped. */
 static void attempts_time_out(struct kafka_sink *ks, int64_t now_us)
 {
 	if (!ks->next_deadline_us || now_us < ks->next_deadline_us)
 		return;
-	int64_t next = 0;
+	int64_t next = waiting_time_out(ks, now_us);
 	struct kafka_record *r = ks->records;
 	while (r) {
 		struct kafka_record *following = r->next;
@@ -319,6 +423,7 @@ static void kafka_run(void *priv)
 	char drain[64];
 	while (read(ks->pipe_rd, drain, sizeof(drain)) > 0)
 		;
+	waiting_resume(ks); /* the registry writes to the pipe too when it answers */
 	if (!ks->rk) {
 		producer_reopen(ks);
 		return;
@@ -359,6 +464,15 @@ static int kafka_busy(void *priv)
 static void kafka_abort(void *priv)
 {
 	struct kafka_sink *ks = priv;
+	struct kafka_record *w = ks->waiting;
+	ks->waiting = NULL;
+	while (w) { /* never handed to librdkafka: ours to free */
+		struct kafka_record *next = w->next;
+		ks->in_flight--;
+		ks->env.abandoned(ks->env.ctx, w->sj);
+		free(w);
+		w = next;
+	}
 	for (struct kafka_record *r = ks->records; r; r = r->next) {
 		struct sink_round *sj = r->sj;
 		if (!sj)
@@ -375,6 +489,7 @@ static void kafka_close(void *priv)
 	/* the dispatcher stopped: the attempts still out were handed back (their deliveries
 	 * are sent again), so what is left in the producer is purged, not waited for */
 	producer_close(ks);
+	registry_close(ks->registry); /* before the pipe its thread writes to */
 	close(ks->pipe_rd);
 	close(ks->pipe_wr);
 	kafka_client_destroy(&ks->client);
@@ -429,7 +544,15 @@ static void *kafka_open(const struct config *cfg, char *err, size_t errlen)
 	ks->settings = &ks->settings_of;
 	ks->pipe_rd = fds[0];
 	ks->pipe_wr = fds[1];
+	if (ks->settings->wire == ENVELOPE_WIRE_CONFLUENT && ks->settings->schema_registry &&
+	    *ks->settings->schema_registry &&
+	    !(ks->registry = registry_open(ks->settings->schema_registry, ks->pipe_wr, err,
+					   errlen))) {
+		kafka_client_destroy(&ks->client);
+		goto fail;
+	}
 	if (producer_open(ks, err, errlen)) {
+		registry_close(ks->registry);
 		kafka_client_destroy(&ks->client);
 		goto fail;
 	}

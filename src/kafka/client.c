@@ -266,6 +266,7 @@ void kafka_settings_from_config(const struct config *cfg, struct kafka_settings 
 		.wire = cfg->kafka_wire_format && strcmp(cfg->kafka_wire_format, "confluent") == 0
 				? ENVELOPE_WIRE_CONFLUENT : ENVELOPE_WIRE_PLAIN,
 		.schema_id = (uint32_t)cfg->kafka_schema_id,
+		.schema_registry = cfg->kafka_schema_registry,
 		.max_backlog = cfg->kafka_max_backlog,
 	};
 }

@@ -23,6 +23,9 @@ struct kafka_settings {
 	const char *dead_letter;    /* topic pattern, {topic} = the source topic; NULL = off */
 	enum envelope_wire wire;    /* framing of the envelopes outboxd writes */
 	uint32_t schema_id;         /* with ENVELOPE_WIRE_CONFLUENT */
+	const char *schema_registry; /* with ENVELOPE_WIRE_CONFLUENT: the registry whose ids the
+	                                sink writes instead of schema_id (kafka/registry.h);
+	                                NULL or "" = none. May hold credentials */
 	int max_backlog;            /* intake pause threshold */
 	const char *instance_id;    /* the intake's group.instance.id (static membership: this
 	                               outboxd's id, kept in its data directory); NULL: none */

@@ -243,8 +243,20 @@ static void auth_from_subscription(const struct subscription *s, Outboxd__V1__Au
 	}
 }
 
+/* Writes v as a base-128 varint at p; returns the bytes written (at most 10). */
+static size_t write_varint(unsigned char *p, uint64_t v)
+{
+	size_t n = 0;
+	while (v >= 0x80) {
+		p[n++] = (unsigned char)(v | 0x80);
+		v >>= 7;
+	}
+	p[n++] = (unsigned char)v;
+	return n;
+}
+
 int envelope_encode(const struct envelope_out *in, enum envelope_wire wire, uint32_t schema_id,
-		    void **out, size_t *len)
+		    uint32_t message_index, void **out, size_t *len)
 {
 	Outboxd__V1__Event ev = OUTBOXD__V1__EVENT__INIT;
 	Outboxd__V1__Auth auth = OUTBOXD__V1__AUTH__INIT;
@@ -287,19 +299,28 @@ int envelope_encode(const struct envelope_out *in, enum envelope_wire wire, uint
 		m.n_headers = in->n_headers;
 		m.headers = list;
 	}
-	size_t frame = wire == ENVELOPE_WIRE_CONFLUENT ? 6 : 0;
+	/* magic byte, schema id, message-index list (count and index: 11 bytes at most) */
+	unsigned char head[5 + 11];
+	size_t frame = 0;
+	if (wire == ENVELOPE_WIRE_CONFLUENT) {
+		head[0] = 0;
+		head[1] = (unsigned char)(schema_id >> 24);
+		head[2] = (unsigned char)(schema_id >> 16);
+		head[3] = (unsigned char)(schema_id >> 8);
+		head[4] = (unsigned char)schema_id;
+		frame = 5;
+		if (message_index == 0) {
+			head[frame++] = 0; /* [0], the first message of the schema, as one byte */
+		} else {
+			frame += write_varint(head + frame, 2);  /* zig-zag of the count, 1 */
+			frame += write_varint(head + frame, (uint64_t)message_index << 1);
+		}
+	}
 	size_t body = outboxd__v1__outbox_event__get_packed_size(&m);
 	unsigned char *buf = malloc(frame + body + 1);
 	if (!buf)
 		goto out;
-	if (frame) {
-		buf[0] = 0;
-		buf[1] = (unsigned char)(schema_id >> 24);
-		buf[2] = (unsigned char)(schema_id >> 16);
-		buf[3] = (unsigned char)(schema_id >> 8);
-		buf[4] = (unsigned char)schema_id;
-		buf[5] = 0; /* message indexes: [0], the first message of the schema */
-	}
+	memcpy(buf, head, frame);
 	outboxd__v1__outbox_event__pack(&m, buf + frame);
 	*out = buf;
 	*len = frame + body;

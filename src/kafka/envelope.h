@@ -69,10 +69,12 @@ struct envelope_out {
 	const struct subscription *auth_from; /* its auth goes in the envelope; NULL: none */
 };
 
-/* Encodes in with the framing wire (confluent: byte 0, schema_id big-endian, message
- * index [0] as one 0 byte). *out is returned (free it). Returns 0, or -1 (memory). */
+/* Encodes in with the framing wire (confluent: byte 0, schema_id big-endian, then the
+ * message-index list naming message_index, the place of OutboxEvent among the schema's
+ * top-level messages: [0] as one 0 byte, else the zig-zag varints of count 1 and the
+ * index). *out is returned (free it). Returns 0, or -1 (memory). */
 int envelope_encode(const struct envelope_out *in, enum envelope_wire wire, uint32_t schema_id,
-		    void **out, size_t *len);
+		    uint32_t message_index, void **out, size_t *len);
 
 /* The subscription document (returned) for the target e names: endpoint (protocol KAFKA:
  * kafka://endpoint), auth, timeout, headers, event_types [], origin

@@ -30,6 +30,13 @@ rd_kafka_headers_t *kafka_message_headers(const struct store_claim *c,
 int kafka_claim_envelope(const struct store_claim *c, const struct subscription *target,
 			 const struct kafka_settings *st, void **out, size_t *len)
 {
+	return kafka_claim_envelope_framed(c, target, st, st->schema_id, 0, out, len);
+}
+
+int kafka_claim_envelope_framed(const struct store_claim *c, const struct subscription *target,
+				const struct kafka_settings *st, uint32_t schema_id,
+				uint32_t message_index, void **out, size_t *len)
+{
 	struct envelope_out e = {
 		.id = store_claim_webhook_id(c), /* the event keeps its id at every hop */
 		.type = c->event_type,
@@ -54,5 +61,5 @@ int kafka_claim_envelope(const struct store_claim *c, const struct subscription 
 		e.n_headers = target->n_headers;
 		e.subscription_id = target->id;
 	}
-	return envelope_encode(&e, st->wire, st->schema_id, out, len);
+	return envelope_encode(&e, st->wire, schema_id, message_index, out, len);
 }

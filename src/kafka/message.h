@@ -28,5 +28,11 @@ rd_kafka_headers_t *kafka_message_headers(const struct store_claim *c,
  * deliver it. 0, or -1 (memory). */
 int kafka_claim_envelope(const struct store_claim *c, const struct subscription *target,
 			 const struct kafka_settings *st, void **out, size_t *len);
+/* kafka_claim_envelope with the Schema Registry frame's schema id and message index given
+ * (a registered schema's, kafka/registry.h) instead of kafka_schema_id and [0]; the
+ * framing is still st's. */
+int kafka_claim_envelope_framed(const struct store_claim *c, const struct subscription *target,
+				const struct kafka_settings *st, uint32_t schema_id,
+				uint32_t message_index, void **out, size_t *len);
 
 #endif

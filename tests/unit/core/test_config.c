@@ -230,6 +230,8 @@ static void test_mask(void **state)
 		      "ssl.key.pem=********;sasl.oauthbearer.client.secret=********");
 	assert_masked("otlp_endpoint", "https://u:p@otel:4318", "https://u:********@otel:4318");
 	assert_masked("egress_proxy", "http://u:pw@proxy:3128", "http://u:********@proxy:3128");
+	assert_masked("kafka_schema_registry", "https://sr:pw@registry:8081",
+		      "https://sr:********@registry:8081");
 	assert_masked("otlp_headers", "X-Api-Key=k1,X-Tenant=t", "X-Api-Key=********,X-Tenant=********");
 	assert_masked("listen", "127.0.0.1:8080", "127.0.0.1:8080");
 }

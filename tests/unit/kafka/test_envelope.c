@@ -122,7 +122,7 @@ static void test_refuses_what_is_not_an_envelope(void **state)
 	struct envelope_out out = {.endpoint = "https://x.example/"};
 	void *bytes;
 	size_t len;
-	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, &bytes, &len), 0);
+	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, 0, &bytes, &len), 0);
 	assert_int_equal(envelope_decode(bytes, len, &e, why, sizeof(why)), -1);
 	assert_string_equal(why, "event.type is empty");
 	free(bytes);
@@ -150,7 +150,7 @@ static void test_round_trip(void **state)
 		size_t len;
 		struct envelope e;
 		char why[256];
-		assert_int_equal(envelope_encode(&out, wire, 77, &bytes, &len), 0);
+		assert_int_equal(envelope_encode(&out, wire, 77, 0, &bytes, &len), 0);
 		if (wire == ENVELOPE_WIRE_CONFLUENT) {
 			const unsigned char *b = bytes;
 			assert_int_equal(b[0], 0);
@@ -178,7 +178,7 @@ static void make(struct envelope *e, int auth_type, const char *user, const char
 	void *bytes;
 	size_t len;
 	char why[128];
-	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, &bytes, &len), 0);
+	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, 0, &bytes, &len), 0);
 	assert_int_equal(envelope_decode(bytes, len, e, why, sizeof(why)), 0);
 	free(bytes);
 	e->has_auth = auth_type >= 0;
