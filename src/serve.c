@@ -378,6 +378,8 @@ static int start_api(struct server *s)
 		.replay_rate = cfg->replay_rate,
 		.metrics_private = !cfg->metrics_public,
 		.stats_window_ms = cfg->stats_window_ms,
+		.kafka_wire = s->kafka.wire,
+		.kafka_schema_id = s->kafka.schema_id,
 		.admin_token = s->token,
 		.ingest_token = cfg->ingest_token,
 		.tokens = s->tokens,

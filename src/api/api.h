@@ -14,6 +14,7 @@
 #include "core/input_error.h"
 #include "core/model.h"
 #include "core/subscriptions.h"
+#include "kafka/envelope.h"
 #include "store/spool.h"
 #include "store/writer.h"
 #include "store/store.h"
@@ -99,6 +100,11 @@ struct api {
 	int replay_rate;                   /* default pace of filter replays */
 	int metrics_private;               /* /metrics needs the admin token */
 	int64_t stats_window_ms;
+	/* The framing of the OutboxEvents the Kafka sink publishes (kafka_wire_format,
+	 * kafka_schema_id): a delivery to a kafka:// subscription of payload_format
+	 * envelope shows the one it is published as. */
+	enum envelope_wire kafka_wire;
+	uint32_t kafka_schema_id;
 	/* Readiness of a component besides the store (the Kafka intake's brokers), or NULL:
 	 * 0 when ready, else -1 with the reason in why. */
 	int (*ready)(void *ctx, char *why, size_t whylen);

@@ -4,10 +4,12 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api/api.h"
 #include "core/filter.h"
 #include "api/render.h"
+#include "kafka/envelope.h"
 #include "util/clock.h"
 #include "util/uuid.h"
 
@@ -56,6 +58,52 @@ void api_deliveries_list(struct api *api, const struct api_request *req, int dea
 	free(next);
 }
 
+/* The OutboxEvent of delivery d of event ev (borrowed), as bytes and parsed
+ * (envelope_view), or NULL when it has none. "origin" says which: "received", the Kafka
+ * message its event came as (kept at ingest); else "published", the one the Kafka sink
+ * publishes of it when d's subscription is a kafka:// one of payload_format envelope.
+ * That one is built again here as the sink builds each attempt's (kafka_claim_envelope
+ * without a target: the event's fields under its webhook-id, no endpoint, no auth), with
+ * the framing of kafka_wire_format, from the subscription as it is now. */
+static json_t *render_envelope(struct api *api, const struct store_delivery *d,
+			       const struct store_event *ev)
+{
+	json_t *o = NULL;
+	void *built = NULL;
+	size_t len = 0;
+	if (ev->envelope) {
+		o = envelope_view(ev->envelope, ev->envelope_len);
+		if (o)
+			json_object_set_new(o, "origin", json_string("received"));
+		return o;
+	}
+	struct sub_set *set = sub_registry_acquire(api->reg);
+	const struct subscription *s = sub_set_find(set, d->subscription_id);
+	int published = s && s->payload_format == PAYLOAD_ENVELOPE &&
+			 strncasecmp(s->endpoint, "kafka://", 8) == 0;
+	sub_registry_release(api->reg, set);
+	if (!published)
+		return NULL;
+	struct envelope_out e = {
+		.id = ev->webhook_id ? ev->webhook_id : ev->id,
+		.type = ev->event_type,
+		.source = ev->source,
+		.source_event_id = ev->source_event_id,
+		.partition_key = ev->partition_key,
+		.payload = ev->payload,
+		.payload_len = ev->payload_len,
+		.created_at_ms = ev->created_at,
+		.traceparent = ev->traceparent[0] ? ev->traceparent : NULL,
+	};
+	if (envelope_encode(&e, api->kafka_wire, api->kafka_schema_id, &built, &len))
+		return NULL;
+	o = envelope_view(built, len);
+	if (o)
+		json_object_set_new(o, "origin", json_string("published"));
+	free(built);
+	return o;
+}
+
 void api_deliveries_get(struct api *api, const char *id, struct api_response *res)
 {
 	struct store_delivery d;
@@ -79,10 +127,13 @@ void api_deliveries_get(struct api *api, const char *id, struct api_response *re
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(list, render_attempt(&attempts[i]));
 	json_object_set_new(out, "attempts", list);
+	json_t *envelope = NULL;
 	if (store_event_get(api->st, d.event_id, &ev) == STORE_OK) {
 		json_object_set_new(out, "event", render_event(&ev));
+		envelope = render_envelope(api, &d, &ev);
 		store_event_free(&ev);
 	}
+	json_object_set_new(out, "envelope", envelope ? envelope : json_null());
 	store_attempts_free(attempts, n);
 	store_delivery_free(&d);
 	api_reply_json(res, 200, out);

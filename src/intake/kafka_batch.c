@@ -154,6 +154,26 @@ void kafka_batch_item_clear(struct item *it)
 	it->has_env = it->has_json = 0;
 	free(it->event_keys);
 	it->event_keys = NULL;
+	free(it->masked);
+	it->masked = NULL;
+	it->masked_len = 0;
+}
+
+/* Keeps the message as ev's envelope, for the API's view of its deliveries: as it came,
+ * or with its credentials masked when it carries any (they belong to the subscription
+ * derived from its target, sealed at rest with it; the events table is not sealed).
+ * may_hold_credentials 0 says the decoded envelope has none: the message is kept without
+ * being unpacked again. Returns 0, or -1 when memory ran out. */
+static int keep_envelope(struct item *it, struct store_event_in *ev, int may_hold_credentials)
+{
+	int r = !may_hold_credentials ? 0
+		: envelope_redact(it->msg->payload ? it->msg->payload : "", it->msg->len,
+				  &it->masked, &it->masked_len);
+	if (r < 0)
+		return -1;
+	ev->envelope = r ? it->masked : (it->msg->payload ? it->msg->payload : "");
+	ev->envelope_len = r ? it->masked_len : it->msg->len;
+	return 0;
 }
 
 /* The idempotency key of an envelope (its source is "kafka:TOPIC") into it->key: its
@@ -216,6 +236,10 @@ static void as_undecodable(const struct topic_conf *tc, struct item *it, struct 
 	ev->initial_code = 422;
 	ev->initial_message = "undecodable";
 	ev->initial_cause = it->why;
+	/* a message of an envelope topic is shown as one, with why it could not be read;
+	 * without memory it is shown by its payload alone */
+	if (tc->format != FORMAT_EVENT && keep_envelope(it, ev, 1))
+		ev->envelope = NULL;
 }
 
 /* An envelope (formats envelope and dlt) into ev. Returns 0, -1 when the message is
@@ -258,6 +282,10 @@ static int from_envelope(struct kafka_batch *b, const struct topic_conf *tc, str
 	ev->payload = e->payload ? e->payload : "";
 	ev->payload_len = e->payload_len;
 	ev->created_at = clock_now_ms();
+	if (keep_envelope(it, ev, envelope_has_credentials(e))) {
+		snprintf(it->why, sizeof(it->why), "out of memory");
+		return STORE_UNAVAILABLE;
+	}
 	if (e->endpoint[0]) {
 		json_t *doc = envelope_subscription_doc(e, it->sub_id, it->why, sizeof(it->why));
 		if (!doc)

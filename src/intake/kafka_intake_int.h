@@ -37,6 +37,9 @@ struct item {
 	char (*event_keys)[72];                /* FORMAT_EVENT: the keys of a batch message's
 	                                          events without one ("P/O/INDEX"), owned */
 	char sub_id[UUID_STR_LEN];
+	void *masked;                          /* the message with its credentials masked,
+	                                          owned (the event's envelope), or NULL */
+	size_t masked_len;
 	char why[512];
 	char dlt_message[128];
 	int fanned;                            /* its subscription ids are in the batch's fan */

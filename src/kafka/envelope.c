@@ -1,14 +1,18 @@
-/* envelope.c: the OutboxEvent codec and the subscription of an envelope's target (see
- * envelope.h). The only file that includes protobuf-c's generated code. */
+/* envelope.c: the OutboxEvent codec, the subscription of an envelope's target, and the
+ * envelope's view for the API with its credentials masked (see envelope.h). The only file
+ * that includes protobuf-c's generated code. Must not let a credential of an envelope
+ * into a view. */
 #include "kafka/envelope.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <openssl/evp.h>
 
 #include "outboxd/v1/outbox_event.pb-c.h"
+#include "util/base64.h"
 
 #define INDEXES_MAX 64   /* message-index list entries accepted in the wire format */
 
@@ -463,4 +467,217 @@ json_t *envelope_subscription_doc(const struct envelope *e, char id_out[UUID_STR
 	snprintf(name, sizeof(name), "envelope:%.8s%.4s%.4s", id_out, id_out + 9, id_out + 14);
 	json_object_set_new(doc, "name", json_string(name));
 	return doc;
+}
+
+/* ---- the view: credentials masked, fields as JSON ------------------------------------------ */
+
+/* A credential that is set and not masked yet. */
+static int credential_set(const char *s)
+{
+	return s && *s && strcmp(s, ENVELOPE_MASK) != 0;
+}
+
+int envelope_redact(const void *data, size_t len, void **out, size_t *out_len)
+{
+	const unsigned char *start = data, *p = data, *end = p + len;
+	Outboxd__V1__OutboxEvent *m = NULL;
+	char why[160], ***slots = NULL, **saved = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	*out = NULL;
+	*out_len = 0;
+	if (len == 0 || (p[0] == 0 && skip_confluent(&p, end, why, sizeof(why))))
+		return 0;
+	if (!(m = outboxd__v1__outbox_event__unpack(NULL, (size_t)(end - p), p)))
+		return 0; /* not an OutboxEvent: nothing can be told apart in it */
+	slots = calloc(m->n_headers + 3, sizeof(*slots));
+	saved = calloc(m->n_headers + 3, sizeof(*saved));
+	if (!slots || !saved) {
+		rc = -1;
+		goto out;
+	}
+	if (m->auth) {
+		char **auth[] = {&m->auth->password, &m->auth->token, &m->auth->client_secret};
+		for (size_t i = 0; i < 3; i++)
+			if (credential_set(*auth[i]))
+				slots[n++] = auth[i];
+	}
+	for (size_t i = 0; i < m->n_headers; i++)
+		if (m->headers[i]->key && strcasecmp(m->headers[i]->key, "authorization") == 0 &&
+		    credential_set(m->headers[i]->value))
+			slots[n++] = &m->headers[i]->value;
+	if (!n)
+		goto out;
+	/* the mask goes in for the packing only: free_unpacked frees what unpack made */
+	for (size_t i = 0; i < n; i++) {
+		saved[i] = *slots[i];
+		*slots[i] = (char *)ENVELOPE_MASK;
+	}
+	size_t frame = (size_t)(p - start), body = outboxd__v1__outbox_event__get_packed_size(m);
+	unsigned char *buf = malloc(frame + body + 1);
+	if (buf) {
+		memcpy(buf, start, frame);
+		outboxd__v1__outbox_event__pack(m, buf + frame);
+		*out = buf;
+		*out_len = frame + body;
+		rc = 1;
+	} else {
+		rc = -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		*slots[i] = saved[i];
+out:
+	free(slots);
+	free(saved);
+	outboxd__v1__outbox_event__free_unpacked(m, NULL);
+	return rc;
+}
+
+/* An enum value by its .proto name, or its number when the .proto has none for it. */
+static json_t *enum_json(int v, const char *const *names, int n)
+{
+	return v >= 0 && v < n ? json_string(names[v]) : json_integer(v);
+}
+
+static void set_str(json_t *o, const char *key, const char *s)
+{
+	json_object_set_new(o, key, json_string(s ? s : ""));
+}
+
+/* An auth field that is set: a credential as ENVELOPE_MASK. */
+static void set_auth(json_t *a, const char *key, const char *s, int credential)
+{
+	if (s && *s)
+		json_object_set_new(a, key, json_string(credential ? ENVELOPE_MASK : s));
+}
+
+json_t *envelope_to_json(const struct envelope *e)
+{
+	static const char *const payload_types[] = {"PAYLOAD_TYPE_UNSPECIFIED", "PAYLOAD_TYPE_JSON",
+						    "PAYLOAD_TYPE_BINARY"};
+	static const char *const protocols[] = {"PROTOCOL_UNSPECIFIED", "PROTOCOL_HTTP",
+						"PROTOCOL_KAFKA"};
+	static const char *const auth_types[] = {"AUTH_TYPE_NONE", "BASIC_AUTH", "OAUTH",
+						 "HEADER_TOKEN", "JWT_HEADER", "QUERY_PARAMETER",
+						 "API_KEY"};
+	json_t *o = json_object(), *ev = json_object(), *h = json_object(), *payload = NULL;
+	if (!o || !ev || !h) {
+		json_decref(o);
+		json_decref(ev);
+		json_decref(h);
+		return NULL;
+	}
+	set_str(ev, "id", e->id);
+	set_str(ev, "type", e->type);
+	set_str(ev, "source", e->source);
+	set_str(ev, "source_event_id", e->source_event_id);
+	set_str(ev, "partition_key", e->partition_key);
+	/* as GET /v1/events/{id} shows a payload: JSON as JSON, other bytes in base64 */
+	if (e->payload_type != ENVELOPE_PAYLOAD_BINARY && e->payload_len)
+		payload = json_loadb(e->payload, e->payload_len, JSON_DECODE_ANY, NULL);
+	if (payload) {
+		json_object_set_new(ev, "payload", payload);
+	} else {
+		char *b64 = malloc(base64_encoded_size(e->payload_len));
+		if (b64) {
+			base64_encode(e->payload ? e->payload : "", e->payload_len, b64);
+			json_object_set_new(ev, "payload_base64", json_string(b64));
+			free(b64);
+		}
+	}
+	json_object_set_new(ev, "created_at_ms", json_integer(e->created_at_ms));
+	json_object_set_new(o, "event", ev);
+	set_str(o, "endpoint", e->endpoint);
+	json_object_set_new(o, "protocol", enum_json(e->protocol, protocols, 3));
+	if (e->has_auth) {
+		json_t *a = json_object();
+		json_object_set_new(a, "type", enum_json(e->auth_type, auth_types, 7));
+		set_auth(a, "username", e->username, 0);
+		set_auth(a, "password", e->password, 1);
+		set_auth(a, "token", e->token, 1);
+		set_auth(a, "param", e->param, 0);
+		set_auth(a, "header", e->header, 0);
+		set_auth(a, "grant_type", e->grant_type, 0);
+		set_auth(a, "token_url", e->token_url, 0);
+		set_auth(a, "client_id", e->client_id, 0);
+		set_auth(a, "client_secret", e->client_secret, 1);
+		set_auth(a, "scope", e->scope, 0);
+		set_auth(a, "audience", e->audience, 0);
+		json_object_set_new(o, "auth", a);
+	} else {
+		json_object_set_new(o, "auth", json_null());
+	}
+	json_object_set_new(o, "payload_type", enum_json(e->payload_type, payload_types, 3));
+	json_object_set_new(o, "timeout_ms", json_integer(e->timeout_ms));
+	for (size_t i = 0; i < e->n_headers; i++)
+		json_object_set_new(h, e->headers[i].name,
+				    json_string(strcasecmp(e->headers[i].name, "authorization") == 0 &&
+							*e->headers[i].value
+						? ENVELOPE_MASK
+						: e->headers[i].value));
+	json_object_set_new(o, "headers", h);
+	set_str(o, "subscription_id", e->subscription_id);
+	set_str(o, "traceparent", e->traceparent);
+	return o;
+}
+
+int envelope_has_credentials(const struct envelope *e)
+{
+	if (e->has_auth && (*e->password || *e->token || *e->client_secret))
+		return 1;
+	for (size_t i = 0; i < e->n_headers; i++)
+		if (strcasecmp(e->headers[i].name, "authorization") == 0 && *e->headers[i].value)
+			return 1;
+	return 0;
+}
+
+json_t *envelope_view(const void *data, size_t len)
+{
+	const unsigned char *bytes = data;
+	void *masked = NULL;
+	size_t masked_len = 0;
+	struct envelope e;
+	char why[512];
+	int r = envelope_redact(data, len, &masked, &masked_len);
+	if (r < 0)
+		return NULL;
+	const void *shown = r ? masked : data;
+	size_t shown_len = r ? masked_len : len;
+	json_t *o = json_object();
+	char *b64 = malloc(base64_encoded_size(shown_len));
+	if (!o || !b64) {
+		json_decref(o);
+		free(b64);
+		free(masked);
+		return NULL;
+	}
+	base64_encode(shown_len ? shown : "", shown_len, b64);
+	json_object_set_new(o, "raw_base64", json_string(b64));
+	free(b64);
+	/* a protobuf message never starts with byte 0: the Schema Registry's magic byte */
+	if (len >= 5 && bytes[0] == 0) {
+		json_object_set_new(o, "wire_format", json_string("confluent"));
+		json_object_set_new(o, "schema_id",
+				    json_integer((json_int_t)((uint32_t)bytes[1] << 24 |
+							      (uint32_t)bytes[2] << 16 |
+							      (uint32_t)bytes[3] << 8 | bytes[4])));
+	} else {
+		json_object_set_new(o, "wire_format", json_string("plain"));
+	}
+	if (envelope_decode(shown, shown_len, &e, why, sizeof(why)) == 0) {
+		json_t *parsed = envelope_to_json(&e);
+		json_object_set_new(o, "redacted",
+				    json_boolean(r == 1 || envelope_has_credentials(&e)));
+		json_object_set_new(o, "parsed", parsed ? parsed : json_null());
+		json_object_set_new(o, "parse_error", parsed ? json_null()
+							      : json_string("out of memory"));
+		envelope_free(&e);
+	} else {
+		json_object_set_new(o, "redacted", json_false());
+		json_object_set_new(o, "parsed", json_null());
+		json_object_set_new(o, "parse_error", json_string(why));
+	}
+	free(masked);
+	return o;
 }

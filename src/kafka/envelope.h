@@ -89,4 +89,40 @@ json_t *envelope_subscription_doc(const struct envelope *e, char id_out[UUID_STR
 /* A UUID-shaped id (version 8, RFC 9562 custom) from a SHA-256 of len bytes of data. */
 void envelope_hash_id(const void *data, size_t len, char out[UUID_STR_LEN]);
 
+/* What an envelope shows in place of a credential. */
+#define ENVELOPE_MASK "********"
+
+/* The credentials of an envelope are auth.password, auth.token, auth.client_secret and
+ * the value of a header named Authorization (any case): what a subscription's read masks.
+ * envelope_redact writes to *out (returned, free it) a copy of the message value data
+ * (borrowed) with each credential that is set and not already ENVELOPE_MASK replaced by
+ * it, framed as data was (plain, or the same Schema Registry frame). Returns 1 when it
+ * wrote one; 0 when data holds no credential to mask or is not an OutboxEvent (*out
+ * NULL: keep data as it is); -1 when memory ran out. */
+int envelope_redact(const void *data, size_t len, void **out, size_t *out_len);
+
+/* 1 when the decoded envelope e (borrowed) carries a credential (masked or not): the
+ * message it came from is then worth envelope_redact. */
+int envelope_has_credentials(const struct envelope *e);
+
+/* The JSON view (returned) of an OutboxEvent message value (borrowed), as the API shows
+ * the envelope of a delivery:
+ *   {"raw_base64": the value, credentials masked (envelope_redact),
+ *    "wire_format": "plain" | "confluent" (a Schema Registry frame; "schema_id" then),
+ *    "redacted": whether the envelope carries credentials (shown masked),
+ *    "parsed": the OutboxEvent's fields (envelope_to_json) or null,
+ *    "parse_error": why it could not be parsed, or null}.
+ * NULL when memory ran out. */
+json_t *envelope_view(const void *data, size_t len);
+
+/* The fields of a decoded envelope (borrowed) as JSON (returned), under the .proto's
+ * field names: {"event": {"id", "type", "source", "source_event_id", "partition_key",
+ * "payload" (the JSON value when payload_type is not BINARY and the bytes are JSON) or
+ * "payload_base64", "created_at_ms"}, "endpoint", "protocol", "auth" (null, or its type
+ * and the fields that are set, credentials ENVELOPE_MASK), "payload_type", "timeout_ms",
+ * "headers" (an object; an Authorization value ENVELOPE_MASK), "subscription_id",
+ * "traceparent"}. Enum values by their .proto names, unknown ones as numbers. NULL when
+ * memory ran out. */
+json_t *envelope_to_json(const struct envelope *e);
+
 #endif

@@ -483,6 +483,7 @@ void store_event_free(struct store_event *ev)
 	free(ev->webhook_id);
 	free(ev->content_type);
 	free(ev->payload);
+	free(ev->envelope);
 	memset(ev, 0, sizeof(*ev));
 }
 

@@ -95,6 +95,11 @@ struct store_event_in {
 	const char *content_type;     /* borrowed, required */
 	const void *payload;          /* borrowed */
 	size_t payload_len;
+	const void *envelope;         /* borrowed, NULL when none: the Kafka message the
+	                                 event came as (an OutboxEvent, its credentials
+	                                 masked; an undecodable one as it came), kept for
+	                                 the API's view of its deliveries */
+	size_t envelope_len;
 	int64_t created_at;           /* ms since the epoch */
 	const char (*subscription_ids)[UUID_STR_LEN]; /* borrowed, n_subscriptions of them */
 	size_t n_subscriptions;
@@ -311,6 +316,11 @@ struct store_event {
 	char *content_type;
 	void *payload;
 	size_t payload_len;
+	void *envelope;             /* the Kafka message it came as (store_event_in.envelope);
+	                               NULL when none, and always in store_events_list */
+	size_t envelope_len;
+	char traceparent[56];       /* its W3C trace context, "" when none (and always in
+	                               store_events_list) */
 	int64_t created_at;
 };
 

@@ -6,6 +6,8 @@
  *
  *  - one event, one webhook-id: every request the subscriber receives, from the processor
  *    and from the dead-letter processor, carries the hub's event id;
+ *  - each hop's delivery shows its OutboxEvent, the exact bytes on the topic: published
+ *    by the hub, received by the processor and by the dead-letter processor;
  *  - a fatal error of the hub's idempotent producer: recreated, counted, and every event
  *    still published without a restart;
  *  - a dead-letter publish waiting for a broker that is down survives a kill -9 of the
@@ -95,6 +97,50 @@ static void test_one_webhook_id_from_hub_to_dead_letter_processor(void **state)
 	json_decref(ev);
 	json_decref(d);
 	json_decref(page);
+
+	/* each hop shows the OutboxEvent of its delivery (GET /v1/deliveries/{id}), exactly
+	 * the bytes on the topic: the hub the one it published, the processor that one as it
+	 * consumed it (its dead delivery), the dead-letter processor the one the processor
+	 * dead-lettered */
+	const char *bootstrap = kafka_mock_bootstrap(mock);
+	struct kcat_msg *msgs = NULL;
+	size_t got = 0;
+	assert_int_equal(kcat_consume(bootstrap, "outbox.user", 1, 20000, &msgs, &got), 0);
+	assert_int_equal(got, 1);
+	char *published = kafka_e2e_b64(msgs[0].value, msgs[0].len);
+	kcat_msgs_free(msgs, got);
+	assert_int_equal(kcat_consume(bootstrap, "outbox.user.dlt", 1, 20000, &msgs, &got), 0);
+	assert_int_equal(got, 1);
+	char *dead_lettered = kafka_e2e_b64(msgs[0].value, msgs[0].len);
+	kcat_msgs_free(msgs, got);
+	struct {
+		struct daemon *d;
+		const char *list, *origin, *raw;
+	} hops[3] = {
+		{&hub, "/v1/deliveries?status=PROCESSED", "published", published},
+		{&processor, "/v1/dlq?source=kafka:outbox.user", "received", published},
+		{&dlt_processor, "/v1/deliveries?source=kafka:outbox.user.dlt", "received",
+		 dead_lettered},
+	};
+	for (int h = 0; h < 3; h++) {
+		page = kafka_e2e_wait_items(hops[h].d, 1, 10000, hops[h].list);
+		items = json_object_get(page, "items");
+		assert_int_equal(json_array_size(items), 1);
+		d = e2e_get(hops[h].d, "/v1/deliveries/%s",
+			    json_string_value(json_object_get(json_array_get(items, 0), "id")));
+		json_t *v = json_object_get(d, "envelope");
+		assert_string_equal(json_string_value(json_object_get(v, "origin")), hops[h].origin);
+		assert_string_equal(json_string_value(json_object_get(v, "raw_base64")), hops[h].raw);
+		json_t *e = json_object_get(json_object_get(v, "parsed"), "event");
+		assert_string_equal(json_string_value(json_object_get(e, "id")), event_id);
+		assert_string_equal(json_string_value(json_object_get(e, "type")), "user.created");
+		assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "payload"),
+								    "user")), 7);
+		json_decref(d);
+		json_decref(page);
+	}
+	free(published);
+	free(dead_lettered);
 	assert_int_equal(daemon_stop(&hub), 0);
 	assert_int_equal(daemon_stop(&processor), 0);
 	assert_int_equal(daemon_stop(&dlt_processor), 0);

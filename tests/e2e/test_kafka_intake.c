@@ -9,7 +9,9 @@
  *    no message ever came through;
  *  - the idempotency key includes the target: each copy of one event is delivered once,
  *    a re-read of a copy (or of an event-format message without keys) is dropped;
- *  - a dead-letter topic's message is stored NEW, due after retry_interval. */
+ *  - a dead-letter topic's message is stored NEW, due after retry_interval;
+ *  - a dead delivery shows the envelope its message was: the bytes produced and parsed,
+ *    credentials masked, and a message that is no envelope with why. */
 #include "kafka_e2e.h"
 
 static struct kafka_mock *mock;
@@ -294,6 +296,133 @@ static void test_dead_letter_message_stored_new(void **state)
 	assert_int_equal(daemon_stop(&dmn), 0);
 }
 
+/* The bytes of view's raw_base64 (returned, free it), *len set. */
+static unsigned char *raw_of(json_t *view, size_t *len)
+{
+	const char *b64 = json_string_value(json_object_get(view, "raw_base64"));
+	assert_non_null(b64);
+	size_t n = strlen(b64);
+	unsigned char *out = malloc(n / 4 * 3 + 1);
+	assert_non_null(out);
+	int got = EVP_DecodeBlock(out, (const unsigned char *)b64, (int)n);
+	assert_true(got >= 0);
+	*len = (size_t)got - (n >= 1 && b64[n - 1] == '=') - (n >= 2 && b64[n - 2] == '=');
+	return out;
+}
+
+/* A message whose delivery dead-letters shows the OutboxEvent it came as in
+ * GET /v1/deliveries/{id}: the bytes produced and their parsed fields; one that carries
+ * a credential shows it masked in both (its frame kept); one that is no envelope shows
+ * its bytes, parsed null and why. */
+static void test_dead_letter_shows_the_envelope(void **state)
+{
+	(void)state;
+	char brokers[256], url[128];
+	const char *payload = "{\"refund\":42,\"currency\":\"EUR\"}";
+	const char *garbage = "not an envelope \x01\x02";
+	assert_int_equal(receiver_script(&rcv, "/refunds", "{\"default\":{\"status\":500}}"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic refunds 1"), 0);
+	snprintf(url, sizeof(url), "%s/refunds", rcv.url);
+	struct env_spec plain = {.id = "0190a0b0-0000-7000-8007-000000000001",
+				 .type = "refund.issued", .endpoint = url, .payload = payload,
+				 .payload_len = strlen(payload)};
+	struct env_spec secret = plain;
+	secret.id = "0190a0b0-0000-7000-8007-000000000002";
+	secret.auth = OUTBOXD__V1__AUTH_TYPE__BASIC_AUTH;
+	secret.user = "refunds";
+	secret.pass = "refund-s3cret";
+	secret.confluent = 1;
+	size_t lens[3];
+	void *values[3];
+	values[0] = kafka_e2e_encode(&plain, &lens[0]);
+	values[1] = kafka_e2e_encode(&secret, &lens[1]);
+	values[2] = (void *)garbage;
+	lens[2] = strlen(garbage);
+	assert_int_equal(kcat_produce_many(kafka_mock_bootstrap(mock), "refunds", 3,
+					   (const void *const *)values, lens, NULL), 0);
+	kafka_e2e_brokers(mock, brokers);
+	const char *env[] = {brokers, "OUTBOXD_KAFKA_INTAKE=refunds", "OUTBOXD_IMMEDIATE_TRIES=1",
+			     "OUTBOXD_MAX_RETRIES=1", "OUTBOXD_RETRY_INTERVAL=300ms", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+
+	json_t *page = kafka_e2e_wait_items(&dmn, 3, 30000, "/v1/dlq?source=kafka:refunds");
+	json_t *items = json_object_get(page, "items");
+	assert_int_equal(json_array_size(items), 3);
+	int seen = 0;
+	for (size_t i = 0; i < 3; i++) {
+		const char *id = json_string_value(json_object_get(json_array_get(items, i), "id"));
+		json_t *d = e2e_get(&dmn, "/v1/deliveries/%s", id);
+		json_t *v = json_object_get(d, "envelope");
+		assert_true(json_is_object(v));
+		assert_string_equal(json_string_value(json_object_get(v, "origin")), "received");
+		char *text = json_dumps(d, JSON_COMPACT);
+		assert_null(strstr(text, "refund-s3cret"));
+		free(text);
+		size_t n = 0;
+		unsigned char *raw = raw_of(v, &n);
+		json_t *parsed = json_object_get(v, "parsed");
+		json_t *ev = json_object_get(parsed, "event");
+		const char *type = json_string_value(json_object_get(d, "event_type"));
+		if (strcmp(type, "kafka.undecodable") == 0) {
+			/* the bytes as they came, and why they are no envelope */
+			seen |= 4;
+			assert_int_equal(n, lens[2]);
+			assert_memory_equal(raw, garbage, n);
+			assert_true(json_is_null(parsed));
+			assert_non_null(strstr(json_string_value(json_object_get(v, "parse_error")),
+					       "not an OutboxEvent"));
+		} else if (strcmp(json_string_value(json_object_get(ev, "id")), plain.id) == 0) {
+			/* exactly the bytes produced, and the event in them */
+			seen |= 1;
+			assert_int_equal(n, lens[0]);
+			assert_memory_equal(raw, values[0], n);
+			assert_true(json_is_null(json_object_get(v, "parse_error")));
+			assert_true(json_is_false(json_object_get(v, "redacted")));
+			assert_string_equal(json_string_value(json_object_get(v, "wire_format")),
+					    "plain");
+			assert_string_equal(json_string_value(json_object_get(ev, "type")),
+					    "refund.issued");
+			json_t *want = json_loads(payload, 0, NULL);
+			assert_true(json_equal(json_object_get(ev, "payload"), want));
+			json_decref(want);
+			assert_string_equal(json_string_value(json_object_get(parsed, "endpoint")), url);
+			assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), 2);
+		} else {
+			/* the same message with its password masked, framed as it came */
+			seen |= 2;
+			assert_string_equal(json_string_value(json_object_get(ev, "id")), secret.id);
+			assert_true(json_is_true(json_object_get(v, "redacted")));
+			assert_string_equal(json_string_value(json_object_get(v, "wire_format")),
+					    "confluent");
+			assert_int_equal(json_integer_value(json_object_get(v, "schema_id")), 7);
+			assert_memory_equal(raw, values[1], 6);
+			assert_null(memmem(raw, n, "refund-s3cret", 13));
+			assert_non_null(memmem(raw, n, "refund.issued", 13));
+			json_t *auth = json_object_get(parsed, "auth");
+			assert_string_equal(json_string_value(json_object_get(auth, "type")),
+					    "BASIC_AUTH");
+			assert_string_equal(json_string_value(json_object_get(auth, "username")),
+					    "refunds");
+			assert_string_equal(json_string_value(json_object_get(auth, "password")),
+					    "********");
+		}
+		free(raw);
+		json_decref(d);
+	}
+	assert_int_equal(seen, 7);
+	json_decref(page);
+	/* the credential itself still went to the subscriber */
+	json_t *reqs = receiver_requests(&rcv, "/refunds");
+	int with_auth = 0;
+	for (size_t i = 0; i < json_array_size(reqs); i++)
+		with_auth += kafka_e2e_header(json_array_get(reqs, i), "authorization") != NULL;
+	assert_int_equal(with_auth, 2);
+	json_decref(reqs);
+	free(values[0]);
+	free(values[1]);
+	assert_int_equal(daemon_stop(&dmn), 0);
+}
+
 int main(void)
 {
 	if (getenv("TEST_FILTER"))
@@ -303,6 +432,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_readiness_follows_the_broker, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_each_copy_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_letter_message_stored_new, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dead_letter_shows_the_envelope, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

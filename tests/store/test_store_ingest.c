@@ -314,6 +314,93 @@ static void test_event_identity_and_scheduled_start(void **state)
 	free(handed.event_type); /* the start of the claim's one allocation */
 }
 
+/* The Kafka message an event came as (envelope) is kept byte for byte, every byte value
+ * and an empty one included, and read back with the event (its trace context too); an
+ * event without one reads NULL, and the event search never carries it. */
+static void test_event_envelope(void **state)
+{
+	struct t *t = *state;
+	static const unsigned char env[] = {0x00, 0x00, 0x00, 0x00, 0x2a, 0x00, 0x0a, 0x03,
+					    0x12, 0x01, 0x74, 0xff, 0x00};
+	const char *tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+	struct store_event_in ev[4] = {
+		{ /* an envelope's event: keyed, with an id upstream */
+			.event_type = "user.created", .source = "kafka:users",
+			.source_event_id = "up-1", .webhook_id = "up-1", .traceparent = tp,
+			.content_type = "application/json", .payload = "{}", .payload_len = 2,
+			.envelope = env, .envelope_len = sizeof(env), .created_at = t->t0,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+		{ /* an undecodable message: dead at once, its raw bytes an empty message */
+			.event_type = "kafka.undecodable", .source = "kafka:users",
+			.source_event_id = "0/7", .content_type = "application/octet-stream",
+			.payload = "", .payload_len = 0, .envelope = "", .envelope_len = 0,
+			.created_at = t->t0, .initial_status = DELIVERY_FAILED, .initial_code = 422,
+			.initial_message = "undecodable", .initial_cause = "empty message",
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+		{ /* no key of its own: the way of events without one */
+			.event_type = "user.created", .content_type = "application/json",
+			.payload = "{}", .payload_len = 2, .envelope = env, .envelope_len = 3,
+			.created_at = t->t0,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+		{
+			.event_type = "user.created", .content_type = "application/json",
+			.payload = "{}", .payload_len = 2, .created_at = t->t0,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		},
+	};
+	struct store_event got;
+
+	for (int i = 0; i < 4; i++)
+		uuid_v7(ev[i].id);
+	assert_int_equal(store_ingest(t->st, ev, 4), STORE_OK);
+
+	assert_int_equal(store_event_get(t->st, ev[0].id, &got), STORE_OK);
+	assert_non_null(got.envelope);
+	assert_int_equal(got.envelope_len, sizeof(env));
+	assert_memory_equal(got.envelope, env, sizeof(env));
+	assert_string_equal(got.traceparent, tp);
+	assert_memory_equal(got.payload, "{}", 2);
+	store_event_free(&got);
+	assert_null(got.envelope);
+
+	assert_int_equal(store_event_get(t->st, ev[1].id, &got), STORE_OK);
+	assert_non_null(got.envelope);
+	assert_int_equal(got.envelope_len, 0);
+	store_event_free(&got);
+
+	assert_int_equal(store_event_get(t->st, ev[2].id, &got), STORE_OK);
+	assert_int_equal(got.envelope_len, 3);
+	assert_memory_equal(got.envelope, env, 3);
+	assert_string_equal(got.traceparent, "");
+	store_event_free(&got);
+
+	assert_int_equal(store_event_get(t->st, ev[3].id, &got), STORE_OK);
+	assert_null(got.envelope);
+	assert_int_equal(got.envelope_len, 0);
+	store_event_free(&got);
+
+	/* the search lists events without their payload and without their envelope */
+	struct event_filter f = {.limit = 10};
+	struct store_event_summary *items = NULL;
+	size_t n = 0;
+	char *next = NULL;
+	assert_int_equal(store_events_list(t->st, &f, &items, &n, &next), STORE_OK);
+	assert_int_equal(n, 4);
+	for (size_t i = 0; i < n; i++) {
+		assert_null(items[i].event.envelope);
+		assert_string_equal(items[i].event.traceparent, "");
+	}
+	store_event_summaries_free(items, n);
+	free(next);
+}
+
 /* ---- outbox relay ------------------------------------------------------------------- */
 
 struct fanout {
@@ -589,6 +676,7 @@ int main(void)
 		T(test_ingest_many),
 		T(test_ingest_is_atomic),
 		T(test_event_identity_and_scheduled_start),
+		T(test_event_envelope),
 		T(test_relay_outbox),
 		T(test_key_ordering),
 	};

@@ -100,6 +100,7 @@ static void test_sqlite_checks_without_in_lists(void **state)
 			     "DROP INDEX deliveries_dead_letter_pending;"
 			     "ALTER TABLE deliveries DROP COLUMN dead_letter_pending;"
 			     "ALTER TABLE events DROP COLUMN webhook_id;"
+			     "ALTER TABLE events DROP COLUMN envelope;"
 			     "ALTER TABLE deliveries DROP COLUMN starts_scheduled;"
 			     "ALTER TABLE attempts DROP COLUMN not_sent;"
 			     "DROP TABLE store_meta; DROP TABLE tokens; DROP INDEX deliveries_order;"

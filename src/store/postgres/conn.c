@@ -178,7 +178,8 @@ const char *const pg_sql_of[S_COUNT] = {
 		" WHERE lease_until IS NOT NULL AND (lease_owner = $1 OR lease_until < $2)",
 	[S_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
-		" payload, created_at, webhook_id FROM outboxd.events WHERE id = $1",
+		" payload, created_at, webhook_id, envelope, traceparent FROM outboxd.events"
+		" WHERE id = $1",
 	[S_EVENT_DELIVERIES] =
 		"SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE event_id = $1"
 		" ORDER BY created_at, id",

@@ -115,13 +115,16 @@ enum stmt {
 #define INGEST_SQL(CONFLICT) \
 		"WITH ev AS (" \
 		" INSERT INTO outboxd.events(id, event_type, source, source_event_id," \
-		"  partition_key, content_type, payload, created_at, traceparent, webhook_id)" \
+		"  partition_key, content_type, payload, created_at, traceparent, webhook_id," \
+		"  envelope)" \
 		" SELECT u.id, u.event_type, u.source, u.source_event_id, u.partition_key," \
-		"  u.content_type, u.payload, u.created_at, u.traceparent, u.webhook_id" \
+		"  u.content_type, u.payload, u.created_at, u.traceparent, u.webhook_id," \
+		"  u.envelope" \
 		" FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]," \
-		"  $6::text[], $7::bytea[], $8::int8[], $15::text[], $23::text[]) WITH ORDINALITY" \
+		"  $6::text[], $7::bytea[], $8::int8[], $15::text[], $23::text[], $25::bytea[])" \
+		"  WITH ORDINALITY" \
 		"  AS u(id, event_type, source, source_event_id, partition_key, content_type," \
-		"  payload, created_at, traceparent, webhook_id, ord)" \
+		"  payload, created_at, traceparent, webhook_id, envelope, ord)" \
 		" ORDER BY u.ord" \
 		CONFLICT " DO NOTHING RETURNING id)," \
 		" dl AS (" \
@@ -178,7 +181,7 @@ struct pg {
 };
 
 
-#define MAX_PARAMS 24
+#define MAX_PARAMS 32
 
 
 struct params {
@@ -215,6 +218,7 @@ struct ingest_arrays {
 	struct pgarr traceparent;    /* $15: the events' trace context */
 	struct pgarr webhook_id;     /* $23: the events' upstream ids */
 	struct pgarr starts_scheduled; /* $24: per delivery */
+	struct pgarr envelope;       /* $25: the Kafka messages the events came as */
 };
 
 

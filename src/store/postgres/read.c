@@ -151,9 +151,31 @@ static int read_event(const PGresult *res, int row, void *out)
 	return 0;
 }
 
+/* A pg_row_cb for S_EVENT_GET: read_event's columns, then the envelope and the trace
+ * context. */
+static int read_event_whole(const PGresult *res, int row, void *out)
+{
+	struct store_event *ev = out;
+	if (read_event(res, row, ev))
+		return -1;
+	if (!PQgetisnull(res, row, 10))
+		snprintf(ev->traceparent, sizeof(ev->traceparent), "%.*s",
+			 PQgetlength(res, row, 10), PQgetvalue(res, row, 10));
+	if (PQgetisnull(res, row, 9))
+		return 0;
+	ev->envelope_len = (size_t)PQgetlength(res, row, 9);
+	if (!(ev->envelope = malloc(ev->envelope_len + 1))) {
+		store_event_free(ev);
+		return -1;
+	}
+	if (ev->envelope_len)
+		memcpy(ev->envelope, PQgetvalue(res, row, 9), ev->envelope_len);
+	return 0;
+}
+
 int pg_event_get(store *st, const char *id, struct store_event *ev)
 {
-	return pg_get_one(pg_of(st), S_EVENT_GET, id, read_event, ev);
+	return pg_get_one(pg_of(st), S_EVENT_GET, id, read_event_whole, ev);
 }
 
 int pg_event_deliveries(store *st, const char *event_id, struct store_delivery **items,

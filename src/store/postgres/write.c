@@ -36,6 +36,7 @@ static void ingest_arrays_init(struct ingest_arrays *a)
 	pg_arr_init(&a->traceparent, OID_TEXT);
 	pg_arr_init(&a->webhook_id, OID_TEXT);
 	pg_arr_init(&a->starts_scheduled, OID_BOOL);
+	pg_arr_init(&a->envelope, OID_BYTEA);
 }
 
 static void ingest_arrays_free(struct ingest_arrays *a)
@@ -48,6 +49,7 @@ static void ingest_arrays_free(struct ingest_arrays *a)
 	pg_arr_free(&a->traceparent);
 	pg_arr_free(&a->webhook_id);
 	pg_arr_free(&a->starts_scheduled);
+	pg_arr_free(&a->envelope);
 }
 
 /* Appends one event and its deliveries (created and due at due_at). The subscription
@@ -64,6 +66,10 @@ static void ingest_add(struct ingest_arrays *a, struct store_event_in *ev, int64
 	pg_arr_i64(&a->ev[7], ev->created_at);
 	pg_arr_text(&a->traceparent, ev->traceparent);
 	pg_arr_text(&a->webhook_id, ev->webhook_id);
+	if (ev->envelope)
+		pg_arr_add(&a->envelope, ev->envelope, ev->envelope_len);
+	else
+		pg_arr_null(&a->envelope);
 	for (size_t i = 0; i < ev->n_subscriptions; i++) {
 		char id[UUID_STR_LEN];
 
@@ -99,7 +105,7 @@ static void ingest_add(struct ingest_arrays *a, struct store_event_in *ev, int64
 static int ingest_arrays_failed(const struct ingest_arrays *a)
 {
 	int failed = a->outbox_ids.failed | a->traceparent.failed | a->webhook_id.failed |
-		     a->starts_scheduled.failed;
+		     a->starts_scheduled.failed | a->envelope.failed;
 
 	for (int i = 0; i < 8; i++)
 		failed |= a->ev[i].failed;
@@ -196,6 +202,7 @@ static int ingest_run(struct pg *pg, struct pgconn *c, const char *owner,
 	pg_p_text(&p, owner);
 	pg_p_arr(&p, &a->webhook_id);
 	pg_p_arr(&p, &a->starts_scheduled);
+	pg_p_arr(&p, &a->envelope);
 	if (ingest_arrays_failed(a))
 		return STORE_ERROR;
 	res = pg_run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);

@@ -108,8 +108,8 @@ static const char *const wsql[W_COUNT] = {
 	[W_EVENT_FIND_ID] = "SELECT id FROM events WHERE id = ?1",
 	[W_EVENT_INSERT] =
 		"INSERT INTO events(id, event_type, source, source_event_id, partition_key,"
-		" content_type, payload, created_at, traceparent, webhook_id)"
-		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+		" content_type, payload, created_at, traceparent, webhook_id, envelope)"
+		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
 	[W_DELIVERY_INSERT] =
 		"INSERT INTO deliveries(id, event_id, subscription_id, event_type, status,"
 		" next_attempt_at, created_at, updated_at, order_key, lease_owner, lease_until)"
@@ -210,7 +210,7 @@ static const char *const rsql[R_COUNT] = {
 		" ORDER BY next_attempt_at LIMIT 1)",
 	[R_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
-		" payload, created_at, webhook_id FROM events WHERE id = ?1",
+		" payload, created_at, webhook_id, envelope, traceparent FROM events WHERE id = ?1",
 	[R_EVENT_DELIVERIES] =
 		"SELECT " DELIVERY_COLUMNS " FROM deliveries WHERE event_id = ?1"
 		" ORDER BY created_at, id",

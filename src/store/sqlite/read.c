@@ -42,10 +42,33 @@ static int read_event(sqlite3_stmt *s, void *row)
 	return SQLITE_OK;
 }
 
+/* An sq_row_cb for R_EVENT_GET: read_event's columns, then the envelope and the trace
+ * context. */
+static int read_event_whole(sqlite3_stmt *s, void *row)
+{
+	struct store_event *ev = row;
+	int rc = read_event(s, ev);
+	if (rc != SQLITE_OK)
+		return rc;
+	if (sqlite3_column_type(s, 10) != SQLITE_NULL)
+		snprintf(ev->traceparent, sizeof(ev->traceparent), "%s",
+			 (const char *)sqlite3_column_text(s, 10));
+	if (sqlite3_column_type(s, 9) == SQLITE_NULL)
+		return SQLITE_OK;
+	ev->envelope_len = (size_t)sqlite3_column_bytes(s, 9);
+	if (!(ev->envelope = malloc(ev->envelope_len + 1))) {
+		store_event_free(ev);
+		return sq_log_nomem();
+	}
+	if (ev->envelope_len)
+		memcpy(ev->envelope, sqlite3_column_blob(s, 9), ev->envelope_len);
+	return SQLITE_OK;
+}
+
 int sq_event_get(store *st, const char *id, struct store_event *ev)
 {
 	struct sq *sq = sq_of(st);
-	return sq_get_one(sq, sq->r[R_EVENT_GET], id, read_event, ev);
+	return sq_get_one(sq, sq->r[R_EVENT_GET], id, read_event_whole, ev);
 }
 
 int sq_event_deliveries(store *st, const char *event_id,

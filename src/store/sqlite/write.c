@@ -69,6 +69,10 @@ static int insert_event(struct sq *sq, const char *owner, struct store_event_in 
 	sqlite3_bind_int64(s, 8, ev->created_at);
 	sq_bind_text(s, 9, ev->traceparent);
 	sq_bind_text(s, 10, ev->webhook_id);
+	if (ev->envelope)
+		sq_bind_payload(s, 11, ev->envelope, ev->envelope_len);
+	else
+		sqlite3_bind_null(s, 11);
 	rc = sq_step_done(s);
 	if (rc != SQLITE_OK)
 		return rc;
@@ -225,9 +229,9 @@ int sq_ingest(store *st, struct store_event_in *events, size_t n)
 
 		if (!ev->created_at)
 			ev->created_at = now;
-		/* the grouped INSERT has no webhook_id: such an event goes alone */
+		/* the grouped INSERT has no webhook_id nor envelope: such an event goes alone */
 		if (ev->source_event_id || ev->dedupe_by_id || store_event_initial(ev) ||
-		    ev->webhook_id) {
+		    ev->webhook_id || ev->envelope) {
 			rc = insert_event(sq, st->owner, ev, ev->created_at);
 			continue;
 		}

@@ -4,7 +4,8 @@
  * status codes, error bodies naming the field, events stored and readable, subscription
  * secrets masked on the way out, the DLQ filter parsed and answered, the event search
  * and its pages, one subscription's attempt series, a test event given to one
- * subscription; the gRPC ingest authorized by the rules of POST /v1/events. */
+ * subscription; the gRPC ingest authorized by the rules of POST /v1/events; a delivery's
+ * Kafka envelope, received or published. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,7 @@
 #include "api/api.h"
 #include "store/writer.h"
 #include "util/log.h"
+#include "util/uuid.h"
 
 struct fixture {
 	char dir[64];
@@ -193,6 +195,100 @@ static void test_event_is_stored_and_fanned_out(void **state)
 							      "subscription_id")), sub_id);
 	assert_string_equal(json_string_value(json_object_get(json_array_get(deliveries, 0),
 							      "status")), "NEW");
+	json_decref(body);
+}
+
+/* The id of the one delivery of event_id to sub_id. */
+static void delivery_of(struct fixture *f, const char *event_id, const char *sub_id,
+			char out[64])
+{
+	struct store_delivery *items = NULL;
+	size_t n = 0;
+	out[0] = '\0';
+	assert_int_equal(store_event_deliveries(f->st, event_id, &items, &n), STORE_OK);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(items[i].subscription_id, sub_id) == 0)
+			snprintf(out, 64, "%s", items[i].id);
+	store_deliveries_free(items, n);
+	assert_true(out[0] != '\0');
+}
+
+/* GET /v1/deliveries/{id} shows a delivery's Kafka envelope: the one its event came as
+ * (stored with the event), the one a kafka:// subscription of payload_format envelope
+ * publishes (built with the configured framing), and null for the rest. */
+static void test_delivery_shows_its_envelope(void **state)
+{
+	struct fixture *f = *state;
+	json_t *body;
+	char path[160], http_sub[64], bus_sub[64], id[64];
+
+	f->api.kafka_wire = ENVELOPE_WIRE_CONFLUENT;
+	f->api.kafka_schema_id = 9;
+	assert_int_equal(call(f, "POST", "/v1/subscriptions",
+			      "{\"name\":\"hook\",\"endpoint\":\"https://example.com/hook\","
+			      "\"event_types\":[\"order.*\"]}", NULL, &body), 201);
+	snprintf(http_sub, sizeof(http_sub), "%s", json_string_value(json_object_get(body, "id")));
+	json_decref(body);
+	assert_int_equal(call(f, "POST", "/v1/subscriptions",
+			      "{\"name\":\"bus\",\"endpoint\":\"kafka://orders.bus\","
+			      "\"payload_format\":\"envelope\",\"event_types\":[\"order.*\"]}",
+			      NULL, &body), 201);
+	snprintf(bus_sub, sizeof(bus_sub), "%s", json_string_value(json_object_get(body, "id")));
+	json_decref(body);
+
+	/* an event from POST /v1/events: published as an envelope to the bus only */
+	assert_int_equal(call(f, "POST", "/v1/events",
+			      "{\"event_type\":\"order.created\",\"payload\":{\"id\":7}}", NULL,
+			      &body), 202);
+	char event_id[64];
+	snprintf(event_id, sizeof(event_id), "%s",
+		 json_string_value(json_array_get(json_object_get(body, "ids"), 0)));
+	json_decref(body);
+	delivery_of(f, event_id, http_sub, id);
+	snprintf(path, sizeof(path), "/v1/deliveries/%s", id);
+	assert_int_equal(call(f, "GET", path, NULL, NULL, &body), 200);
+	assert_true(json_is_null(json_object_get(body, "envelope")));
+	json_decref(body);
+	delivery_of(f, event_id, bus_sub, id);
+	snprintf(path, sizeof(path), "/v1/deliveries/%s", id);
+	assert_int_equal(call(f, "GET", path, NULL, NULL, &body), 200);
+	json_t *v = json_object_get(body, "envelope");
+	assert_string_equal(json_string_value(json_object_get(v, "origin")), "published");
+	assert_string_equal(json_string_value(json_object_get(v, "wire_format")), "confluent");
+	assert_int_equal(json_integer_value(json_object_get(v, "schema_id")), 9);
+	json_t *p = json_object_get(v, "parsed");
+	json_t *ev = json_object_get(p, "event");
+	assert_string_equal(json_string_value(json_object_get(ev, "id")), event_id);
+	assert_string_equal(json_string_value(json_object_get(ev, "type")), "order.created");
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(ev, "payload"), "id")), 7);
+	assert_string_equal(json_string_value(json_object_get(p, "endpoint")), "");
+	assert_true(json_is_null(json_object_get(p, "auth")));
+	json_decref(body);
+
+	/* an event that came as an envelope (as the Kafka intake stores one): shown as it
+	 * came, to every subscription */
+	static const unsigned char raw[] = {0x0a, 0x07, 0x12, 0x05, 'o', 'r', 'd', 'e', 'r'};
+	char subs[1][UUID_STR_LEN];
+	assert_true(strlen(bus_sub) == UUID_STR_LEN - 1);
+	memcpy(subs[0], bus_sub, UUID_STR_LEN);
+	struct store_event_in in = {
+		.event_type = "order", .source = "kafka:orders", .source_event_id = "0/1",
+		.content_type = "application/json", .payload = "{}", .payload_len = 2,
+		.envelope = raw, .envelope_len = sizeof(raw),
+		.subscription_ids = (const char (*)[UUID_STR_LEN])subs, .n_subscriptions = 1,
+	};
+	uuid_v7(in.id);
+	assert_int_equal(store_ingest(f->st, &in, 1), STORE_OK);
+	delivery_of(f, in.id, bus_sub, id);
+	snprintf(path, sizeof(path), "/v1/deliveries/%s", id);
+	assert_int_equal(call(f, "GET", path, NULL, NULL, &body), 200);
+	v = json_object_get(body, "envelope");
+	assert_string_equal(json_string_value(json_object_get(v, "origin")), "received");
+	assert_string_equal(json_string_value(json_object_get(v, "raw_base64")), "CgcSBW9yZGVy");
+	assert_string_equal(json_string_value(json_object_get(v, "wire_format")), "plain");
+	assert_string_equal(json_string_value(json_object_get(
+				    json_object_get(json_object_get(v, "parsed"), "event"), "type")),
+			    "order");
 	json_decref(body);
 }
 
@@ -460,6 +556,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_bad_event_names_the_field, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_is_stored_and_fanned_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_delivery_shows_its_envelope, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ingest_authorize_as_post_events, setup,
 						teardown),
