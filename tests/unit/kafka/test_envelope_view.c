@@ -41,7 +41,7 @@ static void test_view_of_an_envelope(void **state)
 	void *bytes;
 	size_t len;
 	unsigned char raw[1024];
-	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, &bytes, &len), 0);
+	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, 0, &bytes, &len), 0);
 	void *masked = (void *)1;
 	size_t masked_len = 1;
 	assert_int_equal(envelope_redact(bytes, len, &masked, &masked_len), 0);
@@ -110,7 +110,7 @@ static void test_view_masks_credentials(void **state)
 		unsigned char raw[1024];
 		struct envelope e;
 		char why[256];
-		assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_CONFLUENT, 513, &bytes, &len), 0);
+		assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_CONFLUENT, 513, 0, &bytes, &len), 0);
 		assert_non_null(memmem(bytes, len, "s3cret", 6));
 
 		/* the masked copy: same frame, credentials "********", the rest kept */
@@ -194,7 +194,7 @@ static void test_view_of_what_is_not_an_envelope(void **state)
 	struct envelope_out out = {.endpoint = "https://x.example/"};
 	void *bytes;
 	size_t len;
-	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, &bytes, &len), 0);
+	assert_int_equal(envelope_encode(&out, ENVELOPE_WIRE_PLAIN, 0, 0, &bytes, &len), 0);
 	v = envelope_view(bytes, len);
 	assert_true(json_is_null(json_object_get(v, "parsed")));
 	assert_string_equal(json_string_value(json_object_get(v, "parse_error")),
