@@ -95,10 +95,10 @@ static json_t *render_envelope(struct api *api, const struct store_delivery *d,
 		.created_at_ms = ev->created_at,
 		.traceparent = ev->traceparent[0] ? ev->traceparent : NULL,
 	};
-	/* framed as with the static kafka_schema_id (message index 0); with a Schema
-	 * Registry the published frame carries the registry's id and OutboxEvent's index
-	 * instead (docs/api.md) */
-	if (envelope_encode(&e, api->kafka_wire, api->kafka_schema_id, 0, &built, &len))
+	/* framed with the static kafka_schema_id; with a Schema Registry the published frame
+	 * carries the registry's id instead (docs/api.md) */
+	if (envelope_encode(&e, api->kafka_wire, api->kafka_schema_id, ENVELOPE_OUTBOX_EVENT_INDEX,
+			    &built, &len))
 		return NULL;
 	o = envelope_view(built, len);
 	if (o)

@@ -270,7 +270,7 @@ static void record_publish(struct kafka_sink *ks, struct kafka_record *r)
 	rd_kafka_resp_err_t err;
 
 	if (s->payload_format == PAYLOAD_ENVELOPE) {
-		uint32_t id = ks->settings->schema_id, index = 0;
+		uint32_t id = ks->settings->schema_id, index = ENVELOPE_OUTBOX_EVENT_INDEX;
 		if (ks->registry) {
 			char why[SINK_CAUSE_LEN];
 			enum registry_err rerr = registry_schema_id(ks->registry, r->topic, &id, why,

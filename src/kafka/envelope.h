@@ -69,6 +69,12 @@ struct envelope_out {
 	const struct subscription *auth_from; /* its auth goes in the envelope; NULL: none */
 };
 
+/* The place of OutboxEvent among the top-level messages of outbox_event.proto (Event,
+ * Auth, OutboxEvent): what a Schema Registry frame's message-index list names, so that
+ * a reader holding the registered schema decodes the right message. A unit test checks
+ * it against the .proto text (tests/unit/kafka/test_registry.c). */
+#define ENVELOPE_OUTBOX_EVENT_INDEX 2
+
 /* Encodes in with the framing wire (confluent: byte 0, schema_id big-endian, then the
  * message-index list naming message_index, the place of OutboxEvent among the schema's
  * top-level messages: [0] as one 0 byte, else the zig-zag varints of count 1 and the

@@ -30,7 +30,8 @@ rd_kafka_headers_t *kafka_message_headers(const struct store_claim *c,
 int kafka_claim_envelope(const struct store_claim *c, const struct subscription *target,
 			 const struct kafka_settings *st, void **out, size_t *len)
 {
-	return kafka_claim_envelope_framed(c, target, st, st->schema_id, 0, out, len);
+	return kafka_claim_envelope_framed(c, target, st, st->schema_id,
+					   ENVELOPE_OUTBOX_EVENT_INDEX, out, len);
 }
 
 int kafka_claim_envelope_framed(const struct store_claim *c, const struct subscription *target,

@@ -150,12 +150,14 @@ static void test_round_trip(void **state)
 		size_t len;
 		struct envelope e;
 		char why[256];
-		assert_int_equal(envelope_encode(&out, wire, 77, 0, &bytes, &len), 0);
+		assert_int_equal(envelope_encode(&out, wire, 77, ENVELOPE_OUTBOX_EVENT_INDEX, &bytes,
+						 &len), 0);
 		if (wire == ENVELOPE_WIRE_CONFLUENT) {
 			const unsigned char *b = bytes;
 			assert_int_equal(b[0], 0);
 			assert_int_equal(b[4], 77);
-			assert_int_equal(b[5], 0);
+			assert_int_equal(b[5], 2); /* the list [2]: count 1, index 2, zig-zag */
+			assert_int_equal(b[6], 4);
 		}
 		assert_int_equal(envelope_decode(bytes, len, &e, why, sizeof(why)), 0);
 		assert_int_equal(e.payload_len, sizeof(payload));
