@@ -344,6 +344,14 @@ enum retry_rule retry_policy_check(const struct retry_policy *p, const char *pre
 		snprintf(msg, msglen, "%sjitter must be a number from 0 to 1", prefix);
 		return RETRY_RULE_RANGE;
 	}
+	/* Linear engine retry retries no fewer than 3 and no more than 10 times, each retry a
+	 * whole endpoint-retry round (docs/retries.md) */
+	if (p->policy == RETRY_LINEAR && !p->max_retries_auto &&
+	    (p->max_retries < 3 || p->max_retries > 10)) {
+		snprintf(field, fieldlen, "%smax_retries", prefix);
+		snprintf(msg, msglen, "%smax_retries must be from 3 to 10 with policy linear", prefix);
+		return RETRY_RULE_RANGE;
+	}
 	if (p->min_delay_ms > p->max_delay_ms) {
 		snprintf(field, fieldlen, "%smin_delay", prefix);
 		snprintf(msg, msglen, "%smin_delay must not exceed %smax_delay", prefix, prefix);

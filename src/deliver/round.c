@@ -783,7 +783,12 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 		return;
 	}
 	if (r->kind == ATTEMPT_SCHEDULED) {
-		r->max_tries = 1;
+		/* a linear retry runs the endpoint retry again: a round of retry.immediate
+		 * tries, so linear retries x immediate tries in all (docs/retries.md); the
+		 * other policies' retries are one try each */
+		r->max_tries = r->sub->retry.policy != RETRY_LINEAR ? 1
+			       : r->sub->retry.immediate < MAX_TRIES ? r->sub->retry.immediate
+								   : MAX_TRIES;
 		r->timeout_ms = r->sub->retry.timeout_ms;
 	} else {
 		r->max_tries = r->sub->retry.immediate < MAX_TRIES ? r->sub->retry.immediate : MAX_TRIES;

@@ -753,6 +753,51 @@ static void test_isolation_small_pool(void **state)
 	daemon_cleanup(&small);
 }
 
+/* Linear retry: every scheduled retry runs the endpoint retry again (a round of
+ * retry.immediate tries), so a delivery that always fails is tried (1 + max_retries) x
+ * immediate times; and linear keeps max_retries from 3 to 10. */
+static void test_linear_runs_the_endpoint_retry(void **state)
+{
+	char sub[64], del[64], body[512];
+	(void)state;
+	assert_int_equal(receiver_script(&rcv, "/linear-rounds", "{\"default\":{\"status\":500}}"),
+			 0);
+	e2e_create_sub(&dmn, sub,
+		       "{\"name\":\"linear-rounds\",\"event_types\":[\"lin.rounds\"],"
+		       "\"endpoint\":\"%s/linear-rounds\",\"retry\":{\"immediate\":2,"
+		       "\"immediate_delay\":\"50ms\",\"policy\":\"linear\",\"interval\":\"100ms\","
+		       "\"max_retries\":3}}", rcv.url);
+	send_one("lin.rounds", del);
+	json_t *d = wait_dead(del, 20000);
+	assert_int_equal(json_integer_value(json_object_get(d, "attempt_count")), (1 + 3) * 2);
+	assert_int_equal(json_integer_value(json_object_get(d, "retry_count")), 3);
+	json_decref(d);
+	/* every scheduled round has its two tries, marked scheduled */
+	char path[128];
+	snprintf(path, sizeof(path), "/v1/deliveries/%s", del);
+	json_t *full = api_call(&dmn, "GET", path, NULL, 200);
+	json_t *attempts = json_object_get(full, "attempts");
+	assert_int_equal(json_array_size(attempts), 8);
+	int scheduled = 0;
+	for (size_t i = 0; i < json_array_size(attempts); i++)
+		scheduled += strcmp(json_string_value(json_object_get(json_array_get(attempts, i),
+								      "kind")), "scheduled") == 0;
+	assert_int_equal(scheduled, 6);
+	json_decref(full);
+	/* outside 3..10 with linear: refused, naming the field */
+	for (int n = 0; n < 2; n++) {
+		snprintf(body, sizeof(body),
+			 "{\"name\":\"linear-bad\",\"event_types\":[\"x\"],\"endpoint\":\"%s/x\","
+			 "\"retry\":{\"policy\":\"linear\",\"max_retries\":%d}}", rcv.url,
+			 n ? 11 : 2);
+		json_t *e = api_call(&dmn, "POST", "/v1/subscriptions", body, 400);
+		assert_string_equal(json_string_value(json_object_get(json_object_get(e, "error"),
+								       "field")),
+				    "retry.max_retries");
+		json_decref(e);
+	}
+}
+
 /* A subscriber that takes one delivery a second, with a backlog of 1,500 ahead of
  * everyone else's: its queue fills, and claims may wait for room in it only a moment.
  * After that they go on without it (its deliveries, oldest first, come back to the store
@@ -807,6 +852,7 @@ int main(void)
 		cmocka_unit_test(test_head_of_line_isolation),
 		cmocka_unit_test(test_isolation_small_pool),
 		cmocka_unit_test(test_isolation_behind_a_backlog),
+		cmocka_unit_test(test_linear_runs_the_endpoint_retry),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -680,6 +680,42 @@ static void test_requeue_window(void **state)
 	assert_int_equal(retry_requeue_delay(&p, rand_fixed_cb, &r), 0);
 }
 
+/* The rules every policy keeps; linear keeps max_retries from 3 to 10 once someone set it
+ * (left to the default it is 3). */
+static void test_policy_check(void **state)
+{
+	struct retry_policy p;
+	char field[32], msg[96];
+
+	(void)state;
+	retry_policy_defaults(&p);
+	assert_int_equal(retry_policy_check(&p, "retry.", field, sizeof(field), msg, sizeof(msg)),
+			 RETRY_RULE_KEPT);
+	p.policy = RETRY_LINEAR;
+	assert_int_equal(retry_policy_check(&p, "retry.", field, sizeof(field), msg, sizeof(msg)),
+			 RETRY_RULE_KEPT); /* the default 3 */
+	static const struct { int n; enum retry_rule want; } rows[] = {
+		{0, RETRY_RULE_RANGE}, {2, RETRY_RULE_RANGE}, {3, RETRY_RULE_KEPT},
+		{10, RETRY_RULE_KEPT}, {11, RETRY_RULE_RANGE},
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		p.max_retries = rows[i].n;
+		p.max_retries_auto = 0;
+		assert_int_equal(retry_policy_check(&p, "retry.", field, sizeof(field), msg,
+						    sizeof(msg)), rows[i].want);
+		if (rows[i].want != RETRY_RULE_KEPT)
+			assert_string_equal(field, "retry.max_retries");
+	}
+	p.policy = RETRY_FIXED; /* other policies: any count (0 = forever) */
+	p.max_retries = 0;
+	assert_int_equal(retry_policy_check(&p, "retry.", field, sizeof(field), msg, sizeof(msg)),
+			 RETRY_RULE_KEPT);
+	p.factor = 11;
+	assert_int_equal(retry_policy_check(&p, "retry.", field, sizeof(field), msg, sizeof(msg)),
+			 RETRY_RULE_RANGE);
+	assert_string_equal(field, "retry.factor");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -689,6 +725,7 @@ int main(void)
 		cmocka_unit_test(test_immediate_round_sum_property),
 		cmocka_unit_test(test_fixed),
 		cmocka_unit_test(test_linear),
+		cmocka_unit_test(test_policy_check),
 		cmocka_unit_test(test_exponential_exact),
 		cmocka_unit_test(test_exponential_odd_inputs),
 		cmocka_unit_test(test_exponential_window_property),
