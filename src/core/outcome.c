@@ -55,8 +55,15 @@ static void decide_delivery(const struct retry_policy *p, const struct circuit_b
 	int max_tries = in->tracked && in->probe ? 1 : in->max_tries;
 	if (!in->end_round &&
 	    retry_immediate_continue(p, in->tries, max_tries, in->code, in->retry_after_ms)) {
-		at(out, OUTCOME_TRY, in->now_ms, retry_immediate_delay(p, in->tries + 1));
-		return;
+		int64_t delay = retry_immediate_delay(p, in->tries + 1);
+		/* A round of tries stays within a minute, the tries' own time included: a try
+		 * that could end past it is left to the next layer. */
+		if (!in->round_started_ms || !in->try_max_ms ||
+		    in->now_ms + delay + in->try_max_ms - in->round_started_ms <=
+			    RETRY_IMMEDIATE_ROUND_CAP_MS) {
+			at(out, OUTCOME_TRY, in->now_ms, delay);
+			return;
+		}
 	}
 	/* The round is over and failed: the scheduled layer, or the dead-letter queue. */
 	if (retry_is_permanent(p, in->code)) {

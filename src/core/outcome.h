@@ -117,6 +117,10 @@ struct outcome_in {
 	bool end_round;          /* the sink ended the round: no further try in it */
 	bool permanent;          /* the sink says the failure is permanent whatever the code
 	                            (the SSRF guard refused the address) */
+	int64_t round_started_ms; /* wall clock: when its first try began, 0 = unknown */
+	int64_t try_max_ms;      /* the most a further try of it may take (its connect and its
+	                            timeout), 0 = unknown: with round_started_ms, a try that
+	                            could end past the round's minute is not made */
 	/* the delivery */
 	int retry_count;         /* scheduled retries made before this round */
 	int delay_actions;       /* delay actions taken before this decision */

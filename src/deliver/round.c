@@ -343,6 +343,8 @@ static void outcome_input(const struct round *r, struct outcome_in *in)
 	in->code = r->tries ? r->attempts[r->tries - 1].code : 0;
 	in->retry_after_ms = r->retry_after_ms;
 	in->permanent = r->tries && r->sj.permanent;
+	in->round_started_ms = r->tries ? r->attempts[0].started_at : 0;
+	in->try_max_ms = round_lease_need_ms(r) - LEASE_MARGIN_MS; /* connect + timeout */
 	in->retry_count = r->claim->retry_count;
 	in->delay_actions = r->claim->delay_actions;
 	in->key_ordered = key_ordered(r);
