@@ -4,6 +4,7 @@
  * delivery view that several command groups print. The commands are in cli.c. */
 #include "cli/cli_int.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,28 +12,15 @@
 #include <curl/curl.h>
 
 #include "core/model.h"
+#include "util/buf.h"
 #include "util/duration.h"
 #include "util/uuid.h"
 
 /* ---- HTTP ------------------------------------------------------------------------------ */
 
-struct body {
-	char *data;
-	size_t len;
-};
-
 static size_t write_cb(char *p, size_t size, size_t n, void *ctx)
 {
-	struct body *b = ctx;
-	size_t len = size * n;
-	char *grown = realloc(b->data, b->len + len + 1);
-	if (!grown)
-		return 0;
-	memcpy(grown + b->len, p, len);
-	b->data = grown;
-	b->len += len;
-	b->data[b->len] = '\0';
-	return len;
+	return buf_append(ctx, p, size * n) ? 0 : size * n;
 }
 
 /* One API call. *out receives the parsed JSON answer (NULL for none). Returns CLI_OK,
@@ -41,12 +29,13 @@ int call(struct cli *c, const char *method, const char *path, const char *body,
 		json_t **out)
 {
 	char url[2048], auth[1024];
-	struct body resp = {0};
+	struct buf resp;
 	struct curl_slist *h = NULL;
 	long status = 0;
 	int rc = CLI_OK;
 
 	*out = NULL;
+	buf_init(&resp, SIZE_MAX);
 	snprintf(url, sizeof(url), "%s%s", c->url, path);
 	CURL *e = curl_easy_init();
 	if (!e)
@@ -95,7 +84,7 @@ int call(struct cli *c, const char *method, const char *path, const char *body,
 	}
 	*out = j;
 done:
-	free(resp.data);
+	buf_free(&resp);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(e);
 	return rc;

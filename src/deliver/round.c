@@ -426,6 +426,13 @@ static void round_delay_action(struct round *r)
 	round_finish(r, &o);
 }
 
+/* A hand-back's delay drawn in [min_ms, 3 x min_ms]: rounds handed back together are not
+ * due back together. */
+static int64_t release_spread_ms(struct dispatcher *d, int64_t min_ms)
+{
+	return min_ms + (int64_t)(dispatcher_rng_next(&d->rng) * 2.0 * (double)min_ms);
+}
+
 /* Hands the delivery back untouched but for the attempts made (shutdown, a lost lease,
  * a disabled subscription, a full queue): due again at now + delay_ms. */
 static void round_release(struct round *r, int64_t delay_ms)
@@ -558,7 +565,7 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 		 * so not a try; the delivery goes back and comes again in a moment */
 		log_warn("delivery %s: not sent: %s (a resource of this outboxd; the try does not "
 			 "count)", r->claim->delivery_id, sj->cause);
-		round_release(r, RELEASE_MIN_MS + (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
+		round_release(r, release_spread_ms(d, RELEASE_MIN_MS));
 		return;
 	}
 	a->n = sj->attempt_no;
@@ -605,12 +612,7 @@ static void round_park(struct round *r)
 			d->n_saturated++;
 		}
 		/* a queue claims wait for is due back soon; a stuck one's as before */
-		if (x->stuck)
-			round_release(r, RELEASE_MIN_MS +
-						 (int64_t)(dispatcher_rng_next(&d->rng) * 1000));
-		else
-			round_release(r, RELEASE_FULL_MS + (int64_t)(dispatcher_rng_next(&d->rng) *
-								     RELEASE_FULL_MS * 2));
+		round_release(r, release_spread_ms(d, x->stuck ? RELEASE_MIN_MS : RELEASE_FULL_MS));
 		return;
 	}
 	r->state = ROUND_PARKED;

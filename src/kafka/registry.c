@@ -16,6 +16,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "util/buf.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -65,9 +66,8 @@ struct schema_registry {
 };
 
 struct answer {
-	char *data;
-	size_t len;
-	int truncated;
+	struct buf b;                /* at most ANSWER_MAX bytes of it */
+	int truncated;               /* more came */
 };
 
 const char *registry_strerror(enum registry_err e)
@@ -235,20 +235,13 @@ int registry_subject(const char *topic, char *out, size_t outlen)
 static size_t answer_cb(char *p, size_t size, size_t n, void *ctx)
 {
 	struct answer *a = ctx;
-	size_t len = size * n, room = ANSWER_MAX - a->len;
+	size_t len = size * n, room = a->b.max - a->b.len;
 	if (len > room) {
 		a->truncated = 1;
 		len = room;
 	}
-	if (len) {
-		char *grown = realloc(a->data, a->len + len + 1);
-		if (!grown)
-			return 0;
-		memcpy(grown + a->len, p, len);
-		a->data = grown;
-		a->len += len;
-		a->data[a->len] = '\0';
-	}
+	if (len && buf_append(&a->b, p, len))
+		return 0; /* out of memory */
 	return size * n;
 }
 
@@ -276,6 +269,8 @@ static void registry_register(schema_registry *r, const char *subject, struct re
 	struct answer a = {0};
 	struct curl_slist *headers = NULL;
 	char url[1024], *body = registry_request_body(SCHEMA_TEXT);
+
+	buf_init(&a.b, ANSWER_MAX);
 	char *escaped = curl_easy_escape(r->curl, subject, 0);
 	long status = 0;
 
@@ -313,14 +308,14 @@ static void registry_register(schema_registry *r, const char *subject, struct re
 	curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (status < 200 || status > 299) {
 		char text[300];
-		registry_error_text(status, a.data, a.len, text, sizeof(text));
+		registry_error_text(status, a.b.data, a.b.len, text, sizeof(text));
 		out->err = REGISTRY_REFUSED;
 		snprintf(out->why, sizeof(out->why), "subject %s at %s: %s", subject, r->shown, text);
 		log_warn("kafka: schema registry: %s", out->why);
 		goto out;
 	}
 	char why[200];
-	if (a.truncated || registry_parse_id(a.data ? a.data : "", a.len, &out->id, why,
+	if (a.truncated || registry_parse_id(a.b.data ? a.b.data : "", a.b.len, &out->id, why,
 					     sizeof(why))) {
 		out->err = REGISTRY_BAD_ANSWER;
 		snprintf(out->why, sizeof(out->why), "subject %s at %s: HTTP %ld: %s", subject,
@@ -336,7 +331,7 @@ out:
 	curl_slist_free_all(headers);
 	curl_free(escaped);
 	free(body);
-	free(a.data);
+	buf_free(&a.b);
 }
 
 /* The first subject a caller wants registered, under the lock; NULL: none. */

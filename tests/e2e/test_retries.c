@@ -648,6 +648,19 @@ static void test_breaker_opens_at_max_errors(void **state)
 	assert_int_equal(receiver_count(&rcv, "/exact"), 3);
 }
 
+/* The 50 deliveries to fast all arrived within 2 s of the first request to slow (which
+ * answers after 2 s: before its first answer), and slow never had more than 2 at once. */
+static void expect_fast_before_slow(const char *label, const char *fast, const char *slow)
+{
+	int64_t fast_done = nth_distinct_at(fast, 50), at[32];
+	assert_true(arrivals(slow, at, 32) >= 1);
+	fprintf(stderr, "%s: the 50 fast deliveries arrived %lld ms after the first slow "
+		"request\n", label, (long long)(fast_done - at[0]));
+	assert_true(fast_done >= 0);
+	assert_true(fast_done < at[0] + 2000);
+	expect_two_at_a_time(slow, 2000);
+}
+
 /* Head-of-line isolation: a subscriber that takes 2 s per request, limited to 2 at a
  * time with 20 deliveries queued, does not hold up a fast one's 50 (they all arrive
  * before the first slow answer is given); a rate-limited one gets its requests at its
@@ -673,18 +686,12 @@ static void test_head_of_line_isolation(void **state)
 
 	assert_int_equal(receiver_wait_count(&rcv, "/fast", 50, 20000), 0);
 	assert_int_equal(receiver_wait_count(&rcv, "/slow2s", 4, 20000), 0);
-	int64_t fast_done = nth_distinct_at("/fast", 50), at[32];
-	assert_true(arrivals("/slow2s", at, 32) >= 1);
-	fprintf(stderr, "isolation: the 50 fast deliveries arrived %lld ms after the first slow "
-		"request\n", (long long)(fast_done - at[0]));
-	assert_true(fast_done >= 0);
-	assert_true(fast_done < at[0] + 2000);
-	/* The slow subscriber never has more than 2 requests at a time. */
-	expect_two_at_a_time("/slow2s", 2000);
+	expect_fast_before_slow("isolation", "/fast", "/slow2s");
 
 	/* 30 at 10/s with a burst of 10: the last one 2 s after the first, at least, and
 	 * never more than burst + rate = 20 within 1 s (requests sent again included). */
 	assert_int_equal(receiver_wait_count(&rcv, "/paced", 30, 20000), 0);
+	int64_t at[32];
 	size_t n = arrivals("/paced", at, 32);
 	assert_true(n >= 30);
 	assert_true(at[29] - at[0] >= 1800);
@@ -730,13 +737,7 @@ static void test_isolation_small_pool(void **state)
 	json_decref(failed);
 	/* the fast ones all came before the first slow answer; still two at a time */
 	assert_int_equal(receiver_wait_count(&rcv, "/slow-small", 4, 20000), 0);
-	int64_t fast_done = nth_distinct_at("/fast-small", 50), at[32];
-	assert_true(arrivals("/slow-small", at, 32) >= 1);
-	fprintf(stderr, "small pool: the 50 fast deliveries arrived %lld ms after the first "
-		"slow request\n", (long long)(fast_done - at[0]));
-	assert_true(fast_done >= 0);
-	assert_true(fast_done < at[0] + 2000);
-	expect_two_at_a_time("/slow-small", 2000);
+	expect_fast_before_slow("small pool", "/fast-small", "/slow-small");
 
 	/* and some of them really went back to the store (the queue's cap is 16 / 4 = 4) */
 	struct http_resp r;

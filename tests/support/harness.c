@@ -292,6 +292,17 @@ static int rmrf_cb(const char *path, const struct stat *st, int flag, struct FTW
 	return remove(path);
 }
 
+void harness_dir_done(const char *who, char *dir)
+{
+	if (!dir[0])
+		return;
+	if (getenv("HARNESS_KEEP"))
+		fprintf(stderr, "%s: keeping %s (HARNESS_KEEP)\n", who, dir);
+	else
+		harness_rmrf(dir);
+	dir[0] = '\0';
+}
+
 int harness_rmrf(const char *path)
 {
 	if (nftw(path, rmrf_cb, 16, FTW_DEPTH | FTW_PHYS) != 0) {
@@ -1055,14 +1066,7 @@ void daemon_kill9(struct daemon *d)
 void daemon_cleanup(struct daemon *d)
 {
 	daemon_stop(d);
-	if (d->dir[0]) {
-		if (getenv("HARNESS_KEEP")) {
-			fprintf(stderr, "harness: keeping %s (HARNESS_KEEP)\n", d->dir);
-		} else {
-			harness_rmrf(d->dir);
-		}
-		d->dir[0] = '\0';
-	}
+	harness_dir_done("harness", d->dir);
 	d->db[0] = '\0'; /* the next start gets a fresh database */
 }
 

@@ -40,6 +40,11 @@ char *harness_tmpdir(const char *prefix);
 /* rm -rf path (borrowed), without following symlinks. Returns 0, or -1 with errno. */
 int harness_rmrf(const char *path);
 
+/* A scratch directory a harness piece is done with: removed, or kept and named on stderr
+ * (as "<who>: keeping DIR") when HARNESS_KEEP is set; dir is emptied either way. Nothing
+ * when dir is empty. */
+void harness_dir_done(const char *who, char *dir);
+
 /* Milliseconds on CLOCK_MONOTONIC, for measuring waits in tests. */
 int64_t harness_now_ms(void);
 

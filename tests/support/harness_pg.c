@@ -377,13 +377,7 @@ void pg_server_stop(struct pg_server *s)
 {
 	pg_server_halt(s);
 	untrack(s);
-	if (s->dir[0]) {
-		if (getenv("HARNESS_KEEP"))
-			fprintf(stderr, "harness_pg: keeping %s (HARNESS_KEEP)\n", s->dir);
-		else
-			harness_rmrf(s->dir);
-		s->dir[0] = '\0';
-	}
+	harness_dir_done("harness_pg", s->dir);
 }
 
 int pg_server_create_db(struct pg_server *s, const char *name, char *dsn, size_t dsnlen)

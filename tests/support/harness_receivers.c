@@ -347,13 +347,7 @@ int real_receiver_start(struct real_receiver *r, enum real_receiver_kind kind,
 void real_receiver_stop(struct real_receiver *r)
 {
 	children_stop(r);
-	if (!r->dir[0])
-		return;
-	if (getenv("HARNESS_KEEP"))
-		fprintf(stderr, "harness_receivers: keeping %s (HARNESS_KEEP)\n", r->dir);
-	else
-		harness_rmrf(r->dir);
-	r->dir[0] = '\0';
+	harness_dir_done("harness_receivers", r->dir);
 }
 
 static long field_long(json_t *doc, const char *name, long missing)

@@ -145,13 +145,7 @@ int test_registry_restart(struct test_registry *r)
 void test_registry_stop(struct test_registry *r)
 {
 	test_registry_halt(r);
-	if (!r->dir[0])
-		return;
-	if (getenv("HARNESS_KEEP"))
-		fprintf(stderr, "harness_registry: keeping %s (HARNESS_KEEP)\n", r->dir);
-	else
-		harness_rmrf(r->dir);
-	r->dir[0] = '\0';
+	harness_dir_done("harness_registry", r->dir);
 }
 
 int test_registry_hold(struct test_registry *r, int on)

@@ -881,44 +881,44 @@ static void test_sim_capacity_drop(void **state)
 	sim_free(&s);
 }
 
+/* c after eight answers of 1 ms with one request open (its unloaded latency), in slow
+ * start at limit with a round just begun: the next answer's latency is judged alone. */
+static void allowance_start(struct concurrency *c, const struct concurrency_params *p,
+			    int limit, int64_t *now)
+{
+	concurrency_init(c, p, 0);
+	*now = 1 * SEC;
+	for (int k = 0; k < 8; k++)
+		concurrency_record(c, *now += 2 * MS, 1 * MS, CONCURRENCY_SUCCESS, 1);
+	assert_true(c->latency_min_us <= 1 * MS);
+	c->limit = limit;
+	c->slow_start_until = 8192;
+	c->round_limit = limit;
+	c->last_cut_us = c->round_start_us = *now;
+}
+
 /* A few requests waiting at a receiver that works on one at a time are not inflation
  * (Vegas's estimate: in flight x the inflated share of the latency, against
  * queue_allowance); more are. */
 static void test_queue_allowance(void **state)
 {
 	struct concurrency c;
-	int64_t now = 1 * SEC;
+	struct concurrency_params p;
+	int64_t now;
 
 	(void)state;
-	concurrency_init(&c, NULL, 0);
-	for (int k = 0; k < 8; k++) /* unloaded: 1 ms with one open */
-		concurrency_record(&c, now += 2 * MS, 1 * MS, CONCURRENCY_SUCCESS, 1);
-	assert_true(c.latency_min_us <= 1 * MS);
-	c.limit = 4;
-	c.slow_start_until = 8192;
-	c.round_limit = 4;
-	c.last_cut_us = c.round_start_us = now;
 	/* 4 open, each answered in 4 ms: 3 waiting, within the allowance: slow start goes on */
+	allowance_start(&c, NULL, 4, &now);
 	concurrency_record(&c, now += 5 * MS, 4 * MS, CONCURRENCY_SUCCESS, 4);
 	assert_int_equal(concurrency_limit(&c), 5);
 	/* 12 open, 12 ms: 11 waiting: inflated, no growth */
-	c.limit = 12;
-	c.round_limit = 12;
-	c.last_cut_us = c.round_start_us = now;
+	allowance_start(&c, NULL, 12, &now);
 	concurrency_record(&c, now += 13 * MS, 12 * MS, CONCURRENCY_SUCCESS, 12);
 	assert_int_equal(concurrency_limit(&c), 12);
 	/* no allowance: the 4 waiting are inflation too */
-	struct concurrency_params p;
 	concurrency_params_default(&p);
 	p.queue_allowance = 0;
-	concurrency_init(&c, &p, 0);
-	now = 1 * SEC;
-	for (int k = 0; k < 8; k++)
-		concurrency_record(&c, now += 2 * MS, 1 * MS, CONCURRENCY_SUCCESS, 1);
-	c.limit = 4;
-	c.slow_start_until = 8192;
-	c.round_limit = 4;
-	c.last_cut_us = c.round_start_us = now;
+	allowance_start(&c, &p, 4, &now);
 	concurrency_record(&c, now += 5 * MS, 4 * MS, CONCURRENCY_SUCCESS, 4);
 	assert_int_equal(concurrency_limit(&c), 4);
 }
