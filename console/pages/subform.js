@@ -24,7 +24,7 @@ const AUTH_KEYS = [...new Set(Object.values(AUTH_FIELDS).flat().map(([k]) => k))
 
 // retry: [key, label, kind, placeholder (the API's default), shown for these policies]
 const RETRY_FIELDS = [
-  ['immediate', 'Immediate tries (1–10)', 'int', '3'],
+  ['immediate', 'Immediate tries (1–10, the first one included)', 'int', '4'],
   ['immediate_delay', 'Delay between immediate tries', 'text', '100ms'],
   ['interval', 'Interval (fixed) or step (linear)', 'text', '3s', ['fixed', 'linear']],
   ['min_delay', 'Minimum delay', 'text', '10s', ['exponential']],

@@ -72,8 +72,9 @@ const struct config_setting config_settings[] = {
 	/* The retry and cleanup defaults are the reference architecture's, each quoted in
 	 * docs/reference.md ("Immediate retries", "Scheduled retries", "Backoff retry
 	 * and the circuit breaker", "Cleanup and retention"). */
-	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "3",
-	 S(immediate_tries), "default tries in the first (immediate) round"},
+	{"immediate_tries", "--immediate-tries", "OUTBOXD_IMMEDIATE_TRIES", CONFIG_INT, "4",
+	 S(immediate_tries),
+	 "default tries in the first (immediate) round: the first try and up to 3 retries"},
 	{"immediate_delay", "--immediate-delay", "OUTBOXD_IMMEDIATE_DELAY", CONFIG_DURATION,
 	 "100ms", S(immediate_delay_ms),
 	 "default stagger between immediate tries (grows linearly; round capped at 1 minute)"},

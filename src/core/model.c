@@ -39,10 +39,11 @@ enum attempt_kind attempt_kind_parse(const char *name)
 
 void retry_policy_defaults(struct retry_policy *p)
 {
-	/* The reference architecture's (docs/reference.md): 3 immediate tries
-	 * with a 1 s timeout; a scheduled retry every 3 s, at most 3, with a 5 s timeout;
-	 * a backoff window of 10–60 s. */
-	p->immediate = 3;
+	/* The reference architecture's (docs/reference.md), which counts retries after the
+	 * first try: the first try and 3 immediate retries (4 tries) with a 1 s timeout; a
+	 * scheduled retry every 3 s, at most 3, with a 5 s timeout; a backoff window of
+	 * 10–60 s. A delivery that always fails is tried 1 + 3 + 3 = 7 times. */
+	p->immediate = 4;
 	p->immediate_delay_ms = 100;
 	p->immediate_timeout_ms = 1000;
 	p->policy = RETRY_FIXED;

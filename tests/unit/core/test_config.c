@@ -24,7 +24,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.retry_batch, 100);
 	assert_int_equal(c.retry_timeout_ms, 5000);
 	assert_int_equal(c.delivery_timeout_ms, 1000);
-	assert_int_equal(c.immediate_tries, 3);
+	assert_int_equal(c.immediate_tries, 4);
 	assert_int_equal(c.cleanup_enabled, 0);
 	assert_int_equal(c.cleanup_interval_ms, 3600000);
 	assert_int_equal(c.max_payload, 1048576);
@@ -105,7 +105,7 @@ static void test_retry_policy_settings(void **state)
 	assert_int_equal(c.retry_after_max_ms, 3600000);
 	config_retry_defaults(&c, &p);
 	assert_int_equal(p.policy, RETRY_FIXED);
-	assert_int_equal(p.immediate, 3);
+	assert_int_equal(p.immediate, 4);
 	assert_int_equal(p.interval_ms, 3000);
 	assert_int_equal(p.min_delay_ms, 10000);
 	assert_int_equal(p.max_delay_ms, 60000);

@@ -48,7 +48,7 @@ static void test_defaults(void **state)
 	struct retry_policy p;
 
 	retry_policy_defaults(&p);
-	assert_int_equal(p.immediate, 3);
+	assert_int_equal(p.immediate, 4);
 	assert_int_equal(p.policy, RETRY_FIXED);
 	assert_int_equal(p.interval_ms, 3000);
 	assert_int_equal(p.max_retries, 3);

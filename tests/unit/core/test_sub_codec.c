@@ -56,7 +56,7 @@ static void test_valid_with_defaults(void **state)
 	assert_string_equal(s.auth_name, "X-Key");
 	assert_int_equal(s.retry.policy, RETRY_EXPONENTIAL);
 	assert_int_equal(s.retry.max_retries, 0);
-	assert_int_equal(s.retry.immediate, 3);
+	assert_int_equal(s.retry.immediate, 4);
 	assert_int_equal(s.retry.interval_ms, 3000);
 	assert_int_equal(s.retry.immediate_timeout_ms, 1000);
 	assert_int_equal(s.retry.timeout_ms, 5000);

@@ -280,25 +280,27 @@ static void test_immediate_tries_end_in_retry(void **state)
 {
 	struct fixture *t = *state;
 	const struct fake_step steps[] = {
-		{.code = 500}, {.code = 502}, {.code = 500, .cause = "upstream down"},
+		{.code = 500}, {.code = 502}, {.code = 503},
+		{.code = 500, .cause = "upstream down"},
 	};
 	struct got g;
 
-	fake_sink_script(&t->fake, steps, 3);
+	fake_sink_script(&t->fake, steps, 4);
 	int64_t before = clock_now_ms();
 	run_claim(t, claim_new(t));
 	int64_t after = clock_now_ms();
 	take_one(t, &g);
 
-	assert_int_equal(t->fake.n_sent, 3);
+	/* the defaults: the first try and 3 immediate retries */
+	assert_int_equal(t->fake.n_sent, 4);
 	assert_int_equal(g.status, DELIVERY_FAILED);
 	assert_true(g.next_attempt_at >= before + 3000 && g.next_attempt_at <= after + 3000);
-	assert_int_equal(g.attempt_count, 3);
+	assert_int_equal(g.attempt_count, 4);
 	assert_int_equal(g.retry_count, 0);
 	assert_int_equal(g.last_code, 500);
 	assert_string_equal(g.last_message, "HTTP 500");
 	assert_string_equal(g.last_cause, "upstream down");
-	assert_int_equal(g.n_attempts, 3);
+	assert_int_equal(g.n_attempts, 4);
 	/* the retry is due soon: the loop claims at its time, not at the idle poll */
 	assert_int_equal(t->d->soonest_retry_ms, g.next_attempt_at);
 }
