@@ -359,3 +359,64 @@ enum retry_rule retry_policy_check(const struct retry_policy *p, const char *pre
 	}
 	return RETRY_RULE_KEPT;
 }
+
+/* ---- slot filling ------------------------------------------------------------------- */
+
+int retry_slots_for(const struct retry_policy *p)
+{
+	int64_t lo = p->min_delay_ms > 0 ? p->min_delay_ms : 0;
+	int64_t span = p->max_delay_ms > lo ? p->max_delay_ms - lo : 0;
+	int64_t n = span / RETRY_SLOT_MS;
+
+	if (n < 1)
+		return 1;
+	return n > RETRY_SLOTS_MAX ? RETRY_SLOTS_MAX : (int)n;
+}
+
+void retry_slots_setup(struct retry_slots *s, int n, retry_rand_cb rnd, void *rnd_ctx)
+{
+	if (n < 1)
+		n = 1;
+	if (n > RETRY_SLOTS_MAX)
+		n = RETRY_SLOTS_MAX;
+	s->rnd = rnd;
+	s->rnd_ctx = rnd_ctx;
+	if (s->n == n)
+		return;
+	memset(s->taken, 0, sizeof(s->taken));
+	s->n = n;
+	s->n_taken = 0;
+}
+
+static bool slot_taken(const struct retry_slots *s, int k)
+{
+	return (s->taken[k / 64] >> (k % 64)) & 1u;
+}
+
+double retry_slots_draw(void *ctx)
+{
+	struct retry_slots *s = ctx;
+	int n = s->n > 0 && s->n <= RETRY_SLOTS_MAX ? s->n : 1;
+	int free_slots, pick, k;
+
+	if (s->n_taken >= n) { /* every slot used: the process repeats */
+		memset(s->taken, 0, sizeof(s->taken));
+		s->n_taken = 0;
+	}
+	free_slots = n - s->n_taken;
+	/* the pick-th free slot, pick uniform in [0, free_slots) */
+	pick = (int)(draw(s->rnd, s->rnd_ctx) * (double)free_slots);
+	if (pick >= free_slots)
+		pick = free_slots - 1;
+	for (k = 0; k < n; k++) {
+		if (slot_taken(s, k))
+			continue;
+		if (pick-- == 0)
+			break;
+	}
+	s->taken[k / 64] |= (uint64_t)1 << (k % 64);
+	s->n_taken++;
+	double v = ((double)k + draw(s->rnd, s->rnd_ctx)) / (double)n;
+	double end = (double)(k + 1) / (double)n; /* k + u may round up to k + 1 */
+	return v < end ? v : nextafter(end, 0.0);
+}

@@ -98,4 +98,38 @@ bool retry_immediate_continue(const struct retry_policy *p, int tries_done, int 
  * breaker's delay action (Connxio ReQueueMin/MaxDelaySeconds, 10-60 s). */
 int64_t retry_requeue_delay(const struct retry_policy *p, retry_rand_cb rnd, void *rnd_ctx);
 
+/* ---- slot filling of the re-queue window ----------------------------------------------
+ * Connxio's backoff: "Messages are queued randomly within the interval until all slots
+ * are used then the process repeats if necessary." The window is cut into slots of about
+ * a second (RETRY_SLOT_MS; at most RETRY_SLOTS_MAX); each draw takes a slot not taken
+ * yet in this cycle, at random, and a random point inside it; when every slot has been
+ * taken, all are free again. So n re-queues of one subscription in a window of n seconds
+ * fall one per second, where independent draws would put a third of the seconds empty
+ * and some doubled. A struct retry_slots is a random source (retry_slots_draw) for the
+ * functions above: the windows of delay actions and exponential retries are filled this
+ * way, and a window that grows with the retry is cut into the same number of slots.
+ * The owner keeps one per subscription; nothing is allocated. */
+#define RETRY_SLOT_MS 1000
+#define RETRY_SLOTS_MAX 256
+
+struct retry_slots {
+	uint64_t taken[RETRY_SLOTS_MAX / 64];
+	int n;               /* slots of the cycle, 0 = not set up */
+	int n_taken;
+	retry_rand_cb rnd;   /* the uniform source the slots and points are drawn from */
+	void *rnd_ctx;
+};
+
+/* The number of slots for the policy's window [min_delay, max_delay]: one per
+ * RETRY_SLOT_MS, at least 1, at most RETRY_SLOTS_MAX. */
+int retry_slots_for(const struct retry_policy *p);
+
+/* Sets s up for n slots (clamped to 1..RETRY_SLOTS_MAX), every one free, drawing from
+ * rnd. When s already has n slots only the source changes: the cycle goes on. */
+void retry_slots_setup(struct retry_slots *s, int n, retry_rand_cb rnd, void *rnd_ctx);
+
+/* A retry_rand_cb over a struct retry_slots (ctx): a value in [k/n, (k+1)/n) for a slot
+ * k not taken yet in this cycle. */
+double retry_slots_draw(void *ctx);
+
 #endif

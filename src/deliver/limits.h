@@ -18,6 +18,7 @@
 #include "core/model.h"
 #include "core/outcome.h"
 #include "core/ratelimit.h"
+#include "core/retry.h"
 #include "deliver/endpoints.h"
 #include "util/uuid.h"
 
@@ -46,6 +47,7 @@ struct sub_limits {
 	int stuck;                   /* it stayed full longer than claims may wait: claims
 	                                no longer wait for it (its receiver takes too little
 	                                to be worth it), until it empties */
+	struct retry_slots requeue_slots; /* its re-queue window's slots (core/retry.h) */
 	int64_t window_ms;           /* the breaker's failure window as last seen */
 	int64_t last_used_ms;        /* monotonic */
 	struct endpoint *ep;         /* its endpoint's flow control (one ref), NULL: none */

@@ -362,6 +362,15 @@ static void outcome_input(const struct round *r, struct outcome_in *in)
  * by the caller where it knows more). */
 static void round_decide(struct round *r, const struct outcome_in *in, struct outcome *o)
 {
+	if (r->limits) {
+		/* The subscription's re-queues (delay actions, exponential retries) fill the
+		 * slots of its window in turn (core/retry.h, slot filling). */
+		struct retry_slots *slots = &r->limits->requeue_slots;
+		retry_slots_setup(slots, retry_slots_for(&r->sub->retry), dispatcher_rng_next,
+				  &r->d->rng);
+		outcome_decide(&r->sub->retry, &r->sub->breaker, in, retry_slots_draw, slots, o);
+		return;
+	}
 	outcome_decide(&r->sub->retry, &r->sub->breaker, in, dispatcher_rng_next, &r->d->rng, o);
 }
 

@@ -264,6 +264,65 @@ static void test_oauth2_one_token_for_many(void **state)
 	assert_int_equal(receiver_count(&idp, "/token"), 1);
 }
 
+/* A manual replay goes through the same delivery pipeline as every other try,
+ * authentication included: a delivery with basic auth and one with OAuth2 fail into the
+ * dead-letter queue; once the subscriber answers again, the replay's requests carry the
+ * password and a token fetched for them. */
+static void test_replay_authenticates(void **state)
+{
+	char basic[64], oauth[64], ev[64], ids[2][64], body[256], script[1024];
+	(void)state;
+	snprintf(script, sizeof(script), "{\"default\":%s}", token_json("tok-replay", 3600));
+	assert_int_equal(receiver_script(&idp, "/token-replay", script), 0);
+	assert_int_equal(receiver_script(&sub, "/replay-basic", "{\"default\":{\"status\":503}}"), 0);
+	assert_int_equal(receiver_script(&sub, "/replay-oauth", "{\"default\":{\"status\":503}}"), 0);
+	e2e_create_sub(&dmn, basic, "{\"name\":\"replay-basic\",\"event_types\":[\"replay.auth\"],"
+				    "\"endpoint\":\"%s/replay-basic\",\"auth\":{\"type\":\"basic\","
+				    "\"username\":\"ann\",\"password\":\"b4sic-pw!\"},"
+				    "\"retry\":{\"immediate\":1,\"max_retries\":1}}", sub.url);
+	e2e_create_sub(&dmn, oauth, "{\"name\":\"replay-oauth\",\"event_types\":[\"replay.auth\"],"
+				    "\"endpoint\":\"%s/replay-oauth\",\"auth\":{\"type\":\"oauth2\","
+				    "\"token_url\":\"%s/token-replay\",\"client_id\":\"cid-replay\","
+				    "\"client_secret\":\"client-s3cret-1\"},"
+				    "\"retry\":{\"immediate\":1,\"max_retries\":1}}", sub.url, idp.url);
+	e2e_send(&dmn, ev, "{\"event_type\":\"replay.auth\",\"payload\":{\"r\":1}}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 2), 2);
+	json_decref(e2e_wait_dead(&dmn, ids[0], 15000));
+	json_decref(e2e_wait_dead(&dmn, ids[1], 15000));
+	assert_int_equal(receiver_count(&sub, "/replay-basic"), 2); /* immediate + scheduled */
+	assert_int_equal(receiver_count(&sub, "/replay-oauth"), 2);
+
+	/* the subscriber is back; the operator replays the event */
+	assert_int_equal(receiver_script(&sub, "/replay-basic", "{\"default\":{\"status\":200}}"), 0);
+	assert_int_equal(receiver_script(&sub, "/replay-oauth", "{\"default\":{\"status\":200}}"), 0);
+	snprintf(body, sizeof(body), "{\"event_ids\":[\"%s\"]}", ev);
+	json_t *r = api_call(&dmn, "POST", "/v1/dlq/replay", body, 200);
+	assert_int_equal(json_integer_value(json_object_get(r, "replayed")), 2);
+	json_decref(r);
+	for (int i = 0; i < 2; i++) {
+		json_t *d = e2e_wait_status(&dmn, ids[i], "PROCESSED", 10000);
+		json_t *attempts = json_object_get(d, "attempts");
+		assert_int_equal(json_array_size(attempts), 3);
+		json_t *last = json_array_get(attempts, 2);
+		assert_string_equal(str(last, "kind"), "manual");
+		assert_int_equal(json_integer_value(json_object_get(last, "code")), 200);
+		json_decref(d);
+	}
+	json_t *reqs = receiver_requests(&sub, "/replay-basic");
+	assert_int_equal(json_array_size(reqs), 3);
+	for (size_t i = 0; i < 3; i++) /* base64("ann:b4sic-pw!"), the replay's too */
+		assert_string_equal(header(json_array_get(reqs, i), "authorization"),
+				    "Basic YW5uOmI0c2ljLXB3IQ==");
+	json_decref(reqs);
+	reqs = receiver_requests(&sub, "/replay-oauth");
+	assert_int_equal(json_array_size(reqs), 3);
+	for (size_t i = 0; i < 3; i++)
+		assert_string_equal(header(json_array_get(reqs, i), "authorization"),
+				    "Bearer tok-replay");
+	json_decref(reqs);
+	assert_true(receiver_count(&idp, "/token-replay") >= 1);
+}
+
 static void test_oauth2_expiry_refresh(void **state)
 {
 	char id[64], ev[64], script[1024];
@@ -680,6 +739,7 @@ int main(void)
 		cmocka_unit_test(test_basic_bearer_api_key_query),
 		cmocka_unit_test(test_query_credential_not_in_causes),
 		cmocka_unit_test(test_oauth2_one_token_for_many),
+		cmocka_unit_test(test_replay_authenticates),
 		cmocka_unit_test(test_oauth2_expiry_refresh),
 		cmocka_unit_test(test_oauth2_refresh_on_401),
 		cmocka_unit_test(test_oauth2_token_endpoint_failing),

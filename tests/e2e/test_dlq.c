@@ -1,5 +1,5 @@
 /* test_dlq.c: the dead-letter queue as an operator sees it — a subscriber that is down
- * exhausts 3 immediate tries and 3 scheduled retries, lands in GET /v1/dlq with its full
+ * exhausts its first try, 3 immediate retries and 3 scheduled ones, lands in GET /v1/dlq with its full
  * history, is replayed by id once it is back (a `manual` attempt), and purge. */
 #include "e2e.h"
 

@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #include "core/retry.h"
 
@@ -650,6 +651,81 @@ static void test_immediate_continue(void **state)
 	assert_false(retry_immediate_continue(&p, 1, 3, 404, -1));
 }
 
+/* Slot filling: 50 re-queues of one subscription in the 10-60 s window take the 50
+ * one-second slots once each; the 51st starts the next cycle. Independent draws from the
+ * same source leave seconds empty and double others (what slot filling is for). */
+static void test_requeue_slots_fill_the_window(void **state)
+{
+	struct retry_policy p;
+	struct retry_slots slots = {0};
+	uint64_t seed = 0x9e3779b97f4a7c15ULL;
+	int hits[50], plain[50] = {0}, empty = 0;
+
+	(void)state;
+	retry_policy_defaults(&p); /* 10-60 s */
+	assert_int_equal(retry_slots_for(&p), 50);
+	retry_slots_setup(&slots, retry_slots_for(&p), rand_xorshift_cb, &seed);
+	for (int cycle = 0; cycle < 3; cycle++) {
+		memset(hits, 0, sizeof(hits));
+		for (int i = 0; i < 50; i++) {
+			int64_t d = retry_requeue_delay(&p, retry_slots_draw, &slots);
+			assert_true(d >= 10000 && d < 60000);
+			hits[(d - 10000) / 1000]++;
+		}
+		for (int k = 0; k < 50; k++)
+			assert_int_equal(hits[k], 1); /* every second once, in every cycle */
+	}
+	/* exponential retries fill the same way: 20 first retries in [10 s, 20 s] */
+	p = exponential_policy();
+	slots = (struct retry_slots){0};
+	retry_slots_setup(&slots, 20, rand_xorshift_cb, &seed);
+	memset(hits, 0, sizeof(hits));
+	for (int i = 0; i < 20; i++) {
+		int64_t d = retry_scheduled_delay(&p, 1, retry_slots_draw, &slots);
+		assert_true(d >= 10000 && d <= 20000);
+		hits[(d - 10000) / 500]++; /* 20 slots of 500 ms */
+	}
+	for (int k = 0; k < 20; k++)
+		assert_int_equal(hits[k], 1);
+	/* the same 50 draws without slots */
+	retry_policy_defaults(&p);
+	for (int i = 0; i < 50; i++)
+		plain[(retry_requeue_delay(&p, rand_xorshift_cb, &seed) - 10000) / 1000]++;
+	for (int k = 0; k < 50; k++)
+		empty += plain[k] == 0;
+	assert_true(empty > 0);
+}
+
+/* The slot count follows the window (1 s a slot, 1..RETRY_SLOTS_MAX); setting the same
+ * count again keeps the cycle, another count starts a new one. */
+static void test_requeue_slots_setup(void **state)
+{
+	struct retry_policy p;
+	struct retry_slots slots = {0};
+	double r = 0.0;
+
+	(void)state;
+	retry_policy_defaults(&p);
+	p.min_delay_ms = 10000;
+	p.max_delay_ms = 10000; /* no window: one slot */
+	assert_int_equal(retry_slots_for(&p), 1);
+	p.max_delay_ms = 10000 + 3600000; /* an hour: capped */
+	assert_int_equal(retry_slots_for(&p), RETRY_SLOTS_MAX);
+	p.max_delay_ms = 12500;
+	assert_int_equal(retry_slots_for(&p), 2);
+
+	retry_slots_setup(&slots, 4, rand_fixed_cb, &r);
+	assert_true(retry_slots_draw(&slots) < 0.25); /* the first free slot: 0 */
+	assert_true(retry_slots_draw(&slots) >= 0.25); /* 0 is taken: 1 */
+	retry_slots_setup(&slots, 4, rand_fixed_cb, &r);
+	assert_int_equal(slots.n_taken, 2); /* the cycle goes on */
+	retry_slots_setup(&slots, 8, rand_fixed_cb, &r);
+	assert_int_equal(slots.n_taken, 0);
+	r = nextafter(1.0, 0.0); /* the last free slot, and never past its end */
+	double v = retry_slots_draw(&slots);
+	assert_true(v >= 7.0 / 8.0 && v < 1.0);
+}
+
 static void test_requeue_window(void **state)
 {
 	struct retry_policy p;
@@ -745,6 +821,8 @@ int main(void)
 		cmocka_unit_test(test_retry_after_clamp_property),
 		cmocka_unit_test(test_immediate_continue),
 		cmocka_unit_test(test_requeue_window),
+		cmocka_unit_test(test_requeue_slots_fill_the_window),
+		cmocka_unit_test(test_requeue_slots_setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

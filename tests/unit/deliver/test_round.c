@@ -431,6 +431,10 @@ static void test_breaker_opens_then_delays(void **state)
 	assert_int_equal(g.last_code, OUTCOME_CIRCUIT_OPEN_CODE);
 	assert_string_equal(g.last_message, OUTCOME_CIRCUIT_OPEN_MESSAGE);
 	assert_non_null(strstr(g.last_cause, "delay action 2 of 5"));
+	/* the delay action took a slot of the subscription's 10-60 s window (slot filling,
+	 * core/test_retry.c checks the spread): 50 slots of a second, one taken */
+	assert_int_equal(sub_state(t)->requeue_slots.n, 50);
+	assert_int_equal(sub_state(t)->requeue_slots.n_taken, 1);
 	/* a refused round counts nothing: the breaker stays as it opened */
 	assert_int_equal(sub_state(t)->state.breaker.state, BREAKER_OPEN);
 	assert_int_equal(ops_seen(t, "circuit.opened"), 1);
