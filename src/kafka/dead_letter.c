@@ -17,6 +17,7 @@
 #include "core/metrics.h"
 #include "kafka/client_rdkafka.h"
 #include "kafka/message.h"
+#include "kafka/registry.h"
 #include "util/clock.h"
 #include "util/hash.h"
 #include "util/log.h"
@@ -36,6 +37,9 @@ struct kafka_dead_letter {
 	struct sub_registry *reg;
 	const struct kafka_settings *ks;
 	rd_kafka_t *rk;              /* NULL while its recreation failed */
+	schema_registry *registry;   /* kafka_schema_registry set: the dead-letter topics'
+	                                schema ids come from it (its own client and cache) */
+	char registry_why[256];      /* the round's registry failure, logged once a round */
 	pthread_t thread;
 	pthread_mutex_t mu;          /* the stop wait */
 	pthread_cond_t cv;
@@ -64,6 +68,35 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	}
 }
 
+/* The frame's schema id and message index for topic: the registry's for its subject
+ * with kafka_schema_registry, else kafka_schema_id and OutboxEvent's index. 0, or -1 while
+ * the registry has none for it (registration under way or failing: the cause in
+ * dl->registry_why, the next round asks again). */
+static int frame_ids(struct kafka_dead_letter *dl, const char *topic, uint32_t *id,
+		     uint32_t *index)
+{
+	char why[200];
+
+	*id = dl->ks->schema_id;
+	*index = ENVELOPE_OUTBOX_EVENT_INDEX;
+	if (!dl->registry)
+		return 0;
+	enum registry_err rerr = registry_schema_id(dl->registry, topic, id, why, sizeof(why));
+	if (rerr == REGISTRY_OK) {
+		*index = registry_message_index(dl->registry);
+		return 0;
+	}
+	if (!dl->registry_why[0]) {
+		if (rerr == REGISTRY_PENDING)
+			snprintf(dl->registry_why, sizeof(dl->registry_why),
+				 "topic %s: its schema is being registered", topic);
+		else
+			snprintf(dl->registry_why, sizeof(dl->registry_why), "%s: %s",
+				 registry_strerror(rerr), why);
+	}
+	return -1;
+}
+
 /* Produces dead delivery x to its dead-letter topic with slot as its opaque. 0 when
  * queued; 1 when it cannot ever be (no such topic can be named: logged, to unmark); -1
  * when not now (slot failed). */
@@ -88,7 +121,12 @@ static int produce_one(struct kafka_dead_letter *dl, const struct store_dead_let
 	if (!target)
 		log_warn("kafka dead-letter: subscription %s of delivery %s no longer exists: "
 			 "published without its target", c->subscription_id, c->delivery_id);
-	if (kafka_claim_envelope(c, target, dl->ks, &value, &len)) {
+	uint32_t schema_id, index;
+	if (frame_ids(dl, slot->topic, &schema_id, &index)) {
+		slot->state = SLOT_FAILED;
+		return -1;
+	}
+	if (kafka_claim_envelope_framed(c, target, dl->ks, schema_id, index, &value, &len)) {
 		log_error("kafka dead-letter: delivery %s could not be encoded", c->delivery_id);
 		slot->state = SLOT_FAILED;
 		return -1;
@@ -172,6 +210,7 @@ static int relay_round(struct kafka_dead_letter *dl)
 		goto out;
 	}
 	struct sub_set *set = sub_registry_acquire(dl->reg);
+	dl->registry_why[0] = '\0';
 	for (size_t i = 0; i < n; i++) {
 		int rc = produce_one(dl, &items[i], set, &slots[i]);
 		if (rc > 0) /* it can never be published: unmarked, it stays in the DLQ */
@@ -179,6 +218,9 @@ static int relay_round(struct kafka_dead_letter *dl)
 		failed |= rc < 0;
 	}
 	sub_registry_release(dl->reg, set);
+	if (dl->registry_why[0])
+		log_warn("kafka dead-letter: no schema id from the registry (%s); published "
+			 "after it answers", dl->registry_why);
 	/* wait for every report; at the end, what is left is purged (reported as failed) */
 	int64_t until = clock_mono_ms() + RELAY_WAIT_MS;
 	while (slots_waiting(slots, n) && !atomic_load(&dl->stop) && clock_mono_ms() < until &&
@@ -266,6 +308,9 @@ struct kafka_dead_letter *kafka_dead_letter_start(store *st, struct sub_registry
 	dl->ks = ks;
 	pthread_mutex_init(&dl->mu, NULL);
 	pthread_cond_init(&dl->cv, NULL);
+	if (ks->wire == ENVELOPE_WIRE_CONFLUENT && ks->schema_registry && *ks->schema_registry &&
+	    !(dl->registry = registry_open(ks->schema_registry, -1, err, errlen)))
+		goto fail;
 	if (producer_open(dl, err, errlen))
 		goto fail;
 	if (pthread_create(&dl->thread, NULL, relay_main, dl)) {
@@ -277,6 +322,7 @@ struct kafka_dead_letter *kafka_dead_letter_start(store *st, struct sub_registry
 	return dl;
 fail:
 	producer_close(dl);
+	registry_close(dl->registry);
 	kafka_client_destroy(&dl->client);
 	pthread_cond_destroy(&dl->cv);
 	pthread_mutex_destroy(&dl->mu);
@@ -299,6 +345,7 @@ void kafka_dead_letter_stop(struct kafka_dead_letter *dl)
 	pthread_mutex_unlock(&dl->mu);
 	pthread_join(dl->thread, NULL);
 	producer_close(dl);
+	registry_close(dl->registry);
 	kafka_client_destroy(&dl->client);
 	pthread_cond_destroy(&dl->cv);
 	pthread_mutex_destroy(&dl->mu);

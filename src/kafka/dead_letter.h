@@ -9,7 +9,9 @@
  * down or a crash (kill -9) leaves the mark, and the publish is made again (at least
  * once: a dead-letter processor drops a second copy of the same target as a duplicate).
  * It looks for marks every half second. Its own idempotent producer; a fatal error
- * recreates it. */
+ * recreates it. With kafka_schema_registry, each dead-letter topic's schema id comes from
+ * the registry (the subject TOPIC-value, registered by the relay's own registry client);
+ * while the registry gives none, the marks stay and the publish waits for it. */
 #ifndef OUTBOXD_KAFKA_DEAD_LETTER_H
 #define OUTBOXD_KAFKA_DEAD_LETTER_H
 

@@ -15,7 +15,9 @@
  *    back every event is published with its id: none lost;
  *  - with a registry that does not answer, a Kafka attempt ends at its own timeout while
  *    the same event's HTTP delivery is made meanwhile (the registration does not hold the
- *    dispatcher), and the event is published once the registry answers. */
+ *    dispatcher), and the event is published once the registry answers;
+ *  - a dead delivery from an intake topic reaches its dead-letter topic with the id the
+ *    registry gave that topic's subject. */
 #include "kafka_e2e.h"
 #include "harness_registry.h"
 
@@ -260,6 +262,56 @@ static void test_registry_not_answering(void **state)
 	check_published("slow", 1, 0, 1);
 }
 
+/* A delivery from an intake topic that dies is published to its dead-letter topic in the
+ * same framing, with the id the registry gave that topic's subject (TOPIC-value), not
+ * kafka_schema_id: a dead-letter processor reading it with the registry decodes it. */
+static void test_dead_letter_relay_uses_the_registry(void **state)
+{
+	(void)state;
+	char brokers[256], registry[256], url[128];
+	size_t len = 0;
+	assert_int_equal(receiver_script(&rcv, "/gone", "{\"default\":{\"status\":500}}"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic rjobs 1"), 0);
+	assert_int_equal(kafka_mock_command(mock, "topic rjobs.dlt 1"), 0);
+	snprintf(url, sizeof(url), "%s/gone", rcv.url);
+	struct env_spec spec = {.id = "0190a0b0-0000-7000-8009-000000000001", .type = "job.done",
+				.endpoint = url, .payload = "{\"job\":1}", .payload_len = 9};
+	void *v = kafka_e2e_encode(&spec, &len);
+	assert_int_equal(kcat_produce(kafka_mock_bootstrap(mock), "rjobs", NULL, v, len, NULL), 0);
+	free(v);
+
+	kafka_e2e_brokers(mock, brokers);
+	snprintf(registry, sizeof(registry),
+		 "OUTBOXD_KAFKA_SCHEMA_REGISTRY=http://" REGISTRY_USER ":" REGISTRY_PASS
+		 "@127.0.0.1:%d", reg.port);
+	const char *env[] = {brokers, registry, "OUTBOXD_KAFKA_WIRE_FORMAT=confluent",
+			     "OUTBOXD_KAFKA_SCHEMA_ID=7", "OUTBOXD_KAFKA_INTAKE=rjobs",
+			     "OUTBOXD_KAFKA_DEAD_LETTER={topic}.dlt", "OUTBOXD_IMMEDIATE_TRIES=1",
+			     "OUTBOXD_MAX_RETRIES=1", "OUTBOXD_RETRY_INTERVAL=500ms", NULL};
+	assert_int_equal(daemon_start(&dmn, env), 0);
+
+	struct kcat_msg *msgs = NULL;
+	size_t got = 0;
+	assert_int_equal(kcat_consume(kafka_mock_bootstrap(mock), "rjobs.dlt", 1, 30000, &msgs,
+				      &got), 0);
+	assert_int_equal(got, 1);
+	const unsigned char *b = (const unsigned char *)msgs[0].value;
+	assert_true(msgs[0].len > 7);
+	assert_int_equal(b[0], 0);
+	uint32_t id = (uint32_t)b[1] << 24 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 8 | b[4];
+	assert_int_equal(id, FIRST_ID); /* the registry's, not 7 */
+	assert_int_equal(b[5], 2);  /* zig-zag: one index */
+	assert_int_equal(b[6], 4);  /* zig-zag: index 2, OutboxEvent */
+	Outboxd__V1__OutboxEvent *m = outboxd__v1__outbox_event__unpack(NULL, msgs[0].len - 7, b + 7);
+	assert_non_null(m);
+	assert_string_equal(m->event->type, "job.done");
+	outboxd__v1__outbox_event__free_unpacked(m, NULL);
+	assert_non_null(strstr(msgs[0].headers, "outboxd-error-code=500"));
+	kcat_msgs_free(msgs, got);
+	assert_int_equal(test_registry_registrations(&reg, "rjobs.dlt-value"), 1);
+	assert_false(kafka_e2e_log_has(&dmn, REGISTRY_PASS));
+}
+
 /* The registry's settings are checked at start. */
 static void test_bad_settings(void **state)
 {
@@ -284,6 +336,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_registered_id_in_every_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_registry_down_then_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_registry_not_answering, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dead_letter_relay_uses_the_registry, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_bad_settings, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
