@@ -5,6 +5,8 @@
  *   outboxd check-config [...] validate the settings, print them (secrets masked)
  *   outboxd migrate [...]      apply the store's schema migrations, then exit
  *   outboxd spool ...          inspect or re-insert a spool file (cli/spool_cmd.h)
+ *   outboxd store ...          copy a store to another backend, verify a copy
+ *                              (cli/store_copy.h)
  *   outboxd version            print the version */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include "cli/secret_key.h"
 #include "cli/settings.h"
 #include "cli/spool_cmd.h"
+#include "cli/store_copy.h"
 #include "serve.h"
 #include "util/log.h"
 
@@ -29,7 +32,9 @@ static void usage(FILE *out)
 		     "  rotate-key   re-seal subscription credentials under a new key (outboxd stopped)\n"
 		     "  check-config validate the settings and print them, secrets masked\n"
 		     "  migrate      apply the store's schema migrations without serving\n"
-		     "  spool        inspect a spool file, or re-insert it into the store (outboxd spool --help)\n");
+		     "  spool        inspect a spool file, or re-insert it into the store (outboxd spool --help)\n"
+		     "  store        copy the store to another backend (SQLite <-> PostgreSQL) and\n"
+		     "               verify the copy, outboxd stopped (outboxd store --help)\n");
 	cli_print_groups(out);
 	fprintf(out, "  version      print the version\n\n"
 		     "outboxd <group> --help lists a group's commands, outboxd <group> <command>\n"
@@ -133,6 +138,8 @@ int main(int argc, char **argv)
 		return migrate(argc - 2, argv + 2);
 	if (strcmp(argv[1], "spool") == 0)
 		return spool_cmd_main(argc - 2, argv + 2, spool_replay_settings);
+	if (strcmp(argv[1], "store") == 0)
+		return store_cmd_main(argc - 2, argv + 2);
 	/* CLI: the group may follow global options (outboxd --url U dlq list). */
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) {

@@ -7,6 +7,7 @@
 
 #include <stdatomic.h>
 
+#include "store/copy.h"
 #include "store/store.h"
 
 /* ---- backends ------------------------------------------------------------------------ */
@@ -110,6 +111,19 @@ struct store_methods {
 	 * statement; STORE_NOT_FOUND when it was not (see store_meta_swap). */
 	int (*meta_swap)(store *st, const char *name, const char *expect, const char *value);
 	int (*meta_get)(store *st, const char *name, struct store_meta_value *out);
+	/* The copy between backends (store/copy.h; each backend's copy.c). copy_read: up
+	 * to limit rows of t after the row whose key is after's first row (NULL: from the
+	 * start) in primary-key order, appended to out, stopping early once out's arena holds
+	 * COPY_BATCH_BYTES. copy_write: rows in one transaction. copy_find: the rows whose
+	 * keys are those of keys' rows, appended to found. copy_check: tables, columns and
+	 * schema version against store_copy_tables. copy_in_use: optional (NULL: the backend's
+	 * open already refuses a store in use). */
+	int (*copy_read)(store *st, const struct copy_table *t, const struct copy_batch *after,
+			 size_t limit, struct copy_batch *out);
+	int (*copy_write)(store *st, const struct copy_batch *rows);
+	int (*copy_find)(store *st, const struct copy_batch *keys, struct copy_batch *found);
+	int (*copy_check)(store *st, char *err, size_t errlen);
+	int (*copy_in_use)(store *st, int *in_use);
 	/* Optional (NULL: nothing to listen to). See store_on_work and
 	 * store_on_subscriptions_changed. */
 	void (*on_work)(store *st, void (*cb)(void *ctx), void *ctx);
@@ -154,6 +168,17 @@ struct store_claim_event {
  * payload NUL-terminated for convenience, payload_len without it). 0, or -1 when out of
  * memory (logged). */
 int store_claim_fill(struct store_claim *c, const struct store_claim_event *e);
+
+/* ---- the copy between backends (store/copy.c) ------------------------------------------ */
+
+/* Compares a backend's schema, n (table, column) pairs (names[2 * i], names[2 * i + 1],
+ * borrowed), with store_copy_tables: every described column must be there, and every
+ * column there must be described or in skipped (n_skipped: columns the backend leaves
+ * out of a copy, each for a reason stated where it is listed). STORE_OK, or STORE_ERROR
+ * with err naming the first difference. */
+int store_copy_schema_compare(const char *const *names, size_t n,
+			      const struct copy_skipped *skipped, size_t n_skipped, char *err,
+			      size_t errlen);
 
 /* ---- subscription configs sealed at rest (store/secrets.c) ----------------------------- */
 

@@ -20,7 +20,8 @@
  *
  * The other files: rows.c (parameters, binary arrays, results), write.c (ingest, relay,
  * claims, results), read.c (gets, lists, stats), admin.c (operator actions, jobs, audit,
- * subscriptions), listen.c (LISTEN/NOTIFY wake-ups).
+ * subscriptions), listen.c (LISTEN/NOTIFY wake-ups), copy.c (the rows of a copy between
+ * backends).
  *
  * Must not: interpolate values into SQL (only fixed fragments and column names from
  * tables here), keep a transaction open across calls, or return libpq codes to callers. */
@@ -633,6 +634,11 @@ const struct store_methods store_pg_methods = {
 	.meta_swap = pg_meta_swap,
 	.leases_renew = pg_leases_renew,
 	.meta_get = pg_meta_get,
+	.copy_read = pg_copy_read,
+	.copy_write = pg_copy_write,
+	.copy_find = pg_copy_find,
+	.copy_check = pg_copy_check,
+	.copy_in_use = pg_copy_in_use,
 	.on_work = pg_on_work,
 	.on_subscriptions_changed = pg_on_subscriptions_changed,
 };

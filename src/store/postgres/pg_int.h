@@ -280,6 +280,16 @@ int pg_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *u
 int pg_meta_swap(store *st, const char *name, const char *expect, const char *value);
 int pg_meta_get(store *st, const char *name, struct store_meta_value *out);
 
+/* ---- copy.c ---------------------------------------------------------------- */
+
+/* store_methods.copy_* (store/backend.h), on the janitor connection. */
+int pg_copy_read(store *st, const struct copy_table *t, const struct copy_batch *after,
+		 size_t limit, struct copy_batch *out);
+int pg_copy_write(store *st, const struct copy_batch *rows);
+int pg_copy_find(store *st, const struct copy_batch *keys, struct copy_batch *found);
+int pg_copy_check(store *st, char *err, size_t errlen);
+int pg_copy_in_use(store *st, int *in_use);
+
 /* ---- conn.c ---------------------------------------------------------------- */
 
 struct pg *pg_of(store *st);

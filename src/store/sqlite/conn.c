@@ -11,7 +11,7 @@
  *
  * The other files: rows.c (binding, reading rows, transactions), write.c (ingest, relay,
  * claims, results), read.c (gets, lists, stats), admin.c (operator actions,
- * subscriptions, jobs, audit).
+ * subscriptions, jobs, audit), copy.c (the rows of a copy between backends).
  *
  * Must not: interpolate values into SQL, hold the writer across calls, or return
  * SQLite codes to callers (they get enum store_err). */
@@ -686,4 +686,8 @@ const struct store_methods store_sqlite_methods = {
 	.meta_swap = sq_meta_swap,
 	.leases_renew = sq_leases_renew,
 	.meta_get = sq_meta_get,
+	.copy_read = sq_copy_read,
+	.copy_write = sq_copy_write,
+	.copy_find = sq_copy_find,
+	.copy_check = sq_copy_check,
 };

@@ -207,6 +207,16 @@ int sq_token_delete(store *st, const char *id);
 int sq_token_list(store *st, struct store_token **items, size_t *n);
 int sq_token_touch(store *st, const char *id, int64_t at_ms);
 
+/* ---- copy.c ---------------------------------------------------------------- */
+
+/* store_methods.copy_*: (store/backend.h). The owner lock store_open takes refuses a
+ * file a daemon holds, so the backend has no copy_in_use. */
+int sq_copy_read(store *st, const struct copy_table *t, const struct copy_batch *after,
+		 size_t limit, struct copy_batch *out);
+int sq_copy_write(store *st, const struct copy_batch *rows);
+int sq_copy_find(store *st, const struct copy_batch *keys, struct copy_batch *found);
+int sq_copy_check(store *st, char *err, size_t errlen);
+
 /* ---- conn.c ---------------------------------------------------------------- */
 
 struct sq *sq_of(store *st);
