@@ -357,7 +357,8 @@ function report(work, results) {
       "Small receiver: Python's http.server as a user writes it (ThreadingHTTPServer, HTTP/1.0, " +
         "listen backlog 5), outboxd at default settings (adaptive concurrency, " +
         "docs/flow-control.md); wrk's best over 4 to 512 connections against the same program " +
-        "(bench/small_receiver.sh).",
+        "(bench/small_receiver.sh). deliveries/s: events ÷ (the receiver's answer to the last " +
+        "new webhook-id − the first ingest request); wrk's: 2xx answers ÷ its run.",
       "",
       "| row | deliveries/s | wrk's best /s (connections) | outboxd/wrk | duplicates (recorded retries) | dead |",
       "|---|--:|--:|--:|--:|--:|",

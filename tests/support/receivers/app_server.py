@@ -26,7 +26,7 @@ WORK = {"ms": 20}
 
 class AppHandler(BaseHTTPRequestHandler):
     def do_POST(self):
-        RECORDER.begin(self.headers)
+        new = RECORDER.begin(self.headers)
         try:
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
@@ -36,7 +36,7 @@ class AppHandler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"ok")
         finally:
-            RECORDER.end()
+            RECORDER.end(new)
 
     def log_message(self, fmt, *args):
         pass

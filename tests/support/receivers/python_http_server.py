@@ -18,7 +18,7 @@ RECORDER = Recorder()
 
 class WebhookHandler(BaseHTTPRequestHandler):
     def do_POST(self):
-        RECORDER.begin(self.headers)
+        new = RECORDER.begin(self.headers)
         try:
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
@@ -29,7 +29,7 @@ class WebhookHandler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
         finally:
-            RECORDER.end()
+            RECORDER.end(new)
 
 
 def main():

@@ -9,6 +9,7 @@ must not change how the receiver answers.
 """
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -31,9 +32,11 @@ class Recorder:
             self.attempts = {}  # webhook-id -> the outboxd-attempt numbers seen
             self.in_progress = 0
             self.max_in_progress = 0
+            self.last_new_us = 0  # when the answer to the latest first-seen id was sent
 
     def begin(self, headers):
-        """A request arrived (its headers): counts it. Call end() when answered."""
+        """A request arrived (its headers): counts it. True when its webhook-id is seen
+        for the first time. Call end() when answered, with what begin() returned."""
         wid = headers.get("webhook-id")
         try:
             attempt = int(headers.get("outboxd-attempt") or 0)
@@ -49,15 +52,20 @@ class Recorder:
             seen = self.attempts.get(wid)
             if seen is None:
                 self.attempts[wid] = {attempt}
-                return
+                return True
             self.duplicates += 1
             if attempt not in seen:
                 self.duplicates_retried += 1
                 seen.add(attempt)
+        return False
 
-    def end(self):
+    def end(self, new=False):
+        """The request was answered; new: what begin() returned for it."""
+        now_us = time.time_ns() // 1000 if new else 0
         with self.lock:
             self.in_progress -= 1
+            if now_us > self.last_new_us:
+                self.last_new_us = now_us
 
     def stats(self, extra=None):
         with self.lock:
@@ -68,6 +76,7 @@ class Recorder:
                 "duplicates_retried": self.duplicates_retried,
                 "without_id": self.without_id,
                 "max_in_progress": self.max_in_progress,
+                "last_new_us": self.last_new_us,
             }
         if extra:
             doc.update(extra())
