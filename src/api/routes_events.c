@@ -19,7 +19,7 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 	struct input_error err;
 
 	if (ingest_parse(req->body ? req->body : "", req->body_len, api->max_payload, &b, &err)) {
-		metrics_ingest_rejected(err.status);
+		metrics_ingest_rejected(INGEST_HTTP, err.status);
 		api_reply_error(res, &err);
 		return;
 	}
@@ -32,7 +32,7 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 	 * refused, so the producer retries, rather than acknowledged without it. */
 	char why[256];
 	if (!sub_registry_current(api->reg, why, sizeof(why))) {
-		metrics_ingest_rejected(503);
+		metrics_ingest_rejected(INGEST_HTTP, 503);
 		api_reply_errorf(res, 503, "subscriptions_unavailable", NULL, "%s", why);
 		ingest_batch_free(&b);
 		return;
@@ -47,12 +47,12 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 		 * synced. */
 		if (rc == STORE_ERROR)
 			rc = STORE_UNAVAILABLE;
-		metrics_ingest_rejected(503);
+		metrics_ingest_rejected(INGEST_HTTP, 503);
 		api_reply_store_error(res, rc, "event");
 		ingest_batch_free(&b);
 		return;
 	}
-	metrics_ingested((long)b.n);
+	metrics_ingested(INGEST_HTTP, (long)b.n);
 	json_t *ids = json_array(), *dups = NULL;
 	for (size_t i = 0; i < b.n; i++) {
 		json_array_append_new(ids, json_string(b.events[i].id));
@@ -201,7 +201,7 @@ void api_events_test(struct api *api, const char *sub_id, const struct api_reque
 		api_reply_store_error(res, rc == STORE_ERROR ? STORE_UNAVAILABLE : rc, "event");
 		goto out;
 	}
-	metrics_ingested(1);
+	metrics_ingested(INGEST_HTTP, 1);
 	api_audit(api, req, "subscription.test", s->id, 1, NULL);
 	api_reply_json(res, 202, json_pack("{s:s, s:s, s:b}", "event_id", b.events[0].id,
 					   "subscription_id", s->id, "duplicate",

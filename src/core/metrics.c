@@ -41,11 +41,11 @@ static struct {
 	_Atomic long attempt_count;
 	_Atomic long long attempt_us_sum;
 	_Atomic long in_flight;
-	_Atomic long ingested;
+	_Atomic long ingested[INGEST_PROTOCOLS];
 	_Atomic long claimed, handed;
 	_Atomic long leases_renewed, leases_lost;
 	_Atomic long http_lean, http_curl, http_reconnects;
-	_Atomic long rejected_4xx, rejected_5xx;
+	_Atomic long rejected_4xx[INGEST_PROTOCOLS], rejected_5xx[INGEST_PROTOCOLS];
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
 	_Atomic long ops_stored, ops_suppressed, ops_dropped;
@@ -188,14 +188,21 @@ void metrics_http_reconnect(void)
 	atomic_fetch_add_explicit(&m.http_reconnects, 1, memory_order_relaxed);
 }
 
-void metrics_ingested(long events)
+static int protocol_index(enum ingest_protocol p)
 {
-	atomic_fetch_add_explicit(&m.ingested, events, memory_order_relaxed);
+	return p == INGEST_GRPC ? INGEST_GRPC : INGEST_HTTP;
 }
 
-void metrics_ingest_rejected(int status)
+void metrics_ingested(enum ingest_protocol protocol, long events)
 {
-	atomic_fetch_add_explicit(status >= 500 ? &m.rejected_5xx : &m.rejected_4xx, 1,
+	atomic_fetch_add_explicit(&m.ingested[protocol_index(protocol)], events,
+				  memory_order_relaxed);
+}
+
+void metrics_ingest_rejected(enum ingest_protocol protocol, int status)
+{
+	int i = protocol_index(protocol);
+	atomic_fetch_add_explicit(status >= 500 ? &m.rejected_5xx[i] : &m.rejected_4xx[i], 1,
 				  memory_order_relaxed);
 }
 
@@ -446,14 +453,21 @@ static int render_instance(char **out, size_t *len, size_t *cap)
 	  "full accept queue, which the kernel would resend only a second later).\n"
 	  "# TYPE outboxd_http_reconnects_total counter\noutboxd_http_reconnects_total %ld\n",
 	  atomic_load(&m.http_reconnects));
-	A("# HELP outboxd_ingested_events_total Events accepted (202).\n"
-	  "# TYPE outboxd_ingested_events_total counter\noutboxd_ingested_events_total %ld\n",
-	  atomic_load(&m.ingested));
-	A("# HELP outboxd_ingest_rejected_total Ingest requests refused.\n"
+	A("# HELP outboxd_ingested_events_total Events accepted (202), by the protocol they came "
+	  "with (http: POST /v1/events; grpc: the gRPC ingest).\n"
+	  "# TYPE outboxd_ingested_events_total counter\n"
+	  "outboxd_ingested_events_total{protocol=\"http\"} %ld\n"
+	  "outboxd_ingested_events_total{protocol=\"grpc\"} %ld\n",
+	  atomic_load(&m.ingested[INGEST_HTTP]), atomic_load(&m.ingested[INGEST_GRPC]));
+	A("# HELP outboxd_ingest_rejected_total Ingest requests (gRPC: calls and streamed "
+	  "messages) refused, by protocol and class.\n"
 	  "# TYPE outboxd_ingest_rejected_total counter\n"
-	  "outboxd_ingest_rejected_total{class=\"4xx\"} %ld\n"
-	  "outboxd_ingest_rejected_total{class=\"5xx\"} %ld\n",
-	  atomic_load(&m.rejected_4xx), atomic_load(&m.rejected_5xx));
+	  "outboxd_ingest_rejected_total{protocol=\"http\",class=\"4xx\"} %ld\n"
+	  "outboxd_ingest_rejected_total{protocol=\"http\",class=\"5xx\"} %ld\n"
+	  "outboxd_ingest_rejected_total{protocol=\"grpc\",class=\"4xx\"} %ld\n"
+	  "outboxd_ingest_rejected_total{protocol=\"grpc\",class=\"5xx\"} %ld\n",
+	  atomic_load(&m.rejected_4xx[INGEST_HTTP]), atomic_load(&m.rejected_5xx[INGEST_HTTP]),
+	  atomic_load(&m.rejected_4xx[INGEST_GRPC]), atomic_load(&m.rejected_5xx[INGEST_GRPC]));
 	static const struct {
 		const char *name, *help;
 		const char *const *reasons;

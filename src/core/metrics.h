@@ -31,7 +31,11 @@ void metrics_circuit(const char *subscription_id, int state, int64_t open_until_
  * dispatcher has not delivered to it, or more than 1024 subscriptions are tracked.
  * Any thread: GET /v1/stats reads it. */
 int metrics_circuit_state(const char *subscription_id, int64_t now_ms);
-void metrics_ingested(long events);
+/* The ingest's protocol: the label protocol of outboxd_ingested_events_total and
+ * outboxd_ingest_rejected_total. */
+enum ingest_protocol { INGEST_HTTP = 0, INGEST_GRPC = 1, INGEST_PROTOCOLS };
+/* Events accepted by POST /v1/events (INGEST_HTTP) or the gRPC ingest. */
+void metrics_ingested(enum ingest_protocol protocol, long events);
 /* Rounds started from a claim, and from the ingest hand-off (store/writer.h). */
 void metrics_started(long claimed, long handed);
 /* Leases of rounds in progress renewed, and found lost (the lease ran out before a
@@ -41,7 +45,8 @@ void metrics_leases(long renewed, long lost);
 void metrics_http_request(int lean);
 /* A connect of the lean client made again at once after its SYN went unanswered. */
 void metrics_http_reconnect(void);
-void metrics_ingest_rejected(int status);
+/* An ingest request (or a streamed message) refused with status (4xx or 5xx). */
+void metrics_ingest_rejected(enum ingest_protocol protocol, int status);
 void metrics_store_error(void);
 /* Endpoint health: a subscription disabled after disable_after, one recovered. */
 void metrics_subscription_disabled(void);

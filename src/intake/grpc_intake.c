@@ -428,7 +428,7 @@ static void store_events(struct call *c)
 	/* A fan-out from a set that may not be the store's could leave out a subscription:
 	 * refused, so the producer retries, rather than acknowledged without it. */
 	if (!sub_registry_current(g->reg, why, sizeof(why))) {
-		metrics_ingest_rejected(503);
+		metrics_ingest_rejected(INGEST_GRPC, 503);
 		input_error_set(&err, 503, "subscriptions_unavailable", "", "%s", why);
 		refuse(c, &err);
 		return;
@@ -444,14 +444,14 @@ static void store_events(struct call *c)
 	if (rc != STORE_OK) {
 		/* Nothing is acknowledged that is not durable: OK means committed and synced
 		 * (or in the spool). */
-		metrics_ingest_rejected(503);
+		metrics_ingest_rejected(INGEST_GRPC, 503);
 		metrics_store_error();
 		input_error_set(&err, 503, "unavailable", "",
 				"the store is unavailable; nothing was stored, retry later");
 		refuse(c, &err);
 		return;
 	}
-	metrics_ingested((long)b->in.n);
+	metrics_ingested(INGEST_GRPC, (long)b->in.n);
 	if (publish_reply(b, &packed, &len)) {
 		finish(c, GRPC_STATUS_INTERNAL, "out of memory for the reply (the events are stored: "
 		       "sending them again stores nothing new)", NULL, NULL);
@@ -496,7 +496,7 @@ static void message_received(struct call *c, int ok)
 	if (!message) {
 		/* the client's half-close: every message is there */
 		if (c->batch.in.n == 0) {
-			metrics_ingest_rejected(400);
+			metrics_ingest_rejected(INGEST_GRPC, 400);
 			input_error_set(&err, 400, "invalid_argument", "",
 					"%s takes %s; the call sent none", method_paths[c->method],
 					c->method == METHOD_PUBLISH ? "one event" : "1 to 10000 events");
@@ -529,7 +529,7 @@ static void message_received(struct call *c, int ok)
 	pthread_mutex_unlock(&g->lock);
 	if (over) {
 		grpc_slice_unref(bytes);
-		metrics_ingest_rejected(503);
+		metrics_ingest_rejected(INGEST_GRPC, 503);
 		input_error_set(&err, 503, "unavailable", "",
 				"the calls in progress hold all the memory the ingest gives messages "
 				"(api_body_memory); nothing was stored, retry");
@@ -541,7 +541,7 @@ static void message_received(struct call *c, int ok)
 			      &err);
 	grpc_slice_unref(bytes);
 	if (bad) {
-		metrics_ingest_rejected(err.status);
+		metrics_ingest_rejected(INGEST_GRPC, err.status);
 		refuse(c, &err);
 		return;
 	}

@@ -66,6 +66,7 @@ static const struct {
 	{"subscription_id", "outboxd.subscription.id"},
 	{"topic", "messaging.destination.name"},
 	{"partition", "messaging.destination.partition.id"},
+	{"protocol", "network.protocol.name"},
 };
 
 const char *otlp_metric_name(const char *prometheus_family, const char **unit)

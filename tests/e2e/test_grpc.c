@@ -95,6 +95,23 @@ static int receiver_has_all(void *arg)
 	return unique >= 2 * EVENTS_EACH;
 }
 
+/* The value of one sample of GET /metrics (its name with labels, as rendered), -1 when
+ * absent. */
+static long metric_value(const char *sample)
+{
+	char url[160], needle[256];
+	struct http_resp r;
+	long v = -1;
+	snprintf(url, sizeof(url), "%s/metrics", dmn.url);
+	snprintf(needle, sizeof(needle), "\n%s ", sample);
+	assert_int_equal(http_do("GET", url, NULL, NULL, NULL, 0, &r), 0);
+	const char *p = r.body ? strstr(r.body, needle) : NULL;
+	if (p)
+		v = atol(p + strlen(needle));
+	http_resp_free(&r);
+	return v;
+}
+
 /* 5,000 events in Publish calls (8 at once) and 5,000 in PublishStream calls of 500: every
  * call answered OK with its ids, every id a new event, and every event delivered. The
  * load's events (type load.grpc) are the only ones its receiver gets and each delivery's
@@ -146,6 +163,9 @@ static void test_ten_thousand_events_delivered(void **state)
 	json_decref(ev);
 	json_decref(sent);
 	json_decref(r);
+	/* counted as gRPC ingest in /metrics (and OTLP: network.protocol.name grpc) */
+	assert_true(metric_value("outboxd_ingested_events_total{protocol=\"grpc\"}") >=
+		    2 * EVENTS_EACH);
 }
 
 static void test_bad_envelopes_name_the_field(void **state)
@@ -167,6 +187,8 @@ static void test_bad_envelopes_name_the_field(void **state)
 		   "\"payload\":\"{}\"},\"endpoint\":\"https://hooks.example.com/\"}'");
 	expect_code(a, GRPC_INVALID_ARGUMENT, "endpoint must be unset");
 	json_decref(a);
+	assert_true(metric_value("outboxd_ingest_rejected_total{protocol=\"grpc\",class=\"4xx\"}") >=
+		    3);
 
 	/* a stream is all or nothing: its good first event is not stored either, so the
 	 * same stream with the bad one fixed stores both, neither a duplicate (the binary

@@ -474,12 +474,16 @@ static void test_metrics(void **state)
 	assert_int_equal(r.status, 200);
 	assert_non_null(strstr(r.body, "# TYPE outboxd_ingested_events_total counter"));
 	long ingested = -1, rejected = -1, up = -1;
-	const char *p = strstr(r.body, "\noutboxd_ingested_events_total ");
+	const char *ing = "\noutboxd_ingested_events_total{protocol=\"http\"} ";
+	const char *rej = "\noutboxd_ingest_rejected_total{protocol=\"http\",class=\"4xx\"} ";
+	const char *p = strstr(r.body, ing);
 	if (p)
-		ingested = atol(p + strlen("\noutboxd_ingested_events_total "));
-	p = strstr(r.body, "outboxd_ingest_rejected_total{class=\"4xx\"} ");
+		ingested = atol(p + strlen(ing));
+	p = strstr(r.body, rej);
 	if (p)
-		rejected = atol(p + strlen("outboxd_ingest_rejected_total{class=\"4xx\"} "));
+		rejected = atol(p + strlen(rej));
+	/* nothing came over gRPC (off by default) */
+	assert_non_null(strstr(r.body, "\noutboxd_ingested_events_total{protocol=\"grpc\"} 0\n"));
 	p = strstr(r.body, "\noutboxd_store_up ");
 	if (p)
 		up = atol(p + strlen("\noutboxd_store_up "));

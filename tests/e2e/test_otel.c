@@ -357,7 +357,8 @@ static void check_counters(const struct otel_case *c, const char *sub)
 	m = metric(body, "outboxd.events.ingested");
 	assert_non_null(m);
 	assert_string_equal(json_string_value(json_object_get(m, "unit")), "{event}");
-	assert_int_equal(sum_point(m, NULL, NULL), 1);
+	assert_int_equal(sum_point(m, "network.protocol.name", "http"), 1);
+	assert_int_equal(sum_point(m, "network.protocol.name", "grpc"), 0);
 
 	m = metric(body, "outboxd.attempt.duration");
 	assert_non_null(m);
