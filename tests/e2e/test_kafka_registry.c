@@ -48,15 +48,20 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* The setting naming reg, its credentials in the URL, into out. */
+static void registry_setting(char out[256])
+{
+	snprintf(out, 256, "OUTBOXD_KAFKA_SCHEMA_REGISTRY=http://" REGISTRY_USER ":" REGISTRY_PASS
+		 "@127.0.0.1:%d", reg.port);
+}
+
 /* Starts the daemon publishing in the Schema Registry framing with the registry of reg
  * (credentials in its URL), scheduled retries every 500 ms, never exhausted. */
 static void start_daemon(void)
 {
 	char brokers[256], registry[256];
 	kafka_e2e_brokers(mock, brokers);
-	snprintf(registry, sizeof(registry),
-		 "OUTBOXD_KAFKA_SCHEMA_REGISTRY=http://" REGISTRY_USER ":" REGISTRY_PASS
-		 "@127.0.0.1:%d", reg.port);
+	registry_setting(registry);
 	const char *env[] = {brokers, registry, "OUTBOXD_KAFKA_WIRE_FORMAT=confluent",
 			     "OUTBOXD_KAFKA_SCHEMA_ID=7", "OUTBOXD_RETRY_INTERVAL=500ms",
 			     "OUTBOXD_MAX_RETRIES=0", NULL};
@@ -281,9 +286,7 @@ static void test_dead_letter_relay_uses_the_registry(void **state)
 	free(v);
 
 	kafka_e2e_brokers(mock, brokers);
-	snprintf(registry, sizeof(registry),
-		 "OUTBOXD_KAFKA_SCHEMA_REGISTRY=http://" REGISTRY_USER ":" REGISTRY_PASS
-		 "@127.0.0.1:%d", reg.port);
+	registry_setting(registry);
 	const char *env[] = {brokers, registry, "OUTBOXD_KAFKA_WIRE_FORMAT=confluent",
 			     "OUTBOXD_KAFKA_SCHEMA_ID=7", "OUTBOXD_KAFKA_INTAKE=rjobs",
 			     "OUTBOXD_KAFKA_DEAD_LETTER={topic}.dlt", "OUTBOXD_IMMEDIATE_TRIES=1",
