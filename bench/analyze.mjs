@@ -153,6 +153,9 @@ function pgFigures(pg, tp, out) {
     outboxd_sessions_mean: pg.conn_mean,
     outboxd_sessions_samples: pg.conn_samples,
     sessions_per_instance_max: pg.conn_max / n,
+    samples: pg.samples ?? null,
+    autovacuum_samples: pg.autovacuum_samples ?? null,
+    autovacuum_dbs: pg.autovacuum_dbs || null,
     total_cpu_us_per_delivery: ((pg.cpu_ticks + tp.cpu_ticks) / tp.hz) * 1e6 / d,
   };
 }
@@ -234,6 +237,9 @@ function row(name, kind, work) {
       commits_per_1000: (pgl.commits * 1000) / Math.max(1, d),
       wal_syncs_per_s: pgl.wal_syncs / secs,
       sessions_per_instance_max: pgl.conn_max,
+      samples: pgl.samples ?? null,
+      autovacuum_samples: pgl.autovacuum_samples ?? null,
+      autovacuum_dbs: pgl.autovacuum_dbs || null,
     };
   }
   if (kind === "peer") out.peer = maybeJson(join(work, "peer.config.json"));
@@ -440,6 +446,15 @@ function report(work, results) {
         "the join of its receipts, on its own database, ÷ the events accepted; its WAL fsyncs " +
         "are those of single events acknowledged one request at a time.",
     );
+    const av = [];
+    for (const n of pgRows) {
+      for (const [what, p] of [[n, rows[n].postgres_server], [`${n} latency run`, rows[n].latency_postgres_server]]) {
+        if (p?.autovacuum_samples) av.push(`${what}: ${p.autovacuum_samples} of ${p.samples} samples (${p.autovacuum_dbs})`);
+      }
+    }
+    L.push("", av.length
+      ? `Autovacuum workers ran during some of these runs, and their CPU is in the server's figure: ${av.join("; ")}.`
+      : "No autovacuum worker was seen running in any sample of these runs.");
   }
   const targetTable = (set) => {
     const xs = targets.filter((x) => x.set === set);

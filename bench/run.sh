@@ -198,7 +198,9 @@ pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
 #   - WAL fsyncs and writes (pg_stat_wal) and the database's commits (pg_stat_database):
 #     backends report these counters at exit at the latest, hence after the clients stop;
 #   - outboxd's sessions (application_name 'outboxd', as every instance names them),
-#     sampled every 0.5 s on one psql session of the probe's own (PGMON_MS).
+#     sampled every 0.5 s on one psql session of the probe's own (PGMON_MS), and in the same
+#     samples the autovacuum workers at work (their CPU is the server's too: a row that
+#     follows another may pay for vacuuming the earlier row's database).
 PGMON_MS=${PGMON_MS:-500}
 pg_cpu_ticks() {
   local pm st f total
@@ -223,7 +225,10 @@ pg_probe_begin() { # NAME DB
   rm -f "$work/$name.pgmon.stop"
   # one session for every sample: a psql per sample would be a backend forked per sample
   (while [ ! -e "$work/$name.pgmon.stop" ]; do
-     echo "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outboxd';"
+     echo "SELECT count(*) FILTER (WHERE application_name = 'outboxd'),
+       count(*) FILTER (WHERE backend_type = 'autovacuum worker'),
+       coalesce(string_agg(DISTINCT datname, ',') FILTER (WHERE backend_type = 'autovacuum worker'), '-')
+       FROM pg_stat_activity;"
      sleep "$(awk -v m="$PGMON_MS" 'BEGIN { print m / 1000 }')"
    done | pg_sql -At >"$work/$name.conns.txt" 2>/dev/null) &
   PGMON_PID=$!
@@ -238,14 +243,18 @@ pg_probe_end() { # NAME: right after the last receipt
   wal=$(pg_sql -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
   touch "$work/$name.pgmon.stop"
   wait "$PGMON_PID" 2>/dev/null || true
-  local conns max=0 sum=0 k=0 c
-  for c in $(cat "$work/$name.conns.txt"); do
+  local conns="" max=0 sum=0 k=0 c av avk=0 avdb avdbs=""
+  while IFS='|' read -r c av avdb; do
+    [ -n "$c" ] || continue
     k=$((k + 1)); sum=$((sum + c)); [ "$c" -gt "$max" ] && max=$c
-  done
-  conns=$(tr '\n' ',' <"$work/$name.conns.txt" | sed 's/,$//')
+    conns+="${conns:+,}$c"
+    if [ "${av:-0}" -gt 0 ]; then avk=$((avk + 1)); case ",$avdbs," in *",$avdb,"*) ;; *) avdbs+="${avdbs:+,}$avdb" ;; esac; fi
+  done <"$work/$name.conns.txt"
   printf '{"cpu_ticks":%d,"wal_bytes":%s,"conn_samples":[%s],"conn_max":%d,"conn_mean":%s' \
     $((cpu1 - $(cat "$work/$name.pgcpu0.txt"))) "${wal%.*}" "$conns" "$max" \
     "$(awk -v s="$sum" -v k="$k" 'BEGIN { printf "%.2f", k ? s / k : 0 }')" >"$work/$name.pg.json"
+  printf ',"samples":%d,"autovacuum_samples":%d,"autovacuum_dbs":"%s"' "$k" "$avk" "$avdbs" \
+    >>"$work/$name.pg.json"
 }
 pg_probe_stats() { # NAME DB: once the row's clients have stopped (their counters flushed)
   local name=$1 db=$2 a b
