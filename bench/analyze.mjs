@@ -156,6 +156,12 @@ function pgFigures(pg, tp, out) {
     samples: pg.samples ?? null,
     autovacuum_samples: pg.autovacuum_samples ?? null,
     autovacuum_dbs: pg.autovacuum_dbs || null,
+    // over all samples: outboxd's sessions running a statement, and of those waiting on a
+    // heavyweight lock (rows, tuples, transactions) or on an internal LWLock
+    active_sessions_sampled: pg.active_sessions_sampled ?? null,
+    lock_waits_sampled: pg.lock_waits_sampled ?? null,
+    lwlock_waits_sampled: pg.lwlock_waits_sampled ?? null,
+    waits_sampled: pg.waits_sampled ?? null,
     total_cpu_us_per_delivery: ((pg.cpu_ticks + tp.cpu_ticks) / tp.hz) * 1e6 / d,
   };
 }
@@ -452,6 +458,11 @@ function report(work, results) {
         if (p?.autovacuum_samples) av.push(`${what}: ${p.autovacuum_samples} of ${p.samples} samples (${p.autovacuum_dbs})`);
       }
     }
+    const lw = pgRows.filter((n) => PG_ROWS.includes(n) && rows[n].postgres_server.active_sessions_sampled != null)
+      .map((n) => { const p = rows[n].postgres_server;
+        const w = Object.entries(p.waits_sampled ?? {}).map(([k, v]) => `${k} ${v}`).join(", ");
+        return `${n} ${p.lock_waits_sampled} on a lock and ${p.lwlock_waits_sampled} on an LWLock of ${p.active_sessions_sampled} active${w ? ` (${w})` : ""}`; });
+    if (lw.length) L.push("", `outboxd's sessions seen running a statement in those samples, and of them waiting: ${lw.join("; ")}.`);
     L.push("", av.length
       ? `Autovacuum workers ran during some of these runs, and their CPU is in the server's figure: ${av.join("; ")}.`
       : "No autovacuum worker was seen running in any sample of these runs.");

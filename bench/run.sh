@@ -199,7 +199,9 @@ pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
 #     backends report these counters at exit at the latest, hence after the clients stop;
 #   - outboxd's sessions (application_name 'outboxd', as every instance names them),
 #     sampled every 0.5 s on one psql session of the probe's own (PGMON_MS), and in the same
-#     samples the autovacuum workers at work (their CPU is the server's too: a row that
+#     samples outboxd's sessions waiting on a lock (wait_event_type Lock: a row or other
+#     heavyweight lock; LWLock: the server's internal locks, WAL insertion among them) and
+#     the autovacuum workers at work (their CPU is the server's too: a row that
 #     follows another may pay for vacuuming the earlier row's database).
 PGMON_MS=${PGMON_MS:-500}
 pg_cpu_ticks() {
@@ -227,7 +229,12 @@ pg_probe_begin() { # NAME DB
   (while [ ! -e "$work/$name.pgmon.stop" ]; do
      echo "SELECT count(*) FILTER (WHERE application_name = 'outboxd'),
        count(*) FILTER (WHERE backend_type = 'autovacuum worker'),
-       coalesce(string_agg(DISTINCT datname, ',') FILTER (WHERE backend_type = 'autovacuum worker'), '-')
+       coalesce(string_agg(DISTINCT datname, ',') FILTER (WHERE backend_type = 'autovacuum worker'), '-'),
+       count(*) FILTER (WHERE application_name = 'outboxd' AND wait_event_type = 'Lock'),
+       count(*) FILTER (WHERE application_name = 'outboxd' AND wait_event_type = 'LWLock'),
+       count(*) FILTER (WHERE application_name = 'outboxd' AND state = 'active'),
+       coalesce(string_agg(wait_event_type || ':' || wait_event, ',')
+         FILTER (WHERE application_name = 'outboxd' AND wait_event_type IN ('Lock', 'LWLock')), '-')
        FROM pg_stat_activity;"
      sleep "$(awk -v m="$PGMON_MS" 'BEGIN { print m / 1000 }')"
    done | pg_sql -At >"$work/$name.conns.txt" 2>/dev/null) &
@@ -243,17 +250,26 @@ pg_probe_end() { # NAME: right after the last receipt
   wal=$(pg_sql -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
   touch "$work/$name.pgmon.stop"
   wait "$PGMON_PID" 2>/dev/null || true
-  local conns="" max=0 sum=0 k=0 c av avk=0 avdb avdbs=""
-  while IFS='|' read -r c av avdb; do
+  local conns="" max=0 sum=0 k=0 c av avk=0 avdb avdbs="" lk lw act lks=0 lws=0 acts=0
+  local waits="" we
+  while IFS='|' read -r c av avdb lk lw act we; do
     [ -n "$c" ] || continue
     k=$((k + 1)); sum=$((sum + c)); [ "$c" -gt "$max" ] && max=$c
     conns+="${conns:+,}$c"
+    lks=$((lks + ${lk:-0})); lws=$((lws + ${lw:-0})); acts=$((acts + ${act:-0}))
+    [ "${we:--}" = - ] || waits+="${waits:+,}$we"
     if [ "${av:-0}" -gt 0 ]; then avk=$((avk + 1)); case ",$avdbs," in *",$avdb,"*) ;; *) avdbs+="${avdbs:+,}$avdb" ;; esac; fi
   done <"$work/$name.conns.txt"
   printf '{"cpu_ticks":%d,"wal_bytes":%s,"conn_samples":[%s],"conn_max":%d,"conn_mean":%s' \
     $((cpu1 - $(cat "$work/$name.pgcpu0.txt"))) "${wal%.*}" "$conns" "$max" \
     "$(awk -v s="$sum" -v k="$k" 'BEGIN { printf "%.2f", k ? s / k : 0 }')" >"$work/$name.pg.json"
   printf ',"samples":%d,"autovacuum_samples":%d,"autovacuum_dbs":"%s"' "$k" "$avk" "$avdbs" \
+    >>"$work/$name.pg.json"
+  printf ',"active_sessions_sampled":%d,"lock_waits_sampled":%d,"lwlock_waits_sampled":%d' \
+    "$acts" "$lks" "$lws" >>"$work/$name.pg.json"
+  # which waits, with how many samples each (e.g. Lock:object, LWLock:WALWrite)
+  printf ',"waits_sampled":{%s}' "$(tr ',' '\n' <<<"$waits" | grep -v '^$' | sort | uniq -c |
+    awk '{ printf "%s\"%s\":%d", (NR > 1 ? "," : ""), $2, $1 }')" \
     >>"$work/$name.pg.json"
 }
 pg_probe_stats() { # NAME DB: once the row's clients have stopped (their counters flushed)
