@@ -19,7 +19,9 @@ const readJson = (p) => JSON.parse(readFileSync(p, "utf8"));
 const maybeJson = (p) => (existsSync(p) ? readJson(p) : null);
 const pct = (sorted, p) => (sorted.length ? sorted[Math.floor((sorted.length - 1) * p)] : null);
 
-const ORDER = ["ceiling", "sqlite", "sqlite-fanout", "postgres", "peer", "slow", "small"];
+const ORDER = ["ceiling", "sqlite", "sqlite-fanout", "postgres", "postgres-2", "postgres-3", "peer", "slow", "small"];
+// The rows of outboxd against one PostgreSQL: 1, 2 and 3 instances.
+const PG_ROWS = ["postgres", "postgres-2", "postgres-3"];
 
 function latency(ratePath, receiptsPath, rateJsonPath) {
   const first = new Map();
@@ -56,6 +58,8 @@ const LABELS = {
   sqlite: "outboxd, SQLite, 1 subscription",
   "sqlite-fanout": "outboxd, SQLite, fan-out",
   postgres: "outboxd, PostgreSQL, 1 subscription",
+  "postgres-2": "outboxd, PostgreSQL, 1 subscription, 2 instances",
+  "postgres-3": "outboxd, PostgreSQL, 1 subscription, 3 instances",
   peer: "peer: graphile-worker + undici, PostgreSQL",
   slow: "outboxd, SQLite, slow receivers",
   small: "outboxd, SQLite, Python http.server (default settings)",
@@ -110,6 +114,58 @@ function slowRow(out, work) {
   return out;
 }
 
+// Several load generators' JSON (one per instance) as one: the first start to the last end.
+function mergeIngest(parts) {
+  const sum = (k) => parts.reduce((a, p) => a + (p[k] ?? 0), 0);
+  const start_us = Math.min(...parts.map((p) => p.start_us));
+  const end_us = Math.max(...parts.map((p) => p.end_us));
+  const accepted = sum("accepted");
+  const m = {
+    mode: "ingest", start_us, end_us, events: sum("events"), accepted, errors: sum("errors"),
+    requests: sum("requests"), conns: sum("conns"),
+    events_per_s: end_us > start_us ? accepted / ((end_us - start_us) / 1e6) : 0,
+    parts: parts.map((p) => ({ events: p.events, conns: p.conns, events_per_s: p.events_per_s, errors: p.errors })),
+  };
+  const fe = parts.find((p) => p.first_error);
+  if (fe) m.first_error = fe.first_error;
+  return m;
+}
+
+// The PostgreSQL probe of a row (run.sh pg_probe_*), per delivery: the server's CPU (every
+// process of the server), WAL bytes, WAL fsyncs and commits; outboxd's sessions per instance.
+function pgFigures(pg, tp, out) {
+  const d = Math.max(1, tp.deliveries);
+  const n = tp.instances || 1;
+  return {
+    cpu_s: pg.cpu_ticks / tp.hz,
+    cpu_us_per_delivery: ((pg.cpu_ticks / tp.hz) * 1e6) / d,
+    wal_bytes: pg.wal_bytes,
+    wal_bytes_per_delivery: pg.wal_bytes / d,
+    wal_syncs: pg.wal_syncs ?? null,
+    wal_syncs_per_1000: pg.wal_syncs != null ? (pg.wal_syncs * 1000) / d : null,
+    wal_writes: pg.wal_writes ?? null,
+    wal_records_per_delivery: pg.wal_records != null ? pg.wal_records / d : null,
+    wal_fpi: pg.wal_fpi ?? null,
+    commits: pg.commits ?? null,
+    commits_per_1000: pg.commits != null ? (pg.commits * 1000) / d : null,
+    wal_syncs_per_s: pg.wal_syncs != null ? pg.wal_syncs / out.end_to_end_s : null,
+    outboxd_sessions_max: pg.conn_max,
+    outboxd_sessions_mean: pg.conn_mean,
+    outboxd_sessions_samples: pg.conn_samples,
+    sessions_per_instance_max: pg.conn_max / n,
+    samples: pg.samples ?? null,
+    autovacuum_samples: pg.autovacuum_samples ?? null,
+    autovacuum_dbs: pg.autovacuum_dbs || null,
+    // over all samples: outboxd's sessions running a statement, and of those waiting on a
+    // heavyweight lock (rows, tuples, transactions) or on an internal LWLock
+    active_sessions_sampled: pg.active_sessions_sampled ?? null,
+    lock_waits_sampled: pg.lock_waits_sampled ?? null,
+    lwlock_waits_sampled: pg.lwlock_waits_sampled ?? null,
+    waits_sampled: pg.waits_sampled ?? null,
+    total_cpu_us_per_delivery: ((pg.cpu_ticks + tp.cpu_ticks) / tp.hz) * 1e6 / d,
+  };
+}
+
 function row(name, kind, work) {
   const out = { row: name, label: LABELS[name] ?? name, available: true };
   if (kind === "ceiling") {
@@ -148,6 +204,7 @@ function row(name, kind, work) {
     return out;
   }
   const tp = readJson(join(work, `${name}.tp.json`));
+  if (Array.isArray(tp.ingest)) tp.ingest = mergeIngest(tp.ingest);
   const secs = (tp.last_receipt_us - tp.ingest.start_us) / 1e6;
   Object.assign(out, {
     events: tp.events,
@@ -160,8 +217,37 @@ function row(name, kind, work) {
     process: kind === "peer" ? "node (graphile-worker)" : "outboxd",
   });
   if (tp.ingest.first_error) out.ingest_first_error = tp.ingest.first_error;
+  if (tp.instances) out.instances = tp.instances;
+  if (tp.vmhwm_kib_sum && tp.instances > 1) out.peak_rss_mib_sum = tp.vmhwm_kib_sum / 1024;
+  if (tp.ingest.parts) out.ingest_parts = tp.ingest.parts;
+  const ids = maybeJson(join(work, `${name}.ids.json`));
+  if (ids) {
+    out.unique_ids = ids.unique_ids;
+    out.duplicates = ids.duplicates;
+    out.sink_requests = ids.requests;
+  }
+  const pg = maybeJson(join(work, `${name}.pg.json`));
+  if (pg) out.postgres_server = pgFigures(pg, tp, out);
   const lat = maybeJson(join(work, `${name}.lat.json`));
   if (lat) out.latency = lat;
+  // the probe of the latency run: single events at a fixed rate, on its own store
+  const pgl = maybeJson(join(work, `${name}-lat.pg.json`));
+  if (pgl && lat) {
+    const d = lat.accepted, secs = lat.seconds;
+    out.latency_postgres_server = {
+      events: d, seconds: secs,
+      cpu_us_per_delivery: ((pgl.cpu_ticks / tp.hz) * 1e6) / Math.max(1, d),
+      wal_bytes_per_delivery: pgl.wal_bytes / Math.max(1, d),
+      wal_syncs: pgl.wal_syncs, commits: pgl.commits,
+      wal_syncs_per_1000: (pgl.wal_syncs * 1000) / Math.max(1, d),
+      commits_per_1000: (pgl.commits * 1000) / Math.max(1, d),
+      wal_syncs_per_s: pgl.wal_syncs / secs,
+      sessions_per_instance_max: pgl.conn_max,
+      samples: pgl.samples ?? null,
+      autovacuum_samples: pgl.autovacuum_samples ?? null,
+      autovacuum_dbs: pgl.autovacuum_dbs || null,
+    };
+  }
   if (kind === "peer") out.peer = maybeJson(join(work, "peer.config.json"));
   return out;
 }
@@ -179,6 +265,9 @@ function brief(r) {
   if (r.ingest_events_per_s) s += `, ingest ${f0(r.ingest_events_per_s)} ev/s`;
   if (r.cpu_us_per_delivery != null) s += `, ${f1(r.cpu_us_per_delivery)} µs CPU/delivery`;
   if (r.peak_rss_mib != null) s += `, RSS ${f1(r.peak_rss_mib)} MiB`;
+  if (r.duplicates != null && r.instances > 1) s += `, ${f0(r.unique_ids)} distinct ids, ${f0(r.duplicates)} duplicates`;
+  const p = r.postgres_server;
+  if (p) s += `; server ${f1(p.cpu_us_per_delivery)} µs CPU, ${f0(p.wal_bytes_per_delivery)} WAL bytes, ${p.wal_syncs_per_1000 != null ? f1(p.wal_syncs_per_1000) : "–"} fsyncs/1000, ${p.commits_per_1000 != null ? f1(p.commits_per_1000) : "–"} commits/1000 per delivery, ${p.outboxd_sessions_max} outboxd sessions`;
   if (r.complete === false) s += ` (INCOMPLETE: ${r.deliveries} of ${r.deliveries_expected})`;
   if (r.latency)
     s += `, latency p50 ${ms(r.latency.p50_us)} p99 ${ms(r.latency.p99_us)} max ${ms(r.latency.max_us)} ms`;
@@ -198,7 +287,7 @@ function report(work, results) {
   const ok = (n) => rows[n]?.available && rows[n].complete !== false;
   const ceiling = ok("ceiling") ? rows.ceiling.deliveries_per_s : null;
   const peer = ok("peer") ? rows.peer.deliveries_per_s : null;
-  for (const n of ["sqlite", "sqlite-fanout", "postgres"]) {
+  for (const n of ["sqlite", "sqlite-fanout", ...PG_ROWS]) {
     if (!ok(n)) continue;
     rows[n].vs_ceiling = ceiling ? rows[n].deliveries_per_s / ceiling : null;
     rows[n].vs_peer = peer ? rows[n].deliveries_per_s / peer : null;
@@ -295,7 +384,7 @@ function report(work, results) {
     const dps = f0(r.deliveries_per_s) + (r.complete === false ? ` (incomplete: ${f0(r.deliveries)} of ${f0(r.deliveries_expected)})` : "");
     const lat = r.latency;
     const over = lat && lat.achieved_rate < 0.95 * lat.rate ? " (overloaded)" : "";
-    const isOutboxd = ["sqlite", "sqlite-fanout", "postgres"].includes(n);
+    const isOutboxd = ["sqlite", "sqlite-fanout", ...PG_ROWS].includes(n);
     L.push(
       `| ${r.label} | ${dps} | ${r.ingest_events_per_s ? f0(r.ingest_events_per_s) : "–"} | ` +
         `${r.cpu_us_per_delivery != null ? f1(r.cpu_us_per_delivery) : "–"} | ` +
@@ -312,6 +401,72 @@ function report(work, results) {
       "Peak RSS: VmHWM. Latency: receipt at the sink − intended send time of the event, " +
       "joined by webhook-id, on a fresh store.",
   );
+  const multi = main.filter((n) => rows[n].available && rows[n].instances > 1);
+  if (multi.length) L.push("",
+    "With 2 and 3 instances: the instances share one secret key and one database; the " +
+      "events are spread over their APIs (one load generator per instance, " +
+      `${s.conns} connections in all), since the instance that stores an event leases its ` +
+      "deliveries to itself first; deliveries/s runs to the last distinct webhook-id at the " +
+      "sink; CPU is summed over the instances, peak RSS is the largest instance's; no " +
+      "latency run. The instances, the PostgreSQL server, the sink and the load generators " +
+      `share this machine's ${m.cores} cores: these rows measure the instances' contention ` +
+      "on one server, not scale-out. " +
+      multi.map((n) => `${n}: ${f0(rows[n].unique_ids)} distinct webhook-ids of ` +
+        `${f0(rows[n].deliveries_expected)}, ${f0(rows[n].duplicates)} duplicates, ` +
+        `peak RSS ${f1(rows[n].peak_rss_mib_sum)} MiB summed`).join("; ") + ".",
+  );
+  const pgRows = names.filter((n) => rows[n]?.available && rows[n].postgres_server);
+  if (pgRows.length) {
+    L.push("",
+      "PostgreSQL server per delivery (the throughput runs above; the server at its defaults, fsync and synchronous_commit on):",
+      "",
+      "| row | instances | deliveries/s | outboxd CPU µs/delivery (all instances) | PostgreSQL CPU µs/delivery | WAL bytes/delivery | WAL fsyncs per 1,000 deliveries | commits per 1,000 deliveries | outboxd sessions per instance (most sampled) |",
+      "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    );
+    for (const n of pgRows) {
+      const r = rows[n], p = r.postgres_server;
+      const isO = PG_ROWS.includes(n);
+      L.push(
+        `| ${r.label} | ${isO ? (r.instances ?? 1) : "–"} | ${f0(r.deliveries_per_s)} | ${f1(r.cpu_us_per_delivery)}${isO ? "" : " (node)"} | ` +
+          `${f1(p.cpu_us_per_delivery)} | ${f0(p.wal_bytes_per_delivery)} | ` +
+          `${p.wal_syncs_per_1000 != null ? f1(p.wal_syncs_per_1000) : "–"} | ` +
+          `${p.commits_per_1000 != null ? f1(p.commits_per_1000) : "–"} | ` +
+          `${isO ? (p.sessions_per_instance_max).toFixed(1) : "–"} |`,
+      );
+      const q = r.latency_postgres_server;
+      if (q) L.push(
+        `| ${r.label}, latency run: ${f0(s.lat_rate)} single events/s for ${s.lat_seconds} s | 1 | ${f0(q.events / q.seconds)} | – | ` +
+          `${f1(q.cpu_us_per_delivery)} | ${f0(q.wal_bytes_per_delivery)} | ${f1(q.wal_syncs_per_1000)} | ` +
+          `${f1(q.commits_per_1000)} | ${q.sessions_per_instance_max.toFixed(1)} |`,
+      );
+    }
+    L.push("",
+      "PostgreSQL CPU: utime+stime of every process of the bench's server (backends, walwriter, " +
+        "checkpointer, autovacuum; the children that exited meanwhile through the postmaster's " +
+        "cutime+cstime), first ingest request to last receipt, ÷ deliveries. WAL bytes: " +
+        "pg_wal_lsn_diff of pg_current_wal_lsn() over the same run. WAL fsyncs: pg_stat_wal's " +
+        "wal_sync; commits: pg_stat_database's xact_commit of the row's database (both read " +
+        "once the row's clients stopped, so they include the stop). Sessions: pg_stat_activity " +
+        `rows with application_name 'outboxd', sampled every 0.5 s during the run (the most ` +
+        "seen ÷ instances). The latency run's line: the same probe from its first request to " +
+        "the join of its receipts, on its own database, ÷ the events accepted; its WAL fsyncs " +
+        "are those of single events acknowledged one request at a time.",
+    );
+    const av = [];
+    for (const n of pgRows) {
+      for (const [what, p] of [[n, rows[n].postgres_server], [`${n} latency run`, rows[n].latency_postgres_server]]) {
+        if (p?.autovacuum_samples) av.push(`${what}: ${p.autovacuum_samples} of ${p.samples} samples (${p.autovacuum_dbs})`);
+      }
+    }
+    const lw = pgRows.filter((n) => PG_ROWS.includes(n) && rows[n].postgres_server.active_sessions_sampled != null)
+      .map((n) => { const p = rows[n].postgres_server;
+        const w = Object.entries(p.waits_sampled ?? {}).map(([k, v]) => `${k} ${v}`).join(", ");
+        return `${n} ${p.lock_waits_sampled} on a lock and ${p.lwlock_waits_sampled} on an LWLock of ${p.active_sessions_sampled} active${w ? ` (${w})` : ""}`; });
+    if (lw.length) L.push("", `outboxd's sessions seen running a statement in those samples, and of them waiting: ${lw.join("; ")}.`);
+    L.push("", av.length
+      ? `Autovacuum workers ran during some of these runs, and their CPU is in the server's figure: ${av.join("; ")}.`
+      : "No autovacuum worker was seen running in any sample of these runs.");
+  }
   const targetTable = (set) => {
     const xs = targets.filter((x) => x.set === set);
     if (!xs.length) return;
@@ -419,6 +574,8 @@ function report(work, results) {
     sqlite: "outboxd SQLite",
     "sqlite-fanout": `outboxd SQLite ×${rows["sqlite-fanout"]?.subscriptions ?? ""} subs`,
     postgres: "outboxd PostgreSQL",
+    "postgres-2": "outboxd PostgreSQL ×2 inst.",
+    "postgres-3": "outboxd PostgreSQL ×3 inst.",
     peer: "graphile-worker",
   };
   const dat = main.map((n) => `${q(short[n] ?? n)} ${rows[n].available ? rows[n].deliveries_per_s.toFixed(0) : 0}`);

@@ -8,7 +8,15 @@
 #                    µs per delivery, peak RSS; then latency at LAT_RATE events/s
 #   3. sqlite-fanout outboxd on SQLite, FANOUT_SUBS subscriptions (FANOUT_EVENTS events)
 #   4. postgres      as 2, on a PostgreSQL this script starts (not available when outboxd
-#                    refuses a postgres:// store)
+#                    refuses a postgres:// store); for the PostgreSQL rows also the server's
+#                    CPU, WAL bytes, WAL fsyncs and commits per delivery, and outboxd's
+#                    sessions per instance
+#      postgres-2,   as 4 with 2 (3) outboxd instances on the one PostgreSQL, sharing one
+#      postgres-3    secret key; the events spread over the instances' APIs (one load
+#                    generator each, CONNS connections in all); deliveries/s first ingest to
+#                    the last distinct webhook-id at the sink, duplicates counted; no latency
+#                    run. On a small machine the instances and the server share its cores:
+#                    these rows measure contention between instances, not scale-out
 #   5. peer          graphile-worker + undici on the same PostgreSQL, as 2
 #   6. slow          slow receivers: outboxd on SQLite with max_in_flight
 #                    SLOW_IN_FLIGHT, SLOW_SUBS subscriptions to bench_slow_sink, which answers
@@ -54,7 +62,7 @@ PERF=${PERF:-}                       # a file: perf record -g the outboxd of row
 PERF_ROW=${PERF_ROW:-sqlite}
 PERF_OPTS=${PERF_OPTS:--g -F 999}    # e.g. "--call-graph dwarf,16384 -F 499" to see into libraries
 RESULTS=${RESULTS:-bench/results}
-ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres peer slow small}
+ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres postgres-2 postgres-3 peer slow small}
 export PEER_CONCURRENCY PEER_LOCAL_QUEUE PEER_COMPLETE_DELAY
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -135,13 +143,14 @@ curl -sf "$SINK/_control/stats" >/dev/null || die "the sink did not start"
 sink_reset() { curl -sf -X POST "$SINK/_control/reset" >/dev/null; }
 sink_field() { curl -sf "$SINK/_control/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
 
-# Waits until the sink has counted $1 requests; prints the count reached. The poll is
+# Waits until the sink has counted $1 requests (or, with a second argument unique_ids, $1
+# distinct webhook-ids); prints the count reached. The poll is
 # slow on purpose: the times come from the sink's own stamps, and every curl started here
 # takes CPU from the run being measured.
 sink_wait() {
-  local want=$1 deadline=$(($(date +%s) + ROW_TIMEOUT)) n=0 last=-1 still=0
+  local want=$1 field=${2:-count} deadline=$(($(date +%s) + ROW_TIMEOUT)) n=0 last=-1 still=0
   while :; do
-    n=$(sink_field count || echo 0)
+    n=$(sink_field "$field" || echo 0)
     [ "${n:-0}" -ge "$want" ] && break
     [ "$(date +%s)" -ge "$deadline" ] && { log "timeout: $n of $want received"; break; }
     # Nothing new for 30 s: the pipeline stalled, no point waiting for the deadline.
@@ -179,6 +188,100 @@ pg_createdb() {
 }
 pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
 
+# What a PostgreSQL row costs the server, around its throughput run (pg_probe_begin before
+# the first ingest request, pg_probe_end after the last receipt, pg_probe_stats once the
+# row's clients have stopped):
+#   - CPU: utime+stime of every process of this server (the postmaster and its children:
+#     backends, walwriter, checkpointer, autovacuum) from /proc, plus the postmaster's
+#     cutime+cstime (the children that exited meanwhile), in ticks;
+#   - WAL bytes: pg_wal_lsn_diff of pg_current_wal_lsn() (the whole cluster);
+#   - WAL fsyncs and writes (pg_stat_wal) and the database's commits (pg_stat_database):
+#     backends report these counters at exit at the latest, hence after the clients stop;
+#   - outboxd's sessions (application_name 'outboxd', as every instance names them),
+#     sampled every 0.5 s on one psql session of the probe's own (PGMON_MS), and in the same
+#     samples outboxd's sessions waiting on a lock (wait_event_type Lock: a row or other
+#     heavyweight lock; LWLock: the server's internal locks, WAL insertion among them) and
+#     the autovacuum workers at work (their CPU is the server's too: a row that
+#     follows another may pay for vacuuming the earlier row's database).
+PGMON_MS=${PGMON_MS:-500}
+pg_cpu_ticks() {
+  local pm st f total
+  pm=$(head -1 "$pg_data/postmaster.pid")
+  read -r st <"/proc/$pm/stat"
+  read -r -a st <<<"${st##*) }"
+  total=$((st[11] + st[12] + st[13] + st[14]))
+  for f in /proc/[0-9]*/stat; do
+    { read -r st <"$f"; } 2>/dev/null || continue
+    read -r -a st <<<"${st##*) }"
+    [ "${st[1]}" = "$pm" ] && total=$((total + st[11] + st[12]))
+  done
+  echo "$total"
+}
+PG_STATS_SQL="SELECT w.wal_sync, w.wal_write, w.wal_records, w.wal_fpi, d.xact_commit
+  FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()"
+PGMON_PID=""
+pg_probe_begin() { # NAME DB
+  local name=$1 db=$2
+  pg_sql -d "$db" -Atc "$PG_STATS_SQL" -F ' ' >"$work/$name.pgstats0.txt"
+  pg_sql -Atc 'SELECT pg_current_wal_lsn()' >"$work/$name.lsn0.txt"
+  rm -f "$work/$name.pgmon.stop"
+  # one session for every sample: a psql per sample would be a backend forked per sample
+  (while [ ! -e "$work/$name.pgmon.stop" ]; do
+     echo "SELECT count(*) FILTER (WHERE application_name = 'outboxd'),
+       count(*) FILTER (WHERE backend_type = 'autovacuum worker'),
+       coalesce(string_agg(DISTINCT datname, ',') FILTER (WHERE backend_type = 'autovacuum worker'), '-'),
+       count(*) FILTER (WHERE application_name = 'outboxd' AND wait_event_type = 'Lock'),
+       count(*) FILTER (WHERE application_name = 'outboxd' AND wait_event_type = 'LWLock'),
+       count(*) FILTER (WHERE application_name = 'outboxd' AND state = 'active'),
+       coalesce(string_agg(wait_event_type || ':' || wait_event, ',')
+         FILTER (WHERE application_name = 'outboxd' AND wait_event_type IN ('Lock', 'LWLock')), '-')
+       FROM pg_stat_activity;"
+     sleep "$(awk -v m="$PGMON_MS" 'BEGIN { print m / 1000 }')"
+   done | pg_sql -At >"$work/$name.conns.txt" 2>/dev/null) &
+  PGMON_PID=$!
+  pids+=("$PGMON_PID")
+  echo "$(pg_cpu_ticks)" >"$work/$name.pgcpu0.txt"
+}
+pg_probe_end() { # NAME: right after the last receipt
+  local name=$1 cpu1
+  cpu1=$(pg_cpu_ticks)
+  local lsn0 wal
+  lsn0=$(cat "$work/$name.lsn0.txt")
+  wal=$(pg_sql -Atc "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
+  touch "$work/$name.pgmon.stop"
+  wait "$PGMON_PID" 2>/dev/null || true
+  local conns="" max=0 sum=0 k=0 c av avk=0 avdb avdbs="" lk lw act lks=0 lws=0 acts=0
+  local waits="" we
+  while IFS='|' read -r c av avdb lk lw act we; do
+    [ -n "$c" ] || continue
+    k=$((k + 1)); sum=$((sum + c)); [ "$c" -gt "$max" ] && max=$c
+    conns+="${conns:+,}$c"
+    lks=$((lks + ${lk:-0})); lws=$((lws + ${lw:-0})); acts=$((acts + ${act:-0}))
+    [ "${we:--}" = - ] || waits+="${waits:+,}$we"
+    if [ "${av:-0}" -gt 0 ]; then avk=$((avk + 1)); case ",$avdbs," in *",$avdb,"*) ;; *) avdbs+="${avdbs:+,}$avdb" ;; esac; fi
+  done <"$work/$name.conns.txt"
+  printf '{"cpu_ticks":%d,"wal_bytes":%s,"conn_samples":[%s],"conn_max":%d,"conn_mean":%s' \
+    $((cpu1 - $(cat "$work/$name.pgcpu0.txt"))) "${wal%.*}" "$conns" "$max" \
+    "$(awk -v s="$sum" -v k="$k" 'BEGIN { printf "%.2f", k ? s / k : 0 }')" >"$work/$name.pg.json"
+  printf ',"samples":%d,"autovacuum_samples":%d,"autovacuum_dbs":"%s"' "$k" "$avk" "$avdbs" \
+    >>"$work/$name.pg.json"
+  printf ',"active_sessions_sampled":%d,"lock_waits_sampled":%d,"lwlock_waits_sampled":%d' \
+    "$acts" "$lks" "$lws" >>"$work/$name.pg.json"
+  # which waits, with how many samples each (e.g. Lock:object, LWLock:WALWrite)
+  printf ',"waits_sampled":{%s}' "$(tr ',' '\n' <<<"$waits" | grep -v '^$' | sort | uniq -c |
+    awk '{ printf "%s\"%s\":%d", (NR > 1 ? "," : ""), $2, $1 }')" \
+    >>"$work/$name.pg.json"
+}
+pg_probe_stats() { # NAME DB: once the row's clients have stopped (their counters flushed)
+  local name=$1 db=$2 a b
+  sleep 0.5
+  read -r -a a <"$work/$name.pgstats0.txt"
+  read -r -a b <<<"$(pg_sql -d "$db" -Atc "$PG_STATS_SQL" -F ' ')"
+  printf ',"wal_syncs":%d,"wal_writes":%d,"wal_records":%d,"wal_fpi":%d,"commits":%d}\n' \
+    $((b[0] - a[0])) $((b[1] - a[1])) $((b[2] - a[2])) $((b[3] - a[3])) $((b[4] - a[4])) \
+    >>"$work/$name.pg.json"
+}
+
 # ---- outboxd -------------------------------------------------------------------------
 DPID=""; DPORT=""
 # outboxd_start NAME DSN [VAR=VALUE...]: a fresh daemon, with more settings in its
@@ -210,12 +313,18 @@ subscribe() { # N subscriptions, each to its own path on the sink
   done
 }
 
-# throughput NAME PID EVENTS SUBS CMD...: resets the sink, runs the ingest command (which
-# prints bench_loadgen's JSON), waits for EVENTS*SUBS receipts; writes $work/NAME.tp.json.
+# throughput NAME PIDS EVENTS SUBS CMD...: resets the sink, runs the ingest command (which
+# prints bench_loadgen's JSON; a function of this script runs as it is, without timeout),
+# waits for EVENTS*SUBS receipts; writes $work/NAME.tp.json. PIDS: outboxd's process, or
+# the instances' separated by spaces (their CPU is summed, the largest peak RSS kept).
+# TP_UNIQUE=1: wait for as many distinct webhook-ids instead of receipts. TP_PGDB=DB:
+# the PostgreSQL probe around the run (pg_probe_begin/end; pg_probe_stats is the caller's).
+cpu_ticks_sum() { local p t=0; for p in $1; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 throughput() {
-  local name=$1 pid=$2 events=$3 subs=$4; shift 4
-  local want=$((events * subs)) cpu0 cpu1 got first last
-  local perf_pid=""
+  local name=$1 pidlist=$2 events=$3 subs=$4; shift 4
+  local want=$((events * subs)) cpu0 cpu1 got first last p hwm=0 hwm_sum=0 h
+  local perf_pid="" pid
+  pid=${pidlist%% *}
   sink_reset
   if [ -n "$PERF" ] && [ "$name" = "$PERF_ROW" ]; then
     # shellcheck disable=SC2086  # PERF_OPTS is a list of arguments
@@ -223,22 +332,39 @@ throughput() {
     perf_pid=$!
     sleep 0.5
   fi
-  cpu0=$(cpu_ticks "$pid")
-  timeout "$ROW_TIMEOUT" "$@" >"$work/$name.ingest.json" || true
+  [ -n "${TP_PGDB:-}" ] && pg_probe_begin "$name" "$TP_PGDB"
+  cpu0=$(cpu_ticks_sum "$pidlist")
+  if declare -F "$1" >/dev/null; then
+    "$@" >"$work/$name.ingest.json" || true
+  else
+    timeout "$ROW_TIMEOUT" "$@" >"$work/$name.ingest.json" || true
+  fi
   [ -s "$work/$name.ingest.json" ] || { log "$name: the load generator failed"; return 1; }
-  got=$(sink_wait "$want")
-  cpu1=$(cpu_ticks "$pid")
+  if [ "${TP_UNIQUE:-0}" = 1 ]; then got=$(sink_wait "$want" unique_ids); else got=$(sink_wait "$want"); fi
+  cpu1=$(cpu_ticks_sum "$pidlist")
+  [ -n "${TP_PGDB:-}" ] && pg_probe_end "$name"
   if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid" 2>/dev/null || true
     wait "$perf_pid" 2>/dev/null || true
     log "$name: profile in $PERF ($(tail -1 "$work/perf.log"))"
   fi
   first=$(sink_field first_us); last=$(sink_field last_us)
+  for p in $pidlist; do
+    h=$(hwm_kib "$p"); hwm_sum=$((hwm_sum + h)); [ "$h" -gt "$hwm" ] && hwm=$h
+  done
   printf '{"events":%d,"subscriptions":%d,"deliveries_expected":%d,"deliveries":%d,' \
     "$events" "$subs" "$want" "$got" >"$work/$name.tp.json"
   printf '"first_receipt_us":%s,"last_receipt_us":%s,"cpu_ticks":%d,"hz":%d,"vmhwm_kib":%d,' \
-    "$first" "$last" $((cpu1 - cpu0)) "$HZ" "$(hwm_kib "$pid")" >>"$work/$name.tp.json"
+    "$first" "$last" $((cpu1 - cpu0)) "$HZ" "$hwm" >>"$work/$name.tp.json"
+  printf '"instances":%d,"vmhwm_kib_sum":%d,' "$(wc -w <<<"$pidlist")" "$hwm_sum" >>"$work/$name.tp.json"
   printf '"ingest":%s}\n' "$(cat "$work/$name.ingest.json")" >>"$work/$name.tp.json"
+}
+
+# sink_ids NAME: the sink's distinct webhook-ids and duplicates now, for the row (after
+# its clients stopped, so a late duplicate is in).
+sink_ids() {
+  printf '{"unique_ids":%s,"duplicates":%s,"requests":%s}\n' "$(sink_field unique_ids)" \
+    "$(sink_field duplicates)" "$(sink_field count)" >"$work/$1.ids.json"
 }
 
 # latency NAME CMD...: runs the fixed-rate command (which writes $work/NAME.rate.txt and
@@ -291,10 +417,11 @@ EOF
   row_assemble ceiling ceiling
 }
 
-# row_outboxd NAME DSN DSN_LAT EVENTS SUBS: throughput on a fresh store, then (1 subscription
-# only) latency on another fresh store.
+# row_outboxd NAME DSN DSN_LAT EVENTS SUBS [PGDB]: throughput on a fresh store, then (1
+# subscription only) latency on another fresh store. PGDB: the store is this database of the
+# bench's PostgreSQL, probed around the throughput run.
 row_outboxd() {
-  local name=$1 dsn=$2 dsn_lat=$3 events=$4 subs=$5
+  local name=$1 dsn=$2 dsn_lat=$3 events=$4 subs=$5 pgdb=${6:-}
   log "$name: $events events x $subs subscriptions"
   if ! outboxd_start "$name" "$dsn"; then
     stop_pid "$DPID"
@@ -303,19 +430,90 @@ row_outboxd() {
     return 0
   fi
   subscribe "$subs" || { log "$name: cannot create subscriptions"; stop_pid "$DPID"; return 1; }
-  throughput "$name" "$DPID" "$events" "$subs" \
+  TP_PGDB=$pgdb throughput "$name" "$DPID" "$events" "$subs" \
     "$BUILD/bench_loadgen" ingest --url "http://127.0.0.1:$DPORT/v1/events" --token bench \
     --events "$events" --batch "$BATCH" --conns "$CONNS" || { stop_pid "$DPID"; return 1; }
   stop_pid "$DPID"
+  sink_ids "$name"
+  [ -z "$pgdb" ] || pg_probe_stats "$name" "$pgdb"
   if [ "$subs" -eq 1 ]; then
     log "$name: latency at $LAT_RATE events/s for $LAT_SECONDS s"
     outboxd_start "$name-lat" "$dsn_lat" || { log "$name: second start failed"; return 1; }
     subscribe 1
+    # the probe here gives the server's fsyncs and commits with single events at a fixed rate
+    [ -z "$pgdb" ] || pg_probe_begin "$name-lat" "${pgdb}_lat"
     latency "$name" "$BUILD/bench_loadgen" rate --url "http://127.0.0.1:$DPORT/v1/events" \
       --token bench --rate "$LAT_RATE" --duration "$LAT_SECONDS" --conns "$LAT_CONNS" \
       --batch "$LAT_BATCH" --out "$work/$name.rate.txt" || { stop_pid "$DPID"; return 1; }
+    [ -z "$pgdb" ] || pg_probe_end "$name-lat"
     stop_pid "$DPID"
+    [ -z "$pgdb" ] || pg_probe_stats "$name-lat" "${pgdb}_lat"
   fi
+  row_assemble "$name" outboxd
+}
+
+# spread_ingest EVENTS PORT...: one bench_loadgen per instance, started together, the
+# events and CONNS connections shared out as evenly as they go (each at least one
+# connection); prints their JSON objects as one array (analyze.mjs merges them: the first
+# start to the last end).
+spread_ingest() {
+  local events=$1 n i ev co port; shift
+  n=$#; i=0
+  local lg=()
+  for port in "$@"; do
+    ev=$((events / n + (i < events % n ? 1 : 0)))
+    co=$((CONNS / n + (i < CONNS % n ? 1 : 0))); [ "$co" -ge 1 ] || co=1
+    timeout "$ROW_TIMEOUT" "$BUILD/bench_loadgen" ingest --url "http://127.0.0.1:$port/v1/events" \
+      --token bench --events "$ev" --batch "$BATCH" --conns "$co" >"$work/spread.$i.json" &
+    lg+=($!)
+    i=$((i + 1))
+  done
+  for i in "${lg[@]}"; do wait "$i" || true; done
+  printf '['
+  for ((i = 0; i < n; i++)); do
+    [ -s "$work/spread.$i.json" ] || return 1
+    [ "$i" -gt 0 ] && printf ','
+    tr -d '\n' <"$work/spread.$i.json"
+  done
+  printf ']\n'
+}
+
+# row_pg_multi NAME N: N outboxd instances on one fresh database of the bench's PostgreSQL,
+# one secret key for all (a subscription sealed by one must open in the others), one
+# subscription made through the first and seen by every one before the load starts; the
+# events spread over the instances' APIs: the instance that stores an event leases its
+# deliveries to itself (the hand-off), so ingest through one alone would leave the others
+# only what it cannot take. Throughput as the postgres row, counted in distinct
+# webhook-ids; no latency run.
+row_pg_multi() {
+  local name=$1 n=$2 db=outboxd_$2 key i port ok
+  local dpids=() ports=()
+  log "$name: $EVENTS events x 1 subscription, $n instances on one PostgreSQL"
+  pg_createdb "$db"
+  key=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  for ((i = 1; i <= n; i++)); do
+    if ! outboxd_start "$name-$i" "$(pg_url "$db")" OUTBOXD_SECRET_KEY="$key"; then
+      log "$name: instance $i did not start: $(grep -v '^$' "$work/$name-$i.log" | tail -1)"
+      stop_pid "$DPID"; for p in "${dpids[@]}"; do stop_pid "$p"; done; return 1
+    fi
+    dpids+=("$DPID"); ports+=("$DPORT")
+  done
+  DPORT=${ports[0]}
+  subscribe 1 || { log "$name: cannot create the subscription"; for p in "${dpids[@]}"; do stop_pid "$p"; done; return 1; }
+  # the others load it on NOTIFY outboxd_subs
+  for port in "${ports[@]}"; do
+    ok=0
+    for _ in $(seq 100); do
+      api "127.0.0.1:$port/v1/stats" | grep -q '"sink-1"' && { ok=1; break; }
+      sleep 0.1
+    done
+    [ "$ok" = 1 ] || { log "$name: the instance on $port never saw the subscription"; for p in "${dpids[@]}"; do stop_pid "$p"; done; return 1; }
+  done
+  TP_PGDB=$db TP_UNIQUE=1 throughput "$name" "${dpids[*]}" "$EVENTS" 1 \
+    spread_ingest "$EVENTS" "${ports[@]}" || { for p in "${dpids[@]}"; do stop_pid "$p"; done; return 1; }
+  for p in "${dpids[@]}"; do stop_pid "$p"; done
+  sink_ids "$name"
+  pg_probe_stats "$name" "$db"
   row_assemble "$name" outboxd
 }
 
@@ -340,10 +538,11 @@ row_peer() {
   log "peer: graphile-worker $v, $EVENTS jobs (concurrency $PEER_CONCURRENCY, localQueue $PEER_LOCAL_QUEUE)"
   pg_createdb peer
   peer_start peer || return 1
-  throughput peer "$WPID" "$EVENTS" 1 env DATABASE_URL="$(pg_url peer)" \
+  TP_PGDB=peer throughput peer "$WPID" "$EVENTS" 1 env DATABASE_URL="$(pg_url peer)" \
     node bench/peers/producer.mjs ingest --events "$EVENTS" --batch "$BATCH" --conns "$CONNS" ||
     { stop_pid "$WPID"; return 1; }
   stop_pid "$WPID"
+  pg_probe_stats peer peer
   log "peer: latency at $LAT_RATE jobs/s for $LAT_SECONDS s"
   pg_createdb peer_lat
   peer_start peer_lat || return 1
@@ -502,17 +701,18 @@ run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed 
               "$FANOUT_EVENTS" "$FANOUT_SUBS" || rc=$? ;;
     slow) row_slow || rc=$? ;;
     small) row_small || rc=$? ;;
-    postgres|peer)
+    postgres|postgres-2|postgres-3|peer)
       if [ -z "$PGPORT" ] && ! pg_start; then
         row_unavailable "$name" "PostgreSQL could not be started" \
           "$(tail -2 "${pg_dir:-/nonexistent}/server.log" 2>/dev/null)"; return 0
       fi
-      if [ "$name" = postgres ]; then
-        pg_createdb outboxd; pg_createdb outboxd_lat
-        row_outboxd postgres "$(pg_url outboxd)" "$(pg_url outboxd_lat)" "$EVENTS" 1 || rc=$?
-      else
-        row_peer || rc=$?
-      fi ;;
+      case $name in
+        postgres)
+          pg_createdb outboxd; pg_createdb outboxd_lat
+          row_outboxd postgres "$(pg_url outboxd)" "$(pg_url outboxd_lat)" "$EVENTS" 1 outboxd || rc=$? ;;
+        postgres-*) row_pg_multi "$name" "${name#postgres-}" || rc=$? ;;
+        peer) row_peer || rc=$? ;;
+      esac ;;
     *) die "unknown row $name" ;;
   esac
   if [ "$rc" -ne 0 ]; then
