@@ -3,10 +3,11 @@
 # receiver" row (outboxd's goodput / this). Starts the Python http.server receiver of the
 # tests (tests/support/receivers/python_http_server.py: ThreadingHTTPServer, every default
 # left alone) on a free port, runs wrk against it at each connection count of CONNS for
-# SECONDS_EACH seconds (POSTs of a ~200-byte body with their own webhook-id,
-# tests/support/receivers/wrk_post.lua), and prints one JSON object on stdout:
+# SECONDS_EACH seconds (POSTs of a ~200-byte body with outboxd's header set and their own
+# webhook-id, tests/support/receivers/wrk_post.lua), then once more at the best count with
+# wrk's minimal header set, and prints one JSON object on stdout:
 #
-#   {"receiver":"python http.server","best_rate":R,"best_connections":C,
+#   {"receiver":"python http.server","best_rate":R,"best_connections":C,"minimal_headers_rate":M,
 #    "seconds_each":S,"receiver_requests":N,"runs":[{"connections":..,"requests":..,
 #    "non_2xx":..,"socket_errors":..,"seconds":..,"rate":..},...]}
 #
@@ -59,6 +60,14 @@ for c in $CONNS; do
   runs="$runs${runs:+,}{\"connections\":$c,\"requests\":$requests,\"non_2xx\":$non2xx,\"socket_errors\":$errors,\"seconds\":$secs,\"rate\":$rate}"
   if awk -v a="$rate" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$rate; best_conns=$c; fi
 done
+# The same at the best connection count with wrk's minimal header set: what the receiver
+# carries for a lighter request than outboxd's (information beside the yardstick)
+out=$(wrk -t2 -c"$best_conns" -d"${SECONDS_EACH}s" --timeout 2s -s "$RX/wrk_post.lua" \
+  "http://127.0.0.1:$port/" -- "bench-$$-min" minimal 2>&1 | grep '^{' | tail -1) ||
+  die "wrk -c$best_conns (minimal headers) failed"
+minimal=$(awk -v r="$(field "$out" requests)" -v n="$(field "$out" status_errors)" \
+  -v d="$(field "$out" duration_us)" 'BEGIN { printf "%.1f", (d > 0 ? (r - n) * 1e6 / d : 0) }')
+log "wrk -c$best_conns, minimal headers: $minimal requests/s"
 total=$(field "$(curl -sf "127.0.0.1:$cport/_control/stats")" requests)
-printf '{"receiver":"python http.server","best_rate":%s,"best_connections":%d,"seconds_each":%d,"receiver_requests":%d,"runs":[%s]}\n' \
-  "$best" "$best_conns" "$SECONDS_EACH" "$total" "$runs"
+printf '{"receiver":"python http.server","best_rate":%s,"best_connections":%d,"minimal_headers_rate":%s,"seconds_each":%d,"receiver_requests":%d,"runs":[%s]}\n' \
+  "$best" "$best_conns" "$minimal" "$SECONDS_EACH" "$total" "$runs"

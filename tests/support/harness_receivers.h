@@ -100,7 +100,8 @@ struct wrk_best {
 };
 
 /* Runs `wrk -t2 -c<n> -d<seconds>s --timeout 2s` with receivers/wrk_post.lua (POSTs of a
- * ~200-byte JSON body, each with its own webhook-id and outboxd-attempt 1) against url,
+ * ~200-byte JSON body with an outboxd delivery's header set, each with its own webhook-id
+ * and outboxd-attempt 1) against url,
  * once per connection count (NULL = 4, 16, 64, 256, 512; at most WRK_RUNS_MAX), one after
  * the other. *out (overwritten) holds each run and the best rate: what the receiver
  * carries at best on this machine now, the yardstick for outboxd's goodput measured in
