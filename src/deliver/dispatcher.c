@@ -277,6 +277,7 @@ static void *dispatcher_main(void *arg)
 		int stopping = atomic_load(&d->stopping);
 
 		atomic_store_explicit(&d->beat_us, now_us, memory_order_relaxed);
+		d->turn++;
 
 		if (stopping && !stop_deadline_us)
 			stop_deadline_us = now_us + d->cfg.shutdown_grace_ms * 1000;

@@ -80,7 +80,6 @@ struct round {
 	                                not http(s)) */
 	int holds_ep;                /* the attempt counts in ep->in_flight (as ep_req) */
 	struct endpoint_req ep_req;
-	int ep_in_flight;            /* ... which was this, itself included, when it began */
 	int ep_queued;               /* parked, counted in ep->queued */
 	int probe;                   /* this round is the half-open breaker's probe */
 	int holds_slot;              /* the attempt counts in limits->in_flight */
@@ -107,6 +106,8 @@ struct dispatcher {
 	atomic_int stopping;
 	atomic_int woken;
 	_Atomic int64_t beat_us;     /* monotonic: the loop's last turn (dispatcher_beat_us) */
+	uint64_t turn;               /* the loop's turns so far: requests begun in one turn
+	                                went out together (deliver/endpoints.h) */
 	atomic_int log_deliveries;   /* cfg.log_deliveries, changed by SIGHUP (any thread) */
 	struct round *rounds;        /* max_in_flight of them */
 	struct round *free_list;

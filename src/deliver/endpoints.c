@@ -103,8 +103,28 @@ struct endpoint *endpoints_get(struct endpoint_table *t, const char *url, int64_
 	return e;
 }
 
-int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us)
+/* The requests of e's latest turn (the newest of its list, begun one after the other)
+ * saw every request open after it: they were open together. */
+static void turn_close(struct endpoint *e)
 {
+	for (struct endpoint_req *q = e->newest; q && q->turn == e->turn; q = q->prev)
+		if (q->seen < e->turn_peak)
+			q->seen = e->turn_peak;
+}
+
+int endpoint_seen(const struct endpoint *e, const struct endpoint_req *r)
+{
+	return r->turn == e->turn && e->turn_peak > r->seen ? e->turn_peak : r->seen;
+}
+
+int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us, uint64_t turn)
+{
+	if (e->turn != turn) {
+		turn_close(e);
+		e->turn = turn;
+		e->turn_peak = 0;
+	}
+	r->turn = turn;
 	r->start_us = now_us;
 	r->stalled = 0;
 	r->next = NULL;
@@ -115,7 +135,10 @@ int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us)
 		e->oldest = r;
 	e->newest = r;
 	e->dirty = 1;
-	return ++e->in_flight;
+	r->seen = ++e->in_flight;
+	if (e->in_flight > e->turn_peak)
+		e->turn_peak = e->in_flight;
+	return r->seen;
 }
 
 void endpoint_end(struct endpoint *e, struct endpoint_req *r)

@@ -25,6 +25,9 @@
 /* One request open to an endpoint (embedded in the dispatcher's round). */
 struct endpoint_req {
 	int64_t start_us;            /* monotonic */
+	uint64_t turn;               /* the dispatcher's turn it began in */
+	int seen;                    /* requests open to its endpoint when it began, itself
+	                                and the others its turn began included */
 	int stalled;                 /* reported as stalled once */
 	struct endpoint_req *prev, *next; /* in its endpoint's list, oldest first */
 };
@@ -34,6 +37,8 @@ struct endpoint {
 	struct concurrency conc;
 	int in_flight;               /* requests open to it now */
 	struct endpoint_req *oldest, *newest; /* those requests, in the order they began */
+	uint64_t turn;               /* the dispatcher's turn of the latest begin ... */
+	int turn_peak;               /* ... and the requests open after it */
 	int queued;                  /* rounds parked because it had no room */
 	int refs;                    /* subscriptions' states pointing here */
 	int dirty;                   /* changed since last published */
@@ -67,14 +72,19 @@ static inline int endpoint_has_room(const struct endpoint *e)
 	return e->in_flight < concurrency_limit(&e->conc);
 }
 
-/* A request to e begins (r is the caller's, kept until endpoint_end); returns the
- * requests open to e now, itself included. */
-int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us);
+/* A request to e begins in the dispatcher's turn `turn` (r is the caller's, kept until
+ * endpoint_end); returns the requests open to e now, itself included. */
+int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us, uint64_t turn);
+/* The requests open to e when r began, itself included, and counting those begun in the
+ * same dispatcher turn after it: a burst begun together is open together (the first of
+ * a burst of 100 began with 1 open, yet was one of 100 microseconds later). Before
+ * endpoint_end. */
+int endpoint_seen(const struct endpoint *e, const struct endpoint_req *r);
 /* It ended (answered or not). */
 void endpoint_end(struct endpoint *e, struct endpoint_req *r);
 
 /* A request to e ended after latency_us with outcome (core/concurrency.h); in_flight: the
- * requests open to e when it started, itself included. Also reports the oldest request
+ * requests open to e when it started (endpoint_seen). Also reports the oldest request
  * still open as stalled when it has been open far longer than answers take. */
 void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
 		     enum concurrency_outcome outcome, int in_flight);

@@ -49,7 +49,7 @@ static int round_limits_take(struct round *r, int64_t now_us)
 		return 0;
 	r->holds_slot = r->limits != NULL;
 	if (r->ep) {
-		r->ep_in_flight = endpoint_begin(r->ep, &r->ep_req, now_us);
+		endpoint_begin(r->ep, &r->ep_req, now_us, r->d->turn);
 		r->holds_ep = 1;
 	}
 	return 1;
@@ -556,6 +556,7 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 	if (sj->latency_us <= 0)
 		sj->latency_us = took_us;
 	if (r->holds_ep) {
+		int seen = endpoint_seen(r->ep, &r->ep_req);
 		/* out of the endpoint's open requests first: the stall check looks at the
 		 * others */
 		endpoint_end(r->ep, &r->ep_req);
@@ -564,10 +565,10 @@ void round_attempt_done_cb(void *ctx, struct sink_round *sj)
 		 * takes, even when the connect made again then went through */
 		if (sj->lost_syns)
 			endpoint_record(r->ep, now_us, sj->latency_us, CONCURRENCY_REFUSED,
-					r->ep_in_flight);
+					seen);
 		if (!sj->local)
 			endpoint_record(r->ep, now_us, sj->latency_us,
-					(enum concurrency_outcome)sj->flow, r->ep_in_flight);
+					(enum concurrency_outcome)sj->flow, seen);
 	}
 	if (sj->local) {
 		/* outboxd ran out of something (descriptors, ports): not the subscriber's doing,

@@ -78,7 +78,7 @@ static void test_stall_cuts_at_once(void **state)
 	for (int round = 0; round < 40; round++) {
 		int n = concurrency_limit(&e->conc) < 8 ? concurrency_limit(&e->conc) : 8;
 		for (int i = 0; i < n; i++)
-			endpoint_begin(e, &r[i], now);
+			endpoint_begin(e, &r[i], now, (uint64_t)now);
 		now += 1000;
 		for (int i = 0; i < n; i++) {
 			endpoint_end(e, &r[i]);
@@ -93,9 +93,9 @@ static void test_stall_cuts_at_once(void **state)
 	assert_true(before >= 8);
 
 	/* r[0] hangs; the others answer in 1 ms, well after its stall threshold */
-	endpoint_begin(e, &r[0], now);
+	endpoint_begin(e, &r[0], now, (uint64_t)now);
 	for (int i = 1; i < 4; i++)
-		endpoint_begin(e, &r[i], now);
+		endpoint_begin(e, &r[i], now, (uint64_t)now);
 	assert_ptr_equal(e->oldest, &r[0]);
 	now += concurrency_stalled_after(&e->conc) + 1000;
 	for (int i = 1; i < 4; i++) {
@@ -110,9 +110,41 @@ static void test_stall_cuts_at_once(void **state)
 	endpoints_free_all(&t);
 }
 
+/* Requests begun in one dispatcher turn went out together: each counts the whole burst
+ * as open, the first of it too (it began with 1 open, microseconds before the others),
+ * while the turn goes on and once a later turn closed it; a later turn's requests count
+ * what was open when they began. */
+static void test_burst_seen_together(void **state)
+{
+	(void)state;
+	struct endpoint_table t;
+	struct endpoint_req r[8];
+	endpoints_init(&t, 512);
+	struct endpoint *e = endpoints_get(&t, "http://127.0.0.1:9/burst", 0);
+	int64_t now = 1000000;
+
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(endpoint_begin(e, &r[i], now, 7), i + 1);
+	assert_int_equal(endpoint_seen(e, &r[0]), 5); /* the turn goes on */
+	assert_int_equal(endpoint_seen(e, &r[4]), 5);
+	endpoint_end(e, &r[1]);                       /* one answered early */
+	assert_int_equal(endpoint_begin(e, &r[5], now + 10, 8), 5); /* the next turn */
+	assert_int_equal(endpoint_seen(e, &r[0]), 5); /* closed: the burst's peak */
+	assert_int_equal(endpoint_seen(e, &r[4]), 5);
+	assert_int_equal(endpoint_seen(e, &r[5]), 5);
+	assert_int_equal(endpoint_begin(e, &r[6], now + 10, 8), 6);
+	assert_int_equal(endpoint_seen(e, &r[5]), 6);
+	for (int i = 0; i < 7; i++)
+		if (i != 1)
+			endpoint_end(e, &r[i]);
+	assert_int_equal(e->in_flight, 0);
+	endpoints_free_all(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_burst_seen_together),
 		cmocka_unit_test(test_keys),
 		cmocka_unit_test(test_table_shares_one_endpoint),
 		cmocka_unit_test(test_stall_cuts_at_once),
