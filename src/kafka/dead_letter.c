@@ -86,14 +86,10 @@ static int frame_ids(struct kafka_dead_letter *dl, const char *topic, uint32_t *
 		*index = registry_message_index(dl->registry);
 		return 0;
 	}
-	if (!dl->registry_why[0]) {
-		if (rerr == REGISTRY_PENDING)
-			snprintf(dl->registry_why, sizeof(dl->registry_why),
-				 "topic %s: its schema is being registered", topic);
-		else
-			snprintf(dl->registry_why, sizeof(dl->registry_why), "%s: %s",
-				 registry_strerror(rerr), why);
-	}
+	/* a registration under way is no failure: the next round (2 s) finds its id */
+	if (rerr != REGISTRY_PENDING && !dl->registry_why[0])
+		snprintf(dl->registry_why, sizeof(dl->registry_why), "%s: %s",
+			 registry_strerror(rerr), why);
 	return -1;
 }
 
