@@ -286,7 +286,8 @@ function row(name, kind, work) {
 }
 
 const f0 = (x) => (x == null ? "–" : Math.round(x).toLocaleString("en-US"));
-const f1 = (x) => (x == null ? "–" : x.toFixed(1));
+const f1 = (x) =>
+  x == null ? "–" : x.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
 const ms = (us) => (us == null ? "–" : (us / 1000).toFixed(2));
 const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}×` : "–");
 
