@@ -495,3 +495,12 @@ int store_copy_schema_compare(const char *const *names, size_t n,
 	}
 	return STORE_OK;
 }
+
+int copy_names_sql(struct buf *b, const struct copy_table *t, size_t n)
+{
+	int bad = 0;
+
+	for (size_t c = 0; c < n && c < t->n_cols; c++)
+		bad |= buf_appendf(b, "%s%s", c ? ", " : "", t->cols[c].name);
+	return bad ? -1 : 0;
+}

@@ -159,6 +159,10 @@ int store_copy_check(store *st, char *err, size_t errlen);
  * a store a daemon holds. */
 int store_copy_in_use(store *st, int *in_use);
 
+/* Appends "c1, c2, ..." (the names of t's first n columns) to b, for the backends' SQL.
+ * 0, or -1 when memory runs out. */
+int copy_names_sql(struct buf *b, const struct copy_table *t, size_t n);
+
 /* ---- checksums --------------------------------------------------------------------- */
 
 /* A table's content as a count and a SHA-256 over each row's canonical text, in the

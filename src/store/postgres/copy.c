@@ -28,24 +28,6 @@ static const struct copy_skipped pg_copy_skipped[] = {
 /* PostgreSQL's limit on a statement's parameters. */
 #define PG_MAX_PARAMS 65535
 
-static int column_list(struct buf *b, const struct copy_table *t)
-{
-	int bad = 0;
-
-	for (size_t c = 0; c < t->n_cols; c++)
-		bad |= buf_appendf(b, "%s%s", c ? ", " : "", t->cols[c].name);
-	return bad;
-}
-
-static int key_list(struct buf *b, const struct copy_table *t)
-{
-	int bad = 0;
-
-	for (size_t k = 0; k < t->n_key; k++)
-		bad |= buf_appendf(b, "%s%s", k ? ", " : "", t->cols[k].name);
-	return bad;
-}
-
 /* Appends row `row` of a binary result (the description's columns, in order) to out. */
 static int read_row(const PGresult *res, int row, struct copy_batch *out)
 {
@@ -82,10 +64,10 @@ int pg_copy_read(store *st, const struct copy_table *t, const struct copy_batch 
 	if (t->n_key > 8)
 		return STORE_INVALID;
 	buf_init(&sql, 4096);
-	bad = buf_appendf(&sql, "SELECT ") || column_list(&sql, t) ||
+	bad = buf_appendf(&sql, "SELECT ") || copy_names_sql(&sql, t, t->n_cols) ||
 	      buf_appendf(&sql, " FROM outboxd.%s", t->name);
 	if (after) {
-		bad |= buf_appendf(&sql, " WHERE (") || key_list(&sql, t) ||
+		bad |= buf_appendf(&sql, " WHERE (") || copy_names_sql(&sql, t, t->n_key) ||
 		       buf_appendf(&sql, ") > (");
 		for (size_t k = 0; k < t->n_key; k++) {
 			const struct copy_value *v = copy_batch_row(after, 0) + k;
@@ -100,7 +82,7 @@ int pg_copy_read(store *st, const struct copy_table *t, const struct copy_batch 
 		}
 		bad |= buf_appendf(&sql, ")");
 	}
-	bad |= buf_appendf(&sql, " ORDER BY ") || key_list(&sql, t) ||
+	bad |= buf_appendf(&sql, " ORDER BY ") || copy_names_sql(&sql, t, t->n_key) ||
 	       buf_appendf(&sql, " LIMIT %zu", limit);
 	if (bad) {
 		buf_free(&sql);
@@ -156,7 +138,7 @@ static int insert_rows(struct pg *pg, struct pgconn *c, const struct copy_batch 
 		log_error("store: out of memory");
 		goto out;
 	}
-	bad = buf_appendf(&sql, "INSERT INTO outboxd.%s(", t->name) || column_list(&sql, t) ||
+	bad = buf_appendf(&sql, "INSERT INTO outboxd.%s(", t->name) || copy_names_sql(&sql, t, t->n_cols) ||
 	      buf_appendf(&sql, ") VALUES ");
 	for (size_t r = first; r < first + n; r++) {
 		const struct copy_value *row = copy_batch_row(rows, r);
@@ -267,8 +249,8 @@ int pg_copy_find(store *st, const struct copy_batch *keys, struct copy_batch *fo
 	if (t->n_key > 8)
 		return STORE_INVALID;
 	buf_init(&sql, 4096);
-	bad = buf_appendf(&sql, "SELECT ") || column_list(&sql, t) ||
-	      buf_appendf(&sql, " FROM outboxd.%s WHERE (", t->name) || key_list(&sql, t) ||
+	bad = buf_appendf(&sql, "SELECT ") || copy_names_sql(&sql, t, t->n_cols) ||
+	      buf_appendf(&sql, " FROM outboxd.%s WHERE (", t->name) || copy_names_sql(&sql, t, t->n_key) ||
 	      buf_appendf(&sql, ") IN (SELECT * FROM unnest(");
 	for (size_t k = 0; k < t->n_key; k++) {
 		int is_int = t->cols[k].type == COPY_INT;

@@ -397,7 +397,7 @@ out:
 	return rc;
 }
 
-static int schema_version(sqlite3 *db, int64_t *version)
+int sq_schema_version(sqlite3 *db, int64_t *version)
 {
 	sqlite3_stmt *s = NULL;
 	int rc;
@@ -444,7 +444,7 @@ static int migrate(sqlite3 *db, char *err, size_t errlen)
 			  " version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
 			  NULL, NULL, &msg);
 	if (rc == SQLITE_OK)
-		rc = schema_version(db, &version);
+		rc = sq_schema_version(db, &version);
 	if (rc != SQLITE_OK)
 		goto out;
 	if (version > (int64_t)sqlite_migrations_n) {

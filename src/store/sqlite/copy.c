@@ -13,16 +13,6 @@
 
 #include "util/log.h"
 
-/* "c1, c2, ..." of t's columns, appended to b. */
-static int column_list(struct buf *b, const struct copy_table *t)
-{
-	int bad = 0;
-
-	for (size_t c = 0; c < t->n_cols; c++)
-		bad |= buf_appendf(b, "%s%s", c ? ", " : "", t->cols[c].name);
-	return bad;
-}
-
 /* Binds value v (of batch b, column type type) to parameter i. */
 static void bind_value(sqlite3_stmt *s, int i, const struct copy_batch *b,
 		       const struct copy_value *v, enum copy_type type)
@@ -35,10 +25,8 @@ static void bind_value(sqlite3_stmt *s, int i, const struct copy_batch *b,
 		sqlite3_bind_int64(s, i, v->i);
 	else if (type == COPY_TEXT)
 		sqlite3_bind_text64(s, i, p, v->len, SQLITE_TRANSIENT, SQLITE_UTF8);
-	else if (v->len == 0)
-		sqlite3_bind_zeroblob(s, i, 0); /* an empty blob, not NULL */
-	else
-		sqlite3_bind_blob64(s, i, p, v->len, SQLITE_TRANSIENT);
+	else /* the batch outlives the statement's steps */
+		sq_bind_payload(s, i, p, v->len);
 }
 
 /* Appends the current row of s (the description's columns, in order) to out. */
@@ -88,21 +76,17 @@ int sq_copy_read(store *st, const struct copy_table *t, const struct copy_batch 
 	int rc, bad;
 
 	buf_init(&sql, 4096);
-	bad = buf_appendf(&sql, "SELECT ") || column_list(&sql, t) ||
+	bad = buf_appendf(&sql, "SELECT ") || copy_names_sql(&sql, t, t->n_cols) ||
 	      buf_appendf(&sql, " FROM %s", t->name);
 	if (after) {
-		bad |= buf_appendf(&sql, " WHERE (");
-		for (size_t k = 0; k < t->n_key; k++)
-			bad |= buf_appendf(&sql, "%s%s", k ? ", " : "", t->cols[k].name);
-		bad |= buf_appendf(&sql, ") > (");
+		bad |= buf_appendf(&sql, " WHERE (") || copy_names_sql(&sql, t, t->n_key) ||
+		       buf_appendf(&sql, ") > (");
 		for (size_t k = 0; k < t->n_key; k++)
 			bad |= buf_appendf(&sql, "%s?%zu", k ? ", " : "", k + 1);
 		bad |= buf_appendf(&sql, ")");
 	}
-	bad |= buf_appendf(&sql, " ORDER BY ");
-	for (size_t k = 0; k < t->n_key; k++)
-		bad |= buf_appendf(&sql, "%s%s", k ? ", " : "", t->cols[k].name);
-	bad |= buf_appendf(&sql, " LIMIT %zu", limit);
+	bad |= buf_appendf(&sql, " ORDER BY ") || copy_names_sql(&sql, t, t->n_key) ||
+	       buf_appendf(&sql, " LIMIT %zu", limit);
 	if (bad) {
 		buf_free(&sql);
 		return STORE_ERROR;
@@ -140,7 +124,7 @@ int sq_copy_write(store *st, const struct copy_batch *rows)
 	struct buf sql;
 
 	buf_init(&sql, 4096);
-	bad = buf_appendf(&sql, "INSERT INTO %s(", t->name) || column_list(&sql, t) ||
+	bad = buf_appendf(&sql, "INSERT INTO %s(", t->name) || copy_names_sql(&sql, t, t->n_cols) ||
 	      buf_appendf(&sql, ") VALUES (");
 	for (size_t c = 0; c < t->n_cols; c++)
 		bad |= buf_appendf(&sql, "%s?%zu", c ? ", " : "", c + 1);
@@ -189,7 +173,7 @@ int sq_copy_find(store *st, const struct copy_batch *keys, struct copy_batch *fo
 	int rc, bad;
 
 	buf_init(&sql, 4096);
-	bad = buf_appendf(&sql, "SELECT ") || column_list(&sql, t) ||
+	bad = buf_appendf(&sql, "SELECT ") || copy_names_sql(&sql, t, t->n_cols) ||
 	      buf_appendf(&sql, " FROM %s WHERE ", t->name);
 	for (size_t k = 0; k < t->n_key; k++)
 		bad |= buf_appendf(&sql, "%s%s = ?%zu", k ? " AND " : "", t->cols[k].name, k + 1);
@@ -257,7 +241,6 @@ static int schema_pairs(struct sq *sq, char ***names, size_t *n)
 int sq_copy_check(store *st, char *err, size_t errlen)
 {
 	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = NULL;
 	int64_t version = -1;
 	char **names = NULL;
 	size_t n = 0;
@@ -266,13 +249,7 @@ int sq_copy_check(store *st, char *err, size_t errlen)
 	pthread_mutex_lock(&sq->rmu);
 	rc = schema_pairs(sq, &names, &n);
 	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(sq->rdb, "SELECT MAX(version) FROM schema_migrations", -1,
-					&s, NULL);
-	if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-		version = sqlite3_column_int64(s, 0);
-		rc = SQLITE_OK;
-	}
-	sqlite3_finalize(s);
+		rc = sq_schema_version(sq->rdb, &version);
 	pthread_mutex_unlock(&sq->rmu);
 	if (rc != SQLITE_OK) {
 		snprintf(err, errlen, "sqlite: cannot read the schema: %s", sqlite3_errstr(rc));

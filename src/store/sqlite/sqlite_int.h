@@ -275,6 +275,8 @@ void sq_bind_text(sqlite3_stmt *s, int i, const char *t);
 void sq_bind_error_text(sqlite3_stmt *s, int i, const char *t);
 
 void sq_bind_payload(sqlite3_stmt *s, int i, const void *p, size_t len);
+/* The schema's version: the highest applied migration, 0 with none. A SQLite code. */
+int sq_schema_version(sqlite3 *db, int64_t *version);
 
 /* 0 means "none" in the interface and NULL in the table. */
 void sq_bind_time(sqlite3_stmt *s, int i, int64_t v);
