@@ -362,16 +362,18 @@ static void outcome_input(const struct round *r, struct outcome_in *in)
  * by the caller where it knows more). */
 static void round_decide(struct round *r, const struct outcome_in *in, struct outcome *o)
 {
+	retry_rand_cb rnd = dispatcher_rng_next;
+	void *rnd_ctx = &r->d->rng;
+
 	if (r->limits) {
 		/* The subscription's re-queues (delay actions, exponential retries) fill the
 		 * slots of its window in turn (core/retry.h, slot filling). */
-		struct retry_slots *slots = &r->limits->requeue_slots;
-		retry_slots_setup(slots, retry_slots_for(&r->sub->retry), dispatcher_rng_next,
-				  &r->d->rng);
-		outcome_decide(&r->sub->retry, &r->sub->breaker, in, retry_slots_draw, slots, o);
-		return;
+		retry_slots_setup(&r->limits->requeue_slots, retry_slots_for(&r->sub->retry),
+				  dispatcher_rng_next, &r->d->rng);
+		rnd = retry_slots_draw;
+		rnd_ctx = &r->limits->requeue_slots;
 	}
-	outcome_decide(&r->sub->retry, &r->sub->breaker, in, dispatcher_rng_next, &r->d->rng, o);
+	outcome_decide(&r->sub->retry, &r->sub->breaker, in, rnd, rnd_ctx, o);
 }
 
 /* The round is over with outcome o (any but OUTCOME_TRY): its result goes to the
@@ -796,16 +798,15 @@ void round_start(struct dispatcher *d, struct batch *b, struct store_claim *c)
 		round_delay_action(r);
 		return;
 	}
+	int round_tries = r->sub->retry.immediate < MAX_TRIES ? r->sub->retry.immediate : MAX_TRIES;
 	if (r->kind == ATTEMPT_SCHEDULED) {
 		/* a linear retry runs the endpoint retry again: a round of retry.immediate
 		 * tries, so linear retries x immediate tries in all (docs/retries.md); the
 		 * other policies' retries are one try each */
-		r->max_tries = r->sub->retry.policy != RETRY_LINEAR ? 1
-			       : r->sub->retry.immediate < MAX_TRIES ? r->sub->retry.immediate
-								   : MAX_TRIES;
+		r->max_tries = r->sub->retry.policy != RETRY_LINEAR ? 1 : round_tries;
 		r->timeout_ms = r->sub->retry.timeout_ms;
 	} else {
-		r->max_tries = r->sub->retry.immediate < MAX_TRIES ? r->sub->retry.immediate : MAX_TRIES;
+		r->max_tries = round_tries;
 		r->timeout_ms = r->kind == ATTEMPT_MANUAL ? r->sub->retry.timeout_ms
 							  : r->sub->retry.immediate_timeout_ms;
 	}

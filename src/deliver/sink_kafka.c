@@ -287,8 +287,8 @@ static void record_publish(struct kafka_sink *ks, struct kafka_record *r)
 			index = registry_message_index(ks->registry);
 		}
 		/* never with credentials: the subscriber gets the event, not our secrets */
-		if (kafka_claim_envelope_framed(c, NULL, ks->settings, id, index, &envelope,
-						&value_len)) {
+		if (kafka_claim_envelope(c, NULL, ks->settings, id, index, &envelope,
+					 &value_len)) {
 			record_fail(r, 520, "message could not be built",
 				    "the OutboxEvent could not be encoded");
 			return;
@@ -364,8 +364,6 @@ static int64_t waiting_time_out(struct kafka_sink *ks, int64_t now_us)
 				 r->topic, (long long)r->sj->timeout_ms);
 			record_fail(r, 503, registry_strerror(REGISTRY_UNREACHABLE), cause);
 		} else {
-			if (!next || r->deadline_us < next)
-				next = r->deadline_us;
 			r->next = keep;
 			keep = r;
 		}
@@ -544,9 +542,8 @@ static void *kafka_open(const struct config *cfg, char *err, size_t errlen)
 	ks->settings = &ks->settings_of;
 	ks->pipe_rd = fds[0];
 	ks->pipe_wr = fds[1];
-	if (ks->settings->wire == ENVELOPE_WIRE_CONFLUENT && ks->settings->schema_registry &&
-	    *ks->settings->schema_registry &&
-	    !(ks->registry = registry_open(ks->settings->schema_registry, ks->pipe_wr, err,
+	if (kafka_settings_registry(ks->settings) &&
+	    !(ks->registry = registry_open(kafka_settings_registry(ks->settings), ks->pipe_wr, err,
 					   errlen))) {
 		kafka_client_destroy(&ks->client);
 		goto fail;

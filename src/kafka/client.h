@@ -38,6 +38,14 @@ struct config;
  * kafka_settings_on. */
 void kafka_settings_from_config(const struct config *cfg, struct kafka_settings *out);
 int kafka_settings_on(const struct kafka_settings *ks);
+/* The Schema Registry whose ids the envelopes carry: its URL with the Schema Registry
+ * framing and kafka_schema_registry set, else NULL. */
+static inline const char *kafka_settings_registry(const struct kafka_settings *ks)
+{
+	return ks->wire == ENVELOPE_WIRE_CONFLUENT && ks->schema_registry && *ks->schema_registry
+		       ? ks->schema_registry
+		       : NULL;
+}
 
 /* What the owner of an outboxd Kafka client puts first in the struct it hands librdkafka
  * as its opaque (kafka_conf_new): the shared error callback finds the client's role

@@ -122,7 +122,7 @@ static int produce_one(struct kafka_dead_letter *dl, const struct store_dead_let
 		slot->state = SLOT_FAILED;
 		return -1;
 	}
-	if (kafka_claim_envelope_framed(c, target, dl->ks, schema_id, index, &value, &len)) {
+	if (kafka_claim_envelope(c, target, dl->ks, schema_id, index, &value, &len)) {
 		log_error("kafka dead-letter: delivery %s could not be encoded", c->delivery_id);
 		slot->state = SLOT_FAILED;
 		return -1;
@@ -304,8 +304,8 @@ struct kafka_dead_letter *kafka_dead_letter_start(store *st, struct sub_registry
 	dl->ks = ks;
 	pthread_mutex_init(&dl->mu, NULL);
 	pthread_cond_init(&dl->cv, NULL);
-	if (ks->wire == ENVELOPE_WIRE_CONFLUENT && ks->schema_registry && *ks->schema_registry &&
-	    !(dl->registry = registry_open(ks->schema_registry, -1, err, errlen)))
+	if (kafka_settings_registry(ks) &&
+	    !(dl->registry = registry_open(kafka_settings_registry(ks), -1, err, errlen)))
 		goto fail;
 	if (producer_open(dl, err, errlen))
 		goto fail;

@@ -28,15 +28,8 @@ rd_kafka_headers_t *kafka_message_headers(const struct store_claim *c,
 }
 
 int kafka_claim_envelope(const struct store_claim *c, const struct subscription *target,
-			 const struct kafka_settings *st, void **out, size_t *len)
-{
-	return kafka_claim_envelope_framed(c, target, st, st->schema_id,
-					   ENVELOPE_OUTBOX_EVENT_INDEX, out, len);
-}
-
-int kafka_claim_envelope_framed(const struct store_claim *c, const struct subscription *target,
-				const struct kafka_settings *st, uint32_t schema_id,
-				uint32_t message_index, void **out, size_t *len)
+			 const struct kafka_settings *st, uint32_t schema_id, uint32_t message_index,
+			 void **out, size_t *len)
 {
 	struct envelope_out e = {
 		.id = store_claim_webhook_id(c), /* the event keeps its id at every hop */

@@ -22,17 +22,13 @@ const char *kafka_message_key(const struct store_claim *c);
 rd_kafka_headers_t *kafka_message_headers(const struct store_claim *c,
 					  const struct subscription *s, uint64_t span);
 
-/* The OutboxEvent of c (returned in *out, framed per st), its event.id the event's
- * webhook_id; with target (NULL: none) its endpoint (a kafka:// one as protocol KAFKA),
- * payload type, headers, subscription id and auth: what a dead-letter processor needs to
- * deliver it. 0, or -1 (memory). */
+/* The OutboxEvent of c (returned in *out, framed per st: with the Schema Registry framing,
+ * schema_id and message_index go in the frame: kafka_schema_id or a registered schema's
+ * id, kafka/registry.h), its event.id the event's webhook_id; with target (NULL: none) its
+ * endpoint (a kafka:// one as protocol KAFKA), payload type, headers, subscription id and
+ * auth: what a dead-letter processor needs to deliver it. 0, or -1 (memory). */
 int kafka_claim_envelope(const struct store_claim *c, const struct subscription *target,
-			 const struct kafka_settings *st, void **out, size_t *len);
-/* kafka_claim_envelope with the Schema Registry frame's schema id and message index given
- * (a registered schema's, kafka/registry.h) instead of kafka_schema_id and [0]; the
- * framing is still st's. */
-int kafka_claim_envelope_framed(const struct store_claim *c, const struct subscription *target,
-				const struct kafka_settings *st, uint32_t schema_id,
-				uint32_t message_index, void **out, size_t *len);
+			 const struct kafka_settings *st, uint32_t schema_id, uint32_t message_index,
+			 void **out, size_t *len);
 
 #endif

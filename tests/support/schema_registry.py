@@ -55,15 +55,19 @@ class RegistryHandler(BaseHTTPRequestHandler):
         self.error(401, 401, "Unauthorized")
         return False
 
+    def admitted(self):
+        """Counts the request; False (401 answered) when its credentials are wrong."""
+        with LOCK:
+            STATE["requests"] += 1
+        return self.authorized()
+
     def do_GET(self):
         if self.path == "/_control/stats":
             with LOCK:
                 self.answer(200, {"registrations": dict(REGISTRATIONS),
                                   "requests": STATE["requests"]})
             return
-        with LOCK:
-            STATE["requests"] += 1
-        if not self.authorized():
+        if not self.admitted():
             return
         m = re.fullmatch(r"/schemas/ids/(\d+)", self.path)
         if not m:
@@ -87,9 +91,7 @@ class RegistryHandler(BaseHTTPRequestHandler):
             self.answer(200, {"held": not RELEASED.is_set()})
             return
         RELEASED.wait(60)
-        with LOCK:
-            STATE["requests"] += 1
-        if not self.authorized():
+        if not self.admitted():
             return
         m = re.fullmatch(r"/subjects/([^/]+)/versions", self.path)
         if not m:
