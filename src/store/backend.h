@@ -141,6 +141,9 @@ struct store {
 	_Atomic int fault_count;
 	unsigned fault_calls;
 	int fault_rc;
+	/* store_call_hook_set: called at the start of those calls */
+	_Atomic(store_call_hook) call_hook;
+	void *call_hook_ctx;
 	/* store_set_secret_key: seals subscription configs (store/secrets.c); NULL = clear */
 	struct secretbox_key *secret_key;
 };

@@ -183,9 +183,18 @@ void store_fault_set(store *st, unsigned calls, int rc, int count)
 	atomic_store(&st->fault_count, count);
 }
 
-/* 1 with *rc set when a fault injected for op takes this call. */
+void store_call_hook_set(store *st, store_call_hook hook, void *ctx)
+{
+	st->call_hook_ctx = ctx;
+	atomic_store(&st->call_hook, hook);
+}
+
+/* 1 with *rc set when a fault injected for op takes this call (after the call hook). */
 static int fault_hit(store *st, unsigned op, int *rc)
 {
+	store_call_hook hook = atomic_load_explicit(&st->call_hook, memory_order_acquire);
+	if (hook)
+		hook(st->call_hook_ctx, op);
 	int left = atomic_load_explicit(&st->fault_count, memory_order_relaxed);
 	while (left > 0 && (st->fault_calls & op)) {
 		if (atomic_compare_exchange_weak(&st->fault_count, &left, left - 1)) {

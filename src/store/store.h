@@ -640,6 +640,13 @@ enum store_fault_op {
  * count 0 clears. Any thread; costs one atomic load per call when unused. */
 void store_fault_set(store *st, unsigned calls, int rc, int count);
 
+/* hook(ctx, op) is called at the start of every call of the operations above (op one of
+ * enum store_fault_op; lease renewals count as claims), on the caller's thread, before
+ * any fault: a test can hold a writer inside a claim and see the order of its group
+ * writes. NULL clears. Set it while the store is idle. */
+typedef void (*store_call_hook)(void *ctx, unsigned op);
+void store_call_hook_set(store *st, store_call_hook hook, void *ctx);
+
 /* Rebuilds reg's set from the subscriptions in the store (core/sub_codec.h decodes each
  * row) and publishes it. When the store cannot be read or a row cannot be opened or
  * decoded, the set in use stays and the registry is marked stale (sub_registry_stale)

@@ -16,6 +16,10 @@
 
 #define REPLAY_INTERVAL_MS 500
 #define RETRY_WRITE_US (500 * 1000) /* a result group the store refused waits this long */
+/* A lane that takes ingest too writes result groups of at most WRITER_RESULTS_LIVE while
+ * an ingest request came in the last WRITER_LIVE_US. */
+#define WRITER_LIVE_US (100 * 1000)
+#define WRITER_RESULTS_LIVE 128
 
 /* An ingest request: its caller waits on w->finished until done. */
 struct pending {
@@ -52,6 +56,7 @@ struct writer {
 
 	/* ingest: requests in order; the scratch array is reused across groups */
 	struct pending *head, *tail;
+	int64_t ingest_seen_us;       /* when the last request was queued */
 	struct store_event_in *group;
 	size_t group_cap;
 
@@ -516,6 +521,23 @@ static void results_written(struct writer *w, struct writer_result *rhead,
 	w->retry_at_us = clock_mono_us() + RETRY_WRITE_US;
 }
 
+/* Takes the queued ingest requests off the queue, as many as one group holds (at least
+ * the first); returns the first, *last the last. Locked. */
+static struct pending *ingest_take(struct writer *w, struct pending **last)
+{
+	struct pending *first = w->head, *l = first;
+	size_t n = first->n;
+	while (l->next && n + l->next->n <= WRITER_INGEST_MAX) {
+		l = l->next;
+		n += l->n;
+	}
+	w->head = l->next;
+	if (!w->head)
+		w->tail = NULL;
+	*last = l;
+	return first;
+}
+
 static void *writer_main(void *arg)
 {
 	struct lane *ln = arg;
@@ -550,22 +572,18 @@ static void *writer_main(void *arg)
 
 		/* Take this cycle's work: a run of ingest requests up to the group limit,
 		 * a group of results, the claim request. Callers queue more meanwhile. */
-		struct pending *first = queued, *last = first;
-		if (first) {
-			size_t n = first->n;
-			while (last->next && n + last->next->n <= WRITER_INGEST_MAX) {
-				last = last->next;
-				n += last->n;
-			}
-			w->head = last->next;
-			if (!w->head)
-				w->tail = NULL;
-		}
+		struct pending *last, *first = queued ? ingest_take(w, &last) : NULL;
 		struct writer_result *rhead = NULL, *rlast = NULL;
 		size_t rn = 0;
+		/* One lane for everything (SQLite's one write lock): while producers send,
+		 * smaller result groups, so that an ingest request that arrives meanwhile
+		 * waits for less (a backlog draining must not hold up the acknowledgements of
+		 * fresh events; SQLite's commits in WAL mode cost little). */
+		size_t rmax = ln->ingest && now_us - w->ingest_seen_us < WRITER_LIVE_US
+				      ? WRITER_RESULTS_LIVE : WRITER_RESULTS_MAX;
 		if (can_write) {
 			rhead = w->todo_head;
-			for (rlast = rhead, rn = 1; rn < WRITER_RESULTS_MAX && rlast->next; rn++)
+			for (rlast = rhead, rn = 1; rn < rmax && rlast->next; rn++)
 				rlast = rlast->next;
 			w->todo_head = rlast->next;
 			if (!w->todo_head)
@@ -582,12 +600,21 @@ static void *writer_main(void *arg)
 		pthread_mutex_unlock(&w->mu);
 
 		/* Leases of rounds in progress first: their deliveries are being sent. Then
+		 * the ingest requests: a producer waits on each for its acknowledgement. Then
 		 * the claim: new work waits on it, results only on their group. */
 		if (renew)
 			renew_leases(w, renew, was_down);
-		int claim_rc = want ? claim_and_hand(w, want, lease_ms, was_down) : STORE_OK;
 		if (first)
 			ingest_run(w, first, last);
+		int claim_rc = want ? claim_and_hand(w, want, lease_ms, was_down) : STORE_OK;
+		if (want && rhead && ln->ingest) {
+			/* requests that came during the claim go before the results */
+			pthread_mutex_lock(&w->mu);
+			first = w->head ? ingest_take(w, &last) : NULL;
+			pthread_mutex_unlock(&w->mu);
+			if (first)
+				ingest_run(w, first, last);
+		}
 		int wrote = rhead ? results_group(w, rhead, rn, was_down) : 0;
 
 		pthread_mutex_lock(&w->mu);
@@ -807,6 +834,7 @@ static int ingest_wait(struct writer *w, struct store_event_in *events, size_t n
 	else
 		w->head = &p;
 	w->tail = &p;
+	w->ingest_seen_us = clock_mono_us();
 	pthread_cond_broadcast(&w->work);
 	while (!p.done)
 		pthread_cond_wait(&w->finished, &w->mu);
@@ -925,6 +953,16 @@ void writer_handoff_room(struct writer *w, size_t room, size_t cap, int64_t leas
 	if (room && w->handed_n)
 		ready(w); /* handed ones wait: the client takes them on its next turn */
 	pthread_mutex_unlock(&w->mu);
+}
+
+size_t writer_ingest_waiting(struct writer *w)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&w->mu);
+	for (struct pending *p = w->head; p; p = p->next)
+		n++;
+	pthread_mutex_unlock(&w->mu);
+	return n;
 }
 
 size_t writer_unwritten(struct writer *w)

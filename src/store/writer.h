@@ -157,6 +157,9 @@ void writer_take(struct writer *w, struct writer_answer *a);
  * whenever the room changes. */
 void writer_handoff_room(struct writer *w, size_t room, size_t cap, int64_t lease_ms);
 
+/* Ingest requests queued and not taken by the writer yet. */
+size_t writer_ingest_waiting(struct writer *w);
+
 /* Results queued but not written yet (the store is down). */
 size_t writer_unwritten(struct writer *w);
 

@@ -7,7 +7,10 @@
  * store's fault injection (store_fault_set): refused result groups are kept and
  * retried, a refused claim is answered with the error, a refused ingest group is
  * acknowledged from the spool and replayed into the store (but one that must not be
- * spooled, writer_ingest_stored, hears the refusal). */
+ * spooled, writer_ingest_stored, hears the refusal). A producer waiting for its
+ * acknowledgement goes first: the store's call hook holds the writer inside a result
+ * group and then a claim while ingest requests queue, and sees them stored before the
+ * claim and the results queued with them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -411,6 +414,151 @@ static void test_a_new_writer_on_the_same_store_stores(void **state)
 	store_event_free(&got);
 }
 
+/* The order test: the store's call hook records each group write and can hold the
+ * writer inside one (the first call of op hold_op) until the test lets it go. */
+struct order {
+	struct fixture *f;
+	unsigned ops[16];
+	int n_ops;
+	unsigned hold_op;
+	int holds;                    /* calls held so far */
+	int release;
+};
+
+static void order_hook(void *ctx, unsigned op)
+{
+	struct order *o = ctx;
+	pthread_mutex_lock(&o->f->mu);
+	if (o->n_ops < 16)
+		o->ops[o->n_ops++] = op;
+
+	if (op == o->hold_op) {
+		o->hold_op = 0;
+		o->holds++;
+		o->release = 0;
+		pthread_cond_broadcast(&o->f->cv);
+		while (!o->release)
+			pthread_cond_wait(&o->f->cv, &o->f->mu);
+	}
+	pthread_mutex_unlock(&o->f->mu);
+}
+
+/* Waits until the writer is held for the n-th time. */
+static void order_wait_held(struct order *o, int n)
+{
+	pthread_mutex_lock(&o->f->mu);
+	while (o->holds < n)
+		pthread_cond_wait(&o->f->cv, &o->f->mu);
+	pthread_mutex_unlock(&o->f->mu);
+}
+
+/* Lets the held call go on; the next call of op (0: none) is held in turn. */
+static void order_release(struct order *o, unsigned next_hold)
+{
+	pthread_mutex_lock(&o->f->mu);
+	o->hold_op = next_hold;
+	o->release = 1;
+	pthread_cond_broadcast(&o->f->cv);
+	pthread_mutex_unlock(&o->f->mu);
+}
+
+struct one_ingest {
+	struct fixture *f;
+	struct store_event_in ev;
+	int rc;
+};
+
+static void *one_ingest_main(void *arg)
+{
+	struct one_ingest *in = arg;
+	in->rc = writer_ingest(in->f->w, &in->ev, 1);
+	return NULL;
+}
+
+static void ingest_queued(struct fixture *f, struct one_ingest *in, pthread_t *t)
+{
+	in->f = f;
+	event_for(f, &in->ev, "writer.order");
+	assert_int_equal(pthread_create(t, NULL, one_ingest_main, in), 0);
+	int64_t deadline = clock_mono_ms() + 10000;
+	while (writer_ingest_waiting(f->w) < 1 && clock_mono_ms() < deadline)
+		usleep(1000);
+	assert_int_equal(writer_ingest_waiting(f->w), 1);
+}
+
+/* A producer waiting for its acknowledgement goes first: an ingest request queued while
+ * the writer is busy is stored before the claim and the results that were queued with
+ * it, and one queued during the claim before those results (one write lock: SQLite). */
+static void test_ingest_goes_before_claims_and_results(void **state)
+{
+	struct fixture *f = *state;
+	struct store_event_in ev[2];
+	struct store_claim *claims;
+	struct writer_result r[2];
+	struct order o = {.f = f};
+	struct one_ingest a, b;
+	pthread_t ta, tb;
+
+	assert_int_equal(store_concurrent_writers(f->st), 1);
+	for (int i = 0; i < 2; i++)
+		event_for(f, &ev[i], "writer.order");
+	assert_int_equal(writer_ingest(f->w, ev, 2), STORE_OK);
+	assert_int_equal(take_claims(f, 10, &claims), 2);
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < 2; i++) {
+		r[i].result.delivery_id = claims[i].delivery_id;
+		r[i].result.status = DELIVERY_PROCESSED;
+		r[i].result.attempt_count = 1;
+		r[i].result.processed_at = clock_now_ms();
+	}
+
+	/* the writer held inside a result group; meanwhile more results, a claim and an
+	 * ingest request queue up */
+	o.hold_op = STORE_FAULT_RESULTS;
+	store_call_hook_set(f->st, order_hook, &o);
+	writer_results(f->w, &r[0], &r[0], 1);
+	order_wait_held(&o, 1);
+	writer_results(f->w, &r[1], &r[1], 1);
+	writer_claim(f->w, 10, 60000);
+	ingest_queued(f, &a, &ta);
+	/* the next cycle: held inside its claim, another ingest request queues up */
+	order_release(&o, STORE_FAULT_CLAIM);
+	order_wait_held(&o, 2);
+	ingest_queued(f, &b, &tb);
+	order_release(&o, 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	assert_int_equal(a.rc, STORE_OK);
+	assert_int_equal(b.rc, STORE_OK);
+	/* both result groups written, and the claim answered */
+	size_t written = 0;
+	int claimed = 0;
+	int64_t deadline = clock_mono_ms() + 10000;
+	while ((written < 2 || !claimed) && clock_mono_ms() < deadline) {
+		struct writer_answer ans;
+		writer_take(f->w, &ans);
+		for (struct writer_result *x = ans.written; x; x = x->next)
+			written++;
+		if (ans.claimed) {
+			claimed = 1;
+			/* a's delivery was stored before the claim, b's after it */
+			assert_int_equal(ans.n_claims, 1);
+			store_claims_free(ans.claims, ans.n_claims);
+		}
+		usleep(2000);
+	}
+	assert_int_equal(written, 2);
+	assert_true(claimed);
+	store_call_hook_set(f->st, NULL, NULL);
+
+	const unsigned want[] = {STORE_FAULT_RESULTS, STORE_FAULT_INGEST, STORE_FAULT_CLAIM,
+				 STORE_FAULT_INGEST, STORE_FAULT_RESULTS};
+	assert_int_equal(o.n_ops, 5);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(o.ops[i], want[i]);
+	store_claims_free(claims, 2);
+}
+
 int main(void)
 {
 	log_set_level(LOG_WARN);
@@ -425,6 +573,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_refused_claim_is_answered, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ingest_goes_to_the_spool_and_back, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_ingest_goes_before_claims_and_results, setup,
 						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
