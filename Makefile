@@ -68,7 +68,7 @@ receiver: deps
 # The benchmark (docs/performance.md): installs wrk, gnuplot, PostgreSQL and the
 # peers' npm packages, builds Release binaries in build-bench, runs the ratio rows in 5
 # interleaved rounds and the others once, and writes bench/results/latest.{md,json,png}.
-# About 12 minutes on 2 cores; refuses a busy machine (load average above 1.0).
+# About 15 minutes on 2 cores; refuses a busy machine (load average above 1.0).
 bench:
 	@bash scripts/bench-deps.sh
 	@bash bench/run.sh

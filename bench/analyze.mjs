@@ -432,6 +432,17 @@ function mr(st, fmt) {
 }
 const get = (o, path) => path.split(".").reduce((a, k) => (a == null ? a : a[k]), o);
 
+// What a row's commits wait for, beside its figures: "ingest / claims and results" (outboxd)
+// or "producer's adds / worker's fetches and completions" (the peers, as their sessions
+// reported synchronous_commit). The table of commits in the report says it in full.
+function commitsOf(n, peer, s) {
+  if (n === "ceiling") return "–";
+  if (n.startsWith("sqlite") || n === "slow" || n === "small") return "FULL / NORMAL";
+  if (n.startsWith("postgres")) return "on / off";
+  const sc = peer?.ready?.map((x) => x.synchronous_commit).filter((x, i, xs) => xs.indexOf(x) === i).join("/");
+  return `on / ${sc ?? s.peer_sync_commit}`;
+}
+
 function readRows(dir) {
   const rows = {};
   const d = join(dir, "rows");
@@ -610,25 +621,27 @@ function report(base, results) {
   }
   if (roundNames.length) {
     L.push(`Throughput, median (min–max) over ${R} round${R > 1 ? "s" : ""}:`, "",
-      "| row | deliveries/s (steady window) | end to end /s | duplicates | CPU µs/delivery: deliverers | PostgreSQL server | ingest client | sum | sink | PSS MiB | RssAnon MiB | VmHWM MiB | ÷ ceiling | ÷ strongest peer |",
-      "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+      "| row | commits (ingest / claims, results) | deliveries/s (steady window) | end to end /s | duplicates | CPU µs/delivery: deliverers | PostgreSQL server | ingest client | sum | sink | PSS MiB | RssAnon MiB | VmHWM MiB | ÷ ceiling | ÷ strongest peer |",
+      "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for (const n of roundNames) {
       const a = agg[n];
       if (!a.rounds_ok) {
-        L.push(`| ${a.label} | not available (${a.failures[0] ?? "no round finished"}) |${" |".repeat(13)}`);
+        L.push(`| ${a.label} | | not available (${a.failures[0] ?? "no round finished"}) |${" |".repeat(13)}`);
         continue;
       }
       const vc = n === "ceiling" ? null : ratios[`${n}/ceiling`];
       const vp = OUTBOXD_ROWS.includes(n) && strongest ? ratios[`${n}/${strongest}`] : null;
       const c = (f) => mr(a[f], f1);
       L.push(`| ${a.label}${a.rounds_ok < a.rounds_run ? ` (${a.rounds_ok} of ${a.rounds_run} rounds)` : ""} | ` +
-        `${mr(a.deliveries_per_s, f0)} | ${mr(a.end_to_end_per_s, f0)} | ${mr(a.duplicates, f0)} | ` +
+        `${commitsOf(n, a.peer, s)} | ${mr(a.deliveries_per_s, f0)} | ${mr(a.end_to_end_per_s, f0)} | ${mr(a.duplicates, f0)} | ` +
         `${n === "ceiling" ? "– (wrk " + c("cpu.load_generator") + ")" : c("cpu.deliverers")} | ${c("cpu.postgres")} | ${c("cpu.ingest_client")} | ` +
         `${c("cpu.sum")} | ${c("cpu.sink")} | ${c("memory_mib.pss_sum")} | ${c("memory_mib.rss_anon_sum")} | ` +
         `${c("memory_mib.vmhwm_sum")} | ${vc ? mr(vc, times) : "–"} | ${vp ? mr(vp, times) : "–"} |`);
     }
     L.push("",
-      `Delivered: a distinct (path, webhook-id) pair at the sink; further requests for a pair are the ` +
+      `Commits: what an ingest acknowledgement waits for / what claims and results (the peers: job fetches ` +
+        `and completions) wait for — SQLite synchronous=FULL / NORMAL, PostgreSQL synchronous_commit on / off ` +
+        `(the table of commits below). Delivered: a distinct (path, webhook-id) pair at the sink; further requests for a pair are the ` +
         `duplicates. Deliveries/s (steady window): the deliveries after the first ${s.window_skip_pct}% of the ` +
         `row's (the warm-up: start, first claims, connection set-up; discarded) ÷ the time from the receipt ` +
         `that completes those ${s.window_skip_pct}% to the last receipt. End to end: deliveries ÷ (last receipt − ` +
@@ -669,12 +682,12 @@ function report(base, results) {
   const onceTp = onceNames.filter((n) => n !== "latency" && n !== "slow" && n !== "small");
   if (onceTp.length) {
     L.push("", "Run once, after the rounds (ratios ÷ the one-subscription / one-instance row's median of this run):", "",
-      "| row | deliveries/s (steady window) | end to end /s | distinct of expected | duplicates | CPU µs/delivery: outboxd | PostgreSQL server | ingest client | sum | PSS MiB (all instances) | ÷ one subscription / instance | ÷ ceiling |",
-      "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+      "| row | commits (ingest / claims, results) | deliveries/s (steady window) | end to end /s | distinct of expected | duplicates | CPU µs/delivery: outboxd | PostgreSQL server | ingest client | sum | PSS MiB (all instances) | ÷ one subscription / instance | ÷ ceiling |",
+      "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for (const n of onceTp) {
       const r = once[n];
-      if (!r.available) { L.push(`| ${r.label ?? n} | not available (${r.reason}) |${" |".repeat(10)}`); continue; }
-      L.push(`| ${r.label} | ${f0(r.deliveries_per_s)} | ${f0(r.end_to_end_per_s)} | ${f0(r.unique_ids)} of ${f0(r.deliveries_expected)} | ` +
+      if (!r.available) { L.push(`| ${r.label ?? n} | | not available (${r.reason}) |${" |".repeat(10)}`); continue; }
+      L.push(`| ${r.label} | ${commitsOf(n, null, s)} | ${f0(r.deliveries_per_s)} | ${f0(r.end_to_end_per_s)} | ${f0(r.unique_ids)} of ${f0(r.deliveries_expected)} | ` +
         `${f0(r.duplicates)} | ${f1(r.cpu?.deliverers)} | ${f1(r.cpu?.postgres)} | ${f1(r.cpu?.ingest_client)} | ${f1(r.cpu?.sum)} | ` +
         `${f1(r.memory_mib?.pss_sum)} | ${r.vs_one != null ? `${times(r.vs_one)} (÷ ${r.vs_one_of})` : "–"} | ${times(r.vs_ceiling)} |`);
     }
@@ -723,11 +736,11 @@ function report(base, results) {
   if (Object.keys(lat).length) {
     L.push("", `Latency at ${f0(s.lat_rate)} events/s for ${s.lat_seconds} s ` +
       `(${s.lat_batch > 1 ? `batches of ${s.lat_batch}` : "single events"}, at most ${s.lat_conns} requests in flight), each on a fresh store, run once:`, "",
-      "| target | sustained events/s | intended → receipt p50 ms | p99 ms | max ms | ack → receipt p50 ms | p99 ms | ingest ack p50 ms | p99 ms |",
-      "|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+      "| target | commits (ingest / claims, results) | sustained events/s | intended → receipt p50 ms | p99 ms | max ms | ack → receipt p50 ms | p99 ms | ingest ack p50 ms | p99 ms |",
+      "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
     for (const [k, l] of Object.entries(lat)) {
       const over = l.achieved_rate < 0.95 * l.rate ? " (not sustained)" : "";
-      L.push(`| ${k === "sqlite" || k === "postgres" ? LABELS[k] : peerName(k)} | ${f0(l.achieved_rate)}${over} | ${ms(l.p50_us)} | ${ms(l.p99_us)} | ${ms(l.max_us)} | ` +
+      L.push(`| ${k === "sqlite" || k === "postgres" ? LABELS[k] : peerName(k)} | ${commitsOf(k, l.peer, s)} | ${f0(l.achieved_rate)}${over} | ${ms(l.p50_us)} | ${ms(l.p99_us)} | ${ms(l.max_us)} | ` +
         `${ms(l.ack_p50_us)} | ${ms(l.ack_p99_us)} | ${ms(l.ingest_ack_p50_us)} | ${ms(l.ingest_ack_p99_us)} |`);
     }
     L.push("", "Intended → receipt: the sink's receipt − the time the event was meant to be sent (the load generator keeps " +

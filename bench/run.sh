@@ -63,7 +63,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-EVENTS=${EVENTS:-100000}             # sqlite, postgres, the peers, postgres-2/3
+EVENTS=${EVENTS:-200000}             # sqlite, postgres, the peers, postgres-2/3
 BATCH=${BATCH:-1000}                 # events per ingest request / per transaction
 CONNS=${CONNS:-4}                    # ingest connections
 BENCH_ROUNDS=${BENCH_ROUNDS:-5}      # rounds of the ratio rows
@@ -74,7 +74,7 @@ LOAD_MAX=${LOAD_MAX:-1.0}            # the busiest 1-minute load average a publi
 BENCH_FORCE=${BENCH_FORCE:-0}
 FSYNC_PROBE_N=${FSYNC_PROBE_N:-200}
 FANOUT_SUBS=${FANOUT_SUBS:-10}
-FANOUT_EVENTS=${FANOUT_EVENTS:-10000}  # x FANOUT_SUBS = as many deliveries as the sqlite row
+FANOUT_EVENTS=${FANOUT_EVENTS:-$((EVENTS / FANOUT_SUBS))}  # x FANOUT_SUBS = as many deliveries as the sqlite row
 # events/s of the latency runs: a rate outboxd and the strongest peer both sustain here (on
 # 2 cores graphile-worker's producer does not hold 1,000 single jobs/s: one synchronous
 # commit per job); the report flags a target that did not hold it
