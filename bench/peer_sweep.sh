@@ -79,7 +79,7 @@ const f1 = (x) => (x == null ? "–" : x.toFixed(1));
 const mr = (s, f) => (s ? (s.min === s.max ? f(s.median) : `${f(s.median)} (${f(s.min)}–${f(s.max)})`) : "–");
 const L = ["# Peer sweep", ""];
 if (busy === "1") L.push(`**BUSY MACHINE: the 1-minute load average was ${load1} at the start; not a sweep to publish.**`, "");
-L.push(`Made by \`bash bench/peer_sweep.sh\` (${rounds} rounds of the postgres row and the peer's row per ` +
+L.push(`Made by \`bash bench/peer_sweep.sh\` (${rounds} round${rounds === "1" ? "" : "s"} of the postgres row and the peer's row per ` +
   `configuration, ${f0(Number(events))} events each; the environment: GRAPHILE_GRID="${process.env.GRAPHILE_GRID ?? ""}" ` +
   `PGBOSS_GRID="${process.env.PGBOSS_GRID ?? ""}"). Deliveries/s: the steady window of bench/run.sh (median ` +
   `(min–max) over the rounds); CPU: µs per delivery of the worker processes, and the sum with the ` +
