@@ -4,7 +4,11 @@
 //       joins "id intended_us sent_us acked_us" lines with the sink's receipts ("path id
 //       received_at_us", or "id received_at_us"; the first receipt of each id) and prints
 //       percentiles of receipt − intended send time and of receipt − ingest acknowledgement.
-//   node bench/analyze.mjs row NAME KIND WORKDIR      one row's JSON from its raw files
+//   node bench/analyze.mjs row NAME KIND WORKDIR      one row's JSON from its raw files; KIND
+//                                                     custom: a row of its own shape, read
+//                                                     from WORKDIR/NAME.row.json as its
+//                                                     function wrote it, whose report_lines
+//                                                     (markdown) the report prints as they are
 //   node bench/analyze.mjs brief ROW.json             a one-line summary for the log
 //   node bench/analyze.mjs report BASEDIR RESULTS     latest.json, latest.md, and the data
 //                                                     files bench/report.gp plots, from the
@@ -301,6 +305,7 @@ function row(name, kind, work) {
     return out;
   }
   if (kind === "slow") return slowRow(out, work);
+  if (kind === "custom") return { ...out, ...readJson(join(work, `${name}.row.json`)) };
   if (kind === "small") {
     // a small receiver: outboxd's goodput against what wrk gets from the same program
     const tp = readJson(join(work, "small.tp.json"));
@@ -679,7 +684,7 @@ function report(base, results) {
   }
 
   // the rows run once
-  const onceTp = onceNames.filter((n) => n !== "latency" && n !== "slow" && n !== "small");
+  const onceTp = onceNames.filter((n) => !["latency", "slow", "small"].includes(n) && !once[n].report_lines);
   if (onceTp.length) {
     L.push("", "Run once, after the rounds (ratios ÷ the one-subscription / one-instance row's median of this run):", "",
       "| row | commits (ingest / claims, results) | deliveries/s (steady window) | end to end /s | distinct of expected | duplicates | CPU µs/delivery: outboxd | PostgreSQL server | ingest client | sum | PSS MiB (all instances) | ÷ one subscription / instance | ÷ ceiling |",
@@ -832,6 +837,8 @@ function report(base, results) {
       );
   }
   targetTable("small receiver");
+  // rows of their own shape (kind custom): the lines they wrote for the report
+  for (const n of onceNames) if (once[n].available && once[n].report_lines) L.push("", ...once[n].report_lines);
   const notes = [];
   for (const r of rounds)
     for (const [n, x] of Object.entries(r.rows)) {

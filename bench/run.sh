@@ -58,7 +58,12 @@
 #   BENCH_ROUNDS=1 BENCH_WARMUP=0 EVENTS=20000 CEILING_SECONDS=3 LAT_SECONDS=5 \
 #     ROWS="ceiling sqlite postgres peer latency" RESULTS=/tmp/mine bash bench/run.sh
 # A row is a function row_NAME plus its line in run_row; ROUND_ROWS says which rows take
-# part in the rounds. Needs what scripts/bench-deps.sh installs. Leaves nothing running.
+# part in the rounds (the others run once, in the order of ROWS). A row writes its files in
+# $work and ends with row_assemble NAME KIND: KIND outboxd or peer for a throughput row
+# measured with throughput() (its figures and its line in the tables come for free), or
+# custom for a row of its own shape, which writes $work/NAME.row.json first (its figures,
+# and report_lines: the markdown the report prints for it). Needs what scripts/bench-deps.sh
+# installs. Leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
