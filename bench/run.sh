@@ -181,7 +181,7 @@ cleanup() {
   if [ -n "$pg_data" ] && [ -f "$pg_data/postmaster.pid" ]; then
     as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
   fi
-  if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $BASE"; else rm -rf "$BASE" "${pg_dir:-}"; fi
+  if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $BASE${pg_dir:+ and the PostgreSQL data in $pg_dir}"; else rm -rf "$BASE" "${pg_dir:-}"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
