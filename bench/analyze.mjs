@@ -659,6 +659,16 @@ function report(base, results) {
         `ceiling the load generator is wrk). Memory of the deliverers, summed over their processes: PSS ` +
         `(smaps_rollup) and RssAnon at the last receipt, VmHWM (peak). A ratio is taken within each round, ` +
         `then its median and range; the strongest peer is the one with the higher median deliveries/s.`);
+    const ratioNames = Object.keys(ratios);
+    if (ratioNames.length) {
+      L.push("", "Every ratio of the rounds (each taken within a round; median and range):", "",
+        "| ratio | median | min–max | rounds |", "|---|--:|--:|--:|");
+      for (const k of ratioNames) {
+        const r = ratios[k];
+        L.push(`| ${SHORT[r.num] ?? r.num} ÷ ${SHORT[r.den] ?? r.den}${r.den === strongest ? " (strongest peer)" : ""} | ` +
+          `${times(r.median)} | ${times(r.min)}–${times(r.max)} | ${r.n} |`);
+      }
+    }
     if (R > 1 || roundNames.length > 1) {
       const cols = roundNames;
       L.push("", "Each round (deliveries/s; the ratios of that round):", "",
