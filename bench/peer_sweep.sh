@@ -13,8 +13,9 @@
 #   SWEEP_ROUNDS   rounds per configuration (default 3); EVENTS as for run.sh (default 100000)
 #
 # Like make bench, it refuses a busy machine when it writes into bench/results (1-minute
-# load average above LOAD_MAX, 1.0; BENCH_FORCE=1 runs it flagged). About 1–2 minutes per
-# configuration with the defaults. Leaves nothing running (each run.sh cleans up after itself).
+# load average above LOAD_MAX, 1.0; BENCH_FORCE=1 runs it flagged). About 3–5 minutes per
+# configuration with the defaults (the 10 of them: 40 minutes or so; EVENTS=50000 and
+# SWEEP_ROUNDS=2 for a first look). Leaves nothing running (each run.sh cleans up after itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
