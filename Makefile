@@ -66,8 +66,9 @@ receiver: deps
 	./$(BUILD)/test_receiver --port 9000 --print
 
 # The benchmark (docs/performance.md): installs wrk, gnuplot, PostgreSQL and the
-# peer's npm packages, builds Release binaries in build-bench, and writes
-# bench/results/latest.{md,json,png}. About 4 minutes on 2 cores.
+# peers' npm packages, builds Release binaries in build-bench, runs the ratio rows in 5
+# interleaved rounds and the others once, and writes bench/results/latest.{md,json,png}.
+# About 15 minutes on 2 cores; refuses a busy machine (load average above 1.0).
 bench:
 	@bash scripts/bench-deps.sh
 	@bash bench/run.sh

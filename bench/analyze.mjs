@@ -1,14 +1,33 @@
-// analyze.mjs: the arithmetic of bench/run.sh — latency joins, rows, and the report.
+// analyze.mjs: the arithmetic of bench/run.sh — latency joins, rows, rounds and the report.
 //
 //   node bench/analyze.mjs latency RATE.txt RECEIPTS.txt RATE.json
-//       joins "id intended_us sent_us acked_us" lines with the sink's "id received_at_us"
-//       receipts (first receipt of each id) and prints percentiles of receipt - intended.
-//   node bench/analyze.mjs row NAME KIND WORKDIR      one row's JSON from its raw files
+//       joins "id intended_us sent_us acked_us" lines with the sink's receipts ("path id
+//       received_at_us", or "id received_at_us"; the first receipt of each id) and prints
+//       percentiles of receipt − intended send time and of receipt − ingest acknowledgement.
+//   node bench/analyze.mjs row NAME KIND WORKDIR      one row's JSON from its raw files; KIND
+//                                                     custom: a row of its own shape, read
+//                                                     from WORKDIR/NAME.row.json as its
+//                                                     function wrote it, whose report_lines
+//                                                     (markdown) the report prints as they are
 //   node bench/analyze.mjs brief ROW.json             a one-line summary for the log
-//   node bench/analyze.mjs report WORKDIR RESULTS     latest.json, latest.md, and the data
-//                                                     files bench/report.gp plots; with
+//   node bench/analyze.mjs report BASEDIR RESULTS     latest.json, latest.md, and the data
+//                                                     files bench/report.gp plots, from the
+//                                                     rounds (BASEDIR/r1 ... rN) and the rows
+//                                                     run once (BASEDIR/once); with
 //                                                     BENCH_DOCS=FILE, also the table
 //                                                     between FILE's bench:latest markers
+//
+// Definitions, used everywhere below and stated in the report:
+//   delivered       a distinct (path, webhook-id) pair at the sink; further requests with a
+//                   pair already seen are duplicates;
+//   steady window   the deliveries after the first WINDOW_SKIP% (the warm-up, discarded) ÷
+//                   the time from the receipt that completes that WINDOW_SKIP% to the last
+//                   receipt; "end to end" is deliveries ÷ (last receipt − first ingest
+//                   request);
+//   CPU             utime+stime per delivery of each process involved over the whole run
+//                   (first ingest request to last receipt);
+//   a ratio         taken within a round (both figures from the same round), then the median
+//                   and the range over the rounds.
 //
 // It computes; it must not measure (no timing happens here).
 
@@ -19,28 +38,46 @@ const readJson = (p) => JSON.parse(readFileSync(p, "utf8"));
 const maybeJson = (p) => (existsSync(p) ? readJson(p) : null);
 const pct = (sorted, p) => (sorted.length ? sorted[Math.floor((sorted.length - 1) * p)] : null);
 
-const ORDER = ["ceiling", "sqlite", "sqlite-fanout", "postgres", "postgres-2", "postgres-3", "peer", "slow", "small"];
+const ROUND_ORDER = ["ceiling", "sqlite", "postgres", "graphile", "pgboss"];
+const ONCE_ORDER = ["sqlite-fanout", "postgres-2", "postgres-3", "latency", "slow", "small"];
+const PEERS = ["graphile", "pgboss"];
 // The rows of outboxd against one PostgreSQL: 1, 2 and 3 instances.
 const PG_ROWS = ["postgres", "postgres-2", "postgres-3"];
+const OUTBOXD_ROWS = ["sqlite", "sqlite-fanout", ...PG_ROWS];
+
+// The sink's receipts, "path id µs" (or "id µs"): the first receipt of each key.
+function firstReceipts(path) {
+  const first = new Map();
+  for (const line of readFileSync(path, "utf8").split("\n")) {
+    const sp = line.lastIndexOf(" ");
+    if (sp < 0) continue;
+    const key = line.slice(0, sp);
+    if (!first.has(key)) first.set(key, Number(line.slice(sp + 1)));
+  }
+  return first;
+}
 
 function latency(ratePath, receiptsPath, rateJsonPath) {
+  // the join is by webhook-id: the key's last word (the latency runs have one path)
   const first = new Map();
-  for (const line of readFileSync(receiptsPath, "utf8").split("\n")) {
-    const sp = line.indexOf(" ");
-    if (sp < 0) continue;
-    const id = line.slice(0, sp);
-    if (!first.has(id)) first.set(id, Number(line.slice(sp + 1)));
+  for (const [key, t] of firstReceipts(receiptsPath)) {
+    const id = key.slice(key.lastIndexOf(" ") + 1);
+    if (!first.has(id) || first.get(id) > t) first.set(id, t);
   }
-  const lat = [];
+  const lat = [], fromAck = [];
   let missing = 0;
   for (const line of readFileSync(ratePath, "utf8").split("\n")) {
     if (!line) continue;
-    const [id, intended] = line.split(" ");
+    const [id, intended, , acked] = line.split(" ");
     const r = first.get(id);
     if (r === undefined) missing++;
-    else lat.push(r - Number(intended));
+    else {
+      lat.push(r - Number(intended));
+      if (acked !== undefined) fromAck.push(r - Number(acked));
+    }
   }
   lat.sort((a, b) => a - b);
+  fromAck.sort((a, b) => a - b);
   const gen = readJson(rateJsonPath);
   return {
     rate: gen.rate, achieved_rate: gen.events_per_s, batch: gen.batch,
@@ -49,20 +86,49 @@ function latency(ratePath, receiptsPath, rateJsonPath) {
     samples: lat.length, missing,
     p50_us: pct(lat, 0.5), p90_us: pct(lat, 0.9), p99_us: pct(lat, 0.99),
     p999_us: pct(lat, 0.999), max_us: lat.length ? lat[lat.length - 1] : null,
+    // receipt − the ingest acknowledgement (the 2xx of outboxd's API, the peer's COMMIT):
+    // the delivery path alone, without the wait for the acknowledgement
+    ack_p50_us: pct(fromAck, 0.5), ack_p99_us: pct(fromAck, 0.99),
+    ack_max_us: fromAck.length ? fromAck[fromAck.length - 1] : null,
     ingest_ack_p50_us: gen.ack_p50_us, ingest_ack_p99_us: gen.ack_p99_us,
+  };
+}
+
+// The steady window of a throughput run (see the definitions above), from its receipts.
+function steadyWindow(receiptsPath, skipPct, ingestStartUs) {
+  if (!existsSync(receiptsPath)) return null;
+  const times = [...firstReceipts(receiptsPath).values()].sort((a, b) => a - b);
+  const n = times.length;
+  if (n < 2) return null;
+  const k0 = Math.min(n - 2, Math.floor((n * skipPct) / 100));
+  const secs = (times[n - 1] - times[k0]) / 1e6;
+  return {
+    receipts_distinct: n,
+    skip_pct: skipPct,
+    window_s: secs,
+    window_deliveries: n - 1 - k0,
+    deliveries_per_s: secs > 0 ? (n - 1 - k0) / secs : null,
+    warmup_s: (times[k0] - ingestStartUs) / 1e6,
   };
 }
 
 const LABELS = {
   ceiling: "ceiling: wrk -> sink",
-  sqlite: "outboxd, SQLite, 1 subscription",
+  sqlite: "outboxd, SQLite (embedded store), 1 subscription",
   "sqlite-fanout": "outboxd, SQLite, fan-out",
   postgres: "outboxd, PostgreSQL, 1 subscription",
   "postgres-2": "outboxd, PostgreSQL, 1 subscription, 2 instances",
   "postgres-3": "outboxd, PostgreSQL, 1 subscription, 3 instances",
-  peer: "peer: graphile-worker + undici, PostgreSQL",
+  graphile: "peer: graphile-worker + undici, PostgreSQL",
+  pgboss: "peer: pg-boss + undici, PostgreSQL",
+  latency: "latency",
   slow: "outboxd, SQLite, slow receivers",
   small: "outboxd, SQLite, Python http.server (default settings)",
+};
+const SHORT = {
+  ceiling: "ceiling", sqlite: "outboxd SQLite", postgres: "outboxd PostgreSQL",
+  graphile: "graphile-worker", pgboss: "pg-boss", "sqlite-fanout": "outboxd SQLite fan-out",
+  "postgres-2": "outboxd PostgreSQL ×2", "postgres-3": "outboxd PostgreSQL ×3",
 };
 
 // What every delivering row reports of its throughput run (tp: the run's .tp.json; secs:
@@ -75,9 +141,10 @@ function runFigures(tp, secs) {
     ingest_errors: tp.ingest.errors,
     cpu_us_per_delivery: ((tp.cpu_ticks / tp.hz) * 1e6) / Math.max(1, tp.deliveries),
     cpu_s: tp.cpu_ticks / tp.hz,
-    peak_rss_mib: tp.vmhwm_kib / 1024,
+    peak_rss_mib: (tp.memory?.vmhwm_kib_max ?? tp.vmhwm_kib) / 1024,
   };
 }
+
 
 // The slow-receivers row: at most in_flight requests can be answered per delay,
 // so in_flight / delay is the rate a perfect client reaches; the row is the fraction of it.
@@ -198,22 +265,47 @@ function slowRamp(work, tp, bound) {
   return out;
 }
 
+// CPU per delivery of every process of a throughput run (µs): the deliverers, the
+// PostgreSQL server, the ingest client; their sum; the sink apart.
+function cpuFigures(tp, pg) {
+  const d = Math.max(1, tp.deliveries);
+  const us = (ticks) => (ticks == null ? null : ((ticks / tp.hz) * 1e6) / d);
+  const c = {
+    deliverers: us(tp.cpu_ticks),
+    postgres: pg ? us(pg.cpu_ticks) : null,
+    ingest_client: us(tp.ingest_ticks),
+    sink: us(tp.sink_ticks),
+  };
+  c.sum = c.deliverers + (c.postgres ?? 0) + (c.ingest_client ?? 0);
+  return c;
+}
+
 function row(name, kind, work) {
   const out = { row: name, label: LABELS[name] ?? name, available: true };
+  const skip = Number(process.env.WINDOW_SKIP ?? 10);
   if (kind === "ceiling") {
     const w = readJson(join(work, "ceiling.wrk.json"));
     const s = readJson(join(work, "ceiling.sink.json"));
-    out.deliveries_per_s = w.requests / (w.duration_us / 1e6);
-    out.requests = w.requests;
-    out.errors = w.errors;
-    out.seconds = w.duration_us / 1e6;
-    out.conns = s.conns;
-    out.sink_count = s.sink_count;
-    out.wrk_latency_p50_us = w.p50_us;
-    out.wrk_latency_p99_us = w.p99_us;
+    const ids = maybeJson(join(work, "ceiling.ids.json")) ?? {};
+    const secs = w.duration_us / 1e6;
+    const d = ids.unique_ids ?? w.requests - w.status_errors;
+    const us = (t) => ((t / s.hz) * 1e6) / Math.max(1, d);
+    Object.assign(out, {
+      deliveries: d,
+      deliveries_per_s: d / secs,
+      wrk_requests_per_s: w.requests / secs,
+      requests: w.requests,
+      status_errors: w.status_errors,
+      socket_errors: w.socket_errors,
+      duplicates: ids.duplicates ?? null,
+      seconds: secs,
+      conns: s.conns,
+      cpu: { load_generator: us(s.wrk_ticks), sink: us(s.sink_ticks) },
+    });
     return out;
   }
   if (kind === "slow") return slowRow(out, work);
+  if (kind === "custom") return { ...out, ...readJson(join(work, `${name}.row.json`)) };
   if (kind === "small") {
     // a small receiver: outboxd's goodput against what wrk gets from the same program
     const tp = readJson(join(work, "small.tp.json"));
@@ -236,22 +328,57 @@ function row(name, kind, work) {
     out.vs_wrk = out.wrk_best_per_s ? out.deliveries_per_s / out.wrk_best_per_s : null;
     return out;
   }
+  if (kind === "latency") {
+    out.runs = {};
+    for (const t of ["sqlite", "postgres", "graphile", "pgboss"]) {
+      const lat = maybeJson(join(work, `lat-${t}.lat.json`));
+      if (!lat) continue;
+      const r = { ...lat, label: LABELS[t] };
+      const cfg = maybeJson(join(work, `${t}-${t}_lat.config.json`));
+      if (cfg) r.peer = cfg;
+      const pgl = maybeJson(join(work, `lat-${t}.pg.json`));
+      if (pgl) {
+        const d = Math.max(1, lat.accepted);
+        r.postgres_server = {
+          cpu_us_per_delivery: ((pgl.cpu_ticks / Number(process.env.HZ || 100)) * 1e6) / d,
+          wal_bytes_per_delivery: pgl.wal_bytes / d,
+          wal_syncs_per_1000: (pgl.wal_syncs * 1000) / d,
+          commits_per_1000: (pgl.commits * 1000) / d,
+          sessions_per_instance_max: pgl.conn_max,
+        };
+      }
+      out.runs[t] = r;
+    }
+    out.available = Object.keys(out.runs).length > 0;
+    if (!out.available) out.reason = "no latency run finished";
+    return out;
+  }
   const tp = readJson(join(work, `${name}.tp.json`));
   if (Array.isArray(tp.ingest)) tp.ingest = mergeIngest(tp.ingest);
   const secs = (tp.last_receipt_us - tp.ingest.start_us) / 1e6;
+  const win = steadyWindow(join(work, `${name}.receipts.txt`), skip, tp.ingest.start_us);
+  const pg = maybeJson(join(work, `${name}.pg.json`));
   Object.assign(out, {
     events: tp.events,
     subscriptions: tp.subscriptions,
     deliveries: tp.deliveries,
     deliveries_expected: tp.deliveries_expected,
     complete: tp.deliveries >= tp.deliveries_expected,
-    deliveries_per_s: tp.deliveries / secs,
+    deliveries_per_s: win?.deliveries_per_s ?? tp.deliveries / secs,
+    end_to_end_per_s: tp.deliveries / secs,
+    window: win,
     ...runFigures(tp, secs),
-    process: kind === "peer" ? "node (graphile-worker)" : "outboxd",
+    cpu: cpuFigures(tp, pg),
+    memory_mib: tp.memory ? {
+      vmhwm_sum: tp.memory.vmhwm_kib_sum / 1024,
+      vmhwm_max: tp.memory.vmhwm_kib_max / 1024,
+      rss_anon_sum: tp.memory.rss_anon_kib_sum / 1024,
+      pss_sum: tp.memory.pss_kib_sum / 1024,
+    } : null,
+    process: kind === "peer" ? `node (${name})` : "outboxd",
   });
   if (tp.ingest.first_error) out.ingest_first_error = tp.ingest.first_error;
   if (tp.instances) out.instances = tp.instances;
-  if (tp.vmhwm_kib_sum && tp.instances > 1) out.peak_rss_mib_sum = tp.vmhwm_kib_sum / 1024;
   if (tp.ingest.parts) out.ingest_parts = tp.ingest.parts;
   const ids = maybeJson(join(work, `${name}.ids.json`));
   if (ids) {
@@ -259,118 +386,177 @@ function row(name, kind, work) {
     out.duplicates = ids.duplicates;
     out.sink_requests = ids.requests;
   }
-  const pg = maybeJson(join(work, `${name}.pg.json`));
   if (pg) out.postgres_server = pgFigures(pg, tp, out);
-  const lat = maybeJson(join(work, `${name}.lat.json`));
-  if (lat) out.latency = lat;
-  // the probe of the latency run: single events at a fixed rate, on its own store
-  const pgl = maybeJson(join(work, `${name}-lat.pg.json`));
-  if (pgl && lat) {
-    const d = lat.accepted, secs = lat.seconds;
-    out.latency_postgres_server = {
-      events: d, seconds: secs,
-      cpu_us_per_delivery: ((pgl.cpu_ticks / tp.hz) * 1e6) / Math.max(1, d),
-      wal_bytes_per_delivery: pgl.wal_bytes / Math.max(1, d),
-      wal_syncs: pgl.wal_syncs, commits: pgl.commits,
-      wal_syncs_per_1000: (pgl.wal_syncs * 1000) / Math.max(1, d),
-      commits_per_1000: (pgl.commits * 1000) / Math.max(1, d),
-      wal_syncs_per_s: pgl.wal_syncs / secs,
-      sessions_per_instance_max: pgl.conn_max,
-      samples: pgl.samples ?? null,
-      autovacuum_samples: pgl.autovacuum_samples ?? null,
-      autovacuum_dbs: pgl.autovacuum_dbs || null,
-    };
-  }
-  if (kind === "peer") out.peer = maybeJson(join(work, "peer.config.json"));
+  if (kind === "peer") out.peer = maybeJson(join(work, `${name}.config.json`));
   return out;
 }
 
 const f0 = (x) => (x == null ? "–" : Math.round(x).toLocaleString("en-US"));
 const f1 = (x) =>
   x == null ? "–" : x.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+const f2 = (x) => (x == null ? "–" : x.toFixed(2));
 const ms = (us) => (us == null ? "–" : (us / 1000).toFixed(2));
-const ratio = (a, b) => (a && b ? `${(a / b).toFixed(2)}×` : "–");
+const times = (x) => (x == null ? "–" : `${x.toFixed(2)}×`);
 
 function brief(r) {
   if (!r.available) return `[bench] ${r.row}: not available (${r.reason})`;
+  if (r.runs) {
+    return `[bench] latency: ` + Object.entries(r.runs).map(([t, l]) =>
+      `${t} ${f0(l.achieved_rate)}/s p50 ${ms(l.p50_us)} p99 ${ms(l.p99_us)} ms (ack→receipt p99 ${ms(l.ack_p99_us)})`).join("; ");
+  }
   let s = `[bench] ${r.row}: ${f0(r.deliveries_per_s)} deliveries/s`;
+  if (r.end_to_end_per_s) s += ` (end to end ${f0(r.end_to_end_per_s)})`;
   if (r.fraction != null) s += ` (${r.fraction.toFixed(2)} of ${f0(r.bound_per_s)}), sink held ${f0(r.sink_max_pending)} at most`;
   if (r.kib_per_request != null) s += `, ${f1(r.kib_per_request)} KiB per request in flight`;
   if (r.ingest_events_per_s) s += `, ingest ${f0(r.ingest_events_per_s)} ev/s`;
-  if (r.cpu_us_per_delivery != null) s += `, ${f1(r.cpu_us_per_delivery)} µs CPU/delivery`;
-  if (r.peak_rss_mib != null) s += `, RSS ${f1(r.peak_rss_mib)} MiB`;
-  if (r.duplicates != null && r.instances > 1) s += `, ${f0(r.unique_ids)} distinct ids, ${f0(r.duplicates)} duplicates`;
-  const p = r.postgres_server;
-  if (p) s += `; server ${f1(p.cpu_us_per_delivery)} µs CPU, ${f0(p.wal_bytes_per_delivery)} WAL bytes, ${p.wal_syncs_per_1000 != null ? f1(p.wal_syncs_per_1000) : "–"} fsyncs/1000, ${p.commits_per_1000 != null ? f1(p.commits_per_1000) : "–"} commits/1000 per delivery, ${p.outboxd_sessions_max} outboxd sessions`;
+  if (r.cpu?.sum != null) s += `, CPU µs/delivery ${f1(r.cpu.deliverers)} + server ${f1(r.cpu.postgres)} + client ${f1(r.cpu.ingest_client)} = ${f1(r.cpu.sum)}`;
+  else if (r.cpu_us_per_delivery != null) s += `, ${f1(r.cpu_us_per_delivery)} µs CPU/delivery`;
+  if (r.memory_mib) s += `, PSS ${f1(r.memory_mib.pss_sum)} MiB`;
+  else if (r.peak_rss_mib != null) s += `, RSS ${f1(r.peak_rss_mib)} MiB`;
+  if (r.duplicates != null) s += `, ${f0(r.duplicates)} duplicates`;
   if (r.complete === false) s += ` (INCOMPLETE: ${r.deliveries} of ${r.deliveries_expected})`;
-  if (r.latency)
-    s += `, latency p50 ${ms(r.latency.p50_us)} p99 ${ms(r.latency.p99_us)} max ${ms(r.latency.max_us)} ms`;
   return s;
 }
 
-function report(work, results) {
-  const m = readJson(join(work, "machine.json"));
+// ---- rounds ----------------------------------------------------------------------------
+const median = (xs) => {
+  const v = xs.filter((x) => x != null && Number.isFinite(x)).sort((a, b) => a - b);
+  if (!v.length) return null;
+  const m = Math.floor(v.length / 2);
+  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+};
+function stats(xs) {
+  const v = xs.filter((x) => x != null && Number.isFinite(x));
+  return v.length ? { median: median(v), min: Math.min(...v), max: Math.max(...v), n: v.length, values: xs } : null;
+}
+// "median (min–max)", or the one value when there is one round
+function mr(st, fmt) {
+  if (!st) return "–";
+  if (st.n === 1 || fmt(st.min) === fmt(st.max)) return fmt(st.median);
+  return `${fmt(st.median)} (${fmt(st.min)}–${fmt(st.max)})`;
+}
+const get = (o, path) => path.split(".").reduce((a, k) => (a == null ? a : a[k]), o);
+
+// What a row's commits wait for, beside its figures: "ingest / claims and results" (outboxd)
+// or "producer's adds / worker's fetches and completions" (the peers, as their sessions
+// reported synchronous_commit). The table of commits in the report says it in full.
+function commitsOf(n, peer, s) {
+  if (n === "ceiling") return "–";
+  if (n.startsWith("sqlite") || n === "slow" || n === "small") return "FULL / NORMAL";
+  if (n.startsWith("postgres")) return "on / off";
+  const sc = peer?.ready?.map((x) => x.synchronous_commit).filter((x, i, xs) => xs.indexOf(x) === i).join("/");
+  return `on / ${sc ?? s.peer_sync_commit}`;
+}
+
+function readRows(dir) {
   const rows = {};
-  for (const f of readdirSync(join(work, "rows"))) {
-    const r = readJson(join(work, "rows", f));
+  const d = join(dir, "rows");
+  if (!existsSync(d)) return rows;
+  for (const f of readdirSync(d)) {
+    const r = readJson(join(d, f));
     rows[r.row] = r;
   }
-  const names = ORDER.filter((n) => rows[n]).concat(
-    Object.keys(rows).filter((n) => !ORDER.includes(n)),
-  );
-  const ok = (n) => rows[n]?.available && rows[n].complete !== false;
-  const ceiling = ok("ceiling") ? rows.ceiling.deliveries_per_s : null;
-  const peer = ok("peer") ? rows.peer.deliveries_per_s : null;
-  for (const n of ["sqlite", "sqlite-fanout", ...PG_ROWS]) {
-    if (!ok(n)) continue;
-    rows[n].vs_ceiling = ceiling ? rows[n].deliveries_per_s / ceiling : null;
-    rows[n].vs_peer = peer ? rows[n].deliveries_per_s / peer : null;
-  }
-  if (rows["sqlite-fanout"]?.subscriptions)
-    rows["sqlite-fanout"].label = `outboxd, SQLite, ${rows["sqlite-fanout"].subscriptions} subscriptions (fan-out)`;
-  if (rows.peer?.peer?.graphile_worker)
-    rows.peer.label = `peer: graphile-worker ${rows.peer.peer.graphile_worker} + undici, PostgreSQL`;
+  return rows;
+}
 
+function report(base, results) {
+  const m = readJson(join(base, "machine.json"));
   const s = m.settings;
-  const stamp =
-    `${m.cpu_model}, ${m.cores} cores, kernel ${m.kernel}; load ${m.load_before} before, ` +
-    `${m.load_after} after; commit ${m.commit}; ${m.date}`;
+  const rounds = [];
+  for (let k = 1; existsSync(join(base, `r${k}`)); k++)
+    rounds.push({ k, info: maybeJson(join(base, `r${k}`, "round.json")) ?? {}, rows: readRows(join(base, `r${k}`)) });
+  const once = readRows(join(base, "once"));
+  const ok = (r) => r?.available && r.complete !== false;
+
+  // every round row: its figures over the rounds
+  const roundNames = ROUND_ORDER.filter((n) => rounds.some((r) => r.rows[n]))
+    .concat([...new Set(rounds.flatMap((r) => Object.keys(r.rows)))].filter((n) => !ROUND_ORDER.includes(n)));
+  const FIG = ["deliveries_per_s", "end_to_end_per_s", "ingest_events_per_s", "duplicates",
+    "cpu.deliverers", "cpu.postgres", "cpu.ingest_client", "cpu.sum", "cpu.sink", "cpu.load_generator",
+    "memory_mib.pss_sum", "memory_mib.rss_anon_sum", "memory_mib.vmhwm_sum", "window.window_s",
+    "postgres_server.cpu_us_per_delivery", "postgres_server.wal_bytes_per_delivery",
+    "postgres_server.wal_syncs_per_1000", "postgres_server.commits_per_1000",
+    "postgres_server.sessions_per_instance_max"];
+  const agg = {};
+  for (const n of roundNames) {
+    const per = rounds.map((r) => r.rows[n]);
+    const good = per.filter(ok);
+    const a = { row: n, label: good[0]?.label ?? per.find(Boolean)?.label ?? LABELS[n] ?? n, rounds_ok: good.length,
+      rounds_run: per.filter(Boolean).length, failures: per.filter((r) => r && !ok(r)).map((r) => r.reason ?? `incomplete: ${r.deliveries} of ${r.deliveries_expected}`) };
+    for (const f of FIG) {
+      const st = stats(per.map((r) => (ok(r) ? get(r, f) : null)));
+      if (st) a[f] = st;
+    }
+    a.peer = good[0]?.peer ?? null;
+    agg[n] = a;
+  }
+  const peers = PEERS.filter((p) => agg[p]?.deliveries_per_s);
+  // the strongest peer: the highest median deliveries/s of this run
+  const strongest = peers.slice().sort((a, b) => agg[b].deliveries_per_s.median - agg[a].deliveries_per_s.median)[0] ?? null;
+  // ratios within each round
+  const within = (num, den) => rounds.map((r) => (ok(r.rows[num]) && ok(r.rows[den])
+    ? r.rows[num].deliveries_per_s / r.rows[den].deliveries_per_s : null));
+  const ratios = {};
+  const addRatio = (key, num, den) => { const st = stats(within(num, den)); if (st) ratios[key] = { num, den, ...st }; };
+  for (const o of ["sqlite", "postgres"]) {
+    addRatio(`${o}/ceiling`, o, "ceiling");
+    for (const p of peers) addRatio(`${o}/${p}`, o, p);
+  }
+  for (const p of peers) addRatio(`${p}/ceiling`, p, "ceiling");
+  const headline = strongest ? ratios[`postgres/${strongest}`] ?? null : null;
+  const embedded = strongest ? ratios[`sqlite/${strongest}`] ?? null : null;
+
+  // the rows run once: their ratios ÷ the median of their one-instance row of this run
+  const onceNames = ONCE_ORDER.filter((n) => once[n]).concat(Object.keys(once).filter((n) => !ONCE_ORDER.includes(n)));
+  const med = (n, f = "deliveries_per_s") => agg[n]?.[f]?.median ?? null;
+  if (ok(once["sqlite-fanout"])) {
+    const r = once["sqlite-fanout"];
+    r.label = `outboxd, SQLite, ${r.subscriptions} subscriptions (fan-out)`;
+    r.vs_one = med("sqlite") ? r.deliveries_per_s / med("sqlite") : null;
+    r.vs_one_of = "sqlite";
+    r.vs_ceiling = med("ceiling") ? r.deliveries_per_s / med("ceiling") : null;
+  }
+  for (const n of ["postgres-2", "postgres-3"]) {
+    if (!ok(once[n])) continue;
+    once[n].vs_one = med("postgres") ? once[n].deliveries_per_s / med("postgres") : null;
+    once[n].vs_one_of = "postgres";
+    once[n].vs_ceiling = med("ceiling") ? once[n].deliveries_per_s / med("ceiling") : null;
+  }
+
   const targets = [];
   // Each target belongs to a set: the first performance targets ("round 1"), those of
-  // performance round 2 ("round 2"), and the small receiver's ("small receiver").
+  // performance round 2 ("round 2"), and the small receiver's ("small receiver"); all on
+  // the medians of this run.
   const t = (what, measured, good, set = "round 1") =>
     targets.push({ target: what, measured, met: measured === "–" ? null : good, set });
-  if (rows.sqlite?.available) {
-    const r = rows.sqlite;
-    t("SQLite, 1 subscription: ≥ 25,000 deliveries/s", f0(r.deliveries_per_s), r.deliveries_per_s >= 25000);
-    t("SQLite: ≤ 40 µs outboxd CPU per delivery", f1(r.cpu_us_per_delivery), r.cpu_us_per_delivery <= 40);
-    t("SQLite: ≥ 5× the peer's deliveries/s", rows.sqlite.vs_peer ? ratio(r.deliveries_per_s, peer) : "–", (rows.sqlite.vs_peer ?? 0) >= 5);
-    if (r.latency) t(`SQLite: p99 latency at ${s.lat_rate} events/s ≤ 10 ms`, `${ms(r.latency.p99_us)} ms`, r.latency.p99_us <= 10000);
-    t("SQLite: peak RSS ≤ 64 MiB", `${f1(r.peak_rss_mib)} MiB`, r.peak_rss_mib <= 64);
+  const lat = once.latency?.available ? once.latency.runs : {};
+  if (agg.sqlite?.deliveries_per_s) {
+    const a = agg.sqlite;
+    t("SQLite, 1 subscription: ≥ 25,000 deliveries/s", f0(med("sqlite")), med("sqlite") >= 25000);
+    t("SQLite: ≤ 40 µs outboxd CPU per delivery", f1(med("sqlite", "cpu.deliverers")), med("sqlite", "cpu.deliverers") <= 40);
+    if (embedded) t("SQLite: ≥ 5× the strongest peer's deliveries/s", times(embedded.median), embedded.median >= 5);
+    if (lat.sqlite) t(`SQLite: p99 latency at ${s.lat_rate} events/s ≤ 10 ms`, `${ms(lat.sqlite.p99_us)} ms`, lat.sqlite.p99_us <= 10000);
+    if (a["memory_mib.vmhwm_sum"]) t("SQLite: peak RSS ≤ 64 MiB", `${f1(a["memory_mib.vmhwm_sum"].median)} MiB`, a["memory_mib.vmhwm_sum"].median <= 64);
   }
-  if (rows.postgres?.available) {
-    const r = rows.postgres;
-    t("PostgreSQL: ≥ 15,000 deliveries/s", f0(r.deliveries_per_s), r.deliveries_per_s >= 15000);
-    if (r.latency) t(`PostgreSQL: p99 latency at ${s.lat_rate} events/s ≤ 10 ms`, `${ms(r.latency.p99_us)} ms`, r.latency.p99_us <= 10000);
-  } else if (rows.postgres) {
-    t("PostgreSQL: ≥ 15,000 deliveries/s", "–", null);
+  if (agg.postgres?.deliveries_per_s) {
+    t("PostgreSQL: ≥ 15,000 deliveries/s", f0(med("postgres")), med("postgres") >= 15000);
+    if (lat.postgres) t(`PostgreSQL: p99 latency at ${s.lat_rate} events/s ≤ 10 ms`, `${ms(lat.postgres.p99_us)} ms`, lat.postgres.p99_us <= 10000);
   }
-
-  // Performance round 2's table: ratios from this same run.
-  if (rows.sqlite?.available) {
-    const r = rows.sqlite;
-    t("SQLite 1 subscription, ÷ ceiling: ≥ 0.25×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.25, "round 2");
-    t("SQLite outboxd CPU per delivery: ≤ 35 µs", `${f1(r.cpu_us_per_delivery)} µs`, r.cpu_us_per_delivery <= 35, "round 2");
-    t("SQLite ÷ peer: ≥ 5×", r.vs_peer ? `${r.vs_peer.toFixed(2)}×` : "–", (r.vs_peer ?? 0) >= 5, "round 2");
+  if (ratios["sqlite/ceiling"]) {
+    const r = ratios["sqlite/ceiling"].median;
+    t("SQLite 1 subscription, ÷ ceiling: ≥ 0.25×", times(r), r >= 0.25, "round 2");
+    t("SQLite outboxd CPU per delivery: ≤ 35 µs", `${f1(med("sqlite", "cpu.deliverers"))} µs`, med("sqlite", "cpu.deliverers") <= 35, "round 2");
+    if (embedded) t("SQLite ÷ strongest peer: ≥ 5×", times(embedded.median), embedded.median >= 5, "round 2");
   }
-  if (rows.postgres?.available) {
-    const r = rows.postgres;
-    t("PostgreSQL 1 subscription, ÷ ceiling: ≥ 0.20×", r.vs_ceiling ? `${r.vs_ceiling.toFixed(2)}×` : "–", (r.vs_ceiling ?? 0) >= 0.2, "round 2");
+  if (ratios["postgres/ceiling"]) {
+    const r = ratios["postgres/ceiling"].median;
+    t("PostgreSQL 1 subscription, ÷ ceiling: ≥ 0.20×", times(r), r >= 0.2, "round 2");
   }
-  if (rows.sqlite?.latency && rows.postgres?.latency) {
-    const a = rows.sqlite.latency.p99_us, b = rows.postgres.latency.p99_us;
-    t("p99 at 1,000 events/s, SQLite ≤ 5 ms / PostgreSQL ≤ 10 ms", `${ms(a)} / ${ms(b)} ms`, a <= 5000 && b <= 10000, "round 2");
+  if (lat.sqlite && lat.postgres) {
+    const a = lat.sqlite.p99_us, b = lat.postgres.p99_us;
+    t(`p99 at ${f0(s.lat_rate)} events/s, SQLite ≤ 5 ms / PostgreSQL ≤ 10 ms`, `${ms(a)} / ${ms(b)} ms`, a <= 5000 && b <= 10000, "round 2");
   }
+  const rows = once; // the once rows' tables below read rows.slow, rows.small
   if (rows.slow?.available) {
     const r = rows.slow;
     t(`slow receivers: deliveries/s ≥ 0.85 of max_in_flight ÷ delay`, r.fraction.toFixed(2), r.fraction >= 0.85, "round 2");
@@ -378,7 +564,6 @@ function report(work, results) {
     if (r.kib_per_request != null)
       t("slow receivers: ≤ 16 KiB per request in flight", `${f1(r.kib_per_request)} KiB`, r.kib_per_request <= 16, "round 2");
   }
-
   if (rows.small?.available && rows.small.vs_wrk != null) {
     const r = rows.small;
     t("small receiver (Python http.server): goodput ≥ 0.8 of wrk's best, 0 duplicates, 0 dead",
@@ -386,121 +571,202 @@ function report(work, results) {
       r.vs_wrk >= 0.8 && r.duplicates === 0 && r.dead === 0, "small receiver");
   }
 
-  const json = { machine: m, rows: names.map((n) => rows[n]), targets };
-  // The slow and small rows have columns of their own: tables of their own, no bar.
-  const main = names.filter((n) => n !== "slow" && n !== "small");
+  const json = {
+    machine: m,
+    definitions: {
+      delivered: "a distinct (path, webhook-id) pair at the sink",
+      deliveries_per_s: `deliveries after the first ${s.window_skip_pct}% ÷ (last receipt − the receipt completing the first ${s.window_skip_pct}%)`,
+      end_to_end_per_s: "deliveries ÷ (last receipt − first ingest request)",
+      cpu: "utime+stime per delivery, first ingest request to last receipt; sum = deliverers + PostgreSQL server + ingest client",
+      ratios: "within a round, then median and range over the rounds",
+    },
+    strongest_peer: strongest,
+    headline,
+    embedded,
+    ratios,
+    round_rows: agg,
+    rounds: rounds.map((r) => ({ round: r.k, ...r.info, rows: Object.values(r.rows) })),
+    once_rows: onceNames.map((n) => once[n]),
+    targets,
+  };
   writeFileSync(join(results, "latest.json"), JSON.stringify(json, null, 2) + "\n");
 
-  // ---- the table ----
+  // ---- the report ----
   const L = [];
+  const R = rounds.length;
+  const peerName = (p) => (agg[p]?.label ?? LABELS[p]).replace(/^peer: /, "").replace(/, PostgreSQL$/, "");
   L.push("# outboxd benchmark — latest run", "");
-  L.push(`Machine: ${m.cpu_model}, ${m.cores} cores, kernel ${m.kernel}  `);
-  L.push(`Load average (1/5/15 min): ${m.load_before} before, ${m.load_after} after  `);
-  L.push(`Commit: ${m.commit} · ${m.date} · \`make bench\` took ${m.duration_s} s  `);
-  if (main.length) L.push(
-    `Workload: ${f0(s.events)} events of ~200 bytes, batches of ${s.batch} over ${s.conns} ` +
-      `connections; fan-out ${f0(s.fanout_events)} events × ${s.fanout_subs} subscriptions; ` +
-      `latency at ${s.lat_rate} events/s for ${s.lat_seconds} s ` +
-      `(${s.lat_batch > 1 ? `batches of ${s.lat_batch}` : "single events"}); sink: ` +
-      `test_receiver --threads ${s.sink_threads}; ${s.build} build.`,
-    "",
-  );
-  if (main.length) L.push(
-    "| row | deliveries/s | ingest events/s | CPU µs/delivery | peak RSS MiB | latency p50 ms | p99 ms | max ms | outboxd/ceiling | outboxd/peer |",
-    "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-  );
-  for (const n of main) {
-    const r = rows[n];
-    if (!r.available) {
-      L.push(`| ${r.label ?? LABELS[n] ?? n} | not available (${r.reason}) | | | | | | | | |`);
-      continue;
-    }
-    const dps = f0(r.deliveries_per_s) + (r.complete === false ? ` (incomplete: ${f0(r.deliveries)} of ${f0(r.deliveries_expected)})` : "");
-    const lat = r.latency;
-    const over = lat && lat.achieved_rate < 0.95 * lat.rate ? " (overloaded)" : "";
-    const isOutboxd = ["sqlite", "sqlite-fanout", ...PG_ROWS].includes(n);
-    L.push(
-      `| ${r.label} | ${dps} | ${r.ingest_events_per_s ? f0(r.ingest_events_per_s) : "–"} | ` +
-        `${r.cpu_us_per_delivery != null ? f1(r.cpu_us_per_delivery) : "–"} | ` +
-        `${r.peak_rss_mib != null ? f1(r.peak_rss_mib) : "–"} | ${lat ? ms(lat.p50_us) : "–"} | ` +
-        `${lat ? ms(lat.p99_us) + over : "–"} | ${lat ? ms(lat.max_us) : "–"} | ` +
-        `${isOutboxd && r.vs_ceiling ? r.vs_ceiling.toFixed(2) + "×" : "–"} | ` +
-        `${isOutboxd && r.vs_peer ? r.vs_peer.toFixed(2) + "×" : "–"} |`,
-    );
+  if (m.busy)
+    L.push(`**BUSY MACHINE — NOT A RESULT TO PUBLISH: the 1-minute load average was ${m.load_before.split(" ")[0]} ` +
+      `at the start, above ${m.load_max}${m.forced ? " (run with BENCH_FORCE=1)" : ""}; every figure below ` +
+      `measures the other work on this machine as much as these programs.**`, "");
+  L.push(`Machine: ${m.cpu_model}, ${m.cores} cores, kernel ${m.kernel}; fsync probe: ` +
+    `${m.fsync_us == null ? "–" : f1(m.fsync_us)} µs per 4 KiB O_DSYNC write (${m.fsync_probe_n} writes, ${m.fs_type}, where the stores live)  `);
+  L.push(`Load average (1/5/15 min): ${m.load_before} before, ${m.load_after} after` +
+    (R > 1 ? `; at the start of each round: ${rounds.map((r) => (r.info.load_before ?? "?").split(" ")[0]).join(", ")}` : "") + "  ");
+  L.push(`Commit: ${m.commit} · ${m.date} · took ${m.duration_s} s · PostgreSQL ${m.postgres ?? "–"}` +
+    (strongest && agg[strongest].peer?.node ? ` · peers on Node.js ${agg[strongest].peer.node}` : "") + "  ");
+  if (roundNames.length) L.push(
+    `Workload: ${f0(s.events)} events of ~200 bytes per throughput row, batches of ${s.batch} over ${s.conns} ` +
+      `connections, one subscription; ${R} round${R > 1 ? "s" : ""} of ${roundNames.join(", ")} in rotated order ` +
+      `(round k starts at the k-th row)${s.warmup ? `, after a discarded warm-up pass of ${f0(s.warmup_events)} events each` : ""}; ` +
+      `sink: test_receiver --threads ${s.sink_threads} --unique-per-path; ${s.build} build.`);
+  L.push("");
+  if (headline) {
+    L.push(`**Headline: outboxd on PostgreSQL ÷ the strongest peer (${peerName(strongest)}) = ` +
+      `${times(headline.median)}** (median of ${headline.n} round${headline.n > 1 ? "s" : ""}` +
+      `${headline.n > 1 ? `, range ${times(headline.min)}–${times(headline.max)}` : ""}): both on the same PostgreSQL ` +
+      `server, both acknowledging ingest only after a synchronous commit; outboxd's claims and results commit ` +
+      `with synchronous_commit=off, the peer's job fetches and completions with synchronous_commit=` +
+      `${agg[strongest].peer?.ready?.[0]?.synchronous_commit ?? s.peer_sync_commit} (the table of commits below).`);
+    if (embedded) L.push("",
+      `Embedded store (a different storage engine, not like for like): outboxd on SQLite ÷ the same peer = ` +
+        `${times(embedded.median)}${embedded.n > 1 ? ` (range ${times(embedded.min)}–${times(embedded.max)})` : ""}.`);
+    L.push("");
   }
-  if (main.length) L.push("",
-    "deliveries/s: deliveries ÷ (last receipt at the sink − first ingest request); for the " +
-      "ceiling, wrk's requests/s. CPU: utime+stime of the delivering process only (outboxd, " +
-      "or the peer's node process; not the database server) over the whole run ÷ deliveries. " +
-      "Peak RSS: VmHWM. Latency: receipt at the sink − intended send time of the event, " +
-      "joined by webhook-id, on a fresh store.",
-  );
-  const multi = main.filter((n) => rows[n].available && rows[n].instances > 1);
-  if (multi.length) L.push("",
-    "With 2 and 3 instances: the instances share one secret key and one database; the " +
-      "events are spread over their APIs (one load generator per instance, " +
-      `${s.conns} connections in all), since the instance that stores an event leases its ` +
-      "deliveries to itself first; deliveries/s runs to the last distinct webhook-id at the " +
-      "sink; CPU is summed over the instances, peak RSS is the largest instance's; no " +
-      "latency run. The instances, the PostgreSQL server, the sink and the load generators " +
-      `share this machine's ${m.cores} cores: these rows measure the instances' contention ` +
-      "on one server, not scale-out. " +
-      multi.map((n) => `${n}: ${f0(rows[n].unique_ids)} distinct webhook-ids of ` +
-        `${f0(rows[n].deliveries_expected)}, ${f0(rows[n].duplicates)} duplicates, ` +
-        `peak RSS ${f1(rows[n].peak_rss_mib_sum)} MiB summed`).join("; ") + ".",
-  );
-  const pgRows = names.filter((n) => rows[n]?.available && rows[n].postgres_server);
-  if (pgRows.length) {
-    L.push("",
-      "PostgreSQL server per delivery (the throughput runs above; the server at its defaults, fsync and synchronous_commit on):",
-      "",
-      "| row | instances | deliveries/s | outboxd CPU µs/delivery (all instances) | PostgreSQL CPU µs/delivery | WAL bytes/delivery | WAL fsyncs per 1,000 deliveries | commits per 1,000 deliveries | outboxd sessions per instance (most sampled) |",
-      "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
-    );
-    for (const n of pgRows) {
-      const r = rows[n], p = r.postgres_server;
-      const isO = PG_ROWS.includes(n);
-      L.push(
-        `| ${r.label} | ${isO ? (r.instances ?? 1) : "–"} | ${f0(r.deliveries_per_s)} | ${f1(r.cpu_us_per_delivery)}${isO ? "" : " (node)"} | ` +
-          `${f1(p.cpu_us_per_delivery)} | ${f0(p.wal_bytes_per_delivery)} | ` +
-          `${p.wal_syncs_per_1000 != null ? f1(p.wal_syncs_per_1000) : "–"} | ` +
-          `${p.commits_per_1000 != null ? f1(p.commits_per_1000) : "–"} | ` +
-          `${isO ? (p.sessions_per_instance_max).toFixed(1) : "–"} |`,
-      );
-      const q = r.latency_postgres_server;
-      if (q) L.push(
-        `| ${r.label}, latency run: ${f0(s.lat_rate)} single events/s for ${s.lat_seconds} s | 1 | ${f0(q.events / q.seconds)} | – | ` +
-          `${f1(q.cpu_us_per_delivery)} | ${f0(q.wal_bytes_per_delivery)} | ${f1(q.wal_syncs_per_1000)} | ` +
-          `${f1(q.commits_per_1000)} | ${q.sessions_per_instance_max.toFixed(1)} |`,
-      );
+  if (roundNames.length) {
+    L.push(`Throughput, median (min–max) over ${R} round${R > 1 ? "s" : ""}:`, "",
+      "| row | commits (ingest / claims, results) | deliveries/s (steady window) | end to end /s | duplicates | CPU µs/delivery: deliverers | PostgreSQL server | ingest client | sum | sink | PSS MiB | RssAnon MiB | VmHWM MiB | ÷ ceiling | ÷ strongest peer |",
+      "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for (const n of roundNames) {
+      const a = agg[n];
+      if (!a.rounds_ok) {
+        L.push(`| ${a.label} | | not available (${a.failures[0] ?? "no round finished"}) |${" |".repeat(13)}`);
+        continue;
+      }
+      const vc = n === "ceiling" ? null : ratios[`${n}/ceiling`];
+      const vp = OUTBOXD_ROWS.includes(n) && strongest ? ratios[`${n}/${strongest}`] : null;
+      const c = (f) => mr(a[f], f1);
+      L.push(`| ${a.label}${a.rounds_ok < a.rounds_run ? ` (${a.rounds_ok} of ${a.rounds_run} rounds)` : ""} | ` +
+        `${commitsOf(n, a.peer, s)} | ${mr(a.deliveries_per_s, f0)} | ${mr(a.end_to_end_per_s, f0)} | ${mr(a.duplicates, f0)} | ` +
+        `${n === "ceiling" ? "– (wrk " + c("cpu.load_generator") + ")" : c("cpu.deliverers")} | ${c("cpu.postgres")} | ${c("cpu.ingest_client")} | ` +
+        `${c("cpu.sum")} | ${c("cpu.sink")} | ${c("memory_mib.pss_sum")} | ${c("memory_mib.rss_anon_sum")} | ` +
+        `${c("memory_mib.vmhwm_sum")} | ${vc ? mr(vc, times) : "–"} | ${vp ? mr(vp, times) : "–"} |`);
     }
     L.push("",
+      `Commits: what an ingest acknowledgement waits for / what claims and results (the peers: job fetches ` +
+        `and completions) wait for — SQLite synchronous=FULL / NORMAL, PostgreSQL synchronous_commit on / off ` +
+        `(the table of commits below). Delivered: a distinct (path, webhook-id) pair at the sink; further requests for a pair are the ` +
+        `duplicates. Deliveries/s (steady window): the deliveries after the first ${s.window_skip_pct}% of the ` +
+        `row's (the warm-up: start, first claims, connection set-up; discarded) ÷ the time from the receipt ` +
+        `that completes those ${s.window_skip_pct}% to the last receipt. End to end: deliveries ÷ (last receipt − ` +
+        `first ingest request). The ceiling: distinct webhook-ids at the sink ÷ wrk's run (${s.ceiling_seconds} s, ` +
+        `${s.ceiling_conns} keep-alive connections, outboxd's header set, a webhook-id per request). CPU: ` +
+        `utime+stime ÷ deliveries, first ingest request to last receipt, of the deliverers (every outboxd ` +
+        `instance; every peer worker process), the PostgreSQL server (every process of the bench's server), ` +
+        `the ingest client (bench_loadgen for outboxd, the peer's producer.mjs, the whole process with ` +
+        `Node's start-up) and their sum; the sink's beside it (the same program for every row; for the ` +
+        `ceiling the load generator is wrk). Memory of the deliverers, summed over their processes: PSS ` +
+        `(smaps_rollup) and RssAnon at the last receipt, VmHWM (peak). A ratio is taken within each round, ` +
+        `then its median and range; the strongest peer is the one with the higher median deliveries/s.`);
+    const ratioNames = Object.keys(ratios);
+    if (ratioNames.length) {
+      L.push("", "Every ratio of the rounds (each taken within a round; median and range):", "",
+        "| ratio | median | min–max | rounds |", "|---|--:|--:|--:|");
+      for (const k of ratioNames) {
+        const r = ratios[k];
+        L.push(`| ${SHORT[r.num] ?? r.num} ÷ ${SHORT[r.den] ?? r.den}${r.den === strongest ? " (strongest peer)" : ""} | ` +
+          `${times(r.median)} | ${times(r.min)}–${times(r.max)} | ${r.n} |`);
+      }
+    }
+    if (R > 1 || roundNames.length > 1) {
+      const cols = roundNames;
+      L.push("", "Each round (deliveries/s; the ratios of that round):", "",
+        `| round | order | load at start | ${cols.map((n) => SHORT[n] ?? n).join(" | ")} | PostgreSQL ÷ strongest peer | SQLite ÷ strongest peer |`,
+        `|--:|---|--:|${cols.map(() => "--:").join("|")}|--:|--:|`);
+      for (const r of rounds) {
+        const v = (n) => (ok(r.rows[n]) ? f0(r.rows[n].deliveries_per_s) : "–");
+        const rr = (num) => (strongest && ok(r.rows[num]) && ok(r.rows[strongest])
+          ? times(r.rows[num].deliveries_per_s / r.rows[strongest].deliveries_per_s) : "–");
+        L.push(`| ${r.k} | ${r.info.order ?? "–"} | ${(r.info.load_before ?? "–").split(" ")[0]} | ${cols.map(v).join(" | ")} | ${rr("postgres")} | ${rr("sqlite")} |`);
+      }
+    }
+    // durability: what each side's commits wait for
+    const sc = (p) => agg[p]?.peer?.ready?.map((x) => x.synchronous_commit).filter((x, i, xs) => xs.indexOf(x) === i).join("/") ?? s.peer_sync_commit;
+    L.push("", "What each side's commits wait for in these rows (the PostgreSQL server at its defaults: fsync on, synchronous_commit on, wal_writer_delay 200 ms):", "",
+      "| side | ingest: acknowledged after | claims / job fetches | results / job completions |",
+      "|---|---|---|---|",
+      "| outboxd, SQLite (WAL mode) | a commit at synchronous=FULL: the WAL fsynced | synchronous=NORMAL: the WAL written, not fsynced (the next FULL commit or checkpoint syncs it) | synchronous=NORMAL |",
+      "| outboxd, PostgreSQL | a synchronous commit on its ingest connection (the event rows and their first lease) | synchronous_commit=off on its dispatch connection (claims, lease renewals) | synchronous_commit=off (dispatch connection) |");
+    for (const p of peers)
+      L.push(`| ${peerName(p)} | a synchronous commit of the producer's transaction | synchronous_commit=${sc(p)} on the worker processes' sessions (read back from the server) | synchronous_commit=${sc(p)} |`);
+    L.push("", "A relaxed commit (NORMAL, off) can be lost to a crash of the machine (SQLite) or of the server (PostgreSQL: the last ~3 × wal_writer_delay of commits); what it loses is a claim or a result, so those deliveries are made again (at least once). An acknowledged event or job is never in a relaxed commit on either side. Maintenance (outboxd's janitor, the peers' own) keeps the server's default.");
+  }
+
+  // the rows run once
+  const onceTp = onceNames.filter((n) => !["latency", "slow", "small"].includes(n) && !once[n].report_lines);
+  if (onceTp.length) {
+    L.push("", "Run once, after the rounds (ratios ÷ the one-subscription / one-instance row's median of this run):", "",
+      "| row | commits (ingest / claims, results) | deliveries/s (steady window) | end to end /s | distinct of expected | duplicates | CPU µs/delivery: outboxd | PostgreSQL server | ingest client | sum | PSS MiB (all instances) | ÷ one subscription / instance | ÷ ceiling |",
+      "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for (const n of onceTp) {
+      const r = once[n];
+      if (!r.available) { L.push(`| ${r.label ?? n} | | not available (${r.reason}) |${" |".repeat(10)}`); continue; }
+      L.push(`| ${r.label} | ${commitsOf(n, null, s)} | ${f0(r.deliveries_per_s)} | ${f0(r.end_to_end_per_s)} | ${f0(r.unique_ids)} of ${f0(r.deliveries_expected)} | ` +
+        `${f0(r.duplicates)} | ${f1(r.cpu?.deliverers)} | ${f1(r.cpu?.postgres)} | ${f1(r.cpu?.ingest_client)} | ${f1(r.cpu?.sum)} | ` +
+        `${f1(r.memory_mib?.pss_sum)} | ${r.vs_one != null ? `${times(r.vs_one)} (÷ ${r.vs_one_of})` : "–"} | ${times(r.vs_ceiling)} |`);
+    }
+    if (onceTp.some((n) => once[n].instances > 1))
+      L.push("",
+        "With 2 and 3 instances: the instances share one secret key and one database; the events are spread " +
+          `over their APIs (one load generator per instance, ${s.conns} connections in all), since the instance ` +
+          "that stores an event leases its deliveries to itself first. The instances, the PostgreSQL server, the " +
+          `sink and the load generators share this machine's ${m.cores} cores: these rows measure the instances' ` +
+          "contention on one server, not scale-out.");
+  }
+
+  // PostgreSQL server figures: medians for the round rows, the once rows' own
+  const pgLines = [];
+  for (const n of roundNames) {
+    const a = agg[n];
+    if (!a?.["postgres_server.cpu_us_per_delivery"]) continue;
+    const c = (f, fmt = f1) => mr(a[f], fmt);
+    pgLines.push(`| ${a.label} (median of rounds) | ${PG_ROWS.includes(n) ? 1 : "–"} | ${mr(a.deliveries_per_s, f0)} | ${c("postgres_server.cpu_us_per_delivery")} | ` +
+      `${c("postgres_server.wal_bytes_per_delivery", f0)} | ${c("postgres_server.wal_syncs_per_1000")} | ${c("postgres_server.commits_per_1000")} | ` +
+      `${PG_ROWS.includes(n) ? c("postgres_server.sessions_per_instance_max") : "–"} |`);
+  }
+  for (const n of onceTp) {
+    const r = once[n], p = r?.postgres_server;
+    if (!r?.available || !p) continue;
+    pgLines.push(`| ${r.label} | ${r.instances ?? 1} | ${f0(r.deliveries_per_s)} | ${f1(p.cpu_us_per_delivery)} | ${f0(p.wal_bytes_per_delivery)} | ` +
+      `${f1(p.wal_syncs_per_1000)} | ${f1(p.commits_per_1000)} | ${f1(p.sessions_per_instance_max)} |`);
+  }
+  const lp = lat.postgres?.postgres_server;
+  if (lp) pgLines.push(`| outboxd, PostgreSQL, latency run: ${f0(s.lat_rate)} single events/s for ${s.lat_seconds} s | 1 | ${f0(lat.postgres.achieved_rate)} | ` +
+    `${f1(lp.cpu_us_per_delivery)} | ${f0(lp.wal_bytes_per_delivery)} | ${f1(lp.wal_syncs_per_1000)} | ${f1(lp.commits_per_1000)} | ${f1(lp.sessions_per_instance_max)} |`);
+  if (pgLines.length) {
+    L.push("", "PostgreSQL server per delivery:", "",
+      "| row | instances | deliveries/s | PostgreSQL CPU µs/delivery | WAL bytes/delivery | WAL fsyncs per 1,000 deliveries | commits per 1,000 deliveries | outboxd sessions per instance (most sampled) |",
+      "|---|--:|--:|--:|--:|--:|--:|--:|", ...pgLines, "",
       "PostgreSQL CPU: utime+stime of every process of the bench's server (backends, walwriter, " +
         "checkpointer, autovacuum; the children that exited meanwhile through the postmaster's " +
         "cutime+cstime), first ingest request to last receipt, ÷ deliveries. WAL bytes: " +
         "pg_wal_lsn_diff of pg_current_wal_lsn() over the same run. WAL fsyncs: pg_stat_wal's " +
         "wal_sync; commits: pg_stat_database's xact_commit of the row's database (both read " +
         "once the row's clients stopped, so they include the stop). Sessions: pg_stat_activity " +
-        `rows with application_name 'outboxd', sampled every 0.5 s during the run (the most ` +
-        "seen ÷ instances). The latency run's line: the same probe from its first request to " +
-        "the join of its receipts, on its own database, ÷ the events accepted; its WAL fsyncs " +
-        "are those of single events acknowledged one request at a time.",
-    );
-    const av = [];
-    for (const n of pgRows) {
-      for (const [what, p] of [[n, rows[n].postgres_server], [`${n} latency run`, rows[n].latency_postgres_server]]) {
-        if (p?.autovacuum_samples) av.push(`${what}: ${p.autovacuum_samples} of ${p.samples} samples (${p.autovacuum_dbs})`);
-      }
-    }
-    const lw = pgRows.filter((n) => PG_ROWS.includes(n) && rows[n].postgres_server.active_sessions_sampled != null)
-      .map((n) => { const p = rows[n].postgres_server;
-        const w = Object.entries(p.waits_sampled ?? {}).map(([k, v]) => `${k} ${v}`).join(", ");
-        return `${n} ${p.lock_waits_sampled} on a lock and ${p.lwlock_waits_sampled} on an LWLock of ${p.active_sessions_sampled} active${w ? ` (${w})` : ""}`; });
-    if (lw.length) L.push("", `outboxd's sessions seen running a statement in those samples, and of them waiting: ${lw.join("; ")}.`);
-    L.push("", av.length
-      ? `Autovacuum workers ran during some of these runs, and their CPU is in the server's figure: ${av.join("; ")}.`
-      : "No autovacuum worker was seen running in any sample of these runs.");
+        "rows with application_name 'outboxd', sampled every 0.5 s during the run (the most seen ÷ instances).");
   }
+
+  // latency
+  if (Object.keys(lat).length) {
+    L.push("", `Latency at ${f0(s.lat_rate)} events/s for ${s.lat_seconds} s ` +
+      `(${s.lat_batch > 1 ? `batches of ${s.lat_batch}` : "single events"}, at most ${s.lat_conns} requests in flight), each on a fresh store, run once:`, "",
+      "| target | commits (ingest / claims, results) | sustained events/s | intended → receipt p50 ms | p99 ms | max ms | ack → receipt p50 ms | p99 ms | ingest ack p50 ms | p99 ms |",
+      "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for (const [k, l] of Object.entries(lat)) {
+      const over = l.achieved_rate < 0.95 * l.rate ? " (not sustained)" : "";
+      L.push(`| ${k === "sqlite" || k === "postgres" ? LABELS[k] : peerName(k)} | ${commitsOf(k, l.peer, s)} | ${f0(l.achieved_rate)}${over} | ${ms(l.p50_us)} | ${ms(l.p99_us)} | ${ms(l.max_us)} | ` +
+        `${ms(l.ack_p50_us)} | ${ms(l.ack_p99_us)} | ${ms(l.ingest_ack_p50_us)} | ${ms(l.ingest_ack_p99_us)} |`);
+    }
+    L.push("", "Intended → receipt: the sink's receipt − the time the event was meant to be sent (the load generator keeps " +
+      "that time when it falls behind: no coordinated omission). Ack → receipt: the receipt − the ingest " +
+      "acknowledgement (outboxd's 2xx, the peer's commit of the job): the delivery path alone; it can be " +
+      "below zero, when the delivery reaches the sink before the load generator has read the acknowledgement " +
+      "(outboxd hands an event to its dispatcher as soon as its commit is done). Ingest ack: the " +
+      "acknowledgement − the intended send time. A rate not sustained (under 0.95 of the one asked) makes the " +
+      "latency mostly queueing before ingest.");
+  }
+
   const targetTable = (set) => {
     const xs = targets.filter((x) => x.set === set);
     if (!xs.length) return;
@@ -511,7 +777,6 @@ function report(work, results) {
   targetTable("round 1");
   if (rows.slow) {
     const r = rows.slow;
-    if (main.length) L.push("");
     L.push(
       `Slow receivers: ${f0(s.slow_events)} events × ${s.slow_subs} subscriptions on SQLite, ` +
         `max_in_flight ${f0(s.slow_in_flight)}, subscriber bench_slow_sink answering every ` +
@@ -582,28 +847,36 @@ function report(work, results) {
       );
   }
   targetTable("small receiver");
+  // rows of their own shape (kind custom): the lines they wrote for the report
+  for (const n of onceNames) if (once[n].available && once[n].report_lines) L.push("", ...once[n].report_lines);
   const notes = [];
-  for (const n of names) {
-    const r = rows[n];
+  for (const r of rounds)
+    for (const [n, x] of Object.entries(r.rows)) {
+      if (!x.available) notes.push(`round ${r.k}, ${n}: not available — ${x.reason}${x.detail ? ` (${x.detail})` : ""}`);
+      else if (x.complete === false) notes.push(`round ${r.k}, ${n}: incomplete, ${f0(x.deliveries)} of ${f0(x.deliveries_expected)} delivered (left out of the medians)`);
+      if (x.ingest_errors) notes.push(`round ${r.k}, ${n}: ${x.ingest_errors} events were refused at ingest (${x.ingest_first_error ?? ""}).`);
+    }
+  for (const n of onceNames) {
+    const r = once[n];
     if (!r.available && r.detail) notes.push(`${n}: not available — ${r.detail}`);
-    if (r.latency?.missing) notes.push(`${n}: ${r.latency.missing} latency events never reached the sink.`);
     if (r.ingest_errors) notes.push(`${n}: ${r.ingest_errors} events were refused at ingest (${r.ingest_first_error ?? ""}).`);
-    if (r.latency?.errors) notes.push(`${n}: ${r.latency.errors} latency events were refused at ingest.`);
-    if (r.latency && r.latency.achieved_rate < 0.95 * r.latency.rate)
-      notes.push(
-        `${n}: the latency run could not hold ${f0(r.latency.rate)} events/s — ingest ` +
-          `sustained ${f0(r.latency.achieved_rate)}/s (ingest ack p50 ` +
-          `${ms(r.latency.ingest_ack_p50_us)} ms from the intended send time), so its ` +
-          `latency is mostly queueing before ingest.`,
-      );
   }
-  if (rows.peer?.peer) {
-    const p = rows.peer.peer;
-    notes.push(
-      `peer settings: concurrency ${p.concurrency}, localQueue.size ${p.local_queue}, ` +
-        `completeJobBatchDelay ${p.complete_batch_delay_ms} ms, NO_LOG_SUCCESS, undici Pool ` +
-        `with ${p.concurrency} keep-alive connections; jobs added with add_jobs, ${s.batch} per transaction.`,
-    );
+  for (const [k, l] of Object.entries(lat)) {
+    if (l.missing) notes.push(`latency ${k}: ${l.missing} events never reached the sink.`);
+    if (l.errors) notes.push(`latency ${k}: ${l.errors} events were refused at ingest.`);
+  }
+  for (const p of peers) {
+    const c = agg[p].peer, w = c?.ready?.[0] ?? {};
+    if (p === "graphile")
+      notes.push(`graphile-worker ${w.version}: ${c.workers} worker processes × concurrency ${w.concurrency} ` +
+        `(${c.workers * w.concurrency} jobs in flight at most; outboxd: max_in_flight ${s.in_flight}), localQueue.size ` +
+        `${w.local_queue}, completeJobBatchDelay ${w.complete_batch_delay_ms} ms, ${w.pool} PostgreSQL connections per process, ` +
+        `NO_LOG_SUCCESS, an undici Pool of ${w.concurrency} keep-alive connections per process; jobs added with add_jobs, ${s.batch} per transaction.`);
+    if (p === "pgboss")
+      notes.push(`pg-boss ${w.version}: ${c.workers} worker processes × localConcurrency ${w.local_concurrency} × batchSize ` +
+        `${w.batch_size} (${c.workers * w.local_concurrency * w.batch_size} jobs in flight at most), burstWhenBatchFull, ` +
+        `LISTEN/NOTIFY wake-ups, perJobResults, ${w.pool} PostgreSQL connections per process, an undici Pool per process; ` +
+        `jobs added with insert, ${s.batch} per statement.`);
   }
   if (notes.length) L.push("", ...notes.map((x) => `- ${x}`));
   L.push("", "![chart](latest.png)", "");
@@ -621,23 +894,16 @@ function report(work, results) {
     }
   }
 
-  // ---- data for bench/report.gp ----
+  // ---- data for bench/report.gp: medians of the rounds, then the rows run once ----
   const q = (x) => `"${x.replace(/"/g, "'")}"`;
-  const short = {
-    ceiling: "ceiling (wrk)",
-    sqlite: "outboxd SQLite",
-    "sqlite-fanout": `outboxd SQLite ×${rows["sqlite-fanout"]?.subscriptions ?? ""} subs`,
-    postgres: "outboxd PostgreSQL",
-    "postgres-2": "outboxd PostgreSQL ×2 inst.",
-    "postgres-3": "outboxd PostgreSQL ×3 inst.",
-    peer: "graphile-worker",
-  };
-  const dat = main.map((n) => `${q(short[n] ?? n)} ${rows[n].available ? rows[n].deliveries_per_s.toFixed(0) : 0}`);
+  const dat = [
+    ...roundNames.filter((n) => agg[n].deliveries_per_s).map((n) => `${q(SHORT[n] ?? n)} ${agg[n].deliveries_per_s.median.toFixed(0)}`),
+    ...onceTp.filter((n) => ok(once[n])).map((n) => `${q(SHORT[n] ?? n)} ${once[n].deliveries_per_s.toFixed(0)}`),
+  ];
   writeFileSync(join(results, "latest.dat"), (dat.length ? dat : ['"none" 0']).join("\n") + "\n");
-  const lat = main
-    .filter((n) => rows[n].available && rows[n].latency)
-    .map((n) => `${q(short[n] ?? n)} ${ms(rows[n].latency.p50_us)} ${ms(rows[n].latency.p99_us)} ${ms(rows[n].latency.max_us)}`);
-  writeFileSync(join(results, "latest-lat.dat"), (lat.length ? lat : ['"none" 0 0 0']).join("\n") + "\n");
+  const latDat = Object.entries(lat).map(([k, l]) => `${q(SHORT[k] ?? k)} ${ms(l.p50_us)} ${ms(l.p99_us)} ${ms(l.max_us)}`);
+  writeFileSync(join(results, "latest-lat.dat"), (latDat.length ? latDat : ['"none" 0 0 0']).join("\n") + "\n");
+  const stamp = `${m.cpu_model}, ${m.cores} cores; load ${m.load_before} before; commit ${m.commit}; ${m.date}${m.busy ? "; BUSY MACHINE" : ""}`;
   writeFileSync(join(results, "latest.stamp"), stamp.replace(/'/g, ""));
 }
 

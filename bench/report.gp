@@ -1,5 +1,5 @@
 # report.gp: the chart of `make bench` (bench/run.sh calls it with gnuplot -e settings).
-#   datafile  "label" deliveries/s, one row per benchmark row
+#   datafile  "label" deliveries/s, one row per benchmark row (the median of the rounds)
 #   latfile   "label" p50_ms p99_ms max_ms, for the rows with a latency run
 #   outfile   the PNG to write
 #   stamp     machine, load and commit, printed under the chart
@@ -25,7 +25,7 @@ set bmargin 8
 set label 1 stamp at screen 0.5, 0.025 center font "sans,9"
 
 # Left: throughput.
-set title "deliveries/s (100,000 events, end to end)"
+set title "deliveries/s (steady window; median of the rounds, or the one run)"
 set ylabel "deliveries/s"
 set yrange [0:*]
 set format y "%.0s%c"
@@ -36,7 +36,7 @@ plot datafile using 2:xtic(1) notitle linecolor rgb "#3572b0", \
 unset label 1
 
 # Right: latency at a fixed rate.
-set title "end-to-end latency at 1,000 events/s (ms)"
+set title "latency at a fixed rate, intended send to receipt (ms)"
 set ylabel "ms (log scale)"
 set logscale y
 set yrange [*:*]

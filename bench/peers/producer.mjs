@@ -1,20 +1,26 @@
-// producer.mjs: the peer's load generator for `make bench` — adds graphile-worker jobs the
-// way an application would, with the same two modes and the same output as bench_loadgen:
+// producer.mjs: the peers' load generator for `make bench` — adds jobs the way an
+// application would, with the same two modes and the same output as bench_loadgen, to
+// graphile-worker (--peer graphile, the default) or to pg-boss (--peer pgboss):
 //
-//   node producer.mjs ingest --events N [--batch B] [--conns C]
-//       N jobs, B per transaction (BEGIN; add_jobs(...); COMMIT) over C connections, as fast
-//       as PostgreSQL commits them. Prints one JSON object (start/end µs, events, errors).
-//   node producer.mjs rate --rate R --duration S --out FILE [--batch B] [--conns C]
-//       R jobs/s for S seconds, one add_job per transaction (B > 1: add_jobs of B jobs), at
-//       most C in flight; every job keeps its intended time (no coordinated omission). Writes
-//       "id intended_us sent_us acked_us" per job to FILE and prints a JSON summary.
+//   node producer.mjs ingest --events N [--batch B] [--conns C] [--peer P]
+//       N jobs, B per transaction over C connections, as fast as PostgreSQL commits them
+//       (graphile: BEGIN; add_jobs(...); COMMIT; pg-boss: boss.insert of B jobs, one
+//       statement). Prints one JSON object (start/end µs, events, errors).
+//   node producer.mjs rate --rate R --duration S --out FILE [--batch B] [--conns C] [--peer P]
+//       R jobs/s for S seconds, one job per transaction (graphile add_job, pg-boss send;
+//       B > 1: B jobs at once), at most C in flight; every job keeps its intended time (no
+//       coordinated omission). Writes "id intended_us sent_us acked_us" per job to FILE and
+//       prints a JSON summary.
 //
 // DATABASE_URL names the database (the worker must have migrated it). Each job's payload is
-// { id, data } where data is the same ~200-byte object bench_loadgen sends to outboxd.
+// { id, data } where data is the same ~200-byte object bench_loadgen sends to outboxd. Its
+// sessions keep the server's synchronous_commit (on): a job is acknowledged durably, as
+// outboxd acknowledges an event only after a synchronous commit.
 
 import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import pg from "pg";
+import { PgBoss } from "pg-boss";
 
 const args = process.argv.slice(2);
 const mode = args[0];
@@ -26,6 +32,11 @@ if (!process.env.DATABASE_URL || (mode !== "ingest" && mode !== "rate")) {
 }
 
 const payloadBytes = Number(opt["payload-bytes"] || 200);
+const peer = opt.peer || "graphile";
+if (peer !== "graphile" && peer !== "pgboss") {
+  console.error("producer.mjs: --peer is graphile or pgboss");
+  process.exit(2);
+}
 const nowUs = () => Math.round((performance.timeOrigin + performance.now()) * 1000);
 
 // The same payload as bench/loadgen.c: {"seq":N,"pad":"xxx..."}, payloadBytes long.
@@ -38,10 +49,18 @@ function percentile(sorted, p) {
   return sorted.length ? sorted[Math.floor((sorted.length - 1) * p)] : 0;
 }
 
-const pool = new pg.Pool({
-  connectionString: process.env.DATABASE_URL,
-  max: Number(opt.conns || (mode === "ingest" ? 4 : 16)),
-});
+const maxConns = Number(opt.conns || (mode === "ingest" ? 4 : 16));
+const pool = peer === "graphile"
+  ? new pg.Pool({ connectionString: process.env.DATABASE_URL, max: maxConns })
+  : null;
+const boss = peer === "pgboss"
+  ? new PgBoss({ connectionString: process.env.DATABASE_URL, max: maxConns, supervise: false, schedule: false })
+  : null;
+if (boss) {
+  boss.on("error", (e) => console.error(`producer.mjs: ${e.message}`));
+  await boss.start();
+}
+const QUEUE = "deliver";
 
 const ADD_JOBS = `select id from graphile_worker.add_jobs(
   array(select json_populate_recordset(null::graphile_worker.job_spec, $1::json)))`;
@@ -55,27 +74,33 @@ async function ingest() {
   const batches = [];
   for (let first = 0; first < events; first += batch) {
     const specs = [];
-    for (let seq = first; seq < Math.min(events, first + batch); seq++)
-      specs.push({ identifier: "deliver", payload: { id: randomUUID(), data: eventData(seq) } });
-    batches.push(JSON.stringify(specs));
+    for (let seq = first; seq < Math.min(events, first + batch); seq++) {
+      const payload = { id: randomUUID(), data: eventData(seq) };
+      specs.push(boss ? { data: payload } : { identifier: "deliver", payload });
+    }
+    batches.push(boss ? specs : JSON.stringify(specs));
   }
   const lat = [];
   let next = 0, accepted = 0, errors = 0, failedRequests = 0, firstError;
   const start = nowUs();
   async function lane() {
-    const client = await pool.connect();
+    const client = pool ? await pool.connect() : null;
     try {
       while (next < batches.length) {
         const k = next++;
         const n = Math.min(batch, events - k * batch);
         const t0 = nowUs();
         try {
-          await client.query("BEGIN");
-          await client.query(ADD_JOBS, [batches[k]]);
-          await client.query("COMMIT");
+          if (boss) {
+            await boss.insert(QUEUE, batches[k]);
+          } else {
+            await client.query("BEGIN");
+            await client.query(ADD_JOBS, [batches[k]]);
+            await client.query("COMMIT");
+          }
           accepted += n;
         } catch (e) {
-          await client.query("ROLLBACK").catch(() => {});
+          if (client) await client.query("ROLLBACK").catch(() => {});
           errors += n;
           failedRequests++;
           firstError ??= String(e.message || e);
@@ -83,14 +108,14 @@ async function ingest() {
         lat.push(nowUs() - t0);
       }
     } finally {
-      client.release();
+      client?.release();
     }
   }
   await Promise.all(Array.from({ length: conns }, lane));
   const end = nowUs();
   lat.sort((a, b) => a - b);
   return {
-    mode: "ingest", start_us: start, end_us: end, events, accepted, errors,
+    mode: "ingest", peer, start_us: start, end_us: end, events, accepted, errors,
     failed_requests: failedRequests, requests: batches.length, batch, conns,
     events_per_s: accepted / ((end - start) / 1e6),
     ack_p50_us: percentile(lat, 0.5), ack_p99_us: percentile(lat, 0.99),
@@ -111,9 +136,11 @@ async function rate() {
     const jobs = [];
     for (let seq = first; seq < Math.min(total, first + batch); seq++)
       jobs.push({ id: randomUUID(), data: eventData(seq) });
-    const body = batch === 1
-      ? JSON.stringify(jobs[0])
-      : JSON.stringify(jobs.map((payload) => ({ identifier: "deliver", payload })));
+    const body = boss
+      ? jobs.map((payload) => ({ data: payload }))
+      : batch === 1
+        ? JSON.stringify(jobs[0])
+        : JSON.stringify(jobs.map((payload) => ({ identifier: "deliver", payload })));
     reqs.push({ ids: jobs.map((j) => j.id), body });
   }
 
@@ -125,7 +152,10 @@ async function rate() {
       active++;
       q.sent = nowUs();
       if (q.sent - q.intended > 1000) late++;
-      pool.query(batch === 1 ? ADD_JOB : ADD_JOBS, [q.body]).then(
+      const add = boss
+        ? (batch === 1 ? boss.send(QUEUE, q.body[0].data) : boss.insert(QUEUE, q.body))
+        : pool.query(batch === 1 ? ADD_JOB : ADD_JOBS, [q.body]);
+      add.then(
         () => { q.acked = nowUs(); q.ok = true; },
         (e) => { q.acked = nowUs(); errors += q.ids.length; firstError ??= String(e.message || e); },
       ).finally(() => {
@@ -156,7 +186,7 @@ async function rate() {
   writeFileSync(opt.out, lines.join(""));
   lat.sort((a, b) => a - b);
   return {
-    mode: "rate", start_us: start, end_us: end, events: total, accepted: total - errors,
+    mode: "rate", peer, start_us: start, end_us: end, events: total, accepted: total - errors,
     errors, failed_requests: reqs.filter((q) => !q.ok).length, requests: reqs.length, batch,
     conns, rate: r, events_per_s: (total - errors) / ((end - start) / 1e6), late_requests: late,
     ack_p50_us: percentile(lat, 0.5), ack_p99_us: percentile(lat, 0.99),
@@ -169,5 +199,6 @@ try {
   process.stdout.write(JSON.stringify(result) + "\n");
   process.exitCode = result.errors ? 3 : 0;
 } finally {
-  await pool.end();
+  if (pool) await pool.end();
+  if (boss) await boss.stop({ graceful: false, wait: true });
 }

@@ -6,7 +6,11 @@
  * as received). Tests drive it through the
  * JSON control API under /_control/; the benchmark runs it with --no-bodies --threads N as
  * a sink that only counts, plus --timestamps to keep (webhook-id, receipt time) pairs for
- * the latency join, read back as text from GET /_control/timestamps.
+ * the latency join, read back as text from GET /_control/timestamps. With
+ * --unique-per-path the distinct ids, the duplicates and the receipts are keyed by the
+ * request's path and its webhook-id ("/sink/3 ID"): a fan-out sends one webhook-id to
+ * several subscriptions, each a delivery of its own (not with --acks, which looks ids up
+ * alone).
  *
  * With --tls-cert/--tls-key it speaks HTTPS (--client-ca: and requires a client
  * certificate signed by that CA, refusing others in the TLS handshake, as an mTLS
@@ -122,13 +126,23 @@ static enum MHD_Result handle_data(struct MHD_Connection *conn, const char *meth
 	rx.last_us = t;
 	if (id) {
 		bool found;
-		/* The table maps each id to its own arena copy, which a receipt then shares. */
-		const char *key = table_get(&rx.ids, id, &found);
+		char both[1024];
+		const char *lookup = id, *key;
+		int w;
 
+		/* --unique-per-path: "path id"; a key too long for the buffer (no benchmark
+		 * path is) counts under the id alone. */
+		if (rx.per_path) {
+			w = snprintf(both, sizeof(both), "%.*s %s", (int)path_len, ctx->uri, id);
+			if (w > 0 && (size_t)w < sizeof(both))
+				lookup = both;
+		}
+		/* The table maps each id to its own arena copy, which a receipt then shares. */
+		key = table_get(&rx.ids, lookup, &found);
 		if (found) {
 			rx.duplicates++;
 		} else {
-			key = arena_strdup(&rx.id_arena, id);
+			key = arena_strdup(&rx.id_arena, lookup);
 			if (key && table_put(&rx.ids, key, (void *)key) != 1)
 				key = NULL;
 		}
@@ -258,7 +272,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 static void usage(void)
 {
 	fprintf(stderr, "usage: test_receiver --port N [--no-bodies] [--threads N] [--print]"
-			" [--timestamps] [--acks]\n"
+			" [--timestamps] [--acks | --unique-per-path]\n"
 			"         [--tls-cert FILE --tls-key FILE [--client-ca FILE]"
 			" [--control-port N]]\n");
 }
@@ -342,6 +356,8 @@ int main(int argc, char **argv)
 			rx.timestamps = true;
 		} else if (strcmp(argv[i], "--acks") == 0) {
 			rx.acks = true;
+		} else if (strcmp(argv[i], "--unique-per-path") == 0) {
+			rx.per_path = true;
 		} else if (strcmp(argv[i], "--tls-cert") == 0 && i + 1 < argc) {
 			tls_cert = argv[++i];
 		} else if (strcmp(argv[i], "--tls-key") == 0 && i + 1 < argc) {
@@ -358,7 +374,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!port || !tls_cert != !tls_key || (client_ca && !tls_cert)) {
+	if (!port || !tls_cert != !tls_key || (client_ca && !tls_cert) || (rx.acks && rx.per_path)) {
 		usage();
 		return 2;
 	}

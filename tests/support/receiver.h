@@ -153,13 +153,16 @@ struct receiver_state {
 	bool print;             /* --print: one line per request on stdout */
 	bool timestamps;        /* --timestamps: keep a receipt per webhook-id request */
 	bool acks;              /* --acks: count completed 2xx answers per path and webhook-id */
+	bool per_path;          /* --unique-per-path: ids, duplicates and receipts keyed by
+				 * "path webhook-id" (one event to N subscriptions is N deliveries) */
 	uint64_t rng;           /* chaos draws (xorshift64*), under the lock */
 	long total;
 	long duplicates;
 	int64_t first_us;
 	int64_t last_us;
 	json_t *requests;       /* array of records; stays empty with --no-bodies */
-	struct table ids;       /* distinct webhook-id values, keys in id_arena */
+	struct table ids;       /* distinct webhook-id values (--unique-per-path: "path id"),
+				 * keys in id_arena */
 	struct arena id_arena;
 	struct table paths;     /* path (no query) -> struct path_state */
 	struct receipt *receipts;   /* --timestamps, in arrival order */

@@ -181,7 +181,8 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, int fclose_rc, ch
 	return ret;
 }
 
-/* GET /_control/timestamps: one "webhook-id received_at_us" line per receipt, in arrival
+/* GET /_control/timestamps: one "webhook-id received_at_us" line per receipt ("path
+ * webhook-id received_at_us" with --unique-per-path), in arrival
  * order (text, so a shell script can join it with awk); X-Receipts-Dropped says how many
  * were not kept. Empty unless the receiver runs with --timestamps. */
 static enum MHD_Result control_timestamps(struct MHD_Connection *conn)
