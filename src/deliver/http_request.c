@@ -489,9 +489,13 @@ void http_send_request(struct http_round *h, const char *bearer)
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)hs->connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(hs->connect_timeout_ms + h->sj->timeout_ms));
 	/* Peer and host verification stay on (curl's default); a subscription can only name
-	 * the CA that verifies its endpoint, and the certificate that proves who we are. */
-	if (s->tls_ca_file)
+	 * the CA that verifies its endpoint, and the certificate that proves who we are. Its
+	 * CA file replaces the default authorities, the directory of them included, as the
+	 * lean client's does (http_tls.c). */
+	if (s->tls_ca_file) {
 		curl_easy_setopt(e, CURLOPT_CAINFO, s->tls_ca_file);
+		curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+	}
 	if (s->tls_client_cert) {
 		curl_easy_setopt(e, CURLOPT_SSLCERT, s->tls_client_cert);
 		curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
