@@ -5,9 +5,9 @@
  * transfer. A webhook over plain HTTP needs far less: one write of a request head built
  * once per attempt plus the body, one read, a response parser (Debian's http_parser) and
  * a kept-alive connection (the URL split and the head written as libcurl would:
- * http_head.c). This file does exactly that and nothing else; libcurl keeps
- * every case it does not cover (a host name whose address is not known here, a URL or a
- * header it would rewrite, the egress proxy), so the two send the same request.
+ * http_head.c). This file does exactly that and nothing else; libcurl keeps every case
+ * it does not cover (a host name whose address is not known here, a URL or a header it
+ * would rewrite, the egress proxy), so the two send the same request.
  *
  * https://: the same, with TLS between (http_tls.c: the handshake after the connect,
  * within connect_timeout, verification always on, one SSL_CTX per set of a subscription's
@@ -24,8 +24,9 @@
  * fall back to libcurl at once). Every connection goes through the SSRF guard
  * (core/ssrf.h) before connect(), as libcurl's do.
  *
- * Connections: kept alive per target, newest first, at most
- * max_idle in all, closed after IDLE_MAX_MS unused or when the server closes them. A
+ * Connections: kept alive per target, newest first, at most max_idle in all, closed
+ * after IDLE_MAX_MS unused or when the server closes them (over TLS, a session ticket
+ * arriving on an idle connection is taken and the connection kept). A
  * request on a kept-alive connection that dies before any byte of the answer is sent
  * once more on a fresh one, as libcurl does. Timeouts: a connection being made (its TLS
  * handshake included) has the sink's connect_timeout, then the attempt's timeout runs
@@ -81,7 +82,7 @@ enum conn_state { CONN_CONNECTING, CONN_HANDSHAKE, CONN_SENDING, CONN_READING, C
  * configuration. Targets live until the sink closes (one per distinct endpoint authority
  * and TLS configuration). */
 struct wire_target {
-	char *authority;              /* host:port as in the URL: the key, with tls */
+	char *authority;              /* host:port as in the URL; with tls and tls_conf the key */
 	int tls;                      /* https:// */
 	struct tls_conf *tls_conf;    /* https://: the subscription's TLS files (borrowed) */
 	struct tls_resume resume;     /* https://: the last session, for the next handshake */

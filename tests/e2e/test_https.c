@@ -10,8 +10,11 @@
  * client shows is in /metrics: its requests (outboxd_http_requests_total{client="lean"})
  * and its handshakes (outboxd_http_tls_handshakes_total{session}): many deliveries over
  * few handshakes on kept-alive connections, and resumed sessions when a receiver closes
- * its connections (the receiver records the resumption too). */
+ * its connections (the receiver records the resumption too). A kept-alive connection
+ * that dies under the next request, before a byte of answer, gets that request once more
+ * on a fresh connection, within the same attempt, from both clients alike. */
 #include "e2e.h"
+#include "harness_receivers.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -364,6 +367,84 @@ static void test_https_failures_as_libcurl(void **state)
 	breaker_stop(&br);
 }
 
+/* ---- a kept-alive connection closed under a request --------------------------------- */
+
+static int listening(int port)
+{
+	for (int i = 0; i < 100; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+		if (fd >= 0)
+			close(fd);
+		if (ok)
+			return 1;
+		usleep(50 * 1000);
+	}
+	return 0;
+}
+
+static void test_https_stale_connection_resent(void **state)
+{
+	char cert[512], key[512], ca[512], log[600], script[600], port_s[16], endpoint[128];
+	char tls[700], del[64];
+	pki_path(cert, "server.pem");
+	pki_path(key, "server.key");
+	pki_path(ca, "ca.pem");
+	snprintf(log, sizeof(log), "%s/drop-second.log", pki);
+	snprintf(script, sizeof(script), "%s/tls_drop_second.py", real_receivers_dir());
+	int port = harness_free_port();
+	assert_true(port > 0);
+	snprintf(port_s, sizeof(port_s), "%d", port);
+	char *argv[] = {"python3", "-B", script, port_s, cert, key, log, NULL};
+	pid_t pid = harness_spawn("/usr/bin/python3", argv, -1, -1);
+	assert_true(pid > 0);
+	assert_true(listening(port));
+	snprintf(endpoint, sizeof(endpoint), "https://127.0.0.1:%d/stale", port);
+	snprintf(tls, sizeof(tls), "{\"ca_file\":\"%s\"}", ca);
+
+	struct daemon *daemons[] = {&lean, &curl};
+	for (int i = 0; i < 2; i++) {
+		struct daemon *d = daemons[i];
+		char id[64];
+		long lean0 = metric(d, LEAN_REQUESTS), curl0 = metric(d, CURL_REQUESTS);
+		e2e_create_sub(d, id, "{\"name\":\"stale-%d\",\"event_types\":[\"stale.event\"],"
+				      "\"endpoint\":\"%s\",\"tls\":%s}", i, endpoint, tls);
+		/* the first opens a connection and leaves it idle; the second dies on it */
+		for (int n = 0; n < 2; n++) {
+			send_one(d, "stale.event", del);
+			json_t *dl = e2e_wait_status(d, del, "PROCESSED", 10000);
+			assert_int_equal(json_integer_value(json_object_get(dl, "attempt_count")), 1);
+			json_decref(dl);
+		}
+		if (d == &lean) {
+			assert_int_equal(metric(d, LEAN_REQUESTS) - lean0, 2);
+			assert_int_equal(metric(d, CURL_REQUESTS), curl0);
+		}
+	}
+	harness_stop(pid, SIGTERM, 2000);
+
+	/* per daemon: the first request on connection A; the second on A (dropped), then on
+	 * a new connection B */
+	FILE *f = fopen(log, "r");
+	assert_non_null(f);
+	int conns[6];
+	char ids[6][64];
+	int lines = 0;
+	while (lines < 6 && fscanf(f, "%d %63s", &conns[lines], ids[lines]) == 2)
+		lines++;
+	assert_int_equal(fscanf(f, "%*d %*s"), EOF);
+	fclose(f);
+	assert_int_equal(lines, 6);
+	for (int i = 0; i < 6; i += 3) {
+		assert_int_equal(conns[i], conns[i + 1]);
+		assert_true(conns[i + 2] != conns[i]);
+		assert_string_not_equal(ids[i], ids[i + 1]);
+		assert_string_equal(ids[i + 1], ids[i + 2]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -371,6 +452,7 @@ int main(void)
 		cmocka_unit_test(test_https_resumes_sessions),
 		cmocka_unit_test(test_https_mtls_and_host_names),
 		cmocka_unit_test(test_https_failures_as_libcurl),
+		cmocka_unit_test(test_https_stale_connection_resent),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
