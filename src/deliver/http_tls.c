@@ -6,20 +6,33 @@
  * Failure texts are libcurl 7.88's with its OpenSSL backend, word for word, and so is
  * their class (core/errmap.h: TLS 525 for what libcurl reports as a TLS error, the
  * plain client's texts for a socket that failed once the handshake is over), so an
- * attempt's message and cause are the same whichever client made it. */
+ * attempt's message and cause are the same whichever client made it.
+ *
+ * OpenSSL writes to the socket itself (a socket BIO: one write per SSL_write of a
+ * request) but reads from a memory BIO this file fills with one recvmsg whenever OpenSSL
+ * wants more: OpenSSL's own socket reads take a record header and its body in two calls,
+ * plus one that finds the socket empty, where this takes what arrived in one, and with
+ * it the kernel's receive time of the bytes (SO_TIMESTAMP), which flow control wants. */
 #include "deliver/http_tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+
+/* What one recvmsg may take: a whole TLS record (16 KiB of data and its overhead) with
+ * room to spare. */
+#define FILL_MAX (32 * 1024)
 
 /* ALPN: HTTP/1.1 is all this client speaks. */
 static const unsigned char alpn_http11[] = "\x08http/1.1";
@@ -52,6 +65,11 @@ struct tls_confs {
 
 struct tls_link {
 	SSL *ssl;
+	int fd;
+	BIO *rbio;                    /* what arrived and OpenSSL has not read yet (owned by ssl) */
+	int eof;                      /* the socket ended: rbio ends after what it holds */
+	int64_t stamp_us;             /* when the kernel received the last bytes read (wall
+	                                 clock, µs), 0 when not known */
 	const char *host;             /* borrowed: the target's */
 	struct tls_resume *resume;    /* borrowed: where new sessions go */
 	unsigned gen;                 /* the configuration's generation it was made with */
@@ -321,7 +339,14 @@ struct tls_link *tls_link_new(struct tls_conf *conf, int fd, const char *host,
 	l->host = host;
 	l->resume = resume;
 	l->gen = conf->gen;
-	if (!SSL_set_fd(l->ssl, fd) || !SSL_set_ex_data(l->ssl, link_index, l))
+	l->fd = fd;
+	BIO *wbio = BIO_new_socket(fd, BIO_NOCLOSE);
+	if (!wbio || !(l->rbio = BIO_new(BIO_s_mem()))) {
+		BIO_free(wbio);
+		goto oom;
+	}
+	SSL_set_bio(l->ssl, l->rbio, wbio); /* ssl owns both now */
+	if (!SSL_set_ex_data(l->ssl, link_index, l))
 		goto oom;
 	SSL_set_connect_state(l->ssl);
 	if (is_ip_literal(host)) {
@@ -346,6 +371,48 @@ oom:
 	*te = TRANSPORT_OTHER;
 	snprintf(err, errlen, "out of memory");
 	return NULL;
+}
+
+/* One read of what the socket holds into the link's read BIO: 1 when something arrived
+ * (or the socket ended: OpenSSL then finds the end after the bytes before it), 0 when it
+ * holds nothing yet, -1 when it failed (*sys_errno). */
+static int link_fill(struct tls_link *l, int *sys_errno)
+{
+	char buf[FILL_MAX];
+	union {
+		char buf[CMSG_SPACE(sizeof(struct timeval))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf)};
+	ssize_t n;
+	do
+		n = recvmsg(l->fd, &msg, 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		*sys_errno = errno;
+		return -1;
+	}
+	if (n == 0) {
+		l->eof = 1;
+		BIO_set_mem_eof_return(l->rbio, 0); /* reads past the end now say "end" */
+		return 1;
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMP) {
+			struct timeval tv;
+			memcpy(&tv, CMSG_DATA(cm), sizeof(tv));
+			l->stamp_us = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+		}
+	}
+	if (BIO_write(l->rbio, buf, (int)n) != (int)n) {
+		*sys_errno = ENOMEM;
+		return -1;
+	}
+	return 1;
 }
 
 /* libcurl checks the host name itself once the handshake is over, with its own words:
@@ -377,16 +444,31 @@ static void host_mismatch_text(SSL *ssl, const char *host, char *err, size_t err
 enum tls_step tls_link_handshake(struct tls_link *l, int port, enum transport_error *te,
 				 char *err, size_t errlen)
 {
-	ERR_clear_error();
-	int rc = SSL_connect(l->ssl);
-	if (rc == 1)
-		return TLS_DONE;
-	int saved_errno = errno;
-	int e = SSL_get_error(l->ssl, rc);
-	if (e == SSL_ERROR_WANT_READ)
-		return TLS_WANT_READ;
-	if (e == SSL_ERROR_WANT_WRITE)
-		return TLS_WANT_WRITE;
+	int rc, e, saved_errno, fill_errno = 0;
+	for (;;) {
+		ERR_clear_error();
+		rc = SSL_connect(l->ssl);
+		if (rc == 1)
+			return TLS_DONE;
+		saved_errno = errno;
+		e = SSL_get_error(l->ssl, rc);
+		if (e == SSL_ERROR_WANT_WRITE)
+			return TLS_WANT_WRITE;
+		if (e != SSL_ERROR_WANT_READ || l->eof)
+			break;
+		int got = link_fill(l, &fill_errno);
+		if (got == 0)
+			return TLS_WANT_READ;
+		if (got < 0)
+			break;
+	}
+	if (fill_errno) {
+		/* libcurl's socket layer names the failed call */
+		ERR_clear_error();
+		*te = TRANSPORT_TLS;
+		snprintf(err, errlen, "Recv failure: %s", strerror(fill_errno));
+		return TLS_FAILED;
+	}
 	unsigned long detail = ERR_get_error();
 	ERR_clear_error();
 	*te = TRANSPORT_TLS;
@@ -404,9 +486,8 @@ enum tls_step tls_link_handshake(struct tls_link *l, int port, enum transport_er
 	} else if (detail) {
 		ossl_text(detail, err, errlen);
 	} else if (e == SSL_ERROR_SYSCALL && saved_errno) {
-		/* libcurl's socket layer names the failed call */
-		snprintf(err, errlen, "%s failure: %s", saved_errno == EPIPE ? "Send" : "Recv",
-			 strerror(saved_errno));
+		/* only writes reach the socket from inside OpenSSL */
+		snprintf(err, errlen, "Send failure: %s", strerror(saved_errno));
 	} else {
 		/* the peer closed in the middle of the handshake */
 		snprintf(err, errlen, "OpenSSL SSL_connect: %s in connection to %s:%d ",
@@ -425,19 +506,31 @@ enum tls_step tls_link_write(struct tls_link *l, const void *buf, size_t len, si
 			     int *sys_errno, enum transport_error *te, char *err, size_t errlen)
 {
 	size_t n = 0;
+	int rc, e, saved_errno;
 	*done = 0;
-	ERR_clear_error();
-	int rc = SSL_write_ex(l->ssl, buf, len, &n);
-	if (rc == 1) {
-		*done = n;
-		return TLS_DONE;
+	for (;;) {
+		ERR_clear_error();
+		rc = SSL_write_ex(l->ssl, buf, len, &n);
+		if (rc == 1) {
+			*done = n;
+			return TLS_DONE;
+		}
+		saved_errno = errno;
+		e = SSL_get_error(l->ssl, rc);
+		if (e == SSL_ERROR_WANT_WRITE)
+			return TLS_WANT_WRITE;
+		if (e != SSL_ERROR_WANT_READ)
+			break;
+		if (l->eof) {
+			*sys_errno = EPIPE; /* the peer is gone: nothing it wanted will come */
+			return TLS_SYSCALL;
+		}
+		int filled = link_fill(l, sys_errno);
+		if (filled == 0)
+			return TLS_WANT_READ;
+		if (filled < 0)
+			return TLS_SYSCALL;
 	}
-	int saved_errno = errno;
-	int e = SSL_get_error(l->ssl, rc);
-	if (e == SSL_ERROR_WANT_WRITE)
-		return TLS_WANT_WRITE;
-	if (e == SSL_ERROR_WANT_READ)
-		return TLS_WANT_READ;
 	unsigned long detail = ERR_get_error();
 	ERR_clear_error();
 	if (e == SSL_ERROR_SSL || detail) {
@@ -455,23 +548,32 @@ enum tls_step tls_link_read(struct tls_link *l, void *buf, size_t cap, size_t *g
 			    int *sys_errno, enum transport_error *te, char *err, size_t errlen)
 {
 	size_t n = 0;
+	int rc, e, saved_errno;
 	*got = 0;
-	ERR_clear_error();
-	errno = 0;
-	int rc = SSL_read_ex(l->ssl, buf, cap, &n);
-	if (rc == 1) {
-		*got = n;
-		return TLS_DONE;
+	for (;;) {
+		ERR_clear_error();
+		errno = 0;
+		rc = SSL_read_ex(l->ssl, buf, cap, &n);
+		if (rc == 1) {
+			*got = n;
+			return TLS_DONE;
+		}
+		saved_errno = errno;
+		e = SSL_get_error(l->ssl, rc);
+		if (e != SSL_ERROR_WANT_READ || l->eof)
+			break;
+		int filled = link_fill(l, sys_errno);
+		if (filled == 0)
+			return TLS_WANT_READ;
+		if (filled < 0)
+			return TLS_SYSCALL;
 	}
-	int saved_errno = errno;
-	int e = SSL_get_error(l->ssl, rc);
 	switch (e) {
-	case SSL_ERROR_WANT_READ:
-		return TLS_WANT_READ;
-	case SSL_ERROR_WANT_WRITE:
-		return TLS_WANT_WRITE;
+	case SSL_ERROR_WANT_READ: /* the socket ended inside a record */
 	case SSL_ERROR_ZERO_RETURN:
 		return TLS_EOF;
+	case SSL_ERROR_WANT_WRITE:
+		return TLS_WANT_WRITE;
 	default:
 		break;
 	}
@@ -491,7 +593,12 @@ enum tls_step tls_link_read(struct tls_link *l, void *buf, size_t cap, size_t *g
 
 int tls_link_pending(const struct tls_link *l)
 {
-	return SSL_pending(l->ssl) > 0;
+	return SSL_pending(l->ssl) > 0 || BIO_ctrl_pending(l->rbio) > 0;
+}
+
+int64_t tls_link_stamp_us(const struct tls_link *l)
+{
+	return l->stamp_us;
 }
 
 void tls_link_close(struct tls_link *l, int broken)

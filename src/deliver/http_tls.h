@@ -16,6 +16,7 @@
 #define OUTBOXD_DELIVER_HTTP_TLS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/errmap.h"
 
@@ -57,7 +58,8 @@ void tls_confs_close(struct tls_confs *cs);
 struct tls_conf *tls_conf_get(struct tls_confs *cs, const char *ca_file, const char *client_cert,
 			      const char *client_key);
 
-/* A new TLS link over the connected socket fd (borrowed: closed by the caller) to host
+/* A new TLS link over the connected socket fd (borrowed: closed by the caller; read with
+ * recvmsg, its SO_TIMESTAMP taken when set) to host
  * (a name: SNI and its name verified; an IP address: its address verified), resuming
  * resume's session when it has one of the configuration's current generation; later
  * sessions go into *resume, which must outlive the link. Reads the configuration's files
@@ -79,8 +81,12 @@ enum tls_step tls_link_write(struct tls_link *l, const void *buf, size_t len, si
 /* Reads up to cap bytes into buf (*got: how many, TLS_DONE only). */
 enum tls_step tls_link_read(struct tls_link *l, void *buf, size_t cap, size_t *got,
 			    int *sys_errno, enum transport_error *te, char *err, size_t errlen);
-/* Decrypted bytes waiting in the link (epoll does not see them). */
+/* Bytes the link took from the socket and has not handed out yet (epoll does not see
+ * them): a read would find them without waiting. */
 int tls_link_pending(const struct tls_link *l);
+/* When the kernel received the bytes of the link's last read from the socket (wall
+ * clock, µs; SO_TIMESTAMP on the socket), 0 when not known. */
+int64_t tls_link_stamp_us(const struct tls_link *l);
 /* Sends close_notify when the socket takes it at once (never waits) and frees the link;
  * broken: the link failed, nothing is sent. NULL is ignored. */
 void tls_link_close(struct tls_link *l, int broken);

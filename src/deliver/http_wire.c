@@ -448,37 +448,29 @@ static void conn_lost(struct wire *w, struct wire_conn *c, int err)
 			  "transfer closed with outstanding read data remaining");
 }
 
-/* When the kernel received the first bytes of an answer (SO_TIMESTAMP) from msg's
- * control data, into the round. */
-static void answer_stamp(struct wire_conn *c, struct msghdr *msg)
-{
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMP) {
-			struct timeval tv;
-			memcpy(&tv, CMSG_DATA(cm), sizeof(tv));
-			c->h->answer_real_us = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
-		}
-	}
-}
-
-union stamp_ctl {
-	char buf[CMSG_SPACE(sizeof(struct timeval))];
-	struct cmsghdr align;
-};
-
 /* Reads into the wire's buffer; for the first bytes of an answer also when the kernel
  * received them (SO_TIMESTAMP), into the round. */
 static ssize_t conn_recv(struct wire *w, struct wire_conn *c)
 {
 	if (c->got_bytes)
 		return recv(c->fd, w->rbuf, sizeof(w->rbuf), 0);
-	union stamp_ctl ctl;
+	union {
+		char buf[CMSG_SPACE(sizeof(struct timeval))];
+		struct cmsghdr align;
+	} ctl;
 	struct iovec iov = {.iov_base = w->rbuf, .iov_len = sizeof(w->rbuf)};
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 			     .msg_controllen = sizeof(ctl.buf)};
 	ssize_t n = recvmsg(c->fd, &msg, 0);
-	if (n > 0 && c->h)
-		answer_stamp(c, &msg);
+	if (n <= 0 || !c->h)
+		return n;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMP) {
+			struct timeval tv;
+			memcpy(&tv, CMSG_DATA(cm), sizeof(tv));
+			c->h->answer_real_us = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+		}
+	}
 	return n;
 }
 
@@ -499,30 +491,29 @@ static int conn_parse(struct wire *w, struct wire_conn *c, size_t n)
 	return 0;
 }
 
-/* The TLS side of conn_read: records are read until OpenSSL wants the socket again
- * (decrypted bytes may wait inside it where epoll cannot see them). Before the first
- * bytes of an answer, a peek at the socket takes when the kernel received them. */
+/* The TLS side of conn_read: records are read while the link holds bytes (epoll does
+ * not see those), then epoll says when more arrived. The first bytes of an answer take
+ * when the kernel received them from the link. */
 static void conn_read_tls(struct wire *w, struct wire_conn *c)
 {
 	char err[TLS_ERR_LEN];
 	enum transport_error te = TRANSPORT_TLS;
 	int sys_errno = 0;
 	for (;;) {
-		if (!c->got_bytes && c->h) {
-			union stamp_ctl ctl;
-			char one;
-			struct iovec iov = {.iov_base = &one, .iov_len = 1};
-			struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-					     .msg_controllen = sizeof(ctl.buf)};
-			if (recvmsg(c->fd, &msg, MSG_PEEK | MSG_DONTWAIT) > 0)
-				answer_stamp(c, &msg);
-		}
 		size_t n = 0;
 		switch (tls_link_read(c->tls, w->rbuf, sizeof(w->rbuf), &n, &sys_errno, &te, err,
 				      sizeof(err))) {
 		case TLS_DONE:
+			if (!c->got_bytes && tls_link_stamp_us(c->tls))
+				c->h->answer_real_us = tls_link_stamp_us(c->tls);
 			if (conn_parse(w, c, n))
 				return;
+			if (!tls_link_pending(c->tls)) {
+				if (conn_watch(w, c, EPOLLIN))
+					conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s",
+						  strerror(errno));
+				return;
+			}
 			continue;
 		case TLS_WANT_READ:
 			if (conn_watch(w, c, EPOLLIN))
@@ -851,6 +842,11 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 				 ssrf_address_text((const struct sockaddr *)&t->addr, ip, sizeof(ip)));
 			http_transfer_done(h);
 			http_finish(h, TRANSPORT_REFUSED, 0, "refused by the SSRF guard");
+			return -1;
+		}
+		if (t->tls && !http_tls_files_inside(h)) {
+			http_transfer_done(h);
+			http_fail_tls_outside(h);
 			return -1;
 		}
 		if (!(c = calloc(1, sizeof(*c)))) {

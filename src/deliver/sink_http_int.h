@@ -222,6 +222,11 @@ void http_headers_clear(struct http_round *h);
  * (guard->policy set by the caller) and the egress proxy among them. */
 void http_easy_common(const struct http_sink *hs, CURL *e, void *owner, char *errbuf,
 		      curl_write_callback write_cb, struct http_guard *guard);
+/* 1 when every TLS file of h's subscription is one outboxd can read inside tls_dir; a
+ * request about to open a connection that reads them is refused otherwise, for good,
+ * with http_fail_tls_outside. */
+int http_tls_files_inside(const struct http_round *h);
+void http_fail_tls_outside(struct http_round *h);
 /* Builds the attempt's request (headers, signature, auth; bearer borrowed, may be NULL)
  * and adds it to the multi handle, or fails the attempt. */
 void http_send_request(struct http_round *h, const char *bearer);
