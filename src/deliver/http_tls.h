@@ -59,7 +59,7 @@ struct tls_conf *tls_conf_get(struct tls_confs *cs, const char *ca_file, const c
 			      const char *client_key);
 
 /* A new TLS link over the connected socket fd (borrowed: closed by the caller; read with
- * recvmsg, its SO_TIMESTAMP taken when set) to host
+ * recvmsg, its SO_TIMESTAMP taken when set) to host (borrowed: must outlive the link)
  * (a name: SNI and its name verified; an IP address: its address verified), resuming
  * resume's session when it has one of the configuration's current generation; later
  * sessions go into *resume, which must outlive the link. Reads the configuration's files
