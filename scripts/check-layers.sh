@@ -37,7 +37,7 @@ LIBRARIES=(
 	"libpq|<libpq-fe.h> <libpq/*> <postgresql/*>|store/postgres/*"
 	"librdkafka|<librdkafka/*>|kafka/client_rdkafka.h kafka/client.c kafka/message.h kafka/message.c kafka/dead_letter.c intake/kafka_intake_int.h intake/kafka_intake.c intake/kafka_batch.c deliver/sink_kafka.c"
 	"protobuf-c|<protobuf-c/*> \"outboxd/v1/*\" \"opentelemetry/proto/*\"|kafka/envelope.c intake/grpc_publish.c otel/otlp_int.h otel/otlp_encode.c otel/otlp_json.c otel/otlp_metrics.c"
-	"OpenSSL|<openssl/*>|util/base64.c util/uuid.c util/pem.c core/secretbox.c core/sub_codec.c core/token.c core/whsec.c store/secrets.c store/copy.c kafka/envelope.c deliver/sign.c deliver/sink_http.c deliver/http_request.c deliver/http_token.c deliver/http_wire.c deliver/oauth2.c deliver/redact.c api/router.c api/routes_tokens.c serve.c"
+	"OpenSSL|<openssl/*>|util/base64.c util/uuid.c util/pem.c core/secretbox.c core/sub_codec.c core/token.c core/whsec.c store/secrets.c store/copy.c kafka/envelope.c deliver/sign.c deliver/sink_http.c deliver/http_request.c deliver/http_token.c deliver/http_wire.c deliver/http_tls.c deliver/http_head.c deliver/oauth2.c deliver/redact.c api/router.c api/routes_tokens.c serve.c"
 	"libgrpc|<grpc/*>|intake/grpc_intake.c"
 	"libsystemd|<systemd/*>|cli/service.c"
 	"http_parser|<http_parser.h>|deliver/http_wire.c"

@@ -110,8 +110,9 @@ const struct config_setting config_settings[] = {
 	{"max_in_flight", "--max-in-flight", "OUTBOXD_MAX_IN_FLIGHT", CONFIG_INT, "512",
 	 S(max_in_flight), "deliveries being sent at once by this instance"},
 	{"lean_http", "--lean-http", "OUTBOXD_LEAN_HTTP", CONFIG_BOOL, "true", S(lean_http),
-	 "plain http:// deliveries go over outboxd's own HTTP/1.1 client (one write per "
-	 "request, kept-alive connections); false sends them through libcurl, like https://"},
+	 "http:// and https:// deliveries go over outboxd's own HTTP/1.1 client (one write "
+	 "per request, kept-alive connections, TLS sessions resumed); false sends them "
+	 "through libcurl"},
 	{"connect_timeout", "--connect-timeout", "OUTBOXD_CONNECT_TIMEOUT", CONFIG_DURATION, "3s",
 	 S(connect_timeout_ms),
 	 "how long a delivery may take to connect (TLS handshake included); a subscription's "

@@ -45,6 +45,7 @@ static struct {
 	_Atomic long claimed, handed;
 	_Atomic long leases_renewed, leases_lost;
 	_Atomic long http_lean, http_curl, http_reconnects;
+	_Atomic long http_tls_full, http_tls_resumed;
 	_Atomic long rejected_4xx[INGEST_PROTOCOLS], rejected_5xx[INGEST_PROTOCOLS];
 	_Atomic long store_errors;
 	_Atomic long subs_disabled;
@@ -186,6 +187,12 @@ void metrics_http_request(int lean)
 void metrics_http_reconnect(void)
 {
 	atomic_fetch_add_explicit(&m.http_reconnects, 1, memory_order_relaxed);
+}
+
+void metrics_http_tls_handshake(int resumed)
+{
+	atomic_fetch_add_explicit(resumed ? &m.http_tls_resumed : &m.http_tls_full, 1,
+				  memory_order_relaxed);
 }
 
 static int protocol_index(enum ingest_protocol p)
@@ -443,7 +450,7 @@ static int render_rounds(char **out, size_t *len, size_t *cap)
 static int render_instance(char **out, size_t *len, size_t *cap)
 {
 	A("# HELP outboxd_http_requests_total Delivery requests sent, by client: outboxd's lean "
-	  "HTTP/1.1 client (plain http:// to a known address) or libcurl (https://, the rest).\n"
+	  "HTTP/1.1 client (http:// and https:// to a known address) or libcurl (the rest).\n"
 	  "# TYPE outboxd_http_requests_total counter\n"
 	  "outboxd_http_requests_total{client=\"lean\"} %ld\n"
 	  "outboxd_http_requests_total{client=\"libcurl\"} %ld\n",
@@ -453,6 +460,12 @@ static int render_instance(char **out, size_t *len, size_t *cap)
 	  "full accept queue, which the kernel would resend only a second later).\n"
 	  "# TYPE outboxd_http_reconnects_total counter\noutboxd_http_reconnects_total %ld\n",
 	  atomic_load(&m.http_reconnects));
+	A("# HELP outboxd_http_tls_handshakes_total TLS handshakes of the lean client's https:// "
+	  "connections, by session: resumed (the target's last session) or full.\n"
+	  "# TYPE outboxd_http_tls_handshakes_total counter\n"
+	  "outboxd_http_tls_handshakes_total{session=\"full\"} %ld\n"
+	  "outboxd_http_tls_handshakes_total{session=\"resumed\"} %ld\n",
+	  atomic_load(&m.http_tls_full), atomic_load(&m.http_tls_resumed));
 	A("# HELP outboxd_ingested_events_total Events accepted (202), by the protocol they came "
 	  "with (http: POST /v1/events; grpc: the gRPC ingest).\n"
 	  "# TYPE outboxd_ingested_events_total counter\n"

@@ -410,15 +410,25 @@ static void proxy_resumed(struct http_sink *hs, struct proxy_wait *w, enum trans
 	}
 }
 
-/* 1 when every TLS file s names lies inside tls_dir (util/path.h): the API refuses
- * others, and a subscription stored before the setting was set is held to it here. */
-static int tls_files_inside(const char *tls_dir, const struct subscription *s)
+/* The API refuses TLS files outside tls_dir (util/path.h), and a subscription stored
+ * before the setting was set, or whose file moved out since, is held to it whenever a
+ * connection reads its files: the resolution of every path costs a few system calls per
+ * component, so it is made for a new connection, not for each request. */
+int http_tls_files_inside(const struct http_round *h)
 {
+	const struct subscription *s = h->sj->sub;
 	const char *files[] = {s->tls_ca_file, s->tls_client_cert, s->tls_client_key};
 	for (size_t i = 0; i < 3; i++)
-		if (files[i] && !path_readable_inside(tls_dir, files[i]))
+		if (files[i] && !path_readable_inside(h->hs->tls_dir, files[i]))
 			return 0;
 	return 1;
+}
+
+void http_fail_tls_outside(struct http_round *h)
+{
+	http_fail_refused(h, "a TLS file of the subscription (tls.ca_file, tls.client_cert, "
+			     "tls.client_key) is not a file outboxd can read inside the tls_dir "
+			     "directory");
 }
 
 /* Sends the attempt's request. bearer (borrowed, copied into the headers): the oauth2
@@ -440,12 +450,6 @@ void http_send_request(struct http_round *h, const char *bearer)
 		http_fail_local(h, "a header is too long or memory ran out");
 		return;
 	}
-	if (!tls_files_inside(hs->tls_dir, s)) {
-		http_fail_refused(h, "a TLS file of the subscription (tls.ca_file, "
-				     "tls.client_cert, tls.client_key) is not a file outboxd can "
-				     "read inside the tls_dir directory");
-		return;
-	}
 	if (!(url = build_url(h))) {
 		http_fail_local(h, "the URL with the query credential could not be built");
 		return;
@@ -456,7 +460,13 @@ void http_send_request(struct http_round *h, const char *bearer)
 	h->sj->retry_after_ms = -1;
 	h->sj->cause[0] = '\0';
 	if (hs->wire && wire_send(hs->wire, h, url))
-		return; /* plain http:// to a known address: the lean client (http_wire.c) */
+		return; /* to a known address: the lean client (http_wire.c) checks the TLS
+			 * files when it opens a connection */
+	/* libcurl may open a connection for any request */
+	if (!http_tls_files_inside(h)) {
+		http_fail_tls_outside(h);
+		return;
+	}
 	if (!h->easy && !(h->easy = curl_easy_init())) {
 		http_fail_local(h, "curl_easy_init failed");
 		return;
@@ -489,9 +499,13 @@ void http_send_request(struct http_round *h, const char *bearer)
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)hs->connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(hs->connect_timeout_ms + h->sj->timeout_ms));
 	/* Peer and host verification stay on (curl's default); a subscription can only name
-	 * the CA that verifies its endpoint, and the certificate that proves who we are. */
-	if (s->tls_ca_file)
+	 * the CA that verifies its endpoint, and the certificate that proves who we are. Its
+	 * CA file replaces the default authorities, the directory of them included, as the
+	 * lean client's does (http_tls.c). */
+	if (s->tls_ca_file) {
 		curl_easy_setopt(e, CURLOPT_CAINFO, s->tls_ca_file);
+		curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+	}
 	if (s->tls_client_cert) {
 		curl_easy_setopt(e, CURLOPT_SSLCERT, s->tls_client_cert);
 		curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");

@@ -1,12 +1,20 @@
-/* http_wire.c: the HTTP sink's lean HTTP/1.1 client, for plain http:// deliveries.
+/* http_wire.c: the HTTP sink's lean HTTP/1.1 client, for http:// and https:// deliveries.
  *
  * libcurl costs 20-30 µs of CPU and ~15 KiB of memory per request (docs/performance.md):
  * it formats every header byte by byte and keeps a handle and a connection object per
  * transfer. A webhook over plain HTTP needs far less: one write of a request head built
  * once per attempt plus the body, one read, a response parser (Debian's http_parser) and
- * a kept-alive connection. This file does exactly that and nothing else; libcurl keeps
- * every case it does not cover (https://, TLS files, a host name whose address is not
- * known here, a URL or a header it would rewrite), so the two send the same request.
+ * a kept-alive connection (the URL split and the head written as libcurl would:
+ * http_head.c). This file does exactly that and nothing else; libcurl keeps every case
+ * it does not cover (a host name whose address is not known here, a URL or a header it
+ * would rewrite, the egress proxy), so the two send the same request.
+ *
+ * https://: the same, with TLS between (http_tls.c: the handshake after the connect,
+ * within connect_timeout, verification always on, one SSL_CTX per set of a subscription's
+ * TLS files, the last session of each target kept for the next connection's
+ * handshake); the request head and body go in one SSL_write. A target is its scheme,
+ * host:port and TLS configuration, so a connection made with one client certificate or
+ * CA never carries another subscription's request.
  *
  * Addresses: an IP literal is used as is; a host name's address is the one libcurl
  * connected to on its last successful request there (wire_learn), trusted for
@@ -16,12 +24,13 @@
  * fall back to libcurl at once). Every connection goes through the SSRF guard
  * (core/ssrf.h) before connect(), as libcurl's do.
  *
- * Connections: kept alive per target (host:port as in the URL), newest first, at most
- * max_idle in all, closed after IDLE_MAX_MS unused or when the server closes them. A
+ * Connections: kept alive per target, newest first, at most max_idle in all, closed
+ * after IDLE_MAX_MS unused or when the server closes them (over TLS, a session ticket
+ * arriving on an idle connection is taken and the connection kept). A
  * request on a kept-alive connection that dies before any byte of the answer is sent
- * once more on a fresh one, as libcurl does. Timeouts: a connection being made has the
- * sink's connect_timeout, then the attempt's timeout runs from when its request is
- * written; the deadlines sit in a min-heap (util/dheap.h).
+ * once more on a fresh one, as libcurl does. Timeouts: a connection being made (its TLS
+ * handshake included) has the sink's connect_timeout, then the attempt's timeout runs
+ * from when its request is written; the deadlines sit in a min-heap (util/dheap.h).
  *
  * Everything runs on the dispatcher's thread; a connection closed while the epoll batch
  * that may name it is being handled is freed only at the next http_run (wire_reap). */
@@ -44,6 +53,8 @@
 
 #include "core/metrics.h"
 #include "core/retry.h"
+#include "deliver/http_head.h"
+#include "deliver/http_tls.h"
 #include "util/clock.h"
 #include "util/dheap.h"
 #include "util/hash.h"
@@ -64,12 +75,17 @@
 #define TARGET_BUCKETS 256
 #define READ_BUF 65536
 
-enum conn_state { CONN_CONNECTING, CONN_SENDING, CONN_READING, CONN_IDLE, CONN_DEAD };
+enum conn_state { CONN_CONNECTING, CONN_HANDSHAKE, CONN_SENDING, CONN_READING, CONN_IDLE,
+		  CONN_DEAD };
 
-/* Where requests go: host:port as the URL writes it. Targets live until the sink closes
- * (one per distinct endpoint authority). */
+/* Where requests go: host:port as the URL writes it, over plain TCP or over TLS with one
+ * configuration. Targets live until the sink closes (one per distinct endpoint authority
+ * and TLS configuration). */
 struct wire_target {
-	char *authority;              /* the Host header and the key */
+	char *authority;              /* host:port as in the URL; with tls and tls_conf the key */
+	int tls;                      /* https:// */
+	struct tls_conf *tls_conf;    /* https://: the subscription's TLS files (borrowed) */
+	struct tls_resume resume;     /* https://: the last session, for the next handshake */
 	char *host;                   /* for messages: the host part */
 	int port;
 	struct sockaddr_storage addr;
@@ -84,6 +100,9 @@ struct wire_target {
 
 struct wire_conn {
 	int fd;
+	struct tls_link *tls;         /* https://: the TLS side, NULL for http:// */
+	int tls_broken;               /* it failed: no close_notify */
+	int write_wants_read;         /* the TLS write waits for the socket to be readable */
 	enum conn_state state;
 	struct wire_target *t;
 	struct http_round *h;         /* the round whose request it carries, NULL when idle */
@@ -112,6 +131,7 @@ struct wire {
 	struct wire_target *targets[TARGET_BUCKETS];
 	struct dheap deadlines;       /* the connections with a deadline, soonest first */
 	struct wire_conn *graveyard;  /* closed, freed at the next wire_reap */
+	struct tls_confs *tls_confs;  /* https://: the TLS configurations in use */
 	int n_idle, max_idle;
 	http_parser_settings settings;
 	char rbuf[READ_BUF];          /* every read lands here and is parsed at once */
@@ -133,134 +153,26 @@ static int conn_deadline(struct wire *w, struct wire_conn *c, int64_t at_us)
 
 /* ---- targets ------------------------------------------------------------------------- */
 
-/* The parts of a plain http:// URL this client sends as libcurl would: 0 and the
- * authority, host and path spans, or -1 when libcurl should take it (another scheme,
- * user info, a byte libcurl would escape, a dot segment it would remove, a bad port, a
- * host it would decode or an address it would rewrite). */
-struct url_parts {
-	const char *auth, *host, *path;
-	size_t auth_len, host_len, path_len;
-	int port;
-};
-
 /* A round's last URL, split once: the parts point into url (a copy, which may carry a
- * query credential: wiped when it goes). */
+ * query credential: wiped when it goes); conf: the TLS configuration it was looked up
+ * with (a round's next delivery may be another subscription's, with other files). */
 struct wire_url {
 	char *url;
 	struct url_parts u;
+	struct tls_conf *conf;
 	struct wire_target *t;
 };
 
-/* 0 when the len bytes at host are an IP address spelt another way than libcurl
- * writes it: IPv4 other than dotted-decimal (063.0.0.1, 127.1, 0x7f.0.0.1, 2130706433),
- * IPv6 (v6: between brackets) other than inet_ntop's form ([::0], [::FFFF:7f00:1]), or
- * with a zone. libcurl sends the address it reads in Host, so this client must leave
- * those to it. 1 for a canonical address or a name. */
-static int ip_canonical(const char *host, size_t len, int v6)
-{
-	char ip[INET6_ADDRSTRLEN], back[INET6_ADDRSTRLEN];
-	struct in6_addr a;
-
-	if (!v6) {
-		if (host[0] < '0' || host[0] > '9')
-			return 1; /* a name: libcurl reads a number only from its first character */
-		for (size_t i = 0; i < len; i++)
-			if (!strchr("0123456789abcdefABCDEFxX.", host[i]))
-				return 1;
-	}
-	if (len >= sizeof(ip))
-		return 0;
-	memcpy(ip, host, len);
-	ip[len] = '\0';
-	int af = v6 ? AF_INET6 : AF_INET;
-	return inet_pton(af, ip, &a) == 1 && inet_ntop(af, &a, back, sizeof(back)) &&
-	       strcmp(ip, back) == 0;
-}
-
-static int url_split(const char *url, struct url_parts *u)
-{
-	if (strncasecmp(url, "http://", 7) != 0)
-		return -1;
-	for (const unsigned char *p = (const unsigned char *)url; *p; p++)
-		if (*p <= 0x20 || *p >= 0x7f || *p == '\\')
-			return -1;
-	const char *a = url + 7;
-	size_t alen = strcspn(a, "/?#");
-	if (!alen || memchr(a, '@', alen))
-		return -1;
-	u->auth = a;
-	u->auth_len = alen;
-	const char *port = NULL;
-	if (a[0] == '[') {
-		const char *close = memchr(a, ']', alen);
-		if (!close)
-			return -1;
-		u->host = a + 1;
-		u->host_len = (size_t)(close - a - 1);
-		if (close + 1 < a + alen) {
-			if (close[1] != ':')
-				return -1;
-			port = close + 2;
-		}
-	} else {
-		const char *colon = memchr(a, ':', alen);
-		u->host = a;
-		u->host_len = colon ? (size_t)(colon - a) : alen;
-		port = colon ? colon + 1 : NULL;
-	}
-	u->port = 80;
-	if (port) {
-		if (port == a + alen)
-			return -1;
-		long v = 0;
-		for (const char *p = port; p < a + alen; p++) {
-			if (*p < '0' || *p > '9' || (v = v * 10 + (*p - '0')) > 65535)
-				return -1;
-		}
-		if (v < 1)
-			return -1;
-		u->port = (int)v;
-	}
-	/* libcurl decodes %XX in a host name */
-	if (!u->host_len || memchr(u->host, '%', u->host_len) ||
-	    !ip_canonical(u->host, u->host_len, a[0] == '['))
-		return -1;
-	const char *path = a + alen;
-	u->path = path;
-	u->path_len = strcspn(path, "#");
-	if (strstr(path, "/.") || (u->path_len && path[0] == '?'))
-		return -1; /* libcurl normalizes these: let it */
-	return 0;
-}
-
-/* The socket address of IP text (v4 or v6) and port: 0, or -1 when ip is not an address. */
-static int addr_from_text(const char *ip, int port, struct sockaddr_storage *out,
-			  socklen_t *len)
-{
-	struct sockaddr_in *v4 = (struct sockaddr_in *)out;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
-	memset(out, 0, sizeof(*out));
-	if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
-		v4->sin_family = AF_INET;
-		v4->sin_port = htons((uint16_t)port);
-		*len = sizeof(*v4);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
-		v6->sin6_family = AF_INET6;
-		v6->sin6_port = htons((uint16_t)port);
-		*len = sizeof(*v6);
-		return 0;
-	}
-	return -1;
-}
-
-static struct wire_target *target_get(struct wire *w, const struct url_parts *u)
+/* The target of u's scheme and authority with the TLS configuration conf (NULL for
+ * http://); NULL when out of memory. */
+static struct wire_target *target_get(struct wire *w, const struct url_parts *u,
+				      struct tls_conf *conf)
 {
 	uint32_t hv = hash_fnv1a_n(u->auth, u->auth_len);
 	struct wire_target **slot = &w->targets[hv % TARGET_BUCKETS];
 	for (struct wire_target *t = *slot; t; t = t->next)
-		if (strlen(t->authority) == u->auth_len && memcmp(t->authority, u->auth, u->auth_len) == 0)
+		if (t->tls == u->tls && t->tls_conf == conf && strlen(t->authority) == u->auth_len &&
+		    memcmp(t->authority, u->auth, u->auth_len) == 0)
 			return t;
 	struct wire_target *t = calloc(1, sizeof(*t));
 	if (!t || !(t->authority = strndup(u->auth, u->auth_len)) ||
@@ -271,7 +183,9 @@ static struct wire_target *target_get(struct wire *w, const struct url_parts *u)
 		return NULL;
 	}
 	t->port = u->port;
-	t->literal = addr_from_text(t->host, u->port, &t->addr, &t->addrlen) == 0;
+	t->tls = u->tls;
+	t->tls_conf = conf;
+	t->literal = wire_addr_from_text(t->host, u->port, &t->addr, &t->addrlen) == 0;
 	t->next = *slot;
 	*slot = t;
 	return t;
@@ -316,6 +230,8 @@ static void conn_close(struct wire *w, struct wire_conn *c)
 	if (c->state == CONN_IDLE)
 		idle_unlink(w, c);
 	dheap_remove(&w->deadlines, &c->deadline);
+	tls_link_close(c->tls, c->tls_broken);
+	c->tls = NULL;
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -492,12 +408,18 @@ static int on_message_complete(http_parser *p)
 	return 0;
 }
 
+/* The bytes of c's request: the head, then the body (over TLS the head buffer holds
+ * both, so one SSL_write sends the request). */
+static size_t request_len(const struct wire_conn *c)
+{
+	return c->h->whead_len + (c->tls ? 0 : c->h->sj->claim->payload_len);
+}
+
 /* The answer of a finished exchange, from c->parser. A connection is kept only when the
  * answer ended cleanly after the whole request was written (a server may answer early). */
 static void conn_answered(struct wire *w, struct wire_conn *c, int more_bytes)
 {
-	size_t total = c->h->whead_len + c->h->sj->claim->payload_len;
-	int keep = !more_bytes && c->sent == total && http_should_keep_alive(&c->parser);
+	int keep = !more_bytes && c->sent == request_len(c) && http_should_keep_alive(&c->parser);
 	conn_finish(w, c, TRANSPORT_OK, (long)c->parser.status_code, NULL, keep);
 }
 
@@ -516,6 +438,7 @@ static void conn_lost(struct wire *w, struct wire_conn *c, int err)
 		conn_retry_fresh(w, c);
 		return;
 	}
+	c->tls_broken = err != 0;
 	if (err)
 		conn_fail(w, c, TRANSPORT_OTHER, "Recv failure: %s", strerror(err));
 	else if (!c->got_bytes)
@@ -551,8 +474,80 @@ static ssize_t conn_recv(struct wire *w, struct wire_conn *c)
 	return n;
 }
 
+/* Parses n bytes just read: 1 when the exchange ended (answered or failed), else 0. */
+static int conn_parse(struct wire *w, struct wire_conn *c, size_t n)
+{
+	c->got_bytes += n;
+	size_t used = http_parser_execute(&c->parser, &w->settings, w->rbuf, n);
+	if (c->final) {
+		conn_answered(w, c, used < n || (c->tls && tls_link_pending(c->tls)));
+		return 1;
+	}
+	enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+	if (e != HPE_OK) {
+		conn_fail(w, c, TRANSPORT_OTHER, "Weird server reply: %s", http_errno_description(e));
+		return 1;
+	}
+	return 0;
+}
+
+/* The TLS side of conn_read: records are read while the link holds bytes (epoll does
+ * not see those), then epoll says when more arrived. The first bytes of an answer take
+ * when the kernel received them from the link. */
+static void conn_read_tls(struct wire *w, struct wire_conn *c)
+{
+	char err[TLS_ERR_LEN];
+	enum transport_error te = TRANSPORT_TLS;
+	int sys_errno = 0;
+	for (;;) {
+		size_t n = 0;
+		switch (tls_link_read(c->tls, w->rbuf, sizeof(w->rbuf), &n, &sys_errno, &te, err,
+				      sizeof(err))) {
+		case TLS_DONE:
+			if (!c->got_bytes && tls_link_stamp_us(c->tls))
+				c->h->answer_real_us = tls_link_stamp_us(c->tls);
+			if (conn_parse(w, c, n))
+				return;
+			if (!tls_link_pending(c->tls)) {
+				if (conn_watch(w, c, EPOLLIN))
+					conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s",
+						  strerror(errno));
+				return;
+			}
+			continue;
+		case TLS_WANT_READ:
+			if (conn_watch(w, c, EPOLLIN))
+				conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+			return;
+		case TLS_WANT_WRITE: /* every event of a reading connection comes back here */
+			if (conn_watch(w, c, EPOLLIN | EPOLLOUT))
+				conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+			return;
+		case TLS_EOF:
+			conn_lost(w, c, 0);
+			return;
+		case TLS_SYSCALL:
+			conn_lost(w, c, sys_errno);
+			return;
+		case TLS_FAILED:
+			if (c->reused && !c->got_bytes) {
+				c->tls_broken = 1;
+				conn_retry_fresh(w, c);
+				return;
+			}
+			c->tls_broken = 1;
+			conn_fail(w, c, te, "%s", err);
+			return;
+		}
+	}
+}
+
 static void conn_read(struct wire *w, struct wire_conn *c)
 {
+	if (c->tls) {
+		conn_read_tls(w, c);
+		return;
+	}
 	for (;;) {
 		ssize_t n = conn_recv(w, c);
 		if (n == 0) {
@@ -567,24 +562,65 @@ static void conn_read(struct wire *w, struct wire_conn *c)
 			conn_lost(w, c, errno);
 			return;
 		}
-		c->got_bytes += (size_t)n;
-		size_t used = http_parser_execute(&c->parser, &w->settings, w->rbuf, (size_t)n);
-		if (c->final) {
-			conn_answered(w, c, used < (size_t)n);
+		if (conn_parse(w, c, (size_t)n))
 			return;
-		}
-		enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-		if (e != HPE_OK) {
-			conn_fail(w, c, TRANSPORT_OTHER, "Weird server reply: %s",
-				  http_errno_description(e));
-			return;
-		}
 		if ((size_t)n < sizeof(w->rbuf))
 			return; /* level-triggered: more wakes us again */
 	}
 }
 
 /* ---- the request ---------------------------------------------------------------------- */
+
+/* The request is written: wait for the answer. */
+static void conn_sent(struct wire *w, struct wire_conn *c)
+{
+	c->state = CONN_READING;
+	if (conn_watch(w, c, EPOLLIN))
+		conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+}
+
+/* The TLS side of conn_send: what is left of the head buffer (head and body). */
+static void conn_send_tls(struct wire *w, struct wire_conn *c)
+{
+	struct http_round *h = c->h;
+	char err[TLS_ERR_LEN];
+	enum transport_error te = TRANSPORT_TLS;
+	int sys_errno = 0;
+	c->write_wants_read = 0;
+	while (c->sent < h->whead_len) {
+		size_t n = 0;
+		switch (tls_link_write(c->tls, h->whead + c->sent, h->whead_len - c->sent, &n,
+				       &sys_errno, &te, err, sizeof(err))) {
+		case TLS_DONE:
+			c->sent += n;
+			h->wrote = 1;
+			continue;
+		case TLS_WANT_WRITE: /* EPOLLIN too: an early answer or a reset */
+			if (conn_watch(w, c, EPOLLIN | EPOLLOUT))
+				conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+			return;
+		case TLS_WANT_READ:
+			c->write_wants_read = 1;
+			if (conn_watch(w, c, EPOLLIN))
+				conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
+			return;
+		case TLS_EOF:
+		case TLS_SYSCALL:
+			c->tls_broken = 1;
+			if (c->reused && (sys_errno == EPIPE || sys_errno == ECONNRESET)) {
+				conn_retry_fresh(w, c);
+				return;
+			}
+			conn_fail(w, c, TRANSPORT_OTHER, "Send failure: %s", strerror(sys_errno));
+			return;
+		case TLS_FAILED:
+			c->tls_broken = 1;
+			conn_fail(w, c, te, "%s", err);
+			return;
+		}
+	}
+	conn_sent(w, c);
+}
 
 /* Writes what is left of the request; then waits for the answer. */
 static void conn_send(struct wire *w, struct wire_conn *c)
@@ -593,6 +629,10 @@ static void conn_send(struct wire *w, struct wire_conn *c)
 	const struct store_claim *claim = h->sj->claim;
 	size_t total = h->whead_len + claim->payload_len;
 
+	if (c->tls) {
+		conn_send_tls(w, c);
+		return;
+	}
 	while (c->sent < total) {
 		struct iovec iov[2];
 		int n_iov = 0;
@@ -625,8 +665,48 @@ static void conn_send(struct wire *w, struct wire_conn *c)
 		c->sent += (size_t)n;
 		h->wrote = 1;
 	}
-	c->state = CONN_READING;
-	if (conn_watch(w, c, EPOLLIN))
+	conn_sent(w, c);
+}
+
+/* c is connected (and over TLS, its handshake done): the attempt's timeout runs from
+ * here, as its request is written (a slow connect is outboxd's wait, not the
+ * receiver's answer). */
+static void conn_ready(struct wire *w, struct wire_conn *c)
+{
+	int64_t timeout_ms = c->h->sj->timeout_ms;
+	if (timeout_ms > 0 && conn_deadline(w, c, clock_mono_us() + timeout_ms * 1000)) {
+		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
+		return;
+	} else if (timeout_ms <= 0) {
+		dheap_remove(&w->deadlines, &c->deadline);
+	}
+	c->state = CONN_SENDING;
+	conn_send(w, c);
+}
+
+/* One step of c's TLS handshake; conn_ready when it is over. */
+static void conn_handshake(struct wire *w, struct wire_conn *c)
+{
+	char err[TLS_ERR_LEN];
+	enum transport_error te = TRANSPORT_TLS;
+	uint32_t want = 0;
+	switch (tls_link_handshake(c->tls, c->t->port, &te, err, sizeof(err))) {
+	case TLS_DONE:
+		metrics_http_tls_handshake(tls_link_resumed(c->tls));
+		conn_ready(w, c);
+		return;
+	case TLS_WANT_READ:
+		want = EPOLLIN;
+		break;
+	case TLS_WANT_WRITE:
+		want = EPOLLOUT;
+		break;
+	default:
+		c->tls_broken = 1;
+		conn_fail(w, c, te, "%s", err);
+		return;
+	}
+	if (conn_watch(w, c, want))
 		conn_fail(w, c, TRANSPORT_OTHER, "epoll_ctl: %s", strerror(errno));
 }
 
@@ -643,23 +723,30 @@ static void conn_connected(struct wire *w, struct wire_conn *c)
 			  (long long)((clock_mono_us() - c->start_us) / 1000), strerror(err));
 		return;
 	}
-	/* The connect is done: the attempt's timeout runs from here, as its request is
-	 * written (a slow connect is outboxd's wait, not the receiver's answer). */
 	int64_t now_us = clock_mono_us(), took = now_us - c->connect_us;
 	struct wire_target *t = c->t;
 	t->connect_us = t->connect_us ? t->connect_us + (took - t->connect_us) / CONNECT_SMOOTHING
 				      : (took > 0 ? took : 1);
 	if (t->connect_us < 1)
 		t->connect_us = 1;
-	int64_t timeout_ms = c->h->sj->timeout_ms;
-	if (timeout_ms > 0 && conn_deadline(w, c, now_us + timeout_ms * 1000)) {
+	if (!t->tls) {
+		conn_ready(w, c);
+		return;
+	}
+	/* The handshake counts under connect_timeout, as the connect does. */
+	char text[TLS_ERR_LEN];
+	enum transport_error te = TRANSPORT_TLS;
+	if (!(c->tls = tls_link_new(t->tls_conf, c->fd, t->host, &t->resume, &te, text,
+				    sizeof(text)))) {
+		conn_fail(w, c, te, "%s", text);
+		return;
+	}
+	c->state = CONN_HANDSHAKE;
+	if (w->hs->connect_timeout_ms > 0 && conn_deadline(w, c, c->connect_end_us)) {
 		conn_fail(w, c, TRANSPORT_OTHER, "out of memory");
 		return;
-	} else if (timeout_ms <= 0) {
-		dheap_remove(&w->deadlines, &c->deadline);
 	}
-	c->state = CONN_SENDING;
-	conn_send(w, c);
+	conn_handshake(w, c);
 }
 
 /* Opens c's socket and starts its connect, with the deadline of this connect: the next
@@ -757,6 +844,11 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 			http_finish(h, TRANSPORT_REFUSED, 0, "refused by the SSRF guard");
 			return -1;
 		}
+		if (t->tls && !http_tls_files_inside(h)) {
+			http_transfer_done(h);
+			http_fail_tls_outside(h);
+			return -1;
+		}
 		if (!(c = calloc(1, sizeof(*c)))) {
 			http_transfer_done(h);
 			http_finish(h, TRANSPORT_OTHER, 0, "out of memory");
@@ -790,85 +882,6 @@ static int conn_start(struct wire *w, struct http_round *h, struct wire_target *
 	return 0;
 }
 
-/* Whether a header name is one this client writes itself. */
-static int name_is_own(const char *name)
-{
-	static const char *const own[] = {"Host", "Content-Length", "Transfer-Encoding",
-					  "Connection", "Accept"};
-	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
-		if (strcasecmp(name, own[i]) == 0)
-			return 1;
-	return 0;
-}
-
-/* A subscription that sets such a header itself (its headers, an api-key auth's name) goes
- * through libcurl, which replaces its own; the lines every webhook request carries
- * (Content-Type, webhook-*, outboxd-*, traceparent) never are such a header. */
-static int sub_sets_own_header(const struct subscription *s)
-{
-	if (s->auth_type == AUTH_API_KEY && s->auth_name && name_is_own(s->auth_name))
-		return 1;
-	for (size_t i = 0; i < s->n_headers; i++)
-		if (name_is_own(s->headers[i].name))
-			return 1;
-	return 0;
-}
-
-/* The request head: request line, Host, Accept, Content-Length, then the round's header
- * lines (http_request.c). -1 when memory ran out. */
-static int head_build(struct http_round *h, const struct url_parts *u, size_t body_len)
-{
-	char cl[24];
-	int cl_len = snprintf(cl, sizeof(cl), "%zu", body_len);
-	/* the fixed text, the spans, and each line of hbuf with CRLF for its NUL */
-	size_t need = 64 + u->path_len + u->auth_len + (size_t)cl_len + h->hbuf_len * 2;
-	if (need > h->whead_cap) {
-		size_t cap = h->whead_cap ? h->whead_cap : 1024;
-		while (cap < need)
-			cap *= 2;
-		char *nb = malloc(cap);
-		if (!nb)
-			return -1;
-		if (h->whead) {
-			OPENSSL_cleanse(h->whead, h->whead_cap);
-			free(h->whead);
-		}
-		h->whead = nb;
-		h->whead_cap = cap;
-	}
-	char *p = h->whead;
-#define PUT(s, n) (memcpy(p, (s), (n)), p += (n))
-#define PUTS(lit) PUT(lit, sizeof(lit) - 1)
-	PUTS("POST ");
-	if (u->path_len)
-		PUT(u->path, u->path_len);
-	else
-		PUTS("/");
-	PUTS(" HTTP/1.1\r\nHost: ");
-	PUT(u->auth, u->auth_len);
-	PUTS("\r\nAccept: */*\r\nContent-Length: ");
-	PUT(cl, (size_t)cl_len);
-	PUTS("\r\n");
-	for (size_t o = 0; o < h->hbuf_len;) {
-		const char *line = h->hbuf + o;
-		size_t len = strlen(line);
-		o += len + 1;
-		const char *colon = memchr(line, ':', len);
-		const char *v = colon ? colon + 1 : line + len;
-		while (*v == ' ' || *v == '\t')
-			v++;
-		if (!*v)
-			continue; /* "Name:" asks libcurl not to send the header (Expect) */
-		PUT(line, len);
-		PUTS("\r\n");
-	}
-	PUTS("\r\n");
-#undef PUTS
-#undef PUT
-	h->whead_len = (size_t)(p - h->whead);
-	return 0;
-}
-
 static void wire_round_free_url(struct http_round *h)
 {
 	struct wire_url *wu = h->wurl;
@@ -882,17 +895,34 @@ static void wire_round_free_url(struct http_round *h)
 	h->wurl = NULL;
 }
 
+/* The TLS configuration of s's files for an https:// URL (u), NULL for http://; *oom
+ * when one could not be made. */
+static struct tls_conf *conf_of(struct wire *w, const struct subscription *s, int tls, int *oom)
+{
+	struct tls_conf *conf = NULL;
+	*oom = 0;
+	if (tls && !(conf = tls_conf_get(w->tls_confs, s->tls_ca_file, s->tls_client_cert,
+					 s->tls_client_key)))
+		*oom = 1;
+	return conf;
+}
+
 int wire_send(struct wire *w, struct http_round *h, const char *url)
 {
 	const struct subscription *s = h->sj->sub;
+	int oom;
 
-	if (s->tls_ca_file || s->tls_client_cert || sub_sets_own_header(s))
+	if (wire_sub_sets_own_header(s))
 		return 0;
 	/* the round remembers the last URL it split and its target */
 	struct wire_url *wu = h->wurl;
-	if (!wu || strcmp(wu->url, url) != 0) {
+	struct tls_conf *conf = wu ? conf_of(w, s, wu->u.tls, &oom) : NULL;
+	if (!wu || strcmp(wu->url, url) != 0 || conf != wu->conf) {
 		struct url_parts u;
-		if (url_split(url, &u))
+		if (wire_url_split(url, &u))
+			return 0;
+		conf = conf_of(w, s, u.tls, &oom);
+		if (oom)
 			return 0;
 		wire_round_free_url(h);
 		if (!(wu = calloc(1, sizeof(*wu))) || !(wu->url = strdup(url))) {
@@ -900,7 +930,8 @@ int wire_send(struct wire *w, struct http_round *h, const char *url)
 			return 0;
 		}
 		h->wurl = wu;
-		if (!(wu->t = target_get(w, &u))) {
+		wu->conf = conf;
+		if (!(wu->t = target_get(w, &u, conf))) {
 			wire_round_free_url(h);
 			return 0;
 		}
@@ -912,7 +943,13 @@ int wire_send(struct wire *w, struct http_round *h, const char *url)
 	}
 	if (!target_usable(wu->t, clock_mono_ms()))
 		return 0;
-	if (head_build(h, &wu->u, h->sj->claim->payload_len))
+	struct wire_head wh = {h->whead, h->whead_cap, 0};
+	int built = wire_head_build(&wh, &wu->u, h->hbuf, h->hbuf_len, h->sj->claim->payload,
+				    h->sj->claim->payload_len);
+	h->whead = wh.buf;
+	h->whead_cap = wh.cap;
+	h->whead_len = wh.len;
+	if (built)
 		return 0;
 	metrics_http_request(1);
 	h->state = HTTP_IN_FLIGHT;
@@ -932,14 +969,33 @@ void wire_ready(struct wire *w, struct wire_conn *c, uint32_t events)
 	case CONN_DEAD:
 		return; /* closed earlier in this epoll batch */
 	case CONN_IDLE:
-		/* the server closed it, or sent what nobody asked for */
+		/* the server closed it, or sent what nobody asked for; over TLS it may also
+		 * be a session ticket, which OpenSSL takes without a byte for us */
+		if (c->tls && !(events & (EPOLLERR | EPOLLHUP))) {
+			char err[TLS_ERR_LEN];
+			enum transport_error te;
+			int sys_errno;
+			size_t n;
+			enum tls_step st = tls_link_read(c->tls, w->rbuf, sizeof(w->rbuf), &n,
+							 &sys_errno, &te, err, sizeof(err));
+			if (st == TLS_WANT_READ && !tls_link_pending(c->tls))
+				return;
+			c->tls_broken = st == TLS_FAILED || st == TLS_SYSCALL;
+		} else {
+			c->tls_broken = 1;
+		}
 		conn_close(w, c);
 		return;
 	case CONN_CONNECTING:
 		conn_connected(w, c);
 		return;
+	case CONN_HANDSHAKE:
+		conn_handshake(w, c);
+		return;
 	case CONN_SENDING:
-		if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+		if (c->write_wants_read && (events & EPOLLIN)) {
+			conn_send(w, c); /* the TLS write waited for this */
+		} else if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
 			/* an early answer (413 before the whole body) or a reset */
 			c->state = CONN_READING;
 			if (conn_watch(w, c, EPOLLIN))
@@ -966,7 +1022,7 @@ void wire_expire(struct wire *w, int64_t now_us)
 			conn_reconnect(w, c, now_us);
 			continue;
 		}
-		if (c->state == CONN_CONNECTING)
+		if (c->state == CONN_CONNECTING || c->state == CONN_HANDSHAKE)
 			conn_fail(w, c, TRANSPORT_TIMEOUT, "Connection timed out after %lld milliseconds",
 				  ms);
 		else
@@ -1003,14 +1059,18 @@ void wire_round_free(struct http_round *h)
 	h->whead_cap = h->whead_len = 0;
 }
 
-void wire_learn(struct wire *w, const char *url, CURL *easy)
+void wire_learn(struct wire *w, const char *url, const struct subscription *s, CURL *easy)
 {
 	struct url_parts u;
 	char *ip = NULL;
 	long port = 0;
-	if (url_split(url, &u))
+	int oom;
+	if (wire_url_split(url, &u))
 		return;
-	struct wire_target *t = target_get(w, &u);
+	struct tls_conf *conf = conf_of(w, s, u.tls, &oom);
+	if (oom)
+		return;
+	struct wire_target *t = target_get(w, &u, conf);
 	int64_t now_ms = clock_mono_ms();
 	if (!t || t->literal || target_fresh(t, now_ms))
 		return;
@@ -1019,7 +1079,7 @@ void wire_learn(struct wire *w, const char *url, CURL *easy)
 		return;
 	struct sockaddr_storage addr;
 	socklen_t addrlen = 0;
-	if (addr_from_text(ip, (int)port, &addr, &addrlen))
+	if (wire_addr_from_text(ip, (int)port, &addr, &addrlen))
 		return;
 	if (t->addrlen != addrlen || memcmp(&t->addr, &addr, addrlen) != 0) {
 		/* a new address: the connections to the old one go */
@@ -1047,11 +1107,16 @@ void wire_prune(struct wire *w, int64_t now_ms)
 	}
 }
 
-struct wire *wire_open(struct http_sink *hs, int max_idle)
+struct wire *wire_open(struct http_sink *hs, int max_idle, const char *ca_file,
+		       const char *ca_path)
 {
 	struct wire *w = calloc(1, sizeof(*w));
 	if (!w)
 		return NULL;
+	if (!(w->tls_confs = tls_confs_open(ca_file, ca_path))) {
+		free(w);
+		return NULL;
+	}
 	w->hs = hs;
 	w->max_idle = max_idle;
 	http_parser_settings_init(&w->settings);
@@ -1074,12 +1139,14 @@ void wire_close(struct wire *w)
 			w->targets[b] = t->next;
 			while (t->idle)
 				conn_close(w, t->idle);
+			tls_resume_clear(&t->resume);
 			free(t->authority);
 			free(t->host);
 			free(t);
 		}
 	}
 	wire_reap(w);
+	tls_confs_close(w->tls_confs);
 	dheap_free(&w->deadlines);
 	free(w);
 }

@@ -13,8 +13,8 @@
  * delivery to delivery without allocations.
  *
  * This file: the sink interface, libcurl's multi handle and its sockets, completions;
- * requests are built in http_request.c and sent over plain http:// by the lean client of
- * http_wire.c when it can, OAuth2 tokens fetched in http_token.c, and everything goes
+ * requests are built in http_request.c and sent by the lean client of http_wire.c (TLS:
+ * http_tls.c) when it can, OAuth2 tokens fetched in http_token.c, and everything goes
  * through the egress proxy with http_proxy.c when one is set. */
 #include "deliver/sink_http_int.h"
 
@@ -316,7 +316,8 @@ static void http_completed(struct http_round *h, CURLcode rc)
 	if (te == TRANSPORT_OK) {
 		curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &status);
 		if (hs->wire)
-			wire_learn(hs->wire, h->url ? h->url : h->sj->sub->endpoint, h->easy);
+			wire_learn(hs->wire, h->url ? h->url : h->sj->sub->endpoint, h->sj->sub,
+				   h->easy);
 	}
 	http_finish(h, te, status, h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
 }
@@ -603,8 +604,8 @@ static const struct sink_methods http_methods = {
 	.close = http_close,
 };
 
-/* From the settings max_in_flight (kept-alive connections at most), lean_http (plain
- * http:// over the lean client when it can), connect_timeout (a connect may take this
+/* From the settings max_in_flight (kept-alive connections at most), lean_http (http://
+ * and https:// over the lean client when it can), connect_timeout (a connect may take this
  * before the attempt's own timeout starts), ssrf_allow (the SSRF guard's allowlist,
  * core/ssrf.h), tls_dir (where a subscription's TLS files may be) and egress_proxy
  * (every request through its CONNECT tunnels, over libcurl). */
@@ -640,8 +641,19 @@ static void *http_open(const struct config *cfg, char *err, size_t errlen)
 	hs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (hs->epfd < 0 || !(hs->multi = curl_multi_init()))
 		goto fail;
-	if (lean && !(hs->wire = wire_open(hs, max_connections)))
-		goto fail;
+	if (lean) {
+		/* https:// over the lean client trusts what libcurl trusts by default */
+		CURL *probe = curl_easy_init();
+		char *ca_file = NULL, *ca_path = NULL;
+		if (!probe)
+			goto fail;
+		curl_easy_getinfo(probe, CURLINFO_CAINFO, &ca_file);
+		curl_easy_getinfo(probe, CURLINFO_CAPATH, &ca_path);
+		hs->wire = wire_open(hs, max_connections, ca_file, ca_path);
+		curl_easy_cleanup(probe);
+		if (!hs->wire)
+			goto fail;
+	}
 	curl_multi_setopt(hs->multi, CURLMOPT_MAXCONNECTS, (long)max_connections);
 	hs->n_pools = max_connections > CONN_POOL_ROUNDS
 			      ? (max_connections + CONN_POOL_ROUNDS - 1) / CONN_POOL_ROUNDS : 1;

@@ -1,6 +1,7 @@
 /* sink_http_int.h: what the files of the HTTP sink share (sink_http.c: the sink and
  * libcurl's multi interface; http_request.c: building a request, redaction;
- * http_wire.c: the lean HTTP/1.1 client of plain http:// requests; http_token.c: OAuth2
+ * http_wire.c: the lean HTTP/1.1 client of http:// and https:// requests, with its TLS
+ * in http_tls.c (which knows no libcurl and has its own header); http_token.c: OAuth2
  * token requests; http_proxy.c: requests through the egress proxy). Nobody else
  * includes it: the dispatcher sees the HTTP sink only through sink.h. */
 #ifndef OUTBOXD_DELIVER_SINK_HTTP_INT_H
@@ -182,7 +183,7 @@ struct http_sink {
 	CURLSH **pools;              /* connection caches, see CONN_POOL_ROUNDS */
 	int n_pools;
 	int next_pool;               /* the pool of the next round made */
-	struct wire *wire;           /* the lean client of plain http://, NULL when off */
+	struct wire *wire;           /* the lean client, NULL when off */
 	struct http_proxy *proxy;    /* the egress proxy (http_proxy.c), NULL when none */
 };
 
@@ -221,21 +222,30 @@ void http_headers_clear(struct http_round *h);
  * (guard->policy set by the caller) and the egress proxy among them. */
 void http_easy_common(const struct http_sink *hs, CURL *e, void *owner, char *errbuf,
 		      curl_write_callback write_cb, struct http_guard *guard);
+/* 1 when every TLS file of h's subscription is one outboxd can read inside tls_dir; a
+ * request about to open a connection that reads them is refused otherwise, for good,
+ * with http_fail_tls_outside. */
+int http_tls_files_inside(const struct http_round *h);
+void http_fail_tls_outside(struct http_round *h);
 /* Builds the attempt's request (headers, signature, auth; bearer borrowed, may be NULL)
  * and adds it to the multi handle, or fails the attempt. */
 void http_send_request(struct http_round *h, const char *bearer);
 
 /* ---- http_wire.c ---------------------------------------------------------------------- */
 
-/* The lean client; max_idle: kept-alive connections at most. NULL when out of memory. */
-struct wire *wire_open(struct http_sink *hs, int max_idle);
+/* The lean client; max_idle: kept-alive connections at most; ca_file, ca_path (borrowed,
+ * copied, may be NULL): the authorities https:// trusts when a subscription names no CA
+ * file (libcurl's own defaults). NULL when out of memory. */
+struct wire *wire_open(struct http_sink *hs, int max_idle, const char *ca_file,
+		       const char *ca_path);
 void wire_close(struct wire *w);
 /* Sends the attempt of h to url (its head built from h's header lines) when the lean
  * client can: 1 and the attempt is under way or reported; 0 and nothing happened when
- * libcurl must take it (https, TLS files, an address not known, a header libcurl owns). */
+ * libcurl must take it (an address not known, a header libcurl owns, a URL it rewrites). */
 int wire_send(struct wire *w, struct http_round *h, const char *url);
-/* libcurl's request to url succeeded: its address serves the lean client for a while. */
-void wire_learn(struct wire *w, const char *url, CURL *easy);
+/* libcurl's request to url for s (borrowed: its TLS files) succeeded: its address serves
+ * the lean client for a while. */
+void wire_learn(struct wire *w, const char *url, const struct subscription *s, CURL *easy);
 /* A connection's epoll events. */
 void wire_ready(struct wire *w, struct wire_conn *c, uint32_t events);
 /* Fails the attempts whose deadline passed; wire_due_us: the soonest, -1 none. */

@@ -14,7 +14,8 @@
  *                  Retry-After, interim 1xx answers), fed in pieces as reads would bring
  *                  them: the kept body never overruns the cause, a Retry-After is never
  *                  negative, a final answer has a status from 100 to 999
- *   FUZZ_URL       url_split, the lean client's URL parser: a URL it takes must be one
+ *   FUZZ_URL       wire_url_split (deliver/http_head.c), the lean client's URL parser, for
+ *                  http:// and https://: a URL it takes must be one
  *                  libcurl reads to the same host, port and path (the two clients must
  *                  send the same request), its spans inside the URL
  *   FUZZ_OAUTH2    a token endpoint's answer (oauth2_parse_response: status, body), and
@@ -243,7 +244,7 @@ static struct wire *fuzz_wire(void)
 {
 	static struct http_sink hs;
 	static struct wire *w;
-	if (!w && !(w = wire_open(&hs, 4)))
+	if (!w && !(w = wire_open(&hs, 4, NULL, NULL)))
 		abort();
 	return w;
 }
@@ -306,7 +307,7 @@ static void run(const uint8_t *data, size_t size)
 		abort();
 	memcpy(url, data, size);
 	url[size] = '\0';
-	if (strlen(url) != size || url_split(url, &u) != 0) {
+	if (strlen(url) != size || wire_url_split(url, &u) != 0) {
 		free(url);
 		return;
 	}
@@ -336,7 +337,7 @@ static void run(const uint8_t *data, size_t size)
 		size_t ours_len = u.path_len ? u.path_len : 1;
 		if (hl != u.host_len || strncasecmp(h, u.host, hl) != 0 || atoi(port) != u.port ||
 		    !span_is(ours, ours_len, want)) {
-			fprintf(stderr, "url_split and libcurl disagree on %s: host %.*s/%s port %d/%s "
+			fprintf(stderr, "wire_url_split and libcurl disagree on %s: host %.*s/%s port %d/%s "
 				"path %.*s/%s\n", url, (int)u.host_len, u.host, host, u.port, port,
 				(int)ours_len, ours, want);
 			abort();

@@ -38,6 +38,11 @@
 
 static const int wrk_default_connections[] = {4, 16, 64, 256, 512};
 
+const char *real_receivers_dir(void)
+{
+	return RECEIVERS_DIR;
+}
+
 const char *real_receiver_name(enum real_receiver_kind kind)
 {
 	switch (kind) {

@@ -29,6 +29,10 @@ enum real_receiver_kind {
 /* "python http.server", "app server", "node http", "nginx + app server". */
 const char *real_receiver_name(enum real_receiver_kind kind);
 
+/* Where the receivers' programs are (tests/support/receivers in the source tree), for a
+ * test that starts one of the single-purpose ones itself. */
+const char *real_receivers_dir(void);
+
 /* The app server's shape (REAL_APP_SERVER, and the one behind REAL_NGINX_APP). */
 struct real_receiver_opts {
 	int workers;   /* 0 = 4 */

@@ -15,8 +15,9 @@
  * With --tls-cert/--tls-key it speaks HTTPS (--client-ca: and requires a client
  * certificate signed by that CA, refusing others in the TLS handshake, as an mTLS
  * subscriber does); --control-port then adds a plain-HTTP listener for the control API,
- * so tests need no certificates to drive it. Records of TLS requests carry "tls": true
- * and "client_cert" (the subject DN, or null).
+ * so tests need no certificates to drive it. Records of TLS requests carry "tls": true,
+ * "tls_resumed" (the client resumed a session: it offers session tickets) and
+ * "client_cert" (the subject DN, or null).
  *
  * For the chaos soak (bench/soak.sh) a path can misbehave at random instead of following a
  * script: POST /_control/chaos sets weights for six outcomes (ok, slow, error, throttle,

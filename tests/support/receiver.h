@@ -231,12 +231,14 @@ enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned int status,
 
 extern bool tls_require_client_cert;    /* --client-ca given */
 
-/* MHD_OPTION_NOTIFY_CONNECTION: on a new TLS connection, before its handshake, asks for a
- * client certificate and checks it in the handshake when tls_require_client_cert. */
+/* MHD_OPTION_NOTIFY_CONNECTION: on a new TLS connection, before its handshake, offers
+ * session tickets, and asks for a client certificate and checks it in the handshake when
+ * tls_require_client_cert. */
 void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_ctx,
 			  enum MHD_ConnectionNotificationCode code);
 
-/* Adds "tls": true and "client_cert" (subject DN or null) to a record of a TLS request. */
+/* Adds "tls": true, "tls_resumed" (the session was resumed) and "client_cert" (subject DN
+ * or null) to a record of a TLS request. */
 void record_tls(struct MHD_Connection *conn, json_t *rec);
 
 /* The whole file at path (returned to the caller, NUL-terminated), or NULL (printed). */

@@ -1,10 +1,13 @@
 /* receiver_tls.c: test_receiver's HTTPS side (GnuTLS through libmicrohttpd): with
  * --client-ca, a client certificate required and verified in the handshake, refused with
- * a fatal alert as an mTLS subscriber does; the certificate's subject in each record; the
- * PEM files read at start. Nothing else here knows GnuTLS. */
+ * a fatal alert as an mTLS subscriber does; session tickets (RFC 5077 / TLS 1.3), so a
+ * client can resume its session on a new connection as with most HTTPS servers; the
+ * certificate's subject and whether the session was resumed in each record; the PEM
+ * files read at start. Nothing else here knows GnuTLS. */
 #include "receiver.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,14 @@
 #define PEM_MAX           (1u << 20)   /* certificate, key and CA files */
 
 bool tls_require_client_cert;    /* --client-ca given */
+static gnutls_datum_t ticket_key; /* the key of every session ticket (made once) */
+static pthread_once_t ticket_key_once = PTHREAD_ONCE_INIT;
+
+static void ticket_key_make(void)
+{
+	if (gnutls_session_ticket_key_generate(&ticket_key) != 0)
+		ticket_key.data = NULL;
+}
 
 static gnutls_session_t tls_session_of(struct MHD_Connection *conn)
 {
@@ -55,10 +66,15 @@ void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_
 {
 	gnutls_session_t session;
 
-	if (code != MHD_CONNECTION_NOTIFY_STARTED || !tls_require_client_cert)
+	if (code != MHD_CONNECTION_NOTIFY_STARTED)
 		return;
 	session = tls_session_of(conn);
 	if (!session)
+		return;
+	pthread_once(&ticket_key_once, ticket_key_make);
+	if (ticket_key.data)
+		gnutls_session_ticket_enable_server(session, &ticket_key);
+	if (!tls_require_client_cert)
 		return;
 	gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUEST);
 	gnutls_session_set_verify_function(session, client_cert_verify_cb);
@@ -76,6 +92,7 @@ void record_tls(struct MHD_Connection *conn, json_t *rec)
 	if (!session)
 		return;
 	json_object_set_new(rec, "tls", json_true());
+	json_object_set_new(rec, "tls_resumed", json_boolean(gnutls_session_is_resumed(session)));
 	peers = gnutls_certificate_get_peers(session, &n);
 	if (peers && n > 0 && gnutls_x509_crt_init(&crt) == 0) {
 		if (gnutls_x509_crt_import(crt, &peers[0], GNUTLS_X509_FMT_DER) == 0 &&
