@@ -404,6 +404,8 @@ function brief(r) {
     return `[bench] latency: ` + Object.entries(r.runs).map(([t, l]) =>
       `${t} ${f0(l.achieved_rate)}/s p50 ${ms(l.p50_us)} p99 ${ms(l.p99_us)} ms (ack→receipt p99 ${ms(l.ack_p99_us)})`).join("; ");
   }
+  if (r.report_lines && r.deliveries_per_s == null)
+    return `[bench] ${r.row}:\n` + r.report_lines.filter((l) => l.startsWith("|") && !l.startsWith("|-")).join("\n");
   let s = `[bench] ${r.row}: ${f0(r.deliveries_per_s)} deliveries/s`;
   if (r.end_to_end_per_s) s += ` (end to end ${f0(r.end_to_end_per_s)})`;
   if (r.fraction != null) s += ` (${r.fraction.toFixed(2)} of ${f0(r.bound_per_s)}), sink held ${f0(r.sink_max_pending)} at most`;

@@ -30,6 +30,11 @@
 #     latency        LAT_RATE events/s for LAT_SECONDS s into outboxd (SQLite, PostgreSQL) and
 #                    into each peer, each on a fresh store: receipt − intended send time and
 #                    receipt − ingest acknowledgement, joined by webhook-id
+#     backlog        LAT_BACKLOG_RATE single events/s for one subscription while
+#                    BACKLOG_EVENTS deliveries drain on another (SQLite, PostgreSQL):
+#                    the live events' latency during the drain and after (bench/backlog.sh)
+#     https          outboxd to plain HTTP and to HTTPS on the same receiver program,
+#                    HTTPS_ROUNDS rounds taken alternately (bench/https.sh)
 #     slow           slow receivers: outboxd on SQLite with max_in_flight SLOW_IN_FLIGHT,
 #                    SLOW_SUBS subscriptions to bench_slow_sink (answers after SLOW_DELAY_MS)
 #     small          Python's http.server as a receiver, outboxd at default settings, against
@@ -98,6 +103,11 @@ SLOW_IN_FLIGHT=${SLOW_IN_FLIGHT:-8192} # outboxd's max_in_flight setting in the 
 SLOW_DELAY_MS=${SLOW_DELAY_MS:-1000} # the slow sink's answer delay
 SLOW_TIMEOUT=${SLOW_TIMEOUT:-5s}     # the subscriptions' timeout and retry.timeout
 SMALL_EVENTS=${SMALL_EVENTS:-4000}   # small row: events to Python's http.server, default settings
+BACKLOG_EVENTS=${BACKLOG_EVENTS:-100000}  # backlog row: the backlog on one subscription
+LAT_BACKLOG_RATE=${LAT_BACKLOG_RATE:-1000} # backlog row: live single events/s meanwhile
+LAT_BACKLOG_SECONDS=${LAT_BACKLOG_SECONDS:-20}
+HTTPS_EVENTS=${HTTPS_EVENTS:-50000}  # https row: events per leg
+HTTPS_ROUNDS=${HTTPS_ROUNDS:-3}      # https row: rounds of both legs, alternately
 # The peers are matched to outboxd's default max_in_flight (512 requests in flight): their
 # total concurrency over all their worker processes is the same.
 IN_FLIGHT=${IN_FLIGHT:-512}
@@ -118,7 +128,7 @@ PERF=${PERF:-}                       # a file: perf record -g the outboxd of row
 PERF_ROW=${PERF_ROW:-sqlite}
 PERF_OPTS=${PERF_OPTS:--g -F 999}    # e.g. "--call-graph dwarf,16384 -F 499" to see into libraries
 RESULTS=${RESULTS:-bench/results}
-ROWS=${ROWS:-ceiling sqlite postgres graphile pgboss sqlite-fanout postgres-2 postgres-3 latency slow small}
+ROWS=${ROWS:-ceiling sqlite postgres graphile pgboss sqlite-fanout postgres-2 postgres-3 latency backlog https slow small}
 ROWS=$(sed 's/\bpeer\b/graphile pgboss/' <<<"$ROWS")
 ROUND_ROWS="ceiling sqlite postgres graphile pgboss"
 export PEER_CONCURRENCY PEER_LOCAL_QUEUE PEER_COMPLETE_DELAY PEER_POOL PEER_SYNC_COMMIT
@@ -852,10 +862,33 @@ row_small() {
   row_assemble small small
 }
 
+# Latency under a backlog (bench/backlog.sh): a live stream of LAT_BACKLOG_RATE single
+# events/s while BACKLOG_EVENTS deliveries drain on another subscription, on SQLite and on
+# a fresh database of the bench's PostgreSQL.
+row_backlog() {
+  log "backlog: $BACKLOG_EVENTS events for one subscription, then $LAT_BACKLOG_RATE events/s for another"
+  pg_createdb backlog
+  BUILD=$BUILD BENCH_OUTBOXD=$BENCH_OUTBOXD BACKLOG_EVENTS=$BACKLOG_EVENTS LAT_RATE=$LAT_BACKLOG_RATE \
+    LAT_SECONDS=$LAT_BACKLOG_SECONDS PG_URL=$(pg_url backlog) \
+    bash bench/backlog.sh sqlite postgres >"$work/backlog.json" 2>"$work/backlog.log" ||
+    { log "backlog: $(tail -1 "$work/backlog.log")"; return 1; }
+  node bench/custom_rows.mjs backlog "$work/backlog.json" >"$work/backlog.row.json"
+  row_assemble backlog custom
+}
+
+# HTTPS against plain HTTP (bench/https.sh): the same receiver program over each.
+row_https() {
+  log "https: $HTTPS_EVENTS events per leg, $HTTPS_ROUNDS rounds of http and https"
+  BUILD=$BUILD EVENTS=$HTTPS_EVENTS ROUNDS=$HTTPS_ROUNDS bash bench/https.sh \
+    >"$work/https.json" 2>"$work/https.log" || { log "https: $(tail -1 "$work/https.log")"; return 1; }
+  node bench/custom_rows.mjs https "$work/https.json" >"$work/https.row.json"
+  row_assemble https custom
+}
+
 run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed bench
   local name=$1 rc=0
   case $name in
-    postgres|postgres-*|graphile|pgboss|latency)
+    postgres|postgres-*|graphile|pgboss|latency|backlog)
       if [ -z "$PGPORT" ] && ! pg_start; then
         row_unavailable "$name" "PostgreSQL could not be started" \
           "$(tail -2 "${pg_dir:-/nonexistent}/server.log" 2>/dev/null)"; return 0
@@ -872,6 +905,8 @@ run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed 
     latency) row_latency || rc=$? ;;
     slow) row_slow || rc=$? ;;
     small) row_small || rc=$? ;;
+    backlog) row_backlog || rc=$? ;;
+    https) row_https || rc=$? ;;
     *) die "unknown row $name" ;;
   esac
   if [ "$rc" -ne 0 ]; then
