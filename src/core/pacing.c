@@ -50,3 +50,24 @@ struct pacing_decision pacing_decide(const struct pacing *p, const struct pacing
 	}
 	return d;
 }
+
+void claim_yield_observe(struct claim_yield *y, int64_t now_us, int64_t waited_us)
+{
+	y->small_us = now_us;
+	if (waited_us > YIELD_TARGET_US) {
+		int64_t g = y->gap_us * 2;
+		y->gap_us = g < YIELD_GAP_MIN_US ? YIELD_GAP_MIN_US
+						 : g > YIELD_GAP_MAX_US ? YIELD_GAP_MAX_US : g;
+	} else {
+		y->gap_us -= y->gap_us / 8;
+		if (y->gap_us < YIELD_GAP_MIN_US / 4)
+			y->gap_us = 0;
+	}
+}
+
+int64_t claim_yield_gap(struct claim_yield *y, int64_t now_us)
+{
+	if (y->gap_us && now_us - y->small_us >= YIELD_IDLE_US)
+		y->gap_us = 0;
+	return y->gap_us;
+}

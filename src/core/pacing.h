@@ -72,4 +72,31 @@ struct pacing_decision {
 struct pacing_decision pacing_decide(const struct pacing *p, const struct pacing_config *c,
 				     const struct pacing_turn *t, int64_t now_us);
 
+/* Claims yield to producers waiting for an acknowledgement. A claim brings the backlog
+ * (due deliveries in the store, oldest first); fresh events reach the dispatcher through
+ * the hand-off at ingest, without a claim. While a backlog drains at full speed the
+ * machine is busy with it, and a producer sending single events waits longer for each
+ * 202. So the writer spaces its claims by a gap: each time it takes small ingest
+ * requests (at most YIELD_SMALL_EVENTS events each: latency-sensitive producers, not
+ * bulk loads) it tells the longest wait among them; a wait over YIELD_TARGET_US doubles
+ * the gap (from YIELD_GAP_MIN_US, up to YIELD_GAP_MAX_US), a wait under it takes an
+ * eighth off; once no small request came for YIELD_IDLE_US the gap is 0 again. The
+ * backlog then drains as fast as the acknowledgements allow. */
+#define YIELD_SMALL_EVENTS 16
+#define YIELD_TARGET_US 1000
+#define YIELD_GAP_MIN_US 500
+#define YIELD_GAP_MAX_US 50000
+#define YIELD_IDLE_US (200 * 1000)
+
+struct claim_yield {
+	int64_t gap_us;          /* between the end of a claim and the next one */
+	int64_t small_us;        /* when the last small request was taken, 0 = never */
+};
+
+/* Small ingest requests were taken at now_us; the longest had waited waited_us. */
+void claim_yield_observe(struct claim_yield *y, int64_t now_us, int64_t waited_us);
+
+/* The gap now (0 once small requests stopped coming). */
+int64_t claim_yield_gap(struct claim_yield *y, int64_t now_us);
+
 #endif

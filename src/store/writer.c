@@ -7,10 +7,12 @@
 #include "store/writer.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/pacing.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -29,6 +31,7 @@ struct pending {
 	int done;
 	int rc;
 	struct pending *next;
+	int64_t queued_us;            /* when it was queued (monotonic) */
 };
 
 /* A thread of the writer and what it takes: with one lane it takes everything; with two
@@ -57,6 +60,8 @@ struct writer {
 	/* ingest: requests in order; the scratch array is reused across groups */
 	struct pending *head, *tail;
 	int64_t ingest_seen_us;       /* when the last request was queued */
+	struct claim_yield yield;     /* claims spaced while small requests wait (pacing.h) */
+	int64_t claim_end_us;         /* when the last claim was answered */
 	struct store_event_in *group;
 	size_t group_cap;
 
@@ -466,6 +471,7 @@ static int claim_and_hand(struct writer *w, size_t want, int64_t lease_ms, int w
 	int rc = claim(w, want, lease_ms, was_down, &claims, &got);
 	pthread_mutex_lock(&w->mu);
 	w->claim_done = 1;
+	w->claim_end_us = clock_mono_us();
 	w->claim_rc = rc;
 	w->claims = claims;
 	w->claim_n = got;
@@ -535,6 +541,16 @@ static struct pending *ingest_take(struct writer *w, struct pending **last)
 	if (!w->head)
 		w->tail = NULL;
 	*last = l;
+	/* how long the small ones waited: the claims' gap follows it */
+	int64_t now_us = clock_mono_us(), waited = -1;
+	for (struct pending *p = first;; p = p->next) {
+		if (p->n <= YIELD_SMALL_EVENTS && now_us - p->queued_us > waited)
+			waited = now_us - p->queued_us;
+		if (p == l)
+			break;
+	}
+	if (waited >= 0)
+		claim_yield_observe(&w->yield, now_us, waited);
 	return first;
 }
 
@@ -547,7 +563,11 @@ static void *writer_main(void *arg)
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		int64_t now_us = clock_mono_us();
-		int must_claim = ln->pipeline && w->claim_want && !w->claim_done;
+		/* a claim asked waits for its gap after the last one while producers of
+		 * single events wait for their acknowledgements (core/pacing.h) */
+		int claim_asked = ln->pipeline && w->claim_want && !w->claim_done;
+		int64_t claim_at_us = w->claim_end_us + claim_yield_gap(&w->yield, now_us);
+		int must_claim = claim_asked && now_us >= claim_at_us;
 		struct writer_renewal *renew = ln->pipeline && w->renew && !w->renew_done ?
 						       w->renew : NULL;
 		struct pending *queued = ln->ingest ? w->head : NULL;
@@ -563,8 +583,11 @@ static void *writer_main(void *arg)
 		if (w->stopping && !queued)
 			break;
 		if (!can_write && !must_claim && !renew && !queued) {
-			if (ln->pipeline && w->todo_head)
-				wait_until(w, write_at_us, now_us);
+			int64_t at_us = ln->pipeline && w->todo_head ? write_at_us : INT64_MAX;
+			if (claim_asked && claim_at_us < at_us)
+				at_us = claim_at_us;
+			if (at_us != INT64_MAX)
+				wait_until(w, at_us, now_us);
 			else
 				pthread_cond_wait(&w->work, &w->mu);
 			continue;
@@ -572,7 +595,7 @@ static void *writer_main(void *arg)
 
 		/* Take this cycle's work: a run of ingest requests up to the group limit,
 		 * a group of results, the claim request. Callers queue more meanwhile. */
-		struct pending *last, *first = queued ? ingest_take(w, &last) : NULL;
+		struct pending *last = NULL, *first = queued ? ingest_take(w, &last) : NULL;
 		struct writer_result *rhead = NULL, *rlast = NULL;
 		size_t rn = 0;
 		/* One lane for everything (SQLite's one write lock): while producers send,
@@ -822,7 +845,7 @@ void writer_on_commit(struct writer *w, void (*cb)(void *ctx), void *ctx)
 /* Queues one ingest request and waits until it is done. */
 static int ingest_wait(struct writer *w, struct store_event_in *events, size_t n, int no_spool)
 {
-	struct pending p = {events, n, no_spool, 0, STORE_ERROR, NULL};
+	struct pending p = {events, n, no_spool, 0, STORE_ERROR, NULL, 0};
 
 	pthread_mutex_lock(&w->mu);
 	if (w->stopping) {
@@ -834,7 +857,7 @@ static int ingest_wait(struct writer *w, struct store_event_in *events, size_t n
 	else
 		w->head = &p;
 	w->tail = &p;
-	w->ingest_seen_us = clock_mono_us();
+	w->ingest_seen_us = p.queued_us = clock_mono_us();
 	pthread_cond_broadcast(&w->work);
 	while (!p.done)
 		pthread_cond_wait(&w->finished, &w->mu);

@@ -1,5 +1,6 @@
 /* test_pacing.c: the claim pacing rules of core/pacing.h as tables: one turn's decision
- * from a state, and what each event (an answer, a hint, a wake-up) makes of the state. */
+ * from a state, and what each event (an answer, a hint, a wake-up) makes of the state;
+ * the gap claims keep while small ingest requests wait (claim_yield). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -161,6 +162,36 @@ static void test_walk_store_down_then_up(void **state)
 	assert_int_equal(d.claim, 10); /* a full claim: the next at once */
 }
 
+/* Claims yield to small ingest requests that waited: the gap doubles from its minimum
+ * up to its maximum while they wait longer than the target, shrinks by an eighth while
+ * they do not (to 0 below a quarter of the minimum), and is 0 once none came for a while. */
+static void test_claim_yield(void **state)
+{
+	struct claim_yield y = {0};
+	int64_t now = NOW;
+
+	assert_int_equal(claim_yield_gap(&y, now), 0);
+	claim_yield_observe(&y, now, YIELD_TARGET_US); /* at the target: no gap */
+	assert_int_equal(claim_yield_gap(&y, now), 0);
+	claim_yield_observe(&y, now, YIELD_TARGET_US + 1);
+	assert_int_equal(claim_yield_gap(&y, now), YIELD_GAP_MIN_US);
+	claim_yield_observe(&y, now, 5000);
+	assert_int_equal(claim_yield_gap(&y, now), 2 * YIELD_GAP_MIN_US);
+	for (int i = 0; i < 20; i++)
+		claim_yield_observe(&y, now, 5000);
+	assert_int_equal(claim_yield_gap(&y, now), YIELD_GAP_MAX_US);
+	claim_yield_observe(&y, now, 100);
+	assert_int_equal(claim_yield_gap(&y, now), YIELD_GAP_MAX_US - YIELD_GAP_MAX_US / 8);
+	/* waits under the target bring it down to 0 */
+	for (int i = 0; i < 100 && claim_yield_gap(&y, now); i++)
+		claim_yield_observe(&y, now, 100);
+	assert_int_equal(claim_yield_gap(&y, now), 0);
+	/* small requests stop coming: the gap goes with them */
+	claim_yield_observe(&y, now, 5000);
+	assert_true(claim_yield_gap(&y, now + YIELD_IDLE_US - 1) > 0);
+	assert_int_equal(claim_yield_gap(&y, now + YIELD_IDLE_US), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -170,6 +201,7 @@ int main(void)
 		cmocka_unit_test(test_due_hint),
 		cmocka_unit_test(test_wakeups_batch_after_a_short_claim),
 		cmocka_unit_test(test_walk_store_down_then_up),
+		cmocka_unit_test(test_claim_yield),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
