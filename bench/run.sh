@@ -695,10 +695,35 @@ row_peer() {
 # The latency row: LAT_RATE events/s for LAT_SECONDS s into each of LAT_TARGETS (outboxd on
 # SQLite, on PostgreSQL, each peer), each on a fresh store, one after the other; the
 # PostgreSQL probe around outboxd's run on PostgreSQL. A target that fails is left out.
+# settle NAME: before a latency measurement, what the earlier rows left behind must be
+# done: the bench's PostgreSQL checkpoints (the throughput rows wrote gigabytes of WAL;
+# its checkpointer and autovacuum would otherwise work during the measurement), then this
+# waits until the machine's CPU is at least SETTLE_IDLE % idle over a second (at most
+# SETTLE_MAX_S). Logs and returns the wait in seconds.
+SETTLE_IDLE=${SETTLE_IDLE:-85}
+SETTLE_MAX_S=${SETTLE_MAX_S:-60}
+cpu_idle_pct() { # over one second, from /proc/stat
+  local a b
+  read -r -a a < <(head -1 /proc/stat); sleep 1; read -r -a b < <(head -1 /proc/stat)
+  local total=0 i
+  for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+  echo $(( total > 0 ? 100 * (b[4] + b[5] - a[4] - a[5]) / total : 100 ))
+}
+settle() {
+  local t0=$SECONDS idle=0
+  [ -n "$PGPORT" ] && pg_sql -c CHECKPOINT >/dev/null 2>&1 || true
+  while [ $((SECONDS - t0)) -lt "$SETTLE_MAX_S" ]; do
+    idle=$(cpu_idle_pct)
+    [ "$idle" -ge "$SETTLE_IDLE" ] && break
+  done
+  log "$1: settled after $((SECONDS - t0)) s (CPU ${idle}% idle over the last second)"
+}
+
 row_latency() {
   local t rate_args
   rate_args=(--rate "$LAT_RATE" --duration "$LAT_SECONDS" --conns "$LAT_CONNS" --batch "$LAT_BATCH")
   for t in $LAT_TARGETS; do
+    settle "latency $t"
     log "latency: $t at $LAT_RATE events/s for $LAT_SECONDS s"
     case $t in
       sqlite|postgres)
@@ -868,6 +893,7 @@ row_small() {
 row_backlog() {
   log "backlog: $BACKLOG_EVENTS events for one subscription, then $LAT_BACKLOG_RATE events/s for another"
   pg_createdb backlog
+  settle backlog
   BUILD=$BUILD BENCH_OUTBOXD=$BENCH_OUTBOXD BACKLOG_EVENTS=$BACKLOG_EVENTS LAT_RATE=$LAT_BACKLOG_RATE \
     LAT_SECONDS=$LAT_BACKLOG_SECONDS PG_URL=$(pg_url backlog) \
     bash bench/backlog.sh sqlite postgres >"$work/backlog.json" 2>"$work/backlog.log" ||
