@@ -53,6 +53,22 @@ static inline void e2e_teardown(struct receiver *r, struct daemon *d)
 
 /* Runs a shell command; its stdout (NUL-terminated, cut at len - 1) into out. Returns the
  * exit code, or -1 when it did not exit. */
+/* Runs a shell command built like printf; the test fails (with the command shown) when
+ * it does not exit 0. */
+static inline void e2e_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void e2e_sh(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int rc = system(cmd);
+	if (rc != 0)
+		fprintf(stderr, "failed (%d): %s\n", rc, cmd);
+	assert_int_equal(rc, 0);
+}
+
 static inline int e2e_run(const char *cmd, char *out, size_t len)
 {
 	FILE *p = popen(cmd, "r");

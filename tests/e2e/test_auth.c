@@ -22,36 +22,23 @@ static const char *const secrets[] = {
 	"client-s3cret-1", "client-s3cret-2", "usr-passw0rd", "client-s3cret-down", NULL,
 };
 
-static void sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int rc = system(cmd);
-	if (rc != 0)
-		fprintf(stderr, "failed (%d): %s\n", rc, cmd);
-	assert_int_equal(rc, 0);
-}
-
 /* A CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and an
  * unrelated self-signed client certificate, all ECDSA P-256 (fast to make). */
 static void make_pki(const char *dir)
 {
 	const char *key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-	sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 "
+	e2e_sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 "
 	   "-subj '/CN=outboxd test CA' 2>/dev/null", dir, key);
-	sh("cd %s && openssl req %s -keyout server.key -out server.csr -subj '/CN=127.0.0.1' "
+	e2e_sh("cd %s && openssl req %s -keyout server.key -out server.csr -subj '/CN=127.0.0.1' "
 	   "2>/dev/null && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n"
 	   "extendedKeyUsage=serverAuth\\n' > server.ext && openssl x509 -req -in server.csr "
 	   "-CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile server.ext "
 	   "2>/dev/null", dir, key);
-	sh("cd %s && openssl req %s -keyout client.key -out client.csr -subj '/CN=outboxd-client' "
+	e2e_sh("cd %s && openssl req %s -keyout client.key -out client.csr -subj '/CN=outboxd-client' "
 	   "2>/dev/null && printf 'extendedKeyUsage=clientAuth\\n' > client.ext && openssl x509 "
 	   "-req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 "
 	   "-extfile client.ext 2>/dev/null", dir, key);
-	sh("cd %s && openssl req -x509 %s -keyout stranger.key -out stranger.pem -days 2 "
+	e2e_sh("cd %s && openssl req -x509 %s -keyout stranger.key -out stranger.pem -days 2 "
 	   "-subj '/CN=stranger' 2>/dev/null", dir, key);
 }
 
@@ -641,7 +628,7 @@ static void test_tls_untrusted_then_trusted(void **state)
 	 * link to a file outside) is not used: its attempts end for good, nothing sent. */
 	char moved[600];
 	snprintf(moved, sizeof(moved), "%s/moved-ca.pem", pki);
-	sh("cp %s %s", ca, moved);
+	e2e_sh("cp %s %s", ca, moved);
 	e2e_create_sub(&dmn, id, "{\"name\":\"tls-moved\",\"event_types\":[\"tls.moved\"],"
 				 "\"endpoint\":\"%s/moved\",\"tls\":{\"ca_file\":\"%s\"}}", tls.url,
 		       moved);

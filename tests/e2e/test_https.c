@@ -23,42 +23,27 @@
 static struct daemon lean, curl;
 static char *pki;
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void sh(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int rc = system(cmd);
-	if (rc != 0)
-		fprintf(stderr, "failed (%d): %s\n", rc, cmd);
-	assert_int_equal(rc, 0);
-}
-
 /* A CA; server certificates for 127.0.0.1 and localhost (server) and for another name
  * only (wrong); a client certificate; an unrelated self-signed client certificate. */
 static void make_pki(const char *dir)
 {
 	const char *key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-	sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 "
+	e2e_sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 "
 	   "-subj '/CN=outboxd https test CA' 2>/dev/null", dir, key);
 	const char *servers[][2] = {{"server", "IP:127.0.0.1,DNS:localhost"},
 				    {"wrong", "DNS:wrong.example"}};
 	for (int i = 0; i < 2; i++)
-		sh("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj '/CN=%s' 2>/dev/null && "
+		e2e_sh("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj '/CN=%s' 2>/dev/null && "
 		   "printf 'subjectAltName=%s\\nextendedKeyUsage=serverAuth\\n' > %s.ext && "
 		   "openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out "
 		   "%s.pem -days 2 -extfile %s.ext 2>/dev/null", dir, key, servers[i][0],
 		   servers[i][0], servers[i][0], servers[i][1], servers[i][0], servers[i][0],
 		   servers[i][0], servers[i][0]);
-	sh("cd %s && openssl req %s -keyout client.key -out client.csr -subj '/CN=outboxd-client' "
+	e2e_sh("cd %s && openssl req %s -keyout client.key -out client.csr -subj '/CN=outboxd-client' "
 	   "2>/dev/null && printf 'extendedKeyUsage=clientAuth\\n' > client.ext && openssl x509 "
 	   "-req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 "
 	   "-extfile client.ext 2>/dev/null", dir, key);
-	sh("cd %s && openssl req -x509 %s -keyout stranger.key -out stranger.pem -days 2 "
+	e2e_sh("cd %s && openssl req -x509 %s -keyout stranger.key -out stranger.pem -days 2 "
 	   "-subj '/CN=stranger' 2>/dev/null", dir, key);
 }
 
