@@ -81,11 +81,14 @@ struct pacing_decision pacing_decide(const struct pacing *p, const struct pacing
  * bulk loads) it tells the longest wait among them; a wait over YIELD_TARGET_US doubles
  * the gap (from YIELD_GAP_MIN_US, up to YIELD_GAP_MAX_US), a wait under it takes an
  * eighth off; once no small request came for YIELD_IDLE_US the gap is 0 again. The
- * backlog then drains as fast as the acknowledgements allow. */
+ * backlog then drains as fast as the acknowledgements allow. The cap keeps a floor under
+ * the claims however long producers wait: one claim (retry_batch, 100 by default) per
+ * 10 ms, 10,000 deliveries/s, so deliveries the hand-off had no room for (a slow
+ * subscriber holding max_in_flight) are never starved by a steady stream of events. */
 #define YIELD_SMALL_EVENTS 16
 #define YIELD_TARGET_US 1000
 #define YIELD_GAP_MIN_US 500
-#define YIELD_GAP_MAX_US 50000
+#define YIELD_GAP_MAX_US 10000
 #define YIELD_IDLE_US (200 * 1000)
 
 struct claim_yield {
