@@ -152,17 +152,25 @@ static int same_name(const char *a, const char *b)
 	return a == b || (a && b && strcmp(a, b) == 0);
 }
 
-struct tls_conf *tls_conf_get(struct tls_confs *cs, const char *ca_file, const char *client_cert,
-			      const char *client_key)
+static int conf_is(const struct tls_conf *c, const char *ca_file, const char *client_cert,
+		   const char *client_key)
+{
+	return same_name(c->ca_file, ca_file) && same_name(c->client_cert, client_cert) &&
+	       same_name(c->client_key, client_key);
+}
+
+struct tls_conf *tls_conf_get(struct tls_confs *cs, struct tls_conf *hint, const char *ca_file,
+			      const char *client_cert, const char *client_key)
 {
 	/* libcurl reads the key from the certificate file when none is named */
 	if (client_cert && !client_key)
 		client_key = client_cert;
 	if (!client_cert)
 		client_key = NULL;
+	if (hint && conf_is(hint, ca_file, client_cert, client_key))
+		return hint;
 	for (struct tls_conf *c = cs->list; c; c = c->next)
-		if (same_name(c->ca_file, ca_file) && same_name(c->client_cert, client_cert) &&
-		    same_name(c->client_key, client_key))
+		if (conf_is(c, ca_file, client_cert, client_key))
 			return c;
 	struct tls_conf *c = calloc(1, sizeof(*c));
 	if (!c)

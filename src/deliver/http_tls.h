@@ -53,9 +53,12 @@ struct tls_confs *tls_confs_open(const char *default_ca_file, const char *defaul
 /* Frees every configuration (the links made with them must be closed first). */
 void tls_confs_close(struct tls_confs *cs);
 /* The configuration of these files (borrowed, copied; NULL for none), made on first use,
- * without reading any file: the pointer stays the same until tls_confs_close. NULL when
- * out of memory. */
-struct tls_conf *tls_conf_get(struct tls_confs *cs, const char *ca_file, const char *client_cert,
+ * without reading any file: the pointer stays the same until tls_confs_close. hint (may
+ * be NULL): the caller's last answer, returned at once when it is still the one (every
+ * request asks; the list is walked only when the files changed). NULL when out of
+ * memory. */
+struct tls_conf *tls_conf_get(struct tls_confs *cs, struct tls_conf *hint, const char *ca_file,
+			      const char *client_cert,
 			      const char *client_key);
 
 /* A new TLS link over the connected socket fd (borrowed: closed by the caller; read with

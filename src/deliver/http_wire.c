@@ -530,13 +530,11 @@ static void conn_read_tls(struct wire *w, struct wire_conn *c)
 			conn_lost(w, c, sys_errno);
 			return;
 		case TLS_FAILED:
-			if (c->reused && !c->got_bytes) {
-				c->tls_broken = 1;
-				conn_retry_fresh(w, c);
-				return;
-			}
 			c->tls_broken = 1;
-			conn_fail(w, c, te, "%s", err);
+			if (c->reused && !c->got_bytes)
+				conn_retry_fresh(w, c);
+			else
+				conn_fail(w, c, te, "%s", err);
 			return;
 		}
 	}
@@ -895,13 +893,14 @@ static void wire_round_free_url(struct http_round *h)
 	h->wurl = NULL;
 }
 
-/* The TLS configuration of s's files for an https:// URL (u), NULL for http://; *oom
- * when one could not be made. */
-static struct tls_conf *conf_of(struct wire *w, const struct subscription *s, int tls, int *oom)
+/* The TLS configuration of s's files for an https:// URL (tls), NULL for http://; hint:
+ * the one the round used last (tls_conf_get); *oom when one could not be made. */
+static struct tls_conf *conf_of(struct wire *w, const struct subscription *s, int tls,
+				struct tls_conf *hint, int *oom)
 {
 	struct tls_conf *conf = NULL;
 	*oom = 0;
-	if (tls && !(conf = tls_conf_get(w->tls_confs, s->tls_ca_file, s->tls_client_cert,
+	if (tls && !(conf = tls_conf_get(w->tls_confs, hint, s->tls_ca_file, s->tls_client_cert,
 					 s->tls_client_key)))
 		*oom = 1;
 	return conf;
@@ -916,12 +915,12 @@ int wire_send(struct wire *w, struct http_round *h, const char *url)
 		return 0;
 	/* the round remembers the last URL it split and its target */
 	struct wire_url *wu = h->wurl;
-	struct tls_conf *conf = wu ? conf_of(w, s, wu->u.tls, &oom) : NULL;
+	struct tls_conf *conf = wu ? conf_of(w, s, wu->u.tls, wu->conf, &oom) : NULL;
 	if (!wu || strcmp(wu->url, url) != 0 || conf != wu->conf) {
 		struct url_parts u;
 		if (wire_url_split(url, &u))
 			return 0;
-		conf = conf_of(w, s, u.tls, &oom);
+		conf = conf_of(w, s, u.tls, wu ? wu->conf : NULL, &oom);
 		if (oom)
 			return 0;
 		wire_round_free_url(h);
@@ -1067,7 +1066,7 @@ void wire_learn(struct wire *w, const char *url, const struct subscription *s, C
 	int oom;
 	if (wire_url_split(url, &u))
 		return;
-	struct tls_conf *conf = conf_of(w, s, u.tls, &oom);
+	struct tls_conf *conf = conf_of(w, s, u.tls, NULL, &oom);
 	if (oom)
 		return;
 	struct wire_target *t = target_get(w, &u, conf);
