@@ -13,7 +13,8 @@
 # Prints one JSON object per store on stdout. Knobs from the environment as below; BUILD
 # is a Release build dir with outboxd, test_receiver and bench_loadgen (built if missing).
 # For PostgreSQL it uses PG_URL if set (a database it may drop tables in), else starts a
-# server of its own in a temporary directory. Leaves nothing running.
+# server of its own in a temporary directory (PG_OPTS: more server options, e.g.
+# "-c log_min_duration_statement=20"). Leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,36 +40,14 @@ die() { log "error: $*"; exit 1; }
 
 work=$(mktemp -d /tmp/outboxd-backlog-XXXXXX)
 pids=()
-pg_data=""
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi; }
+# free_port, stop_pid, stop_started, pg_start: bench/lib.sh
+. bench/lib.sh
 cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  if [ -n "$pg_data" ] && [ -f "$pg_data/postmaster.pid" ]; then
-    as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
-  fi
-  if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $work"; else rm -rf "$work"; fi
+  stop_started
+  if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $work"; else rm -rf "$work" "$pg_dir"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-read -r EPHEMERAL_LO _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LO=32768
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((10000 + RANDOM % (EPHEMERAL_LO - 10000)))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  return 1
-}
-stop_pid() {
-  kill "$1" 2>/dev/null || true
-  for _ in $(seq 200); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
-  kill -9 "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
 
 RPORT=$(free_port)
 "$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads "$SINK_THREADS" --timestamps \
@@ -78,22 +57,7 @@ SINK=http://127.0.0.1:$RPORT
 for _ in $(seq 100); do curl -sf "$SINK/_control/stats" >/dev/null && break; sleep 0.05; done
 sink_field() { curl -sf "$SINK/_control/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
 
-pg_url=${PG_URL:-}
-pg_start() {
-  [ -x "$PGBIN/initdb" ] || die "no PostgreSQL server binaries"
-  local dir port
-  dir=$(mktemp -d "$work/pg-XXXXXX"); chmod 755 "$work"
-  [ "$(id -u)" -eq 0 ] && chown nobody "$dir"
-  pg_data=$dir/data
-  port=$(free_port)
-  as_pg "$PGBIN/initdb" -D "$pg_data" -U bench -A trust -E UTF8 >"$work/initdb.log" 2>&1 ||
-    die "initdb failed: $(tail -1 "$work/initdb.log")"
-  as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$dir/server.log" -w \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 ${PG_OPTS:-}" start >/dev/null ||
-    die "PostgreSQL did not start"
-  pg_url=postgres://bench@127.0.0.1:$port/postgres
-  PG_LOG=$dir/server.log
-}
+pg_dsn=${PG_URL:-}
 
 DPID=""; DPORT=""
 api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
@@ -143,8 +107,12 @@ for s in $STORES; do
   case $s in
     sqlite) run_store sqlite "sqlite:$work/sqlite/o.db" ;;
     postgres)
-      [ -n "$pg_url" ] || pg_start
-      run_store postgres "$pg_url" ;;
+      if [ -z "$pg_dsn" ]; then
+        # shellcheck disable=SC2086  # PG_OPTS is a list of server options
+        pg_start ${PG_OPTS:-} || die "no PostgreSQL"
+        pg_dsn=$(pg_url postgres)
+      fi
+      run_store postgres "$pg_dsn" ;;
     *) die "unknown store $s" ;;
   esac
 done

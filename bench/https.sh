@@ -43,7 +43,8 @@ PERF_LEG=${PERF_LEG:-https}
 
 log() { printf '[https %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# loadavg, free_port, cpu_ticks, HZ, stop_pid, stop_started: bench/lib.sh
+. bench/lib.sh
 LOAD_BEFORE=$(loadavg)
 
 log "building Release binaries in $BUILD"
@@ -53,33 +54,10 @@ nice cmake --build "$BUILD" -j 2 --target outboxd test_receiver bench_loadgen >/
 work=$(mktemp -d /tmp/outboxd-bench-https-XXXXXX)
 pids=()
 cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop_started
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-# Ports below the ephemeral range, so no outgoing connection of the run takes one.
-read -r EPHEMERAL_LO _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LO=32768
-PORT_LO=10000; PORT_SPAN=$((EPHEMERAL_LO - PORT_LO))
-[ "$PORT_SPAN" -ge 1000 ] || { PORT_LO=20000; PORT_SPAN=10000; }
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((PORT_LO + RANDOM % PORT_SPAN))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  return 1
-}
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-HZ=$(getconf CLK_TCK)
-stop_pid() {
-  kill "$1" 2>/dev/null || true
-  for _ in $(seq 200); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
-  kill -9 "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
 
 # ---- certificates and sinks --------------------------------------------------------------
 pki=$work/pki

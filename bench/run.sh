@@ -136,8 +136,8 @@ export PGBOSS_BATCH PGBOSS_CONCURRENCY
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# free_port, cpu_ticks, HZ, stop_pid, stop_started, loadavg, the PostgreSQL helpers
+. bench/lib.sh
 # The slow row holds SLOW_IN_FLIGHT connections in outboxd and as many in the sink: every
 # process started here gets the hard limit of file descriptors (outboxd and the sink also
 # raise their own soft limit).
@@ -182,36 +182,13 @@ esac
 BASE=$(mktemp -d /tmp/outboxd-bench-XXXXXX)
 work=$BASE
 pids=()
-pg_data=""
-as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi; }
 cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  if [ -n "$pg_data" ] && [ -f "$pg_data/postmaster.pid" ]; then
-    as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
-  fi
+  stop_started
   if [ "${KEEP:-0}" = 1 ]; then log "raw files kept in $BASE${pg_dir:+ and the PostgreSQL data in $pg_dir}"; else rm -rf "$BASE" "${pg_dir:-}"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A port nobody listens on (the sink and outboxd bind it right after), below the kernel's
-# ephemeral range so that no outgoing connection of the run can take it in between.
-read -r EPHEMERAL_LO _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LO=32768
-PORT_LO=10000; PORT_SPAN=$((EPHEMERAL_LO - PORT_LO))
-[ "$PORT_SPAN" -ge 1000 ] || { PORT_LO=20000; PORT_SPAN=10000; }
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$((PORT_LO + RANDOM % PORT_SPAN))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  return 1
-}
-
-# utime+stime of a process in clock ticks (the whole process, every thread).
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 hwm_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
 # mem_json PIDS: the processes' memory now, summed, as JSON: VmHWM (each one's peak),
 # RssAnon (its own pages, not the mapped files) and PSS (smaps_rollup: every page ÷ the
@@ -235,16 +212,7 @@ children_ticks() {
   read -r -a st <<<"${st##*) }"
   echo $((st[13] + st[14]))
 }
-HZ=$(getconf CLK_TCK)
 export HZ WINDOW_SKIP  # for analyze.mjs
-
-stop_pid() {
-  local p=$1
-  kill "$p" 2>/dev/null || true
-  for _ in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-  kill -9 "$p" 2>/dev/null || true
-  wait "$p" 2>/dev/null || true
-}
 
 # ---- the sink ----------------------------------------------------------------------------
 RPORT=$(free_port) || die "no free port"
@@ -279,28 +247,7 @@ sink_wait() {
 
 
 # ---- PostgreSQL: its defaults, fsync and synchronous_commit on (a session may set its own) --
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-PGPORT=""
-pg_start() {
-  [ -x "$PGBIN/initdb" ] || { log "no PostgreSQL server binaries"; return 1; }
-  pg_dir=$(mktemp -d /tmp/outboxd-bench-pg-XXXXXX)
-  [ "$(id -u)" -eq 0 ] && chown nobody "$pg_dir"
-  pg_data=$pg_dir/data
-  PGPORT=$(free_port)
-  as_pg "$PGBIN/initdb" -D "$pg_data" -U bench -A trust -E UTF8 >"$work/initdb.log" 2>&1 ||
-    { log "initdb failed: $(tail -1 "$work/initdb.log")"; return 1; }
-  as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w \
-    -o "-p $PGPORT -k $pg_dir -c listen_addresses=127.0.0.1" start >/dev/null ||
-    { log "PostgreSQL did not start: $(tail -3 "$pg_dir/server.log")"; return 1; }
-  log "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on port $PGPORT" \
-      "(fsync=$(pg_sql -Atc 'show fsync'), synchronous_commit=$(pg_sql -Atc 'show synchronous_commit'))"
-}
-pg_sql() { psql -h 127.0.0.1 -p "$PGPORT" -U bench -d postgres -v ON_ERROR_STOP=1 -q "$@"; }
-pg_createdb() {
-  pg_sql -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $1" \
-    -c "CREATE DATABASE $1" >/dev/null
-}
-pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
+# pg_start, pg_sql, pg_createdb, pg_url: bench/lib.sh
 
 # What a PostgreSQL row costs the server, around its throughput run (pg_probe_begin before
 # the first ingest request, pg_probe_end after the last receipt, pg_probe_stats once the

@@ -1,0 +1,73 @@
+# lib.sh: what the benchmark scripts share (bench/run.sh, backlog.sh, https.sh source it).
+# The caller defines log (its own prefix) and has an array pids of the processes it
+# started; the PostgreSQL helpers write their logs in $work.
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# A port nobody listens on (the caller's servers bind it right after), below the kernel's
+# ephemeral range so that no outgoing connection of the run can take it in between.
+read -r EPHEMERAL_LO _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LO=32768
+PORT_LO=10000; PORT_SPAN=$((EPHEMERAL_LO - PORT_LO))
+[ "$PORT_SPAN" -ge 1000 ] || { PORT_LO=20000; PORT_SPAN=10000; }
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((PORT_LO + RANDOM % PORT_SPAN))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+# utime+stime of a process in clock ticks (the whole process, every thread).
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+HZ=$(getconf CLK_TCK)
+
+# Stops one process: TERM, up to 10 s, then KILL.
+stop_pid() {
+  local p=$1
+  kill "$p" 2>/dev/null || true
+  for _ in $(seq 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+  kill -9 "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+}
+
+# Every process in pids, and the PostgreSQL server pg_start started: for the caller's
+# EXIT trap.
+stop_started() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ -n "$pg_data" ] && [ -f "$pg_data/postmaster.pid" ]; then
+    as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+}
+
+# ---- a PostgreSQL of the run's own: its defaults, fsync and synchronous_commit on --------
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+PGPORT=""
+pg_dir=""
+pg_data=""
+# The server runs as nobody when the script runs as root (initdb refuses root).
+as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u nobody -- "$@"; else "$@"; fi; }
+# pg_start [SERVER OPTIONS...]: initdb in a new directory under /tmp and start it on a
+# free port (PGPORT; data in pg_data, log in $pg_dir/server.log); 1 when it cannot.
+pg_start() {
+  [ -x "$PGBIN/initdb" ] || { log "no PostgreSQL server binaries"; return 1; }
+  pg_dir=$(mktemp -d /tmp/outboxd-bench-pg-XXXXXX)
+  [ "$(id -u)" -eq 0 ] && chown nobody "$pg_dir"
+  pg_data=$pg_dir/data
+  PGPORT=$(free_port)
+  as_pg "$PGBIN/initdb" -D "$pg_data" -U bench -A trust -E UTF8 >"$work/initdb.log" 2>&1 ||
+    { log "initdb failed: $(tail -1 "$work/initdb.log")"; return 1; }
+  as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$pg_dir/server.log" -w \
+    -o "-p $PGPORT -k $pg_dir -c listen_addresses=127.0.0.1 $*" start >/dev/null ||
+    { log "PostgreSQL did not start: $(tail -3 "$pg_dir/server.log")"; return 1; }
+  log "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on port $PGPORT" \
+      "(fsync=$(pg_sql -Atc 'show fsync'), synchronous_commit=$(pg_sql -Atc 'show synchronous_commit'))"
+}
+pg_sql() { psql -h 127.0.0.1 -p "$PGPORT" -U bench -d postgres -v ON_ERROR_STOP=1 -q "$@"; }
+pg_createdb() {
+  pg_sql -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $1" \
+    -c "CREATE DATABASE $1" >/dev/null
+}
+pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
