@@ -69,6 +69,32 @@ static inline void e2e_sh(const char *fmt, ...)
 	assert_int_equal(rc, 0);
 }
 
+/* Certificates for the TLS tests in dir, all ECDSA P-256 (fast to make), 2 days: a CA
+ * (ca.pem, ca.key); server certificates it signed, server.pem/.key for 127.0.0.1 and
+ * localhost, wrong.pem/.key for another name only; a client certificate it signed
+ * (client.pem/.key, CN=outboxd-client); an unrelated self-signed one (stranger.pem/.key). */
+static inline void e2e_make_pki(const char *dir)
+{
+	const char *key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+	e2e_sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 "
+	       "-subj '/CN=outboxd test CA' 2>/dev/null", dir, key);
+	const char *servers[][2] = {{"server", "IP:127.0.0.1,DNS:localhost"},
+				    {"wrong", "DNS:wrong.example"}};
+	for (int i = 0; i < 2; i++)
+		e2e_sh("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj '/CN=%s' "
+		       "2>/dev/null && printf 'subjectAltName=%s\\nextendedKeyUsage=serverAuth\\n' "
+		       "> %s.ext && openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key "
+		       "-CAcreateserial -out %s.pem -days 2 -extfile %s.ext 2>/dev/null", dir, key,
+		       servers[i][0], servers[i][0], servers[i][0], servers[i][1], servers[i][0],
+		       servers[i][0], servers[i][0], servers[i][0]);
+	e2e_sh("cd %s && openssl req %s -keyout client.key -out client.csr "
+	       "-subj '/CN=outboxd-client' 2>/dev/null && printf 'extendedKeyUsage=clientAuth\\n' "
+	       "> client.ext && openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
+	       "-CAcreateserial -out client.pem -days 2 -extfile client.ext 2>/dev/null", dir, key);
+	e2e_sh("cd %s && openssl req -x509 %s -keyout stranger.key -out stranger.pem -days 2 "
+	       "-subj '/CN=stranger' 2>/dev/null", dir, key);
+}
+
 static inline int e2e_run(const char *cmd, char *out, size_t len)
 {
 	FILE *p = popen(cmd, "r");

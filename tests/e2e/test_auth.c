@@ -22,31 +22,11 @@ static const char *const secrets[] = {
 	"client-s3cret-1", "client-s3cret-2", "usr-passw0rd", "client-s3cret-down", NULL,
 };
 
-/* A CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and an
- * unrelated self-signed client certificate, all ECDSA P-256 (fast to make). */
-static void make_pki(const char *dir)
-{
-	const char *key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-	e2e_sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 "
-	   "-subj '/CN=outboxd test CA' 2>/dev/null", dir, key);
-	e2e_sh("cd %s && openssl req %s -keyout server.key -out server.csr -subj '/CN=127.0.0.1' "
-	   "2>/dev/null && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n"
-	   "extendedKeyUsage=serverAuth\\n' > server.ext && openssl x509 -req -in server.csr "
-	   "-CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile server.ext "
-	   "2>/dev/null", dir, key);
-	e2e_sh("cd %s && openssl req %s -keyout client.key -out client.csr -subj '/CN=outboxd-client' "
-	   "2>/dev/null && printf 'extendedKeyUsage=clientAuth\\n' > client.ext && openssl x509 "
-	   "-req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 "
-	   "-extfile client.ext 2>/dev/null", dir, key);
-	e2e_sh("cd %s && openssl req -x509 %s -keyout stranger.key -out stranger.pem -days 2 "
-	   "-subj '/CN=stranger' 2>/dev/null", dir, key);
-}
-
 static int setup(void **state)
 {
 	pki = harness_tmpdir("outboxd-pki");
 	assert_non_null(pki);
-	make_pki(pki);
+	e2e_make_pki(pki);
 	assert_int_equal(receiver_start(&sub), 0);
 	assert_int_equal(receiver_start(&idp), 0);
 	/* the TLS files of subscriptions must lie in tls_dir: this test's own. A try waits

@@ -23,30 +23,6 @@
 static struct daemon lean, curl;
 static char *pki;
 
-/* A CA; server certificates for 127.0.0.1 and localhost (server) and for another name
- * only (wrong); a client certificate; an unrelated self-signed client certificate. */
-static void make_pki(const char *dir)
-{
-	const char *key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-	e2e_sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.pem -days 2 "
-	   "-subj '/CN=outboxd https test CA' 2>/dev/null", dir, key);
-	const char *servers[][2] = {{"server", "IP:127.0.0.1,DNS:localhost"},
-				    {"wrong", "DNS:wrong.example"}};
-	for (int i = 0; i < 2; i++)
-		e2e_sh("cd %s && openssl req %s -keyout %s.key -out %s.csr -subj '/CN=%s' 2>/dev/null && "
-		   "printf 'subjectAltName=%s\\nextendedKeyUsage=serverAuth\\n' > %s.ext && "
-		   "openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out "
-		   "%s.pem -days 2 -extfile %s.ext 2>/dev/null", dir, key, servers[i][0],
-		   servers[i][0], servers[i][0], servers[i][1], servers[i][0], servers[i][0],
-		   servers[i][0], servers[i][0]);
-	e2e_sh("cd %s && openssl req %s -keyout client.key -out client.csr -subj '/CN=outboxd-client' "
-	   "2>/dev/null && printf 'extendedKeyUsage=clientAuth\\n' > client.ext && openssl x509 "
-	   "-req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 "
-	   "-extfile client.ext 2>/dev/null", dir, key);
-	e2e_sh("cd %s && openssl req -x509 %s -keyout stranger.key -out stranger.pem -days 2 "
-	   "-subj '/CN=stranger' 2>/dev/null", dir, key);
-}
-
 static void pki_path(char out[512], const char *file)
 {
 	snprintf(out, 512, "%s/%s", pki, file);
@@ -56,7 +32,7 @@ static int setup(void **state)
 {
 	pki = harness_tmpdir("outboxd-https");
 	assert_non_null(pki);
-	make_pki(pki);
+	e2e_make_pki(pki);
 	char tls_dir[600];
 	snprintf(tls_dir, sizeof(tls_dir), "OUTBOXD_TLS_DIR=%s", pki);
 	const char *env_lean[] = {"OUTBOXD_RETRY_INTERVAL=200ms", tls_dir, NULL};
