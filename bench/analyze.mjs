@@ -33,10 +33,10 @@
 
 import { readFileSync, writeFileSync, existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
+import { pct, f0, f1, ms } from "./format.mjs";
 
 const readJson = (p) => JSON.parse(readFileSync(p, "utf8"));
 const maybeJson = (p) => (existsSync(p) ? readJson(p) : null);
-const pct = (sorted, p) => (sorted.length ? sorted[Math.floor((sorted.length - 1) * p)] : null);
 
 const ROUND_ORDER = ["ceiling", "sqlite", "postgres", "graphile", "pgboss"];
 const ONCE_ORDER = ["sqlite-fanout", "postgres-2", "postgres-3", "latency", "slow", "small"];
@@ -391,11 +391,7 @@ function row(name, kind, work) {
   return out;
 }
 
-const f0 = (x) => (x == null ? "–" : Math.round(x).toLocaleString("en-US"));
-const f1 = (x) =>
-  x == null ? "–" : x.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
 const f2 = (x) => (x == null ? "–" : x.toFixed(2));
-const ms = (us) => (us == null ? "–" : (us / 1000).toFixed(2));
 const times = (x) => (x == null ? "–" : `${x.toFixed(2)}×`);
 
 function brief(r) {

@@ -8,12 +8,10 @@
 // It computes; it must not measure.
 
 import { readFileSync } from "node:fs";
+import { f0, f1, ms } from "./format.mjs";
 
 const [kind, file] = process.argv.slice(2);
 const text = readFileSync(file, "utf8");
-const f0 = (x) => (x == null ? "–" : Math.round(x).toLocaleString("en-US"));
-const f1 = (x) => (x == null ? "–" : x.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 }));
-const ms = (us) => (us == null ? "–" : (us / 1000).toFixed(2));
 
 // Latency targets while a backlog drains (p99 of the live events sent during the drain).
 const BACKLOG_P99_MS = { sqlite: 5, postgres: 10 };

@@ -11,6 +11,7 @@
 // times in µs. It computes; it must not measure.
 
 import { readFileSync } from "node:fs";
+import { pct } from "./format.mjs";
 
 const [ratePath, receiptsPath] = process.argv.slice(2);
 if (!ratePath || !receiptsPath) {
@@ -43,7 +44,6 @@ for (const line of readFileSync(receiptsPath, "utf8").split("\n")) {
   }
 }
 
-const pct = (sorted, p) => (sorted.length ? sorted[Math.floor((sorted.length - 1) * p)] : null);
 function summary(events) {
   const lat = [], ack = [], toReceipt = [];
   let missing = 0;
