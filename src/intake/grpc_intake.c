@@ -76,6 +76,7 @@ struct call {
 	grpc_slice status_details;
 	grpc_metadata trailing[2];
 	int cancelled;
+	int headers_sent;                 /* its initial metadata went out (a stream's do early) */
 	struct call *prev, *next;         /* in g->calls while a client holds it */
 };
 
@@ -207,8 +208,11 @@ static void finish_locked(struct call *c, grpc_status_code code, const char *mes
 	c->trailing[0].value = grpc_slice_from_copied_string(err ? err->code : "");
 	c->trailing[1].key = grpc_slice_from_static_string("outboxd-error-field");
 	c->trailing[1].value = grpc_slice_from_copied_string(err ? err->field : "");
-	ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-	n++;
+	if (!c->headers_sent) {
+		ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+		n++;
+		c->headers_sent = 1;
+	}
 	if (reply) {
 		ops[n].op = GRPC_OP_SEND_MESSAGE;
 		ops[n].data.send_message.send_message = reply;
@@ -284,13 +288,25 @@ static void refuse_stopping(struct call *c, int locked)
  * the caller ends it). */
 static int receive_locked(struct call *c)
 {
-	grpc_op op;
-	memset(&op, 0, sizeof(op));
-	op.op = GRPC_OP_RECV_MESSAGE;
-	op.data.recv_message.recv_message = &c->message;
+	grpc_op ops[2];
+	size_t n = 0;
+	memset(ops, 0, sizeof(ops));
+	/* A stream's client learns its call was taken (token accepted) before it has sent
+	 * everything: its headers go out with the first receive. A stop refuses such a call
+	 * UNAVAILABLE; one that reached the server in the instant the server stopped is
+	 * cancelled by the gRPC library without headers (nothing of it stored either). */
+	if (c->method == METHOD_STREAM && !c->headers_sent) {
+		ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+		n++;
+	}
+	ops[n].op = GRPC_OP_RECV_MESSAGE;
+	ops[n].data.recv_message.recv_message = &c->message;
+	n++;
 	c->state = CALL_RECEIVING;
-	if (grpc_call_start_batch(c->call, &op, 1, &c->t_recv, NULL) != GRPC_CALL_OK)
+	if (grpc_call_start_batch(c->call, ops, n, &c->t_recv, NULL) != GRPC_CALL_OK)
 		return -1;
+	if (n == 2)
+		c->headers_sent = 1;
 	c->ops++;
 	return 0;
 }

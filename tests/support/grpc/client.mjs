@@ -12,8 +12,9 @@
 //                           N events in Publish calls (C at once) and N in PublishStream
 //                           calls of K events (C at once); idempotency keys R-u-i, R-s-i
 //     hold JSON             a Publish of JSON (the connection is up), then a PublishStream
-//                           that sends JSON and never ends: prints {"open":true}, then the
-//                           stream's answer when the server ends it (a stop)
+//                           that sends JSON and never ends: prints {"open":true} once the
+//                           message is written and the server's headers came (it took the
+//                           call), then the stream's answer when the server ends it (a stop)
 //     load-http --url URL [--unary N] [--stream N] [--stream-size K] [--concurrency C] ...
 //                           the same events through POST /v1/events (single events and
 //                           batches of K), for bench/grpc.sh's comparison
@@ -235,9 +236,14 @@ async function main() {
         let trailers;
         const call = c.PublishStream(metadata(), { deadline: Date.now() + 60000 },
           (err, reply) => resolve(answer(err, reply, trailers)));
+        // open: the message is written and the server's headers say it took the call
+        let written = false;
+        let taken = false;
+        const opened = () => { if (written && taken) console.log(JSON.stringify({ open: true })); };
+        call.on('metadata', () => { taken = true; opened(); });
         call.on('status', (st) => { trailers = st.metadata; });
         call.on('error', () => {});
-        call.write(envelope(JSON.parse(arg)), () => console.log(JSON.stringify({ open: true })));
+        call.write(envelope(JSON.parse(arg)), () => { written = true; opened(); });
       });
       console.log(JSON.stringify(a));
     }
