@@ -295,6 +295,38 @@ static void test_outage_then_recovery(void **state)
 	store_claims_free(c, n);
 }
 
+/* The server restarts while the store's connections sit idle (a quick restart, or an
+ * administrator's pg_terminate_backend): the first call of each kind after it succeeds,
+ * since a connection the server closed is found dead before a statement is sent on it. */
+static void test_restart_between_calls(void **state)
+{
+	struct t *t = *state;
+	char before[UUID_STR_LEN], after[UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_event got;
+	size_t n = 0;
+
+	if (backend->has_owner_lock || own_server.pid <= 0)
+		skip(); /* SQLite has no server; an external server is not ours to stop */
+	/* every connection the calls below use is open and idle */
+	ingest_one(t, "a", t->t0, 1, before);
+	assert_int_equal(store_event_get(t->st, before, &got), STORE_OK);
+	store_event_free(&got);
+	assert_int_equal(store_claim_due(t->st, clock_now_ms(), MINUTE_MS, 10, &c, &n), STORE_OK);
+	store_claims_free(c, n);
+
+	assert_int_equal(pg_server_halt(&own_server), 0);
+	assert_int_equal(pg_server_start(&own_server), 0);
+
+	assert_int_equal(store_event_get(t->st, before, &got), STORE_OK);
+	store_event_free(&got);
+	ingest_one(t, "a", t->t0, 1, after);
+	assert_int_equal(store_claim_due(t->st, clock_now_ms() + 2 * MINUTE_MS, MINUTE_MS, 10, &c,
+					 &n), STORE_OK);
+	store_claims_free(c, n);
+	assert_int_equal(store_ping(t->st), STORE_OK);
+}
+
 struct wake_count {
 	pthread_mutex_t mu;
 	int calls;
@@ -417,6 +449,7 @@ int main(void)
 		T(test_two_owners_share_work),
 		T(test_work_notifications),
 		T(test_outage_then_recovery),
+		T(test_restart_between_calls),
 		cmocka_unit_test(test_open_rejects_bad_dsn),
 	};
 

@@ -319,6 +319,25 @@ static void conn_close(struct pgconn *c)
 	c->prepared = 0;
 }
 
+static void conn_lost(struct pg *pg, struct pgconn *c, const char *msg);
+
+/* Whether an idle connection was closed by the server while nobody used it (a restart,
+ * an idle timeout, pg_terminate_backend): its goodbye already waits on the socket, so it
+ * is read now, one poll(), and the call reconnects rather than fail its first statement
+ * on a connection that is known dead before the statement was sent. */
+static int conn_closed_while_idle(PGconn *conn)
+{
+	struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+
+	if (PQtransactionStatus(conn) != PQTRANS_IDLE)
+		return 0;
+	/* a read takes what is there (the server's FATAL message), the next finds the end */
+	for (int reads = 0; reads < 4 && poll(&p, 1, 0) > 0; reads++)
+		if (!PQconsumeInput(conn) || PQstatus(conn) != CONNECTION_OK)
+			return 1;
+	return 0;
+}
+
 /* Makes sure c has a working connection (c->mu held). STORE_UNAVAILABLE at once while
  * the backoff after a failed attempt runs. */
 static int conn_ready(struct pg *pg, struct pgconn *c)
@@ -326,8 +345,11 @@ static int conn_ready(struct pg *pg, struct pgconn *c)
 	int64_t now = clock_mono_ms();
 	PGconn *conn;
 
-	if (c->conn && PQstatus(c->conn) == CONNECTION_OK)
-		return STORE_OK;
+	if (c->conn && PQstatus(c->conn) == CONNECTION_OK) {
+		if (!conn_closed_while_idle(c->conn))
+			return STORE_OK;
+		conn_lost(pg, c, PQerrorMessage(c->conn));
+	}
 	conn_close(c);
 	if (now < c->retry_at)
 		return STORE_UNAVAILABLE;
