@@ -243,7 +243,7 @@ static void test_three_instances_share_the_work(void **state)
 
 static void test_kill9_one_of_three(void **state)
 {
-	enum { EVENTS = 5000 };
+	enum { EVENTS = 2000 };
 	/* Leases short enough that the dead instance's work returns within seconds. */
 	const char *extra[] = {"OUTBOXD_MAX_IN_FLIGHT=64", "OUTBOXD_LEASE=3s",
 			       "OUTBOXD_REAP_INTERVAL=500ms", "OUTBOXD_DELIVERY_TIMEOUT=5s", NULL};

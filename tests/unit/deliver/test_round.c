@@ -20,6 +20,7 @@
 #include "core/metrics.h"
 #include "core/subscriptions.h"
 #include "deliver/dispatcher_int.h"
+#include "alloc_count.h"
 #include "fake_sink.h"
 #include "util/clock.h"
 
@@ -640,6 +641,64 @@ static void test_key_released_by_final_results(void **state)
 	assert_int_equal(g.ordered_key, 0);
 }
 
+/* ---- the allocation budget --------------------------------------------------------------- */
+
+/* n claims in one array, as a store's claim hands them out (each one's texts in one block
+ * of its own). */
+static struct store_claim *claims_new(struct fixture *t, size_t n)
+{
+	struct store_claim *a = calloc(n, sizeof(*a));
+	assert_non_null(a);
+	for (size_t i = 0; i < n; i++) {
+		struct store_claim *c = claim_new(t);
+		t->n_claims %= 90; /* the ids' two digits */
+		a[i] = *c;
+		free(c);
+	}
+	return a;
+}
+
+/* Successful rounds in the steady state allocate nothing per delivery: the rounds, their
+ * results and attempt records come from the dispatcher's pools and the claims are the
+ * store's; a batch of claims costs its one bookkeeping record. Counted on this thread
+ * (the dispatcher's, here) from the batch's start to its rounds' recycling, after a first
+ * batch that fills the pools; the claims the test makes are not counted. */
+#define ALLOC_BATCH 16
+#define ALLOC_BATCHES 20
+#define ROUND_ALLOCS_PER_DELIVERY 0 /* the budget this test holds the round path to */
+#define ROUND_ALLOCS_PER_BATCH 1
+static void test_round_allocation_budget(void **state)
+{
+	struct fixture *t = *state;
+	struct fake_step ok[ALLOC_BATCH];
+	struct got g;
+
+	if (!alloc_count_available())
+		skip();
+	for (int i = 0; i < ALLOC_BATCH; i++)
+		ok[i] = (struct fake_step){.code = 200};
+	for (int batch = 0; batch <= ALLOC_BATCHES; batch++) {
+		t->fake.n_script = t->fake.next_step = t->fake.n_sent = 0;
+		fake_sink_script(&t->fake, ok, ALLOC_BATCH);
+		struct store_claim *claims = claims_new(t, ALLOC_BATCH);
+		if (batch == 1)
+			alloc_count_reset(); /* the first batch filled the pools */
+		alloc_count_begin();
+		dispatcher_claims_start(t->d, claims, ALLOC_BATCH);
+		drive(t);
+		for (int i = 0; i < ALLOC_BATCH; i++) {
+			assert_int_equal(take(t, &g), 1);
+			assert_int_equal(g.status, DELIVERY_PROCESSED);
+		}
+		alloc_count_end();
+	}
+	long allocs = alloc_count_end(), delivered = ALLOC_BATCHES * ALLOC_BATCH;
+	fprintf(stderr, "round path: %ld allocations for %ld deliveries in %d batches\n", allocs,
+		delivered, ALLOC_BATCHES);
+	assert_true(allocs <= ROUND_ALLOCS_PER_DELIVERY * delivered +
+			      ROUND_ALLOCS_PER_BATCH * ALLOC_BATCHES);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -655,6 +714,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disable_after_default, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lost_lease, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_key_released_by_final_results, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_round_allocation_budget, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
