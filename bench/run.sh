@@ -115,7 +115,8 @@ PEER_WORKERS=${PEER_WORKERS:-2}      # graphile-worker processes
 PEER_CONCURRENCY=${PEER_CONCURRENCY:-$((IN_FLIGHT / PEER_WORKERS))}  # jobs at once per process
 PEER_LOCAL_QUEUE=${PEER_LOCAL_QUEUE:-500}
 PEER_COMPLETE_DELAY=${PEER_COMPLETE_DELAY:-50}
-PEER_POOL=${PEER_POOL:-10}           # PostgreSQL connections per graphile-worker process
+PEER_POOL=${PEER_POOL:-32}           # PostgreSQL connections per graphile-worker process
+                                     # (the strongest in bench/results/peer-sweep.md)
 PGBOSS_WORKERS=${PGBOSS_WORKERS:-2}  # pg-boss processes
 PGBOSS_BATCH=${PGBOSS_BATCH:-32}     # jobs per fetch
 PGBOSS_CONCURRENCY=${PGBOSS_CONCURRENCY:-$((IN_FLIGHT / PGBOSS_WORKERS / PGBOSS_BATCH))}  # fetch loops per process
