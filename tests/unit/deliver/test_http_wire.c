@@ -806,10 +806,24 @@ static void test_other_spellings_to_libcurl(void **state)
 		assert_non_null(strstr(srv->seen[i].bytes, line));
 }
 
+/* n requests answered 200, and the allocations this thread made for them. */
+static long counted_sends(struct client *c, int n)
+{
+	alloc_count_reset();
+	for (int i = 0; i < n; i++) {
+		alloc_count_begin();
+		client_send(c, 5000);
+		alloc_count_end();
+		assert_ok_outputs(c, 200);
+	}
+	return alloc_count_end();
+}
+
 /* The lean client allocates nothing per request on a kept-alive connection: the request
  * head is written into the connection's buffer, the answer read into it, the headers
- * parsed in place; a signed request adds what OpenSSL's HMAC allocates. Counted on this thread (the dispatcher's, here; the server's thread
- * is not counted) over 200 requests after 4 that set the connection and its buffers up. */
+ * parsed in place; a signed request adds what OpenSSL's HMAC allocates. Counted on this
+ * thread (the dispatcher's, here; the server's thread is not counted) over 200 requests
+ * after 4 that set the connection and its buffers up. */
 #define LEAN_ALLOCS_PER_REQUEST 0 /* the budget this test holds the lean client to */
 /* OpenSSL 3's HMAC allocates on every HMAC_Init_ex, even of a kept context (it frees and
  * makes its digests' provider contexts again): a signature's share of the budget */
@@ -828,28 +842,14 @@ static void test_lean_allocation_budget(void **state)
 	start(f, replies, MAX_SEEN + 1, 1, "127.0.0.0/8");
 	for (int i = 0; i < WARM; i++)
 		client_send(c, 5000);
-	alloc_count_reset();
-	for (int i = 0; i < COUNTED; i++) {
-		alloc_count_begin();
-		client_send(c, 5000);
-		alloc_count_end();
-		assert_ok_outputs(c, 200);
-	}
-	long allocs = alloc_count_end();
+	long allocs = counted_sends(c, COUNTED);
 	fprintf(stderr, "lean client: %ld allocations for %d requests\n", allocs, COUNTED);
 	assert_true(allocs <= LEAN_ALLOCS_PER_REQUEST * COUNTED);
 
 	/* signed (Standard Webhooks, HMAC-SHA256) the same */
 	c->sub.secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 	client_send(c, 5000);
-	alloc_count_reset();
-	for (int i = 0; i < COUNTED; i++) {
-		alloc_count_begin();
-		client_send(c, 5000);
-		alloc_count_end();
-		assert_ok_outputs(c, 200);
-	}
-	allocs = alloc_count_end();
+	allocs = counted_sends(c, COUNTED);
 	fprintf(stderr, "lean client, signed: %ld allocations for %d requests\n", allocs, COUNTED);
 	assert_true(allocs <= (LEAN_ALLOCS_PER_REQUEST + SIGNATURE_ALLOCS) * COUNTED);
 	assert_int_equal(server_get(&f->srv, &f->srv.accepts), 1);
