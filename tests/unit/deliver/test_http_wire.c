@@ -4,7 +4,8 @@
  * keep-alive reuse, chunked and read-until-close bodies (the cause keeps the first KiB),
  * an interim 100 before the answer, Retry-After (also on a reused connection), a stale
  * kept-alive connection retried once on a fresh one, empty and malformed replies, the
- * timeout, a refused connection, the SSRF guard, abort, and lean=0 (libcurl) alike.
+ * timeout, a refused connection, the SSRF guard, abort, and lean=0 (libcurl) alike; and
+ * the lean client's allocation budget (none per request, a signature's own).
  *
  * The server answers the Nth request it reads, whatever the connection, with the Nth
  * scripted reply; it must not answer anything the client did not ask for. */

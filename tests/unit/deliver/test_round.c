@@ -7,7 +7,8 @@
  * operational events and disable callback show: an immediate round ending in success, in
  * a scheduled retry, in the DLQ; the breaker opening after max_errors failed rounds, a
  * refused round's delay action and its DLQ, the half-open probe; disable_after and a
- * recovery; a lost lease; per-key ordering's release of a key. */
+ * recovery; a lost lease; per-key ordering's release of a key; and the allocation budget
+ * of successful rounds (none per delivery). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
