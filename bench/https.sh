@@ -43,13 +43,11 @@ PERF_LEG=${PERF_LEG:-https}
 
 log() { printf '[https %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# loadavg, free_port, cpu_ticks, HZ, stop_pid, stop_started: bench/lib.sh
+# bench_build, loadavg, free_port, cpu_ticks, HZ, stop_pid, stop_started: bench/lib.sh
 . bench/lib.sh
 LOAD_BEFORE=$(loadavg)
 
-log "building Release binaries in $BUILD"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-nice cmake --build "$BUILD" -j 2 --target outboxd test_receiver bench_loadgen >/dev/null
+bench_build "$BUILD" outboxd test_receiver bench_loadgen
 
 work=$(mktemp -d /tmp/outboxd-bench-https-XXXXXX)
 pids=()

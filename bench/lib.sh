@@ -1,4 +1,5 @@
-# lib.sh: what the benchmark scripts share (bench/run.sh, backlog.sh, https.sh source it).
+# lib.sh: what the benchmark scripts share (bench/run.sh, backlog.sh, https.sh, syscalls.sh
+# source it).
 # The caller defines log (its own prefix) and has an array pids of the processes it
 # started; the PostgreSQL helpers write their logs in $work.
 
@@ -16,6 +17,16 @@ free_port() {
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
   done
   return 1
+}
+
+# bench_build DIR TARGET...: Release binaries of the targets in build directory DIR
+# (niced, quiet; the caller's log says so).
+bench_build() {
+  local dir=$1
+  shift
+  log "building Release binaries in $dir"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  nice cmake --build "$dir" -j 2 --target "$@" >/dev/null
 }
 
 # utime+stime of a process in clock ticks (the whole process, every thread).

@@ -28,15 +28,13 @@ CALLS=${CALLS:-read write readv writev sendto recvfrom sendmsg recvmsg sendmmsg 
 
 log() { printf '[syscalls %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# free_port, stop_pid, stop_started, pg_start, pg_createdb, pg_url: bench/lib.sh
+# bench_build, free_port, stop_started, pg_start, pg_createdb, pg_url, HZ: bench/lib.sh
 . bench/lib.sh
 command -v perf >/dev/null || die "perf is not installed (apt-get install linux-perf)"
 perf stat -e raw_syscalls:sys_enter -- true >/dev/null 2>&1 ||
   die "perf cannot read the syscall tracepoints here (run as root)"
 
-log "building Release binaries in $BUILD"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-nice cmake --build "$BUILD" -j 2 --target outboxd test_receiver bench_loadgen >/dev/null
+bench_build "$BUILD" outboxd test_receiver bench_loadgen
 
 work=$(mktemp -d /tmp/outboxd-bench-syscalls-XXXXXX)
 pids=()
