@@ -295,18 +295,15 @@ static int receive_locked(struct call *c)
 	 * everything: its headers go out with the first receive. A stop refuses such a call
 	 * UNAVAILABLE; one that reached the server in the instant the server stopped is
 	 * cancelled by the gRPC library without headers (nothing of it stored either). */
-	if (c->method == METHOD_STREAM && !c->headers_sent) {
-		ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-		n++;
-	}
+	int headers = c->method == METHOD_STREAM && !c->headers_sent;
+	if (headers)
+		ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
 	ops[n].op = GRPC_OP_RECV_MESSAGE;
-	ops[n].data.recv_message.recv_message = &c->message;
-	n++;
+	ops[n++].data.recv_message.recv_message = &c->message;
 	c->state = CALL_RECEIVING;
 	if (grpc_call_start_batch(c->call, ops, n, &c->t_recv, NULL) != GRPC_CALL_OK)
 		return -1;
-	if (n == 2)
-		c->headers_sent = 1;
+	c->headers_sent |= headers;
 	c->ops++;
 	return 0;
 }

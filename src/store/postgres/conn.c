@@ -319,7 +319,19 @@ static void conn_close(struct pgconn *c)
 	c->prepared = 0;
 }
 
-static void conn_lost(struct pg *pg, struct pgconn *c, const char *msg);
+/* The connection broke, under a call or while idle (conn_closed_while_idle): drop it;
+ * the next connect is at once (and starts the backoff if that fails). */
+static void conn_lost(struct pg *pg, struct pgconn *c, const char *msg)
+{
+	char line[512];
+
+	if (c->epoch == atomic_load(&pg->epoch))
+		pg_note_down(pg, role_names[c->role], msg);
+	else
+		log_debug("postgres: %s connection from before the last outage closed (%s)",
+			  role_names[c->role], one_line(msg, line, sizeof(line)));
+	conn_close(c);
+}
 
 /* Whether an idle connection was closed by the server while nobody used it (a restart,
  * an idle timeout, pg_terminate_backend): its goodbye already waits on the socket, so it
@@ -381,20 +393,6 @@ static int conn_ready(struct pg *pg, struct pgconn *c)
 	c->retry_at = 0;
 	c->epoch = atomic_load(&pg->epoch);
 	return STORE_OK;
-}
-
-/* The connection broke under a call: drop it; the next call reconnects at once (and
- * starts the backoff if that fails). */
-static void conn_lost(struct pg *pg, struct pgconn *c, const char *msg)
-{
-	char line[512];
-
-	if (c->epoch == atomic_load(&pg->epoch))
-		pg_note_down(pg, role_names[c->role], msg);
-	else
-		log_debug("postgres: %s connection from before the last outage closed (%s)",
-			  role_names[c->role], one_line(msg, line, sizeof(line)));
-	conn_close(c);
 }
 
 /* Locks the role's connection and makes sure it works: returns it, or NULL with *rc set
