@@ -40,7 +40,7 @@ die() { log "error: $*"; exit 1; }
 
 work=$(mktemp -d /tmp/outboxd-backlog-XXXXXX)
 pids=()
-# free_port, stop_pid, stop_started, pg_start: bench/lib.sh
+# free_port, stop_pid, stop_started, pg_start, sink_up, sink_stat: bench/lib.sh
 . bench/lib.sh
 cleanup() {
   stop_started
@@ -54,8 +54,8 @@ RPORT=$(free_port)
   >"$work/sink.log" 2>&1 &
 pids+=($!)
 SINK=http://127.0.0.1:$RPORT
-for _ in $(seq 100); do curl -sf "$SINK/_control/stats" >/dev/null && break; sleep 0.05; done
-sink_field() { curl -sf "$SINK/_control/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+sink_up "$SINK" || true
+sink_field() { sink_stat "$SINK" "$1"; }
 
 pg_dsn=${PG_URL:-}
 

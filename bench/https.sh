@@ -43,7 +43,8 @@ PERF_LEG=${PERF_LEG:-https}
 
 log() { printf '[https %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# bench_build, loadavg, free_port, cpu_ticks, HZ, stop_pid, stop_started: bench/lib.sh
+# bench_build, loadavg, free_port, cpu_ticks, HZ, stop_pid, stop_started, sink_up, sink_stat:
+# bench/lib.sh
 . bench/lib.sh
 LOAD_BEFORE=$(loadavg)
 
@@ -87,10 +88,9 @@ CONTROL[http]=http://127.0.0.1:$PLAIN_PORT
 TARGET[https]=https://127.0.0.1:$TLS_PORT/sink
 CONTROL[https]=http://127.0.0.1:$TLS_CONTROL
 for leg in http https; do
-  for _ in $(seq 100); do curl -sf "${CONTROL[$leg]}/_control/stats" >/dev/null && break; sleep 0.05; done
-  curl -sf "${CONTROL[$leg]}/_control/stats" >/dev/null || die "the $leg sink did not start"
+  sink_up "${CONTROL[$leg]}" || die "the $leg sink did not start"
 done
-sink_field() { curl -sf "${CONTROL[$1]}/_control/stats" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
+sink_field() { sink_stat "${CONTROL[$1]}" "$2"; }
 
 # ---- wrk's ceiling over each sink ----------------------------------------------------------
 PAYLOAD=$(printf '{"seq":0,"pad":"%s"}' "$(printf 'x%.0s' $(seq 182))")

@@ -29,6 +29,14 @@ bench_build() {
   nice cmake --build "$dir" -j 2 --target "$@" >/dev/null
 }
 
+# test_receiver's control API at BASE (http://host:port): sink_up waits up to 5 s for it to
+# answer (1 when it does not); sink_stat prints one number of its /_control/stats.
+sink_up() {
+  for _ in $(seq 100); do curl -sf "$1/_control/stats" >/dev/null && return 0; sleep 0.05; done
+  return 1
+}
+sink_stat() { curl -sf "$1/_control/stats" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
+
 # utime+stime of a process in clock ticks (the whole process, every thread).
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 HZ=$(getconf CLK_TCK)

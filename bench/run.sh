@@ -137,7 +137,8 @@ export PGBOSS_BATCH PGBOSS_CONCURRENCY
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# free_port, cpu_ticks, HZ, stop_pid, stop_started, loadavg, the PostgreSQL helpers
+# free_port, cpu_ticks, HZ, stop_pid, stop_started, loadavg, sink_up, sink_stat, the PostgreSQL
+# helpers
 . bench/lib.sh
 # The slow row holds SLOW_IN_FLIGHT connections in outboxd and as many in the sink: every
 # process started here gets the hard limit of file descriptors (outboxd and the sink also
@@ -222,11 +223,10 @@ RPORT=$(free_port) || die "no free port"
 SINK_PID=$!
 pids+=("$SINK_PID")
 SINK=http://127.0.0.1:$RPORT
-for _ in $(seq 100); do curl -sf "$SINK/_control/stats" >/dev/null && break; sleep 0.05; done
-curl -sf "$SINK/_control/stats" >/dev/null || die "the sink did not start"
+sink_up "$SINK" || die "the sink did not start"
 
 sink_reset() { curl -sf -X POST "$SINK/_control/reset" >/dev/null; }
-sink_field() { curl -sf "$SINK/_control/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+sink_field() { sink_stat "$SINK" "$1"; }
 
 # Waits until the sink has counted $1 distinct (path, webhook-id) pairs (or, with a second
 # argument count, $1 requests); prints the count reached. The poll is

@@ -28,7 +28,8 @@ CALLS=${CALLS:-read write readv writev sendto recvfrom sendmsg recvmsg sendmmsg 
 
 log() { printf '[syscalls %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# bench_build, free_port, stop_started, pg_start, pg_createdb, pg_url, HZ: bench/lib.sh
+# bench_build, free_port, stop_started, pg_start, pg_createdb, pg_url, HZ, sink_up, sink_stat:
+# bench/lib.sh
 . bench/lib.sh
 command -v perf >/dev/null || die "perf is not installed (apt-get install linux-perf)"
 perf stat -e raw_syscalls:sys_enter -- true >/dev/null 2>&1 ||
@@ -49,8 +50,8 @@ SPORT=$(free_port) || die "no free port"
 "$BUILD/test_receiver" --port "$SPORT" --no-bodies --threads 2 --unique-per-path >"$work/sink.log" 2>&1 &
 pids+=($!)
 SINK=http://127.0.0.1:$SPORT
-for _ in $(seq 100); do curl -sf "$SINK/_control/stats" >/dev/null && break; sleep 0.05; done
-sink_unique() { curl -sf "$SINK/_control/stats" | grep -o '"unique_ids":[0-9]*' | cut -d: -f2; }
+sink_up "$SINK" || die "the sink did not start"
+sink_unique() { sink_stat "$SINK" unique_ids; }
 
 if [ "$DB" = postgres ]; then
   pg_start
