@@ -136,6 +136,42 @@ static void test_purge_only_dead(void **state)
 	store_claims_free(c, n);
 }
 
+/* A purge by filter takes each dead delivery with its attempts, and the events left with
+ * no delivery; a delivery that is not dead stays with its history. */
+static void test_purge_matching(void **state)
+{
+	struct t *t = *state;
+	char ev1[UUID_STR_LEN], ev2[UUID_STR_LEN];
+	struct store_attempt_row *a = NULL;
+	struct delivery_filter f = {.dead_only = 1, .limit = 100};
+	struct store_claim *c = NULL;
+	struct store_event got;
+	size_t n, na, purged = 0;
+
+	ingest_one(t, "a", t->t0, 1, ev1);
+	ingest_one(t, "b", t->t0 + 1, 2, ev2);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 3);
+	record(t, c[0].delivery_id, DELIVERY_FAILED, 1, 0, 404, "Not Found", NULL);
+	record(t, c[1].delivery_id, DELIVERY_FAILED, 1, 0, 410, "Gone", NULL);
+	record(t, c[2].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+
+	assert_int_equal(store_dlq_purge_matching(t->st, &f, 100, &purged), STORE_OK);
+	assert_int_equal(purged, 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(store_delivery_attempts(t->st, c[i].delivery_id, &a, &na),
+				 STORE_OK);
+		assert_int_equal(na, 0);
+	}
+	assert_int_equal(store_event_get(t->st, ev1, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_event_get(t->st, ev2, &got), STORE_OK);
+	store_event_free(&got);
+	assert_int_equal(store_delivery_attempts(t->st, c[2].delivery_id, &a, &na), STORE_OK);
+	assert_int_equal(na, 1);
+	store_attempts_free(a, na);
+	store_claims_free(c, n);
+}
+
 static void test_cleanup_keeps_failed(void **state)
 {
 	struct t *t = *state;
@@ -395,6 +431,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_replay),
 		T(test_purge_only_dead),
+		T(test_purge_matching),
 		T(test_cleanup_keeps_failed),
 		T(test_cleanup_keeps_young),
 		T(test_failing_since),

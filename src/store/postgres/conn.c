@@ -49,10 +49,15 @@ const char *const pg_sql_of[S_COUNT] = {
 	 * is skipped, the first one in the batch wins), the deliveries of the events that
 	 * were inserted, and for the relay the outbox rows it moved. RETURNING says which
 	 * events were new. */
-	[S_INGEST] = INGEST_SQL(" ON CONFLICT (source, source_event_id)"
-				" WHERE source_event_id IS NOT NULL"),
+	[S_INGEST] = INGEST_SQL(
+		"ev_plain AS (" INGEST_EVENTS_SQL("u.source_event_id IS NULL", "") "),"
+		" ev_keyed AS (" INGEST_EVENTS_SQL("u.source_event_id IS NOT NULL",
+			" ON CONFLICT (source, source_event_id) WHERE source_event_id IS NOT NULL"
+			" DO NOTHING") "),"
+		" ev AS (SELECT id FROM ev_plain UNION ALL SELECT id FROM ev_keyed)"),
 	/* A spool replay: a stored id is a duplicate as well (any unique key). */
-	[S_INGEST_REPLAY] = INGEST_SQL(" ON CONFLICT"),
+	[S_INGEST_REPLAY] = INGEST_SQL(
+		"ev AS (" INGEST_EVENTS_SQL("true", " ON CONFLICT DO NOTHING") ")"),
 	[S_DUP_LOOKUP] =
 		"SELECT k.ord, e.id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY"
 		" AS k(source, source_event_id, ord)"
@@ -200,16 +205,23 @@ const char *const pg_sql_of[S_COUNT] = {
 	[S_PURGE_CHECK] =
 		"SELECT status, next_attempt_at, lease_until, event_id FROM outboxd.deliveries"
 		" WHERE id = $1 FOR UPDATE",
-	[S_DELIVERY_DELETE] = "DELETE FROM outboxd.deliveries WHERE id = $1",
+	/* A delivery's attempts go with it (no foreign key cascades them: the schema's
+	 * migration 17 says why). */
+	[S_DELIVERY_DELETE] =
+		"WITH a AS (DELETE FROM outboxd.attempts WHERE delivery_id = $1)"
+		" DELETE FROM outboxd.deliveries WHERE id = $1",
 	[S_EVENT_DELETE_ORPHAN] =
 		"DELETE FROM outboxd.events WHERE id = $1"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries WHERE event_id = $1)",
 	[S_CLEANUP_CHUNK] =
-		"DELETE FROM outboxd.deliveries WHERE id IN (SELECT id FROM outboxd.deliveries"
+		"WITH d AS ("
+		" DELETE FROM outboxd.deliveries WHERE id IN (SELECT id FROM outboxd.deliveries"
 		"  WHERE status = 'PROCESSED' AND lease_until IS NULL AND processed_at <= $2"
 		"  LIMIT $1"
 		"  FOR UPDATE SKIP LOCKED)"
-		" RETURNING event_id",
+		" RETURNING id, event_id),"
+		" a AS (DELETE FROM outboxd.attempts WHERE delivery_id IN (SELECT id FROM d))"
+		" SELECT event_id FROM d",
 	[S_EVENTS_DELETE_ORPHANS] =
 		"DELETE FROM outboxd.events e WHERE e.id = ANY($1::text[])"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)",

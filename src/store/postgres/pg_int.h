@@ -111,9 +111,13 @@ enum stmt {
 	"   AND NOT (s.ordering = 2 AND p.status = 'FAILED' AND p.next_attempt_at IS NULL"\
 	"    AND p.lease_until IS NULL))))"
 
-/* The ingest statement; CONFLICT says which unique keys make an event a duplicate. */
-#define INGEST_SQL(CONFLICT) \
-		"WITH ev AS (" \
+/* The ingest statement's insert of the events whose rows WHERE picks: ev_plain takes the
+ * events without an idempotency key (nothing can make them duplicates: a plain insert),
+ * ev_keyed those with one (CONFLICT says which unique keys make an event a duplicate).
+ * ON CONFLICT costs every row it inserts a speculative insertion (a check of the
+ * arbiter index, a token lock and a confirmation record in the WAL), so the events that
+ * cannot conflict do not go through it. */
+#define INGEST_EVENTS_SQL(WHERE, CONFLICT) \
 		" INSERT INTO outboxd.events(id, event_type, source, source_event_id," \
 		"  partition_key, content_type, payload, created_at, traceparent, webhook_id," \
 		"  envelope)" \
@@ -125,8 +129,12 @@ enum stmt {
 		"  WITH ORDINALITY" \
 		"  AS u(id, event_type, source, source_event_id, partition_key, content_type," \
 		"  payload, created_at, traceparent, webhook_id, envelope, ord)" \
-		" ORDER BY u.ord" \
-		CONFLICT " DO NOTHING RETURNING id)," \
+		" WHERE " WHERE " ORDER BY u.ord" CONFLICT " RETURNING id"
+
+/* The ingest statement; EVENTS inserts the events into the CTE ev (RETURNING the ids it
+ * inserted). */
+#define INGEST_SQL(EVENTS) \
+		"WITH " EVENTS "," \
 		" dl AS (" \
 		" INSERT INTO outboxd.deliveries(id, event_id, subscription_id, event_type, status," \
 		"  next_attempt_at, last_code, last_message, last_cause, created_at, updated_at," \
