@@ -96,7 +96,8 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	/* Make it look like a database from before migration 6 (without what later
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-	sqlite_exec_ok(conn, "DROP INDEX events_created; DROP INDEX events_type;"
+	sqlite_exec_ok(conn, "DROP TRIGGER deliveries_delete_attempts;"
+			     "DROP INDEX events_created; DROP INDEX events_type;"
 			     "DROP INDEX deliveries_dead_letter_pending;"
 			     "ALTER TABLE deliveries DROP COLUMN dead_letter_pending;"
 			     "ALTER TABLE events DROP COLUMN webhook_id;"

@@ -116,7 +116,7 @@ out:
 }
 
 /* Deletes up to CLEANUP_BATCH PROCESSED deliveries processed at or before before_ms
- * (attempts cascade) and the events they leave without deliveries, in one transaction.
+ * (their attempts with them) and the events they leave without deliveries, in one transaction.
  * *deleted = deliveries removed. */
 static int cleanup_chunk(struct sq *sq, int64_t before_ms, size_t *deleted)
 {
