@@ -17,6 +17,7 @@
  * "Allocations per delivery"). Freed when the thread ends. */
 static pthread_key_t ctx_key;
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+static int ctx_key_made;  /* 0: no key (the process ran out of them): a context per call */
 static const EVP_MD *sha256;
 
 #pragma GCC diagnostic push
@@ -28,18 +29,24 @@ static void ctx_free(void *ctx)
 
 static void ctx_key_make(void)
 {
-	pthread_key_create(&ctx_key, ctx_free);
+	ctx_key_made = pthread_key_create(&ctx_key, ctx_free) == 0;
 	sha256 = EVP_sha256();
 }
 
-static HMAC_CTX *thread_ctx(void)
+/* The thread's context, or a new one the caller frees (*own set) when there is no key or
+ * it could not be set. NULL when out of memory. */
+static HMAC_CTX *thread_ctx(int *own)
 {
+	HMAC_CTX *ctx;
+
 	pthread_once(&ctx_once, ctx_key_make);
-	HMAC_CTX *ctx = pthread_getspecific(ctx_key);
-	if (!ctx && (ctx = HMAC_CTX_new()) && pthread_setspecific(ctx_key, ctx)) {
-		HMAC_CTX_free(ctx);
-		ctx = NULL;
-	}
+	*own = 0;
+	if (ctx_key_made && (ctx = pthread_getspecific(ctx_key)))
+		return ctx;
+	if (!(ctx = HMAC_CTX_new()))
+		return NULL;
+	if (!ctx_key_made || pthread_setspecific(ctx_key, ctx) != 0)
+		*own = 1;
 	return ctx;
 }
 
@@ -58,7 +65,8 @@ int sign_standard_v1(const char *secret, const char *msg_id, int64_t timestamp,
 	int tslen = snprintf(ts, sizeof(ts), "%lld", (long long)timestamp);
 	/* HMAC_CTX is deprecated in OpenSSL 3 but still the simplest streaming HMAC;
 	 * EVP_MAC would do the same with more ceremony. */
-	HMAC_CTX *ctx = thread_ctx();
+	int own;
+	HMAC_CTX *ctx = thread_ctx(&own);
 	if (!ctx || !HMAC_Init_ex(ctx, key, (int)klen, sha256, NULL) ||
 	    !HMAC_Update(ctx, (const unsigned char *)msg_id, strlen(msg_id)) ||
 	    !HMAC_Update(ctx, (const unsigned char *)".", 1) ||
@@ -70,6 +78,8 @@ int sign_standard_v1(const char *secret, const char *msg_id, int64_t timestamp,
 	base64_encode(mac, mac_len, out + 3);
 	rc = 0;
 out:
+	if (own)
+		HMAC_CTX_free(ctx);
 	OPENSSL_cleanse(key, sizeof(key));
 	return rc;
 }
