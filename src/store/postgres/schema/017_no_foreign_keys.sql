@@ -4,6 +4,10 @@
 -- statements that write them keep what the keys kept: a delivery is inserted only in the
 -- statement that inserts its event, an attempt only for a delivery the same statement
 -- updated or found, and every statement that deletes deliveries deletes their attempts
--- (the cascade) and then the events left without deliveries.
+-- (the cascade) and then the events left without deliveries. One case the keys refused
+-- and these statements do not: a round whose lease was lost records its attempts for a
+-- delivery it finds, and a delivery purged or removed by retention in that same instant
+-- leaves those attempt rows behind, which nothing reads (every read of attempts starts
+-- from a delivery).
 ALTER TABLE outboxd.deliveries DROP CONSTRAINT deliveries_event_id_fkey;
 ALTER TABLE outboxd.attempts DROP CONSTRAINT attempts_delivery_id_fkey;
