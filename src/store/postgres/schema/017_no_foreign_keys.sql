@@ -7,7 +7,7 @@
 -- (the cascade) and then the events left without deliveries. One case the keys refused
 -- and these statements do not: a round whose lease was lost records its attempts for a
 -- delivery it finds, and a delivery purged or removed by retention in that same instant
--- leaves those attempt rows behind, which nothing reads (every read of attempts starts
--- from a delivery).
+-- leaves those attempt rows behind: no delivery shows them, only the attempt counts over
+-- time (the stats, the console's chart) include them while they are recent.
 ALTER TABLE outboxd.deliveries DROP CONSTRAINT deliveries_event_id_fkey;
 ALTER TABLE outboxd.attempts DROP CONSTRAINT attempts_delivery_id_fkey;
