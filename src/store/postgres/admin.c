@@ -175,13 +175,10 @@ int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t lim
 
 		/* Still dead and unleased: it may have changed since the listing. */
 		pg_p_text(&p, items[i].id);
-		res = pg_run_sql(pg, c, "WITH d AS (DELETE FROM outboxd.deliveries WHERE id = $1"
+		res = pg_run_sql(pg, c, "DELETE FROM outboxd.deliveries WHERE id = $1"
 			      " AND status = 'FAILED' AND next_attempt_at IS NULL"
-			      " AND lease_until IS NULL RETURNING id),"
-			      " a AS (DELETE FROM outboxd.attempts"
-			      "  WHERE delivery_id IN (SELECT id FROM d))"
-			      " SELECT count(*) FROM d", &p, &rc);
-		if (res && PQntuples(res) == 1 && pg_get_int(res, 0, 0) == 1) {
+			      " AND lease_until IS NULL", &p, &rc);
+		if (res && strtoull(PQcmdTuples(res), NULL, 10) == 1) {
 			done++;
 			pg_p_text(&q, items[i].event_id);
 			rc = pg_run_done(pg, c, S_EVENT_DELETE_ORPHAN, &q, NULL);
@@ -197,7 +194,7 @@ int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t lim
 }
 
 /* Deletes up to CLEANUP_BATCH PROCESSED deliveries processed at or before before_ms
- * (and their attempts) and the events they leave without deliveries, in one transaction.
+ * (attempts cascade) and the events they leave without deliveries, in one transaction.
  * *deleted = deliveries removed. */
 static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t *deleted)
 {

@@ -205,23 +205,16 @@ const char *const pg_sql_of[S_COUNT] = {
 	[S_PURGE_CHECK] =
 		"SELECT status, next_attempt_at, lease_until, event_id FROM outboxd.deliveries"
 		" WHERE id = $1 FOR UPDATE",
-	/* A delivery's attempts go with it (no foreign key cascades them: the schema's
-	 * migration 17 says why). */
-	[S_DELIVERY_DELETE] =
-		"WITH a AS (DELETE FROM outboxd.attempts WHERE delivery_id = $1)"
-		" DELETE FROM outboxd.deliveries WHERE id = $1",
+	[S_DELIVERY_DELETE] = "DELETE FROM outboxd.deliveries WHERE id = $1",
 	[S_EVENT_DELETE_ORPHAN] =
 		"DELETE FROM outboxd.events WHERE id = $1"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries WHERE event_id = $1)",
 	[S_CLEANUP_CHUNK] =
-		"WITH d AS ("
-		" DELETE FROM outboxd.deliveries WHERE id IN (SELECT id FROM outboxd.deliveries"
+		"DELETE FROM outboxd.deliveries WHERE id IN (SELECT id FROM outboxd.deliveries"
 		"  WHERE status = 'PROCESSED' AND lease_until IS NULL AND processed_at <= $2"
 		"  LIMIT $1"
 		"  FOR UPDATE SKIP LOCKED)"
-		" RETURNING id, event_id),"
-		" a AS (DELETE FROM outboxd.attempts WHERE delivery_id IN (SELECT id FROM d))"
-		" SELECT event_id FROM d",
+		" RETURNING event_id",
 	[S_EVENTS_DELETE_ORPHANS] =
 		"DELETE FROM outboxd.events e WHERE e.id = ANY($1::text[])"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)",
