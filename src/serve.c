@@ -474,14 +474,16 @@ static int serve_start(struct server *s)
 	/* OpenTelemetry (otel/otlp.h): a span per attempt and the counters, when asked for;
 	 * started before the dispatcher reports to it, stopped after. */
 	if (cfg->otlp_endpoint && *cfg->otlp_endpoint) {
-		if (otlp_start(cfg->otlp_endpoint, cfg->otlp_headers, cfg->otlp_protocol, s->owner,
-			       s->version, cfg->otlp_interval_ms, err, sizeof(err))) {
+		if (otlp_start(cfg->otlp_endpoint, cfg->otlp_headers, cfg->otlp_protocol,
+			       cfg->otlp_compression, s->owner, s->version, cfg->otlp_interval_ms,
+			       err, sizeof(err))) {
 			log_error("%s", err);
 			return 1;
 		}
 		char *shown = config_mask_value("otlp_endpoint", cfg->otlp_endpoint);
 		log_info("OpenTelemetry: exporting attempt spans and counters to %s (otlp_endpoint), "
-			 "%s", shown ? shown : "the collector", cfg->otlp_protocol);
+			 "%s%s", shown ? shown : "the collector", cfg->otlp_protocol,
+			 strcmp(cfg->otlp_compression, "gzip") == 0 ? ", gzip" : "");
 		free(shown);
 	}
 	/* The one writer of ingest, claims and results (store/writer.h), and the

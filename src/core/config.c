@@ -217,6 +217,9 @@ const struct config_setting config_settings[] = {
 	 "http/protobuf", S(otlp_protocol), "encoding of the exports to otlp_endpoint: "
 	 "http/protobuf (binary protobuf, the OpenTelemetry Collector's default) or http/json "
 	 "(OTLP JSON), as OTEL_EXPORTER_OTLP_PROTOCOL"},
+	{"otlp_compression", "--otlp-compression", "OUTBOXD_OTLP_COMPRESSION", CONFIG_STRING,
+	 "none", S(otlp_compression), "compression of the exports to otlp_endpoint: none or "
+	 "gzip (Content-Encoding: gzip), as OTEL_EXPORTER_OTLP_COMPRESSION"},
 	{"otlp_interval", "--otlp-interval", "OUTBOXD_OTLP_INTERVAL", CONFIG_DURATION, "10s",
 	 S(otlp_interval_ms), "how often the counters are exported to otlp_endpoint (at least "
 	 "1s)"},
@@ -677,6 +680,9 @@ static int check_values(struct config *cfg, char *err, size_t errlen)
 	    strcmp(cfg->otlp_protocol, "http/json") != 0)
 		return fail(err, errlen, "otlp_protocol must be http/protobuf or http/json, got \"%s\"",
 			    cfg->otlp_protocol);
+	if (strcmp(cfg->otlp_compression, "none") != 0 && strcmp(cfg->otlp_compression, "gzip") != 0)
+		return fail(err, errlen, "otlp_compression must be none or gzip, got \"%s\"",
+			    cfg->otlp_compression);
 	for (const char *h = is_set(cfg->otlp_headers) ? cfg->otlp_headers : NULL; h;) {
 		size_t len = strcspn(h, ",");
 		const char *eq = memchr(h, '=', len);

@@ -83,6 +83,7 @@ struct config {
 	/* OpenTelemetry (otel/otlp.h): off unless otlp_endpoint is set */
 	char *otlp_endpoint;      /* base URL of an OTLP/HTTP collector, e.g. http://host:4318 */
 	char *otlp_protocol;      /* http/protobuf or http/json */
+	char *otlp_compression;   /* none or gzip */
 	int64_t otlp_interval_ms; /* how often the counters are exported */
 	char *otlp_headers;       /* Name=value,... sent with every export (secrets) */
 	char *config_file;        /* the file that was read, if any */

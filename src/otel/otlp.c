@@ -30,6 +30,7 @@ struct otlp {
 	char *traces_url, *metrics_url;
 	char *instance, *version;
 	enum otlp_protocol protocol;
+	int gzip;                     /* otlp_compression gzip: bodies compressed */
 	int64_t metrics_interval_ms;
 	int64_t start_ns;
 	pthread_t thread;
@@ -150,7 +151,8 @@ static int post_once(struct otlp *o, const char *url, const char *body, size_t l
  * retried (OTLP/HTTP's retryable answers: a collector restarting or shedding load), unless
  * outboxd is stopping. 0 when a try was taken, -1 otherwise. The exporter thread waits
  * meanwhile; spans queued beyond OTLP_QUEUE_MAX are dropped and counted. */
-static int post(struct otlp *o, const char *url, const char *body, size_t len, long timeout_ms)
+static int post_tries(struct otlp *o, const char *url, const char *body, size_t len,
+		      long timeout_ms)
 {
 	for (int attempt = 0;; attempt++) {
 		int rc = post_once(o, url, body, len, timeout_ms);
@@ -164,6 +166,24 @@ static int post(struct otlp *o, const char *url, const char *body, size_t len, l
 		struct timespec wait = {1L << attempt, 0};
 		nanosleep(&wait, NULL);
 	}
+}
+
+/* post_tries with body as otlp_compression says: as it is, or gzip-compressed (the
+ * Content-Encoding header is in o->headers). */
+static int post(struct otlp *o, const char *url, const char *body, size_t len, long timeout_ms)
+{
+	char *packed = NULL;
+	size_t packed_len = 0;
+
+	if (!o->gzip)
+		return post_tries(o, url, body, len, timeout_ms);
+	if (otlp_gzip(body, len, &packed, &packed_len)) {
+		log_limited(o, "export to %s not sent: out of memory compressing it", url);
+		return -1;
+	}
+	int rc = post_tries(o, url, packed, packed_len, timeout_ms);
+	free(packed);
+	return rc;
 }
 
 /* Sends up to one batch of queued spans; returns how many were taken. */
@@ -276,13 +296,21 @@ static char *join(const char *base, const char *path)
 	return url;
 }
 
-/* Content-Type of protocol p, then each Name=value of list (checked by config_load) as
- * "Name: value". NULL when out of memory. */
-static struct curl_slist *header_list(enum otlp_protocol p, const char *list)
+/* Content-Type of protocol p, Content-Encoding when gzip, then each Name=value of list
+ * (checked by config_load) as "Name: value". NULL when out of memory. */
+static struct curl_slist *header_list(enum otlp_protocol p, int gzip, const char *list)
 {
 	struct curl_slist *h = curl_slist_append(NULL, p == OTLP_JSON
 							       ? "Content-Type: application/json"
 							       : "Content-Type: application/x-protobuf");
+	if (h && gzip) {
+		struct curl_slist *more = curl_slist_append(h, "Content-Encoding: gzip");
+		if (!more) {
+			curl_slist_free_all(h);
+			return NULL;
+		}
+		h = more;
+	}
 	while (h && list && *list) {
 		size_t len = strcspn(list, ",");
 		const char *eq = memchr(list, '=', len);
@@ -303,8 +331,8 @@ static struct curl_slist *header_list(enum otlp_protocol p, const char *list)
 }
 
 int otlp_start(const char *endpoint, const char *headers, const char *protocol,
-	       const char *service_instance, const char *version, int64_t metrics_interval_ms,
-	       char *err, size_t errlen)
+	       const char *compression, const char *service_instance, const char *version,
+	       int64_t metrics_interval_ms, char *err, size_t errlen)
 {
 	enum otlp_protocol p;
 	if (otlp_protocol_parse(protocol, &p)) {
@@ -312,12 +340,18 @@ int otlp_start(const char *endpoint, const char *headers, const char *protocol,
 			 "\"%s\"", protocol ? protocol : "");
 		return -1;
 	}
+	int gzip = compression && strcmp(compression, "gzip") == 0;
+	if (!gzip && compression && *compression && strcmp(compression, "none") != 0) {
+		snprintf(err, errlen, "otlp: otlp_compression must be none or gzip, got \"%s\"",
+			 compression);
+		return -1;
+	}
 	struct otlp *o = calloc(1, sizeof(*o));
 	if (!o || !(o->queue = calloc(OTLP_QUEUE_MAX, sizeof(*o->queue))) ||
 	    !(o->traces_url = join(endpoint, "/v1/traces")) ||
 	    !(o->metrics_url = join(endpoint, "/v1/metrics")) ||
 	    !(o->instance = strdup(service_instance)) || !(o->version = strdup(version)) ||
-	    !(o->headers = header_list(p, headers))) {
+	    !(o->headers = header_list(p, gzip, headers))) {
 		snprintf(err, errlen, "otlp: out of memory");
 		otlp_free(o);
 		return -1;
@@ -328,6 +362,7 @@ int otlp_start(const char *endpoint, const char *headers, const char *protocol,
 		return -1;
 	}
 	o->protocol = p;
+	o->gzip = gzip;
 	o->metrics_interval_ms = metrics_interval_ms;
 	o->start_ns = clock_now_ns();
 	pthread_mutex_init(&o->lock, NULL);

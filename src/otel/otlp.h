@@ -37,11 +37,12 @@ int otlp_protocol_parse(const char *name, enum otlp_protocol *out);
 /* Starts the exporter thread. endpoint (copied) is the collector's base URL
  * (http://host:4318); headers (copied, NULL for none) the otlp_headers setting,
  * "Name=value,Name=value", sent with every export; protocol the otlp_protocol setting;
+ * compression the otlp_compression setting ("none", NULL or "" for none, or "gzip");
  * service_instance (copied) names this process in the resource (host:pid). Returns 0, or
  * -1 with err set. */
 int otlp_start(const char *endpoint, const char *headers, const char *protocol,
-	       const char *service_instance, const char *version, int64_t metrics_interval_ms,
-	       char *err, size_t errlen);
+	       const char *compression, const char *service_instance, const char *version,
+	       int64_t metrics_interval_ms, char *err, size_t errlen);
 
 /* Sends what is queued (one last try, bounded by a short timeout) and stops the thread.
  * A no-op when not started. Call after the dispatcher has stopped. */
@@ -104,6 +105,11 @@ int otlp_encode_metrics(enum otlp_protocol p, const char *prometheus_text,
  * does not decode (the export was taken). */
 void otlp_response_rejected(enum otlp_protocol p, int spans, const char *body, size_t len,
 			    int64_t *rejected, char *message, size_t msglen);
+
+/* body (len bytes, an encoded export request) compressed as one gzip member (RFC 1952,
+ * what Content-Encoding: gzip means) into *out (malloc'd, *out_len bytes): 0, or -1 when
+ * out of memory. */
+int otlp_gzip(const void *body, size_t len, char **out, size_t *out_len);
 
 /* The OpenTelemetry name of a Prometheus family of GET /metrics, with its unit into
  * *unit; NULL for a family outboxd does not know (it is then exported under a name made

@@ -25,24 +25,32 @@ struct otel_case {
 	const char *partial;       /* the receiver's script for /v1/traces: each export is
 	                              answered with a partial success (1 span rejected:
 	                              "nope"), in the case's encoding */
+	const char *compression;   /* OUTBOXD_OTLP_COMPRESSION, NULL: unset (none) */
 };
 
+/* ExportTraceServiceResponse{partial_success{rejected_spans: 1, error_message: "nope"}} */
+#define PROTOBUF_PARTIAL                                                                    \
+	"{\"default\":{\"status\":200,\"headers\":{\"Content-Type\":\"application/x-protobuf\"},"\
+	"\"body\":\"\\n\\b\\b\\u0001\\u0012\\u0004nope\"}}"
+
 static const struct otel_case protobuf_case = {
-	NULL, "application/x-protobuf", "/otel-pb",
-	/* ExportTraceServiceResponse{partial_success{rejected_spans: 1, error_message: "nope"}} */
-	"{\"default\":{\"status\":200,\"headers\":{\"Content-Type\":\"application/x-protobuf\"},"
-	"\"body\":\"\\n\\b\\b\\u0001\\u0012\\u0004nope\"}}"};
+	NULL, "application/x-protobuf", "/otel-pb", PROTOBUF_PARTIAL, NULL};
 static const struct otel_case json_case = {
 	"http/json", "application/json", "/otel-json",
 	"{\"default\":{\"status\":200,\"headers\":{\"Content-Type\":\"application/json\"},"
 	"\"body\":\"{\\\"partialSuccess\\\":{\\\"rejectedSpans\\\":\\\"1\\\","
-	"\\\"errorMessage\\\":\\\"nope\\\"}}\"}}"};
+	"\\\"errorMessage\\\":\\\"nope\\\"}}\"}}", NULL};
+
+/* Binary protobuf, gzip-compressed (otlp_compression gzip). */
+static const struct otel_case gzip_case = {
+	NULL, "application/x-protobuf", "/otel-gzip", PROTOBUF_PARTIAL, "gzip"};
 
 /* A collector that sheds load: its first two trace exports answer 503 and 429, the
  * next ones 200. */
 static const struct otel_case retry_case = {
 	NULL, "application/x-protobuf", "/otel-retry",
-	"{\"responses\":[{\"status\":503},{\"status\":429}],\"default\":{\"status\":200}}"};
+	"{\"responses\":[{\"status\":503},{\"status\":429}],\"default\":{\"status\":200}}",
+	NULL};
 
 static struct receiver rcv;
 static struct daemon dmn;
@@ -70,13 +78,16 @@ static int teardown_receiver(void **state)
 static int setup(void **state)
 {
 	const struct otel_case *c = *state;
-	char endpoint[200], protocol[80];
+	char endpoint[200], protocol[80], compression[80];
 	snprintf(endpoint, sizeof(endpoint), "OUTBOXD_OTLP_ENDPOINT=%s%s", rcv.url, c->prefix);
 	snprintf(protocol, sizeof(protocol), "OUTBOXD_OTLP_PROTOCOL=%s",
 		 c->protocol ? c->protocol : "");
+	snprintf(compression, sizeof(compression), "OUTBOXD_OTLP_COMPRESSION=%s",
+		 c->compression ? c->compression : "");
 	const char *env[] = {endpoint, "OUTBOXD_OTLP_INTERVAL=1s",
 			     "OUTBOXD_OTLP_HEADERS=X-Api-Key=otel-k3y,X-Tenant=t1",
-			     c->protocol ? protocol : "OUTBOXD_OTLP_PROTOCOL", NULL};
+			     c->protocol ? protocol : "OUTBOXD_OTLP_PROTOCOL",
+			     c->compression ? compression : "OUTBOXD_OTLP_COMPRESSION", NULL};
 	started_ns = now_ns();
 	memset(&dmn, 0, sizeof(dmn));
 	assert_int_equal(daemon_start(&dmn, env), 0);
@@ -101,6 +112,11 @@ static json_t *decode(const struct otel_case *c, const char *signal, json_t *req
 	assert_string_equal(json_string_value(json_object_get(h, "content-type")), c->content_type);
 	assert_string_equal(json_string_value(json_object_get(h, "x-api-key")), "otel-k3y");
 	assert_string_equal(json_string_value(json_object_get(h, "x-tenant")), "t1");
+	const char *encoding = json_string_value(json_object_get(h, "content-encoding"));
+	if (c->compression)
+		assert_string_equal(encoding, c->compression);
+	else
+		assert_null(encoding);
 
 	const char *b64 = json_string_value(json_object_get(req, "body_base64"));
 	assert_non_null(b64);
@@ -118,7 +134,11 @@ static json_t *decode(const struct otel_case *c, const char *signal, json_t *req
 	char cmd[1024];
 	const char *decoder = getenv("OTLP_DECODE");
 	assert_non_null(decoder);
-	snprintf(cmd, sizeof(cmd), "%s %s %s < %s", decoder, signal, c->content_type, file);
+	if (c->compression) /* what a collector does with Content-Encoding: gzip first */
+		snprintf(cmd, sizeof(cmd), "gzip -dc < %s | %s %s %s", file, decoder, signal,
+			 c->content_type);
+	else
+		snprintf(cmd, sizeof(cmd), "%s %s %s < %s", decoder, signal, c->content_type, file);
 	char *out = malloc(DECODED_MAX);
 	assert_non_null(out);
 	int rc = e2e_run(cmd, out, DECODED_MAX);
@@ -423,6 +443,13 @@ static void test_json(void **state)
 	test_export(state);
 }
 
+/* otlp_compression gzip: every export carries Content-Encoding: gzip and decodes, once
+ * inflated, like the uncompressed ones */
+static void test_gzip(void **state)
+{
+	test_export(state);
+}
+
 /* OTLP/HTTP's retryable answers (429, 502, 503, 504, none): the same export is sent again
  * after 1 s, then 2 s; here the third send is taken, and the spans count as exported,
  * none as failed. */
@@ -454,6 +481,8 @@ int main(void)
 							 (void *)&protobuf_case),
 		cmocka_unit_test_prestate_setup_teardown(test_json, setup, teardown,
 							 (void *)&json_case),
+		cmocka_unit_test_prestate_setup_teardown(test_gzip, setup, teardown,
+							 (void *)&gzip_case),
 		cmocka_unit_test_prestate_setup_teardown(test_retried_after_503_and_429, setup,
 							 teardown, (void *)&retry_case),
 	};

@@ -361,6 +361,14 @@ static void test_otlp_settings(void **state)
 	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_protocol, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "otlp_protocol must be http/protobuf or http/json"));
 	config_free(&c);
+	char *bad_compression[] = {"--otlp-compression", "zstd"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, bad_compression, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "otlp_compression must be none or gzip"));
+	config_free(&c);
+	char *gzip[] = {"--otlp-compression", "gzip"};
+	assert_int_equal(config_load(&c, NULL, NULL, 2, gzip, err, sizeof(err)), 0);
+	assert_string_equal(c.otlp_compression, "gzip");
+	config_free(&c);
 	char *json[] = {"--otlp-protocol", "http/json"};
 	assert_int_equal(config_load(&c, NULL, NULL, 2, json, err, sizeof(err)), 0);
 	assert_string_equal(c.otlp_protocol, "http/json");
@@ -368,6 +376,7 @@ static void test_otlp_settings(void **state)
 	assert_int_equal(config_load(&c, NULL, NULL, 0, NULL, err, sizeof(err)), 0);
 	assert_null(c.otlp_endpoint); /* off by default */
 	assert_string_equal(c.otlp_protocol, "http/protobuf"); /* the Collector's default */
+	assert_string_equal(c.otlp_compression, "none"); /* OpenTelemetry's default */
 	config_free(&c);
 }
 
