@@ -41,6 +41,7 @@ LIBRARIES=(
 	"libgrpc|<grpc/*>|intake/grpc_intake.c"
 	"libsystemd|<systemd/*>|cli/service.c"
 	"http_parser|<http_parser.h>|deliver/http_wire.c"
+	"zlib|<zlib.h>|store/spool.c otel/otlp_encode.c"
 	"GnuTLS|<gnutls/*>|"
 )
 
