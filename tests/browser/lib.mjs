@@ -130,7 +130,13 @@ export async function watchedPage(browser, origin, options = {}) {
     requests.push(r.url());
     if (new URL(r.url()).origin !== origin) problems.push(`request to another origin: ${r.url()}`);
   });
-  page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()} ${r.failure() && r.failure().errorText}`));
+  // net::ERR_ABORTED is the page's own cancel: a request still under way when the page
+  // moved on (a chart's fetch when an action navigates away), which no user sees; every
+  // other failure (refused, reset, timed out) is a problem.
+  page.on('requestfailed', (r) => {
+    const why = r.failure() && r.failure().errorText;
+    if (why !== 'net::ERR_ABORTED') problems.push(`request failed: ${r.url()} ${why}`);
+  });
   return { context, page, problems, requests };
 }
 
