@@ -5,10 +5,12 @@
 BUILD      ?= build
 TESTBUILD  ?= build-test
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
-# ctest runs one more test than there are cores: the end-to-end tests spend about half
-# their time waiting on receivers, brokers and timeouts (on 2 cores, 139 tests took 421 s
-# of wall time at -j2 and 291 s at -j3, every test passing in both).
-TESTJOBS   ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
+# How many tests ctest runs at once. The end-to-end tests spend about half their time
+# waiting on receivers, brokers and timeouts: on 2 cores, 139 tests took 421 s of wall
+# time at -j2 and 291 s at -j3 (TESTJOBS=3), but two of four -j3 runs each failed a test on
+# a timing race the extra contention exposed (both fixed since); the default stays one
+# test per core until -j3 has a longer clean record.
+TESTJOBS   ?= $(JOBS)
 
 .PHONY: run test build deps clean receiver bench bench-kafka bench-grpc fuzz soak install uninstall deb \
 	deb-check
