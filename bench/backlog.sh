@@ -40,7 +40,8 @@ die() { log "error: $*"; exit 1; }
 
 work=$(mktemp -d /tmp/outboxd-backlog-XXXXXX)
 pids=()
-# free_port, stop_pid, stop_started, pg_start, sink_up, sink_stat: bench/lib.sh
+# free_port, stop_pid, stop_started, pg_start, sink_up, sink_stat, outboxd_up, api:
+# bench/lib.sh
 . bench/lib.sh
 cleanup() {
   stop_started
@@ -60,7 +61,6 @@ sink_field() { sink_stat "$SINK" "$1"; }
 pg_dsn=${PG_URL:-}
 
 DPID=""; DPORT=""
-api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
 
 # run_store STORE DSN: one measurement; prints its JSON.
 run_store() {
@@ -71,8 +71,7 @@ run_store() {
     OUTBOXD_LOG_LEVEL=warn OUTBOXD_DATA_DIR="$work/$store" OUTBOXD_SSRF_ALLOW=127.0.0.0/8 \
     "$BENCH_OUTBOXD" serve >"$work/$store.log" 2>&1 &
   DPID=$!; pids+=("$DPID")
-  for _ in $(seq 200); do curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && break; sleep 0.05; done
-  curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null || die "$store: outboxd did not start: $(tail -1 "$work/$store.log")"
+  outboxd_up "$DPORT" "$DPID" || die "$store: outboxd did not start: $(tail -1 "$work/$store.log")"
   api -X POST "127.0.0.1:$DPORT/v1/subscriptions" \
     -d "{\"name\":\"bulk\",\"event_types\":[\"bench.bulk\"],\"endpoint\":\"$SINK/bulk\"}" >/dev/null
   api -X POST "127.0.0.1:$DPORT/v1/subscriptions" \

@@ -43,8 +43,8 @@ PERF_LEG=${PERF_LEG:-https}
 
 log() { printf '[https %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# bench_build, loadavg, free_port, cpu_ticks, HZ, stop_pid, stop_started, sink_up, sink_stat:
-# bench/lib.sh
+# bench_build, loadavg, free_port, cpu_ticks, HZ, stop_pid, stop_started, sink_up, sink_stat,
+# outboxd_up, api: bench/lib.sh
 . bench/lib.sh
 LOAD_BEFORE=$(loadavg)
 
@@ -117,8 +117,6 @@ metric() { # the value of one series of outboxd's /metrics, 0 when absent
   curl -sf "127.0.0.1:$DPORT/metrics" -H "Authorization: Bearer bench" |
     awk -v s="$1" '$1 == s {print $2; f=1} END {if (!f) print 0}'
 }
-api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
-
 run_leg() { # LEG ROUND: one leg, its figures into $work/LEG-ROUND.json
   local leg=$1 round=$2 name=$1-$2 tls="" cpu0 cpu1 sink0 sink1 n=0 deadline first last
   local still=0 prev=-1
@@ -130,8 +128,7 @@ run_leg() { # LEG ROUND: one leg, its figures into $work/LEG-ROUND.json
     "$BUILD/outboxd" serve >"$work/$name.log" 2>&1 &
   DPID=$!
   pids+=("$DPID")
-  for _ in $(seq 200); do curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && break; sleep 0.05; done
-  curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null || die "$name: outboxd did not start: $(tail -2 "$work/$name.log")"
+  outboxd_up "$DPORT" "$DPID" || die "$name: outboxd did not start: $(tail -2 "$work/$name.log")"
   [ "$leg" = https ] && tls=",\"tls\":{\"ca_file\":\"$pki/ca.pem\"}"
   api -X POST "127.0.0.1:$DPORT/v1/subscriptions" \
     -d "{\"name\":\"bench-$leg\",\"event_types\":[\"*\"],\"endpoint\":\"${TARGET[$leg]}\"$tls}" \

@@ -37,6 +37,20 @@ sink_up() {
 }
 sink_stat() { curl -sf "$1/_control/stats" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
 
+# An outboxd the caller started (OUTBOXD_ADMIN_TOKEN=bench) on 127.0.0.1:PORT as process
+# PID: outboxd_up waits up to 10 s for its /healthz (1 when it exits or does not answer);
+# api is curl with its token and a JSON body type (api -X POST URL -d BODY).
+outboxd_up() {
+  local port=$1 pid=$2
+  for _ in $(seq 200); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 1; }
+    curl -sf "127.0.0.1:$port/healthz" >/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
+
 # utime+stime of a process in clock ticks (the whole process, every thread).
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 HZ=$(getconf CLK_TCK)

@@ -137,8 +137,8 @@ export PGBOSS_BATCH PGBOSS_CONCURRENCY
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# free_port, cpu_ticks, HZ, stop_pid, stop_started, loadavg, sink_up, sink_stat, the PostgreSQL
-# helpers
+# free_port, cpu_ticks, HZ, stop_pid, stop_started, loadavg, sink_up, sink_stat, outboxd_up,
+# api, the PostgreSQL helpers
 . bench/lib.sh
 # The slow row holds SLOW_IN_FLIGHT connections in outboxd and as many in the sink: every
 # process started here gets the hard limit of file descriptors (outboxd and the sink also
@@ -358,14 +358,8 @@ outboxd_start() {
     OUTBOXD_SSRF_ALLOW=127.0.0.0/8 "$BENCH_OUTBOXD" serve >"$work/$name.log" 2>&1 &
   DPID=$!
   pids+=("$DPID")
-  for _ in $(seq 200); do
-    kill -0 "$DPID" 2>/dev/null || { wait "$DPID" 2>/dev/null || true; return 1; }
-    curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
+  outboxd_up "$DPORT" "$DPID"
 }
-api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
 subscribe() { # N subscriptions, each to its own path on the sink
   local i
   for ((i = 1; i <= $1; i++)); do

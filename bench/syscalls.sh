@@ -28,8 +28,8 @@ CALLS=${CALLS:-read write readv writev sendto recvfrom sendmsg recvmsg sendmmsg 
 
 log() { printf '[syscalls %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-# bench_build, free_port, stop_started, pg_start, pg_createdb, pg_url, HZ, sink_up, sink_stat:
-# bench/lib.sh
+# bench_build, free_port, stop_started, pg_start, pg_createdb, pg_url, HZ, sink_up, sink_stat,
+# outboxd_up, api: bench/lib.sh
 . bench/lib.sh
 command -v perf >/dev/null || die "perf is not installed (apt-get install linux-perf)"
 perf stat -e raw_syscalls:sys_enter -- true >/dev/null 2>&1 ||
@@ -66,11 +66,9 @@ OUTBOXD_DB=$DSN OUTBOXD_LISTEN=127.0.0.1:$DPORT OUTBOXD_ADMIN_TOKEN=bench OUTBOX
   >"$work/outboxd.log" 2>&1 &
 DPID=$!
 pids+=("$DPID")
-for _ in $(seq 200); do curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && break; sleep 0.05; done
-curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null || die "outboxd did not start: $(tail -2 "$work/outboxd.log")"
+outboxd_up "$DPORT" "$DPID" || die "outboxd did not start: $(tail -2 "$work/outboxd.log")"
 for ((i = 1; i <= SUBS; i++)); do
-  curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' \
-    -X POST "127.0.0.1:$DPORT/v1/subscriptions" \
+  api -X POST "127.0.0.1:$DPORT/v1/subscriptions" \
     -d "{\"name\":\"sink-$i\",\"event_types\":[\"*\"],\"endpoint\":\"$SINK/sink/$i\"}" \
     >/dev/null || die "cannot create subscription $i"
 done
