@@ -482,8 +482,8 @@ static int serve_start(struct server *s)
 		}
 		char *shown = config_mask_value("otlp_endpoint", cfg->otlp_endpoint);
 		log_info("OpenTelemetry: exporting attempt spans and counters to %s (otlp_endpoint), "
-			 "%s%s", shown ? shown : "the collector", cfg->otlp_protocol,
-			 strcmp(cfg->otlp_compression, "gzip") == 0 ? ", gzip" : "");
+			 "%s, compression %s", shown ? shown : "the collector", cfg->otlp_protocol,
+			 cfg->otlp_compression);
 		free(shown);
 	}
 	/* The one writer of ingest, claims and results (store/writer.h), and the
