@@ -55,6 +55,8 @@ const char *const pg_sql_of[S_COUNT] = {
 			" ON CONFLICT (source, source_event_id) WHERE source_event_id IS NOT NULL"
 			" DO NOTHING") "),"
 		" ev AS (SELECT id FROM ev_plain UNION ALL SELECT id FROM ev_keyed)"),
+	/* A batch in which no event has an idempotency key: one plain insert. */
+	[S_INGEST_UNKEYED] = INGEST_SQL("ev AS (" INGEST_EVENTS_SQL("true", "") ")"),
 	/* A spool replay: a stored id is a duplicate as well (any unique key). */
 	[S_INGEST_REPLAY] = INGEST_SQL(
 		"ev AS (" INGEST_EVENTS_SQL("true", " ON CONFLICT DO NOTHING") ")"),

@@ -183,7 +183,9 @@ out:
 	return rc;
 }
 
-/* One S_INGEST call on c; marks duplicates. */
+/* One ingest statement on c (S_INGEST_REPLAY for a spool replay, S_INGEST_UNKEYED when no
+ * event of the batch has an idempotency key, so the server does not look for keyed ones,
+ * S_INGEST otherwise); marks duplicates. */
 static int ingest_run(struct pg *pg, struct pgconn *c, const char *owner,
 		      struct store_event_in *events, size_t n, struct ingest_arrays *a)
 {
@@ -205,7 +207,11 @@ static int ingest_run(struct pg *pg, struct pgconn *c, const char *owner,
 	pg_p_arr(&p, &a->envelope);
 	if (ingest_arrays_failed(a))
 		return STORE_ERROR;
-	res = pg_run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY : S_INGEST, &p, &rc);
+	int keyed = 0;
+	for (size_t i = 0; i < n && !keyed; i++)
+		keyed = events[i].source_event_id != NULL;
+	res = pg_run(pg, c, n && events[0].dedupe_by_id ? S_INGEST_REPLAY
+				: keyed ? S_INGEST : S_INGEST_UNKEYED, &p, &rc);
 	if (!res)
 		return rc;
 	rc = mark_duplicates(pg, c, events, n, res);
