@@ -43,6 +43,91 @@
 
 /* ---- prepared statements ------------------------------------------------- */
 
+/* The results statement. A result applies only while this owner ($13) holds the lease;
+ * the attempts of the results that applied are inserted in the same statement. $22: the
+ * results' delay_actions (added last so the other parameters keep their numbers).
+ * prom: per-key ordering, a delivery done (delivered or dead) lets the next one of its key
+ * go when that one is parked waiting its turn. lost: a round whose lease was lost changes
+ * nothing but its history, its attempts recorded after the delivery's last one (another
+ * round may hold their numbers). ATT_END: how the insert of the applied results' attempts
+ * ends; MOVED: the part that records those whose number was taken, or nothing. */
+#define RESULTS_SQL(ATT_END, MOVED) \
+	"WITH r AS (" \
+	" SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int4[], $5::int4[]," \
+	"  $6::int8[], $7::int8[], $8::bool[], $9::int4[], $10::text[], $11::text[]," \
+	"  $22::int4[], $23::bool[])" \
+	"  AS u(id, status, replay, attempt_count, retry_count, next_attempt_at," \
+	"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions," \
+	"  dead_letter))," \
+	" upd AS (" \
+	" UPDATE outboxd.deliveries d SET status = r.status, replay = r.replay," \
+	"  attempt_count = r.attempt_count, retry_count = r.retry_count," \
+	"  next_attempt_at = r.next_attempt_at, processed_at = r.processed_at," \
+	"  last_code = CASE WHEN r.keep_error THEN d.last_code ELSE r.last_code END," \
+	"  last_message = CASE WHEN r.keep_error THEN d.last_message ELSE r.last_message END," \
+	"  last_cause = CASE WHEN r.keep_error THEN d.last_cause ELSE r.last_cause END," \
+	"  lease_owner = NULL, lease_until = NULL, delay_actions = r.delay_actions," \
+	"  failing_since = CASE WHEN r.status = 'FAILED'" \
+	"   THEN COALESCE(d.failing_since, $12) END," \
+	"  dead_letter_pending = d.dead_letter_pending OR r.dead_letter," \
+	"  updated_at = $12" \
+	" FROM r WHERE d.id = r.id AND d.lease_owner = $13" \
+	" RETURNING d.id, d.subscription_id, d.order_key, d.status, d.next_attempt_at)," \
+	" prom AS (" \
+	" UPDATE outboxd.deliveries w SET blocked = 0, next_attempt_at = $12" \
+	" FROM (SELECT * FROM upd WHERE order_key IS NOT NULL" \
+	"  AND (status = 'PROCESSED' OR next_attempt_at IS NULL)) u," \
+	" LATERAL (SELECT x.id, x.blocked FROM outboxd.deliveries x" \
+	"  WHERE x.subscription_id = u.subscription_id AND x.order_key = u.order_key" \
+	"  AND x.id > u.id AND x.status <> 'PROCESSED' ORDER BY x.id LIMIT 1) n" \
+	" WHERE w.id = n.id AND n.blocked = 2)," \
+	" att AS (" \
+	" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code," \
+	"  message, cause, instance, not_sent)" \
+	" SELECT a.delivery_id, a.n, a.kind, a.started_at, a.duration_ms, a.code," \
+	"  a.message, a.cause, $13, a.not_sent" \
+	" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[]," \
+	"  $19::int4[], $20::text[], $21::text[], $24::bool[])" \
+	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
+	"  not_sent)" \
+	" WHERE a.delivery_id IN (SELECT id FROM upd)" \
+	ATT_END ")," \
+	MOVED \
+	" lost AS (" \
+	" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code," \
+	"  message, cause, instance, not_sent)" \
+	" SELECT a.delivery_id, (SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x" \
+	"  WHERE x.delivery_id = a.delivery_id)" \
+	"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n)," \
+	"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent" \
+	" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[]," \
+	"  $19::int4[], $20::text[], $21::text[], $24::bool[])" \
+	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
+	"  not_sent)" \
+	" WHERE a.delivery_id NOT IN (SELECT id FROM upd)" \
+	" AND EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.id = a.delivery_id)" \
+	" ON CONFLICT (delivery_id, n) DO NOTHING)" \
+	" SELECT count(*) FROM upd"
+
+/* An attempt number taken already (by a round whose lease was lost, recorded first):
+ * after the delivery's last one instead, so every request sent stays in the history. */
+#define RESULTS_MOVED \
+	" moved AS (" \
+	" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code," \
+	"  message, cause, instance, not_sent)" \
+	" SELECT a.delivery_id, GREATEST((SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x" \
+	"  WHERE x.delivery_id = a.delivery_id), (SELECT COALESCE(max(t.n), 0) FROM att t" \
+	"  WHERE t.delivery_id = a.delivery_id))" \
+	"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n)," \
+	"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent" \
+	" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[]," \
+	"  $19::int4[], $20::text[], $21::text[], $24::bool[])" \
+	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
+	"  not_sent)" \
+	" WHERE a.delivery_id IN (SELECT id FROM upd)" \
+	" AND (a.delivery_id, a.n) NOT IN (SELECT delivery_id, n FROM att)" \
+	" ON CONFLICT (delivery_id, n) DO NOTHING),"
+
 const char *const pg_sql_of[S_COUNT] = {
 	[S_PING] = "SELECT 1",
 	/* One statement, one implicit transaction: the events (a repeated idempotency key
@@ -92,87 +177,13 @@ const char *const pg_sql_of[S_COUNT] = {
 		"SELECT (SELECT next_attempt_at FROM outboxd.deliveries d"
 		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL AND " ORDERING_SQL
 		" ORDER BY next_attempt_at LIMIT 1)",
-	/* A result applies only while this owner ($13) holds the lease; the attempts of
-	 * the results that applied are inserted in the same statement. $22: the results'
-	 * delay_actions (added last so the other parameters keep their numbers). */
-	[S_RESULTS] =
-		"WITH r AS ("
-		" SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int4[], $5::int4[],"
-		"  $6::int8[], $7::int8[], $8::bool[], $9::int4[], $10::text[], $11::text[],"
-		"  $22::int4[], $23::bool[])"
-		"  AS u(id, status, replay, attempt_count, retry_count, next_attempt_at,"
-		"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions,"
-		"  dead_letter)),"
-		" upd AS ("
-		" UPDATE outboxd.deliveries d SET status = r.status, replay = r.replay,"
-		"  attempt_count = r.attempt_count, retry_count = r.retry_count,"
-		"  next_attempt_at = r.next_attempt_at, processed_at = r.processed_at,"
-		"  last_code = CASE WHEN r.keep_error THEN d.last_code ELSE r.last_code END,"
-		"  last_message = CASE WHEN r.keep_error THEN d.last_message ELSE r.last_message END,"
-		"  last_cause = CASE WHEN r.keep_error THEN d.last_cause ELSE r.last_cause END,"
-		"  lease_owner = NULL, lease_until = NULL, delay_actions = r.delay_actions,"
-		"  failing_since = CASE WHEN r.status = 'FAILED'"
-		"   THEN COALESCE(d.failing_since, $12) END,"
-		"  dead_letter_pending = d.dead_letter_pending OR r.dead_letter,"
-		"  updated_at = $12"
-		" FROM r WHERE d.id = r.id AND d.lease_owner = $13"
-		" RETURNING d.id, d.subscription_id, d.order_key, d.status, d.next_attempt_at),"
-		/* per-key ordering: a delivery done (delivered or dead) lets the next one of
-		 * its key go when that one is parked waiting its turn */
-		" prom AS ("
-		" UPDATE outboxd.deliveries w SET blocked = 0, next_attempt_at = $12"
-		" FROM (SELECT * FROM upd WHERE order_key IS NOT NULL"
-		"  AND (status = 'PROCESSED' OR next_attempt_at IS NULL)) u,"
-		" LATERAL (SELECT x.id, x.blocked FROM outboxd.deliveries x"
-		"  WHERE x.subscription_id = u.subscription_id AND x.order_key = u.order_key"
-		"  AND x.id > u.id AND x.status <> 'PROCESSED' ORDER BY x.id LIMIT 1) n"
-		" WHERE w.id = n.id AND n.blocked = 2),"
-		" att AS ("
-		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
-		"  message, cause, instance, not_sent)"
-		" SELECT a.delivery_id, a.n, a.kind, a.started_at, a.duration_ms, a.code,"
-		"  a.message, a.cause, $13, a.not_sent"
-		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
-		"  $19::int4[], $20::text[], $21::text[], $24::bool[])"
-		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause,"
-		"  not_sent)"
-		" WHERE a.delivery_id IN (SELECT id FROM upd)"
-		" ON CONFLICT (delivery_id, n) DO NOTHING RETURNING delivery_id, n),"
-		/* a number taken already (by a round whose lease was lost, recorded first):
-		 * after the last one instead, so every request sent stays in the history */
-		" moved AS ("
-		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
-		"  message, cause, instance, not_sent)"
-		" SELECT a.delivery_id, GREATEST((SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x"
-		"  WHERE x.delivery_id = a.delivery_id), (SELECT COALESCE(max(t.n), 0) FROM att t"
-		"  WHERE t.delivery_id = a.delivery_id))"
-		"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n),"
-		"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent"
-		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
-		"  $19::int4[], $20::text[], $21::text[], $24::bool[])"
-		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause,"
-		"  not_sent)"
-		" WHERE a.delivery_id IN (SELECT id FROM upd)"
-		" AND (a.delivery_id, a.n) NOT IN (SELECT delivery_id, n FROM att)"
-		" ON CONFLICT (delivery_id, n) DO NOTHING),"
-		/* a round whose lease was lost changes nothing but its history: its attempts
-		 * are recorded after the delivery's last one (another round may hold their
-		 * numbers) */
-		" lost AS ("
-		" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code,"
-		"  message, cause, instance, not_sent)"
-		" SELECT a.delivery_id, (SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x"
-		"  WHERE x.delivery_id = a.delivery_id)"
-		"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n),"
-		"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent"
-		" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[],"
-		"  $19::int4[], $20::text[], $21::text[], $24::bool[])"
-		"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause,"
-		"  not_sent)"
-		" WHERE a.delivery_id NOT IN (SELECT id FROM upd)"
-		" AND EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.id = a.delivery_id)"
-		" ON CONFLICT (delivery_id, n) DO NOTHING)"
-		" SELECT count(*) FROM upd",
+	/* Results (RESULTS_SQL, above); an attempt number already taken is recorded after
+	 * the delivery's last one. */
+	[S_RESULTS] = RESULTS_SQL(" ON CONFLICT (delivery_id, n) DO NOTHING RETURNING delivery_id, n",
+				 RESULTS_MOVED),
+	/* The same without a speculative insert per attempt: a number taken already makes it
+	 * fail as a whole (unique_violation), and S_RESULTS runs instead. */
+	[S_RESULTS_FAST] = RESULTS_SQL("", ""),
 	[S_LEASE_RENEW] =
 		"UPDATE outboxd.deliveries d SET lease_until = u.until"
 		" FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS u(id, until, i)"

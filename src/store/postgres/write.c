@@ -489,7 +489,16 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	failed |= delays.failed | dead_letter.failed | not_sent.failed;
 	rc = STORE_ERROR;
 	if (!failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
-		res = pg_run(pg, c, S_RESULTS, &p, &rc);
+		/* Nearly always no attempt number is taken: the insert without ON CONFLICT
+		 * saves a speculative insertion per attempt. When one is (a round whose lease
+		 * was lost recorded its attempts first), that statement changed nothing and
+		 * the one that records the attempt after the delivery's last runs. */
+		res = pg_run(pg, c, S_RESULTS_FAST, &p, &rc);
+		if (!res && rc == STORE_CONFLICT) {
+			log_debug("store: an attempt number of this results batch is taken; "
+				  "recording the batch again, such attempts after the last");
+			res = pg_run(pg, c, S_RESULTS, &p, &rc);
+		}
 		pg_give(c);
 	}
 	if (res) {
