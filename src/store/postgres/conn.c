@@ -43,6 +43,17 @@
 
 /* ---- prepared statements ------------------------------------------------- */
 
+/* The results statement's pieces: the insert into attempts, and the batch's attempts
+ * from their arrays (as a). */
+#define ATTEMPTS_INSERT \
+	" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code," \
+	"  message, cause, instance, not_sent)"
+#define ATTEMPTS_FROM \
+	" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[]," \
+	"  $19::int4[], $20::text[], $21::text[], $24::bool[])" \
+	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
+	"  not_sent)"
+
 /* The results statement. A result applies only while this owner ($13) holds the lease;
  * the attempts of the results that applied are inserted in the same statement. $22: the
  * results' delay_actions (added last so the other parameters keep their numbers).
@@ -82,28 +93,20 @@
 	"  AND x.id > u.id AND x.status <> 'PROCESSED' ORDER BY x.id LIMIT 1) n" \
 	" WHERE w.id = n.id AND n.blocked = 2)," \
 	" att AS (" \
-	" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code," \
-	"  message, cause, instance, not_sent)" \
+	ATTEMPTS_INSERT \
 	" SELECT a.delivery_id, a.n, a.kind, a.started_at, a.duration_ms, a.code," \
 	"  a.message, a.cause, $13, a.not_sent" \
-	" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[]," \
-	"  $19::int4[], $20::text[], $21::text[], $24::bool[])" \
-	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
-	"  not_sent)" \
+	ATTEMPTS_FROM \
 	" WHERE a.delivery_id IN (SELECT id FROM upd)" \
 	ATT_END ")," \
 	MOVED \
 	" lost AS (" \
-	" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code," \
-	"  message, cause, instance, not_sent)" \
+	ATTEMPTS_INSERT \
 	" SELECT a.delivery_id, (SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x" \
 	"  WHERE x.delivery_id = a.delivery_id)" \
 	"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n)," \
 	"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent" \
-	" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[]," \
-	"  $19::int4[], $20::text[], $21::text[], $24::bool[])" \
-	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
-	"  not_sent)" \
+	ATTEMPTS_FROM \
 	" WHERE a.delivery_id NOT IN (SELECT id FROM upd)" \
 	" AND EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.id = a.delivery_id)" \
 	" ON CONFLICT (delivery_id, n) DO NOTHING)" \
@@ -113,17 +116,13 @@
  * after the delivery's last one instead, so every request sent stays in the history. */
 #define RESULTS_MOVED \
 	" moved AS (" \
-	" INSERT INTO outboxd.attempts(delivery_id, n, kind, started_at, duration_ms, code," \
-	"  message, cause, instance, not_sent)" \
+	ATTEMPTS_INSERT \
 	" SELECT a.delivery_id, GREATEST((SELECT COALESCE(max(x.n), 0) FROM outboxd.attempts x" \
 	"  WHERE x.delivery_id = a.delivery_id), (SELECT COALESCE(max(t.n), 0) FROM att t" \
 	"  WHERE t.delivery_id = a.delivery_id))" \
 	"  + row_number() OVER (PARTITION BY a.delivery_id ORDER BY a.n)," \
 	"  a.kind, a.started_at, a.duration_ms, a.code, a.message, a.cause, $13, a.not_sent" \
-	" FROM unnest($14::text[], $15::int4[], $16::text[], $17::int8[], $18::int8[]," \
-	"  $19::int4[], $20::text[], $21::text[], $24::bool[])" \
-	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
-	"  not_sent)" \
+	ATTEMPTS_FROM \
 	" WHERE a.delivery_id IN (SELECT id FROM upd)" \
 	" AND (a.delivery_id, a.n) NOT IN (SELECT delivery_id, n FROM att)" \
 	" ON CONFLICT (delivery_id, n) DO NOTHING),"
