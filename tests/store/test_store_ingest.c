@@ -636,7 +636,8 @@ static void test_key_ordering(void **state)
 	}
 	claim_exactly(t, NULL, 0);
 
-	/* turning ordering off frees a blocked key at the next sweep */
+	/* turning ordering off frees a blocked key at the next sweep, also when no
+	 * subscription keeps order any more (the parking sweeps then do not run) */
 	char late[2][UUID_STR_LEN], ld[2][UUID_STR_LEN];
 	ingest_keyed(t, "k3", clock_now_ms() - 10, late[0]);
 	ingest_keyed(t, "k3", clock_now_ms() - 5, late[1]);
@@ -652,14 +653,18 @@ static void test_key_ordering(void **state)
 	assert_int_equal(store_order_sweep(t->st, clock_now_ms(), 1, &parked, &unparked),
 			 STORE_OK);
 	assert_int_equal(parked, 1);
-	struct sub_row row = {.name = "ordered-0", .config = "{}", .enabled = 1,
-			      .ordering = ORDERING_NONE};
-	memcpy(row.id, t->subs[0], UUID_STR_LEN);
-	assert_int_equal(store_sub_update(t->st, &row), STORE_OK);
+	for (int k = 0; k < 2; k++) {
+		char name[16];
+		snprintf(name, sizeof(name), "ordered-%d", k);
+		struct sub_row row = {.name = name, .config = "{}", .enabled = 1,
+				      .ordering = ORDERING_NONE};
+		memcpy(row.id, t->subs[k], UUID_STR_LEN);
+		assert_int_equal(store_sub_update(t->st, &row), STORE_OK);
+	}
 	assert_int_equal(store_order_sweep(t->st, clock_now_ms(), 1, &parked, &unparked),
 			 STORE_OK);
 	assert_int_equal(unparked, 1);
-	/* ld[1] is due (with the second k3 delivery of the skipping subscription) */
+	/* ld[1] is due (with the k3 deliveries of the other subscriptions) */
 	got_n = claim_n(t, clock_now_ms(), MINUTE_MS, 100, &c);
 	int freed = 0;
 	for (size_t i = 0; i < got_n; i++)

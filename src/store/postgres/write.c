@@ -746,9 +746,17 @@ int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *
 	*parked = *unparked = 0;
 	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
-	if (full)
+	/* Without an ordered subscription there is nothing to park: the parking sweeps'
+	 * plans may still walk every unfinished delivery with a partition key. Unparking
+	 * runs regardless (a subscription whose ordering was switched off releases what it
+	 * parked). */
+	PGresult *res = pg_run_sql(pg, c, "SELECT 1 FROM outboxd.subscriptions"
+					  " WHERE ordering > 0 LIMIT 1", NULL, &rc);
+	int ordered = res && PQntuples(res) > 0;
+	PQclear(res);
+	if (rc == STORE_OK && ordered && full)
 		rc = run_sweep(pg, c, park_dead_sql, now_ms, parked);
-	if (rc == STORE_OK)
+	if (rc == STORE_OK && ordered)
 		rc = run_sweep(pg, c, park_wait_sql, now_ms, &waiting);
 	if (full && rc == STORE_OK)
 		rc = run_sweep(pg, c, unpark_sql, now_ms, unparked);
