@@ -330,6 +330,43 @@ static void test_failing_since(void **state)
 	store_claims_free(c, n);
 }
 
+/* The store's counts by state, which /metrics and /v1/stats show: each status, the
+ * leased, the due backlog and the oldest dead delivery, in a store holding every state
+ * at once (the processed count is taken from the total, the others from their indexes). */
+static void test_stats_counts(void **state)
+{
+	struct t *t = *state;
+	char ev1[UUID_STR_LEN], ev2[UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_stats st;
+	struct store_delivery dead;
+
+	ingest_one(t, "counted", t->t0, 3, ev1);
+	ingest_one(t, "counted", t->t0 + 1, 3, ev2);
+	size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 5, &c);
+	assert_int_equal(n, 5); /* the sixth stays due */
+	record(t, c[0].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	record(t, c[1].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+	record(t, c[2].delivery_id, DELIVERY_FAILED, 1, clock_now_ms() + HOUR_MS, 503, "x", NULL);
+	record(t, c[3].delivery_id, DELIVERY_FAILED, 1, 0, 404, "Not Found", NULL);
+	/* c[4] stays leased */
+
+	assert_int_equal(store_stats(t->st, clock_now_ms(), MINUTE_MS, &st), STORE_OK);
+	assert_int_equal(st.new_count, 2);       /* the leased one and the due one */
+	assert_int_equal(st.processed_count, 2);
+	assert_int_equal(st.retrying_count, 1);
+	assert_int_equal(st.dead_count, 1);
+	assert_int_equal(st.in_flight, 1);
+	assert_int_equal(st.due_count, 1);
+	assert_true(st.oldest_due_at > 0);
+	dead = get_delivery(t, c[3].delivery_id);
+	assert_int_equal(st.oldest_dead_at, dead.created_at);
+	store_delivery_free(&dead);
+	assert_int_equal(st.blocked_count, 0);
+	store_stats_free(&st);
+	store_claims_free(c, n);
+}
+
 /* A job's progress is written only while it runs: a cancel between two progress writes
  * stays, and the late write is told the job is gone (store.h). */
 static void test_job_cancel_is_not_overwritten(void **state)
@@ -435,6 +472,7 @@ int main(void)
 		T(test_cleanup_keeps_failed),
 		T(test_cleanup_keeps_young),
 		T(test_failing_since),
+		T(test_stats_counts),
 		T(test_job_cancel_is_not_overwritten),
 		T(test_jobs_list_pages),
 	};
