@@ -795,8 +795,9 @@ static int run_sweep(struct sq *sq, const char *sql, int64_t now_ms, size_t *n)
 static int any_ordered(struct sq *sq, int *yes)
 {
 	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(sq->wdb, "SELECT 1 FROM subscriptions WHERE ordering > 0 LIMIT 1",
-				    -1, &s, NULL);
+	int rc = sqlite3_prepare_v2(sq->wdb,
+				    "SELECT 1 FROM subscriptions WHERE ordering > 0 LIMIT 1", -1,
+				    &s, NULL);
 
 	*yes = 0;
 	if (rc != SQLITE_OK) {
