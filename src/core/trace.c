@@ -1,8 +1,9 @@
 /* trace.c: W3C traceparent validation and child spans (see trace.h). */
 #include "core/trace.h"
 
-#include <stdio.h>
 #include <string.h>
+
+#include "util/fmt.h"
 
 static bool hex_run(const char *s, size_t n, bool *all_zero)
 {
@@ -29,7 +30,7 @@ bool trace_valid(const char *t)
 void trace_child(const char *parent, const char *event_id, uint64_t span,
 		 char out[TRACEPARENT_LEN])
 {
-	char trace[33], flags[3] = "01";
+	char trace[32], flags[2] = {'0', '1'};
 	if (trace_valid(parent)) {
 		memcpy(trace, parent + 3, 32);
 		memcpy(flags, parent + 53, 2);
@@ -43,7 +44,12 @@ void trace_child(const char *parent, const char *event_id, uint64_t span,
 		trace[0] = trace[0] == '0' && !memcmp(trace, "00000000000000000000000000000000", 32)
 				   ? '1' : trace[0];
 	}
-	trace[32] = '\0';
-	snprintf(out, TRACEPARENT_LEN, "00-%s-%016llx-%s", trace,
-		 (unsigned long long)(span ? span : 1), flags);
+	/* "00-" trace "-" span "-" flags: 55 characters */
+	memcpy(out, "00-", 3);
+	memcpy(out + 3, trace, 32);
+	out[35] = '-';
+	fmt_hex64(span ? span : 1, out + 36);
+	out[52] = '-';
+	memcpy(out + 53, flags, 2);
+	out[55] = '\0';
 }

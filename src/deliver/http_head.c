@@ -12,6 +12,8 @@
 
 #include <openssl/crypto.h>
 
+#include "util/fmt.h"
+
 /* 0 when the len bytes at host are an IP address spelt another way than libcurl
  * writes it: IPv4 other than dotted-decimal (063.0.0.1, 127.1, 0x7f.0.0.1, 2130706433),
  * IPv6 (v6: between brackets) other than inet_ntop's form ([::0], [::FFFF:7f00:1]), or
@@ -153,10 +155,11 @@ int wire_sub_sets_own_header(const struct subscription *s)
 int wire_head_build(struct wire_head *wh, const struct url_parts *u, const char *hbuf,
 		    size_t hbuf_len, const char *body, size_t body_len)
 {
-	char cl[24];
-	int cl_len = snprintf(cl, sizeof(cl), "%zu", body_len);
+	char cl_text[FMT_U64_LEN];
+	const char *cl = fmt_u64(body_len, cl_text);
+	size_t cl_len = (size_t)(cl_text + FMT_U64_LEN - 1 - cl);
 	/* the fixed text, the spans, and each line of hbuf with CRLF for its NUL */
-	size_t need = 64 + u->path_len + u->auth_len + (size_t)cl_len + hbuf_len * 2 +
+	size_t need = 64 + u->path_len + u->auth_len + cl_len + hbuf_len * 2 +
 		      (u->tls ? body_len : 0);
 	if (need > wh->cap) {
 		size_t cap = wh->cap ? wh->cap : 1024;
@@ -183,7 +186,7 @@ int wire_head_build(struct wire_head *wh, const struct url_parts *u, const char 
 	PUTS(" HTTP/1.1\r\nHost: ");
 	PUT(u->auth, u->host_hdr_len);
 	PUTS("\r\nAccept: */*\r\nContent-Length: ");
-	PUT(cl, (size_t)cl_len);
+	PUT(cl, cl_len);
 	PUTS("\r\n");
 	for (size_t o = 0; o < hbuf_len;) {
 		const char *line = hbuf + o;

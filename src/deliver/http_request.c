@@ -25,6 +25,7 @@
 #include "deliver/sign.h"
 #include "util/base64.h"
 #include "util/clock.h"
+#include "util/fmt.h"
 #include "util/log.h"
 #include "util/path.h"
 
@@ -111,18 +112,6 @@ static int append_line(struct http_round *h, const char *name, const char *value
 	return 0;
 }
 
-/* Decimal digits of v (v >= 0) into buf[21]. */
-static const char *decimal(int64_t v, char buf[21])
-{
-	char *p = buf + 20;
-	*p = '\0';
-	do {
-		*--p = (char)('0' + v % 10);
-		v /= 10;
-	} while (v > 0 && p > buf);
-	return p;
-}
-
 /* Links the lines of hbuf into hnodes: h->headers. Returns 0, -1 when memory ran out,
  * or -2 when a line holds a control character (core/header.h): the API, the intake and
  * the Kafka envelopes refuse such values, and this keeps what came another way (a
@@ -199,15 +188,15 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 
 	const char *ctype = s->payload_format == PAYLOAD_BINARY ? "application/octet-stream"
 								  : c->content_type;
-	char ts_text[21], attempt_text[21];
+	char ts_text[FMT_U64_LEN], attempt_text[FMT_U64_LEN];
 	/* webhook-id: the event's id upstream when it came with one (an envelope's
 	 * event.id), so the receiver sees one id for one event across hops */
 	const char *webhook_id = store_claim_webhook_id(c);
 	if (append_line(h, "Content-Type", ctype) || append_line(h, "webhook-id", webhook_id) ||
-	    append_line(h, "webhook-timestamp", decimal(ts, ts_text)) ||
+	    append_line(h, "webhook-timestamp", fmt_u64((uint64_t)(ts > 0 ? ts : 0), ts_text)) ||
 	    append_line(h, "outboxd-event-type", c->event_type) ||
 	    append_line(h, "outboxd-delivery-id", c->delivery_id) ||
-	    append_line(h, "outboxd-attempt", decimal(attempt_no, attempt_text)) ||
+	    append_line(h, "outboxd-attempt", fmt_u64((uint64_t)(attempt_no > 0 ? attempt_no : 0), attempt_text)) ||
 	    append_line(h, "traceparent", trace) || append_line(h, "User-Agent", "outboxd/0.1") ||
 	    append_line(h, "Expect", NULL))
 		goto fail;

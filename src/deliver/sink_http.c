@@ -33,6 +33,7 @@
 #include "core/trace.h"
 #include "deliver/sign.h"
 #include "util/clock.h"
+#include "util/fmt.h"
 #include "util/log.h"
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -286,8 +287,15 @@ void http_finish(struct http_round *h, enum transport_error te, long status, con
 			 "with the ssrf_allow setting", h->guard.refused, sj->sub->endpoint);
 	} else if (te == TRANSPORT_OK) {
 		sj->code = (int)status;
-		snprintf(sj->message, SINK_MSG_LEN, "HTTP %ld%s", status,
-			 h->reauthed ? " (with a new oauth2 token after HTTP 401)" : "");
+		if (h->reauthed || status < 0) {
+			snprintf(sj->message, SINK_MSG_LEN, "HTTP %ld%s", status,
+				 h->reauthed ? " (with a new oauth2 token after HTTP 401)" : "");
+		} else { /* every answer: without printf */
+			char num[FMT_U64_LEN];
+			const char *d = fmt_u64((uint64_t)status, num);
+			memcpy(sj->message, "HTTP ", 5);
+			memcpy(sj->message + 5, d, (size_t)(num + FMT_U64_LEN - d)); /* NUL too */
+		}
 		if (retry_is_success(sj->code))
 			sj->cause[0] = '\0'; /* keep no body for successes */
 	} else {

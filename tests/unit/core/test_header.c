@@ -31,6 +31,24 @@ static void test_values(void **state)
 		for (int at = 0; at < 3; at++)
 			assert_int_equal(header_value_valid(v[at], 3), !bad);
 	}
+	/* every byte at every place of longer values, which are checked eight bytes at a
+	 * time: each word, across the words' edges and in the tail */
+	for (int c = 0; c < 0x100; c++) {
+		int bad = (c < 0x20 && c != '\t') || c == 0x7f;
+		for (size_t len = 8; len <= 27; len += 19) {
+			for (size_t at = 0; at < len; at++) {
+				char w[32];
+				memset(w, c == 'x' ? 'y' : 'x', sizeof(w));
+				w[at] = (char)c;
+				assert_int_equal(header_value_valid(w, len), !bad);
+			}
+		}
+	}
+	/* a tab in a word does not hide a CR in the same word */
+	assert_false(header_value_valid("abc\tdef\rghijklm", 15));
+	assert_true(header_value_valid("abc\tdefghij\tklm", 15));
+	/* UTF-8 bytes around a control character */
+	assert_false(header_value_valid("\xe2\x82\xac\x01\xe2\x82\xac\xff", 8));
 	/* the attacks of a smuggled header: CRLF, a bare LF, a bare CR, a NUL cut */
 	static const char *const attacks[] = {
 		"abc\r\nX-Injected: 1\r\nHost: evil", "abc\nX-Injected: 1", "abc\rX-Injected: 1",

@@ -31,6 +31,8 @@ static void test_child(void **state)
 	assert_string_equal(out, "00-01a200730ecb7053bb4ef80469a6ea56-0000000000000007-01");
 	trace_child("garbage", "01a20073-0ecb-7053-bb4e-f80469a6ea56", 0, out);
 	assert_string_equal(out, "00-01a200730ecb7053bb4ef80469a6ea56-0000000000000001-01");
+	trace_child(NULL, "01a20073-0ecb-7053-bb4e-f80469a6ea56", 0xfedcba9876543210ULL, out);
+	assert_string_equal(out, "00-01a200730ecb7053bb4ef80469a6ea56-fedcba9876543210-01");
 }
 
 int main(void)
