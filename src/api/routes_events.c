@@ -13,6 +13,37 @@
 #include "intake/ingest.h"
 #include "util/clock.h"
 
+/* The answer to an ingest without duplicates, {"ids":[...]}, written directly when every
+ * id is plain text of a UUID (what outboxd makes): built with jansson, a string, an array
+ * slot and their release cost ~3,000 instructions an event. NULL when the batch needs
+ * the general path (an id of other characters) or memory ran out; the text is what
+ * jansson writes for the same answer. */
+static char *ids_body(const struct ingest_batch *b)
+{
+	static const char head[] = "{\"ids\":[", tail[] = "]}";
+	size_t need = sizeof(head) + sizeof(tail) + b->n * (UUID_STR_LEN + 3);
+	for (size_t i = 0; i < b->n; i++)
+		for (const char *c = b->events[i].id; *c; c++)
+			if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') || *c == '-'))
+				return NULL;
+	char *out = malloc(need), *p = out;
+	if (!out)
+		return NULL;
+	memcpy(p, head, sizeof(head) - 1);
+	p += sizeof(head) - 1;
+	for (size_t i = 0; i < b->n; i++) {
+		size_t len = strlen(b->events[i].id);
+		if (i)
+			*p++ = ',';
+		*p++ = '"';
+		memcpy(p, b->events[i].id, len);
+		p += len;
+		*p++ = '"';
+	}
+	memcpy(p, tail, sizeof(tail)); /* with its NUL */
+	return out;
+}
+
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	struct ingest_batch b;
@@ -53,6 +84,14 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 		return;
 	}
 	metrics_ingested(INGEST_HTTP, (long)b.n);
+	int any_dup = 0;
+	for (size_t i = 0; i < b.n; i++)
+		any_dup |= b.events[i].duplicate;
+	if (!any_dup && (res->body = ids_body(&b)) != NULL) {
+		res->status = 202;
+		ingest_batch_free(&b);
+		return;
+	}
 	json_t *ids = json_array(), *dups = NULL;
 	for (size_t i = 0; i < b.n; i++) {
 		json_array_append_new(ids, json_string(b.events[i].id));

@@ -512,6 +512,86 @@ static void test_unsupported_option_is_422(void **state)
 
 /* The gRPC ingest's authorization (api_ingest_authorize): the tokens and scope of
  * POST /v1/events, and what it refuses as the API would answer it. */
+/* The text of the answer to POST /v1/events (the caller frees it). */
+static char *post_events_raw(struct fixture *f, const char *body, int *status)
+{
+	struct api_request req = {
+		.method = "POST", .path = "/v1/events", .query = no_query,
+		.authorization = "Bearer adm", .content_type = "application/json",
+		.body = body, .body_len = strlen(body),
+	};
+	struct api_response res = {0};
+	api_handle(&f->api, &req, &res);
+	*status = res.status;
+	return res.body;
+}
+
+/* The ingest answer lists the stored ids in order, written as jansson writes it (the
+ * answer without duplicates is written directly), and a repeated key shows as
+ * duplicates (a batch) or duplicate (one event), with the first event's id. */
+static void test_ingest_answer_lists_ids(void **state)
+{
+	struct fixture *f = *state;
+	int status;
+	char *raw = post_events_raw(f,
+				    "{\"events\":[{\"event_type\":\"a.b\",\"payload\":{}},"
+				    "{\"event_type\":\"a.c\",\"payload\":[1]},"
+				    "{\"event_type\":\"a.d\",\"source\":\"shop\","
+				    "\"source_event_id\":\"k-1\",\"payload\":\"x\"}]}",
+				    &status);
+	assert_int_equal(status, 202);
+	json_t *body = json_loads(raw, 0, NULL);
+	assert_non_null(body);
+	char *again = json_dumps(body, JSON_COMPACT);
+	assert_string_equal(raw, again);
+	free(again);
+	json_t *ids = json_object_get(body, "ids");
+	assert_int_equal(json_array_size(ids), 3);
+	assert_int_equal(json_object_size(body), 1);
+	char keyed[64];
+	snprintf(keyed, sizeof(keyed), "%s", json_string_value(json_array_get(ids, 2)));
+	for (size_t i = 0; i < 3; i++) {
+		char path[128];
+		json_t *ev;
+		assert_int_equal(strlen(json_string_value(json_array_get(ids, i))), 36);
+		snprintf(path, sizeof(path), "/v1/events/%s",
+			 json_string_value(json_array_get(ids, i)));
+		assert_int_equal(call(f, "GET", path, NULL, NULL, &ev), 200);
+		json_decref(ev);
+	}
+	json_decref(body);
+	free(raw);
+
+	raw = post_events_raw(f,
+			      "{\"events\":[{\"event_type\":\"a.d\",\"source\":\"shop\","
+			      "\"source_event_id\":\"k-1\",\"payload\":\"x\"},"
+			      "{\"event_type\":\"a.b\",\"payload\":{}}]}",
+			      &status);
+	assert_int_equal(status, 202);
+	body = json_loads(raw, 0, NULL);
+	assert_non_null(body);
+	assert_string_equal(json_string_value(json_array_get(json_object_get(body, "ids"), 0)),
+			    keyed);
+	assert_int_equal(json_array_size(json_object_get(body, "duplicates")), 1);
+	assert_int_equal(json_integer_value(json_array_get(json_object_get(body, "duplicates"), 0)),
+			 0);
+	json_decref(body);
+	free(raw);
+
+	raw = post_events_raw(f,
+			      "{\"event_type\":\"a.d\",\"source\":\"shop\","
+			      "\"source_event_id\":\"k-1\",\"payload\":\"x\"}",
+			      &status);
+	assert_int_equal(status, 202);
+	body = json_loads(raw, 0, NULL);
+	assert_non_null(body);
+	assert_true(json_is_true(json_object_get(body, "duplicate")));
+	assert_string_equal(json_string_value(json_array_get(json_object_get(body, "ids"), 0)),
+			    keyed);
+	json_decref(body);
+	free(raw);
+}
+
 static void test_ingest_authorize_as_post_events(void **state)
 {
 	struct fixture *f = *state;
@@ -556,6 +636,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_bad_event_names_the_field, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_is_stored_and_fanned_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ingest_answer_lists_ids, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delivery_shows_its_envelope, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ingest_authorize_as_post_events, setup,
