@@ -235,6 +235,25 @@ static void test_ingest_is_atomic(void **state)
 	/* Bad arguments never reach the backend. */
 	ev[1].event_type = NULL;
 	assert_int_equal(store_ingest(t->st, &ev[1], 1), STORE_INVALID);
+
+	/* The same inside a batch written many rows to a statement: the clash is in the
+	 * middle of the second group, after rows of its own statement went in. */
+	enum { N = 70 };
+	struct store_event_in many[N];
+	for (int i = 0; i < N; i++) {
+		many[i] = ev[0];
+		many[i].event_type = "a";
+		many[i].created_at = t->t0 + i;
+		uuid_v7(many[i].id);
+	}
+	memcpy(many[40].id, many[35].id, UUID_STR_LEN);
+	assert_int_not_equal(store_ingest(t->st, many, N), STORE_OK);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(store_event_get(t->st, many[i].id, &got), STORE_NOT_FOUND);
+	struct store_claim *c = NULL;
+	size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 1000, &c);
+	assert_int_equal(n, 1); /* only the event stored above */
+	store_claims_free(c, n);
 }
 
 /* An event's id upstream (webhook_id) and a delivery whose first round is scheduled
