@@ -120,19 +120,21 @@ static const char *const wsql[W_COUNT] = {
 		" next_attempt_at, last_code, last_message, last_cause, created_at, updated_at,"
 		" order_key, starts_scheduled)"
 		" VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)",
-	/* A delivery of an ordered subscription waits while an earlier one of its key is
-	 * not done (ORDERING_SQL, sqlite_int.h). */
+	/* The due deliveries with their events, oldest first; a delivery of an ordered
+	 * subscription waits while an earlier one of its key is not done (ORDERING_SQL,
+	 * sqlite_int.h). The claim leases them one by one (W_CLAIM_LEASE) in the same
+	 * transaction, under the write lock: nothing else writes in between. */
 	[W_CLAIM] =
-		"UPDATE deliveries SET lease_owner = ?1, lease_until = ?2"
-		" WHERE rowid IN (SELECT rowid FROM deliveries d"
-		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
-		"  AND next_attempt_at <= ?3 AND " ORDERING_SQL
-		"  ORDER BY next_attempt_at LIMIT ?4)"
-		" RETURNING id, event_id, subscription_id, status, replay, attempt_count,"
-		" retry_count, next_attempt_at, delay_actions, starts_scheduled",
-	[W_CLAIM_EVENT] =
-		"SELECT event_type, content_type, payload, created_at, traceparent, source,"
-		" source_event_id, partition_key, webhook_id FROM events WHERE id = ?1",
+		"SELECT d.rowid, d.id, d.event_id, d.subscription_id, d.status, d.replay,"
+		" d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions,"
+		" d.starts_scheduled, e.event_type, e.content_type, e.payload, e.created_at,"
+		" e.traceparent, e.source, e.source_event_id, e.partition_key, e.webhook_id"
+		" FROM deliveries d LEFT JOIN events e ON e.id = d.event_id"
+		" WHERE d.lease_until IS NULL AND d.next_attempt_at IS NOT NULL"
+		" AND d.next_attempt_at <= ?1 AND " ORDERING_SQL
+		" ORDER BY d.next_attempt_at LIMIT ?2",
+	[W_CLAIM_LEASE] =
+		"UPDATE deliveries SET lease_owner = ?1, lease_until = ?2 WHERE rowid = ?3",
 	[W_RESULT] =
 		"UPDATE deliveries SET status = ?2, replay = ?3, attempt_count = ?4,"
 		" retry_count = ?5, next_attempt_at = ?6, processed_at = ?7,"

@@ -57,7 +57,7 @@ enum wstmt {
 	W_DELIVERY_INSERT,
 	W_DELIVERY_INSERT_STATE,
 	W_CLAIM,
-	W_CLAIM_EVENT,
+	W_CLAIM_LEASE,
 	W_RESULT,
 	W_PROMOTE,
 	W_ATTEMPT_INSERT,
@@ -147,6 +147,7 @@ struct delivery_group {
 
 struct claim_row {
 	int64_t due;
+	int64_t rowid;                /* the delivery's, to lease it by */
 	struct store_claim c;
 };
 
