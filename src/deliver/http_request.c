@@ -192,11 +192,14 @@ static int build_headers(struct http_round *h, int attempt_no, int64_t now_ms, c
 	/* webhook-id: the event's id upstream when it came with one (an envelope's
 	 * event.id), so the receiver sees one id for one event across hops */
 	const char *webhook_id = store_claim_webhook_id(c);
+	const char *ts_digits = fmt_u64((uint64_t)(ts > 0 ? ts : 0), ts_text);
+	const char *attempt_digits = fmt_u64((uint64_t)(attempt_no > 0 ? attempt_no : 0),
+					     attempt_text);
 	if (append_line(h, "Content-Type", ctype) || append_line(h, "webhook-id", webhook_id) ||
-	    append_line(h, "webhook-timestamp", fmt_u64((uint64_t)(ts > 0 ? ts : 0), ts_text)) ||
+	    append_line(h, "webhook-timestamp", ts_digits) ||
 	    append_line(h, "outboxd-event-type", c->event_type) ||
 	    append_line(h, "outboxd-delivery-id", c->delivery_id) ||
-	    append_line(h, "outboxd-attempt", fmt_u64((uint64_t)(attempt_no > 0 ? attempt_no : 0), attempt_text)) ||
+	    append_line(h, "outboxd-attempt", attempt_digits) ||
 	    append_line(h, "traceparent", trace) || append_line(h, "User-Agent", "outboxd/0.1") ||
 	    append_line(h, "Expect", NULL))
 		goto fail;

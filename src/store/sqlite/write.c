@@ -446,10 +446,11 @@ out:
 	rc = sq_tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);
 	if (rc != STORE_OK || !out) {
-		/* the claims' event parts are still the rows' */
+		/* the claims' event parts (out, when there, holds copies of the pointers) */
 		for (size_t i = 0; i < count; i++)
 			free(rows[i].c.event_type); /* the start of its one allocation */
 		free(rows);
+		free(out);
 		if (rc != STORE_OK)
 			return rc;
 		*items = NULL;
