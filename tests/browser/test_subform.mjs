@@ -129,9 +129,12 @@ async function main() {
       await sent.getByRole('link', { name: 'its delivery' }).click();
       await page.getByRole('heading', { name: 'Deliveries', exact: true }).waitFor();
       const rows = page.locator('table.list tbody tr[data-id]');
-      await waitFor('one delivery, processed', async () => {
+      // the subscription's name shows once the page's list of subscriptions has loaded,
+      // which may come after the deliveries
+      await waitFor('one delivery, processed, under its subscription\'s name', async () => {
         await page.keyboard.press('r');
-        return (await rows.count()) === 1 && (await rows.first().getByTestId('status').innerText()) === 'PROCESSED';
+        return (await rows.count()) === 1 && (await rows.first().getByTestId('status').innerText()) === 'PROCESSED' &&
+          (await rows.first().innerText()).includes('crm-form');
       });
       const row = await rows.first().innerText();
       check(row.includes('test.ping') && row.includes('crm-form'), `the test delivery: ${row}`);
