@@ -178,8 +178,8 @@ const char *const pg_sql_of[S_COUNT] = {
 		" ORDER BY next_attempt_at LIMIT 1)",
 	/* Results (RESULTS_SQL, above); an attempt number already taken is recorded after
 	 * the delivery's last one. */
-	[S_RESULTS] = RESULTS_SQL(" ON CONFLICT (delivery_id, n) DO NOTHING RETURNING delivery_id, n",
-				 RESULTS_MOVED),
+	[S_RESULTS] = RESULTS_SQL(" ON CONFLICT (delivery_id, n) DO NOTHING"
+				  " RETURNING delivery_id, n", RESULTS_MOVED),
 	/* The same without a speculative insert per attempt: a number taken already makes it
 	 * fail as a whole (unique_violation), and S_RESULTS runs instead. */
 	[S_RESULTS_FAST] = RESULTS_SQL("", ""),

@@ -445,21 +445,17 @@ out:
 	sq_stmt_end(s);
 	rc = sq_tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);
-	if (rc != STORE_OK || !out) {
+	if (rc != STORE_OK) {
 		/* the claims' event parts (out, when there, holds copies of the pointers) */
 		for (size_t i = 0; i < count; i++)
 			free(rows[i].c.event_type); /* the start of its one allocation */
 		free(rows);
 		free(out);
-		if (rc != STORE_OK)
-			return rc;
-		*items = NULL;
-		*n = 0;
-		return STORE_OK;
+		return rc;
 	}
 	free(rows);
-	*items = out;
-	*n = count;
+	*items = out; /* NULL when nothing was due */
+	*n = out ? count : 0;
 	return STORE_OK;
 }
 
