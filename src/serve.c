@@ -532,6 +532,7 @@ static int serve_start(struct server *s)
 		.cleanup_enabled = cfg->cleanup_enabled,
 		.cleanup_interval_ms = cfg->cleanup_interval_ms,
 		.cleanup_after_ms = cfg->cleanup_after_ms,
+		.stats_window_ms = cfg->stats_window_ms,
 		.ops = {ops_events_emit, s->ops},
 		.reload_subs = reload_subscriptions,
 		.reload_ctx = &s->reload,

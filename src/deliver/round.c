@@ -292,6 +292,7 @@ static void round_result(struct round *r, const struct outcome *o)
 
 	memset(res, 0, sizeof(*res));
 	res->delivery_id = c->delivery_id;
+	res->subscription_id = c->subscription_id;
 	res->ordered_key = o->release_key;
 	res->attempts = r->attempts;
 	res->n_attempts = (size_t)r->tries;

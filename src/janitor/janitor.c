@@ -29,6 +29,10 @@ struct janitor {
 #define REPLAY_TICK_MS 100    /* pacing granularity of running replay jobs */
 #define SUBS_RETRY_MS 1000    /* a stale subscription set is read again this often */
 #define REPLAY_POLL_MS 1000   /* how often to look for jobs when none runs */
+/* The per-minute attempt counts (/v1/stats, the console's series) are pruned this often,
+ * keeping a day and an hour (the series reaches back a day) or stats_window if longer. */
+#define COUNTS_PRUNE_MS (10 * 60 * 1000)
+#define COUNTS_KEEP_MS ((int64_t)25 * 3600 * 1000)
 
 /* Fan-out for the relay: the subscriptions that want an event type. */
 struct relay_fanout {
@@ -88,6 +92,7 @@ static void *janitor_main(void *arg)
 	 * may have unblocked a key) */
 	int64_t sweep_ms = j->cfg.reap_interval_ms < 1000 ? j->cfg.reap_interval_ms : 1000;
 	int64_t next_sweep = now + sweep_ms, next_full_sweep = now + j->cfg.reap_interval_ms;
+	int64_t next_counts = now + COUNTS_PRUNE_MS;
 
 	pthread_mutex_lock(&j->mu);
 	while (!j->stopping) {
@@ -153,6 +158,14 @@ static void *janitor_main(void *arg)
 				log_error("cleanup: %s", store_strerror(rc));
 			next_cleanup = clock_mono_ms() + j->cfg.cleanup_interval_ms;
 		}
+		if (now >= next_counts) {
+			int64_t keep = j->cfg.stats_window_ms > COUNTS_KEEP_MS ? j->cfg.stats_window_ms
+									 : COUNTS_KEEP_MS;
+			int rc = store_attempt_counts_prune(j->st, clock_now_ms() - keep);
+			if (rc != STORE_OK)
+				log_error("attempt counts: %s", store_strerror(rc));
+			next_counts = clock_mono_ms() + COUNTS_PRUNE_MS;
+		}
 
 		int64_t wake = next_relay;
 		if (next_replay < wake)
@@ -163,6 +176,8 @@ static void *janitor_main(void *arg)
 			wake = next_sweep;
 		if (j->cfg.cleanup_enabled && next_cleanup < wake)
 			wake = next_cleanup;
+		if (next_counts < wake)
+			wake = next_counts;
 		int64_t wait_ms = wake - clock_mono_ms();
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);

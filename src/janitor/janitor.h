@@ -24,6 +24,8 @@ struct janitor_config {
 	int cleanup_enabled;
 	int64_t cleanup_interval_ms;
 	int64_t cleanup_after_ms;   /* keep PROCESSED deliveries at least this long */
+	int64_t stats_window_ms;    /* /v1/stats' window: attempt counts are kept at least
+	                               this long, and at least a day (the series' reach) */
 	struct ops_event_hook ops;   /* outboxd.replay_job.finished (core/ops_event.h) */
 	/* Reads the subscriptions from the store again (store_subs_load with the daemon's
 	 * defaults); called while the set is stale or a reload was asked for, at most every

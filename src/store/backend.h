@@ -40,7 +40,11 @@ struct store_methods {
 	int (*next_due)(store *st, int64_t *at_ms);
 	int (*leases_renew)(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *until,
 			    size_t n, unsigned char *renewed);
+	/* Results, their attempt rows, and the attempts' per-minute counts (attempt_minutes)
+	 * and each subscription's newest failure (attempt_errors) under st->owner, in one
+	 * transaction. */
 	int (*record_results)(store *st, const struct store_result *results, size_t n);
+	int (*attempt_counts_prune)(store *st, int64_t before_ms);
 	int (*dead_letters)(store *st, size_t limit, struct store_dead_letter **items, size_t *n);
 	int (*dead_letters_done)(store *st, const char (*ids)[UUID_STR_LEN], size_t n);
 	int (*reap_leases)(store *st, int64_t now_ms, size_t *n);
@@ -86,7 +90,8 @@ struct store_methods {
 	/* The attempts started in [from_ms, from_ms + bucket_ms * n_buckets) (of
 	 * subscription_id's deliveries, NULL = all) grouped by bucket and duration_ms: one
 	 * call of group per group, ordered by bucket, then duration (store/series.c turns
-	 * them into store_attempt_series' buckets). A nonzero return of group stops it:
+	 * them into store_attempt_series' buckets), read from the per-minute counts (from_ms
+	 * and bucket_ms are whole minutes). A nonzero return of group stops it:
 	 * STORE_ERROR. */
 	int (*attempt_series)(store *st, const char *subscription_id, int64_t from_ms,
 			      int64_t bucket_ms, size_t n_buckets, store_series_group_cb group,

@@ -71,6 +71,26 @@ static const struct copy_column attempts_cols[] = {
 	{"not_sent", COPY_INT, 0},
 };
 
+/* The per-minute attempt counts and newest failures (/v1/stats, the console's series):
+ * copied as they are, so the copy shows the same history. */
+static const struct copy_column attempt_minutes_cols[] = {
+	{"minute", COPY_INT, 0},
+	{"subscription_id", COPY_TEXT, 0},
+	{"duration_ms", COPY_INT, 0},
+	{"owner", COPY_TEXT, 0},
+	{"succeeded", COPY_INT, 0},
+	{"client_error", COPY_INT, 0},
+	{"server_error", COPY_INT, 0},
+};
+
+static const struct copy_column attempt_errors_cols[] = {
+	{"subscription_id", COPY_TEXT, 0},
+	{"owner", COPY_TEXT, 0},
+	{"at", COPY_INT, 0},
+	{"code", COPY_INT, 0},
+	{"message", COPY_TEXT, COPY_ERRTEXT},
+};
+
 static const struct copy_column subscriptions_cols[] = {
 	{"id", COPY_TEXT, 0},
 	{"name", COPY_TEXT, 0},
@@ -144,6 +164,8 @@ const struct copy_table store_copy_tables[] = {
 	{"events", COLS(events_cols), 1, 0, 0},
 	{"deliveries", COLS(deliveries_cols), 1, 0, 0},
 	{"attempts", COLS(attempts_cols), 2, 0, 0},
+	{"attempt_minutes", COLS(attempt_minutes_cols), 4, 0, 0},
+	{"attempt_errors", COLS(attempt_errors_cols), 2, 0, 0},
 	{"tokens", COLS(tokens_cols), 1, 0, 0},
 	{"jobs", COLS(jobs_cols), 1, 0, 0},
 	{"audit", COLS(audit_cols), 1, 0, 0},

@@ -53,7 +53,8 @@ int store_attempt_series(store *st, const char *subscription_id, int64_t from_ms
 {
 	struct fold f = {.out = out, .n_buckets = n_buckets, .bucket = -1};
 
-	if (!st || !out || bucket_ms <= 0 || n_buckets == 0 || n_buckets > STORE_SERIES_MAX ||
+	if (!st || !out || bucket_ms <= 0 || bucket_ms % STORE_MINUTE_MS ||
+	    from_ms % STORE_MINUTE_MS || n_buckets == 0 || n_buckets > STORE_SERIES_MAX ||
 	    (subscription_id && !*subscription_id))
 		return STORE_INVALID;
 	memset(out, 0, n_buckets * sizeof(*out));

@@ -720,6 +720,13 @@ int store_cleanup(store *st, int64_t before_ms, size_t *deleted)
 	return st->methods->cleanup(st, before_ms, deleted);
 }
 
+int store_attempt_counts_prune(store *st, int64_t before_ms)
+{
+	if (!st)
+		return STORE_INVALID;
+	return st->methods->attempt_counts_prune(st, before_ms);
+}
+
 /* ---- operator jobs and audit -------------------------------------------------------------- */
 
 int store_job_create(store *st, const struct store_job *job)

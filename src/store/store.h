@@ -248,6 +248,9 @@ struct store_attempt {
  * after the delivery's last recorded one. */
 struct store_result {
 	const char *delivery_id;    /* borrowed */
+	const char *subscription_id; /* borrowed: the delivery's, which its attempts are
+	                               counted for; NULL (a result read back from a spool):
+	                               the backend looks it up */
 	enum delivery_status status;
 	int replay;                 /* new value of the replay flag */
 	int attempt_count;          /* new totals */
@@ -535,13 +538,21 @@ struct store_stats {
 	size_t n_subs;
 };
 
-/* Counts, and per-subscription outcomes of attempts started after now - window_ms. */
+/* Attempts are counted per minute as they are recorded (the per-subscription figures and
+ * the series read those counts, not the attempts): a minute starts at a multiple of this
+ * many ms since the epoch. */
+#define STORE_MINUTE_MS 60000
+
+/* Counts, and per-subscription outcomes of the attempts started in the minutes from the
+ * one now - window_ms falls in through the current one; the newest failure only when it
+ * started after now - window_ms. */
 int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
 void store_stats_free(struct store_stats *s);
 
 /* Attempts per time bucket by outcome, and how long they took (the console's charts):
  * bucket i counts the attempts started in [from_ms + i * bucket_ms, from_ms + (i + 1) *
- * bucket_ms). subscription_id (borrowed; NULL = every subscription) keeps only the
+ * bucket_ms); from_ms and bucket_ms are whole minutes (STORE_MINUTE_MS: STORE_INVALID
+ * otherwise). subscription_id (borrowed; NULL = every subscription) keeps only the
  * attempts of that subscription's deliveries. out is borrowed: n_buckets entries the
  * caller owns, zeroed and filled here (store/series.c). */
 #define STORE_SERIES_MAX 1440     /* buckets at most: a day of minutes */
@@ -557,6 +568,11 @@ struct store_series_bucket {
 };
 int store_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
 			 int64_t bucket_ms, size_t n_buckets, struct store_series_bucket *out);
+
+/* Deletes the attempt counts of the minutes before before_ms and the newest failures
+ * that started before it (the janitor keeps a day: the series' reach). The attempts
+ * themselves are untouched. */
+int store_attempt_counts_prune(store *st, int64_t before_ms);
 
 /* ---- subscriptions ------------------------------------------------------------------ */
 

@@ -279,6 +279,7 @@ static void handoff_release(struct writer *w, struct store_claim *claims, size_t
 
 	for (size_t i = 0; r && i < n; i++) {
 		r[i].delivery_id = claims[i].delivery_id;
+		r[i].subscription_id = claims[i].subscription_id;
 		r[i].status = claims[i].status;
 		r[i].next_attempt_at = now;
 		r[i].last_code = -1;

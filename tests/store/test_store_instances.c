@@ -96,7 +96,9 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	/* Make it look like a database from before migration 6 (without what later
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-	sqlite_exec_ok(conn, "DROP TRIGGER deliveries_delete_attempts;"
+	sqlite_exec_ok(conn, "DROP TABLE attempt_minutes; DROP TABLE attempt_errors;"
+			     "CREATE INDEX attempts_started ON attempts(started_at);"
+			     "DROP TRIGGER deliveries_delete_attempts;"
 			     "DROP INDEX events_created; DROP INDEX events_type;"
 			     "DROP INDEX deliveries_dead_letter_pending;"
 			     "ALTER TABLE deliveries DROP COLUMN dead_letter_pending;"
@@ -142,6 +144,63 @@ static void test_sqlite_checks_without_in_lists(void **state)
 				      NULL, NULL, NULL),
 			 SQLITE_CONSTRAINT);
 	sqlite3_close(conn);
+}
+
+/* A database from before the per-minute attempt counts gets them from the attempts it
+ * holds (the last day's), when opened: the stats and the series show its history. */
+static void test_sqlite_counts_from_history(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_stats st;
+	struct store_series_bucket b[2];
+	sqlite3 *conn = NULL;
+	char err[512] = "";
+	int64_t now = clock_now_ms(), m = now - now % MINUTE_MS;
+	struct store_attempt tries[3] = {
+		{1, ATTEMPT_IMMEDIATE, m - MINUTE_MS, 40, 503, "HTTP 503", NULL, 0},
+		{2, ATTEMPT_SCHEDULED, m - MINUTE_MS + 10, 40, 503, "busy", NULL, 0},
+		{3, ATTEMPT_SCHEDULED, m, 12, 200, "HTTP 200", NULL, 0},
+	};
+
+	if (strcmp(backend->name, "sqlite") != 0)
+		skip();
+	ingest_one(t, "a", t->t0, 1, NULL);
+	assert_int_equal(claim_n(t, now, MINUTE_MS, 10, &c), 1);
+	struct store_result r = {
+		.delivery_id = c[0].delivery_id,
+		.status = DELIVERY_PROCESSED,
+		.attempt_count = 3,
+		.processed_at = now,
+		.attempts = tries,
+		.n_attempts = 3,
+	};
+	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+	store_claims_free(c, 1);
+	store_close(t->st);
+	t->st = NULL;
+
+	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+	sqlite_exec_ok(conn, "DROP TABLE attempt_minutes; DROP TABLE attempt_errors;"
+			     "CREATE INDEX attempts_started ON attempts(started_at);"
+			     "DELETE FROM schema_migrations WHERE version >= 19;");
+	sqlite3_close(conn);
+	assert_int_equal(store_open(t->db.dsn, "test-owner", &t->st, err, sizeof(err)), STORE_OK);
+
+	assert_int_equal(store_stats(t->st, now, 10 * MINUTE_MS, &st), STORE_OK);
+	assert_int_equal(st.n_subs, 1);
+	assert_int_equal(st.subs[0].attempts, 3);
+	assert_int_equal(st.subs[0].successes, 1);
+	assert_int_equal(st.subs[0].last_code, 503);
+	assert_string_equal(st.subs[0].last_message, "busy");
+	assert_int_equal(st.subs[0].last_error_at, m - MINUTE_MS + 10);
+	store_stats_free(&st);
+	assert_int_equal(store_attempt_series(t->st, t->subs[0], m - MINUTE_MS, MINUTE_MS, 2, b),
+			 STORE_OK);
+	assert_int_equal(b[0].server_error, 2);
+	assert_int_equal(b[0].p50_ms, 40);
+	assert_int_equal(b[1].succeeded, 1);
+	assert_int_equal(b[1].p99_ms, 12);
 }
 
 static void test_open_rejects_bad_dsn(void **state)
@@ -447,6 +506,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_second_open_is_locked),
 		T(test_sqlite_checks_without_in_lists),
+		T(test_sqlite_counts_from_history),
 		T(test_two_owners_share_work),
 		T(test_work_notifications),
 		T(test_outage_then_recovery),

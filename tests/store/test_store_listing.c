@@ -374,6 +374,145 @@ static void test_attempt_series_latency(void **state)
 	}
 }
 
+/* The subscription's figures in st (NULL when it has none). */
+static const struct store_sub_stats *sub_stats(const struct store_stats *st, const char *sub)
+{
+	for (size_t i = 0; i < st->n_subs; i++)
+		if (strcmp(st->subs[i].subscription_id, sub) == 0)
+			return &st->subs[i];
+	return NULL;
+}
+
+/* Records the attempts tries (n of them) for delivery_id of subscription sub (NULL: the
+ * store looks it up, as for a result from a spool) in one result: DELIVERY_PROCESSED when
+ * the last succeeded, else FAILED with a retry. */
+static void record_tries(struct t *t, const char *delivery_id, const char *sub,
+			 const struct store_attempt *tries, int n)
+{
+	int ok = tries[n - 1].code >= 200 && tries[n - 1].code <= 299;
+	struct store_result r = {
+		.delivery_id = delivery_id,
+		.subscription_id = sub,
+		.status = ok ? DELIVERY_PROCESSED : DELIVERY_FAILED,
+		.attempt_count = tries[n - 1].n,
+		.next_attempt_at = ok ? 0 : clock_now_ms() + HOUR_MS,
+		.processed_at = ok ? clock_now_ms() : 0,
+		.last_code = ok ? 0 : tries[n - 1].code,
+		.last_message = ok ? NULL : tries[n - 1].message,
+		.attempts = tries,
+		.n_attempts = (size_t)n,
+	};
+	assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
+}
+
+/* /v1/stats' per-subscription figures come from the per-minute counts results keep: the
+ * whole minutes from the one now - window falls in, the newest failure only when it
+ * started within the window; a result whose lease was lost still counts its attempts
+ * (they were sent), under the instance that recorded them. Pruning drops the counts of
+ * older minutes, never the attempts. */
+static void test_attempt_counts(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c = NULL;
+	struct store_stats st;
+	struct store_series_bucket b[4];
+	const struct store_sub_stats *x;
+	int64_t now = clock_now_ms(), m = now - now % MINUTE_MS;
+	struct store_attempt tries0[3] = {
+		{1, ATTEMPT_IMMEDIATE, m - 3 * MINUTE_MS + 1000, 7, 503, "HTTP 503", NULL, 0},
+		{2, ATTEMPT_SCHEDULED, m - MINUTE_MS + 5, 9, 404, "HTTP 404", NULL, 0},
+		{3, ATTEMPT_SCHEDULED, now, 9, 200, "HTTP 200", NULL, 0},
+	};
+	struct store_attempt tries1[1] = {{1, ATTEMPT_IMMEDIATE, now, 9, 204, "HTTP 204", NULL, 0}};
+	struct store_attempt tries2[1] = {{1, ATTEMPT_IMMEDIATE, now, 30, 500, "HTTP 500", NULL, 0}};
+	const char *d0 = NULL, *d1 = NULL, *d2 = NULL;
+
+	ingest_one(t, "a", t->t0, 3, NULL);
+	assert_int_equal(claim_n(t, now, MINUTE_MS, 10, &c), 3);
+	for (int i = 0; i < 3; i++) {
+		if (strcmp(c[i].subscription_id, t->subs[0]) == 0)
+			d0 = c[i].delivery_id;
+		else if (strcmp(c[i].subscription_id, t->subs[1]) == 0)
+			d1 = c[i].delivery_id;
+		else
+			d2 = c[i].delivery_id;
+	}
+	record_tries(t, d0, NULL, tries0, 3);
+	record_tries(t, d1, t->subs[1], tries1, 1);
+	/* another instance, which lost the lease, records its attempt anyway */
+	assert_int_equal(store_set_owner(t->st, "other-owner"), STORE_OK);
+	record_tries(t, d2, NULL, tries2, 1);
+	assert_int_equal(store_set_owner(t->st, "test-owner"), STORE_OK);
+
+	/* 10 minutes: every attempt */
+	assert_int_equal(store_stats(t->st, now, 10 * MINUTE_MS, &st), STORE_OK);
+	assert_non_null(x = sub_stats(&st, t->subs[0]));
+	assert_int_equal(x->attempts, 3);
+	assert_int_equal(x->successes, 1);
+	assert_int_equal(x->last_code, 404);
+	assert_string_equal(x->last_message, "HTTP 404");
+	assert_int_equal(x->last_error_at, m - MINUTE_MS + 5);
+	assert_non_null(x = sub_stats(&st, t->subs[1]));
+	assert_int_equal(x->attempts, 1);
+	assert_int_equal(x->successes, 1);
+	assert_int_equal(x->last_code, 0);
+	assert_non_null(x = sub_stats(&st, t->subs[2]));
+	assert_int_equal(x->attempts, 1);
+	assert_int_equal(x->successes, 0);
+	assert_int_equal(x->last_code, 500);
+	store_stats_free(&st);
+
+	/* now - window falls in minute m - 2: the 503 of minute m - 3 is out */
+	assert_int_equal(store_stats(t->st, now, now - (m - 2 * MINUTE_MS + 30000), &st), STORE_OK);
+	assert_non_null(x = sub_stats(&st, t->subs[0]));
+	assert_int_equal(x->attempts, 2);
+	assert_int_equal(x->successes, 1);
+	assert_int_equal(x->last_code, 404);
+	store_stats_free(&st);
+	/* the newest failure started before now - window: none shown */
+	assert_int_equal(store_stats(t->st, now, now - (m - MINUTE_MS + 6), &st), STORE_OK);
+	assert_non_null(x = sub_stats(&st, t->subs[0]));
+	assert_int_equal(x->attempts, 2); /* minute m - 1 still counts whole */
+	assert_int_equal(x->last_code, 0);
+	assert_null(x->last_message);
+	store_stats_free(&st);
+
+	/* the series reads the same counts, both instances' */
+	assert_int_equal(store_attempt_series(t->st, NULL, m - 3 * MINUTE_MS, MINUTE_MS, 4, b),
+			 STORE_OK);
+	assert_int_equal(b[0].server_error, 1);
+	assert_int_equal(b[0].p50_ms, 7);
+	assert_int_equal(b[1].succeeded + b[1].client_error + b[1].server_error, 0);
+	assert_int_equal(b[2].client_error, 1);
+	assert_int_equal(b[3].succeeded, 2);
+	assert_int_equal(b[3].server_error, 1);
+	assert_int_equal(b[3].p50_ms, 9);
+	assert_int_equal(b[3].p99_ms, 30);
+	/* minutes only */
+	assert_int_equal(store_attempt_series(t->st, NULL, m + 1, MINUTE_MS, 4, b), STORE_INVALID);
+	assert_int_equal(store_attempt_series(t->st, NULL, m, 1000, 4, b), STORE_INVALID);
+
+	/* Pruned before minute m: the older counts and the 404 go, the attempts stay. */
+	assert_int_equal(store_attempt_counts_prune(t->st, m), STORE_OK);
+	assert_int_equal(store_stats(t->st, now, 10 * MINUTE_MS, &st), STORE_OK);
+	assert_non_null(x = sub_stats(&st, t->subs[0]));
+	assert_int_equal(x->attempts, 1);
+	assert_int_equal(x->last_code, 0);
+	assert_non_null(x = sub_stats(&st, t->subs[2]));
+	assert_int_equal(x->last_code, 500);
+	store_stats_free(&st);
+	assert_int_equal(store_attempt_series(t->st, t->subs[0], m - 3 * MINUTE_MS, MINUTE_MS, 4, b),
+			 STORE_OK);
+	assert_int_equal(b[0].server_error + b[2].client_error, 0);
+	assert_int_equal(b[3].succeeded, 1);
+	struct store_attempt_row *rows = NULL;
+	size_t n_rows = 0;
+	assert_int_equal(store_delivery_attempts(t->st, d0, &rows, &n_rows), STORE_OK);
+	assert_int_equal(n_rows, 3);
+	store_attempts_free(rows, n_rows);
+	store_claims_free(c, 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -381,6 +520,7 @@ int main(void)
 		T(test_filters),
 		T(test_attempt_series),
 		T(test_attempt_series_latency),
+		T(test_attempt_counts),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));

@@ -256,6 +256,27 @@ int pg_cleanup(store *st, int64_t before_ms, size_t *deleted)
 	return rc;
 }
 
+/* Both tables in one statement (one transaction): a day's counts are a few rows per
+ * minute and subscription. */
+int pg_attempt_counts_prune(store *st, int64_t before_ms)
+{
+	struct pg *pg = pg_of(st);
+	struct params p = {0};
+	struct pgconn *c;
+	PGresult *res;
+	int rc;
+
+	pg_p_i64(&p, before_ms);
+	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
+		return rc;
+	res = pg_run_sql(pg, c,
+			 "WITH m AS (DELETE FROM outboxd.attempt_minutes WHERE minute < $1)"
+			 " DELETE FROM outboxd.attempt_errors WHERE at < $1", &p, &rc);
+	pg_give(c);
+	PQclear(res);
+	return rc;
+}
+
 /* ---- jobs and audit ------------------------------------------------------ */
 
 static void job_params(struct params *p, const struct store_job *j)

@@ -109,8 +109,43 @@
 	ATTEMPTS_FROM \
 	" WHERE a.delivery_id NOT IN (SELECT id FROM upd)" \
 	" AND EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.id = a.delivery_id)" \
-	" ON CONFLICT (delivery_id, n) DO NOTHING)" \
+	" ON CONFLICT (delivery_id, n) DO NOTHING)," \
+	RESULTS_COUNTS \
 	" SELECT count(*) FROM upd"
+
+/* The results statement's per-minute attempt counts and newest failure per subscription
+ * (/v1/stats and the console's series read them, not the attempts): cs, the batch's
+ * attempts with their deliveries' subscriptions (from upd; a lost result's from its
+ * delivery, looked up only for those), added to this owner's rows, which no other
+ * instance writes, so instances never wait on each other's counts. A row is written once
+ * per statement (GROUP BY, DISTINCT ON), in key order. */
+#define RESULTS_COUNTS \
+	" cs AS (" \
+	" SELECT a.started_at, a.duration_ms, a.code, a.message, s.subscription_id" \
+	ATTEMPTS_FROM \
+	" JOIN (SELECT id, subscription_id FROM upd UNION ALL" \
+	"  SELECT d.id, d.subscription_id FROM outboxd.deliveries d" \
+	"  WHERE d.id IN (SELECT id FROM r EXCEPT SELECT id FROM upd)) s" \
+	"  ON s.id = a.delivery_id)," \
+	" cnt AS (" \
+	" INSERT INTO outboxd.attempt_minutes AS m(minute, subscription_id, duration_ms," \
+	"  owner, succeeded, client_error, server_error)" \
+	" SELECT started_at - started_at % 60000, subscription_id, duration_ms, $13," \
+	"  count(*) FILTER (WHERE code BETWEEN 200 AND 299)," \
+	"  count(*) FILTER (WHERE code BETWEEN 400 AND 499)," \
+	"  count(*) FILTER (WHERE code NOT BETWEEN 200 AND 299 AND code NOT BETWEEN 400 AND 499)" \
+	" FROM cs GROUP BY 1, 2, 3 ORDER BY 1, 2, 3" \
+	" ON CONFLICT (minute, subscription_id, duration_ms, owner) DO UPDATE SET" \
+	"  succeeded = m.succeeded + EXCLUDED.succeeded," \
+	"  client_error = m.client_error + EXCLUDED.client_error," \
+	"  server_error = m.server_error + EXCLUDED.server_error)," \
+	" errs AS (" \
+	" INSERT INTO outboxd.attempt_errors AS x(subscription_id, owner, at, code, message)" \
+	" SELECT DISTINCT ON (subscription_id) subscription_id, $13, started_at, code, message" \
+	" FROM cs WHERE code NOT BETWEEN 200 AND 299" \
+	" ORDER BY subscription_id, started_at DESC" \
+	" ON CONFLICT (subscription_id, owner) DO UPDATE SET at = EXCLUDED.at," \
+	"  code = EXCLUDED.code, message = EXCLUDED.message WHERE EXCLUDED.at >= x.at)"
 
 /* An attempt number taken already (by a round whose lease was lost, recorded first):
  * after the delivery's last one instead, so every request sent stays in the history. */
@@ -632,6 +667,7 @@ const struct store_methods store_pg_methods = {
 	.claim_due = pg_claim_due,
 	.next_due = pg_next_due,
 	.record_results = pg_record_results,
+	.attempt_counts_prune = pg_attempt_counts_prune,
 	.dead_letters = pg_dead_letters,
 	.dead_letters_done = pg_dead_letters_done,
 	.reap_leases = pg_reap_leases,

@@ -250,6 +250,7 @@ int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t lim
 				 size_t *purged);
 
 int pg_cleanup(store *st, int64_t before_ms, size_t *deleted);
+int pg_attempt_counts_prune(store *st, int64_t before_ms);
 
 int pg_job_create(store *st, const struct store_job *job);
 

@@ -517,6 +517,7 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	int rc;
 
 	pg_p_i64(&p, now_ms);
+	pg_p_i64(&w, (now_ms - window_ms) - (now_ms - window_ms) % STORE_MINUTE_MS);
 	pg_p_i64(&w, now_ms - window_ms);
 	if (!(c = pg_take(pg, ROLE_API, &rc)))
 		return rc;
@@ -546,20 +547,22 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 			 "   FROM outboxd.deliveries WHERE blocked = 1) b),"
 			 " (SELECT COALESCE(MIN(failing_since), 0) FROM outboxd.deliveries"
 			 "   WHERE status = 'FAILED' AND next_attempt_at IS NOT NULL)", &p, &rc);
-	/* Per subscription over the window: attempts, successes, and the newest failure. */
+	/* Per subscription over the window, from the per-minute counts results keep (summed
+	 * over the instances that recorded them): its attempts and successes in the minutes
+	 * from the one window_ms ago began in, and its newest failure when that started
+	 * within the window. */
 	if (counts)
 		subs = pg_run_sql(pg, c,
-			       "SELECT d.subscription_id, count(*),"
-			       " count(*) FILTER (WHERE a.code BETWEEN 200 AND 299),"
-			       " (array_agg(a.code ORDER BY a.started_at DESC)"
-			       "   FILTER (WHERE a.code NOT BETWEEN 200 AND 299))[1],"
-			       " (array_agg(a.message ORDER BY a.started_at DESC)"
-			       "   FILTER (WHERE a.code NOT BETWEEN 200 AND 299))[1],"
-			       " COALESCE(max(a.started_at) FILTER (WHERE a.code NOT BETWEEN 200"
-			       "   AND 299), 0)"
-			       " FROM outboxd.attempts a JOIN outboxd.deliveries d"
-			       " ON d.id = a.delivery_id WHERE a.started_at >= $1"
-			       " GROUP BY d.subscription_id ORDER BY d.subscription_id", &w, &rc);
+			       "SELECT subscription_id, COALESCE(m.attempts, 0),"
+			       " COALESCE(m.successes, 0), e.code, e.message, COALESCE(e.at, 0)"
+			       " FROM (SELECT subscription_id,"
+			       "  sum(succeeded + client_error + server_error)::bigint AS attempts,"
+			       "  sum(succeeded)::bigint AS successes FROM outboxd.attempt_minutes"
+			       "  WHERE minute >= $1 GROUP BY subscription_id) m"
+			       " FULL JOIN (SELECT DISTINCT ON (subscription_id) subscription_id,"
+			       "  at, code, message FROM outboxd.attempt_errors WHERE at >= $2"
+			       "  ORDER BY subscription_id, at DESC) e USING (subscription_id)"
+			       " ORDER BY subscription_id", &w, &rc);
 	pg_give(c);
 	if (counts) {
 		out->new_count = pg_get_int(counts, 0, 0);

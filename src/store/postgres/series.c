@@ -1,21 +1,20 @@
 /* series.c: the PostgreSQL backend's attempt series (store_methods.attempt_series): the
- * attempts of a time range grouped by bucket and duration, on the API connection through
- * the attempts_started index; store/series.c folds the groups into buckets. Must not
- * write. */
+ * attempts of a time range grouped by bucket and duration, on the API connection, read
+ * from the per-minute counts results keep (attempt_minutes); store/series.c folds the
+ * groups into buckets. Must not write. */
 #include "store/postgres/pg_int.h"
 
-/* The groups, with every attempt of their bucket counted beside them (a window over the
- * groups); with a subscription, only its deliveries' attempts. */
-#define SERIES_SQL(JOIN)                                                                  \
-	"SELECT (a.started_at - $1::bigint) / $2::bigint, a.duration_ms,"                  \
-	" count(*) FILTER (WHERE a.code BETWEEN 200 AND 299),"                             \
-	" count(*) FILTER (WHERE a.code BETWEEN 400 AND 499),"                             \
-	" count(*) FILTER (WHERE a.code NOT BETWEEN 200 AND 299"                           \
-	"   AND a.code NOT BETWEEN 400 AND 499),"                                          \
-	" (sum(count(*)) OVER (PARTITION BY (a.started_at - $1::bigint) / $2::bigint))"    \
-	"::bigint"                                                                         \
-	" FROM outboxd.attempts a" JOIN                                                    \
-	" WHERE a.started_at >= $1::bigint AND a.started_at < $3::bigint"                  \
+/* The groups from the per-minute counts results keep, summed over the instances that
+ * recorded them, with every attempt of their bucket counted beside them (a window over
+ * the groups); with a subscription, only its own. The primary key (minute first) gives
+ * the range. */
+#define SERIES_SQL(WHERE)                                                                 \
+	"SELECT (minute - $1::bigint) / $2::bigint, duration_ms, sum(succeeded)::bigint,"  \
+	" sum(client_error)::bigint, sum(server_error)::bigint,"                          \
+	" (sum(sum(succeeded + client_error + server_error))"                             \
+	"  OVER (PARTITION BY (minute - $1::bigint) / $2::bigint))::bigint"              \
+	" FROM outboxd.attempt_minutes"                                                    \
+	" WHERE minute >= $1::bigint AND minute < $3::bigint" WHERE                        \
 	" GROUP BY 1, 2 ORDER BY 1, 2"
 
 int pg_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
@@ -31,9 +30,7 @@ int pg_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
 	if (subscription_id)
 		pg_p_text(&p, subscription_id);
 	r = pg_read_sql(pg_of(st),
-			subscription_id ? SERIES_SQL(" JOIN outboxd.deliveries d"
-						     " ON d.id = a.delivery_id"
-						     " AND d.subscription_id = $4::text")
+			subscription_id ? SERIES_SQL(" AND subscription_id = $4::text")
 					: SERIES_SQL(""),
 			&p, &rc);
 	if (!r)

@@ -145,6 +145,8 @@ static const char *const wsql[W_COUNT] = {
 		" failing_since = CASE WHEN ?2 = 'FAILED' THEN COALESCE(failing_since, ?11) END,"
 		" dead_letter_pending = CASE WHEN ?15 THEN 1 ELSE dead_letter_pending END,"
 		" updated_at = ?11 WHERE id = ?1 AND lease_owner = ?12",
+	/* the subscription of a delivery whose result does not name it (from a spool) */
+	[W_DELIVERY_SUB] = "SELECT subscription_id FROM deliveries WHERE id = ?1",
 	/* Per-key ordering: delivery ?1 is done (delivered or dead); the next one of its
 	 * key, when it is parked waiting its turn, is due at ?2. */
 	[W_PROMOTE] =
@@ -562,6 +564,7 @@ static void sq_close(store *st)
 		sqlite3_finalize(sq->w[i]);
 	sqlite3_finalize(sq->event_rows);
 	sqlite3_finalize(sq->delivery_rows);
+	sq_counts_free(sq);
 	for (int i = 0; i < R_COUNT; i++)
 		sqlite3_finalize(sq->r[i]);
 	sqlite3_close(sq->rdb);
@@ -656,6 +659,7 @@ const struct store_methods store_sqlite_methods = {
 	.claim_due = sq_claim_due,
 	.next_due = sq_next_due,
 	.record_results = sq_record_results,
+	.attempt_counts_prune = sq_attempt_counts_prune,
 	.dead_letters = sq_dead_letters,
 	.dead_letters_done = sq_dead_letters_done,
 	.reap_leases = sq_reap_leases,

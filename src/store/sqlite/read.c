@@ -462,20 +462,19 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	out->blocked_keys = v[1];
 	out->oldest_failing_since = v[2];
 
-	/* Per subscription over the window: attempts, successes, and the newest failure
-	 * (SQLite returns the row of max() for the bare columns). */
+	/* Per subscription over the window, from the per-minute counts (counts.c): its
+	 * attempts and successes in the minutes from the one window_ms ago began in, and its
+	 * newest failure when that started within the window. */
 	rc = sqlite3_prepare_v2(sq->rdb,
-				"SELECT d.subscription_id, count(*),"
-				" sum(a.code BETWEEN 200 AND 299),"
-				" max(CASE WHEN a.code BETWEEN 200 AND 299 THEN 0 ELSE a.started_at END)"
-				" FROM attempts a JOIN deliveries d ON d.id = a.delivery_id"
-				" WHERE a.started_at >= ?1 GROUP BY d.subscription_id",
+				"SELECT subscription_id, sum(succeeded + client_error + server_error),"
+				" sum(succeeded) FROM attempt_minutes WHERE minute >= ?1"
+				" GROUP BY subscription_id",
 				-1, &s, NULL);
 	if (rc != SQLITE_OK) {
 		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
 		goto out;
 	}
-	sqlite3_bind_int64(s, 1, now_ms - window_ms);
+	sqlite3_bind_int64(s, 1, (now_ms - window_ms) - (now_ms - window_ms) % STORE_MINUTE_MS);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct store_sub_stats *x =
 			sub_stats_for(out, (const char *)sqlite3_column_text(s, 0), &cap);
@@ -485,31 +484,33 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 		}
 		x->attempts = sqlite3_column_int64(s, 1);
 		x->successes = sqlite3_column_int64(s, 2);
-		x->last_error_at = sqlite3_column_int64(s, 3);
 	}
 	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
 	sqlite3_finalize(s);
 	s = NULL;
 	if (rc != SQLITE_OK)
 		goto out;
+	/* SQLite returns the row of max() for the bare columns. */
 	rc = sqlite3_prepare_v2(sq->rdb,
-				"SELECT a.code, a.message FROM attempts a"
-				" JOIN deliveries d ON d.id = a.delivery_id"
-				" WHERE d.subscription_id = ?1 AND a.started_at = ?2"
-				" AND NOT (a.code BETWEEN 200 AND 299) LIMIT 1",
+				"SELECT subscription_id, max(at), code, message FROM attempt_errors"
+				" WHERE at >= ?1 GROUP BY subscription_id",
 				-1, &s, NULL);
-	for (size_t i = 0; rc == SQLITE_OK && i < out->n_subs; i++) {
-		struct store_sub_stats *x = &out->subs[i];
-		if (!x->last_error_at)
-			continue;
-		sqlite3_bind_text(s, 1, x->subscription_id, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 2, x->last_error_at);
-		if (sqlite3_step(s) == SQLITE_ROW) {
-			x->last_code = sqlite3_column_int(s, 0);
-			rc = sq_col_dup(s, 1, &x->last_message);
-		}
-		sqlite3_reset(s);
+	if (rc != SQLITE_OK) {
+		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		goto out;
 	}
+	sqlite3_bind_int64(s, 1, now_ms - window_ms);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct store_sub_stats *x =
+			sub_stats_for(out, (const char *)sqlite3_column_text(s, 0), &cap);
+		if (!x || sq_col_dup(s, 3, &x->last_message) != SQLITE_OK) {
+			rc = SQLITE_NOMEM;
+			goto out;
+		}
+		x->last_error_at = sqlite3_column_int64(s, 1);
+		x->last_code = sqlite3_column_int(s, 2);
+	}
+	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
 out:
 	sqlite3_finalize(s);
 	pthread_mutex_unlock(&sq->rmu);

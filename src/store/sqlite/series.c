@@ -1,23 +1,19 @@
 /* series.c: the SQLite backend's attempt series (store_methods.attempt_series): the attempts
- * of a time range grouped by bucket and duration, read on the reader connection through
- * the attempts_started index; store/series.c folds the groups into buckets. Must not
- * write. */
+ * of a time range grouped by bucket and duration, read on the reader connection from the
+ * per-minute counts results keep (counts.c); store/series.c folds the groups into
+ * buckets. Must not write. */
 #include "store/sqlite/sqlite_int.h"
 
 #include "util/log.h"
 
-/* The groups, with every attempt of their bucket counted beside them (a window over the
- * groups). With a subscription, each attempt of the range finds its delivery by primary
- * key: CROSS JOIN keeps the attempts the outer loop (attempts_started), so a subscription
- * with a long history is never walked delivery by delivery. */
-#define SERIES_SQL(JOIN)                                                                  \
-	"SELECT (a.started_at - ?1) / ?2, a.duration_ms,"                                  \
-	" sum(a.code BETWEEN 200 AND 299),"                                                \
-	" sum(a.code BETWEEN 400 AND 499),"                                                \
-	" sum(NOT (a.code BETWEEN 200 AND 299) AND NOT (a.code BETWEEN 400 AND 499)),"     \
-	" sum(count(*)) OVER (PARTITION BY (a.started_at - ?1) / ?2)"                      \
-	" FROM attempts a" JOIN                                                            \
-	" WHERE a.started_at >= ?1 AND a.started_at < ?3"                                  \
+/* The groups from the per-minute counts (counts.c), with every attempt of their bucket
+ * counted beside them (a window over the groups); the rows of every instance that
+ * recorded some are summed. The primary key (minute first) gives the range. */
+#define SERIES_SQL(WHERE)                                                                 \
+	"SELECT (minute - ?1) / ?2, duration_ms, sum(succeeded), sum(client_error),"      \
+	" sum(server_error), sum(sum(succeeded + client_error + server_error))"          \
+	"  OVER (PARTITION BY (minute - ?1) / ?2)"                                         \
+	" FROM attempt_minutes WHERE minute >= ?1 AND minute < ?3" WHERE                   \
 	" GROUP BY 1, 2 ORDER BY 1, 2"
 
 int sq_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
@@ -29,9 +25,7 @@ int sq_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
 
 	pthread_mutex_lock(&sq->rmu);
 	rc = sqlite3_prepare_v2(sq->rdb,
-				subscription_id ? SERIES_SQL(" CROSS JOIN deliveries d"
-							     " ON d.id = a.delivery_id"
-							     " AND d.subscription_id = ?4")
+				subscription_id ? SERIES_SQL(" AND subscription_id = ?4")
 						: SERIES_SQL(""),
 				-1, &s, NULL);
 	if (rc != SQLITE_OK) {

@@ -59,6 +59,7 @@ enum wstmt {
 	W_CLAIM,
 	W_CLAIM_LEASE,
 	W_RESULT,
+	W_DELIVERY_SUB,
 	W_PROMOTE,
 	W_ATTEMPT_INSERT,
 	W_ATTEMPT_APPEND,
@@ -94,6 +95,29 @@ enum rstmt {
 };
 
 
+/* A results batch's attempts, counted per minute (counts.c). */
+struct count_minute {
+	int64_t minute;             /* ms, the start of the minute the attempts started in */
+	int64_t duration_ms;
+	int64_t n[3];               /* succeeded, client_error, server_error */
+	char sub[UUID_STR_LEN];
+};
+
+/* A subscription's newest failed attempt in a results batch (counts.c). */
+struct count_error {
+	int64_t at;
+	int code;
+	const char *message;        /* borrowed from the batch's results */
+	char sub[UUID_STR_LEN];
+};
+
+struct sq_counts {
+	struct count_minute *m;
+	size_t n_m, cap_m;
+	struct count_error *e;
+	size_t n_e, cap_e;
+};
+
 struct sq {
 	char *path;
 	int lock_fd;
@@ -108,6 +132,8 @@ struct sq {
 	sqlite3_stmt *r[R_COUNT];
 	sqlite3_stmt *event_rows;   /* INGEST_ROWS events in one INSERT (guarded by wmu) */
 	sqlite3_stmt *delivery_rows; /* INGEST_ROWS new deliveries in one INSERT (wmu) */
+	struct sq_counts counts;    /* the results batch being written (wmu) */
+	sqlite3_stmt *counts_stmt[2]; /* counts.c's upserts, prepared on first use (wmu) */
 };
 
 
@@ -217,6 +243,17 @@ int sq_copy_read(store *st, const struct copy_table *t, const struct copy_batch 
 int sq_copy_write(store *st, const struct copy_batch *rows);
 int sq_copy_find(store *st, const struct copy_batch *keys, struct copy_batch *found);
 int sq_copy_check(store *st, char *err, size_t errlen);
+
+/* ---- counts.c -------------------------------------------------------------- */
+
+/* Counts attempt a of a delivery of subscription sub into sq->counts. SQLITE_OK or
+ * SQLITE_NOMEM. */
+int sq_counts_add(struct sq_counts *c, const char *sub, const struct store_attempt *a);
+/* Writes sq->counts under owner in the open transaction and empties it. A SQLite code. */
+int sq_counts_write(struct sq *sq, const char *owner);
+void sq_counts_free(struct sq *sq);
+/* store_methods.attempt_counts_prune. */
+int sq_attempt_counts_prune(store *st, int64_t before_ms);
 
 /* ---- conn.c ---------------------------------------------------------------- */
 
