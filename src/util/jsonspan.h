@@ -4,10 +4,11 @@
  * as-is, no transformation); re-encoding with jansson would change numbers such as 0.1.
  * These walkers report where each member or element value starts and ends.
  *
- * They are for text already validated by a JSON parser (ingest parses the body with
- * jansson first): they follow the structure only, and do not check values. On text that
- * is not valid JSON they still never read outside text[0, len) and always end, but they
- * may report spans of garbage instead of -1. Never use them to validate. */
+ * They follow the structure only, and do not check values. On text that is not valid
+ * JSON they still never read outside text[0, len) and always end, but they may report
+ * spans of garbage instead of -1. Never use them to validate: ingest either walks a body
+ * jansson has validated, or (fast_load in intake/ingest.c) walks it first and then
+ * validates every span reported and the body around them. */
 #ifndef OUTBOXD_UTIL_JSONSPAN_H
 #define OUTBOXD_UTIL_JSONSPAN_H
 

@@ -4,7 +4,10 @@
  *
  * Besides "no crash, no leak, no undefined behaviour", it checks what ingest promises:
  * a payload handed to the store is a span of the body, byte for byte, and is itself
- * valid JSON (the structural scan in jsonspan.c must end a value where jansson would).
+ * valid JSON (the structural scan in jsonspan.c must end a value where jansson would); a
+ * body ingest accepts is one jansson accepts whole (ingest parses it without its payloads'
+ * trees, util/jsonvalid.c checking those); and util/jsonvalid.c never accepts a value
+ * jansson refuses.
  * Run with `make fuzz` (scripts/fuzz.sh). */
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +19,7 @@
 
 #include "core/sub_codec.h"
 #include "intake/ingest.h"
+#include "util/jsonvalid.h"
 
 /* Two subscriptions for the fan-out: every type, and a.* ones. */
 static const struct sub_set *subs(void)
@@ -54,6 +58,11 @@ static void check_ingest(const char *body, size_t size)
 
 	if (ingest_parse(body, size, 1 << 20, &b, &err) != 0)
 		return;
+	json_t *whole = json_loadb(body, size, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL,
+				   NULL);
+	if (!whole)
+		abort(); /* accepted a body jansson refuses */
+	json_decref(whole);
 	for (size_t i = 0; i < b.n; i++) {
 		const struct store_event_in *ev = &b.events[i];
 		const char *p = ev->payload;
@@ -92,8 +101,21 @@ static void check_subscription(const char *body, size_t size)
 	json_decref(doc);
 }
 
+/* jsonvalid_value's promise: never 1 for a value jansson refuses. */
+static void check_jsonvalid(const char *body, size_t size)
+{
+	if (!jsonvalid_value(body, size))
+		return;
+	json_t *v = json_loadb(body, size, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL |
+				       JSON_DECODE_ANY, NULL);
+	if (!v)
+		abort();
+	json_decref(v);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	check_jsonvalid((const char *)data, size);
 	check_ingest((const char *)data, size);
 	check_subscription((const char *)data, size);
 	return 0;

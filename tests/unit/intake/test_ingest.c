@@ -122,6 +122,52 @@ static void test_big_integers_pass_through(void **state)
 	assert_string_equal(err.code, "invalid_json");
 }
 
+/* Payloads are validated without building their tree (util/jsonvalid.h), and whatever
+ * that check is not sure of goes to jansson: the outcome is jansson's either way. */
+static void test_payload_checked_without_tree(void **state)
+{
+	static const char *const ok[] = {
+		/* a surrogate pair and an escaped key: the check leaves them to jansson */
+		"{\"event_type\":\"a\",\"payload\":{\"s\":\"\\ud83d\\ude00\",\"\\u0061\":1}}",
+		/* a payload holding a "payload" member, and one that is null */
+		"{\"events\":[{\"event_type\":\"a\",\"payload\":{\"payload\":[1,{\"payload\":2}]}},"
+		"{\"payload\":null,\"event_type\":\"b\"}]}",
+	};
+	static const char *const want[][2] = {
+		{"{\"s\":\"\\ud83d\\ude00\",\"\\u0061\":1}", NULL},
+		{"{\"payload\":[1,{\"payload\":2}]}", "null"},
+	};
+	for (size_t i = 0; i < 2; i++) {
+		struct ingest_batch b;
+		struct input_error err;
+		assert_int_equal(ingest_parse(ok[i], strlen(ok[i]), 1024, &b, &err), 0);
+		for (size_t k = 0; k < b.n; k++) {
+			assert_int_equal(b.events[k].payload_len, strlen(want[i][k]));
+			assert_memory_equal(b.events[k].payload, want[i][k], strlen(want[i][k]));
+		}
+		ingest_batch_free(&b);
+	}
+	static const char *const bad[] = {
+		"{\"event_type\":\"a\",\"payload\":{\"k\":1,\"k\":2}}",          /* duplicate key */
+		"{\"event_type\":\"a\",\"payload\":{\"k\":1]}",                   /* mismatched bracket */
+		"{\"event_type\":\"a\",\"payload\":\"\\u0000\"}",              /* NUL */
+		"{\"event_type\":\"a\",\"payload\":\"\xc3\"}",                   /* cut UTF-8 */
+		"{\"events\":[{\"event_type\":\"a\",\"payload\":1,\"payload\":2}]}", /* twice */
+		"{\"event_type\":\"a\",\"payload\":01}",
+		/* what follows a payload must not continue the value put in its place */
+		"{\"event_type\":\"a\",\"payload\":{}.5}",
+		"{\"event_type\":\"a\",\"payload\":\"x\"e5}",
+		"{\"events\":[{\"event_type\":\"a\",\"payload\":[]1}]}",
+		"{\"event_type\":\"a\",\"payload\":{}true}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct ingest_batch b;
+		struct input_error err;
+		assert_int_equal(ingest_parse(bad[i], strlen(bad[i]), 1024, &b, &err), -1);
+		assert_string_equal(err.code, "invalid_json");
+	}
+}
+
 static void expect_message(const char *body, int status, const char *field, const char *message)
 {
 	struct ingest_batch b;
@@ -197,6 +243,7 @@ int main(void)
 		cmocka_unit_test(test_errors_name_the_field),
 		cmocka_unit_test(test_payload_span_edge_cases),
 		cmocka_unit_test(test_big_integers_pass_through),
+		cmocka_unit_test(test_payload_checked_without_tree),
 		cmocka_unit_test(test_batch_error_messages),
 		cmocka_unit_test(test_fanout),
 	};
