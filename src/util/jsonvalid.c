@@ -167,6 +167,23 @@ static int literal(struct cur *c, const char *word)
 
 static int value(struct cur *c, int depth);
 
+/* After a member or an element: 1 when close ends the container, 2 when a ',' says another
+ * follows (whitespace after it skipped), 0 otherwise. */
+static int after_item(struct cur *c, unsigned char close)
+{
+	skip_ws(c);
+	if (c->p >= c->end)
+		return 0;
+	if (*c->p == close) {
+		c->p++;
+		return 1;
+	}
+	if (*c->p++ != ',')
+		return 0;
+	skip_ws(c);
+	return 2;
+}
+
 static int object(struct cur *c, int depth)
 {
 	const unsigned char *key[KEYS_MAX];
@@ -195,18 +212,9 @@ static int object(struct cur *c, int depth)
 		if (c->p >= c->end || *c->p++ != ':')
 			return 0;
 		skip_ws(c);
-		if (!value(c, depth + 1))
-			return 0;
-		skip_ws(c);
-		if (c->p >= c->end)
-			return 0;
-		if (*c->p == '}') {
-			c->p++;
-			return 1;
-		}
-		if (*c->p++ != ',')
-			return 0;
-		skip_ws(c);
+		int next = value(c, depth + 1) ? after_item(c, '}') : 0;
+		if (next != 2)
+			return next;
 	}
 }
 
@@ -219,18 +227,9 @@ static int array(struct cur *c, int depth)
 		return 1;
 	}
 	for (;;) {
-		if (!value(c, depth + 1))
-			return 0;
-		skip_ws(c);
-		if (c->p >= c->end)
-			return 0;
-		if (*c->p == ']') {
-			c->p++;
-			return 1;
-		}
-		if (*c->p++ != ',')
-			return 0;
-		skip_ws(c);
+		int next = value(c, depth + 1) ? after_item(c, ']') : 0;
+		if (next != 2)
+			return next;
 	}
 }
 
