@@ -12,6 +12,7 @@
 #include "core/trace.h"
 #include "intake/ingest.h"
 #include "util/clock.h"
+#include "util/uuid.h"
 
 /* The answer to an ingest without duplicates, {"ids":[...]}, written directly when every
  * id is plain text of a UUID (what outboxd makes): built with jansson, a string, an array
@@ -23,9 +24,8 @@ static char *ids_body(const struct ingest_batch *b)
 	static const char head[] = "{\"ids\":[", tail[] = "]}";
 	size_t need = sizeof(head) + sizeof(tail) + b->n * (UUID_STR_LEN + 3);
 	for (size_t i = 0; i < b->n; i++)
-		for (const char *c = b->events[i].id; *c; c++)
-			if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f') || *c == '-'))
-				return NULL;
+		if (!uuid_valid(b->events[i].id)) /* nothing to escape, and the length above */
+			return NULL;
 	char *out = malloc(need), *p = out;
 	if (!out)
 		return NULL;

@@ -287,13 +287,19 @@ int store_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t
 	return st->methods->leases_renew(st, ids, until, n, renewed);
 }
 
+void store_claim_release(struct store_claim *c)
+{
+	/* event_type is the start of the claim's single allocation. */
+	free(c->event_type);
+	c->event_type = NULL;
+}
+
 void store_claims_free(struct store_claim *items, size_t n)
 {
 	if (!items)
 		return;
-	/* event_type is the start of each claim's single allocation. */
 	for (size_t i = 0; i < n; i++)
-		free(items[i].event_type);
+		store_claim_release(&items[i]);
 	free(items);
 }
 
@@ -434,7 +440,7 @@ int store_dead_letters_done(store *st, const char (*ids)[UUID_STR_LEN], size_t n
 void store_dead_letters_free(struct store_dead_letter *items, size_t n)
 {
 	for (size_t i = 0; items && i < n; i++) {
-		free(items[i].claim.event_type); /* the claim's one allocation */
+		store_claim_release(&items[i].claim);
 		free(items[i].last_message);
 		free(items[i].last_cause);
 	}

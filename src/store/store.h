@@ -211,6 +211,9 @@ static inline const char *store_claim_webhook_id(const struct store_claim *c)
 int store_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 		    struct store_claim **items, size_t *n);
 void store_claims_free(struct store_claim *items, size_t n);
+/* Frees what one claim holds (its event part, made by store_claim_fill), not the claim:
+ * for a backend's claims kept in its own rows until they are handed out. */
+void store_claim_release(struct store_claim *c);
 
 /* The claim of delivery k of ev as a claim would return it, for a delivery the caller
  * leased at ingest (store_event_in.lease_until): NEW, no attempt yet, the event's fields
@@ -542,6 +545,12 @@ struct store_stats {
  * the series read those counts, not the attempts): a minute starts at a multiple of this
  * many ms since the epoch. */
 #define STORE_MINUTE_MS 60000
+
+/* The start of the minute ms falls in. */
+static inline int64_t store_minute_start(int64_t ms)
+{
+	return ms - ms % STORE_MINUTE_MS;
+}
 
 /* Counts, and per-subscription outcomes of the attempts started in the minutes from the
  * one now - window_ms falls in through the current one; the newest failure only when it

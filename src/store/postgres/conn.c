@@ -119,6 +119,9 @@
  * delivery, looked up only for those), added to this owner's rows, which no other
  * instance writes, so instances never wait on each other's counts. A row is written once
  * per statement (GROUP BY, DISTINCT ON), in key order. */
+#define TEXT_OF_(x) #x
+#define TEXT_OF(x) TEXT_OF_(x)
+#define MINUTE_MS_SQL TEXT_OF(STORE_MINUTE_MS) /* a minute of the counts, as SQL text */
 #define RESULTS_COUNTS \
 	" cs AS (" \
 	" SELECT a.started_at, a.duration_ms, a.code, a.message, s.subscription_id" \
@@ -130,7 +133,7 @@
 	" cnt AS (" \
 	" INSERT INTO outboxd.attempt_minutes AS m(minute, subscription_id, duration_ms," \
 	"  owner, succeeded, client_error, server_error)" \
-	" SELECT started_at - started_at % 60000, subscription_id, duration_ms, $13," \
+	" SELECT started_at - started_at % " MINUTE_MS_SQL ", subscription_id, duration_ms, $13," \
 	"  count(*) FILTER (WHERE code BETWEEN 200 AND 299)," \
 	"  count(*) FILTER (WHERE code BETWEEN 400 AND 499)," \
 	"  count(*) FILTER (WHERE code NOT BETWEEN 200 AND 299 AND code NOT BETWEEN 400 AND 499)" \

@@ -517,7 +517,7 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	int rc;
 
 	pg_p_i64(&p, now_ms);
-	pg_p_i64(&w, (now_ms - window_ms) - (now_ms - window_ms) % STORE_MINUTE_MS);
+	pg_p_i64(&w, store_minute_start(now_ms - window_ms));
 	pg_p_i64(&w, now_ms - window_ms);
 	if (!(c = pg_take(pg, ROLE_API, &rc)))
 		return rc;

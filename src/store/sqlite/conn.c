@@ -202,6 +202,22 @@ static const char *const wsql[W_COUNT] = {
 		"UPDATE subscriptions SET name = ?2, config = ?3, enabled = ?4, updated_at = ?5,"
 		" ordering = ?6 WHERE id = ?1",
 	[W_SUB_DELETE] = "DELETE FROM subscriptions WHERE id = ?1",
+	/* counts.c: a results batch's attempts added to their minute's counts, and a
+	 * subscription's newest failure (the newer wins, whichever batch wrote first) */
+	[W_COUNTS_MINUTE] =
+		"INSERT INTO attempt_minutes(minute, subscription_id, duration_ms, owner,"
+		" succeeded, client_error, server_error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+		" ON CONFLICT (minute, subscription_id, duration_ms, owner) DO UPDATE SET"
+		" succeeded = succeeded + excluded.succeeded,"
+		" client_error = client_error + excluded.client_error,"
+		" server_error = server_error + excluded.server_error",
+	[W_COUNTS_ERROR] =
+		"INSERT INTO attempt_errors(subscription_id, owner, at, code, message)"
+		" VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (subscription_id, owner) DO UPDATE SET"
+		" at = excluded.at, code = excluded.code, message = excluded.message"
+		" WHERE excluded.at >= at",
+	[W_COUNTS_PRUNE_MINUTES] = "DELETE FROM attempt_minutes WHERE minute < ?1",
+	[W_COUNTS_PRUNE_ERRORS] = "DELETE FROM attempt_errors WHERE at < ?1",
 };
 
 static const char *const rsql[R_COUNT] = {

@@ -4,30 +4,14 @@
  *
  * A results batch folds its attempts here (sq_counts_add), then writes one row per
  * (minute, subscription, duration) and one per subscription with a failure, in the
- * batch's transaction (sq_counts_write): the counts commit with the attempts they count.
- * Must not read: the batch already knows every value it writes. */
+ * batch's transaction (sq_counts_write, with the write connection's W_COUNTS_* statements
+ * of conn.c): the counts commit with the attempts they count. Must not read: the batch
+ * already knows every value it writes. */
 #include "store/sqlite/sqlite_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "util/log.h"
-
-static const char minutes_sql[] =
-	"INSERT INTO attempt_minutes(minute, subscription_id, duration_ms, owner, succeeded,"
-	" client_error, server_error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-	" ON CONFLICT (minute, subscription_id, duration_ms, owner) DO UPDATE SET"
-	" succeeded = succeeded + excluded.succeeded,"
-	" client_error = client_error + excluded.client_error,"
-	" server_error = server_error + excluded.server_error";
-
-/* The newest failure wins, whichever batch wrote first. */
-static const char errors_sql[] =
-	"INSERT INTO attempt_errors(subscription_id, owner, at, code, message)"
-	" VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (subscription_id, owner) DO UPDATE SET"
-	" at = excluded.at, code = excluded.code, message = excluded.message"
-	" WHERE excluded.at >= at";
 
 /* The outcome class of a code: 0 succeeded (2xx), 1 client error (4xx), 2 any other. */
 static int outcome(int code)
@@ -37,7 +21,7 @@ static int outcome(int code)
 
 int sq_counts_add(struct sq_counts *c, const char *sub, const struct store_attempt *a)
 {
-	int64_t minute = a->started_at - a->started_at % STORE_MINUTE_MS;
+	int64_t minute = store_minute_start(a->started_at);
 	int k = outcome(a->code);
 	struct count_minute *m = NULL;
 
@@ -88,19 +72,11 @@ int sq_counts_add(struct sq_counts *c, const char *sub, const struct store_attem
 
 int sq_counts_write(struct sq *sq, const char *owner)
 {
-	struct sq_counts *c = &sq->counts;
+	const struct sq_counts *c = &sq->counts;
 	int rc = SQLITE_OK;
 
-	if (c->n_m && !sq->counts_stmt[0])
-		rc = sqlite3_prepare_v3(sq->wdb, minutes_sql, -1, SQLITE_PREPARE_PERSISTENT,
-					&sq->counts_stmt[0], NULL);
-	if (rc == SQLITE_OK && c->n_e && !sq->counts_stmt[1])
-		rc = sqlite3_prepare_v3(sq->wdb, errors_sql, -1, SQLITE_PREPARE_PERSISTENT,
-					&sq->counts_stmt[1], NULL);
-	if (rc != SQLITE_OK)
-		log_error("sqlite: %s", sqlite3_errmsg(sq->wdb));
 	for (size_t i = 0; rc == SQLITE_OK && i < c->n_m; i++) {
-		sqlite3_stmt *s = sq->counts_stmt[0];
+		sqlite3_stmt *s = sq->w[W_COUNTS_MINUTE];
 		const struct count_minute *m = &c->m[i];
 		sqlite3_bind_int64(s, 1, m->minute);
 		sqlite3_bind_text(s, 2, m->sub, -1, SQLITE_STATIC);
@@ -111,7 +87,7 @@ int sq_counts_write(struct sq *sq, const char *owner)
 		rc = sq_step_done(s);
 	}
 	for (size_t i = 0; rc == SQLITE_OK && i < c->n_e; i++) {
-		sqlite3_stmt *s = sq->counts_stmt[1];
+		sqlite3_stmt *s = sq->w[W_COUNTS_ERROR];
 		const struct count_error *e = &c->e[i];
 		sqlite3_bind_text(s, 1, e->sub, -1, SQLITE_STATIC);
 		sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
@@ -120,14 +96,11 @@ int sq_counts_write(struct sq *sq, const char *owner)
 		sq_bind_error_text(s, 5, e->message);
 		rc = sq_step_done(s);
 	}
-	c->n_m = c->n_e = 0;
 	return rc;
 }
 
 void sq_counts_free(struct sq *sq)
 {
-	for (int i = 0; i < 2; i++)
-		sqlite3_finalize(sq->counts_stmt[i]);
 	free(sq->counts.m);
 	free(sq->counts.e);
 }
@@ -135,17 +108,14 @@ void sq_counts_free(struct sq *sq)
 int sq_attempt_counts_prune(store *st, int64_t before_ms)
 {
 	struct sq *sq = sq_of(st);
-	char sql[160];
 	int rc;
 
-	snprintf(sql, sizeof(sql),
-		 "DELETE FROM attempt_minutes WHERE minute < %lld;"
-		 " DELETE FROM attempt_errors WHERE at < %lld",
-		 (long long)before_ms, (long long)before_ms);
 	sq_wlock(sq);
 	rc = sq_tx_begin(sq);
-	if (rc == SQLITE_OK && (rc = sqlite3_exec(sq->wdb, sql, NULL, NULL, NULL)) != SQLITE_OK)
-		log_error("sqlite: pruning attempt counts: %s", sqlite3_errmsg(sq->wdb));
+	for (int k = W_COUNTS_PRUNE_MINUTES; rc == SQLITE_OK && k <= W_COUNTS_PRUNE_ERRORS; k++) {
+		sqlite3_bind_int64(sq->w[k], 1, before_ms);
+		rc = sq_step_done(sq->w[k]);
+	}
 	rc = sq_tx_end(sq, rc);
 	pthread_mutex_unlock(&sq->wmu);
 	return rc;

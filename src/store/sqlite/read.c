@@ -474,7 +474,7 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
 		goto out;
 	}
-	sqlite3_bind_int64(s, 1, (now_ms - window_ms) - (now_ms - window_ms) % STORE_MINUTE_MS);
+	sqlite3_bind_int64(s, 1, store_minute_start(now_ms - window_ms));
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct store_sub_stats *x =
 			sub_stats_for(out, (const char *)sqlite3_column_text(s, 0), &cap);

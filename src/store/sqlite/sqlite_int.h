@@ -76,6 +76,10 @@ enum wstmt {
 	W_SUB_INSERT,
 	W_SUB_UPDATE,
 	W_SUB_DELETE,
+	W_COUNTS_MINUTE,
+	W_COUNTS_ERROR,
+	W_COUNTS_PRUNE_MINUTES,     /* then W_COUNTS_PRUNE_ERRORS: one prune, in this order */
+	W_COUNTS_PRUNE_ERRORS,
 	W_COUNT
 };
 
@@ -133,7 +137,6 @@ struct sq {
 	sqlite3_stmt *event_rows;   /* INGEST_ROWS events in one INSERT (guarded by wmu) */
 	sqlite3_stmt *delivery_rows; /* INGEST_ROWS new deliveries in one INSERT (wmu) */
 	struct sq_counts counts;    /* the results batch being written (wmu) */
-	sqlite3_stmt *counts_stmt[2]; /* counts.c's upserts, prepared on first use (wmu) */
 };
 
 
@@ -249,7 +252,8 @@ int sq_copy_check(store *st, char *err, size_t errlen);
 /* Counts attempt a of a delivery of subscription sub into sq->counts. SQLITE_OK or
  * SQLITE_NOMEM. */
 int sq_counts_add(struct sq_counts *c, const char *sub, const struct store_attempt *a);
-/* Writes sq->counts under owner in the open transaction and empties it. A SQLite code. */
+/* Writes sq->counts under owner in the open transaction (sq_record_results empties it
+ * before each batch). A SQLite code. */
 int sq_counts_write(struct sq *sq, const char *owner);
 void sq_counts_free(struct sq *sq);
 /* store_methods.attempt_counts_prune. */

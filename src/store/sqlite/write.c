@@ -448,7 +448,7 @@ out:
 	if (rc != STORE_OK) {
 		/* the claims' event parts (out, when there, holds copies of the pointers) */
 		for (size_t i = 0; i < count; i++)
-			free(rows[i].c.event_type); /* the start of its one allocation */
+			store_claim_release(&rows[i].c);
 		free(rows);
 		free(out);
 		return rc;
