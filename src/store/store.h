@@ -252,8 +252,9 @@ struct store_attempt {
 struct store_result {
 	const char *delivery_id;    /* borrowed */
 	const char *subscription_id; /* borrowed: the delivery's, which its attempts are
-	                               counted for; NULL (a result read back from a spool):
-	                               the backend looks it up */
+	                               counted for (SQLite counts by it; PostgreSQL's
+	                               results statement takes it from the rows it updates);
+	                               NULL (a result read back from a spool): looked up */
 	enum delivery_status status;
 	int replay;                 /* new value of the replay flag */
 	int attempt_count;          /* new totals */
