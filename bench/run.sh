@@ -453,6 +453,27 @@ row_unavailable() { # NAME REASON [DETAIL]: the row says "not available (REASON)
   log "$1: not available ($2)${3:+: $3}"
 }
 
+# outboxd_evidence_read NAME: what the running outboxd says of its attempts (its metrics
+# and the stats of the last hour), for dup_evidence.
+outboxd_evidence_read() {
+  api "127.0.0.1:$DPORT/metrics" >"$work/$1.metrics.txt" 2>/dev/null || true
+  api "127.0.0.1:$DPORT/v1/stats" >"$work/$1.stats.json" 2>/dev/null || true
+}
+# dup_evidence NAME: when the sink saw duplicates in the row, keeps what explains them
+# beyond the run: outboxd's log, metrics and stats, in $RESULTS/evidence/ (a recorded
+# retry shows in the attempt counters and the stats' errors; a request sent twice without
+# a record shows nowhere but in the log).
+dup_evidence() {
+  local dups dir
+  dups=$(grep -o '"duplicates":[0-9]*' "$work/$1.ids.json" | cut -d: -f2)
+  [ "${dups:-0}" -gt 0 ] || return 0
+  dir=$RESULTS/evidence/$(date -u +%Y%m%dT%H%M%S)-$(basename "$work")-$1
+  mkdir -p "$dir"
+  cp "$work/$1.log" "$work/$1.ids.json" "$dir/" 2>/dev/null || true
+  cp "$work/$1.metrics.txt" "$work/$1.stats.json" "$dir/" 2>/dev/null || true
+  log "$1: $dups duplicates at the sink; outboxd's log, metrics and stats kept in $dir"
+}
+
 row_assemble() { # NAME KIND: the row from its parts
   node bench/analyze.mjs row "$1" "$2" "$work" >"$work/rows/$1.json"
   node bench/analyze.mjs brief "$work/rows/$1.json" >&2
@@ -495,8 +516,10 @@ row_outboxd() {
   TP_PGDB=$pgdb throughput "$name" "$DPID" "$events" "$subs" \
     "$BUILD/bench_loadgen" ingest --url "http://127.0.0.1:$DPORT/v1/events" --token bench \
     --events "$events" --batch "$BATCH" --conns "$CONNS" || { stop_pid "$DPID"; return 1; }
+  outboxd_evidence_read "$name"
   stop_pid "$DPID"
   sink_ids "$name"
+  dup_evidence "$name"
   [ -z "$pgdb" ] || pg_probe_stats "$name" "$pgdb"
   row_assemble "$name" outboxd
 }

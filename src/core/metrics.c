@@ -44,7 +44,7 @@ static struct {
 	_Atomic long ingested[INGEST_PROTOCOLS];
 	_Atomic long claimed, handed;
 	_Atomic long leases_renewed, leases_lost;
-	_Atomic long http_lean, http_curl, http_reconnects;
+	_Atomic long http_lean, http_curl, http_reconnects, http_resent;
 	_Atomic long http_tls_full, http_tls_resumed;
 	_Atomic long rejected_4xx[INGEST_PROTOCOLS], rejected_5xx[INGEST_PROTOCOLS];
 	_Atomic long store_errors;
@@ -187,6 +187,11 @@ void metrics_http_request(int lean)
 void metrics_http_reconnect(void)
 {
 	atomic_fetch_add_explicit(&m.http_reconnects, 1, memory_order_relaxed);
+}
+
+void metrics_http_resend(void)
+{
+	atomic_fetch_add_explicit(&m.http_resent, 1, memory_order_relaxed);
 }
 
 void metrics_http_tls_handshake(int resumed)
@@ -460,6 +465,12 @@ static int render_instance(char **out, size_t *len, size_t *cap)
 	  "full accept queue, which the kernel would resend only a second later).\n"
 	  "# TYPE outboxd_http_reconnects_total counter\noutboxd_http_reconnects_total %ld\n",
 	  atomic_load(&m.http_reconnects));
+	A("# HELP outboxd_http_resent_total Requests the lean client sent again on a new "
+	  "connection because the kept-alive one they went out on closed before any byte of an "
+	  "answer (a receiver closing idle connections; one that read the request and closed "
+	  "without answering gets it twice).\n"
+	  "# TYPE outboxd_http_resent_total counter\noutboxd_http_resent_total %ld\n",
+	  atomic_load(&m.http_resent));
 	A("# HELP outboxd_http_tls_handshakes_total TLS handshakes of the lean client's https:// "
 	  "connections, by session: resumed (the target's last session) or full.\n"
 	  "# TYPE outboxd_http_tls_handshakes_total counter\n"

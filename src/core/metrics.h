@@ -45,6 +45,9 @@ void metrics_leases(long renewed, long lost);
 void metrics_http_request(int lean);
 /* A connect of the lean client made again at once after its SYN went unanswered. */
 void metrics_http_reconnect(void);
+/* A request of the lean client sent again on a new connection: the kept-alive one it went
+ * out on closed before any byte of an answer. */
+void metrics_http_resend(void);
 /* A TLS handshake of the lean client completed: resumed a session (1) or a full one. */
 void metrics_http_tls_handshake(int resumed);
 /* An ingest request (or a streamed message) refused with status (4xx or 5xx). */

@@ -320,6 +320,7 @@ static void conn_retry_fresh(struct wire *w, struct wire_conn *c)
 	h->conn = NULL;
 	conn_close(w, c);
 	h->wrote = 0; /* what went out reached a closed connection, not the receiver */
+	metrics_http_resend();
 	conn_start(w, h, t, 1); /* reports a failure itself */
 }
 

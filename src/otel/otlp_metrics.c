@@ -31,6 +31,7 @@ static const struct {
 	{"outboxd_leases_lost_total", "outboxd.leases.lost", "{lease}", 0},
 	{"outboxd_http_requests_total", "outboxd.http.requests", "{request}", 0},
 	{"outboxd_http_reconnects_total", "outboxd.http.reconnects", "{connect}", 0},
+	{"outboxd_http_resent_total", "outboxd.http.resent", "{request}", 0},
 	{"outboxd_http_tls_handshakes_total", "outboxd.http.tls_handshakes", "{handshake}", 0},
 	{"outboxd_ingested_events_total", "outboxd.events.ingested", "{event}", 0},
 	{"outboxd_ingest_rejected_total", "outboxd.ingest.rejected", "{request}", 0},
