@@ -7,7 +7,14 @@
 # so VACUUM's share is measured, after each drain), ROUNDS rounds of both in turn, EVENTS
 # deliveries each. Prints the server backend's CPU µs and WAL bytes per delivery.
 #
-# Usage: [EVENTS=200000] [ROUNDS=2] [BUILD=build] bench/prototypes/pg_queue_split/run.sh
+# SCHEMAS (default "current split") may also name hotclaim: the current schema with no
+# index on the lease, so that a claim's update can be HOT (hotclaim.sql). INFLIGHT=1
+# drains current and hotclaim with about 512 deliveries leased at a time (claims of 128,
+# results four claims later: inflight.sql), as outboxd's dispatcher keeps them; split
+# keeps its own drain.
+#
+# Usage: [EVENTS=200000] [ROUNDS=2] [BUILD=build] [SCHEMAS=...] [INFLIGHT=1]
+#        bench/prototypes/pg_queue_split/run.sh
 # A prototype of a schema outboxd does not have: nothing here is used by outboxd.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +22,8 @@ cd "$here/../../.."
 EVENTS=${EVENTS:-200000}
 ROUNDS=${ROUNDS:-2}
 BUILD=${BUILD:-build}
+SCHEMAS=${SCHEMAS:-current split}
+INFLIGHT=${INFLIGHT:-0}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target outboxd >/dev/null
 
@@ -40,7 +49,7 @@ port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print
   "-p $port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c autovacuum=off -c shared_buffers=256MB" \
   start >/dev/null)
 P="postgres://postgres@127.0.0.1:$port"
-psql -q "$P/postgres" -c "CREATE DATABASE current" -c "CREATE DATABASE split"
+psql -q "$P/postgres" -c "CREATE DATABASE current"
 
 # outboxd's own migrations make the current schema
 oport=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
@@ -50,19 +59,35 @@ opid=$!
 for _ in $(seq 200); do curl -sf "127.0.0.1:$oport/healthz" >/dev/null && break; sleep 0.05; done
 kill "$opid"; wait "$opid" 2>/dev/null || true; opid=""
 
-# the tables both schemas share, as outboxd made them (their triggers left out)
-psql -q "$P/split" -c "CREATE SCHEMA outboxd"
-pg_dump -s "$P/current" -n outboxd -t outboxd.events -t outboxd.attempts \
-  -t outboxd.attempt_minutes -t outboxd.subscriptions | grep -v "^CREATE TRIGGER" |
-  psql -q "$P/split" >/dev/null
-for db in current split; do
-  psql -q "$P/$db" -f "$here/common.sql" >/dev/null 2>&1
-  psql -q "$P/$db" -f "$here/$db.sql" >/dev/null 2>&1
+psql -q "$P/current" -f "$here/common.sql" >/dev/null 2>&1
+psql -q "$P/current" -f "$here/current.sql" >/dev/null 2>&1
+for db in $SCHEMAS; do
+  case $db in
+  current) ;;
+  split)
+    # the tables both schemas share, as outboxd made them (their triggers left out)
+    psql -q "$P/postgres" -c "CREATE DATABASE split"
+    psql -q "$P/split" -c "CREATE SCHEMA outboxd"
+    pg_dump -s "$P/current" -n outboxd -t outboxd.events -t outboxd.attempts \
+      -t outboxd.attempt_minutes -t outboxd.subscriptions | grep -v "^CREATE TRIGGER" |
+      psql -q "$P/split" >/dev/null
+    psql -q "$P/split" -f "$here/common.sql" >/dev/null 2>&1
+    psql -q "$P/split" -f "$here/split.sql" >/dev/null 2>&1 ;;
+  hotclaim)
+    psql -q "$P/postgres" -c "CREATE DATABASE hotclaim TEMPLATE current"
+    psql -q "$P/hotclaim" -f "$here/hotclaim.sql" >/dev/null ;;
+  *) echo "unknown schema $db" >&2; exit 2 ;;
+  esac
 done
+if [ "$INFLIGHT" = 1 ]; then
+  for db in $SCHEMAS; do
+    [ "$db" = split ] || psql -q "$P/$db" -f "$here/inflight.sql" >/dev/null
+  done
+fi
 
 echo "schema   round  ingest µs  drain µs  vacuum µs  total µs  WAL B/delivery (ingest+drain+vacuum)"
 for ((r = 1; r <= ROUNDS; r++)); do
-  for db in current split; do
+  for db in $SCHEMAS; do
     IFS='|' read -r _ ing dr vac tot wi wd wv < <(psql -qtA -v events="$EVENTS" "$P/$db" \
       -f "$here/measure.sql" 2>/dev/null | tail -1)
     printf '%-8s %5d  %9s  %8s  %9s  %8s  %s+%s+%s\n' "$db" "$r" "$ing" "$dr" "$vac" "$tot" \
