@@ -104,3 +104,15 @@ pg_createdb() {
     -c "CREATE DATABASE $1" >/dev/null
 }
 pg_url() { echo "postgres://bench@127.0.0.1:$PGPORT/$1"; }
+# pg_fresh: drops every database the earlier rows left (their stores are read already)
+# and checkpoints, so that a row's server figures hold its own work: not the autovacuum of
+# an earlier row's tables, nor a checkpoint forced by the WAL the earlier rows wrote (and
+# the full-page images that follow one). Prints the seconds it took.
+pg_fresh() {
+  local t0=$SECONDS db
+  for db in $(pg_sql -Atc "SELECT datname FROM pg_database WHERE NOT datistemplate AND datname <> 'postgres'"); do
+    pg_sql -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null
+  done
+  pg_sql -c CHECKPOINT >/dev/null
+  echo $((SECONDS - t0))
+}

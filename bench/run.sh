@@ -263,8 +263,9 @@ sink_wait() {
 #     sampled every 0.5 s on one psql session of the probe's own (PGMON_MS), and in the same
 #     samples outboxd's sessions waiting on a lock (wait_event_type Lock: a row or other
 #     heavyweight lock; LWLock: the server's internal locks, WAL insertion among them) and
-#     the autovacuum workers at work (their CPU is the server's too: a row that
-#     follows another may pay for vacuuming the earlier row's database).
+#     the autovacuum workers at work (their CPU is the server's too). Each PostgreSQL
+#     throughput row starts after pg_fresh (bench/lib.sh): the earlier rows' databases
+#     dropped and a checkpoint, so that it pays for its own vacuum and checkpoints only.
 PGMON_MS=${PGMON_MS:-500}
 pg_cpu_ticks() {
   local pm st f total
@@ -884,6 +885,10 @@ run_row() { # NAME: runs it; a failure becomes a row that says so, not a failed 
         row_unavailable "$name" "PostgreSQL could not be started" \
           "$(tail -2 "${pg_dir:-/nonexistent}/server.log" 2>/dev/null)"; return 0
       fi ;;
+  esac
+  case $name in
+    postgres|postgres-*|graphile|pgboss)
+      log "$name: earlier rows' databases dropped and a checkpoint in $(pg_fresh) s" ;;
   esac
   case $name in
     ceiling) row_ceiling || rc=$? ;;
