@@ -51,8 +51,19 @@ void dispatcher_claims_start(struct dispatcher *d, struct store_claim *claims, s
 	b->n = n;
 	b->live = n + 1; /* +1 held while starting, so an early finish cannot free it */
 	b->subs = sub_registry_acquire(d->reg);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		if (!d->free_list) {
+			/* More than asked for (a store that leased past its limit): the rest
+			 * keep their leases until they expire, then the reaper returns them
+			 * and they are claimed again. Sent later, never lost. */
+			log_error("dispatcher: the store handed over %zu deliveries with room for "
+				  "%zu; the other %zu go back to the pool when their leases expire",
+				  n, i, n - i);
+			b->live -= n - i;
+			break;
+		}
 		round_start(d, b, &claims[i]);
+	}
 	batch_release(d, b);
 }
 

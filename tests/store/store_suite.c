@@ -161,13 +161,35 @@ static void pg_finished(void)
 	pg_exec_on(pg_admin_dsn, sql);
 }
 
+static int pg_adverse_plans(struct fixture_db *db, int on);
+
 static int pg_create(struct fixture_db *db)
 {
 	if (pg_exec_on(pg_suite_dsn, "SET client_min_messages = warning;"
-				     "DROP SCHEMA IF EXISTS outboxd CASCADE"))
+				     "DROP SCHEMA IF EXISTS outboxd CASCADE") ||
+	    pg_adverse_plans(db, 0)) /* a failed test may have left them on */
 		return -1;
 	snprintf(db->dsn, sizeof(db->dsn), "%s", pg_suite_dsn);
 	return 0;
+}
+
+/* Hash joins and aggregation, merge joins, sorts and materialization off: what is left
+ * are nested loops that run their inner side again for every outer row. */
+static int pg_adverse_plans(struct fixture_db *db, int on)
+{
+	char sql[1024];
+	(void)db;
+	if (on)
+		snprintf(sql, sizeof(sql),
+			 "ALTER DATABASE %s SET enable_hashjoin = off;"
+			 "ALTER DATABASE %s SET enable_hashagg = off;"
+			 "ALTER DATABASE %s SET enable_mergejoin = off;"
+			 "ALTER DATABASE %s SET enable_sort = off;"
+			 "ALTER DATABASE %s SET enable_material = off",
+			 pg_suite_db, pg_suite_db, pg_suite_db, pg_suite_db, pg_suite_db);
+	else
+		snprintf(sql, sizeof(sql), "ALTER DATABASE %s RESET ALL", pg_suite_db);
+	return pg_exec_on(pg_admin_dsn, sql);
 }
 
 static void pg_destroy(struct fixture_db *db)
@@ -218,6 +240,7 @@ static const struct backend_fixture backends[] = {
 		.create = pg_create,
 		.destroy = pg_destroy,
 		.producer_insert = pg_producer_insert,
+		.adverse_plans = pg_adverse_plans,
 		.available = pg_available,
 		.finished = pg_finished,
 	},

@@ -49,6 +49,10 @@ struct backend_fixture {
 	int (*producer_insert)(struct fixture_db *db, const char *event_type,
 			       const char *source, const char *source_event_id,
 			       const void *payload, size_t len, int as_text);
+	/* Makes the database's planner choose its worst plans for new connections (on) or
+	 * its own again (off), for a test that a statement's result does not depend on the
+	 * plan; NULL for a backend whose statements have no plan to choose. */
+	int (*adverse_plans)(struct fixture_db *db, int on);
 	int has_owner_lock;  /* one process per database (SQLite's flock) */
 	int (*available)(void);
 	void (*finished)(void); /* after the backend's last test, or NULL */

@@ -304,6 +304,34 @@ static void test_concurrent_claims_are_disjoint(void **state)
 	free(all);
 }
 
+/* A claim leases at most what it asked for, whatever plan the database picks for it
+ * (the dispatcher has a round for each delivery it asked for, no more). */
+static void test_claim_takes_no_more_than_asked(void **state)
+{
+	struct t *t = *state;
+	struct store_claim *c1 = NULL, *c2 = NULL;
+	char err[512];
+
+	for (int i = 0; i < 40; i++)
+		ingest_one(t, "a", t->t0 + i, 1, NULL);
+	if (backend->adverse_plans) {
+		assert_int_equal(backend->adverse_plans(&t->db, 1), 0);
+		store_close(t->st); /* new connections take the settings */
+		assert_int_equal(store_open(t->db.dsn, "test-owner", &t->st, err, sizeof(err)),
+				 STORE_OK);
+	}
+	int64_t now = clock_now_ms();
+	size_t n1 = claim_n(t, now, MINUTE_MS, 5, &c1);
+	/* the others are not leased: the next claim takes them all */
+	size_t n2 = claim_n(t, now, MINUTE_MS, 100, &c2);
+	if (backend->adverse_plans)
+		assert_int_equal(backend->adverse_plans(&t->db, 0), 0);
+	assert_int_equal(n1, 5);
+	assert_int_equal(n2, 35);
+	store_claims_free(c1, n1);
+	store_claims_free(c2, n2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -312,6 +340,7 @@ int main(void)
 		T(test_result_after_lost_lease_is_ignored),
 		T(test_leases_renew),
 		T(test_concurrent_claims_are_disjoint),
+		T(test_claim_takes_no_more_than_asked),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));

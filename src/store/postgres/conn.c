@@ -191,14 +191,21 @@ const char *const pg_sql_of[S_COUNT] = {
 		"SELECT id, event_type, source, source_event_id, partition_key, payload,"
 		" content_type, created_at FROM outboxd.outbox ORDER BY id LIMIT $1"
 		" FOR UPDATE SKIP LOCKED",
-	/* Rows another instance is claiming right now are skipped, not waited for. */
+	/* Rows another instance is claiming right now are skipped, not waited for. The
+	 * pick is a materialized CTE, run once: as "WHERE id IN (SELECT ... LIMIT $4 FOR
+	 * UPDATE SKIP LOCKED)" the planner may put the subquery inside a nested-loop semi
+	 * join and run it again for every row it looks at, each run skipping the rows the
+	 * statement has just updated, so the claim leased far more than $4 (all 2,000 due
+	 * rows for a LIMIT 5 with hash joins, hash aggregation, sorts and materialization
+	 * disabled; seen in practice while ANALYZE ran). */
 	[S_CLAIM] =
-		"WITH c AS ("
-		" UPDATE outboxd.deliveries d SET lease_owner = $1, lease_until = $2"
-		" WHERE d.id IN (SELECT id FROM outboxd.deliveries d"
+		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.deliveries d"
 		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
 		"  AND next_attempt_at <= $3 AND " ORDERING_SQL
-		"  ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)"
+		"  ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED),"
+		" c AS ("
+		" UPDATE outboxd.deliveries d SET lease_owner = $1, lease_until = $2"
+		" FROM pick WHERE d.id = pick.id"
 		" RETURNING d.id, d.event_id, d.subscription_id, d.status, d.replay,"
 		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions,"
 		"  d.starts_scheduled)"
