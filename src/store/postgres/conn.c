@@ -232,10 +232,13 @@ const char *const pg_sql_of[S_COUNT] = {
 		"UPDATE outboxd.deliveries d SET lease_until = u.until"
 		" FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS u(id, until, i)"
 		" WHERE d.id = u.id AND d.lease_owner = $3 RETURNING u.i",
+	/* This and the cleanups below pick their rows once, in a materialized CTE, as the
+	 * claim does (S_CLAIM says why). */
 	[S_REAP] =
-		"UPDATE outboxd.deliveries SET lease_owner = NULL, lease_until = NULL"
-		" WHERE id IN (SELECT id FROM outboxd.deliveries"
-		"  WHERE lease_until IS NOT NULL AND lease_until < $1 FOR UPDATE SKIP LOCKED)",
+		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.deliveries"
+		"  WHERE lease_until IS NOT NULL AND lease_until < $1 FOR UPDATE SKIP LOCKED)"
+		" UPDATE outboxd.deliveries d SET lease_owner = NULL, lease_until = NULL"
+		" FROM pick WHERE d.id = pick.id",
 	[S_RELEASE_ALL] =
 		"UPDATE outboxd.deliveries SET lease_owner = NULL, lease_until = NULL"
 		" WHERE lease_until IS NOT NULL AND (lease_owner = $1 OR lease_until < $2)",
@@ -267,19 +270,20 @@ const char *const pg_sql_of[S_COUNT] = {
 		"DELETE FROM outboxd.events WHERE id = $1"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries WHERE event_id = $1)",
 	[S_CLEANUP_CHUNK] =
-		"DELETE FROM outboxd.deliveries WHERE id IN (SELECT id FROM outboxd.deliveries"
+		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.deliveries"
 		"  WHERE status = 'PROCESSED' AND lease_until IS NULL AND processed_at <= $2"
-		"  LIMIT $1"
-		"  FOR UPDATE SKIP LOCKED)"
-		" RETURNING event_id",
+		"  LIMIT $1 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM outboxd.deliveries d USING pick WHERE d.id = pick.id"
+		" RETURNING d.event_id",
 	[S_EVENTS_DELETE_ORPHANS] =
 		"DELETE FROM outboxd.events e WHERE e.id = ANY($1::text[])"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)",
 	/* Events that never had a delivery (no subscription wanted them). */
 	[S_SWEEP_ORPHANS] =
-		"DELETE FROM outboxd.events WHERE id IN (SELECT e.id FROM outboxd.events e"
+		"WITH pick AS MATERIALIZED (SELECT e.id FROM outboxd.events e"
 		"  WHERE NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)"
-		"  LIMIT $1 FOR UPDATE SKIP LOCKED)",
+		"  LIMIT $1 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM outboxd.events e USING pick WHERE e.id = pick.id",
 	[S_SUB_INSERT] =
 		"INSERT INTO outboxd.subscriptions(id, name, config, enabled, created_at,"
 		" updated_at, ordering) VALUES ($1, $2, $3, $4, $5, $6, $7)",
