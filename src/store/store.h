@@ -646,9 +646,9 @@ int store_meta_get(store *st, const char *name, struct store_meta_value *out);
 int store_meta_swap(store *st, const char *name, const char *expect, const char *value,
 		    struct store_meta_value *found);
 
-/* How many of the writer's group writes (an ingest group, a result group) the backend
- * runs side by side to advantage: 1 for SQLite (one write lock), 2 for PostgreSQL (one
- * connection each). store/writer.c runs that many lanes. */
+/* How many of the writer's group writes (an ingest group, a claim, a result group) the
+ * backend runs side by side to advantage: 1 for SQLite (one write lock), 3 for PostgreSQL
+ * (one connection each). store/writer.c runs that many lanes (at most 3). */
 int store_concurrent_writers(store *st);
 
 /* ---- fault injection (tests) --------------------------------------------------------- */

@@ -36,24 +36,25 @@ struct pending {
 
 /* A thread of the writer and what it takes: with one lane it takes everything; with two
  * (a backend whose writes may run side by side), one takes ingest groups and the other
- * claims and results. */
+ * claims and results; with three, claims (and lease renewals) and results apart too. */
 struct lane {
 	struct writer *w;
 	pthread_t thread;
 	int started;
 	int ingest;                   /* takes ingest groups */
-	int pipeline;                 /* takes claims and result groups */
+	int claims;                   /* takes claims and lease renewals */
+	int results;                  /* takes result groups */
 };
 
 struct writer {
 	store *st;
-	struct lane lanes[2];
+	struct lane lanes[3];
 	int n_lanes;
 	pthread_mutex_t mu;
 	pthread_cond_t work;          /* signalled when work is queued or on stop */
 	pthread_cond_t finished;      /* broadcast after each cycle */
 	int stopping;
-	int busy;                     /* a claim or result group is out of the lists */
+	int busy;                     /* claims, renewals and result groups out of the lists */
 	void (*commit_cb)(void *ctx); /* after a commit that stored events */
 	void *commit_ctx;
 
@@ -560,31 +561,35 @@ static void *writer_main(void *arg)
 	struct lane *ln = arg;
 	struct writer *w = ln->w;
 
-	pthread_setname_np(pthread_self(), ln->pipeline ? "writer" : "writer-ingest");
+	pthread_setname_np(pthread_self(), ln->claims ? "writer"
+					   : ln->results ? "writer-results" : "writer-ingest");
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		int64_t now_us = clock_mono_us();
 		/* a claim asked waits for its gap after the last one while producers of
 		 * single events wait for their acknowledgements (core/pacing.h) */
-		int claim_asked = ln->pipeline && w->claim_want && !w->claim_done;
+		int claim_asked = ln->claims && w->claim_want && !w->claim_done;
 		int64_t claim_at_us = w->claim_end_us + claim_yield_gap(&w->yield, now_us);
 		int must_claim = claim_asked && now_us >= claim_at_us;
-		struct writer_renewal *renew = ln->pipeline && w->renew && !w->renew_done ?
+		struct writer_renewal *renew = ln->claims && w->renew && !w->renew_done ?
 						       w->renew : NULL;
 		struct pending *queued = ln->ingest ? w->head : NULL;
-		/* A result group is written when it is full, when a claim goes with it, or
-		 * when its first result has waited WRITER_GROUP_WAIT_US for company; after a
-		 * failure, not before retry_at_us. */
+		/* A result group is written when it is full, when a claim goes with it (on a
+		 * lane of its own: when the dispatcher asks for work, which the written results
+		 * give back room for), or when its first result has waited
+		 * WRITER_GROUP_WAIT_US for company; after a failure, not before retry_at_us. */
+		int claim_wanted = ln->claims ? must_claim || renew
+					      : w->claim_want && !w->claim_done;
 		int64_t write_at_us = w->todo_since_us + WRITER_GROUP_WAIT_US;
-		if (w->todo_count >= WRITER_RESULTS_MAX || must_claim || renew)
+		if (w->todo_count >= WRITER_RESULTS_MAX || claim_wanted)
 			write_at_us = now_us;
 		if (write_at_us < w->retry_at_us)
 			write_at_us = w->retry_at_us;
-		int can_write = ln->pipeline && w->todo_head && now_us >= write_at_us;
+		int can_write = ln->results && w->todo_head && now_us >= write_at_us;
 		if (w->stopping && !queued)
 			break;
 		if (!can_write && !must_claim && !renew && !queued) {
-			int64_t at_us = ln->pipeline && w->todo_head ? write_at_us : INT64_MAX;
+			int64_t at_us = ln->results && w->todo_head ? write_at_us : INT64_MAX;
 			if (claim_asked && claim_at_us < at_us)
 				at_us = claim_at_us;
 			if (at_us != INT64_MAX)
@@ -619,8 +624,8 @@ static void *writer_main(void *arg)
 		size_t want = must_claim ? w->claim_want : 0;
 		int64_t lease_ms = w->lease_ms;
 		int was_down = w->down;
-		if (ln->pipeline)
-			w->busy = rhead || want || renew;
+		int took = rhead || want || renew;
+		w->busy += took;
 		pthread_mutex_unlock(&w->mu);
 
 		/* Leases of rounds in progress first: their deliveries are being sent. Then
@@ -646,8 +651,7 @@ static void *writer_main(void *arg)
 			results_written(w, rhead, rlast, rn, wrote == 0);
 		if (rhead)
 			w->down = wrote != 0 || (want && claim_rc != STORE_OK);
-		if (ln->pipeline)
-			w->busy = 0;
+		w->busy -= took;
 		if (rhead)
 			ready(w);
 		pthread_cond_broadcast(&w->finished);
@@ -809,14 +813,17 @@ struct writer *writer_start(store *st, struct spool *spool)
 	pthread_cond_init(&w->work, NULL);
 	pthread_cond_init(&w->finished, NULL);
 	pthread_cond_init(&w->replay_wake, NULL);
-	/* SQLite has one write lock: one lane. PostgreSQL takes ingest and results on two
-	 * connections side by side: two lanes, so neither waits for the other's commit. */
-	w->n_lanes = store_concurrent_writers(st) >= 2 ? 2 : 1;
+	/* SQLite has one write lock: one lane. PostgreSQL takes ingest, claims and results
+	 * on connections of their own side by side: three lanes, so that none waits for
+	 * another's statement. */
+	int lanes = store_concurrent_writers(st);
+	w->n_lanes = lanes >= 3 ? 3 : lanes == 2 ? 2 : 1;
 	for (int i = 0; i < w->n_lanes; i++) {
 		struct lane *ln = &w->lanes[i];
 		ln->w = w;
-		ln->pipeline = i == 0;
+		ln->claims = i == 0;
 		ln->ingest = w->n_lanes == 1 || i == 1;
+		ln->results = w->n_lanes < 3 ? i == 0 : i == 2;
 		if (pthread_create(&ln->thread, NULL, writer_main, ln)) {
 			log_error("writer: cannot start thread");
 			writer_stop(w);

@@ -23,10 +23,12 @@
  *
  * Lanes: on SQLite (one write lock) one thread, "writer", takes all of it. A backend
  * whose group writes can run side by side (store_concurrent_writers: PostgreSQL, one
- * connection each) gets two threads over the same queues: "writer" takes claims and
- * results, "writer-ingest" takes ingest groups, so neither waits for the other's commit
- * (measured: one thread for both cost PostgreSQL about 15% of its deliveries/s while
- * events were arriving; docs/performance.md).
+ * connection each) gets a thread per kind over the same queues: "writer" takes claims and
+ * lease renewals, "writer-results" result groups, "writer-ingest" ingest groups, so that
+ * none waits for another's statement (measured: one thread for ingest and the rest cost
+ * PostgreSQL about 15% of its deliveries/s while events were arriving; results beside
+ * the claims, see docs/performance.md). A backend of two gets "writer" (claims and
+ * results) and "writer-ingest".
  *
  * With a spool (the catastrophic-failure layer, opt-in: store/spool.h), a group the store
  * answers STORE_UNAVAILABLE for is written to the spool instead, fsynced, and counts as

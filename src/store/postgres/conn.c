@@ -301,7 +301,8 @@ const char *const pg_sql_of[S_COUNT] = {
 
 /* ---- state --------------------------------------------------------------- */
 
-static const char *const role_names[ROLE_COUNT] = {"ingest", "dispatch", "janitor", "api"};
+static const char *const role_names[ROLE_COUNT] = {"ingest", "dispatch", "results", "janitor",
+						   "api"};
 
 struct pg *pg_of(store *st)
 {
@@ -445,7 +446,7 @@ static int conn_ready(struct pg *pg, struct pgconn *c)
 	 * backend relaxes its sync for them: losing the last few to a database crash only
 	 * means those deliveries are sent again (at-least-once). Events are acknowledged
 	 * only from the ingest connection, whose commits are synchronous. */
-	if (c->role == ROLE_DISPATCH) {
+	if (c->role == ROLE_DISPATCH || c->role == ROLE_RESULTS) {
 		PGresult *r = PQexec(conn, "SET synchronous_commit = off");
 
 		if (PQresultStatus(r) != PGRES_COMMAND_OK)
@@ -672,7 +673,7 @@ static int pg_ping(store *st)
 const struct store_methods store_pg_methods = {
 	.name = "postgres",
 	.dsn_prefix = "postgres://",
-	.concurrent_writers = 2,
+	.concurrent_writers = 3,
 	.open = pg_open,
 	.close = pg_close,
 	.ping = pg_ping,

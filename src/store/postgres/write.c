@@ -488,7 +488,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	pg_p_arr(&p, &not_sent);
 	failed |= delays.failed | dead_letter.failed | not_sent.failed;
 	rc = STORE_ERROR;
-	if (!failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
+	if (!failed && (c = pg_take(pg, ROLE_RESULTS, &rc))) {
 		/* Nearly always no attempt number is taken: the insert without ON CONFLICT
 		 * saves a speculative insertion per attempt. When one is (a round whose lease
 		 * was lost recorded its attempts first), that statement changed nothing and
