@@ -385,10 +385,29 @@ function row(name, kind, work) {
     out.unique_ids = ids.unique_ids;
     out.duplicates = ids.duplicates;
     out.sink_requests = ids.requests;
+    // outboxd's own count of the requests it made (its attempts, every result class):
+    // those beyond one per delivery are recorded retries; duplicates beyond them were
+    // sent without a record (a request resent on a fresh connection, say)
+    const attempts = metricSum(join(work, `${name}.metrics.txt`), "outboxd_attempts_total");
+    if (attempts != null && ids.unique_ids != null && ids.duplicates != null)
+      out.duplicates_unrecorded = Math.max(0, ids.duplicates - Math.max(0, attempts - ids.unique_ids));
   }
   if (pg) out.postgres_server = pgFigures(pg, tp, out);
   if (kind === "peer") out.peer = maybeJson(join(work, `${name}.config.json`));
   return out;
+}
+
+// The sum of a Prometheus counter's series in a /metrics scrape, or null without the file.
+function metricSum(file, name) {
+  let text;
+  try { text = readFileSync(file, "utf8"); } catch { return null; }
+  let sum = null;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(name + "{") && !line.startsWith(name + " ")) continue;
+    const v = Number(line.slice(line.lastIndexOf(" ") + 1));
+    if (Number.isFinite(v)) sum = (sum ?? 0) + v;
+  }
+  return sum;
 }
 
 const f2 = (x) => (x == null ? "–" : x.toFixed(2));
@@ -412,6 +431,7 @@ function brief(r) {
   if (r.memory_mib) s += `, PSS ${f1(r.memory_mib.pss_sum)} MiB`;
   else if (r.peak_rss_mib != null) s += `, RSS ${f1(r.peak_rss_mib)} MiB`;
   if (r.duplicates != null) s += `, ${f0(r.duplicates)} duplicates`;
+  if (r.duplicates && r.duplicates_unrecorded != null) s += ` (${f0(r.duplicates_unrecorded)} not recorded as attempts)`;
   if (r.complete === false) s += ` (INCOMPLETE: ${r.deliveries} of ${r.deliveries_expected})`;
   return s;
 }
@@ -470,6 +490,7 @@ function report(base, results) {
   const roundNames = ROUND_ORDER.filter((n) => rounds.some((r) => r.rows[n]))
     .concat([...new Set(rounds.flatMap((r) => Object.keys(r.rows)))].filter((n) => !ROUND_ORDER.includes(n)));
   const FIG = ["deliveries_per_s", "end_to_end_per_s", "ingest_events_per_s", "duplicates",
+    "duplicates_unrecorded",
     "cpu.deliverers", "cpu.postgres", "cpu.ingest_client", "cpu.sum", "cpu.sink", "cpu.load_generator",
     "memory_mib.pss_sum", "memory_mib.rss_anon_sum", "memory_mib.vmhwm_sum", "window.window_s",
     "postgres_server.cpu_us_per_delivery", "postgres_server.wal_bytes_per_delivery",
@@ -636,7 +657,8 @@ function report(base, results) {
       const vp = OUTBOXD_ROWS.includes(n) && strongest ? ratios[`${n}/${strongest}`] : null;
       const c = (f) => mr(a[f], f1);
       L.push(`| ${a.label}${a.rounds_ok < a.rounds_run ? ` (${a.rounds_ok} of ${a.rounds_run} rounds)` : ""} | ` +
-        `${commitsOf(n, a.peer, s)} | ${mr(a.deliveries_per_s, f0)} | ${mr(a.end_to_end_per_s, f0)} | ${mr(a.duplicates, f0)} | ` +
+        `${commitsOf(n, a.peer, s)} | ${mr(a.deliveries_per_s, f0)} | ${mr(a.end_to_end_per_s, f0)} | ${mr(a.duplicates, f0)}` +
+        `${a.duplicates?.max && a.duplicates_unrecorded ? ` (not recorded: ${mr(a.duplicates_unrecorded, f0)})` : ""} | ` +
         `${n === "ceiling" ? "– (wrk " + c("cpu.load_generator") + ")" : c("cpu.deliverers")} | ${c("cpu.postgres")} | ${c("cpu.ingest_client")} | ` +
         `${c("cpu.sum")} | ${c("cpu.sink")} | ${c("memory_mib.pss_sum")} | ${c("memory_mib.rss_anon_sum")} | ` +
         `${c("memory_mib.vmhwm_sum")} | ${vc ? mr(vc, times) : "–"} | ${vp ? mr(vp, times) : "–"} |`);
@@ -645,7 +667,9 @@ function report(base, results) {
       `Commits: what an ingest acknowledgement waits for / what claims and results (the peers: job fetches ` +
         `and completions) wait for — SQLite synchronous=FULL / NORMAL, PostgreSQL synchronous_commit on / off ` +
         `(the table of commits below). Delivered: a distinct (path, webhook-id) pair at the sink; further requests for a pair are the ` +
-        `duplicates. Deliveries/s (steady window): the deliveries after the first ${s.window_skip_pct}% of the ` +
+        `duplicates; for outboxd, "not recorded" (shown when there are any) are those beyond its own count of ` +
+        `requests made (outboxd_attempts_total less one per delivery: the rest are recorded retries, in the ` +
+        `attempt history). Deliveries/s (steady window): the deliveries after the first ${s.window_skip_pct}% of the ` +
         `row's (the warm-up: start, first claims, connection set-up; discarded) ÷ the time from the receipt ` +
         `that completes those ${s.window_skip_pct}% to the last receipt. End to end: deliveries ÷ (last receipt − ` +
         `first ingest request). The ceiling: distinct webhook-ids at the sink ÷ wrk's run (${s.ceiling_seconds} s, ` +
