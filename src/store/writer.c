@@ -36,14 +36,14 @@ struct pending {
 
 /* A thread of the writer and what it takes: with one lane it takes everything; with two
  * (a backend whose writes may run side by side), one takes ingest groups and the other
- * claims and results; with three, claims (and lease renewals) and results apart too. */
+ * claims and results; with three, claims and results (with lease renewals) apart too. */
 struct lane {
 	struct writer *w;
 	pthread_t thread;
 	int started;
 	int ingest;                   /* takes ingest groups */
-	int claims;                   /* takes claims and lease renewals */
-	int results;                  /* takes result groups */
+	int claims;                   /* takes claims */
+	int results;                  /* takes result groups and lease renewals */
 };
 
 struct writer {
@@ -571,17 +571,19 @@ static void *writer_main(void *arg)
 		int claim_asked = ln->claims && w->claim_want && !w->claim_done;
 		int64_t claim_at_us = w->claim_end_us + claim_yield_gap(&w->yield, now_us);
 		int must_claim = claim_asked && now_us >= claim_at_us;
-		struct writer_renewal *renew = ln->claims && w->renew && !w->renew_done ?
+		/* Lease renewals go with the result groups: both lock delivery rows of
+		 * this instance (a round that ends while its renewal is under way is in
+		 * both), and one after the other on one lane they cannot deadlock. */
+		struct writer_renewal *renew = ln->results && w->renew && !w->renew_done ?
 						       w->renew : NULL;
 		struct pending *queued = ln->ingest ? w->head : NULL;
 		/* A result group is written when it is full, when a claim goes with it (on a
 		 * lane of its own: when the dispatcher asks for work, which the written results
 		 * give back room for), or when its first result has waited
 		 * WRITER_GROUP_WAIT_US for company; after a failure, not before retry_at_us. */
-		int claim_wanted = ln->claims ? must_claim || renew
-					      : w->claim_want && !w->claim_done;
+		int claim_wanted = ln->claims ? must_claim : w->claim_want && !w->claim_done;
 		int64_t write_at_us = w->todo_since_us + WRITER_GROUP_WAIT_US;
-		if (w->todo_count >= WRITER_RESULTS_MAX || claim_wanted)
+		if (w->todo_count >= WRITER_RESULTS_MAX || claim_wanted || renew)
 			write_at_us = now_us;
 		if (write_at_us < w->retry_at_us)
 			write_at_us = w->retry_at_us;

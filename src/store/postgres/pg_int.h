@@ -157,9 +157,9 @@ enum stmt {
 
 /* One connection per role: the hot paths (ingest group commit, the dispatcher's claims
  * and results) never wait behind each other or behind an operator's query. */
-/* A connection per role: ingest (synchronous commits), claims and lease renewals
- * (dispatch), result groups (results: beside the claims, so that neither waits for the
- * other's statement), the janitor's and the API's. */
+/* A connection per role: ingest (synchronous commits), claims (dispatch), result groups
+ * and lease renewals (results: beside the claims, so that neither waits for the other's
+ * statement), the janitor's and the API's. */
 enum role { ROLE_INGEST, ROLE_DISPATCH, ROLE_RESULTS, ROLE_JANITOR, ROLE_API, ROLE_COUNT };
 
 

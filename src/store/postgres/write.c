@@ -628,7 +628,8 @@ int pg_leases_renew(store *st, const char (*ids)[UUID_STR_LEN], const int64_t *u
 	pg_p_arr(&p, &a_id);
 	pg_p_arr(&p, &a_until);
 	pg_p_text(&p, st->owner);
-	if (!a_id.failed && !a_until.failed && (c = pg_take(pg, ROLE_DISPATCH, &rc))) {
+	/* on the results' session: the writer runs renewals on the results' lane */
+	if (!a_id.failed && !a_until.failed && (c = pg_take(pg, ROLE_RESULTS, &rc))) {
 		res = pg_run(pg, c, S_LEASE_RENEW, &p, &rc);
 		pg_give(c);
 	}
