@@ -455,7 +455,8 @@ row_unavailable() { # NAME REASON [DETAIL]: the row says "not available (REASON)
 }
 
 # outboxd_evidence_read NAME: what the running outboxd says of its attempts (its metrics
-# and the stats of the last hour), for dup_evidence.
+# and the stats of the last hour): analyze.mjs counts the duplicates it did not record
+# from the metrics, and dup_evidence keeps both.
 outboxd_evidence_read() {
   api "127.0.0.1:$DPORT/metrics" >"$work/$1.metrics.txt" 2>/dev/null || true
   api "127.0.0.1:$DPORT/v1/stats" >"$work/$1.stats.json" 2>/dev/null || true
@@ -470,8 +471,8 @@ dup_evidence() {
   [ "${dups:-0}" -gt 0 ] || return 0
   dir=$RESULTS/evidence/$(date -u +%Y%m%dT%H%M%S)-$(basename "$work")-$1
   mkdir -p "$dir"
-  cp "$work/$1.log" "$work/$1.ids.json" "$dir/" 2>/dev/null || true
-  cp "$work/$1.metrics.txt" "$work/$1.stats.json" "$dir/" 2>/dev/null || true
+  cp "$work/$1.log" "$work/$1.ids.json" "$work/$1.metrics.txt" "$work/$1.stats.json" \
+    "$dir/" 2>/dev/null || true
   log "$1: $dups duplicates at the sink; outboxd's log, metrics and stats kept in $dir"
 }
 

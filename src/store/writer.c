@@ -818,8 +818,8 @@ struct writer *writer_start(store *st, struct spool *spool)
 	/* SQLite has one write lock: one lane. PostgreSQL takes ingest, claims and results
 	 * on connections of their own side by side: three lanes, so that none waits for
 	 * another's statement. */
-	int lanes = store_concurrent_writers(st);
-	w->n_lanes = lanes >= 3 ? 3 : lanes == 2 ? 2 : 1;
+	int lanes = store_concurrent_writers(st); /* at least 1 */
+	w->n_lanes = lanes > 3 ? 3 : lanes;
 	for (int i = 0; i < w->n_lanes; i++) {
 		struct lane *ln = &w->lanes[i];
 		ln->w = w;

@@ -184,17 +184,26 @@ static int after_item(struct cur *c, unsigned char close)
 	return 2;
 }
 
+/* Steps over a container's opening bracket and the whitespace after it; 1 when close
+ * follows at once (stepped over too: the container is empty). */
+static int opens_empty(struct cur *c, unsigned char close)
+{
+	c->p++;
+	skip_ws(c);
+	if (c->p < c->end && *c->p == close) {
+		c->p++;
+		return 1;
+	}
+	return 0;
+}
+
 static int object(struct cur *c, int depth)
 {
 	const unsigned char *key[KEYS_MAX];
 	size_t key_len[KEYS_MAX], n = 0;
 
-	c->p++;
-	skip_ws(c);
-	if (c->p < c->end && *c->p == '}') {
-		c->p++;
+	if (opens_empty(c, '}'))
 		return 1;
-	}
 	for (;;) {
 		int escaped = 0;
 		if (c->p >= c->end || *c->p != '"' || n == KEYS_MAX)
@@ -220,12 +229,8 @@ static int object(struct cur *c, int depth)
 
 static int array(struct cur *c, int depth)
 {
-	c->p++;
-	skip_ws(c);
-	if (c->p < c->end && *c->p == ']') {
-		c->p++;
+	if (opens_empty(c, ']'))
 		return 1;
-	}
 	for (;;) {
 		int next = value(c, depth + 1) ? after_item(c, ']') : 0;
 		if (next != 2)

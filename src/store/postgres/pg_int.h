@@ -155,11 +155,9 @@ enum stmt {
 		" SELECT id FROM ev"
 
 
-/* One connection per role: the hot paths (ingest group commit, the dispatcher's claims
- * and results) never wait behind each other or behind an operator's query. */
-/* A connection per role: ingest (synchronous commits), claims (dispatch), result groups
- * and lease renewals (results: beside the claims, so that neither waits for the other's
- * statement), the janitor's and the API's. */
+/* One connection per role, so the hot paths never wait behind each other or behind an
+ * operator's query: ingest (synchronous commits), claims (dispatch), result groups and
+ * lease renewals (results), the janitor's and the API's. */
 enum role { ROLE_INGEST, ROLE_DISPATCH, ROLE_RESULTS, ROLE_JANITOR, ROLE_API, ROLE_COUNT };
 
 
