@@ -192,6 +192,24 @@ static int pg_adverse_plans(struct fixture_db *db, int on)
 	return pg_exec_on(pg_admin_dsn, sql);
 }
 
+static long long pg_rows_scanned(struct fixture_db *db)
+{
+	PGconn *conn = PQconnectdb(db->dsn);
+	PGresult *res = NULL;
+	long long rows = -1;
+
+	if (PQstatus(conn) == CONNECTION_OK)
+		res = PQexec(conn, "SELECT seq_tup_read FROM pg_stat_user_tables"
+				   " WHERE relid = 'outboxd.deliveries'::regclass");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	else
+		fprintf(stderr, "postgres fixture: seq_tup_read: %s", PQerrorMessage(conn));
+	PQclear(res);
+	PQfinish(conn);
+	return rows;
+}
+
 static void pg_destroy(struct fixture_db *db)
 {
 	pg_exec_on(pg_suite_dsn, "SET client_min_messages = warning;"
@@ -241,6 +259,7 @@ static const struct backend_fixture backends[] = {
 		.destroy = pg_destroy,
 		.producer_insert = pg_producer_insert,
 		.adverse_plans = pg_adverse_plans,
+		.rows_scanned = pg_rows_scanned,
 		.available = pg_available,
 		.finished = pg_finished,
 	},

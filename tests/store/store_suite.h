@@ -53,6 +53,10 @@ struct backend_fixture {
 	 * its own again (off), for a test that a statement's result does not depend on the
 	 * plan; NULL for a backend whose statements have no plan to choose. */
 	int (*adverse_plans)(struct fixture_db *db, int on);
+	/* Rows the database has read so far by scanning the deliveries table from end to
+	 * end, as counted by the statistics its sessions have reported (-1 when it cannot
+	 * say); NULL for a backend without such a count. */
+	long long (*rows_scanned)(struct fixture_db *db);
 	int has_owner_lock;  /* one process per database (SQLite's flock) */
 	int (*available)(void);
 	void (*finished)(void); /* after the backend's last test, or NULL */

@@ -1,7 +1,8 @@
 /* test_store_claims.c: the conformance suite on claims and leases: a claim leases what is
  * due, an expired lease is claimed again, a result from a round whose lease was lost is
  * ignored or goes after its successor's attempts, a renewed lease outlives its first
- * term, and claims made at once never share a delivery.
+ * term, claims made at once never share a delivery, and a claim or a result costs no
+ * whole-table scan once the tables have grown.
  *
  * Every test runs once per backend (store_suite.h); none knows which. */
 #include "store_suite.h"
@@ -9,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/clock.h"
 
@@ -332,6 +334,82 @@ static void test_claim_takes_no_more_than_asked(void **state)
 	store_claims_free(c2, n2);
 }
 
+/* One delivery path over k new events to the first subscription: ingested in one call,
+ * claimed in one, each recorded delivered in one call. */
+static void deliver_batch(struct t *t, size_t k)
+{
+	struct store_event_in *ev = calloc(k, sizeof(*ev));
+	struct store_result *r = calloc(k, sizeof(*r));
+	struct store_attempt a = {.n = 1, .kind = ATTEMPT_IMMEDIATE, .duration_ms = 1,
+				  .code = 200, .message = "OK"};
+	struct store_claim *c = NULL;
+	int64_t now = clock_now_ms();
+
+	assert_non_null(ev);
+	assert_non_null(r);
+	for (size_t i = 0; i < k; i++) {
+		ev[i] = (struct store_event_in){
+			.event_type = "a", .source = "", .content_type = "application/json",
+			.payload = "{}", .payload_len = 2, .created_at = t->t0,
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		};
+		uuid_v7(ev[i].id);
+	}
+	assert_int_equal(store_ingest(t->st, ev, k), STORE_OK);
+	size_t n = claim_n(t, now, MINUTE_MS, k, &c);
+	assert_int_equal(n, k);
+	a.started_at = now;
+	for (size_t i = 0; i < n; i++)
+		r[i] = (struct store_result){
+			.delivery_id = c[i].delivery_id, .status = DELIVERY_PROCESSED,
+			.attempt_count = 1, .processed_at = now, .attempts = &a, .n_attempts = 1,
+		};
+	assert_int_equal(store_record_results(t->st, r, n), STORE_OK);
+	store_claims_free(c, n);
+	free(r);
+	free(ev);
+}
+
+/* The database's count of rows read by whole-table scans of the deliveries, once the
+ * store's sessions have reported theirs: a session reports at the end of a transaction
+ * at most once a second, so after a second's pause one more delivery makes each of them
+ * report. */
+static long long rows_scanned_now(struct t *t)
+{
+	sleep(1);
+	usleep(100 * 1000);
+	deliver_batch(t, 1);
+	long long rows = backend->rows_scanned(&t->db);
+	assert_true(rows >= 0);
+	return rows;
+}
+
+/* The statements that run for every claim and result keep their plans from call to
+ * call. A plan made while the store was nearly empty must not go on reading the whole
+ * deliveries table once it has grown: the one delivery at a time after the growth reads
+ * no more rows by whole-table scans than one such scan would. */
+static void test_plans_follow_the_tables_growth(void **state)
+{
+	struct t *t = *state;
+
+	if (!backend->rows_scanned) {
+		skip(); /* no plans kept from call to call to watch */
+		return;
+	}
+	for (int i = 0; i < 10; i++)
+		deliver_batch(t, 1);
+	for (int i = 0; i < 30; i++)
+		deliver_batch(t, 500); /* 15,000 deliveries */
+	long long before = rows_scanned_now(t);
+	for (int i = 0; i < 20; i++)
+		deliver_batch(t, 1);
+	long long after = rows_scanned_now(t);
+	if (after - before >= 15000)
+		fail_msg("%lld rows read by whole-table scans of deliveries in 21 small rounds",
+			 after - before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -341,6 +419,7 @@ int main(void)
 		T(test_leases_renew),
 		T(test_concurrent_claims_are_disjoint),
 		T(test_claim_takes_no_more_than_asked),
+		T(test_plans_follow_the_tables_growth),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));

@@ -378,6 +378,41 @@ PGconn *pg_connect_dsn(const char *dsn)
 	return conn;
 }
 
+/* Runs a SET on a new connection; a refusal is logged, and the connection serves as is. */
+static void conn_set(PGconn *conn, const char *sql)
+{
+	PGresult *r = PQexec(conn, sql);
+
+	if (PQresultStatus(r) != PGRES_COMMAND_OK)
+		log_warn("postgres: %s", PQresultErrorMessage(r));
+	PQclear(r);
+}
+
+/* The plans of the ingest and results roles. Their statements run thousands of times a
+ * second, and planning the results statement takes about 2 ms, so each keeps one plan.
+ * But a plan is made for the table sizes of its moment, and a store starts empty: the
+ * results statement's plan made on a table of a few hundred deliveries scans the whole
+ * table (hash join), and kept it while the table grew to 100,000 rows, until an
+ * autoanalyze happened to replace it (two runs of 100,000 events in eight at
+ * 5,200-6,000 deliveries/s instead of 7,200-8,800, the server at 223-261 us per
+ * delivery instead of 141-173). Left to choose (plan_cache_mode auto), PostgreSQL
+ * compares a rebuilt plan with the custom plans it made first, on the small table, and
+ * from then on plans every call afresh (every call of nine after a DISCARD PLANS did).
+ * So these roles always use the generic plan, and rebuild it (DISCARD PLANS) each time
+ * the rows this instance has written (pg->written: events and deliveries) double, from
+ * REPLAN_FIRST on: a plan then never meets tables more than about twice the size it was
+ * made for, as far as this instance grew them. Autoanalyze's invalidations rebuild it as
+ * well, which covers what other instances write. Their statements find rows by key, so
+ * the generic plan is the right one at any size. The claim is not one of them: how many
+ * rows it takes ($4) decides between reading the due index in order and sorting, so its
+ * session keeps PostgreSQL's choice. docs/performance.md has the measurement. */
+#define REPLAN_FIRST 1000
+
+static int plans_follow_growth(enum role role)
+{
+	return role == ROLE_INGEST || role == ROLE_RESULTS;
+}
+
 static void conn_close(struct pgconn *c)
 {
 	if (c->conn)
@@ -446,16 +481,14 @@ static int conn_ready(struct pg *pg, struct pgconn *c)
 	 * backend relaxes its sync for them: losing the last few to a database crash only
 	 * means those deliveries are sent again (at-least-once). Events are acknowledged
 	 * only from the ingest connection, whose commits are synchronous. */
-	if (c->role == ROLE_DISPATCH || c->role == ROLE_RESULTS) {
-		PGresult *r = PQexec(conn, "SET synchronous_commit = off");
-
-		if (PQresultStatus(r) != PGRES_COMMAND_OK)
-			log_warn("postgres: %s", PQresultErrorMessage(r));
-		PQclear(r);
-	}
+	if (c->role == ROLE_DISPATCH || c->role == ROLE_RESULTS)
+		conn_set(conn, "SET synchronous_commit = off");
+	if (plans_follow_growth(c->role))
+		conn_set(conn, "SET plan_cache_mode = force_generic_plan");
 	pg_note_up(pg);
 	c->conn = conn;
 	c->prepared = 0;
+	c->replan_at = REPLAN_FIRST;
 	c->backoff_ms = 0;
 	c->retry_at = 0;
 	c->epoch = atomic_load(&pg->epoch);
@@ -473,6 +506,14 @@ struct pgconn *pg_take(struct pg *pg, enum role role, int *rc)
 	if (*rc != STORE_OK) {
 		pthread_mutex_unlock(&c->mu);
 		return NULL;
+	}
+	if (plans_follow_growth(role)) {
+		uint64_t written = atomic_load_explicit(&pg->written, memory_order_relaxed);
+
+		if (written >= c->replan_at) {
+			c->replan_at = written * 2;
+			conn_set(c->conn, "DISCARD PLANS");
+		}
 	}
 	return c;
 }

@@ -168,6 +168,7 @@ struct pgconn {
 	int64_t retry_at;            /* monotonic ms: no connection attempt before */
 	int backoff_ms;
 	unsigned epoch;              /* pg->epoch when conn was opened */
+	uint64_t replan_at;          /* pg->written at which its plans are rebuilt (conn.c) */
 	enum role role;
 };
 
@@ -180,6 +181,9 @@ struct pg {
 	 * that breaks later belongs to an outage already logged. */
 	atomic_int down;
 	atomic_uint epoch;
+	/* Events and deliveries this instance has inserted: the ingest and results roles
+	 * rebuild their plans as it doubles (conn.c, REPLAN_FIRST). */
+	_Atomic uint64_t written;
 	/* The listener thread (store_on_work). */
 	pthread_mutex_t listen_mu;   /* serialises store_on_work */
 	pthread_t listener;

@@ -214,6 +214,7 @@ static int ingest_run(struct pg *pg, struct pgconn *c, const char *owner,
 				: keyed ? S_INGEST : S_INGEST_UNKEYED, &p, &rc);
 	if (!res)
 		return rc;
+	atomic_fetch_add_explicit(&pg->written, (uint64_t)n + a->dl[0].n, memory_order_relaxed);
 	rc = mark_duplicates(pg, c, events, n, res);
 	PQclear(res);
 	return rc;
