@@ -378,7 +378,8 @@ PGconn *pg_connect_dsn(const char *dsn)
 	return conn;
 }
 
-/* Runs a SET on a new connection; a refusal is logged, and the connection serves as is. */
+/* Runs a session command (a SET, DISCARD PLANS); a refusal is logged, and the connection
+ * serves as is. */
 static void conn_set(PGconn *conn, const char *sql)
 {
 	PGresult *r = PQexec(conn, sql);
