@@ -92,6 +92,8 @@ run_store() {
     n=$(sink_field unique_ids); [ "${n:-0}" -ge "$want" ] && break; sleep 0.2
   done
   curl -sf "$SINK/_control/timestamps" >"$work/$store.receipts.txt"
+  # outboxd's own account (the store calls' wall times among it), kept with KEEP=1
+  curl -sf "127.0.0.1:$DPORT/metrics" >"$work/$store.metrics.txt" || true
   printf '{"store":"%s","backlog_events":%d,"live_rate":%s,"live_seconds":%s,' "$store" \
     "$BACKLOG_EVENTS" "$LAT_RATE" "$LAT_SECONDS"
   printf '"backlog_delivered_before_live":%d,"unique_ids":%s,"expected":%d,"duplicates":%s,' \

@@ -17,6 +17,20 @@
 static const double buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
 
+/* Store calls take from a fraction of a millisecond (SQLite, a small group) to seconds
+ * (a stalled disk, a database failing over). */
+static const double store_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+				       0.1, 0.25, 1, 5};
+#define N_STORE_BUCKETS (sizeof(store_buckets) / sizeof(store_buckets[0]))
+static const char *const store_call_names[METRICS_STORE_CALLS] = {"ingest", "claim",
+								  "results", "renew"};
+static const char *const store_call_help[METRICS_STORE_CALLS] = {
+	"Wall time of the writer's store calls that store a group of ingested events.",
+	"Wall time of the writer's store calls that claim due deliveries.",
+	"Wall time of the writer's store calls that record a group of delivery results.",
+	"Wall time of the writer's store calls that renew the leases of deliveries in progress.",
+};
+
 static const char *const outcome_names[METRICS_OUTCOMES] = {"processed", "retrying", "dead",
 							 "released", "delayed"};
 static const char *const auth_failure_names[METRICS_AUTH_FAILURES] = {"missing", "invalid",
@@ -60,6 +74,11 @@ static struct {
 	_Atomic int kafka_paused;
 	_Atomic long auth_failures[METRICS_AUTH_FAILURES];
 	_Atomic long api_refused[METRICS_API_REFUSALS];
+	struct {
+		_Atomic long buckets[N_STORE_BUCKETS];
+		_Atomic long count;
+		_Atomic long long us_sum;
+	} store_calls[METRICS_STORE_CALLS];
 } m;
 
 /* Consumer lag by topic and partition: written by the intake thread only, read by the
@@ -112,6 +131,19 @@ void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome)
 	struct sub_slot *s = subscription_id ? slot_for(subscription_id) : NULL;
 	atomic_fetch_add_explicit(s ? &s->outcomes[outcome] : &m.other[outcome], 1,
 				  memory_order_relaxed);
+}
+
+void metrics_store_call(enum metrics_store_call call, int64_t duration_us)
+{
+	if ((unsigned)call >= METRICS_STORE_CALLS)
+		return;
+	double sec = (double)duration_us / 1e6;
+	for (size_t i = 0; i < N_STORE_BUCKETS; i++)
+		if (sec <= store_buckets[i])
+			atomic_fetch_add_explicit(&m.store_calls[call].buckets[i], 1,
+						  memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.store_calls[call].count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m.store_calls[call].us_sum, duration_us, memory_order_relaxed);
 }
 
 void metrics_attempt(int code, int64_t duration_us)
@@ -422,6 +454,20 @@ static int render_rounds(char **out, size_t *len, size_t *cap)
 	  "outboxd_attempt_duration_seconds_count %ld\n",
 	  atomic_load(&m.attempt_count), (double)atomic_load(&m.attempt_us_sum) / 1e6,
 	  atomic_load(&m.attempt_count));
+	for (int c = 0; c < METRICS_STORE_CALLS; c++) {
+		const char *name = store_call_names[c];
+		long count = atomic_load(&m.store_calls[c].count);
+
+		A("# HELP outboxd_store_%s_seconds %s\n# TYPE outboxd_store_%s_seconds histogram\n",
+		  name, store_call_help[c], name);
+		for (size_t i = 0; i < N_STORE_BUCKETS; i++)
+			A("outboxd_store_%s_seconds_bucket{le=\"%g\"} %ld\n", name, store_buckets[i],
+			  atomic_load(&m.store_calls[c].buckets[i]));
+		A("outboxd_store_%s_seconds_bucket{le=\"+Inf\"} %ld\n"
+		  "outboxd_store_%s_seconds_sum %.6f\n"
+		  "outboxd_store_%s_seconds_count %ld\n",
+		  name, count, name, (double)atomic_load(&m.store_calls[c].us_sum) / 1e6, name, count);
+	}
 	A("# HELP outboxd_circuit_state Circuit breaker of a subscription in this instance: "
 	  "0 closed, 1 open, 2 half-open.\n# TYPE outboxd_circuit_state gauge\n");
 	int64_t now_ms = clock_now_ms();

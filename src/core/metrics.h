@@ -23,6 +23,16 @@ void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome)
 /* One HTTP attempt with its code and duration. */
 void metrics_attempt(int code, int64_t duration_us);
 void metrics_in_flight(long n);
+/* A store call of the writer (store/writer.c), by what it did, and its wall time: how
+ * long an ingest group, a claim, a result group or a lease renewal held the writer. */
+enum metrics_store_call {
+	METRICS_STORE_INGEST,
+	METRICS_STORE_CLAIM,
+	METRICS_STORE_RESULTS,
+	METRICS_STORE_RENEW,
+	METRICS_STORE_CALLS
+};
+void metrics_store_call(enum metrics_store_call call, int64_t duration_us);
 /* The circuit breaker of a subscription in this instance changed: state is 0 closed,
  * 1 open (until open_until_ms, ms since the epoch; it reads as 2 after that), 2 half-open. */
 void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms);

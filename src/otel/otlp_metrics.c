@@ -2,7 +2,8 @@
  * text, the one place they are read) as OTLP metrics with OpenTelemetry's names and units:
  * a dotted name without the Prometheus _total and unit suffixes, a UCUM unit ("s", "1",
  * or a {annotation} for counts of things), counters as cumulative monotonic integer sums,
- * the attempt-duration histogram as an explicit-bucket histogram. Pure: no I/O, no clock. */
+ * the histograms (attempt durations, store calls) as explicit-bucket histograms. Pure: no
+ * I/O, no clock. */
 #include "otel/otlp.h"
 #include "otel/otlp_int.h"
 
@@ -12,7 +13,7 @@
 #include <string.h>
 
 #define LABELS_MAX 8       /* labels of one sample at most (outboxd's have two at most) */
-#define BUCKETS_MAX 32     /* bounds of a histogram at most (outboxd's has 12) */
+#define BUCKETS_MAX 32     /* bounds of a histogram at most (outboxd's have 12 and 11) */
 
 /* Every family core/metrics.c renders, by its Prometheus name (tests/unit/otel checks the
  * list is whole). gauge_double: the gauge's values are fractions (seconds), else whole
@@ -24,6 +25,10 @@ static const struct {
 	{"outboxd_deliveries_total", "outboxd.deliveries", "{delivery}", 0},
 	{"outboxd_attempts_total", "outboxd.attempts", "{attempt}", 0},
 	{"outboxd_attempt_duration_seconds", "outboxd.attempt.duration", "s", 0},
+	{"outboxd_store_ingest_seconds", "outboxd.store.ingest.duration", "s", 0},
+	{"outboxd_store_claim_seconds", "outboxd.store.claim.duration", "s", 0},
+	{"outboxd_store_results_seconds", "outboxd.store.results.duration", "s", 0},
+	{"outboxd_store_renew_seconds", "outboxd.store.renew.duration", "s", 0},
 	{"outboxd_circuit_state", "outboxd.circuit.state", "1", 0},
 	{"outboxd_in_flight", "outboxd.in_flight", "{delivery}", 0},
 	{"outboxd_rounds_started_total", "outboxd.rounds.started", "{round}", 0},

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/metrics.h"
 #include "core/pacing.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -327,7 +328,9 @@ static void ingest_group(struct writer *w, struct pending *first, struct pending
 			break;
 	}
 	size_t reserved = handoff_plan(w, w->group, total);
+	int64_t t0 = clock_mono_us();
 	int rc = store_ingest(w->st, w->group, total);
+	metrics_store_call(METRICS_STORE_INGEST, clock_mono_us() - t0);
 	size_t handed = handoff_done(w, w->group, total, reserved, rc == STORE_OK);
 	/* The store refused the group: to the spool, but a request that must not be spooled
 	 * (writer_ingest_stored) is answered with the store's error, and the others are
@@ -402,7 +405,9 @@ static int results_group(struct writer *w, struct writer_result *head, size_t n,
 	size_t i = 0;
 	for (struct writer_result *r = head; i < n; r = r->next)
 		w->scratch[i++] = r->result;
+	int64_t t0 = clock_mono_us();
 	int rc = store_record_results(w->st, w->scratch, n);
+	metrics_store_call(METRICS_STORE_RESULTS, clock_mono_us() - t0);
 	if (rc == STORE_UNAVAILABLE && w->spool && spool_results(w, n) == 0)
 		return 0; /* durable in the spool: the rounds are done, the outage goes on */
 	if (rc != STORE_OK) {
@@ -426,7 +431,9 @@ static int claim(struct writer *w, size_t want, int64_t lease_ms, int was_down,
 {
 	*claims = NULL;
 	*n = 0;
+	int64_t t0 = clock_mono_us();
 	int rc = store_claim_due(w->st, clock_now_ms(), lease_ms, want, claims, n);
+	metrics_store_call(METRICS_STORE_CLAIM, clock_mono_us() - t0);
 	if (rc != STORE_OK) {
 		if (!was_down)
 			log_error("writer: cannot claim deliveries: %s", store_strerror(rc));
@@ -453,7 +460,9 @@ static void wait_until(struct writer *w, int64_t at_us, int64_t now_us)
 /* The lease renewal the dispatcher asked for, answered through renew. Unlocked. */
 static void renew_leases(struct writer *w, struct writer_renewal *renew, int was_down)
 {
+	int64_t t0 = clock_mono_us();
 	renew->rc = store_leases_renew(w->st, renew->ids, renew->until, renew->n, renew->renewed);
+	metrics_store_call(METRICS_STORE_RENEW, clock_mono_us() - t0);
 	if (renew->rc != STORE_OK && !was_down)
 		log_error("writer: cannot renew the leases of %zu deliveries in progress: %s",
 			  renew->n, store_strerror(renew->rc));
