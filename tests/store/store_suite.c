@@ -192,22 +192,34 @@ static int pg_adverse_plans(struct fixture_db *db, int on)
 	return pg_exec_on(pg_admin_dsn, sql);
 }
 
-static long long pg_rows_scanned(struct fixture_db *db)
+/* One number from the statistics views, read on a new connection (a fresh snapshot). */
+static long long pg_stat_count(struct fixture_db *db, const char *sql)
 {
 	PGconn *conn = PQconnectdb(db->dsn);
 	PGresult *res = NULL;
-	long long rows = -1;
+	long long n = -1;
 
 	if (PQstatus(conn) == CONNECTION_OK)
-		res = PQexec(conn, "SELECT seq_tup_read FROM pg_stat_user_tables"
-				   " WHERE relid = 'outboxd.deliveries'::regclass");
+		res = PQexec(conn, sql);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
 	else
-		fprintf(stderr, "postgres fixture: seq_tup_read: %s", PQerrorMessage(conn));
+		fprintf(stderr, "postgres fixture: %s: %s", sql, PQerrorMessage(conn));
 	PQclear(res);
 	PQfinish(conn);
-	return rows;
+	return n;
+}
+
+static long long pg_rows_scanned(struct fixture_db *db)
+{
+	return pg_stat_count(db, "SELECT seq_tup_read FROM pg_stat_user_tables"
+				 " WHERE relid = 'outboxd.deliveries'::regclass");
+}
+
+static long long pg_due_index_reads(struct fixture_db *db)
+{
+	return pg_stat_count(db, "SELECT idx_tup_read FROM pg_stat_user_indexes"
+				 " WHERE indexrelid = 'outboxd.deliveries_due'::regclass");
 }
 
 static void pg_destroy(struct fixture_db *db)
@@ -260,6 +272,7 @@ static const struct backend_fixture backends[] = {
 		.producer_insert = pg_producer_insert,
 		.adverse_plans = pg_adverse_plans,
 		.rows_scanned = pg_rows_scanned,
+		.due_index_reads = pg_due_index_reads,
 		.available = pg_available,
 		.finished = pg_finished,
 	},

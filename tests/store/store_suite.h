@@ -57,6 +57,9 @@ struct backend_fixture {
 	 * end, as counted by the statistics its sessions have reported (-1 when it cannot
 	 * say); NULL for a backend without such a count. */
 	long long (*rows_scanned)(struct fixture_db *db);
+	/* Entries read so far from the index the claims walk (-1 when it cannot say); NULL
+	 * for a backend without such a count. */
+	long long (*due_index_reads)(struct fixture_db *db);
 	int has_owner_lock;  /* one process per database (SQLite's flock) */
 	int (*available)(void);
 	void (*finished)(void); /* after the backend's last test, or NULL */

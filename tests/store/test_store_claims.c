@@ -1,8 +1,9 @@
 /* test_store_claims.c: the conformance suite on claims and leases: a claim leases what is
  * due, an expired lease is claimed again, a result from a round whose lease was lost is
  * ignored or goes after its successor's attempts, a renewed lease outlives its first
- * term, claims made at once never share a delivery, and a claim or a result costs no
- * whole-table scan once the tables have grown.
+ * term, claims made at once never share a delivery, a claim or a result costs no
+ * whole-table scan once the tables have grown, and a claim reads the due deliveries it
+ * takes, not all of them.
  *
  * Every test runs once per backend (store_suite.h); none knows which. */
 #include "store_suite.h"
@@ -335,8 +336,9 @@ static void test_claim_takes_no_more_than_asked(void **state)
 }
 
 /* One delivery path over k new events to the first subscription: ingested in one call,
- * claimed in one, each recorded delivered in one call. */
-static void deliver_batch(struct t *t, size_t k)
+ * claimed in one (asking for want, at least k, as the dispatcher asks for as many as it
+ * has rounds free), each recorded delivered in one call. */
+static void deliver_batch(struct t *t, size_t k, size_t want)
 {
 	struct store_event_in *ev = calloc(k, sizeof(*ev));
 	struct store_result *r = calloc(k, sizeof(*r));
@@ -357,7 +359,7 @@ static void deliver_batch(struct t *t, size_t k)
 		uuid_v7(ev[i].id);
 	}
 	assert_int_equal(store_ingest(t->st, ev, k), STORE_OK);
-	size_t n = claim_n(t, now, MINUTE_MS, k, &c);
+	size_t n = claim_n(t, now, MINUTE_MS, want, &c);
 	assert_int_equal(n, k);
 	a.started_at = now;
 	for (size_t i = 0; i < n; i++)
@@ -371,18 +373,17 @@ static void deliver_batch(struct t *t, size_t k)
 	free(ev);
 }
 
-/* The database's count of rows read by whole-table scans of the deliveries, once the
- * store's sessions have reported theirs: a session reports at the end of a transaction
- * at most once a second, so after a second's pause one more delivery makes each of them
- * report. */
-static long long rows_scanned_now(struct t *t)
+/* A count of the database's statistics (count), once the store's sessions have reported
+ * theirs: a session reports at the end of a transaction at most once a second, so after
+ * a second's pause one more delivery makes each of them report. */
+static long long reported(struct t *t, long long (*count)(struct fixture_db *db))
 {
 	sleep(1);
 	usleep(100 * 1000);
-	deliver_batch(t, 1);
-	long long rows = backend->rows_scanned(&t->db);
-	assert_true(rows >= 0);
-	return rows;
+	deliver_batch(t, 1, 1);
+	long long n = count(&t->db);
+	assert_true(n >= 0);
+	return n;
 }
 
 /* The statements that run for every claim and result keep their plans from call to
@@ -398,15 +399,56 @@ static void test_plans_follow_the_tables_growth(void **state)
 		return;
 	}
 	for (int i = 0; i < 10; i++)
-		deliver_batch(t, 1);
+		deliver_batch(t, 1, 1);
 	for (int i = 0; i < 30; i++)
-		deliver_batch(t, 500); /* 15,000 deliveries */
-	long long before = rows_scanned_now(t);
+		deliver_batch(t, 500, 500); /* 15,000 deliveries */
+	long long before = reported(t, backend->rows_scanned);
 	for (int i = 0; i < 20; i++)
-		deliver_batch(t, 1);
-	long long after = rows_scanned_now(t);
+		deliver_batch(t, 1, 1);
+	long long after = reported(t, backend->rows_scanned);
 	if (after - before >= 15000)
 		fail_msg("%lld rows read by whole-table scans of deliveries in 21 small rounds",
+			 after - before);
+}
+
+/* A claim reads the due deliveries it takes, not every due one: with 15,000 due, claims
+ * of ten (after claims of 512 on a nearly empty store) read fewer entries of the due
+ * index in all than one reading of every due delivery would. (A plan that reads them
+ * all through a bitmap and sorts them was seen in a daemon's claims; these calls have
+ * not made PostgreSQL choose it, so this guards the property, not that plan.) */
+static void test_claims_read_what_they_take(void **state)
+{
+	struct t *t = *state;
+
+	if (!backend->due_index_reads) {
+		skip(); /* no plans kept from call to call to watch */
+		return;
+	}
+	for (int i = 0; i < 10; i++)
+		deliver_batch(t, 1, 512);
+	for (int i = 0; i < 30; i++) { /* 15,000 due, none claimed */
+		struct store_event_in ev[500];
+		for (int k = 0; k < 500; k++) {
+			ev[k] = (struct store_event_in){
+				.event_type = "a", .source = "", .content_type = "application/json",
+				.payload = "{}", .payload_len = 2, .created_at = t->t0,
+				.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+				.n_subscriptions = 1,
+			};
+			uuid_v7(ev[k].id);
+		}
+		assert_int_equal(store_ingest(t->st, ev, 500), STORE_OK);
+	}
+	long long before = reported(t, backend->due_index_reads);
+	for (int i = 0; i < 20; i++) {
+		struct store_claim *c = NULL;
+		size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+		assert_int_equal(n, 10);
+		store_claims_free(c, n);
+	}
+	long long after = reported(t, backend->due_index_reads);
+	if (after - before >= 15000)
+		fail_msg("%lld entries of the due index read by 21 claims of at most ten",
 			 after - before);
 }
 
@@ -420,6 +462,7 @@ int main(void)
 		T(test_concurrent_claims_are_disjoint),
 		T(test_claim_takes_no_more_than_asked),
 		T(test_plans_follow_the_tables_growth),
+		T(test_claims_read_what_they_take),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));
