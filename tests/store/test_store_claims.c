@@ -335,20 +335,12 @@ static void test_claim_takes_no_more_than_asked(void **state)
 	store_claims_free(c2, n2);
 }
 
-/* One delivery path over k new events to the first subscription: ingested in one call,
- * claimed in one (asking for want, at least k, as the dispatcher asks for as many as it
- * has rounds free), each recorded delivered in one call. */
-static void deliver_batch(struct t *t, size_t k, size_t want)
+/* Ingests k new events for the first subscription, due now, in one call. */
+static void ingest_batch(struct t *t, size_t k)
 {
 	struct store_event_in *ev = calloc(k, sizeof(*ev));
-	struct store_result *r = calloc(k, sizeof(*r));
-	struct store_attempt a = {.n = 1, .kind = ATTEMPT_IMMEDIATE, .duration_ms = 1,
-				  .code = 200, .message = "OK"};
-	struct store_claim *c = NULL;
-	int64_t now = clock_now_ms();
 
 	assert_non_null(ev);
-	assert_non_null(r);
 	for (size_t i = 0; i < k; i++) {
 		ev[i] = (struct store_event_in){
 			.event_type = "a", .source = "", .content_type = "application/json",
@@ -359,6 +351,22 @@ static void deliver_batch(struct t *t, size_t k, size_t want)
 		uuid_v7(ev[i].id);
 	}
 	assert_int_equal(store_ingest(t->st, ev, k), STORE_OK);
+	free(ev);
+}
+
+/* One delivery path over k new events to the first subscription: ingested in one call,
+ * claimed in one (asking for want, at least k, as the dispatcher asks for as many as it
+ * has rounds free), each recorded delivered in one call. */
+static void deliver_batch(struct t *t, size_t k, size_t want)
+{
+	struct store_result *r = calloc(k, sizeof(*r));
+	struct store_attempt a = {.n = 1, .kind = ATTEMPT_IMMEDIATE, .duration_ms = 1,
+				  .code = 200, .message = "OK"};
+	struct store_claim *c = NULL;
+	int64_t now = clock_now_ms();
+
+	assert_non_null(r);
+	ingest_batch(t, k);
 	size_t n = claim_n(t, now, MINUTE_MS, want, &c);
 	assert_int_equal(n, k);
 	a.started_at = now;
@@ -370,7 +378,6 @@ static void deliver_batch(struct t *t, size_t k, size_t want)
 	assert_int_equal(store_record_results(t->st, r, n), STORE_OK);
 	store_claims_free(c, n);
 	free(r);
-	free(ev);
 }
 
 /* A count of the database's statistics (count), once the store's sessions have reported
@@ -426,19 +433,8 @@ static void test_claims_read_what_they_take(void **state)
 	}
 	for (int i = 0; i < 10; i++)
 		deliver_batch(t, 1, 512);
-	for (int i = 0; i < 30; i++) { /* 15,000 due, none claimed */
-		struct store_event_in ev[500];
-		for (int k = 0; k < 500; k++) {
-			ev[k] = (struct store_event_in){
-				.event_type = "a", .source = "", .content_type = "application/json",
-				.payload = "{}", .payload_len = 2, .created_at = t->t0,
-				.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
-				.n_subscriptions = 1,
-			};
-			uuid_v7(ev[k].id);
-		}
-		assert_int_equal(store_ingest(t->st, ev, 500), STORE_OK);
-	}
+	for (int i = 0; i < 30; i++)
+		ingest_batch(t, 500); /* 15,000 due, none claimed */
 	long long before = reported(t, backend->due_index_reads);
 	for (int i = 0; i < 20; i++) {
 		struct store_claim *c = NULL;
