@@ -17,11 +17,21 @@
 static const double buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define N_BUCKETS (sizeof(buckets) / sizeof(buckets[0]))
 
+/* A histogram of durations: per bound, the observations at or below it (cumulative, as
+ * Prometheus renders them), their count and their sum. bounds is one of the arrays here;
+ * hist_add and hist_render are given it and its length. */
+struct hist {
+	_Atomic long le[N_BUCKETS];
+	_Atomic long count;
+	_Atomic long long us_sum;
+};
+
 /* Store calls take from a fraction of a millisecond (SQLite, a small group) to seconds
  * (a stalled disk, a database failing over). */
 static const double store_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 				       0.1, 0.25, 1, 5};
 #define N_STORE_BUCKETS (sizeof(store_buckets) / sizeof(store_buckets[0]))
+_Static_assert(N_STORE_BUCKETS <= N_BUCKETS, "struct hist holds N_BUCKETS bounds");
 static const char *const store_call_names[METRICS_STORE_CALLS] = {"ingest", "claim",
 								  "results", "renew"};
 static const char *const store_call_help[METRICS_STORE_CALLS] = {
@@ -51,9 +61,7 @@ static struct {
 	struct sub_slot subs[SUB_SLOTS];
 	_Atomic long other[METRICS_OUTCOMES];
 	_Atomic long attempts_by_class[6]; /* 1xx..5xx by hundreds; [0] = other */
-	_Atomic long bucket_counts[N_BUCKETS];
-	_Atomic long attempt_count;
-	_Atomic long long attempt_us_sum;
+	struct hist attempts;
 	_Atomic long in_flight;
 	_Atomic long ingested[INGEST_PROTOCOLS];
 	_Atomic long claimed, handed;
@@ -74,11 +82,7 @@ static struct {
 	_Atomic int kafka_paused;
 	_Atomic long auth_failures[METRICS_AUTH_FAILURES];
 	_Atomic long api_refused[METRICS_API_REFUSALS];
-	struct {
-		_Atomic long buckets[N_STORE_BUCKETS];
-		_Atomic long count;
-		_Atomic long long us_sum;
-	} store_calls[METRICS_STORE_CALLS];
+	struct hist store_calls[METRICS_STORE_CALLS];
 } m;
 
 /* Consumer lag by topic and partition: written by the intake thread only, read by the
@@ -133,29 +137,27 @@ void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome)
 				  memory_order_relaxed);
 }
 
+static void hist_add(struct hist *h, const double *bounds, size_t n, int64_t duration_us)
+{
+	double sec = (double)duration_us / 1e6;
+	for (size_t i = 0; i < n; i++)
+		if (sec <= bounds[i])
+			atomic_fetch_add_explicit(&h->le[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->us_sum, duration_us, memory_order_relaxed);
+}
+
 void metrics_store_call(enum metrics_store_call call, int64_t duration_us)
 {
-	if ((unsigned)call >= METRICS_STORE_CALLS)
-		return;
-	double sec = (double)duration_us / 1e6;
-	for (size_t i = 0; i < N_STORE_BUCKETS; i++)
-		if (sec <= store_buckets[i])
-			atomic_fetch_add_explicit(&m.store_calls[call].buckets[i], 1,
-						  memory_order_relaxed);
-	atomic_fetch_add_explicit(&m.store_calls[call].count, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&m.store_calls[call].us_sum, duration_us, memory_order_relaxed);
+	if ((unsigned)call < METRICS_STORE_CALLS)
+		hist_add(&m.store_calls[call], store_buckets, N_STORE_BUCKETS, duration_us);
 }
 
 void metrics_attempt(int code, int64_t duration_us)
 {
 	int cls = code >= 100 && code < 600 ? code / 100 : 0;
 	atomic_fetch_add_explicit(&m.attempts_by_class[cls], 1, memory_order_relaxed);
-	double secs = (double)duration_us / 1e6;
-	for (size_t i = 0; i < N_BUCKETS; i++)
-		if (secs <= buckets[i])
-			atomic_fetch_add_explicit(&m.bucket_counts[i], 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&m.attempt_count, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&m.attempt_us_sum, duration_us, memory_order_relaxed);
+	hist_add(&m.attempts, buckets, N_BUCKETS, duration_us);
 }
 
 void metrics_in_flight(long n)
@@ -420,6 +422,20 @@ static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
 			return -1;                      \
 	} while (0)
 
+/* The histogram h as the family name (HELP help): a line per bound, +Inf, sum, count. */
+static int hist_render(char **out, size_t *len, size_t *cap, const char *name,
+		       const char *help, struct hist *h, const double *bounds, size_t n)
+{
+	long count = atomic_load(&h->count);
+
+	A("# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (size_t i = 0; i < n; i++)
+		A("%s_bucket{le=\"%g\"} %ld\n", name, bounds[i], atomic_load(&h->le[i]));
+	A("%s_bucket{le=\"+Inf\"} %ld\n%s_sum %.6f\n%s_count %ld\n", name, count, name,
+	  (double)atomic_load(&h->us_sum) / 1e6, name, count);
+	return 0;
+}
+
 /* The per-subscription round outcomes, attempts by class and duration, circuit states,
  * rounds in flight and started, and leases. */
 static int render_rounds(char **out, size_t *len, size_t *cap)
@@ -444,29 +460,16 @@ static int render_rounds(char **out, size_t *len, size_t *cap)
 	for (int c = 0; c < 6; c++)
 		A("outboxd_attempts_total{class=\"%s\"} %ld\n", classes[c],
 		  atomic_load(&m.attempts_by_class[c]));
-	A("# HELP outboxd_attempt_duration_seconds Duration of HTTP attempts.\n"
-	  "# TYPE outboxd_attempt_duration_seconds histogram\n");
-	for (size_t i = 0; i < N_BUCKETS; i++)
-		A("outboxd_attempt_duration_seconds_bucket{le=\"%g\"} %ld\n", buckets[i],
-		  atomic_load(&m.bucket_counts[i]));
-	A("outboxd_attempt_duration_seconds_bucket{le=\"+Inf\"} %ld\n"
-	  "outboxd_attempt_duration_seconds_sum %.6f\n"
-	  "outboxd_attempt_duration_seconds_count %ld\n",
-	  atomic_load(&m.attempt_count), (double)atomic_load(&m.attempt_us_sum) / 1e6,
-	  atomic_load(&m.attempt_count));
+	if (hist_render(out, len, cap, "outboxd_attempt_duration_seconds",
+			"Duration of HTTP attempts.", &m.attempts, buckets, N_BUCKETS))
+		return -1;
 	for (int c = 0; c < METRICS_STORE_CALLS; c++) {
-		const char *name = store_call_names[c];
-		long count = atomic_load(&m.store_calls[c].count);
+		char family[64];
 
-		A("# HELP outboxd_store_%s_seconds %s\n# TYPE outboxd_store_%s_seconds histogram\n",
-		  name, store_call_help[c], name);
-		for (size_t i = 0; i < N_STORE_BUCKETS; i++)
-			A("outboxd_store_%s_seconds_bucket{le=\"%g\"} %ld\n", name, store_buckets[i],
-			  atomic_load(&m.store_calls[c].buckets[i]));
-		A("outboxd_store_%s_seconds_bucket{le=\"+Inf\"} %ld\n"
-		  "outboxd_store_%s_seconds_sum %.6f\n"
-		  "outboxd_store_%s_seconds_count %ld\n",
-		  name, count, name, (double)atomic_load(&m.store_calls[c].us_sum) / 1e6, name, count);
+		snprintf(family, sizeof(family), "outboxd_store_%s_seconds", store_call_names[c]);
+		if (hist_render(out, len, cap, family, store_call_help[c], &m.store_calls[c],
+				store_buckets, N_STORE_BUCKETS))
+			return -1;
 	}
 	A("# HELP outboxd_circuit_state Circuit breaker of a subscription in this instance: "
 	  "0 closed, 1 open, 2 half-open.\n# TYPE outboxd_circuit_state gauge\n");

@@ -3,8 +3,8 @@
  *
  * The spans are trusted only for text a JSON parser validates (see jsonspan.h), so a
  * structural scan is enough to find where a value ends: a string ends at the first '"'
- * preceded by an even number of backslashes, a container at the bracket that brings the depth back
- * to zero (brackets inside strings skipped), a scalar (number, true, false, null) at
+ * preceded by an even number of backslashes, a container at the bracket that brings the
+ * depth back to zero (brackets inside strings skipped), a scalar (number, true, false, null) at
  * the first byte that cannot be part of one. This replaced a jansson parse of every
  * value, which made ingest parse each payload three times (json_loadb was 16% of the
  * daemon's CPU in the throughput bench).

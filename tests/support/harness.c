@@ -27,6 +27,8 @@
 
 #include <curl/curl.h>
 
+#include "core/metrics.h"
+
 #define MAX_CHILDREN        64
 #define POLL_MS             20
 #define RESPONSE_MAX        (64u << 20)
@@ -237,6 +239,23 @@ int64_t harness_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double harness_metric(const char *series)
+{
+	char *text = NULL, key[256];
+	size_t len = 0;
+	double v = -1;
+
+	if (metrics_render(&text, &len) != 0)
+		return -1;
+	/* at the start of a line and followed by the value: not a longer name, not HELP */
+	snprintf(key, sizeof(key), "\n%s ", series);
+	const char *at = strstr(text, key);
+	if (at)
+		v = strtod(at + strlen(key), NULL);
+	free(text);
+	return v;
 }
 
 int harness_free_port(void)

@@ -48,6 +48,11 @@ void harness_dir_done(const char *who, char *dir);
 /* Milliseconds on CLOCK_MONOTONIC, for measuring waits in tests. */
 int64_t harness_now_ms(void);
 
+/* The value of one series of this process's metrics (core/metrics.h, as GET /metrics
+ * renders them): series is the name with its labels, e.g.
+ * "outboxd_http_requests_total{client=\"lean\"}"; -1 when it is not rendered. */
+double harness_metric(const char *series);
+
 /* Calls pred(ctx) every 20 ms until it returns non-zero. Returns 0 when it did, -1 when
  * timeout_ms passed first (pred is always tried once more at the deadline). */
 int harness_wait(int (*pred)(void *ctx), void *ctx, int timeout_ms);

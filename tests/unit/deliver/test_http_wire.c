@@ -31,7 +31,7 @@
 #include <curl/curl.h>
 
 #include "alloc_count.h"
-#include "core/metrics.h"
+#include "harness.h"
 #include "core/config.h"
 #include "deliver/sink.h"
 
@@ -399,26 +399,19 @@ static void start(struct fixture *f, const struct reply *replies, size_t n, int 
 	f->c_on = 1;
 }
 
-/* A counter's value from GET /metrics: key is its name with labels and a space (found at
- * the start of a line, not in the HELP text). */
+/* A counter's value from GET /metrics: key is its name with labels (asserted rendered). */
 static long metric(const char *key)
 {
-	char *text = NULL, line[160];
-	size_t len = 0;
-	assert_int_equal(metrics_render(&text, &len), 0);
-	snprintf(line, sizeof(line), "\n%s", key);
-	const char *p = strstr(text, line);
-	assert_non_null(p);
-	long v = strtol(p + strlen(line), NULL, 10);
-	free(text);
-	return v;
+	double v = harness_metric(key);
+	assert_true(v >= 0);
+	return (long)v;
 }
 
 /* The requests sent so far by lean (1) or libcurl (0). */
 static long http_requests(int lean)
 {
-	return metric(lean ? "outboxd_http_requests_total{client=\"lean\"} "
-			   : "outboxd_http_requests_total{client=\"libcurl\"} ");
+	return metric(lean ? "outboxd_http_requests_total{client=\"lean\"}"
+			   : "outboxd_http_requests_total{client=\"libcurl\"}");
 }
 
 static void assert_ok_outputs(const struct client *c, int code)
@@ -656,13 +649,13 @@ static void test_stale_keep_alive(void **state)
 	assert_ok_outputs(c, 200);
 	wait_server(srv, &srv->closes, 1, NULL);
 	sleep_ms(20); /* the FIN reaches the client's socket */
-	long resent = metric("outboxd_http_resent_total ");
+	long resent = metric("outboxd_http_resent_total");
 	client_send(c, 5000);
 	assert_ok_outputs(c, 200);
 	assert_string_equal(c->cause, "");
 	assert_int_equal(server_get(srv, &srv->accepts), 2);
 	assert_int_equal(server_get(srv, &srv->n_seen), 2);
-	assert_int_equal(metric("outboxd_http_resent_total ") - resent, 1);
+	assert_int_equal(metric("outboxd_http_resent_total") - resent, 1);
 }
 
 /* A fresh connection closed without a byte of an answer is not retried. */

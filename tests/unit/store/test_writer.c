@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/metrics.h"
+#include "harness.h"
 #include "store/spool.h"
 #include "store/store.h"
 #include "store/writer.h"
@@ -189,23 +189,6 @@ static void test_concurrent_ingest_is_stored(void **state)
 	store_claims_free(claims, n);
 }
 
-/* The value of one unlabelled series of /metrics, e.g. "outboxd_store_claim_seconds_count";
- * -1 when it is not rendered. */
-static double metric(const char *series)
-{
-	char *text = NULL, key[128];
-	size_t len = 0;
-	double v = -1;
-
-	assert_int_equal(metrics_render(&text, &len), 0);
-	snprintf(key, sizeof(key), "\n%s ", series);
-	const char *at = strstr(text, key);
-	if (at)
-		v = strtod(at + strlen(key), NULL);
-	free(text);
-	return v;
-}
-
 static void test_results_are_written_and_returned(void **state)
 {
 	struct fixture *f = *state;
@@ -214,9 +197,9 @@ static void test_results_are_written_and_returned(void **state)
 	struct store_claim *claims;
 	const char *want_status[3] = {"PROCESSED", "FAILED", "FAILED"};
 
-	double ingests = metric("outboxd_store_ingest_seconds_count");
-	double claims_before = metric("outboxd_store_claim_seconds_count");
-	double groups = metric("outboxd_store_results_seconds_count");
+	double ingests = harness_metric("outboxd_store_ingest_seconds_count");
+	double claims_before = harness_metric("outboxd_store_claim_seconds_count");
+	double groups = harness_metric("outboxd_store_results_seconds_count");
 	assert_true(ingests >= 0 && claims_before >= 0 && groups >= 0);
 
 	for (int i = 0; i < 3; i++)
@@ -225,10 +208,10 @@ static void test_results_are_written_and_returned(void **state)
 	size_t n = take_claims(f, 10, &claims);
 	assert_int_equal(n, 3);
 	/* the store calls are timed: one ingest group, at least one claim */
-	assert_true(metric("outboxd_store_ingest_seconds_count") >= ingests + 1);
-	assert_true(metric("outboxd_store_claim_seconds_count") >= claims_before + 1);
-	assert_true(metric("outboxd_store_ingest_seconds_bucket{le=\"+Inf\"}") ==
-		    metric("outboxd_store_ingest_seconds_count"));
+	assert_true(harness_metric("outboxd_store_ingest_seconds_count") >= ingests + 1);
+	assert_true(harness_metric("outboxd_store_claim_seconds_count") >= claims_before + 1);
+	assert_true(harness_metric("outboxd_store_ingest_seconds_bucket{le=\"+Inf\"}") ==
+		    harness_metric("outboxd_store_ingest_seconds_count"));
 
 	int64_t now = clock_now_ms();
 	memset(r, 0, sizeof(r));
@@ -263,7 +246,7 @@ static void test_results_are_written_and_returned(void **state)
 	assert_int_equal(nback, 3);
 	for (int i = 0; i < 3; i++)
 		assert_ptr_equal(back[i], &r[i]);
-	assert_true(metric("outboxd_store_results_seconds_count") >= groups + 1);
+	assert_true(harness_metric("outboxd_store_results_seconds_count") >= groups + 1);
 
 	for (int i = 0; i < 3; i++) {
 		struct store_delivery d;
