@@ -197,7 +197,12 @@ const char *const pg_sql_of[S_COUNT] = {
 	 * join and run it again for every row it looks at, each run skipping the rows the
 	 * statement has just updated, so the claim leased far more than $4 (all 2,000 due
 	 * rows for a LIMIT 5 with hash joins, hash aggregation, sorts and materialization
-	 * disabled; seen in practice while ANALYZE ran). */
+	 * disabled; seen in practice while ANALYZE ran). The update finds the picked rows
+	 * by key (= ANY of their ids) rather than by a join with pick: the planner sizes a
+	 * join by its guess of the pick's rows, and a guess of thousands (a LIMIT it cannot
+	 * see, on a large table) made it hash-join pick with a scan of the whole table, and
+	 * the events with a walk of their whole key index: 100 rows leased in 132 ms
+	 * instead of 8 on a 120,000-delivery store. */
 	[S_CLAIM] =
 		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.deliveries d"
 		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
@@ -205,7 +210,7 @@ const char *const pg_sql_of[S_COUNT] = {
 		"  ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED),"
 		" c AS ("
 		" UPDATE outboxd.deliveries d SET lease_owner = $1, lease_until = $2"
-		" FROM pick WHERE d.id = pick.id"
+		" WHERE d.id = ANY (ARRAY(SELECT id FROM pick))"
 		" RETURNING d.id, d.event_id, d.subscription_id, d.status, d.replay,"
 		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions,"
 		"  d.starts_scheduled)"
@@ -389,29 +394,56 @@ static void conn_set(PGconn *conn, const char *sql)
 	PQclear(r);
 }
 
-/* The plans of the ingest and results roles. Their statements run thousands of times a
- * second, and planning the results statement takes about 2 ms, so each keeps one plan.
- * But a plan is made for the table sizes of its moment, and a store starts empty: the
- * results statement's plan made on a table of a few hundred deliveries scans the whole
- * table (hash join), and kept it while the table grew to 100,000 rows, until an
- * autoanalyze happened to replace it (two runs of 100,000 events in eight at
- * 5,200-6,000 deliveries/s instead of 7,200-8,800, the server at 223-261 us per
- * delivery instead of 141-173). Left to choose (plan_cache_mode auto), PostgreSQL
- * compares a rebuilt plan with the custom plans it made first, on the small table, and
- * from then on plans every call afresh (every call of nine after a DISCARD PLANS did).
- * So these roles always use the generic plan, and rebuild it (DISCARD PLANS) each time
- * the rows this instance has written (pg->written: events and deliveries) double, from
- * REPLAN_FIRST on: a plan then never meets tables more than about twice the size it was
- * made for, as far as this instance grew them. Autoanalyze's invalidations rebuild it as
- * well, which covers what other instances write. Their statements find rows by key, so
- * the generic plan is the right one at any size. The claim is not one of them: how many
- * rows it takes ($4) decides between reading the due index in order and sorting, so its
- * session keeps PostgreSQL's choice. docs/performance.md has the measurement. */
+/* The plans of the hot sessions: ingest, dispatch (claims) and results. Their statements
+ * run thousands of times a second, and planning the claim takes about 0.7 ms and the
+ * results statement about 2 ms, so each session keeps one generic plan. Left to choose
+ * (plan_cache_mode auto), PostgreSQL compares a rebuilt plan with the custom plans it
+ * made first, on a small table, and from then on plans every call afresh (every call of
+ * nine after a DISCARD PLANS did). But a plan is made for the table sizes of its moment,
+ * and a store starts empty: the results statement's plan made on a table of a few
+ * hundred deliveries scans the whole table (hash join), and kept it while the table grew
+ * to 100,000 rows until an autoanalyze happened to replace it (two runs of 100,000
+ * events in eight at 5,200-6,000 deliveries/s instead of 7,200-8,800, the server at
+ * 223-261 us per delivery instead of 141-173); the claim's, made on 220 events, found
+ * the rows it leased by reading the whole of both tables (60 ms a claim of 100 at 11,000
+ * deliveries). So these sessions rebuild their plans (DISCARD PLANS) each time the rows
+ * this instance has written double (pg->written: the events and deliveries it inserted,
+ * the deliveries it leased), from REPLAN_FIRST on: a plan then never meets tables more
+ * than about twice the size it was made for, as far as this instance grew them.
+ * Autoanalyze's invalidations rebuild it as well, which covers what other instances
+ * write. Their statements find rows by key, or walk an index in order (the claim:
+ * plans_of_role), so the generic plan is the right one at any size.
+ * docs/performance.md has the measurements. */
 #define REPLAN_FIRST 1000
 
 static int plans_follow_growth(enum role role)
 {
-	return role == ROLE_INGEST || role == ROLE_RESULTS;
+	return role == ROLE_INGEST || role == ROLE_DISPATCH || role == ROLE_RESULTS;
+}
+
+/* The claim's plan (S_CLAIM, S_NEXT_DUE: the dispatch session's only statements) is the
+ * walk of the due index in next_attempt_at order, stopping after $4 rows: it reads about
+ * as many entries as it leases, whatever the table holds. A generic plan cannot see $4
+ * (PostgreSQL guesses a tenth of the rows), and a plan made on statistics that had 3
+ * deliveries due (against 79,588 when it ran) chose instead to read every due row
+ * through a bitmap scan and sort them, for each claim: 35 ms a claim of 100 in a drain
+ * of 100,000, the drain three times slower, two runs in seven of bench/backlog.sh. So
+ * that session has no bitmap scans and no sorts to choose from (a sort still runs where
+ * nothing else gives the order, as the claim's final ORDER BY). Disabling a plan type
+ * adds a penalty to its cost, which would push the statement past the server's
+ * jit_above_cost and compile every claim (about 500 ms a claim), so JIT is off there; it
+ * is off on the ingest and results sessions as well, whose statements run for
+ * milliseconds and could only lose by it. */
+static void plans_of_role(PGconn *conn, enum role role)
+{
+	if (!plans_follow_growth(role))
+		return;
+	conn_set(conn, "SET plan_cache_mode = force_generic_plan");
+	conn_set(conn, "SET jit = off");
+	if (role == ROLE_DISPATCH) {
+		conn_set(conn, "SET enable_bitmapscan = off");
+		conn_set(conn, "SET enable_sort = off");
+	}
 }
 
 static void conn_close(struct pgconn *c)
@@ -484,8 +516,7 @@ static int conn_ready(struct pg *pg, struct pgconn *c)
 	 * only from the ingest connection, whose commits are synchronous. */
 	if (c->role == ROLE_DISPATCH || c->role == ROLE_RESULTS)
 		conn_set(conn, "SET synchronous_commit = off");
-	if (plans_follow_growth(c->role))
-		conn_set(conn, "SET plan_cache_mode = force_generic_plan");
+	plans_of_role(conn, c->role);
 	pg_note_up(pg);
 	c->conn = conn;
 	c->prepared = 0;

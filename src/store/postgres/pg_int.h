@@ -181,8 +181,9 @@ struct pg {
 	 * that breaks later belongs to an outage already logged. */
 	atomic_int down;
 	atomic_uint epoch;
-	/* Events and deliveries this instance has inserted: the ingest and results roles
-	 * rebuild their plans as it doubles (conn.c, REPLAN_FIRST). */
+	/* Events and deliveries this instance has inserted, and deliveries it has leased:
+	 * the ingest, dispatch and results roles rebuild their plans as it doubles (conn.c,
+	 * REPLAN_FIRST). */
 	_Atomic uint64_t written;
 	/* The listener thread (store_on_work). */
 	pthread_mutex_t listen_mu;   /* serialises store_on_work */

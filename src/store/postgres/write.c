@@ -388,6 +388,7 @@ int pg_claim_due(store *st, int64_t now_ms, int64_t lease_ms, size_t limit,
 				break;
 	}
 	PQclear(res);
+	atomic_fetch_add_explicit(&pg->written, (uint64_t)count, memory_order_relaxed);
 	if (filled < count) {
 		/* Out of memory: the leases expire and the work returns to the pool. */
 		store_claims_free(out, filled);
