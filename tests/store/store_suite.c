@@ -222,6 +222,17 @@ static long long pg_due_index_reads(struct fixture_db *db)
 				 " WHERE indexrelid = 'outboxd.deliveries_due'::regclass");
 }
 
+static long long pg_status_index_reads(struct fixture_db *db)
+{
+	return pg_stat_count(db, "SELECT idx_tup_read FROM pg_stat_user_indexes"
+				 " WHERE indexrelid = 'outboxd.deliveries_status'::regclass");
+}
+
+static int pg_analyze(struct fixture_db *db)
+{
+	return pg_exec_on(db->dsn, "ANALYZE outboxd.deliveries; ANALYZE outboxd.events");
+}
+
 static void pg_destroy(struct fixture_db *db)
 {
 	pg_exec_on(pg_suite_dsn, "SET client_min_messages = warning;"
@@ -273,6 +284,8 @@ static const struct backend_fixture backends[] = {
 		.adverse_plans = pg_adverse_plans,
 		.rows_scanned = pg_rows_scanned,
 		.due_index_reads = pg_due_index_reads,
+		.status_index_reads = pg_status_index_reads,
+		.analyze = pg_analyze,
 		.available = pg_available,
 		.finished = pg_finished,
 	},

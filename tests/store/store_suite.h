@@ -60,6 +60,12 @@ struct backend_fixture {
 	/* Entries read so far from the index the claims walk (-1 when it cannot say); NULL
 	 * for a backend without such a count. */
 	long long (*due_index_reads)(struct fixture_db *db);
+	/* Entries read so far from the index of unfinished deliveries by status (-1 when it
+	 * cannot say); NULL for a backend without such a count. */
+	long long (*status_index_reads)(struct fixture_db *db);
+	/* Has the planner's statistics describe the tables as they are now (0 on success);
+	 * NULL for a backend whose planner keeps none. */
+	int (*analyze)(struct fixture_db *db);
 	int has_owner_lock;  /* one process per database (SQLite's flock) */
 	int (*available)(void);
 	void (*finished)(void); /* after the backend's last test, or NULL */

@@ -448,6 +448,64 @@ static void test_claims_read_what_they_take(void **state)
 			 after - before);
 }
 
+/* Claims for an ordered subscription check each candidate against the earlier
+ * deliveries of its key, and that check reads a few index entries however stale the
+ * planner's statistics are. Here they are taken while every delivery is done, as an
+ * autoanalyze of a quiet store would; then 3,000 deliveries of 300 keys are due, and 20
+ * claims of ten read fewer entries of the index of unfinished deliveries in all than
+ * one reading of it would (a check that reads it from its start for each candidate,
+ * as one did with those statistics, reads 3,000 per candidate). */
+static void test_ordered_claims_read_what_they_check(void **state)
+{
+	struct t *t = *state;
+	struct sub_row row = {.name = "ordered", .config = "{}", .enabled = 1,
+			      .ordering = ORDERING_KEY_BLOCK};
+
+	if (!backend->status_index_reads || !backend->analyze) {
+		skip(); /* no planner statistics to be stale */
+		return;
+	}
+	memcpy(row.id, t->subs[0], UUID_STR_LEN);
+	assert_int_equal(store_sub_create(t->st, &row), STORE_OK);
+	for (int i = 0; i < 10; i++)
+		deliver_batch(t, 1, 1);
+	assert_int_equal(backend->analyze(&t->db), 0);
+
+	enum { KEYS = 300, DUE = 3000 };
+	struct store_event_in *ev = calloc(DUE, sizeof(*ev));
+	char (*keys)[16] = calloc(KEYS, sizeof(*keys));
+
+	assert_non_null(ev);
+	assert_non_null(keys);
+	for (int k = 0; k < KEYS; k++)
+		snprintf(keys[k], sizeof(keys[k]), "key-%d", k);
+	for (int i = 0; i < DUE; i++) {
+		ev[i] = (struct store_event_in){
+			.event_type = "a", .source = "", .content_type = "application/json",
+			.payload = "{}", .payload_len = 2, .created_at = t->t0,
+			.partition_key = keys[i % KEYS],
+			.subscription_ids = (const char (*)[UUID_STR_LEN])t->subs,
+			.n_subscriptions = 1,
+		};
+		uuid_v7(ev[i].id);
+	}
+	assert_int_equal(store_ingest(t->st, ev, DUE), STORE_OK);
+	free(ev);
+	free(keys);
+
+	long long before = reported(t, backend->status_index_reads);
+	for (int i = 0; i < 20; i++) {
+		struct store_claim *c = NULL;
+		size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+		assert_int_equal(n, 10);
+		store_claims_free(c, n);
+	}
+	long long after = reported(t, backend->status_index_reads);
+	if (after - before >= DUE)
+		fail_msg("%lld entries of the status index read by 21 ordered claims of at most"
+			 " ten", after - before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -459,6 +517,7 @@ int main(void)
 		T(test_claim_takes_no_more_than_asked),
 		T(test_plans_follow_the_tables_growth),
 		T(test_claims_read_what_they_take),
+		T(test_ordered_claims_read_what_they_check),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));
