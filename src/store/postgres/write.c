@@ -680,20 +680,31 @@ int pg_release_all(store *st, size_t *n)
 
 /* ---- per-key ordering ---------------------------------------------------- */
 
+/* The sweeps below test each candidate D against the earlier deliveries of its key, and
+ * do it as the claim does (ORDERING_SQL): the first earlier one in id order, which with
+ * sorts disabled (sweep_plans) only the ordering index gives, so each test reads a few of
+ * its entries whatever the planner's statistics say. As EXISTS, on statistics taken while
+ * every delivery was done, PostgreSQL made the waiting sweep a nested loop over the
+ * status index: on 96,000 ordered deliveries due it had not ended after 30 s (5 s on
+ * fresh statistics), and it held the janitor, and with it the reaper and the relay,
+ * meanwhile. */
+
 /* A dead delivery earlier than D of D's key. */
 #define DEAD_BEFORE(D)                                                                   \
-	"EXISTS (SELECT 1 FROM outboxd.deliveries p"                                    \
+	"(SELECT p.id FROM outboxd.deliveries p"                                        \
 	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
 	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND p.status = 'FAILED'"       \
-	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"
+	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL"                       \
+	" ORDER BY p.id LIMIT 1) IS NOT NULL"
 
 /* An earlier delivery of D's key still to be done (a dead one not counted when the
  * subscription S passes dead ones over): D must wait its turn. */
 #define PENDING_BEFORE(D, S)                                                             \
-	"EXISTS (SELECT 1 FROM outboxd.deliveries p"                                    \
+	"(SELECT p.id FROM outboxd.deliveries p"                                        \
 	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
 	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND NOT (" S ".ordering = 2"    \
-	" AND p.status = 'FAILED' AND p.next_attempt_at IS NULL AND p.lease_until IS NULL))"
+	" AND p.status = 'FAILED' AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"\
+	" ORDER BY p.id LIMIT 1) IS NOT NULL"
 
 /* Pending deliveries of ordered subscriptions: blocked 1 behind a dead one of their key
  * (blocking subscriptions), else 2 behind an unfinished one. Rows another instance holds
@@ -725,6 +736,22 @@ static const char unpark_sql[] =
 	"  ELSE " PENDING_BEFORE("d", "s") " END)"
 	" FOR UPDATE OF d SKIP LOCKED)";
 
+/* The janitor's session plans the sweeps without sorts (on), and everything else as
+ * the server would (off). JIT goes with it: a disabled plan type adds a penalty to the
+ * plan's cost that would have every sweep compiled. A connection lost meanwhile is
+ * reopened with the server's settings. */
+static void sweep_plans(struct pg *pg, struct pgconn *c, int on)
+{
+	static const char *const sql[2][2] = {
+		{"RESET enable_sort", "RESET jit"},
+		{"SET enable_sort = off", "SET jit = off"},
+	};
+	int rc;
+
+	for (int i = 0; i < 2 && c->conn; i++)
+		PQclear(pg_run_sql(pg, c, sql[on][i], NULL, &rc));
+}
+
 static int run_sweep(struct pg *pg, struct pgconn *c, const char *sql, int64_t now_ms,
 		     size_t *n)
 {
@@ -749,6 +776,7 @@ int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *
 	*parked = *unparked = 0;
 	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
+	sweep_plans(pg, c, 1);
 	/* Without an ordered subscription there is nothing to park: the parking sweeps'
 	 * plans may still walk every unfinished delivery with a partition key. Unparking
 	 * runs regardless (a subscription whose ordering was switched off releases what it
@@ -763,6 +791,7 @@ int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *
 		rc = run_sweep(pg, c, park_wait_sql, now_ms, &waiting);
 	if (full && rc == STORE_OK)
 		rc = run_sweep(pg, c, unpark_sql, now_ms, unparked);
+	sweep_plans(pg, c, 0);
 	pg_give(c);
 	return rc;
 }
