@@ -433,17 +433,23 @@ static int plans_follow_growth(enum role role)
  * adds a penalty to its cost, which would push the statement past the server's
  * jit_above_cost and compile every claim (about 500 ms a claim), so JIT is off there; it
  * is off on the ingest and results sessions as well, whose statements run for
- * milliseconds and could only lose by it. */
+ * milliseconds and could only lose by it. The results statement has no sorts to choose
+ * from either: when a delivery of an ordered key is done it looks up the next one of the
+ * key in id order (prom), which without sorts only the ordering index gives; on
+ * statistics taken while every delivery was done it read the status index whole and
+ * sorted it for each such result instead (9.6 s for 100 results on a copy with 96,000
+ * ordered deliveries due, 10.6 ms without sorts). Its own sorts (the counts' upsert
+ * order, the newest error per subscription) still run: nothing else gives their order. */
 static void plans_of_role(PGconn *conn, enum role role)
 {
 	if (!plans_follow_growth(role))
 		return;
 	conn_set(conn, "SET plan_cache_mode = force_generic_plan");
 	conn_set(conn, "SET jit = off");
-	if (role == ROLE_DISPATCH) {
+	if (role == ROLE_DISPATCH)
 		conn_set(conn, "SET enable_bitmapscan = off");
+	if (role == ROLE_DISPATCH || role == ROLE_RESULTS)
 		conn_set(conn, "SET enable_sort = off");
-	}
 }
 
 static void conn_close(struct pgconn *c)
