@@ -484,6 +484,23 @@ static void ordered_backlog(struct t *t)
 	free(keys);
 }
 
+/* The entries of the status index read by 20 rounds of ten claims on the ordered
+ * backlog, each claimed delivery recorded done when record is set. */
+static long long ordered_rounds_reads(struct t *t, int record)
+{
+	ordered_backlog(t);
+	long long before = reported(t, backend->status_index_reads);
+	for (int i = 0; i < 20; i++) {
+		struct store_claim *c = NULL;
+		size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+		assert_int_equal(n, 10);
+		for (size_t k = 0; record && k < n; k++)
+			record_as(t, c[k].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL, 1);
+		store_claims_free(c, n);
+	}
+	return reported(t, backend->status_index_reads) - before;
+}
+
 /* Claims for an ordered subscription check each candidate against the earlier
  * deliveries of its key, and that check reads a few index entries however stale the
  * planner's statistics are: 20 claims of ten on the ordered backlog read fewer entries
@@ -492,24 +509,14 @@ static void ordered_backlog(struct t *t)
  * reads up to ORDERED_DUE per candidate). */
 static void test_ordered_claims_read_what_they_check(void **state)
 {
-	struct t *t = *state;
-
 	if (!backend->status_index_reads || !backend->analyze) {
 		skip(); /* no planner statistics to be stale */
 		return;
 	}
-	ordered_backlog(t);
-	long long before = reported(t, backend->status_index_reads);
-	for (int i = 0; i < 20; i++) {
-		struct store_claim *c = NULL;
-		size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
-		assert_int_equal(n, 10);
-		store_claims_free(c, n);
-	}
-	long long after = reported(t, backend->status_index_reads);
-	if (after - before >= ORDERED_DUE)
+	long long n = ordered_rounds_reads(*state, 0);
+	if (n >= ORDERED_DUE)
 		fail_msg("%lld entries of the status index read by 21 ordered claims of at most"
-			 " ten", after - before);
+			 " ten", n);
 }
 
 /* Recording a delivery of an ordered key done looks for the next one of its key (to
@@ -521,26 +528,14 @@ static void test_ordered_claims_read_what_they_check(void **state)
  * so this guards the property rather than reproducing it. */
 static void test_ordered_results_read_what_they_check(void **state)
 {
-	struct t *t = *state;
-
 	if (!backend->status_index_reads || !backend->analyze) {
 		skip(); /* no planner statistics to be stale */
 		return;
 	}
-	ordered_backlog(t);
-	long long before = reported(t, backend->status_index_reads);
-	for (int i = 0; i < 20; i++) {
-		struct store_claim *c = NULL;
-		size_t n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
-		assert_int_equal(n, 10);
-		for (size_t k = 0; k < n; k++)
-			record_as(t, c[k].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL, 1);
-		store_claims_free(c, n);
-	}
-	long long after = reported(t, backend->status_index_reads);
-	if (after - before >= ORDERED_DUE)
+	long long n = ordered_rounds_reads(*state, 1);
+	if (n >= ORDERED_DUE)
 		fail_msg("%lld entries of the status index read by 20 rounds of ten ordered"
-			 " results", after - before);
+			 " results", n);
 }
 
 /* The ordering sweeps (parking the deliveries that wait behind an earlier one of their
