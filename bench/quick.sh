@@ -10,7 +10,8 @@
 #   subscription deliver each key in order (docs/api.md#per-key-ordering).
 #   DB=sqlite (default) runs one instance (one process owns a file). DB=postgres starts a throwaway PostgreSQL server (initdb in a temp dir, a free
 #   port, default durability: fsync and synchronous_commit on), or uses BENCH_PG_DSN (a
-#   role allowed to CREATE DATABASE).
+#   role allowed to CREATE DATABASE): a database of its own there, dropped at the end
+#   (KEEP_DB=1 keeps it; left behind, each run would leave ~200 MB on the server).
 #   Builds a release binary first (BUILD, default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,10 +32,13 @@ free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0)
 pids=()
 pgbin=""
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PGUSER_OS" -- "$@"; else "$@"; fi; }
+name=""
 cleanup() {
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   [ -n "$pgbin" ] && as_pg "$pgbin/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true
+  [ -n "$name" ] && [ "${KEEP_DB:-0}" != 1 ] &&
+    psql -q "$BENCH_PG_DSN" -c "DROP DATABASE IF EXISTS $name" >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
 trap cleanup EXIT
