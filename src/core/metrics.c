@@ -47,6 +47,15 @@ static const char *const store_call_head[METRICS_STORE_CALLS] = {
 	"leases of deliveries in progress.\n# TYPE outboxd_store_renew_seconds histogram\n",
 };
 
+static const char *const ingest_wait_names[METRICS_INGEST_WAITS] = {"queued", "answered"};
+static const char *const ingest_wait_head[METRICS_INGEST_WAITS] = {
+	"# HELP outboxd_ingest_queued_seconds Time ingest requests waited for the writer to take "
+	"them into a group.\n# TYPE outboxd_ingest_queued_seconds histogram\n",
+	"# HELP outboxd_ingest_answered_seconds Time from an ingest request queued for the writer "
+	"to its caller having the answer (the writer's share of an acknowledgement).\n"
+	"# TYPE outboxd_ingest_answered_seconds histogram\n",
+};
+
 static const char *const outcome_names[METRICS_OUTCOMES] = {"processed", "retrying", "dead",
 							 "released", "delayed"};
 static const char *const auth_failure_names[METRICS_AUTH_FAILURES] = {"missing", "invalid",
@@ -89,6 +98,7 @@ static struct {
 	_Atomic long auth_failures[METRICS_AUTH_FAILURES];
 	_Atomic long api_refused[METRICS_API_REFUSALS];
 	struct hist store_calls[METRICS_STORE_CALLS];
+	struct hist ingest_waits[METRICS_INGEST_WAITS];
 } m;
 
 /* Consumer lag by topic and partition: written by the intake thread only, read by the
@@ -157,6 +167,12 @@ void metrics_store_call(enum metrics_store_call call, int64_t duration_us)
 {
 	if ((unsigned)call < METRICS_STORE_CALLS)
 		hist_add(&m.store_calls[call], store_buckets, N_STORE_BUCKETS, duration_us);
+}
+
+void metrics_ingest_wait(enum metrics_ingest_wait wait, int64_t duration_us)
+{
+	if ((unsigned)wait < METRICS_INGEST_WAITS)
+		hist_add(&m.ingest_waits[wait], store_buckets, N_STORE_BUCKETS, duration_us);
 }
 
 void metrics_attempt(int code, int64_t duration_us)
@@ -477,6 +493,14 @@ static int render_rounds(char **out, size_t *len, size_t *cap)
 
 		snprintf(family, sizeof(family), "outboxd_store_%s_seconds", store_call_names[c]);
 		if (hist_render(out, len, cap, family, store_call_head[c], &m.store_calls[c],
+				store_buckets, N_STORE_BUCKETS))
+			return -1;
+	}
+	for (int i = 0; i < METRICS_INGEST_WAITS; i++) {
+		char family[64];
+
+		snprintf(family, sizeof(family), "outboxd_ingest_%s_seconds", ingest_wait_names[i]);
+		if (hist_render(out, len, cap, family, ingest_wait_head[i], &m.ingest_waits[i],
 				store_buckets, N_STORE_BUCKETS))
 			return -1;
 	}

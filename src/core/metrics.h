@@ -33,6 +33,15 @@ enum metrics_store_call {
 	METRICS_STORE_CALLS
 };
 void metrics_store_call(enum metrics_store_call call, int64_t duration_us);
+/* An ingest request's time in the writer (store/writer.c): until a group took it
+ * (QUEUED), and until its caller had the answer (ANSWERED: the wait, the group's store
+ * call and the caller's wake-up), the writer's whole share of an acknowledgement. */
+enum metrics_ingest_wait {
+	METRICS_INGEST_QUEUED,
+	METRICS_INGEST_ANSWERED,
+	METRICS_INGEST_WAITS
+};
+void metrics_ingest_wait(enum metrics_ingest_wait wait, int64_t duration_us);
 /* The circuit breaker of a subscription in this instance changed: state is 0 closed,
  * 1 open (until open_until_ms, ms since the epoch; it reads as 2 after that), 2 half-open. */
 void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms);

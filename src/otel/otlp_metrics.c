@@ -29,6 +29,8 @@ static const struct {
 	{"outboxd_store_claim_seconds", "outboxd.store.claim.duration", "s", 0},
 	{"outboxd_store_results_seconds", "outboxd.store.results.duration", "s", 0},
 	{"outboxd_store_renew_seconds", "outboxd.store.renew.duration", "s", 0},
+	{"outboxd_ingest_queued_seconds", "outboxd.ingest.queued.duration", "s", 0},
+	{"outboxd_ingest_answered_seconds", "outboxd.ingest.answered.duration", "s", 0},
 	{"outboxd_circuit_state", "outboxd.circuit.state", "1", 0},
 	{"outboxd_in_flight", "outboxd.in_flight", "{delivery}", 0},
 	{"outboxd_rounds_started_total", "outboxd.rounds.started", "{round}", 0},

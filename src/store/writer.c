@@ -555,6 +555,7 @@ static struct pending *ingest_take(struct writer *w, struct pending **last)
 	/* how long the small ones waited: the claims' gap follows it */
 	int64_t now_us = clock_mono_us(), waited = -1;
 	for (struct pending *p = first;; p = p->next) {
+		metrics_ingest_wait(METRICS_INGEST_QUEUED, now_us - p->queued_us);
 		if (p->n <= YIELD_SMALL_EVENTS && now_us - p->queued_us > waited)
 			waited = now_us - p->queued_us;
 		if (p == l)
@@ -881,6 +882,7 @@ static int ingest_wait(struct writer *w, struct store_event_in *events, size_t n
 	while (!p.done)
 		pthread_cond_wait(&w->finished, &w->mu);
 	pthread_mutex_unlock(&w->mu);
+	metrics_ingest_wait(METRICS_INGEST_ANSWERED, clock_mono_us() - p.queued_us);
 	return p.rc;
 }
 

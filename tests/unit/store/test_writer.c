@@ -200,7 +200,10 @@ static void test_results_are_written_and_returned(void **state)
 	double ingests = harness_metric("outboxd_store_ingest_seconds_count");
 	double claims_before = harness_metric("outboxd_store_claim_seconds_count");
 	double groups = harness_metric("outboxd_store_results_seconds_count");
+	double queued = harness_metric("outboxd_ingest_queued_seconds_count");
+	double answered = harness_metric("outboxd_ingest_answered_seconds_count");
 	assert_true(ingests >= 0 && claims_before >= 0 && groups >= 0);
+	assert_true(queued >= 0 && answered >= 0);
 
 	for (int i = 0; i < 3; i++)
 		event_for(f, &ev[i], "writer.result");
@@ -212,6 +215,11 @@ static void test_results_are_written_and_returned(void **state)
 	assert_true(harness_metric("outboxd_store_claim_seconds_count") >= claims_before + 1);
 	assert_true(harness_metric("outboxd_store_ingest_seconds_bucket{le=\"+Inf\"}") ==
 		    harness_metric("outboxd_store_ingest_seconds_count"));
+	/* and the request's time in the writer: taken into a group, then answered */
+	assert_true(harness_metric("outboxd_ingest_queued_seconds_count") == queued + 1);
+	assert_true(harness_metric("outboxd_ingest_answered_seconds_count") == answered + 1);
+	assert_true(harness_metric("outboxd_ingest_answered_seconds_sum") >=
+		    harness_metric("outboxd_ingest_queued_seconds_sum"));
 
 	int64_t now = clock_now_ms();
 	memset(r, 0, sizeof(r));
