@@ -459,6 +459,23 @@ static int hist_render(char **out, size_t *len, size_t *cap, const char *name,
 	return 0;
 }
 
+/* The writer's histograms of one kind (store calls, ingest waits), on the store's
+ * buckets: family prefix + names[i] + "_seconds", each after heads[i]. */
+static int writer_hists_render(char **out, size_t *len, size_t *cap, const char *prefix,
+			       const char *const *names, const char *const *heads,
+			       struct hist *h, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char family[64];
+
+		snprintf(family, sizeof(family), "%s%s_seconds", prefix, names[i]);
+		if (hist_render(out, len, cap, family, heads[i], &h[i], store_buckets,
+				N_STORE_BUCKETS))
+			return -1;
+	}
+	return 0;
+}
+
 /* The per-subscription round outcomes, attempts by class and duration, circuit states,
  * rounds in flight and started, and leases. */
 static int render_rounds(char **out, size_t *len, size_t *cap)
@@ -488,22 +505,11 @@ static int render_rounds(char **out, size_t *len, size_t *cap)
 			"# TYPE outboxd_attempt_duration_seconds histogram\n",
 			&m.attempts, buckets, N_BUCKETS))
 		return -1;
-	for (int c = 0; c < METRICS_STORE_CALLS; c++) {
-		char family[64];
-
-		snprintf(family, sizeof(family), "outboxd_store_%s_seconds", store_call_names[c]);
-		if (hist_render(out, len, cap, family, store_call_head[c], &m.store_calls[c],
-				store_buckets, N_STORE_BUCKETS))
-			return -1;
-	}
-	for (int i = 0; i < METRICS_INGEST_WAITS; i++) {
-		char family[64];
-
-		snprintf(family, sizeof(family), "outboxd_ingest_%s_seconds", ingest_wait_names[i]);
-		if (hist_render(out, len, cap, family, ingest_wait_head[i], &m.ingest_waits[i],
-				store_buckets, N_STORE_BUCKETS))
-			return -1;
-	}
+	if (writer_hists_render(out, len, cap, "outboxd_store_", store_call_names,
+				store_call_head, m.store_calls, METRICS_STORE_CALLS) ||
+	    writer_hists_render(out, len, cap, "outboxd_ingest_", ingest_wait_names,
+				ingest_wait_head, m.ingest_waits, METRICS_INGEST_WAITS))
+		return -1;
 	A("# HELP outboxd_circuit_state Circuit breaker of a subscription in this instance: "
 	  "0 closed, 1 open, 2 half-open.\n# TYPE outboxd_circuit_state gauge\n");
 	int64_t now_ms = clock_now_ms();
