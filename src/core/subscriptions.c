@@ -14,6 +14,7 @@ void sub_registry_init(struct sub_registry *reg)
 	pthread_mutex_init(&reg->mu, NULL);
 	reg->current = sub_set_new();
 	reg->generation = 0;
+	reg->tickets = reg->published_ticket = 0;
 	reg->stale_since_ms = 0;
 	reg->stale_why[0] = '\0';
 	reg->reload_wanted = 0;
@@ -53,9 +54,24 @@ void sub_registry_release(struct sub_registry *reg, struct sub_set *set)
 		set_free(set);
 }
 
+unsigned long sub_registry_ticket(struct sub_registry *reg)
+{
+	pthread_mutex_lock(&reg->mu);
+	unsigned long t = ++reg->tickets;
+	pthread_mutex_unlock(&reg->mu);
+	return t;
+}
+
 void sub_registry_publish(struct sub_registry *reg, struct sub_set *set)
 {
 	pthread_mutex_lock(&reg->mu);
+	if (set->read_ticket && set->read_ticket < reg->published_ticket) {
+		pthread_mutex_unlock(&reg->mu);
+		sub_registry_release(reg, set); /* a newer read is published already */
+		return;
+	}
+	if (set->read_ticket)
+		reg->published_ticket = set->read_ticket;
 	struct sub_set *old = reg->current;
 	reg->current = set;
 	reg->generation++;

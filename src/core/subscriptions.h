@@ -21,6 +21,8 @@
 struct sub_set {
 	int refs;                       /* guarded by the registry's mutex */
 	int64_t loaded_at_ms;           /* wall clock when its rows were read, 0 = unknown */
+	unsigned long read_ticket;      /* sub_registry_ticket() taken before its rows were
+	                                   read; 0: none (published whatever came before) */
 	struct subscription **items;    /* owned, sorted by id */
 	size_t n;
 };
@@ -29,6 +31,8 @@ struct sub_registry {
 	pthread_mutex_t mu;
 	struct sub_set *current;
 	unsigned long generation;       /* bumped at every publish */
+	unsigned long tickets;          /* the last sub_registry_ticket() given */
+	unsigned long published_ticket; /* the read_ticket of the newest set published */
 	int64_t stale_since_ms;         /* 0: the set is the store's; else (wall clock) since
 	                                   when it may not be */
 	char stale_why[256];
@@ -43,7 +47,14 @@ void sub_registry_destroy(struct sub_registry *reg);
 struct sub_set *sub_registry_acquire(struct sub_registry *reg);
 void sub_registry_release(struct sub_registry *reg, struct sub_set *set);
 
-/* Publishes set (consumed) as the current one: the set is the store's again. */
+/* A number for a read of the store's subscriptions about to start, larger than any given
+ * before: set it as the read's set's read_ticket. Reads run side by side (the API after a
+ * change, the reload another instance's change asks for) and finish in any order. */
+unsigned long sub_registry_ticket(struct sub_registry *reg);
+/* Publishes set (consumed) as the current one: the set is the store's again. A set whose
+ * read began before that of the set published last is dropped instead: the later read
+ * may hold a change the earlier one missed (a subscription just created, which would
+ * then get no events until the next reload). */
 void sub_registry_publish(struct sub_registry *reg, struct sub_set *set);
 
 /* The set may no longer be the store's, since now_ms (kept when it was so already), for

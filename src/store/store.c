@@ -1174,6 +1174,7 @@ int store_subs_load(store *st, struct sub_registry *reg, const struct retry_poli
 	size_t n = 0;
 	char why[256];
 	int64_t now = clock_now_ms();
+	unsigned long ticket = sub_registry_ticket(reg);
 	int rc = store_sub_list(st, &rows, &n);
 	if (rc) {
 		/* a row that does not open was logged with its id by the wrappers */
@@ -1184,6 +1185,7 @@ int store_subs_load(store *st, struct sub_registry *reg, const struct retry_poli
 	}
 	struct sub_set *set = sub_set_new();
 	set->loaded_at_ms = now;
+	set->read_ticket = ticket;
 	for (size_t i = 0; i < n && rc == STORE_OK; i++) {
 		struct subscription *s = sub_codec_from_row(&rows[i], defaults);
 		if (!s) {

@@ -1,5 +1,6 @@
 /* test_subscriptions.c: subscription sets — lookup by id whatever the order of adds,
- * matching of enabled subscriptions, reference counting through the registry. */
+ * matching of enabled subscriptions, reference counting through the registry, reads
+ * published in the order they began. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -67,11 +68,50 @@ static void test_match_enabled_only(void **state)
 	sub_registry_destroy(&reg);
 }
 
+/* Two reads of the store side by side: the one that began later was published first
+ * (it holds a subscription just created); the earlier one, finishing after it, must not
+ * put the older set back. */
+static void test_older_read_does_not_replace_newer(void **state)
+{
+	struct sub_registry reg;
+	sub_registry_init(&reg);
+	unsigned long early = sub_registry_ticket(&reg), late = sub_registry_ticket(&reg);
+	assert_true(late > early);
+
+	struct sub_set *newer = sub_set_new(), *older = sub_set_new();
+	assert_int_equal(sub_set_add(newer, sub(1, "*", 1)), 0);
+	assert_int_equal(sub_set_add(newer, sub(2, "*", 1)), 0);
+	assert_int_equal(sub_set_add(older, sub(1, "*", 1)), 0);
+	newer->read_ticket = late;
+	older->read_ticket = early;
+	sub_registry_publish(&reg, newer);
+	sub_registry_publish(&reg, older); /* dropped */
+	struct sub_set *cur = sub_registry_acquire(&reg);
+	assert_int_equal(cur->n, 2);
+	sub_registry_release(&reg, cur);
+
+	/* a later read is published as usual, and so is a set without a ticket */
+	struct sub_set *later = sub_set_new();
+	later->read_ticket = sub_registry_ticket(&reg);
+	sub_registry_publish(&reg, later);
+	cur = sub_registry_acquire(&reg);
+	assert_int_equal(cur->n, 0);
+	sub_registry_release(&reg, cur);
+	struct sub_set *unticketed = sub_set_new();
+	assert_int_equal(sub_set_add(unticketed, sub(3, "*", 1)), 0);
+	sub_registry_publish(&reg, unticketed);
+	cur = sub_registry_acquire(&reg);
+	assert_int_equal(cur->n, 1);
+	sub_registry_release(&reg, cur);
+	sub_registry_destroy(&reg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_find_any_order),
 		cmocka_unit_test(test_match_enabled_only),
+		cmocka_unit_test(test_older_read_does_not_replace_newer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
