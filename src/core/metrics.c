@@ -26,34 +26,41 @@ struct hist {
 	_Atomic long long us_sum;
 };
 
-/* Store calls take from a fraction of a millisecond (SQLite, a small group) to seconds
- * (a stalled disk, a database failing over). */
-static const double store_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+/* The writer's times (store calls, an ingest request's wait) run from a fraction of a
+ * millisecond (SQLite, a small group) to seconds (a stalled disk, a database failing
+ * over). */
+static const double writer_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 				       0.1, 0.25, 1, 5};
-#define N_STORE_BUCKETS (sizeof(store_buckets) / sizeof(store_buckets[0]))
-_Static_assert(N_STORE_BUCKETS <= N_BUCKETS, "struct hist holds N_BUCKETS bounds");
-static const char *const store_call_names[METRICS_STORE_CALLS] = {"ingest", "claim",
-								  "results", "renew"};
+#define N_WRITER_BUCKETS (sizeof(writer_buckets) / sizeof(writer_buckets[0]))
+_Static_assert(N_WRITER_BUCKETS <= N_BUCKETS, "struct hist holds N_BUCKETS bounds");
+
 /* Each family's HELP and TYPE lines spelt out, like every other family's here: a
  * dashboard's check (tests/install/grafana.sh) finds a family by its "# TYPE" line. */
-static const char *const store_call_head[METRICS_STORE_CALLS] = {
-	"# HELP outboxd_store_ingest_seconds Wall time of the writer's store calls that store a "
-	"group of ingested events.\n# TYPE outboxd_store_ingest_seconds histogram\n",
-	"# HELP outboxd_store_claim_seconds Wall time of the writer's store calls that claim due "
-	"deliveries.\n# TYPE outboxd_store_claim_seconds histogram\n",
-	"# HELP outboxd_store_results_seconds Wall time of the writer's store calls that record a "
-	"group of delivery results.\n# TYPE outboxd_store_results_seconds histogram\n",
-	"# HELP outboxd_store_renew_seconds Wall time of the writer's store calls that renew the "
-	"leases of deliveries in progress.\n# TYPE outboxd_store_renew_seconds histogram\n",
-};
-
-static const char *const ingest_wait_names[METRICS_INGEST_WAITS] = {"queued", "answered"};
-static const char *const ingest_wait_head[METRICS_INGEST_WAITS] = {
-	"# HELP outboxd_ingest_queued_seconds Time ingest requests waited for the writer to take "
-	"them into a group.\n# TYPE outboxd_ingest_queued_seconds histogram\n",
-	"# HELP outboxd_ingest_answered_seconds Time from an ingest request queued for the writer "
-	"to its caller having the answer (the writer's share of an acknowledgement).\n"
-	"# TYPE outboxd_ingest_answered_seconds histogram\n",
+static const struct {
+	const char *name, *head;
+} writer_time_family[METRICS_WRITER_TIMES] = {
+	[METRICS_STORE_INGEST] = {"outboxd_store_ingest_seconds",
+		"# HELP outboxd_store_ingest_seconds Wall time of the writer's store calls that "
+		"store a group of ingested events.\n"
+		"# TYPE outboxd_store_ingest_seconds histogram\n"},
+	[METRICS_STORE_CLAIM] = {"outboxd_store_claim_seconds",
+		"# HELP outboxd_store_claim_seconds Wall time of the writer's store calls that "
+		"claim due deliveries.\n# TYPE outboxd_store_claim_seconds histogram\n"},
+	[METRICS_STORE_RESULTS] = {"outboxd_store_results_seconds",
+		"# HELP outboxd_store_results_seconds Wall time of the writer's store calls that "
+		"record a group of delivery results.\n"
+		"# TYPE outboxd_store_results_seconds histogram\n"},
+	[METRICS_STORE_RENEW] = {"outboxd_store_renew_seconds",
+		"# HELP outboxd_store_renew_seconds Wall time of the writer's store calls that "
+		"renew the leases of deliveries in progress.\n"
+		"# TYPE outboxd_store_renew_seconds histogram\n"},
+	[METRICS_INGEST_QUEUED] = {"outboxd_ingest_queued_seconds",
+		"# HELP outboxd_ingest_queued_seconds Time ingest requests waited for the writer "
+		"to take them into a group.\n# TYPE outboxd_ingest_queued_seconds histogram\n"},
+	[METRICS_INGEST_ANSWERED] = {"outboxd_ingest_answered_seconds",
+		"# HELP outboxd_ingest_answered_seconds Time from an ingest request queued for "
+		"the writer to its caller having the answer (the writer's share of an "
+		"acknowledgement).\n# TYPE outboxd_ingest_answered_seconds histogram\n"},
 };
 
 static const char *const outcome_names[METRICS_OUTCOMES] = {"processed", "retrying", "dead",
@@ -97,8 +104,7 @@ static struct {
 	_Atomic int kafka_paused;
 	_Atomic long auth_failures[METRICS_AUTH_FAILURES];
 	_Atomic long api_refused[METRICS_API_REFUSALS];
-	struct hist store_calls[METRICS_STORE_CALLS];
-	struct hist ingest_waits[METRICS_INGEST_WAITS];
+	struct hist writer_times[METRICS_WRITER_TIMES];
 } m;
 
 /* Consumer lag by topic and partition: written by the intake thread only, read by the
@@ -163,16 +169,10 @@ static void hist_add(struct hist *h, const double *bounds, size_t n, int64_t dur
 	atomic_fetch_add_explicit(&h->us_sum, duration_us, memory_order_relaxed);
 }
 
-void metrics_store_call(enum metrics_store_call call, int64_t duration_us)
+void metrics_writer_time(enum metrics_writer_time what, int64_t duration_us)
 {
-	if ((unsigned)call < METRICS_STORE_CALLS)
-		hist_add(&m.store_calls[call], store_buckets, N_STORE_BUCKETS, duration_us);
-}
-
-void metrics_ingest_wait(enum metrics_ingest_wait wait, int64_t duration_us)
-{
-	if ((unsigned)wait < METRICS_INGEST_WAITS)
-		hist_add(&m.ingest_waits[wait], store_buckets, N_STORE_BUCKETS, duration_us);
+	if ((unsigned)what < METRICS_WRITER_TIMES)
+		hist_add(&m.writer_times[what], writer_buckets, N_WRITER_BUCKETS, duration_us);
 }
 
 void metrics_attempt(int code, int64_t duration_us)
@@ -459,23 +459,6 @@ static int hist_render(char **out, size_t *len, size_t *cap, const char *name,
 	return 0;
 }
 
-/* The writer's histograms of one kind (store calls, ingest waits), on the store's
- * buckets: family prefix + names[i] + "_seconds", each after heads[i]. */
-static int writer_hists_render(char **out, size_t *len, size_t *cap, const char *prefix,
-			       const char *const *names, const char *const *heads,
-			       struct hist *h, int n)
-{
-	for (int i = 0; i < n; i++) {
-		char family[64];
-
-		snprintf(family, sizeof(family), "%s%s_seconds", prefix, names[i]);
-		if (hist_render(out, len, cap, family, heads[i], &h[i], store_buckets,
-				N_STORE_BUCKETS))
-			return -1;
-	}
-	return 0;
-}
-
 /* The per-subscription round outcomes, attempts by class and duration, circuit states,
  * rounds in flight and started, and leases. */
 static int render_rounds(char **out, size_t *len, size_t *cap)
@@ -505,11 +488,11 @@ static int render_rounds(char **out, size_t *len, size_t *cap)
 			"# TYPE outboxd_attempt_duration_seconds histogram\n",
 			&m.attempts, buckets, N_BUCKETS))
 		return -1;
-	if (writer_hists_render(out, len, cap, "outboxd_store_", store_call_names,
-				store_call_head, m.store_calls, METRICS_STORE_CALLS) ||
-	    writer_hists_render(out, len, cap, "outboxd_ingest_", ingest_wait_names,
-				ingest_wait_head, m.ingest_waits, METRICS_INGEST_WAITS))
-		return -1;
+	for (int i = 0; i < METRICS_WRITER_TIMES; i++)
+		if (hist_render(out, len, cap, writer_time_family[i].name,
+				writer_time_family[i].head, &m.writer_times[i], writer_buckets,
+				N_WRITER_BUCKETS))
+			return -1;
 	A("# HELP outboxd_circuit_state Circuit breaker of a subscription in this instance: "
 	  "0 closed, 1 open, 2 half-open.\n# TYPE outboxd_circuit_state gauge\n");
 	int64_t now_ms = clock_now_ms();

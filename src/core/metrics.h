@@ -23,25 +23,21 @@ void metrics_delivery(const char *subscription_id, enum metrics_outcome outcome)
 /* One HTTP attempt with its code and duration. */
 void metrics_attempt(int code, int64_t duration_us);
 void metrics_in_flight(long n);
-/* A store call of the writer (store/writer.c), by what it did, and its wall time: how
- * long an ingest group, a claim, a result group or a lease renewal held the writer. */
-enum metrics_store_call {
+/* The writer's times (store/writer.c), each a histogram of its own. Its store calls, by
+ * what they did: how long an ingest group, a claim, a result group or a lease renewal
+ * held the writer. An ingest request's time in it: until a group took it (QUEUED), and
+ * until its caller had the answer (ANSWERED: the wait, the group's store call and the
+ * caller's wake-up), the writer's whole share of an acknowledgement. */
+enum metrics_writer_time {
 	METRICS_STORE_INGEST,
 	METRICS_STORE_CLAIM,
 	METRICS_STORE_RESULTS,
 	METRICS_STORE_RENEW,
-	METRICS_STORE_CALLS
-};
-void metrics_store_call(enum metrics_store_call call, int64_t duration_us);
-/* An ingest request's time in the writer (store/writer.c): until a group took it
- * (QUEUED), and until its caller had the answer (ANSWERED: the wait, the group's store
- * call and the caller's wake-up), the writer's whole share of an acknowledgement. */
-enum metrics_ingest_wait {
 	METRICS_INGEST_QUEUED,
 	METRICS_INGEST_ANSWERED,
-	METRICS_INGEST_WAITS
+	METRICS_WRITER_TIMES
 };
-void metrics_ingest_wait(enum metrics_ingest_wait wait, int64_t duration_us);
+void metrics_writer_time(enum metrics_writer_time what, int64_t duration_us);
 /* The circuit breaker of a subscription in this instance changed: state is 0 closed,
  * 1 open (until open_until_ms, ms since the epoch; it reads as 2 after that), 2 half-open. */
 void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms);

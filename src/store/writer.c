@@ -330,7 +330,7 @@ static void ingest_group(struct writer *w, struct pending *first, struct pending
 	size_t reserved = handoff_plan(w, w->group, total);
 	int64_t t0 = clock_mono_us();
 	int rc = store_ingest(w->st, w->group, total);
-	metrics_store_call(METRICS_STORE_INGEST, clock_mono_us() - t0);
+	metrics_writer_time(METRICS_STORE_INGEST, clock_mono_us() - t0);
 	size_t handed = handoff_done(w, w->group, total, reserved, rc == STORE_OK);
 	/* The store refused the group: to the spool, but a request that must not be spooled
 	 * (writer_ingest_stored) is answered with the store's error, and the others are
@@ -407,7 +407,7 @@ static int results_group(struct writer *w, struct writer_result *head, size_t n,
 		w->scratch[i++] = r->result;
 	int64_t t0 = clock_mono_us();
 	int rc = store_record_results(w->st, w->scratch, n);
-	metrics_store_call(METRICS_STORE_RESULTS, clock_mono_us() - t0);
+	metrics_writer_time(METRICS_STORE_RESULTS, clock_mono_us() - t0);
 	if (rc == STORE_UNAVAILABLE && w->spool && spool_results(w, n) == 0)
 		return 0; /* durable in the spool: the rounds are done, the outage goes on */
 	if (rc != STORE_OK) {
@@ -433,7 +433,7 @@ static int claim(struct writer *w, size_t want, int64_t lease_ms, int was_down,
 	*n = 0;
 	int64_t t0 = clock_mono_us();
 	int rc = store_claim_due(w->st, clock_now_ms(), lease_ms, want, claims, n);
-	metrics_store_call(METRICS_STORE_CLAIM, clock_mono_us() - t0);
+	metrics_writer_time(METRICS_STORE_CLAIM, clock_mono_us() - t0);
 	if (rc != STORE_OK) {
 		if (!was_down)
 			log_error("writer: cannot claim deliveries: %s", store_strerror(rc));
@@ -462,7 +462,7 @@ static void renew_leases(struct writer *w, struct writer_renewal *renew, int was
 {
 	int64_t t0 = clock_mono_us();
 	renew->rc = store_leases_renew(w->st, renew->ids, renew->until, renew->n, renew->renewed);
-	metrics_store_call(METRICS_STORE_RENEW, clock_mono_us() - t0);
+	metrics_writer_time(METRICS_STORE_RENEW, clock_mono_us() - t0);
 	if (renew->rc != STORE_OK && !was_down)
 		log_error("writer: cannot renew the leases of %zu deliveries in progress: %s",
 			  renew->n, store_strerror(renew->rc));
@@ -555,9 +555,10 @@ static struct pending *ingest_take(struct writer *w, struct pending **last)
 	/* how long the small ones waited: the claims' gap follows it */
 	int64_t now_us = clock_mono_us(), waited = -1;
 	for (struct pending *p = first;; p = p->next) {
-		metrics_ingest_wait(METRICS_INGEST_QUEUED, now_us - p->queued_us);
-		if (p->n <= YIELD_SMALL_EVENTS && now_us - p->queued_us > waited)
-			waited = now_us - p->queued_us;
+		int64_t queued = now_us - p->queued_us;
+		metrics_writer_time(METRICS_INGEST_QUEUED, queued);
+		if (p->n <= YIELD_SMALL_EVENTS && queued > waited)
+			waited = queued;
 		if (p == l)
 			break;
 	}
@@ -882,7 +883,7 @@ static int ingest_wait(struct writer *w, struct store_event_in *events, size_t n
 	while (!p.done)
 		pthread_cond_wait(&w->finished, &w->mu);
 	pthread_mutex_unlock(&w->mu);
-	metrics_ingest_wait(METRICS_INGEST_ANSWERED, clock_mono_us() - p.queued_us);
+	metrics_writer_time(METRICS_INGEST_ANSWERED, clock_mono_us() - p.queued_us);
 	return p.rc;
 }
 
