@@ -776,7 +776,6 @@ int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *
 	*parked = *unparked = 0;
 	if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 		return rc;
-	sweep_plans(pg, c, 1);
 	/* Without an ordered subscription there is nothing to park: the parking sweeps'
 	 * plans may still walk every unfinished delivery with a partition key. Unparking
 	 * runs regardless (a subscription whose ordering was switched off releases what it
@@ -785,13 +784,18 @@ int pg_order_sweep(store *st, int64_t now_ms, int full, size_t *parked, size_t *
 					  " WHERE ordering > 0 LIMIT 1", NULL, &rc);
 	int ordered = res && PQntuples(res) > 0;
 	PQclear(res);
-	if (rc == STORE_OK && ordered && full)
-		rc = run_sweep(pg, c, park_dead_sql, now_ms, parked);
-	if (rc == STORE_OK && ordered)
-		rc = run_sweep(pg, c, park_wait_sql, now_ms, &waiting);
-	if (full && rc == STORE_OK)
-		rc = run_sweep(pg, c, unpark_sql, now_ms, unparked);
-	sweep_plans(pg, c, 0);
+	/* the session's settings change only around sweeps that run: most seconds of a
+	 * store without ordered subscriptions run none */
+	if (rc == STORE_OK && (ordered || full)) {
+		sweep_plans(pg, c, 1);
+		if (ordered && full)
+			rc = run_sweep(pg, c, park_dead_sql, now_ms, parked);
+		if (rc == STORE_OK && ordered)
+			rc = run_sweep(pg, c, park_wait_sql, now_ms, &waiting);
+		if (rc == STORE_OK && full)
+			rc = run_sweep(pg, c, unpark_sql, now_ms, unparked);
+		sweep_plans(pg, c, 0);
+	}
 	pg_give(c);
 	return rc;
 }
