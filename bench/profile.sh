@@ -13,6 +13,8 @@
 # weigh more than in a real run. Debian's libraries have no symbols for their internals;
 # library-level figures are what they are.
 #
+# SUBS=n fans every event out to n subscriptions (bench/quick.sh); per delivery is per
+# event x subscription.
 # Needs perf (linux-perf) or valgrind. BUILD (default build) is passed to quick.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,7 @@ trap 'rm -rf "$out"' EXIT
 
 if [ "$MODE" = callgrind ]; then
 	N=${1:-5000}
+	D=$((N * ${SUBS:-1}))
 	command -v valgrind >/dev/null || { echo "profile: valgrind is not installed" >&2; exit 2; }
 	WRAP="valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=$out/cg.out" \
 		bash bench/quick.sh "$N" | grep -E "^(store|events|end to end)"
@@ -34,9 +37,9 @@ if [ "$MODE" = callgrind ]; then
 		who=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
 			grep -oE '(dispatcher_main|writer_main|replay_main|intake_main|janitor_main|api_[a-z_]+|listener_main|main)\b' |
 			head -1)
-		printf '  %-16s %9d instructions per delivery\n' "${who:-?}" $((ir / N))
+		printf '  %-16s %9d instructions per delivery\n' "${who:-?}" $((ir / D))
 	done
-	printf '  %-16s %9d instructions per delivery\n' total $((total / N))
+	printf '  %-16s %9d instructions per delivery\n' total $((total / D))
 	exit 0
 fi
 

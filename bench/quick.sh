@@ -4,8 +4,10 @@
 # store, delivered to one local receiver. Prints ingest events/s and end-to-end
 # deliveries/s (first ingest to last receipt). `make bench` is the full comparison.
 #
-# Usage: [DB=sqlite|postgres] [KEYS=n] [ORDERING=partition_key] bench/quick.sh [events]
-#        [instances] [batch]
+# Usage: [DB=sqlite|postgres] [KEYS=n] [ORDERING=partition_key] [SUBS=n] bench/quick.sh
+#        [events] [instances] [batch]
+#   SUBS=n (default 1) fans every event out to n subscriptions, each to a path of its own
+#   on the receiver: events x n deliveries, each (path, webhook-id) counted once.
 #   KEYS=n gives the events n partition keys (round-robin); ORDERING=partition_key makes the
 #   subscription deliver each key in order (docs/api.md#per-key-ordering).
 #   DB=sqlite (default) runs one instance (one process owns a file). DB=postgres starts a throwaway PostgreSQL server (initdb in a temp dir, a free
@@ -21,6 +23,7 @@ BATCH=${3:-100}
 DB=${DB:-sqlite}
 KEYS=${KEYS:-0}
 ORDERING=${ORDERING:-none}
+SUBS=${SUBS:-1}
 BUILD=${BUILD:-build}
 [ "$DB" = sqlite ] && [ "$K" -ne 1 ] && { echo "quick: SQLite takes one instance" >&2; exit 2; }
 
@@ -68,7 +71,7 @@ else
 fi
 
 RPORT=$(free_port)
-"$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 >/dev/null &
+"$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 --unique-per-path >/dev/null &
 pids+=($!)
 ports=()
 opids=()
@@ -85,8 +88,13 @@ done
 for _ in $(seq 100); do curl -sf "127.0.0.1:$RPORT/_control/stats" >/dev/null && break; sleep 0.05; done
 
 api() { curl -sf -H "Authorization: Bearer bench" -H 'Content-Type: application/json' "$@"; }
-api -X POST "127.0.0.1:${ports[0]}/v1/subscriptions" \
-  -d "{\"name\":\"sink\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:$RPORT/sink\",\"ordering\":\"$ORDERING\"}" >/dev/null
+for ((s = 0; s < SUBS; s++)); do
+  path=sink
+  [ "$SUBS" -gt 1 ] && path=sink/$s
+  api -X POST "127.0.0.1:${ports[0]}/v1/subscriptions" \
+    -d "{\"name\":\"sink$s\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:$RPORT/$path\",\"ordering\":\"$ORDERING\"}" >/dev/null
+done
+D=$((N * SUBS))
 sleep 0.5 # the other instances reload the subscriptions on NOTIFY outboxd_subs
 
 pad=$(printf '%0150d' 0)
@@ -117,7 +125,7 @@ count=0
 for _ in $(seq 1200); do
   stats=$(curl -sf "127.0.0.1:$RPORT/_control/stats")
   count=$(grep -o '"count":[0-9]*' <<<"$stats" | cut -d: -f2)
-  [ "$count" -ge "$N" ] && break
+  [ "$count" -ge "$D" ] && break
   sleep 0.05
 done
 last_us=$(grep -o '"last_us":[0-9]*' <<<"$stats" | cut -d: -f2)
@@ -138,13 +146,13 @@ for port in "${ports[@]}"; do
   curl=$((curl + $(sed -n 's/^outboxd_http_requests_total{client="libcurl"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
 done
 
-awk -v n="$N" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" -v handed="$handed" -v claimed="$claimed" -v lean="$lean" -v curl="$curl" 'BEGIN {
+awk -v n="$N" -v d="$D" -v subs="$SUBS" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" -v handed="$handed" -v claimed="$claimed" -v lean="$lean" -v curl="$curl" 'BEGIN {
   ingest = (t1 - t0) / 1e9; e2e = (last * 1000 - t0) / 1e9;
-  printf "store:             %s, %d instance(s), %d keys, ordering %s\n", db, k, keys, ordering;
-  printf "events:            %d (received %d, %d duplicates)\n", n, got, dups;
+  printf "store:             %s, %d instance(s), %d keys, ordering %s, %d subscription(s)\n", db, k, keys, ordering, subs;
+  printf "events:            %d, %d deliveries (received %d, %d duplicates)\n", n, d, got, dups;
   printf "ingest:            %.0f events/s (%.3f s)\n", n / ingest, ingest;
-  printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", n / e2e, e2e;
-  printf "outboxd CPU:       %.1f us per delivery (utime+stime of the outboxd processes)\n", ticks / hz * 1e6 / n;
+  printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", d / e2e, e2e;
+  printf "outboxd CPU:       %.1f us per delivery (utime+stime of the outboxd processes)\n", ticks / hz * 1e6 / d;
   printf "rounds started:    %d handed over at ingest, %d claimed\n", handed, claimed;
   printf "http requests:     %d lean client, %d libcurl\n", lean, curl;
 }'
