@@ -19,6 +19,22 @@
 #include "store/writer.h"
 #include "store/store.h"
 
+/* How a server that serves many connections on a few threads lets a handler answer later
+ * (http.c): POST /v1/events hands its events to the writer and returns, so the thread
+ * takes other requests until they are durable. */
+struct api_defer {
+	/* Called by the handler before it hands the request over: 0 when the answer may
+	 * come later (the connection is put aside); -1 when it may not (the server is
+	 * stopping), and the handler answers before it returns. */
+	int (*suspend)(void *ctx);
+	/* Called once the answer is ready (from a writer thread, or the handler's own):
+	 * the server then calls api_complete on its thread. */
+	void (*resume)(void *ctx);
+	void *ctx;
+};
+
+struct api_pending;
+
 struct api_request {
 	const char *method;
 	const char *path;                  /* without the query string */
@@ -37,6 +53,7 @@ struct api_request {
 	const char *actor;                 /* set by the router: the token's name */
 	unsigned scopes;                   /* set by the router: the token's scopes */
 	const char *if_none_match;         /* header value or NULL (console assets) */
+	const struct api_defer *defer;     /* NULL: handlers answer before they return */
 };
 
 struct api_response {
@@ -53,6 +70,9 @@ struct api_response {
 	const char *csp;                   /* Content-Security-Policy, with nosniff and
 	                                      frame and referrer headers */
 	int retry_after;                   /* seconds for a Retry-After header, 0 for none */
+	/* Set (and nothing else) when the answer comes later, through req->defer: after its
+	 * resume, api_complete gives it; api_pending_free drops it unanswered. */
+	struct api_pending *pending;
 };
 
 typedef void (*api_wake_cb)(void *ctx);
@@ -132,6 +152,12 @@ int api_begin(struct api *api, const struct api_request *req, struct api_head *h
  * head is what api_begin filled for the same request. */
 void api_finish(struct api *api, const struct api_request *req, const struct api_head *head,
 		struct api_response *res);
+/* The answer of a request whose handler left res->pending, once req->defer's resume was
+ * called; pending is consumed. */
+void api_complete(struct api_pending *pending, struct api_response *res);
+/* Drops a pending request whose answer cannot be sent any more (the connection went).
+ * Only after its resume was called. */
+void api_pending_free(struct api_pending *pending);
 /* Both halves at once, for a request whose body is already there. res->body is returned
  * to the caller (free it). */
 void api_handle(struct api *api, const struct api_request *req, struct api_response *res);

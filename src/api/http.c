@@ -5,18 +5,22 @@
  * struct api_request, calls api_finish, sends the JSON answer. Each connection has a
  * request deadline (deadline.h) besides the idle timeout, and each client address a
  * connection limit. Serves HTTPS when tls_cert/tls_key are set (MHD's GnuTLS, with the
- * tls_priorities it is given). The only file that includes microhttpd.h. */
+ * tls_priorities it is given). An ingest waits for its commit with its connection
+ * suspended, not its thread (struct api_defer): a few threads serve many producers, and
+ * their events share group commits. The only file that includes microhttpd.h. */
 #include "api/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <time.h>
 
 #include <microhttpd.h>
 
@@ -30,6 +34,8 @@
 /* What a body without a Content-Length (chunked) is first given of api_body_memory; it
  * takes more, doubling, as it grows. */
 #define BODY_STEP 65536
+/* How long a stop waits for the answers of requests that were suspended (whole seconds) */
+#define STOP_ANSWERS_MS 2000
 
 struct http_server {
 	struct MHD_Daemon *mhd;
@@ -39,6 +45,14 @@ struct http_server {
 	struct deadlines *deadlines;
 	int64_t body_memory;            /* api_body_memory */
 	_Atomic int64_t body_held;      /* what requests in progress have been given of it */
+	/* Requests whose answer is prepared elsewhere (api_defer), suspended until it is
+	 * ready, then answered. MHD must not be stopped with a connection suspended, so
+	 * http_server_stop waits for them to be resumed, and for their answers to go. */
+	pthread_mutex_t mu;
+	pthread_cond_t changed;
+	int suspended;                  /* suspended now */
+	int deferred;                   /* suspended or resumed, not answered yet */
+	int stopping;                   /* no more suspensions */
 };
 
 /* One request in progress (MHD's per-request pointer). */
@@ -54,6 +68,12 @@ struct conn_ctx {
 	int over_memory;    /* api_body_memory ran out: the rest is dropped, then 503 */
 	int decided;        /* answer holds what api_begin answered, sent at the end */
 	struct api_response answer;
+	/* An answer that comes later (api_defer): the connection is suspended until then. */
+	struct http_server *server;
+	struct MHD_Connection *conn;
+	struct api_defer defer;
+	struct api_pending *pending;
+	int deferred;       /* counted in server->deferred */
 };
 
 /* Takes n bytes of api_body_memory; 0, or -1 when that would go past it. */
@@ -152,6 +172,37 @@ static enum MHD_Result send_answer(struct MHD_Connection *conn, struct api_respo
 	return ok;
 }
 
+/* api_defer's suspend: from the request's own thread, in MHD's access handler. */
+static int suspend_cb(void *ctx)
+{
+	struct conn_ctx *c = ctx;
+	struct http_server *s = c->server;
+	pthread_mutex_lock(&s->mu);
+	int ok = !s->stopping;
+	if (ok) {
+		MHD_suspend_connection(c->conn);
+		s->suspended++;
+		s->deferred++;
+		c->deferred = 1;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ok ? 0 : -1;
+}
+
+/* api_defer's resume: any thread, the writer's mostly. MHD calls access_cb again for the
+ * connection, on its own thread, which may free c at once: nothing of c is read after. */
+static void resume_cb(void *ctx)
+{
+	struct conn_ctx *c = ctx;
+	struct http_server *s = c->server;
+	struct MHD_Connection *conn = c->conn;
+	pthread_mutex_lock(&s->mu);
+	MHD_resume_connection(conn);
+	if (--s->suspended == 0)
+		pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->mu);
+}
+
 static void request_of(struct MHD_Connection *conn, const char *url, const char *method,
 		       const struct conn_ctx *c, struct api_request *req)
 {
@@ -168,6 +219,7 @@ static void request_of(struct MHD_Connection *conn, const char *url, const char 
 		.content_length = c->content_length,
 		.body = c->body.data,
 		.body_len = c->body.len,
+		.defer = &c->defer,
 		.body_too_large = c->too_large,
 	};
 }
@@ -277,7 +329,11 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 
 	deadline_pause(s->deadlines, deadline_handle(conn));
 	struct api_response res = {0};
-	if (c->decided) {
+	if (c->pending) { /* resumed: the writer has answered */
+		struct api_pending *pd = c->pending;
+		c->pending = NULL;
+		api_complete(pd, &res);
+	} else if (c->decided) {
 		res = c->answer;
 		c->decided = 0;
 	} else if (c->over_memory) {
@@ -287,8 +343,15 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 				 "request bodies (api_body_memory); retry");
 	} else {
 		struct api_request req;
+		c->server = s;
+		c->conn = conn;
+		c->defer = (struct api_defer){suspend_cb, resume_cb, c};
 		request_of(conn, url, method, c, &req);
 		api_finish(s->api, &req, &c->head, &res);
+		if (res.pending) {
+			c->pending = res.pending; /* suspended: called again once resumed */
+			return MHD_YES;
+		}
 	}
 	return send_answer(conn, &res);
 }
@@ -300,6 +363,13 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 	struct conn_ctx *c = *con_cls;
 	if (!c)
 		return;
+	api_pending_free(c->pending); /* resumed, but the connection went before its answer */
+	if (c->deferred) {
+		pthread_mutex_lock(&s->mu);
+		if (--s->deferred == 0)
+			pthread_cond_broadcast(&s->changed);
+		pthread_mutex_unlock(&s->mu);
+	}
 	body_memory_give_back(s, c->charged);
 	buf_free(&c->body);
 	if (c->decided)
@@ -336,6 +406,8 @@ static void mhd_log_cb(void *cls, const char *fmt, va_list ap)
 
 static void server_free(struct http_server *s)
 {
+	pthread_cond_destroy(&s->changed);
+	pthread_mutex_destroy(&s->mu);
 	deadlines_stop(s->deadlines);
 	pem_free(s->tls_cert);
 	pem_free(s->tls_key);
@@ -367,12 +439,15 @@ struct http_server *http_server_start(struct api *api, const char *listen,
 	}
 	s->api = api;
 	s->body_memory = limits->body_memory;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->changed, NULL);
 	if (!(s->deadlines = deadlines_start(limits->max_connections, limits->request_timeout_ms))) {
 		snprintf(err, errlen, "cannot start the API's request deadlines: out of memory or "
 			 "threads");
 		goto fail;
 	}
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+			 MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	/* MHD takes its options from a varargs list; TLS adds three, or none (the list ends
@@ -431,6 +506,20 @@ void http_server_stop(struct http_server *s)
 {
 	if (!s)
 		return;
+	/* The requests handed to the writer are answered first (the writer runs until the
+	 * API has stopped); a request that comes meanwhile waits on its thread instead. Their
+	 * answers are given STOP_ANSWERS_MS to go out: a client that does not read its answer
+	 * does not hold the stop up longer. */
+	pthread_mutex_lock(&s->mu);
+	s->stopping = 1;
+	while (s->suspended)
+		pthread_cond_wait(&s->changed, &s->mu);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += STOP_ANSWERS_MS / 1000;
+	while (s->deferred && pthread_cond_timedwait(&s->changed, &s->mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&s->mu);
 	MHD_stop_daemon(s->mhd); /* every connection closed: none is watched any more */
 	server_free(s);
 }

@@ -44,6 +44,77 @@ static char *ids_body(const struct ingest_batch *b)
 	return out;
 }
 
+/* The answer to an ingest once the writer returned rc for the batch. */
+static void ingest_answer(int rc, struct ingest_batch *b, struct api_response *res)
+{
+	if (rc != STORE_OK) {
+		/* Nothing is acknowledged that is not durable: a 202 means committed and
+		 * synced. */
+		if (rc == STORE_ERROR)
+			rc = STORE_UNAVAILABLE;
+		metrics_ingest_rejected(INGEST_HTTP, 503);
+		api_reply_store_error(res, rc, "event");
+		return;
+	}
+	metrics_ingested(INGEST_HTTP, (long)b->n);
+	int any_dup = 0;
+	for (size_t i = 0; i < b->n; i++)
+		any_dup |= b->events[i].duplicate;
+	if (!any_dup && (res->body = ids_body(b)) != NULL) {
+		res->status = 202;
+		return;
+	}
+	json_t *ids = json_array(), *dups = NULL;
+	for (size_t i = 0; i < b->n; i++) {
+		json_array_append_new(ids, json_string(b->events[i].id));
+		if (b->events[i].duplicate) {
+			if (!dups)
+				dups = json_array();
+			json_array_append_new(dups, json_integer((json_int_t)i));
+		}
+	}
+	json_t *out = json_pack("{s:o}", "ids", ids);
+	if (dups && !b->is_batch) {
+		json_object_set_new(out, "duplicate", json_true());
+		json_decref(dups);
+	} else if (dups) {
+		json_object_set_new(out, "duplicates", dups);
+	}
+	api_reply_json(res, 202, out);
+}
+
+/* An ingest handed to the writer without waiting (req->defer): what its answer is made
+ * of once the events are durable. */
+struct api_pending {
+	struct api *api;
+	struct ingest_batch b;
+	struct sub_set *set;
+	int rc;
+	struct api_defer defer;
+};
+
+static void ingest_done(void *ctx, int rc)
+{
+	struct api_pending *pd = ctx;
+	pd->rc = rc;
+	pd->defer.resume(pd->defer.ctx); /* the server's thread may free pd from here on */
+}
+
+void api_pending_free(struct api_pending *pd)
+{
+	if (!pd)
+		return;
+	sub_registry_release(pd->api->reg, pd->set);
+	ingest_batch_free(&pd->b);
+	free(pd);
+}
+
+void api_complete(struct api_pending *pd, struct api_response *res)
+{
+	ingest_answer(pd->rc, &pd->b, res);
+	api_pending_free(pd);
+}
+
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	struct ingest_batch b;
@@ -70,46 +141,24 @@ void api_events_post(struct api *api, const struct api_request *req, struct api_
 	}
 	struct sub_set *set = sub_registry_acquire(api->reg);
 	int rc = ingest_fanout(&b, set) ? STORE_ERROR : STORE_OK;
+	struct api_pending *pd = NULL;
+	if (rc == STORE_OK && req->defer && (pd = malloc(sizeof(*pd))) != NULL) {
+		/* The request's body and headers, which the events point into, stay with the
+		 * connection until its answer is sent. */
+		if (req->defer->suspend(req->defer->ctx) == 0) {
+			*pd = (struct api_pending){.api = api, .b = b, .set = set,
+						   .defer = *req->defer};
+			res->pending = pd;
+			writer_ingest_start(api->writer, pd->b.events, pd->b.n, ingest_done, pd);
+			return;
+		}
+		free(pd);
+	}
 	if (rc == STORE_OK)
 		rc = writer_ingest(api->writer, b.events, b.n);
 	sub_registry_release(api->reg, set);
-	if (rc != STORE_OK) {
-		/* Nothing is acknowledged that is not durable: a 202 means committed and
-		 * synced. */
-		if (rc == STORE_ERROR)
-			rc = STORE_UNAVAILABLE;
-		metrics_ingest_rejected(INGEST_HTTP, 503);
-		api_reply_store_error(res, rc, "event");
-		ingest_batch_free(&b);
-		return;
-	}
-	metrics_ingested(INGEST_HTTP, (long)b.n);
-	int any_dup = 0;
-	for (size_t i = 0; i < b.n; i++)
-		any_dup |= b.events[i].duplicate;
-	if (!any_dup && (res->body = ids_body(&b)) != NULL) {
-		res->status = 202;
-		ingest_batch_free(&b);
-		return;
-	}
-	json_t *ids = json_array(), *dups = NULL;
-	for (size_t i = 0; i < b.n; i++) {
-		json_array_append_new(ids, json_string(b.events[i].id));
-		if (b.events[i].duplicate) {
-			if (!dups)
-				dups = json_array();
-			json_array_append_new(dups, json_integer((json_int_t)i));
-		}
-	}
-	json_t *out = json_pack("{s:o}", "ids", ids);
-	if (dups && !b.is_batch) {
-		json_object_set_new(out, "duplicate", json_true());
-		json_decref(dups);
-	} else if (dups) {
-		json_object_set_new(out, "duplicates", dups);
-	}
+	ingest_answer(rc, &b, res);
 	ingest_batch_free(&b);
-	api_reply_json(res, 202, out);
 }
 
 void api_events_get(struct api *api, const char *id, struct api_response *res)

@@ -24,7 +24,8 @@
 #define WRITER_LIVE_US (100 * 1000)
 #define WRITER_RESULTS_LIVE 128
 
-/* An ingest request: its caller waits on w->finished until done. */
+/* An ingest request: its caller waits on w->finished until done, or (writer_ingest_start)
+ * is called back with its result; the writer then frees it. */
 struct pending {
 	struct store_event_in *events;
 	size_t n;
@@ -33,6 +34,9 @@ struct pending {
 	int rc;
 	struct pending *next;
 	int64_t queued_us;            /* when it was queued (monotonic) */
+	void (*done_cb)(void *ctx, int rc); /* NULL: a caller waits */
+	void *done_ctx;
+	struct pending *next_called;  /* ingest_run's list of those to call back */
 };
 
 /* A thread of the writer and what it takes: with one lane it takes everything; with two
@@ -505,15 +509,30 @@ static int claim_and_hand(struct writer *w, size_t want, int64_t lease_ms, int w
  * Unlocked. */
 static void ingest_run(struct writer *w, struct pending *first, struct pending *last)
 {
+	struct pending *called = NULL, **tail = &called;
+
 	ingest_group(w, first, last);
 	pthread_mutex_lock(&w->mu);
 	for (struct pending *p = first;; p = p->next) {
-		p->done = 1;
+		if (p->done_cb) {
+			*tail = p;
+			tail = &p->next_called;
+		} else {
+			p->done = 1; /* its caller may free it once the lock is given back */
+		}
 		if (p == last)
 			break;
 	}
+	*tail = NULL;
 	pthread_cond_broadcast(&w->finished);
 	pthread_mutex_unlock(&w->mu);
+	/* unlocked: a callback may queue the caller's next request */
+	for (struct pending *p = called, *next; p; p = next) {
+		next = p->next_called;
+		metrics_writer_time(METRICS_INGEST_ANSWERED, clock_mono_us() - p->queued_us);
+		p->done_cb(p->done_ctx, p->rc);
+		free(p);
+	}
 }
 
 /* A group of rn results (rhead..rlast) after its write: on the written list when ok, else
@@ -863,28 +882,55 @@ void writer_on_commit(struct writer *w, void (*cb)(void *ctx), void *ctx)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* Puts p at the end of the ingest queue. Locked; not while stopping. */
+static void ingest_queue(struct writer *w, struct pending *p)
+{
+	if (w->tail)
+		w->tail->next = p;
+	else
+		w->head = p;
+	w->tail = p;
+	w->ingest_seen_us = p->queued_us = clock_mono_us();
+	pthread_cond_broadcast(&w->work);
+}
+
 /* Queues one ingest request and waits until it is done. */
 static int ingest_wait(struct writer *w, struct store_event_in *events, size_t n, int no_spool)
 {
-	struct pending p = {events, n, no_spool, 0, STORE_ERROR, NULL, 0};
+	struct pending p = {.events = events, .n = n, .no_spool = no_spool, .rc = STORE_ERROR};
 
 	pthread_mutex_lock(&w->mu);
 	if (w->stopping) {
 		pthread_mutex_unlock(&w->mu);
 		return STORE_UNAVAILABLE;
 	}
-	if (w->tail)
-		w->tail->next = &p;
-	else
-		w->head = &p;
-	w->tail = &p;
-	w->ingest_seen_us = p.queued_us = clock_mono_us();
-	pthread_cond_broadcast(&w->work);
+	ingest_queue(w, &p);
 	while (!p.done)
 		pthread_cond_wait(&w->finished, &w->mu);
 	pthread_mutex_unlock(&w->mu);
 	metrics_writer_time(METRICS_INGEST_ANSWERED, clock_mono_us() - p.queued_us);
 	return p.rc;
+}
+
+void writer_ingest_start(struct writer *w, struct store_event_in *events, size_t n,
+			 void (*done)(void *ctx, int rc), void *ctx)
+{
+	struct pending *p = calloc(1, sizeof(*p));
+	if (!p) {
+		done(ctx, STORE_ERROR);
+		return;
+	}
+	*p = (struct pending){.events = events, .n = n, .rc = STORE_ERROR, .done_cb = done,
+			      .done_ctx = ctx};
+	pthread_mutex_lock(&w->mu);
+	if (w->stopping) {
+		pthread_mutex_unlock(&w->mu);
+		free(p);
+		done(ctx, STORE_UNAVAILABLE);
+		return;
+	}
+	ingest_queue(w, p);
+	pthread_mutex_unlock(&w->mu);
 }
 
 int writer_ingest(struct writer *w, struct store_event_in *events, size_t n)

@@ -126,6 +126,14 @@ void writer_on_commit(struct writer *w, void (*cb)(void *ctx), void *ctx);
  * writer_stop began. */
 int writer_ingest(struct writer *w, struct store_event_in *events, size_t n);
 
+/* writer_ingest without blocking: done(ctx, rc) is called once with what writer_ingest
+ * would return, from a writer thread when the events are durable or refused (keep
+ * events until then), or from this call when the writer is stopping (STORE_UNAVAILABLE)
+ * or memory ran out (STORE_ERROR). A thread that serves many callers (the HTTP API) takes
+ * other requests meanwhile, and their events join the same group commit. */
+void writer_ingest_start(struct writer *w, struct store_event_in *events, size_t n,
+			 void (*done)(void *ctx, int rc), void *ctx);
+
 /* writer_ingest for a caller whose source keeps what it was not told is stored (the
  * Kafka intake: a message stays in its topic until its offset is committed): never
  * spooled, STORE_UNAVAILABLE while the store cannot take the events (other requests of

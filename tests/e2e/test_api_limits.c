@@ -13,9 +13,17 @@
  * only (a certificate made here with the openssl CLI), TLS 1.2 and 1.3 (openssl s_client
  * with -tls1 or -tls1_1 is refused): verified clients get answers, plain HTTP and
  * unverified clients do not, and a half-configured or unreadable pair, or priorities
- * GnuTLS does not take, stop the start naming the setting. */
+ * GnuTLS does not take, stop the start naming the setting.
+ *
+ * An ingest waits for its commit on its connection, not on an API thread: with one API
+ * thread and the store's write lock held by another process, events sent meanwhile wait
+ * while other clients are answered; once the lock goes they are acknowledged (202), also
+ * one whose daemon was told to stop (SIGTERM) while it waited. */
 #include "e2e.h"
 
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 
 #define SLOW_CLIENTS 1100   /* more than api_max_connections (1024) from one address */
@@ -445,6 +453,102 @@ static void test_tls(void **state)
 	free(dir);
 }
 
+/* ---- an ingest waiting for its commit ---------------------------------------------- */
+
+struct waiting_ingest {
+	pthread_t thread;
+	long status;                    /* the answer's status, 0 for none */
+	char id[64];                    /* the event's id from the answer */
+	atomic_int answered;
+};
+
+static void *send_one(void *arg)
+{
+	struct waiting_ingest *w = arg;
+	char url[128];
+	struct http_resp r;
+	snprintf(url, sizeof(url), "%s/v1/events", dmn.url);
+	const char *body = "{\"event_type\":\"waiting.event\",\"payload\":{}}";
+	http_do("POST", url, dmn.token, "application/json", body, strlen(body), &r);
+	w->status = r.status;
+	json_t *doc = r.body ? json_loads(r.body, 0, NULL) : NULL;
+	const char *id = json_string_value(json_array_get(json_object_get(doc, "ids"), 0));
+	snprintf(w->id, sizeof(w->id), "%s", id ? id : "");
+	json_decref(doc);
+	http_resp_free(&r);
+	atomic_store(&w->answered, 1);
+	return NULL;
+}
+
+/* Holds the store's write lock from another connection, as a backup tool could. */
+static sqlite3 *hold_write_lock(void)
+{
+	sqlite3 *db;
+	assert_int_equal(sqlite3_open_v2(e2e_db_path(&dmn), &db, SQLITE_OPEN_READWRITE, NULL),
+			 SQLITE_OK);
+	sqlite3_busy_timeout(db, 10000); /* the daemon may be writing right now */
+	assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+	return db;
+}
+
+static void release_write_lock(sqlite3 *db)
+{
+	assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
+/* Until the writer has taken n ingest requests since the daemon started (the requests
+ * then wait for the lock; outboxd waits 5 s for it before it answers 503). Each poll of
+ * /metrics needs the API's one thread. */
+static void until_writer_took(int n)
+{
+	for (int i = 0; i < 500; i++) {
+		if (e2e_metric(&dmn, "outboxd_ingest_queued_seconds_count") >= n)
+			return;
+		usleep(10 * 1000);
+	}
+	fail_msg("the writer did not take the ingest request");
+}
+
+static void test_ingest_waits_without_its_thread(void **state)
+{
+	const char *env[] = {"OUTBOXD_API_THREADS=1", NULL};
+	struct waiting_ingest a = {0}, b = {0};
+
+	e2e_setup(NULL, &dmn, env);
+	sqlite3 *lock = hold_write_lock();
+	assert_int_equal(pthread_create(&a.thread, NULL, send_one, &a), 0);
+	until_writer_took(1);
+	/* another client, on the API's only thread, while the event waits */
+	json_decref(api_call(&dmn, "GET", "/v1/subscriptions", NULL, 200));
+	assert_int_equal(pthread_create(&b.thread, NULL, send_one, &b), 0);
+	json_decref(api_call(&dmn, "GET", "/v1/stats", NULL, 200));
+	assert_false(atomic_load(&a.answered));
+	release_write_lock(lock);
+	pthread_join(a.thread, NULL);
+	pthread_join(b.thread, NULL);
+	assert_int_equal(a.status, 202);
+	assert_int_equal(b.status, 202);
+	json_decref(e2e_get(&dmn, "/v1/events/%s", a.id));
+	json_decref(e2e_get(&dmn, "/v1/events/%s", b.id));
+
+	/* told to stop while an event waits: it is still answered, then the daemon exits */
+	lock = hold_write_lock();
+	memset(&a, 0, sizeof(a));
+	double took = e2e_metric(&dmn, "outboxd_ingest_queued_seconds_count");
+	assert_int_equal(pthread_create(&a.thread, NULL, send_one, &a), 0);
+	until_writer_took((int)took + 1);
+	assert_int_equal(kill(dmn.pid, SIGTERM), 0);
+	usleep(100 * 1000); /* the stop begins; it waits for the answer */
+	assert_false(atomic_load(&a.answered));
+	release_write_lock(lock);
+	pthread_join(a.thread, NULL);
+	assert_int_equal(a.status, 202);
+	assert_int_equal(daemon_stop(&dmn), 0);
+	assert_int_equal(daemon_start(&dmn, env), 0);
+	json_decref(e2e_get(&dmn, "/v1/events/%s", a.id));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -455,6 +559,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_silent_connection_is_closed, teardown),
 		cmocka_unit_test_teardown(test_oversized_headers_are_refused, teardown),
 		cmocka_unit_test_teardown(test_tls, teardown),
+		cmocka_unit_test_teardown(test_ingest_waits_without_its_thread, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -189,6 +189,62 @@ static void test_concurrent_ingest_is_stored(void **state)
 	store_claims_free(claims, n);
 }
 
+/* writer_ingest_start: each request is called back once with its result, and its events
+ * are stored by then. */
+struct started {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls[64];
+	int rc[64];
+	int done;
+};
+
+struct started_one {
+	struct started *st;
+	int i;
+};
+
+static void started_done(void *ctx, int rc)
+{
+	struct started_one *one = ctx;
+	pthread_mutex_lock(&one->st->mu);
+	one->st->calls[one->i]++;
+	one->st->rc[one->i] = rc;
+	one->st->done++;
+	pthread_cond_broadcast(&one->st->cv);
+	pthread_mutex_unlock(&one->st->mu);
+}
+
+static void test_ingest_started_is_called_back(void **state)
+{
+	struct fixture *f = *state;
+	static struct started st;
+	static struct started_one one[64];
+	static struct store_event_in ev[64];
+
+	memset(&st, 0, sizeof(st));
+	pthread_mutex_init(&st.mu, NULL);
+	pthread_cond_init(&st.cv, NULL);
+	for (int i = 0; i < 64; i++) {
+		one[i] = (struct started_one){&st, i};
+		event_for(f, &ev[i], "writer.started");
+		writer_ingest_start(f->w, &ev[i], 1, started_done, &one[i]);
+	}
+	pthread_mutex_lock(&st.mu);
+	while (st.done < 64)
+		pthread_cond_wait(&st.cv, &st.mu);
+	pthread_mutex_unlock(&st.mu);
+	for (int i = 0; i < 64; i++) {
+		struct store_event got;
+		assert_int_equal(st.calls[i], 1);
+		assert_int_equal(st.rc[i], STORE_OK);
+		assert_int_equal(store_event_get(f->st, ev[i].id, &got), STORE_OK);
+		store_event_free(&got);
+	}
+	pthread_mutex_destroy(&st.mu);
+	pthread_cond_destroy(&st.cv);
+}
+
 static void test_results_are_written_and_returned(void **state)
 {
 	struct fixture *f = *state;
@@ -592,6 +648,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refused_results_are_kept_and_retried, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_refused_claim_is_answered, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ingest_started_is_called_back, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_ingest_goes_to_the_spool_and_back, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_ingest_goes_before_claims_and_results, setup,
