@@ -16,7 +16,8 @@
 # daemon less. No subscription matches, so the figures are ingest's alone: parse, check,
 # store, answer. Prints the table (also written to bench/results/grpc.md) with each gRPC
 # row's ratio to the HTTP row of the same shape. Knobs: EVENTS (20000, rows 1-2),
-# BATCH_EVENTS (100000, rows 3-4), BATCH (100), CONCURRENCY (8), BUILD.
+# BATCH_EVENTS (100000, rows 3-4), BATCH (100), CONCURRENCY (8), BUILD, BENCH_OUTBOXD (the
+# binary to run, default $BUILD/outboxd: to compare two builds in turn).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,7 +57,7 @@ GPORT=$(free_port)
 mkdir -p "$work/data"
 OUTBOXD_DB=sqlite:$work/data/outboxd.db OUTBOXD_LISTEN=127.0.0.1:$DPORT \
   OUTBOXD_GRPC_LISTEN=127.0.0.1:$GPORT OUTBOXD_ADMIN_TOKEN=bench OUTBOXD_LOG_LEVEL=warn \
-  OUTBOXD_DATA_DIR="$work/data" "$BUILD/outboxd" serve >"$work/outboxd.log" 2>&1 &
+  OUTBOXD_DATA_DIR="$work/data" "${BENCH_OUTBOXD:-$BUILD/outboxd}" serve >"$work/outboxd.log" 2>&1 &
 DPID=$!
 pids+=("$DPID")
 for _ in $(seq 200); do curl -sf "127.0.0.1:$DPORT/healthz" >/dev/null && break; sleep 0.05; done

@@ -6,9 +6,9 @@
  *
  * One completion queue, served by every thread: each completion moves one call a step
  * (its request matched, a message received, its status sent). A step that stores events
- * waits in writer_ingest on the thread that took it, while the other threads go on; the
- * writer groups what arrives meanwhile into one commit, as it does for the HTTP API's
- * threads. Both methods ask for their messages only after the token was accepted, so a
+ * hands them to the writer (writer_ingest_start) and the thread goes on; the writer
+ * groups what arrives meanwhile into one commit, as it does for the HTTP API, and sends
+ * the call's status from its callback (stored). Both methods ask for their messages only after the token was accepted, so a
  * refused caller's messages are never read. A call is freed when its last operation
  * completed: `ops` counts those outstanding, under the intake's lock. */
 #include "intake/grpc_intake.h"
@@ -69,6 +69,7 @@ struct call {
 	grpc_byte_buffer *message;        /* the message a receive brought (NULL: the end) */
 	struct tag t_new, t_recv, t_done;
 	struct publish_batch batch;
+	struct sub_set *set;              /* the fan-out's subscriptions while it is stored */
 	int64_t held;                     /* bytes of body_memory its messages hold */
 	char traceparent[TRACEPARENT_LEN]; /* the call's metadata, "" when absent or invalid */
 	/* the status being sent, alive until its batch completes */
@@ -99,6 +100,7 @@ struct grpc_intake {
 	int stopping;                     /* grpc_intake_stop began: no new call is taken */
 	int shut_down;                    /* the server's shutdown completed */
 	int64_t held;                     /* body memory held by every call */
+	int storing;                      /* calls with the writer: it calls stored() back */
 	struct call *calls;
 	struct tag t_shutdown;
 };
@@ -428,15 +430,52 @@ static void call_started(struct call *c)
 	receive_next(c);
 }
 
-/* The events of the call are all there: store them, then answer. */
+/* The writer's answer for a call's events (any thread, the writer's mostly): the status. */
+static void stored(void *ctx, int rc)
+{
+	struct call *c = ctx;
+	struct grpc_intake *g = c->g;
+	struct publish_batch *b = &c->batch;
+	struct input_error err;
+	void *packed;
+	size_t len;
+
+	sub_registry_release(g->reg, c->set);
+	c->set = NULL;
+	if (rc != STORE_OK) {
+		/* Nothing is acknowledged that is not durable: OK means committed and synced
+		 * (or in the spool). */
+		metrics_ingest_rejected(INGEST_GRPC, 503);
+		metrics_store_error();
+		input_error_set(&err, 503, "unavailable", "",
+				"the store is unavailable; nothing was stored, retry later");
+		refuse(c, &err);
+	} else {
+		metrics_ingested(INGEST_GRPC, (long)b->in.n);
+		if (publish_reply(b, &packed, &len)) {
+			finish(c, GRPC_STATUS_INTERNAL, "out of memory for the reply (the events are "
+			       "stored: sending them again stores nothing new)", NULL, NULL);
+		} else {
+			grpc_slice slice = grpc_slice_new(packed, len, free);
+			grpc_byte_buffer *reply = grpc_raw_byte_buffer_create(&slice, 1);
+			grpc_slice_unref(slice);
+			finish(c, GRPC_STATUS_OK, NULL, NULL, reply);
+		}
+	}
+	/* the last touch of g: a stop waits for this before it frees it */
+	pthread_mutex_lock(&g->lock);
+	if (--g->storing == 0)
+		pthread_cond_broadcast(&g->shut_cond);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* The events of the call are all there: store them, then answer (stored). */
 static void store_events(struct call *c)
 {
 	struct grpc_intake *g = c->g;
 	struct publish_batch *b = &c->batch;
 	struct input_error err;
 	char why[256];
-	void *packed;
-	size_t len;
 
 	/* A fan-out from a set that may not be the store's could leave out a subscription:
 	 * refused, so the producer retries, rather than acknowledged without it. */
@@ -449,31 +488,15 @@ static void store_events(struct call *c)
 	for (size_t i = 0; i < b->in.n; i++)
 		if (!b->in.events[i].traceparent && c->traceparent[0])
 			b->in.events[i].traceparent = c->traceparent;
-	struct sub_set *set = sub_registry_acquire(g->reg);
-	int rc = ingest_fanout(&b->in, set) ? STORE_ERROR : STORE_OK;
-	if (rc == STORE_OK)
-		rc = writer_ingest(g->writer, b->in.events, b->in.n);
-	sub_registry_release(g->reg, set);
-	if (rc != STORE_OK) {
-		/* Nothing is acknowledged that is not durable: OK means committed and synced
-		 * (or in the spool). */
-		metrics_ingest_rejected(INGEST_GRPC, 503);
-		metrics_store_error();
-		input_error_set(&err, 503, "unavailable", "",
-				"the store is unavailable; nothing was stored, retry later");
-		refuse(c, &err);
+	pthread_mutex_lock(&g->lock);
+	g->storing++;
+	pthread_mutex_unlock(&g->lock);
+	c->set = sub_registry_acquire(g->reg);
+	if (ingest_fanout(&b->in, c->set)) {
+		stored(c, STORE_ERROR);
 		return;
 	}
-	metrics_ingested(INGEST_GRPC, (long)b->in.n);
-	if (publish_reply(b, &packed, &len)) {
-		finish(c, GRPC_STATUS_INTERNAL, "out of memory for the reply (the events are stored: "
-		       "sending them again stores nothing new)", NULL, NULL);
-		return;
-	}
-	grpc_slice slice = grpc_slice_new(packed, len, free);
-	grpc_byte_buffer *reply = grpc_raw_byte_buffer_create(&slice, 1);
-	grpc_slice_unref(slice);
-	finish(c, GRPC_STATUS_OK, NULL, NULL, reply);
+	writer_ingest_start(g->writer, b->in.events, b->in.n, stored, c);
 }
 
 /* A message arrived (or the end of the client's messages). */
@@ -796,6 +819,11 @@ void grpc_intake_stop(struct grpc_intake *g)
 			pthread_cond_wait(&g->shut_cond, &g->lock);
 		pthread_mutex_unlock(&g->lock);
 	}
+	/* the writer's last callbacks (it runs until the intakes have stopped) */
+	pthread_mutex_lock(&g->lock);
+	while (g->storing)
+		pthread_cond_wait(&g->shut_cond, &g->lock);
+	pthread_mutex_unlock(&g->lock);
 	grpc_completion_queue_shutdown(g->cq);
 	for (int i = 0; i < g->n_threads; i++)
 		pthread_join(g->threads[i], NULL);
