@@ -74,6 +74,7 @@ struct writer {
 	/* results: client -> writer, in order */
 	struct writer_result *todo_head, *todo_tail;
 	size_t todo_count;
+	size_t todo_ordered;          /* of them, results of ordered keys (ordered_key) */
 	int64_t todo_since_us;        /* when the first of them arrived */
 	int64_t retry_at_us;          /* after a refused group: not before then */
 	struct store_result *scratch; /* WRITER_RESULTS_MAX of them, the group being written */
@@ -535,6 +536,26 @@ static void ingest_run(struct writer *w, struct pending *first, struct pending *
 	}
 }
 
+/* How many of the n results from head are of ordered keys. */
+static size_t ordered_in(const struct writer_result *head, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n && head; i++, head = head->next)
+		k += head->result.ordered_key != 0;
+	return k;
+}
+
+/* How long the first result queued waits for company. On a backend with lanes of its own
+ * (PostgreSQL) a result group is a statement whose fixed cost is several times a result's
+ * (its CTEs, the attempts and per-minute counts it upserts): at a few hundred deliveries/s
+ * each result went alone. They wait longer there, unless a result of an ordered key is
+ * among them (the key's next delivery waits for it). Locked. */
+static int64_t group_wait_us(const struct writer *w)
+{
+	return w->n_lanes > 1 && !w->todo_ordered ? WRITER_GROUP_WAIT_LANES_US
+						  : WRITER_GROUP_WAIT_US;
+}
+
 /* A group of rn results (rhead..rlast) after its write: on the written list when ok, else
  * back in front of the queue, in order, for another try in a while. Locked. */
 static void results_written(struct writer *w, struct writer_result *rhead,
@@ -554,6 +575,7 @@ static void results_written(struct writer *w, struct writer_result *rhead,
 	if (!w->todo_tail)
 		w->todo_tail = rlast;
 	w->todo_count += rn;
+	w->todo_ordered += ordered_in(rhead, rn);
 	w->retry_at_us = clock_mono_us() + RETRY_WRITE_US;
 }
 
@@ -612,7 +634,7 @@ static void *writer_main(void *arg)
 		 * give back room for), or when its first result has waited
 		 * WRITER_GROUP_WAIT_US for company; after a failure, not before retry_at_us. */
 		int claim_wanted = ln->claims ? must_claim : w->claim_want && !w->claim_done;
-		int64_t write_at_us = w->todo_since_us + WRITER_GROUP_WAIT_US;
+		int64_t write_at_us = w->todo_since_us + group_wait_us(w);
 		if (w->todo_count >= WRITER_RESULTS_MAX || claim_wanted || renew)
 			write_at_us = now_us;
 		if (write_at_us < w->retry_at_us)
@@ -650,6 +672,7 @@ static void *writer_main(void *arg)
 			if (!w->todo_head)
 				w->todo_tail = NULL;
 			w->todo_count -= rn;
+			w->todo_ordered -= ordered_in(rhead, rn);
 			w->todo_since_us = now_us; /* the rest has waited long enough too */
 			rlast->next = NULL;
 		}
@@ -966,6 +989,7 @@ void writer_results(struct writer *w, struct writer_result *head, struct writer_
 		w->todo_head = head;
 	w->todo_tail = tail;
 	w->todo_count += n;
+	w->todo_ordered += ordered_in(head, n);
 	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->mu);
 }
@@ -1098,6 +1122,7 @@ struct writer_result *writer_detach(struct writer *w)
 	w->written_count = 0;
 	w->todo_head = w->todo_tail = NULL;
 	w->todo_count = 0;
+	w->todo_ordered = 0;
 	pthread_mutex_unlock(&w->mu);
 	if (n_handed)
 		handoff_release(w, handed, n_handed);

@@ -19,7 +19,8 @@
  * crash) is claimed again when its lease expires.
  * A cycle does the claim first (new work waits on it), then the ingest group (callers
  * are blocked on it), then the results group (their items wait for company up to
- * WRITER_GROUP_WAIT_US, and up to WRITER_RESULTS_MAX of them go in one transaction).
+ * WRITER_GROUP_WAIT_US, WRITER_GROUP_WAIT_LANES_US with lanes and no result of an ordered
+ * key among them, and up to WRITER_RESULTS_MAX of them go in one transaction).
  *
  * Lanes: on SQLite (one write lock) one thread, "writer", takes all of it. A backend
  * whose group writes can run side by side (store_concurrent_writers: PostgreSQL, one
@@ -70,6 +71,7 @@
 
 #define WRITER_RESULTS_MAX 512      /* results in one transaction at most */
 #define WRITER_GROUP_WAIT_US 1000   /* a result waits at most this long for company */
+#define WRITER_GROUP_WAIT_LANES_US 10000 /* the same with lanes (PostgreSQL), no ordered key */
 #define WRITER_INGEST_MAX 10000     /* events in one transaction (= STORE_MAX_BATCH) */
 
 struct writer;
