@@ -8,9 +8,10 @@
  * (its request matched, a message received, its status sent). A step that stores events
  * hands them to the writer (writer_ingest_start) and the thread goes on; the writer
  * groups what arrives meanwhile into one commit, as it does for the HTTP API, and sends
- * the call's status from its callback (stored). Both methods ask for their messages only after the token was accepted, so a
- * refused caller's messages are never read. A call is freed when its last operation
- * completed: `ops` counts those outstanding, under the intake's lock. */
+ * the call's status from its callback (stored). Both methods ask for their messages only
+ * after the token was accepted, so a refused caller's messages are never read. A call is
+ * freed when its last operation completed: `ops` counts those outstanding, under the
+ * intake's lock. */
 #include "intake/grpc_intake.h"
 
 #include <limits.h>
