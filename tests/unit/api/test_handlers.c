@@ -15,6 +15,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -592,6 +593,104 @@ static void test_ingest_answer_lists_ids(void **state)
 	free(raw);
 }
 
+/* A server that suspends connections (http.c) gives POST /v1/events a struct api_defer:
+ * the handler suspends before it hands the events over and leaves res->pending; resume
+ * is called once, and api_complete then gives the answer a blocking call gives (the
+ * duplicate flag included). A server that refuses to suspend (stopping) gets its answer
+ * before the handler returns. */
+struct defer_probe {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int suspends, resumes;
+	int refuse;
+};
+
+static int probe_suspend(void *ctx)
+{
+	struct defer_probe *p = ctx;
+	pthread_mutex_lock(&p->mu);
+	p->suspends++;
+	int refuse = p->refuse;
+	pthread_mutex_unlock(&p->mu);
+	return refuse ? -1 : 0;
+}
+
+static void probe_resume(void *ctx)
+{
+	struct defer_probe *p = ctx;
+	pthread_mutex_lock(&p->mu);
+	p->resumes++;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void post_deferred(struct fixture *f, struct defer_probe *p, const char *body,
+			  struct api_response *res)
+{
+	struct api_defer defer = {probe_suspend, probe_resume, p};
+	struct api_request req = {
+		.method = "POST",
+		.path = "/v1/events",
+		.query = no_query,
+		.authorization = "Bearer adm",
+		.content_type = "application/json",
+		.body = body,
+		.body_len = strlen(body),
+		.defer = &defer,
+	};
+	memset(res, 0, sizeof(*res));
+	api_handle(&f->api, &req, res);
+}
+
+static void test_ingest_answered_later(void **state)
+{
+	struct fixture *f = *state;
+	struct defer_probe p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+	const char *body = "{\"event_type\":\"a.b\",\"source\":\"shop\","
+			   "\"source_event_id\":\"later-1\",\"payload\":{}}";
+	struct api_response res;
+
+	for (int round = 0; round < 2; round++) {
+		post_deferred(f, &p, body, &res);
+		assert_non_null(res.pending);
+		assert_null(res.body);
+		pthread_mutex_lock(&p.mu);
+		assert_int_equal(p.suspends, round + 1);
+		while (p.resumes < round + 1)
+			pthread_cond_wait(&p.cv, &p.mu);
+		pthread_mutex_unlock(&p.mu);
+		struct api_pending *pending = res.pending;
+		memset(&res, 0, sizeof(res));
+		api_complete(pending, &res);
+		assert_int_equal(res.status, 202);
+		json_t *doc = json_loads(res.body, 0, NULL);
+		assert_non_null(doc);
+		assert_int_equal(json_array_size(json_object_get(doc, "ids")), 1);
+		/* the second time, the same idempotency key: the first event, marked */
+		assert_int_equal(json_is_true(json_object_get(doc, "duplicate")), round == 1);
+		json_decref(doc);
+		free(res.body);
+	}
+	assert_int_equal(p.resumes, 2);
+
+	/* the server cannot suspend: answered at once, no resume */
+	p.refuse = 1;
+	post_deferred(f, &p, "{\"event_type\":\"a.b\",\"payload\":{}}", &res);
+	assert_null(res.pending);
+	assert_int_equal(res.status, 202);
+	free(res.body);
+	assert_int_equal(p.suspends, 3);
+	assert_int_equal(p.resumes, 2);
+
+	/* refused before the writer (a bad body): no suspension either */
+	p.refuse = 0;
+	post_deferred(f, &p, "{\"payload\":{}}", &res);
+	assert_null(res.pending);
+	assert_int_equal(res.status, 400);
+	free(res.body);
+	assert_int_equal(p.suspends, 3);
+}
+
 static void test_ingest_authorize_as_post_events(void **state)
 {
 	struct fixture *f = *state;
@@ -637,6 +736,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_event_names_the_field, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_is_stored_and_fanned_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ingest_answer_lists_ids, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ingest_answered_later, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delivery_shows_its_envelope, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_ids_are_404, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ingest_authorize_as_post_events, setup,
