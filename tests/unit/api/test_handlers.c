@@ -642,6 +642,20 @@ static void post_deferred(struct fixture *f, struct defer_probe *p, const char *
 	api_handle(&f->api, &req, res);
 }
 
+/* POSTs body with suspensions refused or not: the answer comes before the handler
+ * returns, with status; suspends is the count of suspensions asked since the start. */
+static void answered_at_once(struct fixture *f, struct defer_probe *p, int refuse,
+			     const char *body, int status, int suspends)
+{
+	struct api_response res;
+	p->refuse = refuse;
+	post_deferred(f, p, body, &res);
+	assert_null(res.pending);
+	assert_int_equal(res.status, status);
+	free(res.body);
+	assert_int_equal(p->suspends, suspends);
+}
+
 static void test_ingest_answered_later(void **state)
 {
 	struct fixture *f = *state;
@@ -673,22 +687,11 @@ static void test_ingest_answered_later(void **state)
 	}
 	assert_int_equal(p.resumes, 2);
 
-	/* the server cannot suspend: answered at once, no resume */
-	p.refuse = 1;
-	post_deferred(f, &p, "{\"event_type\":\"a.b\",\"payload\":{}}", &res);
-	assert_null(res.pending);
-	assert_int_equal(res.status, 202);
-	free(res.body);
-	assert_int_equal(p.suspends, 3);
+	/* the server cannot suspend: answered at once (one more suspend asked), no resume */
+	answered_at_once(f, &p, 1, "{\"event_type\":\"a.b\",\"payload\":{}}", 202, 3);
+	/* refused before the writer (a bad body): no suspension asked either */
+	answered_at_once(f, &p, 0, "{\"payload\":{}}", 400, 3);
 	assert_int_equal(p.resumes, 2);
-
-	/* refused before the writer (a bad body): no suspension either */
-	p.refuse = 0;
-	post_deferred(f, &p, "{\"payload\":{}}", &res);
-	assert_null(res.pending);
-	assert_int_equal(res.status, 400);
-	free(res.body);
-	assert_int_equal(p.suspends, 3);
 }
 
 static void test_ingest_authorize_as_post_events(void **state)
