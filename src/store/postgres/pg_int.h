@@ -113,11 +113,18 @@ enum stmt {
  * of 96,000 ordered deliveries, 50-77 ms this way (docs/performance.md). */
 #define ORDERING_SQL                                                                      \
 	"(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM outboxd.subscriptions s"      \
-	"  WHERE s.id = d.subscription_id AND s.ordering > 0 AND ("                     \
-	"   SELECT p.id FROM outboxd.deliveries p WHERE p.subscription_id = d.subscription_id"\
-	"   AND p.order_key = d.order_key AND p.id < d.id AND p.status <> 'PROCESSED'"  \
-	"   AND NOT (s.ordering = 2 AND p.status = 'FAILED' AND p.next_attempt_at IS NULL"\
-	"    AND p.lease_until IS NULL) ORDER BY p.id LIMIT 1) IS NOT NULL))"
+	"  WHERE s.id = d.subscription_id AND s.ordering > 0 AND "                      \
+	PENDING_BEFORE("d", "s") "))"
+
+/* An earlier delivery of D's key still to be done (a dead one not counted when the
+ * subscription S passes dead ones over): D must wait its turn. The check of ORDERING_SQL,
+ * which the janitor's ordering sweeps (write.c) make the same way. */
+#define PENDING_BEFORE(D, S)                                                             \
+	"(SELECT p.id FROM outboxd.deliveries p"                                        \
+	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
+	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND NOT (" S ".ordering = 2"    \
+	" AND p.status = 'FAILED' AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"\
+	" ORDER BY p.id LIMIT 1) IS NOT NULL"
 
 /* The ingest statement's insert of the events whose rows WHERE picks: ev_plain takes the
  * events without an idempotency key (nothing can make them duplicates: a plain insert),

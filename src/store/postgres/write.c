@@ -681,9 +681,9 @@ int pg_release_all(store *st, size_t *n)
 /* ---- per-key ordering ---------------------------------------------------- */
 
 /* The sweeps below test each candidate D against the earlier deliveries of its key, and
- * do it as the claim does (ORDERING_SQL): the first earlier one in id order, which with
- * sorts disabled (sweep_plans) only the ordering index gives, so each test reads a few of
- * its entries whatever the planner's statistics say. As EXISTS, on statistics taken while
+ * do it as the claim does (PENDING_BEFORE, pg_int.h): the first earlier one in id order,
+ * which with sorts disabled (sweep_plans) only the ordering index gives, so each test
+ * reads a few of its entries whatever the planner's statistics say. As EXISTS, on statistics taken while
  * every delivery was done, PostgreSQL made the waiting sweep a nested loop over the
  * status index: on 96,000 ordered deliveries due it had not ended after 30 s (5 s on
  * fresh statistics), and it held the janitor, and with it the reaper and the relay,
@@ -695,15 +695,6 @@ int pg_release_all(store *st, size_t *n)
 	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
 	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND p.status = 'FAILED'"       \
 	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL"                       \
-	" ORDER BY p.id LIMIT 1) IS NOT NULL"
-
-/* An earlier delivery of D's key still to be done (a dead one not counted when the
- * subscription S passes dead ones over): D must wait its turn. */
-#define PENDING_BEFORE(D, S)                                                             \
-	"(SELECT p.id FROM outboxd.deliveries p"                                        \
-	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
-	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND NOT (" S ".ordering = 2"    \
-	" AND p.status = 'FAILED' AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"\
 	" ORDER BY p.id LIMIT 1) IS NOT NULL"
 
 /* Pending deliveries of ordered subscriptions: blocked 1 behind a dead one of their key
