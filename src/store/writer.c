@@ -666,13 +666,16 @@ static void *writer_main(void *arg)
 				      ? WRITER_RESULTS_LIVE : WRITER_RESULTS_MAX;
 		if (can_write) {
 			rhead = w->todo_head;
-			for (rlast = rhead, rn = 1; rn < rmax && rlast->next; rn++)
+			size_t ordered = rhead->result.ordered_key != 0;
+			for (rlast = rhead, rn = 1; rn < rmax && rlast->next; rn++) {
 				rlast = rlast->next;
+				ordered += rlast->result.ordered_key != 0;
+			}
 			w->todo_head = rlast->next;
 			if (!w->todo_head)
 				w->todo_tail = NULL;
 			w->todo_count -= rn;
-			w->todo_ordered -= ordered_in(rhead, rn);
+			w->todo_ordered -= ordered;
 			w->todo_since_us = now_us; /* the rest has waited long enough too */
 			rlast->next = NULL;
 		}
