@@ -34,8 +34,8 @@
 /* What a body without a Content-Length (chunked) is first given of api_body_memory; it
  * takes more, doubling, as it grows. */
 #define BODY_STEP 65536
-/* How long a stop waits for the answers of requests that were suspended (whole seconds) */
-#define STOP_ANSWERS_MS 2000
+/* How long a stop waits for the answers of requests that were suspended */
+#define STOP_ANSWERS_S 2
 
 struct http_server {
 	struct MHD_Daemon *mhd;
@@ -508,7 +508,7 @@ void http_server_stop(struct http_server *s)
 		return;
 	/* The requests handed to the writer are answered first (the writer runs until the
 	 * API has stopped); a request that comes meanwhile waits on its thread instead. Their
-	 * answers are given STOP_ANSWERS_MS to go out: a client that does not read its answer
+	 * answers are given STOP_ANSWERS_S to go out: a client that does not read its answer
 	 * does not hold the stop up longer. */
 	pthread_mutex_lock(&s->mu);
 	s->stopping = 1;
@@ -516,7 +516,7 @@ void http_server_stop(struct http_server *s)
 		pthread_cond_wait(&s->changed, &s->mu);
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += STOP_ANSWERS_MS / 1000;
+	until.tv_sec += STOP_ANSWERS_S;
 	while (s->deferred && pthread_cond_timedwait(&s->changed, &s->mu, &until) == 0)
 		;
 	pthread_mutex_unlock(&s->mu);
