@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "store/copy.h"
+#include "store/count_cache.h"
 #include "store/store.h"
 
 /* ---- backends ------------------------------------------------------------------------ */
@@ -151,6 +152,8 @@ struct store {
 	void *call_hook_ctx;
 	/* store_set_secret_key: seals subscription configs (store/secrets.c); NULL = clear */
 	struct secretbox_key *secret_key;
+	/* the PROCESSED count of store_stats, reused while the store is large (count_cache.h) */
+	struct count_cache processed;
 };
 
 extern const struct store_methods store_sqlite_methods;

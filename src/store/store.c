@@ -86,9 +86,11 @@ static int open_store(const char *dsn, const char *owner, int shared, store **ou
 	st->methods = methods;
 	st->shared = shared;
 	strcpy(st->owner, owner);
+	count_cache_init(&st->processed);
 	set_err(err, errlen, "");
 	rc = methods->open(st, dsn, err, errlen);
 	if (rc != STORE_OK) {
+		count_cache_destroy(&st->processed);
 		free(st);
 		return rc;
 	}
@@ -123,6 +125,7 @@ void store_close(store *st)
 	if (st->secret_key)
 		secretbox_key_clear(st->secret_key);
 	free(st->secret_key);
+	count_cache_destroy(&st->processed);
 	free(st);
 }
 
