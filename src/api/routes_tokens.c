@@ -4,7 +4,11 @@
  * A token is shown once, in the response that created it; the store keeps its SHA-256
  * (core/token.h). The set is read from the store again when this instance changes it, and
  * by a request that finds it older than a second: a token revoked on this instance stops
- * working at once, one revoked on another instance (PostgreSQL) within a second. A token
+ * working at once, one revoked on another instance (PostgreSQL) within a second or so.
+ * Only a change on this instance makes requests wait for the read; a periodic one is made
+ * by one request, outside the lock, while the others go on with the set in hand, so a
+ * store read that waits (the store's API connections busy with long searches) never
+ * holds up authentication, and with it every request. A token
  * may expire (expires_at, or a ttl at creation): from then on it is refused as expired.
  * Its last use is written to the store at most once a minute (TOUCH_EVERY_MS) by each
  * instance, never once per request. */
@@ -40,9 +44,13 @@ struct token_entry {
 struct api_tokens {
 	store *st;
 	pthread_mutex_t mu;
+	pthread_cond_t loaded;        /* a reload ended */
 	struct token_entry *items;
 	size_t n;
-	int64_t loaded_at;            /* 0: load at the next lookup */
+	int64_t loaded_at;            /* 0: never loaded */
+	unsigned changed;             /* changes this instance made (tokens_changed) */
+	unsigned read;                /* the changes the set in hand was read after */
+	int reloading;                /* a request reads the store, outside mu */
 	int failing;                  /* the last reload failed (logged once) */
 };
 
@@ -53,6 +61,7 @@ struct api_tokens *api_tokens_new(store *st)
 		return NULL;
 	t->st = st;
 	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->loaded, NULL);
 	return t;
 }
 
@@ -60,23 +69,34 @@ void api_tokens_free(struct api_tokens *t)
 {
 	if (!t)
 		return;
+	pthread_cond_destroy(&t->loaded);
 	pthread_mutex_destroy(&t->mu);
 	free(t->items);
 	free(t);
 }
 
-/* Called with t->mu held. On a store error the set loaded before stays in use. */
-static void reload_locked(struct api_tokens *t, int64_t now)
+/* Reads the set from the store and puts it in use: called with t->mu held and no other
+ * reload running; the lock is let go during the store's read (t->reloading says one
+ * runs). On a store error the set loaded before stays in use. */
+static void reload(struct api_tokens *t, int64_t now)
 {
 	struct store_token *rows = NULL;
 	size_t n = 0;
+	unsigned changes = t->changed;
+
+	t->reloading = 1;
+	pthread_mutex_unlock(&t->mu);
 	int rc = store_token_list(t->st, &rows, &n);
+	pthread_mutex_lock(&t->mu);
+	t->reloading = 0;
+	t->read = changes;
+	t->loaded_at = now;
+	pthread_cond_broadcast(&t->loaded);
 	if (rc) {
 		if (!t->failing)
 			log_error("tokens: cannot read the named tokens: %s (the ones read before "
 				  "stay in use)", store_strerror(rc));
 		t->failing = 1;
-		t->loaded_at = now;
 		return;
 	}
 	t->failing = 0;
@@ -109,7 +129,6 @@ static void reload_locked(struct api_tokens *t, int64_t now)
 	free(t->items);
 	t->items = items;
 	t->n = kept;
-	t->loaded_at = now;
 }
 
 int api_tokens_lookup(struct api_tokens *t, const char *token, size_t len, int64_t now_ms,
@@ -123,8 +142,19 @@ int api_tokens_lookup(struct api_tokens *t, const char *token, size_t len, int64
 	int found = -1, rc = -1;
 
 	pthread_mutex_lock(&t->mu);
-	if (!t->loaded_at || now - t->loaded_at >= RELOAD_MS)
-		reload_locked(t, now);
+	for (;;) {
+		/* a change made here, or no set yet: this request waits for a fresh one */
+		int must = t->read != t->changed || !t->loaded_at;
+		if (!must && now - t->loaded_at < RELOAD_MS)
+			break;
+		if (!t->reloading) {
+			reload(t, now);
+			break;
+		}
+		if (!must)
+			break; /* another request reloads; the set in hand serves meanwhile */
+		pthread_cond_wait(&t->loaded, &t->mu);
+	}
 	/* Every entry is compared, in constant time, whether or not one matched. */
 	for (size_t i = 0; i < t->n; i++)
 		if (CRYPTO_memcmp(t->items[i].hash, hash, 64) == 0)
@@ -161,7 +191,7 @@ static void tokens_changed(struct api *api)
 	if (!api->tokens)
 		return;
 	pthread_mutex_lock(&api->tokens->mu);
-	api->tokens->loaded_at = 0;
+	api->tokens->changed++;
 	pthread_mutex_unlock(&api->tokens->mu);
 }
 

@@ -6,10 +6,15 @@
  * only hashes (the raw SQLite file is searched); tokens survive a restart; bad input is
  * refused naming the field; the CLI creates, lists and revokes. Failed authentications
  * are audited with the client's address and limited per address. A token may expire; its
- * last use is kept, written at most once a minute. */
+ * last use is kept, written at most once a minute. On PostgreSQL, a read of the tokens
+ * that waits (another session holds their table) holds up only the request that reads
+ * them: the others are authenticated with the set in hand meanwhile. */
+#include <libpq-fe.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "e2e.h"
 
@@ -508,6 +513,77 @@ static void test_cli(void **state)
 	assert_int_equal(run_cli(out, sizeof(out), "tokens create x --scopes root"), 1);
 }
 
+/* One ingest with a named token, on a thread of its own. */
+struct ingest_call {
+	char url[128];
+	const char *token;
+	pthread_t thread;
+	long status;
+};
+
+static void *ingest_main(void *arg)
+{
+	struct ingest_call *c = arg;
+	struct http_resp r = {0};
+	static const char body[] = "{\"event_type\":\"held.read\",\"payload\":{}}";
+
+	if (http_do("POST", c->url, c->token, NULL, body, strlen(body), &r) == 0)
+		c->status = r.status;
+	http_resp_free(&r);
+	return NULL;
+}
+
+static long long sessions_waiting_for_a_lock(PGconn *conn)
+{
+	PGresult *res = PQexec(conn, "SELECT count(*) FROM pg_stat_activity"
+				     " WHERE datname = current_database() AND wait_event_type = 'Lock'");
+	long long n = PQresultStatus(res) == PGRES_TUPLES_OK ? atoll(PQgetvalue(res, 0, 0)) : -1;
+	PQclear(res);
+	return n;
+}
+
+static void test_held_token_read_holds_up_one_request(void **state)
+{
+	struct token tok;
+	struct ingest_call reader = {0}, other = {0};
+
+	if (strncmp(dmn.db, "postgres", 8) != 0)
+		skip(); /* another session cannot hold up SQLite's reads (WAL) */
+	create_token("held-read", "[\"ingest\"]", &tok);
+	snprintf(reader.url, sizeof(reader.url), "%s/v1/events", dmn.url);
+	reader.token = tok.value;
+	other = reader;
+	ingest_main(&reader); /* the set, read with the token in it */
+	assert_int_equal(reader.status, 202);
+
+	PGconn *holder = PQconnectdb(dmn.db), *watch = PQconnectdb(dmn.db);
+	assert_int_equal(PQstatus(holder), CONNECTION_OK);
+	assert_int_equal(PQstatus(watch), CONNECTION_OK);
+	PGresult *res = PQexec(holder, "BEGIN; LOCK TABLE outboxd.tokens IN ACCESS EXCLUSIVE MODE");
+	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+	PQclear(res);
+	sleep(2); /* the set is more than a second old: the next request reads it again */
+	reader.status = 0;
+	assert_int_equal(pthread_create(&reader.thread, NULL, ingest_main, &reader), 0);
+	int waiting = 0;
+	for (int i = 0; i < 300 && !waiting; i++) {
+		waiting = sessions_waiting_for_a_lock(watch) > 0;
+		if (!waiting)
+			usleep(100 * 1000);
+	}
+	/* the reader waits for the tokens' table; another request goes on meanwhile */
+	if (waiting)
+		ingest_main(&other);
+	long reader_status = reader.status;
+	PQfinish(holder); /* the lock goes with its session */
+	pthread_join(reader.thread, NULL);
+	PQfinish(watch);
+	assert_true(waiting);
+	assert_int_equal(other.status, 202);
+	assert_int_equal(reader_status, 0); /* still waiting when the other was answered */
+	assert_int_equal(reader.status, 202);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -517,6 +593,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_authentications, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expiry_and_last_use, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_token_read_holds_up_one_request, setup,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

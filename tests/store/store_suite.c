@@ -228,6 +228,35 @@ static long long pg_status_index_reads(struct fixture_db *db)
 				 " WHERE indexrelid = 'outboxd.deliveries_status'::regclass");
 }
 
+/* The session that holds the lock of pg_hold_reads, NULL when none. */
+static PGconn *holder;
+
+static int pg_hold_reads(struct fixture_db *db, int on)
+{
+	PGresult *res;
+	int ok;
+
+	if (!on) {
+		if (holder)
+			PQfinish(holder); /* its transaction, and the lock, end with it */
+		holder = NULL;
+		return 0;
+	}
+	holder = PQconnectdb(db->dsn);
+	res = PQexec(holder, "BEGIN; LOCK TABLE outboxd.deliveries IN ACCESS EXCLUSIVE MODE");
+	ok = PQstatus(holder) == CONNECTION_OK && PQresultStatus(res) == PGRES_COMMAND_OK;
+	if (!ok)
+		fprintf(stderr, "postgres fixture: hold reads: %s", PQerrorMessage(holder));
+	PQclear(res);
+	return ok ? 0 : -1;
+}
+
+static long long pg_reads_held(struct fixture_db *db)
+{
+	return pg_stat_count(db, "SELECT count(*) FROM pg_stat_activity"
+				 " WHERE datname = current_database() AND wait_event_type = 'Lock'");
+}
+
 static int pg_analyze(struct fixture_db *db)
 {
 	return pg_exec_on(db->dsn, "ANALYZE outboxd.deliveries; ANALYZE outboxd.events");
@@ -286,6 +315,8 @@ static const struct backend_fixture backends[] = {
 		.due_index_reads = pg_due_index_reads,
 		.status_index_reads = pg_status_index_reads,
 		.analyze = pg_analyze,
+		.hold_reads = pg_hold_reads,
+		.reads_held = pg_reads_held,
 		.available = pg_available,
 		.finished = pg_finished,
 	},

@@ -66,6 +66,13 @@ struct backend_fixture {
 	/* Has the planner's statistics describe the tables as they are now (0 on success);
 	 * NULL for a backend whose planner keeps none. */
 	int (*analyze)(struct fixture_db *db);
+	/* Makes every read of the deliveries table wait (on), from a session of the fixture's
+	 * own that locks it, until released (off). 0 on success. NULL for a backend whose
+	 * readers another session cannot hold up (SQLite's WAL: tests/unit/store/
+	 * test_sqlite_readers.c holds its readers from inside instead). */
+	int (*hold_reads)(struct fixture_db *db, int on);
+	/* Sessions waiting for that lock (-1 when it cannot say). */
+	long long (*reads_held)(struct fixture_db *db);
 	int has_owner_lock;  /* one process per database (SQLite's flock) */
 	int (*available)(void);
 	void (*finished)(void); /* after the backend's last test, or NULL */

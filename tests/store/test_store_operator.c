@@ -1,13 +1,17 @@
 /* test_store_operator.c: the conformance suite on what operators and background jobs do
  * to the history: replay, purge of dead deliveries, retention cleanup, the deliveries that
- * keep failing, and the jobs table (progress, cancel, listing pages).
+ * keep failing, the jobs table (progress, cancel, listing pages), and a read that takes
+ * long (a search over a large store) holding up no other read.
  *
  * Every test runs once per backend (store_suite.h); none knows which. */
 #include "store_suite.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/clock.h"
@@ -463,6 +467,112 @@ static void test_jobs_list_pages(void **state)
 	assert_null(items);
 }
 
+/* A listing of the deliveries on a thread of its own, or the ping of /readyz. */
+struct read_call {
+	store *st;
+	int ping;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, rc;
+};
+
+static void *read_call_main(void *arg)
+{
+	struct read_call *c = arg;
+	int rc;
+
+	if (c->ping) {
+		rc = store_ping(c->st);
+	} else {
+		struct delivery_filter f;
+		struct store_delivery *items = NULL;
+		size_t n = 0;
+		char *cursor = NULL;
+		memset(&f, 0, sizeof(f));
+		f.limit = 10;
+		rc = store_deliveries_list(c->st, &f, &items, &n, &cursor);
+		store_deliveries_free(items, n);
+		free(cursor);
+	}
+	pthread_mutex_lock(&c->mu);
+	c->rc = rc;
+	c->done = 1;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+static void read_call_start(struct read_call *c, store *st, int ping)
+{
+	memset(c, 0, sizeof(*c));
+	c->st = st;
+	c->ping = ping;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	assert_int_equal(pthread_create(&c->thread, NULL, read_call_main, c), 0);
+}
+
+/* 1 when the call has returned within seconds. */
+static int read_call_done(struct read_call *c, int seconds)
+{
+	struct timespec until;
+	int done;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += seconds;
+	pthread_mutex_lock(&c->mu);
+	while (!c->done && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT)
+		;
+	done = c->done;
+	pthread_mutex_unlock(&c->mu);
+	return done;
+}
+
+static void read_call_end(struct read_call *c)
+{
+	pthread_join(c->thread, NULL);
+	assert_int_equal(c->rc, STORE_OK);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+}
+
+/* A read that takes long (here: held up by another session's lock on the deliveries, as
+ * a search over millions of them takes seconds) must not hold up the others: /readyz's
+ * ping answers meanwhile. 30 s is far more than a ping takes on any machine. */
+static void test_a_long_read_holds_up_no_other(void **state)
+{
+	struct t *t = *state;
+	struct read_call list, ping;
+	char ev[UUID_STR_LEN];
+
+	if (!backend->hold_reads)
+		skip(); /* tests/unit/store/test_sqlite_readers.c holds SQLite's readers */
+	ingest_one(t, "listed", t->t0, 1, ev);
+	assert_int_equal(backend->hold_reads(&t->db, 1), 0);
+	read_call_start(&list, t->st, 0);
+	int waiting = 0;
+	for (int i = 0; i < 300 && !waiting; i++) {
+		waiting = backend->reads_held(&t->db) > 0;
+		if (!waiting)
+			usleep(100 * 1000);
+	}
+	if (!waiting) {
+		backend->hold_reads(&t->db, 0);
+		fail_msg("the listing never reached the held lock");
+	}
+	read_call_start(&ping, t->st, 1);
+	int pinged = read_call_done(&ping, 30);
+	int listed = read_call_done(&list, 0);
+	backend->hold_reads(&t->db, 0);
+	/* both end once the lock goes: the threads are joined before any verdict */
+	read_call_end(&ping);
+	read_call_end(&list);
+	if (!pinged)
+		fail_msg("the ping waited for the long read");
+	assert_false(listed); /* it was still held up when the ping answered */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -475,6 +585,7 @@ int main(void)
 		T(test_stats_counts),
 		T(test_job_cancel_is_not_overwritten),
 		T(test_jobs_list_pages),
+		T(test_a_long_read_holds_up_no_other),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));

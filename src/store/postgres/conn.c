@@ -533,13 +533,31 @@ static int conn_ready(struct pg *pg, struct pgconn *c)
 	return STORE_OK;
 }
 
+/* Locks a free connection of the API's (API_CONNS), the first one free in their order:
+ * the others are opened only when calls overlap. When all are busy, waits for one,
+ * a different one each time. */
+static struct pgconn *api_lock(struct pg *pg)
+{
+	for (unsigned i = 0; i < API_CONNS; i++) {
+		struct pgconn *c = &pg->conns[ROLE_API + i];
+		if (pthread_mutex_trylock(&c->mu) == 0)
+			return c;
+	}
+	struct pgconn *c = &pg->conns[ROLE_API + atomic_fetch_add(&pg->api_next, 1) % API_CONNS];
+	pthread_mutex_lock(&c->mu);
+	return c;
+}
+
 /* Locks the role's connection and makes sure it works: returns it, or NULL with *rc set
  * (and nothing locked). */
 struct pgconn *pg_take(struct pg *pg, enum role role, int *rc)
 {
 	struct pgconn *c = &pg->conns[role];
 
-	pthread_mutex_lock(&c->mu);
+	if (role == ROLE_API)
+		c = api_lock(pg);
+	else
+		pthread_mutex_lock(&c->mu);
 	*rc = conn_ready(pg, c);
 	if (*rc != STORE_OK) {
 		pthread_mutex_unlock(&c->mu);
@@ -686,7 +704,7 @@ static void pg_close(store *st)
 	pthread_mutex_lock(&pg->listen_mu);
 	pg_listener_stop(pg);
 	pthread_mutex_unlock(&pg->listen_mu);
-	for (int i = 0; i < ROLE_COUNT; i++) {
+	for (int i = 0; i < PG_CONNS; i++) {
 		conn_close(&pg->conns[i]);
 		pthread_mutex_destroy(&pg->conns[i].mu);
 	}
@@ -708,9 +726,9 @@ static int pg_open(store *st, const char *dsn, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return STORE_ERROR;
 	}
-	for (int i = 0; i < ROLE_COUNT; i++) {
+	for (int i = 0; i < PG_CONNS; i++) {
 		pthread_mutex_init(&pg->conns[i].mu, NULL);
-		pg->conns[i].role = (enum role)i;
+		pg->conns[i].role = i < ROLE_API ? (enum role)i : ROLE_API;
 	}
 	pthread_mutex_init(&pg->listen_mu, NULL);
 	st->priv = pg;

@@ -173,6 +173,13 @@ enum stmt {
  * lease renewals (results), the janitor's and the API's. */
 enum role { ROLE_INGEST, ROLE_DISPATCH, ROLE_RESULTS, ROLE_JANITOR, ROLE_API, ROLE_COUNT };
 
+/* The API's role has up to API_CONNS connections (conns[ROLE_API] onwards), and a call
+ * takes whichever is free: an operator's search that reads a large store for seconds (a
+ * substring of the errors, a sort by attempts) then holds one of them, while /readyz,
+ * /metrics, the console and the other reads go on over the others. */
+#define API_CONNS 3
+#define PG_CONNS (ROLE_API + API_CONNS)
+
 
 struct pgconn {
 	pthread_mutex_t mu;          /* guards everything below */
@@ -188,7 +195,7 @@ struct pgconn {
 
 struct pg {
 	char *dsn;
-	struct pgconn conns[ROLE_COUNT];
+	struct pgconn conns[PG_CONNS];
 	/* Outage bookkeeping: down is 1 from the first failure until a connection succeeds
 	 * again; epoch counts recoveries. A connection opened before the last recovery
 	 * that breaks later belongs to an outage already logged. */
@@ -198,6 +205,7 @@ struct pg {
 	 * the ingest, dispatch and results roles rebuild their plans as it doubles (conn.c,
 	 * REPLAN_FIRST). */
 	_Atomic uint64_t written;
+	atomic_uint api_next;        /* the API connection a call waits for when all are busy */
 	/* The listener thread (store_on_work). */
 	pthread_mutex_t listen_mu;   /* serialises store_on_work */
 	pthread_t listener;

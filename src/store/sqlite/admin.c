@@ -163,7 +163,8 @@ out:
  * the reader, a bounded slice at a time, so the writer is only taken to delete. */
 static int sweep_orphan_events(struct sq *sq)
 {
-	sqlite3_stmt *s = sq->r[R_EVENT_SCAN];
+	struct sq_reader *rd;
+	sqlite3_stmt *s;
 	char (*events)[UUID_STR_LEN] = NULL;
 	size_t count, cap = 0, scanned;
 	int64_t after = 0;
@@ -172,7 +173,8 @@ static int sweep_orphan_events(struct sq *sq)
 	do {
 		count = 0;
 		scanned = 0;
-		pthread_mutex_lock(&sq->rmu);
+		rd = sq_read_lock(sq);
+		s = rd->r[R_EVENT_SCAN];
 		sqlite3_bind_int64(s, 1, after);
 		sqlite3_bind_int(s, 2, CLEANUP_CHUNK);
 		while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -195,7 +197,7 @@ static int sweep_orphan_events(struct sq *sq)
 		else if (rc != SQLITE_NOMEM)
 			sq_log_stmt_error(s, rc);
 		sq_stmt_end(s);
-		pthread_mutex_unlock(&sq->rmu);
+		sq_read_unlock(rd);
 		if (rc != SQLITE_OK)
 			break;
 		if (!count)
@@ -319,21 +321,23 @@ static int read_sub(sqlite3_stmt *s, void *row)
 int sq_sub_get(store *st, const char *id, struct sub_row *out)
 {
 	struct sq *sq = sq_of(st);
-	return sq_get_one(sq, sq->r[R_SUB_GET], id, read_sub, out);
+	return sq_get_one(sq, R_SUB_GET, id, read_sub, out);
 }
 
 int sq_sub_list(store *st, struct sub_row **items, size_t *n)
 {
 	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = sq->r[R_SUB_LIST];
+	struct sq_reader *rd;
+	sqlite3_stmt *s;
 	struct sub_row *subs = NULL;
 	size_t count = 0, cap = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
+	rd = sq_read_lock(sq);
+	s = rd->r[R_SUB_LIST];
 	rc = sq_read_rows(s, sizeof(*subs), read_sub, (void **)&subs, &count, &cap);
 	sq_stmt_end(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	if (rc != SQLITE_OK) {
 		store_subs_free(subs, count);
 		return sq_store_code(rc);
@@ -413,8 +417,8 @@ int sq_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 	int rc, b = 1;
 
 	sq_filter_sql(f, sql, sizeof(sql));
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = sqlite3_prepare_v2(rd->db, sql, -1, &s, NULL);
 	if (rc == SQLITE_OK) {
 		sq_filter_bind(s, f, &b);
 		rc = sqlite3_step(s);
@@ -425,10 +429,10 @@ int sq_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 			sq_log_stmt_error(s, rc);
 		}
 	} else {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		log_error("sqlite: %s", sqlite3_errmsg(rd->db));
 	}
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	return sq_store_code(rc);
 }
 
@@ -567,17 +571,17 @@ static int query_rows(struct sq *sq, const char *sql,
 
 	*items = NULL;
 	*n = 0;
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = sqlite3_prepare_v2(rd->db, sql, -1, &s, NULL);
 	if (rc == SQLITE_OK) {
 		if (bind)
 			bind(s, ctx);
 		rc = sq_read_rows(s, size, read, items, n, &cap);
 	} else {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		log_error("sqlite: %s", sqlite3_errmsg(rd->db));
 	}
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	return sq_store_code(rc);
 }
 

@@ -218,16 +218,17 @@ static const char *const wsql[W_COUNT] = {
 		" WHERE excluded.at >= at",
 	[W_COUNTS_PRUNE_MINUTES] = "DELETE FROM attempt_minutes WHERE minute < ?1",
 	[W_COUNTS_PRUNE_ERRORS] = "DELETE FROM attempt_errors WHERE at < ?1",
+	/* Deliveries waiting for an earlier one of their key do not count: the claim
+	 * would not take them (one row, NULL when nothing is pending). On the writer's
+	 * connection: the writer asks it after a claim, and must not wait behind a read. */
+	[W_NEXT_DUE] =
+		"SELECT (SELECT next_attempt_at FROM deliveries d"
+		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL AND " ORDERING_SQL
+		" ORDER BY next_attempt_at LIMIT 1)",
 };
 
 static const char *const rsql[R_COUNT] = {
 	[R_PING] = "SELECT 1",
-	/* Deliveries waiting for an earlier one of their key do not count: the claim
-	 * would not take them (one row, NULL when nothing is pending). */
-	[R_NEXT_DUE] =
-		"SELECT (SELECT next_attempt_at FROM deliveries d"
-		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL AND " ORDERING_SQL
-		" ORDER BY next_attempt_at LIMIT 1)",
 	[R_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
 		" payload, created_at, webhook_id, envelope, traceparent FROM events WHERE id = ?1",
@@ -581,18 +582,50 @@ static void sq_close(store *st)
 	sqlite3_finalize(sq->event_rows);
 	sqlite3_finalize(sq->delivery_rows);
 	sq_counts_free(sq);
-	for (int i = 0; i < R_COUNT; i++)
-		sqlite3_finalize(sq->r[i]);
-	sqlite3_close(sq->rdb);
+	for (int k = 0; k < SQ_READERS; k++) {
+		for (int i = 0; i < R_COUNT; i++)
+			sqlite3_finalize(sq->readers[k].r[i]);
+		sqlite3_close(sq->readers[k].db);
+		pthread_mutex_destroy(&sq->readers[k].mu);
+	}
 	sqlite3_close(sq->wdb);
 	/* Closing the descriptor releases the owner lock. */
 	if (sq->lock_fd >= 0)
 		close(sq->lock_fd);
 	pthread_mutex_destroy(&sq->wmu);
-	pthread_mutex_destroy(&sq->rmu);
 	free(sq->path);
 	free(sq);
 	st->priv = NULL;
+}
+
+/* The page cache of the first reader, and of the others, opened only when reads
+ * overlap (KiB). */
+#define READER_CACHE_KIB 8192
+#define EXTRA_READER_CACHE_KIB 2048
+
+/* Opens reader rd (rd->mu held, or the store being opened): a read-only connection with
+ * its statements. On failure rd is left closed. */
+static int reader_open(struct sq *sq, struct sq_reader *rd, int cache_kib, char *err,
+		       size_t errlen)
+{
+	int rc = open_conn(sq->path, &rd->db, cache_kib, err, errlen);
+
+	if (rc == STORE_OK &&
+	    sqlite3_exec(rd->db, "PRAGMA query_only = ON", NULL, NULL, NULL) != SQLITE_OK) {
+		set_db_err(err, errlen, rd->db, "query_only");
+		rc = STORE_ERROR;
+	}
+	if (rc == STORE_OK)
+		rc = prepare_all(rd->db, rsql, rd->r, R_COUNT, err, errlen);
+	if (rc != STORE_OK) {
+		for (int i = 0; i < R_COUNT; i++) {
+			sqlite3_finalize(rd->r[i]);
+			rd->r[i] = NULL;
+		}
+		sqlite3_close(rd->db);
+		rd->db = NULL;
+	}
+	return rc;
 }
 
 static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
@@ -613,7 +646,8 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 	}
 	sq->lock_fd = -1;
 	pthread_mutex_init(&sq->wmu, NULL);
-	pthread_mutex_init(&sq->rmu, NULL);
+	for (int k = 0; k < SQ_READERS; k++)
+		pthread_mutex_init(&sq->readers[k].mu, NULL);
 	st->priv = sq;
 
 	rc = make_parent_dirs(sq->path, err, errlen);
@@ -628,23 +662,47 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 		rc = check_wal(sq->wdb, err, errlen);
 	if (rc == STORE_OK)
 		rc = migrate(sq->wdb, err, errlen);
-	/* The reader opens after the migrations so it sees the final schema. */
+	/* The first reader opens after the migrations so it sees the final schema. */
 	if (rc == STORE_OK)
-		rc = open_conn(sq->path, &sq->rdb, 8192, err, errlen);
-	if (rc == STORE_OK && sqlite3_exec(sq->rdb, "PRAGMA query_only = ON", NULL, NULL,
-					   NULL) != SQLITE_OK) {
-		set_db_err(err, errlen, sq->rdb, "query_only");
-		rc = STORE_ERROR;
-	}
+		rc = reader_open(sq, &sq->readers[0], READER_CACHE_KIB, err, errlen);
 	if (rc == STORE_OK)
 		rc = prepare_all(sq->wdb, wsql, sq->w, W_COUNT, err, errlen);
 	if (rc == STORE_OK)
 		rc = prepare_rows(sq, err, errlen);
-	if (rc == STORE_OK)
-		rc = prepare_all(sq->rdb, rsql, sq->r, R_COUNT, err, errlen);
 	if (rc != STORE_OK)
 		sq_close(st);
 	return rc;
+}
+
+struct sq_reader *sq_read_lock(struct sq *sq)
+{
+	char err[256];
+
+	for (int k = 0; k < SQ_READERS; k++) {
+		struct sq_reader *rd = &sq->readers[k];
+		if (pthread_mutex_trylock(&rd->mu) != 0)
+			continue;
+		if (rd->db || reader_open(sq, rd, EXTRA_READER_CACHE_KIB, err, sizeof(err)) ==
+				      STORE_OK)
+			return rd;
+		log_warn("%s", err); /* the others serve meanwhile */
+		pthread_mutex_unlock(&rd->mu);
+	}
+	/* All busy: wait for one that is open, a different one each time. */
+	unsigned k = atomic_fetch_add(&sq->reader_next, 1) % SQ_READERS;
+	struct sq_reader *rd = &sq->readers[k];
+	pthread_mutex_lock(&rd->mu);
+	if (rd->db)
+		return rd;
+	pthread_mutex_unlock(&rd->mu);
+	rd = &sq->readers[0];
+	pthread_mutex_lock(&rd->mu);
+	return rd;
+}
+
+void sq_read_unlock(struct sq_reader *rd)
+{
+	pthread_mutex_unlock(&rd->mu);
 }
 
 static int sq_ping(store *st)
@@ -652,10 +710,10 @@ static int sq_ping(store *st)
 	struct sq *sq = sq_of(st);
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
-	rc = sq_step_row(sq->r[R_PING]);
-	sq_stmt_end(sq->r[R_PING]);
-	pthread_mutex_unlock(&sq->rmu);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = sq_step_row(rd->r[R_PING]);
+	sq_stmt_end(rd->r[R_PING]);
+	sq_read_unlock(rd);
 	if (rc == SQLITE_ROW)
 		return STORE_OK;
 	return rc == SQLITE_DONE ? STORE_ERROR : sq_store_code(rc);

@@ -91,8 +91,8 @@ int sq_copy_read(store *st, const struct copy_table *t, const struct copy_batch 
 		buf_free(&sql);
 		return STORE_ERROR;
 	}
-	pthread_mutex_lock(&sq->rmu);
-	rc = prepare(sq->rdb, &sql, &s);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = prepare(rd->db, &sql, &s);
 	for (size_t k = 0; rc == SQLITE_OK && after && k < t->n_key; k++)
 		bind_value(s, (int)k + 1, after, copy_batch_row(after, 0) + k, t->cols[k].type);
 	while (rc == SQLITE_OK) {
@@ -110,7 +110,7 @@ int sq_copy_read(store *st, const struct copy_table *t, const struct copy_batch 
 			break;
 	}
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	buf_free(&sql);
 	return sq_store_code(rc);
 }
@@ -181,8 +181,8 @@ int sq_copy_find(store *st, const struct copy_batch *keys, struct copy_batch *fo
 		buf_free(&sql);
 		return STORE_ERROR;
 	}
-	pthread_mutex_lock(&sq->rmu);
-	rc = prepare(sq->rdb, &sql, &s);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = prepare(rd->db, &sql, &s);
 	for (size_t r = 0; rc == SQLITE_OK && r < keys->n_rows; r++) {
 		for (size_t k = 0; k < t->n_key; k++)
 			bind_value(s, (int)k + 1, keys, copy_batch_row(keys, r) + k, t->cols[k].type);
@@ -195,13 +195,13 @@ int sq_copy_find(store *st, const struct copy_batch *keys, struct copy_batch *fo
 		sqlite3_reset(s);
 	}
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	buf_free(&sql);
 	return sq_store_code(rc);
 }
 
 /* Every (table, column) of the file's tables but SQLite's own and schema_migrations. */
-static int schema_pairs(struct sq *sq, char ***names, size_t *n)
+static int schema_pairs(sqlite3 *db, char ***names, size_t *n)
 {
 	static const char sql[] =
 		"SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p"
@@ -213,7 +213,7 @@ static int schema_pairs(struct sq *sq, char ***names, size_t *n)
 
 	*names = NULL;
 	*n = 0;
-	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
 	while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
 		char **grown = sq_grow(*names, &cap, 2 * *n + 1, sizeof(char *));
 
@@ -246,11 +246,11 @@ int sq_copy_check(store *st, char *err, size_t errlen)
 	size_t n = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
-	rc = schema_pairs(sq, &names, &n);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = schema_pairs(rd->db, &names, &n);
 	if (rc == SQLITE_OK)
-		rc = sq_schema_version(sq->rdb, &version);
-	pthread_mutex_unlock(&sq->rmu);
+		rc = sq_schema_version(rd->db, &version);
+	sq_read_unlock(rd);
 	if (rc != SQLITE_OK) {
 		snprintf(err, errlen, "sqlite: cannot read the schema: %s", sqlite3_errstr(rc));
 		rc = STORE_ERROR;

@@ -68,22 +68,24 @@ static int read_event_whole(sqlite3_stmt *s, void *row)
 int sq_event_get(store *st, const char *id, struct store_event *ev)
 {
 	struct sq *sq = sq_of(st);
-	return sq_get_one(sq, sq->r[R_EVENT_GET], id, read_event_whole, ev);
+	return sq_get_one(sq, R_EVENT_GET, id, read_event_whole, ev);
 }
 
 int sq_event_deliveries(store *st, const char *event_id,
 			       struct store_delivery **items, size_t *n)
 {
 	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = sq->r[R_EVENT_DELIVERIES];
+	struct sq_reader *rd;
+	sqlite3_stmt *s;
 	size_t cap = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
+	rd = sq_read_lock(sq);
+	s = rd->r[R_EVENT_DELIVERIES];
 	sqlite3_bind_text(s, 1, event_id, -1, SQLITE_STATIC);
 	rc = sq_read_rows(s, sizeof(**items), sq_read_delivery, (void **)items, n, &cap);
 	sq_stmt_end(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	if (rc != SQLITE_OK) {
 		store_deliveries_free(*items, *n);
 		*items = NULL;
@@ -95,7 +97,7 @@ int sq_event_deliveries(store *st, const char *event_id,
 int sq_delivery_get(store *st, const char *id, struct store_delivery *d)
 {
 	struct sq *sq = sq_of(st);
-	return sq_get_one(sq, sq->r[R_DELIVERY_GET], id, sq_read_delivery, d);
+	return sq_get_one(sq, R_DELIVERY_GET, id, sq_read_delivery, d);
 }
 
 /* An sq_row_cb for struct store_attempt_row (R_ATTEMPTS' columns). */
@@ -122,16 +124,18 @@ int sq_delivery_attempts(store *st, const char *id, struct store_attempt_row **i
 			 size_t *n)
 {
 	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = sq->r[R_ATTEMPTS];
+	struct sq_reader *rd;
+	sqlite3_stmt *s;
 	struct store_attempt_row *rows = NULL;
 	size_t count = 0, cap = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
+	rd = sq_read_lock(sq);
+	s = rd->r[R_ATTEMPTS];
 	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
 	rc = sq_read_rows(s, sizeof(*rows), read_attempt, (void **)&rows, &count, &cap);
 	sq_stmt_end(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	if (rc != SQLITE_OK) {
 		store_attempts_free(rows, count);
 		return sq_store_code(rc);
@@ -237,10 +241,10 @@ int sq_deliveries_list(store *st, const struct delivery_filter *f,
 	snprintf(frag, sizeof(frag), " ORDER BY %s %s, id %s LIMIT ?", col, dir, dir);
 	sql_add(sql, sizeof(sql), frag);
 
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = sqlite3_prepare_v2(rd->db, sql, -1, &s, NULL);
 	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(sq->rdb), sql);
+		log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(rd->db), sql);
 		goto out;
 	}
 	sq_filter_bind(s, f, &b);
@@ -253,7 +257,7 @@ int sq_deliveries_list(store *st, const struct delivery_filter *f,
 	rc = sq_read_rows(s, sizeof(**items), sq_read_delivery, (void **)items, &count, &cap);
 out:
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	if (rc == SQLITE_OK && count > f->limit) {
 		*next_cursor = store_cursor_after(f, &(*items)[f->limit - 1]);
 		if (!*next_cursor)
@@ -332,10 +336,10 @@ int sq_events_list(store *st, const struct event_filter *f, int64_t before_at,
 		" LEFT JOIN deliveries d ON d.event_id = e.id"
 		" GROUP BY e.id ORDER BY e.created_at DESC, e.id DESC");
 
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = sqlite3_prepare_v2(rd->db, sql, -1, &s, NULL);
 	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(sq->rdb), sql);
+		log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(rd->db), sql);
 		goto out;
 	}
 	for (size_t i = 0; i < n_conds; i++) {
@@ -352,7 +356,7 @@ int sq_events_list(store *st, const struct event_filter *f, int64_t before_at,
 	rc = sq_read_rows(s, sizeof(**items), read_event_summary, (void **)items, n, &cap);
 out:
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	if (rc != SQLITE_OK) {
 		store_event_summaries_free(*items, *n);
 		*items = NULL;
@@ -365,12 +369,12 @@ out:
 /* ---- stats --------------------------------------------------------------- */
 
 /* Runs a query whose single row holds int64 columns into out[0..ncols). */
-static int int_row(struct sq *sq, const char *sql, int64_t bind1, int64_t *out, int ncols)
+static int int_row(struct sq_reader *rd, const char *sql, int64_t bind1, int64_t *out, int ncols)
 {
 	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	int rc = sqlite3_prepare_v2(rd->db, sql, -1, &s, NULL);
 	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		log_error("sqlite: %s", sqlite3_errmsg(rd->db));
 		return rc;
 	}
 	if (sqlite3_bind_parameter_count(s) > 0)
@@ -432,8 +436,8 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	 * PROCESSED count is reused for a while (store/count_cache.h). The predicates are
 	 * spelled as the indexes' (status <> 'PROCESSED', blocked > 0), which SQLite needs to
 	 * use a partial index. */
-	pthread_mutex_lock(&sq->rmu);
-	rc = int_row(sq, reuse ? STATUS_COUNTS_SQL("0")
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = int_row(rd, reuse ? STATUS_COUNTS_SQL("0")
 			       : STATUS_COUNTS_SQL("(SELECT count(*) FROM deliveries)"), 0, v, 4);
 	if (rc != SQLITE_OK) {
 		if (!reuse)
@@ -449,7 +453,7 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	}
 	out->processed_count = processed;
 	memset(v, 0, sizeof(v));
-	rc = int_row(sq, "SELECT"
+	rc = int_row(rd, "SELECT"
 		     " (SELECT count(*) FROM deliveries WHERE lease_until IS NOT NULL),"
 		     " (SELECT count(*) FROM deliveries WHERE lease_until IS NULL"
 		     "   AND next_attempt_at IS NOT NULL AND next_attempt_at <= ?1),"
@@ -466,7 +470,7 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	out->oldest_due_at = v[2];
 	out->oldest_dead_at = v[3];
 	memset(v, 0, sizeof(v));
-	rc = int_row(sq, "SELECT (SELECT count(*) FROM deliveries"
+	rc = int_row(rd, "SELECT (SELECT count(*) FROM deliveries"
 		     "  WHERE blocked > 0 AND blocked = 1),"
 		     " (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"
 		     "  FROM deliveries WHERE blocked > 0 AND blocked = 1)),"
@@ -481,13 +485,13 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	/* Per subscription over the window, from the per-minute counts (counts.c): its
 	 * attempts and successes in the minutes from the one window_ms ago began in, and its
 	 * newest failure when that started within the window. */
-	rc = sqlite3_prepare_v2(sq->rdb,
+	rc = sqlite3_prepare_v2(rd->db,
 				"SELECT subscription_id, sum(succeeded + client_error + server_error),"
 				" sum(succeeded) FROM attempt_minutes WHERE minute >= ?1"
 				" GROUP BY subscription_id",
 				-1, &s, NULL);
 	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		log_error("sqlite: %s", sqlite3_errmsg(rd->db));
 		goto out;
 	}
 	sqlite3_bind_int64(s, 1, store_minute_start(now_ms - window_ms));
@@ -507,12 +511,12 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	if (rc != SQLITE_OK)
 		goto out;
 	/* SQLite returns the row of max() for the bare columns. */
-	rc = sqlite3_prepare_v2(sq->rdb,
+	rc = sqlite3_prepare_v2(rd->db,
 				"SELECT subscription_id, max(at), code, message FROM attempt_errors"
 				" WHERE at >= ?1 GROUP BY subscription_id",
 				-1, &s, NULL);
 	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		log_error("sqlite: %s", sqlite3_errmsg(rd->db));
 		goto out;
 	}
 	sqlite3_bind_int64(s, 1, now_ms - window_ms);
@@ -529,7 +533,7 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
 out:
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	if (rc != SQLITE_OK) {
 		store_stats_free(out);
 		return sq_store_code(rc);

@@ -306,11 +306,12 @@ int sq_read_rows(sqlite3_stmt *s, size_t size, sq_row_cb read, void **items, siz
 	return SQLITE_OK;
 }
 
-int sq_get_one(struct sq *sq, sqlite3_stmt *s, const char *id, sq_row_cb read, void *out)
+int sq_get_one(struct sq *sq, enum rstmt k, const char *id, sq_row_cb read, void *out)
 {
+	struct sq_reader *rd = sq_read_lock(sq);
+	sqlite3_stmt *s = rd->r[k];
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
 	sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
 	rc = sq_step_row(s);
 	if (rc == SQLITE_ROW)
@@ -318,6 +319,6 @@ int sq_get_one(struct sq *sq, sqlite3_stmt *s, const char *id, sq_row_cb read, v
 	else
 		rc = rc == SQLITE_DONE ? STORE_NOT_FOUND : sq_store_code(rc);
 	sq_stmt_end(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	return rc;
 }

@@ -23,13 +23,13 @@ int sq_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
 	sqlite3_stmt *s = NULL;
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb,
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = sqlite3_prepare_v2(rd->db,
 				subscription_id ? SERIES_SQL(" AND subscription_id = ?4")
 						: SERIES_SQL(""),
 				-1, &s, NULL);
 	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		log_error("sqlite: %s", sqlite3_errmsg(rd->db));
 		goto out;
 	}
 	sqlite3_bind_int64(s, 1, from_ms);
@@ -57,6 +57,6 @@ int sq_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
 		sq_log_stmt_error(s, rc);
 out:
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	return rc == SQLITE_OK ? STORE_OK : sq_store_code(rc);
 }

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,14 +81,14 @@ enum wstmt {
 	W_COUNTS_ERROR,
 	W_COUNTS_PRUNE_MINUTES,     /* then W_COUNTS_PRUNE_ERRORS: one prune, in this order */
 	W_COUNTS_PRUNE_ERRORS,
+	W_NEXT_DUE,                 /* the writer's, after a claim (sq_next_due) */
 	W_COUNT
 };
 
 
-/* On the read connection. */
+/* On each read connection (struct sq_reader). */
 enum rstmt {
 	R_PING,
-	R_NEXT_DUE,
 	R_EVENT_GET,
 	R_EVENT_DELIVERIES,
 	R_DELIVERY_GET,
@@ -122,18 +123,31 @@ struct sq_counts {
 	size_t n_e, cap_e;
 };
 
+/* The readers: up to SQ_READERS read connections, and a read takes whichever is free
+ * (sq_read_lock). An operator's search that reads a large store for a second or more (a
+ * substring of the errors over two million deliveries: 0.55-1.1 s) then holds one of
+ * them, while /readyz, /metrics, the console and the other reads go on over the others.
+ * The first is opened with the store; the others when reads first overlap, with a
+ * smaller page cache (READER_CACHE_KIB, EXTRA_READER_CACHE_KIB in conn.c). */
+#define SQ_READERS 3
+
+struct sq_reader {
+	pthread_mutex_t mu;         /* guards db and r[] */
+	sqlite3 *db;                /* NULL until first needed (all but readers[0]) */
+	sqlite3_stmt *r[R_COUNT];
+};
+
 struct sq {
 	char *path;
 	int lock_fd;
 	sqlite3 *wdb;
-	sqlite3 *rdb;
 	pthread_mutex_t wmu;        /* guards wdb and w[] */
-	pthread_mutex_t rmu;        /* guards rdb and r[] */
+	struct sq_reader readers[SQ_READERS];
+	atomic_uint reader_next;    /* the reader a read waits for when all are busy */
 	int relaxed;                /* wdb runs with synchronous=NORMAL (guarded by wmu) */
 	int64_t busy_until_ms;      /* in an outage: writes fail fast until then, 0 = none
 	                               (sq_tx_begin; guarded by wmu) */
 	sqlite3_stmt *w[W_COUNT];
-	sqlite3_stmt *r[R_COUNT];
 	sqlite3_stmt *event_rows;   /* INGEST_ROWS events in one INSERT (guarded by wmu) */
 	sqlite3_stmt *delivery_rows; /* INGEST_ROWS new deliveries in one INSERT (wmu) */
 	struct sq_counts counts;    /* the results batch being written (wmu) */
@@ -263,6 +277,10 @@ int sq_attempt_counts_prune(store *st, int64_t before_ms);
 
 struct sq *sq_of(store *st);
 
+/* Locks a free reader (opening it if need be), or waits for one: never NULL. */
+struct sq_reader *sq_read_lock(struct sq *sq);
+void sq_read_unlock(struct sq_reader *rd);
+
 /* ---- read.c ---------------------------------------------------------------- */
 
 int sq_event_get(store *st, const char *id, struct store_event *ev);
@@ -360,10 +378,10 @@ int sq_read_delivery(sqlite3_stmt *s, void *row);
 int sq_read_rows(sqlite3_stmt *s, size_t size, sq_row_cb read, void **items, size_t *n,
 		 size_t *cap);
 
-/* The one row of id: binds id to ?1 of s (a statement on the reader connection) and reads
- * the row into out with read, under the reader's mutex. STORE_OK, STORE_NOT_FOUND, or
+/* The one row of id: binds id to ?1 of reader statement k and reads the row into out with
+ * read, on a reader it holds meanwhile (sq_read_lock). STORE_OK, STORE_NOT_FOUND, or
  * the store error. Every "get one row by id" of the backend is this call. */
-int sq_get_one(struct sq *sq, sqlite3_stmt *s, const char *id, sq_row_cb read, void *out);
+int sq_get_one(struct sq *sq, enum rstmt k, const char *id, sq_row_cb read, void *out);
 
 /* ---- write.c --------------------------------------------------------------- */
 

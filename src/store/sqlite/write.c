@@ -462,17 +462,17 @@ out:
 int sq_next_due(store *st, int64_t *at_ms)
 {
 	struct sq *sq = sq_of(st);
-	sqlite3_stmt *s = sq->r[R_NEXT_DUE];
+	sqlite3_stmt *s = sq->w[W_NEXT_DUE];
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
+	pthread_mutex_lock(&sq->wmu);
 	rc = sq_step_row(s);
 	if (rc == SQLITE_ROW) {
 		*at_ms = sqlite3_column_int64(s, 0);
 		sq_stmt_end(s);
 		rc = SQLITE_OK;
 	}
-	pthread_mutex_unlock(&sq->rmu);
+	pthread_mutex_unlock(&sq->wmu);
 	return sq_store_code(rc);
 }
 
@@ -643,10 +643,10 @@ int sq_dead_letters(store *st, size_t limit, struct store_dead_letter **items, s
 	size_t count = 0, cap = 0;
 	int rc;
 
-	pthread_mutex_lock(&sq->rmu);
-	rc = sqlite3_prepare_v2(sq->rdb, sql, -1, &s, NULL);
+	struct sq_reader *rd = sq_read_lock(sq);
+	rc = sqlite3_prepare_v2(rd->db, sql, -1, &s, NULL);
 	if (rc != SQLITE_OK) {
-		log_error("sqlite: %s", sqlite3_errmsg(sq->rdb));
+		log_error("sqlite: %s", sqlite3_errmsg(rd->db));
 		goto out;
 	}
 	sqlite3_bind_int64(s, 1, (int64_t)limit);
@@ -700,7 +700,7 @@ int sq_dead_letters(store *st, size_t limit, struct store_dead_letter **items, s
 		rc = SQLITE_OK;
 out:
 	sqlite3_finalize(s);
-	pthread_mutex_unlock(&sq->rmu);
+	sq_read_unlock(rd);
 	if (rc != SQLITE_OK) {
 		store_dead_letters_free(out, count);
 		return sq_store_code(rc);
