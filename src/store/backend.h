@@ -63,7 +63,7 @@ struct store_methods {
 	int (*replay)(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 		      enum store_replay_outcome *outcomes, size_t *replayed);
 	int (*dlq_purge)(store *st, const char *delivery_id);
-	int (*cleanup)(store *st, int64_t before_ms, size_t *deleted);
+	int (*cleanup)(store *st, int64_t before_ms, size_t max, size_t *deleted);
 	int (*deliveries_count)(store *st, const struct delivery_filter *f, size_t *n);
 	/* Up to limit events matching f newest first, after the event (before_at,
 	 * before_id) when before_id is not NULL (f->cursor and f->limit are the wrapper's). */
@@ -160,6 +160,17 @@ extern const struct store_methods store_sqlite_methods;
 extern const struct store_methods store_pg_methods;
 
 /* ---- small helpers every backend uses (store.c) --------------------------------------- */
+
+/* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
+#define CLEANUP_BATCH 1000
+
+/* The deliveries store_cleanup's next batch deletes at most: CLEANUP_BATCH, or what is
+ * left of max (0: no max) after deleted. */
+static inline size_t cleanup_limit(size_t max, size_t deleted)
+{
+	size_t left = max ? max - deleted : CLEANUP_BATCH;
+	return left < CLEANUP_BATCH ? left : CLEANUP_BATCH;
+}
 
 /* The row of a by-id query that returned n rows of size bytes: moves rows[0] into out and
  * frees the array (returned to the caller's ownership: out). STORE_NOT_FOUND when n is 0. */

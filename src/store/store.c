@@ -720,13 +720,13 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 	return st->methods->dlq_purge_matching(st, f, limit, purged);
 }
 
-int store_cleanup(store *st, int64_t before_ms, size_t *deleted)
+int store_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted)
 {
 	if (deleted)
 		*deleted = 0;
 	if (!st || !deleted)
 		return STORE_INVALID;
-	return st->methods->cleanup(st, before_ms, deleted);
+	return st->methods->cleanup(st, before_ms, max, deleted);
 }
 
 int store_attempt_counts_prune(store *st, int64_t before_ms)

@@ -198,7 +198,7 @@ static void test_cleanup_keeps_failed(void **state)
 	ingest_one(t, "new", t->t0 + 2, 1, ev_new);
 	ingest_one(t, "none", t->t0 + 3, 0, ev_none);
 
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 0, &deleted), STORE_OK);
 	assert_int_equal(deleted, 3);
 
 	assert_int_equal(store_event_get(t->st, ev_done, &got), STORE_NOT_FOUND);
@@ -218,7 +218,7 @@ static void test_cleanup_keeps_failed(void **state)
 	store_event_free(&got);
 
 	/* Nothing left to clean. */
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 0, &deleted), STORE_OK);
 	assert_int_equal(deleted, 0);
 	store_claims_free(c, n);
 }
@@ -253,15 +253,51 @@ static void test_cleanup_keeps_young(void **state)
 		assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
 	}
 	/* cleanup_after 1h: the old one goes, the young one stays */
-	assert_int_equal(store_cleanup(t->st, now - HOUR_MS, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, now - HOUR_MS, 0, &deleted), STORE_OK);
 	assert_int_equal(deleted, 1);
 	assert_int_equal(store_event_get(t->st, ev_old, &got), STORE_NOT_FOUND);
 	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_OK);
 	store_event_free(&got);
 	/* an hour later it is old enough too */
-	assert_int_equal(store_cleanup(t->st, now + HOUR_MS, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, now + HOUR_MS, 0, &deleted), STORE_OK);
 	assert_int_equal(deleted, 1);
 	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_NOT_FOUND);
+	store_claims_free(c, n);
+}
+
+/* The cleanup a slice at a time (the janitor's way, so that its other duties take turns):
+ * a call deletes at most max, the next goes on, and the events that never had a delivery
+ * go once the delivered ones are all gone. */
+static void test_cleanup_in_slices(void **state)
+{
+	struct t *t = *state;
+	char ev[5][UUID_STR_LEN], ev_none[UUID_STR_LEN];
+	struct store_claim *c = NULL;
+	struct store_event got;
+	size_t n, deleted = 0;
+
+	for (int i = 0; i < 5; i++)
+		ingest_one(t, "sliced", t->t0 + i, 1, ev[i]);
+	ingest_one(t, "none", t->t0 + 5, 0, ev_none);
+	n = claim_n(t, clock_now_ms(), MINUTE_MS, 10, &c);
+	assert_int_equal(n, 5);
+	for (size_t i = 0; i < n; i++)
+		record(t, c[i].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
+
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
+	assert_int_equal(deleted, 2);
+	/* the event without deliveries waits for the delivered ones to be gone */
+	assert_int_equal(store_event_get(t->st, ev_none, &got), STORE_OK);
+	store_event_free(&got);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
+	assert_int_equal(deleted, 2);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
+	assert_int_equal(deleted, 1); /* fewer than max: the run is over */
+	assert_int_equal(store_event_get(t->st, ev_none, &got), STORE_NOT_FOUND);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(store_event_get(t->st, ev[i], &got), STORE_NOT_FOUND);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
+	assert_int_equal(deleted, 0);
 	store_claims_free(c, n);
 }
 
@@ -581,6 +617,7 @@ int main(void)
 		T(test_purge_matching),
 		T(test_cleanup_keeps_failed),
 		T(test_cleanup_keeps_young),
+		T(test_cleanup_in_slices),
 		T(test_failing_since),
 		T(test_stats_counts),
 		T(test_job_cancel_is_not_overwritten),

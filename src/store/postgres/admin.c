@@ -193,10 +193,10 @@ int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t lim
 	return rc;
 }
 
-/* Deletes up to CLEANUP_BATCH PROCESSED deliveries processed at or before before_ms
- * (attempts cascade) and the events they leave without deliveries, in one transaction.
- * *deleted = deliveries removed. */
-static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t *deleted)
+/* Deletes up to limit (at most CLEANUP_BATCH) PROCESSED deliveries processed at or before
+ * before_ms (attempts cascade) and the events they leave without deliveries, in one
+ * transaction. *deleted = deliveries removed. */
+static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t limit, size_t *deleted)
 {
 	struct params p = {0}, q = {0};
 	struct pgarr events;
@@ -209,19 +209,35 @@ static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t *deleted)
 		return rc;
 	pg_arr_init(&events, OID_TEXT);
 	rc = pg_tx_begin(pg, c);
-	pg_p_i64(&p, CLEANUP_BATCH);
+	pg_p_i64(&p, (int64_t)limit);
 	pg_p_i64(&p, before_ms);
+	pg_p_i64(&p, pg->cleanup_at);
+	pg_p_text(&p, pg->cleanup_id);
 	if (rc == STORE_OK)
 		res = pg_run(pg, c, S_CLEANUP_CHUNK, &p, &rc);
+	int64_t at = pg->cleanup_at;
+	char id[UUID_STR_LEN];
+	snprintf(id, sizeof(id), "%s", pg->cleanup_id);
 	if (res) {
 		count = (size_t)PQntuples(res);
-		for (size_t i = 0; i < count; i++)
+		for (size_t i = 0; i < count; i++) {
+			int64_t created = pg_get_int(res, (int)i, 1);
+			const char *did = PQgetvalue(res, (int)i, 2);
 			pg_arr_text(&events, PQgetvalue(res, (int)i, 0));
+			if (created > at || (created == at && strcmp(did, id) > 0)) {
+				at = created;
+				snprintf(id, sizeof(id), "%s", did);
+			}
+		}
 		pg_p_arr(&q, &events);
 		rc = events.failed ? STORE_ERROR :
 				     pg_run_done(pg, c, S_EVENTS_DELETE_ORPHANS, &q, NULL);
 	}
 	rc = pg_tx_end(pg, c, rc);
+	if (rc == STORE_OK) { /* the cursor moves with what was deleted, under the role's lock */
+		pg->cleanup_at = at;
+		snprintf(pg->cleanup_id, sizeof(pg->cleanup_id), "%s", id);
+	}
 	pg_give(c);
 	PQclear(res);
 	pg_arr_free(&events);
@@ -230,19 +246,27 @@ static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t *deleted)
 	return rc;
 }
 
-int pg_cleanup(store *st, int64_t before_ms, size_t *deleted)
+int pg_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted)
 {
 	struct pg *pg = pg_of(st);
 	struct params p = {0};
 	struct pgconn *c;
-	size_t chunk;
+	size_t chunk, limit;
 	int rc;
 
 	do {
+		limit = cleanup_limit(max, *deleted);
 		chunk = 0;
-		rc = cleanup_chunk(pg, before_ms, &chunk);
+		rc = cleanup_chunk(pg, before_ms, limit, &chunk);
 		*deleted += chunk;
-	} while (rc == STORE_OK && chunk == CLEANUP_BATCH);
+	} while (rc == STORE_OK && chunk == limit && (!max || *deleted < max));
+	if (rc == STORE_OK && chunk == limit)
+		return rc; /* more may be left: the events that never had a delivery wait */
+	/* the run is over: the next one reads the table from its start again */
+	pg->cleanup_at = 0;
+	pg->cleanup_id[0] = '\0';
+	if (rc != STORE_OK)
+		return rc;
 	pg_p_i64(&p, CLEANUP_CHUNK);
 	while (rc == STORE_OK) {
 		chunk = 0;

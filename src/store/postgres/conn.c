@@ -274,12 +274,18 @@ const char *const pg_sql_of[S_COUNT] = {
 	[S_EVENT_DELETE_ORPHAN] =
 		"DELETE FROM outboxd.events WHERE id = $1"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries WHERE event_id = $1)",
+	/* From the run's cursor ($3, $4: the last delivery a batch deleted) on, in the order
+	 * of deliveries_created: each batch reads on from where the last one stopped. A pick
+	 * without order read the table from its start each time, through the dead rows of the
+	 * batches before (until a vacuum): 100 ms for the first batch of a large store's
+	 * cleanup, 670 ms for the 300th. */
 	[S_CLEANUP_CHUNK] =
 		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.deliveries"
-		"  WHERE status = 'PROCESSED' AND lease_until IS NULL AND processed_at <= $2"
-		"  LIMIT $1 FOR UPDATE SKIP LOCKED)"
-		" DELETE FROM outboxd.deliveries d USING pick WHERE d.id = pick.id"
-		" RETURNING d.event_id",
+		"  WHERE (created_at, id) > ($3, $4::text) AND status = 'PROCESSED'"
+		"  AND lease_until IS NULL AND processed_at <= $2"
+		"  ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM outboxd.deliveries d WHERE d.id = ANY (ARRAY(SELECT id FROM pick))"
+		" RETURNING d.event_id, d.created_at, d.id",
 	[S_EVENTS_DELETE_ORPHANS] =
 		"DELETE FROM outboxd.events e WHERE e.id = ANY($1::text[])"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)",

@@ -16,8 +16,6 @@
 
 
 #define CLEANUP_CHUNK 10000
-/* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
-#define CLEANUP_BATCH 1000
 
 #define ERROR_TEXT_MAX 1024       /* stored error text, as in SQLite */
 
@@ -206,6 +204,11 @@ struct pg {
 	 * REPLAN_FIRST). */
 	_Atomic uint64_t written;
 	atomic_uint api_next;        /* the API connection a call waits for when all are busy */
+	/* The cleanup run's cursor: the last delivery (created_at, id) it deleted; (0, "")
+	 * between runs. Only store_cleanup uses it (admin.c), and the janitor is its one
+	 * caller. */
+	int64_t cleanup_at;
+	char cleanup_id[UUID_STR_LEN];
 	/* The listener thread (store_on_work). */
 	pthread_mutex_t listen_mu;   /* serialises store_on_work */
 	pthread_t listener;
@@ -276,7 +279,7 @@ int pg_dlq_purge(store *st, const char *delivery_id);
 int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 				 size_t *purged);
 
-int pg_cleanup(store *st, int64_t before_ms, size_t *deleted);
+int pg_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted);
 int pg_attempt_counts_prune(store *st, int64_t before_ms);
 
 int pg_job_create(store *st, const struct store_job *job);

@@ -115,10 +115,10 @@ out:
 	return rc != STORE_OK ? rc : result;
 }
 
-/* Deletes up to CLEANUP_BATCH PROCESSED deliveries processed at or before before_ms
- * (their attempts with them) and the events they leave without deliveries, in one transaction.
- * *deleted = deliveries removed. */
-static int cleanup_chunk(struct sq *sq, int64_t before_ms, size_t *deleted)
+/* Deletes up to limit (at most CLEANUP_BATCH) PROCESSED deliveries processed at or before
+ * before_ms (their attempts with them) and the events they leave without deliveries, in
+ * one transaction. *deleted = deliveries removed. */
+static int cleanup_chunk(struct sq *sq, int64_t before_ms, size_t limit, size_t *deleted)
 {
 	sqlite3_stmt *s = sq->w[W_CLEANUP_CHUNK];
 	char (*events)[UUID_STR_LEN] = NULL;
@@ -129,7 +129,7 @@ static int cleanup_chunk(struct sq *sq, int64_t before_ms, size_t *deleted)
 	rc = sq_tx_begin(sq);
 	if (rc != SQLITE_OK)
 		goto out;
-	sqlite3_bind_int(s, 1, CLEANUP_BATCH);
+	sqlite3_bind_int64(s, 1, (int64_t)limit);
 	sqlite3_bind_int64(s, 2, before_ms);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		char (*more)[UUID_STR_LEN] = sq_grow(events, &cap, count, sizeof(*events));
@@ -215,18 +215,20 @@ static int sweep_orphan_events(struct sq *sq)
 	return rc != SQLITE_OK ? sq_store_code(rc) : err;
 }
 
-int sq_cleanup(store *st, int64_t before_ms, size_t *deleted)
+int sq_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted)
 {
 	struct sq *sq = sq_of(st);
-	size_t chunk;
+	size_t chunk, limit;
 	int rc;
 
 	do {
+		limit = cleanup_limit(max, *deleted);
 		chunk = 0;
-		rc = cleanup_chunk(sq, before_ms, &chunk);
+		rc = cleanup_chunk(sq, before_ms, limit, &chunk);
 		*deleted += chunk;
-	} while (rc == STORE_OK && chunk == CLEANUP_BATCH);
-	if (rc == STORE_OK)
+	} while (rc == STORE_OK && chunk == limit && (!max || *deleted < max));
+	/* the deliveries are all done: then the events that never had any */
+	if (rc == STORE_OK && chunk < limit)
 		rc = sweep_orphan_events(sq);
 	return rc;
 }

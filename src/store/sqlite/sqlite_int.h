@@ -16,8 +16,6 @@
 
 /* Cleanup deletes in chunks so ingest never waits long behind it. */
 #define CLEANUP_CHUNK 10000
-/* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
-#define CLEANUP_BATCH 1000
 
 /* Stored error text (attempt message and cause, last_message/last_cause) is bounded. */
 #define ERROR_TEXT_MAX 1024
@@ -205,7 +203,7 @@ int sq_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 
 int sq_dlq_purge(store *st, const char *delivery_id);
 
-int sq_cleanup(store *st, int64_t before_ms, size_t *deleted);
+int sq_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted);
 
 int sq_sub_create(store *st, const struct sub_row *sub);
 
