@@ -33,9 +33,10 @@ struct janitor {
  * keeping a day and an hour (the series reaches back a day) or stats_window if longer. */
 #define COUNTS_PRUNE_MS (10 * 60 * 1000)
 /* The cleanup deletes a store's backlog of delivered deliveries this many at a time (two
- * transactions, ~0.1 s on PostgreSQL), the relay, the reaper, the sweeps and the replay
- * jobs taking their turns between: deleting 840,000 at once held the thread for 45-70 s,
- * and producers' outbox rows waited that long to be relayed. */
+ * transactions, ~0.1 s on PostgreSQL), then sweeps its events a slice at a time
+ * (CLEANUP_SWEEP), the relay, the reaper, the sweeps and the replay jobs taking their
+ * turns between: deleting 840,000 at once held the thread for 45-70 s, and producers'
+ * outbox rows waited that long to be relayed. */
 #define CLEANUP_SLICE 2000
 #define COUNTS_KEEP_MS ((int64_t)25 * 3600 * 1000)
 
@@ -157,10 +158,11 @@ static void *janitor_main(void *arg)
 		}
 		if (j->cfg.cleanup_enabled && now >= next_cleanup) {
 			size_t n = 0;
+			int more = 0;
 			int rc = store_cleanup(j->st, clock_now_ms() - j->cfg.cleanup_after_ms,
-					       CLEANUP_SLICE, &n);
+					       CLEANUP_SLICE, &n, &more);
 			cleaned += n;
-			if (rc == STORE_OK && n >= CLEANUP_SLICE) {
+			if (more) {
 				next_cleanup = clock_mono_ms(); /* more, after the others' turns */
 			} else {
 				if (rc == STORE_OK)

@@ -63,7 +63,15 @@ struct store_methods {
 	int (*replay)(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 		      enum store_replay_outcome *outcomes, size_t *replayed);
 	int (*dlq_purge)(store *st, const char *delivery_id);
-	int (*cleanup)(store *st, int64_t before_ms, size_t max, size_t *deleted);
+	/* The cleanup's two steps (store.c runs them as store_cleanup promises): one
+	 * transaction deleting up to limit PROCESSED deliveries processed at or before
+	 * before_ms, from the start of the table when from_start, else on from where the
+	 * last batch stopped; and a slice of the sweep of the events without a delivery (up
+	 * to CLEANUP_SWEEP events looked at, all when all), from the start when from_start,
+	 * setting *done when it reached the end. */
+	int (*cleanup_batch)(store *st, int64_t before_ms, size_t limit, int from_start,
+			     size_t *deleted);
+	int (*cleanup_sweep)(store *st, int from_start, int all, int *done);
 	int (*deliveries_count)(store *st, const struct delivery_filter *f, size_t *n);
 	/* Up to limit events matching f newest first, after the event (before_at,
 	 * before_id) when before_id is not NULL (f->cursor and f->limit are the wrapper's). */
@@ -154,6 +162,8 @@ struct store {
 	struct secretbox_key *secret_key;
 	/* the PROCESSED count of store_stats, reused while the store is large (count_cache.h) */
 	struct count_cache processed;
+	/* where store_cleanup's run is: CLEANUP_IDLE between runs (only the janitor calls it) */
+	enum { CLEANUP_IDLE, CLEANUP_DELETING, CLEANUP_SWEEP_START, CLEANUP_SWEEPING } cleanup;
 };
 
 extern const struct store_methods store_sqlite_methods;
@@ -164,13 +174,9 @@ extern const struct store_methods store_pg_methods;
 /* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
 #define CLEANUP_BATCH 1000
 
-/* The deliveries store_cleanup's next batch deletes at most: CLEANUP_BATCH, or what is
- * left of max (0: no max) after deleted. */
-static inline size_t cleanup_limit(size_t max, size_t deleted)
-{
-	size_t left = max ? max - deleted : CLEANUP_BATCH;
-	return left < CLEANUP_BATCH ? left : CLEANUP_BATCH;
-}
+/* Events a slice of the cleanup's sweep looks at (store_cleanup with a max), in
+ * statements of CLEANUP_CHUNK: about 50 ms on PostgreSQL. */
+#define CLEANUP_SWEEP 50000
 
 /* The row of a by-id query that returned n rows of size bytes: moves rows[0] into out and
  * frees the array (returned to the caller's ownership: out). STORE_NOT_FOUND when n is 0. */

@@ -720,13 +720,48 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 	return st->methods->dlq_purge_matching(st, f, limit, purged);
 }
 
-int store_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted)
+/* The deliveries the cleanup's next batch deletes at most: CLEANUP_BATCH, or what is left
+ * of max (0: no max) after deleted. */
+static size_t cleanup_limit(size_t max, size_t deleted)
 {
+	size_t left = max ? max - deleted : CLEANUP_BATCH;
+	return left < CLEANUP_BATCH ? left : CLEANUP_BATCH;
+}
+
+int store_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted, int *more)
+{
+	size_t chunk = 0, limit = 0;
+	int rc = STORE_OK, done = 0;
+
 	if (deleted)
 		*deleted = 0;
+	if (more)
+		*more = 0;
 	if (!st || !deleted)
 		return STORE_INVALID;
-	return st->methods->cleanup(st, before_ms, max, deleted);
+	if (st->cleanup == CLEANUP_IDLE || st->cleanup == CLEANUP_DELETING) {
+		do {
+			limit = cleanup_limit(max, *deleted);
+			chunk = 0;
+			rc = st->methods->cleanup_batch(st, before_ms, limit,
+							st->cleanup == CLEANUP_IDLE, &chunk);
+			st->cleanup = CLEANUP_DELETING;
+			*deleted += chunk;
+		} while (rc == STORE_OK && chunk == limit && (!max || *deleted < max));
+		if (rc != STORE_OK || chunk == limit) {
+			/* more delivered deliveries may be left; after an error, a new run */
+			st->cleanup = rc == STORE_OK ? CLEANUP_DELETING : CLEANUP_IDLE;
+			if (more)
+				*more = rc == STORE_OK;
+			return rc;
+		}
+		st->cleanup = CLEANUP_SWEEP_START; /* the delivered ones are done */
+	}
+	rc = st->methods->cleanup_sweep(st, st->cleanup == CLEANUP_SWEEP_START, !max, &done);
+	st->cleanup = rc == STORE_OK && !done ? CLEANUP_SWEEPING : CLEANUP_IDLE;
+	if (more)
+		*more = st->cleanup == CLEANUP_SWEEPING;
+	return rc;
 }
 
 int store_attempt_counts_prune(store *st, int64_t before_ms)

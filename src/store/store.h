@@ -431,13 +431,15 @@ int store_dlq_purge(store *st, const char *delivery_id);
 int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 			     size_t *purged);
 
-/* Deletes PROCESSED deliveries processed at or before before_ms (and their attempts), up
- * to max of them (0: all), then, when fewer than max were left, the events that have no
- * delivery (the cleanup job; before_ms applies cleanup_after). Works in transactions of
- * at most CLEANUP_BATCH deliveries, so writers wait at most one batch; a caller with
- * other work (the janitor) takes a store's backlog max at a time, and calls again while
- * *deleted reaches max. *deleted = deliveries removed. */
-int store_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted);
+/* The cleanup job (before_ms applies cleanup_after): deletes PROCESSED deliveries
+ * processed at or before before_ms (and their attempts), then the events that have no
+ * delivery. Works in transactions of at most CLEANUP_BATCH deliveries, so writers wait at
+ * most one batch. max 0 does it all in one call. Otherwise a call does a slice — up to
+ * max deliveries, or when they are done, a part of the sweep of the events (up to
+ * CLEANUP_SWEEP events looked at) — and sets *more when the run is not over: a caller with
+ * other work (the janitor) calls again after it, and the run goes on where it stopped.
+ * *deleted = deliveries removed; more may be NULL. */
+int store_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted, int *more);
 
 /* ---- operator jobs and audit ------------------------------------------------------------ */
 

@@ -6,14 +6,12 @@
  * Every test runs once per backend (store_suite.h); none knows which. */
 #include "store_suite.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bg_call.h"
 #include "util/clock.h"
 
 static void test_replay(void **state)
@@ -198,7 +196,7 @@ static void test_cleanup_keeps_failed(void **state)
 	ingest_one(t, "new", t->t0 + 2, 1, ev_new);
 	ingest_one(t, "none", t->t0 + 3, 0, ev_none);
 
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 0, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 0, &deleted, NULL), STORE_OK);
 	assert_int_equal(deleted, 3);
 
 	assert_int_equal(store_event_get(t->st, ev_done, &got), STORE_NOT_FOUND);
@@ -218,7 +216,7 @@ static void test_cleanup_keeps_failed(void **state)
 	store_event_free(&got);
 
 	/* Nothing left to clean. */
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 0, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 0, &deleted, NULL), STORE_OK);
 	assert_int_equal(deleted, 0);
 	store_claims_free(c, n);
 }
@@ -253,13 +251,13 @@ static void test_cleanup_keeps_young(void **state)
 		assert_int_equal(store_record_results(t->st, &r, 1), STORE_OK);
 	}
 	/* cleanup_after 1h: the old one goes, the young one stays */
-	assert_int_equal(store_cleanup(t->st, now - HOUR_MS, 0, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, now - HOUR_MS, 0, &deleted, NULL), STORE_OK);
 	assert_int_equal(deleted, 1);
 	assert_int_equal(store_event_get(t->st, ev_old, &got), STORE_NOT_FOUND);
 	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_OK);
 	store_event_free(&got);
 	/* an hour later it is old enough too */
-	assert_int_equal(store_cleanup(t->st, now + HOUR_MS, 0, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, now + HOUR_MS, 0, &deleted, NULL), STORE_OK);
 	assert_int_equal(deleted, 1);
 	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_NOT_FOUND);
 	store_claims_free(c, n);
@@ -275,6 +273,7 @@ static void test_cleanup_in_slices(void **state)
 	struct store_claim *c = NULL;
 	struct store_event got;
 	size_t n, deleted = 0;
+	int more = -1;
 
 	for (int i = 0; i < 5; i++)
 		ingest_one(t, "sliced", t->t0 + i, 1, ev[i]);
@@ -284,20 +283,26 @@ static void test_cleanup_in_slices(void **state)
 	for (size_t i = 0; i < n; i++)
 		record(t, c[i].delivery_id, DELIVERY_PROCESSED, 1, 0, 0, NULL, NULL);
 
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted, &more), STORE_OK);
 	assert_int_equal(deleted, 2);
+	assert_int_equal(more, 1);
 	/* the event without deliveries waits for the delivered ones to be gone */
 	assert_int_equal(store_event_get(t->st, ev_none, &got), STORE_OK);
 	store_event_free(&got);
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted, &more), STORE_OK);
 	assert_int_equal(deleted, 2);
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
-	assert_int_equal(deleted, 1); /* fewer than max: the run is over */
+	assert_int_equal(more, 1);
+	/* fewer than max: the deliveries are done, and the sweep (one slice here) with them */
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted, &more), STORE_OK);
+	assert_int_equal(deleted, 1);
+	assert_int_equal(more, 0);
 	assert_int_equal(store_event_get(t->st, ev_none, &got), STORE_NOT_FOUND);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(store_event_get(t->st, ev[i], &got), STORE_NOT_FOUND);
-	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted), STORE_OK);
+	/* a new run starts from the beginning and finds nothing */
+	assert_int_equal(store_cleanup(t->st, clock_now_ms() + 1, 2, &deleted, &more), STORE_OK);
 	assert_int_equal(deleted, 0);
+	assert_int_equal(more, 0);
 	store_claims_free(c, n);
 }
 
@@ -503,74 +508,24 @@ static void test_jobs_list_pages(void **state)
 	assert_null(items);
 }
 
-/* A listing of the deliveries on a thread of its own, or the ping of /readyz. */
-struct read_call {
-	store *st;
-	int ping;
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int done, rc;
-};
-
-static void *read_call_main(void *arg)
+/* A listing of the deliveries, and the ping of /readyz (bg_call.h runs them). */
+static int list_some(void *st)
 {
-	struct read_call *c = arg;
-	int rc;
-
-	if (c->ping) {
-		rc = store_ping(c->st);
-	} else {
-		struct delivery_filter f;
-		struct store_delivery *items = NULL;
-		size_t n = 0;
-		char *cursor = NULL;
-		memset(&f, 0, sizeof(f));
-		f.limit = 10;
-		rc = store_deliveries_list(c->st, &f, &items, &n, &cursor);
-		store_deliveries_free(items, n);
-		free(cursor);
-	}
-	pthread_mutex_lock(&c->mu);
-	c->rc = rc;
-	c->done = 1;
-	pthread_cond_signal(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-	return NULL;
+	struct delivery_filter f;
+	struct store_delivery *items = NULL;
+	size_t n = 0;
+	char *cursor = NULL;
+	memset(&f, 0, sizeof(f));
+	f.limit = 10;
+	int rc = store_deliveries_list(st, &f, &items, &n, &cursor);
+	store_deliveries_free(items, n);
+	free(cursor);
+	return rc;
 }
 
-static void read_call_start(struct read_call *c, store *st, int ping)
+static int ping(void *st)
 {
-	memset(c, 0, sizeof(*c));
-	c->st = st;
-	c->ping = ping;
-	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cv, NULL);
-	assert_int_equal(pthread_create(&c->thread, NULL, read_call_main, c), 0);
-}
-
-/* 1 when the call has returned within seconds. */
-static int read_call_done(struct read_call *c, int seconds)
-{
-	struct timespec until;
-	int done;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += seconds;
-	pthread_mutex_lock(&c->mu);
-	while (!c->done && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT)
-		;
-	done = c->done;
-	pthread_mutex_unlock(&c->mu);
-	return done;
-}
-
-static void read_call_end(struct read_call *c)
-{
-	pthread_join(c->thread, NULL);
-	assert_int_equal(c->rc, STORE_OK);
-	pthread_cond_destroy(&c->cv);
-	pthread_mutex_destroy(&c->mu);
+	return store_ping(st);
 }
 
 /* A read that takes long (here: held up by another session's lock on the deliveries, as
@@ -579,14 +534,14 @@ static void read_call_end(struct read_call *c)
 static void test_a_long_read_holds_up_no_other(void **state)
 {
 	struct t *t = *state;
-	struct read_call list, ping;
+	struct bg_call list, pinged_call;
 	char ev[UUID_STR_LEN];
 
 	if (!backend->hold_reads)
 		skip(); /* tests/unit/store/test_sqlite_readers.c holds SQLite's readers */
 	ingest_one(t, "listed", t->t0, 1, ev);
 	assert_int_equal(backend->hold_reads(&t->db, 1), 0);
-	read_call_start(&list, t->st, 0);
+	assert_int_equal(bg_call_start(&list, list_some, t->st), 0);
 	int waiting = 0;
 	for (int i = 0; i < 300 && !waiting; i++) {
 		waiting = backend->reads_held(&t->db) > 0;
@@ -597,13 +552,15 @@ static void test_a_long_read_holds_up_no_other(void **state)
 		backend->hold_reads(&t->db, 0);
 		fail_msg("the listing never reached the held lock");
 	}
-	read_call_start(&ping, t->st, 1);
-	int pinged = read_call_done(&ping, 30);
-	int listed = read_call_done(&list, 0);
+	assert_int_equal(bg_call_start(&pinged_call, ping, t->st), 0);
+	int pinged = bg_call_done(&pinged_call, 30);
+	int listed = bg_call_done(&list, 0);
 	backend->hold_reads(&t->db, 0);
 	/* both end once the lock goes: the threads are joined before any verdict */
-	read_call_end(&ping);
-	read_call_end(&list);
+	bg_call_join(&pinged_call);
+	bg_call_join(&list);
+	assert_int_equal(pinged_call.rc, STORE_OK);
+	assert_int_equal(list.rc, STORE_OK);
 	if (!pinged)
 		fail_msg("the ping waited for the long read");
 	assert_false(listed); /* it was still held up when the ping answered */

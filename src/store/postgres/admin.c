@@ -246,36 +246,50 @@ static int cleanup_chunk(struct pg *pg, int64_t before_ms, size_t limit, size_t 
 	return rc;
 }
 
-int pg_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted)
+int pg_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
+		     size_t *deleted)
 {
 	struct pg *pg = pg_of(st);
-	struct params p = {0};
-	struct pgconn *c;
-	size_t chunk, limit;
-	int rc;
 
-	do {
-		limit = cleanup_limit(max, *deleted);
-		chunk = 0;
-		rc = cleanup_chunk(pg, before_ms, limit, &chunk);
-		*deleted += chunk;
-	} while (rc == STORE_OK && chunk == limit && (!max || *deleted < max));
-	if (rc == STORE_OK && chunk == limit)
-		return rc; /* more may be left: the events that never had a delivery wait */
-	/* the run is over: the next one reads the table from its start again */
-	pg->cleanup_at = 0;
-	pg->cleanup_id[0] = '\0';
-	if (rc != STORE_OK)
-		return rc;
-	pg_p_i64(&p, CLEANUP_CHUNK);
-	while (rc == STORE_OK) {
-		chunk = 0;
+	if (from_start) {
+		pg->cleanup_at = 0;
+		pg->cleanup_id[0] = '\0';
+	}
+	return cleanup_chunk(pg, before_ms, limit, deleted);
+}
+
+/* In statements of CLEANUP_CHUNK events from pg->sweep_after. */
+int pg_cleanup_sweep(store *st, int from_start, int all, int *done)
+{
+	struct pg *pg = pg_of(st);
+	size_t looked = 0;
+	int rc = STORE_OK;
+
+	*done = 0;
+	if (from_start)
+		pg->sweep_after[0] = '\0';
+	while (rc == STORE_OK && (all || looked < CLEANUP_SWEEP)) {
+		struct params p = {0};
+		struct pgconn *c;
+		PGresult *res;
+
+		pg_p_i64(&p, CLEANUP_CHUNK);
+		pg_p_text(&p, pg->sweep_after);
 		if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 			break;
-		rc = pg_run_done(pg, c, S_SWEEP_ORPHANS, &p, &chunk);
+		res = pg_run(pg, c, S_SWEEP_ORPHANS, &p, &rc);
 		pg_give(c);
-		if (chunk < CLEANUP_CHUNK)
+		if (!res)
 			break;
+		size_t n = (size_t)pg_get_int(res, 0, 1);
+		if (n)
+			pg_get_id(res, 0, 0, pg->sweep_after);
+		PQclear(res);
+		looked += n;
+		if (n < CLEANUP_CHUNK) {
+			*done = 1;
+			break;
+		}
 	}
 	return rc;
 }

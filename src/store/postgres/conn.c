@@ -290,11 +290,18 @@ const char *const pg_sql_of[S_COUNT] = {
 		"DELETE FROM outboxd.events e WHERE e.id = ANY($1::text[])"
 		" AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)",
 	/* Events that never had a delivery (no subscription wanted them). */
+	/* The next $1 events after $2 in id order, and those of them without a delivery
+	 * deleted: the last one looked at, how many were. A sweep of the whole table in
+	 * one statement found nothing to delete and read every event each run (0.45 s at
+	 * 500,000), holding up the janitor. */
 	[S_SWEEP_ORPHANS] =
-		"WITH pick AS MATERIALIZED (SELECT e.id FROM outboxd.events e"
-		"  WHERE NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)"
-		"  LIMIT $1 FOR UPDATE SKIP LOCKED)"
-		" DELETE FROM outboxd.events e USING pick WHERE e.id = pick.id",
+		"WITH scan AS MATERIALIZED (SELECT id FROM outboxd.events WHERE id > $2::text"
+		"  ORDER BY id LIMIT $1),"
+		" gone AS (DELETE FROM outboxd.events e WHERE e.id = ANY (ARRAY(SELECT id FROM scan))"
+		"  AND NOT EXISTS (SELECT 1 FROM outboxd.deliveries d WHERE d.event_id = e.id)"
+		"  RETURNING 1)"
+		" SELECT (SELECT max(id) FROM scan), (SELECT count(*) FROM scan),"
+		" (SELECT count(*) FROM gone)",
 	[S_SUB_INSERT] =
 		"INSERT INTO outboxd.subscriptions(id, name, config, enabled, created_at,"
 		" updated_at, ordering) VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -798,7 +805,8 @@ const struct store_methods store_pg_methods = {
 	.deliveries_list = pg_deliveries_list,
 	.replay = pg_replay,
 	.dlq_purge = pg_dlq_purge,
-	.cleanup = pg_cleanup,
+	.cleanup_batch = pg_cleanup_batch,
+	.cleanup_sweep = pg_cleanup_sweep,
 	.deliveries_count = pg_deliveries_count,
 	.events_list = pg_events_list,
 	.dlq_purge_matching = pg_dlq_purge_matching,

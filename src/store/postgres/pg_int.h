@@ -204,11 +204,12 @@ struct pg {
 	 * REPLAN_FIRST). */
 	_Atomic uint64_t written;
 	atomic_uint api_next;        /* the API connection a call waits for when all are busy */
-	/* The cleanup run's cursor: the last delivery (created_at, id) it deleted; (0, "")
-	 * between runs. Only store_cleanup uses it (admin.c), and the janitor is its one
-	 * caller. */
+	/* The cleanup run's cursors (admin.c): the last delivery (created_at, id) its batches
+	 * deleted, and the last event its sweep looked at. Only store_cleanup uses them, and
+	 * the janitor is its one caller. */
 	int64_t cleanup_at;
 	char cleanup_id[UUID_STR_LEN];
+	char sweep_after[UUID_STR_LEN];
 	/* The listener thread (store_on_work). */
 	pthread_mutex_t listen_mu;   /* serialises store_on_work */
 	pthread_t listener;
@@ -279,7 +280,9 @@ int pg_dlq_purge(store *st, const char *delivery_id);
 int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t limit,
 				 size_t *purged);
 
-int pg_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted);
+int pg_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
+		     size_t *deleted);
+int pg_cleanup_sweep(store *st, int from_start, int all, int *done);
 int pg_attempt_counts_prune(store *st, int64_t before_ms);
 
 int pg_job_create(store *st, const struct store_job *job);

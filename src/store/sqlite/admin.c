@@ -160,16 +160,19 @@ out:
 }
 
 /* Events that never had a delivery (no subscription wanted them) are found by a scan on
- * the reader, a bounded slice at a time, so the writer is only taken to delete. */
-static int sweep_orphan_events(struct sq *sq)
+ * the reader, CLEANUP_CHUNK rows at a time from sq->sweep_after, so the writer is only
+ * taken to delete: up to CLEANUP_SWEEP rows looked at (all of them when all). *done when
+ * the scan reached the end. */
+static int sweep_orphan_events(struct sq *sq, int all, int *done)
 {
 	struct sq_reader *rd;
 	sqlite3_stmt *s;
 	char (*events)[UUID_STR_LEN] = NULL;
-	size_t count, cap = 0, scanned;
-	int64_t after = 0;
+	size_t count, cap = 0, scanned, looked = 0;
+	int64_t after = sq->sweep_after;
 	int rc = SQLITE_OK, err = STORE_OK;
 
+	*done = 0;
 	do {
 		count = 0;
 		scanned = 0;
@@ -198,6 +201,7 @@ static int sweep_orphan_events(struct sq *sq)
 			sq_log_stmt_error(s, rc);
 		sq_stmt_end(s);
 		sq_read_unlock(rd);
+		looked += scanned;
 		if (rc != SQLITE_OK)
 			break;
 		if (!count)
@@ -210,27 +214,30 @@ static int sweep_orphan_events(struct sq *sq)
 		err = sq_tx_end(sq, rc);
 		pthread_mutex_unlock(&sq->wmu);
 		rc = SQLITE_OK;
-	} while (err == STORE_OK && scanned == CLEANUP_CHUNK);
+	} while (err == STORE_OK && scanned == CLEANUP_CHUNK && (all || looked < CLEANUP_SWEEP));
 	free(events);
+	if (rc == SQLITE_OK && err == STORE_OK) {
+		sq->sweep_after = after;
+		*done = scanned < CLEANUP_CHUNK;
+	}
 	return rc != SQLITE_OK ? sq_store_code(rc) : err;
 }
 
-int sq_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted)
+int sq_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
+		     size_t *deleted)
+{
+	(void)from_start; /* rows deleted leave no trace to read past: each batch reads from
+			   * the start of the table */
+	return cleanup_chunk(sq_of(st), before_ms, limit, deleted);
+}
+
+int sq_cleanup_sweep(store *st, int from_start, int all, int *done)
 {
 	struct sq *sq = sq_of(st);
-	size_t chunk, limit;
-	int rc;
 
-	do {
-		limit = cleanup_limit(max, *deleted);
-		chunk = 0;
-		rc = cleanup_chunk(sq, before_ms, limit, &chunk);
-		*deleted += chunk;
-	} while (rc == STORE_OK && chunk == limit && (!max || *deleted < max));
-	/* the deliveries are all done: then the events that never had any */
-	if (rc == STORE_OK && chunk < limit)
-		rc = sweep_orphan_events(sq);
-	return rc;
+	if (from_start)
+		sq->sweep_after = 0;
+	return sweep_orphan_events(sq, all, done);
 }
 
 /* ---- subscriptions ------------------------------------------------------- */

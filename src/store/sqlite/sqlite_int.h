@@ -149,6 +149,9 @@ struct sq {
 	sqlite3_stmt *event_rows;   /* INGEST_ROWS events in one INSERT (guarded by wmu) */
 	sqlite3_stmt *delivery_rows; /* INGEST_ROWS new deliveries in one INSERT (wmu) */
 	struct sq_counts counts;    /* the results batch being written (wmu) */
+	/* The cleanup run's sweep of the events: the last rowid it looked at (admin.c). Only
+	 * store_cleanup uses it, and the janitor is its one caller. */
+	int64_t sweep_after;
 };
 
 
@@ -203,7 +206,9 @@ int sq_replay(store *st, const char (*ids)[UUID_STR_LEN], size_t n, int force,
 
 int sq_dlq_purge(store *st, const char *delivery_id);
 
-int sq_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted);
+int sq_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
+		     size_t *deleted);
+int sq_cleanup_sweep(store *st, int from_start, int all, int *done);
 
 int sq_sub_create(store *st, const struct sub_row *sub);
 
