@@ -91,6 +91,12 @@ void api_reply_store_error(struct api_response *res, int rc, const char *what)
 		api_reply_errorf(res, 503, "unavailable", NULL,
 				 "the store is unavailable; nothing was changed, retry later");
 		break;
+	case STORE_TIMEOUT:
+		api_reply_errorf(res, 503, "timeout", NULL,
+				 "the %s request read the store for more than %d s and was stopped; "
+				 "narrow it (status, subscription_id, from and to, a smaller limit)",
+				 what, STORE_READ_TIMEOUT_MS / 1000);
+		break;
 	default:
 		api_reply_errorf(res, 500, "internal", NULL, "store error: %s", store_strerror(rc));
 		break;

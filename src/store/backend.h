@@ -162,6 +162,7 @@ struct store {
 	struct secretbox_key *secret_key;
 	/* the PROCESSED count of store_stats, reused while the store is large (count_cache.h) */
 	struct count_cache processed;
+	_Atomic int64_t read_timeout_ms; /* store_set_read_timeout; 0: none */
 	/* where store_cleanup's run is: CLEANUP_IDLE between runs (only the janitor calls it) */
 	enum { CLEANUP_IDLE, CLEANUP_DELETING, CLEANUP_SWEEP_START, CLEANUP_SWEEPING } cleanup;
 };

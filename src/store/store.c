@@ -31,6 +31,7 @@ static const char *const err_names[] = {
 	[STORE_LOCKED] = "store locked by another process",
 	[STORE_INVALID] = "invalid argument",
 	[STORE_ERROR] = "store error",
+	[STORE_TIMEOUT] = "read timed out",
 };
 
 const char *store_strerror(int err)
@@ -87,6 +88,7 @@ static int open_store(const char *dsn, const char *owner, int shared, store **ou
 	st->shared = shared;
 	strcpy(st->owner, owner);
 	count_cache_init(&st->processed);
+	atomic_store(&st->read_timeout_ms, STORE_READ_TIMEOUT_MS);
 	set_err(err, errlen, "");
 	rc = methods->open(st, dsn, err, errlen);
 	if (rc != STORE_OK) {
@@ -137,6 +139,12 @@ const char *store_backend_name(const store *st)
 const char *store_owner(const store *st)
 {
 	return st ? st->owner : "";
+}
+
+void store_set_read_timeout(store *st, int64_t ms)
+{
+	if (st)
+		atomic_store(&st->read_timeout_ms, ms > 0 ? ms : 0);
 }
 
 int store_ping(store *st)

@@ -33,6 +33,8 @@ enum store_err {
 	STORE_LOCKED,       /* another outboxd owns this store (SQLite) */
 	STORE_INVALID,      /* bad argument (e.g. malformed cursor) */
 	STORE_ERROR,        /* anything else; the backend logged the cause */
+	STORE_TIMEOUT,      /* a read ran longer than the store's read timeout and was stopped
+	                       (store_set_read_timeout) */
 };
 
 const char *store_strerror(int err);
@@ -60,6 +62,15 @@ const char *store_backend_name(const store *st);
 const char *store_owner(const store *st);
 /* STORE_OK when the database answers a trivial query. */
 int store_ping(store *st);
+
+/* How long a read may run before the store stops it and answers STORE_TIMEOUT: the reads
+ * of SQLite's read connections, and every statement of PostgreSQL's API sessions (the
+ * HTTP API's lists, searches, counts and operator actions). A search over millions of
+ * deliveries that no index serves otherwise holds a read connection for as long as it
+ * runs, even after its client gave up. STORE_READ_TIMEOUT_MS from store_open; 0: none.
+ * Thread-safe; sessions take a new value at their next call. */
+#define STORE_READ_TIMEOUT_MS 30000
+void store_set_read_timeout(store *st, int64_t ms);
 
 /* Asks to be told when work may have become due elsewhere: another instance or a
  * producer stored events, or an operator replayed deliveries (PostgreSQL: LISTEN on

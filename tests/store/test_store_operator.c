@@ -1,7 +1,8 @@
 /* test_store_operator.c: the conformance suite on what operators and background jobs do
  * to the history: replay, purge of dead deliveries, retention cleanup, the deliveries that
  * keep failing, the jobs table (progress, cancel, listing pages), and a read that takes
- * long (a search over a large store) holding up no other read.
+ * long (a search over a large store) holding up no other read, and stopped past the
+ * store's read timeout.
  *
  * Every test runs once per backend (store_suite.h); none knows which. */
 #include "store_suite.h"
@@ -566,6 +567,29 @@ static void test_a_long_read_holds_up_no_other(void **state)
 	assert_false(listed); /* it was still held up when the ping answered */
 }
 
+/* A read that runs past the store's read timeout is stopped and answered STORE_TIMEOUT
+ * (here it waits on another session's lock; a search over millions of deliveries is the
+ * case in the field), and the session serves the next read. */
+static void test_a_read_past_the_timeout_is_stopped(void **state)
+{
+	struct t *t = *state;
+	struct bg_call list;
+
+	if (!backend->hold_reads)
+		skip(); /* tests/unit/store/test_sqlite_readers.c runs a read past SQLite's */
+	store_set_read_timeout(t->st, 300);
+	assert_int_equal(backend->hold_reads(&t->db, 1), 0);
+	assert_int_equal(bg_call_start(&list, list_some, t->st), 0);
+	int stopped = bg_call_done(&list, 30);
+	backend->hold_reads(&t->db, 0);
+	bg_call_join(&list);
+	if (!stopped)
+		fail_msg("the read waited past its timeout");
+	assert_int_equal(list.rc, STORE_TIMEOUT);
+	store_set_read_timeout(t->st, STORE_READ_TIMEOUT_MS);
+	assert_int_equal(list_some(t->st), STORE_OK);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -580,6 +604,7 @@ int main(void)
 		T(test_job_cancel_is_not_overwritten),
 		T(test_jobs_list_pages),
 		T(test_a_long_read_holds_up_no_other),
+		T(test_a_read_past_the_timeout_is_stopped),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));

@@ -540,6 +540,7 @@ static int conn_ready(struct pg *pg, struct pgconn *c)
 	c->conn = conn;
 	c->prepared = 0;
 	c->replan_at = REPLAN_FIRST;
+	c->timeout_ms = -1;
 	c->backoff_ms = 0;
 	c->retry_at = 0;
 	c->epoch = atomic_load(&pg->epoch);
@@ -575,6 +576,16 @@ struct pgconn *pg_take(struct pg *pg, enum role role, int *rc)
 	if (*rc != STORE_OK) {
 		pthread_mutex_unlock(&c->mu);
 		return NULL;
+	}
+	if (role == ROLE_API) {
+		/* the store's read timeout (store_set_read_timeout), as it is now */
+		int64_t timeout = atomic_load(&pg->st->read_timeout_ms);
+		if (c->timeout_ms != timeout) {
+			char sql[64];
+			snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", (long long)timeout);
+			conn_set(c->conn, sql);
+			c->timeout_ms = timeout;
+		}
 	}
 	if (plans_follow_growth(role)) {
 		uint64_t written = atomic_load_explicit(&pg->written, memory_order_relaxed);
@@ -617,6 +628,11 @@ int pg_fail_code(struct pg *pg, struct pgconn *c, PGresult *res, const char *wha
 	}
 	if (strcmp(state, "23505") == 0)        /* unique_violation */
 		return STORE_CONFLICT;
+	/* query_canceled on an API session: its statement_timeout (the store's read timeout) */
+	if (strcmp(state, "57014") == 0 && c->role == ROLE_API) {
+		log_warn("postgres: %s (in: %.60s)", one_line(msg, line, sizeof(line)), what);
+		return STORE_TIMEOUT;
+	}
 	if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
 	    strncmp(state, "53", 2) == 0 || strcmp(state, "55P03") == 0 ||
 	    strcmp(state, "57014") == 0) {
@@ -744,6 +760,7 @@ static int pg_open(store *st, const char *dsn, char *err, size_t errlen)
 		pg->conns[i].role = i < ROLE_API ? (enum role)i : ROLE_API;
 	}
 	pthread_mutex_init(&pg->listen_mu, NULL);
+	pg->st = st;
 	st->priv = pg;
 
 	/* The jobs connection runs the migrations and stays open. */

@@ -187,11 +187,13 @@ struct pgconn {
 	int backoff_ms;
 	unsigned epoch;              /* pg->epoch when conn was opened */
 	uint64_t replan_at;          /* pg->written at which its plans are rebuilt (conn.c) */
+	int64_t timeout_ms;          /* the statement_timeout set on conn (the API's), -1: none */
 	enum role role;
 };
 
 
 struct pg {
+	store *st;                   /* the handle it backs (its read timeout) */
 	char *dsn;
 	struct pgconn conns[PG_CONNS];
 	/* Outage bookkeeping: down is 1 from the first failure until a connection succeeds

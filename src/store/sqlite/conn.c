@@ -603,6 +603,13 @@ static void sq_close(store *st)
 #define READER_CACHE_KIB 8192
 #define EXTRA_READER_CACHE_KIB 2048
 
+/* SQLite's progress handler of a reader: nonzero (interrupt) once its deadline passed. */
+static int reader_past_deadline(void *arg)
+{
+	const struct sq_reader *rd = arg;
+	return rd->deadline_ms && clock_mono_ms() > rd->deadline_ms;
+}
+
 /* Opens reader rd (rd->mu held, or the store being opened): a read-only connection with
  * its statements. On failure rd is left closed. */
 static int reader_open(struct sq *sq, struct sq_reader *rd, int cache_kib, char *err,
@@ -617,6 +624,9 @@ static int reader_open(struct sq *sq, struct sq_reader *rd, int cache_kib, char 
 	}
 	if (rc == STORE_OK)
 		rc = prepare_all(rd->db, rsql, rd->r, R_COUNT, err, errlen);
+	/* every 10,000 virtual machine steps (tens of microseconds) it looks at the clock */
+	if (rc == STORE_OK)
+		sqlite3_progress_handler(rd->db, 10000, reader_past_deadline, rd);
 	if (rc != STORE_OK) {
 		for (int i = 0; i < R_COUNT; i++) {
 			sqlite3_finalize(rd->r[i]);
@@ -645,6 +655,7 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 		return STORE_ERROR;
 	}
 	sq->lock_fd = -1;
+	sq->st = st;
 	pthread_mutex_init(&sq->wmu, NULL);
 	for (int k = 0; k < SQ_READERS; k++)
 		pthread_mutex_init(&sq->readers[k].mu, NULL);
@@ -674,7 +685,8 @@ static int sq_open(store *st, const char *dsn, char *err, size_t errlen)
 	return rc;
 }
 
-struct sq_reader *sq_read_lock(struct sq *sq)
+/* Locks a free reader (opening it if need be), or waits for one. */
+static struct sq_reader *read_lock(struct sq *sq)
 {
 	char err[256];
 
@@ -700,8 +712,18 @@ struct sq_reader *sq_read_lock(struct sq *sq)
 	return rd;
 }
 
+struct sq_reader *sq_read_lock(struct sq *sq)
+{
+	struct sq_reader *rd = read_lock(sq);
+	int64_t timeout = atomic_load(&sq->st->read_timeout_ms);
+
+	rd->deadline_ms = timeout ? clock_mono_ms() + timeout : 0;
+	return rd;
+}
+
 void sq_read_unlock(struct sq_reader *rd)
 {
+	rd->deadline_ms = 0;
 	pthread_mutex_unlock(&rd->mu);
 }
 

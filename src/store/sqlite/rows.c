@@ -31,6 +31,8 @@ int sq_store_code(int rc)
 	case SQLITE_IOERR:
 	case SQLITE_CANTOPEN:
 		return STORE_UNAVAILABLE;
+	case SQLITE_INTERRUPT: /* a reader's deadline (the store's read timeout) */
+		return STORE_TIMEOUT;
 	default:
 		return STORE_ERROR;
 	}

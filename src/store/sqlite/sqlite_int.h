@@ -130,12 +130,16 @@ struct sq_counts {
 #define SQ_READERS 3
 
 struct sq_reader {
-	pthread_mutex_t mu;         /* guards db and r[] */
+	pthread_mutex_t mu;         /* guards db, r[] and deadline_ms */
 	sqlite3 *db;                /* NULL until first needed (all but readers[0]) */
 	sqlite3_stmt *r[R_COUNT];
+	/* while held: the monotonic ms after which its statements are interrupted (the
+	 * store's read timeout; SQLITE_INTERRUPT, STORE_TIMEOUT), 0 for none */
+	int64_t deadline_ms;
 };
 
 struct sq {
+	store *st;                  /* the handle it backs (its read timeout) */
 	char *path;
 	int lock_fd;
 	sqlite3 *wdb;
@@ -280,7 +284,9 @@ int sq_attempt_counts_prune(store *st, int64_t before_ms);
 
 struct sq *sq_of(store *st);
 
-/* Locks a free reader (opening it if need be), or waits for one: never NULL. */
+/* Locks a free reader (opening it if need be), or waits for one: never NULL. Its
+ * statements are interrupted once the store's read timeout has passed since (STORE_TIMEOUT);
+ * sq_read_unlock ends that. */
 struct sq_reader *sq_read_lock(struct sq *sq);
 void sq_read_unlock(struct sq_reader *rd);
 

@@ -3,7 +3,7 @@
  * test holds it, as an operator's search over a large store would for seconds), /readyz's
  * ping, the stats and a listing go on over another one, opened then; with every reader
  * held a read waits, and goes on as soon as one is free; the writer's look for the next
- * due delivery never waits for a reader. */
+ * due delivery never waits for a reader; a read past the store's read timeout is stopped. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -160,6 +160,36 @@ static void test_with_every_reader_held_a_read_waits_for_one(void **state)
 	assert_int_equal(c.rc, STORE_OK);
 }
 
+/* A read past the store's read timeout is interrupted (SQLITE_INTERRUPT: STORE_TIMEOUT),
+ * and the reader serves the next read. The query here never ends by itself. */
+static int endless_count(void *arg)
+{
+	struct sq *sq = arg;
+	struct sq_reader *rd = sq_read_lock(sq);
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(rd->db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL"
+				    " SELECT x + 1 FROM c) SELECT count(*) FROM c", -1, &s, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	sq_read_unlock(rd);
+	return sq_store_code(rc);
+}
+
+static void test_a_read_past_the_timeout_is_stopped(void **state)
+{
+	struct fixture *f = *state;
+	struct bg_call c;
+
+	store_set_read_timeout(f->st, 200);
+	assert_int_equal(bg_call_start(&c, endless_count, sq_of(f->st)), 0);
+	if (!bg_call_done(&c, STUCK_S))
+		fail_msg("the read ran past its timeout");
+	bg_call_join(&c);
+	assert_int_equal(c.rc, STORE_TIMEOUT);
+	call_at_once(f->st, list_some, "a listing after the timeout");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -167,6 +197,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_with_every_reader_held_a_read_waits_for_one,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_read_past_the_timeout_is_stopped, setup,
+						teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
