@@ -95,7 +95,10 @@ struct store_methods {
 	int (*token_delete)(store *st, const char *id);
 	int (*token_list)(store *st, struct store_token **items, size_t *n);
 	int (*token_touch)(store *st, const char *id, int64_t at_ms);
-	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
+	/* count_processed 0: the PROCESSED count is not counted (left 0; store_stats reuses an
+	 * earlier one, count_cache.h), sparing the count of the whole table. */
+	int (*stats)(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
+		     struct store_stats *out);
 	/* The attempts started in [from_ms, from_ms + bucket_ms * n_buckets) (of
 	 * subscription_id's deliveries, NULL = all) grouped by bucket and duration_ms: one
 	 * call of group per group, ordered by bucket, then duration (store/series.c turns

@@ -1001,7 +1001,17 @@ int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats
 	if (!st || !out || window_ms < 0)
 		return STORE_INVALID;
 	OPTIONAL_OP(st, stats);
-	return st->methods->stats(st, now_ms, window_ms, out);
+	/* The PROCESSED count grows with the store: a large one's is reused a while. */
+	int64_t processed = 0;
+	int reuse = count_cache_get(&st->processed, now_ms, &processed);
+	int rc = st->methods->stats(st, now_ms, window_ms, !reuse, out);
+	if (reuse)
+		out->processed_count = processed;
+	else if (rc == STORE_OK)
+		count_cache_put(&st->processed, now_ms, out->processed_count);
+	else
+		count_cache_fail(&st->processed);
+	return rc;
 }
 
 void store_stats_free(struct store_stats *s)

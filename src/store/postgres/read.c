@@ -509,7 +509,7 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 /* ---- stats --------------------------------------------------------------- */
 
 /* The store's counts in one statement; the total (for PROCESSED) as TOTAL says: counted,
- * or 0 when the PROCESSED count of a large store is reused (store/count_cache.h). */
+ * or 0 when store_stats reuses an earlier PROCESSED count (store/count_cache.h). */
 #define COUNTS_SQL(TOTAL)                                                              \
 	"SELECT"                                                                       \
 	" (SELECT count(*) FROM outboxd.deliveries WHERE status <> 'PROCESSED'"        \
@@ -533,14 +533,13 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 	" (SELECT COALESCE(MIN(failing_since), 0) FROM outboxd.deliveries"             \
 	"   WHERE status = 'FAILED' AND next_attempt_at IS NOT NULL)"
 
-int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
+int pg_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
+	     struct store_stats *out)
 {
 	struct pg *pg = pg_of(st);
 	struct params p = {0}, w = {0};
 	PGresult *counts = NULL, *subs = NULL;
 	struct pgconn *c;
-	int64_t processed = 0;
-	int reuse;
 	int rc;
 
 	pg_p_i64(&p, now_ms);
@@ -553,21 +552,11 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	 * this on every scrape, and PROCESSED deliveries are nearly all of a store's rows
 	 * (one pass over the table with a filter per count cost ~0.45 us per row), so a
 	 * large store's PROCESSED count is reused for a while (store/count_cache.h). */
-	reuse = count_cache_get(&st->processed, now_ms, &processed);
 	counts = pg_run_sql(pg, c,
-			    reuse ? COUNTS_SQL("0")
-				  : COUNTS_SQL("(SELECT count(*) FROM outboxd.deliveries)"),
+			    count_processed
+				    ? COUNTS_SQL("(SELECT count(*) FROM outboxd.deliveries)")
+				    : COUNTS_SQL("0"),
 			    &p, &rc);
-	if (!reuse) {
-		if (counts) {
-			/* the statuses there are */
-			processed = pg_get_int(counts, 0, 1) - pg_get_int(counts, 0, 0) -
-				    pg_get_int(counts, 0, 2) - pg_get_int(counts, 0, 3);
-			count_cache_put(&st->processed, now_ms, processed);
-		} else {
-			count_cache_fail(&st->processed);
-		}
-	}
 	/* Per subscription over the window, from the per-minute counts results keep (summed
 	 * over the instances that recorded them): its attempts and successes in the minutes
 	 * from the one window_ms ago began in, and its newest failure when that started
@@ -589,7 +578,9 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 		out->new_count = pg_get_int(counts, 0, 0);
 		out->retrying_count = pg_get_int(counts, 0, 2);
 		out->dead_count = pg_get_int(counts, 0, 3);
-		out->processed_count = processed;
+		if (count_processed) /* the statuses there are */
+			out->processed_count = pg_get_int(counts, 0, 1) - out->new_count -
+					       out->retrying_count - out->dead_count;
 		out->in_flight = pg_get_int(counts, 0, 4);
 		out->due_count = pg_get_int(counts, 0, 5);
 		out->oldest_due_at = pg_get_int(counts, 0, 6);

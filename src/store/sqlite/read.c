@@ -408,8 +408,8 @@ static struct store_sub_stats *sub_stats_for(struct store_stats *out, const char
 	return x;
 }
 
-/* The counts by status; the total (for PROCESSED) as TOTAL says: counted, or 0 when the
- * PROCESSED count of a large store is reused (store/count_cache.h). */
+/* The counts by status; the total (for PROCESSED) as TOTAL says: counted, or 0 when
+ * store_stats reuses an earlier PROCESSED count (store/count_cache.h). */
 #define STATUS_COUNTS_SQL(TOTAL)                                                   \
 	"SELECT"                                                                   \
 	" (SELECT count(*) FROM deliveries WHERE status <> 'PROCESSED'"            \
@@ -420,14 +420,13 @@ static struct store_sub_stats *sub_stats_for(struct store_stats *out, const char
 	" (SELECT count(*) FROM deliveries WHERE status = 'FAILED'"                \
 	"   AND next_attempt_at IS NULL)"
 
-int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
+int sq_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
+	     struct store_stats *out)
 {
 	struct sq *sq = sq_of(st);
 	int64_t v[4] = {0};
 	sqlite3_stmt *s = NULL;
 	size_t cap = 0;
-	int64_t processed = 0;
-	int reuse = count_cache_get(&st->processed, now_ms, &processed);
 	int rc;
 
 	/* Every count here reads a partial index of the unfinished or dead deliveries, but
@@ -437,21 +436,16 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *o
 	 * spelled as the indexes' (status <> 'PROCESSED', blocked > 0), which SQLite needs to
 	 * use a partial index. */
 	struct sq_reader *rd = sq_read_lock(sq);
-	rc = int_row(rd, reuse ? STATUS_COUNTS_SQL("0")
-			       : STATUS_COUNTS_SQL("(SELECT count(*) FROM deliveries)"), 0, v, 4);
-	if (rc != SQLITE_OK) {
-		if (!reuse)
-			count_cache_fail(&st->processed);
+	rc = int_row(rd, count_processed
+			       ? STATUS_COUNTS_SQL("(SELECT count(*) FROM deliveries)")
+			       : STATUS_COUNTS_SQL("0"), 0, v, 4);
+	if (rc != SQLITE_OK)
 		goto out;
-	}
 	out->new_count = v[0];
 	out->retrying_count = v[2];
 	out->dead_count = v[3];
-	if (!reuse) {
-		processed = v[1] - v[0] - v[2] - v[3]; /* the statuses there are */
-		count_cache_put(&st->processed, now_ms, processed);
-	}
-	out->processed_count = processed;
+	if (count_processed)
+		out->processed_count = v[1] - v[0] - v[2] - v[3]; /* the statuses there are */
 	memset(v, 0, sizeof(v));
 	rc = int_row(rd, "SELECT"
 		     " (SELECT count(*) FROM deliveries WHERE lease_until IS NOT NULL),"

@@ -315,7 +315,8 @@ int sq_events_list(store *st, const struct event_filter *f, int64_t before_at,
 		   const char *before_id, size_t limit, struct store_event_summary **items,
 		   size_t *n);
 
-int sq_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
+int sq_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
+	     struct store_stats *out);
 int sq_attempt_series(store *st, const char *subscription_id, int64_t from_ms,
 		      int64_t bucket_ms, size_t n_buckets, store_series_group_cb group,
 		      void *ctx); /* series.c */
