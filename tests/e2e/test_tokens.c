@@ -10,12 +10,12 @@
  * that waits (another session holds their table) holds up only the request that reads
  * them: the others are authenticated with the set in hand meanwhile. */
 #include <libpq-fe.h>
-#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bg_call.h"
 #include "e2e.h"
 
 static struct receiver rcv;
@@ -513,24 +513,20 @@ static void test_cli(void **state)
 	assert_int_equal(run_cli(out, sizeof(out), "tokens create x --scopes root"), 1);
 }
 
-/* One ingest with a named token, on a thread of its own. */
-struct ingest_call {
-	char url[128];
-	const char *token;
-	pthread_t thread;
-	long status;
-};
-
-static void *ingest_main(void *arg)
+/* One ingest with token (a named one): its HTTP status, 0 when no answer came. Run on a
+ * thread of its own through bg_call.h. */
+static int ingest_with(void *token)
 {
-	struct ingest_call *c = arg;
 	struct http_resp r = {0};
 	static const char body[] = "{\"event_type\":\"held.read\",\"payload\":{}}";
+	char url[128];
+	int status = 0;
 
-	if (http_do("POST", c->url, c->token, NULL, body, strlen(body), &r) == 0)
-		c->status = r.status;
+	snprintf(url, sizeof(url), "%s/v1/events", dmn.url);
+	if (http_do("POST", url, token, NULL, body, strlen(body), &r) == 0)
+		status = (int)r.status;
 	http_resp_free(&r);
-	return NULL;
+	return status;
 }
 
 static long long sessions_waiting_for_a_lock(PGconn *conn)
@@ -545,16 +541,13 @@ static long long sessions_waiting_for_a_lock(PGconn *conn)
 static void test_held_token_read_holds_up_one_request(void **state)
 {
 	struct token tok;
-	struct ingest_call reader = {0}, other = {0};
+	struct bg_call reader;
 
 	if (strncmp(dmn.db, "postgres", 8) != 0)
 		skip(); /* another session cannot hold up SQLite's reads (WAL) */
 	create_token("held-read", "[\"ingest\"]", &tok);
-	snprintf(reader.url, sizeof(reader.url), "%s/v1/events", dmn.url);
-	reader.token = tok.value;
-	other = reader;
-	ingest_main(&reader); /* the set, read with the token in it */
-	assert_int_equal(reader.status, 202);
+	/* the set, read with the token in it */
+	assert_int_equal(ingest_with(tok.value), 202);
 
 	PGconn *holder = PQconnectdb(dmn.db), *watch = PQconnectdb(dmn.db);
 	assert_int_equal(PQstatus(holder), CONNECTION_OK);
@@ -563,8 +556,7 @@ static void test_held_token_read_holds_up_one_request(void **state)
 	assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
 	PQclear(res);
 	sleep(2); /* the set is more than a second old: the next request reads it again */
-	reader.status = 0;
-	assert_int_equal(pthread_create(&reader.thread, NULL, ingest_main, &reader), 0);
+	assert_int_equal(bg_call_start(&reader, ingest_with, tok.value), 0);
 	int waiting = 0;
 	for (int i = 0; i < 300 && !waiting; i++) {
 		waiting = sessions_waiting_for_a_lock(watch) > 0;
@@ -572,16 +564,15 @@ static void test_held_token_read_holds_up_one_request(void **state)
 			usleep(100 * 1000);
 	}
 	/* the reader waits for the tokens' table; another request goes on meanwhile */
-	if (waiting)
-		ingest_main(&other);
-	long reader_status = reader.status;
+	int other = waiting ? ingest_with(tok.value) : 0;
+	int reader_answered = bg_call_done(&reader, 0);
 	PQfinish(holder); /* the lock goes with its session */
-	pthread_join(reader.thread, NULL);
+	bg_call_join(&reader);
 	PQfinish(watch);
 	assert_true(waiting);
-	assert_int_equal(other.status, 202);
-	assert_int_equal(reader_status, 0); /* still waiting when the other was answered */
-	assert_int_equal(reader.status, 202);
+	assert_int_equal(other, 202);
+	assert_false(reader_answered); /* still waiting when the other was answered */
+	assert_int_equal(reader.rc, 202);
 }
 
 int main(void)
