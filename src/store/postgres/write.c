@@ -683,11 +683,11 @@ int pg_release_all(store *st, size_t *n)
 /* The sweeps below test each candidate D against the earlier deliveries of its key, and
  * do it as the claim does (PENDING_BEFORE, pg_int.h): the first earlier one in id order,
  * which with sorts disabled (sweep_plans) only the ordering index gives, so each test
- * reads a few of its entries whatever the planner's statistics say. As EXISTS, on statistics taken while
- * every delivery was done, PostgreSQL made the waiting sweep a nested loop over the
- * status index: on 96,000 ordered deliveries due it had not ended after 30 s (5 s on
- * fresh statistics), and it held the janitor, and with it the reaper and the relay,
- * meanwhile. */
+ * reads a few of its entries whatever the planner's statistics say. As EXISTS, on
+ * statistics taken while every delivery was done, PostgreSQL made the waiting sweep a
+ * nested loop over the status index: on 96,000 ordered deliveries due it had not ended
+ * after 30 s (5 s on fresh statistics), and it held the janitor, and with it the reaper
+ * and the relay, meanwhile. */
 
 /* A dead delivery earlier than D of D's key. */
 #define DEAD_BEFORE(D)                                                                   \
