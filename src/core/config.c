@@ -132,7 +132,8 @@ const struct config_setting config_settings[] = {
 	{"cleanup_after", "--cleanup-after", "OUTBOXD_CLEANUP_AFTER", CONFIG_DURATION, "0s",
 	 S(cleanup_after_ms),
 	 "retention: the cleanup keeps PROCESSED deliveries at least this long after they "
-	 "were delivered; 0s deletes them at the next run"},
+	 "were delivered, and events without any delivery this long after they were stored; "
+	 "0s deletes them at the next run"},
 	{"shutdown_grace", "--shutdown-grace", "OUTBOXD_SHUTDOWN_GRACE", CONFIG_DURATION, "10s",
 	 S(shutdown_grace_ms), "how long SIGTERM waits for in-flight requests"},
 	{"replay_rate", "--replay-rate", "OUTBOXD_REPLAY_RATE", CONFIG_INT, "100", S(replay_rate),

@@ -66,12 +66,12 @@ struct store_methods {
 	/* The cleanup's two steps (store.c runs them as store_cleanup promises): one
 	 * transaction deleting up to limit PROCESSED deliveries processed at or before
 	 * before_ms, from the start of the table when from_start, else on from where the
-	 * last batch stopped; and a slice of the sweep of the events without a delivery (up
-	 * to CLEANUP_SWEEP events looked at, all when all), from the start when from_start,
-	 * setting *done when it reached the end. */
+	 * last batch stopped; and a slice of the sweep of the events without a delivery
+	 * created at or before before_ms (up to CLEANUP_SWEEP events looked at, all when
+	 * all), from the start when from_start, setting *done when it reached the end. */
 	int (*cleanup_batch)(store *st, int64_t before_ms, size_t limit, int from_start,
 			     size_t *deleted);
-	int (*cleanup_sweep)(store *st, int from_start, int all, int *done);
+	int (*cleanup_sweep)(store *st, int64_t before_ms, int from_start, int all, int *done);
 	int (*deliveries_count)(store *st, const struct delivery_filter *f, size_t *n);
 	/* Up to limit events matching f newest first, after the event (before_at,
 	 * before_id) when before_id is not NULL (f->cursor and f->limit are the wrapper's). */

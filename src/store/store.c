@@ -765,7 +765,8 @@ int store_cleanup(store *st, int64_t before_ms, size_t max, size_t *deleted, int
 		}
 		st->cleanup = CLEANUP_SWEEP_START; /* the delivered ones are done */
 	}
-	rc = st->methods->cleanup_sweep(st, st->cleanup == CLEANUP_SWEEP_START, !max, &done);
+	rc = st->methods->cleanup_sweep(st, before_ms, st->cleanup == CLEANUP_SWEEP_START, !max,
+					&done);
 	st->cleanup = rc == STORE_OK && !done ? CLEANUP_SWEEPING : CLEANUP_IDLE;
 	if (more)
 		*more = st->cleanup == CLEANUP_SWEEPING;

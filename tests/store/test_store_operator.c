@@ -223,11 +223,13 @@ static void test_cleanup_keeps_failed(void **state)
 }
 
 /* Retention (the cleanup_after setting): only PROCESSED deliveries processed at or before
- * the cut are deleted; younger ones stay until a later run. */
+ * the cut are deleted; younger ones stay until a later run. An event no subscription
+ * wanted is kept as long, counted from its creation. */
 static void test_cleanup_keeps_young(void **state)
 {
 	struct t *t = *state;
 	char ev_old[UUID_STR_LEN], ev_young[UUID_STR_LEN];
+	char none_old[UUID_STR_LEN], none_young[UUID_STR_LEN];
 	struct store_claim *c = NULL;
 	struct store_event got;
 	int64_t now = clock_now_ms();
@@ -235,6 +237,8 @@ static void test_cleanup_keeps_young(void **state)
 
 	ingest_one(t, "old", t->t0, 1, ev_old);
 	ingest_one(t, "young", t->t0 + 1, 1, ev_young);
+	ingest_one(t, "none", now - 2 * HOUR_MS, 0, none_old);
+	ingest_one(t, "none", now - MINUTE_MS, 0, none_young);
 	n = claim_n(t, now, MINUTE_MS, 10, &c);
 	assert_int_equal(n, 2);
 	for (size_t i = 0; i < 2; i++) {
@@ -257,10 +261,14 @@ static void test_cleanup_keeps_young(void **state)
 	assert_int_equal(store_event_get(t->st, ev_old, &got), STORE_NOT_FOUND);
 	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_OK);
 	store_event_free(&got);
-	/* an hour later it is old enough too */
+	assert_int_equal(store_event_get(t->st, none_old, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_event_get(t->st, none_young, &got), STORE_OK);
+	store_event_free(&got);
+	/* an hour later they are old enough too */
 	assert_int_equal(store_cleanup(t->st, now + HOUR_MS, 0, &deleted, NULL), STORE_OK);
 	assert_int_equal(deleted, 1);
 	assert_int_equal(store_event_get(t->st, ev_young, &got), STORE_NOT_FOUND);
+	assert_int_equal(store_event_get(t->st, none_young, &got), STORE_NOT_FOUND);
 	store_claims_free(c, n);
 }
 

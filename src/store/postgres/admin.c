@@ -259,7 +259,7 @@ int pg_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
 }
 
 /* In statements of CLEANUP_CHUNK events from pg->sweep_after. */
-int pg_cleanup_sweep(store *st, int from_start, int all, int *done)
+int pg_cleanup_sweep(store *st, int64_t before_ms, int from_start, int all, int *done)
 {
 	struct pg *pg = pg_of(st);
 	size_t looked = 0;
@@ -275,6 +275,7 @@ int pg_cleanup_sweep(store *st, int from_start, int all, int *done)
 
 		pg_p_i64(&p, CLEANUP_CHUNK);
 		pg_p_text(&p, pg->sweep_after);
+		pg_p_i64(&p, before_ms);
 		if (!(c = pg_take(pg, ROLE_JANITOR, &rc)))
 			break;
 		res = pg_run(pg, c, S_SWEEP_ORPHANS, &p, &rc);

@@ -284,7 +284,7 @@ int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t lim
 
 int pg_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
 		     size_t *deleted);
-int pg_cleanup_sweep(store *st, int from_start, int all, int *done);
+int pg_cleanup_sweep(store *st, int64_t before_ms, int from_start, int all, int *done);
 int pg_attempt_counts_prune(store *st, int64_t before_ms);
 
 int pg_job_create(store *st, const struct store_job *job);

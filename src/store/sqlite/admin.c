@@ -159,11 +159,11 @@ out:
 	return rc;
 }
 
-/* Events that never had a delivery (no subscription wanted them) are found by a scan on
- * the reader, CLEANUP_CHUNK rows at a time from sq->sweep_after, so the writer is only
- * taken to delete: up to CLEANUP_SWEEP rows looked at (all of them when all). *done when
- * the scan reached the end. */
-static int sweep_orphan_events(struct sq *sq, int all, int *done)
+/* Events created at or before before_ms that never had a delivery (no subscription
+ * wanted them) are found by a scan on the reader, CLEANUP_CHUNK rows at a time from
+ * sq->sweep_after, so the writer is only taken to delete: up to CLEANUP_SWEEP rows looked
+ * at (all of them when all). *done when the scan reached the end. */
+static int sweep_orphan_events(struct sq *sq, int64_t before_ms, int all, int *done)
 {
 	struct sq_reader *rd;
 	sqlite3_stmt *s;
@@ -180,6 +180,7 @@ static int sweep_orphan_events(struct sq *sq, int all, int *done)
 		s = rd->r[R_EVENT_SCAN];
 		sqlite3_bind_int64(s, 1, after);
 		sqlite3_bind_int(s, 2, CLEANUP_CHUNK);
+		sqlite3_bind_int64(s, 3, before_ms);
 		while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 			char (*more)[UUID_STR_LEN];
 
@@ -231,13 +232,13 @@ int sq_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
 	return cleanup_chunk(sq_of(st), before_ms, limit, deleted);
 }
 
-int sq_cleanup_sweep(store *st, int from_start, int all, int *done)
+int sq_cleanup_sweep(store *st, int64_t before_ms, int from_start, int all, int *done)
 {
 	struct sq *sq = sq_of(st);
 
 	if (from_start)
 		sq->sweep_after = 0;
-	return sweep_orphan_events(sq, all, done);
+	return sweep_orphan_events(sq, before_ms, all, done);
 }
 
 /* ---- subscriptions ------------------------------------------------------- */

@@ -239,10 +239,11 @@ static const char *const rsql[R_COUNT] = {
 	[R_ATTEMPTS] =
 		"SELECT n, kind, started_at, duration_ms, code, message, cause, not_sent"
 		" FROM attempts WHERE delivery_id = ?1 ORDER BY n",
-	/* A bounded slice of events, flagging those left without deliveries. */
+	/* A bounded slice of events, flagging those created by ?3 left without deliveries. */
 	[R_EVENT_SCAN] =
 		"SELECT e.rowid, e.id,"
-		" NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)"
+		" e.created_at <= ?3"
+		" AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)"
 		" FROM events e WHERE e.rowid > ?1 ORDER BY e.rowid LIMIT ?2",
 	[R_SUB_GET] =
 		"SELECT id, name, config, enabled, created_at, updated_at, ordering"

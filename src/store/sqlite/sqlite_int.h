@@ -212,7 +212,7 @@ int sq_dlq_purge(store *st, const char *delivery_id);
 
 int sq_cleanup_batch(store *st, int64_t before_ms, size_t limit, int from_start,
 		     size_t *deleted);
-int sq_cleanup_sweep(store *st, int from_start, int all, int *done);
+int sq_cleanup_sweep(store *st, int64_t before_ms, int from_start, int all, int *done);
 
 int sq_sub_create(store *st, const struct sub_row *sub);
 
