@@ -8,6 +8,8 @@
 #        [events] [instances] [batch]
 #   SUBS=n (default 1) fans every event out to n subscriptions, each to a path of its own
 #   on the receiver: events x n deliveries, each (path, webhook-id) counted once.
+#   SUB_EXTRA=',"concurrency":512' adds fields to each subscription's JSON (here: a pinned
+#   concurrency instead of the adaptive limit).
 #   KEYS=n gives the events n partition keys (round-robin); ORDERING=partition_key makes the
 #   subscription deliver each key in order (docs/api.md#per-key-ordering).
 #   DB=sqlite (default) runs one instance (one process owns a file). DB=postgres starts a throwaway PostgreSQL server (initdb in a temp dir, a free
@@ -92,7 +94,7 @@ for ((s = 0; s < SUBS; s++)); do
   path=sink
   [ "$SUBS" -gt 1 ] && path=sink/$s
   api -X POST "127.0.0.1:${ports[0]}/v1/subscriptions" \
-    -d "{\"name\":\"sink$s\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:$RPORT/$path\",\"ordering\":\"$ORDERING\"}" >/dev/null
+    -d "{\"name\":\"sink$s\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:$RPORT/$path\",\"ordering\":\"$ORDERING\"${SUB_EXTRA:-}}" >/dev/null
 done
 D=$((N * SUBS))
 sleep 0.5 # the other instances reload the subscriptions on NOTIFY outboxd_subs
