@@ -2,7 +2,8 @@
 # quick.sh: a one-minute throughput check — N events (default 20,000, ~200-byte payloads)
 # ingested through the batch API, spread over K outboxd instances (default 1) sharing one
 # store, delivered to one local receiver. Prints ingest events/s and end-to-end
-# deliveries/s (first ingest to last receipt). `make bench` is the full comparison.
+# deliveries/s (first ingest to last receipt), outboxd's CPU per delivery and, with the
+# PostgreSQL server it starts itself, that server's. `make bench` is the full comparison.
 #
 # Usage: [DB=sqlite|postgres] [KEYS=n] [ORDERING=partition_key] [SUBS=n] bench/quick.sh
 #        [events] [instances] [batch]
@@ -120,6 +121,19 @@ for ((b = 0; b < N / BATCH; b++)); do
   printf 'header = "Content-Type: application/json"\ndata-binary = "@%s/batch-%s.json"\noutput = "/dev/null"\n' "$dir" "$b"
 done >"$dir/curl.cfg"
 
+# CPU (utime + stime) of the PostgreSQL server this script started: the postmaster with
+# what its exited children used, and its live children.
+pg_ticks() {
+  [ -n "$pgbin" ] || { echo 0; return; }
+  local pm t c
+  pm=$(head -1 "$dir/pg/data/postmaster.pid")
+  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+  for c in $(pgrep -P "$pm"); do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$t"
+}
+pg0=$(pg_ticks)
 t0=$(date +%s%N)
 curl -sf --no-progress-meter --parallel --parallel-max $((4 * K)) -K "$dir/curl.cfg"
 t1=$(date +%s%N)
@@ -137,6 +151,7 @@ ticks=0
 for p in "${opids[@]}"; do
   ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat")))
 done
+pg1=$(pg_ticks)
 hz=$(getconf CLK_TCK)
 # how the rounds started: handed over by the ingest commit, or claimed
 handed=0; claimed=0; lean=0; curl=0
@@ -148,13 +163,15 @@ for port in "${ports[@]}"; do
   curl=$((curl + $(sed -n 's/^outboxd_http_requests_total{client="libcurl"} //p' <<<"$m" | head -1 | grep -E '^[0-9]+$' || echo 0)))
 done
 
-awk -v n="$N" -v d="$D" -v subs="$SUBS" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" -v handed="$handed" -v claimed="$claimed" -v lean="$lean" -v curl="$curl" 'BEGIN {
+awk -v n="$N" -v d="$D" -v subs="$SUBS" -v k="$K" -v db="$DB" -v t0="$t0" -v t1="$t1" -v last="$last_us" -v got="$count" -v dups="$dups" -v ticks="$ticks" -v pgticks="$((pg1 - pg0))" -v ownpg="${pgbin:+1}" -v hz="$hz" -v keys="$KEYS" -v ordering="$ORDERING" -v handed="$handed" -v claimed="$claimed" -v lean="$lean" -v curl="$curl" 'BEGIN {
   ingest = (t1 - t0) / 1e9; e2e = (last * 1000 - t0) / 1e9;
   printf "store:             %s, %d instance(s), %d keys, ordering %s, %d subscription(s)\n", db, k, keys, ordering, subs;
   printf "events:            %d, %d deliveries (received %d, %d duplicates)\n", n, d, got, dups;
   printf "ingest:            %.0f events/s (%.3f s)\n", n / ingest, ingest;
   printf "end to end:        %.0f deliveries/s (%.3f s, first ingest to last receipt)\n", d / e2e, e2e;
   printf "outboxd CPU:       %.1f us per delivery (utime+stime of the outboxd processes)\n", ticks / hz * 1e6 / d;
+  if (ownpg)
+    printf "PostgreSQL CPU:    %.1f us per delivery (utime+stime of the server'"'"'s processes)\n", pgticks / hz * 1e6 / d;
   printf "rounds started:    %d handed over at ingest, %d claimed\n", handed, claimed;
   printf "http requests:     %d lean client, %d libcurl\n", lean, curl;
 }'

@@ -212,20 +212,27 @@ static long long pg_stat_count(struct fixture_db *db, const char *sql)
 
 static long long pg_rows_scanned(struct fixture_db *db)
 {
-	return pg_stat_count(db, "SELECT seq_tup_read FROM pg_stat_user_tables"
+	return pg_stat_count(db, "SELECT sum(seq_tup_read) FROM pg_stat_user_tables"
+				 " WHERE relid IN ('outboxd.deliveries'::regclass,"
+				 " 'outboxd.queue'::regclass)");
+}
+
+static long long pg_index_writing_updates(struct fixture_db *db)
+{
+	return pg_stat_count(db, "SELECT n_tup_upd - n_tup_hot_upd FROM pg_stat_user_tables"
 				 " WHERE relid = 'outboxd.deliveries'::regclass");
 }
 
 static long long pg_due_index_reads(struct fixture_db *db)
 {
 	return pg_stat_count(db, "SELECT idx_tup_read FROM pg_stat_user_indexes"
-				 " WHERE indexrelid = 'outboxd.deliveries_due'::regclass");
+				 " WHERE indexrelid = 'outboxd.queue_due'::regclass");
 }
 
 static long long pg_status_index_reads(struct fixture_db *db)
 {
 	return pg_stat_count(db, "SELECT idx_tup_read FROM pg_stat_user_indexes"
-				 " WHERE indexrelid = 'outboxd.deliveries_status'::regclass");
+				 " WHERE indexrelid = 'outboxd.queue_status'::regclass");
 }
 
 /* The session that holds the lock of pg_hold_reads, NULL when none. */
@@ -312,6 +319,7 @@ static const struct backend_fixture backends[] = {
 		.producer_insert = pg_producer_insert,
 		.adverse_plans = pg_adverse_plans,
 		.rows_scanned = pg_rows_scanned,
+		.index_writing_updates = pg_index_writing_updates,
 		.due_index_reads = pg_due_index_reads,
 		.status_index_reads = pg_status_index_reads,
 		.analyze = pg_analyze,

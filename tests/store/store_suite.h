@@ -53,10 +53,13 @@ struct backend_fixture {
 	 * its own again (off), for a test that a statement's result does not depend on the
 	 * plan; NULL for a backend whose statements have no plan to choose. */
 	int (*adverse_plans)(struct fixture_db *db, int on);
-	/* Rows the database has read so far by scanning the deliveries table from end to
-	 * end, as counted by the statistics its sessions have reported (-1 when it cannot
-	 * say); NULL for a backend without such a count. */
+	/* Rows the database has read so far by scanning the deliveries or queue table from
+	 * end to end, as counted by the statistics its sessions have reported (-1 when it
+	 * cannot say); NULL for a backend without such a count. */
 	long long (*rows_scanned)(struct fixture_db *db);
+	/* Updates of deliveries so far that wrote new index entries (not HOT), as the
+	 * statistics count them (-1 when it cannot say); NULL for a backend without them. */
+	long long (*index_writing_updates)(struct fixture_db *db);
 	/* Entries read so far from the index the claims walk (-1 when it cannot say); NULL
 	 * for a backend without such a count. */
 	long long (*due_index_reads)(struct fixture_db *db);

@@ -175,9 +175,11 @@ int pg_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t lim
 
 		/* Still dead and unleased: it may have changed since the listing. */
 		pg_p_text(&p, items[i].id);
-		res = pg_run_sql(pg, c, "DELETE FROM outboxd.deliveries WHERE id = $1"
+		res = pg_run_sql(pg, c, "WITH dead AS (SELECT id FROM outboxd.queue WHERE id = $1"
 			      " AND status = 'FAILED' AND next_attempt_at IS NULL"
-			      " AND lease_until IS NULL", &p, &rc);
+			      " AND lease_until IS NULL FOR UPDATE)"
+			      " DELETE FROM outboxd.deliveries d USING dead WHERE d.id = dead.id",
+			      &p, &rc);
 		if (res && strtoull(PQcmdTuples(res), NULL, 10) == 1) {
 			done++;
 			pg_p_text(&q, items[i].event_id);

@@ -54,8 +54,12 @@
 	"  AS a(delivery_id, n, kind, started_at, duration_ms, code, message, cause," \
 	"  not_sent)"
 
-/* The results statement. A result applies only while this owner ($13) holds the lease;
- * the attempts of the results that applied are inserted in the same statement. $22: the
+/* The results statement. A result applies only while this owner ($13) holds the lease
+ * on the delivery's queue row (schema/020_queue.sql): qd deletes the rows of those
+ * delivered, qu updates the others' (a retry, a death), each re-checking the lease on
+ * the row's latest version as it locks it, and upd then writes the delivery (no index of
+ * deliveries names a column it sets, so the update is HOT); the attempts of the results
+ * that applied are inserted in the same statement. $22: the
  * results' delay_actions (added last so the other parameters keep their numbers).
  * prom: per-key ordering, a delivery done (delivered or dead) lets the next one of its key
  * go when that one is parked waiting its turn. lost: a round whose lease was lost changes
@@ -70,6 +74,17 @@
 	"  AS u(id, status, replay, attempt_count, retry_count, next_attempt_at," \
 	"  processed_at, keep_error, last_code, last_message, last_cause, delay_actions," \
 	"  dead_letter))," \
+	" qd AS (" \
+	" DELETE FROM outboxd.queue q USING r" \
+	" WHERE q.id = r.id AND q.lease_owner = $13 AND r.status = 'PROCESSED'" \
+	" RETURNING q.id)," \
+	" qu AS (" \
+	" UPDATE outboxd.queue q SET status = r.status, attempt_count = r.attempt_count," \
+	"  next_attempt_at = r.next_attempt_at, lease_owner = NULL, lease_until = NULL," \
+	"  failing_since = CASE WHEN r.status = 'FAILED'" \
+	"   THEN COALESCE(q.failing_since, $12) END" \
+	" FROM r WHERE q.id = r.id AND q.lease_owner = $13 AND r.status <> 'PROCESSED'" \
+	" RETURNING q.id)," \
 	" upd AS (" \
 	" UPDATE outboxd.deliveries d SET status = r.status, replay = r.replay," \
 	"  attempt_count = r.attempt_count, retry_count = r.retry_count," \
@@ -82,15 +97,16 @@
 	"   THEN COALESCE(d.failing_since, $12) END," \
 	"  dead_letter_pending = d.dead_letter_pending OR r.dead_letter," \
 	"  updated_at = $12" \
-	" FROM r WHERE d.id = r.id AND d.lease_owner = $13" \
+	" FROM r JOIN (SELECT id FROM qd UNION ALL SELECT id FROM qu) k ON k.id = r.id" \
+	" WHERE d.id = r.id" \
 	" RETURNING d.id, d.subscription_id, d.order_key, d.status, d.next_attempt_at)," \
 	" prom AS (" \
-	" UPDATE outboxd.deliveries w SET blocked = 0, next_attempt_at = $12" \
+	" UPDATE outboxd.queue w SET blocked = 0, next_attempt_at = $12" \
 	" FROM (SELECT * FROM upd WHERE order_key IS NOT NULL" \
 	"  AND (status = 'PROCESSED' OR next_attempt_at IS NULL)) u," \
-	" LATERAL (SELECT x.id, x.blocked FROM outboxd.deliveries x" \
+	" LATERAL (SELECT x.id, x.blocked FROM outboxd.queue x" \
 	"  WHERE x.subscription_id = u.subscription_id AND x.order_key = u.order_key" \
-	"  AND x.id > u.id AND x.status <> 'PROCESSED' ORDER BY x.id LIMIT 1) n" \
+	"  AND x.id > u.id ORDER BY x.id LIMIT 1) n" \
 	" WHERE w.id = n.id AND n.blocked = 2)," \
 	" att AS (" \
 	ATTEMPTS_INSERT \
@@ -204,15 +220,16 @@ const char *const pg_sql_of[S_COUNT] = {
 	 * the events with a walk of their whole key index: 100 rows leased in 132 ms
 	 * instead of 8 on a 120,000-delivery store. */
 	[S_CLAIM] =
-		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.deliveries d"
+		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.queue d"
 		"  WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"
 		"  AND next_attempt_at <= $3 AND " ORDERING_SQL
 		"  ORDER BY next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED),"
 		" c AS ("
-		" UPDATE outboxd.deliveries d SET lease_owner = $1, lease_until = $2"
-		" WHERE d.id = ANY (ARRAY(SELECT id FROM pick))"
+		" UPDATE outboxd.queue q SET lease_owner = $1, lease_until = $2"
+		" FROM outboxd.deliveries d"
+		" WHERE q.id = ANY (ARRAY(SELECT id FROM pick)) AND d.id = q.id"
 		" RETURNING d.id, d.event_id, d.subscription_id, d.status, d.replay,"
-		"  d.attempt_count, d.retry_count, d.next_attempt_at, d.delay_actions,"
+		"  d.attempt_count, d.retry_count, q.next_attempt_at, d.delay_actions,"
 		"  d.starts_scheduled)"
 		" SELECT c.id, c.event_id, c.subscription_id, c.status, c.replay, c.attempt_count,"
 		" c.retry_count, e.event_type, e.content_type, e.payload, e.created_at,"
@@ -223,7 +240,7 @@ const char *const pg_sql_of[S_COUNT] = {
 	/* Deliveries waiting for an earlier one of their key do not count: the claim
 	 * would not take them (one row, NULL when nothing is pending). */
 	[S_NEXT_DUE] =
-		"SELECT (SELECT next_attempt_at FROM outboxd.deliveries d"
+		"SELECT (SELECT next_attempt_at FROM outboxd.queue d"
 		" WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL AND " ORDERING_SQL
 		" ORDER BY next_attempt_at LIMIT 1)",
 	/* Results (RESULTS_SQL, above); an attempt number already taken is recorded after
@@ -234,42 +251,57 @@ const char *const pg_sql_of[S_COUNT] = {
 	 * fail as a whole (unique_violation), and S_RESULTS runs instead. */
 	[S_RESULTS_FAST] = RESULTS_SQL("", ""),
 	[S_LEASE_RENEW] =
-		"UPDATE outboxd.deliveries d SET lease_until = u.until"
+		"UPDATE outboxd.queue d SET lease_until = u.until"
 		" FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS u(id, until, i)"
 		" WHERE d.id = u.id AND d.lease_owner = $3 RETURNING u.i",
 	/* This and the cleanups below pick their rows once, in a materialized CTE, as the
 	 * claim does (S_CLAIM says why). */
 	[S_REAP] =
-		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.deliveries"
+		"WITH pick AS MATERIALIZED (SELECT id FROM outboxd.queue"
 		"  WHERE lease_until IS NOT NULL AND lease_until < $1 FOR UPDATE SKIP LOCKED)"
-		" UPDATE outboxd.deliveries d SET lease_owner = NULL, lease_until = NULL"
+		" UPDATE outboxd.queue d SET lease_owner = NULL, lease_until = NULL"
 		" FROM pick WHERE d.id = pick.id",
 	[S_RELEASE_ALL] =
-		"UPDATE outboxd.deliveries SET lease_owner = NULL, lease_until = NULL"
+		"UPDATE outboxd.queue SET lease_owner = NULL, lease_until = NULL"
 		" WHERE lease_until IS NOT NULL AND (lease_owner = $1 OR lease_until < $2)",
 	[S_EVENT_GET] =
 		"SELECT id, event_type, source, source_event_id, partition_key, content_type,"
 		" payload, created_at, webhook_id, envelope, traceparent FROM outboxd.events"
 		" WHERE id = $1",
 	[S_EVENT_DELIVERIES] =
-		"SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE event_id = $1"
-		" ORDER BY created_at, id",
-	[S_DELIVERY_GET] = "SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE id = $1",
+		"SELECT " DELIVERY_COLUMNS DELIVERY_FROM " WHERE d.event_id = $1"
+		" ORDER BY d.created_at, d.id",
+	[S_DELIVERY_GET] = "SELECT " DELIVERY_COLUMNS DELIVERY_FROM " WHERE d.id = $1",
 	[S_ATTEMPTS] =
 		"SELECT n, kind, started_at, duration_ms, code, message, cause, not_sent"
 		" FROM outboxd.attempts WHERE delivery_id = $1 ORDER BY n",
+	/* The queue rows first, then the deliveries, as results lock them. */
 	[S_REPLAY_CHECK] =
-		"SELECT id, status, lease_until FROM outboxd.deliveries WHERE id = ANY($1::text[])"
-		" FOR UPDATE",
+		"WITH ql AS MATERIALIZED (SELECT id, lease_until FROM outboxd.queue"
+		"  WHERE id = ANY($1::text[]) FOR UPDATE)"
+		" SELECT d.id, d.status, ql.lease_until FROM outboxd.deliveries d"
+		" LEFT JOIN ql ON ql.id = d.id WHERE d.id = ANY($1::text[]) FOR UPDATE OF d",
+	/* A delivered one enters the queue again; a dead one's row is due again. */
 	[S_REPLAY_SET] =
-		"UPDATE outboxd.deliveries SET status = 'NEW', replay = true, next_attempt_at = $2,"
+		"WITH upd AS ("
+		" UPDATE outboxd.deliveries SET status = 'NEW', replay = true, next_attempt_at = $2,"
 		" processed_at = NULL, lease_owner = NULL, lease_until = NULL, delay_actions = 0,"
 		" blocked = 0, updated_at = $2"
-		" WHERE id = ANY($1::text[])",
+		" WHERE id = ANY($1::text[])"
+		" RETURNING id, subscription_id, event_type, created_at, attempt_count, order_key,"
+		"  failing_since)"
+		" INSERT INTO outboxd.queue AS q(id, subscription_id, event_type, created_at, status,"
+		"  attempt_count, next_attempt_at, order_key, failing_since)"
+		" SELECT id, subscription_id, event_type, created_at, 'NEW', attempt_count, $2,"
+		"  order_key, failing_since FROM upd"
+		" ON CONFLICT (id) DO UPDATE SET status = 'NEW', next_attempt_at = $2,"
+		"  lease_owner = NULL, lease_until = NULL, blocked = 0",
 	[S_NOTIFY] = "SELECT pg_notify('" NOTIFY_CHANNEL "', '')",
 	[S_PURGE_CHECK] =
-		"SELECT status, next_attempt_at, lease_until, event_id FROM outboxd.deliveries"
-		" WHERE id = $1 FOR UPDATE",
+		"WITH ql AS MATERIALIZED (SELECT next_attempt_at, lease_until FROM outboxd.queue"
+		"  WHERE id = $1 FOR UPDATE)"
+		" SELECT d.status, ql.next_attempt_at, ql.lease_until, d.event_id"
+		" FROM outboxd.deliveries d LEFT JOIN ql ON true WHERE d.id = $1 FOR UPDATE OF d",
 	[S_DELIVERY_DELETE] = "DELETE FROM outboxd.deliveries WHERE id = $1",
 	[S_EVENT_DELETE_ORPHAN] =
 		"DELETE FROM outboxd.events WHERE id = $1"

@@ -299,9 +299,12 @@ int pg_copy_check(store *st, char *err, size_t errlen)
 		snprintf(err, errlen, "postgres: %s", store_strerror(rc));
 		return rc;
 	}
+	/* queue is not copied: it is derived from deliveries (schema/020_queue.sql), its
+	 * rows made by the trigger on the deliveries a copy inserts. */
 	cols = pg_run_sql(pg, c,
 			  "SELECT table_name::text, column_name::text FROM information_schema.columns"
-			  " WHERE table_schema = 'outboxd' AND table_name <> 'schema_migrations'"
+			  " WHERE table_schema = 'outboxd'"
+			  " AND table_name NOT IN ('schema_migrations', 'queue')"
 			  " ORDER BY table_name, ordinal_position", NULL, &rc);
 	if (cols)
 		ver = pg_run_sql(pg, c, "SELECT COALESCE(MAX(version), 0)::int8"

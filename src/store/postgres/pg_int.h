@@ -51,11 +51,14 @@
  * collation so keyset pages order them byte-wise, like strcmp. */
 
 
-#define DELIVERY_COLUMNS                                                             \
-	"id, event_id, subscription_id, event_type, status, replay, attempt_count, "  \
-	"retry_count, next_attempt_at, created_at, updated_at, processed_at, "        \
-	"last_code, last_message, last_cause, lease_owner, lease_until, blocked, "   \
-	"failing_since"
+/* A delivery as the API shows it, read FROM DELIVERY_FROM: its due time, lease and
+ * parking are its queue row's (schema/020_queue.sql: a delivered one has none). */
+#define DELIVERY_COLUMNS                                                                 \
+	"d.id, d.event_id, d.subscription_id, d.event_type, d.status, d.replay,"          \
+	" d.attempt_count, d.retry_count, q.next_attempt_at, d.created_at, d.updated_at," \
+	" d.processed_at, d.last_code, d.last_message, d.last_cause, q.lease_owner,"      \
+	" q.lease_until, COALESCE(q.blocked, 0), d.failing_since"
+#define DELIVERY_FROM " FROM outboxd.deliveries d LEFT JOIN outboxd.queue q ON q.id = d.id"
 
 
 #define JOB_COLUMNS "id, kind, state, filter, force, rate, matched, done, cursor, actor, error," \
@@ -118,9 +121,9 @@ enum stmt {
  * subscription S passes dead ones over): D must wait its turn. The check of ORDERING_SQL,
  * which the janitor's ordering sweeps (write.c) make the same way. */
 #define PENDING_BEFORE(D, S)                                                             \
-	"(SELECT p.id FROM outboxd.deliveries p"                                        \
+	"(SELECT p.id FROM outboxd.queue p"                                             \
 	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
-	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND NOT (" S ".ordering = 2"    \
+	" AND p.id < " D ".id AND NOT (" S ".ordering = 2"                                \
 	" AND p.status = 'FAILED' AND p.next_attempt_at IS NULL AND p.lease_until IS NULL)"\
 	" ORDER BY p.id LIMIT 1) IS NOT NULL"
 

@@ -269,67 +269,90 @@ static void glob_to_like(const char *glob, char *out)
 	*out = '\0';
 }
 
+/* A filter by state (new, failed, dead, failing) is answered from the queue's rows
+ * (schema/020_queue.sql: every delivery not delivered, with the indexes of each state),
+ * any other from every delivery. */
+static int filter_on_queue(const struct delivery_filter *f)
+{
+	return (f->has_status && f->status != DELIVERY_PROCESSED) || f->dead_only ||
+	       f->failing_since_ms;
+}
+
+#define QUEUE_FROM " FROM outboxd.queue q JOIN outboxd.deliveries d ON d.id = q.id"
+
+/* Appends a fragment naming a column of table t ("q." or "d.") and parameter n. */
+static void sql_col(char *sql, size_t size, const char *fmt, const char *t, int n)
+{
+	size_t len = strlen(sql);
+
+	snprintf(sql + len, size - len, fmt, t, n);
+}
+
 /* The WHERE conditions of a delivery filter (fixed fragments, values as parameters),
- * appended to sql, and their values to p. like (returned, free it) holds the LIKE
- * pattern of an event-type glob. */
-static int filter_sql(const struct delivery_filter *f, char *sql, size_t size,
+ * appended to sql, and their values to p; t is the table ("q." or "d.") of the columns
+ * the queue has as well. like (returned, free it) holds the LIKE pattern of an
+ * event-type glob. */
+static int filter_sql(const struct delivery_filter *f, const char *t, char *sql, size_t size,
 		      struct params *p, char **like)
 {
 	*like = NULL;
 	if (f->has_status) {
 		pg_p_text(p, delivery_status_name(f->status));
-		sql_add(sql, size, " AND status = $%d", p->n, 0);
+		sql_col(sql, size, " AND %sstatus = $%d", t, p->n);
 	}
 	if (f->dead_only)
-		sql_add(sql, size, " AND status = 'FAILED' AND next_attempt_at IS NULL", 0, 0);
+		sql_col(sql, size, " AND %1$sstatus = 'FAILED' AND %1$snext_attempt_at IS NULL", t,
+			0);
 	if (f->subscription_id) {
 		pg_p_text(p, f->subscription_id);
-		sql_add(sql, size, " AND subscription_id = $%d", p->n, 0);
+		sql_col(sql, size, " AND %ssubscription_id = $%d", t, p->n);
 	}
 	if (f->event_type && f->event_type_glob) {
 		if (!(*like = malloc(2 * strlen(f->event_type) + 1)))
 			return -1;
 		glob_to_like(f->event_type, *like);
 		pg_p_text(p, *like);
-		sql_add(sql, size, " AND event_type LIKE $%d ESCAPE '\\'", p->n, 0);
+		sql_col(sql, size, " AND %sevent_type LIKE $%d ESCAPE '\\'", t, p->n);
 	} else if (f->event_type) {
 		pg_p_text(p, f->event_type);
-		sql_add(sql, size, " AND event_type = $%d", p->n, 0);
+		sql_col(sql, size, " AND %sevent_type = $%d", t, p->n);
 	}
 	/* strpos(), not LIKE: '%' and '_' in the search text match themselves. */
 	if (f->q && *f->q) {
 		pg_p_text(p, f->q);
-		sql_add(sql, size, " AND (strpos(last_message, $%d) > 0 OR strpos(last_cause, $%d) > 0)",
+		sql_add(sql, size,
+			" AND (strpos(d.last_message, $%d) > 0 OR strpos(d.last_cause, $%d) > 0)",
 			p->n, p->n);
 	}
 	if (f->has_code) {
 		pg_p_i64(p, f->code);
-		sql_add(sql, size, " AND last_code = $%d", p->n, 0);
+		sql_add(sql, size, " AND d.last_code = $%d", p->n, 0);
 	}
 	if (f->source) {
 		pg_p_text(p, f->source);
 		sql_add(sql, size, " AND EXISTS (SELECT 1 FROM outboxd.events e"
-			" WHERE e.id = deliveries.event_id AND e.source = $%d)", p->n, 0);
+			" WHERE e.id = d.event_id AND e.source = $%d)", p->n, 0);
 	}
 	if (f->event_id) {
 		pg_p_text(p, f->event_id);
-		sql_add(sql, size, " AND event_id = $%d", p->n, 0);
+		sql_add(sql, size, " AND d.event_id = $%d", p->n, 0);
 	}
 	if (f->from_ms) {
 		pg_p_i64(p, f->from_ms);
-		sql_add(sql, size, " AND created_at >= $%d", p->n, 0);
+		sql_col(sql, size, " AND %screated_at >= $%d", t, p->n);
 	}
 	if (f->to_ms) {
 		pg_p_i64(p, f->to_ms);
-		sql_add(sql, size, " AND created_at < $%d", p->n, 0);
+		sql_col(sql, size, " AND %screated_at < $%d", t, p->n);
 	}
 	if (f->min_attempts) {
 		pg_p_i64(p, f->min_attempts);
-		sql_add(sql, size, " AND attempt_count >= $%d", p->n, 0);
+		sql_col(sql, size, " AND %sattempt_count >= $%d", t, p->n);
 	}
 	if (f->failing_since_ms) {
 		pg_p_i64(p, f->failing_since_ms);
-		sql_add(sql, size, " AND status = 'FAILED' AND failing_since <= $%d", p->n, 0);
+		sql_col(sql, size, " AND %1$sstatus = 'FAILED' AND %1$sfailing_since <= $%2$d", t,
+			p->n);
 	}
 	return 0;
 }
@@ -338,7 +361,11 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 			      struct store_delivery **items, size_t *n, char **next_cursor)
 {
 	struct pg *pg = pg_of(st);
+	const int on_queue = filter_on_queue(f);
+	const char *t = on_queue ? "q." : "d.";
 	const char *col = store_sort_column(f->sort);
+	/* updated_at is the delivery's alone */
+	const char *col_t = f->sort == DELIVERY_SORT_UPDATED ? "d." : t;
 	const char *dir = f->descending ? "DESC" : "ASC";
 	char cursor_id[UUID_STR_LEN], sql[2048], frag[192];
 	int64_t cursor_value = 0;
@@ -350,19 +377,21 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 
 	if (f->cursor && store_cursor_parse(f, &cursor_value, cursor_id) != 0)
 		return STORE_INVALID;
-	snprintf(sql, sizeof(sql), "SELECT " DELIVERY_COLUMNS " FROM outboxd.deliveries WHERE true");
-	if (filter_sql(f, sql, sizeof(sql), &p, &like))
+	snprintf(sql, sizeof(sql), "SELECT " DELIVERY_COLUMNS "%s WHERE true",
+		 on_queue ? QUEUE_FROM : DELIVERY_FROM);
+	if (filter_sql(f, t, sql, sizeof(sql), &p, &like))
 		return STORE_ERROR;
 	if (f->cursor) {
 		pg_p_i64(&p, cursor_value);
 		pg_p_text(&p, cursor_id);
-		snprintf(frag, sizeof(frag), " AND (%s, id) %s ($%d, $%d)", col,
+		snprintf(frag, sizeof(frag), " AND (%s%s, %sid) %s ($%d, $%d)", col_t, col, t,
 			 f->descending ? "<" : ">", p.n - 1, p.n);
 		strncat(sql, frag, sizeof(sql) - strlen(sql) - 1);
 	}
 	/* One row more than asked tells whether there is a next page. */
 	pg_p_i64(&p, (int64_t)f->limit + 1);
-	snprintf(frag, sizeof(frag), " ORDER BY %s %s, id %s LIMIT $%d", col, dir, dir, p.n);
+	snprintf(frag, sizeof(frag), " ORDER BY %s%s %s, %sid %s LIMIT $%d", col_t, col, dir, t,
+		 dir, p.n);
 	strncat(sql, frag, sizeof(sql) - strlen(sql) - 1);
 
 	res = pg_read_sql(pg, sql, &p, &rc);
@@ -390,13 +419,16 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 int pg_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 {
 	struct pg *pg = pg_of(st);
-	char sql[2048] = "SELECT count(*) FROM outboxd.deliveries WHERE true";
+	const int on_queue = filter_on_queue(f);
+	char sql[2048];
 	struct params p = {0};
 	PGresult *res = NULL;
 	char *like = NULL;
 	int rc;
 
-	if (filter_sql(f, sql, sizeof(sql), &p, &like))
+	snprintf(sql, sizeof(sql), "SELECT count(*)%s WHERE true",
+		 on_queue ? QUEUE_FROM : " FROM outboxd.deliveries d");
+	if (filter_sql(f, on_queue ? "q." : "d.", sql, sizeof(sql), &p, &like))
 		return STORE_ERROR;
 	res = pg_read_sql(pg, sql, &p, &rc);
 	free(like);
@@ -510,27 +542,26 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 
 /* The store's counts in one statement; the total (for PROCESSED) as TOTAL says: counted,
  * or 0 when store_stats reuses an earlier PROCESSED count (store/count_cache.h). */
-#define COUNTS_SQL(TOTAL)                                                              \
-	"SELECT"                                                                       \
-	" (SELECT count(*) FROM outboxd.deliveries WHERE status <> 'PROCESSED'"        \
-	"   AND status = 'NEW'),"                                                      \
-	" " TOTAL ","                                                                  \
-	" (SELECT count(*) FROM outboxd.deliveries WHERE status = 'FAILED'"            \
-	"   AND next_attempt_at IS NOT NULL),"                                         \
-	" (SELECT count(*) FROM outboxd.deliveries WHERE status = 'FAILED'"            \
-	"   AND next_attempt_at IS NULL),"                                             \
-	" (SELECT count(*) FROM outboxd.deliveries WHERE lease_until IS NOT NULL),"    \
-	" (SELECT count(*) FROM outboxd.deliveries WHERE lease_until IS NULL"          \
-	"   AND next_attempt_at IS NOT NULL AND next_attempt_at <= $1),"               \
-	" (SELECT COALESCE(MIN(next_attempt_at), 0) FROM outboxd.deliveries"           \
-	"   WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"                 \
-	"   AND next_attempt_at <= $1),"                                               \
-	" (SELECT COALESCE(MIN(created_at), 0) FROM outboxd.deliveries"                \
-	"   WHERE status = 'FAILED' AND next_attempt_at IS NULL),"                     \
-	" (SELECT count(*) FROM outboxd.deliveries WHERE blocked = 1),"                \
-	" (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"           \
-	"   FROM outboxd.deliveries WHERE blocked = 1) b),"                            \
-	" (SELECT COALESCE(MIN(failing_since), 0) FROM outboxd.deliveries"             \
+#define COUNTS_SQL(TOTAL)                                                      \
+	"SELECT"                                                               \
+	" (SELECT count(*) FROM outboxd.queue WHERE status = 'NEW'),"          \
+	" " TOTAL ","                                                          \
+	" (SELECT count(*) FROM outboxd.queue WHERE status = 'FAILED'"         \
+	"   AND next_attempt_at IS NOT NULL),"                                 \
+	" (SELECT count(*) FROM outboxd.queue WHERE status = 'FAILED'"         \
+	"   AND next_attempt_at IS NULL),"                                     \
+	" (SELECT count(*) FROM outboxd.queue WHERE lease_until IS NOT NULL)," \
+	" (SELECT count(*) FROM outboxd.queue WHERE lease_until IS NULL"       \
+	"   AND next_attempt_at IS NOT NULL AND next_attempt_at <= $1),"       \
+	" (SELECT COALESCE(MIN(next_attempt_at), 0) FROM outboxd.queue"        \
+	"   WHERE lease_until IS NULL AND next_attempt_at IS NOT NULL"         \
+	"   AND next_attempt_at <= $1),"                                       \
+	" (SELECT COALESCE(MIN(created_at), 0) FROM outboxd.queue"             \
+	"   WHERE status = 'FAILED' AND next_attempt_at IS NULL),"             \
+	" (SELECT count(*) FROM outboxd.queue WHERE blocked = 1),"             \
+	" (SELECT count(*) FROM (SELECT DISTINCT subscription_id, order_key"   \
+	"   FROM outboxd.queue WHERE blocked = 1) b),"                         \
+	" (SELECT COALESCE(MIN(failing_since), 0) FROM outboxd.queue"          \
 	"   WHERE status = 'FAILED' AND next_attempt_at IS NOT NULL)"
 
 int pg_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
@@ -547,11 +578,12 @@ int pg_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
 	pg_p_i64(&w, now_ms - window_ms);
 	if (!(c = pg_take(pg, ROLE_API, &rc)))
 		return rc;
-	/* One statement, one snapshot. Every part reads a partial index of the unfinished or
-	 * dead deliveries, but the total (the cheapest count of the table): /metrics runs
-	 * this on every scrape, and PROCESSED deliveries are nearly all of a store's rows
-	 * (one pass over the table with a filter per count cost ~0.45 us per row), so a
-	 * large store's PROCESSED count is reused for a while (store/count_cache.h). */
+	/* One statement, one snapshot. Every part reads the queue (the unfinished and dead
+	 * deliveries) by one of its indexes, but the total (the cheapest count of the
+	 * deliveries): /metrics runs this on every scrape, and PROCESSED deliveries are
+	 * nearly all of a store's rows (one pass over the table with a filter per count
+	 * cost ~0.45 us per row), so a large store's PROCESSED count is reused for a while
+	 * (store/count_cache.h). */
 	counts = pg_run_sql(pg, c,
 			    count_processed
 				    ? COUNTS_SQL("(SELECT count(*) FROM outboxd.deliveries)")

@@ -691,9 +691,9 @@ int pg_release_all(store *st, size_t *n)
 
 /* A dead delivery earlier than D of D's key. */
 #define DEAD_BEFORE(D)                                                                   \
-	"(SELECT p.id FROM outboxd.deliveries p"                                        \
+	"(SELECT p.id FROM outboxd.queue p"                                             \
 	" WHERE p.subscription_id = " D ".subscription_id AND p.order_key = " D ".order_key" \
-	" AND p.id < " D ".id AND p.status <> 'PROCESSED' AND p.status = 'FAILED'"       \
+	" AND p.id < " D ".id AND p.status = 'FAILED'"                                    \
 	" AND p.next_attempt_at IS NULL AND p.lease_until IS NULL"                       \
 	" ORDER BY p.id LIMIT 1) IS NOT NULL"
 
@@ -701,26 +701,26 @@ int pg_release_all(store *st, size_t *n)
  * (blocking subscriptions), else 2 behind an unfinished one. Rows another instance holds
  * are left for the next sweep. */
 static const char park_dead_sql[] =
-	"UPDATE outboxd.deliveries SET blocked = 1, next_attempt_at = NULL WHERE id IN ("
-	" SELECT d.id FROM outboxd.subscriptions s JOIN outboxd.deliveries d"
+	"UPDATE outboxd.queue SET blocked = 1, next_attempt_at = NULL WHERE id IN ("
+	" SELECT d.id FROM outboxd.subscriptions s JOIN outboxd.queue d"
 	"  ON d.subscription_id = s.id"
-	" WHERE s.ordering = 1 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
+	" WHERE s.ordering = 1 AND d.order_key IS NOT NULL"
 	" AND d.status = 'NEW' AND d.blocked <> 1 AND d.lease_until IS NULL"
 	" AND " DEAD_BEFORE("d") " FOR UPDATE OF d SKIP LOCKED)";
 
 static const char park_wait_sql[] =
-	"UPDATE outboxd.deliveries SET blocked = 2, next_attempt_at = NULL WHERE id IN ("
-	" SELECT d.id FROM outboxd.subscriptions s JOIN outboxd.deliveries d"
+	"UPDATE outboxd.queue SET blocked = 2, next_attempt_at = NULL WHERE id IN ("
+	" SELECT d.id FROM outboxd.subscriptions s JOIN outboxd.queue d"
 	"  ON d.subscription_id = s.id"
-	" WHERE s.ordering > 0 AND d.order_key IS NOT NULL AND d.status <> 'PROCESSED'"
+	" WHERE s.ordering > 0 AND d.order_key IS NOT NULL"
 	" AND d.status = 'NEW' AND d.blocked = 0 AND d.lease_until IS NULL"
 	" AND d.next_attempt_at IS NOT NULL AND " PENDING_BEFORE("d", "s")
 	" FOR UPDATE OF d SKIP LOCKED)";
 
 /* Parked deliveries whose reason is gone: due now (the claim still checks the order). */
 static const char unpark_sql[] =
-	"UPDATE outboxd.deliveries SET blocked = 0, next_attempt_at = $1 WHERE id IN ("
-	" SELECT d.id FROM outboxd.deliveries d LEFT JOIN outboxd.subscriptions s"
+	"UPDATE outboxd.queue SET blocked = 0, next_attempt_at = $1 WHERE id IN ("
+	" SELECT d.id FROM outboxd.queue d LEFT JOIN outboxd.subscriptions s"
 	"  ON s.id = d.subscription_id AND s.ordering > 0"
 	" WHERE d.blocked > 0 AND NOT (s.id IS NOT NULL AND CASE d.blocked"
 	"  WHEN 1 THEN s.ordering = 1 AND " DEAD_BEFORE("d")
