@@ -15,7 +15,8 @@
 #
 # Usage: [EVENTS=200000] [ROUNDS=2] [BUILD=build] [SCHEMAS=...] [INFLIGHT=1]
 #        bench/prototypes/pg_queue_split/run.sh
-# A prototype of a schema outboxd does not have: nothing here is used by outboxd.
+# A prototype of the schema outboxd has had since PostgreSQL migration 20 (README.md):
+# nothing here is used by outboxd.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../.."
