@@ -269,7 +269,7 @@ api "$APORT" POST /v1/subscriptions "{\"name\":\"s3\",\"event_types\":[\"soak.or
   \"endpoint\":\"$RX/s3\",$TIMEOUTS,\"retry\":{\"timeout\":\"3s\"}}" >/dev/null
 api "$APORT" POST /v1/subscriptions "{\"name\":\"s4\",\"event_types\":[\"*\"],
   \"endpoint\":\"$RX/s4\",$TIMEOUTS,\"max_in_flight\":32,\"circuit_breaker\":{\"enabled\":false},
-  \"retry\":{\"policy\":\"linear\",\"interval\":\"1s\",\"max_delay\":\"10s\",\"max_retries\":0,\"timeout\":\"3s\"}}" >/dev/null
+  \"retry\":{\"policy\":\"linear\",\"interval\":\"1s\",\"max_delay\":\"10s\",\"max_retries\":10,\"timeout\":\"3s\"}}" >/dev/null
 # B and C reload the subscriptions on NOTIFY outboxd_subs: the load starts once all see them.
 for port in "${PORTS[@]}"; do
   for _ in $(seq 100); do
@@ -556,7 +556,8 @@ pg_sql -d soak -AtF ' ' -c "SELECT id, event_type, COALESCE(NULLIF(source, ''), 
     COALESCE(source_event_id, '-') FROM outboxd.events" >"$work/events.txt"
 pg_sql -d soak -AtF ' ' -c "SELECT d.event_id, s.name,
     CASE WHEN d.status = 'FAILED' AND d.next_attempt_at IS NULL THEN 'DEAD' ELSE d.status END,
-    d.attempt_count, d.lease_owner IS NOT NULL,
+    d.attempt_count,
+    EXISTS (SELECT 1 FROM outboxd.queue q WHERE q.id = d.id AND q.lease_owner IS NOT NULL),
     (SELECT count(*) FROM outboxd.attempts a WHERE a.delivery_id = d.id)
   FROM outboxd.deliveries d JOIN outboxd.subscriptions s ON s.id = d.subscription_id" \
   >"$work/deliveries.txt"
@@ -789,7 +790,7 @@ fmt() { printf "%'d" "$1" 2>/dev/null || echo "$1"; }
   for s in "${SUBS[@]}"; do
     case $s in
       s1) r="fixed 2 s, forever" ;; s2) r="exponential 1–20 s, forever, signed" ;;
-      s3) r="defaults (3+3, then DLQ), breaker on; soak.order and soak.kafka" ;; s4) r="linear 1–10 s, forever, max 32 in flight" ;;
+      s3) r="defaults (3+3, then DLQ), breaker on; soak.order and soak.kafka" ;; s4) r="linear 1–10 s, 10 retries (the most linear takes), then DLQ, max 32 in flight" ;;
     esac
     awk -v s="$s" -v r="$r" -v d="$(awk -v s="$s" '$1 == s { print $2 }' "$work/dead-at-chaos-end.txt")" \
       '$1 == "sub" && $2 == s { printf "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", s, r, $3, $4 + $5, $5, $6, $7, $8, $9, d }' \
