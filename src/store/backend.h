@@ -178,6 +178,10 @@ extern const struct store_methods store_pg_methods;
 /* PROCESSED deliveries deleted per cleanup transaction: writers wait at most one. */
 #define CLEANUP_BATCH 1000
 
+/* Events the cleanup's sweep reads per statement (those without a delivery are deleted),
+ * so ingest never waits long behind it. */
+#define CLEANUP_CHUNK 10000
+
 /* Events a slice of the cleanup's sweep looks at (store_cleanup with a max), in
  * statements of CLEANUP_CHUNK: about 50 ms on PostgreSQL. */
 #define CLEANUP_SWEEP 50000

@@ -445,8 +445,9 @@ int store_dlq_purge_matching(store *st, const struct delivery_filter *f, size_t 
 /* The cleanup job (before_ms applies cleanup_after): deletes PROCESSED deliveries
  * processed at or before before_ms (and their attempts), then the events created at or
  * before before_ms that have no delivery (an event no subscription wanted stays as long
- * as a delivered one, for an operator to look up). Works in transactions of at most CLEANUP_BATCH deliveries, so writers wait at
- * most one batch. max 0 does it all in one call. Otherwise a call does a slice — up to
+ * as a delivered one, for an operator to look up). Works in transactions of at most
+ * CLEANUP_BATCH deliveries, so writers wait at most one batch. max 0 does it all in one
+ * call. Otherwise a call does a slice — up to
  * max deliveries, or when they are done, a part of the sweep of the events (up to
  * CLEANUP_SWEEP events looked at) — and sets *more when the run is not over: a caller with
  * other work (the janitor) calls again after it, and the run goes on where it stopped.

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "bg_call.h"
+#include "store_reads.h"
 #include "util/clock.h"
 
 static void test_replay(void **state)
@@ -517,26 +518,6 @@ static void test_jobs_list_pages(void **state)
 	assert_null(items);
 }
 
-/* A listing of the deliveries, and the ping of /readyz (bg_call.h runs them). */
-static int list_some(void *st)
-{
-	struct delivery_filter f;
-	struct store_delivery *items = NULL;
-	size_t n = 0;
-	char *cursor = NULL;
-	memset(&f, 0, sizeof(f));
-	f.limit = 10;
-	int rc = store_deliveries_list(st, &f, &items, &n, &cursor);
-	store_deliveries_free(items, n);
-	free(cursor);
-	return rc;
-}
-
-static int ping(void *st)
-{
-	return store_ping(st);
-}
-
 /* A read that takes long (here: held up by another session's lock on the deliveries, as
  * a search over millions of them takes seconds) must not hold up the others: /readyz's
  * ping answers meanwhile. 30 s is far more than a ping takes on any machine. */
@@ -550,7 +531,7 @@ static void test_a_long_read_holds_up_no_other(void **state)
 		skip(); /* tests/unit/store/test_sqlite_readers.c holds SQLite's readers */
 	ingest_one(t, "listed", t->t0, 1, ev);
 	assert_int_equal(backend->hold_reads(&t->db, 1), 0);
-	assert_int_equal(bg_call_start(&list, list_some, t->st), 0);
+	assert_int_equal(bg_call_start(&list, read_list_some, t->st), 0);
 	int waiting = 0;
 	for (int i = 0; i < 300 && !waiting; i++) {
 		waiting = backend->reads_held(&t->db) > 0;
@@ -561,7 +542,7 @@ static void test_a_long_read_holds_up_no_other(void **state)
 		backend->hold_reads(&t->db, 0);
 		fail_msg("the listing never reached the held lock");
 	}
-	assert_int_equal(bg_call_start(&pinged_call, ping, t->st), 0);
+	assert_int_equal(bg_call_start(&pinged_call, read_ping, t->st), 0);
 	int pinged = bg_call_done(&pinged_call, 30);
 	int listed = bg_call_done(&list, 0);
 	backend->hold_reads(&t->db, 0);
@@ -587,7 +568,7 @@ static void test_a_read_past_the_timeout_is_stopped(void **state)
 		skip(); /* tests/unit/store/test_sqlite_readers.c runs a read past SQLite's */
 	store_set_read_timeout(t->st, 300);
 	assert_int_equal(backend->hold_reads(&t->db, 1), 0);
-	assert_int_equal(bg_call_start(&list, list_some, t->st), 0);
+	assert_int_equal(bg_call_start(&list, read_list_some, t->st), 0);
 	int stopped = bg_call_done(&list, 30);
 	backend->hold_reads(&t->db, 0);
 	bg_call_join(&list);
@@ -595,7 +576,7 @@ static void test_a_read_past_the_timeout_is_stopped(void **state)
 		fail_msg("the read waited past its timeout");
 	assert_int_equal(list.rc, STORE_TIMEOUT);
 	store_set_read_timeout(t->st, STORE_READ_TIMEOUT_MS);
-	assert_int_equal(list_some(t->st), STORE_OK);
+	assert_int_equal(read_list_some(t->st), STORE_OK);
 }
 
 int main(void)

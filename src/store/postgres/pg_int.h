@@ -15,8 +15,6 @@
 #include "util/buf.h"
 
 
-#define CLEANUP_CHUNK 10000
-
 #define ERROR_TEXT_MAX 1024       /* stored error text, as in SQLite */
 
 #define BACKOFF_MIN_MS 100

@@ -300,9 +300,9 @@ static int filter_sql(const struct delivery_filter *f, const char *t, char *sql,
 		pg_p_text(p, delivery_status_name(f->status));
 		sql_col(sql, size, " AND %sstatus = $%d", t, p->n);
 	}
+	/* dead_only and failing_since_ms are answered from the queue (filter_on_queue) */
 	if (f->dead_only)
-		sql_col(sql, size, " AND %1$sstatus = 'FAILED' AND %1$snext_attempt_at IS NULL", t,
-			0);
+		sql_add(sql, size, " AND q.status = 'FAILED' AND q.next_attempt_at IS NULL", 0, 0);
 	if (f->subscription_id) {
 		pg_p_text(p, f->subscription_id);
 		sql_col(sql, size, " AND %ssubscription_id = $%d", t, p->n);
@@ -351,8 +351,7 @@ static int filter_sql(const struct delivery_filter *f, const char *t, char *sql,
 	}
 	if (f->failing_since_ms) {
 		pg_p_i64(p, f->failing_since_ms);
-		sql_col(sql, size, " AND %1$sstatus = 'FAILED' AND %1$sfailing_since <= $%2$d", t,
-			p->n);
+		sql_add(sql, size, " AND q.status = 'FAILED' AND q.failing_since <= $%d", p->n, 0);
 	}
 	return 0;
 }

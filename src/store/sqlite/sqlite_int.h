@@ -14,8 +14,6 @@
 #include "util/buf.h"
 
 
-/* Cleanup deletes in chunks so ingest never waits long behind it. */
-#define CLEANUP_CHUNK 10000
 
 /* Stored error text (attempt message and cause, last_message/last_cause) is bounded. */
 #define ERROR_TEXT_MAX 1024

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bg_call.h"
+#include "store_reads.h"
 #include "store/sqlite/sqlite_int.h"
 #include "store/store.h"
 #include "util/clock.h"
@@ -61,36 +62,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The calls the test makes on threads of their own (bg_call.h), to tell one that waits. */
-static int ping(void *st)
-{
-	return store_ping(st);
-}
-
-static int stats(void *st)
-{
-	struct store_stats s;
-	memset(&s, 0, sizeof(s));
-	int rc = store_stats(st, clock_now_ms(), 60000, &s);
-	if (rc == STORE_OK)
-		store_stats_free(&s);
-	return rc;
-}
-
-static int list_some(void *st)
-{
-	struct delivery_filter f;
-	struct store_delivery *items = NULL;
-	size_t n = 0;
-	char *cursor = NULL;
-	memset(&f, 0, sizeof(f));
-	f.limit = 10;
-	int rc = store_deliveries_list(st, &f, &items, &n, &cursor);
-	store_deliveries_free(items, n);
-	free(cursor);
-	return rc;
-}
-
+/* The calls the test makes on threads of their own (bg_call.h), to tell one that waits:
+ * store_reads.h's, and the writer's look for the next due delivery. */
 static int next_due(void *st)
 {
 	int64_t at = 0;
@@ -120,15 +93,15 @@ static void test_reads_go_on_while_a_reader_is_held(void **state)
 
 	struct sq_reader *held = sq_read_lock(sq);
 	assert_ptr_equal(held, &sq->readers[0]);
-	call_at_once(f->st, ping, "the ping");
+	call_at_once(f->st, read_ping, "the ping");
 	assert_non_null(sq->readers[1].db); /* opened for it */
-	call_at_once(f->st, stats, "the stats");
-	call_at_once(f->st, list_some, "a listing");
+	call_at_once(f->st, read_stats, "the stats");
+	call_at_once(f->st, read_list_some, "a listing");
 
 	/* a second long read: the third reader serves */
 	struct sq_reader *held2 = sq_read_lock(sq);
 	assert_ptr_not_equal(held2, held);
-	call_at_once(f->st, ping, "the ping");
+	call_at_once(f->st, read_ping, "the ping");
 	assert_non_null(sq->readers[2].db);
 	sq_read_unlock(held2);
 	sq_read_unlock(held);
@@ -145,7 +118,7 @@ static void test_with_every_reader_held_a_read_waits_for_one(void **state)
 		held[k] = sq_read_lock(sq);
 	for (int k = 0; k < SQ_READERS; k++)
 		assert_non_null(held[k]->db);
-	assert_int_equal(bg_call_start(&c, ping, f->st), 0);
+	assert_int_equal(bg_call_start(&c, read_ping, f->st), 0);
 	/* It cannot answer without a reader (on a slow machine it may not have started
 	 * within the 100 ms: either way it is not done). */
 	usleep(100 * 1000);
@@ -187,7 +160,7 @@ static void test_a_read_past_the_timeout_is_stopped(void **state)
 		fail_msg("the read ran past its timeout");
 	bg_call_join(&c);
 	assert_int_equal(c.rc, STORE_TIMEOUT);
-	call_at_once(f->st, list_some, "a listing after the timeout");
+	call_at_once(f->st, read_list_some, "a listing after the timeout");
 }
 
 int main(void)
