@@ -248,6 +248,20 @@ static void test_leases_renew(void **state)
 	d = get_delivery(t, c[0].delivery_id);
 	assert_int_equal(d.status, DELIVERY_PROCESSED);
 	store_delivery_free(&d);
+
+	/* c[1]'s subscription's figures count every request made for it, the lost round's
+	 * with them: the 503, the lost round's 200 and the retry's 200 */
+	struct store_stats s = {0};
+	assert_int_equal(store_stats(t->st, clock_now_ms(), 3600 * 1000, &s), STORE_OK);
+	const struct store_sub_stats *sub = NULL;
+	for (size_t i = 0; i < s.n_subs; i++)
+		if (!strcmp(s.subs[i].subscription_id, c[1].subscription_id))
+			sub = &s.subs[i];
+	assert_non_null(sub);
+	assert_int_equal(sub->attempts, 3);
+	assert_int_equal(sub->successes, 2);
+	assert_int_equal(sub->last_code, 503);
+	store_stats_free(&s);
 	store_claims_free(other_c, 1);
 	store_claims_free(c, 2);
 	store_close(other);
