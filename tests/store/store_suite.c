@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store/backend.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -162,6 +163,28 @@ static void pg_finished(void)
 }
 
 static int pg_adverse_plans(struct fixture_db *db, int on);
+
+static int pg_older_schema(struct fixture_db *db, size_t version, const char *sql)
+{
+	char record[160];
+
+	if (version > postgres_migrations_n ||
+	    pg_exec_on(db->dsn, "SET client_min_messages = warning;"
+				"DROP SCHEMA IF EXISTS outboxd CASCADE;"
+				"CREATE SCHEMA outboxd;"
+				"CREATE TABLE outboxd.schema_migrations ("
+				" version integer PRIMARY KEY, applied_at bigint NOT NULL)"))
+		return -1;
+	for (size_t v = 1; v <= version; v++) {
+		snprintf(record, sizeof(record),
+			 "INSERT INTO outboxd.schema_migrations(version, applied_at)"
+			 " VALUES (%zu, %lld)", v, (long long)clock_now_ms());
+		if (pg_exec_on(db->dsn, postgres_migrations[v - 1].sql) ||
+		    pg_exec_on(db->dsn, record))
+			return -1;
+	}
+	return sql ? pg_exec_on(db->dsn, sql) : 0;
+}
 
 static int pg_create(struct fixture_db *db)
 {
@@ -325,6 +348,7 @@ static const struct backend_fixture backends[] = {
 		.analyze = pg_analyze,
 		.hold_reads = pg_hold_reads,
 		.reads_held = pg_reads_held,
+		.older_schema = pg_older_schema,
 		.available = pg_available,
 		.finished = pg_finished,
 	},

@@ -76,6 +76,12 @@ struct backend_fixture {
 	int (*hold_reads)(struct fixture_db *db, int on);
 	/* Sessions waiting for that lock (-1 when it cannot say). */
 	long long (*reads_held)(struct fixture_db *db);
+	/* Makes the database a store of an older schema: empty, then the backend's
+	 * migrations 1 to version applied and recorded as outboxd applies them, then sql
+	 * (rows as that version wrote them). Close the test's store first; store_open then
+	 * migrates the rest. 0 on success; NULL for a backend whose last migrations the
+	 * suite has no older rows for. */
+	int (*older_schema)(struct fixture_db *db, size_t version, const char *sql);
 	int has_owner_lock;  /* one process per database (SQLite's flock) */
 	int (*available)(void);
 	void (*finished)(void); /* after the backend's last test, or NULL */
