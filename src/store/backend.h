@@ -243,6 +243,21 @@ extern const size_t sqlite_migrations_n;
 extern const struct store_migration postgres_migrations[];
 extern const size_t postgres_migrations_n;
 
+/* ---- what the backend-independent files share (store.c, subscriptions.c,
+ * operator_records.c) ------------------------------------------------------------------ */
+
+/* Hard caps on batch sizes: one transaction must stay short enough not to hold the
+ * writer for long (ingest of other requests waits behind it). */
+#define STORE_MAX_BATCH 10000
+#define STORE_MAX_PAGE 1000
+
+/* A backend that lacks an optional op answers STORE_ERROR (logged once by the caller). */
+#define OPTIONAL_OP(st, op) \
+	do { \
+		if (!(st)->methods->op) \
+			return STORE_ERROR; \
+	} while (0)
+
 /* ---- listing cursors, the same for every backend (store.c) ------------------------- */
 
 /* The column a listing sorts by. */
@@ -254,5 +269,11 @@ int store_cursor_parse(const struct delivery_filter *f, int64_t *value,
 /* The cursor of the page after the one ending with last (returned), or NULL when out of
  * memory. */
 char *store_cursor_after(const struct delivery_filter *f, const struct store_delivery *last);
+/* A cursor of a newest-first list (events, jobs: "<tag>:<created_at>:<id>", the last row
+ * of the previous page) into *at and id. 0, or -1 when it is not one. */
+int store_newest_cursor_parse(const char *c, char tag, long long *at, char id[UUID_STR_LEN]);
+/* The cursor of the page after the row (at, id) of a newest-first list (returned), or
+ * NULL when out of memory. */
+char *store_newest_cursor(char tag, int64_t at, const char *id);
 
 #endif

@@ -1,4 +1,6 @@
-/* store.c: the backend-independent half of the storage interface.
+/* store.c: the backend-independent half of the storage interface: opening a store,
+ * events and deliveries (the subscription rows: subscriptions.c; jobs, audit, tokens:
+ * operator_records.c).
  *
  * Picks a backend by DSN prefix, checks arguments once for every backend (so each
  * backend may assume sane input), initialises out-parameters so callers can always free
@@ -10,18 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "core/secretbox.h"
-#include "core/sub_codec.h"
-#include "util/clock.h"
 #include "util/log.h"
 #include "util/uuid.h"
-
-/* Hard caps on batch sizes: one transaction must stay short enough not to hold the
- * writer for long (ingest of other requests waits behind it). */
-#define STORE_MAX_BATCH 10000
-#define STORE_MAX_PAGE 1000
 
 static const char *const err_names[] = {
 	[STORE_OK] = "ok",
@@ -599,13 +592,6 @@ int store_deliveries_list(store *st, const struct delivery_filter *f,
 	return st->methods->deliveries_list(st, f, items, n, next_cursor);
 }
 
-/* A backend that lacks an optional op answers STORE_ERROR (logged once by the caller). */
-#define OPTIONAL_OP(st, op) \
-	do { \
-		if (!(st)->methods->op) \
-			return STORE_ERROR; \
-	} while (0)
-
 int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n)
 {
 	if (n)
@@ -614,39 +600,6 @@ int store_deliveries_count(store *st, const struct delivery_filter *f, size_t *n
 		return STORE_INVALID;
 	OPTIONAL_OP(st, deliveries_count);
 	return st->methods->deliveries_count(st, f, n);
-}
-
-/* A cursor of a newest-first list ("<tag>:<created_at>:<id>", the last row of the
- * previous page) into *at and id. 0, or -1 when it is not one. */
-static int newest_first_cursor_parse(const char *c, char tag, long long *at,
-				     char id[UUID_STR_LEN])
-{
-	char *end;
-	size_t len;
-
-	if (c[0] != tag || c[1] != ':')
-		return -1;
-	errno = 0;
-	*at = strtoll(c + 2, &end, 10);
-	if (errno || end == c + 2 || *end != ':')
-		return -1;
-	len = strlen(end + 1);
-	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
-		return -1;
-	memcpy(id, end + 1, len + 1);
-	return 0;
-}
-
-/* The cursor of the page after the row (at, id) of a newest-first list (returned), or
- * NULL when out of memory. */
-static char *newest_first_cursor(char tag, int64_t at, const char *id)
-{
-	size_t len = 2 + 21 + 1 + UUID_STR_LEN;
-	char *c = malloc(len);
-
-	if (c)
-		snprintf(c, len, "%c:%lld:%s", tag, (long long)at, id);
-	return c;
 }
 
 /* Event cursors: "e:<created_at>:<id>" of the last event of the previous page. */
@@ -666,7 +619,7 @@ int store_events_list(store *st, const struct event_filter *f,
 	if (!st || !f || !items || !n || !next_cursor || f->limit < 1 ||
 	    f->limit > STORE_MAX_PAGE || f->from_ms < 0 || f->to_ms < 0)
 		return STORE_INVALID;
-	if (f->cursor && newest_first_cursor_parse(f->cursor, 'e', &before_at, before_id))
+	if (f->cursor && store_newest_cursor_parse(f->cursor, 'e', &before_at, before_id))
 		return STORE_INVALID;
 	OPTIONAL_OP(st, events_list);
 	/* One more than asked: whether a next page exists. */
@@ -675,7 +628,7 @@ int store_events_list(store *st, const struct event_filter *f,
 	if (rc != STORE_OK || *n <= f->limit)
 		return rc;
 	const struct store_event_summary *last = &(*items)[f->limit - 1];
-	if (!(*next_cursor = newest_first_cursor('e', last->event.created_at, last->event.id))) {
+	if (!(*next_cursor = store_newest_cursor('e', last->event.created_at, last->event.id))) {
 		store_event_summaries_free(*items, *n);
 		*items = NULL;
 		*n = 0;
@@ -780,219 +733,6 @@ int store_attempt_counts_prune(store *st, int64_t before_ms)
 	return st->methods->attempt_counts_prune(st, before_ms);
 }
 
-/* ---- operator jobs and audit -------------------------------------------------------------- */
-
-int store_job_create(store *st, const struct store_job *job)
-{
-	if (!st || !job || !job->id[0] || !job->filter)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, job_create);
-	return st->methods->job_create(st, job);
-}
-
-int store_job_update(store *st, const struct store_job *job)
-{
-	if (!st || !job || !job->id[0])
-		return STORE_INVALID;
-	OPTIONAL_OP(st, job_update);
-	return st->methods->job_update(st, job);
-}
-
-int store_job_get(store *st, const char *id, struct store_job *out)
-{
-	if (out)
-		memset(out, 0, sizeof(*out));
-	if (!st || !id || !out)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, job_get);
-	return st->methods->job_get(st, id, out);
-}
-
-int store_jobs_running(store *st, struct store_job **items, size_t *n)
-{
-	if (items)
-		*items = NULL;
-	if (n)
-		*n = 0;
-	if (!st || !items || !n)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, jobs_running);
-	return st->methods->jobs_running(st, items, n);
-}
-
-/* Job cursors: "j:<created_at>:<id>" of the last job of the previous page. */
-int store_jobs_list(store *st, const char *state, const char *cursor, size_t limit,
-		    struct store_job **items, size_t *n, char **next_cursor)
-{
-	char before_id[UUID_STR_LEN] = "";
-	long long before_at = 0;
-	int rc;
-
-	if (items)
-		*items = NULL;
-	if (n)
-		*n = 0;
-	if (next_cursor)
-		*next_cursor = NULL;
-	if (!st || !items || !n || !next_cursor || limit < 1 || limit > STORE_MAX_PAGE)
-		return STORE_INVALID;
-	if (cursor && newest_first_cursor_parse(cursor, 'j', &before_at, before_id))
-		return STORE_INVALID;
-	OPTIONAL_OP(st, jobs_list);
-	/* One more than asked: whether a next page exists. */
-	rc = st->methods->jobs_list(st, state, before_at, cursor ? before_id : NULL, limit + 1, items,
-				n);
-	if (rc != STORE_OK || *n <= limit)
-		return rc;
-	const struct store_job *last = &(*items)[limit - 1];
-	if (!(*next_cursor = newest_first_cursor('j', last->created_at, last->id))) {
-		store_jobs_free(*items, *n);
-		*items = NULL;
-		*n = 0;
-		return STORE_ERROR;
-	}
-	store_job_free(&(*items)[limit]);
-	*n = limit;
-	return STORE_OK;
-}
-
-void store_job_free(struct store_job *job)
-{
-	if (!job)
-		return;
-	free(job->filter);
-	free(job->cursor);
-	free(job->actor);
-	free(job->error);
-	memset(job, 0, sizeof(*job));
-}
-
-void store_jobs_free(struct store_job *items, size_t n)
-{
-	if (!items)
-		return;
-	for (size_t i = 0; i < n; i++)
-		store_job_free(&items[i]);
-	free(items);
-}
-
-int store_audit_append(store *st, const struct store_audit *a)
-{
-	if (!st || !a || !a->id[0] || !a->actor || !a->action)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, audit_append);
-	return st->methods->audit_append(st, a);
-}
-
-int store_audit_list(store *st, const char *before_id, size_t limit, struct store_audit **items,
-		     size_t *n)
-{
-	if (items)
-		*items = NULL;
-	if (n)
-		*n = 0;
-	if (!st || !items || !n || limit < 1 || limit > STORE_MAX_PAGE + 1)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, audit_list);
-	return st->methods->audit_list(st, before_id, limit, items, n);
-}
-
-void store_audits_free(struct store_audit *items, size_t n)
-{
-	if (!items)
-		return;
-	for (size_t i = 0; i < n; i++) {
-		free(items[i].actor);
-		free(items[i].action);
-		free(items[i].target);
-		free(items[i].detail);
-	}
-	free(items);
-}
-
-/* ---- API tokens --------------------------------------------------------------------------- */
-
-int store_token_create(store *st, const struct store_token *t)
-{
-	if (!st || !t || !t->id[0] || !t->name || !t->scopes || strlen(t->hash) != 64 ||
-	    t->expires_at < 0)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, token_create);
-	return st->methods->token_create(st, t);
-}
-
-int store_token_delete(store *st, const char *id)
-{
-	if (!st || !id)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, token_delete);
-	return st->methods->token_delete(st, id);
-}
-
-int store_token_touch(store *st, const char *id, int64_t at_ms)
-{
-	if (!st || !id || at_ms <= 0)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, token_touch);
-	return st->methods->token_touch(st, id, at_ms);
-}
-
-int store_meta_get(store *st, const char *name, struct store_meta_value *out)
-{
-	if (!st || !name || !out)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, meta_get);
-	return st->methods->meta_get(st, name, out);
-}
-
-int store_meta_swap(store *st, const char *name, const char *expect, const char *value,
-		    struct store_meta_value *found)
-{
-	struct store_meta_value now;
-
-	if (!st || !name || !value || strlen(value) >= sizeof(now.value))
-		return STORE_INVALID;
-	OPTIONAL_OP(st, meta_swap);
-	int rc = st->methods->meta_swap(st, name, expect, value);
-	if (rc != STORE_NOT_FOUND)
-		return rc;
-	/* not what was expected: say what it is (absent reads as "") */
-	rc = store_meta_get(st, name, &now);
-	if (rc == STORE_NOT_FOUND) {
-		now.value[0] = '\0';
-		rc = STORE_OK;
-	}
-	if (rc != STORE_OK)
-		return rc;
-	if (found)
-		*found = now;
-	return STORE_CONFLICT;
-}
-
-int store_token_list(store *st, struct store_token **items, size_t *n)
-{
-	if (items)
-		*items = NULL;
-	if (n)
-		*n = 0;
-	if (!st || !items || !n)
-		return STORE_INVALID;
-	OPTIONAL_OP(st, token_list);
-	return st->methods->token_list(st, items, n);
-}
-
-void store_tokens_free(struct store_token *items, size_t n)
-{
-	if (!items)
-		return;
-	for (size_t i = 0; i < n; i++) {
-		free(items[i].name);
-		free(items[i].scopes);
-		free(items[i].actor);
-	}
-	free(items);
-}
-
 /* ---- stats ------------------------------------------------------------------------------- */
 
 int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
@@ -1023,138 +763,6 @@ void store_stats_free(struct store_stats *s)
 		free(s->subs[i].last_message);
 	free(s->subs);
 	memset(s, 0, sizeof(*s));
-}
-
-/* ---- subscriptions ------------------------------------------------------------------ */
-
-static int sub_valid(const struct sub_row *sub)
-{
-	return sub && sub->id[0] && strnlen(sub->id, UUID_STR_LEN) < UUID_STR_LEN &&
-	       sub->name && *sub->name && sub->config;
-}
-
-/* A create or update with the config sealed (store/secrets.c) when the store has a key. */
-static int sub_write(store *st, const struct sub_row *sub,
-		     int (*write)(store *st, const struct sub_row *sub))
-{
-	struct sub_row row;
-	char *sealed = NULL;
-	int rc;
-
-	if (!st || !sub_valid(sub))
-		return STORE_INVALID;
-	if ((rc = store_config_seal(st, sub, &sealed)) != STORE_OK)
-		return rc;
-	row = *sub;
-	if (sealed)
-		row.config = sealed;
-	rc = write(st, &row);
-	free(sealed);
-	return rc;
-}
-
-int store_sub_create(store *st, const struct sub_row *sub)
-{
-	return sub_write(st, sub, st ? st->methods->sub_create : NULL);
-}
-
-int store_sub_update(store *st, const struct sub_row *sub)
-{
-	return sub_write(st, sub, st ? st->methods->sub_update : NULL);
-}
-
-int store_sub_disable(store *st, const char *id, const char *reason, int64_t at_ms)
-{
-	struct sub_row row;
-	char ts[RFC3339_LEN];
-	int rc = store_sub_get(st, id, &row);
-	if (rc)
-		return rc;
-	json_t *doc = json_loads(row.config, 0, NULL);
-	char *text = NULL;
-	if (!doc) {
-		rc = STORE_ERROR;
-		goto out;
-	}
-	json_object_set_new(doc, "enabled", json_false());
-	json_object_set_new(doc, "disabled_reason", json_string(reason));
-	json_object_set_new(doc, "disabled_at", json_string(clock_format_rfc3339(at_ms, ts)));
-	if (!(text = json_dumps(doc, JSON_COMPACT))) {
-		rc = STORE_ERROR;
-		goto out;
-	}
-	free(row.config);
-	row.config = text;
-	text = NULL;
-	row.enabled = 0;
-	row.updated_at = at_ms;
-	rc = store_sub_update(st, &row);
-out:
-	json_decref(doc);
-	free(text);
-	store_sub_free(&row);
-	return rc;
-}
-
-int store_sub_delete(store *st, const char *id)
-{
-	if (!st || !id)
-		return STORE_INVALID;
-	return st->methods->sub_delete(st, id);
-}
-
-int store_sub_get(store *st, const char *id, struct sub_row *out)
-{
-	if (out)
-		memset(out, 0, sizeof(*out));
-	if (!st || !id || !out)
-		return STORE_INVALID;
-	int rc = st->methods->sub_get(st, id, out);
-	if (rc == STORE_OK && (rc = store_config_open(st, out)) != STORE_OK)
-		store_sub_free(out);
-	return rc;
-}
-
-int store_sub_list(store *st, struct sub_row **items, size_t *n)
-{
-	if (items)
-		*items = NULL;
-	if (n)
-		*n = 0;
-	if (!st || !items || !n)
-		return STORE_INVALID;
-	int rc = st->methods->sub_list(st, items, n);
-	/* One row that does not open fails the list: a set without it would silently stop
-	 * delivering to it. */
-	for (size_t i = 0; rc == STORE_OK && i < *n; i++)
-		rc = store_config_open(st, &(*items)[i]);
-	if (rc != STORE_OK) {
-		store_subs_free(*items, *n);
-		*items = NULL;
-		*n = 0;
-	}
-	return rc;
-}
-
-void store_sub_free(struct sub_row *sub)
-{
-	if (!sub)
-		return;
-	free(sub->name);
-	if (sub->config) /* it holds credentials in clear */
-		explicit_bzero(sub->config, strlen(sub->config));
-	free(sub->config);
-	sub->name = NULL;
-	sub->config = NULL;
-}
-
-void store_subs_free(struct sub_row *items, size_t n)
-{
-	if (!items)
-		return;
-	for (size_t i = 0; i < n; i++)
-		store_sub_free(&items[i]);
-	free(items);
 }
 
 /* ---- listing cursors (both backends) ------------------------------------------------- */
@@ -1212,6 +820,35 @@ char *store_cursor_after(const struct delivery_filter *f, const struct store_del
 	return c;
 }
 
+int store_newest_cursor_parse(const char *c, char tag, long long *at,
+			      char id[UUID_STR_LEN])
+{
+	char *end;
+	size_t len;
+
+	if (c[0] != tag || c[1] != ':')
+		return -1;
+	errno = 0;
+	*at = strtoll(c + 2, &end, 10);
+	if (errno || end == c + 2 || *end != ':')
+		return -1;
+	len = strlen(end + 1);
+	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
+		return -1;
+	memcpy(id, end + 1, len + 1);
+	return 0;
+}
+
+char *store_newest_cursor(char tag, int64_t at, const char *id)
+{
+	size_t len = 2 + 21 + 1 + UUID_STR_LEN;
+	char *c = malloc(len);
+
+	if (c)
+		snprintf(c, len, "%c:%lld:%s", tag, (long long)at, id);
+	return c;
+}
+
 int store_take_one(void *rows, size_t n, size_t size, void *out)
 {
 	if (n == 0) {
@@ -1220,48 +857,5 @@ int store_take_one(void *rows, size_t n, size_t size, void *out)
 	}
 	memcpy(out, rows, size);
 	free(rows);
-	return STORE_OK;
-}
-
-/* ---- subscriptions into the registry ---------------------------------------------- */
-
-int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults)
-{
-	struct sub_row *rows = NULL;
-	size_t n = 0;
-	char why[256];
-	int64_t now = clock_now_ms();
-	unsigned long ticket = sub_registry_ticket(reg);
-	int rc = store_sub_list(st, &rows, &n);
-	if (rc) {
-		/* a row that does not open was logged with its id by the wrappers */
-		snprintf(why, sizeof(why), "the subscriptions cannot be read from the store (%s): "
-			 "events cannot be fanned out", store_strerror(rc));
-		sub_registry_stale(reg, now, why);
-		return rc;
-	}
-	struct sub_set *set = sub_set_new();
-	set->loaded_at_ms = now;
-	set->read_ticket = ticket;
-	for (size_t i = 0; i < n && rc == STORE_OK; i++) {
-		struct subscription *s = sub_codec_from_row(&rows[i], defaults);
-		if (!s) {
-			snprintf(why, sizeof(why), "subscription %s cannot be decoded: events "
-				 "cannot be fanned out", rows[i].id);
-			rc = STORE_ERROR;
-		} else if (sub_set_add(set, s)) {
-			snprintf(why, sizeof(why), "out of memory loading subscription %s", rows[i].id);
-			rc = STORE_ERROR;
-		}
-	}
-	store_subs_free(rows, n);
-	if (rc != STORE_OK) {
-		/* keep the set there was: a partial one would fan out without that row */
-		log_error("%s", why);
-		sub_registry_release(reg, set);
-		sub_registry_stale(reg, now, why);
-		return rc;
-	}
-	sub_registry_publish(reg, set);
 	return STORE_OK;
 }

@@ -1,0 +1,190 @@
+/* subscriptions.c: the storage interface's subscription rows, backend-independent:
+ * each config sealed on write when the store has a key (store/secrets.c), checked and
+ * freed here, and the rows loaded into the in-memory registry (store_subs_load). No SQL
+ * here. */
+#include "store/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/sub_codec.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+/* ---- subscriptions ------------------------------------------------------------------ */
+
+static int sub_valid(const struct sub_row *sub)
+{
+	return sub && sub->id[0] && strnlen(sub->id, UUID_STR_LEN) < UUID_STR_LEN &&
+	       sub->name && *sub->name && sub->config;
+}
+
+/* A create or update with the config sealed (store/secrets.c) when the store has a key. */
+static int sub_write(store *st, const struct sub_row *sub,
+		     int (*write)(store *st, const struct sub_row *sub))
+{
+	struct sub_row row;
+	char *sealed = NULL;
+	int rc;
+
+	if (!st || !sub_valid(sub))
+		return STORE_INVALID;
+	if ((rc = store_config_seal(st, sub, &sealed)) != STORE_OK)
+		return rc;
+	row = *sub;
+	if (sealed)
+		row.config = sealed;
+	rc = write(st, &row);
+	free(sealed);
+	return rc;
+}
+
+int store_sub_create(store *st, const struct sub_row *sub)
+{
+	return sub_write(st, sub, st ? st->methods->sub_create : NULL);
+}
+
+int store_sub_update(store *st, const struct sub_row *sub)
+{
+	return sub_write(st, sub, st ? st->methods->sub_update : NULL);
+}
+
+int store_sub_disable(store *st, const char *id, const char *reason, int64_t at_ms)
+{
+	struct sub_row row;
+	char ts[RFC3339_LEN];
+	int rc = store_sub_get(st, id, &row);
+	if (rc)
+		return rc;
+	json_t *doc = json_loads(row.config, 0, NULL);
+	char *text = NULL;
+	if (!doc) {
+		rc = STORE_ERROR;
+		goto out;
+	}
+	json_object_set_new(doc, "enabled", json_false());
+	json_object_set_new(doc, "disabled_reason", json_string(reason));
+	json_object_set_new(doc, "disabled_at", json_string(clock_format_rfc3339(at_ms, ts)));
+	if (!(text = json_dumps(doc, JSON_COMPACT))) {
+		rc = STORE_ERROR;
+		goto out;
+	}
+	free(row.config);
+	row.config = text;
+	text = NULL;
+	row.enabled = 0;
+	row.updated_at = at_ms;
+	rc = store_sub_update(st, &row);
+out:
+	json_decref(doc);
+	free(text);
+	store_sub_free(&row);
+	return rc;
+}
+
+int store_sub_delete(store *st, const char *id)
+{
+	if (!st || !id)
+		return STORE_INVALID;
+	return st->methods->sub_delete(st, id);
+}
+
+int store_sub_get(store *st, const char *id, struct sub_row *out)
+{
+	if (out)
+		memset(out, 0, sizeof(*out));
+	if (!st || !id || !out)
+		return STORE_INVALID;
+	int rc = st->methods->sub_get(st, id, out);
+	if (rc == STORE_OK && (rc = store_config_open(st, out)) != STORE_OK)
+		store_sub_free(out);
+	return rc;
+}
+
+int store_sub_list(store *st, struct sub_row **items, size_t *n)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !items || !n)
+		return STORE_INVALID;
+	int rc = st->methods->sub_list(st, items, n);
+	/* One row that does not open fails the list: a set without it would silently stop
+	 * delivering to it. */
+	for (size_t i = 0; rc == STORE_OK && i < *n; i++)
+		rc = store_config_open(st, &(*items)[i]);
+	if (rc != STORE_OK) {
+		store_subs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+void store_sub_free(struct sub_row *sub)
+{
+	if (!sub)
+		return;
+	free(sub->name);
+	if (sub->config) /* it holds credentials in clear */
+		explicit_bzero(sub->config, strlen(sub->config));
+	free(sub->config);
+	sub->name = NULL;
+	sub->config = NULL;
+}
+
+void store_subs_free(struct sub_row *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		store_sub_free(&items[i]);
+	free(items);
+}
+
+/* ---- subscriptions into the registry ---------------------------------------------- */
+
+int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults)
+{
+	struct sub_row *rows = NULL;
+	size_t n = 0;
+	char why[256];
+	int64_t now = clock_now_ms();
+	unsigned long ticket = sub_registry_ticket(reg);
+	int rc = store_sub_list(st, &rows, &n);
+	if (rc) {
+		/* a row that does not open was logged with its id by the wrappers */
+		snprintf(why, sizeof(why), "the subscriptions cannot be read from the store (%s): "
+			 "events cannot be fanned out", store_strerror(rc));
+		sub_registry_stale(reg, now, why);
+		return rc;
+	}
+	struct sub_set *set = sub_set_new();
+	set->loaded_at_ms = now;
+	set->read_ticket = ticket;
+	for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+		struct subscription *s = sub_codec_from_row(&rows[i], defaults);
+		if (!s) {
+			snprintf(why, sizeof(why), "subscription %s cannot be decoded: events "
+				 "cannot be fanned out", rows[i].id);
+			rc = STORE_ERROR;
+		} else if (sub_set_add(set, s)) {
+			snprintf(why, sizeof(why), "out of memory loading subscription %s", rows[i].id);
+			rc = STORE_ERROR;
+		}
+	}
+	store_subs_free(rows, n);
+	if (rc != STORE_OK) {
+		/* keep the set there was: a partial one would fan out without that row */
+		log_error("%s", why);
+		sub_registry_release(reg, set);
+		sub_registry_stale(reg, now, why);
+		return rc;
+	}
+	sub_registry_publish(reg, set);
+	return STORE_OK;
+}
