@@ -729,7 +729,7 @@ function report(base, results) {
       const r = once[n];
       if (!r.available) { L.push(`| ${r.label ?? n} | | not available (${r.reason}) |${" |".repeat(10)}`); continue; }
       L.push(`| ${r.label} | ${commitsOf(n, null, s)} | ${f0(r.deliveries_per_s)} | ${f0(r.end_to_end_per_s)} | ${f0(r.unique_ids)} of ${f0(r.deliveries_expected)} | ` +
-        `${f0(r.duplicates)} | ${f1(r.cpu?.deliverers)} | ${f1(r.cpu?.postgres)} | ${f1(r.cpu?.ingest_client)} | ${f1(r.cpu?.sum)} | ` +
+        `${f0(r.duplicates)}${r.duplicates && r.duplicates_unrecorded != null ? ` (not recorded: ${f0(r.duplicates_unrecorded)})` : ""} | ${f1(r.cpu?.deliverers)} | ${f1(r.cpu?.postgres)} | ${f1(r.cpu?.ingest_client)} | ${f1(r.cpu?.sum)} | ` +
         `${f1(r.memory_mib?.pss_sum)} | ${r.vs_one != null ? `${times(r.vs_one)} (÷ ${r.vs_one_of})` : "–"} | ${times(r.vs_ceiling)} |`);
     }
     if (onceTp.some((n) => once[n].instances > 1))

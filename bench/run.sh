@@ -471,8 +471,8 @@ dup_evidence() {
   [ "${dups:-0}" -gt 0 ] || return 0
   dir=$RESULTS/evidence/$(date -u +%Y%m%dT%H%M%S)-$(basename "$work")-$1
   mkdir -p "$dir"
-  cp "$work/$1.log" "$work/$1.ids.json" "$work/$1.metrics.txt" "$work/$1.stats.json" \
-    "$dir/" 2>/dev/null || true
+  cp "$work/$1.log" "$work/$1"-[0-9]*.log "$work/$1.ids.json" "$work/$1.metrics.txt" \
+    "$work/$1.stats.json" "$dir/" 2>/dev/null || true
   log "$1: $dups duplicates at the sink; outboxd's log, metrics and stats kept in $dir"
 }
 
@@ -584,8 +584,14 @@ row_pg_multi() {
   done
   TP_PGDB=$db throughput "$name" "${dpids[*]}" "$EVENTS" 1 \
     spread_ingest "$EVENTS" "${ports[@]}" || { for p in "${dpids[@]}"; do stop_pid "$p"; done; return 1; }
+  # every instance's attempts (the metrics of all of them, one after the other: the
+  # analysis sums a counter over every line) and the stats, which count every instance's
+  for port in "${ports[@]}"; do api "127.0.0.1:$port/metrics" 2>/dev/null || true; done \
+    >"$work/$name.metrics.txt"
+  api "127.0.0.1:${ports[0]}/v1/stats" >"$work/$name.stats.json" 2>/dev/null || true
   for p in "${dpids[@]}"; do stop_pid "$p"; done
   sink_ids "$name"
+  dup_evidence "$name"
   pg_probe_stats "$name" "$db"
   row_assemble "$name" outboxd
 }
