@@ -778,6 +778,26 @@ static const char *const sort_columns[] = {
 	[DELIVERY_SORT_ATTEMPTS] = "attempt_count",
 };
 
+/* The "<value>:<id>" that ends every cursor into *value and id (left alone when it is
+ * not one). 0, or -1. */
+static int cursor_value_id(const char *p, long long *value, char id[UUID_STR_LEN])
+{
+	char *end;
+	size_t len;
+	long long v;
+
+	errno = 0;
+	v = strtoll(p, &end, 10);
+	if (errno || end == p || *end != ':')
+		return -1;
+	len = strlen(end + 1);
+	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
+		return -1;
+	*value = v;
+	memcpy(id, end + 1, len + 1);
+	return 0;
+}
+
 const char *store_sort_column(enum delivery_sort sort)
 {
 	return sort_columns[sort];
@@ -787,22 +807,13 @@ int store_cursor_parse(const struct delivery_filter *f, int64_t *value,
 		       char id[UUID_STR_LEN])
 {
 	const char *c = f->cursor;
-	char *end;
-	size_t len;
 	long long v;
 
 	if (strlen(c) < 5 || c[0] != sort_letters[f->sort] ||
-	    c[1] != (f->descending ? 'd' : 'a') || c[2] != ':')
-		return -1;
-	errno = 0;
-	v = strtoll(c + 3, &end, 10);
-	if (errno || end == c + 3 || *end != ':')
-		return -1;
-	len = strlen(end + 1);
-	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
+	    c[1] != (f->descending ? 'd' : 'a') || c[2] != ':' ||
+	    cursor_value_id(c + 3, &v, id))
 		return -1;
 	*value = v;
-	memcpy(id, end + 1, len + 1);
 	return 0;
 }
 
@@ -823,20 +834,9 @@ char *store_cursor_after(const struct delivery_filter *f, const struct store_del
 int store_newest_cursor_parse(const char *c, char tag, long long *at,
 			      char id[UUID_STR_LEN])
 {
-	char *end;
-	size_t len;
-
 	if (c[0] != tag || c[1] != ':')
 		return -1;
-	errno = 0;
-	*at = strtoll(c + 2, &end, 10);
-	if (errno || end == c + 2 || *end != ':')
-		return -1;
-	len = strlen(end + 1);
-	if (len == 0 || len >= UUID_STR_LEN || strspn(end + 1, "0123456789abcdefABCDEF-") != len)
-		return -1;
-	memcpy(id, end + 1, len + 1);
-	return 0;
+	return cursor_value_id(c + 2, at, id);
 }
 
 char *store_newest_cursor(char tag, int64_t at, const char *id)
