@@ -34,9 +34,17 @@ if [ "$MODE" = callgrind ]; then
 		[ -z "$ir" ] || [ "$ir" -eq 0 ] && continue
 		total=$((total + ir))
 		# the thread's busiest function of outboxd names it (dispatcher_main, ...)
-		who=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-			grep -oE '(dispatcher_main|writer_main|replay_main|intake_main|janitor_main|api_[a-z_]+|listener_main|main)\b' |
-			head -1)
+		# (read whole first: a pipe that head closes early kills the annotation with
+		# SIGPIPE, and pipefail the script. A bare "main" matches inside other names:
+		# looked for only when none matched; the API's libmicrohttpd threads show only
+		# the api_* functions they call.)
+		ann=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null || true)
+		who=$(grep -oE '\b(dispatcher_main|writer_main|replay_main|intake_main|janitor_main|listener_main|api_[a-z_]+)\b' <<<"$ann" |
+			head -1 || true)
+		case $who in
+		api_*) who="API (MHD)" ;;
+		"") grep -qE '\bmain\b' <<<"$ann" && who=main ;;
+		esac
 		printf '  %-16s %9d instructions per delivery\n' "${who:-?}" $((ir / D))
 	done
 	printf '  %-16s %9d instructions per delivery\n' total $((total / D))
