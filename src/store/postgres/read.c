@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,11 +245,15 @@ int pg_delivery_attempts(store *st, const char *id, struct store_attempt_row **i
 }
 
 /* Appends a formatted fragment; the buffers are sized for every fragment at once. */
-static void sql_add(char *sql, size_t size, const char *fmt, int a, int b)
+__attribute__((format(printf, 3, 4)))
+static void sql_add(char *sql, size_t size, const char *fmt, ...)
 {
 	size_t len = strlen(sql);
+	va_list ap;
 
-	snprintf(sql + len, size - len, fmt, a, b);
+	va_start(ap, fmt);
+	vsnprintf(sql + len, size - len, fmt, ap);
+	va_end(ap);
 }
 
 /* A glob ('*' any run, '?' one character) as a LIKE pattern with '\' escaping, into
@@ -280,14 +285,6 @@ static int filter_on_queue(const struct delivery_filter *f)
 
 #define QUEUE_FROM " FROM outboxd.queue q JOIN outboxd.deliveries d ON d.id = q.id"
 
-/* Appends a fragment naming a column of table t ("q." or "d.") and parameter n. */
-static void sql_col(char *sql, size_t size, const char *fmt, const char *t, int n)
-{
-	size_t len = strlen(sql);
-
-	snprintf(sql + len, size - len, fmt, t, n);
-}
-
 /* The WHERE conditions of a delivery filter (fixed fragments, values as parameters),
  * appended to sql, and their values to p; t is the table ("q." or "d.") of the columns
  * the queue has as well. like (returned, free it) holds the LIKE pattern of an
@@ -298,24 +295,24 @@ static int filter_sql(const struct delivery_filter *f, const char *t, char *sql,
 	*like = NULL;
 	if (f->has_status) {
 		pg_p_text(p, delivery_status_name(f->status));
-		sql_col(sql, size, " AND %sstatus = $%d", t, p->n);
+		sql_add(sql, size, " AND %sstatus = $%d", t, p->n);
 	}
 	/* dead_only and failing_since_ms are answered from the queue (filter_on_queue) */
 	if (f->dead_only)
-		sql_add(sql, size, " AND q.status = 'FAILED' AND q.next_attempt_at IS NULL", 0, 0);
+		sql_add(sql, size, " AND q.status = 'FAILED' AND q.next_attempt_at IS NULL");
 	if (f->subscription_id) {
 		pg_p_text(p, f->subscription_id);
-		sql_col(sql, size, " AND %ssubscription_id = $%d", t, p->n);
+		sql_add(sql, size, " AND %ssubscription_id = $%d", t, p->n);
 	}
 	if (f->event_type && f->event_type_glob) {
 		if (!(*like = malloc(2 * strlen(f->event_type) + 1)))
 			return -1;
 		glob_to_like(f->event_type, *like);
 		pg_p_text(p, *like);
-		sql_col(sql, size, " AND %sevent_type LIKE $%d ESCAPE '\\'", t, p->n);
+		sql_add(sql, size, " AND %sevent_type LIKE $%d ESCAPE '\\'", t, p->n);
 	} else if (f->event_type) {
 		pg_p_text(p, f->event_type);
-		sql_col(sql, size, " AND %sevent_type = $%d", t, p->n);
+		sql_add(sql, size, " AND %sevent_type = $%d", t, p->n);
 	}
 	/* strpos(), not LIKE: '%' and '_' in the search text match themselves. */
 	if (f->q && *f->q) {
@@ -326,32 +323,32 @@ static int filter_sql(const struct delivery_filter *f, const char *t, char *sql,
 	}
 	if (f->has_code) {
 		pg_p_i64(p, f->code);
-		sql_add(sql, size, " AND d.last_code = $%d", p->n, 0);
+		sql_add(sql, size, " AND d.last_code = $%d", p->n);
 	}
 	if (f->source) {
 		pg_p_text(p, f->source);
 		sql_add(sql, size, " AND EXISTS (SELECT 1 FROM outboxd.events e"
-			" WHERE e.id = d.event_id AND e.source = $%d)", p->n, 0);
+			" WHERE e.id = d.event_id AND e.source = $%d)", p->n);
 	}
 	if (f->event_id) {
 		pg_p_text(p, f->event_id);
-		sql_add(sql, size, " AND d.event_id = $%d", p->n, 0);
+		sql_add(sql, size, " AND d.event_id = $%d", p->n);
 	}
 	if (f->from_ms) {
 		pg_p_i64(p, f->from_ms);
-		sql_col(sql, size, " AND %screated_at >= $%d", t, p->n);
+		sql_add(sql, size, " AND %screated_at >= $%d", t, p->n);
 	}
 	if (f->to_ms) {
 		pg_p_i64(p, f->to_ms);
-		sql_col(sql, size, " AND %screated_at < $%d", t, p->n);
+		sql_add(sql, size, " AND %screated_at < $%d", t, p->n);
 	}
 	if (f->min_attempts) {
 		pg_p_i64(p, f->min_attempts);
-		sql_col(sql, size, " AND %sattempt_count >= $%d", t, p->n);
+		sql_add(sql, size, " AND %sattempt_count >= $%d", t, p->n);
 	}
 	if (f->failing_since_ms) {
 		pg_p_i64(p, f->failing_since_ms);
-		sql_add(sql, size, " AND q.status = 'FAILED' AND q.failing_since <= $%d", p->n, 0);
+		sql_add(sql, size, " AND q.status = 'FAILED' AND q.failing_since <= $%d", p->n);
 	}
 	return 0;
 }
@@ -366,7 +363,7 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 	/* updated_at is the delivery's alone */
 	const char *col_t = f->sort == DELIVERY_SORT_UPDATED ? "d." : t;
 	const char *dir = f->descending ? "DESC" : "ASC";
-	char cursor_id[UUID_STR_LEN], sql[2048], frag[192];
+	char cursor_id[UUID_STR_LEN], sql[2048];
 	int64_t cursor_value = 0;
 	struct params p = {0};
 	PGresult *res = NULL;
@@ -383,15 +380,13 @@ int pg_deliveries_list(store *st, const struct delivery_filter *f,
 	if (f->cursor) {
 		pg_p_i64(&p, cursor_value);
 		pg_p_text(&p, cursor_id);
-		snprintf(frag, sizeof(frag), " AND (%s%s, %sid) %s ($%d, $%d)", col_t, col, t,
-			 f->descending ? "<" : ">", p.n - 1, p.n);
-		strncat(sql, frag, sizeof(sql) - strlen(sql) - 1);
+		sql_add(sql, sizeof(sql), " AND (%s%s, %sid) %s ($%d, $%d)", col_t, col, t,
+			f->descending ? "<" : ">", p.n - 1, p.n);
 	}
 	/* One row more than asked tells whether there is a next page. */
 	pg_p_i64(&p, (int64_t)f->limit + 1);
-	snprintf(frag, sizeof(frag), " ORDER BY %s%s %s, %sid %s LIMIT $%d", col_t, col, dir, t,
-		 dir, p.n);
-	strncat(sql, frag, sizeof(sql) - strlen(sql) - 1);
+	sql_add(sql, sizeof(sql), " ORDER BY %s%s %s, %sid %s LIMIT $%d", col_t, col, dir, t,
+		dir, p.n);
 
 	res = pg_read_sql(pg, sql, &p, &rc);
 	free(like);
@@ -481,10 +476,10 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 			return STORE_ERROR;
 		glob_to_like(f->event_type, like);
 		pg_p_text(&p, like);
-		sql_add(sql, sizeof(sql), " AND event_type LIKE $%d", p.n, 0);
+		sql_add(sql, sizeof(sql), " AND event_type LIKE $%d", p.n);
 	} else if (f->event_type) {
 		pg_p_text(&p, f->event_type);
-		sql_add(sql, sizeof(sql), " AND event_type = $%d", p.n, 0);
+		sql_add(sql, sizeof(sql), " AND event_type = $%d", p.n);
 	}
 	const struct {
 		const char *text;     /* a text value, or NULL */
@@ -504,7 +499,7 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 			pg_p_i64(&p, conds[i].ms);
 		else
 			continue;
-		sql_add(sql, sizeof(sql), conds[i].sql, p.n, 0);
+		sql_add(sql, sizeof(sql), conds[i].sql, p.n);
 	}
 	if (before_id) {
 		pg_p_i64(&p, before_at);
@@ -521,7 +516,7 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 		" AS n_retrying,"
 		" count(*) FILTER (WHERE d.status = 'FAILED' AND d.next_attempt_at IS NULL) AS n_dead"
 		" FROM outboxd.deliveries d WHERE d.event_id = e.id) c"
-		" ORDER BY e.created_at DESC, e.id DESC", p.n, 0);
+		" ORDER BY e.created_at DESC, e.id DESC", p.n);
 
 	res = pg_read_sql(pg, sql, &p, &rc);
 	free(like);
