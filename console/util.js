@@ -80,17 +80,22 @@ export function ErrorNote({ error }) {
   return html`<p class="error" role="alert">${error.message || String(error)}</p>`;
 }
 
-export function useAsync(fn, deps) {
-  const [state, set] = useState({ loading: true, data: null, error: null });
+// Loads fn() when a dep changes and again at each refresh. A refresh keeps the data on
+// screen while it loads; another dep (another filter, another id) does not: until its own
+// answer arrives the page shows nothing, so rows of the previous view are never shown —
+// nor ticked and acted on — under the new one. A late answer for older deps is dropped.
+export function useAsync(fn, deps, refresh = 0) {
+  const [state, set] = useState({ loading: true, data: null, error: null, of: null });
   const n = useRef(0);
-  const reload = () => {
+  const of = JSON.stringify(deps);
+  const load = () => {
     const mine = ++n.current;
     set((s) => ({ ...s, loading: true }));
-    fn().then((data) => { if (mine === n.current) set({ loading: false, data, error: null }); },
-      (error) => { if (mine === n.current) set({ loading: false, data: null, error }); });
+    fn().then((data) => { if (mine === n.current) set({ loading: false, data, error: null, of }); },
+      (error) => { if (mine === n.current) set({ loading: false, data: null, error, of }); });
   };
-  useEffect(reload, deps);
-  return [state, reload];
+  useEffect(load, [of, refresh]);
+  return [state.of === of ? state : { loading: true, data: null, error: null }, load];
 }
 
 // datetime-local value (read as UTC) <-> RFC 3339

@@ -21,7 +21,7 @@ function Target({ action, target, subs }) {
 export function Audit({ query, refresh }) {
   const subs = useSubscriptions(refresh);
   const before = query.get('before') || '';
-  const [log] = useAsync(() => api('GET', `/v1/audit${qs({ limit: 50, before })}`), [before, refresh]);
+  const [log] = useAsync(() => api('GET', `/v1/audit${qs({ limit: 50, before })}`), [before], refresh);
   return html`<main>
     <h1>Audit log</h1>
     <${ErrorNote} error=${log.error} />

@@ -58,7 +58,7 @@ function Request({ r }) {
 }
 
 export function DeliveryDetail({ id, can, refresh }) {
-  const [d, reload] = useAsync(() => api('GET', `/v1/deliveries/${id}`), [id, refresh]);
+  const [d, reload] = useAsync(() => api('GET', `/v1/deliveries/${id}`), [id], refresh);
   const [req] = useAsync(() => api('GET', `/v1/deliveries/${id}/request`), [id]);
   const subs = useSubscriptions(refresh);
   const [message, setMessage] = useState(null);

@@ -68,7 +68,7 @@ function Counts({ e }) {
 export function Events({ query, refresh }) {
   const current = readQuery(query);
   const key = new URLSearchParams(query).toString();
-  const [list] = useAsync(() => api('GET', `/v1/events${qs({ limit: 50, ...current })}`), [key, refresh]);
+  const [list] = useAsync(() => api('GET', `/v1/events${qs({ limit: 50, ...current })}`), [key], refresh);
   const items = list.data ? list.data.items : [];
   useListKeys();
   const search = { ...current };
@@ -102,7 +102,7 @@ export function Events({ query, refresh }) {
 }
 
 export function EventDetail({ id, refresh }) {
-  const [ev] = useAsync(() => api('GET', `/v1/events/${id}`), [id, refresh]);
+  const [ev] = useAsync(() => api('GET', `/v1/events/${id}`), [id], refresh);
   const subs = useSubscriptions(refresh);
   const first = ev.data && ev.data.deliveries.length ? ev.data.deliveries[0].id : null;
   // The payload's exact bytes come with a delivery's request (GET /v1/events/{id} parses

@@ -16,7 +16,7 @@ function pct(j) {
 export function Jobs({ can, query, refresh }) {
   const state = query.get('state') || '';
   const cursor = query.get('cursor') || '';
-  const [list, reload] = useAsync(() => api('GET', `/v1/jobs${qs({ limit: 50, state, cursor })}`), [state, cursor, refresh]);
+  const [list, reload] = useAsync(() => api('GET', `/v1/jobs${qs({ limit: 50, state, cursor })}`), [state, cursor], refresh);
   const subs = useSubscriptions(refresh);
   const [error, setError] = useState(null);
   const [message, setMessage] = useState(null);

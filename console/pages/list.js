@@ -20,7 +20,7 @@ function readQuery(query) {
 
 // The subscriptions (names for ids, enabled for "waiting"), reloaded with the page.
 export function useSubscriptions(refresh = 0) {
-  const [s] = useAsync(() => api('GET', '/v1/subscriptions'), [refresh]);
+  const [s] = useAsync(() => api('GET', '/v1/subscriptions'), [], refresh);
   return s.data ? s.data.items : [];
 }
 
@@ -163,7 +163,7 @@ export function DeliveryList({ dead, can, query, refresh }) {
   const withoutJob = new URLSearchParams(query);
   withoutJob.delete('job');
   const key = withoutJob.toString();
-  const [list, reload] = useAsync(() => api('GET', `/v1/${dead ? 'dlq' : 'deliveries'}${qs({ limit: 50, ...current })}`), [key, refresh]);
+  const [list, reload] = useAsync(() => api('GET', `/v1/${dead ? 'dlq' : 'deliveries'}${qs({ limit: 50, ...current })}`), [key], refresh);
   useEffect(() => setSelected(new Set()), [key]);
 
   useListKeys();

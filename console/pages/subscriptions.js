@@ -10,7 +10,7 @@ import { SubscriptionForm, describeAuth, describeRetry } from './subform.js';
 const READ_ONLY_FIELDS = ['id', 'created_at', 'updated_at', 'origin', 'previous_secret', 'previous_secret_expires_at', 'disabled_at', 'disabled_reason'];
 
 export function Subscriptions({ can, refresh }) {
-  const [subs] = useAsync(() => Promise.all([api('GET', '/v1/subscriptions'), api('GET', '/v1/stats')]), [refresh]);
+  const [subs] = useAsync(() => Promise.all([api('GET', '/v1/subscriptions'), api('GET', '/v1/stats')]), [], refresh);
   const health = (id) => (subs.data ? subs.data[1].subscriptions.find((s) => s.id === id) : null) || {};
   return html`<main>
     <h1>Subscriptions</h1>
@@ -48,7 +48,7 @@ function mergePatch(before, after) {
 
 // How many requests this instance sends the subscription's endpoint at once, and why.
 function FlowControl({ id, refresh }) {
-  const [stats] = useAsync(() => api('GET', '/v1/stats'), [id, refresh]);
+  const [stats] = useAsync(() => api('GET', '/v1/stats'), [id], refresh);
   const mine = stats.data && stats.data.subscriptions.find((x) => x.id === id);
   const flow = mine && mine.concurrency;
   if (!flow) return html`<tr><th>Concurrency</th><td class="muted">—</td></tr>`;
@@ -61,7 +61,7 @@ function FlowControl({ id, refresh }) {
 // This subscription's attempts per minute over the last hour, by outcome, and their
 // latency (p50, p99), from GET /v1/stats/series?subscription_id=.
 function Activity({ id, refresh }) {
-  const [series] = useAsync(() => api('GET', `/v1/stats/series?minutes=60&subscription_id=${id}`), [id, refresh]);
+  const [series] = useAsync(() => api('GET', `/v1/stats/series?minutes=60&subscription_id=${id}`), [id], refresh);
   return html`<section class="card" data-testid="activity">
     <h2>Attempts per minute</h2>
     <${ErrorNote} error=${series.error} />
@@ -72,7 +72,7 @@ function Activity({ id, refresh }) {
 }
 
 export function SubscriptionDetail({ id, can, refresh }) {
-  const [sub, reload] = useAsync(() => api('GET', `/v1/subscriptions/${id}`), [id, refresh]);
+  const [sub, reload] = useAsync(() => api('GET', `/v1/subscriptions/${id}`), [id], refresh);
   const [text, setText] = useState(null);
   const [form, setForm] = useState(false);
   const [sent, setSent] = useState(null);
