@@ -319,7 +319,8 @@ static void conn_retry_fresh(struct wire *w, struct wire_conn *c)
 	c->h = NULL;
 	h->conn = NULL;
 	conn_close(w, c);
-	h->wrote = 0; /* what went out reached a closed connection, not the receiver */
+	h->wrote = 0; /* the new connection's write is the one awaited */
+	h->resent = 1;
 	metrics_http_resend();
 	conn_start(w, h, t, 1); /* reports a failure itself */
 }

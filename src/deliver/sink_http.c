@@ -59,12 +59,34 @@ void http_flying_remove(struct http_round *h)
 	h->fly_prev = h->fly_next = NULL;
 }
 
+/* The attempt's request went out twice (struct http_round.resent): said in its cause,
+ * after what the cause holds (a success keeps none), so the history shows the request a
+ * receiver may have had twice (outboxd_http_resent_total counts them too). */
+static void note_resent(char *cause)
+{
+	static const char note[] =
+		"the request was written again on a new connection: the kept-alive one it went out "
+		"on first closed before any byte of an answer (a receiver that had read it got it "
+		"twice)";
+	size_t len = strlen(cause);
+	if (len && len + 2 + sizeof(note) > SINK_CAUSE_LEN)
+		return; /* a whole KiB of body: the metric counts it */
+	if (len) {
+		memcpy(cause + len, "; ", 2);
+		len += 2;
+	}
+	memcpy(cause + len, note, sizeof(note));
+}
+
 /* The attempt is over: hand it to the dispatcher. */
 void http_report(struct http_round *h)
 {
 	struct sink_round *sj = h->sj;
 	h->state = HTTP_IDLE;
-	sj->sent = h->wrote;
+	/* a request written to a connection that closed may have been read before it did */
+	sj->sent = h->wrote || h->resent;
+	if (h->resent)
+		note_resent(sj->cause);
 	sj->local = h->local;
 	if (h->answer_real_us > h->start_real_us && h->start_real_us)
 		sj->latency_us = h->answer_real_us - h->start_real_us;
@@ -391,6 +413,7 @@ static void http_send(void *priv, struct sink_round *sj)
 		return;
 	}
 	h->reauthed = 0;
+	h->resent = 0;
 	h->start_us = 0;
 	h->start_real_us = h->answer_real_us = 0;
 	h->wrote = 0;

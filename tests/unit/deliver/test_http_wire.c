@@ -633,7 +633,8 @@ static void test_retry_after_on_reused_connection(void **state)
 }
 
 /* The server closes a kept-alive connection while it is idle (the client has not run
- * since): the next request dies on it and goes once more on a fresh connection. */
+ * since): the next request dies on it and goes once more on a fresh connection, the
+ * attempt's cause saying so. */
 static void test_stale_keep_alive(void **state)
 {
 	static const struct reply replies[] = {
@@ -652,7 +653,8 @@ static void test_stale_keep_alive(void **state)
 	long resent = metric("outboxd_http_resent_total");
 	client_send(c, 5000);
 	assert_ok_outputs(c, 200);
-	assert_string_equal(c->cause, "");
+	/* the history says so: a server that had read the first would have it twice */
+	assert_non_null(strstr(c->cause, "written again on a new connection"));
 	assert_int_equal(server_get(srv, &srv->accepts), 2);
 	assert_int_equal(server_get(srv, &srv->n_seen), 2);
 	assert_int_equal(metric("outboxd_http_resent_total") - resent, 1);
