@@ -386,11 +386,14 @@ function row(name, kind, work) {
     out.duplicates = ids.duplicates;
     out.sink_requests = ids.requests;
     // outboxd's own count of the requests it made (its attempts, every result class):
-    // those beyond one per delivery are recorded retries; duplicates beyond them were
-    // sent without a record (a request resent on a fresh connection, say)
-    const attempts = metricSum(join(work, `${name}.metrics.txt`), "outboxd_attempts_total");
+    // those beyond one per delivery are recorded retries; so are requests written again on
+    // a new connection within an attempt (outboxd_http_resent_total: the attempt's cause
+    // says so); duplicates beyond both were sent without a record
+    const metrics = join(work, `${name}.metrics.txt`);
+    const attempts = metricSum(metrics, "outboxd_attempts_total");
+    const resent = metricSum(metrics, "outboxd_http_resent_total") ?? 0;
     if (attempts != null && ids.unique_ids != null && ids.duplicates != null)
-      out.duplicates_unrecorded = Math.max(0, ids.duplicates - Math.max(0, attempts - ids.unique_ids));
+      out.duplicates_unrecorded = Math.max(0, ids.duplicates - Math.max(0, attempts - ids.unique_ids) - resent);
   }
   if (pg) out.postgres_server = pgFigures(pg, tp, out);
   if (kind === "peer") out.peer = maybeJson(join(work, `${name}.config.json`));
@@ -673,7 +676,8 @@ function report(base, results) {
         `(the table of commits below). Delivered: a distinct (path, webhook-id) pair at the sink; further requests for a pair are the ` +
         `duplicates; for outboxd, "not recorded" (shown when there are any) are those beyond its own count of ` +
         `requests made (outboxd_attempts_total less one per delivery: the rest are recorded retries, in the ` +
-        `attempt history). Deliveries/s (steady window): the deliveries after the first ${s.window_skip_pct}% of the ` +
+        `attempt history) and of requests written again on a new connection within an attempt ` +
+        `(outboxd_http_resent_total: the attempt's cause says so). Deliveries/s (steady window): the deliveries after the first ${s.window_skip_pct}% of the ` +
         `row's (the warm-up: start, first claims, connection set-up; discarded) ÷ the time from the receipt ` +
         `that completes those ${s.window_skip_pct}% to the last receipt. End to end: deliveries ÷ (last receipt − ` +
         `first ingest request). The ceiling: distinct webhook-ids at the sink ÷ wrk's run (${s.ceiling_seconds} s, ` +
