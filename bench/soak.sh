@@ -551,14 +551,17 @@ for s in "${SUBS[@]}"; do
 done
 # events.txt: id, type, source ("-" for none), source_event_id ("-"); deliveries.txt: event
 # id, subscription, status (DEAD: failed for good), attempt_count, leased, and how many
-# requests the attempt history holds.
+# requests the attempt history holds (an attempt whose cause says its request was written
+# again on a new connection, the kept-alive one having closed before an answer, made two).
 pg_sql -d soak -AtF ' ' -c "SELECT id, event_type, COALESCE(NULLIF(source, ''), '-'),
     COALESCE(source_event_id, '-') FROM outboxd.events" >"$work/events.txt"
 pg_sql -d soak -AtF ' ' -c "SELECT d.event_id, s.name,
     CASE WHEN d.status = 'FAILED' AND d.next_attempt_at IS NULL THEN 'DEAD' ELSE d.status END,
     d.attempt_count,
     EXISTS (SELECT 1 FROM outboxd.queue q WHERE q.id = d.id AND q.lease_owner IS NOT NULL),
-    (SELECT count(*) FROM outboxd.attempts a WHERE a.delivery_id = d.id)
+    (SELECT count(*) + count(*) FILTER (WHERE a.cause LIKE
+       '%request was written again on a new connection%')
+     FROM outboxd.attempts a WHERE a.delivery_id = d.id)
   FROM outboxd.deliveries d JOIN outboxd.subscriptions s ON s.id = d.subscription_id" \
   >"$work/deliveries.txt"
 # acked.txt: one line per acknowledged event: its id, type and way in. A Kafka event's id
