@@ -96,7 +96,8 @@ static void test_sqlite_checks_without_in_lists(void **state)
 	/* Make it look like a database from before migration 6 (without what later
 	 * migrations added), then reopen. */
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-	sqlite_exec_ok(conn, "DROP TABLE attempt_minutes; DROP TABLE attempt_errors;"
+	sqlite_exec_ok(conn, "DROP INDEX deliveries_dead_created;"
+			     "DROP TABLE attempt_minutes; DROP TABLE attempt_errors;"
 			     "CREATE INDEX attempts_started ON attempts(started_at);"
 			     "DROP TRIGGER deliveries_delete_attempts;"
 			     "DROP INDEX events_created; DROP INDEX events_type;"
@@ -181,7 +182,8 @@ static void test_sqlite_counts_from_history(void **state)
 	t->st = NULL;
 
 	assert_int_equal(sqlite3_open_v2(t->db.path, &conn, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-	sqlite_exec_ok(conn, "DROP TABLE attempt_minutes; DROP TABLE attempt_errors;"
+	sqlite_exec_ok(conn, "DROP INDEX deliveries_dead_created;"
+			     "DROP TABLE attempt_minutes; DROP TABLE attempt_errors;"
 			     "CREATE INDEX attempts_started ON attempts(started_at);"
 			     "DELETE FROM schema_migrations WHERE version >= 19;");
 	sqlite3_close(conn);
