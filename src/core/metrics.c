@@ -536,8 +536,8 @@ static int render_instance(char **out, size_t *len, size_t *cap)
 	  "full accept queue, which the kernel would resend only a second later).\n"
 	  "# TYPE outboxd_http_reconnects_total counter\noutboxd_http_reconnects_total %ld\n",
 	  atomic_load(&m.http_reconnects));
-	A("# HELP outboxd_http_resent_total Requests the lean client sent again on a new "
-	  "connection because the kept-alive one they went out on closed before any byte of an "
+	A("# HELP outboxd_http_resent_total Requests sent again (by either HTTP client) on a "
+	  "new connection because the kept-alive one they went out on closed before any byte of an "
 	  "answer (a receiver closing idle connections; one that read the request and closed "
 	  "without answering gets it twice).\n"
 	  "# TYPE outboxd_http_resent_total counter\noutboxd_http_resent_total %ld\n",

@@ -337,7 +337,10 @@ static size_t header_cb(char *data, size_t size, size_t nmemb, void *ctx)
 }
 
 /* CURLOPT_PREREQFUNCTION: connected (TLS done), the request is about to be written: it
- * has reached the receiver from here, and its timeout starts. */
+ * has reached the receiver from here, and its timeout starts. A second call in the same
+ * transfer is libcurl writing the request again on a new connection, which it does on
+ * its own when a kept-alive one closed before any byte of an answer: the receiver may
+ * have read the first copy, so the attempt says so (struct http_round.resent). */
 static int prereq_cb(void *ctx, char *primary_ip, char *local_ip, int primary_port,
 		     int local_port)
 {
@@ -347,6 +350,10 @@ static int prereq_cb(void *ctx, char *primary_ip, char *local_ip, int primary_po
 	(void)primary_port;
 	(void)local_port;
 	h->wrote = 1;
+	if (h->prereqs++) {
+		h->resent = 1;
+		metrics_http_resend();
+	}
 	if (h->sj->timeout_ms > 0 &&
 	    dheap_set(&h->hs->answers, &h->answer_by, clock_mono_us() + h->sj->timeout_ms * 1000))
 		log_warn("http: out of memory: an attempt keeps libcurl's own timeout");
@@ -366,6 +373,7 @@ static void transfer_add(struct http_round *h, int counted)
 		return;
 	}
 	metrics_http_request(0);
+	h->prereqs = 0;
 	h->state = HTTP_IN_FLIGHT;
 	if (!counted) {
 		hs->in_flight++;

@@ -102,9 +102,10 @@ struct http_round {
 	struct oauth2_entry *oauth;  /* oauth2: the subscription's token cache */
 	uint64_t token_gen;          /* oauth2: generation of the token sent */
 	int reauthed;                /* oauth2: this attempt got a new token after a 401 */
-	int resent;                  /* the lean client wrote this attempt's request twice: the
-	                                kept-alive connection of the first closed before any
-	                                byte of an answer */
+	int resent;                  /* this attempt's request was written twice: the kept-alive
+	                                connection of the first closed before any byte of an
+	                                answer (either client resends it on a new one) */
+	int prereqs;                 /* libcurl: requests its transfer was about to write */
 	struct http_round *next;       /* in an oauth2 entry's waiters */
 	struct http_round *fly_prev, *fly_next; /* in http_sink.flying while HTTP_IN_FLIGHT */
 	/* http_wire.c: the request when it goes over the lean client */
