@@ -23,6 +23,7 @@
 
 static const unsigned char spool_magic[4] = {'O', 'B', 'S', 'P'};
 #define SPOOL_VERSION 1
+#define SPOOL_FAILURE_LOG_MS 60000 /* failed appends are logged at most once a minute */
 
 struct spool {
 	char *path;
@@ -35,6 +36,10 @@ struct spool {
 	uint64_t damage_offset, damage_bytes;
 	const char *damage_reason;
 	char damage_moved_to[4096];
+	/* appends that failed in a row (a full disk fails every request's): the first is
+	 * logged, then one line a minute with the count, and the next success */
+	size_t append_failures, failures_unlogged;
+	int64_t failure_logged_ms, failed_ms;
 };
 
 const char *spool_strerror(int err)
@@ -320,12 +325,35 @@ int spool_append(struct spool *sp, uint8_t type, const void *data, size_t len)
 	before = file_size(sp->fd);
 	if (write_full(sp->fd, hdr, sizeof(hdr)) || write_full(sp->fd, data, len) ||
 	    fdatasync(sp->fd)) {
-		log_error("spool: cannot append to %s: %s", sp->path, strerror(errno));
-		if (ftruncate(sp->fd, (off_t)before))
+		int err = errno;
+		int64_t now = clock_mono_ms();
+		/* none for a minute: a new run of them (the spool may not be written between) */
+		if (sp->append_failures && now - sp->failed_ms >= SPOOL_FAILURE_LOG_MS)
+			sp->append_failures = 0;
+		sp->failed_ms = now;
+		sp->failures_unlogged++;
+		if (!sp->append_failures++) {
+			log_error("spool: cannot append to %s: %s (logged again once a minute while "
+				  "appends fail)", sp->path, strerror(err));
+			sp->failure_logged_ms = now;
+			sp->failures_unlogged = 0;
+		} else if (now - sp->failure_logged_ms >= SPOOL_FAILURE_LOG_MS) {
+			log_error("spool: still cannot append to %s: %s (%zu appends failed in the "
+				  "last %.0f s)", sp->path, strerror(err), sp->failures_unlogged,
+				  (double)(now - sp->failure_logged_ms) / 1000.0);
+			sp->failure_logged_ms = now;
+			sp->failures_unlogged = 0;
+		}
+		if (ftruncate(sp->fd, (off_t)before) && sp->append_failures == 1)
 			log_error("spool: cannot cut %s back: %s", sp->path, strerror(errno));
 		rc = SPOOL_IO;
 	} else {
 		sp->records++;
+		if (sp->append_failures) {
+			log_info("spool: appends to %s succeed again, after %zu failed", sp->path,
+				 sp->append_failures);
+			sp->append_failures = 0;
+		}
 	}
 	pthread_mutex_unlock(&sp->mu);
 	return rc;

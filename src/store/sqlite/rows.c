@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +39,81 @@ int sq_store_code(int rc)
 	}
 }
 
+/* A store that cannot be written (a full disk, an I/O error) refuses writes until it can
+ * again: a producer's every request, each group of results. A full disk under a steady
+ * stream logged a line per request; now the first refusal is logged, then at most one
+ * line a minute while they go on, and the end once a write succeeds with none refused
+ * for REFUSALS_OVER_MS (a nearly full disk takes some writes and refuses others).
+ * Process-wide: it is the disk's state, whichever connection saw it; the counters are
+ * only for these lines. */
+#define REFUSALS_OVER_MS 5000
+#define REFUSALS_LOG_MS 60000
+static _Atomic long writes_refused;       /* since the first refusal; 0: none */
+static _Atomic long refused_unlogged;     /* since the last line about them */
+static _Atomic int64_t first_refused_ms, last_refused_ms, refusal_logged_ms;
+
+static int refuses_writes(int rc)
+{
+	return (rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR;
+}
+
+static void log_refusal(sqlite3_stmt *s)
+{
+	int64_t now = clock_mono_ms();
+	/* none refused for a minute and no write since: a new run of them */
+	if (now - atomic_load(&last_refused_ms) >= REFUSALS_LOG_MS)
+		atomic_store(&writes_refused, 0);
+	int first = atomic_fetch_add(&writes_refused, 1) == 0;
+	if (first) {
+		atomic_store(&first_refused_ms, now);
+		atomic_store(&refused_unlogged, 0);
+	}
+	atomic_store(&last_refused_ms, now);
+	long unlogged = atomic_fetch_add(&refused_unlogged, 1) + 1;
+	int64_t logged = atomic_load(&refusal_logged_ms);
+	if (!first && now - logged < REFUSALS_LOG_MS)
+		return;
+	if (!atomic_compare_exchange_strong(&refusal_logged_ms, &logged, now))
+		return; /* another thread logs it */
+	atomic_fetch_sub(&refused_unlogged, unlogged);
+	const char *why = sqlite3_errmsg(sqlite3_db_handle(s));
+	if (first)
+		log_error("sqlite: the store cannot be written: %s (in: %.60s). Until writes "
+			  "succeed again (free space on the store's disk), ingest answers 503 "
+			  "(or goes to the spool, when one is set) and delivery results wait in "
+			  "memory; logged again once a minute while it lasts", why,
+			  sqlite3_sql(s));
+	else
+		log_error("sqlite: the store still cannot be written: %s (%ld writes refused "
+			  "in the last %.0f s)", why, unlogged, (double)(now - logged) / 1000.0);
+}
+
 int sq_log_stmt_error(sqlite3_stmt *s, int rc)
 {
+	if (refuses_writes(rc)) {
+		log_refusal(s);
+		return rc;
+	}
 	log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(sqlite3_db_handle(s)),
 		  sqlite3_sql(s));
 	return rc;
+}
+
+/* A write was committed: after refusals, and none for REFUSALS_OVER_MS, their end. */
+static void writes_taken(void)
+{
+	if (!atomic_load_explicit(&writes_refused, memory_order_relaxed))
+		return;
+	int64_t now = clock_mono_ms(), last = atomic_load(&last_refused_ms);
+	if (now - last < REFUSALS_OVER_MS)
+		return;
+	long n = atomic_exchange(&writes_refused, 0);
+	if (!n)
+		return;
+	atomic_store(&refused_unlogged, 0);
+	atomic_store(&refusal_logged_ms, 0);
+	log_info("sqlite: the store takes writes again: %ld refused over %.1f s", n,
+		 (double)(last - atomic_load(&first_refused_ms)) / 1000.0);
 }
 
 int sq_log_nomem(void)
@@ -248,8 +319,10 @@ int sq_tx_end(struct sq *sq, int rc)
 {
 	if (rc == SQLITE_OK)
 		rc = tx_commit(sq);
-	if (rc == SQLITE_OK)
+	if (rc == SQLITE_OK) {
+		writes_taken();
 		return STORE_OK;
+	}
 	tx_rollback(sq);
 	/* Rolled back is never OK, whatever code led here (a stray SQLITE_DONE too). */
 	rc = sq_store_code(rc);
