@@ -20,6 +20,7 @@
 #include "util/buf.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/logburst.h"
 
 static const unsigned char spool_magic[4] = {'O', 'B', 'S', 'P'};
 #define SPOOL_VERSION 1
@@ -36,10 +37,8 @@ struct spool {
 	uint64_t damage_offset, damage_bytes;
 	const char *damage_reason;
 	char damage_moved_to[4096];
-	/* appends that failed in a row (a full disk fails every request's): the first is
-	 * logged, then one line a minute with the count, and the next success */
-	size_t append_failures, failures_unlogged;
-	int64_t failure_logged_ms, failed_ms;
+	/* failed appends (a full disk fails every request's), logged as a burst */
+	struct log_burst append_failures;
 };
 
 const char *spool_strerror(int err)
@@ -326,34 +325,26 @@ int spool_append(struct spool *sp, uint8_t type, const void *data, size_t len)
 	if (write_full(sp->fd, hdr, sizeof(hdr)) || write_full(sp->fd, data, len) ||
 	    fdatasync(sp->fd)) {
 		int err = errno;
-		int64_t now = clock_mono_ms();
-		/* none for a minute: a new run of them (the spool may not be written between) */
-		if (sp->append_failures && now - sp->failed_ms >= SPOOL_FAILURE_LOG_MS)
-			sp->append_failures = 0;
-		sp->failed_ms = now;
-		sp->failures_unlogged++;
-		if (!sp->append_failures++) {
+		long n;
+		int64_t span_ms;
+		enum log_burst_say say = log_burst_hit(&sp->append_failures, clock_mono_ms(),
+						       SPOOL_FAILURE_LOG_MS, &n, &span_ms);
+		if (say == LOG_BURST_START)
 			log_error("spool: cannot append to %s: %s (logged again once a minute while "
 				  "appends fail)", sp->path, strerror(err));
-			sp->failure_logged_ms = now;
-			sp->failures_unlogged = 0;
-		} else if (now - sp->failure_logged_ms >= SPOOL_FAILURE_LOG_MS) {
-			log_error("spool: still cannot append to %s: %s (%zu appends failed in the "
-				  "last %.0f s)", sp->path, strerror(err), sp->failures_unlogged,
-				  (double)(now - sp->failure_logged_ms) / 1000.0);
-			sp->failure_logged_ms = now;
-			sp->failures_unlogged = 0;
-		}
-		if (ftruncate(sp->fd, (off_t)before) && sp->append_failures == 1)
+		else if (say == LOG_BURST_STILL)
+			log_error("spool: still cannot append to %s: %s (%ld appends failed in the "
+				  "last %.0f s)", sp->path, strerror(err), n, (double)span_ms / 1000.0);
+		if (ftruncate(sp->fd, (off_t)before) && say == LOG_BURST_START)
 			log_error("spool: cannot cut %s back: %s", sp->path, strerror(errno));
 		rc = SPOOL_IO;
 	} else {
+		long n;
+		int64_t span_ms;
 		sp->records++;
-		if (sp->append_failures) {
-			log_info("spool: appends to %s succeed again, after %zu failed", sp->path,
-				 sp->append_failures);
-			sp->append_failures = 0;
-		}
+		if ((n = log_burst_over(&sp->append_failures, clock_mono_ms(), 0, &span_ms)))
+			log_info("spool: appends to %s succeed again, after %ld failed over %.1f s",
+				 sp->path, n, (double)span_ms / 1000.0);
 	}
 	pthread_mutex_unlock(&sp->mu);
 	return rc;

@@ -652,6 +652,9 @@ void pg_give(struct pgconn *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
+#define SHORTAGE_LOG_MS 60000 /* a server short of a resource: a line a minute */
+#define SHORTAGE_OVER_MS 5000 /* over once a write succeeds with no failure for this long */
+
 /* Maps a failed result to a store code, logging what deserves it. A lost connection,
  * a shutting-down server, a serialization failure or a full disk mean "try again later". */
 int pg_fail_code(struct pg *pg, struct pgconn *c, PGresult *res, const char *what)
@@ -672,14 +675,43 @@ int pg_fail_code(struct pg *pg, struct pgconn *c, PGresult *res, const char *wha
 		log_warn("postgres: %s (in: %.60s)", one_line(msg, line, sizeof(line)), what);
 		return STORE_TIMEOUT;
 	}
+	if (strncmp(state, "53", 2) == 0) { /* insufficient resources: until there are */
+		long n;
+		int64_t span_ms;
+		switch (log_burst_hit(&pg->short_of, clock_mono_ms(), SHORTAGE_LOG_MS, &n,
+				      &span_ms)) {
+		case LOG_BURST_START:
+			log_error("postgres: %s [%s] (in: %.60s). Until the server has it again, "
+				  "ingest answers 503 (or goes to the spool, when one is set) and "
+				  "delivery results wait in memory; logged again once a minute "
+				  "while it lasts", one_line(msg, line, sizeof(line)), state, what);
+			break;
+		case LOG_BURST_STILL:
+			log_error("postgres: still: %s [%s] (%ld statements failed so in the last "
+				  "%.0f s)", one_line(msg, line, sizeof(line)), state, n,
+				  (double)span_ms / 1000.0);
+			break;
+		case LOG_BURST_QUIET:
+			break;
+		}
+		return STORE_UNAVAILABLE;
+	}
 	if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
-	    strncmp(state, "53", 2) == 0 || strcmp(state, "55P03") == 0 ||
-	    strcmp(state, "57014") == 0) {
+	    strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0) {
 		log_warn("postgres: %s (in: %.60s)", one_line(msg, line, sizeof(line)), what);
 		return STORE_UNAVAILABLE;
 	}
 	log_error("postgres: %s [%s] (in: %.80s)", one_line(msg, line, sizeof(line)), state, what);
 	return STORE_ERROR;
+}
+
+void pg_writes_ok(struct pg *pg)
+{
+	int64_t span_ms;
+	long n = log_burst_over(&pg->short_of, clock_mono_ms(), SHORTAGE_OVER_MS, &span_ms);
+	if (n)
+		log_info("postgres: writes succeed again: %ld statements failed for want of a "
+			 "server resource over %.1f s", n, (double)span_ms / 1000.0);
 }
 
 /* ---- open and close ------------------------------------------------------ */

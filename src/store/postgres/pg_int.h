@@ -13,6 +13,7 @@
 
 #include "store/backend.h"
 #include "util/buf.h"
+#include "util/logburst.h"
 
 
 #define ERROR_TEXT_MAX 1024       /* stored error text, as in SQLite */
@@ -202,6 +203,10 @@ struct pg {
 	 * that breaks later belongs to an outage already logged. */
 	atomic_int down;
 	atomic_uint epoch;
+	/* The server short of a resource (SQLSTATE class 53: a full disk, memory,
+	 * connections), which fails every write while it lasts: logged as a burst
+	 * (util/logburst.h), its end when an ingest or results write succeeds again. */
+	struct log_burst short_of;
 	/* Events and deliveries this instance has inserted, and deliveries it has leased:
 	 * the ingest, dispatch and results roles rebuild their plans as it doubles (conn.c,
 	 * REPLAN_FIRST). */
@@ -357,6 +362,8 @@ void pg_give(struct pgconn *c);
 /* Maps a failed result to a store code, logging what deserves it. A lost connection,
  * a shutting-down server, a serialization failure or a full disk mean "try again later". */
 int pg_fail_code(struct pg *pg, struct pgconn *c, PGresult *res, const char *what);
+/* An ingest or results write succeeded: the end of a shortage before it, if any. */
+void pg_writes_ok(struct pg *pg);
 
 extern const char *const pg_sql_of[S_COUNT];
 

@@ -245,6 +245,8 @@ int pg_ingest(store *st, struct store_event_in *events, size_t n)
 	if (rc != STORE_OK)
 		for (size_t i = 0; i < n; i++)
 			events[i].duplicate = 0;
+	else
+		pg_writes_ok(pg);
 	return rc;
 }
 
@@ -506,6 +508,7 @@ int pg_record_results(store *st, const struct store_result *results, size_t n)
 	if (res) {
 		size_t applied = (size_t)pg_get_int(res, 0, 0);
 
+		pg_writes_ok(pg);
 		if (applied < n)
 			log_warn("store: %zu of %zu results ignored: their lease was lost (their "
 				 "attempts are recorded)", n - applied, n);

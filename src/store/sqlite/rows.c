@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/logburst.h"
 #include "util/uuid.h"
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -40,80 +40,56 @@ int sq_store_code(int rc)
 }
 
 /* A store that cannot be written (a full disk, an I/O error) refuses writes until it can
- * again: a producer's every request, each group of results. A full disk under a steady
- * stream logged a line per request; now the first refusal is logged, then at most one
- * line a minute while they go on, and the end once a write succeeds with none refused
- * for REFUSALS_OVER_MS (a nearly full disk takes some writes and refuses others).
- * Process-wide: it is the disk's state, whichever connection saw it; the counters are
- * only for these lines. */
+ * again: a producer's every request, each group of results. Logged as a burst
+ * (util/logburst.h): when it starts, once a minute while it goes on, and when a write
+ * succeeds with none refused for REFUSALS_OVER_MS (a nearly full disk takes some writes
+ * and refuses others). Process-wide: it is the disk's state, whichever connection saw
+ * it. */
 #define REFUSALS_OVER_MS 5000
 #define REFUSALS_LOG_MS 60000
-static _Atomic long writes_refused;       /* since the first refusal; 0: none */
-static _Atomic long refused_unlogged;     /* since the last line about them */
-static _Atomic int64_t first_refused_ms, last_refused_ms, refusal_logged_ms;
+static struct log_burst refusals;
 
 static int refuses_writes(int rc)
 {
 	return (rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR;
 }
 
-static void log_refusal(sqlite3_stmt *s)
+int sq_log_stmt_error(sqlite3_stmt *s, int rc)
 {
-	int64_t now = clock_mono_ms();
-	/* none refused for a minute and no write since: a new run of them */
-	if (now - atomic_load(&last_refused_ms) >= REFUSALS_LOG_MS)
-		atomic_store(&writes_refused, 0);
-	int first = atomic_fetch_add(&writes_refused, 1) == 0;
-	if (first) {
-		atomic_store(&first_refused_ms, now);
-		atomic_store(&refused_unlogged, 0);
-	}
-	atomic_store(&last_refused_ms, now);
-	long unlogged = atomic_fetch_add(&refused_unlogged, 1) + 1;
-	int64_t logged = atomic_load(&refusal_logged_ms);
-	if (!first && now - logged < REFUSALS_LOG_MS)
-		return;
-	if (!atomic_compare_exchange_strong(&refusal_logged_ms, &logged, now))
-		return; /* another thread logs it */
-	atomic_fetch_sub(&refused_unlogged, unlogged);
 	const char *why = sqlite3_errmsg(sqlite3_db_handle(s));
-	if (first)
+	long n;
+	int64_t span_ms;
+
+	if (!refuses_writes(rc)) {
+		log_error("sqlite: %s (in: %.60s)", why, sqlite3_sql(s));
+		return rc;
+	}
+	switch (log_burst_hit(&refusals, clock_mono_ms(), REFUSALS_LOG_MS, &n, &span_ms)) {
+	case LOG_BURST_START:
 		log_error("sqlite: the store cannot be written: %s (in: %.60s). Until writes "
 			  "succeed again (free space on the store's disk), ingest answers 503 "
 			  "(or goes to the spool, when one is set) and delivery results wait in "
 			  "memory; logged again once a minute while it lasts", why,
 			  sqlite3_sql(s));
-	else
+		break;
+	case LOG_BURST_STILL:
 		log_error("sqlite: the store still cannot be written: %s (%ld writes refused "
-			  "in the last %.0f s)", why, unlogged, (double)(now - logged) / 1000.0);
-}
-
-int sq_log_stmt_error(sqlite3_stmt *s, int rc)
-{
-	if (refuses_writes(rc)) {
-		log_refusal(s);
-		return rc;
+			  "in the last %.0f s)", why, n, (double)span_ms / 1000.0);
+		break;
+	case LOG_BURST_QUIET:
+		break;
 	}
-	log_error("sqlite: %s (in: %.60s)", sqlite3_errmsg(sqlite3_db_handle(s)),
-		  sqlite3_sql(s));
 	return rc;
 }
 
-/* A write was committed: after refusals, and none for REFUSALS_OVER_MS, their end. */
+/* A write was committed: the end of refusals before it, if any. */
 static void writes_taken(void)
 {
-	if (!atomic_load_explicit(&writes_refused, memory_order_relaxed))
-		return;
-	int64_t now = clock_mono_ms(), last = atomic_load(&last_refused_ms);
-	if (now - last < REFUSALS_OVER_MS)
-		return;
-	long n = atomic_exchange(&writes_refused, 0);
-	if (!n)
-		return;
-	atomic_store(&refused_unlogged, 0);
-	atomic_store(&refusal_logged_ms, 0);
-	log_info("sqlite: the store takes writes again: %ld refused over %.1f s", n,
-		 (double)(last - atomic_load(&first_refused_ms)) / 1000.0);
+	int64_t span_ms;
+	long n = log_burst_over(&refusals, clock_mono_ms(), REFUSALS_OVER_MS, &span_ms);
+	if (n)
+		log_info("sqlite: the store takes writes again: %ld refused over %.1f s", n,
+			 (double)span_ms / 1000.0);
 }
 
 int sq_log_nomem(void)
