@@ -3,6 +3,7 @@
 
 #include "core/ops_event.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +21,199 @@ void sub_registry_init(struct sub_registry *reg)
 	reg->reload_wanted = 0;
 }
 
+/* ---- the patterns' index (sub_set_index) ---------------------------------------------- */
+
+/* One event-type pattern of an enabled subscription: its literal part (all of it, or
+ * what comes before its trailing stars), borrowed from the subscription. */
+struct match_key {
+	const char *text;
+	size_t len;
+	uint32_t item;      /* its subscription's place in the set */
+	uint32_t pattern;   /* which of its patterns */
+};
+
+/* The prefix keys of one length: prefix[lo, hi). */
+struct prefix_run {
+	size_t len, lo, hi;
+};
+
+struct sub_match_index {
+	struct match_key *exact;    /* literal patterns, sorted by text */
+	size_t n_exact;
+	struct match_key *prefix;   /* trailing-star patterns, sorted by length then text */
+	size_t n_prefix;
+	struct prefix_run *runs;    /* one per length among them, shortest first */
+	size_t n_runs;
+	struct match_key *other;    /* the rest, tried with pattern_match */
+	size_t n_other;
+};
+
+static void index_free(struct sub_match_index *x)
+{
+	if (!x)
+		return;
+	free(x->exact);
+	free(x->prefix);
+	free(x->runs);
+	free(x->other);
+	free(x);
+}
+
+static int key_text_cmp(const struct match_key *a, const struct match_key *b)
+{
+	size_t n = a->len < b->len ? a->len : b->len;
+	int c = memcmp(a->text, b->text, n);
+	return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+static int exact_cmp(const void *a, const void *b)
+{
+	return key_text_cmp(a, b);
+}
+
+static int prefix_cmp(const void *a, const void *b)
+{
+	const struct match_key *x = a, *y = b;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return memcmp(x->text, y->text, x->len);
+}
+
+void sub_set_index(struct sub_set *set)
+{
+	struct sub_match_index *x = calloc(1, sizeof(*x));
+	size_t total = 0;
+	if (!x)
+		return;
+	for (size_t i = 0; i < set->n; i++)
+		total += set->items[i]->n_event_types;
+	if (total && (!(x->exact = calloc(total, sizeof(*x->exact))) ||
+		      !(x->prefix = calloc(total, sizeof(*x->prefix))) ||
+		      !(x->runs = calloc(total, sizeof(*x->runs))) ||
+		      !(x->other = calloc(total, sizeof(*x->other))))) {
+		index_free(x);
+		return;
+	}
+	for (size_t i = 0; i < set->n && i <= UINT32_MAX; i++) {
+		const struct subscription *s = set->items[i];
+		if (!s->enabled || s->origin) /* never fanned out to (sub_set_match) */
+			continue;
+		for (size_t p = 0; p < s->n_event_types && p <= UINT32_MAX; p++) {
+			const char *pat = s->event_types[p];
+			size_t star = strcspn(pat, "*?");
+			struct match_key k = {pat, star, (uint32_t)i, (uint32_t)p};
+			if (!pat[star])
+				x->exact[x->n_exact++] = k;
+			else if (pat[star] == '*' && !pat[star + strspn(pat + star, "*")])
+				x->prefix[x->n_prefix++] = k;
+			else
+				x->other[x->n_other++] = k;
+		}
+	}
+	if (x->n_exact > 1)
+		qsort(x->exact, x->n_exact, sizeof(*x->exact), exact_cmp);
+	if (x->n_prefix > 1)
+		qsort(x->prefix, x->n_prefix, sizeof(*x->prefix), prefix_cmp);
+	for (size_t i = 0; i < x->n_prefix; i++) {
+		if (!x->n_runs || x->runs[x->n_runs - 1].len != x->prefix[i].len)
+			x->runs[x->n_runs++] = (struct prefix_run){x->prefix[i].len, i, i};
+		x->runs[x->n_runs - 1].hi = i + 1;
+	}
+	index_free(set->index);
+	set->index = x;
+}
+
+/* The first of keys[lo, hi) whose text is not below (text, len) in cmp's order. */
+static size_t key_lower_bound(const struct match_key *keys, size_t lo, size_t hi,
+			      const char *text, size_t len)
+{
+	struct match_key probe = {text, len, 0, 0};
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (key_text_cmp(&keys[mid], &probe) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Appends the id of item to *ids (grown as needed); -1 when out of memory. */
+static int ids_append(const struct sub_set *set, uint32_t item, char (**ids)[UUID_STR_LEN],
+		      size_t *cap, long *n)
+{
+	if ((size_t)*n == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 8;
+		char (*grown)[UUID_STR_LEN] = realloc(*ids, ncap * sizeof(**ids));
+		if (!grown)
+			return -1;
+		*ids = grown;
+		*cap = ncap;
+	}
+	memcpy((*ids)[(*n)++], set->items[item]->id, UUID_STR_LEN);
+	return 0;
+}
+
+/* Every key of keys[lo, hi) whose text is (text, len), into *ids; ops: outboxd's own
+ * event, which only patterns written for those reach. */
+static int append_equal(const struct sub_set *set, const struct match_key *keys, size_t lo,
+			size_t hi, const char *text, size_t len, int ops,
+			char (**ids)[UUID_STR_LEN], size_t *cap, long *n)
+{
+	for (size_t i = key_lower_bound(keys, lo, hi, text, len);
+	     i < hi && keys[i].len == len && memcmp(keys[i].text, text, len) == 0; i++) {
+		const struct subscription *s = set->items[keys[i].item];
+		if ((!ops || ops_event_type(s->event_types[keys[i].pattern])) &&
+		    ids_append(set, keys[i].item, ids, cap, n))
+			return -1;
+	}
+	return 0;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+static long match_indexed(const struct sub_set *set, const char *event_type,
+			  char (**ids)[UUID_STR_LEN], size_t *cap)
+{
+	const struct sub_match_index *x = set->index;
+	size_t len = strlen(event_type);
+	int ops = ops_event_type(event_type);
+	long n = 0;
+
+	if (append_equal(set, x->exact, 0, x->n_exact, event_type, len, ops, ids, cap, &n))
+		return -1;
+	for (size_t r = 0; r < x->n_runs && x->runs[r].len <= len; r++)
+		if (append_equal(set, x->prefix, x->runs[r].lo, x->runs[r].hi, event_type,
+				 x->runs[r].len, ops, ids, cap, &n))
+			return -1;
+	for (size_t i = 0; i < x->n_other; i++) {
+		const char *pat = set->items[x->other[i].item]->event_types[x->other[i].pattern];
+		if ((!ops || ops_event_type(pat)) && pattern_match(pat, event_type) &&
+		    ids_append(set, x->other[i].item, ids, cap, &n))
+			return -1;
+	}
+	/* In the set's order (it is sorted by id), each subscription once however many of
+	 * its patterns matched. */
+	if (n > 1) {
+		qsort(*ids, (size_t)n, sizeof(**ids), id_cmp);
+		long u = 1;
+		for (long i = 1; i < n; i++)
+			if (strcmp((*ids)[i], (*ids)[u - 1]) != 0)
+				memcpy((*ids)[u++], (*ids)[i], UUID_STR_LEN);
+		n = u;
+	}
+	return n;
+}
+
 static void set_free(struct sub_set *set)
 {
 	for (size_t i = 0; i < set->n; i++)
 		subscription_free(set->items[i]);
 	free(set->items);
+	index_free(set->index);
 	free(set);
 }
 
@@ -64,6 +253,8 @@ unsigned long sub_registry_ticket(struct sub_registry *reg)
 
 void sub_registry_publish(struct sub_registry *reg, struct sub_set *set)
 {
+	if (!set->index)
+		sub_set_index(set); /* before anyone else reads it */
 	pthread_mutex_lock(&reg->mu);
 	if (set->read_ticket && set->read_ticket < reg->published_ticket) {
 		pthread_mutex_unlock(&reg->mu);
@@ -149,6 +340,8 @@ int sub_set_add(struct sub_set *set, struct subscription *s)
 		return -1;
 	}
 	set->items = items;
+	index_free(set->index); /* its places are about to move */
+	set->index = NULL;
 	/* Kept sorted by id so the dispatcher finds a delivery's subscription in log n; ids
 	 * are UUIDv7 and come from the store in creation order, so this is an append. */
 	size_t at = lower_bound(set, s->id);
@@ -167,6 +360,8 @@ const struct subscription *sub_set_find(const struct sub_set *set, const char *i
 long sub_set_match(const struct sub_set *set, const char *event_type,
 		   char (**ids)[UUID_STR_LEN], size_t *cap)
 {
+	if (set->index)
+		return match_indexed(set, event_type, ids, cap);
 	long n = 0;
 	/* outboxd's own events reach only patterns written for them ("outboxd.*"), never
 	 * "*" */

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# many_subs.sh: what the number of subscriptions costs ingest. NSUBS subscriptions, each
+# with one pattern "tN.*" of its own, all to one local receiver; EVENTS events (batches
+# of 100 over one connection) each matching one of them. Prints ingest events/s and
+# outboxd's CPU per event while ingesting (deliveries run meanwhile). SQLite, one
+# instance. A measurement for docs/performance.md ("Many subscriptions"), not a row of
+# make bench.
+#
+# Usage: [BUILD=build] bench/many_subs.sh [NSUBS=10000] [EVENTS=50000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NSUBS=${1:-10000}
+EVENTS=${2:-50000}
+BUILD=${BUILD:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver >/dev/null
+dir=$(mktemp -d /tmp/outboxd-subs-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+RPORT=$(free_port)
+OPORT=$(free_port)
+"$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 --unique-per-path >/dev/null 2>&1 &
+pids+=($!)
+OUTBOXD_DB="sqlite:$dir/outboxd.db" OUTBOXD_LISTEN="127.0.0.1:$OPORT" OUTBOXD_ADMIN_TOKEN=bench \
+  OUTBOXD_DATA_DIR="$dir" OUTBOXD_SSRF_ALLOW=127.0.0.0/8 OUTBOXD_LOG_LEVEL=warn \
+  "$BUILD/outboxd" serve >"$dir/outboxd.log" 2>&1 &
+opid=$!
+pids+=($opid)
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$OPORT/healthz" >/dev/null && break; sleep 0.1; done
+python3 - "$OPORT" "$RPORT" "$NSUBS" <<'PY'
+import http.client, json, sys
+port, rport, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+c = http.client.HTTPConnection("127.0.0.1", port)
+for i in range(n):
+    c.request("POST", "/v1/subscriptions", json.dumps({"name": "s%d" % i,
+              "event_types": ["t%d.*" % i], "endpoint": "http://127.0.0.1:%s/sink" % rport}),
+              {"Authorization": "Bearer bench", "content-type": "application/json"})
+    r = c.getresponse(); r.read()
+    assert r.status == 201, r.status
+PY
+python3 - "$NSUBS" "$EVENTS" >"$dir/bodies" <<'PY'
+import json, sys
+n, ev = int(sys.argv[1]), int(sys.argv[2])
+for b in range(ev // 100):
+    print(json.dumps({"events": [{"event_type": "t%d.order" % ((b * 100 + i) % n),
+                                  "payload": {"i": b * 100 + i}} for i in range(100)]}))
+PY
+cpu() { awk '{print $14 + $15}' "/proc/$opid/stat"; }
+c0=$(cpu)
+s0=$(date +%s.%N)
+python3 - "$OPORT" "$dir/bodies" <<'PY'
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
+for line in open(sys.argv[2]):
+    c.request("POST", "/v1/events", line, {"Authorization": "Bearer bench",
+              "content-type": "application/json"})
+    r = c.getresponse(); r.read()
+    assert r.status == 202, r.status
+PY
+s1=$(date +%s.%N)
+c1=$(cpu)
+tck=$(getconf CLK_TCK)
+awk -v n="$EVENTS" -v s="$NSUBS" -v t="$(echo "$s1 - $s0" | bc)" -v c="$((c1 - c0))" -v hz="$tck" \
+  'BEGIN { printf "%d subscriptions: ingest %.0f events/s, outboxd CPU %.1f us per event while ingesting\n", s, n / t, c / hz * 1e6 / n }'
