@@ -100,28 +100,65 @@ static int log_lines(const char *needle)
 	return n;
 }
 
-static void test_disk_full_then_space_again(void **state)
+/* Starts the daemon with its store on the tmpfs (and its spool, with_spool) and one
+ * subscription of the receiver's /full. */
+static void start_on_tmpfs(int with_spool)
 {
-	(void)state;
-	if (mount_small())
-		skip();
-	char db[400], sub[64], id[64];
+	static char db[400], spool[400];
+	char sub[64];
 	snprintf(db, sizeof(db), "OUTBOXD_DB=sqlite:%s/outboxd.db", mnt);
-	const char *env[] = {db, NULL};
+	snprintf(spool, sizeof(spool), "OUTBOXD_SPOOL=%s/ingest.spool", mnt);
+	const char *env[] = {db, with_spool ? spool : NULL, NULL};
+	memset(&dmn, 0, sizeof(dmn));
+	assert_int_equal(receiver_reset(&rcv), 0);
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	e2e_create_sub(&dmn, sub, "{\"name\":\"full\",\"event_types\":[\"disk.full\"],"
 				  "\"endpoint\":\"%s/full\"}", rcv.url);
+}
 
-	/* Fill the disk: events until the store refuses one. */
+/* Events until the store refuses one (the disk is full); *i counts the events sent.
+ * Returns those acknowledged. */
+static long fill_disk(int *i)
+{
+	char id[64];
 	long acked = 0;
-	int i = 0, refused = 0;
-	for (; i < MAX_FILL && !refused; i++)
-		if (send_event(i, id) == 202)
+	int refused = 0;
+	for (; *i < MAX_FILL && !refused; (*i)++)
+		if (send_event(*i, id) == 202)
 			acked++;
 		else
 			refused = 1;
 	assert_true(refused);
 	assert_true(acked > 0);
+	return acked;
+}
+
+/* Every acknowledged event reaches the subscriber, each once. */
+static void assert_each_delivered_once(long acked)
+{
+	long unique = 0, dups = 0;
+	for (int t = 0; t < 300; t++) {
+		json_t *st = receiver_stats(&rcv, "/full");
+		unique = (long)json_integer_value(json_object_get(st, "unique_ids"));
+		dups = (long)json_integer_value(json_object_get(st, "duplicates"));
+		json_decref(st);
+		if (unique >= acked)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(unique, acked);
+	assert_int_equal(dups, 0);
+}
+
+static void test_disk_full_then_space_again(void **state)
+{
+	(void)state;
+	if (mount_small())
+		skip();
+	char id[64];
+	int i = 0;
+	start_on_tmpfs(0);
+	long acked = fill_disk(&i);
 	/* a full disk refuses most of what follows (a small write may still fit) */
 	int later_refused = 0;
 	for (int k = 0; k < 50; k++, i++) {
@@ -154,19 +191,7 @@ static void test_disk_full_then_space_again(void **state)
 	assert_int_equal(send_event(i++, id), 202);
 	acked++;
 
-	/* every acknowledged event reaches the subscriber, each once */
-	long unique = 0, dups = 0;
-	for (int t = 0; t < 300; t++) {
-		json_t *st = receiver_stats(&rcv, "/full");
-		unique = (long)json_integer_value(json_object_get(st, "unique_ids"));
-		dups = (long)json_integer_value(json_object_get(st, "duplicates"));
-		json_decref(st);
-		if (unique >= acked)
-			break;
-		usleep(100 * 1000);
-	}
-	assert_int_equal(unique, acked);
-	assert_int_equal(dups, 0);
+	assert_each_delivered_once(acked);
 	assert_int_equal(log_lines("the store takes writes again"), 1);
 	assert_int_equal(daemon_stop(&dmn), 0);
 	daemon_cleanup(&dmn);
@@ -178,39 +203,18 @@ static void test_spool_on_the_full_disk(void **state)
 	(void)state;
 	if (mount_small())
 		skip();
-	char db[400], spool[400], sub[64], id[64];
-	snprintf(db, sizeof(db), "OUTBOXD_DB=sqlite:%s/outboxd.db", mnt);
-	snprintf(spool, sizeof(spool), "OUTBOXD_SPOOL=%s/ingest.spool", mnt);
-	const char *env[] = {db, spool, NULL};
-	memset(&dmn, 0, sizeof(dmn));
-	assert_int_equal(receiver_reset(&rcv), 0);
-	assert_int_equal(daemon_start(&dmn, env), 0);
-	e2e_create_sub(&dmn, sub, "{\"name\":\"full\",\"event_types\":[\"disk.full\"],"
-				  "\"endpoint\":\"%s/full\"}", rcv.url);
-	long acked = 0;
-	int i = 0, refused = 0;
-	for (; i < MAX_FILL && !refused; i++)
-		if (send_event(i, id) == 202)
-			acked++;
-		else
-			refused = 1;
-	assert_true(refused); /* the spool could not take it either: 503, not 202 */
+	char id[64];
+	int i = 0;
+	start_on_tmpfs(1);
+	/* the spool could not take the refused one either: 503, not 202 */
+	long acked = fill_disk(&i);
 	for (int k = 0; k < 20; k++, i++)
 		if (send_event(i, id) == 202)
 			acked++;
 	assert_int_equal(log_lines("spool: cannot append to"), 1);
 	assert_int_equal(log_lines("spool: still cannot append"), 0);
 	/* what was acknowledged was stored somewhere: it arrives, once each */
-	long unique = 0;
-	for (int t = 0; t < 300 && unique < acked; t++) {
-		json_t *st = receiver_stats(&rcv, "/full");
-		unique = (long)json_integer_value(json_object_get(st, "unique_ids"));
-		assert_int_equal(json_integer_value(json_object_get(st, "duplicates")), 0);
-		json_decref(st);
-		if (unique < acked)
-			usleep(100 * 1000);
-	}
-	assert_int_equal(unique, acked);
+	assert_each_delivered_once(acked);
 	assert_int_equal(daemon_stop(&dmn), 0);
 	daemon_cleanup(&dmn);
 	unmount();
