@@ -13,23 +13,26 @@ cd "$(dirname "$0")/.."
 NSUBS=${1:-10000}
 EVENTS=${2:-50000}
 BUILD=${BUILD:-build}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target outboxd test_receiver >/dev/null
+log() { printf '[many_subs %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "$*"; exit 1; }
+# bench_build, free_port, sink_up, outboxd_up, cpu_ticks, HZ, stop_started: bench/lib.sh
+. bench/lib.sh
+bench_build "$BUILD" outboxd test_receiver
 dir=$(mktemp -d /tmp/outboxd-subs-XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$dir"; }
+cleanup() { stop_started; rm -rf "$dir"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 RPORT=$(free_port)
 OPORT=$(free_port)
 "$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 --unique-per-path >/dev/null 2>&1 &
 pids+=($!)
+sink_up "http://127.0.0.1:$RPORT" || die "the receiver did not start"
 OUTBOXD_DB="sqlite:$dir/outboxd.db" OUTBOXD_LISTEN="127.0.0.1:$OPORT" OUTBOXD_ADMIN_TOKEN=bench \
   OUTBOXD_DATA_DIR="$dir" OUTBOXD_SSRF_ALLOW=127.0.0.0/8 OUTBOXD_LOG_LEVEL=warn \
   "$BUILD/outboxd" serve >"$dir/outboxd.log" 2>&1 &
 opid=$!
 pids+=($opid)
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$OPORT/healthz" >/dev/null && break; sleep 0.1; done
+outboxd_up "$OPORT" "$opid" || die "outboxd did not start: $(tail -2 "$dir/outboxd.log")"
 python3 - "$OPORT" "$RPORT" "$NSUBS" <<'PY'
 import http.client, json, sys, time
 port, rport, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -54,8 +57,7 @@ for b in range(ev // 100):
     print(json.dumps({"events": [{"event_type": "t%d.order" % ((b * 100 + i) % n),
                                   "payload": {"i": b * 100 + i}} for i in range(100)]}))
 PY
-cpu() { awk '{print $14 + $15}' "/proc/$opid/stat"; }
-c0=$(cpu)
+c0=$(cpu_ticks "$opid")
 s0=$(date +%s.%N)
 python3 - "$OPORT" "$dir/bodies" <<'PY'
 import http.client, sys
@@ -67,7 +69,6 @@ for line in open(sys.argv[2]):
     assert r.status == 202, r.status
 PY
 s1=$(date +%s.%N)
-c1=$(cpu)
-tck=$(getconf CLK_TCK)
-awk -v n="$EVENTS" -v s="$NSUBS" -v t="$(echo "$s1 - $s0" | bc)" -v c="$((c1 - c0))" -v hz="$tck" \
+c1=$(cpu_ticks "$opid")
+awk -v n="$EVENTS" -v s="$NSUBS" -v t="$(echo "$s1 - $s0" | bc)" -v c="$((c1 - c0))" -v hz="$HZ" \
   'BEGIN { printf "%d subscriptions: ingest %.0f events/s, outboxd CPU %.1f us per event while ingesting\n", s, n / t, c / hz * 1e6 / n }'
