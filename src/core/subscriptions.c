@@ -138,8 +138,15 @@ static size_t key_lower_bound(const struct match_key *keys, size_t lo, size_t hi
 	return lo;
 }
 
+/* Whether a pattern may reach the event at all: outboxd's own events (ops) reach only
+ * patterns written for them ("outboxd.*"), never "*". */
+static int reaches(const char *pattern, int ops)
+{
+	return !ops || ops_event_type(pattern);
+}
+
 /* Appends the id of item to *ids (grown as needed); -1 when out of memory. */
-static int ids_append(const struct sub_set *set, uint32_t item, char (**ids)[UUID_STR_LEN],
+static int ids_append(const struct sub_set *set, size_t item, char (**ids)[UUID_STR_LEN],
 		      size_t *cap, long *n)
 {
 	if ((size_t)*n == *cap) {
@@ -154,8 +161,8 @@ static int ids_append(const struct sub_set *set, uint32_t item, char (**ids)[UUI
 	return 0;
 }
 
-/* Every key of keys[lo, hi) whose text is (text, len), into *ids; ops: outboxd's own
- * event, which only patterns written for those reach. */
+/* Every key of keys[lo, hi) whose text is (text, len), into *ids; ops: the event is
+ * outboxd's own (reaches). */
 static int append_equal(const struct sub_set *set, const struct match_key *keys, size_t lo,
 			size_t hi, const char *text, size_t len, int ops,
 			char (**ids)[UUID_STR_LEN], size_t *cap, long *n)
@@ -163,7 +170,7 @@ static int append_equal(const struct sub_set *set, const struct match_key *keys,
 	for (size_t i = key_lower_bound(keys, lo, hi, text, len);
 	     i < hi && keys[i].len == len && memcmp(keys[i].text, text, len) == 0; i++) {
 		const struct subscription *s = set->items[keys[i].item];
-		if ((!ops || ops_event_type(s->event_types[keys[i].pattern])) &&
+		if (reaches(s->event_types[keys[i].pattern], ops) &&
 		    ids_append(set, keys[i].item, ids, cap, n))
 			return -1;
 	}
@@ -191,7 +198,7 @@ static long match_indexed(const struct sub_set *set, const char *event_type,
 			return -1;
 	for (size_t i = 0; i < x->n_other; i++) {
 		const char *pat = set->items[x->other[i].item]->event_types[x->other[i].pattern];
-		if ((!ops || ops_event_type(pat)) && pattern_match(pat, event_type) &&
+		if (reaches(pat, ops) && pattern_match(pat, event_type) &&
 		    ids_append(set, x->other[i].item, ids, cap, &n))
 			return -1;
 	}
@@ -363,8 +370,6 @@ long sub_set_match(const struct sub_set *set, const char *event_type,
 	if (set->index)
 		return match_indexed(set, event_type, ids, cap);
 	long n = 0;
-	/* outboxd's own events reach only patterns written for them ("outboxd.*"), never
-	 * "*" */
 	int ops = ops_event_type(event_type);
 	for (size_t i = 0; i < set->n; i++) {
 		const struct subscription *s = set->items[i];
@@ -372,19 +377,10 @@ long sub_set_match(const struct sub_set *set, const char *event_type,
 			continue;
 		int hit = 0;
 		for (size_t p = 0; p < s->n_event_types && !hit; p++)
-			hit = (!ops || ops_event_type(s->event_types[p])) &&
+			hit = reaches(s->event_types[p], ops) &&
 			      pattern_match(s->event_types[p], event_type);
-		if (!hit)
-			continue;
-		if ((size_t)n == *cap) {
-			size_t ncap = *cap ? *cap * 2 : 8;
-			char (*grown)[UUID_STR_LEN] = realloc(*ids, ncap * sizeof(**ids));
-			if (!grown)
-				return -1;
-			*ids = grown;
-			*cap = ncap;
-		}
-		memcpy((*ids)[n++], s->id, UUID_STR_LEN);
+		if (hit && ids_append(set, i, ids, cap, &n))
+			return -1;
 	}
 	return n;
 }
