@@ -350,10 +350,8 @@ static int prereq_cb(void *ctx, char *primary_ip, char *local_ip, int primary_po
 	(void)primary_port;
 	(void)local_port;
 	h->wrote = 1;
-	if (h->prereqs++) {
-		h->resent = 1;
-		metrics_http_resend();
-	}
+	if (h->prereqs++)
+		http_resent(h);
 	if (h->sj->timeout_ms > 0 &&
 	    dheap_set(&h->hs->answers, &h->answer_by, clock_mono_us() + h->sj->timeout_ms * 1000))
 		log_warn("http: out of memory: an attempt keeps libcurl's own timeout");

@@ -320,8 +320,7 @@ static void conn_retry_fresh(struct wire *w, struct wire_conn *c)
 	h->conn = NULL;
 	conn_close(w, c);
 	h->wrote = 0; /* the new connection's write is the one awaited */
-	h->resent = 1;
-	metrics_http_resend();
+	http_resent(h);
 	conn_start(w, h, t, 1); /* reports a failure itself */
 }
 

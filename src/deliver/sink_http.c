@@ -29,6 +29,7 @@
 
 #include "core/concurrency.h"
 #include "core/config.h"
+#include "core/metrics.h"
 #include "core/retry.h"
 #include "core/trace.h"
 #include "deliver/sign.h"
@@ -76,6 +77,12 @@ static void note_resent(char *cause)
 		len += 2;
 	}
 	memcpy(cause + len, note, sizeof(note));
+}
+
+void http_resent(struct http_round *h)
+{
+	h->resent = 1;
+	metrics_http_resend();
 }
 
 /* The attempt is over: hand it to the dispatcher. */

@@ -196,6 +196,10 @@ struct http_sink {
 /* Bookkeeping of rounds with a request running (for abort). */
 void http_flying_add(struct http_round *h);
 void http_flying_remove(struct http_round *h);
+/* The attempt's request is being written again on a new connection (either client, when
+ * the kept-alive one closed before any byte of an answer): its cause will say so, and
+ * outboxd_http_resent_total counts it. */
+void http_resent(struct http_round *h);
 /* The attempt is over: hands it back to the dispatcher (env.done). */
 void http_report(struct http_round *h);
 /* A request (libcurl's or the lean client's) stopped running: bookkeeping. */
