@@ -19,11 +19,11 @@
 #include "core/metrics.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/logburst.h"
 
 #define OTLP_RETRIES 2             /* sends of an export again after a retryable answer */
 #define EXPORT_TIMEOUT_MS 5000     /* one export request at most */
 #define STOP_TIMEOUT_MS 2000       /* the last flush at shutdown */
-#define FAILURE_LOG_MS 60000       /* a failing collector is logged at most this often */
 #define RESPONSE_MAX 65536         /* bytes of a collector's answer read; the rest is dropped */
 
 struct otlp {
@@ -41,7 +41,7 @@ struct otlp {
 	int stopping;
 	CURL *curl;
 	struct curl_slist *headers;   /* Content-Type and otlp_headers, for every request */
-	int64_t failure_logged_ms;
+	struct log_burst failures;    /* a failing collector: logged at most once a minute */
 	char response[RESPONSE_MAX];  /* the answer to the last export, cut at RESPONSE_MAX */
 	size_t response_len;
 };
@@ -80,18 +80,19 @@ static size_t response_cb(char *p, size_t size, size_t n, void *ctx)
 	return size * n;
 }
 
-/* A warning about the collector, logged at most once every FAILURE_LOG_MS. */
+/* A warning about the collector, logged at most once a minute (util/logburst.h). */
 static void log_limited(struct otlp *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void log_limited(struct otlp *o, const char *fmt, ...)
 {
-	int64_t now = clock_mono_ms();
 	char text[512];
 	va_list ap;
+	long n;
+	int64_t span_ms;
 
-	if (o->failure_logged_ms && now - o->failure_logged_ms < FAILURE_LOG_MS)
+	if (log_burst_hit(&o->failures, clock_mono_ms(), LOG_BURST_EVERY_MS, &n, &span_ms) ==
+	    LOG_BURST_QUIET)
 		return;
-	o->failure_logged_ms = now;
 	va_start(ap, fmt);
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);

@@ -24,7 +24,6 @@
 
 static const unsigned char spool_magic[4] = {'O', 'B', 'S', 'P'};
 #define SPOOL_VERSION 1
-#define SPOOL_FAILURE_LOG_MS 60000 /* failed appends are logged at most once a minute */
 
 struct spool {
 	char *path;
@@ -328,7 +327,7 @@ int spool_append(struct spool *sp, uint8_t type, const void *data, size_t len)
 		long n;
 		int64_t span_ms;
 		enum log_burst_say say = log_burst_hit(&sp->append_failures, clock_mono_ms(),
-						       SPOOL_FAILURE_LOG_MS, &n, &span_ms);
+						       LOG_BURST_EVERY_MS, &n, &span_ms);
 		if (say == LOG_BURST_START)
 			log_error("spool: cannot append to %s: %s (logged again once a minute while "
 				  "appends fail)", sp->path, strerror(err));

@@ -19,6 +19,9 @@ struct log_burst {
 	_Atomic int64_t logged_ms;    /* the last line about it */
 };
 
+/* The interval outboxd's bursts use: a line a minute while one goes on. */
+#define LOG_BURST_EVERY_MS 60000
+
 enum log_burst_say {
 	LOG_BURST_QUIET,  /* say nothing */
 	LOG_BURST_START,  /* it started: say so */

@@ -652,7 +652,6 @@ void pg_give(struct pgconn *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
-#define SHORTAGE_LOG_MS 60000 /* a server short of a resource: a line a minute */
 #define SHORTAGE_OVER_MS 5000 /* over once a write succeeds with no failure for this long */
 
 /* Maps a failed result to a store code, logging what deserves it. A lost connection,
@@ -678,7 +677,7 @@ int pg_fail_code(struct pg *pg, struct pgconn *c, PGresult *res, const char *wha
 	if (strncmp(state, "53", 2) == 0) { /* insufficient resources: until there are */
 		long n;
 		int64_t span_ms;
-		switch (log_burst_hit(&pg->short_of, clock_mono_ms(), SHORTAGE_LOG_MS, &n,
+		switch (log_burst_hit(&pg->short_of, clock_mono_ms(), LOG_BURST_EVERY_MS, &n,
 				      &span_ms)) {
 		case LOG_BURST_START:
 			log_error("postgres: %s [%s] (in: %.60s). Until the server has it again, "

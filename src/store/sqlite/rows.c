@@ -46,7 +46,6 @@ int sq_store_code(int rc)
  * and refuses others). Process-wide: it is the disk's state, whichever connection saw
  * it. */
 #define REFUSALS_OVER_MS 5000
-#define REFUSALS_LOG_MS 60000
 static struct log_burst refusals;
 
 static int refuses_writes(int rc)
@@ -64,7 +63,7 @@ int sq_log_stmt_error(sqlite3_stmt *s, int rc)
 		log_error("sqlite: %s (in: %.60s)", why, sqlite3_sql(s));
 		return rc;
 	}
-	switch (log_burst_hit(&refusals, clock_mono_ms(), REFUSALS_LOG_MS, &n, &span_ms)) {
+	switch (log_burst_hit(&refusals, clock_mono_ms(), LOG_BURST_EVERY_MS, &n, &span_ms)) {
 	case LOG_BURST_START:
 		log_error("sqlite: the store cannot be written: %s (in: %.60s). Until writes "
 			  "succeed again (free space on the store's disk), ingest answers 503 "
