@@ -100,10 +100,13 @@ static int log_lines(const char *needle)
 	return n;
 }
 
-/* Starts the daemon with its store on the tmpfs (and its spool, with_spool) and one
- * subscription of the receiver's /full. */
+/* Mounts the tmpfs (the test is skipped where it cannot be) and starts the daemon with
+ * its store there (and its spool, with_spool) and one subscription of the receiver's
+ * /full. */
 static void start_on_tmpfs(int with_spool)
 {
+	if (mount_small())
+		skip();
 	static char db[400], spool[400];
 	char sub[64];
 	snprintf(db, sizeof(db), "OUTBOXD_DB=sqlite:%s/outboxd.db", mnt);
@@ -114,6 +117,13 @@ static void start_on_tmpfs(int with_spool)
 	assert_int_equal(daemon_start(&dmn, env), 0);
 	e2e_create_sub(&dmn, sub, "{\"name\":\"full\",\"event_types\":[\"disk.full\"],"
 				  "\"endpoint\":\"%s/full\"}", rcv.url);
+}
+
+static void stop_and_unmount(void)
+{
+	assert_int_equal(daemon_stop(&dmn), 0);
+	daemon_cleanup(&dmn);
+	unmount();
 }
 
 /* Events until the store refuses one (the disk is full); *i counts the events sent.
@@ -153,8 +163,6 @@ static void assert_each_delivered_once(long acked)
 static void test_disk_full_then_space_again(void **state)
 {
 	(void)state;
-	if (mount_small())
-		skip();
 	char id[64];
 	int i = 0;
 	start_on_tmpfs(0);
@@ -193,16 +201,12 @@ static void test_disk_full_then_space_again(void **state)
 
 	assert_each_delivered_once(acked);
 	assert_int_equal(log_lines("the store takes writes again"), 1);
-	assert_int_equal(daemon_stop(&dmn), 0);
-	daemon_cleanup(&dmn);
-	unmount();
+	stop_and_unmount();
 }
 
 static void test_spool_on_the_full_disk(void **state)
 {
 	(void)state;
-	if (mount_small())
-		skip();
 	char id[64];
 	int i = 0;
 	start_on_tmpfs(1);
@@ -215,9 +219,7 @@ static void test_spool_on_the_full_disk(void **state)
 	assert_int_equal(log_lines("spool: still cannot append"), 0);
 	/* what was acknowledged was stored somewhere: it arrives, once each */
 	assert_each_delivered_once(acked);
-	assert_int_equal(daemon_stop(&dmn), 0);
-	daemon_cleanup(&dmn);
-	unmount();
+	stop_and_unmount();
 }
 
 int main(void)
