@@ -67,6 +67,18 @@ void retry_policy_settle(struct retry_policy *p)
 								: RETRY_DEFAULT_MAX_RETRIES;
 }
 
+int retry_policy_same(const struct retry_policy *a, const struct retry_policy *b)
+{
+	return a->immediate == b->immediate && a->immediate_delay_ms == b->immediate_delay_ms &&
+	       a->immediate_timeout_ms == b->immediate_timeout_ms && a->policy == b->policy &&
+	       a->interval_ms == b->interval_ms && a->min_delay_ms == b->min_delay_ms &&
+	       a->max_delay_ms == b->max_delay_ms && a->factor == b->factor &&
+	       a->max_retries == b->max_retries && a->max_retries_auto == b->max_retries_auto &&
+	       a->timeout_ms == b->timeout_ms && a->jitter == b->jitter &&
+	       a->retry_after_max_ms == b->retry_after_max_ms &&
+	       memcmp(a->permanent, b->permanent, sizeof(a->permanent)) == 0;
+}
+
 void circuit_breaker_defaults(struct circuit_breaker_config *c)
 {
 	/* Connxio's backoff variables (docs/reference.md): MaxErrorsPerInterval
@@ -97,8 +109,23 @@ void subscription_free(struct subscription *s)
 	free(s);
 }
 
+void subscription_hold(struct subscription *s)
+{
+	__atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+}
+
+void subscription_put(struct subscription *s)
+{
+	/* refs counts the holders besides the first: it was 0, so this one was the last */
+	if (s && __atomic_fetch_sub(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		subscription_free(s);
+}
+
 void subscription_clear(struct subscription *s)
 {
+	if (s->stored) /* a clear config (the store has no key) holds credentials */
+		explicit_bzero(s->stored, strlen(s->stored));
+	free(s->stored);
 	free(s->name);
 	for (size_t i = 0; i < s->n_event_types; i++)
 		free(s->event_types[i]);

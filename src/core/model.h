@@ -76,6 +76,7 @@ struct retry_policy {
 	/* Statuses 400..599 that dead-letter at once (bit code - 400); a bitmap, so a
 	 * policy stays a plain value that copies with '='. */
 	uint64_t permanent[4];
+	/* (a new field goes into retry_policy_same too) */
 };
 
 /* The default retry policy, the reference architecture's (docs/reference.md). */
@@ -90,6 +91,9 @@ void retry_policy_defaults(struct retry_policy *p);
 /* With max_retries_auto, sets max_retries to its policy's default (above). Called once
  * the policy is known, wherever a policy is read. */
 void retry_policy_settle(struct retry_policy *p);
+
+/* 1 when a and b are the same policy, field by field (never memcmp: padding). */
+int retry_policy_same(const struct retry_policy *a, const struct retry_policy *b);
 
 /* Circuit breaker of a subscription (error-rate breaking with delay actions;
  * core/breaker.h has the state machine). */
@@ -181,11 +185,21 @@ struct subscription {
 	                          no event type (fan-out never picks it) */
 	int64_t created_at;
 	int64_t updated_at;
+	char *stored;          /* the config as the store holds it (sealed when it has a key),
+	                          for a reload to tell an unchanged row from a changed one
+	                          without opening and decoding it (store_subs_load); NULL
+	                          when the subscription did not come from the store */
+	int refs;              /* holders besides the first: sets share the subscriptions a
+	                          reload found unchanged (subscription_hold/_put) */
 };
 
 void oauth2_params_free(struct oauth2_params *p); /* frees members, zeroes p */
 void subscription_free(struct subscription *s);  /* frees members and s itself */
 void subscription_clear(struct subscription *s); /* frees members, zeroes s */
+/* One more holder of s; and one fewer, the last freeing it (subscription_free). Any
+ * thread: sets that share a subscription are released on different threads. */
+void subscription_hold(struct subscription *s);
+void subscription_put(struct subscription *s);
 
 /* A subscription as the store hands it out: the configuration is the JSON document the
  * API accepted (core/sub_codec.h turns it into a struct subscription). Secrets are in

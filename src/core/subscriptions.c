@@ -218,7 +218,7 @@ static long match_indexed(const struct sub_set *set, const char *event_type,
 static void set_free(struct sub_set *set)
 {
 	for (size_t i = 0; i < set->n; i++)
-		subscription_free(set->items[i]);
+		subscription_put(set->items[i]);
 	free(set->items);
 	index_free(set->index);
 	free(set);
@@ -339,14 +339,25 @@ static size_t lower_bound(const struct sub_set *set, const char *id)
 	return lo;
 }
 
+int sub_set_reserve(struct sub_set *set, size_t n)
+{
+	if (n <= set->cap)
+		return 0;
+	struct subscription **items = realloc(set->items, n * sizeof(*items));
+	if (!items)
+		return -1;
+	set->items = items;
+	set->cap = n;
+	return 0;
+}
+
 int sub_set_add(struct sub_set *set, struct subscription *s)
 {
-	struct subscription **items = realloc(set->items, (set->n + 1) * sizeof(*items));
-	if (!items) {
-		subscription_free(s);
+	if (set->n == set->cap && sub_set_reserve(set, set->cap ? set->cap * 2 : 8)) {
+		subscription_put(s);
 		return -1;
 	}
-	set->items = items;
+	struct subscription **items = set->items;
 	index_free(set->index); /* its places are about to move */
 	set->index = NULL;
 	/* Kept sorted by id so the dispatcher finds a delivery's subscription in log n; ids
@@ -358,10 +369,16 @@ int sub_set_add(struct sub_set *set, struct subscription *s)
 	return 0;
 }
 
-const struct subscription *sub_set_find(const struct sub_set *set, const char *id)
+size_t sub_set_place(const struct sub_set *set, const char *id)
 {
 	size_t at = lower_bound(set, id);
-	return at < set->n && strcmp(set->items[at]->id, id) == 0 ? set->items[at] : NULL;
+	return at < set->n && strcmp(set->items[at]->id, id) == 0 ? at : set->n;
+}
+
+const struct subscription *sub_set_find(const struct sub_set *set, const char *id)
+{
+	size_t at = sub_set_place(set, id);
+	return at < set->n ? set->items[at] : NULL;
 }
 
 long sub_set_match(const struct sub_set *set, const char *event_type,

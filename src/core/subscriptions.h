@@ -25,8 +25,14 @@ struct sub_set {
 	int64_t loaded_at_ms;           /* wall clock when its rows were read, 0 = unknown */
 	unsigned long read_ticket;      /* sub_registry_ticket() taken before its rows were
 	                                   read; 0: none (published whatever came before) */
-	struct subscription **items;    /* owned, sorted by id */
-	size_t n;
+	struct subscription **items;    /* sorted by id; a reference to each (a reload shares
+	                                   the unchanged ones with the set before) */
+	size_t n, cap;
+	/* The retry defaults its subscriptions were decoded with (store_subs_load): the next
+	 * reload keeps those whose rows did not change only when it decodes with the same.
+	 * has_defaults 0: not known (a set built by hand). */
+	struct retry_policy defaults;
+	int has_defaults;
 	/* The enabled subscriptions' event-type patterns, by shape, so that matching an
 	 * event does not try every pattern of every subscription (sub_set_index); NULL
 	 * until the set is indexed, or when that ran out of memory: sub_set_match then
@@ -79,12 +85,17 @@ int sub_registry_take_reload(struct sub_registry *reg);
 
 /* An empty set with one reference (returned). */
 struct sub_set *sub_set_new(void);
-/* Adds s (consumed), keeping the set sorted by id. Returns 0, or -1 when out of memory
- * (s is freed then). */
+/* Adds s (its reference consumed), keeping the set sorted by id. Returns 0, or -1 when
+ * out of memory (the reference given back then). */
 int sub_set_add(struct sub_set *set, struct subscription *s);
+/* Room for n subscriptions in all, so that adding them does not grow the set each time.
+ * Returns 0, or -1 when out of memory (the set unchanged). */
+int sub_set_reserve(struct sub_set *set, size_t n);
 
 /* The subscription with that id, or NULL (borrowed from the set). */
 const struct subscription *sub_set_find(const struct sub_set *set, const char *id);
+/* Its place in set->items, or set->n when the set has none with that id. */
+size_t sub_set_place(const struct sub_set *set, const char *id);
 
 /* Indexes the set's patterns for sub_set_match (sub_registry_publish does it): literal
  * ones by their text, those with only trailing stars ("user.*", "*") by their prefix,

@@ -691,7 +691,9 @@ typedef void (*store_call_hook)(void *ctx, unsigned op);
 void store_call_hook_set(store *st, store_call_hook hook, void *ctx);
 
 /* Rebuilds reg's set from the subscriptions in the store (core/sub_codec.h decodes each
- * row) and publishes it. When the store cannot be read or a row cannot be opened or
+ * row) and publishes it. A row unchanged since the set in use (the same stored config,
+ * enabled and times) keeps its decoded subscription, shared by both sets, when the
+ * defaults are the same. When the store cannot be read or a row cannot be opened or
  * decoded, the set in use stays and the registry is marked stale (sub_registry_stale)
  * until a reload succeeds. Returns a store error code. */
 int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults);

@@ -148,6 +148,52 @@ void store_subs_free(struct sub_row *items, size_t n)
 
 /* ---- subscriptions into the registry ---------------------------------------------- */
 
+/* The subscription of prev (the set a reload replaces) with row's id when decoding row
+ * again would give it back unchanged: the same stored config, the columns the decoding
+ * reads the same. A reload then costs a comparison per unchanged row, not an opening and
+ * a JSON decoding: with thousands of subscriptions, each change (one API call) reloads
+ * them all. NULL when it must be decoded. *next: where in prev the next row is looked
+ * for first (rows come in creation order, which is mostly prev's order by id). */
+static struct subscription *unchanged(const struct sub_set *prev, const struct sub_row *row,
+				      size_t *next)
+{
+	size_t at = *next < prev->n && strcmp(prev->items[*next]->id, row->id) == 0
+			    ? *next : sub_set_place(prev, row->id);
+	if (at == prev->n)
+		return NULL;
+	struct subscription *s = prev->items[at];
+	*next = at + 1;
+	if (!s->stored || s->enabled != row->enabled || s->created_at != row->created_at ||
+	    s->updated_at != row->updated_at || strcmp(s->stored, row->config) != 0)
+		return NULL;
+	return s;
+}
+
+/* row (its config as stored) opened and decoded; NULL with the reason in why. */
+static struct subscription *decode(store *st, struct sub_row *row,
+				   const struct retry_policy *defaults, char *why, size_t whylen)
+{
+	char *stored = strdup(row->config);
+	struct subscription *s = NULL;
+	if (!stored) {
+		snprintf(why, whylen, "out of memory loading subscription %s", row->id);
+		return NULL;
+	}
+	if (store_config_open(st, row) != STORE_OK) /* logged with the row's id */
+		snprintf(why, whylen, "subscription %s cannot be opened: events cannot be fanned "
+			 "out", row->id);
+	else if (!(s = sub_codec_from_row(row, defaults)))
+		snprintf(why, whylen, "subscription %s cannot be decoded: events cannot be fanned "
+			 "out", row->id);
+	if (!s) {
+		explicit_bzero(stored, strlen(stored));
+		free(stored);
+		return NULL;
+	}
+	s->stored = stored;
+	return s;
+}
+
 int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults)
 {
 	struct sub_row *rows = NULL;
@@ -155,28 +201,39 @@ int store_subs_load(store *st, struct sub_registry *reg, const struct retry_poli
 	char why[256];
 	int64_t now = clock_now_ms();
 	unsigned long ticket = sub_registry_ticket(reg);
-	int rc = store_sub_list(st, &rows, &n);
+	int rc = st ? st->methods->sub_list(st, &rows, &n) : STORE_INVALID;
 	if (rc) {
-		/* a row that does not open was logged with its id by the wrappers */
 		snprintf(why, sizeof(why), "the subscriptions cannot be read from the store (%s): "
 			 "events cannot be fanned out", store_strerror(rc));
 		sub_registry_stale(reg, now, why);
 		return rc;
 	}
+	struct sub_set *prev = sub_registry_acquire(reg);
+	int keep = prev->has_defaults && retry_policy_same(&prev->defaults, defaults);
+	size_t next = 0;
 	struct sub_set *set = sub_set_new();
 	set->loaded_at_ms = now;
 	set->read_ticket = ticket;
+	set->defaults = *defaults;
+	set->has_defaults = 1;
+	if (sub_set_reserve(set, n)) {
+		snprintf(why, sizeof(why), "out of memory loading %zu subscriptions", n);
+		rc = STORE_ERROR;
+	}
+	/* One row that does not open or decode fails the load: a set without it would
+	 * silently stop delivering to it. */
 	for (size_t i = 0; i < n && rc == STORE_OK; i++) {
-		struct subscription *s = sub_codec_from_row(&rows[i], defaults);
-		if (!s) {
-			snprintf(why, sizeof(why), "subscription %s cannot be decoded: events "
-				 "cannot be fanned out", rows[i].id);
+		struct subscription *s = keep ? unchanged(prev, &rows[i], &next) : NULL;
+		if (s)
+			subscription_hold(s);
+		else if (!(s = decode(st, &rows[i], defaults, why, sizeof(why))))
 			rc = STORE_ERROR;
-		} else if (sub_set_add(set, s)) {
+		if (s && sub_set_add(set, s)) {
 			snprintf(why, sizeof(why), "out of memory loading subscription %s", rows[i].id);
 			rc = STORE_ERROR;
 		}
 	}
+	sub_registry_release(reg, prev);
 	store_subs_free(rows, n);
 	if (rc != STORE_OK) {
 		/* keep the set there was: a partial one would fan out without that row */

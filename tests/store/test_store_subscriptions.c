@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "core/secretbox.h"
+#include "core/sub_codec.h"
+#include "core/subscriptions.h"
 
 static void test_subscriptions(void **state)
 {
@@ -250,6 +252,107 @@ static void test_sealed_subscriptions(void **state)
 	assert_int_equal(store_sub_get(t->st, new.id, &got), STORE_ERROR);
 }
 
+/* A subscription row as the API writes it: name, one pattern, an endpoint. */
+static struct sub_row sub_doc(const char *name, const char *endpoint, char *buf, size_t len)
+{
+	struct sub_row row = {.name = (char *)name, .enabled = 1, .created_at = 1000,
+			      .updated_at = 1000};
+	snprintf(buf, len, "{\"name\":\"%s\",\"event_types\":[\"%s.*\"],\"endpoint\":"
+		 "\"%s\",\"auth\":{\"type\":\"bearer\",\"token\":\"tok-%s\"}}", name, name,
+		 endpoint, name);
+	row.config = buf;
+	uuid_v7(row.id);
+	return row;
+}
+
+/* The set loaded now, with its subscriptions a, b, c (NULL for one not there). */
+static struct sub_set *load(struct t *t, struct sub_registry *reg,
+			    const struct retry_policy *defaults, const char *ids[3],
+			    const struct subscription *got[3])
+{
+	assert_int_equal(store_subs_load(t->st, reg, defaults), STORE_OK);
+	struct sub_set *set = sub_registry_acquire(reg);
+	for (int i = 0; i < 3; i++)
+		got[i] = sub_set_find(set, ids[i]);
+	return set;
+}
+
+/* A reload keeps the decoded subscriptions whose rows did not change (each change made
+ * through the API reloads them all), and decodes again those that did, or all of them
+ * when the defaults differ. Sealed rows too: a new seal of the same text is a change. */
+static void test_reload_keeps_unchanged_rows(void **state)
+{
+	struct t *t = *state;
+	struct secretbox_key k1 = test_key(1);
+	struct sub_registry reg;
+	struct retry_policy defaults, other;
+	char ca[512], cb[512], cc[512], cb2[512];
+	struct sub_row a = sub_doc("a", "http://a.example/", ca, sizeof(ca));
+	struct sub_row b = sub_doc("b", "http://b.example/", cb, sizeof(cb));
+	struct sub_row c = sub_doc("c", "http://c.example/", cc, sizeof(cc));
+	const char *ids[3] = {a.id, b.id, c.id};
+	const struct subscription *s1[3], *s2[3], *s3[3], *s4[3], *s5[3];
+
+	retry_policy_defaults(&defaults);
+	other = defaults;
+	other.timeout_ms += 1000;
+	sub_registry_init(&reg);
+	assert_int_equal(store_set_secret_key(t->st, &k1), STORE_OK);
+	assert_int_equal(store_sub_create(t->st, &a), STORE_OK);
+	assert_int_equal(store_sub_create(t->st, &b), STORE_OK);
+	assert_int_equal(store_sub_create(t->st, &c), STORE_OK);
+	struct sub_set *set1 = load(t, &reg, &defaults, ids, s1);
+	for (int i = 0; i < 3; i++)
+		assert_non_null(s1[i]);
+	assert_string_equal(s1[1]->endpoint, "http://b.example/");
+	assert_string_equal(s1[1]->auth_secret, "tok-b");
+
+	/* b changes: a and c are the same subscriptions, b is decoded again */
+	char bid[UUID_STR_LEN];
+	memcpy(bid, b.id, UUID_STR_LEN);
+	b = sub_doc("b", "http://b2.example/", cb2, sizeof(cb2));
+	memcpy(b.id, bid, UUID_STR_LEN);
+	b.updated_at = 2000;
+	assert_int_equal(store_sub_update(t->st, &b), STORE_OK);
+	struct sub_set *set2 = load(t, &reg, &defaults, ids, s2);
+	assert_ptr_equal(s2[0], s1[0]);
+	assert_ptr_equal(s2[2], s1[2]);
+	assert_ptr_not_equal(s2[1], s1[1]);
+	assert_string_equal(s2[1]->endpoint, "http://b2.example/");
+	assert_int_equal(s2[1]->updated_at, 2000);
+	/* the set they came from is gone; the kept ones live on in the new set */
+	sub_registry_release(&reg, set1);
+	assert_string_equal(s2[0]->endpoint, "http://a.example/");
+
+	/* a written again as it was (sealed anew, same time and text): decoded again;
+	 * c disabled: decoded again, with its new state; b deleted: gone */
+	assert_int_equal(store_sub_update(t->st, &a), STORE_OK);
+	c.enabled = 0;
+	assert_int_equal(store_sub_update(t->st, &c), STORE_OK);
+	assert_int_equal(store_sub_delete(t->st, b.id), STORE_OK);
+	struct sub_set *set3 = load(t, &reg, &defaults, ids, s3);
+	assert_ptr_not_equal(s3[0], s2[0]);
+	assert_string_equal(s3[0]->endpoint, "http://a.example/");
+	assert_null(s3[1]);
+	assert_ptr_not_equal(s3[2], s2[2]);
+	assert_int_equal(s3[2]->enabled, 0);
+	sub_registry_release(&reg, set2);
+
+	/* nothing changed: every one kept */
+	struct sub_set *set4 = load(t, &reg, &defaults, ids, s4);
+	assert_ptr_equal(s4[0], s3[0]);
+	assert_ptr_equal(s4[2], s3[2]);
+	/* other defaults: every one decoded again, with them */
+	struct sub_set *set5 = load(t, &reg, &other, ids, s5);
+	assert_ptr_not_equal(s5[0], s4[0]);
+	assert_ptr_not_equal(s5[2], s4[2]);
+	assert_int_equal(s5[0]->retry.timeout_ms, other.timeout_ms);
+	sub_registry_release(&reg, set3);
+	sub_registry_release(&reg, set4);
+	sub_registry_release(&reg, set5);
+	sub_registry_destroy(&reg);
+}
+
 /* The store records the key of its first start; another key is refused before anything
  * changes, and a rotation moves the record along. */
 static void test_store_records_its_key(void **state)
@@ -315,6 +418,7 @@ int main(void)
 		T(test_tokens),
 		T(test_sealed_subscriptions),
 		T(test_store_records_its_key),
+		T(test_reload_keeps_unchanged_rows),
 	};
 
 	return store_suite_run(tests, sizeof(tests) / sizeof(tests[0]));
