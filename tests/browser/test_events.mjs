@@ -106,6 +106,9 @@ async function main() {
       const kv = await page.getByTestId('event').innerText();
       check(kv.includes('order.paid') && kv.includes('shop') && kv.includes('o-1042'), `event: ${kv}`);
       await waitFor('two deliveries', async () => (await deliveries.count()) === 2);
+      // the subscriptions' names come from a request of their own, maybe after the rows
+      await waitFor('the subscriptions named', async () =>
+        (await page.getByTestId('event-deliveries').innerText()).includes('warehouse'));
       const text = await page.getByTestId('event-deliveries').innerText();
       check(text.includes('partner-ledger-of-the-finance-department') && text.includes('PROCESSED'), `ledger's delivery: ${text}`);
       check(text.includes('warehouse') && text.includes('DEAD') && text.includes('503'), `warehouse's delivery: ${text}`);
