@@ -200,7 +200,10 @@ static void disable_subscription(void *ctx, const char *id, const char *reason)
 		return;
 	}
 	metrics_subscription_disabled();
-	reload_subscriptions(r);
+	if ((rc = store_subs_load_one(r->st, r->reg, &r->defaults, id)) != STORE_OK)
+		log_error("subscription %s: disabled, but the subscriptions cannot be read again "
+			  "(%s): ingest answers 503 subscriptions_unavailable until they are (tried "
+			  "every second)", id, store_strerror(rc));
 }
 
 static void wake_jobs(void *ctx)

@@ -24,10 +24,11 @@ static json_t *parse_body(const struct api_request *req, struct api_response *re
 	return doc;
 }
 
-/* After any change the in-memory set is rebuilt, so fan-out and the dispatcher see it. */
-static void reload(struct api *api)
+/* After any change the in-memory set gets that subscription as stored now, so fan-out
+ * and the dispatcher see it before the answer goes out. */
+static void reload(struct api *api, const char *id)
 {
-	int rc = store_subs_load(api->st, api->reg, &api->retry_defaults);
+	int rc = store_subs_load_one(api->st, api->reg, &api->retry_defaults, id);
 	if (rc)
 		log_error("subscriptions: reload failed: %s", store_strerror(rc));
 }
@@ -92,7 +93,7 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 	if (sub_codec_prepare(doc, doc, NULL, row.created_at, api->tls_dir, &generated, &err)) {
 		api_reply_error(res, &err);
 	} else if (store_doc(api, doc, &row, 1, res) == 0) {
-		reload(api);
+		reload(api, row.id);
 		api_audit(api, req, "subscription.create", row.id, 1, NULL);
 		reply_row(api, row.id, 201, generated, res);
 	}
@@ -152,7 +153,7 @@ void api_subs_patch(struct api *api, const char *id, const struct api_request *r
 		char *keep_name = row.name;
 		char *keep_config = row.config;
 		if (store_doc(api, merged, &row, 0, res) == 0) {
-			reload(api);
+			reload(api, id);
 			api_audit(api, req, "subscription.update", id, 1, NULL);
 			reply_row(api, id, 200, generated, res);
 		}
@@ -174,7 +175,7 @@ void api_subs_delete(struct api *api, const char *id, const struct api_request *
 		api_reply_store_error(res, rc, "subscription");
 		return;
 	}
-	reload(api);
+	reload(api, id);
 	api_audit(api, req, "subscription.delete", id, 1, NULL);
 	res->status = 204;
 	res->body = NULL;

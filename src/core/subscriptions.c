@@ -19,6 +19,11 @@ void sub_registry_init(struct sub_registry *reg)
 	reg->stale_since_ms = 0;
 	reg->stale_why[0] = '\0';
 	reg->reload_wanted = 0;
+	reg->reading = NULL;
+	reg->n_reading = reg->cap_reading = 0;
+	reg->changes = NULL;
+	reg->n_changes = reg->cap_changes = 0;
+	reg->changes_gen = 0;
 }
 
 /* ---- the patterns' index (sub_set_index) ---------------------------------------------- */
@@ -87,10 +92,12 @@ void sub_set_index(struct sub_set *set)
 		return;
 	for (size_t i = 0; i < set->n; i++)
 		total += set->items[i]->n_event_types;
-	if (total && (!(x->exact = calloc(total, sizeof(*x->exact))) ||
-		      !(x->prefix = calloc(total, sizeof(*x->prefix))) ||
-		      !(x->runs = calloc(total, sizeof(*x->runs))) ||
-		      !(x->other = calloc(total, sizeof(*x->other))))) {
+	/* each filled before it is read: no zeroing (a change of one subscription indexes
+	 * the whole set again) */
+	if (total && (!(x->exact = malloc(total * sizeof(*x->exact))) ||
+		      !(x->prefix = malloc(total * sizeof(*x->prefix))) ||
+		      !(x->runs = malloc(total * sizeof(*x->runs))) ||
+		      !(x->other = malloc(total * sizeof(*x->other))))) {
 		index_free(x);
 		return;
 	}
@@ -229,6 +236,10 @@ void sub_registry_destroy(struct sub_registry *reg)
 	if (reg->current)
 		sub_registry_release(reg, reg->current);
 	reg->current = NULL;
+	for (size_t i = 0; i < reg->n_changes; i++)
+		subscription_put(reg->changes[i].sub);
+	free(reg->changes);
+	free(reg->reading);
 	pthread_mutex_destroy(&reg->mu);
 }
 
@@ -254,30 +265,254 @@ unsigned long sub_registry_ticket(struct sub_registry *reg)
 {
 	pthread_mutex_lock(&reg->mu);
 	unsigned long t = ++reg->tickets;
+	if (reg->n_reading == reg->cap_reading) {
+		size_t cap = reg->cap_reading ? reg->cap_reading * 2 : 8;
+		unsigned long *r = realloc(reg->reading, cap * sizeof(*r));
+		if (!r)
+			abort(); /* a few bytes for each thread reading at once */
+		reg->reading = r;
+		reg->cap_reading = cap;
+	}
+	reg->reading[reg->n_reading++] = t;
 	pthread_mutex_unlock(&reg->mu);
 	return t;
 }
 
+/* The read with ticket t is over; the changes no read in flight began before are
+ * forgotten. Under the registry's mutex. */
+static void read_done(struct sub_registry *reg, unsigned long t)
+{
+	unsigned long oldest = 0;
+	for (size_t i = 0; i < reg->n_reading; i++)
+		if (reg->reading[i] == t)
+			reg->reading[i--] = reg->reading[--reg->n_reading];
+		else if (!oldest || reg->reading[i] < oldest)
+			oldest = reg->reading[i];
+	for (size_t i = 0; i < reg->n_changes; i++)
+		if (!oldest || reg->changes[i].ticket < oldest) {
+			subscription_put(reg->changes[i].sub);
+			reg->changes[i--] = reg->changes[--reg->n_changes];
+		}
+}
+
+void sub_registry_abandon(struct sub_registry *reg, unsigned long ticket)
+{
+	pthread_mutex_lock(&reg->mu);
+	read_done(reg, ticket);
+	pthread_mutex_unlock(&reg->mu);
+}
+
+/* s (a reference, consumed; NULL: none) as the subscription of set with that id, in
+ * place of the one it had. The set is not shared yet. */
+static int set_put(struct sub_set *set, const char *id, struct subscription *s)
+{
+	size_t at = sub_set_place(set, id);
+	if (at == set->n)
+		return s ? sub_set_add(set, s) : 0;
+	index_free(set->index); /* its places are about to move */
+	set->index = NULL;
+	subscription_put(set->items[at]);
+	if (s) {
+		set->items[at] = s;
+	} else {
+		memmove(set->items + at, set->items + at + 1,
+			(set->n - at - 1) * sizeof(*set->items));
+		set->n--;
+	}
+	return 0;
+}
+
+/* The kept change of that id, or NULL. Under the registry's mutex. */
+static struct sub_change *change_of(struct sub_registry *reg, const char *id)
+{
+	for (size_t i = 0; i < reg->n_changes; i++)
+		if (strcmp(reg->changes[i].id, id) == 0)
+			return &reg->changes[i];
+	return NULL;
+}
+
+/* Copies of the kept changes from reads that began after ticket, each with a reference
+ * (a count in *n; NULL when there are none, or on running out of memory: -1 in *n).
+ * Under the registry's mutex. */
+static struct sub_change *changes_after(struct sub_registry *reg, unsigned long ticket,
+					long *n)
+{
+	struct sub_change *out = NULL;
+	*n = 0;
+	for (size_t i = 0; i < reg->n_changes; i++) {
+		if (reg->changes[i].ticket < ticket)
+			continue;
+		if (!out && !(out = malloc(reg->n_changes * sizeof(*out)))) {
+			*n = -1;
+			return NULL;
+		}
+		out[*n] = reg->changes[i];
+		if (out[*n].sub)
+			subscription_hold(out[*n].sub);
+		(*n)++;
+	}
+	return out;
+}
+
 void sub_registry_publish(struct sub_registry *reg, struct sub_set *set)
 {
-	if (!set->index)
-		sub_set_index(set); /* before anyone else reads it */
-	pthread_mutex_lock(&reg->mu);
-	if (set->read_ticket && set->read_ticket < reg->published_ticket) {
+	unsigned long merged_gen = 0;
+	int merged = 0;
+
+	for (;;) {
+		if (!set->index)
+			sub_set_index(set); /* before anyone else reads it */
+		pthread_mutex_lock(&reg->mu);
+		int newer = set->read_ticket && set->read_ticket < reg->published_ticket;
+		if (!newer && set->read_ticket && (!merged || merged_gen != reg->changes_gen)) {
+			/* changes applied in place from later reads: apply them here too */
+			long n;
+			struct sub_change *c = changes_after(reg, set->read_ticket, &n);
+			merged_gen = reg->changes_gen;
+			pthread_mutex_unlock(&reg->mu);
+			for (long i = 0; i < n; i++)
+				if (set_put(set, c[i].id, c[i].sub))
+					n = -1; /* set_put gave the reference back */
+			free(c);
+			if (n < 0) { /* out of memory: a set without them would lose them */
+				sub_registry_abandon(reg, set->read_ticket);
+				sub_registry_stale(reg, set->loaded_at_ms, "out of memory publishing "
+						   "the subscriptions: events cannot be fanned out");
+				sub_registry_release(reg, set);
+				return;
+			}
+			merged = 1;
+			continue;
+		}
+		if (set->read_ticket)
+			read_done(reg, set->read_ticket);
+		if (newer) {
+			pthread_mutex_unlock(&reg->mu);
+			sub_registry_release(reg, set); /* a newer read is published already */
+			return;
+		}
+		if (set->read_ticket)
+			reg->published_ticket = set->read_ticket;
+		struct sub_set *old = reg->current;
+		reg->current = set;
+		reg->generation++;
+		reg->stale_since_ms = 0;
+		reg->stale_why[0] = '\0';
 		pthread_mutex_unlock(&reg->mu);
-		sub_registry_release(reg, set); /* a newer read is published already */
+		if (old)
+			sub_registry_release(reg, old);
 		return;
 	}
-	if (set->read_ticket)
-		reg->published_ticket = set->read_ticket;
-	struct sub_set *old = reg->current;
-	reg->current = set;
-	reg->generation++;
-	reg->stale_since_ms = 0;
-	reg->stale_why[0] = '\0';
-	pthread_mutex_unlock(&reg->mu);
-	if (old)
-		sub_registry_release(reg, old);
+}
+
+/* A new set with from's subscriptions (a reference to each), NULL when out of memory. */
+static struct sub_set *set_copy(const struct sub_set *from)
+{
+	struct sub_set *set = sub_set_new();
+	if (sub_set_reserve(set, from->n + 1)) {
+		free(set);
+		return NULL;
+	}
+	for (size_t i = 0; i < from->n; i++) {
+		subscription_hold(from->items[i]);
+		set->items[i] = from->items[i];
+	}
+	set->n = from->n;
+	set->loaded_at_ms = from->loaded_at_ms;
+	set->read_ticket = from->read_ticket;
+	set->defaults = from->defaults;
+	set->has_defaults = from->has_defaults;
+	return set;
+}
+
+/* Keeps the change of id from read ticket when a read in flight began before it.
+ * Returns -1 when out of memory. Under the registry's mutex. */
+static int keep_change(struct sub_registry *reg, const char *id, struct subscription *s,
+		       unsigned long ticket)
+{
+	int needed = 0;
+	for (size_t i = 0; i < reg->n_reading && !needed; i++)
+		needed = reg->reading[i] < ticket;
+	if (!needed)
+		return 0;
+	struct sub_change *c = change_of(reg, id);
+	if (!c) {
+		if (reg->n_changes == reg->cap_changes) {
+			size_t cap = reg->cap_changes ? reg->cap_changes * 2 : 8;
+			struct sub_change *grown = realloc(reg->changes, cap * sizeof(*grown));
+			if (!grown)
+				return -1;
+			reg->changes = grown;
+			reg->cap_changes = cap;
+		}
+		c = &reg->changes[reg->n_changes++];
+		snprintf(c->id, sizeof(c->id), "%s", id);
+	} else if (c->sub) {
+		subscription_put(c->sub);
+	}
+	c->ticket = ticket;
+	c->sub = s;
+	if (s)
+		subscription_hold(s);
+	reg->changes_gen++;
+	return 0;
+}
+
+int sub_registry_apply(struct sub_registry *reg, const char *id, struct subscription *s,
+		       unsigned long ticket)
+{
+	for (;;) {
+		pthread_mutex_lock(&reg->mu);
+		struct sub_change *known = change_of(reg, id);
+		if (ticket < reg->published_ticket || (known && known->ticket > ticket)) {
+			read_done(reg, ticket); /* a read that began later knows better */
+			pthread_mutex_unlock(&reg->mu);
+			if (s)
+				subscription_put(s);
+			return 0;
+		}
+		struct sub_set *cur = reg->current;
+		cur->refs++;
+		unsigned long gen = reg->generation;
+		pthread_mutex_unlock(&reg->mu);
+
+		struct sub_set *next = set_copy(cur);
+		sub_registry_release(reg, cur);
+		if (next && s)
+			subscription_hold(s);
+		if (!next || set_put(next, id, s)) {
+			if (next)
+				sub_registry_release(reg, next);
+			sub_registry_abandon(reg, ticket);
+			if (s)
+				subscription_put(s);
+			return -1;
+		}
+		sub_set_index(next);
+
+		pthread_mutex_lock(&reg->mu);
+		if (reg->generation != gen) { /* published meanwhile: start from that one */
+			pthread_mutex_unlock(&reg->mu);
+			sub_registry_release(reg, next);
+			continue;
+		}
+		read_done(reg, ticket);
+		if (keep_change(reg, id, s, ticket)) {
+			pthread_mutex_unlock(&reg->mu);
+			sub_registry_release(reg, next);
+			if (s)
+				subscription_put(s);
+			return -1;
+		}
+		cur = reg->current;
+		reg->current = next;
+		reg->generation++;
+		pthread_mutex_unlock(&reg->mu);
+		sub_registry_release(reg, cur);
+		if (s)
+			subscription_put(s);
+		return 0;
+	}
 }
 
 void sub_registry_stale(struct sub_registry *reg, int64_t now_ms, const char *why)

@@ -22,7 +22,8 @@ struct sub_match_index; /* subscriptions.c */
 
 struct sub_set {
 	int refs;                       /* guarded by the registry's mutex */
-	int64_t loaded_at_ms;           /* wall clock when its rows were read, 0 = unknown */
+	int64_t loaded_at_ms;           /* wall clock when its rows were read (one changed in
+	                                   place keeps its base's), 0 = unknown */
 	unsigned long read_ticket;      /* sub_registry_ticket() taken before its rows were
 	                                   read; 0: none (published whatever came before) */
 	struct subscription **items;    /* sorted by id; a reference to each (a reload shares
@@ -40,6 +41,14 @@ struct sub_set {
 	struct sub_match_index *index;
 };
 
+/* A subscription changed in place (sub_registry_apply) while a read of the store that
+ * began before it was still going: that read's set may not have it. */
+struct sub_change {
+	char id[UUID_STR_LEN];
+	unsigned long ticket;        /* the read it came from */
+	struct subscription *sub;    /* a reference; NULL: the subscription is gone */
+};
+
 struct sub_registry {
 	pthread_mutex_t mu;
 	struct sub_set *current;
@@ -50,6 +59,15 @@ struct sub_registry {
 	                                   when it may not be */
 	char stale_why[256];
 	int reload_wanted;              /* someone found a reason to read the store again */
+	/* The tickets of the reads in flight (given, not yet published, applied or
+	 * abandoned), and the changes applied in place that one of them began before: a set
+	 * published from such a read gets them re-applied. A change is forgotten once no
+	 * read in flight began before it. */
+	unsigned long *reading;
+	size_t n_reading, cap_reading;
+	struct sub_change *changes;
+	size_t n_changes, cap_changes;
+	unsigned long changes_gen;      /* bumped when a change is kept */
 };
 
 void sub_registry_init(struct sub_registry *reg);
@@ -62,13 +80,28 @@ void sub_registry_release(struct sub_registry *reg, struct sub_set *set);
 
 /* A number for a read of the store's subscriptions about to start, larger than any given
  * before: set it as the read's set's read_ticket. Reads run side by side (the API after a
- * change, the reload another instance's change asks for) and finish in any order. */
+ * change, the reload another instance's change asks for) and finish in any order. The
+ * read is in flight until its set is published (sub_registry_publish), its subscription
+ * applied (sub_registry_apply) or it is abandoned (sub_registry_abandon): one of the three
+ * must follow. */
 unsigned long sub_registry_ticket(struct sub_registry *reg);
+/* A read that publishes nothing (it failed). */
+void sub_registry_abandon(struct sub_registry *reg, unsigned long ticket);
 /* Publishes set (consumed) as the current one: the set is the store's again. A set whose
  * read began before that of the set published last is dropped instead: the later read
  * may hold a change the earlier one missed (a subscription just created, which would
- * then get no events until the next reload). */
+ * then get no events until the next reload). Changes applied in place from reads that
+ * began after this one's are applied to it first (they may be missing from it). */
 void sub_registry_publish(struct sub_registry *reg, struct sub_set *set);
+/* One subscription read again from the store (the read's ticket) after this process
+ * changed it: s (a reference, consumed) as it is now, NULL when it is gone. Publishes the
+ * current set with it in place of the one with that id, without reading the others
+ * again (a reload of thousands to change one made creating them one by one quadratic).
+ * Dropped when a read that began later has been published, or has applied the same id:
+ * that read knows better. Returns 0, or -1 when out of memory (nothing published: reload
+ * the whole set). The set stays stale if it was: changes made elsewhere are not read. */
+int sub_registry_apply(struct sub_registry *reg, const char *id, struct subscription *s,
+		       unsigned long ticket);
 
 /* The set may no longer be the store's, since now_ms (kept when it was so already), for
  * the reason why (copied): until the next publish, sub_registry_current says no. */

@@ -697,5 +697,12 @@ void store_call_hook_set(store *st, store_call_hook hook, void *ctx);
  * decoded, the set in use stays and the registry is marked stale (sub_registry_stale)
  * until a reload succeeds. Returns a store error code. */
 int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults);
+/* After this process changed, created or deleted subscription id: reads that row again and
+ * publishes the set in use with it (sub_registry_apply), without reading the others.
+ * Falls back to store_subs_load when the row cannot be read or decoded, or the set in use
+ * was decoded with other defaults. Changes made by other instances come through
+ * store_on_subscriptions_changed and store_subs_load. Returns a store error code. */
+int store_subs_load_one(store *st, struct sub_registry *reg,
+			const struct retry_policy *defaults, const char *id);
 
 #endif

@@ -205,6 +205,7 @@ int store_subs_load(store *st, struct sub_registry *reg, const struct retry_poli
 	if (rc) {
 		snprintf(why, sizeof(why), "the subscriptions cannot be read from the store (%s): "
 			 "events cannot be fanned out", store_strerror(rc));
+		sub_registry_abandon(reg, ticket);
 		sub_registry_stale(reg, now, why);
 		return rc;
 	}
@@ -238,10 +239,39 @@ int store_subs_load(store *st, struct sub_registry *reg, const struct retry_poli
 	if (rc != STORE_OK) {
 		/* keep the set there was: a partial one would fan out without that row */
 		log_error("%s", why);
+		sub_registry_abandon(reg, ticket);
 		sub_registry_release(reg, set);
 		sub_registry_stale(reg, now, why);
 		return rc;
 	}
 	sub_registry_publish(reg, set);
+	return STORE_OK;
+}
+
+int store_subs_load_one(store *st, struct sub_registry *reg,
+			const struct retry_policy *defaults, const char *id)
+{
+	struct sub_row row = {0};
+	struct subscription *s = NULL;
+	char why[256];
+
+	if (!st || !id)
+		return STORE_INVALID;
+	struct sub_set *cur = sub_registry_acquire(reg);
+	int same = cur->has_defaults && retry_policy_same(&cur->defaults, defaults);
+	sub_registry_release(reg, cur);
+	if (!same) /* the set in use was decoded otherwise (or not at all yet) */
+		return store_subs_load(st, reg, defaults);
+	unsigned long ticket = sub_registry_ticket(reg);
+	int rc = st->methods->sub_get(st, id, &row);
+	if (rc == STORE_OK && !(s = decode(st, &row, defaults, why, sizeof(why))))
+		rc = STORE_ERROR; /* the whole reload says why, and marks the set stale */
+	store_sub_free(&row);
+	if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
+		sub_registry_abandon(reg, ticket);
+		return store_subs_load(st, reg, defaults);
+	}
+	if (sub_registry_apply(reg, id, s, ticket)) /* out of memory: nothing published */
+		return store_subs_load(st, reg, defaults);
 	return STORE_OK;
 }

@@ -1,7 +1,9 @@
 /* test_subscriptions.c: subscription sets — lookup by id whatever the order of adds,
  * matching of enabled subscriptions, the patterns' index matching exactly what trying
  * every pattern matches (random sets and event types), reference counting through the
- * registry, reads published in the order they began. */
+ * registry, reads published in the order they began, one subscription changed in place
+ * without losing it to a read that began before (and threads doing both at once). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -176,6 +178,240 @@ static void test_older_read_does_not_replace_newer(void **state)
 	sub_registry_destroy(&reg);
 }
 
+/* The pattern of the current set's subscription k, NULL when the set has none. */
+static const char *pattern_of(struct sub_registry *reg, int k, char *buf, size_t len)
+{
+	struct subscription *probe = sub(k, "-", 1);
+	struct sub_set *cur = sub_registry_acquire(reg);
+	const struct subscription *s = sub_set_find(cur, probe->id);
+	const char *out = s ? (snprintf(buf, len, "%s", s->event_types[0]), buf) : NULL;
+	sub_registry_release(reg, cur);
+	subscription_free(probe);
+	return out;
+}
+
+/* A full read with subscriptions 1..n of pattern "a", as published from ticket t. */
+static struct sub_set *full_read(int n, unsigned long t)
+{
+	struct sub_set *set = sub_set_new();
+	for (int k = 1; k <= n; k++)
+		assert_int_equal(sub_set_add(set, sub(k, "a", 1)), 0);
+	set->read_ticket = t;
+	return set;
+}
+
+/* One subscription changed in place: added, replaced, removed, the others kept; the set
+ * is indexed (matching finds the new one); nothing is kept when no read is in flight. */
+static void test_apply_in_place(void **state)
+{
+	struct sub_registry reg;
+	char buf[32];
+	char (*ids)[UUID_STR_LEN] = NULL;
+	size_t cap = 0;
+
+	sub_registry_init(&reg);
+	sub_registry_publish(&reg, full_read(2, sub_registry_ticket(&reg)));
+	assert_int_equal(sub_registry_apply(&reg, "x", NULL, sub_registry_ticket(&reg)), 0);
+	struct subscription *three = sub(3, "order.*", 1);
+	assert_int_equal(sub_registry_apply(&reg, three->id, three, sub_registry_ticket(&reg)), 0);
+	struct subscription *two = sub(2, "b", 1);
+	assert_int_equal(sub_registry_apply(&reg, two->id, two, sub_registry_ticket(&reg)), 0);
+	struct subscription *one = sub(1, "-", 1);
+	char one_id[UUID_STR_LEN];
+	memcpy(one_id, one->id, UUID_STR_LEN);
+	subscription_free(one);
+	assert_int_equal(sub_registry_apply(&reg, one_id, NULL, sub_registry_ticket(&reg)), 0);
+
+	assert_null(pattern_of(&reg, 1, buf, sizeof(buf)));
+	assert_string_equal(pattern_of(&reg, 2, buf, sizeof(buf)), "b");
+	assert_string_equal(pattern_of(&reg, 3, buf, sizeof(buf)), "order.*");
+	struct sub_set *cur = sub_registry_acquire(&reg);
+	assert_int_equal(cur->n, 2);
+	assert_non_null(cur->index);
+	assert_int_equal(sub_set_match(cur, "order.created", &ids, &cap), 1);
+	sub_registry_release(&reg, cur);
+	assert_int_equal(reg.n_changes, 0);
+	assert_int_equal(reg.n_reading, 0);
+	free(ids);
+	sub_registry_destroy(&reg);
+}
+
+/* A full read that began before a change applied in place, published after it: the
+ * change is applied to it too (an addition, a replacement, a removal), then forgotten. */
+static void test_apply_survives_older_read(void **state)
+{
+	struct sub_registry reg;
+	char buf[32];
+
+	sub_registry_init(&reg);
+	sub_registry_publish(&reg, full_read(3, sub_registry_ticket(&reg)));
+	unsigned long before = sub_registry_ticket(&reg); /* a full read starts */
+	struct subscription *four = sub(4, "new", 1), *two = sub(2, "b", 1);
+	struct subscription *three = sub(3, "-", 1);
+	char three_id[UUID_STR_LEN];
+	memcpy(three_id, three->id, UUID_STR_LEN);
+	subscription_free(three);
+	assert_int_equal(sub_registry_apply(&reg, four->id, four, sub_registry_ticket(&reg)), 0);
+	assert_int_equal(sub_registry_apply(&reg, two->id, two, sub_registry_ticket(&reg)), 0);
+	assert_int_equal(sub_registry_apply(&reg, three_id, NULL, sub_registry_ticket(&reg)), 0);
+	assert_int_equal(reg.n_changes, 3);
+	sub_registry_publish(&reg, full_read(3, before)); /* it saw none of them */
+	assert_string_equal(pattern_of(&reg, 1, buf, sizeof(buf)), "a");
+	assert_string_equal(pattern_of(&reg, 2, buf, sizeof(buf)), "b");
+	assert_null(pattern_of(&reg, 3, buf, sizeof(buf)));
+	assert_string_equal(pattern_of(&reg, 4, buf, sizeof(buf)), "new");
+	assert_int_equal(reg.n_changes, 0);
+	assert_int_equal(reg.n_reading, 0);
+	sub_registry_destroy(&reg);
+}
+
+/* A change read before what is already published is dropped, whether the newer read was
+ * a full one or the same subscription's: an older value never comes back. */
+static void test_apply_never_goes_back(void **state)
+{
+	struct sub_registry reg;
+	char buf[32];
+
+	sub_registry_init(&reg);
+	unsigned long old = sub_registry_ticket(&reg);
+	sub_registry_publish(&reg, full_read(1, sub_registry_ticket(&reg)));
+	struct subscription *stale = sub(1, "old", 1);
+	assert_int_equal(sub_registry_apply(&reg, stale->id, stale, old), 0);
+	assert_string_equal(pattern_of(&reg, 1, buf, sizeof(buf)), "a");
+
+	/* the same subscription read twice, applied in the other order */
+	unsigned long t1 = sub_registry_ticket(&reg), t2 = sub_registry_ticket(&reg);
+	struct subscription *v2 = sub(1, "v2", 1), *v1 = sub(1, "v1", 1);
+	assert_int_equal(sub_registry_apply(&reg, v2->id, v2, t2), 0);
+	assert_int_equal(sub_registry_apply(&reg, v1->id, v1, t1), 0);
+	assert_string_equal(pattern_of(&reg, 1, buf, sizeof(buf)), "v2");
+	/* deleted, then a read from before the deletion arrives */
+	t1 = sub_registry_ticket(&reg);
+	t2 = sub_registry_ticket(&reg);
+	struct subscription *back = sub(1, "back", 1);
+	assert_int_equal(sub_registry_apply(&reg, back->id, NULL, t2), 0);
+	assert_int_equal(sub_registry_apply(&reg, back->id, back, t1), 0);
+	assert_null(pattern_of(&reg, 1, buf, sizeof(buf)));
+	assert_int_equal(reg.n_changes, 0);
+	/* an abandoned read is no longer in flight */
+	sub_registry_abandon(&reg, sub_registry_ticket(&reg));
+	assert_int_equal(reg.n_reading, 0);
+	sub_registry_destroy(&reg);
+}
+
+/* A store of KEYS subscriptions, each present or not, with a version that every write
+ * raises, that threads change and read as the API and the reloads do: a change, then a
+ * read of that row applied in place; meanwhile whole reads published. An observer checks
+ * that no version it saw in a set goes back in a later one (an older read winning); once
+ * all are done, the set is the store. */
+#define KEYS 12
+#define WRITERS 3
+#define CHANGES 1500
+static struct {
+	pthread_mutex_t mu;
+	int version[KEYS];
+	int present[KEYS];
+} store = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}};
+static struct sub_registry stress_reg;
+static volatile int writers_done;
+static volatile int went_back;
+
+static struct subscription *stored_sub(int k)
+{
+	char pattern[16];
+	snprintf(pattern, sizeof(pattern), "v%d", store.version[k]);
+	return store.present[k] ? sub(k, pattern, 1) : NULL;
+}
+
+static void *writer(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	char id[UUID_STR_LEN];
+	for (int i = 0; i < CHANGES; i++) {
+		int k = (int)(rand_r(&seed) % KEYS);
+		pthread_mutex_lock(&store.mu); /* the API's write */
+		store.version[k]++;
+		store.present[k] = rand_r(&seed) % 4 != 0;
+		pthread_mutex_unlock(&store.mu);
+		unsigned long t = sub_registry_ticket(&stress_reg);
+		pthread_mutex_lock(&store.mu); /* its read of that row */
+		struct subscription *s = stored_sub(k);
+		pthread_mutex_unlock(&store.mu);
+		struct subscription *probe = sub(k, "-", 1);
+		memcpy(id, probe->id, UUID_STR_LEN);
+		subscription_free(probe);
+		if (sub_registry_apply(&stress_reg, id, s, t))
+			abort();
+	}
+	return NULL;
+}
+
+static void *reloader(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&writers_done, __ATOMIC_ACQUIRE)) {
+		struct sub_set *set = sub_set_new();
+		set->read_ticket = sub_registry_ticket(&stress_reg);
+		pthread_mutex_lock(&store.mu);
+		for (int k = 0; k < KEYS; k++) {
+			struct subscription *s = stored_sub(k);
+			if (s && sub_set_add(set, s))
+				abort();
+		}
+		pthread_mutex_unlock(&store.mu);
+		sub_registry_publish(&stress_reg, set);
+	}
+	return NULL;
+}
+
+static void *observer(void *arg)
+{
+	int seen[KEYS] = {0};
+	(void)arg;
+	while (!__atomic_load_n(&writers_done, __ATOMIC_ACQUIRE)) {
+		struct sub_set *cur = sub_registry_acquire(&stress_reg);
+		for (size_t i = 0; i < cur->n; i++) {
+			int k = atoi(cur->items[i]->id + 24), v = atoi(cur->items[i]->event_types[0] + 1);
+			if (v < seen[k])
+				went_back = 1;
+			seen[k] = v;
+		}
+		sub_registry_release(&stress_reg, cur);
+	}
+	return NULL;
+}
+
+static void test_apply_and_reloads_side_by_side(void **state)
+{
+	pthread_t w[WRITERS], r[3];
+	char buf[32], want[32];
+
+	sub_registry_init(&stress_reg);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&r[i], NULL, i < 2 ? reloader : observer, NULL), 0);
+	for (int i = 0; i < WRITERS; i++)
+		assert_int_equal(pthread_create(&w[i], NULL, writer, (void *)(uintptr_t)(i + 1)), 0);
+	for (int i = 0; i < WRITERS; i++)
+		pthread_join(w[i], NULL);
+	__atomic_store_n(&writers_done, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 3; i++)
+		pthread_join(r[i], NULL);
+	assert_false(went_back);
+	for (int k = 0; k < KEYS; k++) {
+		const char *got = pattern_of(&stress_reg, k, buf, sizeof(buf));
+		if (!store.present[k]) {
+			assert_null(got);
+		} else {
+			snprintf(want, sizeof(want), "v%d", store.version[k]);
+			assert_non_null(got);
+			assert_string_equal(got, want);
+		}
+	}
+	assert_int_equal(stress_reg.n_changes, 0);
+	assert_int_equal(stress_reg.n_reading, 0);
+	sub_registry_destroy(&stress_reg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -183,6 +419,10 @@ int main(void)
 		cmocka_unit_test(test_match_enabled_only),
 		cmocka_unit_test(test_index_matches_as_every_pattern),
 		cmocka_unit_test(test_older_read_does_not_replace_newer),
+		cmocka_unit_test(test_apply_in_place),
+		cmocka_unit_test(test_apply_survives_older_read),
+		cmocka_unit_test(test_apply_never_goes_back),
+		cmocka_unit_test(test_apply_and_reloads_side_by_side),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
