@@ -6,7 +6,10 @@
  *    generates itself, cannot all serve: the store keeps the key of the first, the others
  *    exit 2 naming both key ids;
  *  - a subscription created or changed through one instance is used by another within the
- *    stated bound (1 s): every event sent there afterwards reaches it;
+ *    stated bound (1 s): every event sent there afterwards reaches it; the instance that
+ *    made the change uses it as soon as it answers;
+ *  - many changes back to back through two instances (each applies its own in place while
+ *    it reads the other's): afterwards every instance has every subscription as it is;
  *  - a subscription row an instance cannot open (changed outside outboxd) makes ingest
  *    answer 503 subscriptions_unavailable and /readyz 503 on every instance, so nothing is
  *    acknowledged without its deliveries; once the row is gone, ingest works again.
@@ -147,12 +150,64 @@ static void test_changes_reach_every_instance(void **state)
 	snprintf(body, sizeof(body), "{\"endpoint\":\"%s/second\"}", rcv.url);
 	snprintf(path, sizeof(path), "/v1/subscriptions/%s", sub);
 	json_decref(api_call(&dmn[0], "PATCH", path, body, 200));
+	send_n(0, "sync.b", 10); /* the instance that changed it: at once */
 	usleep(BOUND_MS * 1000);
 	send_n(1, "sync.b", 10);
 	send_n(2, "sync.b", 10);
-	assert_int_equal(receiver_wait_count(&rcv, "/second", 20, 30000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/second", 30, 30000), 0);
 	usleep(300 * 1000);
 	assert_int_equal(receiver_count(&rcv, "/first"), 20); /* none went to the old URL */
+}
+
+#define MANY 24
+
+/* MANY subscriptions created back to back, alternately through instances 0 and 1, then
+ * every other one deleted the same way, then the rest renamed to a new endpoint: each
+ * instance reads the other's changes (NOTIFY) while it applies its own in place. Once the
+ * bound has passed, an event of each type sent to each instance reaches exactly the
+ * subscriptions that exist, at their current endpoint. */
+static void test_many_changes_through_two_instances(void **state)
+{
+	if (!harness_pg_wanted())
+		skip();
+	char sub[MANY][64], body[512], path[128], type[32];
+	start_cluster();
+
+	for (int k = 0; k < MANY; k++)
+		e2e_create_sub(&dmn[k % 2], sub[k], "{\"name\":\"many-%d\",\"event_types\":"
+			       "[\"many.%d\"],\"endpoint\":\"%s/old/%d\"}", k, k, rcv.url, k);
+	for (int k = 0; k < MANY; k += 2) {
+		snprintf(path, sizeof(path), "/v1/subscriptions/%s", sub[k]);
+		json_decref(api_call(&dmn[(k / 2) % 2], "DELETE", path, NULL, 204));
+	}
+	for (int k = 1; k < MANY; k += 2) {
+		snprintf(path, sizeof(path), "/v1/subscriptions/%s", sub[k]);
+		snprintf(body, sizeof(body), "{\"endpoint\":\"%s/new/%d\"}", rcv.url, k);
+		json_decref(api_call(&dmn[(k / 2) % 2], "PATCH", path, body, 200));
+	}
+	usleep(BOUND_MS * 1000);
+	for (int i = 0; i < INSTANCES; i++)
+		for (int k = 0; k < MANY; k++) {
+			snprintf(type, sizeof(type), "many.%d", k);
+			send_n(i, type, 1);
+		}
+	for (int k = 1; k < MANY; k += 2) {
+		snprintf(path, sizeof(path), "/new/%d", k);
+		if (receiver_wait_count(&rcv, path, INSTANCES, 30000))
+			fail_msg("subscription many-%d: %ld of %d events at %s", k,
+				 receiver_count(&rcv, path), INSTANCES, path);
+	}
+	usleep(300 * 1000);
+	for (int k = 0; k < MANY; k++) {
+		snprintf(path, sizeof(path), "/old/%d", k);
+		if (receiver_count(&rcv, path))
+			fail_msg("%ld events went to %s, deleted or moved before they were sent",
+				 receiver_count(&rcv, path), path);
+		snprintf(path, sizeof(path), "/new/%d", k);
+		if (receiver_count(&rcv, path) != (k % 2 ? INSTANCES : 0))
+			fail_msg("%s: %ld events, not %d", path, receiver_count(&rcv, path),
+				 k % 2 ? INSTANCES : 0);
+	}
 }
 
 struct status_ctx {
@@ -234,6 +289,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_one_key_per_store, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_changes_reach_every_instance, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_changes_through_two_instances, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_unreadable_subscription_stops_ingest, setup,
 						teardown),
 	};
