@@ -3,11 +3,13 @@
 # with one pattern "tN.*" of its own, all to one local receiver; EVENTS events (batches
 # of 100 over one connection) each matching one of them. Prints ingest events/s and
 # outboxd's CPU per event while ingesting (deliveries run meanwhile), and how long the
-# subscriptions took to create, per thousand (each creation reloads the whole set).
+# subscriptions took to create, per thousand. With ENDPOINTS=each, each subscription
+# has an endpoint of its own (its own path: its own adaptive concurrency state), as when
+# every subscription is a customer's URL.
 # SQLite, one instance. A measurement for docs/performance.md ("Many subscriptions"),
 # not a row of make bench.
 #
-# Usage: [BUILD=build] bench/many_subs.sh [NSUBS=10000] [EVENTS=50000]
+# Usage: [BUILD=build] [ENDPOINTS=one|each] bench/many_subs.sh [NSUBS=10000] [EVENTS=50000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NSUBS=${1:-10000}
@@ -33,14 +35,15 @@ OUTBOXD_DB="sqlite:$dir/outboxd.db" OUTBOXD_LISTEN="127.0.0.1:$OPORT" OUTBOXD_AD
 opid=$!
 pids+=($opid)
 outboxd_up "$OPORT" "$opid" || die "outboxd did not start: $(tail -2 "$dir/outboxd.log")"
-python3 - "$OPORT" "$RPORT" "$NSUBS" <<'PY'
+python3 - "$OPORT" "$RPORT" "$NSUBS" "${ENDPOINTS:-one}" <<'PY'
 import http.client, json, sys, time
-port, rport, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+port, rport, n, each = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "each"
 c = http.client.HTTPConnection("127.0.0.1", port)
 t0 = last = time.time()
 for i in range(n):
     c.request("POST", "/v1/subscriptions", json.dumps({"name": "s%d" % i,
-              "event_types": ["t%d.*" % i], "endpoint": "http://127.0.0.1:%s/sink" % rport}),
+              "event_types": ["t%d.*" % i],
+              "endpoint": "http://127.0.0.1:%s/sink%s" % (rport, "/%d" % i if each else "")}),
               {"Authorization": "Bearer bench", "content-type": "application/json"})
     r = c.getresponse(); r.read()
     assert r.status == 201, r.status

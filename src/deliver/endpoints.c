@@ -3,6 +3,7 @@
 #include "deliver/endpoints.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #define IDLE_MS (3600 * 1000LL)   /* an endpoint unused this long is forgotten */
 #define PUBLISH_MS 100            /* stats are at most this old */
+#define PRUNE_MS (60 * 1000)      /* idle endpoints are looked for this often */
 
 void endpoints_init(struct endpoint_table *t, int max_limit)
 {
@@ -77,27 +79,32 @@ int endpoint_key(const char *url, char key[ENDPOINT_KEY_MAX])
 	return 0;
 }
 
+static struct endpoint *endpoint_of(struct hc_node *n)
+{
+	return (struct endpoint *)((char *)n - offsetof(struct endpoint, link));
+}
+
 struct endpoint *endpoints_get(struct endpoint_table *t, const char *url, int64_t now_us)
 {
 	char key[ENDPOINT_KEY_MAX];
 	if (endpoint_key(url, key))
 		return NULL;
-	unsigned h = hash_fnv1a(key) % ENDPOINTS_BUCKETS;
-	struct endpoint *e;
-	for (e = t->buckets[h]; e; e = e->next)
-		if (strcmp(e->key, key) == 0)
-			break;
+	uint32_t h = hash_fnv1a(key);
+	struct endpoint *e = NULL;
+	for (struct hc_node *n = hc_chain(&t->eps, h); n && !e; n = n->next)
+		if (n->hash == h && strcmp(endpoint_of(n)->key, key) == 0)
+			e = endpoint_of(n);
 	if (!e) {
-		if (!(e = calloc(1, sizeof(*e)))) {
+		if (!(e = calloc(1, sizeof(*e))) || hc_add(&t->eps, &e->link, h)) {
 			log_error("dispatcher: out of memory: endpoint %s goes without its adaptive "
 				  "concurrency limit", key);
+			free(e);
 			return NULL;
 		}
 		memcpy(e->key, key, sizeof(key));
 		concurrency_init(&e->conc, &t->params, now_us);
-		e->dirty = 1;
-		e->next = t->buckets[h];
-		t->buckets[h] = e;
+		e->table = t;
+		endpoint_changed(e);
 	}
 	e->last_used_ms = now_us / 1000;
 	return e;
@@ -134,7 +141,7 @@ int endpoint_begin(struct endpoint *e, struct endpoint_req *r, int64_t now_us, u
 	else
 		e->oldest = r;
 	e->newest = r;
-	e->dirty = 1;
+	endpoint_changed(e);
 	r->seen = ++e->in_flight;
 	if (e->in_flight > e->turn_peak)
 		e->turn_peak = e->in_flight;
@@ -153,7 +160,7 @@ void endpoint_end(struct endpoint *e, struct endpoint_req *r)
 		e->newest = r->prev;
 	r->prev = r->next = NULL;
 	e->in_flight--;
-	e->dirty = 1;
+	endpoint_changed(e);
 }
 
 void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
@@ -171,7 +178,7 @@ void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
 		after = concurrency_record(&e->conc, now_us, now_us - old->start_us,
 					   CONCURRENCY_STALLED, e->in_flight);
 	}
-	e->dirty = 1;
+	endpoint_changed(e);
 	if (after <= before / 2 && before >= 8)
 		log_info("endpoint %s: concurrency limit %d -> %d after a %s answer (%lld ms)",
 			 e->key, before, after, concurrency_outcome_name(outcome),
@@ -184,43 +191,48 @@ static void publish(const struct endpoint *e)
 			 e->conc.latency_min_us, e->conc.latency_smooth_us, (long)e->conc.cuts);
 }
 
+/* hc_sweep visitors: an endpoint idle for an hour dropped (ctx: now, monotonic ms);
+ * every one. */
+static int drop_idle(struct hc_node *n, void *ctx)
+{
+	struct endpoint *e = endpoint_of(n);
+	int64_t now_ms = *(const int64_t *)ctx;
+	if (e->refs || e->in_flight || e->queued || e->dirty || now_ms - e->last_used_ms <= IDLE_MS)
+		return 0;
+	metrics_endpoint_gone(e->key);
+	free(e);
+	return 1;
+}
+
+static int drop(struct hc_node *n, void *ctx)
+{
+	(void)ctx;
+	free(endpoint_of(n));
+	return 1;
+}
+
 int64_t endpoints_tick(struct endpoint_table *t, int64_t now_ms)
 {
-	if (now_ms - t->published_ms < PUBLISH_MS) {
-		for (int i = 0; i < ENDPOINTS_BUCKETS; i++)
-			for (struct endpoint *e = t->buckets[i]; e; e = e->next)
-				if (e->dirty)
-					return t->published_ms + PUBLISH_MS - now_ms;
-		return -1;
-	}
+	if (now_ms - t->published_ms < PUBLISH_MS)
+		return t->dirty ? t->published_ms + PUBLISH_MS - now_ms : -1;
 	t->published_ms = now_ms;
-	for (int i = 0; i < ENDPOINTS_BUCKETS; i++) {
-		struct endpoint **pp = &t->buckets[i];
-		while (*pp) {
-			struct endpoint *e = *pp;
-			if (!e->refs && !e->in_flight && !e->queued && now_ms - e->last_used_ms > IDLE_MS) {
-				metrics_endpoint_gone(e->key);
-				*pp = e->next;
-				free(e);
-				continue;
-			}
-			if (e->dirty) {
-				publish(e);
-				e->dirty = 0;
-			}
-			pp = &e->next;
-		}
+	while (t->dirty) {
+		struct endpoint *e = t->dirty;
+		t->dirty = e->next_dirty;
+		e->next_dirty = NULL;
+		e->dirty = 0;
+		publish(e);
+	}
+	if (now_ms - t->pruned_ms >= PRUNE_MS) {
+		t->pruned_ms = now_ms;
+		hc_sweep(&t->eps, drop_idle, &now_ms);
 	}
 	return -1;
 }
 
 void endpoints_free_all(struct endpoint_table *t)
 {
-	for (int i = 0; i < ENDPOINTS_BUCKETS; i++) {
-		while (t->buckets[i]) {
-			struct endpoint *e = t->buckets[i];
-			t->buckets[i] = e->next;
-			free(e);
-		}
-	}
+	hc_sweep(&t->eps, drop, NULL);
+	hc_free(&t->eps);
+	t->dirty = NULL;
 }

@@ -18,8 +18,8 @@
 #include <stdint.h>
 
 #include "core/concurrency.h"
+#include "util/hashchain.h"
 
-#define ENDPOINTS_BUCKETS 256
 #define ENDPOINT_KEY_MAX 280  /* "host:port#pathhash": a host of at most 255 bytes */
 
 /* One request open to an endpoint (embedded in the dispatcher's round). */
@@ -32,6 +32,8 @@ struct endpoint_req {
 	struct endpoint_req *prev, *next; /* in its endpoint's list, oldest first */
 };
 
+struct endpoint_table;
+
 struct endpoint {
 	char key[ENDPOINT_KEY_MAX];
 	struct concurrency conc;
@@ -41,16 +43,31 @@ struct endpoint {
 	int turn_peak;               /* ... and the requests open after it */
 	int queued;                  /* rounds parked because it had no room */
 	int refs;                    /* subscriptions' states pointing here */
-	int dirty;                   /* changed since last published */
+	int dirty;                   /* changed since last published (endpoint_changed) */
 	int64_t last_used_ms;        /* monotonic */
-	struct endpoint *next;       /* hash chain */
+	struct hc_node link;         /* in the table, by key */
+	struct endpoint *next_dirty; /* in the table's list of those to publish */
+	struct endpoint_table *table;
 };
 
 struct endpoint_table {
-	struct endpoint *buckets[ENDPOINTS_BUCKETS];
+	struct hc_table eps;         /* struct endpoint by key */
+	struct endpoint *dirty;      /* those changed since published, newest first */
 	struct concurrency_params params;
-	int64_t published_ms;        /* monotonic: the last endpoints_publish */
+	int64_t published_ms;        /* monotonic: the last publish */
+	int64_t pruned_ms;           /* monotonic: the last drop of idle endpoints */
 };
+
+/* e changed: its metrics are published by the next endpoints_tick that is due (only the
+ * changed ones are visited, however many endpoints there are). */
+static inline void endpoint_changed(struct endpoint *e)
+{
+	if (!e->dirty) {
+		e->dirty = 1;
+		e->next_dirty = e->table->dirty;
+		e->table->dirty = e;
+	}
+}
 
 /* An empty table whose endpoints may open up to max_limit requests each (the instance's
  * max_in_flight). */
@@ -90,7 +107,7 @@ void endpoint_record(struct endpoint *e, int64_t now_us, int64_t latency_us,
 		     enum concurrency_outcome outcome, int in_flight);
 
 /* Publishes what changed to core/metrics (at most every 100 ms), drops endpoints nobody
- * used for an hour. now_ms monotonic. Returns the ms until a change not published yet
+ * used for an hour (looked for once a minute). now_ms monotonic. Returns the ms until a change not published yet
  * is due, -1 when none waits. */
 int64_t endpoints_tick(struct endpoint_table *t, int64_t now_ms);
 

@@ -41,6 +41,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@
 #include "util/clock.h"
 #include "util/dheap.h"
 #include "util/hash.h"
+#include "util/hashchain.h"
 
 #define DNS_TTL_MS (60 * 1000LL)      /* libcurl's CURLOPT_DNS_CACHE_TIMEOUT default */
 #define DNS_STALE_MS (30 * 1000LL)    /* how much longer an address serves while one
@@ -72,7 +74,6 @@
 #define CONNECT_RETRY_FACTOR 8
 #define CONNECT_RETRY_MIN_US 10000
 #define CONNECT_SMOOTHING 8           /* a new connect time weighs 1/8 in the average */
-#define TARGET_BUCKETS 256
 #define READ_BUF 65536
 
 enum conn_state { CONN_CONNECTING, CONN_HANDSHAKE, CONN_SENDING, CONN_READING, CONN_IDLE,
@@ -95,7 +96,7 @@ struct wire_target {
 	int64_t refresh_ms;           /* when a request went to libcurl to resolve it anew */
 	int64_t connect_us;           /* smoothed time its connects take, 0 = none made yet */
 	struct wire_conn *idle;       /* kept-alive connections, newest first */
-	struct wire_target *next;     /* in the hash chain */
+	struct hc_node link;          /* in wire.targets, by authority */
 };
 
 struct wire_conn {
@@ -128,7 +129,7 @@ struct wire_conn {
 
 struct wire {
 	struct http_sink *hs;
-	struct wire_target *targets[TARGET_BUCKETS];
+	struct hc_table targets;      /* struct wire_target by authority */
 	struct dheap deadlines;       /* the connections with a deadline, soonest first */
 	struct wire_conn *graveyard;  /* closed, freed at the next wire_reap */
 	struct tls_confs *tls_confs;  /* https://: the TLS configurations in use */
@@ -165,20 +166,29 @@ struct wire_url {
 
 /* The target of u's scheme and authority with the TLS configuration conf (NULL for
  * http://); NULL when out of memory. */
+static struct wire_target *target_of(struct hc_node *n)
+{
+	return (struct wire_target *)((char *)n - offsetof(struct wire_target, link));
+}
+
 static struct wire_target *target_get(struct wire *w, const struct url_parts *u,
 				      struct tls_conf *conf)
 {
 	uint32_t hv = hash_fnv1a_n(u->auth, u->auth_len);
-	struct wire_target **slot = &w->targets[hv % TARGET_BUCKETS];
-	for (struct wire_target *t = *slot; t; t = t->next)
-		if (t->tls == u->tls && t->tls_conf == conf && strlen(t->authority) == u->auth_len &&
+	for (struct hc_node *n = hc_chain(&w->targets, hv); n; n = n->next) {
+		struct wire_target *t = target_of(n);
+		if (n->hash == hv && t->tls == u->tls && t->tls_conf == conf &&
+		    strlen(t->authority) == u->auth_len &&
 		    memcmp(t->authority, u->auth, u->auth_len) == 0)
 			return t;
+	}
 	struct wire_target *t = calloc(1, sizeof(*t));
 	if (!t || !(t->authority = strndup(u->auth, u->auth_len)) ||
-	    !(t->host = strndup(u->host, u->host_len))) {
-		if (t)
+	    !(t->host = strndup(u->host, u->host_len)) || hc_add(&w->targets, &t->link, hv)) {
+		if (t) {
 			free(t->authority);
+			free(t->host);
+		}
 		free(t);
 		return NULL;
 	}
@@ -186,8 +196,6 @@ static struct wire_target *target_get(struct wire *w, const struct url_parts *u,
 	t->tls = u->tls;
 	t->tls_conf = conf;
 	t->literal = wire_addr_from_text(t->host, u->port, &t->addr, &t->addrlen) == 0;
-	t->next = *slot;
-	*slot = t;
 	return t;
 }
 
@@ -1092,19 +1100,43 @@ void wire_learn(struct wire *w, const char *url, const struct subscription *s, C
 	t->learned_ms = now_ms;
 }
 
+struct prune_ctx {
+	struct wire *w;
+	int64_t now_ms;
+};
+
+/* hc_sweep visitor: closes the target's connections idle too long; keeps the target. */
+static int prune_target(struct hc_node *n, void *arg)
+{
+	struct prune_ctx *p = arg;
+	struct wire_conn *c = target_of(n)->idle;
+	while (c) {
+		struct wire_conn *next = c->next;
+		if (p->now_ms - c->idle_since_ms >= IDLE_MAX_MS)
+			conn_close(p->w, c);
+		c = next;
+	}
+	return 0;
+}
+
+/* hc_sweep visitor: closes and frees the target (ctx: the wire). */
+static int drop_target(struct hc_node *n, void *arg)
+{
+	struct wire *w = arg;
+	struct wire_target *t = target_of(n);
+	while (t->idle)
+		conn_close(w, t->idle);
+	tls_resume_clear(&t->resume);
+	free(t->authority);
+	free(t->host);
+	free(t);
+	return 1;
+}
+
 void wire_prune(struct wire *w, int64_t now_ms)
 {
-	for (size_t b = 0; b < TARGET_BUCKETS; b++) {
-		for (struct wire_target *t = w->targets[b]; t; t = t->next) {
-			struct wire_conn *c = t->idle;
-			while (c) {
-				struct wire_conn *next = c->next;
-				if (now_ms - c->idle_since_ms >= IDLE_MAX_MS)
-					conn_close(w, c);
-				c = next;
-			}
-		}
-	}
+	struct prune_ctx p = {w, now_ms};
+	hc_sweep(&w->targets, prune_target, &p);
 }
 
 struct wire *wire_open(struct http_sink *hs, int max_idle, const char *ca_file,
@@ -1133,18 +1165,8 @@ void wire_close(struct wire *w)
 {
 	if (!w)
 		return;
-	for (size_t b = 0; b < TARGET_BUCKETS; b++) {
-		while (w->targets[b]) {
-			struct wire_target *t = w->targets[b];
-			w->targets[b] = t->next;
-			while (t->idle)
-				conn_close(w, t->idle);
-			tls_resume_clear(&t->resume);
-			free(t->authority);
-			free(t->host);
-			free(t);
-		}
-	}
+	hc_sweep(&w->targets, drop_target, w);
+	hc_free(&w->targets);
 	wire_reap(w);
 	tls_confs_close(w->tls_confs);
 	dheap_free(&w->deadlines);

@@ -3,6 +3,7 @@
  * round's outcome does to the breaker (core/outcome.c does). */
 #include "deliver/limits.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,65 +17,67 @@
 #define IDLE_MS (3600 * 1000LL)  /* state unused this long is dropped */
 #define PARKED_MIN_CAP 32        /* rounds a subscription may park at least (pool allowing) */
 
-static unsigned bucket_of(const char *id)
+static struct sub_limits *limits_of(struct hc_node *n)
 {
-	return hash_fnv1a(id) % LIMITS_BUCKETS;
+	return (struct sub_limits *)((char *)n - offsetof(struct sub_limits, link));
 }
 
 struct sub_limits *limits_get(struct limits_table *t, const struct subscription *s)
 {
-	unsigned h = bucket_of(s->id);
-	struct sub_limits *x;
+	uint32_t h = hash_fnv1a(s->id);
+	struct sub_limits *x = NULL;
 
-	for (x = t->buckets[h]; x; x = x->next)
-		if (strcmp(x->sub_id, s->id) == 0)
-			break;
+	for (struct hc_node *n = hc_chain(&t->subs, h); n && !x; n = n->next)
+		if (n->hash == h && strcmp(limits_of(n)->sub_id, s->id) == 0)
+			x = limits_of(n);
 	if (!x) {
-		if (!(x = calloc(1, sizeof(*x)))) {
+		if (!(x = calloc(1, sizeof(*x))) || hc_add(&t->subs, &x->link, h)) {
 			log_error("dispatcher: out of memory: subscription %s runs without its "
 				  "circuit breaker and limits", s->id);
+			free(x);
 			return NULL;
 		}
 		memcpy(x->sub_id, s->id, UUID_STR_LEN);
 		breaker_init(&x->state.breaker);
-		x->next = t->buckets[h];
-		t->buckets[h] = x;
 	}
 	x->window_ms = s->breaker.failure_window_ms;
 	x->last_used_ms = clock_mono_ms();
 	return x;
 }
 
+/* hc_sweep visitors: an idle state dropped (ctx: now, monotonic ms); every one. */
+static int drop_idle(struct hc_node *n, void *ctx)
+{
+	struct sub_limits *x = limits_of(n);
+	int64_t now_mono_ms = *(const int64_t *)ctx;
+	int64_t idle = x->window_ms > IDLE_MS ? x->window_ms : IDLE_MS;
+	if (x->refs || x->parked || now_mono_ms - x->last_used_ms <= idle)
+		return 0;
+	if (x->ep)
+		x->ep->refs--;
+	free(x->ep_for);
+	free(x);
+	return 1;
+}
+
+static int drop(struct hc_node *n, void *ctx)
+{
+	struct sub_limits *x = limits_of(n);
+	(void)ctx;
+	free(x->ep_for);
+	free(x);
+	return 1;
+}
+
 void limits_prune(struct limits_table *t, int64_t now_mono_ms)
 {
-	for (int i = 0; i < LIMITS_BUCKETS; i++) {
-		struct sub_limits **pp = &t->buckets[i];
-		while (*pp) {
-			struct sub_limits *x = *pp;
-			int64_t idle = x->window_ms > IDLE_MS ? x->window_ms : IDLE_MS;
-			if (!x->refs && !x->parked && now_mono_ms - x->last_used_ms > idle) {
-				*pp = x->next;
-				if (x->ep)
-					x->ep->refs--;
-				free(x->ep_for);
-				free(x);
-			} else {
-				pp = &x->next;
-			}
-		}
-	}
+	hc_sweep(&t->subs, drop_idle, &now_mono_ms);
 }
 
 void limits_free_all(struct limits_table *t)
 {
-	for (int i = 0; i < LIMITS_BUCKETS; i++) {
-		while (t->buckets[i]) {
-			struct sub_limits *x = t->buckets[i];
-			t->buckets[i] = x->next;
-			free(x->ep_for);
-			free(x);
-		}
-	}
+	hc_sweep(&t->subs, drop, NULL);
+	hc_free(&t->subs);
 }
 
 static void publish(const struct sub_limits *x)

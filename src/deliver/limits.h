@@ -20,9 +20,8 @@
 #include "core/ratelimit.h"
 #include "core/retry.h"
 #include "deliver/endpoints.h"
+#include "util/hashchain.h"
 #include "util/uuid.h"
-
-#define LIMITS_BUCKETS 256
 
 struct round; /* the dispatcher's */
 
@@ -52,12 +51,12 @@ struct sub_limits {
 	int64_t last_used_ms;        /* monotonic */
 	struct endpoint *ep;         /* its endpoint's flow control (one ref), NULL: none */
 	char *ep_for;                /* the endpoint URL ep was found for */
-	struct sub_limits *next;     /* hash chain */
+	struct hc_node link;         /* in the table, by sub_id */
 	struct sub_limits *next_parked; /* in the dispatcher's list of queues that wait */
 };
 
 struct limits_table {
-	struct sub_limits *buckets[LIMITS_BUCKETS];
+	struct hc_table subs;        /* struct sub_limits by sub_id; zeroed: empty */
 };
 
 /* The state of s, made on first use; NULL when out of memory (the subscription then goes

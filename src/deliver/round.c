@@ -75,7 +75,7 @@ static void round_queued(struct round *r, int queued)
 	if (!r->ep || r->ep_queued == queued)
 		return;
 	r->ep->queued += queued ? 1 : -1;
-	r->ep->dirty = 1;
+	endpoint_changed(r->ep);
 	r->ep_queued = queued;
 }
 

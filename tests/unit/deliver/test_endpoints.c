@@ -141,12 +141,51 @@ static void test_burst_seen_together(void **state)
 	endpoints_free_all(&t);
 }
 
+/* Thousands of endpoints (each subscription its own): each found again as the table
+ * grows; a tick publishes only what changed and then has nothing to wait for; an
+ * endpoint nobody used for an hour is dropped, one still referred to is kept. */
+static void test_many_endpoints(void **state)
+{
+	struct endpoint_table t;
+	char url[64];
+	struct endpoint *kept = NULL;
+	endpoints_init(&t, 512);
+	for (int i = 0; i < 5000; i++) {
+		snprintf(url, sizeof(url), "http://127.0.0.1:9/hook/%d", i);
+		struct endpoint *e = endpoints_get(&t, url, 0);
+		assert_non_null(e);
+		assert_ptr_equal(endpoints_get(&t, url, 0), e);
+		if (i == 1234)
+			kept = e;
+	}
+	assert_int_equal(t.eps.count, 5000);
+	assert_true(t.eps.mask + 1 >= 2500);
+	assert_int_equal(endpoints_tick(&t, 1000000), -1); /* all new: published */
+	assert_null(t.dirty);
+	endpoint_changed(kept);
+	endpoint_changed(kept); /* listed once */
+	assert_ptr_equal(t.dirty, kept);
+	assert_null(kept->next_dirty);
+	assert_int_equal(endpoints_tick(&t, 1000040), 60); /* due when 100 ms are up */
+	assert_int_equal(endpoints_tick(&t, 1000100), -1);
+	assert_int_equal(kept->dirty, 0);
+	kept->refs = 1;
+	assert_int_equal(endpoints_tick(&t, 1000000 + 2 * 3600 * 1000LL), -1);
+	assert_int_equal(t.eps.count, 1);
+	snprintf(url, sizeof(url), "http://127.0.0.1:9/hook/%d", 1234);
+	assert_ptr_equal(endpoints_get(&t, url, 0), kept);
+	kept->refs = 0;
+	endpoints_free_all(&t);
+	assert_int_equal(t.eps.count, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_burst_seen_together),
 		cmocka_unit_test(test_keys),
 		cmocka_unit_test(test_table_shares_one_endpoint),
+		cmocka_unit_test(test_many_endpoints),
 		cmocka_unit_test(test_stall_cuts_at_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
