@@ -123,7 +123,19 @@ static int n_lags;
 #define ENDPOINT_SLOTS 256
 static pthread_mutex_t ep_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct metrics_endpoint_view eps[ENDPOINT_SLOTS];
+static uint32_t eps_hash[ENDPOINT_SLOTS]; /* of each key: compared before the key (with
+                                             thousands of endpoints, most are not here) */
 static int n_eps;
+
+/* The slot of the endpoint with that key (hash h), or n_eps. Under ep_mu. */
+static int ep_slot(const char *key, uint32_t h)
+{
+	int i;
+	for (i = 0; i < n_eps; i++)
+		if (eps_hash[i] == h && strcmp(eps[i].key, key) == 0)
+			break;
+	return i;
+}
 
 static struct sub_slot *slot_for(const char *id)
 {
@@ -372,13 +384,12 @@ void metrics_kafka_lag(const char *topic, int partition, long long lag)
 void metrics_endpoint(const char *key, int limit, int in_flight, int queued,
 		      int64_t latency_min_us, int64_t latency_us, long cuts)
 {
+	uint32_t h = hash_fnv1a(key);
 	pthread_mutex_lock(&ep_mu);
-	int i;
-	for (i = 0; i < n_eps; i++)
-		if (strcmp(eps[i].key, key) == 0)
-			break;
+	int i = ep_slot(key, h);
 	if (i == n_eps && n_eps < ENDPOINT_SLOTS) {
 		snprintf(eps[i].key, sizeof(eps[i].key), "%s", key);
+		eps_hash[i] = h;
 		n_eps++;
 	}
 	if (i < n_eps) {
@@ -394,12 +405,13 @@ void metrics_endpoint(const char *key, int limit, int in_flight, int queued,
 
 void metrics_endpoint_gone(const char *key)
 {
+	uint32_t h = hash_fnv1a(key);
 	pthread_mutex_lock(&ep_mu);
-	for (int i = 0; i < n_eps; i++) {
-		if (strcmp(eps[i].key, key) == 0) {
-			eps[i] = eps[--n_eps];
-			break;
-		}
+	int i = ep_slot(key, h);
+	if (i < n_eps) {
+		n_eps--;
+		eps[i] = eps[n_eps];
+		eps_hash[i] = eps_hash[n_eps];
 	}
 	pthread_mutex_unlock(&ep_mu);
 }
