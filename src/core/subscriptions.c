@@ -26,6 +26,8 @@ void sub_registry_init(struct sub_registry *reg)
 	reg->changes_gen = 0;
 }
 
+static size_t lower_bound(const struct sub_set *set, const char *id);
+
 /* ---- the patterns' index (sub_set_index) ---------------------------------------------- */
 
 /* One event-type pattern of an enabled subscription: its literal part (all of it, or
@@ -84,50 +86,143 @@ static int prefix_cmp(const void *a, const void *b)
 	return memcmp(x->text, y->text, x->len);
 }
 
-void sub_set_index(struct sub_set *set)
+/* An index with room for total keys in each array, NULL when out of memory. Each array
+ * is filled before it is read: no zeroing (a change of one subscription indexes the set
+ * again). */
+static struct sub_match_index *index_new(size_t total)
 {
 	struct sub_match_index *x = calloc(1, sizeof(*x));
-	size_t total = 0;
 	if (!x)
-		return;
-	for (size_t i = 0; i < set->n; i++)
-		total += set->items[i]->n_event_types;
-	/* each filled before it is read: no zeroing (a change of one subscription indexes
-	 * the whole set again) */
+		return NULL;
 	if (total && (!(x->exact = malloc(total * sizeof(*x->exact))) ||
 		      !(x->prefix = malloc(total * sizeof(*x->prefix))) ||
 		      !(x->runs = malloc(total * sizeof(*x->runs))) ||
 		      !(x->other = malloc(total * sizeof(*x->other))))) {
 		index_free(x);
+		return NULL;
+	}
+	return x;
+}
+
+/* Files the patterns of s, the set's item-th subscription, among x's keys when it can be
+ * fanned out to (room made by the caller). */
+static void index_add(struct sub_match_index *x, const struct subscription *s, size_t item)
+{
+	if (!s->enabled || s->origin || item > UINT32_MAX) /* never fanned out to */
 		return;
+	for (size_t p = 0; p < s->n_event_types && p <= UINT32_MAX; p++) {
+		const char *pat = s->event_types[p];
+		size_t star = strcspn(pat, "*?");
+		struct match_key k = {pat, star, (uint32_t)item, (uint32_t)p};
+		if (!pat[star])
+			x->exact[x->n_exact++] = k;
+		else if (pat[star] == '*' && !pat[star + strspn(pat + star, "*")])
+			x->prefix[x->n_prefix++] = k;
+		else
+			x->other[x->n_other++] = k;
 	}
-	for (size_t i = 0; i < set->n && i <= UINT32_MAX; i++) {
-		const struct subscription *s = set->items[i];
-		if (!s->enabled || s->origin) /* never fanned out to (sub_set_match) */
-			continue;
-		for (size_t p = 0; p < s->n_event_types && p <= UINT32_MAX; p++) {
-			const char *pat = s->event_types[p];
-			size_t star = strcspn(pat, "*?");
-			struct match_key k = {pat, star, (uint32_t)i, (uint32_t)p};
-			if (!pat[star])
-				x->exact[x->n_exact++] = k;
-			else if (pat[star] == '*' && !pat[star + strspn(pat + star, "*")])
-				x->prefix[x->n_prefix++] = k;
-			else
-				x->other[x->n_other++] = k;
-		}
-	}
-	if (x->n_exact > 1)
-		qsort(x->exact, x->n_exact, sizeof(*x->exact), exact_cmp);
-	if (x->n_prefix > 1)
-		qsort(x->prefix, x->n_prefix, sizeof(*x->prefix), prefix_cmp);
+}
+
+/* The prefix keys' runs of one length, from the sorted prefix keys. */
+static void index_runs(struct sub_match_index *x)
+{
+	x->n_runs = 0;
 	for (size_t i = 0; i < x->n_prefix; i++) {
 		if (!x->n_runs || x->runs[x->n_runs - 1].len != x->prefix[i].len)
 			x->runs[x->n_runs++] = (struct prefix_run){x->prefix[i].len, i, i};
 		x->runs[x->n_runs - 1].hi = i + 1;
 	}
+}
+
+void sub_set_index(struct sub_set *set)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < set->n; i++)
+		total += set->items[i]->n_event_types;
+	struct sub_match_index *x = index_new(total);
+	if (!x)
+		return;
+	for (size_t i = 0; i < set->n; i++)
+		index_add(x, set->items[i], i);
+	if (x->n_exact > 1)
+		qsort(x->exact, x->n_exact, sizeof(*x->exact), exact_cmp);
+	if (x->n_prefix > 1)
+		qsort(x->prefix, x->n_prefix, sizeof(*x->prefix), prefix_cmp);
+	index_runs(x);
 	index_free(set->index);
 	set->index = x;
+}
+
+/* A key of the index a set was copied from, for the set after one change at place at
+ * (op: +1 a subscription inserted there, 0 replaced, -1 removed): 0 when it was the old
+ * subscription's there, else 1 with its item moved along. */
+static int key_moved(struct match_key *k, size_t at, int op)
+{
+	if (op <= 0 && k->item == at)
+		return 0;
+	if (op > 0 && k->item >= at)
+		k->item++;
+	else if (op < 0 && k->item > at)
+		k->item--;
+	return 1;
+}
+
+/* Merges the sorted keys old[0, n_old) (moved by key_moved; dropped ones left out) and
+ * add[0, n_add) into out; returns the count. */
+static size_t keys_merge(struct match_key *out, const struct match_key *old, size_t n_old,
+			 const struct match_key *add, size_t n_add, size_t at, int op,
+			 int (*cmp)(const void *, const void *))
+{
+	size_t n = 0, j = 0;
+	for (size_t i = 0; i < n_old; i++) {
+		struct match_key k = old[i];
+		if (!key_moved(&k, at, op))
+			continue;
+		while (j < n_add && cmp(&add[j], &k) < 0)
+			out[n++] = add[j++];
+		out[n++] = k;
+	}
+	while (j < n_add)
+		out[n++] = add[j++];
+	return n;
+}
+
+/* The index of set from from, the index of the set it is a copy of but for one change
+ * at place at (op as for key_moved): the old keys kept in their order, the changed
+ * subscription's merged in, no sort of the whole. NULL when out of memory. */
+static struct sub_match_index *index_derive(const struct sub_set *set,
+					    const struct sub_match_index *from, size_t at, int op)
+{
+	const struct subscription *s = op >= 0 ? set->items[at] : NULL;
+	size_t n_new = s ? s->n_event_types : 0;
+	struct sub_match_index *x = index_new(from->n_exact + from->n_prefix + from->n_other +
+					      n_new);
+	struct sub_match_index *add = index_new(n_new);
+	if (!x || !add) {
+		index_free(x);
+		index_free(add);
+		return NULL;
+	}
+	if (s)
+		index_add(add, s, at);
+	if (add->n_exact > 1)
+		qsort(add->exact, add->n_exact, sizeof(*add->exact), exact_cmp);
+	if (add->n_prefix > 1)
+		qsort(add->prefix, add->n_prefix, sizeof(*add->prefix), prefix_cmp);
+	x->n_exact = keys_merge(x->exact, from->exact, from->n_exact, add->exact, add->n_exact,
+				at, op, exact_cmp);
+	x->n_prefix = keys_merge(x->prefix, from->prefix, from->n_prefix, add->prefix,
+				 add->n_prefix, at, op, prefix_cmp);
+	for (size_t i = 0; i < from->n_other; i++) { /* tried in any order */
+		struct match_key k = from->other[i];
+		if (key_moved(&k, at, op))
+			x->other[x->n_other++] = k;
+	}
+	for (size_t i = 0; i < add->n_other; i++)
+		x->other[x->n_other++] = add->other[i];
+	index_runs(x);
+	index_free(add);
+	return x;
 }
 
 /* The first of keys[lo, hi) whose text is not below (text, len) in cmp's order. */
@@ -303,20 +398,28 @@ void sub_registry_abandon(struct sub_registry *reg, unsigned long ticket)
 }
 
 /* s (a reference, consumed; NULL: none) as the subscription of set with that id, in
- * place of the one it had. The set is not shared yet. */
-static int set_put(struct sub_set *set, const char *id, struct subscription *s)
+ * place of the one it had. The set is not shared yet. *at and *op say what changed where
+ * (op +1 inserted, 0 replaced, -1 removed, 2 nothing). Returns 0, or -1 when out of
+ * memory (the reference given back). */
+static int set_put(struct sub_set *set, const char *id, struct subscription *s, size_t *at,
+		   int *op)
 {
-	size_t at = sub_set_place(set, id);
-	if (at == set->n)
+	*at = lower_bound(set, id);
+	int found = *at < set->n && strcmp(set->items[*at]->id, id) == 0;
+	if (!found) {
+		*op = s ? 1 : 2;
 		return s ? sub_set_add(set, s) : 0;
+	}
 	index_free(set->index); /* its places are about to move */
 	set->index = NULL;
-	subscription_put(set->items[at]);
+	subscription_put(set->items[*at]);
 	if (s) {
-		set->items[at] = s;
+		*op = 0;
+		set->items[*at] = s;
 	} else {
-		memmove(set->items + at, set->items + at + 1,
-			(set->n - at - 1) * sizeof(*set->items));
+		*op = -1;
+		memmove(set->items + *at, set->items + *at + 1,
+			(set->n - *at - 1) * sizeof(*set->items));
 		set->n--;
 	}
 	return 0;
@@ -370,9 +473,12 @@ void sub_registry_publish(struct sub_registry *reg, struct sub_set *set)
 			struct sub_change *c = changes_after(reg, set->read_ticket, &n);
 			merged_gen = reg->changes_gen;
 			pthread_mutex_unlock(&reg->mu);
-			for (long i = 0; i < n; i++)
-				if (set_put(set, c[i].id, c[i].sub))
+			for (long i = 0; i < n; i++) {
+				size_t at;
+				int op;
+				if (set_put(set, c[i].id, c[i].sub, &at, &op))
 					n = -1; /* set_put gave the reference back */
+			}
 			free(c);
 			if (n < 0) { /* out of memory: a set without them would lose them */
 				sub_registry_abandon(reg, set->read_ticket);
@@ -477,10 +583,12 @@ int sub_registry_apply(struct sub_registry *reg, const char *id, struct subscrip
 		pthread_mutex_unlock(&reg->mu);
 
 		struct sub_set *next = set_copy(cur);
-		sub_registry_release(reg, cur);
+		size_t at;
+		int op;
 		if (next && s)
 			subscription_hold(s);
-		if (!next || set_put(next, id, s)) {
+		if (!next || set_put(next, id, s, &at, &op)) {
+			sub_registry_release(reg, cur);
 			if (next)
 				sub_registry_release(reg, next);
 			sub_registry_abandon(reg, ticket);
@@ -488,7 +596,12 @@ int sub_registry_apply(struct sub_registry *reg, const char *id, struct subscrip
 				subscription_put(s);
 			return -1;
 		}
-		sub_set_index(next);
+		/* from cur's index, without sorting every pattern again */
+		if (cur->index && op != 2)
+			next->index = index_derive(next, cur->index, at, op);
+		sub_registry_release(reg, cur);
+		if (!next->index)
+			sub_set_index(next);
 
 		pthread_mutex_lock(&reg->mu);
 		if (reg->generation != gen) { /* published meanwhile: start from that one */

@@ -178,6 +178,71 @@ static void test_older_read_does_not_replace_newer(void **state)
 	sub_registry_destroy(&reg);
 }
 
+/* Subscription k with 1-3 random patterns, sometimes disabled or an envelope's own. */
+static struct subscription *random_sub(int k, unsigned *seed)
+{
+	char pat[32];
+	random_text(pat, sizeof(pat), 1, seed);
+	struct subscription *s = sub(k, pat, rand_r(seed) % 5 != 0);
+	int np = 1 + rand_r(seed) % 3;
+	s->event_types = realloc(s->event_types, (size_t)np * sizeof(char *));
+	for (int p = 1; p < np; p++) {
+		random_text(pat, sizeof(pat), 1, seed);
+		s->event_types[p] = strdup(pat);
+	}
+	s->n_event_types = (size_t)np;
+	if (rand_r(seed) % 7 == 0)
+		s->origin = strdup("kafka_envelope");
+	return s;
+}
+
+/* Changes applied in place derive the set's index from the one before (no sort of every
+ * pattern): after each of random insertions anywhere by id, replacements and removals,
+ * it matches as trying every pattern does. */
+static void test_applied_index_matches_as_every_pattern(void **state)
+{
+	unsigned seed = 4242;
+	char (*want)[UUID_STR_LEN] = NULL, (*got)[UUID_STR_LEN] = NULL;
+	size_t want_cap = 0, got_cap = 0;
+	struct sub_registry reg;
+
+	sub_registry_init(&reg);
+	struct sub_set *first = sub_set_new();
+	for (int k = 0; k < 60; k += 3)
+		assert_int_equal(sub_set_add(first, random_sub(k, &seed)), 0);
+	first->read_ticket = sub_registry_ticket(&reg);
+	sub_registry_publish(&reg, first);
+	for (int step = 0; step < 400; step++) {
+		int k = rand_r(&seed) % 60;
+		struct subscription *s = rand_r(&seed) % 4 ? random_sub(k, &seed) : NULL;
+		struct subscription *probe = sub(k, "-", 1);
+		assert_int_equal(sub_registry_apply(&reg, probe->id, s, sub_registry_ticket(&reg)), 0);
+		subscription_free(probe);
+		struct sub_set *cur = sub_registry_acquire(&reg), *plain = sub_set_new();
+		assert_non_null(cur->index);
+		for (size_t i = 0; i < cur->n; i++) {
+			subscription_hold(cur->items[i]);
+			assert_int_equal(sub_set_add(plain, cur->items[i]), 0);
+		}
+		for (int e = 0; e < 20; e++) {
+			char type[32];
+			random_text(type, sizeof(type), 0, &seed);
+			long w = sub_set_match(plain, type, &want, &want_cap);
+			long g = sub_set_match(cur, type, &got, &got_cap);
+			if (w != g)
+				fail_msg("step %d, \"%s\": %ld matched pattern by pattern, %ld indexed",
+					 step, type, w, g);
+			for (long i = 0; i < w; i++)
+				assert_string_equal(want[i], got[i]);
+		}
+		sub_registry_release(&reg, plain);
+		sub_registry_release(&reg, cur);
+	}
+	free(want);
+	free(got);
+	sub_registry_destroy(&reg);
+}
+
 /* The pattern of the current set's subscription k, NULL when the set has none. */
 static const char *pattern_of(struct sub_registry *reg, int k, char *buf, size_t len)
 {
@@ -423,6 +488,7 @@ int main(void)
 		cmocka_unit_test(test_apply_survives_older_read),
 		cmocka_unit_test(test_apply_never_goes_back),
 		cmocka_unit_test(test_apply_and_reloads_side_by_side),
+		cmocka_unit_test(test_applied_index_matches_as_every_pattern),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
