@@ -92,52 +92,72 @@ static void random_text(char *out, size_t cap, int pattern, unsigned *seed)
 	out[n] = '\0';
 }
 
+/* Subscription k with 1-3 random patterns, sometimes disabled or an envelope's own. */
+static struct subscription *random_sub(int k, unsigned *seed)
+{
+	char pat[32];
+	random_text(pat, sizeof(pat), 1, seed);
+	struct subscription *s = sub(k, pat, rand_r(seed) % 5 != 0);
+	int np = 1 + rand_r(seed) % 3;
+	s->event_types = realloc(s->event_types, (size_t)np * sizeof(char *));
+	for (int p = 1; p < np; p++) {
+		random_text(pat, sizeof(pat), 1, seed);
+		s->event_types[p] = strdup(pat);
+	}
+	s->n_event_types = (size_t)np;
+	if (rand_r(seed) % 7 == 0)
+		s->origin = strdup("kafka_envelope");
+	return s;
+}
+
+/* n random event types matched by both sets: the same subscriptions, in the same order
+ * (plain tries every pattern, indexed uses its index); what says where when not. */
+static void expect_same_matches(const struct sub_set *plain, const struct sub_set *indexed,
+				int n, unsigned *seed, const char *where, int at)
+{
+	static char (*want)[UUID_STR_LEN], (*got)[UUID_STR_LEN];
+	static size_t want_cap, got_cap;
+	for (int e = 0; e < n; e++) {
+		char type[32];
+		random_text(type, sizeof(type), 0, seed);
+		long w = sub_set_match(plain, type, &want, &want_cap);
+		long g = sub_set_match(indexed, type, &got, &got_cap);
+		if (w != g)
+			fail_msg("%s %d, \"%s\": %ld matched pattern by pattern, %ld indexed", where,
+				 at, type, w, g);
+		for (long i = 0; i < w; i++)
+			assert_string_equal(want[i], got[i]);
+	}
+	if (!n) { /* the last call: give the buffers back */
+		free(want);
+		free(got);
+		want = got = NULL;
+		want_cap = got_cap = 0;
+	}
+}
+
 static void test_index_matches_as_every_pattern(void **state)
 {
 	unsigned seed = 12345;
-	char (*want)[UUID_STR_LEN] = NULL, (*got)[UUID_STR_LEN] = NULL;
-	size_t want_cap = 0, got_cap = 0;
 	for (int round = 0; round < 200; round++) {
 		/* two sets alike: one tried pattern by pattern, one indexed */
 		struct sub_set *plain = sub_set_new(), *indexed = sub_set_new();
 		int subs = 1 + rand_r(&seed) % 40;
 		for (int k = 0; k < subs; k++) {
-			char pats[3][32];
-			int np = 1 + rand_r(&seed) % 3, enabled = rand_r(&seed) % 5 != 0;
-			for (int p = 0; p < np; p++)
-				random_text(pats[p], sizeof(pats[p]), 1, &seed);
-			for (int copy = 0; copy < 2; copy++) {
-				struct subscription *s = sub(k, pats[0], enabled);
-				s->event_types = realloc(s->event_types, (size_t)np * sizeof(char *));
-				for (int p = 1; p < np; p++)
-					s->event_types[p] = strdup(pats[p]);
-				s->n_event_types = (size_t)np;
-				if (k % 7 == 3)
-					s->origin = strdup("kafka_envelope");
-				assert_int_equal(sub_set_add(copy ? indexed : plain, s), 0);
-			}
+			unsigned again = seed;
+			assert_int_equal(sub_set_add(plain, random_sub(k, &again)), 0);
+			assert_int_equal(sub_set_add(indexed, random_sub(k, &seed)), 0);
 		}
 		sub_set_index(indexed);
 		assert_non_null(indexed->index);
-		for (int e = 0; e < 50; e++) {
-			char type[32];
-			random_text(type, sizeof(type), 0, &seed);
-			long w = sub_set_match(plain, type, &want, &want_cap);
-			long g = sub_set_match(indexed, type, &got, &got_cap);
-			if (w != g)
-				fail_msg("round %d, \"%s\": %ld matched pattern by pattern, %ld indexed",
-					 round, type, w, g);
-			for (long i = 0; i < w; i++)
-				assert_string_equal(want[i], got[i]);
-		}
+		expect_same_matches(plain, indexed, 50, &seed, "round", round);
 		struct sub_registry reg;
 		sub_registry_init(&reg);
 		sub_registry_publish(&reg, plain);
 		sub_registry_publish(&reg, indexed);
 		sub_registry_destroy(&reg);
 	}
-	free(want);
-	free(got);
+	expect_same_matches(NULL, NULL, 0, &seed, "", 0);
 }
 
 /* Two reads of the store side by side: the one that began later was published first
@@ -178,32 +198,12 @@ static void test_older_read_does_not_replace_newer(void **state)
 	sub_registry_destroy(&reg);
 }
 
-/* Subscription k with 1-3 random patterns, sometimes disabled or an envelope's own. */
-static struct subscription *random_sub(int k, unsigned *seed)
-{
-	char pat[32];
-	random_text(pat, sizeof(pat), 1, seed);
-	struct subscription *s = sub(k, pat, rand_r(seed) % 5 != 0);
-	int np = 1 + rand_r(seed) % 3;
-	s->event_types = realloc(s->event_types, (size_t)np * sizeof(char *));
-	for (int p = 1; p < np; p++) {
-		random_text(pat, sizeof(pat), 1, seed);
-		s->event_types[p] = strdup(pat);
-	}
-	s->n_event_types = (size_t)np;
-	if (rand_r(seed) % 7 == 0)
-		s->origin = strdup("kafka_envelope");
-	return s;
-}
-
 /* Changes applied in place derive the set's index from the one before (no sort of every
  * pattern): after each of random insertions anywhere by id, replacements and removals,
  * it matches as trying every pattern does. */
 static void test_applied_index_matches_as_every_pattern(void **state)
 {
 	unsigned seed = 4242;
-	char (*want)[UUID_STR_LEN] = NULL, (*got)[UUID_STR_LEN] = NULL;
-	size_t want_cap = 0, got_cap = 0;
 	struct sub_registry reg;
 
 	sub_registry_init(&reg);
@@ -224,22 +224,11 @@ static void test_applied_index_matches_as_every_pattern(void **state)
 			subscription_hold(cur->items[i]);
 			assert_int_equal(sub_set_add(plain, cur->items[i]), 0);
 		}
-		for (int e = 0; e < 20; e++) {
-			char type[32];
-			random_text(type, sizeof(type), 0, &seed);
-			long w = sub_set_match(plain, type, &want, &want_cap);
-			long g = sub_set_match(cur, type, &got, &got_cap);
-			if (w != g)
-				fail_msg("step %d, \"%s\": %ld matched pattern by pattern, %ld indexed",
-					 step, type, w, g);
-			for (long i = 0; i < w; i++)
-				assert_string_equal(want[i], got[i]);
-		}
+		expect_same_matches(plain, cur, 20, &seed, "step", step);
 		sub_registry_release(&reg, plain);
 		sub_registry_release(&reg, cur);
 	}
-	free(want);
-	free(got);
+	expect_same_matches(NULL, NULL, 0, &seed, "", 0);
 	sub_registry_destroy(&reg);
 }
 
