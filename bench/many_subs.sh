@@ -6,10 +6,12 @@
 # subscriptions took to create, per thousand. With ENDPOINTS=each, each subscription
 # has an endpoint of its own (its own path: its own adaptive concurrency state), as when
 # every subscription is a customer's URL.
-# SQLite, one instance. A measurement for docs/performance.md ("Many subscriptions"),
-# not a row of make bench.
+# SQLite, or with STORE=pg a PostgreSQL server of the run's own (bench/lib.sh); one
+# instance. A measurement for docs/performance.md ("Many subscriptions"), not a row of
+# make bench.
 #
-# Usage: [BUILD=build] [ENDPOINTS=one|each] bench/many_subs.sh [NSUBS=10000] [EVENTS=50000]
+# Usage: [BUILD=build] [ENDPOINTS=one|each] [STORE=sqlite|pg] bench/many_subs.sh
+#        [NSUBS=10000] [EVENTS=50000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NSUBS=${1:-10000}
@@ -22,14 +24,21 @@ die() { log "$*"; exit 1; }
 bench_build "$BUILD" outboxd test_receiver
 dir=$(mktemp -d /tmp/outboxd-subs-XXXXXX)
 pids=()
-cleanup() { stop_started; rm -rf "$dir"; }
+work=$dir
+cleanup() { stop_started; rm -rf "$dir" ${pg_dir:+"$pg_dir"}; }
 trap cleanup EXIT
+DB="sqlite:$dir/outboxd.db"
+if [ "${STORE:-sqlite}" = pg ]; then
+  pg_start || die "no PostgreSQL for STORE=pg"
+  pg_createdb subs
+  DB=$(pg_url subs)
+fi
 RPORT=$(free_port)
 OPORT=$(free_port)
 "$BUILD/test_receiver" --port "$RPORT" --no-bodies --threads 2 --unique-per-path >/dev/null 2>&1 &
 pids+=($!)
 sink_up "http://127.0.0.1:$RPORT" || die "the receiver did not start"
-OUTBOXD_DB="sqlite:$dir/outboxd.db" OUTBOXD_LISTEN="127.0.0.1:$OPORT" OUTBOXD_ADMIN_TOKEN=bench \
+OUTBOXD_DB="$DB" OUTBOXD_LISTEN="127.0.0.1:$OPORT" OUTBOXD_ADMIN_TOKEN=bench \
   OUTBOXD_DATA_DIR="$dir" OUTBOXD_SSRF_ALLOW=127.0.0.0/8 OUTBOXD_LOG_LEVEL=warn \
   "$BUILD/outboxd" serve >"$dir/outboxd.log" 2>&1 &
 opid=$!
