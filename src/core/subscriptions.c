@@ -247,18 +247,28 @@ static int reaches(const char *pattern, int ops)
 	return !ops || ops_event_type(pattern);
 }
 
+/* items (n of them, room for *cap, each size bytes) with room for one more: the same
+ * array, or a larger one (the capacity doubled; *cap updated), NULL when out of memory
+ * (items and *cap unchanged). */
+static void *room_for_one(void *items, size_t n, size_t *cap, size_t size)
+{
+	if (n < *cap)
+		return items;
+	size_t ncap = *cap ? *cap * 2 : 8;
+	void *grown = realloc(items, ncap * size);
+	if (grown)
+		*cap = ncap;
+	return grown;
+}
+
 /* Appends the id of item to *ids (grown as needed); -1 when out of memory. */
 static int ids_append(const struct sub_set *set, size_t item, char (**ids)[UUID_STR_LEN],
 		      size_t *cap, long *n)
 {
-	if ((size_t)*n == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 8;
-		char (*grown)[UUID_STR_LEN] = realloc(*ids, ncap * sizeof(**ids));
-		if (!grown)
-			return -1;
-		*ids = grown;
-		*cap = ncap;
-	}
+	char (*room)[UUID_STR_LEN] = room_for_one(*ids, (size_t)*n, cap, sizeof(**ids));
+	if (!room)
+		return -1;
+	*ids = room;
 	memcpy((*ids)[(*n)++], set->items[item]->id, UUID_STR_LEN);
 	return 0;
 }
@@ -360,14 +370,11 @@ unsigned long sub_registry_ticket(struct sub_registry *reg)
 {
 	pthread_mutex_lock(&reg->mu);
 	unsigned long t = ++reg->tickets;
-	if (reg->n_reading == reg->cap_reading) {
-		size_t cap = reg->cap_reading ? reg->cap_reading * 2 : 8;
-		unsigned long *r = realloc(reg->reading, cap * sizeof(*r));
-		if (!r)
-			abort(); /* a few bytes for each thread reading at once */
-		reg->reading = r;
-		reg->cap_reading = cap;
-	}
+	unsigned long *r = room_for_one(reg->reading, reg->n_reading, &reg->cap_reading,
+					sizeof(*r));
+	if (!r)
+		abort(); /* a few bytes for each thread reading at once */
+	reg->reading = r;
 	reg->reading[reg->n_reading++] = t;
 	pthread_mutex_unlock(&reg->mu);
 	return t;
@@ -543,14 +550,11 @@ static int keep_change(struct sub_registry *reg, const char *id, struct subscrip
 		return 0;
 	struct sub_change *c = change_of(reg, id);
 	if (!c) {
-		if (reg->n_changes == reg->cap_changes) {
-			size_t cap = reg->cap_changes ? reg->cap_changes * 2 : 8;
-			struct sub_change *grown = realloc(reg->changes, cap * sizeof(*grown));
-			if (!grown)
-				return -1;
-			reg->changes = grown;
-			reg->cap_changes = cap;
-		}
+		struct sub_change *room = room_for_one(reg->changes, reg->n_changes,
+						       &reg->cap_changes, sizeof(*room));
+		if (!room)
+			return -1;
+		reg->changes = room;
 		c = &reg->changes[reg->n_changes++];
 		snprintf(c->id, sizeof(c->id), "%s", id);
 	} else if (c->sub) {

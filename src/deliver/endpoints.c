@@ -191,8 +191,15 @@ static void publish(const struct endpoint *e)
 			 e->conc.latency_min_us, e->conc.latency_smooth_us, (long)e->conc.cuts);
 }
 
-/* hc_sweep visitors: an endpoint idle for an hour dropped (ctx: now, monotonic ms);
- * every one. */
+/* hc_sweep visitors: every endpoint dropped; one nobody used for an hour (ctx: now,
+ * monotonic ms), its metrics with it. */
+static int drop(struct hc_node *n, void *ctx)
+{
+	(void)ctx;
+	free(endpoint_of(n));
+	return 1;
+}
+
 static int drop_idle(struct hc_node *n, void *ctx)
 {
 	struct endpoint *e = endpoint_of(n);
@@ -200,15 +207,7 @@ static int drop_idle(struct hc_node *n, void *ctx)
 	if (e->refs || e->in_flight || e->queued || e->dirty || now_ms - e->last_used_ms <= IDLE_MS)
 		return 0;
 	metrics_endpoint_gone(e->key);
-	free(e);
-	return 1;
-}
-
-static int drop(struct hc_node *n, void *ctx)
-{
-	(void)ctx;
-	free(endpoint_of(n));
-	return 1;
+	return drop(n, NULL);
 }
 
 int64_t endpoints_tick(struct endpoint_table *t, int64_t now_ms)

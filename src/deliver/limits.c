@@ -45,7 +45,16 @@ struct sub_limits *limits_get(struct limits_table *t, const struct subscription 
 	return x;
 }
 
-/* hc_sweep visitors: an idle state dropped (ctx: now, monotonic ms); every one. */
+/* hc_sweep visitors: every state dropped; one idle too long (ctx: now, monotonic ms). */
+static int drop(struct hc_node *n, void *ctx)
+{
+	struct sub_limits *x = limits_of(n);
+	(void)ctx;
+	free(x->ep_for);
+	free(x);
+	return 1;
+}
+
 static int drop_idle(struct hc_node *n, void *ctx)
 {
 	struct sub_limits *x = limits_of(n);
@@ -55,18 +64,7 @@ static int drop_idle(struct hc_node *n, void *ctx)
 		return 0;
 	if (x->ep)
 		x->ep->refs--;
-	free(x->ep_for);
-	free(x);
-	return 1;
-}
-
-static int drop(struct hc_node *n, void *ctx)
-{
-	struct sub_limits *x = limits_of(n);
-	(void)ctx;
-	free(x->ep_for);
-	free(x);
-	return 1;
+	return drop(n, NULL);
 }
 
 void limits_prune(struct limits_table *t, int64_t now_mono_ms)
