@@ -123,6 +123,15 @@ static void index_add(struct sub_match_index *x, const struct subscription *s, s
 	}
 }
 
+/* The exact keys sorted by text, the prefix keys by length then text. */
+static void index_sort(struct sub_match_index *x)
+{
+	if (x->n_exact > 1)
+		qsort(x->exact, x->n_exact, sizeof(*x->exact), exact_cmp);
+	if (x->n_prefix > 1)
+		qsort(x->prefix, x->n_prefix, sizeof(*x->prefix), prefix_cmp);
+}
+
 /* The prefix keys' runs of one length, from the sorted prefix keys. */
 static void index_runs(struct sub_match_index *x)
 {
@@ -144,10 +153,7 @@ void sub_set_index(struct sub_set *set)
 		return;
 	for (size_t i = 0; i < set->n; i++)
 		index_add(x, set->items[i], i);
-	if (x->n_exact > 1)
-		qsort(x->exact, x->n_exact, sizeof(*x->exact), exact_cmp);
-	if (x->n_prefix > 1)
-		qsort(x->prefix, x->n_prefix, sizeof(*x->prefix), prefix_cmp);
+	index_sort(x);
 	index_runs(x);
 	index_free(set->index);
 	set->index = x;
@@ -205,10 +211,7 @@ static struct sub_match_index *index_derive(const struct sub_set *set,
 	}
 	if (s)
 		index_add(add, s, at);
-	if (add->n_exact > 1)
-		qsort(add->exact, add->n_exact, sizeof(*add->exact), exact_cmp);
-	if (add->n_prefix > 1)
-		qsort(add->prefix, add->n_prefix, sizeof(*add->prefix), prefix_cmp);
+	index_sort(add);
 	x->n_exact = keys_merge(x->exact, from->exact, from->n_exact, add->exact, add->n_exact,
 				at, op, exact_cmp);
 	x->n_prefix = keys_merge(x->prefix, from->prefix, from->n_prefix, add->prefix,
