@@ -150,9 +150,9 @@ void store_subs_free(struct sub_row *items, size_t n)
 
 /* The subscription of prev (the set a reload replaces) with row's id when decoding row
  * again would give it back unchanged: the same stored config, the columns the decoding
- * reads the same. A reload then costs a comparison per unchanged row, not an opening and
- * a JSON decoding: with thousands of subscriptions, each change (one API call) reloads
- * them all. NULL when it must be decoded. *next: where in prev the next row is looked
+ * reads the same. A full read (at start, after another instance's change, while the set
+ * is stale) then costs a comparison per unchanged row, not an opening and a JSON
+ * decoding of each of thousands. NULL when it must be decoded. *next: where in prev the next row is looked
  * for first (rows come in creation order, which is mostly prev's order by id). */
 static struct subscription *unchanged(const struct sub_set *prev, const struct sub_row *row,
 				      size_t *next)
