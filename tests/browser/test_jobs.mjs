@@ -43,6 +43,11 @@ async function main() {
     const rows = page.locator('table.list tbody tr[data-job]');
     await step('both jobs, newest first, with progress, filter by name and actor', async () => {
       await waitFor('2 jobs', async () => (await rows.count()) === 2);
+      // the subscriptions' names come from a request of their own, maybe after the rows
+      await waitFor('the subscriptions named', async () => {
+        const text = (await rows.allInnerTexts()).join('\n');
+        return text.includes('slow-partner') && text.includes('quick-partner');
+      });
       check(await rows.nth(0).getAttribute('data-job') === running.job_id, 'the running job first');
       const r = await rows.nth(0).innerText();
       check(r.includes('running') && /of 60 replayed/.test(r) && r.includes('subscription slow-partner') && r.includes('admin') && r.includes('1/s'), `running row: ${r}`);
