@@ -1,9 +1,11 @@
 /* harness_pg.h: a throwaway PostgreSQL server for tests.
  *
- * pg_server_start runs initdb into a fresh /tmp/outboxd-pg-XXXXXX, then the postmaster
- * on a free 127.0.0.1 port with its socket in that directory, trust authentication for
- * user postgres, and the default durability (fsync and synchronous_commit on; only
- * initdb's own flush of the template files is skipped). The binaries are the newest
+ * pg_server_start makes a cluster in a fresh /tmp/outboxd-pg-XXXXXX (initdb once per
+ * installation and server user; later servers copy that first cluster, kept as
+ * /tmp/outboxd-pginit-*), then runs the postmaster on a free 127.0.0.1 port with its
+ * socket in that directory, trust authentication for user postgres, and the default
+ * durability (fsync and synchronous_commit on; only initdb's own flush of the template
+ * files is skipped). The binaries are the newest
  * /usr/lib/postgresql/<version>/bin, or $OUTBOXD_TEST_PG_BIN. PostgreSQL refuses to run
  * as root: as root, the server runs as user outboxd-test if it exists, else nobody, else
  * a user outboxd-test created with useradd; the directory is handed to that user.
