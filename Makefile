@@ -104,7 +104,8 @@ soak: deps
 # subscriptions, filters, the config file, Kafka envelopes, spool records, the lean
 # client's answers and URLs, OAuth2 token answers, PATCH merges, API request targets):
 # installs clang if missing (scripts/deps.sh), runs FUZZ_SECONDS (default 60) per target,
-# fails on a crashing input. make test runs each for 1 s (ctest fuzz/smoke).
+# fails on a crashing input. make test replays each target's seeds and fixed variants of
+# them without libFuzzer (ctest fuzz/TARGET, tests/fuzz/replay.c).
 fuzz:
 	@bash scripts/fuzz.sh
 

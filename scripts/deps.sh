@@ -30,9 +30,9 @@ packages=(
   wrk                 # the yardstick of the real receivers (wrk_best_rate, bench/small_receiver.sh)
   chromium            # the console's browser tests (tests/browser, playwright-core)
   tinyproxy           # a real egress proxy for e2e/test_egress_proxy (started by the test)
-  clang libclang-rt-dev  # the libFuzzer targets (make fuzz, ctest fuzz/smoke); the runtime
-                      # is only a recommendation of clang's, which apt leaves out here
 )
+# clang and libFuzzer: make fuzz asks for them (scripts/fuzz.sh); make test replays the
+# fuzz targets' seeds with gcc instead (tests/fuzz/replay.c)
 # Node and npm build the console (npm ci of console/package-lock.json), run its browser
 # tests and the Node receiver (tests/support/receivers/node_server.js). CI machines and most developer machines have them already (often a newer Node than
 # Debian's, from NodeSource): Debian's packages only when there is no node or npm at all.

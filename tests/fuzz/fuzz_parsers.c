@@ -72,8 +72,8 @@
 #include "intake/grpc_publish.h"
 #endif
 
-/* A NUL-terminated copy of the input (returned; free it). */
-static char *text_of(const uint8_t *data, size_t size)
+/* A NUL-terminated copy of the input (returned; free it). Not every target uses it. */
+static __attribute__((unused)) char *text_of(const uint8_t *data, size_t size)
 {
 	char *t = malloc(size + 1);
 	if (!t)
