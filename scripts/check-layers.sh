@@ -57,6 +57,26 @@ backend_of() {
 
 mapfile -t files < <(find . -type f \( -name '*.c' -o -name '*.h' \) | sed 's|^\./||' | sort)
 
+# The rules split once: a here-string per include and rule cost seconds of forks.
+LIB_NAME=() LIB_PATS=() LIB_ALLOWED=()
+for rule in "${LIBRARIES[@]}"; do
+	IFS='|' read -r name pats allowed <<<"$rule"
+	LIB_NAME+=("$name")
+	LIB_PATS+=("$pats")
+	LIB_ALLOWED+=("$allowed")
+done
+
+# Every file's #include targets (<...> or "..."), one grep for all files: lines[f] holds
+# them newline-separated.
+declare -A lines
+for f in "${files[@]}"; do lines[$f]=""; done
+while IFS= read -r hit; do
+	f=${hit%%:*}
+	inc=${hit#*:}
+	lines[$f]+="$inc"$'\n'
+done < <(grep -HE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]' "${files[@]}" |
+	sed -n 's/^\([^:]*\):[[:space:]]*#[[:space:]]*include[[:space:]]*\([<"][^>"]*[>"]\).*/\1:\2/p')
+
 bad=0
 fail() {
 	echo "layering: $*"
@@ -68,14 +88,13 @@ for f in "${files[@]}"; do
 	direct[$f]=""
 	incs[$f]=""
 	while IFS= read -r inc; do
+		[ -n "$inc" ] || continue
 		# the library this include belongs to, if any
-		for rule in "${LIBRARIES[@]}"; do
-			IFS='|' read -r name pats _ <<<"$rule"
-			read -ra patlist <<<"$pats"
-			for p in "${patlist[@]}"; do
+		for i in "${!LIB_NAME[@]}"; do
+			for p in ${LIB_PATS[i]}; do
 				# shellcheck disable=SC2053
 				if [[ $inc == $p ]]; then
-					direct[$f]+="$name=$inc "
+					direct[$f]+="${LIB_NAME[i]}=$inc "
 					continue 3
 				fi
 			done
@@ -87,7 +106,7 @@ for f in "${files[@]}"; do
 			[ -f "$h" ] && incs[$f]+="$h "
 			;;
 		esac
-	done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*\([<"][^>"]*[>"]\).*/\1/p' "$f")
+	done <<<"${lines[$f]}"
 done
 
 # ---- 1 and 2: the layers, and the backends ----------------------------------------------
@@ -108,6 +127,7 @@ for f in "${files[@]}"; do
 	backend_of "$f"
 	fb=$backend
 	while IFS= read -r line; do
+		[[ $line =~ ^\"[a-z_]+/ ]] || continue
 		inc=${line#*\"}
 		inc=${inc%%\"*}
 		to=${inc%%/*}
@@ -129,7 +149,7 @@ for f in "${files[@]}"; do
 			if [ "$lt" -eq "$lf" ]; then why="a sibling layer"; else why="a higher layer"; fi
 			fail "$f (layer $lf, $from) includes \"$inc\" from $why ($to, layer $lt): includes point down"
 		fi
-	done < <(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[a-z_]+/' "$f" | sed 's/[[:space:]]*$//')
+	done <<<"${lines[$f]}"
 done
 
 # ---- 3: the libraries' glue files ----------------------------------------------------------
@@ -159,8 +179,9 @@ visit() {
 	reach[$f]=$got
 }
 
-for rule in "${LIBRARIES[@]}"; do
-	IFS='|' read -r name _ allowed <<<"$rule"
+for i in "${!LIB_NAME[@]}"; do
+	name=${LIB_NAME[i]}
+	allowed=${LIB_ALLOWED[i]}
 	for a in $allowed; do
 		[[ $a == *\** ]] && continue
 		[ -f "$a" ] || fail "$a is listed for $name in scripts/check-layers.sh but does not exist: take it off the list"
@@ -173,9 +194,8 @@ for f in "${files[@]}"; do
 		name=${entry%%=*}
 		inc=${entry#*=}
 		allowed=""
-		for rule in "${LIBRARIES[@]}"; do
-			IFS='|' read -r n _ list <<<"$rule"
-			[ "$n" = "$name" ] && allowed=$list
+		for i in "${!LIB_NAME[@]}"; do
+			[ "${LIB_NAME[i]}" = "$name" ] && allowed=${LIB_ALLOWED[i]}
 		done
 		ok=0
 		for a in $allowed; do
