@@ -251,7 +251,8 @@ static void template_path(const struct pg_server *s, char *out, size_t size)
 	for (char *p = bin; *p; p++)
 		if (*p == '/')
 			*p = '_';
-	snprintf(out, size, "/tmp/outboxd-pginit%s-%u-v1", bin, (unsigned)(s->run_as ? s->uid : geteuid()));
+	snprintf(out, size, "/tmp/outboxd-pginit%s-%u-v1", bin,
+		 (unsigned)(s->run_as ? s->uid : geteuid()));
 }
 
 static void template_keep(struct pg_server *s, const char *tpl)
