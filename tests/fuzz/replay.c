@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/file.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
@@ -84,20 +86,17 @@ static size_t mutate(uint8_t *buf, size_t len)
 	return len;
 }
 
-static uint8_t *read_file(const char *path, size_t *size)
+/* The seed at path, cut to LONGEST_INPUT like make fuzz's inputs (free it). */
+static uint8_t *read_seed(const char *path, size_t *size)
 {
 	FILE *f = fopen(path, "rb");
-	uint8_t *buf = malloc(LONGEST_INPUT);
+	char *text = f ? file_read_stream(f, size) : NULL;
 
-	if (!f || !buf) {
-		if (f)
-			fclose(f);
-		free(buf);
-		return NULL;
-	}
-	*size = fread(buf, 1, LONGEST_INPUT, f);
-	fclose(f);
-	return buf;
+	if (f)
+		fclose(f);
+	if (text && *size > LONGEST_INPUT)
+		*size = LONGEST_INPUT;
+	return (uint8_t *)text;
 }
 
 static int by_name(const struct dirent **a, const struct dirent **b)
@@ -133,7 +132,7 @@ int main(int argc, char **argv)
 		}
 		snprintf(path, sizeof(path), "%s/%s", argv[1], names[i]->d_name);
 		free(names[i]);
-		seed = read_file(path, &size);
+		seed = read_seed(path, &size);
 		if (!seed) {
 			perror(path);
 			return 2;
