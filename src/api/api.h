@@ -202,7 +202,7 @@ void api_events_list(struct api *api, const struct api_request *req, struct api_
 void api_events_test(struct api *api, const char *sub_id, const struct api_request *req,
 		     struct api_response *res);
 void api_subs_create(struct api *api, const struct api_request *req, struct api_response *res);
-void api_subs_list(struct api *api, struct api_response *res);
+void api_subs_list(struct api *api, const struct api_request *req, struct api_response *res);
 void api_subs_get(struct api *api, const char *id, struct api_response *res);
 void api_subs_patch(struct api *api, const char *id, const struct api_request *req,
 		    struct api_response *res);

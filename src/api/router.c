@@ -290,7 +290,7 @@ static void h_subs_create(struct api *api, const struct api_request *req, const 
 static void h_subs_list(struct api *api, const struct api_request *req, const char *id,
 			struct api_response *res)
 {
-	api_subs_list(api, res);
+	api_subs_list(api, req, res);
 }
 
 static void h_subs_get(struct api *api, const struct api_request *req, const char *id,

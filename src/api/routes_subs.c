@@ -101,11 +101,32 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 	json_decref(doc);
 }
 
-void api_subs_list(struct api *api, struct api_response *res)
+#define SUBS_PAGE_DEFAULT 100
+#define SUBS_PAGE_MAX 1000
+
+/* Every subscription when the request names neither limit nor cursor (as before paging
+ * existed: the CLI and scripts that read the whole list keep working), else one page. */
+void api_subs_list(struct api *api, const struct api_request *req, struct api_response *res)
 {
+	const char *cursor = api_query_get(req, "cursor");
 	struct sub_row *rows = NULL;
 	size_t n = 0;
-	int rc = store_sub_list(api->st, &rows, &n);
+	char *next = NULL;
+	long limit = 0;
+	int rc;
+
+	if (cursor || api_query_get(req, "limit")) {
+		if (api_query_int(req, "limit", SUBS_PAGE_DEFAULT, 1, SUBS_PAGE_MAX, &limit, res))
+			return;
+		rc = store_sub_page(api->st, cursor, (size_t)limit, &rows, &n, &next);
+		if (rc == STORE_INVALID && cursor) {
+			api_reply_errorf(res, 400, "invalid_argument", "cursor",
+					 "cursor is not one this server returned for /v1/subscriptions");
+			return;
+		}
+	} else {
+		rc = store_sub_list(api->st, &rows, &n);
+	}
 	if (rc) {
 		api_reply_store_error(res, rc, "subscriptions");
 		return;
@@ -114,7 +135,9 @@ void api_subs_list(struct api *api, struct api_response *res)
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(items, sub_codec_public(&rows[i]));
 	store_subs_free(rows, n);
-	api_reply_json(res, 200, json_pack("{s:o}", "items", items));
+	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", items, "next_cursor",
+					   next ? json_string(next) : json_null()));
+	free(next);
 }
 
 void api_subs_get(struct api *api, const char *id, struct api_response *res)

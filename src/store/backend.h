@@ -113,6 +113,10 @@ struct store_methods {
 	int (*sub_delete)(store *st, const char *id);
 	int (*sub_get)(store *st, const char *id, struct sub_row *out);
 	int (*sub_list)(store *st, struct sub_row **items, size_t *n);
+	/* Up to limit subscriptions oldest first (created_at, id), after the row (after_at,
+	 * after_id) when after_id is not NULL. Configs as stored (the wrapper opens them). */
+	int (*sub_page)(store *st, int64_t after_at, const char *after_id, size_t limit,
+			struct sub_row **items, size_t *n);
 	/* Sets the config of subscription id to new_config only while it still is
 	 * old_config (STORE_CONFLICT otherwise: changed or deleted meanwhile), leaving name,
 	 * enabled and the timestamps alone: sealing a row is not a change of the
@@ -269,11 +273,12 @@ int store_cursor_parse(const struct delivery_filter *f, int64_t *value,
 /* The cursor of the page after the one ending with last (returned), or NULL when out of
  * memory. */
 char *store_cursor_after(const struct delivery_filter *f, const struct store_delivery *last);
-/* A cursor of a newest-first list (events, jobs: "<tag>:<created_at>:<id>", the last row
- * of the previous page) into *at and id. 0, or -1 when it is not one. */
+/* A cursor of a list keyed by creation (events and jobs newest first, subscriptions oldest
+ * first: "<tag>:<created_at>:<id>", the last row of the previous page) into *at and id.
+ * 0, or -1 when it is not one. */
 int store_newest_cursor_parse(const char *c, char tag, long long *at, char id[UUID_STR_LEN]);
-/* The cursor of the page after the row (at, id) of a newest-first list (returned), or
- * NULL when out of memory. */
+/* The cursor of the page after the row (at, id) of such a list (returned), or NULL when
+ * out of memory. */
 char *store_newest_cursor(char tag, int64_t at, const char *id);
 
 #endif

@@ -125,6 +125,45 @@ int store_sub_list(store *st, struct sub_row **items, size_t *n)
 	return rc;
 }
 
+/* Subscription cursors: "s:<created_at>:<id>" of the last row of the previous page. */
+int store_sub_page(store *st, const char *cursor, size_t limit, struct sub_row **items,
+		   size_t *n, char **next_cursor)
+{
+	char after_id[UUID_STR_LEN] = "";
+	long long after_at = 0;
+
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (next_cursor)
+		*next_cursor = NULL;
+	if (!st || !items || !n || !next_cursor || limit < 1 || limit > STORE_MAX_PAGE)
+		return STORE_INVALID;
+	if (cursor && store_newest_cursor_parse(cursor, 's', &after_at, after_id))
+		return STORE_INVALID;
+	OPTIONAL_OP(st, sub_page);
+	/* One more than asked: whether a next page exists. */
+	int rc = st->methods->sub_page(st, after_at, cursor ? after_id : NULL, limit + 1, items, n);
+	for (size_t i = 0; rc == STORE_OK && i < *n && i < limit; i++)
+		rc = store_config_open(st, &(*items)[i]);
+	if (rc == STORE_OK && *n > limit) {
+		const struct sub_row *last = &(*items)[limit - 1];
+		if ((*next_cursor = store_newest_cursor('s', last->created_at, last->id))) {
+			store_sub_free(&(*items)[limit]);
+			*n = limit;
+		} else {
+			rc = STORE_ERROR;
+		}
+	}
+	if (rc != STORE_OK) {
+		store_subs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
 void store_sub_free(struct sub_row *sub)
 {
 	if (!sub)

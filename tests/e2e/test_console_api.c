@@ -2,7 +2,8 @@
  * on each backend: the console's files over real HTTP (CSP, ETag and 304, no token),
  * GET /v1/whoami for each kind of token, GET /v1/stats/series counting a real failed
  * attempt in its minute (in its subscription's series too, with its latency), and GET /v1/deliveries/{id}/request showing the headers a
- * delivery is sent with, credentials masked, and its exact body. The browser test (tests/browser) drives the
+ * delivery is sent with, credentials masked, and its exact body; GET /v1/subscriptions in
+ * pages. The browser test (tests/browser) drives the
  * console itself. */
 #include "e2e.h"
 
@@ -204,12 +205,70 @@ static void test_series_and_request(void **state)
 	json_decref(api_call(&dmn, "GET", path, NULL, 404));
 }
 
+/* The error field of a 400 answer to GET path. */
+static void expect_400(const char *path, const char *field)
+{
+	json_t *e = api_call(&dmn, "GET", path, NULL, 400);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(e, "error"), "field")),
+			    field);
+	json_decref(e);
+}
+
+/* GET /v1/subscriptions pages with limit and cursor, in creation order, every one once and
+ * credentials masked as in the whole list; without either it is the whole list (next_cursor
+ * null); a bad limit or cursor is 400 naming it. */
+static void test_subscription_pages(void **state)
+{
+	char ids[7][64], path[600];
+	for (int i = 0; i < 7; i++)
+		e2e_create_sub(&dmn, ids[i], "{\"name\":\"paged-%d\",\"event_types\":[\"p.*\"],"
+					     "\"endpoint\":\"%s/p\",\"auth\":{\"type\":\"basic\","
+					     "\"username\":\"u\",\"password\":\"pw-paged\"}}", i, rcv.url);
+	json_t *all = e2e_get(&dmn, "/v1/subscriptions");
+	assert_int_equal(json_array_size(json_object_get(all, "items")), 7);
+	assert_true(json_is_null(json_object_get(all, "next_cursor")));
+	json_decref(all);
+
+	int got = 0, pages = 0;
+	const char *next = NULL;
+	json_t *page = NULL;
+	do {
+		if (next)
+			snprintf(path, sizeof(path), "/v1/subscriptions?limit=3&cursor=%s", next);
+		else
+			snprintf(path, sizeof(path), "/v1/subscriptions?limit=3");
+		json_t *p = e2e_get(&dmn, "%s", path);
+		json_decref(page);
+		page = p;
+		pages++;
+		json_t *items = json_object_get(page, "items"), *x;
+		size_t i;
+		json_array_foreach(items, i, x) {
+			assert_string_equal(json_string_value(json_object_get(x, "id")), ids[got]);
+			char *text = json_dumps(x, JSON_COMPACT);
+			assert_null(strstr(text, "pw-paged"));
+			free(text);
+			got++;
+		}
+		next = json_string_value(json_object_get(page, "next_cursor"));
+	} while (next && pages < 10);
+	json_decref(page);
+	assert_int_equal(got, 7);
+	assert_int_equal(pages, 3);
+
+	expect_400("/v1/subscriptions?limit=0", "limit");
+	expect_400("/v1/subscriptions?limit=1001", "limit");
+	expect_400("/v1/subscriptions?limit=x", "limit");
+	expect_400("/v1/subscriptions?cursor=e:1:0190a0b0-0000-7000-8000-000000000001", "cursor");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_console_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_whoami, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_series_and_request, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subscription_pages, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

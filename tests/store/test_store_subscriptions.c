@@ -153,6 +153,89 @@ static void test_tokens(void **state)
 	store_tokens_free(list, n);
 }
 
+/* Pages of subscriptions in creation order (ties by id), each with the cursor of the
+ * next: every row once across the pages, a row created after the cursor's on a later page
+ * and one created before it on none, the last page's cursor NULL; a foreign cursor and an
+ * out-of-range limit refused; configs opened like the whole list's. */
+static struct secretbox_key test_key(unsigned char fill);
+
+static void test_subscription_pages(void **state)
+{
+	struct t *t = *state;
+	struct secretbox_key k = test_key(7);
+	struct sub_row rows[5], *page = NULL;
+	char names[6][16], *next = NULL, *cursor = NULL;
+	int seen[6] = {0};
+	size_t n = 0;
+
+	assert_int_equal(store_set_secret_key(t->st, &k), STORE_OK);
+	for (int i = 0; i < 5; i++) {
+		snprintf(names[i], sizeof(names[i]), "page-%d", i);
+		/* three share a creation time: the id orders them, across pages too */
+		rows[i] = (struct sub_row){.name = names[i], .config = "{\"secret\":\"whsec_p\"}",
+					   .enabled = 1, .created_at = 1000 + (i < 3 ? 0 : i),
+					   .updated_at = 1000};
+		uuid_v7(rows[i].id);
+		assert_int_equal(store_sub_create(t->st, &rows[i]), STORE_OK);
+	}
+	assert_int_equal(store_sub_page(t->st, NULL, 2, &page, &n, &next), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_non_null(next);
+	assert_string_equal(page[0].id, rows[0].id);
+	assert_string_equal(page[1].id, rows[1].id);
+	assert_string_equal(page[0].config, "{\"secret\":\"whsec_p\"}"); /* opened */
+	seen[0] = seen[1] = 1;
+	store_subs_free(page, n);
+
+	/* created meanwhile: one after the cursor's row, one before it */
+	struct sub_row late = {.name = "late", .config = "{}", .enabled = 1, .created_at = 9000,
+			       .updated_at = 9000};
+	struct sub_row early = {.name = "early", .config = "{}", .enabled = 1, .created_at = 10,
+				.updated_at = 10};
+	uuid_v7(late.id);
+	uuid_v7(early.id);
+	assert_int_equal(store_sub_create(t->st, &late), STORE_OK);
+	assert_int_equal(store_sub_create(t->st, &early), STORE_OK);
+
+	int pages = 1;
+	while (next) {
+		free(cursor);
+		cursor = next;
+		assert_int_equal(store_sub_page(t->st, cursor, 2, &page, &n, &next), STORE_OK);
+		assert_true(n >= 1 && n <= 2);
+		pages++;
+		for (size_t i = 0; i < n; i++) {
+			assert_string_not_equal(page[i].id, early.id);
+			int at = strcmp(page[i].id, late.id) == 0 ? 5 : -1;
+			for (int r = 0; r < 5 && at < 0; r++)
+				if (strcmp(page[i].id, rows[r].id) == 0)
+					at = r;
+			assert_true(at >= 2);
+			assert_int_equal(seen[at], 0);
+			seen[at] = 1;
+		}
+		store_subs_free(page, n);
+	}
+	assert_int_equal(pages, 3); /* 2 + 2 + 2 (late last) */
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(seen[i], 1);
+
+	/* exactly a page's worth: no cursor after it */
+	assert_int_equal(store_sub_page(t->st, NULL, 7, &page, &n, &next), STORE_OK);
+	assert_int_equal(n, 7);
+	assert_null(next);
+	assert_string_equal(page[0].id, early.id);
+	store_subs_free(page, n);
+
+	assert_int_equal(store_sub_page(t->st, "j:1000:x", 2, &page, &n, &next), STORE_INVALID);
+	assert_int_equal(store_sub_page(t->st, "garbage", 2, &page, &n, &next), STORE_INVALID);
+	assert_int_equal(store_sub_page(t->st, NULL, 0, &page, &n, &next), STORE_INVALID);
+	assert_int_equal(store_sub_page(t->st, NULL, 1001, &page, &n, &next), STORE_INVALID);
+	assert_null(page);
+	assert_null(next);
+	free(cursor);
+}
+
 /* ---- subscription configs sealed at rest (store/secrets.c) ------------------------------ */
 
 static struct secretbox_key test_key(unsigned char fill)
@@ -415,6 +498,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_subscriptions),
+		T(test_subscription_pages),
 		T(test_tokens),
 		T(test_sealed_subscriptions),
 		T(test_store_records_its_key),

@@ -679,6 +679,28 @@ int pg_sub_list(store *st, struct sub_row **items, size_t *n)
 	return STORE_OK;
 }
 
+int pg_sub_page(store *st, int64_t after_at, const char *after_id, size_t limit,
+		struct sub_row **items, size_t *n)
+{
+	struct params p = {0};
+	int rc;
+
+	pg_p_text(&p, after_id);
+	pg_p_i64(&p, after_at);
+	pg_p_i64(&p, (int64_t)limit);
+	rc = query_rows(pg_of(st), "SELECT id, name, config, enabled, created_at, updated_at,"
+			" ordering FROM outboxd.subscriptions"
+			" WHERE $1::text IS NULL OR (created_at, id) > ($2::bigint, $1::text)"
+			" ORDER BY created_at, id LIMIT $3",
+			&p, sizeof(**items), read_sub, (void **)items, n);
+	if (rc != STORE_OK) {
+		store_subs_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
 /* ---- API tokens ---------------------------------------------------------- */
 
 int pg_token_create(store *st, const struct store_token *t)

@@ -792,6 +792,7 @@ const struct store_methods store_sqlite_methods = {
 	.sub_delete = sq_sub_delete,
 	.sub_get = sq_sub_get,
 	.sub_list = sq_sub_list,
+	.sub_page = sq_sub_page,
 	.sub_config_swap = sq_sub_config_swap,
 	.sub_scrub = sq_sub_scrub,
 	.meta_swap = sq_meta_swap,
