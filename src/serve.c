@@ -167,12 +167,24 @@ static void wake_dispatcher(void *ctx)
 	dispatcher_wake(ctx);
 }
 
-/* Another instance changed the subscriptions (PostgreSQL): rebuild the in-memory set. */
+/* Subscriptions changed (PostgreSQL: any instance, this one included): those named are
+ * read again one by one, all of them when none is named. */
 struct subs_reload {
 	store *st;
 	struct sub_registry *reg;
 	struct retry_policy defaults;
 };
+
+/* A reload's outcome, when it changes whether ingest is served (was_current: before). */
+static void log_subs_reload(int rc, int was_current)
+{
+	if (rc != STORE_OK && was_current)
+		log_error("cannot reload the subscriptions (%s): ingest answers 503 "
+			  "subscriptions_unavailable until they are read again (tried every second)",
+			  store_strerror(rc));
+	else if (rc == STORE_OK && !was_current)
+		log_info("subscriptions read again: ingest accepts events");
+}
 
 static void reload_subscriptions(void *ctx)
 {
@@ -180,12 +192,21 @@ static void reload_subscriptions(void *ctx)
 	int was_current = sub_registry_current(r->reg, NULL, 0);
 	int rc = store_subs_load(r->st, r->reg, &r->defaults);
 
-	if (rc != STORE_OK && was_current)
-		log_error("cannot reload the subscriptions (%s): ingest answers 503 "
-			  "subscriptions_unavailable until they are read again (tried every second)",
-			  store_strerror(rc));
-	else if (rc == STORE_OK && !was_current)
-		log_info("subscriptions read again: ingest accepts events");
+	log_subs_reload(rc, was_current);
+}
+
+static void subscriptions_changed(void *ctx, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	struct subs_reload *r = ctx;
+	int was_current = sub_registry_current(r->reg, NULL, 0);
+	int rc = STORE_OK;
+
+	if (!n)
+		rc = store_subs_load(r->st, r->reg, &r->defaults);
+	/* each falls back to reading them all when its row cannot be read */
+	for (size_t i = 0; i < n && rc == STORE_OK; i++)
+		rc = store_subs_load_one(r->st, r->reg, &r->defaults, ids[i]);
+	log_subs_reload(rc, was_current);
 }
 
 /* Endpoint health: the dispatcher found every attempt of a subscription failing for
@@ -504,7 +525,7 @@ static int serve_start(struct server *s)
 	/* Work made due by other instances or producers (PostgreSQL NOTIFY) wakes the
 	 * dispatcher at once; polling stays the fallback. Subscriptions changed by another
 	 * instance are reloaded. */
-	store_on_subscriptions_changed(s->st, reload_subscriptions, &s->reload);
+	store_on_subscriptions_changed(s->st, subscriptions_changed, &s->reload);
 	store_on_work(s->st, wake_dispatcher, s->disp);
 	/* dead deliveries marked for their dead-letter topic: published by their own relay */
 	if (s->kafka_on && cfg->kafka_dead_letter && *cfg->kafka_dead_letter &&

@@ -148,7 +148,7 @@ struct store_methods {
 	/* Optional (NULL: nothing to listen to). See store_on_work and
 	 * store_on_subscriptions_changed. */
 	void (*on_work)(store *st, void (*cb)(void *ctx), void *ctx);
-	void (*on_subscriptions_changed)(store *st, void (*cb)(void *ctx), void *ctx);
+	void (*on_subscriptions_changed)(store *st, store_subs_changed_cb cb, void *ctx);
 };
 
 /* The handle every backend receives; backends keep their state behind priv. */

@@ -153,7 +153,7 @@ void store_on_work(store *st, void (*cb)(void *ctx), void *ctx)
 		st->methods->on_work(st, cb, ctx);
 }
 
-void store_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx)
+void store_on_subscriptions_changed(store *st, store_subs_changed_cb cb, void *ctx)
 {
 	if (st && st->methods->on_subscriptions_changed)
 		st->methods->on_subscriptions_changed(st, cb, ctx);

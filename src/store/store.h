@@ -81,12 +81,16 @@ void store_set_read_timeout(store *st, int64_t ms);
  * one thread (the one that wires the daemon). */
 void store_on_work(store *st, void (*cb)(void *ctx), void *ctx);
 
-/* The same for subscriptions: cb(ctx) runs when any instance may have created, changed
- * or deleted one (PostgreSQL: LISTEN on channel outboxd_subs), so each instance rebuilds
- * its in-memory set; without it, an instance would fan out without another's new
- * subscription. Called once after every (re)connection of the listener as well, since a
- * change may have been missed meanwhile. Same rules as store_on_work. */
-void store_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx);
+/* The same for subscriptions: cb(ctx, ids, n) runs when any instance (this one included)
+ * created, changed or deleted subscriptions (PostgreSQL: LISTEN on channel
+ * outboxd_subs), so each instance updates its in-memory set; without it, an instance
+ * would fan out without another's new subscription. ids (borrowed for the call) are the
+ * n that changed; n 0 means any may have: read them all. That is the call after every
+ * (re)connection of the listener, since a change may have been missed meanwhile, and
+ * after a burst naming more than STORE_SUBS_CHANGED_MAX. Same rules as store_on_work. */
+#define STORE_SUBS_CHANGED_MAX 64
+typedef void (*store_subs_changed_cb)(void *ctx, const char (*ids)[UUID_STR_LEN], size_t n);
+void store_on_subscriptions_changed(store *st, store_subs_changed_cb cb, void *ctx);
 
 /* ---- ingest and fan-out ---------------------------------------------------------- */
 
@@ -702,11 +706,11 @@ void store_call_hook_set(store *st, store_call_hook hook, void *ctx);
  * decoded, the set in use stays and the registry is marked stale (sub_registry_stale)
  * until a reload succeeds. Returns a store error code. */
 int store_subs_load(store *st, struct sub_registry *reg, const struct retry_policy *defaults);
-/* After this process changed, created or deleted subscription id: reads that row again and
- * publishes the set in use with it (sub_registry_apply), without reading the others.
- * Falls back to store_subs_load when the row cannot be read or decoded, or the set in use
- * was decoded with other defaults. Changes made by other instances come through
- * store_on_subscriptions_changed and store_subs_load. Returns a store error code. */
+/* After subscription id was changed, created or deleted (by this process, or by any
+ * instance as store_on_subscriptions_changed tells): reads that row again and publishes
+ * the set in use with it (sub_registry_apply), without reading the others. Falls back to
+ * store_subs_load when the row cannot be read or decoded, or the set in use was decoded
+ * with other defaults. Returns a store error code. */
 int store_subs_load_one(store *st, struct sub_registry *reg,
 			const struct retry_policy *defaults, const char *id);
 

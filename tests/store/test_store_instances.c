@@ -403,6 +403,47 @@ static void count_wake(void *ctx)
 	pthread_mutex_unlock(&w->mu);
 }
 
+/* What the subscriptions' callback was told: calls naming none (all), and the ids named
+ * (named: the first one named, again or not; others: any other). */
+struct subs_named {
+	pthread_mutex_t mu;
+	int all, named, others;
+	char want[UUID_STR_LEN]; /* the first id named */
+};
+
+static void count_subs(void *ctx, const char (*ids)[UUID_STR_LEN], size_t n)
+{
+	struct subs_named *s = ctx;
+
+	pthread_mutex_lock(&s->mu);
+	if (!n)
+		s->all++;
+	for (size_t i = 0; i < n; i++) {
+		if (!s->want[0])
+			memcpy(s->want, ids[i], UUID_STR_LEN);
+		if (strcmp(ids[i], s->want) == 0)
+			s->named++;
+		else
+			s->others++;
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits up to 10 s until the callback was told of at least want changes (a call naming
+ * none counts one). */
+static int wait_subs(struct subs_named *s, int want)
+{
+	for (int i = 0; i < 1000; i++) {
+		pthread_mutex_lock(&s->mu);
+		int got = s->all + s->named + s->others;
+		pthread_mutex_unlock(&s->mu);
+		if (got >= want)
+			return 1;
+		usleep(10 * 1000);
+	}
+	return 0;
+}
+
 static int wakes(struct wake_count *w)
 {
 	int n;
@@ -489,18 +530,27 @@ static void test_work_notifications(void **state)
 	assert_int_equal(out, REPLAY_DONE);
 	assert_true(wait_wakes(&w, seen));
 
-	/* A subscription created elsewhere reaches the other callback. */
+	/* A subscription created, changed or deleted elsewhere reaches the other callback,
+	 * named; the call at connect names none (read them all). */
 	{
-		static struct wake_count subs = {PTHREAD_MUTEX_INITIALIZER, 0};
+		static struct subs_named subs = {.mu = PTHREAD_MUTEX_INITIALIZER};
 		struct sub_row sub = {.name = "elsewhere", .config = "{}", .enabled = 1};
 
-		subs.calls = 0;
-		store_on_subscriptions_changed(t->st, count_wake, &subs);
-		assert_true(wait_wakes(&subs, 0)); /* once at connect: changes may be missed */
-		seen = wakes(&subs);
+		store_on_subscriptions_changed(t->st, count_subs, &subs);
+		assert_true(wait_subs(&subs, 1));
+		assert_int_equal(subs.all, 1); /* once at connect: changes may be missed */
 		uuid_v7(sub.id);
 		assert_int_equal(store_sub_create(other, &sub), STORE_OK);
-		assert_true(wait_wakes(&subs, seen));
+		assert_true(wait_subs(&subs, 2));
+		sub.config = "{\"v\":2}";
+		assert_int_equal(store_sub_update(other, &sub), STORE_OK);
+		assert_int_equal(store_sub_delete(other, sub.id), STORE_OK);
+		assert_true(wait_subs(&subs, 4));
+		pthread_mutex_lock(&subs.mu);
+		assert_int_equal(subs.all, 1);      /* the connect's only */
+		assert_int_equal(subs.named, 3);    /* each change named, none twice in a call */
+		assert_int_equal(subs.others, 0);   /* and only that subscription */
+		pthread_mutex_unlock(&subs.mu);
 		store_on_subscriptions_changed(t->st, NULL, NULL);
 	}
 

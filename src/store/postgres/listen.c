@@ -1,6 +1,7 @@
 /* listen.c: the PostgreSQL backend's listener thread: its own connection LISTENs on
  * outboxd_work (new due work: wakes the dispatcher) and outboxd_subs (subscriptions
- * changed by any instance: reload), reconnecting after an outage. Must not write. */
+ * changed by any instance, each notification naming one: reload those), reconnecting
+ * after an outage. Must not write. */
 #include "store/postgres/pg_int.h"
 
 #include <endian.h>
@@ -30,11 +31,39 @@ static int wait_stop(struct pg *pg, int fd, int ms)
 	return (fds[0].revents & (POLLIN | POLLHUP)) != 0;
 }
 
-static void listener_wake(struct pg *pg, int work, int subs)
+/* The subscriptions a burst of notifications named: up to STORE_SUBS_CHANGED_MAX ids,
+ * each once; all set when there were more, or one named none (an older outboxd's
+ * trigger), so everything is read again. */
+struct subs_changed {
+	int any;
+	int all;
+	size_t n;
+	char ids[STORE_SUBS_CHANGED_MAX][UUID_STR_LEN];
+};
+
+static void subs_changed_add(struct subs_changed *c, const char *id)
+{
+	size_t len = strlen(id);
+
+	c->any = 1;
+	if (c->all)
+		return;
+	if (len == 0 || len >= UUID_STR_LEN || c->n == STORE_SUBS_CHANGED_MAX) {
+		c->all = 1;
+		return;
+	}
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(c->ids[i], id) == 0)
+			return;
+	memcpy(c->ids[c->n++], id, len + 1);
+}
+
+static void listener_wake(struct pg *pg, int work, const struct subs_changed *subs)
 {
 	/* Subscriptions first: work that arrives with a new subscription needs it. */
-	if (subs && pg->subs_cb)
-		pg->subs_cb(pg->subs_ctx);
+	if (subs->any && pg->subs_cb)
+		pg->subs_cb(pg->subs_ctx, (const char (*)[UUID_STR_LEN])subs->ids,
+			    subs->all ? 0 : subs->n);
 	if (work && pg->work_cb)
 		pg->work_cb(pg->work_ctx);
 }
@@ -80,7 +109,8 @@ static void *listener_main(void *arg)
 			pg_note_up(pg);
 			epoch = atomic_load(&pg->epoch);
 			backoff = 0;
-			listener_wake(pg, 1, 1);
+			struct subs_changed everything = {.any = 1, .all = 1};
+			listener_wake(pg, 1, &everything);
 		}
 		if (wait_stop(pg, PQsocket(conn), -1))
 			break;
@@ -91,17 +121,20 @@ static void *listener_main(void *arg)
 			conn = NULL;
 			continue;
 		}
-		int work = 0, subs = 0;
+		struct subs_changed subs;
+		int work = 0;
 		PGnotify *note;
 
+		subs.any = subs.all = 0;
+		subs.n = 0;
 		while ((note = PQnotifies(conn))) {
 			if (strcmp(note->relname, SUBS_CHANNEL) == 0)
-				subs = 1;
+				subs_changed_add(&subs, note->extra ? note->extra : "");
 			else
 				work = 1;
 			PQfreemem(note);
 		}
-		listener_wake(pg, work, subs);
+		listener_wake(pg, work, &subs);
 	}
 	if (conn)
 		PQfinish(conn);
@@ -123,19 +156,21 @@ void pg_listener_stop(struct pg *pg)
 	pg->listening = 0;
 }
 
-/* Sets one callback; the listener runs while either is set. Restarting it is cheap and
- * happens only when the daemon wires or unwires itself. */
-static void listener_set(store *st, int subs, void (*cb)(void *ctx), void *ctx)
+/* Sets the work callback (subs 0) or the subscriptions' (subs 1: subs_cb); the listener
+ * runs while either is set. Restarting it is cheap and happens only when the daemon
+ * wires or unwires itself. */
+static void listener_set(store *st, int subs, void (*work_cb)(void *ctx),
+			 store_subs_changed_cb subs_cb, void *ctx)
 {
 	struct pg *pg = pg_of(st);
 
 	pthread_mutex_lock(&pg->listen_mu);
 	pg_listener_stop(pg);
 	if (subs) {
-		pg->subs_cb = cb;
+		pg->subs_cb = subs_cb;
 		pg->subs_ctx = ctx;
 	} else {
-		pg->work_cb = cb;
+		pg->work_cb = work_cb;
 		pg->work_ctx = ctx;
 	}
 	if (pg->work_cb || pg->subs_cb) {
@@ -154,10 +189,10 @@ static void listener_set(store *st, int subs, void (*cb)(void *ctx), void *ctx)
 
 void pg_on_work(store *st, void (*cb)(void *ctx), void *ctx)
 {
-	listener_set(st, 0, cb, ctx);
+	listener_set(st, 0, cb, NULL, ctx);
 }
 
-void pg_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx)
+void pg_on_subscriptions_changed(store *st, store_subs_changed_cb cb, void *ctx)
 {
-	listener_set(st, 1, cb, ctx);
+	listener_set(st, 1, NULL, cb, ctx);
 }

@@ -225,7 +225,7 @@ struct pg {
 	int stop_pipe[2];
 	void (*work_cb)(void *ctx);         /* NOTIFY outboxd_work, or NULL */
 	void *work_ctx;
-	void (*subs_cb)(void *ctx);         /* NOTIFY outboxd_subs, or NULL */
+	store_subs_changed_cb subs_cb;      /* NOTIFY outboxd_subs, or NULL */
 	void *subs_ctx;
 };
 
@@ -376,7 +376,7 @@ void pg_listener_stop(struct pg *pg);
 
 void pg_on_work(store *st, void (*cb)(void *ctx), void *ctx);
 
-void pg_on_subscriptions_changed(store *st, void (*cb)(void *ctx), void *ctx);
+void pg_on_subscriptions_changed(store *st, store_subs_changed_cb cb, void *ctx);
 
 /* ---- read.c ---------------------------------------------------------------- */
 
