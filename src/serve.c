@@ -523,8 +523,8 @@ static int serve_start(struct server *s)
 		return 1;
 	writer_on_commit(s->writer, wake_dispatcher, s->disp);
 	/* Work made due by other instances or producers (PostgreSQL NOTIFY) wakes the
-	 * dispatcher at once; polling stays the fallback. Subscriptions changed by another
-	 * instance are reloaded. */
+	 * dispatcher at once; polling stays the fallback. Subscriptions whose change any
+	 * instance announces are read again. */
 	store_on_subscriptions_changed(s->st, subscriptions_changed, &s->reload);
 	store_on_work(s->st, wake_dispatcher, s->disp);
 	/* dead deliveries marked for their dead-letter topic: published by their own relay */
