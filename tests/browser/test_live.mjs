@@ -67,7 +67,8 @@ async function main() {
       await waitFor('1 row', async () => (await rows.count()) === 1 &&
         (await page.locator('h1').first().innerText()) === 'Dead-letter queue' &&
         !(await rows.first().innerText()).includes('paused-partner'));
-      check((await rows.first().innerText()).includes('flaky-partner'), 'named in the list');
+      // named once the subscriptions' list has come (its own request, answered apart)
+      await waitFor('named in the list', async () => (await rows.first().innerText()).includes('flaky-partner'), 10000);
       await flakyEvent(2);
       await page.clock.fastForward(6000);
       await waitFor('2 rows without a reload', async () => (await rows.count()) === 2);
@@ -95,8 +96,11 @@ async function main() {
     await step('the replay panel names the subscription', async () => {
       await page.getByRole('button', { name: 'Replay all matching…' }).click();
       await waitFor('the dry run', async () => (await page.getByTestId('dry-run').innerText()).includes('Dry run: 4'));
-      const f = await page.getByTestId('bulk-filter').innerText();
-      check(f === 'Filter: subscription flaky-partner', `filter in words: ${f}`);
+      let f = '';
+      await waitFor('the filter in words', async () => {
+        f = await page.getByTestId('bulk-filter').innerText();
+        return f === 'Filter: subscription flaky-partner';
+      }, 10000).catch(() => check(false, `filter in words: ${f}`));
       await shot(page, 'live-replay-panel');
       await page.getByRole('button', { name: 'Cancel', exact: true }).click();
     });
