@@ -104,21 +104,22 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 #define SUBS_PAGE_DEFAULT 100
 #define SUBS_PAGE_MAX 1000
 
-/* Every subscription when the request names neither limit nor cursor (as before paging
- * existed: the CLI and scripts that read the whole list keep working), else one page. */
+/* Every subscription when the request names neither limit, cursor nor name (as before
+ * paging existed: scripts that read the whole list keep working), else one page. */
 void api_subs_list(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	const char *cursor = api_query_get(req, "cursor");
+	const char *name = api_query_get(req, "name");
 	struct sub_row *rows = NULL;
 	size_t n = 0;
 	char *next = NULL;
 	long limit = 0;
 	int rc;
 
-	if (cursor || api_query_get(req, "limit")) {
+	if (cursor || name || api_query_get(req, "limit")) {
 		if (api_query_int(req, "limit", SUBS_PAGE_DEFAULT, 1, SUBS_PAGE_MAX, &limit, res))
 			return;
-		rc = store_sub_page(api->st, cursor, (size_t)limit, &rows, &n, &next);
+		rc = store_sub_page(api->st, cursor, name, (size_t)limit, &rows, &n, &next);
 		if (rc == STORE_INVALID && cursor) {
 			api_reply_errorf(res, 400, "invalid_argument", "cursor",
 					 "cursor is not one this server returned for /v1/subscriptions");

@@ -201,9 +201,34 @@ int resolve_name(struct cli *c, const char *list, const char *what, const char *
 	return rc;
 }
 
+/* A subscription's name is looked up with GET /v1/subscriptions?name= (one row, however
+ * many there are); only a name not found reads the whole list, for the closest name. A
+ * server that ignores the filter answers with every subscription: the name is still
+ * matched exactly. */
 int subscription_id(struct cli *c, const char *arg, char *id)
 {
-	return resolve_name(c, "/v1/subscriptions", "subscription", arg, id);
+	char path[600] = "/v1/subscriptions";
+	json_t *r, *item;
+	size_t i;
+	int rc;
+
+	if (uuid_valid(arg))
+		return resolve_name(c, path, "subscription", arg, id);
+	append_query(path, sizeof(path), "name", arg);
+	if ((rc = call(c, "GET", path, NULL, &r)))
+		return rc;
+	rc = -1;
+	json_array_foreach(json_object_get(r, "items"), i, item) {
+		const char *name = json_string_value(json_object_get(item, "name"));
+		const char *item_id = json_string_value(json_object_get(item, "id"));
+		if (name && item_id && strcmp(name, arg) == 0) {
+			snprintf(id, UUID_STR_LEN, "%s", item_id);
+			rc = CLI_OK;
+			break;
+		}
+	}
+	json_decref(r);
+	return rc == CLI_OK ? rc : resolve_name(c, "/v1/subscriptions", "subscription", arg, id);
 }
 
 /* The API's value of filter i in o (NULL when not given); sub_id is --subscription's

@@ -114,9 +114,10 @@ struct store_methods {
 	int (*sub_get)(store *st, const char *id, struct sub_row *out);
 	int (*sub_list)(store *st, struct sub_row **items, size_t *n);
 	/* Up to limit subscriptions oldest first (created_at, id), after the row (after_at,
-	 * after_id) when after_id is not NULL. Configs as stored (the wrapper opens them). */
-	int (*sub_page)(store *st, int64_t after_at, const char *after_id, size_t limit,
-			struct sub_row **items, size_t *n);
+	 * after_id) when after_id is not NULL, named name when it is not NULL. Configs as
+	 * stored (the wrapper opens them). */
+	int (*sub_page)(store *st, int64_t after_at, const char *after_id, const char *name,
+			size_t limit, struct sub_row **items, size_t *n);
 	/* Sets the config of subscription id to new_config only while it still is
 	 * old_config (STORE_CONFLICT otherwise: changed or deleted meanwhile), leaving name,
 	 * enabled and the timestamps alone: sealing a row is not a change of the

@@ -618,10 +618,11 @@ int store_sub_get(store *st, const char *id, struct sub_row *out);
 /* All subscriptions ordered by created_at (returned array). */
 int store_sub_list(store *st, struct sub_row **items, size_t *n);
 /* Up to limit (1..1000) subscriptions ordered by created_at, then id, after the page that
- * cursor (NULL: from the first) ended; *next_cursor (free it) is the cursor of the page
- * after this one, NULL on the last. STORE_INVALID for a cursor this did not make. */
-int store_sub_page(store *st, const char *cursor, size_t limit, struct sub_row **items,
-		   size_t *n, char **next_cursor);
+ * cursor (NULL: from the first) ended, only the one named name when it is not NULL;
+ * *next_cursor (free it) is the cursor of the page after this one, NULL on the last.
+ * STORE_INVALID for a cursor this did not make. */
+int store_sub_page(store *st, const char *cursor, const char *name, size_t limit,
+		   struct sub_row **items, size_t *n, char **next_cursor);
 void store_sub_free(struct sub_row *sub);                    /* frees members only */
 void store_subs_free(struct sub_row *items, size_t n);
 

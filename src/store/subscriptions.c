@@ -126,8 +126,8 @@ int store_sub_list(store *st, struct sub_row **items, size_t *n)
 }
 
 /* Subscription cursors: "s:<created_at>:<id>" of the last row of the previous page. */
-int store_sub_page(store *st, const char *cursor, size_t limit, struct sub_row **items,
-		   size_t *n, char **next_cursor)
+int store_sub_page(store *st, const char *cursor, const char *name, size_t limit,
+		   struct sub_row **items, size_t *n, char **next_cursor)
 {
 	char after_id[UUID_STR_LEN] = "";
 	long long after_at = 0;
@@ -144,7 +144,8 @@ int store_sub_page(store *st, const char *cursor, size_t limit, struct sub_row *
 		return STORE_INVALID;
 	OPTIONAL_OP(st, sub_page);
 	/* One more than asked: whether a next page exists. */
-	int rc = st->methods->sub_page(st, after_at, cursor ? after_id : NULL, limit + 1, items, n);
+	int rc = st->methods->sub_page(st, after_at, cursor ? after_id : NULL, name, limit + 1,
+				       items, n);
 	for (size_t i = 0; rc == STORE_OK && i < *n && i < limit; i++)
 		rc = store_config_open(st, &(*items)[i]);
 	if (rc == STORE_OK && *n > limit) {

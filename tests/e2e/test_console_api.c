@@ -216,7 +216,7 @@ static void expect_400(const char *path, const char *field)
 
 /* GET /v1/subscriptions pages with limit and cursor, in creation order, every one once and
  * credentials masked as in the whole list; without either it is the whole list (next_cursor
- * null); a bad limit or cursor is 400 naming it. */
+ * null); name= gives that one or none; a bad limit or cursor is 400 naming it. */
 static void test_subscription_pages(void **state)
 {
 	char ids[7][64], path[600];
@@ -255,6 +255,17 @@ static void test_subscription_pages(void **state)
 	json_decref(page);
 	assert_int_equal(got, 7);
 	assert_int_equal(pages, 3);
+
+	/* by name: that one, or none */
+	json_t *one = e2e_get(&dmn, "/v1/subscriptions?name=paged-4");
+	assert_int_equal(json_array_size(json_object_get(one, "items")), 1);
+	assert_string_equal(json_string_value(json_object_get(
+		json_array_get(json_object_get(one, "items"), 0), "id")), ids[4]);
+	assert_true(json_is_null(json_object_get(one, "next_cursor")));
+	json_decref(one);
+	json_t *none = e2e_get(&dmn, "/v1/subscriptions?name=paged");
+	assert_int_equal(json_array_size(json_object_get(none, "items")), 0);
+	json_decref(none);
 
 	expect_400("/v1/subscriptions?limit=0", "limit");
 	expect_400("/v1/subscriptions?limit=1001", "limit");

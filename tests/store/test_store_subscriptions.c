@@ -178,7 +178,7 @@ static void test_subscription_pages(void **state)
 		uuid_v7(rows[i].id);
 		assert_int_equal(store_sub_create(t->st, &rows[i]), STORE_OK);
 	}
-	assert_int_equal(store_sub_page(t->st, NULL, 2, &page, &n, &next), STORE_OK);
+	assert_int_equal(store_sub_page(t->st, NULL, NULL, 2, &page, &n, &next), STORE_OK);
 	assert_int_equal(n, 2);
 	assert_non_null(next);
 	assert_string_equal(page[0].id, rows[0].id);
@@ -201,7 +201,7 @@ static void test_subscription_pages(void **state)
 	while (next) {
 		free(cursor);
 		cursor = next;
-		assert_int_equal(store_sub_page(t->st, cursor, 2, &page, &n, &next), STORE_OK);
+		assert_int_equal(store_sub_page(t->st, cursor, NULL, 2, &page, &n, &next), STORE_OK);
 		assert_true(n >= 1 && n <= 2);
 		pages++;
 		for (size_t i = 0; i < n; i++) {
@@ -221,16 +221,27 @@ static void test_subscription_pages(void **state)
 		assert_int_equal(seen[i], 1);
 
 	/* exactly a page's worth: no cursor after it */
-	assert_int_equal(store_sub_page(t->st, NULL, 7, &page, &n, &next), STORE_OK);
+	assert_int_equal(store_sub_page(t->st, NULL, NULL, 7, &page, &n, &next), STORE_OK);
 	assert_int_equal(n, 7);
 	assert_null(next);
 	assert_string_equal(page[0].id, early.id);
 	store_subs_free(page, n);
 
-	assert_int_equal(store_sub_page(t->st, "j:1000:x", 2, &page, &n, &next), STORE_INVALID);
-	assert_int_equal(store_sub_page(t->st, "garbage", 2, &page, &n, &next), STORE_INVALID);
-	assert_int_equal(store_sub_page(t->st, NULL, 0, &page, &n, &next), STORE_INVALID);
-	assert_int_equal(store_sub_page(t->st, NULL, 1001, &page, &n, &next), STORE_INVALID);
+	/* by name: that one, or none */
+	assert_int_equal(store_sub_page(t->st, NULL, "page-3", 100, &page, &n, &next), STORE_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(page[0].id, rows[3].id);
+	assert_string_equal(page[0].config, "{\"secret\":\"whsec_p\"}");
+	assert_null(next);
+	store_subs_free(page, n);
+	assert_int_equal(store_sub_page(t->st, NULL, "page-", 100, &page, &n, &next), STORE_OK);
+	assert_int_equal(n, 0);
+	store_subs_free(page, n);
+
+	assert_int_equal(store_sub_page(t->st, "j:1000:x", NULL, 2, &page, &n, &next), STORE_INVALID);
+	assert_int_equal(store_sub_page(t->st, "garbage", NULL, 2, &page, &n, &next), STORE_INVALID);
+	assert_int_equal(store_sub_page(t->st, NULL, NULL, 0, &page, &n, &next), STORE_INVALID);
+	assert_int_equal(store_sub_page(t->st, NULL, NULL, 1001, &page, &n, &next), STORE_INVALID);
 	assert_null(page);
 	assert_null(next);
 	free(cursor);
