@@ -175,26 +175,6 @@ struct subs_reload {
 	struct retry_policy defaults;
 };
 
-/* A reload's outcome, when it changes whether ingest is served (was_current: before). */
-static void log_subs_reload(int rc, int was_current)
-{
-	if (rc != STORE_OK && was_current)
-		log_error("cannot reload the subscriptions (%s): ingest answers 503 "
-			  "subscriptions_unavailable until they are read again (tried every second)",
-			  store_strerror(rc));
-	else if (rc == STORE_OK && !was_current)
-		log_info("subscriptions read again: ingest accepts events");
-}
-
-static void reload_subscriptions(void *ctx)
-{
-	struct subs_reload *r = ctx;
-	int was_current = sub_registry_current(r->reg, NULL, 0);
-	int rc = store_subs_load(r->st, r->reg, &r->defaults);
-
-	log_subs_reload(rc, was_current);
-}
-
 static void subscriptions_changed(void *ctx, const char (*ids)[UUID_STR_LEN], size_t n)
 {
 	struct subs_reload *r = ctx;
@@ -206,7 +186,19 @@ static void subscriptions_changed(void *ctx, const char (*ids)[UUID_STR_LEN], si
 	/* each falls back to reading them all when its row cannot be read */
 	for (size_t i = 0; i < n && rc == STORE_OK; i++)
 		rc = store_subs_load_one(r->st, r->reg, &r->defaults, ids[i]);
-	log_subs_reload(rc, was_current);
+	/* said when it changes whether ingest is served */
+	if (rc != STORE_OK && was_current)
+		log_error("cannot reload the subscriptions (%s): ingest answers 503 "
+			  "subscriptions_unavailable until they are read again (tried every second)",
+			  store_strerror(rc));
+	else if (rc == STORE_OK && !was_current)
+		log_info("subscriptions read again: ingest accepts events");
+}
+
+/* The janitor's retry while the set is stale: all of them. */
+static void reload_subscriptions(void *ctx)
+{
+	subscriptions_changed(ctx, NULL, 0);
 }
 
 /* Endpoint health: the dispatcher found every attempt of a subscription failing for

@@ -159,26 +159,14 @@ void append_query(char *q, size_t len, const char *key, const char *value)
 }
 
 
-/* The id of what arg names among GET list's items ("/v1/subscriptions", "/v1/tokens",
- * every item at once): arg itself when it is a UUID, else the item whose name is exactly
- * arg. Names are unique in the store, so a name is one item or none; an unknown one is
- * reported with the closest name when there is a close one. id[UUID_STR_LEN] receives
- * the id. Returns CLI_OK, CLI_API_ERROR (no such name) or the failed call's code. */
-int resolve_name(struct cli *c, const char *list, const char *what, const char *arg,
-			char *id)
+/* Looks for the item of r's "items" named exactly arg: its id into id (CLI_OK), else
+ * CLI_API_ERROR with the names seen added to names (pointing into r). */
+static int match_name(json_t *r, const char *arg, char *id, const char **names, size_t *n,
+		      size_t cap)
 {
-	json_t *r, *item;
-	size_t i, n = 0;
-	const char *names[256];
-	int rc;
+	json_t *item;
+	size_t i;
 
-	if (uuid_valid(arg)) {
-		snprintf(id, UUID_STR_LEN, "%s", arg);
-		return CLI_OK;
-	}
-	if ((rc = call(c, "GET", list, NULL, &r)))
-		return rc;
-	rc = CLI_API_ERROR;
 	json_array_foreach(json_object_get(r, "items"), i, item) {
 		const char *name = json_string_value(json_object_get(item, "name"));
 		const char *item_id = json_string_value(json_object_get(item, "id"));
@@ -186,49 +174,56 @@ int resolve_name(struct cli *c, const char *list, const char *what, const char *
 			continue;
 		if (strcmp(name, arg) == 0) {
 			snprintf(id, UUID_STR_LEN, "%s", item_id);
-			rc = CLI_OK;
-			break;
+			return CLI_OK;
 		}
-		if (n < sizeof(names) / sizeof(names[0]))
-			names[n++] = name;
+		if (*n < cap)
+			names[(*n)++] = name;
 	}
+	return CLI_API_ERROR;
+}
+
+/* The id of what arg names among GET list's items ("/v1/subscriptions", "/v1/tokens"):
+ * arg itself when it is a UUID, else the item whose name is exactly arg, asked for with
+ * list?name=arg (one row however many there are, where the list takes the filter; a list
+ * that ignores it answers with every item, matched here all the same). Names are unique
+ * in the store, so a name is one item or none; an unknown one is reported with the
+ * closest name when there is a close one (the whole list is read for that when the
+ * filtered answer was empty). id[UUID_STR_LEN] receives the id. Returns CLI_OK,
+ * CLI_API_ERROR (no such name) or the failed call's code. */
+int resolve_name(struct cli *c, const char *list, const char *what, const char *arg,
+		 char *id)
+{
+	json_t *r = NULL, *all = NULL;
+	const char *names[256];
+	char path[600];
+	size_t n = 0;
+	int rc;
+
+	if (uuid_valid(arg)) {
+		snprintf(id, UUID_STR_LEN, "%s", arg);
+		return CLI_OK;
+	}
+	snprintf(path, sizeof(path), "%s", list);
+	append_query(path, sizeof(path), "name", arg);
+	if ((rc = call(c, "GET", path, NULL, &r)))
+		return rc;
+	rc = match_name(r, arg, id, names, &n, sizeof(names) / sizeof(names[0]));
+	if (rc && json_array_size(json_object_get(r, "items")) == 0 &&
+	    call(c, "GET", list, NULL, &all) == CLI_OK)
+		rc = match_name(all, arg, id, names, &n, sizeof(names) / sizeof(names[0]));
 	if (rc) {
 		const char *close = cli_suggest(arg, names, n);
 		fprintf(stderr, "outboxd: no %s is named \"%s\"%s%s%s\n", what, arg,
 			close ? "; did you mean \"" : "", close ? close : "", close ? "\"?" : "");
 	}
-	json_decref(r); /* names point into it */
+	json_decref(all); /* names point into both */
+	json_decref(r);
 	return rc;
 }
 
-/* A subscription's name is looked up with GET /v1/subscriptions?name= (one row, however
- * many there are); only a name not found reads the whole list, for the closest name. A
- * server that ignores the filter answers with every subscription: the name is still
- * matched exactly. */
 int subscription_id(struct cli *c, const char *arg, char *id)
 {
-	char path[600] = "/v1/subscriptions";
-	json_t *r, *item;
-	size_t i;
-	int rc;
-
-	if (uuid_valid(arg))
-		return resolve_name(c, path, "subscription", arg, id);
-	append_query(path, sizeof(path), "name", arg);
-	if ((rc = call(c, "GET", path, NULL, &r)))
-		return rc;
-	rc = -1;
-	json_array_foreach(json_object_get(r, "items"), i, item) {
-		const char *name = json_string_value(json_object_get(item, "name"));
-		const char *item_id = json_string_value(json_object_get(item, "id"));
-		if (name && item_id && strcmp(name, arg) == 0) {
-			snprintf(id, UUID_STR_LEN, "%s", item_id);
-			rc = CLI_OK;
-			break;
-		}
-	}
-	json_decref(r);
-	return rc == CLI_OK ? rc : resolve_name(c, "/v1/subscriptions", "subscription", arg, id);
+	return resolve_name(c, "/v1/subscriptions", "subscription", arg, id);
 }
 
 /* The API's value of filter i in o (NULL when not given); sub_id is --subscription's

@@ -33,9 +33,8 @@ static int wait_stop(struct pg *pg, int fd, int ms)
 
 /* The subscriptions a burst of notifications named: up to STORE_SUBS_CHANGED_MAX ids,
  * each once; all set when there were more, or one named none (an older outboxd's
- * trigger), so everything is read again. */
+ * trigger), so everything is read again. Neither: no subscription changed. */
 struct subs_changed {
-	int any;
 	int all;
 	size_t n;
 	char ids[STORE_SUBS_CHANGED_MAX][UUID_STR_LEN];
@@ -45,7 +44,6 @@ static void subs_changed_add(struct subs_changed *c, const char *id)
 {
 	size_t len = strlen(id);
 
-	c->any = 1;
 	if (c->all)
 		return;
 	if (len == 0 || len >= UUID_STR_LEN || c->n == STORE_SUBS_CHANGED_MAX) {
@@ -61,7 +59,7 @@ static void subs_changed_add(struct subs_changed *c, const char *id)
 static void listener_wake(struct pg *pg, int work, const struct subs_changed *subs)
 {
 	/* Subscriptions first: work that arrives with a new subscription needs it. */
-	if (subs->any && pg->subs_cb)
+	if ((subs->all || subs->n) && pg->subs_cb)
 		pg->subs_cb(pg->subs_ctx, (const char (*)[UUID_STR_LEN])subs->ids,
 			    subs->all ? 0 : subs->n);
 	if (work && pg->work_cb)
@@ -109,7 +107,7 @@ static void *listener_main(void *arg)
 			pg_note_up(pg);
 			epoch = atomic_load(&pg->epoch);
 			backoff = 0;
-			struct subs_changed everything = {.any = 1, .all = 1};
+			struct subs_changed everything = {.all = 1};
 			listener_wake(pg, 1, &everything);
 		}
 		if (wait_stop(pg, PQsocket(conn), -1))
@@ -125,7 +123,7 @@ static void *listener_main(void *arg)
 		int work = 0;
 		PGnotify *note;
 
-		subs.any = subs.all = 0;
+		subs.all = 0;
 		subs.n = 0;
 		while ((note = PQnotifies(conn))) {
 			if (strcmp(note->relname, SUBS_CHANNEL) == 0)
