@@ -30,8 +30,13 @@ run: build
 	@echo "make run: --ssrf-allow 127.0.0.0/8 lets deliveries reach local receivers (the SSRF guard refuses loopback otherwise)"
 	./$(BUILD)/outboxd serve --ssrf-allow 127.0.0.0/8
 
+# The test build's debug information is -g1 (functions and line tables: what a
+# sanitizer's report names) rather than -g (local variables too): a clean build of
+# everything took 60 s instead of 75 s on 2 cores. For a debugger's view of locals:
+# make test TESTDEBUG=-g
+TESTDEBUG ?= -g1
 test: deps
-	@cmake -S . -B $(TESTBUILD) -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON >/dev/null
+	@cmake -S . -B $(TESTBUILD) -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=ON -DCMAKE_C_FLAGS_DEBUG="$(TESTDEBUG)" >/dev/null
 	@cmake --build $(TESTBUILD) -j $(JOBS)
 	@cd $(TESTBUILD) && ctest --output-on-failure -j $(TESTJOBS)
 
