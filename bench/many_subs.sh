@@ -5,7 +5,8 @@
 # outboxd's CPU per event while ingesting (deliveries run meanwhile), and how long the
 # subscriptions took to create, per thousand. With ENDPOINTS=each, each subscription
 # has an endpoint of its own (its own path: its own adaptive concurrency state), as when
-# every subscription is a customer's URL.
+# every subscription is a customer's URL. Then times the operator's reads that grow with
+# the subscriptions: GET /v1/stats whole, for a page of 100, and for the first 20.
 # SQLite, or with STORE=pg a PostgreSQL server of the run's own (bench/lib.sh); one
 # instance. A measurement for docs/performance.md ("Many subscriptions"), not a row of
 # make bench.
@@ -84,3 +85,26 @@ s1=$(date +%s.%N)
 c1=$(cpu_ticks "$opid")
 awk -v n="$EVENTS" -v s="$NSUBS" -v t="$(echo "$s1 - $s0" | bc)" -v c="$((c1 - c0))" -v hz="$HZ" \
   'BEGIN { printf "%d subscriptions: ingest %.0f events/s, outboxd CPU %.1f us per event while ingesting\n", s, n / t, c / hz * 1e6 / n }'
+# What the number of subscriptions costs the operator's reads: GET /v1/stats (every
+# subscription's figures, or one page's) and the subscriptions' first page; best of five.
+sleep 2
+python3 - "$OPORT" <<'PY'
+import http.client, sys, time, json
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
+def get(path):
+    best, size = None, 0
+    for _ in range(5):
+        t = time.time()
+        c.request("GET", path, headers={"Authorization": "Bearer bench"})
+        r = c.getresponse(); body = r.read()
+        assert r.status == 200, (path, r.status, body[:200])
+        dt = (time.time() - t) * 1000
+        best, size = min(best or dt, dt), len(body)
+    print("GET %s: %.1f ms, %d bytes" % (path if len(path) < 60 else path[:55] + "...", best, size))
+    return json.loads(body)
+get("/v1/stats")
+page = get("/v1/subscriptions?limit=100")
+ids = ",".join(s["id"] for s in page["items"])
+get("/v1/stats?subscription_id=" + ids)
+get("/v1/stats?subscriptions_limit=20")
+PY

@@ -14,19 +14,24 @@ function failing(s) {
   return 5;
 }
 
+// The subscriptions shown: the SHOWN to look at first (the API ranks them failing first:
+// open circuit, half-open, disabled by outboxd, then by success rate); every one is on
+// the Subscriptions page.
+const SHOWN = 50;
+
 export function Overview({ refresh }) {
   const [stats, setStats] = useState(null);
   const [series, setSeries] = useState(null);
   const [error, setError] = useState(null);
   usePoll(async (alive) => {
     try {
-      const [s, t] = await Promise.all([api('GET', '/v1/stats'), api('GET', '/v1/stats/series?minutes=60')]);
+      const [s, t] = await Promise.all([api('GET', `/v1/stats?subscriptions_limit=${SHOWN}`), api('GET', '/v1/stats/series?minutes=60')]);
       if (!alive()) return;
       setStats(s); setSeries(t); setError(null);
     } catch (e) { if (alive()) setError(e); }
   }, 0, [refresh]);
 
-  const subs = stats ? [...stats.subscriptions].sort((a, b) => failing(a) - failing(b) || a.name.localeCompare(b.name)) : [];
+  const subs = stats ? stats.subscriptions : []; // failing first, as the API orders them
   return html`<main>
     <h1>Overview</h1>
     <${ErrorNote} error=${error} />
@@ -58,6 +63,7 @@ export function Overview({ refresh }) {
             <${Cell} label="Dead letters"><a href=${`#/dlq?subscription_id=${s.id}`}>dead letters</a><//>
           </tr>`)}
           ${stats && subs.length === 0 && html`<tr><td colspan="6" class="muted">No subscriptions yet.</td></tr>`}
+          ${stats && stats.subscriptions_total > subs.length && html`<tr><td colspan="6" class="muted" data-testid="more-subs">${subs.length} of ${stats.subscriptions_total} shown; <a href="#/subscriptions">all subscriptions</a></td></tr>`}
         </tbody>
       </table></div>
     </section>

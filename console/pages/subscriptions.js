@@ -2,16 +2,27 @@
 // attempts and latency per minute), create and edit (a form, subform.js, or the document
 // as JSON; saved as a merge patch), enable/disable and delete (admin scope).
 import { html, useState } from '../vendor/htm-preact.js';
-import { api } from '../api.js';
+import { api, qs } from '../api.js';
 import { AttemptsChart, LatencyChart } from '../chart.js';
 import { Cell, ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
 import { SubscriptionForm, describeAuth, describeRetry } from './subform.js';
 
 const READ_ONLY_FIELDS = ['id', 'created_at', 'updated_at', 'origin', 'previous_secret', 'previous_secret_expires_at', 'disabled_at', 'disabled_reason'];
 
-export function Subscriptions({ can, refresh }) {
-  const [subs] = useAsync(() => Promise.all([api('GET', '/v1/subscriptions'), api('GET', '/v1/stats')]), [], refresh);
+// A page of PAGE subscriptions at a time (a platform may have thousands), with the health
+// figures of that page's subscriptions alone.
+const PAGE = 100;
+
+export function Subscriptions({ can, query, refresh }) {
+  const cursor = query ? query.get('cursor') || '' : '';
+  const [subs] = useAsync(async () => {
+    const page = await api('GET', `/v1/subscriptions${qs({ limit: PAGE, cursor: cursor || undefined })}`);
+    const ids = page.items.map((s) => s.id).join(',');
+    const stats = ids ? await api('GET', `/v1/stats${qs({ subscription_id: ids })}`) : { subscriptions: [] };
+    return [page, stats];
+  }, [cursor], refresh);
   const health = (id) => (subs.data ? subs.data[1].subscriptions.find((s) => s.id === id) : null) || {};
+  const next = subs.data && subs.data[0].next_cursor;
   return html`<main>
     <h1>Subscriptions</h1>
     ${can.admin && html`<p><a class="button primary" href="#/subscriptions/new">New subscription</a></p>`}
@@ -29,6 +40,10 @@ export function Subscriptions({ can, refresh }) {
         </tr>`)}
       </tbody>
     </table></div>
+    ${(cursor || next) && html`<p class="pager">
+      ${cursor && html`<a class="button" href="#/subscriptions">First page</a>`}
+      ${next && html` <a class="button" data-testid="next-page" href=${`#/subscriptions${qs({ cursor: next })}`}>Next page</a>`}
+    </p>`}
   </main>`;
 }
 
@@ -48,7 +63,7 @@ function mergePatch(before, after) {
 
 // How many requests this instance sends the subscription's endpoint at once, and why.
 function FlowControl({ id, refresh }) {
-  const [stats] = useAsync(() => api('GET', '/v1/stats'), [id], refresh);
+  const [stats] = useAsync(() => api('GET', `/v1/stats${qs({ subscription_id: id })}`), [id], refresh);
   const mine = stats.data && stats.data.subscriptions.find((x) => x.id === id);
   const flow = mine && mine.concurrency;
   if (!flow) return html`<tr><th>Concurrency</th><td class="muted">—</td></tr>`;

@@ -221,7 +221,7 @@ void api_jobs_list(struct api *api, const struct api_request *req, struct api_re
 void api_jobs_cancel(struct api *api, const char *id, const struct api_request *req,
 		     struct api_response *res);
 void api_audit_list(struct api *api, const struct api_request *req, struct api_response *res);
-void api_stats(struct api *api, struct api_response *res);
+void api_stats(struct api *api, const struct api_request *req, struct api_response *res);
 void api_tokens_create(struct api *api, const struct api_request *req, struct api_response *res);
 void api_tokens_list(struct api *api, struct api_response *res);
 void api_tokens_delete(struct api *api, const char *id, const struct api_request *req,

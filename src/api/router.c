@@ -388,7 +388,7 @@ static void h_audit(struct api *api, const struct api_request *req, const char *
 static void h_stats(struct api *api, const struct api_request *req, const char *id,
 		    struct api_response *res)
 {
-	api_stats(api, res);
+	api_stats(api, req, res);
 }
 
 extern const unsigned char openapi_json[];

@@ -246,50 +246,192 @@ static json_t *render_sub_flow(const struct subscription *sub,
 	return o;
 }
 
-void api_stats(struct api *api, struct api_response *res)
+/* Subscription ids: NUL-terminated arrays of UUID_STR_LEN, or a key pointing to one. */
+static int id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+static int sub_stats_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct store_sub_stats *)a)->subscription_id,
+		      ((const struct store_sub_stats *)b)->subscription_id);
+}
+
+/* One subscription's line of GET /v1/stats: what it is rendered from, and its rank for
+ * "failing first". */
+struct stats_line {
+	const struct subscription *sub;
+	const struct store_sub_stats *x;
+	int circuit;
+	double rank;
+};
+
+/* Failing first: an open circuit, then a half-open one, then disabled by outboxd, then
+ * by success rate in the window (lowest first), then the healthy and the idle. */
+static double failing_rank(int circuit, const struct subscription *sub,
+			   const struct store_sub_stats *x)
+{
+	if (circuit == 1)
+		return 0;
+	if (circuit == 2)
+		return 1;
+	if (!sub->enabled && sub->disabled_reason)
+		return 2;
+	if (x && x->attempts && x->successes < x->attempts)
+		return 3 + (double)x->successes / (double)x->attempts;
+	return 5;
+}
+
+static int stats_line_cmp(const void *a, const void *b)
+{
+	const struct stats_line *x = a, *y = b;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return strcmp(x->sub->name, y->sub->name);
+}
+
+#define STATS_IDS_MAX 100 /* subscription_id= of GET /v1/stats: a console page (3.7 KB) */
+
+/* subscription_id=ID,ID,... of GET /v1/stats into ids (sorted, for bsearch); 0, or -1
+ * with the 400 answered. *n is 0 when the parameter is absent. */
+static int stats_ids(const struct api_request *req, struct api_response *res,
+		     char (**ids)[UUID_STR_LEN], size_t *n)
+{
+	const char *v = req->query ? req->query(req->query_ctx, "subscription_id") : NULL;
+	*ids = NULL;
+	*n = 0;
+	if (!v)
+		return 0;
+	*ids = calloc(STATS_IDS_MAX, sizeof(**ids));
+	if (!*ids) {
+		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
+		return -1;
+	}
+	for (const char *p = v;;) {
+		size_t len = strcspn(p, ",");
+		if (*n == STATS_IDS_MAX || len != UUID_STR_LEN - 1) {
+			api_reply_errorf(res, 400, "invalid_argument", "subscription_id",
+					 *n == STATS_IDS_MAX ?
+						 "subscription_id names at most 100 subscriptions" :
+						 "subscription_id must be subscription ids, separated by commas");
+			goto bad;
+		}
+		memcpy((*ids)[*n], p, len);
+		(*ids)[*n][len] = '\0';
+		if (!uuid_valid((*ids)[*n])) {
+			api_reply_errorf(res, 400, "invalid_argument", "subscription_id",
+					 "subscription_id must be subscription ids, separated by commas");
+			goto bad;
+		}
+		(*n)++;
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
+	qsort(*ids, *n, sizeof(**ids), id_cmp);
+	return 0;
+bad:
+	free(*ids);
+	*ids = NULL;
+	return -1;
+}
+
+/* The per-subscription lines of GET /v1/stats: every subscription, the ones ids names
+ * (n_ids > 0), or the limit ones to look at first (limit >= 0); *total counts them all. */
+static json_t *render_sub_line(const struct stats_line *l,
+			       const struct metrics_endpoint_view *eps, size_t n_eps)
+{
+	const struct subscription *sub = l->sub;
+	const struct store_sub_stats *x = l->x;
+	json_t *o = json_pack("{s:s, s:s, s:b, s:I, s:I}", "id", sub->id, "name", sub->name,
+			      "enabled", sub->enabled, "attempts", (json_int_t)(x ? x->attempts : 0),
+			      "successes", (json_int_t)(x ? x->successes : 0));
+	if (x && x->attempts)
+		json_object_set_new(o, "success_rate",
+				    json_real((double)x->successes / (double)x->attempts));
+	else
+		json_object_set_new(o, "success_rate", json_null());
+	if (x && x->last_code)
+		json_object_set_new(o, "last_error",
+				    json_pack("{s:i, s:s?, s:o}", "code", x->last_code, "message",
+					      x->last_message, "at", render_time(x->last_error_at)));
+	else
+		json_object_set_new(o, "last_error", json_null());
+	json_object_set_new(o, "circuit", json_string(breaker_state_name(l->circuit)));
+	if (sub->disabled_reason) /* disabled by outboxd after disable_after */
+		json_object_set_new(o, "disabled_reason", json_string(sub->disabled_reason));
+	json_object_set_new(o, "concurrency", render_sub_flow(sub, eps, n_eps));
+	return o;
+}
+
+/* The per-subscription lines of GET /v1/stats: every subscription, the ones ids names
+ * (n_ids > 0), or the limit ones to look at first (limit >= 0); *total counts them all. */
+static json_t *render_sub_stats(struct api *api, struct store_stats *s,
+				const char (*ids)[UUID_STR_LEN], size_t n_ids, long limit,
+				const struct metrics_endpoint_view *eps, size_t n_eps, size_t *total)
+{
+	json_t *subs = json_array();
+	int64_t now = clock_now_ms();
+	struct sub_set *set = sub_registry_acquire(api->reg);
+	struct stats_line *lines = calloc(set->n ? set->n : 1, sizeof(*lines));
+	size_t n_lines = 0;
+
+	*total = set->n;
+	/* by id, so that each subscription finds its figures in log n (a linear search per
+	 * subscription took 10,000 subscriptions' answer to a third of a second) */
+	if (s->n_subs)
+		qsort(s->subs, s->n_subs, sizeof(*s->subs), sub_stats_cmp);
+	for (size_t i = 0; lines && i < set->n; i++) {
+		const struct subscription *sub = set->items[i];
+		if (n_ids && !bsearch(sub->id, ids, n_ids, sizeof(*ids), id_cmp))
+			continue;
+		struct store_sub_stats key;
+		snprintf(key.subscription_id, sizeof(key.subscription_id), "%s", sub->id);
+		struct stats_line *l = &lines[n_lines++];
+		l->sub = sub;
+		l->x = s->n_subs ? bsearch(&key, s->subs, s->n_subs, sizeof(*s->subs),
+					   sub_stats_cmp) : NULL;
+		/* The breaker lives in this instance's dispatcher (per subscription), which
+		 * publishes its state to the metrics. */
+		l->circuit = metrics_circuit_state(sub->id, now);
+		l->rank = failing_rank(l->circuit, sub, l->x);
+	}
+	if (limit >= 0 && n_lines) {
+		qsort(lines, n_lines, sizeof(*lines), stats_line_cmp);
+		if (n_lines > (size_t)limit)
+			n_lines = (size_t)limit;
+	}
+	for (size_t i = 0; i < n_lines; i++)
+		json_array_append_new(subs, render_sub_line(&lines[i], eps, n_eps));
+	free(lines);
+	sub_registry_release(api->reg, set);
+	return subs;
+}
+
+void api_stats(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	struct store_stats s;
 	int64_t now = clock_now_ms();
+	char (*ids)[UUID_STR_LEN];
+	size_t n_ids, total;
+	long limit = -1;
+	if (req->query && req->query(req->query_ctx, "subscriptions_limit") &&
+	    api_query_int(req, "subscriptions_limit", 0, 0, 1000, &limit, res))
+		return;
+	if (stats_ids(req, res, &ids, &n_ids))
+		return;
 	int rc = store_stats(api->st, now, api->stats_window_ms, &s);
 	if (rc) {
+		free(ids);
 		api_reply_store_error(res, rc, "stats");
 		return;
 	}
-	json_t *subs = json_array();
 	struct metrics_endpoint_view *eps = calloc(STATS_ENDPOINTS_MAX, sizeof(*eps));
 	size_t n_eps = eps ? metrics_endpoints(eps, STATS_ENDPOINTS_MAX) : 0;
-	struct sub_set *set = sub_registry_acquire(api->reg);
-	for (size_t i = 0; i < set->n; i++) {
-		const struct subscription *sub = set->items[i];
-		const struct store_sub_stats *x = NULL;
-		for (size_t k = 0; k < s.n_subs && !x; k++)
-			if (strcmp(s.subs[k].subscription_id, sub->id) == 0)
-				x = &s.subs[k];
-		json_t *o = json_pack("{s:s, s:s, s:b, s:I, s:I}", "id", sub->id, "name", sub->name,
-				      "enabled", sub->enabled, "attempts",
-				      (json_int_t)(x ? x->attempts : 0), "successes",
-				      (json_int_t)(x ? x->successes : 0));
-		if (x && x->attempts)
-			json_object_set_new(o, "success_rate",
-					    json_real((double)x->successes / (double)x->attempts));
-		else
-			json_object_set_new(o, "success_rate", json_null());
-		if (x && x->last_code)
-			json_object_set_new(o, "last_error",
-					    json_pack("{s:i, s:s?, s:o}", "code", x->last_code, "message",
-						      x->last_message, "at", render_time(x->last_error_at)));
-		else
-			json_object_set_new(o, "last_error", json_null());
-		/* The breaker lives in this instance's dispatcher (per subscription), which
-		 * publishes its state to the metrics. */
-		json_object_set_new(o, "circuit", json_string(breaker_state_name(
-				metrics_circuit_state(sub->id, clock_now_ms()))));
-		if (sub->disabled_reason) /* disabled by outboxd after disable_after */
-			json_object_set_new(o, "disabled_reason", json_string(sub->disabled_reason));
-		json_object_set_new(o, "concurrency", render_sub_flow(sub, eps, n_eps));
-		json_array_append_new(subs, o);
-	}
-	sub_registry_release(api->reg, set);
+	json_t *subs = render_sub_stats(api, &s, (const char (*)[UUID_STR_LEN])ids, n_ids, limit,
+					eps, n_eps, &total);
+	free(ids);
 	json_t *out = json_pack(
 		"{s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "deliveries",
 		"NEW", (json_int_t)s.new_count, "PROCESSED", (json_int_t)s.processed_count,
@@ -301,6 +443,7 @@ void api_stats(struct api *api, struct api_response *res)
 		"oldest_dead_at", render_time(s.oldest_dead_at), "oldest_dead_age_ms",
 		s.oldest_dead_at ? json_integer(now - s.oldest_dead_at) : json_null(), "window",
 		json_pack("{s:I}", "ms", (json_int_t)api->stats_window_ms), "subscriptions", subs);
+	json_object_set_new(out, "subscriptions_total", json_integer((json_int_t)total));
 	long ops_stored, ops_suppressed, ops_dropped;
 	metrics_ops_events_read(&ops_stored, &ops_suppressed, &ops_dropped);
 	json_object_set_new(out, "ops_events",

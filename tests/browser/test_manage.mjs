@@ -1,6 +1,7 @@
 // test_manage.mjs: the console's management paths, in Chromium: create a subscription
 // (the generated secret shown once, credentials masked afterwards), disable, edit as JSON,
-// enable and delete it; page through the DLQ by key (the cursor in the URL); a binary
+// enable and delete it; the subscriptions in pages and the overview's failing first
+// among 121; page through the DLQ by key (the cursor in the URL); a binary
 // payload as hex and base64; cancel a paced replay job while it runs. No page error, no
 // console error, no request to another host. Screenshots: $ARTIFACTS_DIR/manage-*.png.
 import path from 'node:path';
@@ -140,6 +141,35 @@ async function main() {
       await waitFor('gone', async () => !(await ox.api('GET', '/v1/subscriptions')).items.some((s) => s.name === 'crm-sync'));
       const actions = (await ox.api('GET', '/v1/audit?limit=10')).items.map((a) => a.action);
       check(['subscription.create', 'subscription.update', 'subscription.delete'].every((a) => actions.includes(a)), `audited: ${actions}`);
+    });
+
+    await step('many subscriptions: the list in pages of 100, the overview the failing first', async () => {
+      for (let i = 0; i < 120; i++) {
+        await ox.api('POST', '/v1/subscriptions', {
+          name: `tenant-${String(i).padStart(3, '0')}`, event_types: [`tenant${i}.*`], endpoint: `${rx.url}/t${i}`,
+        });
+      }
+      const subRows = page.locator('table[data-testid="subscriptions"] tbody tr');
+      await page.goto(`${ox.url}/console/#/subscriptions`);
+      await waitFor('a page of 100', async () => (await subRows.count()) === 100);
+      const first = await subRows.evaluateAll((trs) => trs.map((tr) => tr.dataset.sub));
+      check(first[0] === 'broken-sink', `oldest first: ${first[0]}`);
+      await page.getByTestId('next-page').click();
+      await waitFor('the other 21', async () => (await subRows.count()) === 21);
+      const second = await subRows.evaluateAll((trs) => trs.map((tr) => tr.dataset.sub));
+      check(!second.some((n) => first.includes(n)), 'no subscription on both pages');
+      check(second[20] === 'tenant-119', `newest last: ${second[20]}`);
+      // the page's health figures came with it: broken-sink's circuit shows on page one
+      await page.getByRole('link', { name: 'First page' }).click();
+      await waitFor('page one again', async () => (await subRows.count()) === 100);
+      const circuit = await page.locator('tr[data-sub="broken-sink"] .pill').innerText();
+      check(circuit !== '—', `broken-sink's circuit shown: ${circuit}`);
+      await page.goto(`${ox.url}/console/#/`);
+      await page.getByTestId('more-subs').waitFor();
+      const text = await page.getByTestId('more-subs').innerText();
+      check(text.includes('50 of 121'), `the overview says what it leaves out: ${text}`);
+      const top = await page.locator('table.health tbody tr[data-sub]').first().getAttribute('data-sub');
+      check(top === 'broken-sink', `the failing subscription first: ${top}`);
     });
   });
 }

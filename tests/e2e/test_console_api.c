@@ -273,6 +273,77 @@ static void test_subscription_pages(void **state)
 	expect_400("/v1/subscriptions?cursor=e:1:0190a0b0-0000-7000-8000-000000000001", "cursor");
 }
 
+/* The ids of the "subscriptions" of a GET /v1/stats answer, in order, into out (n of
+ * them); returns subscriptions_total. */
+static long stats_subs(const char *query, char out[][64], size_t *n)
+{
+	json_t *st = e2e_get(&dmn, "/v1/stats%s", query), *x;
+	size_t i;
+	*n = 0;
+	json_array_foreach(json_object_get(st, "subscriptions"), i, x)
+		snprintf(out[(*n)++], 64, "%s", json_string_value(json_object_get(x, "id")));
+	long total = (long)json_integer_value(json_object_get(st, "subscriptions_total"));
+	json_decref(st);
+	return total;
+}
+
+/* GET /v1/stats for a page of subscriptions (subscription_id=ID,ID) and for the ones to
+ * look at first (subscriptions_limit=N: failing first); subscriptions_total counts all. */
+static void test_stats_for_a_page(void **state)
+{
+	char ids[4][64], got[8][64], query[400];
+	size_t n;
+
+	assert_int_equal(receiver_script(&rcv, "/down", "{\"default\":{\"status\":503}}"), 0);
+	for (int i = 0; i < 4; i++)
+		e2e_create_sub(&dmn, ids[i], "{\"name\":\"st-%c\",\"event_types\":[\"st%d.*\"],"
+					     "\"endpoint\":\"%s/%s\",\"retry\":{\"permanent\":[503]}}",
+			       'a' + i, i, rcv.url, i == 2 ? "down" : "up");
+	/* st-c fails (a 503 it treats as permanent: dead at once) */
+	char ev[64], dids[1][64];
+	e2e_send(&dmn, ev, "{\"event_type\":\"st2.x\",\"payload\":{}}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, dids, 1), 1);
+	json_decref(e2e_wait_dead(&dmn, dids[0], 10000));
+
+	assert_int_equal(stats_subs("", got, &n), 4);
+	assert_int_equal(n, 4);
+	snprintf(query, sizeof(query), "?subscription_id=%s,%s", ids[3], ids[0]);
+	assert_int_equal(stats_subs(query, got, &n), 4);
+	assert_int_equal(n, 2); /* the two named, in the list's order */
+	assert_string_equal(got[0], ids[0]);
+	assert_string_equal(got[1], ids[3]);
+	snprintf(query, sizeof(query), "?subscription_id=%s", ids[2]);
+	stats_subs(query, got, &n);
+	assert_int_equal(n, 1);
+	assert_string_equal(got[0], ids[2]);
+	/* an id of no subscription: none */
+	stats_subs("?subscription_id=0190a0b0-0000-7000-8000-000000000000", got, &n);
+	assert_int_equal(n, 0);
+	/* the failing one first */
+	assert_int_equal(stats_subs("?subscriptions_limit=1", got, &n), 4);
+	assert_int_equal(n, 1);
+	assert_string_equal(got[0], ids[2]);
+	stats_subs("?subscriptions_limit=0", got, &n);
+	assert_int_equal(n, 0);
+	stats_subs("?subscriptions_limit=10", got, &n);
+	assert_int_equal(n, 4);
+	assert_string_equal(got[0], ids[2]);
+
+	expect_400("/v1/stats?subscription_id=down", "subscription_id");
+	snprintf(query, sizeof(query), "/v1/stats?subscription_id=%s,", ids[0]);
+	expect_400(query, "subscription_id");
+	expect_400("/v1/stats?subscriptions_limit=-1", "subscriptions_limit");
+	expect_400("/v1/stats?subscriptions_limit=1001", "subscriptions_limit");
+	expect_400("/v1/stats?subscriptions_limit=x", "subscriptions_limit");
+	/* more than 100 ids */
+	char *many = malloc(101 * 37 + 64);
+	size_t off = (size_t)sprintf(many, "/v1/stats?subscription_id=");
+	for (int i = 0; i < 101; i++)
+		off += (size_t)sprintf(many + off, "%s%s", i ? "," : "", ids[i % 4]);
+	expect_400(many, "subscription_id");
+	free(many);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -280,6 +351,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_whoami, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_series_and_request, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subscription_pages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stats_for_a_page, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

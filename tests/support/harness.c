@@ -1094,7 +1094,7 @@ json_t *api_call_at(struct daemon *d, bool admin, const char *token, const char 
 		    const char *file, int line)
 {
 	struct http_resp resp;
-	char url[2048];
+	char url[8192]; /* a query naming a hundred ids fits */
 	json_t *j;
 
 	if (snprintf(url, sizeof(url), "%s%s", d->url, path) >= (int)sizeof(url)) {

@@ -393,18 +393,31 @@ static int int_row(struct sq_reader *rd, const char *sql, int64_t bind1, int64_t
 	return rc;
 }
 
-static struct store_sub_stats *sub_stats_for(struct store_stats *out, const char *id, size_t *cap)
+static int sub_stats_cmp(const void *a, const void *b)
 {
-	for (size_t i = 0; i < out->n_subs; i++)
-		if (strcmp(out->subs[i].subscription_id, id) == 0)
-			return &out->subs[i];
+	return strcmp(((const struct store_sub_stats *)a)->subscription_id,
+		      ((const struct store_sub_stats *)b)->subscription_id);
+}
+
+/* The figures of subscription id: found among the first n_sorted (sorted by id), or a
+ * new entry at the end. A search per row kept 10,000 subscriptions' stats near a
+ * third of a second (a linear search each); this is a binary one. */
+static struct store_sub_stats *sub_stats_for(struct store_stats *out, size_t n_sorted,
+					     const char *id, size_t *cap)
+{
+	struct store_sub_stats key, *x;
+	snprintf(key.subscription_id, sizeof(key.subscription_id), "%s", id);
+	x = n_sorted ? bsearch(&key, out->subs, n_sorted, sizeof(*out->subs), sub_stats_cmp) :
+		       NULL;
+	if (x)
+		return x;
 	struct store_sub_stats *more = sq_grow(out->subs, cap, out->n_subs, sizeof(*more));
 	if (!more)
 		return NULL;
 	out->subs = more;
-	struct store_sub_stats *x = &out->subs[out->n_subs++];
+	x = &out->subs[out->n_subs++];
 	memset(x, 0, sizeof(*x));
-	snprintf(x->subscription_id, sizeof(x->subscription_id), "%s", id);
+	memcpy(x->subscription_id, key.subscription_id, sizeof(x->subscription_id));
 	return x;
 }
 
@@ -491,7 +504,7 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
 	sqlite3_bind_int64(s, 1, store_minute_start(now_ms - window_ms));
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct store_sub_stats *x =
-			sub_stats_for(out, (const char *)sqlite3_column_text(s, 0), &cap);
+			sub_stats_for(out, 0, (const char *)sqlite3_column_text(s, 0), &cap);
 		if (!x) {
 			rc = SQLITE_NOMEM;
 			goto out;
@@ -504,6 +517,9 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
 	s = NULL;
 	if (rc != SQLITE_OK)
 		goto out;
+	if (out->n_subs)
+		qsort(out->subs, out->n_subs, sizeof(*out->subs), sub_stats_cmp);
+	size_t n_sorted = out->n_subs;
 	/* SQLite returns the row of max() for the bare columns. */
 	rc = sqlite3_prepare_v2(rd->db,
 				"SELECT subscription_id, max(at), code, message FROM attempt_errors"
@@ -516,7 +532,7 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
 	sqlite3_bind_int64(s, 1, now_ms - window_ms);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct store_sub_stats *x =
-			sub_stats_for(out, (const char *)sqlite3_column_text(s, 0), &cap);
+			sub_stats_for(out, n_sorted, (const char *)sqlite3_column_text(s, 0), &cap);
 		if (!x || sq_col_dup(s, 3, &x->last_message) != SQLITE_OK) {
 			rc = SQLITE_NOMEM;
 			goto out;
@@ -525,6 +541,9 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
 		x->last_code = sqlite3_column_int(s, 2);
 	}
 	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+	/* failures of subscriptions without a counted attempt were appended */
+	if (out->n_subs)
+		qsort(out->subs, out->n_subs, sizeof(*out->subs), sub_stats_cmp);
 out:
 	sqlite3_finalize(s);
 	sq_read_unlock(rd);
