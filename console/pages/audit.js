@@ -19,9 +19,11 @@ function Target({ action, target, subs }) {
 }
 
 export function Audit({ query, refresh }) {
-  const subs = useSubscriptions(refresh);
   const before = query.get('before') || '';
   const [log] = useAsync(() => api('GET', `/v1/audit${qs({ limit: 50, before })}`), [before], refresh);
+  // the subscriptions the entries name: a target id, or a filter's subscription
+  const subs = useSubscriptions(refresh, log.data ? log.data.items.map((a) =>
+    (typeof a.target === 'string' ? a.target : a.target && a.target.subscription_id)) : []);
   return html`<main>
     <h1>Audit log</h1>
     <${ErrorNote} error=${log.error} />

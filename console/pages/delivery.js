@@ -60,7 +60,7 @@ function Request({ r }) {
 export function DeliveryDetail({ id, can, refresh }) {
   const [d, reload] = useAsync(() => api('GET', `/v1/deliveries/${id}`), [id], refresh);
   const [req] = useAsync(() => api('GET', `/v1/deliveries/${id}/request`), [id]);
-  const subs = useSubscriptions(refresh);
+  const subs = useSubscriptions(refresh, [d.data && d.data.subscription_id]);
   const [message, setMessage] = useState(null);
   const [error, setError] = useState(null);
   const [confirm, setConfirm] = useState(false);

@@ -103,7 +103,7 @@ export function Events({ query, refresh }) {
 
 export function EventDetail({ id, refresh }) {
   const [ev] = useAsync(() => api('GET', `/v1/events/${id}`), [id], refresh);
-  const subs = useSubscriptions(refresh);
+  const subs = useSubscriptions(refresh, ev.data ? ev.data.deliveries.map((d) => d.subscription_id) : []);
   const first = ev.data && ev.data.deliveries.length ? ev.data.deliveries[0].id : null;
   // The payload's exact bytes come with a delivery's request (GET /v1/events/{id} parses
   // JSON, so 0.10 could read 0.1); without a delivery, or when its subscription is gone,

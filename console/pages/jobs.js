@@ -17,7 +17,7 @@ export function Jobs({ can, query, refresh }) {
   const state = query.get('state') || '';
   const cursor = query.get('cursor') || '';
   const [list, reload] = useAsync(() => api('GET', `/v1/jobs${qs({ limit: 50, state, cursor })}`), [state, cursor], refresh);
-  const subs = useSubscriptions(refresh);
+  const subs = useSubscriptions(refresh, list.data ? list.data.items.map((j) => j.filter && j.filter.subscription_id) : []);
   const [error, setError] = useState(null);
   const [message, setMessage] = useState(null);
   const cancel = async (j) => {

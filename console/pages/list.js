@@ -18,20 +18,57 @@ function readQuery(query) {
   return f;
 }
 
-// The subscriptions (names for ids, enabled for "waiting"), reloaded with the page.
-export function useSubscriptions(refresh = 0) {
-  const [s] = useAsync(() => api('GET', '/v1/subscriptions'), [], refresh);
-  return s.data ? s.data.items : [];
+// The subscriptions (names for ids, enabled for "waiting", the filter's choices),
+// reloaded with the page: the first SUBS_READ of them, and when there are more (a
+// platform may have thousands), those of `ids` (the ones the page shows) read by id.
+// The answer has `more` set when the first SUBS_READ are not all.
+const SUBS_READ = 1000;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export function useSubscriptions(refresh = 0, ids = []) {
+  const [first] = useAsync(() => api('GET', `/v1/subscriptions${qs({ limit: SUBS_READ })}`), [], refresh);
+  const have = new Set(first.data ? first.data.items.map((x) => x.id) : []);
+  const missing = first.data && first.data.next_cursor
+    ? [...new Set(ids.filter((id) => UUID.test(id || '') && !have.has(id)))].sort() : [];
+  const [extra] = useAsync(async () => {
+    let out = [];
+    for (let i = 0; i < missing.length; i += 100) {
+      out = out.concat((await api('GET', `/v1/subscriptions${qs({ id: missing.slice(i, i + 100).join(',') })}`)).items);
+    }
+    return out;
+  }, [missing.join()], refresh);
+  // the last answer stays while the next one loads: names do not blink at each refresh
+  const last = useRef([]);
+  if (first.data) {
+    const all = first.data.items.concat(extra.data || []);
+    all.more = Boolean(first.data.next_cursor);
+    last.current = all;
+  }
+  return last.current;
 }
 
 function Filters({ dead, current, subs, onApply }) {
   const [f, setF] = useState({ ...current, from: fromRfc3339(current.from), to: fromRfc3339(current.to) });
   useEffect(() => setF({ ...current, from: fromRfc3339(current.from), to: fromRfc3339(current.to) }), [JSON.stringify(current)]);
   const bind = (k) => ({ id: `f-${k}`, name: k, value: f[k] || '', onInput: (e) => setF({ ...f, [k]: e.target.value }) });
-  const submit = (e) => {
+  const [nameError, setNameError] = useState(null);
+  const submit = async (e) => {
     e.preventDefault();
     const out = { ...f, from: toRfc3339(f.from), to: toRfc3339(f.to) };
     delete out.cursor;
+    // with too many subscriptions for a list, a name typed: its id
+    if (out.subscription_name !== undefined) {
+      const name = out.subscription_name.trim();
+      delete out.subscription_name;
+      out.subscription_id = '';
+      if (name) {
+        try {
+          const found = (await api('GET', `/v1/subscriptions${qs({ name })}`)).items[0];
+          if (!found) { setNameError(new Error(`no subscription is named ${name}`)); return; }
+          out.subscription_id = found.id;
+        } catch (err) { setNameError(err); return; }
+      }
+    }
+    setNameError(null);
     onApply(out);
   };
   const active = FILTER_KEYS.filter((k) => current[k]).length;
@@ -42,8 +79,12 @@ function Filters({ dead, current, subs, onApply }) {
     <form class="filters" onSubmit=${submit} aria-label="Filter">
     ${!dead && html`<div><label for="f-status">Status</label><select ...${bind('status')} onChange=${(e) => setF({ ...f, status: e.target.value })}>
       <option value="">any</option><option>NEW</option><option>PROCESSED</option><option>FAILED</option></select></div>`}
-    <div><label for="f-subscription_id">Subscription</label><select ...${bind('subscription_id')} onChange=${(e) => setF({ ...f, subscription_id: e.target.value })}>
-      <option value="">any</option>${subs.map((s) => html`<option value=${s.id} selected=${s.id === f.subscription_id}>${s.name}</option>`)}</select></div>
+    ${subs.more
+    ? html`<div><label for="f-subscription_name">Subscription</label><input id="f-subscription_name" name="subscription_name"
+        value=${f.subscription_name !== undefined ? f.subscription_name : (f.subscription_id ? subName(subs, f.subscription_id) : '')}
+        onInput=${(e) => setF({ ...f, subscription_name: e.target.value })} placeholder="its name" /></div>`
+    : html`<div><label for="f-subscription_id">Subscription</label><select ...${bind('subscription_id')} onChange=${(e) => setF({ ...f, subscription_id: e.target.value })}>
+      <option value="">any</option>${subs.map((s) => html`<option value=${s.id} selected=${s.id === f.subscription_id}>${s.name}</option>`)}</select></div>`}
     <div><label for="f-event_type">Event type</label><input ...${bind('event_type')} placeholder="order.* " /></div>
     <div><label for="f-q">Error text</label><input ...${bind('q')} placeholder="connection refused" /></div>
     <div><label for="f-code">Code</label><input ...${bind('code')} inputmode="numeric" size="4" placeholder="503" /></div>
@@ -57,6 +98,7 @@ function Filters({ dead, current, subs, onApply }) {
       <option value="">created</option><option value="updated_at">updated</option><option value="attempt_count">attempts</option></select></div>
     <div><label for="f-order">Order</label><select ...${bind('order')} onChange=${(e) => setF({ ...f, order: e.target.value })}>
       <option value="">oldest first</option><option value="desc">newest first</option></select></div>
+    <${ErrorNote} error=${nameError} />
     <div class="actions"><button type="submit" class="primary">Apply</button>
       <button type="button" onClick=${() => onApply({})}>Clear</button></div>
   </form></details>`;
@@ -152,7 +194,6 @@ function BulkAction({ kind, filter, subs, onClose, onJob, onPurged }) {
 export function DeliveryList({ dead, can, query, refresh }) {
   const current = readQuery(query);
   const base = dead ? 'dlq' : 'deliveries';
-  const subs = useSubscriptions(refresh);
   const [selected, setSelected] = useState(new Set());
   const [bulk, setBulk] = useState(null);
   // A running replay job is in the URL too (&job=ID): a reload or a colleague follows it.
@@ -165,6 +206,8 @@ export function DeliveryList({ dead, can, query, refresh }) {
   const key = withoutJob.toString();
   const [list, reload] = useAsync(() => api('GET', `/v1/${dead ? 'dlq' : 'deliveries'}${qs({ limit: 50, ...current })}`), [key], refresh);
   useEffect(() => setSelected(new Set()), [key]);
+  const subs = useSubscriptions(refresh, [current.subscription_id,
+    ...(list.data ? list.data.items.map((d) => d.subscription_id) : [])]);
 
   useListKeys();
 

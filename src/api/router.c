@@ -72,6 +72,54 @@ int api_query_int(const struct api_request *req, const char *name, long def, lon
 	return 0;
 }
 
+static int id_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+int api_query_ids(const struct api_request *req, const char *name, size_t max,
+		  char (**ids)[UUID_STR_LEN], size_t *n, struct api_response *res)
+{
+	const char *v = api_query_get(req, name);
+	*ids = NULL;
+	*n = 0;
+	if (!v)
+		return 0;
+	*ids = calloc(max, sizeof(**ids));
+	if (!*ids) {
+		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
+		return -1;
+	}
+	for (const char *p = v;;) {
+		size_t len = strcspn(p, ",");
+		if (*n == max) {
+			api_reply_errorf(res, 400, "invalid_argument", name,
+					 "%s names at most %zu ids", name, max);
+			goto bad;
+		}
+		if (len != UUID_STR_LEN - 1)
+			goto not_ids;
+		memcpy((*ids)[*n], p, len);
+		(*ids)[*n][len] = '\0';
+		if (!uuid_valid((*ids)[*n]))
+			goto not_ids;
+		(*n)++;
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
+	qsort(*ids, *n, sizeof(**ids), id_cmp);
+	return 0;
+not_ids:
+	api_reply_errorf(res, 400, "invalid_argument", name, "%s must be ids, separated by commas",
+			 name);
+bad:
+	free(*ids);
+	*ids = NULL;
+	*n = 0;
+	return -1;
+}
+
 void api_reply_store_error(struct api_response *res, int rc, const char *what)
 {
 	if (rc == STORE_UNAVAILABLE || rc == STORE_ERROR)

@@ -293,50 +293,6 @@ static int stats_line_cmp(const void *a, const void *b)
 
 #define STATS_IDS_MAX 100 /* subscription_id= of GET /v1/stats: a console page (3.7 KB) */
 
-/* subscription_id=ID,ID,... of GET /v1/stats into ids (sorted, for bsearch); 0, or -1
- * with the 400 answered. *n is 0 when the parameter is absent. */
-static int stats_ids(const struct api_request *req, struct api_response *res,
-		     char (**ids)[UUID_STR_LEN], size_t *n)
-{
-	const char *v = req->query ? req->query(req->query_ctx, "subscription_id") : NULL;
-	*ids = NULL;
-	*n = 0;
-	if (!v)
-		return 0;
-	*ids = calloc(STATS_IDS_MAX, sizeof(**ids));
-	if (!*ids) {
-		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
-		return -1;
-	}
-	for (const char *p = v;;) {
-		size_t len = strcspn(p, ",");
-		if (*n == STATS_IDS_MAX || len != UUID_STR_LEN - 1) {
-			api_reply_errorf(res, 400, "invalid_argument", "subscription_id",
-					 *n == STATS_IDS_MAX ?
-						 "subscription_id names at most 100 subscriptions" :
-						 "subscription_id must be subscription ids, separated by commas");
-			goto bad;
-		}
-		memcpy((*ids)[*n], p, len);
-		(*ids)[*n][len] = '\0';
-		if (!uuid_valid((*ids)[*n])) {
-			api_reply_errorf(res, 400, "invalid_argument", "subscription_id",
-					 "subscription_id must be subscription ids, separated by commas");
-			goto bad;
-		}
-		(*n)++;
-		if (!p[len])
-			break;
-		p += len + 1;
-	}
-	qsort(*ids, *n, sizeof(**ids), id_cmp);
-	return 0;
-bad:
-	free(*ids);
-	*ids = NULL;
-	return -1;
-}
-
 /* The per-subscription lines of GET /v1/stats: every subscription, the ones ids names
  * (n_ids > 0), or the limit ones to look at first (limit >= 0); *total counts them all. */
 static json_t *render_sub_line(const struct stats_line *l,
@@ -419,7 +375,7 @@ void api_stats(struct api *api, const struct api_request *req, struct api_respon
 	if (req->query && req->query(req->query_ctx, "subscriptions_limit") &&
 	    api_query_int(req, "subscriptions_limit", 0, 0, 1000, &limit, res))
 		return;
-	if (stats_ids(req, res, &ids, &n_ids))
+	if (api_query_ids(req, "subscription_id", STATS_IDS_MAX, &ids, &n_ids, res))
 		return;
 	int rc = store_stats(api->st, now, api->stats_window_ms, &s);
 	if (rc) {

@@ -104,8 +104,57 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 #define SUBS_PAGE_DEFAULT 100
 #define SUBS_PAGE_MAX 1000
 
-/* Every subscription when the request names neither limit, cursor nor name (as before
- * paging existed: scripts that read the whole list keep working), else one page. */
+#define SUBS_IDS_MAX 100
+
+/* id=ID,ID,...: those subscriptions (an id of none is left out), in the order named. */
+static int subs_by_id(struct api *api, const struct api_request *req, struct api_response *res,
+		      struct sub_row **rows, size_t *n)
+{
+	const char *v = api_query_get(req, "id");
+	char (*ids)[UUID_STR_LEN];
+	size_t n_ids;
+	int rc = STORE_OK;
+
+	if (api_query_ids(req, "id", SUBS_IDS_MAX, &ids, &n_ids, res))
+		return -1;
+	*rows = calloc(n_ids, sizeof(**rows));
+	*n = 0;
+	if (!*rows) {
+		free(ids);
+		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
+		return -1;
+	}
+	/* in the order named (ids is sorted), each once */
+	for (const char *p = v; rc == STORE_OK && *p;) {
+		char id[UUID_STR_LEN];
+		size_t len = strcspn(p, ",");
+		snprintf(id, sizeof(id), "%.*s", (int)len, p);
+		p += len + (p[len] == ',');
+		int seen = 0;
+		for (size_t k = 0; k < *n && !seen; k++)
+			seen = strcmp((*rows)[k].id, id) == 0;
+		if (seen)
+			continue;
+		rc = store_sub_get(api->st, id, &(*rows)[*n]);
+		if (rc == STORE_OK)
+			(*n)++;
+		else if (rc == STORE_NOT_FOUND)
+			rc = STORE_OK;
+	}
+	free(ids);
+	if (rc) {
+		store_subs_free(*rows, *n);
+		*rows = NULL;
+		*n = 0;
+		api_reply_store_error(res, rc, "subscriptions");
+		return -1;
+	}
+	return 0;
+}
+
+/* Every subscription when the request names neither limit, cursor, name nor id (as before
+ * paging existed: scripts that read the whole list keep working), else one page, or the
+ * subscriptions id= names. */
 void api_subs_list(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	const char *cursor = api_query_get(req, "cursor");
@@ -116,7 +165,16 @@ void api_subs_list(struct api *api, const struct api_request *req, struct api_re
 	long limit = 0;
 	int rc;
 
-	if (cursor || name || api_query_get(req, "limit")) {
+	if (api_query_get(req, "id")) {
+		if (cursor || name || api_query_get(req, "limit")) {
+			api_reply_errorf(res, 400, "invalid_argument", "id",
+					 "id does not combine with limit, cursor or name");
+			return;
+		}
+		if (subs_by_id(api, req, res, &rows, &n))
+			return;
+		rc = STORE_OK;
+	} else if (cursor || name || api_query_get(req, "limit")) {
 		if (api_query_int(req, "limit", SUBS_PAGE_DEFAULT, 1, SUBS_PAGE_MAX, &limit, res))
 			return;
 		rc = store_sub_page(api->st, cursor, name, (size_t)limit, &rows, &n, &next);

@@ -171,6 +171,33 @@ async function main() {
       const top = await page.locator('table.health tbody tr[data-sub]').first().getAttribute('data-sub');
       check(top === 'broken-sink', `the failing subscription first: ${top}`);
     });
+
+    await step('more than 1,000 subscriptions: names read by id, the filter by name', async () => {
+      for (let i = 120; i < 1000; i++) {
+        await ox.api('POST', '/v1/subscriptions', {
+          name: `tenant-${String(i).padStart(4, '0')}`, event_types: [`tenant${i}.*`], endpoint: `${rx.url}/t${i}`,
+        });
+      }
+      // the 1,002nd: beyond the first 1,000 the console reads at once
+      const late = await ox.api('POST', '/v1/subscriptions', {
+        name: 'tenant-late', event_types: ['late.*'], endpoint: `${rx.url}/sink`,
+        retry: { immediate: 1, permanent: [500] },
+      });
+      await ox.api('POST', '/v1/events', { event_type: 'late.x', payload: {} });
+      await waitFor('its delivery dead', async () => (await ox.api('GET', `/v1/dlq?subscription_id=${late.id}`)).items.length === 1);
+      await page.goto(`${ox.url}/console/#/dlq`);
+      await waitFor('7 dead, tenant-late among them by name', async () =>
+        (await rows.count()) === 7 && (await page.locator('table.list tbody').innerText()).includes('tenant-late'));
+      // no list of 1,002 to choose from: a name box
+      check(await page.locator('select#f-subscription_id').count() === 0, 'no select of every subscription');
+      await page.getByLabel('Subscription', { exact: true }).fill('tenant-late');
+      await page.getByRole('button', { name: 'Apply' }).click();
+      await waitFor('its dead delivery alone', async () => (await rows.count()) === 1);
+      check(new URL(page.url()).hash.includes(`subscription_id=${late.id}`), 'its id in the URL');
+      await page.getByLabel('Subscription', { exact: true }).fill('no-such-tenant');
+      await page.getByRole('button', { name: 'Apply' }).click();
+      await page.getByText('no subscription is named no-such-tenant').waitFor();
+    });
   });
 }
 

@@ -216,7 +216,8 @@ static void expect_400(const char *path, const char *field)
 
 /* GET /v1/subscriptions pages with limit and cursor, in creation order, every one once and
  * credentials masked as in the whole list; without either it is the whole list (next_cursor
- * null); name= gives that one or none; a bad limit or cursor is 400 naming it. */
+ * null); name= gives that one or none, id= those named; a bad limit, cursor or id is 400
+ * naming it. */
 static void test_subscription_pages(void **state)
 {
 	char ids[7][64], path[600];
@@ -266,6 +267,23 @@ static void test_subscription_pages(void **state)
 	json_t *none = e2e_get(&dmn, "/v1/subscriptions?name=paged");
 	assert_int_equal(json_array_size(json_object_get(none, "items")), 0);
 	json_decref(none);
+
+	/* by id: those named, in the order named, each once; an id of none left out */
+	snprintf(path, sizeof(path), "/v1/subscriptions?id=%s,%s,%s,%s", ids[5], ids[1], ids[5],
+		 "0190a0b0-0000-7000-8000-000000000000");
+	json_t *some = e2e_get(&dmn, "%s", path), *some_items = json_object_get(some, "items");
+	assert_int_equal(json_array_size(some_items), 2);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(some_items, 0), "id")),
+			    ids[5]);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(some_items, 1), "id")),
+			    ids[1]);
+	char *some_text = json_dumps(some, JSON_COMPACT);
+	assert_null(strstr(some_text, "pw-paged"));
+	free(some_text);
+	json_decref(some);
+	expect_400("/v1/subscriptions?id=paged-1", "id");
+	snprintf(path, sizeof(path), "/v1/subscriptions?id=%s&limit=3", ids[0]);
+	expect_400(path, "id");
 
 	expect_400("/v1/subscriptions?limit=0", "limit");
 	expect_400("/v1/subscriptions?limit=1001", "limit");
