@@ -74,9 +74,8 @@ struct sub_slot {
 	_Atomic int used;                 /* 0 free, 1 claiming, 2 ready */
 	char id[UUID_STR_LEN];
 	_Atomic long outcomes[METRICS_OUTCOMES];
-	_Atomic int circuit_known;        /* a breaker state was ever published */
-	_Atomic int circuit_state;        /* 0 closed, 1 open, 2 half-open */
-	_Atomic long long circuit_open_until; /* ms since the epoch, while open */
+	_Atomic int circuit_known;        /* a breaker state was ever published (its state:
+	                                     metrics_circuit_state) */
 };
 
 static struct {
@@ -199,38 +198,95 @@ void metrics_in_flight(long n)
 	atomic_store_explicit(&m.in_flight, n, memory_order_relaxed);
 }
 
-void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms)
+/* The breakers not closed, sorted by subscription id: each subscription's circuit is
+ * read here, whatever the number of subscriptions (the labelled slots above stop at
+ * SUB_SLOTS, and a subscription beyond them would read as closed). Written only when a
+ * breaker changes state. */
+struct open_circuit {
+	char id[UUID_STR_LEN];
+	int state;                        /* 1 open, 2 half-open */
+	int64_t open_until_ms;
+};
+
+static struct {
+	pthread_mutex_t mu;
+	struct open_circuit *items;
+	size_t n, cap;
+} circuits = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Where id is in circuits (*found 1), or where it would go. Under circuits.mu. */
+static size_t circuit_pos(const char *id, int *found)
 {
-	struct sub_slot *s = subscription_id ? slot_for(subscription_id) : NULL;
-	if (!s)
-		return;
-	atomic_store_explicit(&s->circuit_open_until, open_until_ms, memory_order_relaxed);
-	atomic_store_explicit(&s->circuit_state, state, memory_order_relaxed);
-	atomic_store_explicit(&s->circuit_known, 1, memory_order_relaxed);
+	size_t lo = 0, hi = circuits.n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(circuits.items[mid].id, id);
+		if (c == 0) {
+			*found = 1;
+			return mid;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = 0;
+	return lo;
 }
 
-/* The slot of id when it has one (never claims a new one). */
-static struct sub_slot *slot_find(const char *id)
+void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms)
 {
-	uint32_t h = hash_fnv1a(id);
-	for (int probe = 0; probe < 16; probe++) {
-		struct sub_slot *s = &m.subs[(h + (uint32_t)probe) % SUB_SLOTS];
-		int state = atomic_load(&s->used);
-		if (state == 0)
-			return NULL;
-		if (state == 2 && strcmp(s->id, id) == 0)
-			return s;
+	if (!subscription_id)
+		return;
+	struct sub_slot *s = slot_for(subscription_id);
+	if (s)
+		atomic_store_explicit(&s->circuit_known, 1, memory_order_relaxed);
+
+	int found;
+	pthread_mutex_lock(&circuits.mu);
+	size_t i = circuit_pos(subscription_id, &found);
+	if (state == 0 && found) {
+		memmove(&circuits.items[i], &circuits.items[i + 1],
+			(circuits.n - i - 1) * sizeof(*circuits.items));
+		circuits.n--;
+	} else if (state != 0) {
+		if (!found && circuits.n == circuits.cap) {
+			size_t cap = circuits.cap ? circuits.cap * 2 : 16;
+			struct open_circuit *more = realloc(circuits.items, cap * sizeof(*more));
+			if (!more) { /* the breaker works on; GET /v1/stats reads it as closed */
+				pthread_mutex_unlock(&circuits.mu);
+				return;
+			}
+			circuits.items = more;
+			circuits.cap = cap;
+		}
+		if (!found) {
+			memmove(&circuits.items[i + 1], &circuits.items[i],
+				(circuits.n - i) * sizeof(*circuits.items));
+			circuits.n++;
+			snprintf(circuits.items[i].id, sizeof(circuits.items[i].id), "%s",
+				 subscription_id);
+		}
+		circuits.items[i].state = state;
+		circuits.items[i].open_until_ms = open_until_ms;
 	}
-	return NULL;
+	pthread_mutex_unlock(&circuits.mu);
 }
 
 int metrics_circuit_state(const char *subscription_id, int64_t now_ms)
 {
-	struct sub_slot *s = subscription_id ? slot_find(subscription_id) : NULL;
-	if (!s || !atomic_load(&s->circuit_known))
+	int found, state = 0;
+	int64_t until = 0;
+	if (!subscription_id)
 		return 0;
-	int state = atomic_load(&s->circuit_state);
-	if (state == 1 && now_ms >= atomic_load(&s->circuit_open_until))
+	pthread_mutex_lock(&circuits.mu);
+	size_t i = circuit_pos(subscription_id, &found);
+	if (found) {
+		state = circuits.items[i].state;
+		until = circuits.items[i].open_until_ms;
+	}
+	pthread_mutex_unlock(&circuits.mu);
+	if (state == 1 && now_ms >= until)
 		state = 2; /* the window is over: the next delivery is the probe */
 	return state;
 }

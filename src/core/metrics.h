@@ -42,9 +42,9 @@ void metrics_writer_time(enum metrics_writer_time what, int64_t duration_us);
  * 1 open (until open_until_ms, ms since the epoch; it reads as 2 after that), 2 half-open. */
 void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms);
 /* The last published state of the subscription's breaker at now_ms (0 closed, 1 open,
- * 2 half-open: an open breaker whose open_until passed). 0 when none was published: the
- * dispatcher has not delivered to it, or more than 1024 subscriptions are tracked.
- * Any thread: GET /v1/stats reads it. */
+ * 2 half-open: an open breaker whose open_until passed), for any number of subscriptions
+ * (the per-subscription series of the metrics stop at 1,024). 0 when none was published:
+ * the dispatcher has not delivered to it. Any thread: GET /v1/stats reads it. */
 int metrics_circuit_state(const char *subscription_id, int64_t now_ms);
 /* The ingest's protocol: the label protocol of outboxd_ingested_events_total and
  * outboxd_ingest_rejected_total. */

@@ -50,6 +50,8 @@ static int drop(struct hc_node *n, void *ctx)
 {
 	struct sub_limits *x = limits_of(n);
 	(void)ctx;
+	if (x->published && x->published_state != 0) /* its breaker goes with it */
+		metrics_circuit(x->sub_id, 0, 0);
 	free(x->ep_for);
 	free(x);
 	return 1;
@@ -78,9 +80,18 @@ void limits_free_all(struct limits_table *t)
 	hc_free(&t->subs);
 }
 
-static void publish(const struct sub_limits *x)
+/* The breaker's state for GET /v1/stats and the metrics, when it changed since last
+ * published (admissions run once per delivery; changes are rare). */
+static void publish(struct sub_limits *x)
 {
-	metrics_circuit(x->sub_id, (int)x->state.breaker.state, x->state.breaker.open_until_ms);
+	int state = (int)x->state.breaker.state;
+	int64_t until = x->state.breaker.open_until_ms;
+	if (x->published && x->published_state == state && x->published_until == until)
+		return;
+	metrics_circuit(x->sub_id, state, until);
+	x->published = 1;
+	x->published_state = state;
+	x->published_until = until;
 }
 
 enum breaker_admission limits_admit(struct sub_limits *x, const struct subscription *s,

@@ -47,6 +47,9 @@ struct sub_limits {
 	                                no longer wait for it (its receiver takes too little
 	                                to be worth it), until it empties */
 	struct retry_slots requeue_slots; /* its re-queue window's slots (core/retry.h) */
+	int published;               /* the breaker's state was published (metrics_circuit) */
+	int published_state;         /* ... this state, */
+	int64_t published_until;     /* ... open until then */
 	int64_t window_ms;           /* the breaker's failure window as last seen */
 	int64_t last_used_ms;        /* monotonic */
 	struct endpoint *ep;         /* its endpoint's flow control (one ref), NULL: none */
