@@ -19,10 +19,11 @@ function readQuery(query) {
 }
 
 // The subscriptions (names for ids, enabled for "waiting", the filter's choices),
-// reloaded with the page: the first SUBS_READ of them, and when there are more (a
-// platform may have thousands), those of `ids` (the ones the page shows) read by id.
+// reloaded with the page: the first SUBS_READ of them (a list to choose from is no help
+// beyond that), and when there are more (a platform may have thousands), those of `ids`
+// (the ones the page shows) read by id.
 // The answer has `more` set when the first SUBS_READ are not all.
-const SUBS_READ = 1000;
+const SUBS_READ = 200;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export function useSubscriptions(refresh = 0, ids = []) {
   const [first] = useAsync(() => api('GET', `/v1/subscriptions${qs({ limit: SUBS_READ })}`), [], refresh);
