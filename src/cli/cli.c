@@ -590,7 +590,9 @@ static const char *age_text(long long ms, char *buf, size_t len)
 static int run_stats(struct cli *c, const struct cli_args *o)
 {
 	json_t *r;
-	int rc = call(c, "GET", "/v1/stats", NULL, &r);
+	char path[64] = "/v1/stats";
+	append_query(path, sizeof(path), "subscriptions_limit", opt(o, "--top"));
+	int rc = call(c, "GET", path, NULL, &r);
 	if (rc)
 		return rc;
 	if (c->json) {
@@ -642,6 +644,10 @@ static int run_stats(struct cli *c, const struct cli_args *o)
 		if (json_is_string(json_object_get(x, "disabled_reason")))
 			printf("%-20s  disabled by outboxd: %s\n", "", str(x, "disabled_reason"));
 	}
+	json_int_t total = json_integer_value(json_object_get(r, "subscriptions_total"));
+	if ((size_t)total > json_array_size(json_object_get(r, "subscriptions")))
+		printf("%zu of %lld subscriptions shown, failing first\n",
+		       json_array_size(json_object_get(r, "subscriptions")), (long long)total);
 	/* flow control: each endpoint's adaptive limit in this instance */
 	json_t *eps = json_object_get(r, "endpoints");
 	if (json_array_size(eps)) {
@@ -910,10 +916,15 @@ static const struct cli_command tokens_commands[] = {
 	LAST,
 };
 
+static const struct cli_option stats_options[] = {
+	{"--top", "N", "only the N subscriptions to look at first (failing first)"},
+	END,
+};
+
 /* `outboxd stats` is the group's only command: no command word. */
 static const struct cli_command stats_commands[] = {
 	{NULL, NULL, "counts, DLQ depth, per-subscription success, endpoints", 0,
-	 0, NO_OPTIONS, run_stats},
+	 0, {stats_options}, run_stats},
 	LAST,
 };
 

@@ -140,6 +140,12 @@ static void test_cli_flow(void **state)
 	assert_int_equal(run(out, sizeof(out), "stats"), 0);
 	assert_non_null(strstr(out, "SUBSCRIPTION"));
 	assert_non_null(strstr(out, "cli"));
+	assert_null(strstr(out, "subscriptions shown"));
+	/* --top 0: none of them, and how many there are */
+	assert_int_equal(run(out, sizeof(out), "stats --top 0"), 0);
+	assert_non_null(strstr(out, "0 of "));
+	assert_non_null(strstr(out, "subscriptions shown, failing first"));
+	assert_int_equal(run(out, sizeof(out), "stats --top x"), 1); /* the API's 400 */
 	assert_int_equal(run(out, sizeof(out), "deliveries show %s", first), 1); /* 404 */
 
 	/* Exit codes: 1 the API said no, 2 usage, 3 unreachable. */
