@@ -210,39 +210,36 @@ static json_t *render_spool(struct api *api)
 			 last);
 }
 
-#define STATS_ENDPOINTS_MAX 256 /* the endpoints core/metrics keeps */
+#define STATS_ENDPOINTS_MAX 256 /* the endpoints of an answer that names no subscription */
 
-/* The flow control of the endpoints this instance delivers to (deliver/endpoints.h,
- * published through the metrics): its adaptive limit, what is open and waiting, and the
- * latency it judges by. Instance-local, like the circuit breakers. */
-static json_t *render_endpoints(const struct metrics_endpoint_view *v, size_t n)
+/* One endpoint's flow control (deliver/endpoints.h, published through the metrics): its
+ * adaptive limit, what is open and waiting, and the latency it judges by. Instance-local,
+ * like the circuit breakers. */
+static json_t *render_endpoint(const struct metrics_endpoint_view *v)
 {
-	json_t *list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:I}",
-						      "endpoint", v[i].key, "limit", v[i].limit,
-						      "in_flight", v[i].in_flight, "queued",
-						      v[i].queued, "latency_ms",
-						      (double)v[i].latency_us / 1000.0, "latency_min_ms",
-						      (double)v[i].latency_min_us / 1000.0, "cuts",
-						      (json_int_t)v[i].cuts));
-	return list;
+	return json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:I}", "endpoint", v->key, "limit",
+			 v->limit, "in_flight", v->in_flight, "queued", v->queued, "latency_ms",
+			 (double)v->latency_us / 1000.0, "latency_min_ms",
+			 (double)v->latency_min_us / 1000.0, "cuts", (json_int_t)v->cuts);
 }
 
 /* The subscription's side of it: its endpoint, and whether its limit adapts there or is
- * the fixed concurrency it pins. */
-static json_t *render_sub_flow(const struct subscription *sub,
-			       const struct metrics_endpoint_view *v, size_t n)
+ * the fixed concurrency it pins. The endpoint's figures go into shown (by key, when not
+ * NULL) when this instance has them. */
+static json_t *render_sub_flow(const struct subscription *sub, json_t *shown)
 {
 	char key[ENDPOINT_KEY_MAX];
+	struct metrics_endpoint_view v;
 	if (sub->concurrency > 0)
 		return json_pack("{s:s, s:i}", "mode", "fixed", "limit", sub->concurrency);
 	if (endpoint_key(sub->endpoint, key))
 		return json_null(); /* not an http(s) endpoint */
 	json_t *o = json_pack("{s:s, s:s}", "mode", "adaptive", "endpoint", key);
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(v[i].key, key) == 0)
-			json_object_set_new(o, "limit", json_integer(v[i].limit));
+	if (metrics_endpoint_get(key, &v) == 0) {
+		json_object_set_new(o, "limit", json_integer(v.limit));
+		if (shown && !json_object_get(shown, key))
+			json_object_set_new(shown, key, render_endpoint(&v));
+	}
 	return o;
 }
 
@@ -293,10 +290,9 @@ static int stats_line_cmp(const void *a, const void *b)
 
 #define STATS_IDS_MAX 100 /* subscription_id= of GET /v1/stats: a console page (3.7 KB) */
 
-/* The per-subscription lines of GET /v1/stats: every subscription, the ones ids names
- * (n_ids > 0), or the limit ones to look at first (limit >= 0); *total counts them all. */
-static json_t *render_sub_line(const struct stats_line *l,
-			       const struct metrics_endpoint_view *eps, size_t n_eps)
+/* One subscription's line: its figures in the window, its circuit in this instance, its
+ * flow control. */
+static json_t *render_sub_line(const struct stats_line *l, json_t *shown_eps)
 {
 	const struct subscription *sub = l->sub;
 	const struct store_sub_stats *x = l->x;
@@ -317,15 +313,16 @@ static json_t *render_sub_line(const struct stats_line *l,
 	json_object_set_new(o, "circuit", json_string(breaker_state_name(l->circuit)));
 	if (sub->disabled_reason) /* disabled by outboxd after disable_after */
 		json_object_set_new(o, "disabled_reason", json_string(sub->disabled_reason));
-	json_object_set_new(o, "concurrency", render_sub_flow(sub, eps, n_eps));
+	json_object_set_new(o, "concurrency", render_sub_flow(sub, shown_eps));
 	return o;
 }
 
 /* The per-subscription lines of GET /v1/stats: every subscription, the ones ids names
- * (n_ids > 0), or the limit ones to look at first (limit >= 0); *total counts them all. */
+ * (n_ids > 0), or the limit ones to look at first (limit >= 0); *total counts them all,
+ * and shown_eps gets their endpoints' figures. */
 static json_t *render_sub_stats(struct api *api, struct store_stats *s,
 				const char (*ids)[UUID_STR_LEN], size_t n_ids, long limit,
-				const struct metrics_endpoint_view *eps, size_t n_eps, size_t *total)
+				json_t *shown_eps, size_t *total)
 {
 	json_t *subs = json_array();
 	int64_t now = clock_now_ms();
@@ -359,7 +356,7 @@ static json_t *render_sub_stats(struct api *api, struct store_stats *s,
 			n_lines = (size_t)limit;
 	}
 	for (size_t i = 0; i < n_lines; i++)
-		json_array_append_new(subs, render_sub_line(&lines[i], eps, n_eps));
+		json_array_append_new(subs, render_sub_line(&lines[i], shown_eps));
 	free(lines);
 	sub_registry_release(api->reg, set);
 	return subs;
@@ -372,7 +369,7 @@ void api_stats(struct api *api, const struct api_request *req, struct api_respon
 	char (*ids)[UUID_STR_LEN];
 	size_t n_ids, total;
 	long limit = -1;
-	if (req->query && req->query(req->query_ctx, "subscriptions_limit") &&
+	if (api_query_get(req, "subscriptions_limit") &&
 	    api_query_int(req, "subscriptions_limit", 0, 0, 1000, &limit, res))
 		return;
 	if (api_query_ids(req, "subscription_id", STATS_IDS_MAX, &ids, &n_ids, res))
@@ -383,10 +380,9 @@ void api_stats(struct api *api, const struct api_request *req, struct api_respon
 		api_reply_store_error(res, rc, "stats");
 		return;
 	}
-	struct metrics_endpoint_view *eps = calloc(STATS_ENDPOINTS_MAX, sizeof(*eps));
-	size_t n_eps = eps ? metrics_endpoints(eps, STATS_ENDPOINTS_MAX) : 0;
+	json_t *shown_eps = n_ids || limit >= 0 ? json_object() : NULL;
 	json_t *subs = render_sub_stats(api, &s, (const char (*)[UUID_STR_LEN])ids, n_ids, limit,
-					eps, n_eps, &total);
+					shown_eps, &total);
 	free(ids);
 	json_t *out = json_pack(
 		"{s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "deliveries",
@@ -421,8 +417,25 @@ void api_stats(struct api *api, const struct api_request *req, struct api_respon
 						      (json_int_t)s.blocked_count, "keys",
 						      (json_int_t)s.blocked_keys));
 	json_object_set_new(out, "spool", render_spool(api));
-	json_object_set_new(out, "endpoints", render_endpoints(eps, n_eps));
-	free(eps);
+	/* The endpoints of the subscriptions shown, or with every subscription the first
+	 * STATS_ENDPOINTS_MAX by name (a platform may deliver to thousands) */
+	json_t *endpoints = json_array();
+	if (shown_eps) {
+		const char *key;
+		json_t *v;
+		json_object_foreach(shown_eps, key, v)
+			json_array_append(endpoints, v);
+	} else {
+		struct metrics_endpoint_view *eps = calloc(STATS_ENDPOINTS_MAX, sizeof(*eps));
+		size_t n_eps = eps ? metrics_endpoints(eps, STATS_ENDPOINTS_MAX) : 0;
+		for (size_t i = 0; i < n_eps; i++)
+			json_array_append_new(endpoints, render_endpoint(&eps[i]));
+		free(eps);
+	}
+	json_decref(shown_eps);
+	json_object_set_new(out, "endpoints", endpoints);
+	json_object_set_new(out, "endpoints_total",
+			    json_integer((json_int_t)metrics_endpoint_count()));
 	store_stats_free(&s);
 	api_reply_json(res, 200, out);
 }

@@ -124,7 +124,7 @@ static int subs_by_id(struct api *api, const struct api_request *req, struct api
 		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
 		return -1;
 	}
-	/* in the order named (ids is sorted), each once */
+	/* api_query_ids checked them (and sorted its copy); the answer keeps the order named */
 	for (const char *p = v; rc == STORE_OK && *p;) {
 		char id[UUID_STR_LEN];
 		size_t len = strcspn(p, ",");

@@ -118,22 +118,32 @@ static struct {
 static int n_lags;
 
 /* Endpoints' flow control: written by the dispatcher every 100 ms at most, read by the
- * renderer and GET /v1/stats, all under ep_mu. */
-#define ENDPOINT_SLOTS 256
+ * renderer and GET /v1/stats, all under ep_mu. Sorted by key, any number of them (a
+ * platform may deliver to thousands); the /metrics series stop at ENDPOINT_SERIES, to
+ * keep a scrape's size bounded. */
+#define ENDPOINT_SERIES 256
 static pthread_mutex_t ep_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct metrics_endpoint_view eps[ENDPOINT_SLOTS];
-static uint32_t eps_hash[ENDPOINT_SLOTS]; /* of each key: compared before the key (with
-                                             thousands of endpoints, most are not here) */
-static int n_eps;
+static struct metrics_endpoint_view *eps;
+static size_t n_eps, cap_eps;
 
-/* The slot of the endpoint with that key (hash h), or n_eps. Under ep_mu. */
-static int ep_slot(const char *key, uint32_t h)
+/* Where the endpoint with that key is (*found 1), or would go. Under ep_mu. */
+static size_t ep_pos(const char *key, int *found)
 {
-	int i;
-	for (i = 0; i < n_eps; i++)
-		if (eps_hash[i] == h && strcmp(eps[i].key, key) == 0)
-			break;
-	return i;
+	size_t lo = 0, hi = n_eps;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(eps[mid].key, key);
+		if (c == 0) {
+			*found = 1;
+			return mid;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = 0;
+	return lo;
 }
 
 static struct sub_slot *slot_for(const char *id)
@@ -440,34 +450,41 @@ void metrics_kafka_lag(const char *topic, int partition, long long lag)
 void metrics_endpoint(const char *key, int limit, int in_flight, int queued,
 		      int64_t latency_min_us, int64_t latency_us, long cuts)
 {
-	uint32_t h = hash_fnv1a(key);
+	int found;
 	pthread_mutex_lock(&ep_mu);
-	int i = ep_slot(key, h);
-	if (i == n_eps && n_eps < ENDPOINT_SLOTS) {
-		snprintf(eps[i].key, sizeof(eps[i].key), "%s", key);
-		eps_hash[i] = h;
+	size_t i = ep_pos(key, &found);
+	if (!found && n_eps == cap_eps) {
+		size_t cap = cap_eps ? cap_eps * 2 : 64;
+		struct metrics_endpoint_view *more = realloc(eps, cap * sizeof(*more));
+		if (!more) { /* the endpoint's flow control works on, unseen */
+			pthread_mutex_unlock(&ep_mu);
+			return;
+		}
+		eps = more;
+		cap_eps = cap;
+	}
+	if (!found) {
+		memmove(&eps[i + 1], &eps[i], (n_eps - i) * sizeof(*eps));
 		n_eps++;
+		snprintf(eps[i].key, sizeof(eps[i].key), "%s", key);
 	}
-	if (i < n_eps) {
-		eps[i].limit = limit;
-		eps[i].in_flight = in_flight;
-		eps[i].queued = queued;
-		eps[i].latency_min_us = latency_min_us;
-		eps[i].latency_us = latency_us;
-		eps[i].cuts = cuts;
-	}
+	eps[i].limit = limit;
+	eps[i].in_flight = in_flight;
+	eps[i].queued = queued;
+	eps[i].latency_min_us = latency_min_us;
+	eps[i].latency_us = latency_us;
+	eps[i].cuts = cuts;
 	pthread_mutex_unlock(&ep_mu);
 }
 
 void metrics_endpoint_gone(const char *key)
 {
-	uint32_t h = hash_fnv1a(key);
+	int found;
 	pthread_mutex_lock(&ep_mu);
-	int i = ep_slot(key, h);
-	if (i < n_eps) {
+	size_t i = ep_pos(key, &found);
+	if (found) {
+		memmove(&eps[i], &eps[i + 1], (n_eps - i - 1) * sizeof(*eps));
 		n_eps--;
-		eps[i] = eps[n_eps];
-		eps_hash[i] = eps_hash[n_eps];
 	}
 	pthread_mutex_unlock(&ep_mu);
 }
@@ -475,8 +492,28 @@ void metrics_endpoint_gone(const char *key)
 size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max)
 {
 	pthread_mutex_lock(&ep_mu);
-	size_t n = (size_t)n_eps < max ? (size_t)n_eps : max;
-	memcpy(out, eps, n * sizeof(*out));
+	size_t n = n_eps < max ? n_eps : max;
+	if (n)
+		memcpy(out, eps, n * sizeof(*out));
+	pthread_mutex_unlock(&ep_mu);
+	return n;
+}
+
+int metrics_endpoint_get(const char *key, struct metrics_endpoint_view *out)
+{
+	int found;
+	pthread_mutex_lock(&ep_mu);
+	size_t i = ep_pos(key, &found);
+	if (found)
+		*out = eps[i];
+	pthread_mutex_unlock(&ep_mu);
+	return found ? 0 : -1;
+}
+
+size_t metrics_endpoint_count(void)
+{
+	pthread_mutex_lock(&ep_mu);
+	size_t n = n_eps;
 	pthread_mutex_unlock(&ep_mu);
 	return n;
 }
@@ -754,7 +791,7 @@ static int render_endpoints(char **out, size_t *len, size_t *cap)
 	int bad = 0;
 	for (int k = 0; k < 6 && !bad; k++) {
 		bad |= appendf(out, len, cap, "%s", ep_series[k]);
-		for (int i = 0; i < n_eps && !bad; i++) {
+		for (size_t i = 0; i < n_eps && i < ENDPOINT_SERIES && !bad; i++) {
 			const struct metrics_endpoint_view *e = &eps[i];
 			if (k == 3 || k == 4) /* seconds */
 				bad |= appendf(out, len, cap, "%s{endpoint=\"%s\"} %.6f\n", ep_names[k],

@@ -334,6 +334,17 @@ static void test_stats_for_a_page(void **state)
 	stats_subs(query, got, &n);
 	assert_int_equal(n, 1);
 	assert_string_equal(got[0], ids[2]);
+	/* its endpoint's flow control comes with it (it was delivered to), and only that one */
+	json_t *st = e2e_get(&dmn, "/v1/stats?subscription_id=%s", ids[2]);
+	const char *ep = json_string_value(json_object_get(json_object_get(
+		json_array_get(json_object_get(st, "subscriptions"), 0), "concurrency"), "endpoint"));
+	assert_non_null(ep);
+	json_t *eps = json_object_get(st, "endpoints");
+	assert_int_equal(json_array_size(eps), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(eps, 0), "endpoint")),
+			    ep);
+	assert_true(json_integer_value(json_object_get(st, "endpoints_total")) >= 1);
+	json_decref(st);
 	/* an id of no subscription: none */
 	stats_subs("?subscription_id=0190a0b0-0000-7000-8000-000000000000", got, &n);
 	assert_int_equal(n, 0);
