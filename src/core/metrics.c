@@ -107,15 +107,18 @@ static struct {
 } m;
 
 /* Consumer lag by topic and partition: written by the intake thread only, read by the
- * renderer under lag_mu. */
+ * renderer under lag_mu. Each probe of the intake's assignment is a round: what it does
+ * not name again (partitions that went to another instance) is swept at its end. */
 #define LAG_SLOTS 256
 static pthread_mutex_t lag_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
-	char topic[128];
+	char topic[256];             /* a Kafka topic name has at most 249 characters */
 	int partition;
 	long long lag;
+	unsigned round;              /* the last round that named it */
 } lags[LAG_SLOTS];
 static int n_lags;
+static unsigned lag_round;
 
 /* Endpoints' flow control: written by the dispatcher every 100 ms at most, read by the
  * renderer and GET /v1/stats, all under ep_mu. Sorted by key, any number of them (a
@@ -430,20 +433,58 @@ void metrics_kafka_paused(int paused)
 	atomic_store(&m.kafka_paused, paused);
 }
 
-void metrics_kafka_lag(const char *topic, int partition, long long lag)
+/* The slot of (topic, partition), made when there is room; n_lags when none. Under
+ * lag_mu. */
+static int lag_slot(const char *topic, int partition, int make)
 {
-	pthread_mutex_lock(&lag_mu);
 	int i;
 	for (i = 0; i < n_lags; i++)
 		if (lags[i].partition == partition && strcmp(lags[i].topic, topic) == 0)
-			break;
-	if (i == n_lags && n_lags < LAG_SLOTS) {
+			return i;
+	if (make && n_lags < LAG_SLOTS) {
 		snprintf(lags[i].topic, sizeof(lags[i].topic), "%s", topic);
 		lags[i].partition = partition;
+		lags[i].lag = 0;
 		n_lags++;
 	}
-	if (i < n_lags)
+	return i;
+}
+
+void metrics_kafka_lag_round(void)
+{
+	pthread_mutex_lock(&lag_mu);
+	lag_round++;
+	pthread_mutex_unlock(&lag_mu);
+}
+
+void metrics_kafka_lag(const char *topic, int partition, long long lag)
+{
+	pthread_mutex_lock(&lag_mu);
+	int i = lag_slot(topic, partition, 1);
+	if (i < n_lags) {
 		lags[i].lag = lag;
+		lags[i].round = lag_round;
+	}
+	pthread_mutex_unlock(&lag_mu);
+}
+
+void metrics_kafka_lag_keep(const char *topic, int partition)
+{
+	pthread_mutex_lock(&lag_mu);
+	int i = lag_slot(topic, partition, 0);
+	if (i < n_lags)
+		lags[i].round = lag_round;
+	pthread_mutex_unlock(&lag_mu);
+}
+
+void metrics_kafka_lag_sweep(void)
+{
+	pthread_mutex_lock(&lag_mu);
+	int kept = 0;
+	for (int i = 0; i < n_lags; i++)
+		if (lags[i].round == lag_round)
+			lags[kept++] = lags[i];
+	n_lags = kept;
 	pthread_mutex_unlock(&lag_mu);
 }
 

@@ -84,7 +84,15 @@ void metrics_kafka_fatal_error(const char *client);
 void metrics_kafka_dead_lettered(void);
 void metrics_kafka_consumed(long messages, long undecodable);
 void metrics_kafka_paused(int paused);
+/* Consumer lag, one round per look at the intake's assignment: metrics_kafka_lag_round,
+ * then metrics_kafka_lag for each assigned partition whose lag is known and
+ * metrics_kafka_lag_keep for one whose lag could not be read this time (its last value
+ * stays), then metrics_kafka_lag_sweep: the partitions the round did not name (revoked:
+ * another instance consumes them now) have no lag here any more. */
+void metrics_kafka_lag_round(void);
 void metrics_kafka_lag(const char *topic, int partition, long long lag);
+void metrics_kafka_lag_keep(const char *topic, int partition);
+void metrics_kafka_lag_sweep(void);
 
 /* Flow control (deliver/endpoints.h): what one endpoint's adaptive concurrency is now. */
 struct metrics_endpoint_view {

@@ -114,21 +114,29 @@ static void probe(struct kafka_intake *ki)
 		return;
 	positions(ki, parts);
 	int64_t budget_end = clock_mono_ms() + PROBE_TIMEOUT_MS;
+	metrics_kafka_lag_round();
 	for (int i = 0; i < parts->cnt; i++) {
 		const rd_kafka_topic_partition_t *p = &parts->elems[i];
 		int64_t lo = 0, hi = 0, pos = p->offset;
+		int unknown;
 		if (ki->paused) {
 			int left = (int)(budget_end - clock_mono_ms());
-			if (left <= 0 || rd_kafka_query_watermark_offsets(ki->rk, p->topic, p->partition,
-									  &lo, &hi, left))
-				continue;
-		} else if (rd_kafka_get_watermark_offsets(ki->rk, p->topic, p->partition, &lo, &hi)) {
+			unknown = left <= 0 || rd_kafka_query_watermark_offsets(
+						       ki->rk, p->topic, p->partition, &lo, &hi, left);
+		} else {
+			unknown = rd_kafka_get_watermark_offsets(ki->rk, p->topic, p->partition, &lo,
+								 &hi) != 0;
+		}
+		if (unknown) {
+			metrics_kafka_lag_keep(p->topic, p->partition);
 			continue;
 		}
 		if (pos < 0)
 			pos = lo;
 		metrics_kafka_lag(p->topic, p->partition, hi > pos ? hi - pos : 0);
 	}
+	/* partitions revoked since (another instance of the group has them) */
+	metrics_kafka_lag_sweep();
 	rd_kafka_topic_partition_list_destroy(parts);
 }
 

@@ -3,7 +3,8 @@
  * subscriptions, beyond the 1,024 with series in /metrics, an open circuit reading
  * half-open once its window is over, a closed one forgotten; and the endpoints' flow
  * control (metrics_endpoint, _get, _gone) for any number of endpoints, /metrics showing
- * the first 256. */
+ * the first 256; the Kafka intake's lag per partition, a revoked partition's gone at the
+ * next look. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -122,6 +123,58 @@ static void test_many_endpoints(void **state)
 	metrics_endpoint_gone("never.example:443#0"); /* nothing to remove */
 }
 
+/* The value of the lag series of (topic, partition) in a /metrics render, -1: none. */
+static long long lag_of(const char *topic, int partition)
+{
+	char *text = NULL, series[320];
+	size_t len = 0;
+	long long v = -1;
+	assert_int_equal(metrics_render(&text, &len), 0);
+	snprintf(series, sizeof(series), "outboxd_kafka_consumer_lag{topic=\"%s\",partition=\"%d\"} ",
+		 topic, partition);
+	const char *p = strstr(text, series);
+	if (p)
+		v = atoll(p + strlen(series));
+	free(text);
+	return v;
+}
+
+/* Each look at the assignment names its partitions; one it does not name again (revoked)
+ * has no lag any more; one whose lag could not be read keeps its last. */
+static void test_lag_follows_the_assignment(void **state)
+{
+	char long_topic[250];
+	memset(long_topic, 't', sizeof(long_topic) - 1);
+	long_topic[sizeof(long_topic) - 1] = '\0';
+
+	metrics_kafka_lag_round();
+	metrics_kafka_lag("orders", 0, 5);
+	metrics_kafka_lag("orders", 1, 7);
+	metrics_kafka_lag(long_topic, 3, 2); /* a name of 249 characters, whole */
+	metrics_kafka_lag_sweep();
+	assert_int_equal(lag_of("orders", 0), 5);
+	assert_int_equal(lag_of("orders", 1), 7);
+	assert_int_equal(lag_of(long_topic, 3), 2);
+
+	metrics_kafka_lag_round();
+	metrics_kafka_lag("orders", 0, 6);
+	metrics_kafka_lag_keep("orders", 1); /* not read this time: stays */
+	metrics_kafka_lag_sweep();
+	assert_int_equal(lag_of("orders", 0), 6);
+	assert_int_equal(lag_of("orders", 1), 7);
+	assert_int_equal(lag_of(long_topic, 3), -1); /* revoked */
+
+	metrics_kafka_lag_round();
+	metrics_kafka_lag("orders", 0, 1);
+	metrics_kafka_lag_sweep();
+	assert_int_equal(lag_of("orders", 0), 1);
+	assert_int_equal(lag_of("orders", 1), -1);
+
+	metrics_kafka_lag_round(); /* nothing assigned */
+	metrics_kafka_lag_sweep();
+	assert_int_equal(lag_of("orders", 0), -1);
+}
+
 static void test_unknown_and_null(void **state)
 {
 	assert_int_equal(metrics_circuit_state("0190a0b0-0000-7000-8000-999999999999", 0), 0);
@@ -134,6 +187,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_many_subscriptions),
 		cmocka_unit_test(test_many_endpoints),
+		cmocka_unit_test(test_lag_follows_the_assignment),
 		cmocka_unit_test(test_unknown_and_null),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
