@@ -129,13 +129,14 @@ static pthread_mutex_t ep_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct metrics_endpoint_view *eps;
 static size_t n_eps, cap_eps;
 
-/* Where the endpoint with that key is (*found 1), or would go. Under ep_mu. */
-static size_t ep_pos(const char *key, int *found)
+/* Where key is in the n items of size bytes at items, sorted by their first member, a
+ * NUL-terminated key (*found 1), or where it would go. */
+static size_t sorted_pos(const void *items, size_t n, size_t size, const char *key, int *found)
 {
-	size_t lo = 0, hi = n_eps;
+	size_t lo = 0, hi = n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(eps[mid].key, key);
+		int c = strcmp((const char *)items + mid * size, key);
 		if (c == 0) {
 			*found = 1;
 			return mid;
@@ -147,6 +148,12 @@ static size_t ep_pos(const char *key, int *found)
 	}
 	*found = 0;
 	return lo;
+}
+
+/* Where the endpoint with that key is (*found 1), or would go. Under ep_mu. */
+static size_t ep_pos(const char *key, int *found)
+{
+	return sorted_pos(eps, n_eps, sizeof(*eps), key, found);
 }
 
 static struct sub_slot *slot_for(const char *id)
@@ -230,21 +237,7 @@ static struct {
 /* Where id is in circuits (*found 1), or where it would go. Under circuits.mu. */
 static size_t circuit_pos(const char *id, int *found)
 {
-	size_t lo = 0, hi = circuits.n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(circuits.items[mid].id, id);
-		if (c == 0) {
-			*found = 1;
-			return mid;
-		}
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	*found = 0;
-	return lo;
+	return sorted_pos(circuits.items, circuits.n, sizeof(*circuits.items), id, found);
 }
 
 void metrics_circuit(const char *subscription_id, int state, int64_t open_until_ms)
