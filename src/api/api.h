@@ -181,8 +181,8 @@ const char *api_query_get(const void *req, const char *name);
  * a 400 naming the parameter when it is not an integer from min to max. */
 int api_query_int(const struct api_request *req, const char *name, long def, long min,
 		  long max, long *out, struct api_response *res);
-/* name=ID,ID,... (UUIDs, at most max): *ids (sorted, for bsearch; the caller frees it)
- * and *n, both empty when absent; 0, or -1 with the 400 answered. */
+/* name=ID,ID,... (UUIDs, at most max): *ids in the order named (the caller frees it) and
+ * *n, both empty when absent; 0, or -1 with the 400 answered. */
 int api_query_ids(const struct api_request *req, const char *name, size_t max,
 		  char (**ids)[UUID_STR_LEN], size_t *n, struct api_response *res);
 

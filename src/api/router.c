@@ -72,11 +72,6 @@ int api_query_int(const struct api_request *req, const char *name, long def, lon
 	return 0;
 }
 
-static int id_cmp(const void *a, const void *b)
-{
-	return strcmp(a, b);
-}
-
 int api_query_ids(const struct api_request *req, const char *name, size_t max,
 		  char (**ids)[UUID_STR_LEN], size_t *n, struct api_response *res)
 {
@@ -108,7 +103,6 @@ int api_query_ids(const struct api_request *req, const char *name, size_t max,
 			break;
 		p += len + 1;
 	}
-	qsort(*ids, *n, sizeof(**ids), id_cmp);
 	return 0;
 not_ids:
 	api_reply_errorf(res, 400, "invalid_argument", name, "%s must be ids, separated by commas",

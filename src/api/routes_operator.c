@@ -374,6 +374,8 @@ void api_stats(struct api *api, const struct api_request *req, struct api_respon
 		return;
 	if (api_query_ids(req, "subscription_id", STATS_IDS_MAX, &ids, &n_ids, res))
 		return;
+	if (n_ids) /* for bsearch */
+		qsort(ids, n_ids, sizeof(*ids), id_cmp);
 	int rc = store_stats(api->st, now, api->stats_window_ms, &s);
 	if (rc) {
 		free(ids);

@@ -106,11 +106,11 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 
 #define SUBS_IDS_MAX 100
 
-/* id=ID,ID,...: those subscriptions (an id of none is left out), in the order named. */
+/* id=ID,ID,...: those subscriptions (an id of none is left out), in the order named,
+ * each once. */
 static int subs_by_id(struct api *api, const struct api_request *req, struct api_response *res,
 		      struct sub_row **rows, size_t *n)
 {
-	const char *v = api_query_get(req, "id");
 	char (*ids)[UUID_STR_LEN];
 	size_t n_ids;
 	int rc = STORE_OK;
@@ -124,18 +124,13 @@ static int subs_by_id(struct api *api, const struct api_request *req, struct api
 		api_reply_errorf(res, 500, "internal", NULL, "out of memory");
 		return -1;
 	}
-	/* api_query_ids checked them (and sorted its copy); the answer keeps the order named */
-	for (const char *p = v; rc == STORE_OK && *p;) {
-		char id[UUID_STR_LEN];
-		size_t len = strcspn(p, ",");
-		snprintf(id, sizeof(id), "%.*s", (int)len, p);
-		p += len + (p[len] == ',');
+	for (size_t i = 0; rc == STORE_OK && i < n_ids; i++) {
 		int seen = 0;
-		for (size_t k = 0; k < *n && !seen; k++)
-			seen = strcmp((*rows)[k].id, id) == 0;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = strcmp(ids[k], ids[i]) == 0;
 		if (seen)
 			continue;
-		rc = store_sub_get(api->st, id, &(*rows)[*n]);
+		rc = store_sub_get(api->st, ids[i], &(*rows)[*n]);
 		if (rc == STORE_OK)
 			(*n)++;
 		else if (rc == STORE_NOT_FOUND)
