@@ -44,6 +44,14 @@ export async function api(method, path, body, tok = token.get()) {
 }
 
 // Query string from an object, leaving out empty values.
+// A subscription name as typed into a find box, for GET /v1/subscriptions?name=: a glob as
+// typed when it holds '*' or '?', else the names that hold the text (a glob's letters'
+// case is ignored).
+export function nameGlob(text) {
+  const t = text.trim();
+  return !t || /[*?]/.test(t) ? t : `*${t}*`;
+}
+
 export function qs(params) {
   const u = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') u.set(k, v);

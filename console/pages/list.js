@@ -3,7 +3,7 @@
 // replay or purge a selection, or everything a filter matches (dry-run count first,
 // then a paced replay job with live progress and cancel).
 import { html, useEffect, useRef, useState } from '../vendor/htm-preact.js';
-import { api, qs } from '../api.js';
+import { api, nameGlob, qs } from '../api.js';
 import {
   Cell, ErrorNote, describeFilter, fmtTime, fromRfc3339, navigate, shortId, subName, toRfc3339, useAsync,
   useListKeys, waitingOn,
@@ -63,8 +63,18 @@ function Filters({ dead, current, subs, onApply }) {
       out.subscription_id = '';
       if (name) {
         try {
-          const found = (await api('GET', `/v1/subscriptions${qs({ name })}`)).items[0];
-          if (!found) { setNameError(new Error(`no subscription is named ${name}`)); return; }
+          // the name itself, else the one subscription whose name holds it (or matches
+          // it, a glob): several are named in the error for the user to choose
+          let found = /[*?]/.test(name) ? null : (await api('GET', `/v1/subscriptions${qs({ name })}`)).items[0];
+          if (!found) {
+            const like = (await api('GET', `/v1/subscriptions${qs({ name: nameGlob(name), limit: 6 })}`)).items;
+            if (like.length !== 1) {
+              const some = like.slice(0, 5).map((s) => s.name).join(', ') + (like.length > 5 ? ', …' : '');
+              setNameError(new Error(like.length ? `${like.length > 5 ? 'more than 5' : like.length} subscriptions match ${name}: ${some}` : `no subscription's name matches ${name}`));
+              return;
+            }
+            found = like[0];
+          }
           out.subscription_id = found.id;
         } catch (err) { setNameError(err); return; }
       }

@@ -1,8 +1,8 @@
 // subscriptions.js: subscriptions list, detail (credentials as the API masks them, its
 // attempts and latency per minute), create and edit (a form, subform.js, or the document
 // as JSON; saved as a merge patch), enable/disable and delete (admin scope).
-import { html, useState } from '../vendor/htm-preact.js';
-import { api, qs } from '../api.js';
+import { html, useEffect, useState } from '../vendor/htm-preact.js';
+import { api, nameGlob, qs } from '../api.js';
 import { AttemptsChart, LatencyChart } from '../chart.js';
 import { Cell, ErrorNote, fmtRate, fmtTime, navigate, useAsync } from '../util.js';
 import { SubscriptionForm, describeAuth, describeRetry } from './subform.js';
@@ -15,18 +15,32 @@ const PAGE = 100;
 
 export function Subscriptions({ can, query, refresh }) {
   const cursor = query ? query.get('cursor') || '' : '';
+  const find = query ? query.get('find') || '' : '';
+  const [typed, setTyped] = useState(find);
+  useEffect(() => setTyped(find), [find]);
   const [subs] = useAsync(async () => {
-    const page = await api('GET', `/v1/subscriptions${qs({ limit: PAGE, cursor: cursor || undefined })}`);
+    const page = await api('GET', `/v1/subscriptions${qs({ limit: PAGE, cursor: cursor || undefined, name: nameGlob(find) || undefined })}`);
     const ids = page.items.map((s) => s.id).join(',');
     const stats = ids ? await api('GET', `/v1/stats${qs({ subscription_id: ids })}`) : { subscriptions: [] };
     return [page, stats];
-  }, [cursor], refresh);
+  }, [cursor, find], refresh);
   const health = (id) => (subs.data ? subs.data[1].subscriptions.find((s) => s.id === id) : null) || {};
   const next = subs.data && subs.data[0].next_cursor;
+  const submit = (e) => {
+    e.preventDefault();
+    navigate(`/subscriptions${qs({ find: typed.trim() || undefined })}`);
+  };
   return html`<main>
     <h1>Subscriptions</h1>
     ${can.admin && html`<p><a class="button primary" href="#/subscriptions/new">New subscription</a></p>`}
+    <form class="filters find" role="search" aria-label="Find subscriptions" onSubmit=${submit}>
+      <div><label for="f-find">Name</label><input id="f-find" name="find" value=${typed}
+        onInput=${(e) => setTyped(e.target.value)} placeholder="part of it, or a glob: acme-*" /></div>
+      <div class="actions"><button type="submit">Find</button>
+        ${find && html` <a class="button" href="#/subscriptions">Show all</a>`}</div>
+    </form>
     <${ErrorNote} error=${subs.error} />
+    ${find && subs.data && !subs.data[0].items.length && !cursor && html`<p class="muted" data-testid="no-match">No subscription's name matches “${find}”.</p>`}
     <div class="scroll"><table class="list rows" data-testid="subscriptions">
       <thead><tr><th>Name</th><th>Endpoint</th><th>Event types</th><th>Enabled</th><th>Circuit</th><th>Success</th></tr></thead>
       <tbody>
@@ -41,8 +55,8 @@ export function Subscriptions({ can, query, refresh }) {
       </tbody>
     </table></div>
     ${(cursor || next) && html`<p class="pager">
-      ${cursor && html`<a class="button" href="#/subscriptions">First page</a>`}
-      ${next && html` <a class="button" data-testid="next-page" href=${`#/subscriptions${qs({ cursor: next })}`}>Next page</a>`}
+      ${cursor && html`<a class="button" href=${`#/subscriptions${qs({ find: find || undefined })}`}>First page</a>`}
+      ${next && html` <a class="button" data-testid="next-page" href=${`#/subscriptions${qs({ cursor: next, find: find || undefined })}`}>Next page</a>`}
     </p>`}
   </main>`;
 }

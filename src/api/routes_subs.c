@@ -103,6 +103,7 @@ void api_subs_create(struct api *api, const struct api_request *req, struct api_
 
 #define SUBS_PAGE_DEFAULT 100
 #define SUBS_PAGE_MAX 1000
+#define SUBS_NAME_QUERY_MAX 1000 /* bytes of ?name= (exact or a glob) */
 
 #define SUBS_IDS_MAX 100
 
@@ -172,6 +173,14 @@ void api_subs_list(struct api *api, const struct api_request *req, struct api_re
 	} else if (cursor || name || api_query_get(req, "limit")) {
 		if (api_query_int(req, "limit", SUBS_PAGE_DEFAULT, 1, SUBS_PAGE_MAX, &limit, res))
 			return;
+		/* a name is at most 200 characters: 4 bytes each at most, and a glob's
+		 * wildcards beside them */
+		if (name && strlen(name) > SUBS_NAME_QUERY_MAX) {
+			api_reply_errorf(res, 400, "invalid_argument", "name",
+					 "name is longer than %d bytes, and no subscription's is",
+					 SUBS_NAME_QUERY_MAX);
+			return;
+		}
 		rc = store_sub_page(api->st, cursor, name, (size_t)limit, &rows, &n, &next);
 		if (rc == STORE_INVALID && cursor) {
 			api_reply_errorf(res, 400, "invalid_argument", "cursor",

@@ -114,10 +114,11 @@ struct store_methods {
 	int (*sub_get)(store *st, const char *id, struct sub_row *out);
 	int (*sub_list)(store *st, struct sub_row **items, size_t *n);
 	/* Up to limit subscriptions oldest first (created_at, id), after the row (after_at,
-	 * after_id) when after_id is not NULL, named name when it is not NULL. Configs as
+	 * after_id) when after_id is not NULL, named name when it is not NULL, with a name
+	 * LIKE like ('\' escaping; letters' case ignored) when like is not NULL. Configs as
 	 * stored (the wrapper opens them). */
 	int (*sub_page)(store *st, int64_t after_at, const char *after_id, const char *name,
-			size_t limit, struct sub_row **items, size_t *n);
+			const char *like, size_t limit, struct sub_row **items, size_t *n);
 	/* Sets the config of subscription id to new_config only while it still is
 	 * old_config (STORE_CONFLICT otherwise: changed or deleted meanwhile), leaving name,
 	 * enabled and the timestamps alone: sealing a row is not a change of the
@@ -281,5 +282,8 @@ int store_newest_cursor_parse(const char *c, char tag, long long *at, char id[UU
 /* The cursor of the page after the row (at, id) of such a list (returned), or NULL when
  * out of memory. */
 char *store_newest_cursor(char tag, int64_t at, const char *id);
+/* A glob ('*' any run, '?' one character) as a LIKE pattern with '\' escaping, into
+ * out (at least 2 * strlen(glob) + 1 bytes). */
+void store_glob_to_like(const char *glob, char *out);
 
 #endif

@@ -849,6 +849,22 @@ char *store_newest_cursor(char tag, int64_t at, const char *id)
 	return c;
 }
 
+void store_glob_to_like(const char *glob, char *out)
+{
+	for (; *glob; glob++) {
+		if (*glob == '*') {
+			*out++ = '%';
+		} else if (*glob == '?') {
+			*out++ = '_';
+		} else {
+			if (*glob == '%' || *glob == '_' || *glob == '\\')
+				*out++ = '\\';
+			*out++ = *glob;
+		}
+	}
+	*out = '\0';
+}
+
 int store_take_one(void *rows, size_t n, size_t size, void *out)
 {
 	if (n == 0) {

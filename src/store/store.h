@@ -618,7 +618,9 @@ int store_sub_get(store *st, const char *id, struct sub_row *out);
 /* All subscriptions ordered by created_at (returned array). */
 int store_sub_list(store *st, struct sub_row **items, size_t *n);
 /* Up to limit (1..1000) subscriptions ordered by created_at, then id, after the page that
- * cursor (NULL: from the first) ended, only the one named name when it is not NULL;
+ * cursor (NULL: from the first) ended; when name is not NULL only the one named name, or,
+ * when name holds '*' (any run) or '?' (one character), those whose name matches it as a
+ * glob, letters' case ignored;
  * *next_cursor (free it) is the cursor of the page after this one, NULL on the last.
  * STORE_INVALID for a cursor this did not make. */
 int store_sub_page(store *st, const char *cursor, const char *name, size_t limit,

@@ -143,9 +143,17 @@ int store_sub_page(store *st, const char *cursor, const char *name, size_t limit
 	if (cursor && store_newest_cursor_parse(cursor, 's', &after_at, after_id))
 		return STORE_INVALID;
 	OPTIONAL_OP(st, sub_page);
+	char *like = NULL;
+	if (name && strpbrk(name, "*?")) {
+		if (!(like = malloc(2 * strlen(name) + 1)))
+			return STORE_ERROR;
+		store_glob_to_like(name, like);
+		name = NULL;
+	}
 	/* One more than asked: whether a next page exists. */
-	int rc = st->methods->sub_page(st, after_at, cursor ? after_id : NULL, name, limit + 1,
-				       items, n);
+	int rc = st->methods->sub_page(st, after_at, cursor ? after_id : NULL, name, like,
+				       limit + 1, items, n);
+	free(like);
 	for (size_t i = 0; rc == STORE_OK && i < *n && i < limit; i++)
 		rc = store_config_open(st, &(*items)[i]);
 	if (rc == STORE_OK && *n > limit) {

@@ -164,6 +164,22 @@ async function main() {
       await waitFor('page one again', async () => (await subRows.count()) === 100);
       const circuit = await page.locator('tr[data-sub="broken-sink"] .pill').innerText();
       check(circuit !== '—', `broken-sink's circuit shown: ${circuit}`);
+      // the find box: the names that hold the text, letters' case ignored, then a glob
+      await page.getByLabel('Name', { exact: true }).fill('TENANT-11');
+      await page.getByRole('button', { name: 'Find' }).click();
+      await waitFor('tenant-110 to tenant-119', async () => (await subRows.count()) === 10);
+      const found = await subRows.evaluateAll((trs) => trs.map((tr) => tr.dataset.sub));
+      check(found.every((n) => n.startsWith('tenant-11')), `only names holding it: ${found}`);
+      check(new URL(page.url()).hash.includes('find=TENANT-11'), 'the search in the URL');
+      await page.getByLabel('Name', { exact: true }).fill('tenant-00?');
+      await page.getByRole('button', { name: 'Find' }).click();
+      await waitFor('tenant-000 to tenant-009', async () => (await subRows.count()) === 10 &&
+        (await subRows.first().getAttribute('data-sub')) === 'tenant-000');
+      await page.getByLabel('Name', { exact: true }).fill('no-such-name');
+      await page.getByRole('button', { name: 'Find' }).click();
+      await page.getByTestId('no-match').waitFor();
+      await page.getByRole('link', { name: 'Show all' }).click();
+      await waitFor('the first page again', async () => (await subRows.count()) === 100);
       await page.goto(`${ox.url}/console/#/`);
       await page.getByTestId('more-subs').waitFor();
       const text = await page.getByTestId('more-subs').innerText();
@@ -194,9 +210,20 @@ async function main() {
       await page.getByRole('button', { name: 'Apply' }).click();
       await waitFor('its dead delivery alone', async () => (await rows.count()) === 1);
       check(new URL(page.url()).hash.includes(`subscription_id=${late.id}`), 'its id in the URL');
+      // part of a name: the one subscription whose name holds it
+      await page.getByRole('button', { name: 'Clear' }).click();
+      await waitFor('all 7 again', async () => (await rows.count()) === 7);
+      await page.getByLabel('Subscription', { exact: true }).fill('LATE');
+      await page.getByRole('button', { name: 'Apply' }).click();
+      await waitFor('tenant-late\'s alone again', async () => (await rows.count()) === 1);
+      check(new URL(page.url()).hash.includes(`subscription_id=${late.id}`), 'found by part of its name');
+      // several hold it: they are named, nothing applied
+      await page.getByLabel('Subscription', { exact: true }).fill('tenant-01');
+      await page.getByRole('button', { name: 'Apply' }).click();
+      await page.getByText('more than 5 subscriptions match tenant-01: tenant-010, tenant-011').waitFor();
       await page.getByLabel('Subscription', { exact: true }).fill('no-such-tenant');
       await page.getByRole('button', { name: 'Apply' }).click();
-      await page.getByText('no subscription is named no-such-tenant').waitFor();
+      await page.getByText("no subscription's name matches no-such-tenant").waitFor();
     });
   });
 }

@@ -216,8 +216,8 @@ static void expect_400(const char *path, const char *field)
 
 /* GET /v1/subscriptions pages with limit and cursor, in creation order, every one once and
  * credentials masked as in the whole list; without either it is the whole list (next_cursor
- * null); name= gives that one or none, id= those named; a bad limit, cursor or id is 400
- * naming it. */
+ * null); name= gives that one or none, or with '*' or '?' those it matches (case
+ * ignored), id= those named; a bad limit, cursor, name or id is 400 naming it. */
 static void test_subscription_pages(void **state)
 {
 	char ids[7][64], path[600];
@@ -267,6 +267,35 @@ static void test_subscription_pages(void **state)
 	json_t *none = e2e_get(&dmn, "/v1/subscriptions?name=paged");
 	assert_int_equal(json_array_size(json_object_get(none, "items")), 0);
 	json_decref(none);
+
+	/* a glob: those whose name matches, letters' case ignored, in pages that keep it */
+	json_t *g1 = e2e_get(&dmn, "/v1/subscriptions?name=PAGED-*&limit=4");
+	json_t *g1_items = json_object_get(g1, "items");
+	assert_int_equal(json_array_size(g1_items), 4);
+	for (int i = 0; i < 4; i++)
+		assert_string_equal(json_string_value(json_object_get(json_array_get(g1_items, i),
+								      "id")), ids[i]);
+	const char *g1_next = json_string_value(json_object_get(g1, "next_cursor"));
+	assert_non_null(g1_next);
+	json_t *g2 = e2e_get(&dmn, "/v1/subscriptions?name=PAGED-*&limit=4&cursor=%s", g1_next);
+	json_t *g2_items = json_object_get(g2, "items");
+	assert_int_equal(json_array_size(g2_items), 3);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(g2_items, 2), "id")),
+			    ids[6]);
+	assert_true(json_is_null(json_object_get(g2, "next_cursor")));
+	json_decref(g2);
+	json_decref(g1);
+	json_t *g3 = e2e_get(&dmn, "/v1/subscriptions?name=*GED-%%3F&limit=100");
+	assert_int_equal(json_array_size(json_object_get(g3, "items")), 7);
+	json_decref(g3);
+	json_t *g4 = e2e_get(&dmn, "/v1/subscriptions?name=*ged-6");
+	assert_int_equal(json_array_size(json_object_get(g4, "items")), 1);
+	assert_string_equal(json_string_value(json_object_get(
+		json_array_get(json_object_get(g4, "items"), 0), "id")), ids[6]);
+	json_decref(g4);
+	char long_name[1100] = "/v1/subscriptions?name=";
+	memset(long_name + strlen(long_name), 'a', 1001);
+	expect_400(long_name, "name");
 
 	/* by id: those named, in the order named, each once; an id of none left out */
 	snprintf(path, sizeof(path), "/v1/subscriptions?id=%s,%s,%s,%s", ids[5], ids[1], ids[5],

@@ -247,6 +247,58 @@ static void test_subscription_pages(void **state)
 	free(cursor);
 }
 
+/* A name with '*' or '?' is a glob over the names, letters' case ignored, in creation order
+ * and paged like the whole list; '%', '_' and '\' in it are themselves (the store's LIKE
+ * escapes them). */
+static void expect_names(struct t *t, const char *glob, size_t limit, const char *want)
+{
+	struct sub_row *page = NULL;
+	char *next = NULL, *cursor = NULL, got[256] = "";
+	size_t n = 0;
+
+	do {
+		assert_int_equal(store_sub_page(t->st, cursor, glob, limit, &page, &n, &next),
+				 STORE_OK);
+		assert_true(n <= limit);
+		for (size_t i = 0; i < n; i++) {
+			strcat(got, page[i].name);
+			strcat(got, " ");
+		}
+		store_subs_free(page, n);
+		free(cursor);
+		cursor = next;
+	} while (next);
+	if (strcmp(got, want) != 0)
+		fail_msg("%s: got \"%s\", want \"%s\"", glob, got, want);
+}
+
+static void test_subscription_name_globs(void **state)
+{
+	struct t *t = *state;
+	const char *names[] = {"Acme-prod", "acme-staging", "beta_1", "beta%1", "beta11",
+			       "back\\slash", "zeta"};
+
+	for (int i = 0; i < 7; i++) {
+		struct sub_row row = {.name = (char *)names[i], .config = "{}", .enabled = 1,
+				      .created_at = 1000 + i, .updated_at = 1000};
+		uuid_v7(row.id);
+		assert_int_equal(store_sub_create(t->st, &row), STORE_OK);
+	}
+	expect_names(t, "acme*", 100, "Acme-prod acme-staging ");
+	expect_names(t, "ACME-*", 1, "Acme-prod acme-staging ");
+	expect_names(t, "*PROD", 100, "Acme-prod ");
+	expect_names(t, "beta?1", 100, "beta_1 beta%1 beta11 ");
+	expect_names(t, "beta_*", 100, "beta_1 ");
+	expect_names(t, "beta%*", 2, "beta%1 ");
+	expect_names(t, "back\\*", 100, "back\\slash ");
+	expect_names(t, "*", 2, "Acme-prod acme-staging beta_1 beta%1 beta11 back\\slash zeta ");
+	expect_names(t, "*e*A*", 3, "acme-staging beta_1 beta%1 beta11 zeta ");
+	expect_names(t, "nothing*", 100, "");
+	/* without a wildcard: the exact name, case and all */
+	expect_names(t, "beta_1", 100, "beta_1 ");
+	expect_names(t, "acme-prod", 100, "");
+}
+
 /* ---- subscription configs sealed at rest (store/secrets.c) ------------------------------ */
 
 static struct secretbox_key test_key(unsigned char fill)
@@ -510,6 +562,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_subscriptions),
 		T(test_subscription_pages),
+		T(test_subscription_name_globs),
 		T(test_tokens),
 		T(test_sealed_subscriptions),
 		T(test_store_records_its_key),

@@ -680,7 +680,7 @@ int pg_sub_list(store *st, struct sub_row **items, size_t *n)
 }
 
 int pg_sub_page(store *st, int64_t after_at, const char *after_id, const char *name,
-		size_t limit, struct sub_row **items, size_t *n)
+		const char *like, size_t limit, struct sub_row **items, size_t *n)
 {
 	struct params p = {0};
 	int rc;
@@ -689,10 +689,12 @@ int pg_sub_page(store *st, int64_t after_at, const char *after_id, const char *n
 	pg_p_i64(&p, after_at);
 	pg_p_i64(&p, (int64_t)limit);
 	pg_p_text(&p, name);
+	pg_p_text(&p, like);
 	rc = query_rows(pg_of(st), "SELECT id, name, config, enabled, created_at, updated_at,"
 			" ordering FROM outboxd.subscriptions"
 			" WHERE ($1::text IS NULL OR (created_at, id) > ($2::bigint, $1::text))"
 			" AND ($4::text IS NULL OR name = $4)"
+			" AND ($5::text IS NULL OR name ILIKE $5)"
 			" ORDER BY created_at, id LIMIT $3",
 			&p, sizeof(**items), read_sub, (void **)items, n);
 	if (rc != STORE_OK) {

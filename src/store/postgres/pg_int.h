@@ -323,7 +323,7 @@ int pg_sub_get(store *st, const char *id, struct sub_row *out);
 
 int pg_sub_list(store *st, struct sub_row **items, size_t *n);
 int pg_sub_page(store *st, int64_t after_at, const char *after_id, const char *name,
-		size_t limit, struct sub_row **items, size_t *n);
+		const char *like, size_t limit, struct sub_row **items, size_t *n);
 
 int pg_sub_config_swap(store *st, const char *id, const char *old_config,
 		       const char *new_config);

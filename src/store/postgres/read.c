@@ -256,24 +256,6 @@ static void sql_add(char *sql, size_t size, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* A glob ('*' any run, '?' one character) as a LIKE pattern with '\' escaping, into
- * out (at least 2 * strlen(glob) + 1 bytes). */
-static void glob_to_like(const char *glob, char *out)
-{
-	for (; *glob; glob++) {
-		if (*glob == '*') {
-			*out++ = '%';
-		} else if (*glob == '?') {
-			*out++ = '_';
-		} else {
-			if (*glob == '%' || *glob == '_' || *glob == '\\')
-				*out++ = '\\';
-			*out++ = *glob;
-		}
-	}
-	*out = '\0';
-}
-
 /* A filter by state (new, failed, dead, failing) is answered from the queue's rows
  * (schema/020_queue.sql: every delivery not delivered, with the indexes of each state),
  * any other from every delivery. */
@@ -307,7 +289,7 @@ static int filter_sql(const struct delivery_filter *f, const char *t, char *sql,
 	if (f->event_type && f->event_type_glob) {
 		if (!(*like = malloc(2 * strlen(f->event_type) + 1)))
 			return -1;
-		glob_to_like(f->event_type, *like);
+		store_glob_to_like(f->event_type, *like);
 		pg_p_text(p, *like);
 		sql_add(sql, size, " AND %sevent_type LIKE $%d ESCAPE '\\'", t, p->n);
 	} else if (f->event_type) {
@@ -474,7 +456,7 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 	if (f->event_type && f->event_type_glob) {
 		if (!(like = malloc(2 * strlen(f->event_type) + 1)))
 			return STORE_ERROR;
-		glob_to_like(f->event_type, like);
+		store_glob_to_like(f->event_type, like);
 		pg_p_text(&p, like);
 		sql_add(sql, sizeof(sql), " AND event_type LIKE $%d", p.n);
 	} else if (f->event_type) {

@@ -661,7 +661,7 @@ int sq_jobs_list(store *st, const char *state, int64_t before_at, const char *be
 }
 
 struct subs_page {
-	const char *after_id, *name;
+	const char *after_id, *name, *like;
 	int64_t after_at;
 	size_t limit;
 };
@@ -673,16 +673,21 @@ static void bind_subs_page(sqlite3_stmt *s, const void *ctx)
 	sqlite3_bind_int64(s, 2, pg->after_at);
 	sqlite3_bind_int64(s, 3, (int64_t)pg->limit);
 	bind_text_or_null(s, 4, pg->name);
+	bind_text_or_null(s, 5, pg->like);
 }
 
+/* A name pattern: SQLite's LIKE ignores the case of ASCII letters (the connections leave
+ * case_sensitive_like off), the other letters' only with the ICU extension, which
+ * Debian's library is built without. */
 int sq_sub_page(store *st, int64_t after_at, const char *after_id, const char *name,
-		size_t limit, struct sub_row **items, size_t *n)
+		const char *like, size_t limit, struct sub_row **items, size_t *n)
 {
-	struct subs_page page = {after_id, name, after_at, limit};
+	struct subs_page page = {after_id, name, like, after_at, limit};
 	int rc = query_rows(sq_of(st), "SELECT id, name, config, enabled, created_at, updated_at,"
 			    " ordering FROM subscriptions"
 			    " WHERE (?1 IS NULL OR created_at > ?2 OR (created_at = ?2 AND id > ?1))"
 			    " AND (?4 IS NULL OR name = ?4)"
+			    " AND (?5 IS NULL OR name LIKE ?5 ESCAPE '\\')"
 			    " ORDER BY created_at, id LIMIT ?3",
 			    bind_subs_page, &page, sizeof(**items), read_sub, (void **)items, n);
 	if (rc != STORE_OK) {
