@@ -284,19 +284,27 @@ static void test_subscription_name_globs(void **state)
 		uuid_v7(row.id);
 		assert_int_equal(store_sub_create(t->st, &row), STORE_OK);
 	}
-	expect_names(t, "acme*", 100, "Acme-prod acme-staging ");
-	expect_names(t, "ACME-*", 1, "Acme-prod acme-staging ");
-	expect_names(t, "*PROD", 100, "Acme-prod ");
-	expect_names(t, "beta?1", 100, "beta_1 beta%1 beta11 ");
-	expect_names(t, "beta_*", 100, "beta_1 ");
-	expect_names(t, "beta%*", 2, "beta%1 ");
-	expect_names(t, "back\\*", 100, "back\\slash ");
-	expect_names(t, "*", 2, "Acme-prod acme-staging beta_1 beta%1 beta11 back\\slash zeta ");
-	expect_names(t, "*e*A*", 3, "acme-staging beta_1 beta%1 beta11 zeta ");
-	expect_names(t, "nothing*", 100, "");
-	/* without a wildcard: the exact name, case and all */
-	expect_names(t, "beta_1", 100, "beta_1 ");
-	expect_names(t, "acme-prod", 100, "");
+	static const struct {
+		const char *glob;
+		size_t limit;
+		const char *want;
+	} cases[] = {
+		{"acme*", 100, "Acme-prod acme-staging "},
+		{"ACME-*", 1, "Acme-prod acme-staging "},
+		{"*PROD", 100, "Acme-prod "},
+		{"beta?1", 100, "beta_1 beta%1 beta11 "},
+		{"beta_*", 100, "beta_1 "},
+		{"beta%*", 2, "beta%1 "},
+		{"back\\*", 100, "back\\slash "},
+		{"*", 2, "Acme-prod acme-staging beta_1 beta%1 beta11 back\\slash zeta "},
+		{"*e*A*", 3, "acme-staging beta_1 beta%1 beta11 zeta "},
+		{"nothing*", 100, ""},
+		/* without a wildcard: the exact name, case and all */
+		{"beta_1", 100, "beta_1 "},
+		{"acme-prod", 100, ""},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_names(t, cases[i].glob, cases[i].limit, cases[i].want);
 }
 
 /* ---- subscription configs sealed at rest (store/secrets.c) ------------------------------ */
