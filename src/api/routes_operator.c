@@ -419,8 +419,8 @@ void api_stats(struct api *api, const struct api_request *req, struct api_respon
 						      (json_int_t)s.blocked_count, "keys",
 						      (json_int_t)s.blocked_keys));
 	json_object_set_new(out, "spool", render_spool(api));
-	/* The endpoints of the subscriptions shown, or with every subscription the first
-	 * STATS_ENDPOINTS_MAX by name (a platform may deliver to thousands) */
+	/* The endpoints of the subscriptions shown, or with every subscription the
+	 * STATS_ENDPOINTS_MAX busiest (a platform may deliver to thousands) */
 	json_t *endpoints = json_array();
 	if (shown_eps) {
 		const char *key;

@@ -523,13 +523,43 @@ void metrics_endpoint_gone(const char *key)
 	pthread_mutex_unlock(&ep_mu);
 }
 
+/* Busiest first: the most requests open and waiting, ties by key (the table's order). */
+static int ep_load(const struct metrics_endpoint_view *v)
+{
+	return v->in_flight + v->queued;
+}
+
+static int ep_busier(const void *a, const void *b)
+{
+	const struct metrics_endpoint_view *x = a, *y = b;
+	int lx = ep_load(x), ly = ep_load(y);
+	return lx != ly ? (lx > ly ? -1 : 1) : strcmp(x->key, y->key);
+}
+
+static int ep_index_busier(const void *a, const void *b)
+{
+	size_t i = *(const size_t *)a, k = *(const size_t *)b;
+	int li = ep_load(&eps[i]), lk = ep_load(&eps[k]);
+	return li != lk ? (li > lk ? -1 : 1) : (i > k) - (i < k);
+}
+
 size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max)
 {
 	pthread_mutex_lock(&ep_mu);
 	size_t n = n_eps < max ? n_eps : max;
-	if (n)
+	size_t *idx = n < n_eps ? malloc(n_eps * sizeof(*idx)) : NULL;
+	if (idx) {
+		for (size_t i = 0; i < n_eps; i++)
+			idx[i] = i;
+		qsort(idx, n_eps, sizeof(*idx), ep_index_busier);
+		for (size_t i = 0; i < n; i++)
+			out[i] = eps[idx[i]];
+		free(idx);
+	} else if (n) { /* all of them, or out of memory: the first by key */
 		memcpy(out, eps, n * sizeof(*out));
+	}
 	pthread_mutex_unlock(&ep_mu);
+	qsort(out, n, sizeof(*out), ep_busier);
 	return n;
 }
 

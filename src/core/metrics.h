@@ -107,9 +107,9 @@ struct metrics_endpoint_view {
 void metrics_endpoint(const char *key, int limit, int in_flight, int queued,
 		      int64_t latency_min_us, int64_t latency_us, long cuts);
 void metrics_endpoint_gone(const char *key);
-/* Copies up to max endpoints, the first by key, into out; returns how many. Any thread.
- * Every endpoint this instance delivers to is kept (the /metrics series show the first
- * 256 by key). */
+/* Copies up to max endpoints into out, the busiest (the most requests open and waiting)
+ * first, ties by key; returns how many. Any thread. Every endpoint this instance delivers
+ * to is kept (the /metrics series show the first 256 by key). */
 size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max);
 /* The endpoint with that key into out: 0, or -1 when this instance has none by it. */
 int metrics_endpoint_get(const char *key, struct metrics_endpoint_view *out);

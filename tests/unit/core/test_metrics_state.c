@@ -89,12 +89,21 @@ static void test_many_endpoints(void **state)
 	assert_int_equal(metrics_endpoint_get(key, &v), 0);
 	assert_int_equal(v.limit, 5);
 
+	/* the busiest first: 6 open and 4 waiting is the most (i = 34 mod 35), ties by key;
+	 * then one far down the keys gets busier than all */
 	struct metrics_endpoint_view *first = calloc(10, sizeof(*first));
 	assert_int_equal(metrics_endpoints(first, 10), 10);
 	for (int i = 0; i < 10; i++) {
-		ep_key(i, key);
+		ep_key(34 + 35 * i, key);
 		assert_string_equal(first[i].key, key);
+		assert_int_equal(first[i].in_flight + first[i].queued, 10);
 	}
+	ep_key(997, key);
+	metrics_endpoint(key, 64, 40, 3, 1000, 2000, 0);
+	assert_int_equal(metrics_endpoints(first, 10), 10);
+	assert_string_equal(first[0].key, key);
+	ep_key(34, key);
+	assert_string_equal(first[1].key, key);
 	free(first);
 
 	char *text = NULL;
