@@ -152,6 +152,7 @@ export function SubscriptionDetail({ id, can, refresh }) {
       <table class="kv"><tbody>
         <tr><th>Endpoint</th><td><code>${s.endpoint}</code></td></tr>
         <tr><th>Event types</th><td>${s.event_types.join(', ') || '—'}</td></tr>
+        ${s.filter && html`<tr><th>Payload filter</th><td data-testid="filter"><code>${JSON.stringify(s.filter)}</code></td></tr>`}
         <tr><th>Auth</th><td data-testid="auth">${describeAuth(s.auth)}</td></tr>
         <tr><th>Retries</th><td data-testid="retry">${describeRetry(s.retry)}${s.timeout ? `; immediate tries time out after ${s.timeout}` : ''}</td></tr>
         <tr><th>Ordering</th><td data-testid="ordering">${s.ordering === 'partition_key' ? `per partition_key; a dead delivery ${s.ordering_on_dead === 'skip' ? 'is skipped' : 'blocks its key'}` : 'none'}</td></tr>

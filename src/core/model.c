@@ -1,6 +1,7 @@
 /* model.c: names of statuses and kinds, the default retry policy and circuit breaker, and
  * freeing model structs. */
 #include "core/model.h"
+#include "core/payload_filter.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -147,5 +148,6 @@ void subscription_clear(struct subscription *s)
 	free(s->tls_client_cert);
 	free(s->tls_client_key);
 	free(s->disabled_reason);
+	payload_filter_free(s->filter);
 	memset(s, 0, sizeof(*s));
 }

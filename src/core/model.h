@@ -147,6 +147,8 @@ struct header_kv {
 	int secret;   /* a credential: masked in reads, redacted from causes (sub_codec.h) */
 };
 
+struct payload_filter;
+
 /* A subscription as the dispatcher and fan-out use it. Parsed from the stored JSON
  * configuration (see core/sub_codec.c); owns every string it points to. */
 struct subscription {
@@ -154,6 +156,8 @@ struct subscription {
 	char *name;
 	char **event_types; /* glob patterns, n_event_types of them */
 	size_t n_event_types;
+	struct payload_filter *filter; /* which events of those types it gets by their
+	                                  payload (core/payload_filter.h); NULL: all */
 	char *endpoint;
 	enum payload_format payload_format;
 	enum auth_type auth_type;

@@ -18,6 +18,7 @@
 
 #include "core/header.h"
 #include "core/pattern.h"
+#include "core/payload_filter.h"
 #include "core/sink_caps.h"
 #include "core/whsec.h"
 #include "core/retry.h"
@@ -658,6 +659,12 @@ static int parse_event_types(const json_t *doc, const json_t *types, int strict,
 	return 0;
 }
 
+static int parse_filter_row(const json_t *doc, const json_t *v, int strict,
+			     struct subscription *s, struct input_error *err)
+{
+	return v && !json_is_null(v) ? payload_filter_parse(v, &s->filter, err) : 0;
+}
+
 static int parse_auth_row(const json_t *doc, const json_t *v, int strict,
 			  struct subscription *s, struct input_error *err)
 {
@@ -785,6 +792,7 @@ const struct sub_field sub_fields[] = {
 	{.key = "origin", .kind = SF_STRING, .writer = SF_BY_DERIVATION, .max = 32,
 	 .member = MEMBER(origin), .parse = check_origin},
 	{.key = "event_types", .kind = SF_PARSED, .flags = SF_REQUIRED, .parse = parse_event_types},
+	{.key = "filter", .kind = SF_PARSED, .flags = SF_NULLABLE, .parse = parse_filter_row},
 	{.key = "payload_format", .kind = SF_ENUM, .member = MEMBER(payload_format),
 	 .values = (const char *const[]){"json", "binary", "envelope", NULL},
 	 .what = "envelope for kafka:// endpoints", .cap = SINK_CAN_ENVELOPE,

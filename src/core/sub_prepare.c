@@ -314,6 +314,10 @@ json_t *sub_codec_merge(const json_t *stored, const json_t *patch, struct input_
 		}
 		json_object_set_new(out, "auth", copy);
 	}
+	/* a filter is one expression: replaced whole, never merged path by path */
+	json_t *filter = json_object_get(patch, "filter");
+	if (filter && !json_is_null(filter))
+		json_object_set_new(out, "filter", json_deep_copy(filter));
 	/* A secret header sent back masked keeps its stored value (and shape). */
 	const char *name;
 	json_t *v, *sent = json_object_get(patch, "headers");

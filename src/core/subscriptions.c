@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/pattern.h"
+#include "core/payload_filter.h"
 
 void sub_registry_init(struct sub_registry *reg)
 {
@@ -265,9 +266,29 @@ static void *room_for_one(void *items, size_t n, size_t *cap, size_t size)
 }
 
 /* Appends the id of item to *ids (grown as needed); -1 when out of memory. */
-static int ids_append(const struct sub_set *set, size_t item, char (**ids)[UUID_STR_LEN],
-		      size_t *cap, long *n)
+/* An event's payload at fan-out: parsed once, by the first subscription with a payload
+ * filter among those its type matched (a payload that is not JSON passes no filter). */
+struct fanout_payload {
+	const char *data;
+	size_t len;
+	json_t *doc;
+	int parsed;
+};
+
+static int payload_passes(const struct payload_filter *f, struct fanout_payload *pl)
 {
+	if (!pl->parsed) {
+		pl->doc = pl->data ? json_loadb(pl->data, pl->len, JSON_DECODE_ANY, NULL) : NULL;
+		pl->parsed = 1;
+	}
+	return payload_filter_match(f, pl->doc);
+}
+
+static int ids_append(const struct sub_set *set, size_t item, struct fanout_payload *pl,
+		      char (**ids)[UUID_STR_LEN], size_t *cap, long *n)
+{
+	if (set->items[item]->filter && !payload_passes(set->items[item]->filter, pl))
+		return 0;
 	char (*room)[UUID_STR_LEN] = room_for_one(*ids, (size_t)*n, cap, sizeof(**ids));
 	if (!room)
 		return -1;
@@ -279,14 +300,14 @@ static int ids_append(const struct sub_set *set, size_t item, char (**ids)[UUID_
 /* Every key of keys[lo, hi) whose text is (text, len), into *ids; ops: the event is
  * outboxd's own (reaches). */
 static int append_equal(const struct sub_set *set, const struct match_key *keys, size_t lo,
-			size_t hi, const char *text, size_t len, int ops,
+			size_t hi, const char *text, size_t len, int ops, struct fanout_payload *pl,
 			char (**ids)[UUID_STR_LEN], size_t *cap, long *n)
 {
 	for (size_t i = key_lower_bound(keys, lo, hi, text, len);
 	     i < hi && keys[i].len == len && memcmp(keys[i].text, text, len) == 0; i++) {
 		const struct subscription *s = set->items[keys[i].item];
 		if (reaches(s->event_types[keys[i].pattern], ops) &&
-		    ids_append(set, keys[i].item, ids, cap, n))
+		    ids_append(set, keys[i].item, pl, ids, cap, n))
 			return -1;
 	}
 	return 0;
@@ -298,23 +319,23 @@ static int id_cmp(const void *a, const void *b)
 }
 
 static long match_indexed(const struct sub_set *set, const char *event_type,
-			  char (**ids)[UUID_STR_LEN], size_t *cap)
+			  struct fanout_payload *pl, char (**ids)[UUID_STR_LEN], size_t *cap)
 {
 	const struct sub_match_index *x = set->index;
 	size_t len = strlen(event_type);
 	int ops = ops_event_type(event_type);
 	long n = 0;
 
-	if (append_equal(set, x->exact, 0, x->n_exact, event_type, len, ops, ids, cap, &n))
+	if (append_equal(set, x->exact, 0, x->n_exact, event_type, len, ops, pl, ids, cap, &n))
 		return -1;
 	for (size_t r = 0; r < x->n_runs && x->runs[r].len <= len; r++)
 		if (append_equal(set, x->prefix, x->runs[r].lo, x->runs[r].hi, event_type,
-				 x->runs[r].len, ops, ids, cap, &n))
+				 x->runs[r].len, ops, pl, ids, cap, &n))
 			return -1;
 	for (size_t i = 0; i < x->n_other; i++) {
 		const char *pat = set->items[x->other[i].item]->event_types[x->other[i].pattern];
 		if (reaches(pat, ops) && pattern_match(pat, event_type) &&
-		    ids_append(set, x->other[i].item, ids, cap, &n))
+		    ids_append(set, x->other[i].item, pl, ids, cap, &n))
 			return -1;
 	}
 	/* In the set's order (it is sorted by id), each subscription once however many of
@@ -736,12 +757,21 @@ const struct subscription *sub_set_find(const struct sub_set *set, const char *i
 	return at < set->n ? set->items[at] : NULL;
 }
 
-long sub_set_match(const struct sub_set *set, const char *event_type,
-		   char (**ids)[UUID_STR_LEN], size_t *cap)
+const void *sub_filter_payload(const char *content_type, const void *payload)
 {
-	if (set->index)
-		return match_indexed(set, event_type, ids, cap);
+	return !content_type || strcasestr(content_type, "json") ? payload : NULL;
+}
+
+long sub_set_match(const struct sub_set *set, const char *event_type, const void *payload,
+		   size_t payload_len, char (**ids)[UUID_STR_LEN], size_t *cap)
+{
+	struct fanout_payload pl = {payload, payload_len, NULL, 0};
 	long n = 0;
+	if (set->index) {
+		n = match_indexed(set, event_type, &pl, ids, cap);
+		json_decref(pl.doc);
+		return n;
+	}
 	int ops = ops_event_type(event_type);
 	for (size_t i = 0; i < set->n; i++) {
 		const struct subscription *s = set->items[i];
@@ -751,8 +781,11 @@ long sub_set_match(const struct sub_set *set, const char *event_type,
 		for (size_t p = 0; p < s->n_event_types && !hit; p++)
 			hit = reaches(s->event_types[p], ops) &&
 			      pattern_match(s->event_types[p], event_type);
-		if (hit && ids_append(set, i, ids, cap, &n))
-			return -1;
+		if (hit && ids_append(set, i, &pl, ids, cap, &n)) {
+			n = -1;
+			break;
+		}
 	}
+	json_decref(pl.doc);
 	return n;
 }

@@ -480,7 +480,10 @@ int ingest_fanout(struct ingest_batch *b, const struct sub_set *set)
 	/* First pass: collect every event's targets into one array, so the pointers given
 	 * to the store stay valid (no realloc after they are set). */
 	for (size_t i = 0; i < b->n; i++) {
-		long m = sub_set_match(set, b->events[i].event_type, &tmp, &tmp_cap);
+		const struct store_event_in *ev = &b->events[i];
+		long m = sub_set_match(set, ev->event_type,
+				       sub_filter_payload(ev->content_type, ev->payload),
+				       ev->payload_len, &tmp, &tmp_cap);
 		if (m < 0)
 			goto fail;
 		size_t need = total + (size_t)m;

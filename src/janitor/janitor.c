@@ -40,18 +40,20 @@ struct janitor {
 #define CLEANUP_SLICE 2000
 #define COUNTS_KEEP_MS ((int64_t)25 * 3600 * 1000)
 
-/* Fan-out for the relay: the subscriptions that want an event type. */
+/* Fan-out for the relay: the subscriptions that want an event. */
 struct relay_fanout {
 	const struct sub_set *set;
 	char (*ids)[UUID_STR_LEN];
 	size_t cap;
 };
 
-static void relay_fanout_cb(void *ctx, const char *event_type, const char (**ids)[UUID_STR_LEN],
-			    size_t *n)
+static void relay_fanout_cb(void *ctx, const struct store_event_in *ev,
+			    const char (**ids)[UUID_STR_LEN], size_t *n)
 {
 	struct relay_fanout *f = ctx;
-	long m = sub_set_match(f->set, event_type, &f->ids, &f->cap);
+	long m = sub_set_match(f->set, ev->event_type,
+			       sub_filter_payload(ev->content_type, ev->payload), ev->payload_len,
+			       &f->ids, &f->cap);
 	if (m < 0) {
 		/* Without targets the event would be stored with no delivery: stop instead. */
 		log_error("relay: out of memory during fan-out");

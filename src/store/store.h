@@ -172,9 +172,10 @@ int store_ingest(store *st, struct store_event_in *events, size_t n);
  * committed when only its answer was lost), so its deliveries are not inserted twice. */
 int store_ingest_replay(store *st, struct store_event_in *events, size_t n);
 
-/* Fan-out callback for the relay: sets *ids and *n to the subscriptions that want
- * event_type. The array stays valid until the next call with the same ctx. */
-typedef void (*store_fanout_cb)(void *ctx, const char *event_type,
+/* Fan-out callback for the relay: sets *ids and *n to the subscriptions that want the
+ * event (its type, and its payload for those with a payload filter). The array stays
+ * valid until the next call with the same ctx. */
+typedef void (*store_fanout_cb)(void *ctx, const struct store_event_in *ev,
 				const char (**ids)[UUID_STR_LEN], size_t *n);
 
 /* Moves up to limit rows from the producer `outbox` table into events and deliveries,

@@ -127,11 +127,14 @@ async function main() {
       const doc = JSON.parse(await box.inputValue());
       check(doc.auth.password === '********', 'the editor shows the password masked');
       doc.event_types = ['crm.*', 'lead.*'];
+      doc.filter = { 'lead.score': { $gte: 50 } };
       await box.fill(JSON.stringify(doc, null, 2));
       await page.getByRole('button', { name: 'Save' }).click();
       await waitFor('saved', async () => (await page.locator('.notice').innerText()).includes('Saved'));
       const after = await ox.api('GET', `/v1/subscriptions/${created.id}`);
       check(after.event_types.join() === 'crm.*,lead.*', `event types changed: ${after.event_types}`);
+      check(JSON.stringify(after.filter) === '{"lead.score":{"$gte":50}}', `payload filter saved: ${JSON.stringify(after.filter)}`);
+      await waitFor('the filter shown', async () => (await page.getByTestId('filter').innerText()).includes('lead.score'));
       check(after.auth.type === 'basic', 'auth kept');
       await page.getByRole('button', { name: 'Enable' }).click();
       await waitFor('enabled', async () => (await ox.api('GET', `/v1/subscriptions/${created.id}`)).enabled === true);

@@ -239,6 +239,79 @@ static void test_binary_payload_and_basic_auth(void **state)
 	json_decref(s);
 }
 
+/* A subscription's payload filter: of its types' events it gets only those whose payload
+ * matches (a batch of four: two pass, one fails on the amount, one is binary and passes
+ * nothing), while one without a filter gets all; a malformed filter is a 400 naming the
+ * member at fault; PATCH replaces the filter whole and the next event follows it. */
+static void test_payload_filter(void **state)
+{
+	char all[64], big[64];
+	e2e_create_sub(&dmn, all, "{\"name\":\"pf-all\",\"event_types\":[\"pf.*\"],"
+				  "\"endpoint\":\"%s/pf-all\"}", rcv.url);
+	e2e_create_sub(&dmn, big, "{\"name\":\"pf-big\",\"event_types\":[\"pf.*\"],"
+				  "\"endpoint\":\"%s/pf-big\",\"filter\":{\"order.amount\":"
+				  "{\"$gte\":100},\"$or\":[{\"order.currency\":\"EUR\"},"
+				  "{\"order.vip\":true}]}}", rcv.url);
+	json_t *r = api_call(&dmn, "POST", "/v1/events",
+			     "{\"events\":["
+			     "{\"event_type\":\"pf.order\",\"payload\":{\"order\":{\"amount\":150,"
+			     "\"currency\":\"EUR\"}}},"
+			     "{\"event_type\":\"pf.order\",\"payload\":{\"order\":{\"amount\":50,"
+			     "\"currency\":\"EUR\"}}},"
+			     "{\"event_type\":\"pf.order\",\"payload\":{\"order\":{\"amount\":500.5,"
+			     "\"currency\":\"USD\",\"vip\":true}}},"
+			     "{\"event_type\":\"pf.order\",\"payload_base64\":\"AAEC\"}]}", 202);
+	json_t *evs = json_object_get(r, "ids");
+	assert_int_equal(json_array_size(evs), 4);
+	static const size_t want[] = {2, 1, 2, 1};
+	char ids[4][64];
+	for (size_t i = 0; i < 4; i++)
+		assert_int_equal(e2e_deliveries_of(&dmn, json_string_value(json_array_get(evs, i)),
+						   ids, 4), want[i]);
+	json_decref(r);
+	assert_int_equal(receiver_wait_count(&rcv, "/pf-all", 4, 5000), 0);
+	assert_int_equal(receiver_wait_count(&rcv, "/pf-big", 2, 5000), 0);
+	json_t *got = receiver_requests(&rcv, "/pf-big");
+	assert_int_equal(json_array_size(got), 2);
+	char bodies[256] = "";
+	for (size_t i = 0; i < 2; i++)
+		strcat(bodies, json_string_value(json_object_get(json_array_get(got, i), "body")));
+	assert_non_null(strstr(bodies, "150"));
+	assert_non_null(strstr(bodies, "500.5"));
+	json_decref(got);
+
+	/* a malformed filter: 400 naming the member */
+	json_t *e = api_call(&dmn, "POST", "/v1/subscriptions",
+			     "{\"name\":\"pf-bad\",\"event_types\":[\"pf.*\"],\"endpoint\":"
+			     "\"http://127.0.0.1:9/x\",\"filter\":{\"order.amount\":{\"$regex\":\"1\"}}}",
+			     400);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(e, "error"), "field")),
+			    "filter.order.amount");
+	json_decref(e);
+	char path[128], ev[64];
+	snprintf(path, sizeof(path), "/v1/subscriptions/%s", big);
+	e = api_call(&dmn, "PATCH", path, "{\"filter\":[]}", 400);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(e, "error"), "field")),
+			    "filter");
+	json_decref(e);
+
+	/* replaced whole: the $or is gone with the old filter */
+	json_t *p = api_call(&dmn, "PATCH", path, "{\"filter\":{\"order.amount\":{\"$lt\":100}}}",
+			     200);
+	char *shown = json_dumps(json_object_get(p, "filter"), JSON_COMPACT);
+	assert_string_equal(shown, "{\"order.amount\":{\"$lt\":100}}");
+	free(shown);
+	json_decref(p);
+	e2e_send(&dmn, ev, "{\"event_type\":\"pf.order\",\"payload\":{\"order\":{\"amount\":7,"
+			   "\"currency\":\"USD\"}}}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 4), 2);
+	assert_int_equal(receiver_wait_count(&rcv, "/pf-big", 3, 5000), 0);
+	/* and null removes it */
+	json_decref(api_call(&dmn, "PATCH", path, "{\"filter\":null}", 200));
+	e2e_send(&dmn, ev, "{\"event_type\":\"pf.order\",\"payload_base64\":\"AAEC\"}");
+	assert_int_equal(e2e_deliveries_of(&dmn, ev, ids, 4), 2);
+}
+
 /* A producer's trace continues to the subscriber: same trace id and flags, a new span;
  * and the delivery shows up in the Prometheus counters. */
 static void test_trace_context_and_metrics(void **state)
@@ -499,6 +572,7 @@ int main(void)
 		cmocka_unit_test(test_timeout_is_504),
 		cmocka_unit_test(test_connection_refused_is_503),
 		cmocka_unit_test(test_binary_payload_and_basic_auth),
+		cmocka_unit_test(test_payload_filter),
 		cmocka_unit_test(test_trace_context_and_metrics),
 		cmocka_unit_test(test_handoff_and_claims_each_once),
 		cmocka_unit_test(test_lean_client_after_libcurl_resolves),

@@ -96,12 +96,18 @@ static void test_batch(void **state)
 
 /* A producer writes its outbox rows from its own process, as an application sharing the
  * SQLite file would, inserting only event_type and payload: five rows, more than
- * relay_batch (2), all relayed. */
+ * relay_batch (2), all relayed; a subscription with a payload filter gets the two it
+ * matches. */
 static void test_outbox_table_from_another_process(void **state)
 {
 	if (harness_pg_wanted())
 		skip(); /* PostgreSQL: test_pg_producer_transaction */
 	long before = receiver_count(&rcv, "/in");
+	/* the relay's fan-out applies payload filters too: the even ones only */
+	char even[64];
+	e2e_create_sub(&dmn, even, "{\"name\":\"even\",\"event_types\":[\"user.batch\"],"
+				   "\"endpoint\":\"%s/even\",\"filter\":{\"n\":{\"$in\":[2,4]}}}",
+		       rcv.url);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
@@ -164,6 +170,14 @@ static void test_outbox_table_from_another_process(void **state)
 	for (int n = 1; n <= 4; n++)
 		assert_int_equal(seen[n], 1);
 	assert_true(receiver_count(&rcv, "/in") > before);
+	assert_int_equal(receiver_wait_count(&rcv, "/even", 2, 5000), 0);
+	json_t *evens = receiver_requests(&rcv, "/even");
+	assert_int_equal(json_array_size(evens), 2);
+	for (size_t k = 0; k < 2; k++) {
+		const char *body = json_string_value(json_object_get(json_array_get(evens, k), "body"));
+		assert_true(strcmp(body, "{\"n\":2}") == 0 || strcmp(body, "{\"n\":4}") == 0);
+	}
+	json_decref(evens);
 
 	/* The row left the outbox table. */
 	sqlite3 *db;

@@ -21,7 +21,8 @@
 #include "intake/ingest.h"
 #include "util/jsonvalid.h"
 
-/* Two subscriptions for the fan-out: every type, and a.* ones. */
+/* Three subscriptions for the fan-out: every type, a.* ones, and every type whose payload
+ * passes a filter (the fuzzed payloads go through core/payload_filter.c). */
 static const struct sub_set *subs(void)
 {
 	static struct sub_set *set;
@@ -29,6 +30,9 @@ static const struct sub_set *subs(void)
 		"{\"name\":\"all\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:9/\"}",
 		"{\"name\":\"a\",\"event_types\":[\"a.*\",\"b.?\"],"
 		"\"endpoint\":\"http://127.0.0.1:9/\"}",
+		"{\"name\":\"f\",\"event_types\":[\"*\"],\"endpoint\":\"http://127.0.0.1:9/\","
+		"\"filter\":{\"n\":{\"$gte\":1},\"a.0.b\":{\"$nin\":[\"x\",null]},"
+		"\"$or\":[{\"s\":{\"$startsWith\":\"p\"}},{\"t\":{\"$exists\":false}}]}}",
 	};
 
 	if (set)

@@ -428,13 +428,13 @@ struct fanout {
 };
 
 /* order.* goes to two subscriptions, everything else to none. */
-static void fanout_cb(void *ctx, const char *event_type, const char (**ids)[UUID_STR_LEN],
-		      size_t *n)
+static void fanout_cb(void *ctx, const struct store_event_in *ev,
+		      const char (**ids)[UUID_STR_LEN], size_t *n)
 {
 	struct fanout *fo = ctx;
 
 	fo->calls++;
-	if (strncmp(event_type, "order.", 6) == 0) {
+	if (strncmp(ev->event_type, "order.", 6) == 0) {
 		*ids = fo->subs;
 		*n = 2;
 	} else {

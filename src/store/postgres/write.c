@@ -301,7 +301,7 @@ int pg_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 		ev->created_at = pg_get_int(rows, r, 7);
 		if (ev->created_at <= 0)
 			ev->created_at = now;
-		fanout(ctx, ev->event_type, &ids, &n_ids);
+		fanout(ctx, ev, &ids, &n_ids);
 		ev->subscription_ids = ids;
 		ev->n_subscriptions = ids ? n_ids : 0;
 		ingest_add(&a, ev, now);

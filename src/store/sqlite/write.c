@@ -290,7 +290,7 @@ int sq_relay_outbox(store *st, size_t limit, store_fanout_cb fanout, void *ctx,
 		}
 		if (ev.created_at <= 0)
 			ev.created_at = now;
-		fanout(ctx, ev.event_type, &ids, &n_ids);
+		fanout(ctx, &ev, &ids, &n_ids);
 		ev.subscription_ids = ids;
 		ev.n_subscriptions = ids ? n_ids : 0;
 		rc = insert_event(sq, st->owner, &ev, now);

@@ -1,0 +1,198 @@
+/* test_payload_filter.c: a subscription's payload filter (core/payload_filter.c) — each
+ * operator on a present and a missing path, numbers equal by value, array indexes, $or and
+ * $and, a payload that is not JSON passing nothing; every malformed filter refused with the
+ * member at fault named; and fan-out (sub_set_match) leaving out a subscription whose
+ * filter the payload fails, indexed or not, while one without a filter gets everything. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/payload_filter.h"
+#include "core/subscriptions.h"
+
+static struct payload_filter *parse_ok(const char *text)
+{
+	json_error_t jerr;
+	json_t *v = json_loads(text, 0, &jerr);
+	struct payload_filter *f = NULL;
+	struct input_error err = {0};
+	assert_non_null(v);
+	if (payload_filter_parse(v, &f, &err) != 0)
+		fail_msg("%s: refused: %s (%s)", text, err.message, err.field);
+	json_decref(v);
+	return f;
+}
+
+/* Whether the filter passes the payload (NULL: not JSON). */
+static int passes(const char *filter, const char *payload)
+{
+	struct payload_filter *f = parse_ok(filter);
+	json_t *doc = payload ? json_loads(payload, JSON_DECODE_ANY, NULL) : NULL;
+	int m = payload_filter_match(f, doc);
+	json_decref(doc);
+	payload_filter_free(f);
+	return m;
+}
+
+static void test_operators(void **state)
+{
+	const char *order = "{\"data\":{\"amount\":150,\"currency\":\"EUR\",\"paid\":true,"
+			    "\"note\":null,\"items\":[{\"sku\":\"A-1\"},{\"sku\":\"B-2\"}]},"
+			    "\"type\":\"order\"}";
+
+	assert_true(passes("{\"type\":\"order\"}", order));
+	assert_false(passes("{\"type\":\"refund\"}", order));
+	assert_true(passes("{\"data.amount\":150.0}", order)); /* numbers by value */
+	assert_true(passes("{\"data.amount\":{\"$gte\":100,\"$lt\":200}}", order));
+	assert_false(passes("{\"data.amount\":{\"$gt\":150}}", order));
+	assert_true(passes("{\"data.amount\":{\"$lte\":150}}", order));
+	assert_false(passes("{\"data.amount\":{\"$gt\":\"100\"}}", order)); /* a number is no string */
+	assert_true(passes("{\"data.currency\":{\"$in\":[\"EUR\",\"USD\"]}}", order));
+	assert_false(passes("{\"data.currency\":{\"$nin\":[\"EUR\",\"USD\"]}}", order));
+	assert_true(passes("{\"data.currency\":{\"$neq\":\"GBP\"}}", order));
+	assert_true(passes("{\"data.currency\":{\"$startsWith\":\"EU\"}}", order));
+	assert_false(passes("{\"data.amount\":{\"$startsWith\":\"15\"}}", order));
+	assert_true(passes("{\"data.paid\":true,\"data.note\":null}", order));
+	assert_true(passes("{\"data.note\":{\"$exists\":true}}", order)); /* null is there */
+	assert_true(passes("{\"data.items.1.sku\":\"B-2\"}", order));
+	assert_false(passes("{\"data.items.2.sku\":{\"$exists\":true}}", order));
+	assert_true(passes("{\"data.currency\":{\"$gt\":\"AAA\"}}", order)); /* strings by bytes */
+
+	/* a missing path passes $exists: false, $neq and $nin, and nothing else */
+	assert_true(passes("{\"data.coupon\":{\"$exists\":false}}", order));
+	assert_true(passes("{\"data.coupon\":{\"$neq\":\"X\"}}", order));
+	assert_true(passes("{\"data.coupon\":{\"$nin\":[\"X\"]}}", order));
+	assert_false(passes("{\"data.coupon\":{\"$in\":[\"X\"]}}", order));
+	assert_false(passes("{\"data.coupon\":{\"$lt\":5}}", order));
+	assert_false(passes("{\"data.amount.value\":150}", order)); /* through a number */
+
+	/* every member holds; $or any, $and all, nested */
+	assert_false(passes("{\"type\":\"order\",\"data.currency\":\"USD\"}", order));
+	assert_true(passes("{\"$or\":[{\"data.currency\":\"USD\"},{\"data.amount\":{\"$gt\":100}}]}",
+			   order));
+	assert_false(passes("{\"$or\":[{\"data.currency\":\"USD\"},{\"data.amount\":{\"$gt\":500}}]}",
+			    order));
+	assert_false(passes("{\"$and\":[{\"type\":\"order\"},{\"data.paid\":false}]}", order));
+	assert_true(passes("{\"$and\":[{\"type\":\"order\"},{\"$or\":[{\"data.paid\":false},"
+			   "{\"data.items.0.sku\":{\"$startsWith\":\"A\"}}]}]}",
+			   order));
+
+	/* a payload that is not JSON (or a scalar) passes no path test */
+	assert_false(passes("{\"type\":{\"$exists\":false}}", NULL));
+	assert_false(passes("{\"type\":\"order\"}", "42"));
+	assert_true(passes("{\"type\":{\"$exists\":false}}", "42"));
+}
+
+static void expect_refused(const char *text, const char *field)
+{
+	json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+	struct payload_filter *f = NULL;
+	struct input_error err = {0};
+	assert_non_null(v);
+	assert_int_equal(payload_filter_parse(v, &f, &err), -1);
+	assert_null(f);
+	assert_int_equal(err.status, 400);
+	if (strcmp(err.field, field) != 0)
+		fail_msg("%s: field %s, want %s (%s)", text, err.field, field, err.message);
+	assert_non_null(strstr(err.message, field));
+	json_decref(v);
+}
+
+static void test_refused(void **state)
+{
+	expect_refused("[]", "filter");
+	expect_refused("{}", "filter");
+	expect_refused("\"paid\"", "filter");
+	expect_refused("{\"a..b\":1}", "filter.a..b");
+	expect_refused("{\".a\":1}", "filter..a");
+	expect_refused("{\"a.\":1}", "filter.a.");
+	expect_refused("{\"a\":[1,2]}", "filter.a");
+	expect_refused("{\"a\":{}}", "filter.a");
+	expect_refused("{\"a\":{\"$regex\":\"x\"}}", "filter.a");
+	expect_refused("{\"a\":{\"$eq\":[1]}}", "filter.a");
+	expect_refused("{\"a\":{\"$gt\":true}}", "filter.a");
+	expect_refused("{\"a\":{\"$in\":[]}}", "filter.a");
+	expect_refused("{\"a\":{\"$in\":[{\"x\":1}]}}", "filter.a");
+	expect_refused("{\"a\":{\"$exists\":1}}", "filter.a");
+	expect_refused("{\"a\":{\"$startsWith\":1}}", "filter.a");
+	expect_refused("{\"$not\":{\"a\":1}}", "filter.$not");
+	expect_refused("{\"$or\":{\"a\":1}}", "filter.$or");
+	expect_refused("{\"$or\":[]}", "filter.$or");
+	expect_refused("{\"$or\":[{}]}", "filter");
+	expect_refused("{\"$or\":[{\"$or\":[{\"$or\":[{\"$or\":[{\"$or\":[{\"a\":1}]}]}]}]}]}",
+		       "filter.$or");
+	expect_refused("{\"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q\":1}",
+		       "filter.a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q");
+
+	/* 64 paths at most, over every level */
+	char text[4096] = "{";
+	for (int i = 0; i < 65; i++)
+		snprintf(text + strlen(text), sizeof(text) - strlen(text), "%s\"p%d\":1",
+			 i ? "," : "", i);
+	strcat(text, "}");
+	expect_refused(text, "filter");
+	text[strlen(text) - strlen(",\"p64\":1}")] = '\0';
+	strcat(text, "}");
+	payload_filter_free(parse_ok(text));
+}
+
+static struct subscription *sub(int k, const char *pattern, const char *filter)
+{
+	struct subscription *s = calloc(1, sizeof(*s));
+	snprintf(s->id, sizeof(s->id), "01a20000-0000-7000-8000-%012d", k);
+	s->event_types = calloc(1, sizeof(char *));
+	s->event_types[0] = strdup(pattern);
+	s->n_event_types = 1;
+	s->enabled = 1;
+	s->filter = filter ? parse_ok(filter) : NULL;
+	return s;
+}
+
+static void test_fanout(void **state)
+{
+	for (int indexed = 0; indexed <= 1; indexed++) {
+		struct sub_set *set = sub_set_new();
+		assert_int_equal(sub_set_add(set, sub(1, "order.*", NULL)), 0);
+		assert_int_equal(sub_set_add(set, sub(2, "order.*", "{\"amount\":{\"$gte\":100}}")), 0);
+		assert_int_equal(sub_set_add(set, sub(3, "order.paid", "{\"currency\":\"EUR\"}")), 0);
+		assert_int_equal(sub_set_add(set, sub(4, "user.*", "{\"amount\":{\"$gte\":0}}")), 0);
+		if (indexed)
+			sub_set_index(set);
+		char (*ids)[UUID_STR_LEN] = NULL;
+		size_t cap = 0;
+		const char *big = "{\"amount\":150,\"currency\":\"EUR\"}";
+		const char *small = "{\"amount\":5,\"currency\":\"EUR\"}";
+
+		assert_int_equal(sub_set_match(set, "order.paid", big, strlen(big), &ids, &cap), 3);
+		assert_string_equal(ids[1], "01a20000-0000-7000-8000-000000000002");
+		assert_int_equal(sub_set_match(set, "order.paid", small, strlen(small), &ids, &cap), 2);
+		assert_string_equal(ids[0], "01a20000-0000-7000-8000-000000000001");
+		assert_string_equal(ids[1], "01a20000-0000-7000-8000-000000000003");
+		/* not JSON: only the subscription without a filter */
+		assert_int_equal(sub_set_match(set, "order.paid", "\x01\x02", 2, &ids, &cap), 1);
+		assert_int_equal(sub_set_match(set, "order.paid", NULL, 0, &ids, &cap), 1);
+		assert_int_equal(sub_set_match(set, "order.new", big, strlen(big), &ids, &cap), 2);
+		free(ids);
+		struct sub_registry reg; /* which frees the set with its last reference */
+		sub_registry_init(&reg);
+		sub_registry_publish(&reg, set);
+		sub_registry_destroy(&reg);
+	}
+	assert_null(sub_filter_payload("application/octet-stream", "x"));
+	assert_non_null(sub_filter_payload("application/cloudevents+JSON", "x"));
+	assert_non_null(sub_filter_payload(NULL, "x"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_operators),
+		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_fanout),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
