@@ -1,6 +1,6 @@
-// subform.js: a subscription's settings as a form instead of JSON: endpoint and event
-// types, auth (credentials masked as the API masks them), the retry policy, per-key
-// ordering and disable_after. It builds the document a POST takes, or the merge patch of
+// subform.js: a subscription's settings as a form instead of JSON: endpoint, event
+// types and payload filter, auth (credentials masked as the API masks them), the retry
+// policy, per-key ordering and disable_after. It builds the document a POST takes, or the merge patch of
 // what changed for a PATCH (retry merges key by key, auth is replaced whole: a masked
 // credential sent back as "********" with the same auth type keeps the stored one).
 import { html, useState } from '../vendor/htm-preact.js';
@@ -44,6 +44,7 @@ function fromDoc(doc) {
   const auth = doc.auth || { type: 'none' };
   const f = {
     name: str(doc.name), endpoint: str(doc.endpoint || 'https://'), event_types: str(doc.event_types || ['*']),
+    filter: doc.filter ? JSON.stringify(doc.filter) : '',
     timeout: str(doc.timeout), ordering: str(doc.ordering), ordering_on_dead: str(doc.ordering_on_dead),
     disable_after: str(doc.disable_after), auth_type: auth.type || 'none', policy: str(doc.retry && doc.retry.policy),
   };
@@ -65,6 +66,11 @@ function toDoc(f, stored) {
     name: f.name.trim(), endpoint: f.endpoint.trim(),
     event_types: f.event_types.split(',').map((x) => x.trim()).filter(Boolean),
   };
+  if (f.filter.trim()) {
+    try { doc.filter = JSON.parse(f.filter); } catch (err) {
+      throw Object.assign(new Error(`the payload filter is not JSON: ${err.message}`), { field: 'filter' });
+    }
+  }
   for (const k of ['timeout', 'ordering', 'ordering_on_dead', 'disable_after']) if (f[k].trim()) doc[k] = f[k].trim();
   if (f.auth_type !== 'none') {
     const auth = { type: f.auth_type };
@@ -95,7 +101,7 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 function toPatch(stored, doc) {
   const before = toDoc(fromDoc(stored), stored);
   const patch = {};
-  for (const k of ['name', 'endpoint', 'event_types', 'timeout', 'ordering', 'ordering_on_dead', 'disable_after', 'auth']) {
+  for (const k of ['name', 'endpoint', 'event_types', 'filter', 'timeout', 'ordering', 'ordering_on_dead', 'disable_after', 'auth']) {
     if (!same(before[k], doc[k])) patch[k] = doc[k] === undefined ? null : doc[k];
   }
   const rb = before.retry || {}, ra = doc.retry || {};
@@ -124,7 +130,8 @@ export function SubscriptionForm({ stored, onSave, onCancel, extra }) {
   const submit = async (e) => {
     e.preventDefault();
     setError(null);
-    const doc = toDoc(f, stored);
+    let doc;
+    try { doc = toDoc(f, stored); } catch (err) { setError(err); return; }
     let body = stored ? toPatch(stored, doc) : doc;
     if (extra) {
       try { body = { ...extra.parse(), ...body }; } catch (err) { setError(err); return; }
@@ -141,6 +148,11 @@ export function SubscriptionForm({ stored, onSave, onCancel, extra }) {
       ${input('name', 'Name', { required: true })}
       ${input('endpoint', 'Endpoint URL', { required: true })}
       ${input('event_types', 'Event types (comma-separated patterns)', { required: true })}
+      <div class="field"><label for="sf-filter">Payload filter (JSON, optional)</label>
+        <textarea id="sf-filter" name="filter" rows="2" value=${f.filter} onInput=${set('filter')}
+          placeholder='{"data.amount": {"$gte": 100}, "data.currency": "EUR"}'
+          aria-invalid=${error && error.field && error.field.startsWith('filter') ? 'true' : undefined}></textarea>
+        ${error && error.field && error.field.startsWith('filter') && html`<p class="error small" role="alert" data-field="filter">${error.message}</p>`}</div>
       ${input('timeout', 'Timeout of immediate tries', { placeholder: '1s' })}
     </fieldset>
     <fieldset><legend>Authentication</legend>
