@@ -203,12 +203,31 @@ static json_t *read_body(const struct cli_args *o)
 	return doc;
 }
 
+static void print_sub_header(void)
+{
+	printf("%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME", "ENABLED", "EVENT TYPES",
+	       "ENDPOINT");
+}
+
+/* subs list: every subscription, or with --name those of that name or glob (every page
+ * of them). */
 static int run_subs_list(struct cli *c, const struct cli_args *o)
 {
-	char header[160];
-	snprintf(header, sizeof(header), "%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME",
-		 "ENABLED", "EVENT TYPES", "ENDPOINT");
-	return print_list(c, "/v1/subscriptions", header, print_sub_row);
+	char path[1200] = "/v1/subscriptions";
+	size_t shown;
+
+	if (!opt(o, "--name")) {
+		char header[160];
+		snprintf(header, sizeof(header), "%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME",
+			 "ENABLED", "EVENT TYPES", "ENDPOINT");
+		return print_list(c, path, header, print_sub_row);
+	}
+	append_query(path, sizeof(path), "name", opt(o, "--name"));
+	append_query(path, sizeof(path), "limit", "1000");
+	int rc = list_pages(c, path, 1, print_sub_header, print_sub_row, &shown);
+	if (rc == CLI_OK && !c->json && shown == 0)
+		fprintf(stderr, "no subscription's name matches %s\n", opt(o, "--name"));
+	return rc;
 }
 
 /* "billing (01a2...)" for a subscription named on the command line, its id alone for one
@@ -306,6 +325,18 @@ static int subs_write(struct cli *c, const struct cli_args *o, int create)
 	}
 	if (opt(o, "--format"))
 		json_object_set_new(doc, "payload_format", json_string(opt(o, "--format")));
+	if (opt(o, "--filter")) {
+		json_error_t jerr;
+		json_t *filter = strcmp(opt(o, "--filter"), "none") == 0
+					 ? json_null()
+					 : json_loads(opt(o, "--filter"), 0, &jerr);
+		if (!filter) {
+			fprintf(stderr, "outboxd: --filter is not JSON: %s\n", jerr.text);
+			json_decref(doc);
+			return CLI_USAGE;
+		}
+		json_object_set_new(doc, "filter", filter);
+	}
 	if (opt(o, "--enabled"))
 		json_object_set_new(doc, "enabled", json_boolean(strcmp(opt(o, "--enabled"), "true") == 0));
 	if (opt(o, "--types")) {
@@ -827,7 +858,13 @@ static const struct cli_option sub_options[] = {
 	{"--types", "a.*,b", "the event types it takes (globs)"},
 	{"--secret", "whsec_...|generate", "the signing secret (generate: outboxd makes one)"},
 	{"--format", "json|binary", "the payload format"},
+	{"--filter", "JSON|none", "its payload filter ({\"data.amount\":{\"$gte\":100}}); none removes it"},
 	{"--body", "JSON|@FILE|-", "the API's JSON (@FILE, - for stdin); options override it"},
+	END,
+};
+
+static const struct cli_option subs_list_options[] = {
+	{"--name", "N|GLOB", "that name, or the names a glob (* any run, ? one) matches, case ignored"},
 	END,
 };
 
@@ -864,7 +901,8 @@ static const struct cli_command subs_commands[] = {
 	{"create", "--name N --endpoint URL --types a.*,b [options]",
 	 "create a subscription (options, a JSON body, or both)", 0, 0, {sub_options},
 	 run_subs_create},
-	{"list", NULL, "every subscription", 0, 0, NO_OPTIONS, run_subs_list},
+	{"list", "[--name N|GLOB]", "every subscription, or those of a name or glob (acme-*)", 0, 0,
+	 {subs_list_options}, run_subs_list},
 	{"show", "ID|NAME", "one subscription's JSON (credentials masked)", 1, 1, NO_OPTIONS,
 	 run_subs_show},
 	{"update", "ID|NAME [options]", "change a subscription (a JSON merge patch)",

@@ -252,6 +252,24 @@ static void test_cli_names(void **state)
 	assert_int_equal(run(out, sizeof(out), "subs update by-name --types 'named.*,other'"), 0);
 	assert_non_null(strstr(out, "named.*,other"));
 
+	/* a payload filter set and removed; a glob lists by name, case ignored */
+	assert_int_equal(run(out, sizeof(out),
+			     "subs update by-name --filter '{\"n\":{\"$gte\":1}}'"), 0);
+	got = e2e_get(&dmn, "/v1/subscriptions/%s", id);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(
+				 got, "filter"), "n"), "$gte")), 1);
+	json_decref(got);
+	assert_int_equal(run_seen(out, sizeof(out), "subs update by-name --filter '{\"n\":'"), 2);
+	assert_non_null(strstr(out, "--filter is not JSON"));
+	assert_int_equal(run(out, sizeof(out), "subs update by-name --filter none"), 0);
+	got = e2e_get(&dmn, "/v1/subscriptions/%s", id);
+	assert_null(json_object_get(got, "filter"));
+	json_decref(got);
+	assert_int_equal(run(out, sizeof(out), "subs list --name 'BY-*'"), 0);
+	assert_non_null(strstr(out, id));
+	assert_int_equal(run(out, sizeof(out), "subs list --name 'zz*'"), 0);
+	assert_null(strstr(out, id));
+
 	/* the --subscription filter: one event for it, listed by name */
 	assert_int_equal(run(out, sizeof(out), "events send --type named.one --data '{}'"), 0);
 	for (int i = 0; i < 100; i++) {
