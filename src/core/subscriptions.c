@@ -269,6 +269,7 @@ static void *room_for_one(void *items, size_t n, size_t *cap, size_t size)
 /* An event's payload at fan-out: parsed once, by the first subscription with a payload
  * filter among those its type matched (a payload that is not JSON passes no filter). */
 struct fanout_payload {
+	const char *content_type;
 	const char *data;
 	size_t len;
 	json_t *doc;
@@ -278,7 +279,9 @@ struct fanout_payload {
 static int payload_passes(const struct payload_filter *f, struct fanout_payload *pl)
 {
 	if (!pl->parsed) {
-		pl->doc = pl->data ? json_loadb(pl->data, pl->len, JSON_DECODE_ANY, NULL) : NULL;
+		int json = !pl->content_type || strcasestr(pl->content_type, "json");
+		pl->doc = json && pl->data ? json_loadb(pl->data, pl->len, JSON_DECODE_ANY, NULL)
+					   : NULL;
 		pl->parsed = 1;
 	}
 	return payload_filter_match(f, pl->doc);
@@ -757,15 +760,11 @@ const struct subscription *sub_set_find(const struct sub_set *set, const char *i
 	return at < set->n ? set->items[at] : NULL;
 }
 
-const void *sub_filter_payload(const char *content_type, const void *payload)
+long sub_set_match(const struct sub_set *set, const char *event_type, const char *content_type,
+		   const void *payload, size_t payload_len, char (**ids)[UUID_STR_LEN],
+		   size_t *cap)
 {
-	return !content_type || strcasestr(content_type, "json") ? payload : NULL;
-}
-
-long sub_set_match(const struct sub_set *set, const char *event_type, const void *payload,
-		   size_t payload_len, char (**ids)[UUID_STR_LEN], size_t *cap)
-{
-	struct fanout_payload pl = {payload, payload_len, NULL, 0};
+	struct fanout_payload pl = {content_type, payload, payload_len, NULL, 0};
 	long n = 0;
 	if (set->index) {
 		n = match_indexed(set, event_type, &pl, ids, cap);

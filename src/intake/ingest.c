@@ -481,8 +481,7 @@ int ingest_fanout(struct ingest_batch *b, const struct sub_set *set)
 	 * to the store stay valid (no realloc after they are set). */
 	for (size_t i = 0; i < b->n; i++) {
 		const struct store_event_in *ev = &b->events[i];
-		long m = sub_set_match(set, ev->event_type,
-				       sub_filter_payload(ev->content_type, ev->payload),
+		long m = sub_set_match(set, ev->event_type, ev->content_type, ev->payload,
 				       ev->payload_len, &tmp, &tmp_cap);
 		if (m < 0)
 			goto fail;

@@ -302,8 +302,8 @@ static int from_envelope(struct kafka_batch *b, const struct topic_conf *tc, str
 		/* fan out: the ids go to the shared array, appended after the earlier items' */
 		char(*ids)[UUID_STR_LEN] = NULL;
 		size_t cap = 0;
-		long n = sub_set_match(set, e->type, sub_filter_payload(ev->content_type, ev->payload),
-				       ev->payload_len, &ids, &cap);
+		long n = sub_set_match(set, e->type, ev->content_type, ev->payload, ev->payload_len,
+				       &ids, &cap);
 		if (n < 0) {
 			free(ids);
 			snprintf(it->why, sizeof(it->why), "out of memory");

@@ -137,8 +137,8 @@ static size_t write_batch(struct ops_events *o)
 	for (size_t i = 0; i < n; i++) {
 		ids[k] = NULL;
 		caps[k] = 0;
-		long m = sub_set_match(set, batch[i].type, batch[i].payload, strlen(batch[i].payload),
-				       &ids[k], &caps[k]);
+		long m = sub_set_match(set, batch[i].type, NULL, batch[i].payload,
+				       strlen(batch[i].payload), &ids[k], &caps[k]);
 		if (m <= 0) {
 			free(ids[k]);
 			continue;

@@ -51,9 +51,8 @@ static void relay_fanout_cb(void *ctx, const struct store_event_in *ev,
 			    const char (**ids)[UUID_STR_LEN], size_t *n)
 {
 	struct relay_fanout *f = ctx;
-	long m = sub_set_match(f->set, ev->event_type,
-			       sub_filter_payload(ev->content_type, ev->payload), ev->payload_len,
-			       &f->ids, &f->cap);
+	long m = sub_set_match(f->set, ev->event_type, ev->content_type, ev->payload,
+			       ev->payload_len, &f->ids, &f->cap);
 	if (m < 0) {
 		/* Without targets the event would be stored with no delivery: stop instead. */
 		log_error("relay: out of memory during fan-out");

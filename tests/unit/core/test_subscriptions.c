@@ -61,9 +61,9 @@ static void test_match_enabled_only(void **state)
 	assert_int_equal(sub_set_add(set, sub(3, "order.*", 1)), 0);
 	char (*ids)[UUID_STR_LEN] = NULL;
 	size_t cap = 0;
-	assert_int_equal(sub_set_match(set, "user.created", NULL, 0, &ids, &cap), 1);
+	assert_int_equal(sub_set_match(set, "user.created", NULL, NULL, 0, &ids, &cap), 1);
 	assert_string_equal(ids[0], "01a20000-0000-7000-8000-000000000002");
-	assert_int_equal(sub_set_match(set, "billing.paid", NULL, 0, &ids, &cap), 0);
+	assert_int_equal(sub_set_match(set, "billing.paid", NULL, NULL, 0, &ids, &cap), 0);
 	free(ids);
 	struct sub_registry reg;
 	sub_registry_init(&reg);
@@ -120,8 +120,8 @@ static void expect_same_matches(const struct sub_set *plain, const struct sub_se
 	for (int e = 0; e < n; e++) {
 		char type[32];
 		random_text(type, sizeof(type), 0, seed);
-		long w = sub_set_match(plain, type, NULL, 0, &want, &want_cap);
-		long g = sub_set_match(indexed, type, NULL, 0, &got, &got_cap);
+		long w = sub_set_match(plain, type, NULL, NULL, 0, &want, &want_cap);
+		long g = sub_set_match(indexed, type, NULL, NULL, 0, &got, &got_cap);
 		if (w != g)
 			fail_msg("%s %d, \"%s\": %ld matched pattern by pattern, %ld indexed", where,
 				 at, type, w, g);
@@ -282,7 +282,7 @@ static void test_apply_in_place(void **state)
 	struct sub_set *cur = sub_registry_acquire(&reg);
 	assert_int_equal(cur->n, 2);
 	assert_non_null(cur->index);
-	assert_int_equal(sub_set_match(cur, "order.created", NULL, 0, &ids, &cap), 1);
+	assert_int_equal(sub_set_match(cur, "order.created", NULL, NULL, 0, &ids, &cap), 1);
 	sub_registry_release(&reg, cur);
 	assert_int_equal(reg.n_changes, 0);
 	assert_int_equal(reg.n_reading, 0);
