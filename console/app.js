@@ -9,7 +9,7 @@ import { DeliveryDetail } from './pages/delivery.js';
 import { Subscriptions, SubscriptionDetail, SubscriptionNew } from './pages/subscriptions.js';
 import { Audit } from './pages/audit.js';
 import { Jobs } from './pages/jobs.js';
-import { Events, EventDetail } from './pages/events.js';
+import { Events, EventDetail, EventTypes } from './pages/events.js';
 
 // "#/dlq?subscription_id=..." -> { path: ['dlq'], query: URLSearchParams }
 function parseHash() {
@@ -157,6 +157,7 @@ function App() {
   else if (first === 'deliveries') page = html`<${DeliveryList} key="deliveries" dead=${false} ...${props} />`;
   else if (first === 'events' && second) page = html`<${EventDetail} key=${second} id=${second} ...${props} />`;
   else if (first === 'events') page = html`<${Events} ...${props} />`;
+  else if (first === 'event-types') page = html`<${EventTypes} ...${props} />`;
   else if (first === 'subscriptions' && second === 'new') page = html`<${SubscriptionNew} ...${props} />`;
   else if (first === 'subscriptions' && second) page = html`<${SubscriptionDetail} key=${second} id=${second} ...${props} />`;
   else if (first === 'subscriptions') page = html`<${Subscriptions} ...${props} />`;
@@ -169,7 +170,7 @@ function App() {
     <header class="top">
       <a class="brand" href="#/overview">outboxd</a>
       <nav aria-label="Main">
-        ${NAV.map(([p, label]) => html`<a href=${`#/${p}`} aria-current=${first === p ? 'page' : undefined}>${label}</a>`)}
+        ${NAV.map(([p, label]) => html`<a href=${`#/${p}`} aria-current=${first === p || (p === 'events' && first === 'event-types') ? 'page' : undefined}>${label}</a>`)}
       </nav>
       <div class="who">
         <span title="the token's scopes">${me.name} · ${me.scopes.join(', ')}</span>

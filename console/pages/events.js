@@ -1,7 +1,8 @@
 // events.js: the event search (GET /v1/events): its filters in the URL (shareable), keyset
-// pages newest first, each event with its deliveries counted by state; and one event
+// pages newest first, each event with its deliveries counted by state; one event
 // (GET /v1/events/{id}): what it is, its payload, and its deliveries, each linked to its
-// page and its subscription.
+// page and its subscription; and the event types stored (GET /v1/event-types), each with
+// when it was last seen and how many subscriptions take it.
 import { html, useEffect, useState } from '../vendor/htm-preact.js';
 import { api, qs } from '../api.js';
 import {
@@ -75,6 +76,7 @@ export function Events({ query, refresh }) {
   delete search.cursor;
   return html`<main>
     <h1>Events</h1>
+    <p><a class="button" href="#/event-types">Event types</a></p>
     <${SearchForm} current=${search} onApply=${(f) => navigate(`/events${qs(f)}`)} />
     <div class="toolbar">
       <span class="muted">${list.loading && !list.data ? 'Loading…' : `${items.length} shown, newest first${list.data && list.data.next_cursor ? ', more on the next page' : ''}`}</span>
@@ -146,5 +148,34 @@ export function EventDetail({ id, refresh }) {
     </section>
     <section class="card"><h2>Payload</h2>${first && req.loading ? html`<p class="muted">Loading…</p>`
       : html`<${Payload} event=${x} bodyBase64=${req.data ? req.data.body_base64 : null} />`}</section>
+  </main>`;
+}
+
+// The types of the stored events, a page of 100 at a time in byte order: when each was
+// last seen, how many enabled subscriptions take it (none: stored, delivered to nobody),
+// each linked to its events.
+export function EventTypes({ query, refresh }) {
+  const cursor = query ? query.get('cursor') || '' : '';
+  const [types] = useAsync(() => api('GET', `/v1/event-types${qs({ limit: 100, cursor: cursor || undefined })}`), [cursor], refresh);
+  const items = types.data ? types.data.items : [];
+  return html`<main>
+    <h1>Event types</h1>
+    <p><a href="#/events">Events</a> · the types of the events stored, with how many subscriptions take each</p>
+    <${ErrorNote} error=${types.error} />
+    <div class="scroll"><table class="list rows" data-testid="event-types">
+      <thead><tr><th>Event type</th><th>Last seen (UTC)</th><th>Subscriptions</th></tr></thead>
+      <tbody>
+        ${items.map((t) => html`<tr data-type=${t.event_type}>
+          <${Cell} label="Event type" cls="target"><a href=${`#/events${qs({ event_type: t.event_type })}`}>${t.event_type}</a><//>
+          <${Cell} label="Last seen (UTC)">${fmtTime(t.last_seen)}<//>
+          <${Cell} label="Subscriptions" cls="num">${t.subscriptions || html`<span class="badge warn" title="stored, delivered to nobody">none</span>`}<//>
+        </tr>`)}
+        ${!types.loading && items.length === 0 && html`<tr><td colspan="3" class="muted" data-testid="empty">No event stored yet.</td></tr>`}
+      </tbody>
+    </table></div>
+    <div class="pager">
+      ${cursor && html`<a class="button" href="#/event-types">First page</a>`}
+      ${types.data && types.data.next_cursor && html`<a class="button" href=${`#/event-types${qs({ cursor: types.data.next_cursor })}`}>Next page</a>`}
+    </div>
   </main>`;
 }

@@ -203,6 +203,7 @@ const struct api_route *api_routes(size_t *n);
 void api_events_post(struct api *api, const struct api_request *req, struct api_response *res);
 void api_events_get(struct api *api, const char *id, struct api_response *res);
 void api_events_list(struct api *api, const struct api_request *req, struct api_response *res);
+void api_event_types(struct api *api, const struct api_request *req, struct api_response *res);
 void api_events_test(struct api *api, const char *sub_id, const struct api_request *req,
 		     struct api_response *res);
 void api_subs_create(struct api *api, const struct api_request *req, struct api_response *res);

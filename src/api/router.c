@@ -323,6 +323,12 @@ static void h_events_list(struct api *api, const struct api_request *req, const 
 	api_events_list(api, req, res);
 }
 
+static void h_event_types(struct api *api, const struct api_request *req, const char *id,
+			  struct api_response *res)
+{
+	api_event_types(api, req, res);
+}
+
 static void h_subs_create(struct api *api, const struct api_request *req, const char *id,
 			  struct api_response *res)
 {
@@ -487,6 +493,7 @@ static void h_delivery_request(struct api *api, const struct api_request *req, c
 static const struct api_route routes[] = {
 	{"POST", "/v1/events", h_events_post, TOKEN_SCOPE_INGEST},
 	{"GET", "/v1/events", h_events_list, TOKEN_SCOPE_READ},
+	{"GET", "/v1/event-types", h_event_types, TOKEN_SCOPE_READ},
 	{"GET", "/v1/events/{id}", h_events_get, TOKEN_SCOPE_READ},
 	{"POST", "/v1/subscriptions", h_subs_create, TOKEN_SCOPE_ADMIN},
 	{"GET", "/v1/subscriptions", h_subs_list, TOKEN_SCOPE_READ},

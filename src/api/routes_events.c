@@ -227,6 +227,52 @@ void api_events_list(struct api *api, const struct api_request *req, struct api_
 	free(next);
 }
 
+#define TYPES_PAGE_DEFAULT 100
+#define TYPES_PAGE_MAX 1000
+
+/* The event types of the stored events (GET /v1/event-types), each with its newest
+ * event's time and the enabled subscriptions whose patterns take it (a payload filter may
+ * still leave some of its events out): what exists, and what nobody subscribes to. */
+void api_event_types(struct api *api, const struct api_request *req, struct api_response *res)
+{
+	struct store_event_type *items = NULL;
+	char *next = NULL;
+	size_t n = 0;
+	long limit;
+
+	if (api_query_int(req, "limit", TYPES_PAGE_DEFAULT, 1, TYPES_PAGE_MAX, &limit, res))
+		return;
+	int rc = store_event_types(api->st, api_query_get(req, "cursor"), (size_t)limit, &items,
+				   &n, &next);
+	if (rc == STORE_INVALID) {
+		api_reply_errorf(res, 400, "invalid_argument", "cursor",
+				 "cursor is not one this server returned for the event types");
+		return;
+	}
+	if (rc) {
+		api_reply_store_error(res, rc, "event types");
+		return;
+	}
+	struct sub_set *set = sub_registry_acquire(api->reg);
+	char (*ids)[UUID_STR_LEN] = NULL;
+	size_t cap = 0;
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++) {
+		/* no payload: counted by their patterns alone */
+		long subs = sub_set_match_types(set, items[i].event_type, &ids, &cap);
+		json_array_append_new(list, json_pack("{s:s, s:o, s:I}", "event_type",
+						      items[i].event_type, "last_seen",
+						      render_time(items[i].last_seen), "subscriptions",
+						      (json_int_t)(subs > 0 ? subs : 0)));
+	}
+	free(ids);
+	sub_registry_release(api->reg, set);
+	store_event_types_free(items, n);
+	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_cursor",
+					   next ? json_string(next) : json_null()));
+	free(next);
+}
+
 /* A test event: an event like any other (stored, with its delivery, attempts and
  * history), given to this one subscription only, whatever its event_types match. The
  * body is one event as POST /v1/events takes it ({"events":[...]} is refused), or empty:

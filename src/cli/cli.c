@@ -131,6 +131,33 @@ static void print_event_row(json_t *e)
 	       str(e, "created_at"), by[0] ? by : "none");
 }
 
+static void print_type_header(void)
+{
+	printf("%-48s  %-24s  %s\n", "EVENT TYPE", "LAST SEEN", "SUBSCRIPTIONS");
+}
+
+static void print_type_row(json_t *t)
+{
+	json_int_t subs = json_integer_value(json_object_get(t, "subscriptions"));
+	printf("%-48s  %-24s  ", json_string_value(json_object_get(t, "event_type")),
+	       json_string_value(json_object_get(t, "last_seen")));
+	if (subs)
+		printf("%lld\n", (long long)subs);
+	else
+		printf("none (stored, delivered to nobody)\n");
+}
+
+/* events types: every type of the stored events (every page). */
+static int run_events_types(struct cli *c, const struct cli_args *o)
+{
+	size_t shown = 0;
+	int rc = list_pages(c, "/v1/event-types?limit=1000", 1, print_type_header,
+			    print_type_row, &shown);
+	if (rc == CLI_OK && !c->json)
+		printf("%zu event types\n", shown);
+	return rc;
+}
+
 /* events list: the event search, newest first, one page, or every page with --all or
  * --json. */
 static int run_events_list(struct cli *c, const struct cli_args *o)
@@ -894,6 +921,8 @@ static const struct cli_command events_commands[] = {
 	{"list", "[filters] [options]", "events newest first, their deliveries counted", 0, 0,
 	 {event_search_options, paging_options}, run_events_list},
 	{"show", "ID", "an event and its deliveries", 1, 1, NO_OPTIONS, run_events_show},
+	{"types", NULL, "the types of the stored events: last seen, subscriptions taking each", 0,
+	 0, NO_OPTIONS, run_events_types},
 	LAST,
 };
 

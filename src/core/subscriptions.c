@@ -269,6 +269,7 @@ static void *room_for_one(void *items, size_t n, size_t *cap, size_t size)
 /* An event's payload at fan-out: parsed once, by the first subscription with a payload
  * filter among those its type matched (a payload that is not JSON passes no filter). */
 struct fanout_payload {
+	int by_type;             /* the patterns alone decide (sub_set_match_types) */
 	const char *content_type;
 	const char *data;
 	size_t len;
@@ -290,7 +291,8 @@ static int payload_passes(const struct payload_filter *f, struct fanout_payload 
 static int ids_append(const struct sub_set *set, size_t item, struct fanout_payload *pl,
 		      char (**ids)[UUID_STR_LEN], size_t *cap, long *n)
 {
-	if (set->items[item]->filter && !payload_passes(set->items[item]->filter, pl))
+	if (!pl->by_type && set->items[item]->filter &&
+	    !payload_passes(set->items[item]->filter, pl))
 		return 0;
 	char (*room)[UUID_STR_LEN] = room_for_one(*ids, (size_t)*n, cap, sizeof(**ids));
 	if (!room)
@@ -760,11 +762,10 @@ const struct subscription *sub_set_find(const struct sub_set *set, const char *i
 	return at < set->n ? set->items[at] : NULL;
 }
 
-long sub_set_match(const struct sub_set *set, const char *event_type, const char *content_type,
-		   const void *payload, size_t payload_len, char (**ids)[UUID_STR_LEN],
-		   size_t *cap)
+/* Fan-out of one event: sub_set_match and sub_set_match_types (subscriptions.h). */
+static long match(const struct sub_set *set, const char *event_type, struct fanout_payload pl,
+		  char (**ids)[UUID_STR_LEN], size_t *cap)
 {
-	struct fanout_payload pl = {content_type, payload, payload_len, NULL, 0};
 	long n = 0;
 	if (set->index) {
 		n = match_indexed(set, event_type, &pl, ids, cap);
@@ -787,4 +788,19 @@ long sub_set_match(const struct sub_set *set, const char *event_type, const char
 	}
 	json_decref(pl.doc);
 	return n;
+}
+
+long sub_set_match(const struct sub_set *set, const char *event_type, const char *content_type,
+		   const void *payload, size_t payload_len, char (**ids)[UUID_STR_LEN],
+		   size_t *cap)
+{
+	struct fanout_payload pl = {0, content_type, payload, payload_len, NULL, 0};
+	return match(set, event_type, pl, ids, cap);
+}
+
+long sub_set_match_types(const struct sub_set *set, const char *event_type,
+			 char (**ids)[UUID_STR_LEN], size_t *cap)
+{
+	struct fanout_payload pl = {1, NULL, NULL, 0, NULL, 0};
+	return match(set, event_type, pl, ids, cap);
 }

@@ -147,5 +147,8 @@ void sub_set_index(struct sub_set *set);
 long sub_set_match(const struct sub_set *set, const char *event_type, const char *content_type,
 		   const void *payload, size_t payload_len, char (**ids)[UUID_STR_LEN],
 		   size_t *cap);
+/* The same by the patterns alone, whatever the subscriptions' payload filters. */
+long sub_set_match_types(const struct sub_set *set, const char *event_type,
+			 char (**ids)[UUID_STR_LEN], size_t *cap);
 
 #endif

@@ -78,6 +78,10 @@ struct store_methods {
 	int (*events_list)(store *st, const struct event_filter *f, int64_t before_at,
 			   const char *before_id, size_t limit, struct store_event_summary **items,
 			   size_t *n);
+	/* Up to limit event types after the type after (NULL: from the first), in byte
+	 * order, each with its newest event's created_at. */
+	int (*event_types)(store *st, const char *after, size_t limit,
+			   struct store_event_type **items, size_t *n);
 	int (*dlq_purge_matching)(store *st, const struct delivery_filter *f, size_t limit,
 				  size_t *purged);
 	int (*job_create)(store *st, const struct store_job *job);

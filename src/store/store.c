@@ -640,6 +640,46 @@ int store_events_list(store *st, const struct event_filter *f,
 	return STORE_OK;
 }
 
+/* Event-type cursors: "t:<the last type of the previous page>". */
+int store_event_types(store *st, const char *cursor, size_t limit,
+		      struct store_event_type **items, size_t *n, char **next_cursor)
+{
+	if (items)
+		*items = NULL;
+	if (n)
+		*n = 0;
+	if (next_cursor)
+		*next_cursor = NULL;
+	if (!st || !items || !n || !next_cursor || limit < 1 || limit > STORE_MAX_PAGE)
+		return STORE_INVALID;
+	if (cursor && (strncmp(cursor, "t:", 2) != 0 || !cursor[2] || strlen(cursor) > 2 + 255))
+		return STORE_INVALID;
+	OPTIONAL_OP(st, event_types);
+	/* One more than asked: whether a next page exists. */
+	int rc = st->methods->event_types(st, cursor ? cursor + 2 : NULL, limit + 1, items, n);
+	if (rc != STORE_OK || *n <= limit)
+		return rc;
+	size_t len = strlen((*items)[limit - 1].event_type) + 3;
+	if (!(*next_cursor = malloc(len))) {
+		store_event_types_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+		return STORE_ERROR;
+	}
+	snprintf(*next_cursor, len, "t:%s", (*items)[limit - 1].event_type);
+	for (size_t i = limit; i < *n; i++)
+		free((*items)[i].event_type);
+	*n = limit;
+	return STORE_OK;
+}
+
+void store_event_types_free(struct store_event_type *items, size_t n)
+{
+	for (size_t i = 0; items && i < n; i++)
+		free(items[i].event_type);
+	free(items);
+}
+
 void store_event_summaries_free(struct store_event_summary *items, size_t n)
 {
 	if (!items)

@@ -422,6 +422,20 @@ int store_events_list(store *st, const struct event_filter *f,
 		      struct store_event_summary **items, size_t *n, char **next_cursor);
 void store_event_summaries_free(struct store_event_summary *items, size_t n);
 
+/* An event type the store holds events of (GET /v1/event-types). */
+struct store_event_type {
+	char *event_type;
+	int64_t last_seen;          /* created_at of its newest event, ms since the epoch */
+};
+
+/* Up to limit (1..1000) of the event types of the stored events, in byte order, after
+ * cursor (a *next_cursor of an earlier call; NULL: from the first); each found with two
+ * index seeks, however many events it has. *items is returned (store_event_types_free),
+ * *next_cursor too (NULL on the last page). */
+int store_event_types(store *st, const char *cursor, size_t limit,
+		      struct store_event_type **items, size_t *n, char **next_cursor);
+void store_event_types_free(struct store_event_type *items, size_t n);
+
 /* ---- operator actions --------------------------------------------------------------- */
 
 enum store_replay_outcome {

@@ -158,8 +158,23 @@ async function main() {
         (await activity.locator('[data-series="succeeded"]').innerText()) === '0');
     });
 
+    await step('event types: each with how many subscriptions take it, none for a type nobody takes', async () => {
+      await page.evaluate(() => { location.hash = '#/events'; });
+      await page.getByRole('link', { name: 'Event types' }).click();
+      const types = page.locator('table[data-testid="event-types"] tbody tr[data-type]');
+      await waitFor('four types', async () => (await types.count()) === 4);
+      const shown = await types.evaluateAll((trs) => trs.map((tr) => [tr.dataset.type, tr.querySelector('td:last-child').innerText.trim()]));
+      check(JSON.stringify(shown) === JSON.stringify([
+        ['invoice.created.for-a-customer-with-a-long-type', 'none'], ['order.created', '1'],
+        ['order.paid', '2'], ['user.signed_up', 'none']]), `the types: ${JSON.stringify(shown)}`);
+      await page.getByRole('link', { name: 'order.paid', exact: true }).click();
+      await waitFor('its one event', async () => (await rows.count()) === 1);
+      check(new URL(page.url()).hash.includes('event_type=order.paid'), 'the events of that type');
+    });
+
     const pages = [
       ['events', '#/events', async () => (await rows.count()) === 6],
+      ['event-types', '#/event-types', async () => (await page.locator('table[data-testid="event-types"] tbody tr[data-type]').count()) === 4],
       ['event', `#/events/${paid}`, async () => (await deliveries.count()) === 2 && (await page.getByTestId('payload').count()) === 1],
       ['subscription-activity', `#/subscriptions/${ledger.id}`, async () =>
         (await activity.locator('[data-series="succeeded"]').count()) === 1 &&

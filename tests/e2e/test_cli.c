@@ -272,6 +272,9 @@ static void test_cli_names(void **state)
 
 	/* the --subscription filter: one event for it, listed by name */
 	assert_int_equal(run(out, sizeof(out), "events send --type named.one --data '{}'"), 0);
+	assert_int_equal(run(out, sizeof(out), "events types"), 0);
+	assert_non_null(strstr(out, "named.one"));
+	assert_non_null(strstr(out, "event types"));
 	for (int i = 0; i < 100; i++) {
 		assert_int_equal(run(out, sizeof(out), "--json deliveries list --subscription by-name"), 0);
 		json_t *l = json_loads(out, 0, NULL);

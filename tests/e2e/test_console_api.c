@@ -320,6 +320,54 @@ static void test_subscription_pages(void **state)
 	expect_400("/v1/subscriptions?cursor=e:1:0190a0b0-0000-7000-8000-000000000001", "cursor");
 }
 
+/* GET /v1/event-types: the stored events' types in byte order, each with its newest
+ * event's time and the enabled subscriptions its patterns reach (a type nobody takes: 0),
+ * in pages by cursor; a bad cursor or limit is 400 naming it. */
+static void test_event_types(void **state)
+{
+	char one[64], all[64], off[64], ev[64];
+	e2e_create_sub(&dmn, one, "{\"name\":\"et-one\",\"event_types\":[\"et.a\"],"
+				  "\"endpoint\":\"%s/et\"}", rcv.url);
+	e2e_create_sub(&dmn, all, "{\"name\":\"et-all\",\"event_types\":[\"et.*\"],"
+				  "\"endpoint\":\"%s/et\",\"filter\":{\"n\":{\"$gt\":5}}}", rcv.url);
+	e2e_create_sub(&dmn, off, "{\"name\":\"et-off\",\"event_types\":[\"et.*\"],"
+				  "\"endpoint\":\"%s/et\",\"enabled\":false}", rcv.url);
+	e2e_send(&dmn, ev, "{\"event_type\":\"et.a\",\"payload\":{\"n\":1}}");
+	e2e_send(&dmn, ev, "{\"event_type\":\"zz.none\",\"payload\":{}}");
+	e2e_send(&dmn, ev, "{\"event_type\":\"et.b\",\"payload\":{}}");
+	e2e_send(&dmn, ev, "{\"event_type\":\"et.a\",\"payload\":{}}");
+
+	json_t *page = e2e_get(&dmn, "/v1/event-types");
+	json_t *items = json_object_get(page, "items");
+	assert_int_equal(json_array_size(items), 3);
+	static const struct {
+		const char *type;
+		int subs;
+	} want[] = {{"et.a", 2}, {"et.b", 1}, {"zz.none", 0}};
+	for (size_t i = 0; i < 3; i++) {
+		json_t *x = json_array_get(items, i);
+		assert_string_equal(json_string_value(json_object_get(x, "event_type")), want[i].type);
+		assert_int_equal(json_integer_value(json_object_get(x, "subscriptions")), want[i].subs);
+		assert_true(json_is_string(json_object_get(x, "last_seen")));
+	}
+	assert_true(json_is_null(json_object_get(page, "next_cursor")));
+	json_decref(page);
+
+	json_t *p1 = e2e_get(&dmn, "/v1/event-types?limit=2");
+	assert_int_equal(json_array_size(json_object_get(p1, "items")), 2);
+	const char *next = json_string_value(json_object_get(p1, "next_cursor"));
+	assert_non_null(next);
+	json_t *p2 = e2e_get(&dmn, "/v1/event-types?limit=2&cursor=%s", next);
+	assert_int_equal(json_array_size(json_object_get(p2, "items")), 1);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(p2,
+				"items"), 0), "event_type")), "zz.none");
+	assert_true(json_is_null(json_object_get(p2, "next_cursor")));
+	json_decref(p2);
+	json_decref(p1);
+	expect_400("/v1/event-types?cursor=e:1:x", "cursor");
+	expect_400("/v1/event-types?limit=0", "limit");
+}
+
 /* The ids of the "subscriptions" of a GET /v1/stats answer, in order, into out (n of
  * them); returns subscriptions_total. */
 static long stats_subs(const char *query, char out[][64], size_t *n)
@@ -418,6 +466,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_whoami, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_series_and_request, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subscription_pages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_event_types, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stats_for_a_page, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -512,6 +512,55 @@ static void test_relay_outbox(void **state)
 	find_by_type(t, "audit.logged", 0, &items);
 }
 
+/* ---- the event types ------------------------------------------------------------------- */
+
+/* The stored events' types in byte order, each with its newest event's time, in pages
+ * that follow each other by cursor; a foreign cursor refused. */
+static void test_event_types(void **state)
+{
+	struct t *t = *state;
+	static const struct {
+		const char *type;
+		int64_t at;
+	} evs[] = {{"b.two", 1000}, {"a.one", 2000}, {"b.two", 3000}, {"c.three", 500},
+		   {"B.upper", 700}, {"b.two", 2500}};
+	for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+		struct store_event_in ev = {.event_type = evs[i].type, .source = "",
+					    .content_type = "application/json", .payload = "{}",
+					    .payload_len = 2, .created_at = evs[i].at};
+		uuid_v7(ev.id);
+		assert_int_equal(store_ingest(t->st, &ev, 1), STORE_OK);
+	}
+	struct store_event_type *items = NULL;
+	size_t n = 0;
+	char *next = NULL;
+	assert_int_equal(store_event_types(t->st, NULL, 2, &items, &n, &next), STORE_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(items[0].event_type, "B.upper"); /* bytes: upper case first */
+	assert_int_equal(items[0].last_seen, 700);
+	assert_string_equal(items[1].event_type, "a.one");
+	assert_int_equal(items[1].last_seen, 2000);
+	assert_non_null(next);
+	store_event_types_free(items, n);
+	char *cursor = next;
+	assert_int_equal(store_event_types(t->st, cursor, 2, &items, &n, &next), STORE_OK);
+	free(cursor);
+	assert_int_equal(n, 2);
+	assert_string_equal(items[0].event_type, "b.two");
+	assert_int_equal(items[0].last_seen, 3000);
+	assert_string_equal(items[1].event_type, "c.three");
+	assert_int_equal(items[1].last_seen, 500);
+	assert_null(next); /* exactly a page's worth left */
+	store_event_types_free(items, n);
+
+	assert_int_equal(store_event_types(t->st, NULL, 1000, &items, &n, &next), STORE_OK);
+	assert_int_equal(n, 4);
+	assert_null(next);
+	store_event_types_free(items, n);
+	assert_int_equal(store_event_types(t->st, "e:1:x", 10, &items, &n, &next), STORE_INVALID);
+	assert_int_equal(store_event_types(t->st, NULL, 0, &items, &n, &next), STORE_INVALID);
+}
+
 /* ---- per-key ordering ------------------------------------------------------------------ */
 
 /* Ingests one event with partition_key key (NULL: none) for the three test subscriptions. */
@@ -702,6 +751,7 @@ int main(void)
 		T(test_event_identity_and_scheduled_start),
 		T(test_event_envelope),
 		T(test_relay_outbox),
+		T(test_event_types),
 		T(test_key_ordering),
 	};
 

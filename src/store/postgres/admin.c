@@ -705,6 +705,39 @@ int pg_sub_page(store *st, int64_t after_at, const char *after_id, const char *n
 	return rc;
 }
 
+/* ---- event types --------------------------------------------------------- */
+
+static int read_type(const PGresult *r, int row, void *out)
+{
+	struct store_event_type *t = out;
+
+	memset(t, 0, sizeof(*t));
+	t->last_seen = pg_get_int(r, row, 1);
+	return pg_get_dup(r, row, 0, &t->event_type) ? -1 : 0;
+}
+
+/* The distinct types by skipping through events_type (text_pattern_ops: byte order, the
+ * ~>~ and ~<~ operators) — one seek for the next type and one for its newest event each,
+ * not a scan of the events. */
+int pg_event_types(store *st, const char *after, size_t limit, struct store_event_type **items,
+		   size_t *n)
+{
+	struct params p = {0};
+
+	pg_p_text(&p, after ? after : "");
+	pg_p_i64(&p, (int64_t)limit);
+	return query_rows(pg_of(st),
+			  "WITH RECURSIVE t(et) AS ("
+			  " SELECT (SELECT event_type FROM outboxd.events WHERE event_type ~>~ $1"
+			  "  ORDER BY event_type USING ~<~ LIMIT 1)"
+			  " UNION ALL"
+			  " SELECT (SELECT event_type FROM outboxd.events WHERE event_type ~>~ t.et"
+			  "  ORDER BY event_type USING ~<~ LIMIT 1) FROM t WHERE t.et IS NOT NULL)"
+			  " SELECT et, (SELECT created_at FROM outboxd.events WHERE event_type = t.et"
+			  "  ORDER BY created_at DESC LIMIT 1) FROM t WHERE et IS NOT NULL LIMIT $2",
+			  &p, sizeof(**items), read_type, (void **)items, n);
+}
+
 /* ---- API tokens ---------------------------------------------------------- */
 
 int pg_token_create(store *st, const struct store_token *t)

@@ -916,6 +916,7 @@ const struct store_methods store_pg_methods = {
 	.sub_get = pg_sub_get,
 	.sub_list = pg_sub_list,
 	.sub_page = pg_sub_page,
+	.event_types = pg_event_types,
 	.sub_config_swap = pg_sub_config_swap,
 	.sub_scrub = pg_sub_scrub,
 	.meta_swap = pg_meta_swap,

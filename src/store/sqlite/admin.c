@@ -698,6 +698,47 @@ int sq_sub_page(store *st, int64_t after_at, const char *after_id, const char *n
 	return rc;
 }
 
+/* ---- event types --------------------------------------------------------- */
+
+struct types_page {
+	const char *after;
+	size_t limit;
+};
+
+static void bind_types_page(sqlite3_stmt *s, const void *ctx)
+{
+	const struct types_page *pg = ctx;
+	sqlite3_bind_text(s, 1, pg->after ? pg->after : "", -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, (int64_t)pg->limit);
+}
+
+static int read_type(sqlite3_stmt *s, void *row)
+{
+	struct store_event_type *t = row;
+
+	memset(t, 0, sizeof(*t));
+	t->last_seen = sqlite3_column_int64(s, 1);
+	return sq_col_dup(s, 0, &t->event_type) ? SQLITE_NOMEM : SQLITE_OK;
+}
+
+/* The distinct types by skipping through events_type (event_type, created_at, id): one
+ * seek for the next type and one for its newest event each, not a scan of the events. */
+int sq_event_types(store *st, const char *after, size_t limit, struct store_event_type **items,
+		   size_t *n)
+{
+	struct types_page page = {after, limit};
+	return query_rows(sq_of(st),
+			  "WITH RECURSIVE t(et) AS ("
+			  " SELECT (SELECT event_type FROM events WHERE event_type > ?1"
+			  "  ORDER BY event_type LIMIT 1)"
+			  " UNION ALL"
+			  " SELECT (SELECT event_type FROM events WHERE event_type > t.et"
+			  "  ORDER BY event_type LIMIT 1) FROM t WHERE t.et IS NOT NULL LIMIT ?2)"
+			  " SELECT et, (SELECT created_at FROM events WHERE event_type = t.et"
+			  "  ORDER BY created_at DESC LIMIT 1) FROM t WHERE et IS NOT NULL",
+			  bind_types_page, &page, sizeof(**items), read_type, (void **)items, n);
+}
+
 /* ---- audit --------------------------------------------------------------- */
 
 /* A write outside the prepared set, under the write lock: sql prepared, bound by bind

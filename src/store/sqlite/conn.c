@@ -793,6 +793,7 @@ const struct store_methods store_sqlite_methods = {
 	.sub_get = sq_sub_get,
 	.sub_list = sq_sub_list,
 	.sub_page = sq_sub_page,
+	.event_types = sq_event_types,
 	.sub_config_swap = sq_sub_config_swap,
 	.sub_scrub = sq_sub_scrub,
 	.meta_swap = sq_meta_swap,

@@ -221,6 +221,8 @@ int sq_sub_delete(store *st, const char *id);
 int sq_sub_get(store *st, const char *id, struct sub_row *out);
 
 int sq_sub_list(store *st, struct sub_row **items, size_t *n);
+int sq_event_types(store *st, const char *after, size_t limit, struct store_event_type **items,
+		   size_t *n);
 int sq_sub_page(store *st, int64_t after_at, const char *after_id, const char *name,
 		const char *like, size_t limit, struct sub_row **items, size_t *n);
 
