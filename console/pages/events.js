@@ -17,6 +17,7 @@ const FILTERS = [
   ['source', 'Source', 'crm'],
   ['source_event_id', 'Source event id', 'the producer\'s key'],
   ['id', 'Event id', 'UUID'],
+  ['filter', 'Payload matches (JSON filter)', '{"order": 1042}'],
 ];
 const TIMES = [['from', 'Created from (UTC)'], ['to', 'Created before (UTC)']];
 const KEYS = [...FILTERS.map(([k]) => k), ...TIMES.map(([k]) => k)];
@@ -79,7 +80,10 @@ export function Events({ query, refresh }) {
     <p><a class="button" href="#/event-types">Event types</a></p>
     <${SearchForm} current=${search} onApply=${(f) => navigate(`/events${qs(f)}`)} />
     <div class="toolbar">
-      <span class="muted">${list.loading && !list.data ? 'Loading…' : `${items.length} shown, newest first${list.data && list.data.next_cursor ? ', more on the next page' : ''}`}</span>
+      <span class="muted" data-testid="shown">${list.loading && !list.data ? 'Loading…'
+        : list.data && list.data.scanned !== undefined
+          ? `${items.length} found among ${list.data.scanned} events read, newest first${list.data.next_cursor ? '; the next page reads on' : ''}`
+          : `${items.length} shown, newest first${list.data && list.data.next_cursor ? ', more on the next page' : ''}`}</span>
     </div>
     <${ErrorNote} error=${list.error} />
     <div class="scroll"><table class="list rows" data-testid="events">

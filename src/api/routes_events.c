@@ -9,6 +9,7 @@
 #include "api/render.h"
 #include "core/filter.h"
 #include "core/metrics.h"
+#include "core/payload_filter.h"
 #include "core/trace.h"
 #include "intake/ingest.h"
 #include "util/clock.h"
@@ -191,6 +192,67 @@ void api_events_get(struct api *api, const char *id, struct api_response *res)
 #define EVENTS_PAGE_DEFAULT 100
 #define EVENTS_PAGE_MAX 1000
 
+/* The payload search: the events matching f whose payload passes pf, read from the store
+ * in pages of SEARCH_PAGE newest first, up to SEARCH_SCAN events per request; *next is
+ * where the reading stopped (NULL: every event read). Returns the store's code. */
+#define SEARCH_PAGE 200
+#define SEARCH_SCAN 10000
+
+static int payload_search(struct api *api, struct event_filter *f,
+			  const struct payload_filter *pf, json_t *list, size_t *scanned,
+			  char **next)
+{
+	size_t want = f->limit, found = 0;
+	char *cursor = f->cursor ? strdup(f->cursor) : NULL;
+	int rc = STORE_OK;
+
+	*scanned = 0;
+	*next = NULL;
+	if (f->cursor && !cursor)
+		return STORE_ERROR;
+	f->with_payload = 1;
+	while (found < want && *scanned < SEARCH_SCAN) {
+		struct store_event_summary *items = NULL;
+		char *page_next = NULL;
+		size_t n = 0, room = SEARCH_SCAN - *scanned;
+		f->cursor = cursor;
+		f->limit = room < SEARCH_PAGE ? room : SEARCH_PAGE;
+		rc = store_events_list(api->st, f, &items, &n, &page_next);
+		free(cursor);
+		cursor = NULL;
+		if (rc != STORE_OK)
+			break;
+		size_t i = 0;
+		for (; i < n && found < want; i++) {
+			struct store_event *ev = &items[i].event;
+			const char *ct = ev->content_type;
+			json_t *doc = !ct || strcasestr(ct, "json")
+					      ? json_loadb(ev->payload, ev->payload_len, JSON_DECODE_ANY,
+							   NULL)
+					      : NULL;
+			if (payload_filter_match(pf, doc)) {
+				json_array_append_new(list, render_event_summary(&items[i]));
+				found++;
+			}
+			json_decref(doc);
+		}
+		*scanned += i;
+		/* resume after the last event read: the page's own cursor when it was read
+		 * whole, else the one after that event */
+		if (i == n)
+			cursor = page_next;
+		else if (!(cursor = store_event_cursor(&items[i - 1])))
+			rc = STORE_ERROR;
+		if (i < n)
+			free(page_next);
+		store_event_summaries_free(items, n);
+		if (rc != STORE_OK || !cursor)
+			break;
+	}
+	*next = cursor;
+	return rc;
+}
+
 void api_events_list(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	struct event_filter f = {0};
@@ -208,6 +270,44 @@ void api_events_list(struct api *api, const struct api_request *req, struct api_
 		return;
 	f.limit = (size_t)limit;
 	f.cursor = api_query_get(req, "cursor");
+	const char *filter_text = api_query_get(req, "filter");
+	if (filter_text) {
+		json_error_t jerr;
+		json_t *fj = json_loads(filter_text, JSON_REJECT_DUPLICATES, &jerr);
+		struct payload_filter *pf = NULL;
+		if (!fj) {
+			api_reply_errorf(res, 400, "invalid_argument", "filter",
+					 "filter is not JSON: %s", jerr.text);
+			return;
+		}
+		int bad = payload_filter_parse(fj, &pf, &err);
+		json_decref(fj);
+		if (bad) {
+			api_reply_error(res, &err);
+			return;
+		}
+		json_t *list = json_array();
+		size_t scanned;
+		int rc = payload_search(api, &f, pf, list, &scanned, &next);
+		payload_filter_free(pf);
+		if (rc == STORE_INVALID) {
+			json_decref(list);
+			api_reply_errorf(res, 400, "invalid_argument", "cursor",
+					 "cursor is not one this server returned for the events");
+			return;
+		}
+		if (rc) {
+			json_decref(list);
+			free(next);
+			api_reply_store_error(res, rc, "events");
+			return;
+		}
+		api_reply_json(res, 200, json_pack("{s:o, s:o, s:I}", "items", list, "next_cursor",
+						   next ? json_string(next) : json_null(), "scanned",
+						   (json_int_t)scanned));
+		free(next);
+		return;
+	}
 	int rc = store_events_list(api->st, &f, &items, &n, &next);
 	if (rc == STORE_INVALID) {
 		api_reply_errorf(res, 400, "invalid_argument", "cursor",

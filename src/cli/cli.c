@@ -165,7 +165,7 @@ static int run_events_list(struct cli *c, const struct cli_args *o)
 	static const char *const search_map[][2] = {
 		{"--type", "event_type"}, {"--source", "source"},
 		{"--source-event-id", "source_event_id"}, {"--id", "id"}, {"--from", "from"},
-		{"--to", "to"},
+		{"--to", "to"}, {"--filter", "filter"},
 	};
 	char path[2048] = "/v1/events";
 	int all = c->json || opt(o, "--all");
@@ -837,6 +837,7 @@ static const struct cli_option event_search_options[] = {
 	{"--id", "ID", "one event"},
 	{"--from", "RFC3339", "created at or after"},
 	{"--to", "RFC3339", "created before"},
+	{"--filter", "JSON", "only those whose payload matches ({\"order\":1042}; reads at most 10,000 a page)"},
 	END,
 };
 

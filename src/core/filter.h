@@ -72,6 +72,7 @@ struct event_filter {
 	int64_t from_ms, to_ms;     /* created_at range, 0 = unbounded; to is exclusive */
 	const char *cursor;         /* from a previous page, NULL for the first */
 	size_t limit;               /* 1..1000 */
+	int with_payload;           /* the events' payloads too (the payload search) */
 };
 
 /* Fills f's conditions from the parameters event_type (a glob when it holds '*' or '?'),

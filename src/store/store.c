@@ -680,6 +680,11 @@ void store_event_types_free(struct store_event_type *items, size_t n)
 	free(items);
 }
 
+char *store_event_cursor(const struct store_event_summary *e)
+{
+	return store_newest_cursor('e', e->event.created_at, e->event.id);
+}
+
 void store_event_summaries_free(struct store_event_summary *items, size_t n)
 {
 	if (!items)

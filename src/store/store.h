@@ -421,6 +421,10 @@ struct store_event_summary {
 int store_events_list(store *st, const struct event_filter *f,
 		      struct store_event_summary **items, size_t *n, char **next_cursor);
 void store_event_summaries_free(struct store_event_summary *items, size_t n);
+/* The cursor of the page that starts after event e of a store_events_list page
+ * (returned), or NULL when out of memory: a search that reads events itself (the payload
+ * search) resumes there. */
+char *store_event_cursor(const struct store_event_summary *e);
 
 /* An event type the store holds events of (GET /v1/event-types). */
 struct store_event_type {

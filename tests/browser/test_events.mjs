@@ -158,6 +158,18 @@ async function main() {
         (await activity.locator('[data-series="succeeded"]').innerText()) === '0');
     });
 
+    await step('a payload search: the events whose payload matches, and how many were read', async () => {
+      await page.evaluate(() => { location.hash = '#/events'; });
+      await waitFor('every event', async () => (await rows.count()) === 6);
+      await page.getByLabel(/Payload matches/).fill('{"order": 1042, "total": 0.1}');
+      await page.getByRole('button', { name: 'Search', exact: true }).click();
+      await waitFor('order 1042 paid alone (0.10 equals 0.1)', async () => (await rows.count()) === 1 &&
+        (await rows.first().getAttribute('data-id')) === paid);
+      check((await page.getByTestId('shown').innerText()).includes('1 found among 6 events read'), await page.getByTestId('shown').innerText());
+      await page.getByRole('button', { name: 'Clear' }).click();
+      await waitFor('every event again', async () => (await rows.count()) === 6);
+    });
+
     await step('event types: each with how many subscriptions take it, none for a type nobody takes', async () => {
       await page.evaluate(() => { location.hash = '#/events'; });
       await page.getByRole('link', { name: 'Event types' }).click();

@@ -275,6 +275,10 @@ static void test_cli_names(void **state)
 	assert_int_equal(run(out, sizeof(out), "events types"), 0);
 	assert_non_null(strstr(out, "named.one"));
 	assert_non_null(strstr(out, "event types"));
+	assert_int_equal(run(out, sizeof(out), "events send --type unsubscribed.two --data '{\"k\":7}'"), 0);
+	assert_int_equal(run(out, sizeof(out), "events list --filter '{\"k\":7}'"), 0);
+	assert_non_null(strstr(out, "unsubscribed.two"));
+	assert_null(strstr(out, "named.one"));
 	for (int i = 0; i < 100; i++) {
 		assert_int_equal(run(out, sizeof(out), "--json deliveries list --subscription by-name"), 0);
 		json_t *l = json_loads(out, 0, NULL);

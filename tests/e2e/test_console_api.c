@@ -368,6 +368,62 @@ static void test_event_types(void **state)
 	expect_400("/v1/event-types?limit=0", "limit");
 }
 
+/* GET /v1/events?filter=: the events whose payload matches a filter (the subscriptions'
+ * syntax), newest first, in pages that resume where the reading stopped, with how many
+ * were read; other filters narrow what is read; a binary payload matches nothing; a bad
+ * filter is 400 naming it or its member. */
+static void test_event_payload_search(void **state)
+{
+	char ev[64], want[6][64];
+	for (int i = 0; i < 30; i++) {
+		char body[160];
+		snprintf(body, sizeof(body), "{\"event_type\":\"%s\",\"payload\":{\"n\":%d,\"tag\":\"%s\"}}",
+			 i % 2 ? "ps.odd" : "ps.even", i, i % 5 == 0 ? "five" : "other");
+		e2e_send(&dmn, ev, body);
+		if (i % 5 == 0)
+			snprintf(want[i / 5], 64, "%s", ev);
+	}
+	e2e_send(&dmn, ev, "{\"event_type\":\"ps.even\",\"payload_base64\":\"AAE=\"}");
+
+	/* the six tagged five, newest first, three at a time */
+	json_t *p1 = e2e_get(&dmn, "/v1/events?limit=3&filter=%%7B%%22tag%%22:%%22five%%22%%7D");
+	json_t *items = json_object_get(p1, "items");
+	assert_int_equal(json_array_size(items), 3);
+	for (int i = 0; i < 3; i++)
+		assert_string_equal(json_string_value(json_object_get(json_array_get(items, i), "id")),
+				    want[5 - i]);
+	/* the binary one, then 29 down to 15 */
+	assert_int_equal(json_integer_value(json_object_get(p1, "scanned")), 16);
+	const char *next = json_string_value(json_object_get(p1, "next_cursor"));
+	assert_non_null(next);
+	json_t *p2 = e2e_get(&dmn, "/v1/events?limit=3&filter=%%7B%%22tag%%22:%%22five%%22%%7D"
+				   "&cursor=%s", next);
+	items = json_object_get(p2, "items");
+	assert_int_equal(json_array_size(items), 3);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(items, 2), "id")),
+			    want[0]);
+	json_decref(p2);
+	json_decref(p1);
+
+	/* with a type: only those read; and an operator */
+	json_t *p3 = e2e_get(&dmn, "/v1/events?event_type=ps.odd"
+				   "&filter=%%7B%%22n%%22:%%7B%%22$gte%%22:25%%7D%%7D");
+	assert_int_equal(json_array_size(json_object_get(p3, "items")), 3); /* 25, 27, 29 */
+	assert_int_equal(json_integer_value(json_object_get(p3, "scanned")), 15);
+	assert_true(json_is_null(json_object_get(p3, "next_cursor")));
+	json_decref(p3);
+
+	/* $exists: false would pass a payload that is not JSON if it were read as one */
+	json_t *p4 = e2e_get(&dmn, "/v1/events?event_type=ps.even"
+				   "&filter=%%7B%%22n%%22:%%7B%%22$exists%%22:false%%7D%%7D");
+	assert_int_equal(json_array_size(json_object_get(p4, "items")), 0);
+	json_decref(p4);
+
+	expect_400("/v1/events?filter=%7B%22n%22:", "filter");
+	expect_400("/v1/events?filter=%7B%22n%22:%7B%22$regex%22:1%7D%7D", "filter.n");
+	expect_400("/v1/events?filter=%7B%7D&cursor=x:1", "filter");
+}
+
 /* The ids of the "subscriptions" of a GET /v1/stats answer, in order, into out (n of
  * them); returns subscriptions_total. */
 static long stats_subs(const char *query, char out[][64], size_t *n)
@@ -467,6 +523,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_series_and_request, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subscription_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_types, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_event_payload_search, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stats_for_a_page, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

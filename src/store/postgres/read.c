@@ -449,10 +449,11 @@ int pg_events_list(store *st, const struct event_filter *f, int64_t before_at,
 	*n = 0;
 	snprintf(sql, sizeof(sql),
 		 "SELECT e.id, e.event_type, e.source, e.source_event_id, e.partition_key,"
-		 " e.content_type, NULL::bytea, e.created_at, e.webhook_id, c.n_new, c.n_processed,"
+		 " e.content_type, %s, e.created_at, e.webhook_id, c.n_new, c.n_processed,"
 		 " c.n_retrying, c.n_dead"
 		 " FROM (SELECT id, event_type, source, source_event_id, partition_key, content_type,"
-		 " created_at, webhook_id FROM outboxd.events WHERE true");
+		 " created_at, webhook_id%s FROM outboxd.events WHERE true",
+		 f->with_payload ? "e.payload" : "NULL::bytea", f->with_payload ? ", payload" : "");
 	if (f->event_type && f->event_type_glob) {
 		if (!(like = malloc(2 * strlen(f->event_type) + 1)))
 			return STORE_ERROR;

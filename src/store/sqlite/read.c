@@ -307,12 +307,13 @@ int sq_events_list(store *st, const struct event_filter *f, int64_t before_at,
 	/* Only constant fragments go into the SQL; every value is bound. */
 	snprintf(sql, sizeof(sql),
 		 "SELECT e.id, e.event_type, e.source, e.source_event_id, e.partition_key,"
-		 " e.content_type, NULL, e.created_at, e.webhook_id,"
+		 " e.content_type, %s, e.created_at, e.webhook_id,"
 		 " sum(d.status = 'NEW'), sum(d.status = 'PROCESSED'),"
 		 " sum(d.status = 'FAILED' AND d.next_attempt_at IS NOT NULL),"
 		 " sum(d.status = 'FAILED' AND d.next_attempt_at IS NULL)"
 		 " FROM (SELECT id, event_type, source, source_event_id, partition_key, content_type,"
-		 " created_at, webhook_id FROM events WHERE 1");
+		 " created_at, webhook_id%s FROM events WHERE 1",
+		 f->with_payload ? "e.payload" : "NULL", f->with_payload ? ", payload" : "");
 	const struct {
 		const char *text;     /* a text value, or NULL */
 		int64_t ms;           /* else a time, 0 = none */
