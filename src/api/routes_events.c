@@ -193,16 +193,19 @@ void api_events_get(struct api *api, const char *id, struct api_response *res)
 #define EVENTS_PAGE_MAX 1000
 
 /* The payload search: the events matching f whose payload passes pf, read from the store
- * in pages of SEARCH_PAGE newest first, up to SEARCH_SCAN events per request; *next is
- * where the reading stopped (NULL: every event read). Returns the store's code. */
-#define SEARCH_PAGE 200
+ * in pages of SEARCH_PAGE newest first, up to SEARCH_SCAN events or SEARCH_BYTES of
+ * payloads per request (a page holds at most SEARCH_PAGE payloads in memory: 50 MiB at the
+ * default max_payload); *next is where the reading stopped (NULL: every event read).
+ * Returns the store's code. */
+#define SEARCH_PAGE 50
 #define SEARCH_SCAN 10000
+#define SEARCH_BYTES ((size_t)64 << 20)
 
 static int payload_search(struct api *api, struct event_filter *f,
 			  const struct payload_filter *pf, json_t *list, size_t *scanned,
 			  char **next)
 {
-	size_t want = f->limit, found = 0;
+	size_t want = f->limit, found = 0, bytes = 0;
 	char *cursor = f->cursor ? strdup(f->cursor) : NULL;
 	int rc = STORE_OK;
 
@@ -211,7 +214,7 @@ static int payload_search(struct api *api, struct event_filter *f,
 	if (f->cursor && !cursor)
 		return STORE_ERROR;
 	f->with_payload = 1;
-	while (found < want && *scanned < SEARCH_SCAN) {
+	while (found < want && *scanned < SEARCH_SCAN && bytes < SEARCH_BYTES) {
 		struct store_event_summary *items = NULL;
 		char *page_next = NULL;
 		size_t n = 0, room = SEARCH_SCAN - *scanned;
@@ -223,8 +226,9 @@ static int payload_search(struct api *api, struct event_filter *f,
 		if (rc != STORE_OK)
 			break;
 		size_t i = 0;
-		for (; i < n && found < want; i++) {
+		for (; i < n && found < want && bytes < SEARCH_BYTES; i++) {
 			struct store_event *ev = &items[i].event;
+			bytes += ev->payload_len;
 			const char *ct = ev->content_type;
 			json_t *doc = !ct || strcasestr(ct, "json")
 					      ? json_loadb(ev->payload, ev->payload_len, JSON_DECODE_ANY,
@@ -238,7 +242,8 @@ static int payload_search(struct api *api, struct event_filter *f,
 		}
 		*scanned += i;
 		/* resume after the last event read: the page's own cursor when it was read
-		 * whole, else the one after that event */
+		 * whole, else the one after that event (i >= 1: a page is left early only
+		 * after reading an event) */
 		if (i == n)
 			cursor = page_next;
 		else if (!(cursor = store_event_cursor(&items[i - 1])))
