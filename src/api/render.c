@@ -6,6 +6,7 @@
 #include <strings.h>
 
 
+#include "core/header.h"
 #include "util/base64.h"
 #include "util/clock.h"
 
@@ -18,13 +19,6 @@ json_t *render_time(int64_t ms)
 static json_t *str_or_null(const char *s)
 {
 	return s ? json_string(s) : json_null();
-}
-
-static int is_json_type(const char *ct)
-{
-	size_t n = strcspn(ct, ";");
-	return (n == 16 && strncasecmp(ct, "application/json", 16) == 0) ||
-	       (n > 5 && strncasecmp(ct + n - 5, "+json", 5) == 0);
 }
 
 /* An event without its payload. */
@@ -44,7 +38,7 @@ json_t *render_event(const struct store_event *ev)
 {
 	json_t *o = event_head(ev);
 	json_t *payload = NULL;
-	if (is_json_type(ev->content_type))
+	if (header_is_json_type(ev->content_type))
 		payload = json_loadb(ev->payload, ev->payload_len, JSON_DECODE_ANY, NULL);
 	if (payload) {
 		json_object_set_new(o, "payload", payload);

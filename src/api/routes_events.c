@@ -8,6 +8,7 @@
 #include "api/api.h"
 #include "api/render.h"
 #include "core/filter.h"
+#include "core/header.h"
 #include "core/metrics.h"
 #include "core/payload_filter.h"
 #include "core/trace.h"
@@ -230,7 +231,7 @@ static int payload_search(struct api *api, struct event_filter *f,
 			struct store_event *ev = &items[i].event;
 			bytes += ev->payload_len;
 			const char *ct = ev->content_type;
-			json_t *doc = !ct || strcasestr(ct, "json")
+			json_t *doc = !ct || header_is_json_type(ct)
 					      ? json_loadb(ev->payload, ev->payload_len, JSON_DECODE_ANY,
 							   NULL)
 					      : NULL;

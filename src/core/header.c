@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 static int byte_bad(unsigned char c)
 {
@@ -48,4 +49,13 @@ int header_name_valid(const char *name)
 			return 0;
 	}
 	return 1;
+}
+
+int header_is_json_type(const char *ct)
+{
+	size_t n = strcspn(ct, ";");
+	while (n && (ct[n - 1] == ' ' || ct[n - 1] == '\t'))
+		n--;
+	return (n == 16 && strncasecmp(ct, "application/json", 16) == 0) ||
+	       (n > 5 && strncasecmp(ct + n - 5, "+json", 5) == 0);
 }

@@ -21,6 +21,11 @@ int header_value_valid(const char *value, size_t len);
 #define HEADER_NAME_MAX 128
 int header_name_valid(const char *name);
 
+/* 1 when the content type ct says JSON: application/json or a +json type (RFC 6839),
+ * parameters after ';' aside, letters' case ignored. How an event's payload is shown
+ * (JSON or base64) and whether a payload filter can read it. */
+int header_is_json_type(const char *ct);
+
 /* What a refused value's error message says, after the field's name. */
 #define HEADER_VALUE_RULE "must not contain control characters (CR, LF, NUL, ...)"
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/header.h"
 #include "core/pattern.h"
 #include "core/payload_filter.h"
 
@@ -280,7 +281,7 @@ struct fanout_payload {
 static int payload_passes(const struct payload_filter *f, struct fanout_payload *pl)
 {
 	if (!pl->parsed) {
-		int json = !pl->content_type || strcasestr(pl->content_type, "json");
+		int json = !pl->content_type || header_is_json_type(pl->content_type);
 		pl->doc = json && pl->data ? json_loadb(pl->data, pl->len, JSON_DECODE_ANY, NULL)
 					   : NULL;
 		pl->parsed = 1;

@@ -140,10 +140,10 @@ void sub_set_index(struct sub_set *set);
 
 /* Ids of the enabled subscriptions whose patterns match event_type and whose payload
  * filter, if any, the event's payload passes (payload_len bytes; content_type its type:
- * one without "json" in it passes no filter, NULL counts as JSON), written into *ids
- * (grown with realloc as needed; *cap tracks its size), in the set's order. The payload
- * is looked at only when a subscription of a matching type has a filter, and parsed once.
- * Returns the count, or -1 when out of memory. */
+ * one that is not JSON by header_is_json_type passes no filter, NULL counts as JSON),
+ * written into *ids (grown with realloc as needed; *cap tracks its size), in the set's
+ * order. The payload is looked at only when a subscription of a matching type has a
+ * filter, and parsed once. Returns the count, or -1 when out of memory. */
 long sub_set_match(const struct sub_set *set, const char *event_type, const char *content_type,
 		   const void *payload, size_t payload_len, char (**ids)[UUID_STR_LEN],
 		   size_t *cap);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "core/header.h"
 #include "core/payload_filter.h"
 #include "core/subscriptions.h"
 
@@ -198,6 +199,12 @@ static void test_fanout(void **state)
 		sub_registry_publish(&reg, set);
 		sub_registry_destroy(&reg);
 	}
+	assert_true(header_is_json_type("application/json"));
+	assert_true(header_is_json_type("Application/JSON; charset=utf-8"));
+	assert_true(header_is_json_type("application/cloudevents+json"));
+	assert_false(header_is_json_type("application/octet-stream"));
+	assert_false(header_is_json_type("text/plain; note=json"));
+	assert_false(header_is_json_type("application/jsonl"));
 }
 
 int main(void)
