@@ -266,7 +266,6 @@ static void *room_for_one(void *items, size_t n, size_t *cap, size_t size)
 	return grown;
 }
 
-/* Appends the id of item to *ids (grown as needed); -1 when out of memory. */
 /* An event's payload at fan-out: parsed once, by the first subscription with a payload
  * filter among those its type matched (a payload that is not JSON passes no filter). */
 struct fanout_payload {
@@ -289,6 +288,8 @@ static int payload_passes(const struct payload_filter *f, struct fanout_payload 
 	return payload_filter_match(f, pl->doc);
 }
 
+/* Appends the id of item to *ids (grown as needed) unless its payload filter leaves the
+ * event out; -1 when out of memory. */
 static int ids_append(const struct sub_set *set, size_t item, struct fanout_payload *pl,
 		      char (**ids)[UUID_STR_LEN], size_t *cap, long *n)
 {

@@ -657,7 +657,13 @@ int store_event_types(store *st, const char *cursor, size_t limit,
 	OPTIONAL_OP(st, event_types);
 	/* One more than asked: whether a next page exists. */
 	int rc = st->methods->event_types(st, cursor ? cursor + 2 : NULL, limit + 1, items, n);
-	if (rc != STORE_OK || *n <= limit)
+	if (rc != STORE_OK) { /* what a failed read left */
+		store_event_types_free(*items, *n);
+		*items = NULL;
+		*n = 0;
+		return rc;
+	}
+	if (*n <= limit)
 		return rc;
 	size_t len = strlen((*items)[limit - 1].event_type) + 3;
 	if (!(*next_cursor = malloc(len))) {
