@@ -786,6 +786,23 @@ int store_attempt_counts_prune(store *st, int64_t before_ms)
 
 /* ---- stats ------------------------------------------------------------------------------- */
 
+static int sub_stats_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct store_sub_stats *)a)->subscription_id,
+		      ((const struct store_sub_stats *)b)->subscription_id);
+}
+
+static int id_to_sub_stats(const void *id, const void *x)
+{
+	return strcmp(id, ((const struct store_sub_stats *)x)->subscription_id);
+}
+
+struct store_sub_stats *store_sub_stats_find(const struct store_sub_stats *subs, size_t n,
+					     const char *id)
+{
+	return n ? bsearch(id, subs, n, sizeof(*subs), id_to_sub_stats) : NULL;
+}
+
 int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out)
 {
 	if (out)
@@ -797,6 +814,10 @@ int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats
 	int64_t processed = 0;
 	int reuse = count_cache_get(&st->processed, now_ms, &processed);
 	int rc = st->methods->stats(st, now_ms, window_ms, !reuse, out);
+	/* sorted here, whatever order the backend read them in (PostgreSQL's collation
+	 * need not be strcmp's), for store_sub_stats_find */
+	if (rc == STORE_OK && out->n_subs)
+		qsort(out->subs, out->n_subs, sizeof(*out->subs), sub_stats_cmp);
 	if (reuse)
 		out->processed_count = processed;
 	else if (rc == STORE_OK)

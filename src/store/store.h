@@ -578,7 +578,7 @@ struct store_stats {
 	int64_t blocked_count;      /* parked behind a dead delivery of their key (ordering) */
 	int64_t blocked_keys;       /* (subscription, key) pairs with parked deliveries */
 	int64_t oldest_failing_since; /* the earliest failing_since of a retrying delivery, 0 */
-	struct store_sub_stats *subs; /* returned array */
+	struct store_sub_stats *subs; /* returned array, sorted by subscription_id (strcmp) */
 	size_t n_subs;
 };
 
@@ -598,6 +598,10 @@ static inline int64_t store_minute_start(int64_t ms)
  * started after now - window_ms. */
 int store_stats(store *st, int64_t now_ms, int64_t window_ms, struct store_stats *out);
 void store_stats_free(struct store_stats *s);
+/* The figures of subscription id among the n of subs sorted by subscription_id (as
+ * store_stats returns them), or NULL: a binary search. */
+struct store_sub_stats *store_sub_stats_find(const struct store_sub_stats *subs, size_t n,
+					     const char *id);
 
 /* Attempts per time bucket by outcome, and how long they took (the console's charts):
  * bucket i counts the attempts started in [from_ms + i * bucket_ms, from_ms + (i + 1) *

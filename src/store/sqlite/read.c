@@ -406,10 +406,7 @@ static int sub_stats_cmp(const void *a, const void *b)
 static struct store_sub_stats *sub_stats_for(struct store_stats *out, size_t n_sorted,
 					     const char *id, size_t *cap)
 {
-	struct store_sub_stats key, *x;
-	snprintf(key.subscription_id, sizeof(key.subscription_id), "%s", id);
-	x = n_sorted ? bsearch(&key, out->subs, n_sorted, sizeof(*out->subs), sub_stats_cmp) :
-		       NULL;
+	struct store_sub_stats *x = store_sub_stats_find(out->subs, n_sorted, id);
 	if (x)
 		return x;
 	struct store_sub_stats *more = sq_grow(out->subs, cap, out->n_subs, sizeof(*more));
@@ -418,7 +415,7 @@ static struct store_sub_stats *sub_stats_for(struct store_stats *out, size_t n_s
 	out->subs = more;
 	x = &out->subs[out->n_subs++];
 	memset(x, 0, sizeof(*x));
-	memcpy(x->subscription_id, key.subscription_id, sizeof(x->subscription_id));
+	snprintf(x->subscription_id, sizeof(x->subscription_id), "%s", id);
 	return x;
 }
 
@@ -541,10 +538,7 @@ int sq_stats(store *st, int64_t now_ms, int64_t window_ms, int count_processed,
 		x->last_error_at = sqlite3_column_int64(s, 1);
 		x->last_code = sqlite3_column_int(s, 2);
 	}
-	rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-	/* failures of subscriptions without a counted attempt were appended */
-	if (out->n_subs)
-		qsort(out->subs, out->n_subs, sizeof(*out->subs), sub_stats_cmp);
+	rc = rc == SQLITE_DONE ? SQLITE_OK : rc; /* (store_stats sorts what was appended) */
 out:
 	sqlite3_finalize(s);
 	sq_read_unlock(rd);
