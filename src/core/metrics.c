@@ -150,6 +150,33 @@ static size_t sorted_pos(const void *items, size_t n, size_t size, const char *k
 	return lo;
 }
 
+/* Room for a new item at pos in a sorted table of *n items of size bytes, *cap allocated
+ * (doubled as needed, from 16): the items from pos on move up one. Returns the new
+ * slot, or NULL when out of memory (the table unchanged). */
+static void *sorted_insert(void **items, size_t *n, size_t *cap, size_t size, size_t pos)
+{
+	if (*n == *cap) {
+		size_t more_cap = *cap ? *cap * 2 : 16;
+		void *more = realloc(*items, more_cap * size);
+		if (!more)
+			return NULL;
+		*items = more;
+		*cap = more_cap;
+	}
+	char *at = (char *)*items + pos * size;
+	memmove(at + size, at, (*n - pos) * size);
+	(*n)++;
+	return at;
+}
+
+/* Removes the item at pos of a sorted table of *n items of size bytes. */
+static void sorted_remove(void *items, size_t *n, size_t size, size_t pos)
+{
+	char *at = (char *)items + pos * size;
+	memmove(at, at + size, (*n - pos - 1) * size);
+	(*n)--;
+}
+
 /* Where the endpoint with that key is (*found 1), or would go. Under ep_mu. */
 static size_t ep_pos(const char *key, int *found)
 {
@@ -252,29 +279,18 @@ void metrics_circuit(const char *subscription_id, int state, int64_t open_until_
 	pthread_mutex_lock(&circuits.mu);
 	size_t i = circuit_pos(subscription_id, &found);
 	if (state == 0 && found) {
-		memmove(&circuits.items[i], &circuits.items[i + 1],
-			(circuits.n - i - 1) * sizeof(*circuits.items));
-		circuits.n--;
+		sorted_remove(circuits.items, &circuits.n, sizeof(*circuits.items), i);
 	} else if (state != 0) {
-		if (!found && circuits.n == circuits.cap) {
-			size_t cap = circuits.cap ? circuits.cap * 2 : 16;
-			struct open_circuit *more = realloc(circuits.items, cap * sizeof(*more));
-			if (!more) { /* the breaker works on; GET /v1/stats reads it as closed */
-				pthread_mutex_unlock(&circuits.mu);
-				return;
-			}
-			circuits.items = more;
-			circuits.cap = cap;
+		/* NULL, out of memory: the breaker works on; GET /v1/stats reads it closed */
+		struct open_circuit *c = found ? &circuits.items[i]
+					       : sorted_insert((void **)&circuits.items, &circuits.n,
+							       &circuits.cap, sizeof(*circuits.items), i);
+		if (c && !found)
+			snprintf(c->id, sizeof(c->id), "%s", subscription_id);
+		if (c) {
+			c->state = state;
+			c->open_until_ms = open_until_ms;
 		}
-		if (!found) {
-			memmove(&circuits.items[i + 1], &circuits.items[i],
-				(circuits.n - i) * sizeof(*circuits.items));
-			circuits.n++;
-			snprintf(circuits.items[i].id, sizeof(circuits.items[i].id), "%s",
-				 subscription_id);
-		}
-		circuits.items[i].state = state;
-		circuits.items[i].open_until_ms = open_until_ms;
 	}
 	pthread_mutex_unlock(&circuits.mu);
 }
@@ -487,27 +503,19 @@ void metrics_endpoint(const char *key, int limit, int in_flight, int queued,
 	int found;
 	pthread_mutex_lock(&ep_mu);
 	size_t i = ep_pos(key, &found);
-	if (!found && n_eps == cap_eps) {
-		size_t cap = cap_eps ? cap_eps * 2 : 64;
-		struct metrics_endpoint_view *more = realloc(eps, cap * sizeof(*more));
-		if (!more) { /* the endpoint's flow control works on, unseen */
-			pthread_mutex_unlock(&ep_mu);
-			return;
-		}
-		eps = more;
-		cap_eps = cap;
+	/* NULL, out of memory: the endpoint's flow control works on, unseen */
+	struct metrics_endpoint_view *e =
+		found ? &eps[i] : sorted_insert((void **)&eps, &n_eps, &cap_eps, sizeof(*eps), i);
+	if (e && !found)
+		snprintf(e->key, sizeof(e->key), "%s", key);
+	if (e) {
+		e->limit = limit;
+		e->in_flight = in_flight;
+		e->queued = queued;
+		e->latency_min_us = latency_min_us;
+		e->latency_us = latency_us;
+		e->cuts = cuts;
 	}
-	if (!found) {
-		memmove(&eps[i + 1], &eps[i], (n_eps - i) * sizeof(*eps));
-		n_eps++;
-		snprintf(eps[i].key, sizeof(eps[i].key), "%s", key);
-	}
-	eps[i].limit = limit;
-	eps[i].in_flight = in_flight;
-	eps[i].queued = queued;
-	eps[i].latency_min_us = latency_min_us;
-	eps[i].latency_us = latency_us;
-	eps[i].cuts = cuts;
 	pthread_mutex_unlock(&ep_mu);
 }
 
@@ -516,30 +524,17 @@ void metrics_endpoint_gone(const char *key)
 	int found;
 	pthread_mutex_lock(&ep_mu);
 	size_t i = ep_pos(key, &found);
-	if (found) {
-		memmove(&eps[i], &eps[i + 1], (n_eps - i - 1) * sizeof(*eps));
-		n_eps--;
-	}
+	if (found)
+		sorted_remove(eps, &n_eps, sizeof(*eps), i);
 	pthread_mutex_unlock(&ep_mu);
 }
 
-/* Busiest first: the most requests open and waiting, ties by key (the table's order). */
-static int ep_load(const struct metrics_endpoint_view *v)
-{
-	return v->in_flight + v->queued;
-}
-
-static int ep_busier(const void *a, const void *b)
-{
-	const struct metrics_endpoint_view *x = a, *y = b;
-	int lx = ep_load(x), ly = ep_load(y);
-	return lx != ly ? (lx > ly ? -1 : 1) : strcmp(x->key, y->key);
-}
-
+/* Busiest first: the most requests open and waiting, ties by key (the index in the
+ * table, which is sorted by key). Under ep_mu. */
 static int ep_index_busier(const void *a, const void *b)
 {
 	size_t i = *(const size_t *)a, k = *(const size_t *)b;
-	int li = ep_load(&eps[i]), lk = ep_load(&eps[k]);
+	int li = eps[i].in_flight + eps[i].queued, lk = eps[k].in_flight + eps[k].queued;
 	return li != lk ? (li > lk ? -1 : 1) : (i > k) - (i < k);
 }
 
@@ -547,7 +542,7 @@ size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max)
 {
 	pthread_mutex_lock(&ep_mu);
 	size_t n = n_eps < max ? n_eps : max;
-	size_t *idx = n < n_eps ? malloc(n_eps * sizeof(*idx)) : NULL;
+	size_t *idx = n ? malloc(n_eps * sizeof(*idx)) : NULL;
 	if (idx) {
 		for (size_t i = 0; i < n_eps; i++)
 			idx[i] = i;
@@ -555,11 +550,10 @@ size_t metrics_endpoints(struct metrics_endpoint_view *out, size_t max)
 		for (size_t i = 0; i < n; i++)
 			out[i] = eps[idx[i]];
 		free(idx);
-	} else if (n) { /* all of them, or out of memory: the first by key */
+	} else if (n) { /* out of memory: the first by key */
 		memcpy(out, eps, n * sizeof(*out));
 	}
 	pthread_mutex_unlock(&ep_mu);
-	qsort(out, n, sizeof(*out), ep_busier);
 	return n;
 }
 
