@@ -8,7 +8,6 @@
 #include "api/api.h"
 #include "api/render.h"
 #include "core/filter.h"
-#include "core/header.h"
 #include "core/metrics.h"
 #include "core/payload_filter.h"
 #include "core/trace.h"
@@ -230,11 +229,8 @@ static int payload_search(struct api *api, struct event_filter *f,
 		for (; i < n && found < want && bytes < SEARCH_BYTES; i++) {
 			struct store_event *ev = &items[i].event;
 			bytes += ev->payload_len;
-			const char *ct = ev->content_type;
-			json_t *doc = !ct || header_is_json_type(ct)
-					      ? json_loadb(ev->payload, ev->payload_len, JSON_DECODE_ANY,
-							   NULL)
-					      : NULL;
+			json_t *doc = payload_filter_doc(ev->content_type, ev->payload,
+							 ev->payload_len);
 			if (payload_filter_match(pf, doc)) {
 				json_array_append_new(list, render_event_summary(&items[i]));
 				found++;

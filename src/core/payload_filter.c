@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/header.h"
+
 enum pf_op { PF_EQ, PF_NEQ, PF_GT, PF_GTE, PF_LT, PF_LTE, PF_IN, PF_NIN, PF_EXISTS, PF_PREFIX };
 
 static const struct {
@@ -263,6 +265,13 @@ int payload_filter_parse(const json_t *v, struct payload_filter **out, struct in
 }
 
 /* ---- matching ------------------------------------------------------------------------- */
+
+json_t *payload_filter_doc(const char *content_type, const void *data, size_t len)
+{
+	if (!data || (content_type && !header_is_json_type(content_type)))
+		return NULL;
+	return json_loadb(data, len, JSON_DECODE_ANY, NULL);
+}
 
 static const json_t *resolve(const json_t *doc, const struct pf_cond *c)
 {

@@ -26,6 +26,10 @@ struct payload_filter;
  * fault as "filter.<path>" (or "filter" itself). */
 int payload_filter_parse(const json_t *v, struct payload_filter **out,
 			 struct input_error *err);
+/* What a filter reads of a payload of len bytes at data with content type content_type
+ * (NULL: JSON): the parsed JSON value (json_decref it), or NULL when its type is not
+ * JSON (header_is_json_type) or the bytes do not parse. */
+json_t *payload_filter_doc(const char *content_type, const void *data, size_t len);
 /* Whether payload (a parsed JSON value; NULL when the event's payload is not JSON)
  * passes f. A payload that is not JSON passes no filter. */
 int payload_filter_match(const struct payload_filter *f, const json_t *payload);

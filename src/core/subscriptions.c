@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/header.h"
 #include "core/pattern.h"
 #include "core/payload_filter.h"
 
@@ -280,9 +279,7 @@ struct fanout_payload {
 static int payload_passes(const struct payload_filter *f, struct fanout_payload *pl)
 {
 	if (!pl->parsed) {
-		int json = !pl->content_type || header_is_json_type(pl->content_type);
-		pl->doc = json && pl->data ? json_loadb(pl->data, pl->len, JSON_DECODE_ANY, NULL)
-					   : NULL;
+		pl->doc = payload_filter_doc(pl->content_type, pl->data, pl->len);
 		pl->parsed = 1;
 	}
 	return payload_filter_match(f, pl->doc);
