@@ -6,12 +6,10 @@ import { api } from '../api.js';
 import { AttemptsChart } from '../chart.js';
 import { Cell, ErrorNote, fmtAge, fmtRate, fmtTime, usePoll } from '../util.js';
 
+// Marked as failing: what the API ranks before the healthy and the idle.
 function failing(s) {
-  if (s.circuit === 'open') return 0;
-  if (s.circuit === 'half_open') return 1;
-  if (!s.enabled && s.disabled_reason) return 2;
-  if (s.success_rate !== null && s.success_rate < 1) return 3 + s.success_rate;
-  return 5;
+  return s.circuit === 'open' || s.circuit === 'half_open' || (!s.enabled && s.disabled_reason) ||
+    (s.success_rate !== null && s.success_rate < 1);
 }
 
 // The subscriptions shown: the SHOWN to look at first (the API ranks them failing first:
@@ -54,7 +52,7 @@ export function Overview({ refresh }) {
       <div class="scroll"><table class="health rows">
         <thead><tr><th>Subscription</th><th>Circuit</th><th>Success</th><th>Attempts</th><th>Last error</th><th></th></tr></thead>
         <tbody>
-          ${subs.map((s) => html`<tr class=${failing(s) < 5 ? 'failing' : ''} data-sub=${s.name}>
+          ${subs.map((s) => html`<tr class=${failing(s) ? 'failing' : ''} data-sub=${s.name}>
             <${Cell} label="Subscription" cls="name"><a href=${`#/subscriptions/${s.id}`}>${s.name}</a>${!s.enabled && html` <span class="badge warn" title=${s.disabled_reason || ''}>disabled</span>`}<//>
             <${Cell} label="Circuit"><span class=${`pill circuit-${s.circuit}`}>${s.circuit.replace('_', '-')}</span><//>
             <${Cell} label="Success" cls="num">${fmtRate(s.success_rate)}<//>

@@ -230,10 +230,17 @@ static json_t *read_body(const struct cli_args *o)
 	return doc;
 }
 
+static void sub_header(char *buf, size_t len)
+{
+	snprintf(buf, len, "%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME", "ENABLED",
+		 "EVENT TYPES", "ENDPOINT");
+}
+
 static void print_sub_header(void)
 {
-	printf("%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME", "ENABLED", "EVENT TYPES",
-	       "ENDPOINT");
+	char header[160];
+	sub_header(header, sizeof(header));
+	fputs(header, stdout);
 }
 
 /* subs list: every subscription, or with --name those of that name or glob (every page
@@ -245,8 +252,7 @@ static int run_subs_list(struct cli *c, const struct cli_args *o)
 
 	if (!opt(o, "--name")) {
 		char header[160];
-		snprintf(header, sizeof(header), "%-36s  %-20s  %-7s  %-24s  %s\n", "ID", "NAME",
-			 "ENABLED", "EVENT TYPES", "ENDPOINT");
+		sub_header(header, sizeof(header));
 		return print_list(c, path, header, print_sub_row);
 	}
 	append_query(path, sizeof(path), "name", opt(o, "--name"));
