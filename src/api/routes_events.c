@@ -255,77 +255,77 @@ static int payload_search(struct api *api, struct event_filter *f,
 	return rc;
 }
 
+/* The payload filter of ?filter= into *pf (NULL when none): 0, or -1 with the 400 sent. */
+static int search_filter(const struct api_request *req, struct payload_filter **pf,
+			 struct api_response *res)
+{
+	const char *text = api_query_get(req, "filter");
+	struct input_error err;
+	json_error_t jerr;
+
+	*pf = NULL;
+	if (!text)
+		return 0;
+	json_t *fj = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+	if (!fj) {
+		api_reply_errorf(res, 400, "invalid_argument", "filter", "filter is not JSON: %s",
+				 jerr.text);
+		return -1;
+	}
+	int bad = payload_filter_parse(fj, pf, &err);
+	json_decref(fj);
+	if (bad)
+		api_reply_error(res, &err);
+	return bad;
+}
+
 void api_events_list(struct api *api, const struct api_request *req, struct api_response *res)
 {
 	struct event_filter f = {0};
-	struct store_event_summary *items = NULL;
+	struct payload_filter *pf;
 	struct input_error err;
 	char *next = NULL;
-	size_t n = 0;
+	size_t scanned = 0;
 	long limit;
+	int rc;
 
 	if (event_filter_parse(api_query_get, req, &f, &err)) {
 		api_reply_error(res, &err);
 		return;
 	}
-	if (api_query_int(req, "limit", EVENTS_PAGE_DEFAULT, 1, EVENTS_PAGE_MAX, &limit, res))
+	if (api_query_int(req, "limit", EVENTS_PAGE_DEFAULT, 1, EVENTS_PAGE_MAX, &limit, res) ||
+	    search_filter(req, &pf, res))
 		return;
 	f.limit = (size_t)limit;
 	f.cursor = api_query_get(req, "cursor");
-	const char *filter_text = api_query_get(req, "filter");
-	if (filter_text) {
-		json_error_t jerr;
-		json_t *fj = json_loads(filter_text, JSON_REJECT_DUPLICATES, &jerr);
-		struct payload_filter *pf = NULL;
-		if (!fj) {
-			api_reply_errorf(res, 400, "invalid_argument", "filter",
-					 "filter is not JSON: %s", jerr.text);
-			return;
-		}
-		int bad = payload_filter_parse(fj, &pf, &err);
-		json_decref(fj);
-		if (bad) {
-			api_reply_error(res, &err);
-			return;
-		}
-		json_t *list = json_array();
-		size_t scanned;
-		int rc = payload_search(api, &f, pf, list, &scanned, &next);
+	json_t *list = json_array();
+	int searching = pf != NULL;
+	if (searching) {
+		rc = payload_search(api, &f, pf, list, &scanned, &next);
 		payload_filter_free(pf);
-		if (rc == STORE_INVALID) {
-			json_decref(list);
-			api_reply_errorf(res, 400, "invalid_argument", "cursor",
-					 "cursor is not one this server returned for the events");
-			return;
-		}
-		if (rc) {
-			json_decref(list);
-			free(next);
-			api_reply_store_error(res, rc, "events");
-			return;
-		}
-		api_reply_json(res, 200, json_pack("{s:o, s:o, s:I}", "items", list, "next_cursor",
-						   next ? json_string(next) : json_null(), "scanned",
-						   (json_int_t)scanned));
-		free(next);
-		return;
-	}
-	int rc = store_events_list(api->st, &f, &items, &n, &next);
-	if (rc == STORE_INVALID) {
-		api_reply_errorf(res, 400, "invalid_argument", "cursor",
-				 "cursor is not one this server returned for the events");
-		return;
+	} else {
+		struct store_event_summary *items = NULL;
+		size_t n = 0;
+		rc = store_events_list(api->st, &f, &items, &n, &next);
+		for (size_t i = 0; rc == STORE_OK && i < n; i++)
+			json_array_append_new(list, render_event_summary(&items[i]));
+		store_event_summaries_free(items, n);
 	}
 	if (rc) {
-		api_reply_store_error(res, rc, "events");
+		json_decref(list);
+		free(next);
+		if (rc == STORE_INVALID)
+			api_reply_errorf(res, 400, "invalid_argument", "cursor",
+					 "cursor is not one this server returned for the events");
+		else
+			api_reply_store_error(res, rc, "events");
 		return;
 	}
-	json_t *list = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(list, render_event_summary(&items[i]));
-	store_event_summaries_free(items, n);
-	api_reply_json(res, 200, json_pack("{s:o, s:o}", "items", list, "next_cursor",
-					   next ? json_string(next) : json_null()));
+	json_t *out = json_pack("{s:o, s:o}", "items", list, "next_cursor",
+				next ? json_string(next) : json_null());
+	if (searching) /* a payload search says how much it read */
+		json_object_set_new(out, "scanned", json_integer((json_int_t)scanned));
+	api_reply_json(res, 200, out);
 	free(next);
 }
 
